@@ -1,0 +1,26 @@
+"""Shared fixtures of Kiln's Python tests: where the built tools are."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def build_dir():
+    return pathlib.Path(os.environ.get("KILN_BUILD_DIR", REPO / "build"))
+
+
+def tool(name):
+    """Path of a built Kiln tool; skips the test if it was not built."""
+    path = build_dir() / "bin" / name
+    if not path.exists():
+        pytest.skip(f"{name} not built (looked in {path.parent})")
+    return path
+
+
+def run_tool(name, *args, check=True):
+    """Runs a built tool and returns the CompletedProcess (text mode)."""
+    return subprocess.run([str(tool(name)), *map(str, args)],
+                          capture_output=True, text=True, check=check)

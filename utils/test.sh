@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up, builds, and runs every test suite: lit (FileCheck over kiln-opt),
+# the GoogleTest unit tests and pytest. Ends with one line
+# "N passed, M failed, K skipped" over all suites; exits non-zero on any
+# failure, including a runner that crashed or ran nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+utils/setup.sh
+utils/build.sh
+build=${KILN_BUILD_DIR:-build}
+results="$build/test-results"
+rm -rf "$results"
+mkdir -p "$results"
+
+# Each runner writes JUnit XML; a runner's own exit status is kept too, so a
+# crash that leaves no XML still counts as a failure.
+runner_status=()
+run() {
+  local name=$1; shift
+  echo
+  echo "== $name: $*"
+  set +e
+  "$@"
+  local rc=$?
+  set -e
+  runner_status+=("$name=$rc")
+}
+
+if [ -f "$build/test/lit/lit.site.cfg.py" ]; then
+  run lit /usr/lib/llvm-22/bin/lit -sv "$build/test/lit" \
+    --xunit-xml-output "$results/lit.xml"
+fi
+for t in "$build"/test/unit/*-tests; do
+  [ -x "$t" ] || continue
+  run "unit:$(basename "$t")" "$t" --gtest_brief=1 \
+    --gtest_output="xml:$results/unit-$(basename "$t").xml"
+done
+run pytest env KILN_BUILD_DIR="$PWD/$build" .venv/bin/python -m pytest -q \
+  -rs test/python --junitxml="$results/pytest.xml"
+
+echo
+python3 utils/test-summary.py "$results" "${runner_status[@]}"
