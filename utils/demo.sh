@@ -20,3 +20,7 @@ if "$bin/kiln-opt" models/glm5/examples/bad-norm.mlir 2>&1; then
   echo "demo: error: kiln-opt accepted an ill-formed program" >&2
   exit 1
 fi
+echo "(kiln-opt rejected it with the message above, as it should)"
+echo
+echo "Next stages, in order: GGUF reader and synthetic GLM-5 files, the full GLM-5 program,"
+echo "the step dialect and memory plan, the CPU runtime (kiln-compile + kiln-run), CUDA."

@@ -39,4 +39,6 @@ run pytest env KILN_BUILD_DIR="$PWD/$build" .venv/bin/python -m pytest -q \
   -rs test/python --junitxml="$results/pytest.xml"
 
 echo
+echo "== gpu: skipped here (needs an NVIDIA GPU; run utils/gpu-test.sh on a GPU machine)"
+echo
 python3 utils/test-summary.py "$results" "${runner_status[@]}"

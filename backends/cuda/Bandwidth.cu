@@ -2,7 +2,7 @@
 //
 // kiln-bandwidth [--device N] [--iters N]
 //
-// Measures, for buffer sizes from 1 MiB to 256 MiB, how fast one GPU can
+// Measures, for buffer sizes from 1 MiB to 1 GiB, how fast one GPU can
 // stream memory: a grid-stride kernel reading and writing 16 bytes per thread
 // per iteration, and cudaMemcpyAsync device-to-device, each timed over
 // `iters` launches with CUDA events after a warm-up. Reports GB/s counting
@@ -32,12 +32,26 @@ namespace {
 
 constexpr int kThreadsPerBlock = 256;
 
-/// Each thread copies 16-byte vectors in a grid-stride loop: fully coalesced
-/// 128-bit loads and stores.
+/// 16-byte vectors each thread has in flight per loop trip: enough
+/// independent loads to cover DRAM latency with 8 blocks of 256 per SM.
+constexpr int kUnroll = 4;
+
+/// Grid-stride copy of 16-byte vectors: fully coalesced 128-bit loads and
+/// stores, kUnroll loads issued before the first store of a trip.
 __global__ void copyKernel(const int4 *__restrict__ src, int4 *__restrict__ dst,
                            size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
+  size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    int4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      v[u] = src[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      dst[i + u * stride] = v[u];
+  }
+  for (; i < n; i += stride)
     dst[i] = src[i];
 }
 
@@ -94,7 +108,8 @@ int main(int argc, char **argv) {
               prop.major, prop.minor, prop.multiProcessorCount,
               prop.totalGlobalMem / double(1 << 30));
 
-  constexpr size_t kMaxBytes = size_t(256) << 20;
+  // Up to 1 GiB: far beyond the 50 MB L2, so the large sizes measure DRAM.
+  constexpr size_t kMaxBytes = size_t(1) << 30;
   void *src = nullptr, *dst = nullptr;
   KILN_CUDA_CHECK(cudaMalloc(&src, kMaxBytes));
   KILN_CUDA_CHECK(cudaMalloc(&dst, kMaxBytes));
