@@ -41,6 +41,13 @@ std::string_view valueTypeName(ValueType type);
 /// True for the ids 0..12 defined above.
 bool isValidValueType(uint32_t id);
 
+/// Bytes one scalar of `type` takes in a file (1, 2, 4 or 8), or nullopt for
+/// String and Array, whose size depends on their contents.
+std::optional<uint64_t> scalarSize(ValueType type);
+
+/// True for the eight integer types (not Bool).
+bool isIntegerType(ValueType type);
+
 /// One metadata value. Integers keep their exact stored type and bits;
 /// accessors convert only when the conversion is exact.
 class Value {
@@ -84,8 +91,8 @@ public:
 private:
   ValueType type_ = ValueType::UInt8;
   ValueType elementType_ = ValueType::UInt8; ///< Arrays only.
-  uint64_t bits_ = 0;  ///< Integers and bool: the value's bits; floats: as double bits.
-  double real_ = 0.0;  ///< Float32/Float64.
+  uint64_t bits_ = 0;  ///< Integers (sign-extended) and bool.
+  double real_ = 0.0;  ///< Float32 (exactly widened) and Float64.
   std::string string_; ///< String only.
   std::vector<Value> elements_;
 };

@@ -1,16 +1,17 @@
-//===- kiln-gguf.cpp - The GGUF command-line tool --------------------------===//
+//===- kiln-gguf.cpp - The GGUF command-line tool
+//--------------------------===//
 //
-// kiln-gguf types [--json]   the ggml type table Kiln knows (id, name, block
-//                            values, block bytes)
+// kiln-gguf types [--json]        the ggml type table Kiln knows
+// kiln-gguf info FILE... [--json] metadata and tensor table of a model
+// kiln-gguf check FILE...         structural validation of a model
 //
-// Subcommands are dispatched by name; each prints its own usage on --help.
+// Subcommands live in tool/, one file each; this file only dispatches.
 //
 //===----------------------------------------------------------------------===//
-#include "quant/QuantTypes.h"
+#include "tool/Commands.h"
 
 #include <fmt/core.h>
 
-#include <cstdio>
 #include <string_view>
 
 namespace {
@@ -18,50 +19,19 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: kiln-gguf <command> [options]\n"
     "commands:\n"
-    "  types [--json]   the ggml tensor types and their block geometry\n";
-
-int runTypes(int argc, char **argv) {
-  bool json = false;
-  for (int i = 0; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--json") {
-      json = true;
-    } else if (arg == "--help" || arg == "-h") {
-      fmt::print("usage: kiln-gguf types [--json]\n");
-      return 0;
-    } else {
-      fmt::print(stderr, "kiln-gguf: error: types: unknown argument '{}'\n",
-                 arg);
-      return 2;
-    }
-  }
-  if (json)
-    fmt::print("[");
-  bool first = true;
-  for (uint32_t id = 0; id < 256; ++id) {
-    auto t = kiln::lookupGGMLType(id);
-    if (!t)
-      continue;
-    if (json)
-      fmt::print("{}{{\"id\": {}, \"name\": \"{}\", \"block_size\": {}, "
-                 "\"block_bytes\": {}}}",
-                 first ? "" : ", ", id, t->name, t->blockSize, t->blockBytes);
-    else
-      fmt::print("{:>3} {:<8} {:>4} values {:>4} bytes\n", id, t->name,
-                 t->blockSize, t->blockBytes);
-    first = false;
-  }
-  if (json)
-    fmt::print("]\n");
-  return 0;
-}
+    "  types [--json]          the ggml tensor types and their block "
+    "geometry\n"
+    "  info FILE... [--json]   metadata and tensor table of a GGUF model\n"
+    "  check FILE...           validate a GGUF model's structure\n"
+    "'kiln-gguf <command> --help' describes a command.\n";
 
 } // namespace
 
 int main(int argc, char **argv) {
+  using namespace kiln::gguf::tool;
   if (argc < 2) {
     fmt::print(stderr, "{}", kUsage);
-    return 2;
+    return kExitUsage;
   }
   std::string_view command = argv[1];
   if (command == "--help" || command == "-h") {
@@ -70,7 +40,11 @@ int main(int argc, char **argv) {
   }
   if (command == "types")
     return runTypes(argc - 2, argv + 2);
+  if (command == "info")
+    return runInfo(argc - 2, argv + 2);
+  if (command == "check")
+    return runCheck(argc - 2, argv + 2);
   fmt::print(stderr, "kiln-gguf: error: unknown command '{}'\n{}", command,
              kUsage);
-  return 2;
+  return kExitUsage;
 }
