@@ -83,15 +83,16 @@ Status fillTensor(uint64_t seed, const SynthTensor &t, std::span<uint8_t> out) {
     return Status::ok();
   };
 
-  if (blocks <= kFullyRandomBlocks)
+  if (elements <= kFullyRandomValues)
     return quantiseFresh(blocks, out.data());
 
-  std::vector<uint8_t> pool(kPoolBlocks * blockBytes);
-  if (Status s = quantiseFresh(kPoolBlocks, pool.data()); !s)
+  const uint64_t poolBlocks = kPoolValues / blockValues;
+  std::vector<uint8_t> pool(poolBlocks * blockBytes);
+  if (Status s = quantiseFresh(poolBlocks, pool.data()); !s)
     return s;
   uint8_t *dst = out.data();
   for (uint64_t b = 0; b < blocks; ++b, dst += blockBytes)
-    std::memcpy(dst, pool.data() + rng.below(kPoolBlocks) * blockBytes,
+    std::memcpy(dst, pool.data() + rng.below(poolBlocks) * blockBytes,
                 blockBytes);
   return Status::ok();
 }

@@ -14,17 +14,18 @@ namespace kiln::synth {
 /// type) only: shuffling tensors or splitting files never changes a tensor.
 ///
 /// Values are drawn as InitKind says and quantised with the reference
-/// quantisers. Tensors of at most kFullyRandomBlocks blocks are quantised
-/// block by block from fresh values; larger ones pick each block from a pool
-/// of kPoolBlocks quantised blocks, so that multi-GB files are written at
-/// memory speed while every row still differs.
+/// quantisers. Tensors of at most kFullyRandomValues values are quantised
+/// block by block from fresh values; larger ones pick each block at random
+/// from a pool of about kPoolValues values' worth of quantised blocks, so
+/// that multi-GB files are written at memory speed (the reference
+/// quantisers search scales and are slow) while every row still differs.
 Status fillTensor(uint64_t seed, const SynthTensor &tensor,
                   std::span<uint8_t> out);
 
-/// Blocks up to which every block is quantised from its own values.
-inline constexpr uint64_t kFullyRandomBlocks = 1 << 16;
-/// Size of the pool larger tensors draw their blocks from.
-inline constexpr uint64_t kPoolBlocks = 1 << 12;
+/// Values up to which every block is quantised from its own values.
+inline constexpr uint64_t kFullyRandomValues = 1 << 20;
+/// Values' worth of blocks in the pool larger tensors draw from.
+inline constexpr uint64_t kPoolValues = 1 << 17;
 
 } // namespace kiln::synth
 
