@@ -63,7 +63,8 @@ const Bound kBounds[] = {
     {GGMLType::Q6_K, 0.022},  {GGMLType::Q5_K, 0.045},
     {GGMLType::Q5_0, 0.05},   {GGMLType::Q5_1, 0.045},
     {GGMLType::Q4_K, 0.09},   {GGMLType::IQ4_NL, 0.09},
-    {GGMLType::IQ4_XS, 0.09},
+    {GGMLType::IQ4_XS, 0.09}, {GGMLType::Q4_0, 0.11},
+    {GGMLType::Q4_1, 0.09},
 };
 
 } // namespace
@@ -73,8 +74,7 @@ TEST(Quantize, SupportedTypes) {
     EXPECT_TRUE(canQuantize(b.type)) << nameOf(b.type);
     EXPECT_TRUE(canDequantize(b.type)) << nameOf(b.type);
   }
-  for (GGMLType t :
-       {GGMLType::Q4_0, GGMLType::Q4_1, GGMLType::Q2_K, GGMLType::Q3_K})
+  for (GGMLType t : {GGMLType::Q2_K, GGMLType::Q3_K})
     EXPECT_TRUE(canDequantize(t)) << nameOf(t);
   EXPECT_FALSE(canDequantize(GGMLType::IQ2_XXS));
   EXPECT_FALSE(canDequantize(GGMLType::MXFP4));
