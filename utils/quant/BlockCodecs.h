@@ -62,6 +62,8 @@ void dequantQ4_1(const uint8_t *, float *);
 void dequantQ5_0(const uint8_t *, float *);
 void dequantQ5_1(const uint8_t *, float *);
 void dequantQ8_0(const uint8_t *, float *);
+void quantQ4_0(const float *, uint8_t *);
+void quantQ4_1(const float *, uint8_t *);
 void quantQ5_0(const float *, uint8_t *);
 void quantQ5_1(const float *, uint8_t *);
 void quantQ8_0(const float *, uint8_t *);

@@ -97,6 +97,28 @@ void quantQ8_0(const float *in, uint8_t *block) {
   }
 }
 
+void quantQ4_0(const float *in, uint8_t *block) {
+  uint16_t dh = finiteHalf(fitSymmetric(in, kBlock, -8, 7));
+  float d = halfToFloat(dh);
+  int q[kBlock];
+  for (int i = 0; i < kBlock; ++i)
+    q[i] = (d != 0 ? roundClamp(in[i] / d, -8, 7) : 0) + 8;
+  storeU16(block, dh);
+  packNibbles(q, block + 2);
+}
+
+void quantQ4_1(const float *in, uint8_t *block) {
+  AffineFit fit = fitAffine(in, kBlock, 15, /*offsetAtMostZero=*/false);
+  uint16_t dh = finiteHalf(fit.scale), mh = finiteHalf(fit.offset);
+  float d = halfToFloat(dh), m = halfToFloat(mh);
+  int q[kBlock];
+  for (int i = 0; i < kBlock; ++i)
+    q[i] = d != 0 ? roundClamp((in[i] - m) / d, 0, 15) : 0;
+  storeU16(block, dh);
+  storeU16(block + 2, mh);
+  packNibbles(q, block + 4);
+}
+
 void quantQ5_0(const float *in, uint8_t *block) {
   uint16_t dh = finiteHalf(fitSymmetric(in, kBlock, -16, 15));
   float d = halfToFloat(dh);
