@@ -433,13 +433,14 @@ Expected<GGUFFile> GGUFFile::parse(std::string path,
     }
     t.elements = *elements;
     uint64_t ne0 = t.dims.empty() ? 1 : t.dims[0];
-    std::optional<uint64_t> row = rowBytes(t.type, ne0);
-    if (!row)
+    if (ne0 % traits->blockSize != 0)
       return Error(where, field,
                    fmt::format("ne[0] = {} is not a multiple of the {} block "
                                "size {}",
                                ne0, traits->name, traits->blockSize));
-    std::optional<uint64_t> bytes = checkedMul(*row, *rows);
+    std::optional<uint64_t> row = rowBytes(t.type, ne0);
+    std::optional<uint64_t> bytes =
+        row ? checkedMul(*row, *rows) : std::nullopt;
     if (!bytes)
       return Error(where, field, "data size overflows 64 bits");
     t.bytes = *bytes;
