@@ -561,10 +561,10 @@ Expected<GGUFModel> GGUFModel::fromParts(std::vector<GGUFFile> parts) {
                                    name->number, name->count, s.index,
                                    s.count));
     }
-    std::stable_sort(parts.begin(), parts.end(),
-                     [](const GGUFFile &a, const GGUFFile &b) {
-                       return a.split()->index < b.split()->index;
-                     });
+    std::sort(parts.begin(), parts.end(),
+              [](const GGUFFile &a, const GGUFFile &b) {
+                return a.split()->index < b.split()->index;
+              });
     for (size_t i = 1; i < parts.size(); ++i)
       if (parts[i].split()->index == parts[i - 1].split()->index)
         return Error(parts[i].path(), std::string(kSplitNoKey),
