@@ -86,7 +86,7 @@ public:
 
   bool readString(std::string &out, std::string_view field,
                   std::string_view what) {
-    uint64_t length;
+    uint64_t length = 0;
     if (!read(length, field, fmt::format("{} length", what)))
       return false;
     if (length > remaining())
@@ -106,12 +106,13 @@ private:
   const uint8_t *data_;
   uint64_t size_;
   uint64_t pos_ = 0;
+  uint64_t elementBudget_ = kMaxMetadataElements;
   std::optional<Error> error_;
 };
 
 template <typename T>
 bool readScalar(Parser &p, std::string_view field, ValueType type, Value &out) {
-  T v;
+  T v{};
   if (!p.read(v, field, fmt::format("{} value", valueTypeName(type))))
     return false;
   if constexpr (std::is_floating_point_v<T>) {
@@ -148,7 +149,7 @@ bool Parser::readValue(ValueType type, std::string_view field, unsigned depth,
   case ValueType::Float64:
     return readScalar<double>(*this, field, type, out);
   case ValueType::Bool: {
-    uint8_t v;
+    uint8_t v = 0;
     if (!read(v, field, "bool value"))
       return false;
     // Anything but 0 or 1 means the value stream is out of step.
@@ -168,8 +169,8 @@ bool Parser::readValue(ValueType type, std::string_view field, unsigned depth,
     if (depth >= kMaxArrayDepth)
       return fail(field,
                   fmt::format("arrays nested deeper than {}", kMaxArrayDepth));
-    uint32_t rawElement;
-    uint64_t count;
+    uint32_t rawElement = 0;
+    uint64_t count = 0;
     if (!read(rawElement, field, "array element type") ||
         !read(count, field, "array length"))
       return false;
@@ -183,6 +184,11 @@ bool Parser::readValue(ValueType type, std::string_view field, unsigned depth,
                   fmt::format("array of {} {} elements is longer than "
                               "the rest of the file ({} bytes)",
                               count, valueTypeName(element), remaining()));
+    if (count > elementBudget_)
+      return fail(field, fmt::format("metadata holds more than {} array "
+                                     "elements in all",
+                                     kMaxMetadataElements));
+    elementBudget_ -= count;
     std::vector<Value> elements;
     elements.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {

@@ -104,6 +104,18 @@ TEST(GGUFMalformed, Metadata) {
             std::string::npos);
 }
 
+TEST(GGUFMalformed, MetadataElementBudget) {
+  // Two u8 arrays that fit the file but together exceed the element budget.
+  uint64_t half = kMaxMetadataElements / 2 + 1;
+  Bytes b = Bytes().header(0, 2);
+  for (const char *key : {"a", "b"}) {
+    b.str(key).u32(9).u32(0).u64(half);
+    b.data.resize(b.data.size() + half, 0);
+  }
+  EXPECT_EQ(openError(b), "bad.gguf: b: metadata holds more than 16777216 "
+                          "array elements in all");
+}
+
 TEST(GGUFMalformed, Alignment) {
   auto image = [](Bytes kv) {
     Bytes b = Bytes().header(0, 1);
