@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds, and runs every test suite: lit (FileCheck over kiln-opt),
-# the GoogleTest unit tests and pytest. Ends with one line
-# "N passed, M failed, K skipped" over all suites; exits non-zero on any
-# failure, including a runner that crashed or ran nothing.
+# the GoogleTest unit tests, pytest and a bounded fuzz run (utils/fuzz.sh).
+# Ends with one line "N passed, M failed, K skipped" over all suites; exits
+# non-zero on any failure, including a runner that crashed or ran nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 utils/setup.sh
@@ -37,6 +37,11 @@ for t in "$build"/test/unit/*-tests; do
 done
 run pytest env KILN_BUILD_DIR="$PWD/$build" .venv/bin/python -m pytest -q \
   -rs test/python --junitxml="$results/pytest.xml"
+
+# A short, bounded fuzz run of the GGUF reader (ASan + UBSan), after it has
+# replayed the malformed-GGUF corpus; KILN_FUZZ_SECONDS sets its length.
+run fuzz utils/fuzz.sh --seconds "${KILN_FUZZ_SECONDS:-30}" \
+  --junit "$results/fuzz.xml"
 
 echo
 echo "== gpu: skipped here (needs an NVIDIA GPU; run utils/gpu-test.sh on a GPU machine)"

@@ -86,7 +86,7 @@ public:
 
   bool readString(std::string &out, std::string_view field,
                   std::string_view what) {
-    uint64_t length;
+    uint64_t length = 0;
     if (!read(length, field, fmt::format("{} length", what)))
       return false;
     if (length > remaining())
@@ -106,12 +106,13 @@ private:
   const uint8_t *data_;
   uint64_t size_;
   uint64_t pos_ = 0;
+  uint64_t elementBudget_ = kMaxMetadataElements;
   std::optional<Error> error_;
 };
 
 template <typename T>
 bool readScalar(Parser &p, std::string_view field, ValueType type, Value &out) {
-  T v;
+  T v{};
   if (!p.read(v, field, fmt::format("{} value", valueTypeName(type))))
     return false;
   if constexpr (std::is_floating_point_v<T>) {
@@ -148,7 +149,7 @@ bool Parser::readValue(ValueType type, std::string_view field, unsigned depth,
   case ValueType::Float64:
     return readScalar<double>(*this, field, type, out);
   case ValueType::Bool: {
-    uint8_t v;
+    uint8_t v = 0;
     if (!read(v, field, "bool value"))
       return false;
     // Anything but 0 or 1 means the value stream is out of step.
@@ -168,8 +169,8 @@ bool Parser::readValue(ValueType type, std::string_view field, unsigned depth,
     if (depth >= kMaxArrayDepth)
       return fail(field,
                   fmt::format("arrays nested deeper than {}", kMaxArrayDepth));
-    uint32_t rawElement;
-    uint64_t count;
+    uint32_t rawElement = 0;
+    uint64_t count = 0;
     if (!read(rawElement, field, "array element type") ||
         !read(count, field, "array length"))
       return false;
@@ -183,6 +184,11 @@ bool Parser::readValue(ValueType type, std::string_view field, unsigned depth,
                   fmt::format("array of {} {} elements is longer than "
                               "the rest of the file ({} bytes)",
                               count, valueTypeName(element), remaining()));
+    if (count > elementBudget_)
+      return fail(field, fmt::format("metadata holds more than {} array "
+                                     "elements in all",
+                                     kMaxMetadataElements));
+    elementBudget_ -= count;
     std::vector<Value> elements;
     elements.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {
@@ -433,13 +439,14 @@ Expected<GGUFFile> GGUFFile::parse(std::string path,
     }
     t.elements = *elements;
     uint64_t ne0 = t.dims.empty() ? 1 : t.dims[0];
-    std::optional<uint64_t> row = rowBytes(t.type, ne0);
-    if (!row)
+    if (ne0 % traits->blockSize != 0)
       return Error(where, field,
                    fmt::format("ne[0] = {} is not a multiple of the {} block "
                                "size {}",
                                ne0, traits->name, traits->blockSize));
-    std::optional<uint64_t> bytes = checkedMul(*row, *rows);
+    std::optional<uint64_t> row = rowBytes(t.type, ne0);
+    std::optional<uint64_t> bytes =
+        row ? checkedMul(*row, *rows) : std::nullopt;
     if (!bytes)
       return Error(where, field, "data size overflows 64 bits");
     t.bytes = *bytes;
@@ -560,10 +567,10 @@ Expected<GGUFModel> GGUFModel::fromParts(std::vector<GGUFFile> parts) {
                                    name->number, name->count, s.index,
                                    s.count));
     }
-    std::stable_sort(parts.begin(), parts.end(),
-                     [](const GGUFFile &a, const GGUFFile &b) {
-                       return a.split()->index < b.split()->index;
-                     });
+    std::sort(parts.begin(), parts.end(),
+              [](const GGUFFile &a, const GGUFFile &b) {
+                return a.split()->index < b.split()->index;
+              });
     for (size_t i = 1; i < parts.size(); ++i)
       if (parts[i].split()->index == parts[i - 1].split()->index)
         return Error(parts[i].path(), std::string(kSplitNoKey),

@@ -40,6 +40,11 @@ inline constexpr std::string_view kSplitTensorsCountKey = "split.tensors.count";
 inline constexpr uint32_t kMaxDims = 4;
 /// Deepest nesting of arrays of arrays the reader accepts (bounds recursion).
 inline constexpr unsigned kMaxArrayDepth = 8;
+/// Most array elements the metadata of one file may hold in all. A parsed
+/// element takes far more memory than its bytes in the file, so the remaining
+/// file size alone would let a crafted multi-GB file demand tens of GB; real
+/// models hold about a million (vocabulary, merges, token types).
+inline constexpr uint64_t kMaxMetadataElements = uint64_t(1) << 24;
 
 /// One tensor as described by its info record, validated against the file.
 struct TensorInfo {

@@ -242,15 +242,15 @@ Expected<Layout> plan(uint32_t alignment, const Metadata &metadata,
       if (d > 0)
         rows = rows ? checkedMul(*rows, t.dims[d]) : std::nullopt;
     }
-    std::optional<uint64_t> row = rowBytes(t.type, t.dims[0]);
-    if (!row)
+    if (t.dims[0] % traitsOf(t.type).blockSize != 0)
       return Error("", t.name,
                    fmt::format("ne[0] = {} is not a multiple of the {} block "
                                "size {}",
                                t.dims[0], nameOf(t.type),
                                traitsOf(t.type).blockSize));
+    std::optional<uint64_t> row = rowBytes(t.type, t.dims[0]);
     std::optional<uint64_t> bytes =
-        rows ? checkedMul(*row, *rows) : std::nullopt;
+        row && rows ? checkedMul(*row, *rows) : std::nullopt;
     std::optional<uint64_t> end =
         bytes ? checkedAdd(next, *bytes) : std::nullopt;
     std::optional<uint64_t> padded =

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the GGUF reader's libFuzzer target with clang-22 (ASan + UBSan) in
+# its own folder, replays the malformed-GGUF corpus through it once, then
+# fuzzes for a bounded time starting from that corpus. Exits non-zero on any
+# crash, sanitizer report, timeout or out-of-memory.
+#
+# usage: utils/fuzz.sh [--seconds N] [--junit FILE]
+#   --seconds N   fuzzing time (default: $KILN_FUZZ_SECONDS or 30)
+#   --junit FILE  also write a JUnit XML report (for utils/test.sh)
+# KILN_FUZZ_BUILD_DIR overrides the build folder (default build-fuzz).
+# A crashing input is kept in <build folder>/artifacts/ to replay:
+#   build-fuzz/gguf-reader-fuzzer build-fuzz/artifacts/crash-...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${KILN_FUZZ_SECONDS:-30}
+junit=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --junit) junit=$2; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "fuzz: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+build=${KILN_FUZZ_BUILD_DIR:-build-fuzz}
+cxx=${KILN_FUZZ_CXX:-clang++-22}
+bin="$build/gguf-reader-fuzzer"
+sources=(test/fuzz/GGUFReaderFuzzer.cpp utils/gguf/GGUFFile.cpp
+  utils/gguf/GGUFValue.cpp utils/quant/QuantTypes.cpp utils/support/Error.cpp)
+corpus_src=test/gguf-corpus
+
+# JUnit XML: one test case per step, failed when the step's status is not 0.
+write_junit() {
+  [ -n "$junit" ] || return 0
+  local replay=$1 fuzz=$2 failures=0 case
+  {
+    echo '<?xml version="1.0" encoding="utf-8"?>'
+    [ "$replay" = 0 ] || failures=$((failures + 1))
+    [ "$fuzz" = 0 ] || failures=$((failures + 1))
+    echo "<testsuite name=\"fuzz\" tests=\"2\" failures=\"$failures\">"
+    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz"; do
+      echo "  <testcase classname=\"fuzz.gguf-reader\" name=\"${case%%:*}\">"
+      case ${case##*:} in
+        0) ;;
+        skip) echo '    <skipped message="not run"/>' ;;
+        *) echo "    <failure message=\"exit status ${case##*:}; see $build/\"/>" ;;
+      esac
+      echo "  </testcase>"
+    done
+    echo "</testsuite>"
+  } > "$junit"
+}
+
+if ! command -v "$cxx" >/dev/null; then
+  echo "fuzz: $cxx not found (utils/setup.sh installs clang-22)" >&2
+  write_junit 1 skip
+  exit 1
+fi
+
+mkdir -p "$build/artifacts" "$build/corpus"
+# Rebuild only when a source or header is newer than the binary.
+if [ ! -x "$bin" ] || [ -n "$(find "${sources[@]}" utils/gguf utils/quant \
+    utils/support -newer "$bin" -name '*.[ch]*' | head -n1)" ]; then
+  echo "fuzz: building $bin"
+  nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
+    -fno-sanitize-recover=undefined -I utils "${sources[@]}" -lfmt -o "$bin"
+fi
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+echo "fuzz: replaying $corpus_src/*.gguf"
+set +e
+"$bin" -runs=0 "$corpus_src"/*.gguf > "$build/replay.log" 2>&1
+replay=$?
+set -e
+[ "$replay" = 0 ] || tail -n 40 "$build/replay.log" >&2
+
+echo "fuzz: fuzzing for ${seconds}s from the corpus (log: $build/fuzz.log)"
+cp -n "$corpus_src"/*.gguf "$build/corpus/" 2>/dev/null || true
+set +e
+nice "$bin" -max_total_time="$seconds" -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -print_final_stats=1 \
+  -artifact_prefix="$build/artifacts/" "$build/corpus" > "$build/fuzz.log" 2>&1
+fuzz=$?
+set -e
+[ "$fuzz" = 0 ] || tail -n 40 "$build/fuzz.log" >&2
+grep -E '^stat::number_of_executed_units' "$build/fuzz.log" || true
+
+write_junit "$replay" "$fuzz"
+if [ "$replay" != 0 ] || [ "$fuzz" != 0 ]; then
+  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz)" >&2
+  exit 1
+fi
+echo "fuzz: OK"
