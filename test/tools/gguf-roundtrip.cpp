@@ -57,9 +57,9 @@ int main(int argc, char **argv) {
     writer.addTensor({t.name, t.type, t.dims});
   TensorFill fill;
   if (data)
-    fill = [&](size_t index, std::span<uint8_t> out) {
+    fill = [&](size_t index, uint64_t offset, std::span<uint8_t> out) {
       std::span<const uint8_t> src = in->tensorData(in->tensors()[index]);
-      std::memcpy(out.data(), src.data(), src.size());
+      std::memcpy(out.data(), src.data() + offset, out.size());
       return Status::ok();
     };
   if (Status s = writer.write(files[1], fill); !s) {

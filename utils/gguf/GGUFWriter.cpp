@@ -3,6 +3,7 @@
 #include "gguf/GGUFWriter.h"
 
 #include "gguf/GGUFFile.h"
+#include "support/AtomicFile.h"
 #include "support/CheckedMath.h"
 
 #include <fmt/core.h>
@@ -100,85 +101,6 @@ void putValue(std::vector<uint8_t> &out, const Value &v) {
     break;
   }
 }
-
-Status writeAll(int fd, const uint8_t *data, uint64_t size, uint64_t offset,
-                const std::string &where) {
-  while (size > 0) {
-    ssize_t n = pwrite(fd, data, size, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return Error(
-          where, "",
-          fmt::format("write failed: {}", std::strerror(n < 0 ? errno : EIO)));
-    data += n;
-    size -= static_cast<uint64_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::ok();
-}
-
-/// The temporary file beside the output: removed unless committed.
-class TempFile {
-public:
-  ~TempFile() {
-    if (fd_ >= 0)
-      ::close(fd_);
-    if (!path_.empty())
-      ::unlink(path_.c_str());
-  }
-
-  Status create(const std::string &target) {
-    namespace fs = std::filesystem;
-    fs::path t(target);
-    fs::path dir = t.parent_path();
-    std::random_device rd;
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      std::string name = fmt::format(".{}.{}-{:08x}.tmp", t.filename().string(),
-                                     getpid(), rd());
-      std::string candidate = (dir / name).string();
-      // 0666 and the process umask, as for any new file.
-      int fd = ::open(candidate.c_str(),
-                      O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd >= 0) {
-        fd_ = fd;
-        path_ = candidate;
-        return Status::ok();
-      }
-      if (errno != EEXIST)
-        return Error(target, "",
-                     fmt::format("cannot create a temporary file in its "
-                                 "folder: {}",
-                                 std::strerror(errno)));
-    }
-    return Error(target, "", "cannot create a unique temporary file");
-  }
-
-  int fd() const { return fd_; }
-
-  /// Flushes, closes and renames onto `target`.
-  Status commit(const std::string &target) {
-    if (fsync(fd_) != 0)
-      return Error(target, "",
-                   fmt::format("fsync failed: {}", std::strerror(errno)));
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0)
-      return Error(target, "",
-                   fmt::format("close failed: {}", std::strerror(errno)));
-    if (std::rename(path_.c_str(), target.c_str()) != 0)
-      return Error(target, "",
-                   fmt::format("cannot rename the temporary file into "
-                               "place: {}",
-                               std::strerror(errno)));
-    path_.clear();
-    return Status::ok();
-  }
-
-private:
-  int fd_ = -1;
-  std::string path_;
-};
 
 bool isPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
@@ -303,38 +225,46 @@ Status GGUFWriter::write(const std::string &path, const TensorFill &fill,
   Expected<Layout> layout = plan(alignment_, metadata_, tensors_);
   if (!layout)
     return layout.error().withWhere(path);
-  TempFile temp;
-  if (Status s = temp.create(path); !s)
+  AtomicFile file;
+  if (Status s = file.create(path); !s)
     return s;
   // Full length first: padding and, without `fill`, all tensor data stay
   // holes that read as zeros and take no disk.
-  if (ftruncate(temp.fd(), static_cast<off_t>(layout->fileSize)) != 0)
-    return Error(path, "",
-                 fmt::format("cannot size the file to {} bytes: {}",
-                             layout->fileSize, std::strerror(errno)));
-  if (Status s = writeAll(temp.fd(), layout->header.data(),
-                          layout->header.size(), 0, path);
+  if (Status s = file.resize(layout->fileSize); !s)
+    return s;
+  if (Status s = file.writeAt(layout->header.data(), layout->header.size(), 0);
       !s)
     return s;
   uint64_t done = 0;
+  // Tensors are produced and written a chunk of whole blocks at a time: the
+  // chunk stays in cache between the fill and the write, and memory use is
+  // bounded whatever the tensor's size.
   std::vector<uint8_t> buffer;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     uint64_t bytes = layout->bytes[i];
     if (fill) {
-      // One tensor in memory at a time.
-      buffer.assign(bytes, 0);
-      if (Status s = fill(i, std::span<uint8_t>(buffer)); !s)
-        return Error(path, tensors_[i].name, s.error().message());
-      if (Status s = writeAll(temp.fd(), buffer.data(), bytes,
-                              layout->dataOffset + layout->offsets[i], path);
-          !s)
-        return s;
+      uint64_t blockBytes = traitsOf(tensors_[i].type).blockBytes;
+      uint64_t chunk = std::max<uint64_t>(1, kFillChunkBytes / blockBytes) *
+                       blockBytes;
+      for (uint64_t offset = 0; offset < bytes; offset += chunk) {
+        uint64_t n = std::min(chunk, bytes - offset);
+        buffer.resize(n);
+        if (Status s = fill(i, offset, std::span<uint8_t>(buffer)); !s)
+          return Error(path, tensors_[i].name, s.error().message());
+        if (Status s = file.writeAt(buffer.data(), n,
+                                    layout->dataOffset + layout->offsets[i] +
+                                        offset);
+            !s)
+          return s;
+        if (progress)
+          progress(done + offset + n, layout->tensorBytes);
+      }
     }
     done += bytes;
     if (progress)
       progress(done, layout->tensorBytes);
   }
-  return temp.commit(path);
+  return file.commit();
 }
 
 } // namespace kiln::gguf

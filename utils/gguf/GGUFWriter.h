@@ -2,7 +2,7 @@
 //
 // Writes one GGUF v3 file: header, metadata, tensor infos, then each tensor's
 // bytes at its aligned offset. Tensor bytes are produced on demand by a
-// callback, one tensor at a time, so multi-GB files are streamed, never held
+// callback, a chunk at a time, so multi-GB files are streamed, never held
 // in memory. The file appears under its final name only when complete
 // (written to a temporary file beside it, then renamed): a failure or crash
 // leaves no half-written output.
@@ -31,9 +31,15 @@ struct TensorSpec {
   std::vector<uint64_t> dims;
 };
 
-/// Produces the bytes of tensor `index` (in the order tensors were added)
-/// into `out`, which has exactly the tensor's byte size.
-using TensorFill = std::function<Status(size_t index, std::span<uint8_t> out)>;
+/// Produces bytes of tensor `index` (in the order tensors were added): `out`
+/// receives the bytes from `offset` on. Chunks of one tensor come in order,
+/// each a whole number of the type's blocks, covering the tensor exactly.
+using TensorFill = std::function<Status(size_t index, uint64_t offset,
+                                        std::span<uint8_t> out)>;
+
+/// Bytes the writer asks a TensorFill for at a time (rounded down to whole
+/// blocks).
+inline constexpr uint64_t kFillChunkBytes = uint64_t(8) << 20;
 
 /// Progress: bytes of tensor data written so far and in total.
 using WriteProgress = std::function<void(uint64_t done, uint64_t total)>;

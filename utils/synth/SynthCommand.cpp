@@ -202,9 +202,20 @@ int run(const Options &opt) {
       writer.addTensor({(*tensors)[i].name, (*tensors)[i].type,
                         (*tensors)[i].dims});
     gguf::TensorFill fill;
+    // The writer asks for each tensor's chunks in order; one synthesiser
+    // lives from a tensor's first chunk to its last.
+    std::optional<TensorSynthesizer> current;
     if (!opt.metadataOnly)
-      fill = [&, first](size_t index, std::span<uint8_t> out) {
-        return fillTensor(opt.seed, (*tensors)[first + index], out);
+      fill = [&, first](size_t index, uint64_t offset,
+                        std::span<uint8_t> out) -> Status {
+        if (offset == 0) {
+          Expected<TensorSynthesizer> s =
+              TensorSynthesizer::create(opt.seed, (*tensors)[first + index]);
+          if (!s)
+            return s.error();
+          current.emplace(std::move(*s));
+        }
+        return current->next(out);
       };
     Status s = writer.write(names[part], fill,
                             [&](uint64_t done, uint64_t) {

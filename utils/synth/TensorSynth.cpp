@@ -3,40 +3,26 @@
 
 #include "quant/QuantFormats.h"
 #include "support/CheckedMath.h"
-#include "synth/Random.h"
 
 #include <fmt/core.h>
 
+#include <cmath>
 #include <cstring>
-#include <vector>
 
 namespace kiln::synth {
 namespace {
 
-struct Distribution {
-  double mean = 0.0;
-  double stddev = 1.0;
-};
-
-Distribution distributionOf(const SynthTensor &t) {
-  switch (t.init) {
-  case InitKind::Projection:
-    // Unit-variance inputs give unit-variance outputs: activations stay
-    // O(1) through every layer, neither vanishing nor saturating.
-    return {0.0, 1.0 / std::sqrt(double(t.dims[0]))};
-  case InitKind::Embedding:
-    return {0.0, 1.0};
-  case InitKind::NormWeight:
-    return {1.0, 0.05};
-  case InitKind::SmallBias:
-    return {0.0, 0.05};
-  }
-  return {};
-}
+/// Quantise this many blocks per call: amortises the call, bounds memory.
+constexpr uint64_t kQuantiseBatchBlocks = 256;
 
 } // namespace
 
-Status fillTensor(uint64_t seed, const SynthTensor &t, std::span<uint8_t> out) {
+TensorSynthesizer::TensorSynthesizer(const SynthTensor &tensor,
+                                     uint64_t tensorSeed)
+    : tensor_(&tensor), rng_(tensorSeed) {}
+
+Expected<TensorSynthesizer> TensorSynthesizer::create(uint64_t seed,
+                                                      const SynthTensor &t) {
   const GGMLTypeTraits &traits = traitsOf(t.type);
   uint64_t elements = 1;
   for (uint64_t d : t.dims) {
@@ -46,10 +32,8 @@ Status fillTensor(uint64_t seed, const SynthTensor &t, std::span<uint8_t> out) {
     elements = *e;
   }
   auto bytes = rowBytes(t.type, elements);
-  if (!bytes || *bytes != out.size())
-    return Error("", t.name,
-                 fmt::format("buffer of {} bytes for a tensor of {} bytes",
-                             out.size(), bytes ? *bytes : 0));
+  if (!bytes)
+    return Error("", t.name, "size is not a whole number of blocks");
   if (!canQuantize(t.type))
     return Error("", t.name,
                  fmt::format("the synthesiser cannot write type {}; choose "
@@ -57,44 +41,84 @@ Status fillTensor(uint64_t seed, const SynthTensor &t, std::span<uint8_t> out) {
                              traits.name, roleOf(t.name)));
 
   // The seed of this tensor: (seed, name, type) and nothing else.
-  uint64_t tensorSeed = fnv1a(t.name, fnv1a(fmt::format("{}:{}", seed,
-                                                        traits.name)));
-  Rng rng(tensorSeed);
-  Distribution dist = distributionOf(t);
-  const uint64_t blockValues = traits.blockSize;
-  const uint64_t blockBytes = traits.blockBytes;
-  const uint64_t blocks = elements / blockValues;
+  uint64_t tensorSeed =
+      fnv1a(t.name, fnv1a(fmt::format("{}:{}", seed, traits.name)));
+  TensorSynthesizer s(t, tensorSeed);
+  s.blockValues_ = traits.blockSize;
+  s.blockBytes_ = traits.blockBytes;
+  s.totalBytes_ = *bytes;
+  switch (t.init) {
+  case InitKind::Projection:
+    // Unit-variance inputs give unit-variance outputs: activations stay
+    // O(1) through every layer, neither vanishing nor saturating.
+    s.stddev_ = 1.0 / std::sqrt(double(t.dims[0]));
+    break;
+  case InitKind::Embedding:
+    s.stddev_ = 1.0;
+    break;
+  case InitKind::NormWeight:
+    s.mean_ = 1.0;
+    s.stddev_ = 0.05;
+    break;
+  case InitKind::SmallBias:
+    s.stddev_ = 0.05;
+    break;
+  }
+  if (elements > kFullyRandomValues) {
+    s.pooled_ = true;
+    uint64_t poolBlocks = kPoolValues / s.blockValues_;
+    s.pool_.resize(poolBlocks * s.blockBytes_);
+    if (Status st = s.quantiseFresh(poolBlocks, s.pool_.data()); !st)
+      return st.error();
+  }
+  return s;
+}
 
-  // Quantise `count` blocks of fresh values into `dst`, a block row at a time.
-  std::vector<float> values;
-  auto quantiseFresh = [&](uint64_t count, uint8_t *dst) -> Status {
-    constexpr uint64_t kChunkBlocks = 256;
-    for (uint64_t first = 0; first < count; first += kChunkBlocks) {
-      uint64_t n = std::min(kChunkBlocks, count - first);
-      values.resize(n * blockValues);
-      for (float &v : values)
-        v = float(dist.mean + dist.stddev * rng.normal());
-      Status s = quantize(t.type, values,
-                          std::span<uint8_t>(dst + first * blockBytes,
-                                             n * blockBytes));
-      if (!s)
-        return Error("", t.name, s.error().message());
-    }
-    return Status::ok();
-  };
-
-  if (elements <= kFullyRandomValues)
-    return quantiseFresh(blocks, out.data());
-
-  const uint64_t poolBlocks = kPoolValues / blockValues;
-  std::vector<uint8_t> pool(poolBlocks * blockBytes);
-  if (Status s = quantiseFresh(poolBlocks, pool.data()); !s)
-    return s;
-  uint8_t *dst = out.data();
-  for (uint64_t b = 0; b < blocks; ++b, dst += blockBytes)
-    std::memcpy(dst, pool.data() + rng.below(poolBlocks) * blockBytes,
-                blockBytes);
+Status TensorSynthesizer::quantiseFresh(uint64_t blocks, uint8_t *dst) {
+  for (uint64_t first = 0; first < blocks; first += kQuantiseBatchBlocks) {
+    uint64_t n = std::min(kQuantiseBatchBlocks, blocks - first);
+    values_.resize(n * blockValues_);
+    for (float &v : values_)
+      v = float(mean_ + stddev_ * rng_.normal());
+    Status s = quantize(
+        tensor_->type, values_,
+        std::span<uint8_t>(dst + first * blockBytes_, n * blockBytes_));
+    if (!s)
+      return Error("", tensor_->name, s.error().message());
+  }
   return Status::ok();
+}
+
+Status TensorSynthesizer::next(std::span<uint8_t> out) {
+  if (out.size() % blockBytes_ != 0 ||
+      out.size() > totalBytes_ - producedBytes_)
+    return Error("", tensor_->name,
+                 fmt::format("chunk of {} bytes at {} does not fit blocks of {} "
+                             "bytes in a tensor of {}",
+                             out.size(), producedBytes_, blockBytes_,
+                             totalBytes_));
+  producedBytes_ += out.size();
+  uint64_t blocks = out.size() / blockBytes_;
+  if (!pooled_)
+    return quantiseFresh(blocks, out.data());
+  uint64_t poolBlocks = pool_.size() / blockBytes_;
+  uint8_t *dst = out.data();
+  for (uint64_t b = 0; b < blocks; ++b, dst += blockBytes_)
+    std::memcpy(dst, pool_.data() + rng_.below(poolBlocks) * blockBytes_,
+                blockBytes_);
+  return Status::ok();
+}
+
+Status fillTensor(uint64_t seed, const SynthTensor &tensor,
+                  std::span<uint8_t> out) {
+  Expected<TensorSynthesizer> s = TensorSynthesizer::create(seed, tensor);
+  if (!s)
+    return s.error();
+  if (out.size() != s->totalBytes())
+    return Error("", tensor.name,
+                 fmt::format("buffer of {} bytes for a tensor of {} bytes",
+                             out.size(), s->totalBytes()));
+  return s->next(out);
 }
 
 } // namespace kiln::synth

@@ -109,7 +109,7 @@ TEST(GGUFRoundTrip, EveryValueTypeAndTensor) {
   int progressCalls = 0;
   Status s = writer.write(
       path,
-      [&](size_t, std::span<uint8_t> out) {
+      [&](size_t, uint64_t, std::span<uint8_t> out) {
         for (uint8_t &b : out)
           b = static_cast<uint8_t>(rng());
         written.emplace_back(out.begin(), out.end());
@@ -167,7 +167,7 @@ TEST_P(GGUFAlignment, OffsetsFollowTheAlignment) {
   writer.addTensor({"b", GGMLType::Q8_0, {32, 3}});
   writer.addTensor({"c", GGMLType::I8, {7}});
   std::string path = dir.file("a.gguf");
-  Status s = writer.write(path, [](size_t i, std::span<uint8_t> out) {
+  Status s = writer.write(path, [](size_t i, uint64_t, std::span<uint8_t> out) {
     std::fill(out.begin(), out.end(), static_cast<uint8_t>(i + 1));
     return Status::ok();
   });
@@ -256,7 +256,7 @@ TEST(GGUFWriter, FailureLeavesNoFile) {
   writer.addTensor({"a", GGMLType::F32, {4}});
   writer.addTensor({"b", GGMLType::F32, {4}});
   std::string path = dir.file("out.gguf");
-  Status s = writer.write(path, [](size_t i, std::span<uint8_t>) {
+  Status s = writer.write(path, [](size_t i, uint64_t, std::span<uint8_t>) {
     return i == 1 ? Status(Error("", "", "source unreadable")) : Status::ok();
   });
   ASSERT_FALSE(s);
@@ -273,7 +273,7 @@ TEST(GGUFWriter, FailureKeepsThePreviousFile) {
   ASSERT_TRUE(good.write(path, nullptr));
   GGUFWriter bad;
   bad.addTensor({"a", GGMLType::F32, {4}});
-  ASSERT_FALSE(bad.write(path, [](size_t, std::span<uint8_t>) {
+  ASSERT_FALSE(bad.write(path, [](size_t, uint64_t, std::span<uint8_t>) {
     return Status(Error("", "", "no"));
   }));
   Expected<GGUFFile> file = GGUFFile::open(path);

@@ -44,7 +44,7 @@ protected:
     w.addMetadata("split.tensors.count", Value::i32(total));
     for (const std::string &name : tensors)
       w.addTensor({name, GGMLType::F32, {8}});
-    Status s = w.write(path, [&](size_t i, std::span<uint8_t> out) {
+    Status s = w.write(path, [&](size_t i, uint64_t, std::span<uint8_t> out) {
       std::fill(out.begin(), out.end(), static_cast<uint8_t>(no * 16 + i));
       return Status::ok();
     });
