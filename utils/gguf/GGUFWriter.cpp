@@ -261,7 +261,8 @@ Status GGUFWriter::write(const std::string &path, const TensorFill &fill,
       }
     }
     done += bytes;
-    if (progress)
+    // With `fill`, the last chunk already reported this tensor's end.
+    if (progress && (!fill || bytes == 0))
       progress(done, layout->tensorBytes);
   }
   return file.commit();

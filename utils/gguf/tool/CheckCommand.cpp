@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "gguf/GGUFFile.h"
+#include "quant/QuantFormats.h"
 #include "tool/Commands.h"
 
 #include <fmt/core.h>
@@ -22,16 +23,14 @@ constexpr std::string_view kUsage =
     "  part finds the others by name) and prints OK, or the first problem\n"
     "  as 'kiln-gguf: error: FILE: FIELD: PROBLEM' with exit status 1.\n";
 
-/// Checks that read a tensor's bytes.
+/// Checks that read a tensor's bytes: every block's scales are finite (a
+/// NaN or infinite scale poisons every value of its block).
 Status checkTensorData(const GGUFModel &model, TensorRef ref) {
   const TensorInfo &info = model.info(ref);
-  std::span<const uint8_t> data = model.tensorData(ref);
-  (void)info;
-  (void)data;
-  // SCALE-CHECK: per-block scale finiteness goes here, once the quant
-  // format library provides it:
-  //   if (!kiln::blockScalesFinite(info.type, data, &badBlock))
-  //     return Error(path, info.name, "block N has a non-finite scale");
+  uint64_t badBlock = 0;
+  if (!blockScalesFinite(info.type, model.tensorData(ref), &badBlock))
+    return Error(model.parts()[ref.part].path(), info.name,
+                 fmt::format("block {} has a non-finite scale", badBlock));
   return Status::ok();
 }
 

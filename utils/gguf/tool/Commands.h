@@ -21,6 +21,7 @@ inline constexpr int kExitUsage = 2;
 int runTypes(int argc, char **argv);
 int runInfo(int argc, char **argv);
 int runCheck(int argc, char **argv);
+int runDequant(int argc, char **argv);
 
 /// Prints "kiln-gguf: error: <message>" on stderr; returns kExitBadInput.
 int reportError(const Error &error);
