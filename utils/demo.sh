@@ -1,26 +1,49 @@
 #!/usr/bin/env bash
 # The main job on the embedded default. It grows with every issue: today it
-# sets up, builds, and shows the parts of the pipeline that exist.
+# sets up, builds, synthesises the default small GLM-5 (the "tiny" preset),
+# inspects, validates and dequantises it, and shows the kiln dialect.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 utils/setup.sh
 utils/build.sh
 bin=${KILN_BUILD_DIR:-build}/bin
+work=${KILN_DEMO_DIR:-build/demo}
+mkdir -p "$work"
 
 echo
 echo "== Kiln demo =="
-echo "The compile-and-run pipeline (GGUF -> kiln dialect -> step plan -> kiln-run)"
-echo "is not built yet; see README.md's status table. What works today:"
+echo "Compiling and running a model (kiln-compile, kiln-run) is not built yet; see"
+echo "README.md's status table. What works today, on the embedded default model:"
 echo
-echo "-- the kiln dialect: a GLM-5 dense FFN block parsed, verified and printed by kiln-opt"
+echo "-- 1. synthesise the default model: GLM-5 architecture (glm-dsa), tiny preset, seed 0"
+"$bin/kiln-gguf" synth "$work/glm5-tiny.gguf" --preset tiny --seed 0
+echo
+echo "-- 2. inspect it (metadata and tensor table; reads only the header)"
+"$bin/kiln-gguf" info "$work/glm5-tiny.gguf" | sed -n '1,4p;/^tensors/,/blk.0.attn_output/p'
+echo "   ..."
+echo
+echo "-- 3. validate every structure rule and every block's scales"
+"$bin/kiln-gguf" check "$work/glm5-tiny.gguf"
+echo
+echo "-- 4. dequantise one routed-expert tensor (Q4_K) to float32"
+"$bin/kiln-gguf" dequant "$work/glm5-tiny.gguf" --tensor blk.1.ffn_up_exps.weight \
+  -o "$work/ffn_up_exps.f32"
+python3 - "$work/ffn_up_exps.f32" <<'PY'
+import array, math, sys
+v = array.array("f"); v.frombytes(open(sys.argv[1], "rb").read())
+mean = sum(v) / len(v); std = math.sqrt(sum((x - mean) ** 2 for x in v) / len(v))
+print(f"   {len(v)} values, mean {mean:+.4f}, std {std:.4f} (drawn as N(0, 1/256): std 0.0625)")
+PY
+echo
+echo "-- 5. the kiln dialect: a GLM-5 dense FFN tail parsed, verified and printed by kiln-opt"
 "$bin/kiln-opt" models/glm5/examples/dense-ffn.mlir
 echo
-echo "-- and a shape error caught by the op verifiers:"
+echo "-- 6. a shape error caught by the op verifiers:"
 if "$bin/kiln-opt" models/glm5/examples/bad-norm.mlir 2>&1; then
   echo "demo: error: kiln-opt accepted an ill-formed program" >&2
   exit 1
 fi
 echo "(kiln-opt rejected it with the message above, as it should)"
 echo
-echo "Next stages, in order: GGUF reader and synthetic GLM-5 files, the full GLM-5 program,"
-echo "the step dialect and memory plan, the CPU runtime (kiln-compile + kiln-run), CUDA."
+echo "Next stages, in order: the full GLM-5 program from GGUF metadata, the step dialect and"
+echo "memory plan, the CPU runtime (kiln-compile + kiln-run), fusion and tensor parallelism, CUDA."
