@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "gguf/GGUFFile.h"
 #include "quant/QuantFormats.h"
+#include "support/Progress.h"
 #include "tool/Commands.h"
 
 #include <fmt/core.h>
@@ -54,12 +55,21 @@ int runCheck(int argc, char **argv) {
   Expected<GGUFModel> model = GGUFModel::open(paths);
   if (!model)
     return reportError(model.error());
-  for (TensorRef ref : model->tensors())
-    if (Status s = checkTensorData(*model, ref); !s)
-      return reportError(s.error());
   uint64_t bytes = 0;
   for (TensorRef ref : model->tensors())
     bytes += model->info(ref).bytes;
+  // Reading every block of a real model takes minutes: show progress.
+  ProgressBar progress("check", bytes);
+  uint64_t done = 0;
+  for (TensorRef ref : model->tensors()) {
+    if (Status s = checkTensorData(*model, ref); !s) {
+      progress.finish();
+      return reportError(s.error());
+    }
+    done += model->info(ref).bytes;
+    progress.update(done);
+  }
+  progress.finish();
   fmt::print("OK: {} part{}, {} metadata keys, {} tensors, {} bytes of "
              "tensor data\n",
              model->parts().size(), model->parts().size() == 1 ? "" : "s",

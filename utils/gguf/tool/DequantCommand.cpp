@@ -9,6 +9,7 @@
 #include "gguf/GGUFFile.h"
 #include "quant/QuantFormats.h"
 #include "support/AtomicFile.h"
+#include "support/Progress.h"
 #include "tool/Commands.h"
 
 #include <fmt/core.h>
@@ -82,7 +83,9 @@ int runDequant(int argc, char **argv) {
   if (Status s = file.create(out); !s)
     return reportError(s.error());
   std::vector<float> values;
+  ProgressBar progress("dequant", info.elements * sizeof(float));
   for (uint64_t first = 0; first < info.elements; first += chunkValues) {
+    progress.update(first * sizeof(float));
     uint64_t n = std::min(chunkValues, info.elements - first);
     values.resize(n);
     uint64_t byteOffset = first / traits.blockSize * traits.blockBytes;
@@ -96,6 +99,8 @@ int runDequant(int argc, char **argv) {
         !s)
       return reportError(s.error());
   }
+  progress.update(info.elements * sizeof(float));
+  progress.finish();
   if (Status s = file.commit(); !s)
     return reportError(s.error());
   return 0;
