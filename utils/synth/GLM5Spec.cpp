@@ -240,6 +240,21 @@ Status overrideMixRole(Mix &mix, std::string_view assignment) {
   return Status::ok();
 }
 
+Expected<TensorSize> sizeOf(const SynthTensor &t) {
+  TensorSize size{1, 0};
+  for (uint64_t d : t.dims) {
+    auto e = checkedMul(size.elements, d);
+    if (!e)
+      return Error("", t.name, "element count overflows");
+    size.elements = *e;
+  }
+  auto bytes = rowBytes(t.type, size.elements);
+  if (!bytes)
+    return Error("", t.name, "size is not a whole number of blocks");
+  size.bytes = *bytes;
+  return size;
+}
+
 std::string roleOf(std::string_view name) {
   if (name.starts_with("blk.")) {
     size_t dot = name.find('.', 4);

@@ -110,6 +110,14 @@ struct LayoutOptions {
 Expected<std::vector<SynthTensor>>
 glm5Tensors(const GLM5Dims &dims, const Mix &mix, const LayoutOptions &layout);
 
+/// Elements and bytes of a tensor, or an error naming it (overflow, or a
+/// size that is not a whole number of its type's blocks).
+struct TensorSize {
+  uint64_t elements = 0;
+  uint64_t bytes = 0;
+};
+Expected<TensorSize> sizeOf(const SynthTensor &tensor);
+
 /// The role of a tensor name (see Mix).
 std::string roleOf(std::string_view tensorName);
 

@@ -90,20 +90,6 @@ std::vector<std::string> partNames(const std::string &out, uint64_t n) {
   return names;
 }
 
-Expected<uint64_t> tensorBytes(const SynthTensor &t) {
-  uint64_t elements = 1;
-  for (uint64_t d : t.dims) {
-    auto e = checkedMul(elements, d);
-    if (!e)
-      return Error("", t.name, "element count overflows");
-    elements = *e;
-  }
-  auto bytes = rowBytes(t.type, elements);
-  if (!bytes)
-    return Error("", t.name, "size is not a whole number of blocks");
-  return *bytes;
-}
-
 int run(const Options &opt) {
   auto fail = [](const Error &e) {
     fmt::print(stderr, "kiln-gguf: error: {}\n", e.message());
@@ -140,11 +126,11 @@ int run(const Options &opt) {
   std::vector<uint64_t> sizes;
   uint64_t totalBytes = 0;
   for (const SynthTensor &t : *tensors) {
-    Expected<uint64_t> b = tensorBytes(t);
-    if (!b)
-      return fail(b.error());
-    sizes.push_back(*b);
-    auto sum = checkedAdd(totalBytes, *b);
+    Expected<TensorSize> size = sizeOf(t);
+    if (!size)
+      return fail(size.error());
+    sizes.push_back(size->bytes);
+    auto sum = checkedAdd(totalBytes, size->bytes);
     if (!sum)
       return fail(Error("", t.name, "model size overflows"));
     totalBytes = *sum;

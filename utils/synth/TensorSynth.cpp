@@ -24,16 +24,10 @@ TensorSynthesizer::TensorSynthesizer(const SynthTensor &tensor,
 Expected<TensorSynthesizer> TensorSynthesizer::create(uint64_t seed,
                                                       const SynthTensor &t) {
   const GGMLTypeTraits &traits = traitsOf(t.type);
-  uint64_t elements = 1;
-  for (uint64_t d : t.dims) {
-    auto e = checkedMul(elements, d);
-    if (!e)
-      return Error("", t.name, "element count overflows");
-    elements = *e;
-  }
-  auto bytes = rowBytes(t.type, elements);
-  if (!bytes)
-    return Error("", t.name, "size is not a whole number of blocks");
+  Expected<TensorSize> size = sizeOf(t);
+  if (!size)
+    return size.error();
+  const uint64_t elements = size->elements;
   if (!canQuantize(t.type))
     return Error("", t.name,
                  fmt::format("the synthesiser cannot write type {}; choose "
@@ -46,7 +40,7 @@ Expected<TensorSynthesizer> TensorSynthesizer::create(uint64_t seed,
   TensorSynthesizer s(t, tensorSeed);
   s.blockValues_ = traits.blockSize;
   s.blockBytes_ = traits.blockBytes;
-  s.totalBytes_ = *bytes;
+  s.totalBytes_ = size->bytes;
   switch (t.init) {
   case InitKind::Projection:
     // Unit-variance inputs give unit-variance outputs: activations stay
