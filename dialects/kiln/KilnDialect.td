@@ -18,6 +18,18 @@ def Kiln_Dialect : Dialect {
     produces new ones, and the verifiers check every shape, head count and
     quantisation-block constraint with a precise message. Lower levels (the
     buffer-level step dialect, backends) make memory and mutation explicit.
+
+    Weights are `!kiln.qweight` handles naming a GGUF tensor, its block
+    format and its dims; dequantisation is part of the meaning of the ops
+    that consume them. The model's per-token state (MLA latent cache, DSA
+    indexer key cache) is typed (`!kiln.latent_cache`, `!kiln.index_cache`)
+    and only ops that declare a read or write effect on it touch it.
+  }];
+  let useDefaultTypePrinterParser = 1;
+  let useDefaultAttributePrinterParser = 1;
+  let extraClassDeclaration = [{
+    void registerTypes();
+    void registerAttributes();
   }];
 }
 

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "llvm/ADT/STLExtras.h"
+
 using namespace mlir;
 using namespace mlir::kiln;
 
@@ -50,6 +52,309 @@ LogicalResult ArgmaxOp::verify() {
     return emitOpError("input must be one-dimensional, got ") << input;
   if (input.getDimSize(0) == 0)
     return emitOpError("input must not be empty");
+  return success();
+}
+
+
+//===----------------------------------------------------------------------===//
+// Shared checks
+//===----------------------------------------------------------------------===//
+
+static RankedTensorType tensorOf(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// A positive, finite float attribute, or an error naming it.
+static LogicalResult verifyPositive(Operation *op, StringRef what, float v) {
+  if (!(v > 0.0f) || !std::isfinite(v))
+    return op->emitOpError() << what << " must be positive and finite, got "
+                             << v;
+  return success();
+}
+
+/// The weight handle's name without ".weight", for printed SSA names.
+static std::string weightValueName(QWeightType type) {
+  StringRef name = type.getName();
+  name.consume_back(".weight");
+  return name.str();
+}
+
+//===----------------------------------------------------------------------===//
+// WeightOp, StateOp, DequantOp
+//===----------------------------------------------------------------------===//
+
+void WeightOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), weightValueName(getResult().getType()));
+}
+
+void StateOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), getStateName());
+}
+
+LogicalResult StateOp::verify() {
+  if (getStateName().empty())
+    return emitOpError("state name must not be empty");
+  return success();
+}
+
+LogicalResult DequantOp::verify() {
+  RankedTensorType result = tensorOf(getResult());
+  RankedTensorType expected =
+      getWeight().getType().getDequantizedType(result.getElementType());
+  if (result != expected)
+    return emitOpError("result must be ")
+           << expected << " (the weight's dims reversed), got " << result;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// EmbedOp, LinearOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbedOp::verify() {
+  ArrayRef<int64_t> dims = getTable().getType().getDims();
+  if (dims.size() != 2)
+    return emitOpError("table must have dims [hidden, vocab], got ")
+           << dims.size() << " dims";
+  int64_t width = tensorOf(getResult()).getDimSize(0);
+  if (width != dims[0])
+    return emitOpError("result has ")
+           << width << " values but table rows have " << dims[0];
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  ArrayRef<int64_t> dims = getWeight().getType().getDims();
+  RankedTensorType input = tensorOf(getInput());
+  RankedTensorType result = tensorOf(getResult());
+  if (input.getElementType() != result.getElementType())
+    return emitOpError("input and result element types differ: ")
+           << input.getElementType() << " vs " << result.getElementType();
+  if (input.getRank() < 1)
+    return emitOpError("input must have at least one dimension");
+  int64_t k = input.getDimSize(input.getRank() - 1);
+  if (dims.size() == 2) {
+    if (k != dims[0])
+      return emitOpError("input's innermost dimension is ")
+             << k << " but the weight's ne[0] is " << dims[0];
+    SmallVector<int64_t> expected(input.getShape());
+    expected.back() = dims[1];
+    if (result.getShape() != ArrayRef<int64_t>(expected))
+      return emitOpError("result must be ")
+             << RankedTensorType::get(expected, result.getElementType())
+             << ", got " << result;
+    return success();
+  }
+  if (dims.size() == 3) {
+    // One matrix per row of the input: [K, N, B] applied to [B, K].
+    if (input.getRank() != 2 || input.getDimSize(0) != dims[2] ||
+        k != dims[0])
+      return emitOpError("a stacked weight [")
+             << dims[0] << ", " << dims[1] << ", " << dims[2]
+             << "] needs an input of shape [" << dims[2] << ", " << dims[0]
+             << "], got " << input;
+    RankedTensorType expected = RankedTensorType::get(
+        {dims[2], dims[1]}, result.getElementType());
+    if (result != expected)
+      return emitOpError("result must be ") << expected << ", got " << result;
+    return success();
+  }
+  return emitOpError("weight must have 2 dims, or 3 for a stack of "
+                     "matrices, got ")
+         << dims.size();
+}
+
+//===----------------------------------------------------------------------===//
+// LayerNormOp, RopeOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerNormOp::verify() {
+  RankedTensorType input = tensorOf(getInput());
+  if (input.getRank() < 1)
+    return emitOpError("input must have at least one dimension");
+  int64_t inner = input.getDimSize(input.getRank() - 1);
+  for (auto [what, v] : {std::pair<StringRef, Value>{"weight", getWeight()},
+                         std::pair<StringRef, Value>{"bias", getBias()}}) {
+    RankedTensorType t = tensorOf(v);
+    if (t.getRank() != 1 || t.getDimSize(0) != inner)
+      return emitOpError() << what << " must be tensor<" << inner << "x...>"
+                           << " (the input's innermost dimension), got "
+                           << t;
+  }
+  return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
+}
+
+LogicalResult RopeOp::verify() {
+  if (getStyle() != "interleaved" && getStyle() != "neox")
+    return emitOpError("style must be \"interleaved\" or \"neox\", got \"")
+           << getStyle() << "\"";
+  if (failed(verifyPositive(*this, "theta", getTheta().convertToFloat())))
+    return failure();
+  int64_t dims = getDims(), offset = getOffset();
+  if (dims <= 0 || dims % 2)
+    return emitOpError("dims must be positive and even, got ") << dims;
+  RankedTensorType input = tensorOf(getInput());
+  if (input.getRank() < 1)
+    return emitOpError("input must have at least one dimension");
+  int64_t inner = input.getDimSize(input.getRank() - 1);
+  if (offset < 0 || offset + dims > inner)
+    return emitOpError("rotated values [")
+           << offset << ", " << offset + dims
+           << ") do not fit the innermost dimension of " << inner;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CacheAppendOp, MLAAttentionOp, DSAIndexerOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CacheAppendOp::verify() {
+  int64_t width = 0;
+  if (auto latent = dyn_cast<LatentCacheType>(getCache().getType()))
+    width = latent.getWidth();
+  else
+    width = cast<IndexCacheType>(getCache().getType()).getDim();
+  int64_t entry = tensorOf(getEntry()).getDimSize(0);
+  if (entry != width)
+    return emitOpError("entry has ")
+           << entry << " values but the cache stores " << width
+           << " per token";
+  return success();
+}
+
+LogicalResult MLAAttentionOp::verify() {
+  LatentCacheType cache = getCache().getType();
+  RankedTensorType qLatent = tensorOf(getQLatent());
+  RankedTensorType qRope = tensorOf(getQRope());
+  if (qLatent.getRank() != 2 || qLatent.getDimSize(1) != cache.getLatent())
+    return emitOpError("q_latent must be [heads, ")
+           << cache.getLatent() << "] (the cache's latent width), got "
+           << qLatent;
+  int64_t heads = qLatent.getDimSize(0);
+  if (qRope.getRank() != 2 || qRope.getDimSize(0) != heads ||
+      qRope.getDimSize(1) != cache.getRope())
+    return emitOpError("q_rope must be [")
+           << heads << ", " << cache.getRope() << "], got " << qRope;
+  if (tensorOf(getResult()) != qLatent)
+    return emitOpError("result must have q_latent's type ")
+           << qLatent << ", got " << getResult().getType();
+  return verifyPositive(*this, "scale", getScale().convertToFloat());
+}
+
+LogicalResult DSAIndexerOp::verify() {
+  IndexCacheType cache = getCache().getType();
+  RankedTensorType query = tensorOf(getQuery());
+  if (query.getRank() != 2 || query.getDimSize(1) != cache.getDim())
+    return emitOpError("query must be [heads, ")
+           << cache.getDim() << "] (the cache's key width), got " << query;
+  int64_t heads = tensorOf(getHeadWeights()).getDimSize(0);
+  if (heads != query.getDimSize(0))
+    return emitOpError("head_weights has ")
+           << heads << " values for " << query.getDimSize(0) << " heads";
+  if (getTopK() <= 0)
+    return emitOpError("top_k must be positive, got ") << getTopK();
+  if (tensorOf(getSelected()).getDimSize(0) != getTopK())
+    return emitOpError("selected must have top_k = ")
+           << getTopK() << " entries, got " << getSelected().getType();
+  return verifyPositive(*this, "scale", getScale().convertToFloat());
+}
+
+//===----------------------------------------------------------------------===//
+// MoERouterOp, MoEExpertsOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoERouterOp::verify() {
+  ArrayRef<int64_t> dims = getGate().getType().getDims();
+  int64_t hidden = tensorOf(getInput()).getDimSize(0);
+  if (dims.size() != 2 || dims[0] != hidden)
+    return emitOpError("gate must have dims [")
+           << hidden << ", experts], got " << getGate().getType();
+  int64_t experts = dims[1];
+  if (getBias() && tensorOf(getBias()).getDimSize(0) != experts)
+    return emitOpError("bias has ")
+           << tensorOf(getBias()).getDimSize(0) << " values for " << experts
+           << " experts";
+  if (getTopK() <= 0 || getTopK() > experts)
+    return emitOpError("top_k must be between 1 and the ")
+           << experts << " experts, got " << getTopK();
+  if (getGating() != "sigmoid" && getGating() != "softmax")
+    return emitOpError("gating must be \"sigmoid\" or \"softmax\", got \"")
+           << getGating() << "\"";
+  for (Value v : {getIds(), getWeights()})
+    if (tensorOf(v).getDimSize(0) != getTopK())
+      return emitOpError("results must have top_k = ")
+             << getTopK() << " entries, got " << v.getType();
+  return verifyPositive(*this, "routed_scale",
+                        getRoutedScale().convertToFloat());
+}
+
+LogicalResult MoEExpertsOp::verify() {
+  int64_t hidden = tensorOf(getInput()).getDimSize(0);
+  int64_t k = tensorOf(getIds()).getDimSize(0);
+  if (tensorOf(getWeights()).getDimSize(0) != k)
+    return emitOpError("weights has ")
+           << tensorOf(getWeights()).getDimSize(0) << " entries for " << k
+           << " ids";
+  if (getResult().getType() != getInput().getType())
+    return emitOpError("result must have the input's type");
+  auto experts = getExperts();
+  if (experts.size() != 2 && experts.size() != 3)
+    return emitOpError("experts must be (gate, up, down) or (gate_up, down), "
+                       "got ")
+           << experts.size() << " weights";
+  auto dimsOf = [](Value v) { return cast<QWeightType>(v.getType()).getDims(); };
+  ArrayRef<int64_t> down = dimsOf(experts.back());
+  if (down.size() != 3 || down[1] != hidden)
+    return emitOpError("down must have dims [ff, ")
+           << hidden << ", experts], got " << experts.back().getType();
+  int64_t ff = down[0], count = down[2];
+  if (k > count)
+    return emitOpError("") << k << " ids for " << count << " experts";
+  int64_t rows = experts.size() == 3 ? ff : 2 * ff;
+  for (Value w : experts.drop_back()) {
+    ArrayRef<int64_t> d = dimsOf(w);
+    if (d.size() != 3 || d[0] != hidden || d[1] != rows || d[2] != count)
+      return emitOpError("")
+             << cast<QWeightType>(w.getType()).getName() << " must have dims ["
+             << hidden << ", " << rows << ", " << count << "], got "
+             << w.getType();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AllReduceOp, LayerOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllReduceOp::verify() {
+  if (getReduction() != "sum" && getReduction() != "max")
+    return emitOpError("reduction must be \"sum\" or \"max\", got \"")
+           << getReduction() << "\"";
+  return success();
+}
+
+void LayerOp::getAsmBlockArgumentNames(Region &region,
+                                       OpAsmSetValueNameFn setNameFn) {
+  if (!region.empty() && region.front().getNumArguments() == 1)
+    setNameFn(region.front().getArgument(0), "x");
+}
+
+LogicalResult LayerOp::verify() {
+  if (getKind() != "dense" && getKind() != "moe" && getKind() != "mtp")
+    return emitOpError("kind must be \"dense\", \"moe\" or \"mtp\", got \"")
+           << getKind() << "\"";
+  Block &body = getBody().front();
+  if (body.getNumArguments() != 1 ||
+      body.getArgument(0).getType() != getInput().getType())
+    return emitOpError("body must take one argument of type ")
+           << getInput().getType();
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError("body must end with kiln.yield");
+  if (yield.getValue().getType() != getResult().getType())
+    return emitOpError("yields ")
+           << yield.getValue().getType() << " but the layer returns "
+           << getResult().getType();
   return success();
 }
 

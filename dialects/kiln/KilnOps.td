@@ -2,9 +2,20 @@
 #ifndef KILN_OPS_TD
 #define KILN_OPS_TD
 
+include "KilnAttrs.td"
 include "KilnDialect.td"
+include "KilnTypes.td"
+include "mlir/IR/OpAsmInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// Token ids and positions: 0-d i32 tensors (buildable, so assembly formats
+// need not spell them).
+def Kiln_I32Scalar : 0DTensorOf<[I32]>,
+    BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getI32Type())">;
+def Kiln_I32Vector : 1DTensorOf<[I32]>;
+def Kiln_FloatVector : 1DTensorOf<[F32, F16, BF16]>;
 
 //===----------------------------------------------------------------------===//
 // Element-wise binary ops: two tensors of one type in, the same type out.
@@ -93,6 +104,392 @@ def Kiln_ArgmaxOp : Kiln_Op<"argmax",
   let results = (outs 0DTensorOf<[I32]>:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Weights and state
+//===----------------------------------------------------------------------===//
+
+def Kiln_WeightOp : Kiln_Op<"weight",
+    [Pure, DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
+  let summary = "a handle to one weight tensor of the model file";
+  let description = [{
+    Names a GGUF tensor (its name, format and dims are the result's type).
+    The handle is bound to the file's bytes when the program is loaded; the
+    printer names the result after the tensor.
+
+    Example:
+    ```mlir
+    %blk.0.attn_q_a = kiln.weight : !kiln.qweight<"blk.0.attn_q_a.weight", "q8_0", [6144, 2048]>
+    ```
+  }];
+  let results = (outs Kiln_QWeightType:$result);
+  let assemblyFormat = "attr-dict `:` qualified(type($result))";
+}
+
+def Kiln_StateOp : Kiln_Op<"state",
+    [Pure, DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
+  let summary = "a handle to one piece of the model's persistent state";
+  let description = [{
+    Names a cache that lives across decode steps. The handle itself reads
+    and writes nothing; the ops that take it declare their effects on it
+    (`kiln.cache_append` writes, `kiln.mla_attention` and `kiln.dsa_indexer`
+    read). Two handles with the same name are the same state.
+
+    Example:
+    ```mlir
+    %blk.0.kv_cache = kiln.state "blk.0.kv_cache" : !kiln.latent_cache<4096, 64, 16, f16>
+    ```
+  }];
+  let arguments = (ins StrAttr:$state_name);
+  let results = (outs Kiln_AnyCache:$result);
+  let assemblyFormat = "$state_name attr-dict `:` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+def Kiln_DequantOp : Kiln_Op<"dequant", [Pure]> {
+  let summary = "a whole weight dequantised to a float tensor";
+  let description = [{
+    The weight's values, dims reversed (row-major, `ne[0]` last), in the
+    result's float type. Used for small tensors (norm weights, biases);
+    matrices are consumed by `kiln.linear`, which dequantises inside the
+    mat-vec and never materialises the weight.
+
+    Example:
+    ```mlir
+    %w = kiln.dequant %blk.0.attn_norm : !kiln.qweight<"blk.0.attn_norm.weight", "f32", [6144]> -> tensor<6144xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_QWeightType:$weight);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $weight attr-dict `:` qualified(type($weight)) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Projections
+//===----------------------------------------------------------------------===//
+
+def Kiln_EmbedOp : Kiln_Op<"embed", [Pure]> {
+  let summary = "one row of the embedding table";
+  let description = [{
+    Row `token` of a `[hidden, vocab]` table, dequantised: a
+    `tensor<hidden x f32>`. A token outside the vocabulary is an error at run
+    time, never a read out of bounds.
+
+    Example:
+    ```mlir
+    %x = kiln.embed %token_embd[%token] : !kiln.qweight<"token_embd.weight", "q4_k", [6144, 154880]> -> tensor<6144xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_QWeightType:$table, Kiln_I32Scalar:$token);
+  let results = (outs Kiln_FloatVector:$result);
+  let assemblyFormat = [{
+    $table `[` $token `]` attr-dict `:` qualified(type($table)) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
+  let summary = "mat-vec with a quantised weight (dequantised in the product)";
+  let description = [{
+    With a weight of dims `[K, N]` (GGUF order): `y[..., n] = sum_k x[..., k]
+    * W[n][k]`, the input's innermost dimension K, the result's N.
+    With a stacked weight `[K, N, B]` (one matrix per head or expert), the
+    input is `[B, K]` and each row uses its own matrix: the result is
+    `[B, N]` (GLM-5's `attn_k_b` and `attn_v_b`). Dequantisation happens
+    inside the product; accumulation is in f32.
+
+    Example:
+    ```mlir
+    %q_a = kiln.linear %a, %blk.0.attn_q_a : tensor<6144xf32>, !kiln.qweight<"blk.0.attn_q_a.weight", "q8_0", [6144, 2048]> -> tensor<2048xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, Kiln_QWeightType:$weight);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` qualified(type($weight))
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation and position
+//===----------------------------------------------------------------------===//
+
+def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
+    [Pure, AllTypesMatch<["input", "result"]>,
+     AllTypesMatch<["weight", "bias"]>]> {
+  let summary = "layer normalisation over the innermost dimension";
+  let description = [{
+    `(x - mean(x)) / sqrt(var(x) + epsilon) * weight + bias` along the
+    innermost dimension, in f32. GLM-5's indexer normalises its key with
+    epsilon 1e-6.
+
+    Example:
+    ```mlir
+    %k = kiln.layer_norm %k_raw, %w, %b {epsilon = 1.0e-06 : f32} : tensor<128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, Kiln_FloatTensor:$weight,
+                       Kiln_FloatTensor:$bias, F32Attr:$epsilon);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $bias attr-dict `:` type($input) `,` type($weight)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "rotary position embedding of a slice of the innermost dim";
+  let description = [{
+    Rotates values `offset` to `offset + dims` of the innermost dimension by
+    position `position`; other values pass through. Pair `i` (of `dims / 2`)
+    turns by `position * theta^(-2i / dims)`. `style` says which values pair:
+    `interleaved` pairs (2i, 2i+1) (GLM-5, everywhere), `neox` pairs
+    (i, i + dims/2). Style and theta are explicit at each use, so no pass or
+    backend can apply a default that differs.
+
+    Example (the rope part of each MLA query head):
+    ```mlir
+    %q = kiln.rope %q_heads[%pos] {style = "interleaved", theta = 1.0e+06 : f32, offset = 192 : i64, dims = 64 : i64} : tensor<64x256xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, Kiln_I32Scalar:$position,
+                       StrAttr:$style, F32Attr:$theta, I64Attr:$offset,
+                       I64Attr:$dims);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$input `[` $position `]` attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention and its state
+//===----------------------------------------------------------------------===//
+
+def Kiln_CacheAppendOp : Kiln_Op<"cache_append"> {
+  let summary = "write this token's entry into a cache at its position";
+  let description = [{
+    Stores `entry` (converted to the cache's element type) as position
+    `position` of `cache`. The only op that writes state; it declares a
+    write effect on the cache, so no analysis may move a read of the cache
+    across it. A position at or past the cache's context is an error at run
+    time.
+
+    Example:
+    ```mlir
+    kiln.cache_append %blk.0.kv_cache[%pos], %entry : !kiln.latent_cache<4096, 64, 16, f16>, tensor<80xf32>
+    ```
+  }];
+  let arguments = (ins Arg<Kiln_AnyCache, "the cache", [MemWrite]>:$cache,
+                       Kiln_I32Scalar:$position, Kiln_FloatVector:$entry);
+  let assemblyFormat = [{
+    $cache `[` $position `]` `,` $entry attr-dict `:` qualified(type($cache))
+    `,` type($entry)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_MLAAttentionOp : Kiln_Op<"mla_attention", [AttrSizedOperandSegments]> {
+  let summary = "absorbed MLA decode attention over the latent cache";
+  let description = [{
+    For each head h, over the cached positions t (all of 0..position, or the
+    first `selected_count` entries of `selected` when DSA selection is
+    given):
+    `s[h,t] = (q_latent[h] . latent[t] + q_rope[h] . rope[t]) * scale`,
+    `p = softmax_t(s)`, `result[h] = sum_t p[h,t] * latent[t]`.
+    `q_latent` is the query already absorbed through `attn_k_b`; the result
+    is the latent output that `attn_v_b` expands. The cache is read once for
+    all heads; the op declares a read effect on it.
+
+    Example:
+    ```mlir
+    %o = kiln.mla_attention %q_lat, %q_pe, %kv[%pos] select(%sel, %n) {scale = 6.250000e-02 : f32}
+        : tensor<64x512xf32>, tensor<64x64xf32>, !kiln.latent_cache<202752, 512, 64, f16>, tensor<2048xi32> -> tensor<64x512xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$q_latent, Kiln_FloatTensor:$q_rope,
+                       Arg<Kiln_LatentCacheType, "the latent cache",
+                           [MemRead]>:$cache,
+                       Kiln_I32Scalar:$position,
+                       Optional<Kiln_I32Vector>:$selected,
+                       Optional<Kiln_I32Scalar>:$selected_count,
+                       F32Attr:$scale);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $q_latent `,` $q_rope `,` $cache `[` $position `]`
+    (`select` `(` $selected^ `,` $selected_count `)`)? attr-dict `:`
+    type($q_latent) `,` type($q_rope) `,` qualified(type($cache))
+    (`,` type($selected)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_DSAIndexerOp : Kiln_Op<"dsa_indexer"> {
+  let summary = "DSA indexer: score cached tokens, select the top k";
+  let description = [{
+    For each cached position t in 0..position:
+    `score[t] = scale * sum_h head_weights[h] * relu(query[h] . key[t])`,
+    then the `top_k` highest scores (ties to the lower position). Results:
+    the selected positions in ascending order, and how many are valid
+    (`min(top_k, position + 1)`); entries past the count are 0, a valid
+    position, so no consumer can read out of bounds. Every
+    implementation must select identically (tensor-parallel ranks replicate
+    this op). Declares a read effect on the key cache.
+
+    Example:
+    ```mlir
+    %sel, %n = kiln.dsa_indexer %qI, %w, %blk.0.index_cache[%pos] {top_k = 2048 : i64, scale = 1.562500e-02 : f32}
+        : tensor<32x128xf32>, tensor<32xf32>, !kiln.index_cache<202752, 128, f16> -> tensor<2048xi32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$query, Kiln_FloatVector:$head_weights,
+                       Arg<Kiln_IndexCacheType, "the indexer key cache",
+                           [MemRead]>:$cache,
+                       Kiln_I32Scalar:$position, I64Attr:$top_k,
+                       F32Attr:$scale);
+  let results = (outs Kiln_I32Vector:$selected, Kiln_I32Scalar:$count);
+  let assemblyFormat = [{
+    $query `,` $head_weights `,` $cache `[` $position `]` attr-dict `:`
+    type($query) `,` type($head_weights) `,` qualified(type($cache)) `->`
+    type($selected)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+def Kiln_MoERouterOp : Kiln_Op<"moe_router", [Pure]> {
+  let summary = "router: gate scores, bias-corrected top-k, renormalised weights";
+  let description = [{
+    `p = gating(input . W_gate)` over the experts (`sigmoid` for GLM-5, or
+    `softmax`), in f32. The `bias`, when given, is added to `p` only to
+    choose the `top_k` experts (ties to the lower id); the weights are the
+    chosen `p`, divided by `max(sum, 6.1035e-5)` when `normalize` is set, then
+    multiplied by `routed_scale`. Results: expert ids (always valid ids) and
+    their weights.
+
+    Example:
+    ```mlir
+    %ids, %w = kiln.moe_router %f, %gate_inp, %bias {top_k = 8 : i64, gating = "sigmoid", normalize = true, routed_scale = 2.500000e+00 : f32}
+        : tensor<6144xf32>, !kiln.qweight<"blk.3.ffn_gate_inp.weight", "f32", [6144, 256]>, tensor<256xf32> -> tensor<8xi32>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatVector:$input, Kiln_QWeightType:$gate,
+                       Optional<Kiln_FloatVector>:$bias, I64Attr:$top_k,
+                       StrAttr:$gating, BoolAttr:$normalize,
+                       F32Attr:$routed_scale);
+  let results = (outs Kiln_I32Vector:$ids, Kiln_FloatVector:$weights);
+  let assemblyFormat = [{
+    $input `,` $gate (`,` $bias^)? attr-dict `:` type($input) `,`
+    qualified(type($gate)) (`,` type($bias)^)? `->` type($ids) `,`
+    type($weights)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_MoEExpertsOp : Kiln_Op<"moe_experts", [Pure]> {
+  let summary = "weighted sum of the chosen experts' SwiGLU FFNs";
+  let description = [{
+    `sum_k weights[k] * down_e(silu(gate_e . x) * (up_e . x))` with
+    `e = ids[k]`, reading only the chosen experts' weights. `experts` is
+    either (gate, up, down) with dims `[H, F, E]`, `[H, F, E]`, `[F, H, E]`,
+    or (gate_up, down) with a fused `[H, 2F, E]` whose first F rows of each
+    expert are the gate and the next F the up projection (the layout is
+    fixed here, not taken from the file's order).
+
+    Example:
+    ```mlir
+    %y = kiln.moe_experts %f, %ids, %w experts(%gate, %up, %down)
+        : tensor<6144xf32>, tensor<8xi32>, tensor<8xf32>, !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...> -> tensor<6144xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatVector:$input, Kiln_I32Vector:$ids,
+                       Kiln_FloatVector:$weights,
+                       Variadic<Kiln_QWeightType>:$experts);
+  let results = (outs Kiln_FloatVector:$result);
+  let assemblyFormat = [{
+    $input `,` $ids `,` $weights `experts` `(` $experts `)` attr-dict `:`
+    type($input) `,` type($ids) `,` type($weights) `,`
+    qualified(type($experts)) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+def Kiln_AllReduceOp : Kiln_Op<"all_reduce",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "sum (or max) of a tensor over the tensor-parallel ranks";
+  let description = [{
+    Every rank contributes `input` and receives the element-wise `reduction`
+    (`sum` or `max`) over all ranks, in a fixed rank order so every rank
+    gets bit-identical results. Not pure: it communicates, and must not be
+    removed, duplicated or reordered against another collective.
+
+    Example:
+    ```mlir
+    %y = kiln.all_reduce %partial {reduction = "sum"} : tensor<6144xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, StrAttr:$reduction);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+def Kiln_LayerOp : Kiln_Op<"layer", [
+    SingleBlock, AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
+  let summary = "one decoder layer, as a region over the residual stream";
+  let description = [{
+    Groups the ops of decoder layer `index` so the printed program reads one
+    layer at a time. The region's argument is the residual stream entering
+    the layer; `kiln.yield` gives the stream leaving it. `kind` is `dense`,
+    `moe` or `mtp`. Values from outside (token, position) may be used inside.
+
+    Example:
+    ```mlir
+    %x1 = kiln.layer 0 "dense" (%x0) : tensor<6144xf32> {
+    ^bb0(%x: tensor<6144xf32>):
+      ...
+      kiln.yield %out : tensor<6144xf32>
+    }
+    ```
+  }];
+  let arguments = (ins I64Attr:$index, StrAttr:$kind, Kiln_FloatVector:$input);
+  let results = (outs Kiln_FloatVector:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $index $kind `(` $input `)` attr-dict `:` type($input) $body
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_YieldOp : Kiln_Op<"yield",
+    [Pure, ReturnLike, Terminator, HasParent<"LayerOp">]> {
+  let summary = "the residual stream leaving a layer";
+  let description = [{
+    Terminates a `kiln.layer` region with the layer's output.
+
+    Example:
+    ```mlir
+    kiln.yield %out : tensor<6144xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatVector:$value);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
 }
 
 #endif // KILN_OPS_TD

@@ -1,0 +1,34 @@
+//===- KilnAttrs.td - Attributes of the kiln dialect -------*- tablegen -*-===//
+#ifndef KILN_ATTRS_TD
+#define KILN_ATTRS_TD
+
+include "KilnDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Kiln_GLM5ConfigAttr : AttrDef<Kiln_Dialect, "GLM5Config"> {
+  let mnemonic = "glm5_config";
+  let summary = "hyper-parameters of a GLM-5-shaped model";
+  let description = [{
+    The hyper-parameters a decode step was built from (GLM5.md section 1),
+    attached to the step function as `kiln.config`, so that every later stage
+    and the artifact read them from the program rather than from a file.
+
+    Example (abridged):
+    ```mlir
+    #kiln.glm5_config<hidden = 6144, layers = 78, mtp_layers = 1, ...>
+    ```
+  }];
+  let parameters = (ins
+    "int64_t":$hidden, "int64_t":$layers, "int64_t":$mtp_layers,
+    "int64_t":$dense_layers, "int64_t":$vocab, "int64_t":$dense_ff,
+    "int64_t":$expert_ff, "int64_t":$experts, "int64_t":$experts_used,
+    "int64_t":$shared_experts, "int64_t":$heads, "int64_t":$q_lora_rank,
+    "int64_t":$kv_lora_rank, "int64_t":$qk_nope_dim, "int64_t":$qk_rope_dim,
+    "int64_t":$v_head_dim, "int64_t":$indexer_heads, "int64_t":$indexer_dim,
+    "int64_t":$indexer_top_k, "int64_t":$context_length,
+    "::mlir::FloatAttr":$rope_theta, "::mlir::FloatAttr":$rms_eps,
+    "::mlir::FloatAttr":$routed_scale);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+#endif // KILN_ATTRS_TD

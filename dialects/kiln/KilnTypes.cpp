@@ -1,0 +1,109 @@
+//===- KilnTypes.cpp - Verifiers of kiln types and attributes --------------===//
+#include "kiln/KilnTypes.h"
+#include "kiln/KilnDialect.h"
+
+#include "quant/QuantTypes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+#define GET_TYPEDEF_CLASSES
+#include "kiln/KilnTypes.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "kiln/KilnAttrs.cpp.inc"
+
+void KilnDialect::registerTypes() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "kiln/KilnTypes.cpp.inc"
+      >();
+}
+
+void KilnDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "kiln/KilnAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// QWeightType
+//===----------------------------------------------------------------------===//
+
+/// GGUF allows at most four dims (ggml's GGML_MAX_DIMS).
+static constexpr size_t kMaxWeightDims = 4;
+
+LogicalResult
+QWeightType::verify(function_ref<InFlightDiagnostic()> emitError,
+                    StringRef name, StringRef format, ArrayRef<int64_t> dims) {
+  if (name.empty())
+    return emitError() << "weight has an empty tensor name";
+  std::optional<::kiln::GGMLType> type =
+      ::kiln::parseGGMLType(std::string_view(format.data(), format.size()));
+  if (!type || format.lower() != format)
+    return emitError() << "weight '" << name << "': unknown format '"
+                       << format << "' (expected a lower-case ggml type such "
+                          "as q4_k, q8_0, bf16, f32)";
+  if (dims.empty() || dims.size() > kMaxWeightDims)
+    return emitError() << "weight '" << name << "' has " << dims.size()
+                       << " dims; GGUF tensors have 1 to 4";
+  for (int64_t d : dims)
+    if (d <= 0)
+      return emitError() << "weight '" << name
+                         << "' has a non-positive dim " << d;
+  uint32_t block = ::kiln::traitsOf(*type).blockSize;
+  if (dims[0] % block != 0)
+    return emitError() << "weight '" << name << "': ne[0] = " << dims[0]
+                       << " is not a multiple of " << format
+                       << "'s block of " << block << " values";
+  return success();
+}
+
+int64_t QWeightType::getNumElements() const {
+  int64_t n = 1;
+  for (int64_t d : getDims())
+    n *= d;
+  return n;
+}
+
+RankedTensorType QWeightType::getDequantizedType(Type element) const {
+  SmallVector<int64_t> shape(getDims().rbegin(), getDims().rend());
+  return RankedTensorType::get(shape, element);
+}
+
+//===----------------------------------------------------------------------===//
+// Cache types
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyCacheElement(function_ref<InFlightDiagnostic()> emitError,
+                                        Type element) {
+  if (!isa<Float32Type, Float16Type, BFloat16Type>(element))
+    return emitError() << "cache element type must be f32, f16 or bf16, got "
+                       << element;
+  return success();
+}
+
+LogicalResult
+LatentCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
+                        int64_t positions, int64_t latent, int64_t rope,
+                        Type element) {
+  if (positions <= 0 || latent <= 0 || rope <= 0)
+    return emitError() << "latent cache sizes must be positive, got positions "
+                       << positions << ", latent " << latent << ", rope "
+                       << rope;
+  return verifyCacheElement(emitError, element);
+}
+
+LogicalResult
+IndexCacheType::verify(function_ref<InFlightDiagnostic()> emitError,
+                       int64_t positions, int64_t dim, Type element) {
+  if (positions <= 0 || dim <= 0)
+    return emitError() << "index cache sizes must be positive, got positions "
+                       << positions << ", dim " << dim;
+  return verifyCacheElement(emitError, element);
+}

@@ -1,0 +1,91 @@
+//===- KilnTypes.td - Types of the kiln dialect ------------*- tablegen -*-===//
+//
+// Quantised weight handles and the model's typed state.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_TYPES_TD
+#define KILN_TYPES_TD
+
+include "KilnDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+
+class Kiln_Type<string name, string typeMnemonic, list<Trait> traits = []>
+    : TypeDef<Kiln_Dialect, name, traits> {
+  let mnemonic = typeMnemonic;
+}
+
+def Kiln_QWeightType : Kiln_Type<"QWeight", "qweight"> {
+  let summary = "a quantised weight: a GGUF tensor, its block format, its dims";
+  let description = [{
+    A handle to one weight tensor of the model's GGUF file(s): the tensor's
+    name, its ggml block format (lower case, as `kiln-gguf types` spells
+    them: `q4_k`, `q8_0`, `bf16`, `f32`, ...) and its dims in GGUF order,
+    innermost (`ne[0]`, the contiguous, block-quantised dimension) first.
+    A PyTorch `[out, in]` matrix is `[in, out]` here. Nothing depends on
+    where the tensor sits in a file.
+
+    The verifier checks the format is a ggml type, the dims are 1 to 4
+    positive sizes, and `ne[0]` is a whole number of the format's blocks.
+
+    Example:
+    ```mlir
+    !kiln.qweight<"blk.3.ffn_up_exps.weight", "q4_k", [6144, 2048, 256]>
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"GGUF tensor name">:$name,
+                        StringRefParameter<"ggml block format">:$format,
+                        ArrayRefParameter<"int64_t", "GGUF dims">:$dims);
+  let assemblyFormat = "`<` $name `,` $format `,` `[` $dims `]` `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Values of the tensor (product of dims).
+    int64_t getNumElements() const;
+    /// The dequantised value type: dims reversed (row-major, ne[0] last).
+    ::mlir::RankedTensorType getDequantizedType(::mlir::Type element) const;
+  }];
+}
+
+def Kiln_LatentCacheType : Kiln_Type<"LatentCache", "latent_cache"> {
+  let summary = "per-layer MLA latent cache: [latent | rope key] per token";
+  let description = [{
+    The only per-token state of MLA attention: for each of `positions`
+    positions, `latent` compressed key/value values (the normalised c_kv)
+    followed by `rope` rotated key values, stored as `element`. GLM-5: 512 +
+    64 = 576 values per token per layer.
+
+    Example:
+    ```mlir
+    !kiln.latent_cache<202752, 512, 64, f16>
+    ```
+  }];
+  let parameters = (ins "int64_t":$positions, "int64_t":$latent,
+                        "int64_t":$rope, "::mlir::Type":$element);
+  let assemblyFormat = "`<` $positions `,` $latent `,` $rope `,` $element `>`";
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Values stored per token.
+    int64_t getWidth() const { return getLatent() + getRope(); }
+  }];
+}
+
+def Kiln_IndexCacheType : Kiln_Type<"IndexCache", "index_cache"> {
+  let summary = "per-layer DSA indexer key cache";
+  let description = [{
+    For each of `positions` positions, the indexer's `dim` key values
+    (layer-normalised and roped), stored as `element`. GLM-5: 128 per token
+    per layer.
+
+    Example:
+    ```mlir
+    !kiln.index_cache<202752, 128, f16>
+    ```
+  }];
+  let parameters = (ins "int64_t":$positions, "int64_t":$dim,
+                        "::mlir::Type":$element);
+  let assemblyFormat = "`<` $positions `,` $dim `,` $element `>`";
+  let genVerifyDecl = 1;
+}
+
+def Kiln_AnyCache : AnyTypeOf<[Kiln_LatentCacheType, Kiln_IndexCacheType]>;
+
+#endif // KILN_TYPES_TD
