@@ -1,0 +1,127 @@
+"""kiln-compile's check of a GLM-5 file against its metadata: every tensor the
+model implies must be there with its dims and a supported type, nothing else
+may be, and the metadata must be glm-dsa. Files are a synthesised tiny model
+rewritten by gguf-py (the independent writer) with one defect each."""
+import numpy as np
+import pytest
+from gguf import GGUFReader, GGUFWriter, GGUFValueType
+from gguf.constants import GGMLQuantizationType as QT
+
+from conftest import run_tool
+
+SEED = 11
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("compile") / "tiny.gguf"
+    run_tool("kiln-gguf", "synth", path, "--preset", "tiny", "--seed", SEED,
+             "--quiet")
+    return path
+
+
+def rewrite(src, dst, drop_keys=(), set_keys=None, drop=(), replace=None,
+            add=None):
+    """Copies `src` to `dst` through gguf-py, changing what is asked."""
+    r = GGUFReader(src)
+    w = GGUFWriter(str(dst), arch=None)
+    set_keys = set_keys or {}
+    for key, f in r.fields.items():
+        if key.startswith("GGUF.") or key in drop_keys:
+            continue
+        vtype = f.types[0]
+        if key in set_keys:
+            w.add_key_value(key, set_keys[key], vtype)
+            continue
+        if vtype == GGUFValueType.ARRAY:
+            w.add_key_value(key, [f.contents(i) for i in range(len(f.data))],
+                            vtype, sub_type=f.types[-1])
+        else:
+            w.add_key_value(key, f.contents(), vtype)
+    for t in r.tensors:
+        if t.name in drop:
+            continue
+        if replace and t.name in replace:
+            data, qtype = replace[t.name]
+            w.add_tensor(t.name, data, raw_dtype=qtype)
+            continue
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    for name, (data, qtype) in (add or {}).items():
+        w.add_tensor(name, data, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def compile_error(path):
+    proc = run_tool("kiln-compile", path, check=False)
+    assert proc.returncode == 1, proc.stdout[:200]
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kiln-compile: error: "), proc.stderr
+    return lines[0]
+
+
+def test_unchanged_copy_compiles(tiny, tmp_path):
+    # The rewrite itself must not disturb anything the builder checks.
+    out = rewrite(tiny, tmp_path / "copy.gguf")
+    assert "kiln.layer 3" in run_tool("kiln-compile", out).stdout
+
+
+def test_missing_tensor(tiny, tmp_path):
+    msg = compile_error(rewrite(tiny, tmp_path / "m.gguf",
+                                drop={"blk.2.attn_q_b.weight"}))
+    assert msg.endswith("blk.2.attn_q_b.weight: missing: the model's metadata "
+                        "implies a tensor of dims {128, 384}")
+
+
+def test_unexpected_tensor(tiny, tmp_path):
+    extra = np.ones(256, dtype=np.float32)
+    msg = compile_error(rewrite(tiny, tmp_path / "u.gguf",
+                                add={"blk.9.attn_norm.weight": (extra, QT.F32)}))
+    assert "blk.9.attn_norm.weight: unexpected tensor" in msg
+
+
+def test_dense_tensor_on_a_moe_layer_is_unexpected(tiny, tmp_path):
+    w = np.zeros((512, 256 // 32 * 34), dtype=np.uint8)
+    msg = compile_error(rewrite(tiny, tmp_path / "d.gguf",
+                                add={"blk.2.ffn_gate.weight": (w, QT.Q8_0)}))
+    assert "blk.2.ffn_gate.weight: unexpected tensor" in msg
+
+
+def test_wrong_dims(tiny, tmp_path):
+    w = np.ones(128, dtype=np.float32)
+    msg = compile_error(rewrite(tiny, tmp_path / "s.gguf",
+                                replace={"blk.0.attn_norm.weight": (w, QT.F32)}))
+    assert msg.endswith("blk.0.attn_norm.weight: dims {128} but the model's "
+                        "metadata implies {256}")
+
+
+def test_unsupported_type(tiny, tmp_path):
+    # blk.0.attn_q_a.weight is {256, 128}: one IQ2_XXS block (66 bytes) a row.
+    w = np.zeros((128, 66), dtype=np.uint8)
+    msg = compile_error(rewrite(tiny, tmp_path / "t.gguf",
+                                replace={"blk.0.attn_q_a.weight": (w, QT.IQ2_XXS)}))
+    assert msg.endswith("blk.0.attn_q_a.weight: unsupported type IQ2_XXS for "
+                        "tensor blk.0.attn_q_a.weight")
+
+
+def test_missing_metadata_key(tiny, tmp_path):
+    msg = compile_error(rewrite(tiny, tmp_path / "k.gguf",
+                                drop_keys={"glm-dsa.expert_count"}))
+    assert msg.endswith("glm-dsa.expert_count: missing")
+
+
+def test_other_architecture(tiny, tmp_path):
+    msg = compile_error(rewrite(tiny, tmp_path / "a.gguf",
+                                set_keys={"general.architecture": "llama"}))
+    assert msg.endswith("general.architecture: 'llama' is not glm-dsa (GLM-5)")
+
+
+def test_metadata_that_disagrees_with_the_tensors(tiny, tmp_path):
+    # One more layer in the metadata than in the file: its tensors are missing.
+    msg = compile_error(rewrite(tiny, tmp_path / "b.gguf",
+                                set_keys={"glm-dsa.block_count": 6}))
+    assert "blk.5.attn_norm.weight: missing" in msg, msg
