@@ -12,7 +12,7 @@ mkdir -p "$work"
 
 echo
 echo "== Kiln demo =="
-echo "Compiling and running a model (kiln-compile, kiln-run) is not built yet; see"
+echo "Running a model (the runtime, kiln-run) is not built yet; see"
 echo "README.md's status table. What works today, on the embedded default model:"
 echo
 echo "-- 1. synthesise the default model: GLM-5 architecture (glm-dsa), tiny preset, seed 0"
@@ -35,8 +35,11 @@ mean = sum(v) / len(v); std = math.sqrt(sum((x - mean) ** 2 for x in v) / len(v)
 print(f"   {len(v)} values, mean {mean:+.4f}, std {std:.4f} (drawn as N(0, 1/256): std 0.0625)")
 PY
 echo
-echo "-- 5. the kiln dialect: a GLM-5 dense FFN tail parsed, verified and printed by kiln-opt"
-"$bin/kiln-opt" models/glm5/examples/dense-ffn.mlir
+echo "-- 5. compile it to the kiln program (the decode step; metadata only) and verify it"
+"$bin/kiln-compile" "$work/glm5-tiny.gguf" -o "$work/glm5-tiny.mlir"
+"$bin/kiln-opt" "$work/glm5-tiny.mlir" -o /dev/null
+echo "   $(grep -c 'kiln.layer ' "$work/glm5-tiny.mlir") layers, $(grep -c 'kiln.weight' "$work/glm5-tiny.mlir") weights bound by name, program verified; layer 1 starts:"
+sed -n '/kiln.layer 1 /,/kiln.linear/p' "$work/glm5-tiny.mlir" | cut -c1-150
 echo
 echo "-- 6. a shape error caught by the op verifiers:"
 if "$bin/kiln-opt" models/glm5/examples/bad-norm.mlir 2>&1; then
@@ -45,5 +48,5 @@ if "$bin/kiln-opt" models/glm5/examples/bad-norm.mlir 2>&1; then
 fi
 echo "(kiln-opt rejected it with the message above, as it should)"
 echo
-echo "Next stages, in order: the full GLM-5 program from GGUF metadata, the step dialect and"
-echo "memory plan, the CPU runtime (kiln-compile + kiln-run), fusion and tensor parallelism, CUDA."
+echo "Next stages, in order: the step dialect and memory plan, the CPU runtime (kiln-run),"
+echo "fusion and tensor parallelism, CUDA."
