@@ -292,6 +292,17 @@ kd::GLM5ConfigAttr StepBuilder::config() {
       b_.getF64FloatAttr(d_.rmsEps), b_.getF64FloatAttr(d_.routedScale));
 }
 
+/// Names the step's inputs and outputs (`kiln.slot`), which become the
+/// runtime's slot names when the step is lowered to buffers.
+static void nameSlots(func::FuncOp f, ArrayRef<StringRef> args,
+                      ArrayRef<StringRef> results) {
+  MLIRContext *ctx = f.getContext();
+  for (unsigned i = 0; i < f.getNumArguments(); ++i)
+    f.setArgAttr(i, "kiln.slot", StringAttr::get(ctx, args[i]));
+  for (unsigned i = 0; i < f.getNumResults(); ++i)
+    f.setResultAttr(i, "kiln.slot", StringAttr::get(ctx, results[i]));
+}
+
 OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
   b_.setInsertionPointToEnd(module->getBody());
@@ -305,6 +316,7 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp) {
   auto step = func::FuncOp::create(
       b_, loc_, "decode_step", b_.getFunctionType({scalar, scalar}, results));
   step->setAttr("kiln.config", config());
+  nameSlots(step, {"token", "position"}, {"next_token", "logits", "hidden"});
   Block *entry = step.addEntryBlock();
   b_.setInsertionPointToStart(entry);
   Value token = entry->getArgument(0), pos = entry->getArgument(1);
@@ -327,6 +339,7 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp) {
     auto mtp = func::FuncOp::create(
         b_, loc_, "mtp_step",
         b_.getFunctionType({scalar, scalar, vec(hidden)}, {scalar, vec(vocab)}));
+    nameSlots(mtp, {"token", "position", "hidden"}, {"next_token", "logits"});
     Block *e = mtp.addEntryBlock();
     b_.setInsertionPointToStart(e);
     uint64_t l = d_.layers; // The first MTP block follows the trunk.

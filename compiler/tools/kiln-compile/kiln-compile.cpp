@@ -1,25 +1,32 @@
 //===- kiln-compile.cpp - The Kiln compiler driver -------------------------===//
 //
-// kiln-compile MODEL.gguf... [--emit=mlir] [-o OUT]
-// kiln-compile config.json --weight-type=bf16 [--emit=mlir] [-o OUT]
+// kiln-compile MODEL.gguf... [--emit=mlir|step] [--report] [-o OUT]
+// kiln-compile config.json --weight-type=bf16 [--emit=...] [-o OUT]
 //
 // Reads only the model's metadata (GGUF header and tensor infos, or a
 // HuggingFace config.json), checks every tensor the program will bind, and
-// prints the GLM-5 decode step in the kiln dialect. Later stages (fusion,
-// partitioning, the step dialect, backends, the artifact) extend this
-// driver.
+// builds the GLM-5 decode step in the kiln dialect (--emit=mlir). With
+// --emit=step it lowers that to the step dialect, plans its memory and
+// verifies it is safe to capture; --report prints the plan's figures to
+// stderr. Later stages (fusion, partitioning, backends, the artifact)
+// extend this driver.
 //
 //===----------------------------------------------------------------------===//
 #include "glm5/GLM5Builder.h"
 #include "glm5/GLM5Config.h"
+#include "passes/Passes.h"
+#include "passes/StepReport.h"
 
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -29,7 +36,8 @@ static cl::list<std::string> inputs(cl::Positional, cl::OneOrMore,
                                     cl::desc("<model.gguf... | config.json>"));
 static cl::opt<std::string> emit("emit", cl::init("mlir"),
                                  cl::desc("What to produce: mlir (the kiln "
-                                          "program)"),
+                                          "program) or step (the planned, "
+                                          "verified step program)"),
                                  cl::value_desc("kind"));
 static cl::opt<std::string> output("o", cl::init("-"),
                                    cl::desc("Output file ('-' for stdout)"),
@@ -41,6 +49,13 @@ static cl::opt<uint64_t>
 static cl::opt<bool> mtp("mtp", cl::init(false),
                          cl::desc("Also build @mtp_step, the next-token-"
                                   "prediction layer"));
+static cl::opt<bool>
+    report("report", cl::init(false),
+           cl::desc("Print the step's figures (ops, arena, peak live "
+                    "bytes, cache bytes per token, weights) to stderr"));
+static cl::opt<int64_t>
+    alignment("alignment", cl::init(256),
+              cl::desc("Byte alignment of every arena buffer (power of two)"));
 static cl::opt<std::string>
     weightType("weight-type", cl::init("bf16"),
                cl::desc("With config.json: the type the checkpoint's "
@@ -55,11 +70,21 @@ static int fail(const kiln::Error &error) {
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(argc, argv, "Kiln compiler driver\n");
-  if (emit != "mlir") {
+  if (emit != "mlir" && emit != "step") {
     llvm::errs() << "kiln-compile: error: --emit=" << emit
-                 << ": only 'mlir' exists so far\n";
+                 << ": expected 'mlir' or 'step'\n";
     return 2;
   }
+  if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
+    llvm::errs() << "kiln-compile: error: --alignment=" << alignment
+                 << ": must be a power of two\n";
+    return 2;
+  }
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point since) {
+    return std::chrono::duration<double>(Clock::now() - since).count();
+  };
+  Clock::time_point start = Clock::now();
 
   kiln::Expected<kiln::glm5::GLM5Dims> dims = kiln::Error("", "", "");
   kiln::Expected<kiln::glm5::TensorCatalog> catalog = kiln::Error("", "", "");
@@ -100,6 +125,32 @@ int main(int argc, char **argv) {
   auto module = kiln::glm5::buildDecodeStep(context, *dims, *catalog, options);
   if (!module)
     return fail(module.error());
+  double buildSeconds = seconds(start);
+
+  // The step pipeline runs for --emit=step, and on a copy for a report of
+  // the kiln program.
+  mlir::OwningOpRef<mlir::ModuleOp> step;
+  double stepSeconds = 0;
+  if (emit == "step" || report) {
+    Clock::time_point lowering = Clock::now();
+    if (emit == "step")
+      step = std::move(*module);
+    else
+      step = (*module)->clone();
+    mlir::PassManager pm(&context);
+    mlir::kiln::buildStepPipeline(pm, alignment);
+    if (mlir::failed(pm.run(*step))) {
+      llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
+                      "above)\n";
+      return 1;
+    }
+    stepSeconds = seconds(lowering);
+  }
+  if (report) {
+    mlir::step::printReport(llvm::errs(), mlir::step::reportSteps(*step));
+    llvm::errs() << llvm::format("  build %.3f s, lower+plan+verify %.3f s\n",
+                                 buildSeconds, stepSeconds);
+  }
 
   std::string errorMessage;
   auto out = mlir::openOutputFile(output, &errorMessage);
@@ -108,7 +159,10 @@ int main(int argc, char **argv) {
                  << "\n";
     return 1;
   }
-  (*module)->print(out->os());
+  if (emit == "step")
+    step->print(out->os());
+  else
+    (*module)->print(out->os());
   out->os() << "\n";
   out->keep();
   return 0;

@@ -1,0 +1,30 @@
+//===- Passes.h - Kiln's compiler passes ------------------------*- C++ -*-===//
+#ifndef KILN_COMPILER_PASSES_PASSES_H
+#define KILN_COMPILER_PASSES_PASSES_H
+
+#include "kiln/KilnDialect.h"
+#include "step/StepDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace mlir::kiln {
+
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+
+/// Adds lower-to-step, plan-memory and verify-capture: a kiln module in, a
+/// planned, verified step module out. `alignment` is the planner's.
+void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256);
+
+/// Registers the passes and the named pipeline `kiln-step-pipeline`.
+void registerKilnPassesAndPipelines();
+
+} // namespace mlir::kiln
+
+#endif // KILN_COMPILER_PASSES_PASSES_H

@@ -1,0 +1,58 @@
+//===- Passes.td - Kiln's compiler passes ------------------*- tablegen -*-===//
+#ifndef KILN_COMPILER_PASSES_TD
+#define KILN_COMPILER_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def LowerToStep : Pass<"kiln-lower-to-step", "::mlir::ModuleOp"> {
+  let summary = "Lower kiln programs (tensors) to step programs (buffers)";
+  let description = [{
+    Rewrites every function written in the `kiln` dialect into a step
+    function of the same name in destination-passing style, one step op per
+    kiln op. Each tensor value becomes a buffer: an unplanned arena
+    `step.buffer`, a contiguous `step.view` of another buffer (reshapes and
+    contiguous slices), or, for returned values, the step's output slot.
+    Function arguments become input slots and results output slots, named by
+    their `kiln.slot` attributes; weights and caches become `step.weight`
+    and `step.state`. Layers are flattened; buffer names keep the layer.
+    Strided slices and concatenations become copies (`step.slice`,
+    `step.concat`); fusion removes them later.
+  }];
+  let dependentDialects = ["::mlir::step::StepDialect",
+                           "::mlir::memref::MemRefDialect"];
+}
+
+def PlanMemory : Pass<"kiln-plan-memory", "::mlir::func::FuncOp"> {
+  let summary = "Place every arena buffer of a step at a fixed offset";
+  let description = [{
+    Computes, for every `step.buffer`, the interval of ops during which it
+    holds a value (first write to last read, through views), and places the
+    buffers in one arena, largest first, each at the lowest aligned offset
+    that overlaps no buffer whose interval meets its own. Writes each
+    buffer's `at` offset and the function's `step.plan` (arena bytes, peak
+    live bytes, alignment, buffer count). Functions without step buffers
+    are left alone.
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"256",
+           "Byte alignment of every buffer offset (a power of two)">
+  ];
+}
+
+def VerifyCapture : Pass<"kiln-verify-capture", "::mlir::func::FuncOp"> {
+  let summary = "Prove a planned step is safe to capture as one CUDA graph";
+  let description = [{
+    Rejects, with a message naming the op and the buffer: an op with unknown
+    or undeclared memory effects on a buffer, or one that writes a buffer it
+    does not list as an output; an allocation or a host synchronisation in
+    the step; a read of a buffer that nothing in the step (or its inputs,
+    weights and state) wrote before; a write to a weight or an input slot;
+    a write whose arena range overlaps another buffer that is still to be
+    read, computed from the plan's offsets themselves; a result that may
+    alias an operand without a view or in-place declaration; a buffer
+    without an offset or outside the arena. Runs on every function that
+    contains step ops; changes nothing.
+  }];
+}
+
+#endif // KILN_COMPILER_PASSES_TD

@@ -1,0 +1,21 @@
+//===- Pipelines.cpp - Named pipelines of Kiln's passes --------------------===//
+#include "passes/Passes.h"
+
+using namespace mlir;
+
+void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment) {
+  pm.addPass(createLowerToStep());
+  PlanMemoryOptions plan;
+  plan.alignment = alignment;
+  pm.addNestedPass<func::FuncOp>(createPlanMemory(plan));
+  pm.addNestedPass<func::FuncOp>(createVerifyCapture());
+}
+
+void mlir::kiln::registerKilnPassesAndPipelines() {
+  registerKilnPasses();
+  PassPipelineRegistration<>(
+      "kiln-step-pipeline",
+      "Lower a kiln program to a planned step program and verify that it "
+      "is safe to capture",
+      [](OpPassManager &pm) { buildStepPipeline(pm); });
+}

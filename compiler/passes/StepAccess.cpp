@@ -1,0 +1,88 @@
+//===- StepAccess.cpp - Which buffer bytes a step op touches ---------------===//
+#include "passes/StepAccess.h"
+
+#include "step/StepOps.h"
+
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace mlir::step;
+
+bool mlir::step::isBufferType(Type type) {
+  return isa<BaseMemRefType, mlir::kiln::QWeightType>(type);
+}
+
+bool mlir::step::isDeclaration(Operation *op) {
+  return isa<BufferOp, WeightOp, StateOp, InputOp, OutputOp>(op);
+}
+
+bool mlir::step::collectAccesses(Operation *op,
+                                 SmallVectorImpl<Access> &out) {
+  auto iface = dyn_cast<MemoryEffectOpInterface>(op);
+  if (!iface)
+    return false;
+  SmallVector<MemoryEffects::EffectInstance> effects;
+  iface.getEffects(effects);
+  for (bool write : {false, true})
+    for (const MemoryEffects::EffectInstance &e : effects) {
+      Value v = e.getValue();
+      if (!v || !isBufferType(v.getType()))
+        continue;
+      if (write ? isa<MemoryEffects::Write>(e.getEffect())
+                : isa<MemoryEffects::Read>(e.getEffect()))
+        out.push_back({v, write});
+    }
+  return true;
+}
+
+std::optional<BufferRef> mlir::step::resolveBuffer(Value v) {
+  int64_t begin = 0;
+  int64_t bytes = isa<MemRefType>(v.getType())
+                      ? bufferBytes(cast<MemRefType>(v.getType()))
+                      : 0;
+  while (auto view = v.getDefiningOp<ViewOp>()) {
+    begin += view.getOffset() *
+             elementBytes(view.getSource().getType().getElementType());
+    v = view.getSource();
+  }
+  Operation *root = v.getDefiningOp();
+  if (!root || !isDeclaration(root))
+    return std::nullopt;
+  // Weights are not arena bytes; their range is empty and never compared.
+  return BufferRef{root, begin, begin + bytes};
+}
+
+std::string mlir::step::declarationName(Operation *root) {
+  return llvm::TypeSwitch<Operation *, std::string>(root)
+      .Case([](BufferOp op) { return op.getBufferName().str(); })
+      .Case([](StateOp op) { return op.getStateName().str(); })
+      .Case([](InputOp op) { return op.getSlotName().str(); })
+      .Case([](OutputOp op) { return op.getSlotName().str(); })
+      .Case([](WeightOp op) {
+        StringRef name = op.getType().getName();
+        name.consume_back(".weight");
+        return name.str();
+      })
+      .Default([](Operation *op) { return op->getName().getStringRef().str(); });
+}
+
+std::string mlir::step::describeBuffer(Value v) {
+  std::optional<BufferRef> ref = resolveBuffer(v);
+  if (!ref) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      os << "block argument #" << arg.getArgNumber();
+    else
+      os << "result #" << cast<OpResult>(v).getResultNumber() << " of '"
+         << v.getDefiningOp()->getName() << "'";
+    return s;
+  }
+  std::string name = "%" + declarationName(ref->root);
+  if (v.getDefiningOp<ViewOp>())
+    name += llvm::formatv("[{0}, {1})", ref->begin, ref->end).str();
+  return name;
+}

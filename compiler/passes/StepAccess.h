@@ -1,0 +1,58 @@
+//===- StepAccess.h - Which buffer bytes a step op touches ------*- C++ -*-===//
+//
+// Shared by the memory planner and the capture verifier: resolving a buffer
+// value (through step.view) to its declaration and byte range, and naming
+// buffers in diagnostics. Both read effects through MemoryEffectOpInterface,
+// never from a list of op names.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_COMPILER_PASSES_STEPACCESS_H
+#define KILN_COMPILER_PASSES_STEPACCESS_H
+
+#include "mlir/IR/Operation.h"
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <optional>
+#include <string>
+
+namespace mlir::step {
+
+/// A buffer value seen as bytes [begin, end) of the buffer its declaration
+/// (step.buffer, step.state, step.input, step.output, step.weight) made.
+struct BufferRef {
+  Operation *root = nullptr;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+/// True for the types a step's buffers have: memrefs and weight handles.
+bool isBufferType(Type type);
+
+/// True for the ops that declare a buffer.
+bool isDeclaration(Operation *op);
+
+/// Follows step.view to the declaration. Empty when `v` is not rooted in a
+/// declaration (a block argument, the result of some other op).
+std::optional<BufferRef> resolveBuffer(Value v);
+
+/// How diagnostics name a buffer: `%name`, or `%name[a, b)` for a view of
+/// bytes [a, b) of it.
+std::string describeBuffer(Value v);
+
+/// One declared access of an op to a buffer value.
+struct Access {
+  Value value;
+  bool write = false; ///< MemWrite (else MemRead)
+};
+
+/// Appends the reads and writes `op` declares on buffer values, reads
+/// first. False when `op` does not implement MemoryEffectOpInterface.
+bool collectAccesses(Operation *op, llvm::SmallVectorImpl<Access> &out);
+
+/// The name a declaration gives its buffer.
+std::string declarationName(Operation *root);
+
+} // namespace mlir::step
+
+#endif // KILN_COMPILER_PASSES_STEPACCESS_H

@@ -1,0 +1,118 @@
+//===- StepReport.cpp - What a planned step costs, in figures --------------===//
+#include "passes/StepReport.h"
+
+#include "passes/StepAccess.h"
+#include "quant/QuantTypes.h"
+#include "step/StepOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
+
+using namespace mlir;
+using namespace mlir::step;
+
+static int64_t weightBytesOf(mlir::kiln::QWeightType type) {
+  std::optional<::kiln::GGMLType> format = ::kiln::parseGGMLType(type.getFormat().str());
+  ArrayRef<int64_t> dims = type.getDims();
+  if (!format || dims.empty())
+    return 0;
+  std::optional<uint64_t> row = ::kiln::rowBytes(*format, dims[0]);
+  if (!row)
+    return 0;
+  int64_t bytes = static_cast<int64_t>(*row);
+  for (int64_t d : dims.drop_front())
+    bytes *= d;
+  return bytes;
+}
+
+std::vector<StepReport> mlir::step::reportSteps(ModuleOp module) {
+  std::vector<StepReport> out;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    StepReport r;
+    r.function = func.getSymName().str();
+    llvm::StringSet<> weights;
+    bool isStep = false;
+    func.walk([&](Operation *op) {
+      if (!isa<StepDialect>(op->getDialect()))
+        return;
+      isStep = true;
+      if (auto w = dyn_cast<WeightOp>(op)) {
+        if (weights.insert(w.getType().getName()).second) {
+          ++r.weights;
+          r.weightBytes += weightBytesOf(w.getType());
+        }
+      } else if (auto s = dyn_cast<StateOp>(op)) {
+        MemRefType t = s.getType();
+        ++r.caches;
+        r.cachePositions = std::max(r.cachePositions, t.getDimSize(0));
+        r.cacheBytesPerToken +=
+            t.getDimSize(1) * elementBytes(t.getElementType());
+      } else if (isa<InputOp, OutputOp>(op)) {
+        r.slotBytes += bufferBytes(cast<MemRefType>(op->getResult(0).getType()));
+      } else if (isa<BufferOp>(op)) {
+        ++r.buffers;
+      } else if (!isa<ViewOp>(op)) {
+        ++r.ops;
+        ++r.opCounts[op->getName().getStringRef().str()];
+      }
+    });
+    if (!isStep)
+      continue;
+    if (auto plan = func->getAttrOfType<PlanAttr>(kPlanAttrName)) {
+      r.arenaBytes = plan.getArenaBytes();
+      r.peakLiveBytes = plan.getPeakLiveBytes();
+      r.alignment = plan.getAlignment();
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+static std::string human(int64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  if (u == 0)
+    os << bytes << " B";
+  else
+    os << llvm::format("%.2f %s", v, units[u]);
+  return s;
+}
+
+void mlir::step::printReport(llvm::raw_ostream &os,
+                             const std::vector<StepReport> &steps) {
+  auto row = [&](StringRef what, int64_t value, bool bytes) {
+    os << "  " << llvm::left_justify(what, 28)
+       << llvm::format_decimal(value, 16);
+    if (bytes && value >= 1024)
+      os << "  (" << human(value) << ")";
+    os << "\n";
+  };
+  for (const StepReport &r : steps) {
+    os << "step @" << r.function << "\n";
+    row("ops per step", r.ops, false);
+    row("arena buffers", r.buffers, false);
+    row("arena bytes", r.arenaBytes, true);
+    row("peak live bytes", r.peakLiveBytes, true);
+    row("plan alignment", r.alignment, false);
+    row("caches", r.caches, false);
+    row("cache bytes per token", r.cacheBytesPerToken, true);
+    row("cache positions", r.cachePositions, false);
+    row("cache bytes at positions", r.cacheBytesPerToken * r.cachePositions,
+        true);
+    row("weights read", r.weights, false);
+    row("weight bytes", r.weightBytes, true);
+    row("slot bytes", r.slotBytes, true);
+    os << "  ops by kind:";
+    for (const auto &[name, count] : r.opCounts)
+      os << " " << StringRef(name).drop_front(5) << "=" << count;
+    os << "\n";
+  }
+}

@@ -1,0 +1,403 @@
+//===- StepOps.cpp - Verifiers and interfaces of step ops ------------------===//
+//
+// The verifiers check what a backend kernel relies on (shapes, element types,
+// widths); they mirror the kiln ops' checks one level down. Memory effects
+// are generated from the In/Out operand decorations in StepOps.td.
+//
+//===----------------------------------------------------------------------===//
+#include "step/StepOps.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::step;
+
+int64_t mlir::step::elementBytes(Type element) {
+  return (element.getIntOrFloatBitWidth() + 7) / 8;
+}
+
+int64_t mlir::step::bufferBytes(MemRefType type) {
+  return type.getNumElements() * elementBytes(type.getElementType());
+}
+
+static MemRefType bufferOf(Value v) { return cast<MemRefType>(v.getType()); }
+
+static int64_t innerDim(MemRefType t) {
+  return t.getRank() == 0 ? 1 : t.getDimSize(t.getRank() - 1);
+}
+
+static bool isFloatBuffer(MemRefType t) {
+  return isa<Float32Type, Float16Type, BFloat16Type>(t.getElementType());
+}
+
+static LogicalResult verifyPositive(Operation *op, StringRef what, float v) {
+  if (!(v > 0.0f) || !std::isfinite(v))
+    return op->emitOpError() << what << " must be positive and finite, got "
+                             << v;
+  return success();
+}
+
+/// `what` must be a float buffer of exactly `shape`.
+static LogicalResult expectShape(Operation *op, StringRef what, Value v,
+                                 ArrayRef<int64_t> shape) {
+  MemRefType t = bufferOf(v);
+  if (t.getShape() != shape) {
+    InFlightDiagnostic d = op->emitOpError() << what << " must have shape [";
+    llvm::interleaveComma(shape, d);
+    return d << "], got " << t;
+  }
+  return success();
+}
+
+static LogicalResult expectI32Vector(Operation *op, StringRef what, Value v,
+                                     int64_t size) {
+  MemRefType t = bufferOf(v);
+  if (t.getRank() != 1 || t.getDimSize(0) != size ||
+      !t.getElementType().isInteger(32))
+    return op->emitOpError() << what << " must be memref<" << size
+                             << "xi32>, got " << t;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Declarations
+//===----------------------------------------------------------------------===//
+
+int64_t BufferOp::getSizeInBytes() { return bufferBytes(getType()); }
+
+LogicalResult BufferOp::verify() {
+  if (getBufferName().empty())
+    return emitOpError("buffer name must not be empty");
+  if (std::optional<int64_t> offset = getOffset(); offset && *offset < 0)
+    return emitOpError("offset must not be negative, got ") << *offset;
+  return success();
+}
+
+void BufferOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), getBufferName());
+}
+
+LogicalResult ViewOp::verify() {
+  MemRefType source = bufferOf(getSource());
+  MemRefType result = bufferOf(getResult());
+  if (source.getElementType() != result.getElementType())
+    return emitOpError("a view keeps the element type: ")
+           << source.getElementType() << " vs " << result.getElementType();
+  int64_t offset = getOffset();
+  if (offset < 0 || offset + result.getNumElements() > source.getNumElements())
+    return emitOpError("elements [")
+           << offset << ", " << offset + result.getNumElements()
+           << ") are not inside the source's " << source.getNumElements();
+  return success();
+}
+
+Value ViewOp::getViewSource() { return getSource(); }
+
+void WeightOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  StringRef name = getType().getName();
+  name.consume_back(".weight");
+  setNameFn(getResult(), name);
+}
+
+LogicalResult StateOp::verify() {
+  if (getStateName().empty())
+    return emitOpError("state name must not be empty");
+  MemRefType t = getType();
+  if (t.getRank() != 2 || !isFloatBuffer(t))
+    return emitOpError("state must be a [positions x width] float buffer, "
+                       "got ")
+           << t;
+  return success();
+}
+
+void StateOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), getStateName());
+}
+
+LogicalResult InputOp::verify() {
+  if (getSlotName().empty())
+    return emitOpError("slot name must not be empty");
+  return success();
+}
+
+void InputOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), getSlotName());
+}
+
+LogicalResult OutputOp::verify() {
+  if (getSlotName().empty())
+    return emitOpError("slot name must not be empty");
+  return success();
+}
+
+void OutputOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), getSlotName());
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult CopyOp::verify() {
+  if (getInput().getType() != getOutput().getType())
+    return emitOpError("input and output types differ: ")
+           << getInput().getType() << " vs " << getOutput().getType();
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  MemRefType output = bufferOf(getOutput());
+  ArrayRef<int64_t> offsets = getOffsets();
+  if (input.getElementType() != output.getElementType() ||
+      input.getRank() != output.getRank() ||
+      static_cast<int64_t>(offsets.size()) != input.getRank())
+    return emitOpError("input, output and offsets must agree in rank and "
+                       "element type");
+  for (int64_t d = 0; d < input.getRank(); ++d)
+    if (offsets[d] < 0 || offsets[d] + output.getDimSize(d) >
+                              input.getDimSize(d))
+      return emitOpError("dimension ")
+             << d << ": [" << offsets[d] << ", "
+             << offsets[d] + output.getDimSize(d)
+             << ") is not inside the input's " << input.getDimSize(d);
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  MemRefType output = bufferOf(getOutput());
+  int64_t dim = getDim();
+  if (getInputs().empty())
+    return emitOpError("needs at least one input");
+  if (dim < 0 || dim >= output.getRank())
+    return emitOpError("dim ") << dim << " is not a dimension of " << output;
+  int64_t total = 0;
+  for (Value in : getInputs()) {
+    MemRefType t = bufferOf(in);
+    if (t.getElementType() != output.getElementType() ||
+        t.getRank() != output.getRank())
+      return emitOpError("input ") << t << " does not match output " << output;
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      if (d != dim && t.getDimSize(d) != output.getDimSize(d))
+        return emitOpError("input ")
+               << t << " differs from the output outside dim " << dim;
+    total += t.getDimSize(dim);
+  }
+  if (total != output.getDimSize(dim))
+    return emitOpError("inputs add up to ")
+           << total << " along dim " << dim << ", the output has "
+           << output.getDimSize(dim);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise, normalisation, position
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyBinary(Operation *op, Value lhs, Value rhs,
+                                  Value out) {
+  if (lhs.getType() != rhs.getType() || lhs.getType() != out.getType())
+    return op->emitOpError("operands and output must have one type, got ")
+           << lhs.getType() << ", " << rhs.getType() << " -> "
+           << out.getType();
+  if (!isFloatBuffer(bufferOf(out)))
+    return op->emitOpError("operands must be float buffers");
+  return success();
+}
+
+LogicalResult AddOp::verify() {
+  return verifyBinary(*this, getLhs(), getRhs(), getOutput());
+}
+
+LogicalResult SwiGLUOp::verify() {
+  return verifyBinary(*this, getLhs(), getRhs(), getOutput());
+}
+
+LogicalResult RMSNormOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  if (getOutput().getType() != input || input.getRank() < 1)
+    return emitOpError("output must have the input's type ") << input;
+  if (failed(expectShape(*this, "weight", getWeight(), {innerDim(input)})))
+    return failure();
+  return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
+}
+
+LogicalResult LayerNormOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  if (getOutput().getType() != input || input.getRank() < 1)
+    return emitOpError("output must have the input's type ") << input;
+  if (failed(expectShape(*this, "weight", getWeight(), {innerDim(input)})) ||
+      failed(expectShape(*this, "bias", getBias(), {innerDim(input)})))
+    return failure();
+  return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
+}
+
+LogicalResult RopeOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  if (getOutput().getType() != input || input.getRank() < 1)
+    return emitOpError("output must have the input's type ") << input;
+  if (getStyle() != "interleaved" && getStyle() != "neox")
+    return emitOpError("style must be 'interleaved' or 'neox', got '")
+           << getStyle() << "'";
+  int64_t dims = getDims(), offset = getOffset();
+  if (dims <= 0 || dims % 2 != 0 || offset < 0 ||
+      offset + dims > innerDim(input))
+    return emitOpError("rotates [")
+           << offset << ", " << offset + dims << ") (an even, positive width "
+           << "is needed) of an innermost dimension of " << innerDim(input);
+  return verifyPositive(*this, "theta", getTheta().convertToFloat());
+}
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+LogicalResult DequantOp::verify() {
+  ArrayRef<int64_t> dims = getWeight().getType().getDims();
+  SmallVector<int64_t> shape(dims.rbegin(), dims.rend());
+  if (!isFloatBuffer(bufferOf(getOutput())))
+    return emitOpError("output must be a float buffer");
+  return expectShape(*this, "output", getOutput(), shape);
+}
+
+LogicalResult EmbedOp::verify() {
+  ArrayRef<int64_t> dims = getTable().getType().getDims();
+  if (dims.size() != 2)
+    return emitOpError("table must be [hidden, vocab]");
+  return expectShape(*this, "output", getOutput(), {dims[0]});
+}
+
+LogicalResult LinearOp::verify() {
+  ArrayRef<int64_t> dims = getWeight().getType().getDims();
+  MemRefType input = bufferOf(getInput());
+  if (input.getRank() < 1 || !isFloatBuffer(input))
+    return emitOpError("input must be a float buffer of rank >= 1");
+  if (dims.size() == 2) {
+    if (innerDim(input) != dims[0])
+      return emitOpError("input's innermost dimension is ")
+             << innerDim(input) << " but the weight's ne[0] is " << dims[0];
+    SmallVector<int64_t> shape(input.getShape());
+    shape.back() = dims[1];
+    return expectShape(*this, "output", getOutput(), shape);
+  }
+  if (dims.size() == 3) {
+    if (failed(expectShape(*this, "input", getInput(), {dims[2], dims[0]})))
+      return failure();
+    return expectShape(*this, "output", getOutput(), {dims[2], dims[1]});
+  }
+  return emitOpError("weight must have 2 dims, or 3 for a stack");
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+LogicalResult CacheAppendOp::verify() {
+  MemRefType cache = bufferOf(getCache());
+  if (cache.getRank() != 2)
+    return emitOpError("cache must be [positions x width], got ") << cache;
+  return expectShape(*this, "entry", getEntry(), {cache.getDimSize(1)});
+}
+
+LogicalResult MLAAttentionOp::verify() {
+  MemRefType ql = bufferOf(getQLatent()), qr = bufferOf(getQRope());
+  MemRefType cache = bufferOf(getCache());
+  if (ql.getRank() != 2 || qr.getRank() != 2 ||
+      ql.getDimSize(0) != qr.getDimSize(0))
+    return emitOpError("q_latent and q_rope must be [heads x width] with "
+                       "the same heads");
+  if (cache.getRank() != 2 ||
+      cache.getDimSize(1) != ql.getDimSize(1) + qr.getDimSize(1))
+    return emitOpError("cache rows must be latent + rope = ")
+           << ql.getDimSize(1) + qr.getDimSize(1) << " wide, got " << cache;
+  if (static_cast<bool>(getSelected()) != static_cast<bool>(getSelectedCount()))
+    return emitOpError("selected and selected_count come together");
+  if (Value sel = getSelected()) {
+    MemRefType t = bufferOf(sel);
+    if (t.getRank() != 1 || !t.getElementType().isInteger(32))
+      return emitOpError("selected must be a vector of i32, got ") << t;
+  }
+  if (failed(expectShape(*this, "output", getOutput(), ql.getShape())))
+    return failure();
+  return verifyPositive(*this, "scale", getScale().convertToFloat());
+}
+
+LogicalResult DSAIndexerOp::verify() {
+  MemRefType q = bufferOf(getQuery()), cache = bufferOf(getCache());
+  if (q.getRank() != 2)
+    return emitOpError("query must be [indexer heads x dim], got ") << q;
+  if (failed(expectShape(*this, "head_weights", getHeadWeights(),
+                         {q.getDimSize(0)})))
+    return failure();
+  if (cache.getRank() != 2 || cache.getDimSize(1) != q.getDimSize(1))
+    return emitOpError("cache rows must be ")
+           << q.getDimSize(1) << " wide, got " << cache;
+  if (getTopK() <= 0)
+    return emitOpError("top_k must be positive");
+  if (failed(expectI32Vector(*this, "selected", getSelected(), getTopK())))
+    return failure();
+  return verifyPositive(*this, "scale", getScale().convertToFloat());
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoERouterOp::verify() {
+  ArrayRef<int64_t> dims = getGate().getType().getDims();
+  MemRefType input = bufferOf(getInput());
+  if (dims.size() != 2 || input.getRank() != 1 || input.getDimSize(0) != dims[0])
+    return emitOpError("gate must be [hidden, experts] matching the input");
+  if (Value bias = getBias())
+    if (failed(expectShape(*this, "bias", bias, {dims[1]})))
+      return failure();
+  if (getTopK() <= 0 || getTopK() > dims[1])
+    return emitOpError("top_k must be in 1..") << dims[1];
+  if (getGating() != "sigmoid" && getGating() != "softmax")
+    return emitOpError("gating must be 'sigmoid' or 'softmax'");
+  if (failed(expectI32Vector(*this, "ids", getIds(), getTopK())) ||
+      failed(expectShape(*this, "weights", getWeights(), {getTopK()})))
+    return failure();
+  return verifyPositive(*this, "routed_scale",
+                        getRoutedScale().convertToFloat());
+}
+
+LogicalResult MoEExpertsOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  size_t n = getExperts().size();
+  if (n != 2 && n != 3)
+    return emitOpError("experts are (gate, up, down) or (gate_up, down), got ")
+           << n << " weights";
+  int64_t k = bufferOf(getIds()).getNumElements();
+  if (failed(expectI32Vector(*this, "ids", getIds(), k)) ||
+      failed(expectShape(*this, "weights", getWeights(), {k})))
+    return failure();
+  auto down = cast<mlir::kiln::QWeightType>(getExperts().back().getType());
+  if (input.getRank() != 1 || down.getDims().size() != 3 ||
+      down.getDims()[1] != input.getDimSize(0))
+    return emitOpError("down experts must be [ff, hidden, experts] with "
+                       "hidden matching the input");
+  return expectShape(*this, "output", getOutput(), input.getShape());
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives and decisions
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllReduceOp::verify() {
+  if (getInput().getType() != getOutput().getType())
+    return emitOpError("input and output types differ");
+  if (getReduction() != "sum" && getReduction() != "max")
+    return emitOpError("reduction must be 'sum' or 'max'");
+  return success();
+}
+
+LogicalResult ArgmaxOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  if (input.getRank() != 1 || input.getDimSize(0) == 0)
+    return emitOpError("input must be a non-empty vector, got ") << input;
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "step/StepOps.cpp.inc"

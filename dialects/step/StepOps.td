@@ -1,0 +1,546 @@
+//===- StepOps.td - Operations of the step dialect ---------*- tablegen -*-===//
+#ifndef STEP_OPS_TD
+#define STEP_OPS_TD
+
+include "StepAttrs.td"
+include "StepDialect.td"
+include "kiln/KilnTypes.td"
+include "mlir/IR/OpAsmInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ViewLikeInterface.td"
+
+/// 0-d i32 buffers: token ids, positions, argmax results, selection counts.
+def Step_I32Scalar : Type<
+    And<[Step_Buffer.predicate,
+         CPred<"::llvm::cast<::mlir::MemRefType>($_self).getRank() == 0">,
+         CPred<"::llvm::cast<::mlir::MemRefType>($_self).getElementType()"
+               ".isInteger(32)">]>,
+    "0-d i32 memref", "::mlir::MemRefType">;
+
+//===----------------------------------------------------------------------===//
+// Buffer declarations
+//===----------------------------------------------------------------------===//
+
+class Step_DeclOp<string mnemonic, list<Trait> traits = []>
+    : Step_Op<mnemonic, traits # [Pure,
+        DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]>;
+
+def Step_BufferOp : Step_DeclOp<"buffer"> {
+  let summary = "a range of the step's arena";
+  let description = [{
+    An intermediate of the step: `size(type)` bytes of the arena at byte
+    offset `at`. Before memory planning the offset is absent; the planner
+    (`--kiln-plan-memory`) assigns every buffer an offset from a liveness
+    analysis, reusing bytes whose values are dead, and the capture verifier
+    checks those offsets again itself. Two buffers are distinct values even
+    when their ranges overlap; what may overlap is decided by when each is
+    live, never by trust. `name` is for people (and printed SSA names).
+
+    Example:
+    ```mlir
+    %blk.0.attn_q_a.out = step.buffer "blk.0.attn_q_a.out" at 1024 : memref<2048xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$buffer_name,
+                       OptionalAttr<I64Attr>:$offset);
+  let results = (outs Step_Buffer:$result);
+  let assemblyFormat = [{
+    $buffer_name (`at` $offset^)? attr-dict `:` type($result)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Bytes the buffer occupies in the arena.
+    int64_t getSizeInBytes();
+  }];
+}
+
+def Step_ViewOp : Step_Op<"view", [Pure,
+    DeclareOpInterfaceMethods<ViewLikeOpInterface>]> {
+  let summary = "a contiguous reinterpretation of part of a buffer";
+  let description = [{
+    The `numel(result)` elements of `source` starting at element `offset`,
+    reshaped to the result's shape (row-major, same element type). Views are
+    how a step reshapes (`[64 x 192]` heads of a `[12288]` projection) and
+    takes contiguous slices without copying; they alias their source, and
+    every analysis sees that through `ViewLikeOpInterface`. Strided slices
+    are copies (`step.slice`).
+
+    Example:
+    ```mlir
+    %heads = step.view %q[0] : memref<384xf32> to memref<8x48xf32>
+    ```
+  }];
+  let arguments = (ins Step_Buffer:$source, I64Attr:$offset);
+  let results = (outs Step_Buffer:$result);
+  let assemblyFormat = [{
+    $source `[` $offset `]` attr-dict `:` type($source) `to` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_WeightOp : Step_DeclOp<"weight"> {
+  let summary = "a read-only weight tensor of the model file";
+  let description = [{
+    The handle to one GGUF tensor (name, block format and dims are its
+    type), placed by the runtime before the first step. Steps only read
+    weights; a write to one is rejected by the capture verifier.
+
+    Example:
+    ```mlir
+    %blk.0.attn_q_a = step.weight : !kiln.qweight<"blk.0.attn_q_a.weight", "q8_0", [256, 128]>
+    ```
+  }];
+  let results = (outs Kiln_QWeightType:$result);
+  let assemblyFormat = "attr-dict `:` qualified(type($result))";
+}
+
+def Step_StateOp : Step_DeclOp<"state"> {
+  let summary = "persistent state: a cache that lives across steps";
+  let description = [{
+    A buffer the runtime owns for the whole generation, one row per
+    position: `memref<positions x width x f16>`. The MLA latent cache rows
+    are `[latent | rope]` (`kv_lora_rank + qk_rope_dim` values), the DSA
+    indexer cache rows the indexer key. State counts as written before the
+    step starts (earlier steps wrote it); `step.cache_append` writes this
+    step's row.
+
+    Example:
+    ```mlir
+    %blk.0.kv_cache = step.state "blk.0.kv_cache" : memref<4096x80xf16>
+    ```
+  }];
+  let arguments = (ins StrAttr:$state_name);
+  let results = (outs Step_Buffer:$result);
+  let assemblyFormat = "$state_name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Step_InputOp : Step_DeclOp<"input"> {
+  let summary = "an input slot of the step (token id, position)";
+  let description = [{
+    A buffer the runtime fills before each replay of the step, at a fixed
+    place, so a captured graph reads the new value without being captured
+    again. Read-only inside the step.
+
+    Example:
+    ```mlir
+    %pos = step.input "position" : memref<i32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$slot_name);
+  let results = (outs Step_Buffer:$result);
+  let assemblyFormat = "$slot_name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Step_OutputOp : Step_DeclOp<"output"> {
+  let summary = "an output slot of the step (next token, logits)";
+  let description = [{
+    A buffer the step writes and the runtime reads after each replay, at a
+    fixed place. Like an arena buffer it holds nothing when the step starts:
+    it must be written before it is read.
+
+    Example:
+    ```mlir
+    %logits = step.output "logits" : memref<1024xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$slot_name);
+  let results = (outs Step_Buffer:$result);
+  let assemblyFormat = "$slot_name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def Step_CopyOp : Step_ComputeOp<"copy", 1> {
+  let summary = "copy one buffer into another of the same type";
+  let description = [{
+    Example:
+    ```mlir
+    step.copy ins(%x : memref<256xf32>) outs(%y : memref<256xf32>)
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `:` type($input) `)` `outs` `(` $output `:`
+    type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_SliceOp : Step_ComputeOp<"slice", 1> {
+  let summary = "copy a (strided) box of a buffer into a dense buffer";
+  let description = [{
+    `output[i...] = input[offsets + i...]` for every index of `output`;
+    `offsets` has one entry per dimension. Contiguous slices are views;
+    this op is for the rest (the rope half of each query head).
+
+    Example:
+    ```mlir
+    step.slice ins(%heads : memref<8x48xf32>) outs(%q_pe : memref<8x16xf32>) {offsets = array<i64: 0, 32>}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, DenseI64ArrayAttr:$offsets,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `:` type($input) `)` `outs` `(` $output `:`
+    type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_ConcatOp : Step_ComputeOp<"concat", 1> {
+  let summary = "concatenate buffers along one dimension";
+  let description = [{
+    Example:
+    ```mlir
+    step.concat ins(%lat, %pe : memref<64xf32>, memref<16xf32>) outs(%row : memref<80xf32>) {dim = 0 : i64}
+    ```
+  }];
+  let arguments = (ins In<Variadic<Step_Buffer>>:$inputs, I64Attr:$dim,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $inputs `:` type($inputs) `)` `outs` `(` $output `:`
+    type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise
+//===----------------------------------------------------------------------===//
+
+class Step_BinaryOp<string mnemonic> : Step_ComputeOp<mnemonic, 1> {
+  let arguments = (ins In<Step_Buffer>:$lhs, In<Step_Buffer>:$rhs,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $lhs `,` $rhs `:` type($lhs) `,` type($rhs) `)` `outs` `(`
+    $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_AddOp : Step_BinaryOp<"add"> {
+  let summary = "element-wise sum";
+  let description = [{
+    `output = lhs + rhs`. The residual update may be in place: name the
+    stream in `ins` and `outs`.
+
+    Example:
+    ```mlir
+    step.add ins(%x, %attn : memref<256xf32>, memref<256xf32>) outs(%x : memref<256xf32>)
+    ```
+  }];
+}
+
+def Step_SwiGLUOp : Step_BinaryOp<"swiglu"> {
+  let summary = "silu(gate) * up";
+  let description = [{
+    `output = silu(lhs) * rhs`, `lhs` the gate projection.
+
+    Example:
+    ```mlir
+    step.swiglu ins(%g, %u : memref<512xf32>, memref<512xf32>) outs(%h : memref<512xf32>)
+    ```
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation and position
+//===----------------------------------------------------------------------===//
+
+def Step_RMSNormOp : Step_ComputeOp<"rms_norm", 1> {
+  let summary = "RMS normalisation over the innermost dimension";
+  let description = [{
+    As `kiln.rms_norm`, into `output`.
+
+    Example:
+    ```mlir
+    step.rms_norm ins(%x, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, In<Step_Buffer>:$weight,
+                       F32Attr:$epsilon, Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $weight `:` type($input) `,` type($weight) `)`
+    `outs` `(` $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_LayerNormOp : Step_ComputeOp<"layer_norm", 1> {
+  let summary = "layer normalisation over the innermost dimension";
+  let description = [{
+    As `kiln.layer_norm`, into `output`.
+
+    Example:
+    ```mlir
+    step.layer_norm ins(%k, %w, %b : memref<32xf32>, memref<32xf32>, memref<32xf32>) outs(%kn : memref<32xf32>) {epsilon = 1.0e-06 : f32}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, In<Step_Buffer>:$weight,
+                       In<Step_Buffer>:$bias, F32Attr:$epsilon,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $weight `,` $bias `:` type($input) `,`
+    type($weight) `,` type($bias) `)` `outs` `(` $output `:` type($output)
+    `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_RopeOp : Step_ComputeOp<"rope", 1> {
+  let summary = "rotary position embedding";
+  let description = [{
+    As `kiln.rope`, with the position read from a buffer (so a captured
+    step rotates by the current position on every replay).
+
+    Example:
+    ```mlir
+    step.rope ins(%q, %pos : memref<8x16xf32>, memref<i32>) outs(%qr : memref<8x16xf32>) {dims = 16 : i64, offset = 0 : i64, style = "interleaved", theta = 1.0e+06 : f32}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, In<Step_I32Scalar>:$position,
+                       StrAttr:$style, F32Attr:$theta, I64Attr:$offset,
+                       I64Attr:$dims, Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $position `:` type($input) `,` type($position) `)`
+    `outs` `(` $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Weights
+//===----------------------------------------------------------------------===//
+
+def Step_DequantOp : Step_ComputeOp<"dequant", 1> {
+  let summary = "dequantise a whole (small) weight into a buffer";
+  let description = [{
+    As `kiln.dequant`. Used for norm weights and biases.
+
+    Example:
+    ```mlir
+    step.dequant ins(%w : !kiln.qweight<"output_norm.weight", "f32", [256]>) outs(%n : memref<256xf32>)
+    ```
+  }];
+  let arguments = (ins In<Kiln_QWeightType, "weight">:$weight,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $weight `:` qualified(type($weight)) `)` `outs` `(` $output
+    `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_EmbedOp : Step_ComputeOp<"embed", 1> {
+  let summary = "one row of the embedding table";
+  let description = [{
+    As `kiln.embed`, with the token id read from a buffer.
+
+    Example:
+    ```mlir
+    step.embed ins(%token_embd, %tok : !kiln.qweight<"token_embd.weight", "q8_0", [256, 1024]>, memref<i32>) outs(%x : memref<256xf32>)
+    ```
+  }];
+  let arguments = (ins In<Kiln_QWeightType, "table">:$table,
+                       In<Step_I32Scalar>:$token, Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $table `,` $token `:` qualified(type($table)) `,` type($token)
+    `)` `outs` `(` $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_LinearOp : Step_ComputeOp<"linear", 1> {
+  let summary = "mat-vec with a quantised weight";
+  let description = [{
+    As `kiln.linear`: dequantisation inside the product, f32 accumulation,
+    plain `[K, N]` or stacked `[K, N, B]` weights.
+
+    Example:
+    ```mlir
+    step.linear ins(%x, %w : memref<256xf32>, !kiln.qweight<"blk.0.attn_q_a.weight", "q8_0", [256, 128]>) outs(%y : memref<128xf32>)
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input,
+                       In<Kiln_QWeightType, "weight">:$weight,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $weight `:` type($input) `,` qualified(type($weight))
+    `)` `outs` `(` $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention and its state
+//===----------------------------------------------------------------------===//
+
+def Step_CacheAppendOp : Step_ComputeOp<"cache_append", 1> {
+  let summary = "write this token's row of a cache";
+  let description = [{
+    Row `position` of `cache` becomes `entry` (converted to the cache's
+    element type). The cache is this op's output: it declares the write.
+
+    Example:
+    ```mlir
+    step.cache_append ins(%row, %pos : memref<80xf32>, memref<i32>) outs(%blk.0.kv_cache : memref<4096x80xf16>)
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$entry, In<Step_I32Scalar>:$position,
+                       Out<Step_Buffer, "cache">:$cache);
+  let assemblyFormat = [{
+    `ins` `(` $entry `,` $position `:` type($entry) `,` type($position) `)`
+    `outs` `(` $cache `:` type($cache) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_MLAAttentionOp : Step_ComputeOp<"mla_attention", 1,
+    [AttrSizedOperandSegments]> {
+  let summary = "absorbed MLA decode attention over the latent cache";
+  let description = [{
+    As `kiln.mla_attention`. The cache row is `[latent | rope]`; the latent
+    width is `q_latent`'s innermost dimension and the rope width `q_rope`'s.
+
+    Example:
+    ```mlir
+    step.mla_attention ins(%ql, %qr, %kv, %pos, %sel, %n : memref<8x64xf32>, memref<8x16xf32>, memref<4096x80xf16>, memref<i32>, memref<32xi32>, memref<i32>) outs(%o : memref<8x64xf32>) {scale = 0.144 : f32}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$q_latent, In<Step_Buffer>:$q_rope,
+                       In<Step_Buffer, "cache">:$cache,
+                       In<Step_I32Scalar>:$position,
+                       In<Optional<Step_Buffer>>:$selected,
+                       In<Optional<Step_I32Scalar>>:$selected_count,
+                       F32Attr:$scale, Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $q_latent `,` $q_rope `,` $cache `,` $position
+    (`,` $selected^ `,` $selected_count)? `:` type($q_latent) `,`
+    type($q_rope) `,` type($cache) `,` type($position)
+    (`,` type($selected)^ `,` type($selected_count))? `)`
+    `outs` `(` $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_DSAIndexerOp : Step_ComputeOp<"dsa_indexer", 2> {
+  let summary = "DSA indexer: score cached tokens, select the top k";
+  let description = [{
+    As `kiln.dsa_indexer`: writes the selected positions (ascending, unused
+    entries 0) and their count.
+
+    Example:
+    ```mlir
+    step.dsa_indexer ins(%q, %w, %ic, %pos : memref<4x32xf32>, memref<4xf32>, memref<4096x32xf16>, memref<i32>) outs(%sel, %n : memref<32xi32>, memref<i32>) {scale = 0.088 : f32, top_k = 32 : i64}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$query, In<Step_Buffer>:$head_weights,
+                       In<Step_Buffer, "cache">:$cache,
+                       In<Step_I32Scalar>:$position, I64Attr:$top_k,
+                       F32Attr:$scale, Out<Step_Buffer>:$selected,
+                       Out<Step_I32Scalar>:$count);
+  let assemblyFormat = [{
+    `ins` `(` $query `,` $head_weights `,` $cache `,` $position `:`
+    type($query) `,` type($head_weights) `,` type($cache) `,`
+    type($position) `)` `outs` `(` $selected `,` $count `:`
+    type($selected) `,` type($count) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+def Step_MoERouterOp : Step_ComputeOp<"moe_router", 2> {
+  let summary = "router: gate scores, bias-corrected top-k, weights";
+  let description = [{
+    As `kiln.moe_router`: writes the chosen expert ids and their weights.
+
+    Example:
+    ```mlir
+    step.moe_router ins(%f, %gate, %bias : memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, memref<16xf32>) outs(%ids, %w : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input,
+                       In<Kiln_QWeightType, "gate">:$gate,
+                       In<Optional<Step_Buffer>>:$bias, I64Attr:$top_k,
+                       StrAttr:$gating, BoolAttr:$normalize,
+                       F32Attr:$routed_scale, Out<Step_Buffer>:$ids,
+                       Out<Step_Buffer>:$weights);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $gate (`,` $bias^)? `:` type($input) `,`
+    qualified(type($gate)) (`,` type($bias)^)? `)` `outs` `(` $ids `,`
+    $weights `:` type($ids) `,` type($weights) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_MoEExpertsOp : Step_ComputeOp<"moe_experts", 1> {
+  let summary = "weighted sum of the chosen experts' SwiGLU FFNs";
+  let description = [{
+    As `kiln.moe_experts`: reads only the chosen experts' blocks of
+    `experts` (gate, up, down, or a fused gate_up and down).
+
+    Example:
+    ```mlir
+    step.moe_experts ins(%f, %ids, %w, %gate, %up, %down : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...>) outs(%y : memref<256xf32>)
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, In<Step_Buffer>:$ids,
+                       In<Step_Buffer>:$weights,
+                       In<Variadic<Kiln_QWeightType>, "experts">:$experts,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $ids `,` $weights `,` $experts `:` type($input) `,`
+    type($ids) `,` type($weights) `,` qualified(type($experts)) `)`
+    `outs` `(` $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives and decisions
+//===----------------------------------------------------------------------===//
+
+def Step_AllReduceOp : Step_ComputeOp<"all_reduce", 1> {
+  let summary = "sum (or max) over the tensor-parallel ranks";
+  let description = [{
+    As `kiln.all_reduce`; may be in place.
+
+    Example:
+    ```mlir
+    step.all_reduce ins(%p : memref<256xf32>) outs(%p : memref<256xf32>) {reduction = "sum"}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, StrAttr:$reduction,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `:` type($input) `)` `outs` `(` $output `:`
+    type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_ArgmaxOp : Step_ComputeOp<"argmax", 1> {
+  let summary = "index of the largest element, ties to the lowest";
+  let description = [{
+    Example:
+    ```mlir
+    step.argmax ins(%logits : memref<1024xf32>) outs(%next : memref<i32>)
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, Out<Step_I32Scalar>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `:` type($input) `)` `outs` `(` $output `:`
+    type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // STEP_OPS_TD
