@@ -131,7 +131,7 @@ FailureOr<func::FuncOp> FunctionLowering::run() {
     slots.push_back(slot);
     // Producers write straight into the slot; anything else is copied.
     Operation *def = v.getDefiningOp();
-    if (def && isa<kd::KilnDialect>(def->getDialect()) &&
+    if (def && isa_and_present<kd::KilnDialect>(def->getDialect()) &&
         !isa<kd::LayerOp>(def) && !returnSlots_.count(v))
       returnSlots_[v] = slot;
   }
@@ -399,7 +399,7 @@ struct LowerToStep : mlir::kiln::impl::LowerToStepBase<LowerToStep> {
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       bool usesKiln = false;
       func.walk([&](Operation *op) {
-        if (isa<kd::KilnDialect>(op->getDialect()))
+        if (isa_and_present<kd::KilnDialect>(op->getDialect()))
           usesKiln = true;
       });
       if (usesKiln && !func.isExternal())

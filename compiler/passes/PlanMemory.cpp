@@ -48,7 +48,7 @@ struct PlanMemory : mlir::kiln::impl::PlanMemoryBase<PlanMemory> {
     if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
       func.emitError("kiln-plan-memory: alignment must be a power of two, "
                      "got ")
-          << alignment;
+          << static_cast<int64_t>(alignment);
       return signalPassFailure();
     }
 

@@ -34,7 +34,7 @@ std::vector<StepReport> mlir::step::reportSteps(ModuleOp module) {
     llvm::StringSet<> weights;
     bool isStep = false;
     func.walk([&](Operation *op) {
-      if (!isa<StepDialect>(op->getDialect()))
+      if (!isa_and_present<StepDialect>(op->getDialect()))
         return;
       isStep = true;
       if (auto w = dyn_cast<WeightOp>(op)) {

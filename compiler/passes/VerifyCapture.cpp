@@ -71,7 +71,7 @@ struct VerifyCapture : mlir::kiln::impl::VerifyCaptureBase<VerifyCapture> {
     func::FuncOp func = getOperation();
     bool isStep = false;
     func.walk([&](Operation *op) {
-      if (isa<StepDialect>(op->getDialect()))
+      if (isa_and_present<StepDialect>(op->getDialect()))
         isStep = true;
     });
     if (!isStep)
@@ -155,16 +155,31 @@ LogicalResult VerifyCapture::verifyOp(Operation *op, AliasAnalysis &aliases) {
   iface.getEffects(effects);
   for (const MemoryEffects::EffectInstance &e : effects)
     if (isa<MemoryEffects::Allocate>(e.getEffect())) {
-      InFlightDiagnostic d = op->emitOpError("allocates");
-      if (Value v = e.getValue())
-        d << " " << describeBuffer(v);
-      return d << " inside a step: every buffer must be declared and placed "
-                  "by the memory plan";
+      return op->emitOpError("allocates a buffer inside a step: every "
+                             "buffer must be declared and placed by the "
+                             "memory plan");
     }
   for (const MemoryEffects::EffectInstance &e : effects)
     if (isa<MemoryEffects::Free>(e.getEffect()))
       return op->emitOpError("frees memory inside a step");
 
+  // A buffer result must be a declaration or a declared view; anything
+  // else may alias its operands without saying so.
+  if (!isDeclaration(op) && !isa<ViewOp>(op))
+    for (Value r : op->getResults()) {
+      if (!isBufferType(r.getType()))
+        continue;
+      for (Value v : operands)
+        if (!aliases.alias(r, v).isNo())
+          return op->emitOpError("result #")
+                 << cast<OpResult>(r).getResultNumber() << " may alias "
+                 << describeBuffer(v)
+                 << " without an in-place declaration: step ops write "
+                    "through outs, and views are step.view";
+      return op->emitOpError("result #")
+             << cast<OpResult>(r).getResultNumber()
+             << " is a buffer no declaration or plan places";
+    }
   // Every buffer operand is covered by a declared effect.
   for (auto [i, v] : llvm::enumerate(op->getOperands())) {
     if (!isBufferType(v.getType()))
@@ -173,7 +188,7 @@ LogicalResult VerifyCapture::verifyOp(Operation *op, AliasAnalysis &aliases) {
       return e.getValue() == v &&
              isa<MemoryEffects::Read, MemoryEffects::Write>(e.getEffect());
     });
-    if (!declared && !isa<ViewLikeOpInterface>(op))
+    if (!declared && !isa<ViewOp>(op))
       return op->emitOpError("declares no memory effect on operand #")
              << i << " (" << describeBuffer(v)
              << "): a step op says whether it reads or writes each buffer";
@@ -212,26 +227,6 @@ LogicalResult VerifyCapture::verifyOp(Operation *op, AliasAnalysis &aliases) {
                 "(a graph replay cannot return data to the host mid-step)";
     }
 
-  // A buffer result must be a declaration or a declared view; anything
-  // else may alias its operands without saying so.
-  if (!isDeclaration(op) && !isa<ViewOp>(op))
-    for (Value r : op->getResults()) {
-      if (!isBufferType(r.getType()))
-        continue;
-      for (Value v : operands)
-        if (!aliases.alias(r, v).isNo())
-          return op->emitOpError("result #")
-                 << cast<OpResult>(r).getResultNumber() << " may alias "
-                 << describeBuffer(v)
-                 << " without an in-place declaration: step ops write "
-                    "through outs, and views are step.view";
-      return op->emitOpError("result #")
-             << cast<OpResult>(r).getResultNumber()
-             << " is a buffer no declaration or plan places";
-    }
-  if (isa<ViewLikeOpInterface>(op) && !isa<ViewOp>(op))
-    return op->emitOpError("creates a view: views in a step are step.view, "
-                           "contiguous and visible to the plan");
   return success();
 }
 
@@ -250,14 +245,14 @@ LogicalResult VerifyCapture::verifyStep(func::FuncOp func) {
   SmallVector<Operation *> ops;
   SmallVector<Access> accesses;
   for (Operation &op : body) {
-    if (failed(verifyOp(&op, aliases)))
-      return failure();
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       if (ret.getNumOperands() != 0)
         return ret.emitOpError("a step returns nothing: its results are "
                                "written to step.output slots");
       continue;
     }
+    if (failed(verifyOp(&op, aliases)))
+      return failure();
     if (isDeclaration(&op) || isa<ViewOp>(op))
       continue;
     accesses.clear();

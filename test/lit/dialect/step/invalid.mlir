@@ -1,0 +1,435 @@
+// RUN: kiln-opt %s --split-input-file --verify-diagnostics
+
+// Every verifier message of the step ops, pinned, plus the type constraints
+// (static identity-layout memrefs, 0-d i32 positions) that ODS checks.
+
+func.func @buffer_name() {
+  // expected-error @+1 {{'step.buffer' op buffer name must not be empty}}
+  %b = step.buffer "" : memref<4xf32>
+  return
+}
+
+// -----
+
+func.func @buffer_offset() {
+  // expected-error @+1 {{'step.buffer' op offset must not be negative, got -256}}
+  %b = step.buffer "b" at -256 : memref<4xf32>
+  return
+}
+
+// -----
+
+func.func @buffer_layout() {
+  // expected-error @+1 {{'step.buffer' op result #0 must be statically shaped memref with the identity layout}}
+  %b = step.buffer "b" : memref<4xf32, strided<[2]>>
+  return
+}
+
+// -----
+
+func.func @view_type() {
+  %b = step.buffer "b" : memref<4xf32>
+  // expected-error @+1 {{'step.view' op a view keeps the element type: 'f32' vs 'f16'}}
+  %v = step.view %b[0] : memref<4xf32> to memref<4xf16>
+  return
+}
+
+// -----
+
+func.func @view_range() {
+  %b = step.buffer "b" : memref<4xf32>
+  // expected-error @+1 {{'step.view' op elements [2, 5) are not inside the source's 4}}
+  %v = step.view %b[2] : memref<4xf32> to memref<3xf32>
+  return
+}
+
+// -----
+
+func.func @state_name() {
+  // expected-error @+1 {{'step.state' op state name must not be empty}}
+  %s = step.state "" : memref<4x8xf16>
+  return
+}
+
+// -----
+
+func.func @state_rank() {
+  // expected-error @+1 {{'step.state' op state must be a [positions x width] float buffer, got 'memref<8xf16>'}}
+  %s = step.state "kv" : memref<8xf16>
+  return
+}
+
+// -----
+
+func.func @input_name() {
+  // expected-error @+1 {{'step.input' op slot name must not be empty}}
+  %s = step.input "" : memref<i32>
+  return
+}
+
+// -----
+
+func.func @output_name() {
+  // expected-error @+1 {{'step.output' op slot name must not be empty}}
+  %s = step.output "" : memref<i32>
+  return
+}
+
+// -----
+
+func.func @copy_types() {
+  %a = step.buffer "a" : memref<4xf32>
+  %b = step.buffer "b" : memref<8xf32>
+  // expected-error @+1 {{'step.copy' op input and output types differ: 'memref<4xf32>' vs 'memref<8xf32>'}}
+  step.copy ins(%a : memref<4xf32>) outs(%b : memref<8xf32>)
+  return
+}
+
+// -----
+
+func.func @slice_rank() {
+  %a = step.buffer "a" : memref<4x8xf32>
+  %b = step.buffer "b" : memref<8xf32>
+  // expected-error @+1 {{'step.slice' op input, output and offsets must agree in rank and element type}}
+  step.slice ins(%a : memref<4x8xf32>) outs(%b : memref<8xf32>) {offsets = array<i64: 0>}
+  return
+}
+
+// -----
+
+func.func @slice_range() {
+  %a = step.buffer "a" : memref<4x8xf32>
+  %b = step.buffer "b" : memref<4x4xf32>
+  // expected-error @+1 {{'step.slice' op dimension 1: [6, 10) is not inside the input's 8}}
+  step.slice ins(%a : memref<4x8xf32>) outs(%b : memref<4x4xf32>) {offsets = array<i64: 0, 6>}
+  return
+}
+
+// -----
+
+func.func @concat_sum() {
+  %a = step.buffer "a" : memref<4xf32>
+  %b = step.buffer "b" : memref<8xf32>
+  step.concat ins(%a, %a : memref<4xf32>, memref<4xf32>) outs(%b : memref<8xf32>) {dim = 0 : i64}
+  %c = step.buffer "c" : memref<9xf32>
+  // expected-error @+1 {{'step.concat' op inputs add up to 8 along dim 0, the output has 9}}
+  step.concat ins(%a, %a : memref<4xf32>, memref<4xf32>) outs(%c : memref<9xf32>) {dim = 0 : i64}
+  return
+}
+
+// -----
+
+func.func @concat_dim() {
+  %a = step.buffer "a" : memref<4xf32>
+  // expected-error @+1 {{'step.concat' op dim 1 is not a dimension of 'memref<4xf32>'}}
+  step.concat ins(%a : memref<4xf32>) outs(%a : memref<4xf32>) {dim = 1 : i64}
+  return
+}
+
+// -----
+
+func.func @concat_other_dims() {
+  %a = step.buffer "a" : memref<2x4xf32>
+  %b = step.buffer "b" : memref<4x3xf32>
+  // expected-error @+1 {{'step.concat' op input 'memref<2x4xf32>' differs from the output outside dim 0}}
+  step.concat ins(%a, %a : memref<2x4xf32>, memref<2x4xf32>) outs(%b : memref<4x3xf32>) {dim = 0 : i64}
+  return
+}
+
+// -----
+
+func.func @add_types() {
+  %a = step.buffer "a" : memref<4xf32>
+  %b = step.buffer "b" : memref<4xf16>
+  // expected-error @+1 {{'step.add' op operands and output must have one type, got 'memref<4xf32>', 'memref<4xf16>' -> 'memref<4xf32>'}}
+  step.add ins(%a, %b : memref<4xf32>, memref<4xf16>) outs(%a : memref<4xf32>)
+  return
+}
+
+// -----
+
+func.func @swiglu_int() {
+  %a = step.buffer "a" : memref<4xi32>
+  // expected-error @+1 {{'step.swiglu' op operands must be float buffers}}
+  step.swiglu ins(%a, %a : memref<4xi32>, memref<4xi32>) outs(%a : memref<4xi32>)
+  return
+}
+
+// -----
+
+func.func @rms_weight() {
+  %a = step.buffer "a" : memref<4xf32>
+  %w = step.buffer "w" : memref<8xf32>
+  // expected-error @+1 {{'step.rms_norm' op weight must have shape [4], got 'memref<8xf32>'}}
+  step.rms_norm ins(%a, %w : memref<4xf32>, memref<8xf32>) outs(%a : memref<4xf32>) {epsilon = 1.0e-05 : f32}
+  return
+}
+
+// -----
+
+func.func @rms_eps() {
+  %a = step.buffer "a" : memref<4xf32>
+  // expected-error @+1 {{'step.rms_norm' op epsilon must be positive and finite, got 0}}
+  step.rms_norm ins(%a, %a : memref<4xf32>, memref<4xf32>) outs(%a : memref<4xf32>) {epsilon = 0.0 : f32}
+  return
+}
+
+// -----
+
+func.func @rms_out() {
+  %a = step.buffer "a" : memref<4xf32>
+  %o = step.buffer "o" : memref<4xf16>
+  // expected-error @+1 {{'step.rms_norm' op output must have the input's type 'memref<4xf32>'}}
+  step.rms_norm ins(%a, %a : memref<4xf32>, memref<4xf32>) outs(%o : memref<4xf16>) {epsilon = 1.0e-05 : f32}
+  return
+}
+
+// -----
+
+func.func @layer_norm_bias() {
+  %a = step.buffer "a" : memref<4xf32>
+  %b = step.buffer "b" : memref<2xf32>
+  // expected-error @+1 {{'step.layer_norm' op bias must have shape [4], got 'memref<2xf32>'}}
+  step.layer_norm ins(%a, %a, %b : memref<4xf32>, memref<4xf32>, memref<2xf32>) outs(%a : memref<4xf32>) {epsilon = 1.0e-06 : f32}
+  return
+}
+
+// -----
+
+func.func @rope_style() {
+  %a = step.buffer "a" : memref<16xf32>
+  %p = step.input "position" : memref<i32>
+  // expected-error @+1 {{'step.rope' op style must be 'interleaved' or 'neox', got 'gptj'}}
+  step.rope ins(%a, %p : memref<16xf32>, memref<i32>) outs(%a : memref<16xf32>) {dims = 16 : i64, offset = 0 : i64, style = "gptj", theta = 1.0e+06 : f32}
+  return
+}
+
+// -----
+
+func.func @rope_dims() {
+  %a = step.buffer "a" : memref<16xf32>
+  %p = step.input "position" : memref<i32>
+  // expected-error @+1 {{'step.rope' op rotates [8, 24) (an even, positive width is needed) of an innermost dimension of 16}}
+  step.rope ins(%a, %p : memref<16xf32>, memref<i32>) outs(%a : memref<16xf32>) {dims = 16 : i64, offset = 8 : i64, style = "neox", theta = 1.0e+06 : f32}
+  return
+}
+
+// -----
+
+func.func @rope_theta() {
+  %a = step.buffer "a" : memref<16xf32>
+  %p = step.input "position" : memref<i32>
+  // expected-error @+1 {{'step.rope' op theta must be positive and finite, got -1}}
+  step.rope ins(%a, %p : memref<16xf32>, memref<i32>) outs(%a : memref<16xf32>) {dims = 16 : i64, offset = 0 : i64, style = "neox", theta = -1.0 : f32}
+  return
+}
+
+// -----
+
+func.func @rope_position() {
+  %a = step.buffer "a" : memref<16xf32>
+  %p = step.input "position" : memref<2xi32>
+  // expected-error @+1 {{'step.rope' op operand #1 must be 0-d i32 memref, but got 'memref<2xi32>'}}
+  step.rope ins(%a, %p : memref<16xf32>, memref<2xi32>) outs(%a : memref<16xf32>) {dims = 16 : i64, offset = 0 : i64, style = "neox", theta = 1.0 : f32}
+  return
+}
+
+// -----
+
+func.func @dequant_shape() {
+  %w = step.weight : !kiln.qweight<"n.weight", "f32", [8, 4]>
+  %o = step.buffer "o" : memref<8x4xf32>
+  // expected-error @+1 {{'step.dequant' op output must have shape [4, 8], got 'memref<8x4xf32>'}}
+  step.dequant ins(%w : !kiln.qweight<"n.weight", "f32", [8, 4]>) outs(%o : memref<8x4xf32>)
+  return
+}
+
+// -----
+
+func.func @embed_shape() {
+  %w = step.weight : !kiln.qweight<"token_embd.weight", "f32", [8, 100]>
+  %t = step.input "token" : memref<i32>
+  %o = step.buffer "o" : memref<100xf32>
+  // expected-error @+1 {{'step.embed' op output must have shape [8], got 'memref<100xf32>'}}
+  step.embed ins(%w, %t : !kiln.qweight<"token_embd.weight", "f32", [8, 100]>, memref<i32>) outs(%o : memref<100xf32>)
+  return
+}
+
+// -----
+
+func.func @linear_k() {
+  %w = step.weight : !kiln.qweight<"w.weight", "f32", [8, 4]>
+  %x = step.buffer "x" : memref<16xf32>
+  %y = step.buffer "y" : memref<4xf32>
+  // expected-error @+1 {{'step.linear' op input's innermost dimension is 16 but the weight's ne[0] is 8}}
+  step.linear ins(%x, %w : memref<16xf32>, !kiln.qweight<"w.weight", "f32", [8, 4]>) outs(%y : memref<4xf32>)
+  return
+}
+
+// -----
+
+func.func @linear_n() {
+  %w = step.weight : !kiln.qweight<"w.weight", "f32", [8, 4]>
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  // expected-error @+1 {{'step.linear' op output must have shape [4], got 'memref<8xf32>'}}
+  step.linear ins(%x, %w : memref<8xf32>, !kiln.qweight<"w.weight", "f32", [8, 4]>) outs(%y : memref<8xf32>)
+  return
+}
+
+// -----
+
+func.func @linear_stacked() {
+  %w = step.weight : !kiln.qweight<"w.weight", "f32", [8, 4, 2]>
+  %x = step.buffer "x" : memref<3x8xf32>
+  %y = step.buffer "y" : memref<2x4xf32>
+  // expected-error @+1 {{'step.linear' op input must have shape [2, 8], got 'memref<3x8xf32>'}}
+  step.linear ins(%x, %w : memref<3x8xf32>, !kiln.qweight<"w.weight", "f32", [8, 4, 2]>) outs(%y : memref<2x4xf32>)
+  return
+}
+
+// -----
+
+func.func @cache_append_width() {
+  %c = step.state "kv" : memref<16x80xf16>
+  %e = step.buffer "e" : memref<64xf32>
+  %p = step.input "position" : memref<i32>
+  // expected-error @+1 {{'step.cache_append' op entry must have shape [80], got 'memref<64xf32>'}}
+  step.cache_append ins(%e, %p : memref<64xf32>, memref<i32>) outs(%c : memref<16x80xf16>)
+  return
+}
+
+// -----
+
+func.func @mla_cache_width() {
+  %c = step.state "kv" : memref<16x72xf16>
+  %ql = step.buffer "ql" : memref<8x64xf32>
+  %qr = step.buffer "qr" : memref<8x16xf32>
+  %p = step.input "position" : memref<i32>
+  // expected-error @+1 {{'step.mla_attention' op cache rows must be latent + rope = 80 wide, got 'memref<16x72xf16>'}}
+  step.mla_attention ins(%ql, %qr, %c, %p : memref<8x64xf32>, memref<8x16xf32>, memref<16x72xf16>, memref<i32>) outs(%ql : memref<8x64xf32>) {scale = 1.0 : f32}
+  return
+}
+
+// -----
+
+func.func @mla_heads() {
+  %c = step.state "kv" : memref<16x80xf16>
+  %ql = step.buffer "ql" : memref<8x64xf32>
+  %qr = step.buffer "qr" : memref<4x16xf32>
+  %p = step.input "position" : memref<i32>
+  // expected-error @+1 {{'step.mla_attention' op q_latent and q_rope must be [heads x width] with the same heads}}
+  step.mla_attention ins(%ql, %qr, %c, %p : memref<8x64xf32>, memref<4x16xf32>, memref<16x80xf16>, memref<i32>) outs(%ql : memref<8x64xf32>) {scale = 1.0 : f32}
+  return
+}
+
+// -----
+
+func.func @mla_output() {
+  %c = step.state "kv" : memref<16x80xf16>
+  %ql = step.buffer "ql" : memref<8x64xf32>
+  %qr = step.buffer "qr" : memref<8x16xf32>
+  %p = step.input "position" : memref<i32>
+  // expected-error @+1 {{'step.mla_attention' op output must have shape [8, 64], got 'memref<8x16xf32>'}}
+  step.mla_attention ins(%ql, %qr, %c, %p : memref<8x64xf32>, memref<8x16xf32>, memref<16x80xf16>, memref<i32>) outs(%qr : memref<8x16xf32>) {scale = 1.0 : f32}
+  return
+}
+
+// -----
+
+func.func @dsa_topk() {
+  %c = step.state "ic" : memref<16x32xf16>
+  %q = step.buffer "q" : memref<4x32xf32>
+  %w = step.buffer "w" : memref<4xf32>
+  %p = step.input "position" : memref<i32>
+  %s = step.buffer "s" : memref<8xi32>
+  %n = step.buffer "n" : memref<i32>
+  // expected-error @+1 {{'step.dsa_indexer' op selected must be memref<4xi32>, got 'memref<8xi32>'}}
+  step.dsa_indexer ins(%q, %w, %c, %p : memref<4x32xf32>, memref<4xf32>, memref<16x32xf16>, memref<i32>) outs(%s, %n : memref<8xi32>, memref<i32>) {scale = 1.0 : f32, top_k = 4 : i64}
+  return
+}
+
+// -----
+
+func.func @dsa_weights() {
+  %c = step.state "ic" : memref<16x32xf16>
+  %q = step.buffer "q" : memref<4x32xf32>
+  %w = step.buffer "w" : memref<2xf32>
+  %p = step.input "position" : memref<i32>
+  %s = step.buffer "s" : memref<4xi32>
+  %n = step.buffer "n" : memref<i32>
+  // expected-error @+1 {{'step.dsa_indexer' op head_weights must have shape [4], got 'memref<2xf32>'}}
+  step.dsa_indexer ins(%q, %w, %c, %p : memref<4x32xf32>, memref<2xf32>, memref<16x32xf16>, memref<i32>) outs(%s, %n : memref<4xi32>, memref<i32>) {scale = 1.0 : f32, top_k = 4 : i64}
+  return
+}
+
+// -----
+
+func.func @router_topk() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<5xi32>
+  %w = step.buffer "w" : memref<5xf32>
+  // expected-error @+1 {{'step.moe_router' op top_k must be in 1..4}}
+  step.moe_router ins(%x, %g : memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>) outs(%i, %w : memref<5xi32>, memref<5xf32>) {gating = "sigmoid", normalize = true, routed_scale = 1.0 : f32, top_k = 5 : i64}
+  return
+}
+
+// -----
+
+func.func @router_gating() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.moe_router' op gating must be 'sigmoid' or 'softmax'}}
+  step.moe_router ins(%x, %g : memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>) outs(%i, %w : memref<2xi32>, memref<2xf32>) {gating = "relu", normalize = true, routed_scale = 1.0 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @experts_count() {
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.moe_experts' op experts are (gate, up, down) or (gate_up, down), got 1 weights}}
+  step.moe_experts ins(%x, %i, %w, %d : memref<8xf32>, memref<2xi32>, memref<2xf32>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) outs(%x : memref<8xf32>)
+  return
+}
+
+// -----
+
+func.func @all_reduce_kind() {
+  %a = step.buffer "a" : memref<4xf32>
+  // expected-error @+1 {{'step.all_reduce' op reduction must be 'sum' or 'max'}}
+  step.all_reduce ins(%a : memref<4xf32>) outs(%a : memref<4xf32>) {reduction = "mean"}
+  return
+}
+
+// -----
+
+func.func @argmax_rank() {
+  %a = step.buffer "a" : memref<2x4xf32>
+  %o = step.output "next" : memref<i32>
+  // expected-error @+1 {{'step.argmax' op input must be a non-empty vector, got 'memref<2x4xf32>'}}
+  step.argmax ins(%a : memref<2x4xf32>) outs(%o : memref<i32>)
+  return
+}
+
+// -----
+
+func.func @plan_alignment() attributes {
+  // expected-error @+1 {{plan alignment must be a power of two, got 100}}
+  step.plan = #step.plan<arena_bytes = 0, peak_live_bytes = 0, alignment = 100, buffers = 0>} {
+  return
+}
+
+// -----
+
+func.func @plan_peak() attributes {
+  // expected-error @+1 {{peak live bytes (512) cannot exceed the arena (256)}}
+  step.plan = #step.plan<arena_bytes = 256, peak_live_bytes = 512, alignment = 256, buffers = 1>} {
+  return
+}
