@@ -41,12 +41,25 @@ echo "-- 5. compile it to the kiln program (the decode step; metadata only) and 
 echo "   $(grep -c 'kiln.layer ' "$work/glm5-tiny.mlir") layers, $(grep -c 'kiln.weight' "$work/glm5-tiny.mlir") weights bound by name, program verified; layer 1 starts:"
 sed -n '/kiln.layer 1 /,/kiln.linear/p' "$work/glm5-tiny.mlir" | cut -c1-150
 echo
-echo "-- 6. a shape error caught by the op verifiers:"
-if "$bin/kiln-opt" models/glm5/examples/bad-norm.mlir 2>&1; then
+echo "-- 6. lower it to the step dialect: buffers, declared effects, one planned arena, capture verified"
+"$bin/kiln-compile" "$work/glm5-tiny.gguf" --emit=step --report -o "$work/glm5-tiny.step.mlir"
+"$bin/kiln-opt" --kiln-verify-capture "$work/glm5-tiny.step.mlir" -o /dev/null
+echo "   layer 0's attention starts:"
+sed -n '/"blk.0.rms_norm"/,/step.linear/p' "$work/glm5-tiny.step.mlir" | cut -c1-150
+echo
+echo "-- 7. a shape error caught by the op verifiers:"
+if "$bin/kiln-opt" --mlir-print-op-on-diagnostic=false models/glm5/examples/bad-norm.mlir 2>&1; then
   echo "demo: error: kiln-opt accepted an ill-formed program" >&2
   exit 1
 fi
 echo "(kiln-opt rejected it with the message above, as it should)"
 echo
-echo "Next stages, in order: the step dialect and memory plan, the CPU runtime (kiln-run),"
-echo "fusion and tensor parallelism, CUDA."
+echo "-- 8. the field bug (a kernel updating its input in place, undeclared) caught before capture:"
+if "$bin/kiln-opt" --allow-unregistered-dialect --mlir-print-op-on-diagnostic=false --kiln-verify-capture models/glm5/examples/undeclared-in-place.mlir -o /dev/null 2>&1; then
+  echo "demo: error: the capture verifier accepted an undeclared in-place write" >&2
+  exit 1
+fi
+echo "(the capture verifier rejected it, as it should)"
+echo
+echo "Next stages, in order: the artifact and the CPU runtime (kiln-run), fusion and tensor"
+echo "parallelism, CUDA."
