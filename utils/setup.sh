@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and test Kiln:
-# Debian packages (MLIR/LLVM 22, fmt, GoogleTest, ninja, ccache, clang-22 for
+# Debian packages (MLIR/LLVM 22, fmt, GoogleTest, FlatBuffers, ninja, ccache, clang-22 for
 # fuzzing) and a Python virtual environment in .venv (numpy, gguf, pytest).
 # Idempotent: installs only what is missing. Works as root or through sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake ninja-build ccache git libfmt-dev libgtest-dev
+  libflatbuffers-dev flatbuffers-compiler
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   clang-22 libclang-rt-22-dev python3 python3-venv)
 PY_PACKAGES=(numpy gguf pytest)

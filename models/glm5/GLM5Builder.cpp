@@ -87,9 +87,10 @@ Status checkCatalog(const GLM5Dims &dims, const TensorCatalog &catalog,
 class StepBuilder {
 public:
   StepBuilder(MLIRContext &ctx, const GLM5Dims &d, const TensorCatalog &c,
-              uint64_t context)
+              uint64_t context, Type cacheElement)
       : b_(&ctx), loc_(UnknownLoc::get(&ctx)), d_(d), catalog_(c),
-        context_(int64_t(context)), f32_(b_.getF32Type()) {}
+        context_(int64_t(context)), f32_(b_.getF32Type()),
+        cacheElement_(cacheElement) {}
 
   OwningOpRef<ModuleOp> build(bool includeMtp, bool fusedGateUp);
 
@@ -177,6 +178,7 @@ private:
   const TensorCatalog &catalog_;
   int64_t context_;
   Type f32_;
+  Type cacheElement_;
 };
 
 Value StepBuilder::attention(Value a, Value pos, const std::string &p) {
@@ -194,7 +196,7 @@ Value StepBuilder::attention(Value a, Value pos, const std::string &p) {
   Value kPe = rope(slice(kv, {kvLora}, {ropeDims}), pos, 0);
   Value entry = tensor::ConcatOp::create(b_, loc_, 0, ValueRange{cKv, kPe});
   auto kvType = kd::LatentCacheType::get(b_.getContext(), context_, kvLora,
-                                         ropeDims, b_.getF16Type());
+                                         ropeDims, cacheElement_);
   Value kvCache = kd::StateOp::create(b_, loc_, kvType,
                                         b_.getStringAttr(p + "kv_cache"));
   kd::CacheAppendOp::create(b_, loc_, kvCache, pos, entry);
@@ -212,7 +214,7 @@ Value StepBuilder::attention(Value a, Value pos, const std::string &p) {
                                f32Attr(1e-6));
   kI = rope(kI, pos, 0);
   auto idxType = kd::IndexCacheType::get(b_.getContext(), context_, iDim,
-                                           b_.getF16Type());
+                                           cacheElement_);
   Value idxCache = kd::StateOp::create(b_, loc_, idxType,
                                          b_.getStringAttr(p + "index_cache"));
   kd::CacheAppendOp::create(b_, loc_, idxCache, pos, kI);
@@ -403,7 +405,17 @@ Expected<OwningOpRef<ModuleOp>> buildDecodeStep(MLIRContext &context,
     return s.error();
   uint64_t ctx = options.contextLength ? options.contextLength
                                        : dims.contextLength;
-  StepBuilder builder(context, dims, catalog, ctx);
+  Type cacheElement;
+  if (options.cacheType == "f16")
+    cacheElement = Float16Type::get(&context);
+  else if (options.cacheType == "bf16")
+    cacheElement = BFloat16Type::get(&context);
+  else if (options.cacheType == "f32")
+    cacheElement = Float32Type::get(&context);
+  else
+    return Error(catalog.source, "cache type",
+                 fmt::format("'{}' is not f16, bf16 or f32", options.cacheType));
+  StepBuilder builder(context, dims, catalog, ctx, cacheElement);
   OwningOpRef<ModuleOp> module = builder.build(options.includeMtp, fused);
   if (failed(verify(*module)))
     return Error(catalog.source, "",

@@ -52,6 +52,9 @@ struct BuildOptions {
   /// Also build `@mtp_step`, the next-token-prediction layer (kept out of
   /// the decode step).
   bool includeMtp = false;
+  /// Element type of the latent and indexer caches: "f16" (llama.cpp's
+  /// default), "bf16" or "f32".
+  std::string cacheType = "f16";
 };
 
 /// Checks `catalog` against every tensor `dims` implies, then builds a module

@@ -1,5 +1,6 @@
 //===- kiln-compile.cpp - The Kiln compiler driver -------------------------===//
 //
+// kiln-compile MODEL.gguf... --target=cpu -o M.kiln   (the artifact)
 // kiln-compile MODEL.gguf... [--emit=mlir|step] [--report] [-o OUT]
 // kiln-compile config.json --weight-type=bf16 [--emit=...] [-o OUT]
 //
@@ -8,10 +9,12 @@
 // builds the GLM-5 decode step in the kiln dialect (--emit=mlir). With
 // --emit=step it lowers that to the step dialect, plans its memory and
 // verifies it is safe to capture; --report prints the plan's figures to
-// stderr. Later stages (fusion, partitioning, backends, the artifact)
+// stderr. --emit=artifact (the default when -o ends in .kiln) writes the
+// deployable artifact for --target. Later stages (fusion, partitioning)
 // extend this driver.
 //
 //===----------------------------------------------------------------------===//
+#include "artifact/EmitArtifact.h"
 #include "glm5/GLM5Builder.h"
 #include "glm5/GLM5Config.h"
 #include "passes/Passes.h"
@@ -34,11 +37,16 @@ namespace cl = llvm::cl;
 
 static cl::list<std::string> inputs(cl::Positional, cl::OneOrMore,
                                     cl::desc("<model.gguf... | config.json>"));
-static cl::opt<std::string> emit("emit", cl::init("mlir"),
-                                 cl::desc("What to produce: mlir (the kiln "
-                                          "program) or step (the planned, "
-                                          "verified step program)"),
-                                 cl::value_desc("kind"));
+static cl::opt<std::string>
+    emit("emit", cl::init(""),
+         cl::desc("What to produce: mlir (the kiln program), step (the "
+                  "planned, verified step program) or artifact (the .kiln "
+                  "file; the default when -o ends in .kiln, else mlir)"),
+         cl::value_desc("kind"));
+static cl::opt<std::string>
+    target("target", cl::init("cpu"),
+           cl::desc("Backend the artifact is for (cpu)"),
+           cl::value_desc("name"));
 static cl::opt<std::string> output("o", cl::init("-"),
                                    cl::desc("Output file ('-' for stdout)"),
                                    cl::value_desc("file"));
@@ -46,6 +54,11 @@ static cl::opt<uint64_t>
     contextLength("context", cl::init(0),
                   cl::desc("Positions the caches hold (default: the model's "
                            "context length)"));
+static cl::opt<std::string>
+    cacheType("cache-type", cl::init("f16"),
+              cl::desc("Element type of the latent and indexer caches: f16 "
+                       "(default), bf16 or f32"),
+              cl::value_desc("type"));
 static cl::opt<bool> mtp("mtp", cl::init(false),
                          cl::desc("Also build @mtp_step, the next-token-"
                                   "prediction layer"));
@@ -70,9 +83,25 @@ static int fail(const kiln::Error &error) {
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(argc, argv, "Kiln compiler driver\n");
-  if (emit != "mlir" && emit != "step") {
+  if (emit.empty())
+    emit = llvm::StringRef(output).ends_with(".kiln") ? "artifact" : "mlir";
+  if (emit != "mlir" && emit != "step" && emit != "artifact") {
     llvm::errs() << "kiln-compile: error: --emit=" << emit
-                 << ": expected 'mlir' or 'step'\n";
+                 << ": expected 'mlir', 'step' or 'artifact'\n";
+    return 2;
+  }
+  const kiln::compiler::Target *backend =
+      kiln::compiler::lookupTarget(target);
+  if (!backend) {
+    llvm::errs() << "kiln-compile: error: --target=" << target
+                 << ": unknown target; known:";
+    for (const kiln::compiler::Target &t : kiln::compiler::targets())
+      llvm::errs() << " " << t.name;
+    llvm::errs() << "\n";
+    return 2;
+  }
+  if (emit == "artifact" && output == "-") {
+    llvm::errs() << "kiln-compile: error: an artifact needs -o FILE.kiln\n";
     return 2;
   }
   if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
@@ -122,6 +151,7 @@ int main(int argc, char **argv) {
   kiln::glm5::BuildOptions options;
   options.contextLength = contextLength;
   options.includeMtp = mtp;
+  options.cacheType = cacheType;
   auto module = kiln::glm5::buildDecodeStep(context, *dims, *catalog, options);
   if (!module)
     return fail(module.error());
@@ -131,9 +161,9 @@ int main(int argc, char **argv) {
   // the kiln program.
   mlir::OwningOpRef<mlir::ModuleOp> step;
   double stepSeconds = 0;
-  if (emit == "step" || report) {
+  if (emit != "mlir" || report) {
     Clock::time_point lowering = Clock::now();
-    if (emit == "step")
+    if (emit != "mlir")
       step = std::move(*module);
     else
       step = (*module)->clone();
@@ -150,6 +180,17 @@ int main(int argc, char **argv) {
     mlir::step::printReport(llvm::errs(), mlir::step::reportSteps(*step));
     llvm::errs() << llvm::format("  build %.3f s, lower+plan+verify %.3f s\n",
                                  buildSeconds, stepSeconds);
+  }
+
+  if (emit == "artifact") {
+    kiln::Expected<kiln::artifact::Artifact> artifact =
+        kiln::compiler::emitArtifact(*step, *backend, "kiln-compile 0.1");
+    if (!artifact)
+      return fail(artifact.error());
+    if (kiln::Status st = kiln::artifact::writeArtifact(*artifact, output);
+        !st)
+      return fail(st.error());
+    return 0;
   }
 
   std::string errorMessage;

@@ -1,0 +1,814 @@
+//===- CpuBackend.cpp - The CPU backend plugin (libkiln-backend-cpu.so) ----===//
+//
+// Interprets a rank's step plans with the reference kernels. open_rank
+// resolves every buffer to memory (one arena, the caches shared by name
+// across steps, slot storage, the runtime's weight bytes) and checks every
+// op's operands against what its kernel will read and write, so a
+// malformed artifact is refused before any compute, never read out of
+// bounds. run_step then executes the prepared ops in order.
+//
+//===----------------------------------------------------------------------===//
+#include "artifact/Artifact.h"
+#include "backend/KilnBackend.h"
+#include "cpu/CpuKernels.h"
+#include "support/CheckedMath.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <thread>
+
+using namespace kiln;
+using namespace kiln::artifact;
+
+namespace {
+
+/// A buffer resolved to memory.
+struct Resolved {
+  uint8_t *data = nullptr;
+  const Buffer *buffer = nullptr;
+  const cpu::WeightView *weight = nullptr;
+
+  float *f32() const { return reinterpret_cast<float *>(data); }
+  int32_t *i32() const { return reinterpret_cast<int32_t *>(data); }
+  uint64_t elements() const { return buffer->elements(); }
+  int64_t inner() const {
+    return buffer->shape.empty() ? 1 : buffer->shape.back();
+  }
+};
+
+struct PreparedStep {
+  const Step *step = nullptr;
+  std::vector<Resolved> buffers;
+  std::vector<std::vector<uint8_t>> slotStorage;
+  std::vector<std::function<Status()>> ops;
+};
+
+struct CpuRank {
+  Artifact artifact;
+  const RankPlan *plan = nullptr;
+  std::unique_ptr<cpu::ThreadPool> pool;
+  std::vector<cpu::WeightView> weights;
+  std::map<std::string, std::vector<uint8_t>> states;
+  std::vector<uint8_t> arena;
+  std::map<std::string, PreparedStep> steps;
+};
+
+void setError(char *error, uint64_t errorBytes, const std::string &message) {
+  if (!error || errorBytes == 0)
+    return;
+  size_t n = std::min<size_t>(message.size(), errorBytes - 1);
+  std::memcpy(error, message.data(), n);
+  error[n] = '\0';
+}
+
+cpu::CacheType cacheTypeOf(DType t) {
+  return t == DType::F16    ? cpu::CacheType::F16
+         : t == DType::BF16 ? cpu::CacheType::BF16
+                            : cpu::CacheType::F32;
+}
+
+/// Checks one op's operands and builds the closure that runs it.
+class OpBuilder {
+public:
+  OpBuilder(CpuRank &rank, PreparedStep &step, const Op &op, size_t index)
+      : rank_(rank), step_(step), op_(op),
+        where_(fmt::format("step '{}' op {} ({})", step.step->name, index,
+                           op.kind)) {}
+
+  Expected<std::function<Status()>> build();
+
+private:
+  Error fail(const std::string &problem) const {
+    return Error(where_, "", problem);
+  }
+  const Resolved &in(size_t i) const { return step_.buffers[op_.ins()[i]]; }
+  const Resolved &out(size_t i) const {
+    return step_.buffers[op_.outs()[i]];
+  }
+  Status counts(size_t ins, size_t outs) const;
+  Status floats(const Resolved &r, const char *what) const;
+  Status ints(const Resolved &r, const char *what, uint64_t elements) const;
+  Status weight(const Resolved &r, const char *what) const;
+  Status same(const Resolved &a, const Resolved &b, const char *what) const;
+  Expected<int64_t> intAttr(const char *name) const;
+  Expected<double> floatAttr(const char *name) const;
+  Expected<std::string> stringAttr(const char *name) const;
+
+  CpuRank &rank_;
+  PreparedStep &step_;
+  const Op &op_;
+  std::string where_;
+};
+
+Status OpBuilder::counts(size_t ins, size_t outs) const {
+  if (op_.ins().size() != ins || op_.outs().size() != outs)
+    return fail(fmt::format("expects {} inputs and {} outputs, has {} and {}",
+                            ins, outs, op_.ins().size(), op_.outs().size()));
+  return Status::ok();
+}
+
+Status OpBuilder::floats(const Resolved &r, const char *what) const {
+  if (r.weight || r.buffer->dtype != DType::F32)
+    return fail(fmt::format("{} '{}' must be an f32 buffer", what,
+                            r.buffer->name));
+  return Status::ok();
+}
+
+Status OpBuilder::ints(const Resolved &r, const char *what,
+                       uint64_t elements) const {
+  if (r.weight || r.buffer->dtype != DType::I32 ||
+      r.elements() != elements)
+    return fail(fmt::format("{} '{}' must be {} i32 values", what,
+                            r.buffer->name, elements));
+  return Status::ok();
+}
+
+Status OpBuilder::weight(const Resolved &r, const char *what) const {
+  if (!r.weight)
+    return fail(fmt::format("{} '{}' must be a weight", what,
+                            r.buffer->name));
+  return Status::ok();
+}
+
+Status OpBuilder::same(const Resolved &a, const Resolved &b,
+                       const char *what) const {
+  if (a.elements() != b.elements() || a.inner() != b.inner())
+    return fail(fmt::format("{}: '{}' and '{}' differ in shape", what,
+                            a.buffer->name, b.buffer->name));
+  return Status::ok();
+}
+
+Expected<int64_t> OpBuilder::intAttr(const char *name) const {
+  const Attr *a = op_.attr(name);
+  if (!a || (a->kind != AttrKind::Int && a->kind != AttrKind::Bool))
+    return fail(fmt::format("attribute '{}' is missing or not an integer",
+                            name));
+  return a->intValue;
+}
+
+Expected<double> OpBuilder::floatAttr(const char *name) const {
+  const Attr *a = op_.attr(name);
+  if (!a || a->kind != AttrKind::Float)
+    return fail(fmt::format("attribute '{}' is missing or not a float", name));
+  return a->floatValue;
+}
+
+Expected<std::string> OpBuilder::stringAttr(const char *name) const {
+  const Attr *a = op_.attr(name);
+  if (!a || a->kind != AttrKind::String)
+    return fail(fmt::format("attribute '{}' is missing or not a string",
+                            name));
+  return a->stringValue;
+}
+
+#define KILN_TRY(expr)                                                         \
+  do {                                                                         \
+    if (Status st_ = (expr); !st_)                                             \
+      return st_.error();                                                      \
+  } while (0)
+
+#define KILN_ASSIGN(var, expr)                                                 \
+  auto var##OrError = (expr);                                                  \
+  if (!var##OrError)                                                           \
+    return var##OrError.error();                                               \
+  auto var = *var##OrError
+
+Expected<std::function<Status()>> OpBuilder::build() {
+  const std::string &k = op_.kind;
+  cpu::ThreadPool &pool = *rank_.pool;
+
+  if (k == "copy" || k == "all_reduce") {
+    // One rank: the sum over ranks is the input itself.
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0), k.c_str()));
+    if (k == "all_reduce") {
+      KILN_ASSIGN(reduction, stringAttr("reduction"));
+      if (reduction != "sum" && reduction != "max")
+        return fail("reduction must be 'sum' or 'max'");
+      if (rank_.artifact.ranks != 1)
+        return fail("the CPU backend runs one rank per artifact so far");
+    }
+    float *x = in(0).f32(), *y = out(0).f32();
+    uint64_t n = in(0).elements();
+    return std::function<Status()>([=] {
+      if (x != y)
+        std::memmove(y, x, n * sizeof(float));
+      return Status::ok();
+    });
+  }
+  if (k == "slice") {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    const Attr *offsets = op_.attr("offsets");
+    const std::vector<int64_t> &src = in(0).buffer->shape;
+    const std::vector<int64_t> &dst = out(0).buffer->shape;
+    if (!offsets || offsets->kind != AttrKind::Ints ||
+        offsets->ints.size() != src.size() || src.size() != dst.size() ||
+        src.empty())
+      return fail("offsets must give one entry per dimension of equal-rank "
+                  "input and output");
+    for (size_t d = 0; d < src.size(); ++d)
+      if (offsets->ints[d] < 0 || offsets->ints[d] + dst[d] > src[d])
+        return fail(fmt::format("dimension {} of the box leaves the input",
+                                d));
+    std::vector<int64_t> off = offsets->ints;
+    const float *x = in(0).f32();
+    float *y = out(0).f32();
+    return std::function<Status()>([=] {
+      // Row-major walk over the output's index space.
+      size_t rank = dst.size();
+      std::vector<int64_t> idx(rank, 0);
+      uint64_t total = 1;
+      for (int64_t d : dst)
+        total *= uint64_t(d);
+      int64_t inner = dst.back();
+      for (uint64_t o = 0; o < total; o += inner) {
+        int64_t srcIndex = 0;
+        for (size_t d = 0; d < rank; ++d)
+          srcIndex = srcIndex * src[d] + idx[d] + off[d];
+        std::memcpy(y + o, x + srcIndex, inner * sizeof(float));
+        for (int64_t d = int64_t(rank) - 2; d >= 0; --d) {
+          if (++idx[d] < dst[d])
+            break;
+          idx[d] = 0;
+        }
+      }
+      return Status::ok();
+    });
+  }
+  if (k == "concat") {
+    if (op_.outs().size() != 1 || op_.ins().empty())
+      return fail("expects inputs and one output");
+    KILN_TRY(floats(out(0), "output"));
+    KILN_ASSIGN(dim, intAttr("dim"));
+    const std::vector<int64_t> &shape = out(0).buffer->shape;
+    if (dim < 0 || size_t(dim) >= shape.size())
+      return fail("dim is not a dimension of the output");
+    // outer = product of dims before `dim`; each input contributes a
+    // contiguous run of its dims from `dim` on, per outer index.
+    int64_t outer = 1, total = 0;
+    for (int64_t d = 0; d < dim; ++d)
+      outer *= shape[d];
+    std::vector<std::pair<const float *, int64_t>> parts;
+    for (size_t i = 0; i < op_.ins().size(); ++i) {
+      const Resolved &r = in(i);
+      KILN_TRY(floats(r, "input"));
+      const std::vector<int64_t> &s = r.buffer->shape;
+      if (s.size() != shape.size())
+        return fail("inputs and output differ in rank");
+      int64_t run = 1;
+      for (size_t d = 0; d < s.size(); ++d) {
+        if (int64_t(d) != dim && s[d] != shape[d])
+          return fail("an input differs from the output outside dim");
+        if (int64_t(d) >= dim)
+          run *= s[d];
+      }
+      parts.push_back({r.f32(), run});
+      total += run;
+    }
+    if (uint64_t(outer * total) != out(0).elements())
+      return fail("the inputs do not fill the output");
+    float *y = out(0).f32();
+    return std::function<Status()>([=] {
+      float *p = y;
+      for (int64_t o = 0; o < outer; ++o)
+        for (auto [x, run] : parts) {
+          std::memcpy(p, x + o * run, run * sizeof(float));
+          p += run;
+        }
+      return Status::ok();
+    });
+  }
+  if (k == "add" || k == "swiglu") {
+    KILN_TRY(counts(2, 1));
+    for (size_t i = 0; i < 2; ++i)
+      KILN_TRY(floats(in(i), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0), k.c_str()));
+    KILN_TRY(same(in(1), out(0), k.c_str()));
+    const float *a = in(0).f32(), *b = in(1).f32();
+    float *y = out(0).f32();
+    int64_t n = int64_t(out(0).elements());
+    bool isAdd = k == "add";
+    return std::function<Status()>([=] {
+      if (isAdd)
+        cpu::add(a, b, n, y);
+      else
+        cpu::swiglu(a, b, n, y);
+      return Status::ok();
+    });
+  }
+  if (k == "rms_norm" || k == "layer_norm") {
+    bool layer = k == "layer_norm";
+    KILN_TRY(counts(layer ? 3 : 2, 1));
+    for (size_t i = 0; i < op_.ins().size(); ++i)
+      KILN_TRY(floats(in(i), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0), k.c_str()));
+    int64_t n = in(0).inner();
+    for (size_t i = 1; i < op_.ins().size(); ++i)
+      if (in(i).elements() != uint64_t(n))
+        return fail("weight and bias must match the innermost dimension");
+    KILN_ASSIGN(eps, floatAttr("epsilon"));
+    int64_t rows = int64_t(in(0).elements()) / n;
+    const float *x = in(0).f32(), *w = in(1).f32();
+    const float *b = layer ? in(2).f32() : nullptr;
+    float *y = out(0).f32();
+    float e = float(eps);
+    return std::function<Status()>([=] {
+      if (b)
+        cpu::layerNorm(x, rows, n, w, b, e, y);
+      else
+        cpu::rmsNorm(x, rows, n, w, e, y);
+      return Status::ok();
+    });
+  }
+  if (k == "rope") {
+    KILN_TRY(counts(2, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(ints(in(1), "position", 1));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0), "rope"));
+    KILN_ASSIGN(style, stringAttr("style"));
+    KILN_ASSIGN(theta, floatAttr("theta"));
+    KILN_ASSIGN(offset, intAttr("offset"));
+    KILN_ASSIGN(dims, intAttr("dims"));
+    int64_t n = in(0).inner();
+    if (style != "interleaved" && style != "neox")
+      return fail("style must be 'interleaved' or 'neox'");
+    if (dims <= 0 || dims % 2 || offset < 0 || offset + dims > n)
+      return fail("the rotated range leaves the innermost dimension");
+    int64_t rows = int64_t(in(0).elements()) / n;
+    const float *x = in(0).f32();
+    const int32_t *pos = in(1).i32();
+    float *y = out(0).f32();
+    cpu::RopeStyle s = style == "neox" ? cpu::RopeStyle::NeoX
+                                       : cpu::RopeStyle::Interleaved;
+    float t = float(theta);
+    return std::function<Status()>([=] {
+      cpu::rope(x, rows, n, *pos, s, t, offset, dims, y);
+      return Status::ok();
+    });
+  }
+  if (k == "dequant") {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(weight(in(0), "weight"));
+    KILN_TRY(floats(out(0), "output"));
+    const cpu::WeightView *w = in(0).weight;
+    uint64_t values = 1;
+    for (int64_t d : w->dims)
+      values *= uint64_t(d);
+    if (values != out(0).elements())
+      return fail("the output does not hold the weight's values");
+    float *y = out(0).f32();
+    return std::function<Status()>([=] { return cpu::dequant(*w, y); });
+  }
+  if (k == "embed") {
+    KILN_TRY(counts(2, 1));
+    KILN_TRY(weight(in(0), "table"));
+    KILN_TRY(ints(in(1), "token", 1));
+    KILN_TRY(floats(out(0), "output"));
+    const cpu::WeightView *w = in(0).weight;
+    if (w->dims.size() != 2 || out(0).elements() != uint64_t(w->dims[0]))
+      return fail("the table must be [hidden, vocab] and the output hidden");
+    const int32_t *token = in(1).i32();
+    float *y = out(0).f32();
+    return std::function<Status()>(
+        [=] { return cpu::embed(*w, *token, y); });
+  }
+  if (k == "linear") {
+    KILN_TRY(counts(2, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(weight(in(1), "weight"));
+    KILN_TRY(floats(out(0), "output"));
+    const cpu::WeightView *w = in(1).weight;
+    int64_t kDim = w->dims[0];
+    if (w->dims.size() != 2 && w->dims.size() != 3)
+      return fail("the weight must have 2 or 3 dims");
+    if (in(0).inner() != kDim || in(0).elements() % uint64_t(kDim) != 0)
+      return fail("the input's innermost dimension is not the weight's ne[0]");
+    int64_t batch = int64_t(in(0).elements()) / kDim;
+    if (w->dims.size() == 3 && batch != w->dims[2])
+      return fail("a stacked weight needs one input row per matrix");
+    if (out(0).elements() != uint64_t(batch * w->dims[1]))
+      return fail("the output is not [batch, N]");
+    const float *x = in(0).f32();
+    float *y = out(0).f32();
+    return std::function<Status()>(
+        [=, &pool] { return cpu::linear(x, batch, *w, y, pool); });
+  }
+  if (k == "cache_append") {
+    KILN_TRY(counts(2, 1));
+    KILN_TRY(floats(in(0), "entry"));
+    KILN_TRY(ints(in(1), "position", 1));
+    const Resolved &cache = out(0);
+    if (cache.weight || cache.buffer->kind != BufferKind::State ||
+        cache.buffer->shape.size() != 2 ||
+        in(0).elements() != uint64_t(cache.buffer->shape[1]))
+      return fail("the cache must be a state whose rows fit the entry");
+    cpu::CacheView view{cache.data, cacheTypeOf(cache.buffer->dtype),
+                        cache.buffer->shape[0], cache.buffer->shape[1]};
+    const float *x = in(0).f32();
+    const int32_t *pos = in(1).i32();
+    return std::function<Status()>(
+        [=] { return cpu::cacheAppend(x, *pos, view); });
+  }
+  if (k == "mla_attention") {
+    KILN_ASSIGN(hasSelection, intAttr("has_selection"));
+    KILN_TRY(counts(hasSelection ? 6 : 4, 1));
+    KILN_TRY(floats(in(0), "q_latent"));
+    KILN_TRY(floats(in(1), "q_rope"));
+    KILN_TRY(ints(in(3), "position", 1));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_ASSIGN(scale, floatAttr("scale"));
+    const Resolved &cache = in(2);
+    const std::vector<int64_t> &ql = in(0).buffer->shape;
+    const std::vector<int64_t> &qr = in(1).buffer->shape;
+    if (ql.size() != 2 || qr.size() != 2 || ql[0] != qr[0] ||
+        cache.weight || cache.buffer->kind != BufferKind::State ||
+        cache.buffer->shape.size() != 2 ||
+        cache.buffer->shape[1] != ql[1] + qr[1] ||
+        out(0).elements() != in(0).elements())
+      return fail("q_latent [H, L], q_rope [H, R], a [P, L + R] cache and "
+                  "an [H, L] output are needed");
+    const int32_t *sel = nullptr, *count = nullptr;
+    if (hasSelection) {
+      if (in(4).weight || in(4).buffer->dtype != DType::I32)
+        return fail("selected must be i32");
+      KILN_TRY(ints(in(5), "selected_count", 1));
+      sel = in(4).i32();
+      count = in(5).i32();
+      int64_t capacity = int64_t(in(4).elements());
+      const int32_t *c = count;
+      cpu::CacheView view{cache.data, cacheTypeOf(cache.buffer->dtype),
+                          cache.buffer->shape[0], cache.buffer->shape[1]};
+      const float *a = in(0).f32(), *b = in(1).f32();
+      const int32_t *pos = in(3).i32();
+      float *y = out(0).f32();
+      int64_t heads = ql[0], latent = ql[1], rope = qr[1];
+      float s = float(scale);
+      std::string where = where_;
+      return std::function<Status()>([=, &pool]() -> Status {
+        if (*c < 0 || *c > capacity)
+          return Error(where, "selected_count",
+                       fmt::format("{} is outside 0..{}", *c, capacity));
+        return cpu::mlaAttention(a, b, heads, latent, rope, view, *pos, sel,
+                                 c, s, y, pool);
+      });
+    }
+    cpu::CacheView view{cache.data, cacheTypeOf(cache.buffer->dtype),
+                        cache.buffer->shape[0], cache.buffer->shape[1]};
+    const float *a = in(0).f32(), *b = in(1).f32();
+    const int32_t *pos = in(3).i32();
+    float *y = out(0).f32();
+    int64_t heads = ql[0], latent = ql[1], rope = qr[1];
+    float s = float(scale);
+    return std::function<Status()>([=, &pool] {
+      return cpu::mlaAttention(a, b, heads, latent, rope, view, *pos, nullptr,
+                               nullptr, s, y, pool);
+    });
+  }
+  if (k == "dsa_indexer") {
+    KILN_TRY(counts(4, 2));
+    KILN_TRY(floats(in(0), "query"));
+    KILN_TRY(floats(in(1), "head_weights"));
+    KILN_TRY(ints(in(3), "position", 1));
+    KILN_ASSIGN(topK, intAttr("top_k"));
+    KILN_ASSIGN(scale, floatAttr("scale"));
+    const std::vector<int64_t> &q = in(0).buffer->shape;
+    const Resolved &cache = in(2);
+    if (q.size() != 2 || in(1).elements() != uint64_t(q[0]) ||
+        cache.weight || cache.buffer->kind != BufferKind::State ||
+        cache.buffer->shape.size() != 2 || cache.buffer->shape[1] != q[1] ||
+        topK <= 0)
+      return fail("query [H, D], head weights [H] and a [P, D] cache are "
+                  "needed");
+    KILN_TRY(ints(out(0), "selected", uint64_t(topK)));
+    KILN_TRY(ints(out(1), "count", 1));
+    cpu::CacheView view{cache.data, cacheTypeOf(cache.buffer->dtype),
+                        cache.buffer->shape[0], cache.buffer->shape[1]};
+    const float *qp = in(0).f32(), *w = in(1).f32();
+    const int32_t *pos = in(3).i32();
+    int32_t *sel = out(0).i32(), *count = out(1).i32();
+    int64_t heads = q[0], dim = q[1];
+    float s = float(scale);
+    return std::function<Status()>([=] {
+      return cpu::dsaIndexer(qp, heads, dim, w, view, *pos, topK, s, sel,
+                             count);
+    });
+  }
+  if (k == "moe_router") {
+    KILN_ASSIGN(hasBias, intAttr("has_bias"));
+    KILN_TRY(counts(hasBias ? 3 : 2, 2));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(weight(in(1), "gate"));
+    KILN_ASSIGN(topK, intAttr("top_k"));
+    KILN_ASSIGN(gating, stringAttr("gating"));
+    KILN_ASSIGN(normalize, intAttr("normalize"));
+    KILN_ASSIGN(routedScale, floatAttr("routed_scale"));
+    const cpu::WeightView *gate = in(1).weight;
+    if (gate->dims.size() != 2 ||
+        in(0).elements() != uint64_t(gate->dims[0]) || topK <= 0 ||
+        topK > gate->dims[1])
+      return fail("gate must be [hidden, experts] with 1 <= top_k <= experts");
+    if (gating != "sigmoid" && gating != "softmax")
+      return fail("gating must be 'sigmoid' or 'softmax'");
+    const float *bias = nullptr;
+    if (hasBias) {
+      KILN_TRY(floats(in(2), "bias"));
+      if (in(2).elements() != uint64_t(gate->dims[1]))
+        return fail("bias must have one value per expert");
+      bias = in(2).f32();
+    }
+    KILN_TRY(ints(out(0), "ids", uint64_t(topK)));
+    KILN_TRY(floats(out(1), "weights"));
+    if (out(1).elements() != uint64_t(topK))
+      return fail("weights must have top_k values");
+    const float *x = in(0).f32();
+    int64_t hidden = gate->dims[0];
+    int32_t *ids = out(0).i32();
+    float *w = out(1).f32();
+    cpu::Gating g =
+        gating == "softmax" ? cpu::Gating::Softmax : cpu::Gating::Sigmoid;
+    bool norm = normalize != 0;
+    float rs = float(routedScale);
+    return std::function<Status()>([=] {
+      return cpu::moeRouter(x, hidden, *gate, bias, topK, g, norm, rs, ids,
+                            w);
+    });
+  }
+  if (k == "moe_experts") {
+    if (op_.outs().size() != 1 ||
+        (op_.ins().size() != 5 && op_.ins().size() != 6))
+      return fail("expects input, ids, weights, 2 or 3 expert weights and "
+                  "one output");
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(in(2), "weights"));
+    KILN_TRY(floats(out(0), "output"));
+    uint64_t kChosen = in(2).elements();
+    KILN_TRY(ints(in(1), "ids", kChosen));
+    std::vector<const cpu::WeightView *> experts;
+    for (size_t i = 3; i < op_.ins().size(); ++i) {
+      KILN_TRY(weight(in(i), "expert weight"));
+      if (in(i).weight->dims.size() != 3)
+        return fail("expert weights must be [K, N, experts]");
+      experts.push_back(in(i).weight);
+    }
+    int64_t hidden = int64_t(in(0).elements());
+    if (out(0).elements() != uint64_t(hidden) ||
+        experts.front()->dims[0] != hidden || experts.back()->dims[1] != hidden)
+      return fail("expert shapes do not match the hidden size");
+    const float *x = in(0).f32(), *w = in(2).f32();
+    const int32_t *ids = in(1).i32();
+    float *y = out(0).f32();
+    return std::function<Status()>([=, &pool] {
+      return cpu::moeExperts(x, hidden, ids, w, int64_t(kChosen), experts, y,
+                             pool);
+    });
+  }
+  if (k == "argmax") {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(ints(out(0), "output", 1));
+    const float *x = in(0).f32();
+    int64_t n = int64_t(in(0).elements());
+    int32_t *y = out(0).i32();
+    return std::function<Status()>([=] {
+      *y = cpu::argmax(x, n);
+      return Status::ok();
+    });
+  }
+  return fail("the CPU backend has no kernel for this op");
+}
+
+Status prepareStep(CpuRank &rank, const Step &step) {
+  PreparedStep prepared;
+  prepared.step = &step;
+  prepared.buffers.resize(step.buffers.size());
+  prepared.slotStorage.reserve(step.buffers.size());
+  for (size_t i = 0; i < step.buffers.size(); ++i) {
+    const Buffer &b = step.buffers[i];
+    Resolved &r = prepared.buffers[i];
+    r.buffer = &b;
+    switch (b.kind) {
+    case BufferKind::Arena:
+      r.data = rank.arena.data() + b.offset;
+      break;
+    case BufferKind::View:
+      r.data = prepared.buffers[b.base].data + b.offset * elementBytes(b.dtype);
+      break;
+    case BufferKind::Weight:
+      r.weight = &rank.weights[b.binding];
+      break;
+    case BufferKind::State: {
+      auto [it, inserted] = rank.states.try_emplace(b.name);
+      if (inserted)
+        it->second.assign(b.bytes(), 0);
+      else if (it->second.size() != b.bytes())
+        return Error(step.name, b.name,
+                     "the same state has different sizes in two steps");
+      r.data = it->second.data();
+      break;
+    }
+    case BufferKind::Input:
+    case BufferKind::Output:
+      prepared.slotStorage.emplace_back(b.bytes(), 0);
+      r.data = prepared.slotStorage.back().data();
+      break;
+    }
+  }
+  auto [it, inserted] = rank.steps.emplace(step.name, std::move(prepared));
+  PreparedStep &stored = it->second;
+  for (size_t i = 0; i < step.ops.size(); ++i) {
+    Expected<std::function<Status()>> fn =
+        OpBuilder(rank, stored, step.ops[i], i).build();
+    if (!fn)
+      return fn.error();
+    stored.ops.push_back(std::move(*fn));
+  }
+  return Status::ok();
+}
+
+Expected<std::unique_ptr<CpuRank>>
+openRank(std::span<const uint8_t> bytes, uint32_t rankIndex,
+         const kiln_weight_bytes *weights, uint32_t weightCount,
+         const kiln_rank_options *options) {
+  Expected<Artifact> artifact = parseArtifact(bytes, "artifact");
+  if (!artifact)
+    return artifact.error();
+  auto rank = std::make_unique<CpuRank>();
+  rank->artifact = std::move(*artifact);
+  if (rankIndex >= rank->artifact.rankPlans.size())
+    return Error("artifact", "rank", fmt::format("no rank {}", rankIndex));
+  rank->plan = &rank->artifact.rankPlans[rankIndex];
+  if (weightCount != rank->artifact.weights.size())
+    return Error("artifact", "weights",
+                 fmt::format("{} weight buffers given for {} bindings",
+                             weightCount, rank->artifact.weights.size()));
+  for (uint32_t i = 0; i < weightCount; ++i) {
+    const WeightBinding &b = rank->artifact.weights[i];
+    if (b.sliceDim >= 0 || b.layout != "gguf")
+      return Error(b.tensor, "layout",
+                   "the CPU backend reads whole tensors in the file's layout");
+    uint64_t rows = 1;
+    for (size_t d = 1; d < b.dims.size(); ++d)
+      rows *= uint64_t(b.dims[d]);
+    std::optional<uint64_t> row = rowBytes(b.type, uint64_t(b.dims[0]));
+    std::optional<uint64_t> expected =
+        row ? checkedMul(*row, rows) : std::nullopt;
+    if (!expected || *expected != weights[i].bytes || !weights[i].data)
+      return Error(b.tensor, "bytes",
+                   fmt::format("{} bytes given, the binding needs {}",
+                               weights[i].bytes, expected.value_or(0)));
+    rank->weights.push_back(cpu::WeightView{
+        static_cast<const uint8_t *>(weights[i].data), weights[i].bytes,
+        b.type, b.dims, b.tensor});
+  }
+  unsigned threads = options && options->threads
+                         ? options->threads
+                         : std::max(1u, std::thread::hardware_concurrency());
+  rank->pool = std::make_unique<cpu::ThreadPool>(threads);
+  uint64_t arena = 0;
+  for (const Step &s : rank->plan->steps)
+    arena = std::max(arena, s.arenaBytes);
+  rank->arena.assign(arena + 64, 0);
+  for (const Step &s : rank->plan->steps)
+    if (Status st = prepareStep(*rank, s); !st)
+      return st.error();
+  return rank;
+}
+
+template <typename Fn>
+int guarded(char *error, uint64_t errorBytes, Fn &&fn) {
+  try {
+    Status st = fn();
+    if (!st) {
+      setError(error, errorBytes, st.error().message());
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception &e) {
+    setError(error, errorBytes, std::string("cpu backend: ") + e.what());
+    return 1;
+  }
+}
+
+CpuRank *cast(kiln_rank *r) { return reinterpret_cast<CpuRank *>(r); }
+
+Expected<PreparedStep *> findStep(CpuRank &rank, const char *name) {
+  auto it = rank.steps.find(name ? name : "");
+  if (it == rank.steps.end())
+    return Error("artifact", "step",
+                 fmt::format("no step named '{}'", name ? name : ""));
+  return &it->second;
+}
+
+Expected<uint8_t *> findSlot(PreparedStep &step, BufferKind kind,
+                             const char *slot, uint64_t bytes) {
+  std::optional<int32_t> i = step.step->slot(kind, slot ? slot : "");
+  if (!i)
+    return Error(step.step->name, slot ? slot : "",
+                 fmt::format("no {} slot of that name", nameOf(kind)));
+  const Resolved &r = step.buffers[*i];
+  if (r.buffer->bytes() != bytes)
+    return Error(step.step->name, slot,
+                 fmt::format("the slot holds {} bytes, {} given",
+                             r.buffer->bytes(), bytes));
+  return r.data;
+}
+
+int cpuOpenRank(const uint8_t *artifact, uint64_t artifactBytes,
+                uint32_t rank, const kiln_weight_bytes *weights,
+                uint32_t weightCount, const kiln_rank_options *options,
+                kiln_rank **out, char *error, uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    Expected<std::unique_ptr<CpuRank>> r =
+        openRank(std::span<const uint8_t>(artifact, artifactBytes), rank,
+                 weights, weightCount, options);
+    if (!r)
+      return r.error();
+    *out = reinterpret_cast<kiln_rank *>(r->release());
+    return Status::ok();
+  });
+}
+
+int cpuWriteSlot(kiln_rank *rank, const char *step, const char *slot,
+                 const void *data, uint64_t bytes, char *error,
+                 uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    Expected<PreparedStep *> s = findStep(*cast(rank), step);
+    if (!s)
+      return s.error();
+    Expected<uint8_t *> p = findSlot(**s, BufferKind::Input, slot, bytes);
+    if (!p)
+      return p.error();
+    std::memcpy(*p, data, bytes);
+    return Status::ok();
+  });
+}
+
+int cpuReadSlot(kiln_rank *rank, const char *step, const char *slot,
+                void *data, uint64_t bytes, char *error,
+                uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    Expected<PreparedStep *> s = findStep(*cast(rank), step);
+    if (!s)
+      return s.error();
+    Expected<uint8_t *> p = findSlot(**s, BufferKind::Output, slot, bytes);
+    if (!p)
+      return p.error();
+    std::memcpy(data, *p, bytes);
+    return Status::ok();
+  });
+}
+
+int cpuRunStep(kiln_rank *rank, const char *step, char *error,
+               uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    Expected<PreparedStep *> s = findStep(*cast(rank), step);
+    if (!s)
+      return s.error();
+    for (const std::function<Status()> &op : (*s)->ops)
+      if (Status st = op(); !st)
+        return st;
+    return Status::ok();
+  });
+}
+
+int cpuReset(kiln_rank *rank, char *error, uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    for (auto &[name, bytes] : cast(rank)->states)
+      std::fill(bytes.begin(), bytes.end(), 0);
+    return Status::ok();
+  });
+}
+
+void cpuCloseRank(kiln_rank *rank) { delete cast(rank); }
+
+const kiln_backend_v1 kCpuBackend = {
+    KILN_BACKEND_ABI_VERSION,
+    sizeof(kiln_backend_v1),
+    "cpu",
+    "Kiln reference CPU backend (float32, deterministic)",
+    cpuOpenRank,
+    cpuWriteSlot,
+    cpuRunStep,
+    cpuReadSlot,
+    cpuReset,
+    cpuCloseRank,
+};
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const kiln_backend_v1 *
+kiln_backend_entry(uint32_t abiVersion) {
+  return abiVersion == KILN_BACKEND_ABI_VERSION ? &kCpuBackend : nullptr;
+}

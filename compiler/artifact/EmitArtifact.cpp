@@ -1,0 +1,266 @@
+//===- EmitArtifact.cpp - Step programs to .kiln artifacts -----------------===//
+#include "artifact/EmitArtifact.h"
+
+#include "kiln/KilnOps.h"
+#include "passes/StepAccess.h"
+#include "step/StepOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/format.h>
+
+using namespace mlir;
+namespace st = mlir::step;
+namespace kd = mlir::kiln;
+
+namespace kiln::compiler {
+
+namespace {
+
+/// Every op kind the step dialect has; the CPU backend runs all of them.
+const std::vector<std::string> kAllStepOps = {
+    "embed",     "dequant",       "linear",      "rms_norm",   "layer_norm",
+    "rope",      "cache_append",  "mla_attention", "dsa_indexer",
+    "moe_router", "moe_experts",  "swiglu",      "add",        "all_reduce",
+    "argmax",    "copy",          "slice",       "concat"};
+
+std::vector<Target> makeTargets() {
+  std::vector<Target> out;
+  out.push_back({"cpu",
+                 "reference C++ kernels (plugin libkiln-backend-cpu.so)",
+                 kAllStepOps,
+                 [](ModuleOp, artifact::Artifact &) { return Status::ok(); }});
+  return out;
+}
+
+std::string describe(Operation *op) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "'" << op->getName() << "' at " << op->getLoc();
+  return s;
+}
+
+Expected<artifact::DType> dtypeOf(Type element, Operation *where) {
+  if (element.isF32())
+    return artifact::DType::F32;
+  if (element.isF16())
+    return artifact::DType::F16;
+  if (element.isBF16())
+    return artifact::DType::BF16;
+  if (element.isInteger(32))
+    return artifact::DType::I32;
+  return Error("", describe(where), "has an element type the artifact "
+                                    "cannot express");
+}
+
+Expected<artifact::Attr> attrOf(NamedAttribute named, Operation *op) {
+  artifact::Attr a;
+  a.name = named.getName().str();
+  Attribute v = named.getValue();
+  if (auto b = dyn_cast<BoolAttr>(v)) {
+    a.kind = artifact::AttrKind::Bool;
+    a.intValue = b.getValue();
+  } else if (auto i = dyn_cast<IntegerAttr>(v)) {
+    a.kind = artifact::AttrKind::Int;
+    a.intValue = i.getInt();
+  } else if (auto f = dyn_cast<FloatAttr>(v)) {
+    a.kind = artifact::AttrKind::Float;
+    a.floatValue = f.getValueAsDouble();
+  } else if (auto s = dyn_cast<StringAttr>(v)) {
+    a.kind = artifact::AttrKind::String;
+    a.stringValue = s.str();
+  } else if (auto arr = dyn_cast<DenseI64ArrayAttr>(v)) {
+    a.kind = artifact::AttrKind::Ints;
+    a.ints.assign(arr.asArrayRef().begin(), arr.asArrayRef().end());
+  } else {
+    return Error("", describe(op),
+                 fmt::format("attribute '{}' has a kind the artifact cannot "
+                             "express",
+                             a.name));
+  }
+  return a;
+}
+
+void addConfig(artifact::Artifact &out, kd::GLM5ConfigAttr c) {
+  auto i = [&](const char *key, int64_t v) {
+    out.config.push_back({key, false, v, 0});
+  };
+  auto f = [&](const char *key, FloatAttr v) {
+    out.config.push_back({key, true, 0, v.getValueAsDouble()});
+  };
+  i("hidden", c.getHidden());
+  i("layers", c.getLayers());
+  i("mtp_layers", c.getMtpLayers());
+  i("dense_layers", c.getDenseLayers());
+  i("vocab", c.getVocab());
+  i("dense_ff", c.getDenseFf());
+  i("expert_ff", c.getExpertFf());
+  i("experts", c.getExperts());
+  i("experts_used", c.getExpertsUsed());
+  i("shared_experts", c.getSharedExperts());
+  i("heads", c.getHeads());
+  i("q_lora_rank", c.getQLoraRank());
+  i("kv_lora_rank", c.getKvLoraRank());
+  i("qk_nope_dim", c.getQkNopeDim());
+  i("qk_rope_dim", c.getQkRopeDim());
+  i("v_head_dim", c.getVHeadDim());
+  i("indexer_heads", c.getIndexerHeads());
+  i("indexer_dim", c.getIndexerDim());
+  i("indexer_top_k", c.getIndexerTopK());
+  i("context_length", c.getContextLength());
+  f("rope_theta", c.getRopeTheta());
+  f("rms_eps", c.getRmsEps());
+  f("routed_scale", c.getRoutedScale());
+}
+
+} // namespace
+
+llvm::ArrayRef<Target> targets() {
+  static const std::vector<Target> all = makeTargets();
+  return all;
+}
+
+const Target *lookupTarget(llvm::StringRef name) {
+  for (const Target &t : targets())
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
+                                          const std::string &producer) {
+  artifact::Artifact out;
+  out.producer = producer;
+  out.target = target.name;
+  out.ranks = 1;
+  out.rankPlans.resize(1);
+  llvm::StringMap<int32_t> bindings;
+  bool contextSet = false;
+
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (!func->hasAttr(st::kPlanAttrName))
+      continue;
+    if (out.modelArch.empty())
+      if (auto config = func->getAttrOfType<kd::GLM5ConfigAttr>("kiln.config")) {
+        out.modelArch = "glm-dsa";
+        addConfig(out, config);
+      }
+    auto plan = func->getAttrOfType<st::PlanAttr>(st::kPlanAttrName);
+    artifact::Step step;
+    step.name = func.getSymName().str();
+    step.arenaBytes = plan.getArenaBytes();
+    step.alignment = plan.getAlignment();
+    step.peakLiveBytes = plan.getPeakLiveBytes();
+    llvm::DenseMap<Value, int32_t> index;
+
+    for (Operation &op : func.getBody().front()) {
+      if (isa<func::ReturnOp>(op))
+        continue;
+      if (st::isDeclaration(&op) || isa<st::ViewOp>(op)) {
+        artifact::Buffer b;
+        Value result = op.getResult(0);
+        if (auto w = dyn_cast<st::WeightOp>(op)) {
+          kd::QWeightType type = w.getType();
+          auto [it, inserted] = bindings.try_emplace(
+              type.getName(), static_cast<int32_t>(out.weights.size()));
+          if (inserted) {
+            artifact::WeightBinding binding;
+            binding.tensor = type.getName().str();
+            std::optional<GGMLType> ggml = parseGGMLType(type.getFormat().str());
+            if (!ggml)
+              return Error("", describe(&op), "has an unknown weight format");
+            binding.type = *ggml;
+            binding.dims.assign(type.getDims().begin(), type.getDims().end());
+            out.weights.push_back(std::move(binding));
+          }
+          b.kind = artifact::BufferKind::Weight;
+          b.binding = it->second;
+          b.name = st::declarationName(&op);
+        } else {
+          auto type = cast<MemRefType>(result.getType());
+          Expected<artifact::DType> dtype = dtypeOf(type.getElementType(), &op);
+          if (!dtype)
+            return dtype.error();
+          b.dtype = *dtype;
+          b.shape.assign(type.getShape().begin(), type.getShape().end());
+          if (auto buffer = dyn_cast<st::BufferOp>(op)) {
+            b.kind = artifact::BufferKind::Arena;
+            b.offset = buffer.getOffset().value_or(-1);
+            b.name = buffer.getBufferName().str();
+          } else if (auto view = dyn_cast<st::ViewOp>(op)) {
+            b.kind = artifact::BufferKind::View;
+            b.offset = view.getOffset();
+            b.base = index.lookup(view.getSource());
+            b.name = fmt::format("{}[{}]", st::describeBuffer(view.getSource()),
+                                 view.getOffset());
+          } else if (auto state = dyn_cast<st::StateOp>(op)) {
+            b.kind = artifact::BufferKind::State;
+            b.name = state.getStateName().str();
+            uint64_t positions = static_cast<uint64_t>(type.getDimSize(0));
+            if (contextSet && positions != out.contextLength)
+              return Error("", describe(&op),
+                           "caches of different lengths in one artifact");
+            out.contextLength = positions;
+            contextSet = true;
+          } else if (auto in = dyn_cast<st::InputOp>(op)) {
+            b.kind = artifact::BufferKind::Input;
+            b.name = in.getSlotName().str();
+          } else {
+            b.kind = artifact::BufferKind::Output;
+            b.name = cast<st::OutputOp>(op).getSlotName().str();
+          }
+        }
+        index[result] = static_cast<int32_t>(step.buffers.size());
+        step.buffers.push_back(std::move(b));
+        continue;
+      }
+      if (!isa_and_present<st::StepDialect>(op.getDialect()))
+        return Error("", describe(&op), "is not a step op");
+      artifact::Op a;
+      a.kind = op.getName().stripDialect().str();
+      if (std::find(target.supportedOps.begin(), target.supportedOps.end(),
+                    a.kind) == target.supportedOps.end())
+        return Error("", describe(&op),
+                     fmt::format("target '{}' has no kernel for it",
+                                 target.name));
+      for (Value v : op.getOperands()) {
+        auto it = index.find(v);
+        if (it == index.end())
+          return Error("", describe(&op), "uses a buffer declared after it");
+        a.operands.push_back(it->second);
+      }
+      a.numOuts = static_cast<uint32_t>(
+          cast<DestinationStyleOpInterface>(op).getNumDpsInits());
+      for (NamedAttribute named : op.getAttrs()) {
+        if (named.getName() == "operandSegmentSizes")
+          continue;
+        Expected<artifact::Attr> attr = attrOf(named, &op);
+        if (!attr)
+          return attr.error();
+        a.attrs.push_back(std::move(*attr));
+      }
+      // Optional operands leave gaps the counts alone cannot place.
+      if (auto mla = dyn_cast<st::MLAAttentionOp>(op))
+        a.attrs.push_back({"has_selection", artifact::AttrKind::Bool,
+                           mla.getSelected() ? 1 : 0, 0, "", {}});
+      if (auto router = dyn_cast<st::MoERouterOp>(op))
+        a.attrs.push_back({"has_bias", artifact::AttrKind::Bool,
+                           router.getBias() ? 1 : 0, 0, "", {}});
+      step.ops.push_back(std::move(a));
+    }
+    out.rankPlans[0].steps.push_back(std::move(step));
+  }
+  if (out.rankPlans[0].steps.empty())
+    return Error("", "module", "has no planned step function to emit");
+  if (Status st = target.emitPayloads(module, out); !st)
+    return st.error();
+  if (Status st = artifact::validate(out, "the emitted artifact"); !st)
+    return st.error();
+  return out;
+}
+
+} // namespace kiln::compiler

@@ -1,0 +1,82 @@
+//===- Sampler.cpp - Choosing the next token from logits -------------------===//
+#include "session/Sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln::runtime {
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best])
+      best = int32_t(i);
+  return best;
+}
+
+static uint64_t splitmix(uint64_t &x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Sampler::Sampler(const SamplingOptions &options) : options_(options) {
+  uint64_t x = options.seed;
+  for (uint64_t &s : state_)
+    s = splitmix(x);
+}
+
+double Sampler::uniform() {
+  auto rotl = [](uint64_t v, int k) { return (v << k) | (v >> (64 - k)); };
+  uint64_t result = rotl(state_[1] * 5, 7) * 9;
+  uint64_t t = state_[1] << 17;
+  state_[2] ^= state_[0];
+  state_[3] ^= state_[1];
+  state_[1] ^= state_[2];
+  state_[0] ^= state_[3];
+  state_[2] ^= t;
+  state_[3] = rotl(state_[3], 45);
+  return double(result >> 11) * 0x1.0p-53;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (options_.greedy() || logits.size() <= 1)
+    return argmax(logits);
+  order_.resize(logits.size());
+  for (size_t i = 0; i < order_.size(); ++i)
+    order_[i] = int32_t(i);
+  // Most likely first; ties to the lower id, so the order is total.
+  std::stable_sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b];
+  });
+  size_t keep = order_.size();
+  if (options_.topK > 0)
+    keep = std::min(keep, size_t(options_.topK));
+  probs_.resize(keep);
+  double top = logits[order_[0]], sum = 0;
+  for (size_t i = 0; i < keep; ++i)
+    sum += probs_[i] = std::exp((logits[order_[i]] - top) / options_.temperature);
+  if (options_.topP < 1) {
+    double mass = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      mass += probs_[i] / sum;
+      if (mass >= options_.topP) {
+        keep = i + 1;
+        break;
+      }
+    }
+    sum = 0;
+    for (size_t i = 0; i < keep; ++i)
+      sum += probs_[i];
+  }
+  double u = uniform() * sum;
+  for (size_t i = 0; i < keep; ++i) {
+    if (u < probs_[i])
+      return order_[i];
+    u -= probs_[i];
+  }
+  return order_[keep - 1];
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,173 @@
+//===- Session.cpp - A loaded model: artifact, weights, backend rank -------===//
+#include "session/Session.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+namespace kiln::runtime {
+
+namespace {
+
+constexpr const char *kDecodeStep = "decode_step";
+
+std::string dimsText(const std::vector<int64_t> &dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+/// Every binding must name a tensor of the set with exactly the type and
+/// dims the artifact was compiled for: a file from another quantisation or
+/// another model is refused before any compute.
+Status checkBindings(const artifact::Artifact &a, const gguf::GGUFModel &model,
+                     std::vector<kiln_weight_bytes> &out) {
+  const std::string &where = model.parts().front().path();
+  for (const artifact::WeightBinding &b : a.weights) {
+    std::optional<gguf::TensorRef> ref = model.findTensor(b.tensor);
+    if (!ref)
+      return Error(where, "tensor '" + b.tensor + "'",
+                   "is missing (the artifact binds it): wrong weights file?");
+    const gguf::TensorInfo &info = model.info(*ref);
+    std::string field = fmt::format("tensor '{}'", b.tensor);
+    if (info.type != b.type)
+      return Error(model.parts()[ref->part].path(), field,
+                   fmt::format("has type {}, the artifact was compiled for {}",
+                               nameOf(info.type), nameOf(b.type)));
+    std::vector<int64_t> dims(info.dims.begin(), info.dims.end());
+    if (dims != b.dims)
+      return Error(model.parts()[ref->part].path(), field,
+                   fmt::format("has dims {}, the artifact was compiled for {}",
+                               dimsText(dims), dimsText(b.dims)));
+    std::span<const uint8_t> data = model.tensorData(*ref);
+    out.push_back({data.data(), data.size()});
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) {
+  std::ifstream in(options.artifactPath, std::ios::binary);
+  if (!in)
+    return Error(options.artifactPath, "", "cannot open the artifact");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  Expected<artifact::Artifact> artifact =
+      artifact::parseArtifact(bytes, options.artifactPath);
+  if (!artifact)
+    return artifact.error();
+  if (artifact->ranks != 1)
+    return Error(options.artifactPath, "ranks",
+                 fmt::format("{} ranks; this runtime runs one so far",
+                             artifact->ranks));
+  const artifact::Step *step = artifact->rankPlans[0].step(kDecodeStep);
+  if (!step)
+    return Error(options.artifactPath, "steps",
+                 "has no decode_step: not a decoder artifact");
+  std::optional<int32_t> logits =
+      step->slot(artifact::BufferKind::Output, "logits");
+  for (auto [kind, name] :
+       {std::pair{artifact::BufferKind::Input, "token"},
+        std::pair{artifact::BufferKind::Input, "position"},
+        std::pair{artifact::BufferKind::Output, "next_token"},
+        std::pair{artifact::BufferKind::Output, "logits"}}) {
+    std::optional<int32_t> slot = step->slot(kind, name);
+    if (!slot ||
+        (std::string_view(name) != "logits" &&
+         step->buffers[*slot].bytes() != 4))
+      return Error(options.artifactPath,
+                   fmt::format("decode_step slot '{}'", name),
+                   "is missing or has the wrong size");
+  }
+  if (options.weightPaths.empty())
+    return Error(options.artifactPath, "weights",
+                 "no GGUF file given (--weights FILE.gguf...)");
+  Expected<gguf::GGUFModel> model = gguf::GGUFModel::open(options.weightPaths);
+  if (!model)
+    return model.error();
+  std::vector<kiln_weight_bytes> weights;
+  if (Status st = checkBindings(*artifact, *model, weights); !st)
+    return st.error();
+
+  Expected<BackendPlugin> plugin =
+      BackendPlugin::open(artifact->target, options.backendDirs);
+  if (!plugin)
+    return plugin.error();
+  std::unique_ptr<Session> s(new Session(std::move(*plugin)));
+  s->artifact_ = std::move(*artifact);
+  s->artifactBytes_ = std::move(bytes);
+  s->model_ = std::move(*model);
+  s->where_ = options.artifactPath;
+  s->vocab_ = int64_t(
+      s->artifact_.rankPlans[0].step(kDecodeStep)->buffers[*logits].elements());
+  kiln_rank_options rankOptions{sizeof(kiln_rank_options), options.threads, 0,
+                                0};
+  if (Status st = s->call(s->plugin_.api().open_rank(
+                              s->artifactBytes_.data(),
+                              s->artifactBytes_.size(), 0, weights.data(),
+                              uint32_t(weights.size()), &rankOptions,
+                              &s->rank_, s->error_, sizeof(s->error_)),
+                          "open_rank");
+      !st)
+    return st.error();
+  return s;
+}
+
+Session::~Session() {
+  if (rank_)
+    plugin_.api().close_rank(rank_);
+}
+
+Status Session::call(int rc, const char *what) {
+  if (rc == 0)
+    return Status::ok();
+  return Error(plugin_.path(), what, error_);
+}
+
+Status Session::decode(int32_t token, int32_t position,
+                       std::span<float> logits, int32_t *next) {
+  if (position < 0 || uint64_t(position) >= artifact_.contextLength)
+    return Error(where_, "context",
+                 fmt::format("position {} is past the {} positions the "
+                             "artifact's caches hold (compile with "
+                             "kiln-compile --context N)",
+                             position, artifact_.contextLength));
+  if (token < 0 || token >= vocab_)
+    return Error(where_, "token",
+                 fmt::format("{} is not in the vocabulary [0, {})", token,
+                             vocab_));
+  if (int64_t(logits.size()) != vocab_)
+    return Error(where_, "logits", "buffer size is not the vocabulary");
+  const kiln_backend_v1 &api = plugin_.api();
+  if (Status st = call(api.write_slot(rank_, kDecodeStep, "token", &token, 4,
+                                      error_, sizeof(error_)),
+                       "write_slot");
+      !st)
+    return st;
+  if (Status st = call(api.write_slot(rank_, kDecodeStep, "position",
+                                      &position, 4, error_, sizeof(error_)),
+                       "write_slot");
+      !st)
+    return st;
+  if (Status st = call(api.run_step(rank_, kDecodeStep, error_, sizeof(error_)),
+                       "run_step");
+      !st)
+    return st;
+  if (Status st = call(api.read_slot(rank_, kDecodeStep, "logits",
+                                     logits.data(), logits.size_bytes(),
+                                     error_, sizeof(error_)),
+                       "read_slot");
+      !st)
+    return st;
+  return call(api.read_slot(rank_, kDecodeStep, "next_token", next, 4, error_,
+                            sizeof(error_)),
+              "read_slot");
+}
+
+Status Session::reset() {
+  return call(plugin_.api().reset(rank_, error_, sizeof(error_)), "reset");
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,66 @@
+//===- Session.h - A loaded model: artifact, weights, backend rank -*- C++ -*-===//
+#ifndef KILN_RUNTIME_SESSION_SESSION_H
+#define KILN_RUNTIME_SESSION_SESSION_H
+
+#include "artifact/Artifact.h"
+#include "gguf/GGUFFile.h"
+#include "session/BackendPlugin.h"
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+struct SessionOptions {
+  std::string artifactPath;
+  std::vector<std::string> weightPaths;
+  std::vector<std::string> backendDirs; ///< searched first for plugins
+  uint32_t threads = 0;                 ///< CPU threads; 0 = all cores
+};
+
+/// One model ready to run: the artifact read and verified, the GGUF set
+/// opened and every bound tensor checked (name, type, dims) before any
+/// compute, the backend plugin loaded and rank 0 opened on it.
+class Session {
+public:
+  static Expected<std::unique_ptr<Session>> open(const SessionOptions &options);
+  ~Session();
+  Session(const Session &) = delete;
+  Session &operator=(const Session &) = delete;
+
+  const artifact::Artifact &artifact() const { return artifact_; }
+  const gguf::GGUFModel &model() const { return model_; }
+  const std::string &backendPath() const { return plugin_.path(); }
+  /// Positions the caches hold.
+  uint64_t contextLength() const { return artifact_.contextLength; }
+  /// Logits per position.
+  int64_t vocab() const { return vocab_; }
+
+  /// Runs @decode_step for `token` at `position`: the logits of the next
+  /// token into `logits` (vocab values) and its argmax into `next`.
+  /// A position at or past the context is an error, before any compute.
+  Status decode(int32_t token, int32_t position, std::span<float> logits,
+                int32_t *next);
+
+  /// Empties the caches: the next decode must be at position 0.
+  Status reset();
+
+private:
+  Session(BackendPlugin plugin) : plugin_(std::move(plugin)) {}
+  Status call(int rc, const char *what);
+
+  artifact::Artifact artifact_;
+  std::vector<uint8_t> artifactBytes_;
+  gguf::GGUFModel model_;
+  BackendPlugin plugin_;
+  kiln_rank *rank_ = nullptr;
+  int64_t vocab_ = 0;
+  std::string where_;
+  char error_[1024] = {0};
+};
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_SESSION_SESSION_H

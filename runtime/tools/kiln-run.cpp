@@ -1,0 +1,260 @@
+//===- kiln-run.cpp - Run a compiled model ---------------------------------===//
+//
+// kiln-run M.kiln --weights FILE.gguf... --prompt-tokens 1,2,3 -n N
+//         [--temperature T --top-k K --top-p P --seed S] [--json]
+//         [--logits-out FILE.npy] [--threads N] [--backend-dir DIR]
+//
+// Loads the artifact, checks the GGUF set against it, opens the backend
+// plugin the artifact names, evaluates the prompt tokens one position at a
+// time, then generates N tokens (greedy unless --temperature is given).
+// --logits-out writes the logits of every evaluated position: with the
+// whole sequence as the prompt and -n 0 that is teacher forcing.
+// No LLVM/MLIR in this program.
+//
+//===----------------------------------------------------------------------===//
+#include "session/Npy.h"
+#include "session/Sampler.h"
+#include "session/Session.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace kiln;
+using namespace kiln::runtime;
+
+namespace {
+
+constexpr const char *kUsage = R"(usage: kiln-run M.kiln --weights FILE.gguf... --prompt-tokens IDS [options]
+
+Runs a model compiled by kiln-compile: evaluates the prompt, then generates.
+
+options:
+  --weights FILE.gguf...   the model's GGUF file(s) (every part of a split set,
+                           or one part to find the others)
+  --prompt-tokens IDS      comma-separated token ids, e.g. 1,2,3
+  -n N                     tokens to generate (default 16; 0: only evaluate
+                           the prompt, i.e. teacher forcing)
+  --temperature T          sample with temperature T (default 0: greedy)
+  --top-k K                sample among the K most likely (default: all)
+  --top-p P                sample within probability mass P (default 1)
+  --seed S                 sampling seed (default 0)
+  --logits-out FILE.npy    write the logits of every evaluated position
+                           ([positions, vocab] float32)
+  --json                   print one JSON object instead of text
+  --threads N              CPU threads (default: all cores)
+  --backend-dir DIR        look for backend plugins in DIR first
+  --help                   this text
+)";
+
+int usageError(const std::string &message) {
+  std::fprintf(stderr, "kiln-run: error: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+int fail(const Error &error) {
+  std::fprintf(stderr, "kiln-run: error: %s\n", error.message().c_str());
+  return 1;
+}
+
+template <typename T> bool parseNumber(const char *text, T &out) {
+  char *end = nullptr;
+  errno = 0;
+  if constexpr (std::is_floating_point_v<T>)
+    out = T(std::strtod(text, &end));
+  else if constexpr (std::is_signed_v<T>)
+    out = T(std::strtoll(text, &end, 10));
+  else
+    out = T(std::strtoull(text, &end, 10));
+  return errno == 0 && end && end != text && *end == '\0';
+}
+
+bool parseTokens(const std::string &text, std::vector<int32_t> &out) {
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string item = text.substr(start, end - start);
+    int64_t v;
+    if (item.empty() || !parseNumber(item.c_str(), v) || v < 0 ||
+        v > INT32_MAX)
+      return false;
+    out.push_back(int32_t(v));
+    start = end + 1;
+  }
+  return !out.empty();
+}
+
+std::string jsonString(const std::string &s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += char(c);
+    else if (c < 0x20)
+      out += fmt::format("\\u{:04x}", c);
+    else
+      out += char(c);
+  }
+  return out + "\"";
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  SessionOptions options;
+  SamplingOptions sampling;
+  std::vector<int32_t> prompt;
+  int64_t generate = 16;
+  std::string logitsOut;
+  bool json = false;
+
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char *flag) -> const char * {
+      if (i + 1 >= argc) {
+        usageError(std::string(flag) + " needs a value");
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--weights") {
+      while (i + 1 < argc && argv[i + 1][0] != '-')
+        options.weightPaths.push_back(argv[++i]);
+      if (options.weightPaths.empty())
+        return usageError("--weights needs at least one file");
+    } else if (arg == "--prompt-tokens") {
+      if (!parseTokens(value("--prompt-tokens"), prompt))
+        return usageError("--prompt-tokens: expected ids like 1,2,3");
+    } else if (arg == "-n") {
+      if (!parseNumber(value("-n"), generate) || generate < 0)
+        return usageError("-n: expected a count >= 0");
+    } else if (arg == "--temperature") {
+      if (!parseNumber(value("--temperature"), sampling.temperature) ||
+          sampling.temperature < 0)
+        return usageError("--temperature: expected a number >= 0");
+    } else if (arg == "--top-k") {
+      if (!parseNumber(value("--top-k"), sampling.topK) || sampling.topK < 0)
+        return usageError("--top-k: expected a count >= 0");
+    } else if (arg == "--top-p") {
+      if (!parseNumber(value("--top-p"), sampling.topP) ||
+          !(sampling.topP > 0 && sampling.topP <= 1))
+        return usageError("--top-p: expected a number in (0, 1]");
+    } else if (arg == "--seed") {
+      if (!parseNumber(value("--seed"), sampling.seed))
+        return usageError("--seed: expected an unsigned integer");
+    } else if (arg == "--logits-out") {
+      logitsOut = value("--logits-out");
+    } else if (arg == "--json") {
+      json = true;
+    } else if (arg == "--threads") {
+      if (!parseNumber(value("--threads"), options.threads))
+        return usageError("--threads: expected a count");
+    } else if (arg == "--backend-dir") {
+      options.backendDirs.push_back(value("--backend-dir"));
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usageError("unknown option " + arg);
+    } else if (options.artifactPath.empty()) {
+      options.artifactPath = arg;
+    } else {
+      return usageError("more than one artifact given: " + arg);
+    }
+  }
+  if (options.artifactPath.empty())
+    return usageError("no artifact given");
+  if (prompt.empty())
+    return usageError("no prompt given (--prompt-tokens)");
+
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  Clock::time_point t0 = Clock::now();
+  Expected<std::unique_ptr<Session>> session = Session::open(options);
+  if (!session)
+    return fail(session.error());
+  Session &s = **session;
+  Clock::time_point t1 = Clock::now();
+
+  uint64_t evaluated = prompt.size() + (generate > 0 ? generate - 1 : 0);
+  if (evaluated > s.contextLength())
+    return fail(Error(options.artifactPath, "context",
+                      fmt::format("{} prompt tokens and {} to generate need "
+                                  "{} positions; the artifact's caches hold "
+                                  "{} (compile with kiln-compile --context N)",
+                                  prompt.size(), generate, evaluated,
+                                  s.contextLength())));
+  std::vector<float> logits(s.vocab());
+  std::vector<float> allLogits;
+  if (!logitsOut.empty())
+    allLogits.reserve(evaluated * s.vocab());
+  Sampler sampler(sampling);
+  std::vector<int32_t> generated;
+  int32_t next = 0;
+  int32_t position = 0;
+
+  for (int32_t token : prompt) {
+    if (Status st = s.decode(token, position++, logits, &next); !st)
+      return fail(st.error());
+    if (!logitsOut.empty())
+      allLogits.insert(allLogits.end(), logits.begin(), logits.end());
+  }
+  Clock::time_point t2 = Clock::now();
+  for (int64_t g = 0; g < generate; ++g) {
+    int32_t token = sampling.greedy() ? next : sampler.sample(logits);
+    generated.push_back(token);
+    if (g + 1 == generate)
+      break;
+    if (Status st = s.decode(token, position++, logits, &next); !st)
+      return fail(st.error());
+    if (!logitsOut.empty())
+      allLogits.insert(allLogits.end(), logits.begin(), logits.end());
+  }
+  Clock::time_point t3 = Clock::now();
+
+  if (!logitsOut.empty())
+    if (Status st = writeNpy(logitsOut, allLogits, allLogits.size() / s.vocab(),
+                             s.vocab());
+        !st)
+      return fail(st.error());
+
+  double load = seconds(t0, t1), promptTime = seconds(t1, t2),
+         decodeTime = seconds(t2, t3);
+  double promptRate = prompt.size() / std::max(promptTime, 1e-9);
+  int64_t decodeSteps = generate > 0 ? generate - 1 : 0;
+  double decodeRate = decodeSteps / std::max(decodeTime, 1e-9);
+  if (json) {
+    std::string tokens;
+    for (size_t i = 0; i < generated.size(); ++i)
+      tokens += (i ? "," : "") + std::to_string(generated[i]);
+    std::printf("{\"tokens\": [%s], \"prompt_tokens\": %zu, "
+                "\"load_seconds\": %.6f, \"prompt_seconds\": %.6f, "
+                "\"prompt_tokens_per_second\": %.3f, \"decode_steps\": %lld, "
+                "\"decode_seconds\": %.6f, \"decode_tokens_per_second\": %.3f, "
+                "\"backend\": %s, \"context\": %llu}\n",
+                tokens.c_str(), prompt.size(), load, promptTime, promptRate,
+                (long long)decodeSteps, decodeTime, decodeRate,
+                jsonString(s.artifact().target).c_str(),
+                (unsigned long long)s.contextLength());
+    return 0;
+  }
+  std::string tokens;
+  for (int32_t t : generated)
+    tokens += (tokens.empty() ? "" : " ") + std::to_string(t);
+  std::printf("tokens: %s\n", tokens.c_str());
+  std::printf("prompt: %zu tokens in %.3f s (%.1f tok/s)\n", prompt.size(),
+              promptTime, promptRate);
+  std::printf("decode: %lld steps in %.3f s (%.1f tok/s)\n",
+              (long long)decodeSteps, decodeTime, decodeRate);
+  std::printf("load: %.3f s (backend %s: %s)\n", load,
+              s.artifact().target.c_str(), s.backendPath().c_str());
+  return 0;
+}

@@ -1,0 +1,231 @@
+"""The artifact and the runtime end to end on the CPU backend: kiln-compile
+--target=cpu writes a .kiln that kiln-run loads and runs; every way an
+artifact, a weights file, a plugin or a request can be wrong is a clear error
+with a non-zero exit, and the runtime half links no LLVM/MLIR."""
+import json
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from gguf.constants import GGMLQuantizationType as QT
+
+from conftest import build_dir, run_tool, tool
+from test_compile_glm5 import rewrite
+
+SEED = 21
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runtime")
+    gguf = d / "tiny.gguf"
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", SEED,
+             "--quiet")
+    art = d / "tiny.kiln"
+    run_tool("kiln-compile", gguf, "--target=cpu", "--context", "32", "-o", art)
+    return d, gguf, art
+
+
+def kiln_run(*args, check=False):
+    return run_tool("kiln-run", *args, check=check)
+
+
+def error_of(proc):
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("kiln-run: error: "), proc.stderr
+    return proc.stderr
+
+
+def test_runs_and_reports(model):
+    _, gguf, art = model
+    proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "1,2,3",
+                    "-n", "5", check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("tokens: ")
+    tokens = [int(t) for t in lines[0].split()[1:]]
+    assert len(tokens) == 5 and all(0 <= t < 1024 for t in tokens)
+    assert lines[1].startswith("prompt: 3 tokens in ")
+    assert lines[2].startswith("decode: 4 steps in ")
+    assert lines[3].startswith("load: ") and "libkiln-backend-cpu.so" in lines[3]
+
+
+def test_json_and_logits(model, tmp_path):
+    _, gguf, art = model
+    out = tmp_path / "logits.npy"
+    proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "5,6,7,8",
+                    "-n", "3", "--json", "--logits-out", out, check=True)
+    report = json.loads(proc.stdout)
+    assert len(report["tokens"]) == 3 and report["prompt_tokens"] == 4
+    assert report["backend"] == "cpu" and report["context"] == 32
+    logits = np.load(out)
+    # 4 prompt positions + 2 decode steps evaluated.
+    assert logits.shape == (6, 1024) and logits.dtype == np.float32
+    assert np.isfinite(logits).all()
+    # Greedy: each generated token is the argmax of the previous position.
+    assert report["tokens"][0] == int(np.argmax(logits[3]))
+    assert report["tokens"][1] == int(np.argmax(logits[4]))
+
+
+def test_deterministic_across_threads(model, tmp_path):
+    _, gguf, art = model
+    outs = []
+    for threads in ("1", "3"):
+        out = tmp_path / f"l{threads}.npy"
+        kiln_run(art, "--weights", gguf, "--prompt-tokens", "9,8,7,6,5",
+                 "-n", "0", "--threads", threads, "--logits-out", out,
+                 check=True)
+        outs.append(np.load(out))
+    assert np.array_equal(outs[0], outs[1])
+
+
+def test_sampling_is_seeded(model):
+    _, gguf, art = model
+    def sample(seed):
+        proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "1", "-n",
+                        "8", "--temperature", "1.5", "--top-k", "50",
+                        "--top-p", "0.9", "--seed", seed, "--json", check=True)
+        return json.loads(proc.stdout)["tokens"]
+    assert sample(1) == sample(1)
+    assert sample(1) != sample(2)
+
+
+def corrupt(art, tmp_path, name, edit):
+    data = bytearray(art.read_bytes())
+    edit(data)
+    path = tmp_path / name
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_flipped_byte(model, tmp_path):
+    _, gguf, art = model
+    size = art.stat().st_size
+    for offset in (40, size // 2, size - 1):
+        def flip(d):
+            d[offset] ^= 0x10
+        bad = corrupt(art, tmp_path, f"flip{offset}.kiln", flip)
+        err = error_of(kiln_run(bad, "--weights", gguf, "--prompt-tokens", "1"))
+        assert f"{bad}: checksum: does not match the contents" in err
+
+
+def test_truncated(model, tmp_path):
+    _, gguf, art = model
+    bad = corrupt(art, tmp_path, "short.kiln", lambda d: d.__delitem__(
+        slice(len(d) - 100, len(d))))
+    err = error_of(kiln_run(bad, "--weights", gguf, "--prompt-tokens", "1"))
+    assert "payload size" in err and "truncated" in err
+    tiny = corrupt(art, tmp_path, "header.kiln", lambda d: d.__delitem__(
+        slice(20, len(d))))
+    err = error_of(kiln_run(tiny, "--weights", gguf, "--prompt-tokens", "1"))
+    assert "fewer than the 32-byte header" in err
+
+
+def test_wrong_version_and_magic(model, tmp_path):
+    _, gguf, art = model
+    def version(d):
+        d[8] = 2
+    bad = corrupt(art, tmp_path, "v2.kiln", version)
+    err = error_of(kiln_run(bad, "--weights", gguf, "--prompt-tokens", "1"))
+    assert "format version: the file is format version 2; this build reads " \
+           "version 1" in err
+    def magic(d):
+        d[0:4] = b"GGUF"
+    bad = corrupt(art, tmp_path, "magic.kiln", magic)
+    err = error_of(kiln_run(bad, "--weights", gguf, "--prompt-tokens", "1"))
+    assert "not a Kiln artifact" in err
+
+
+def test_missing_tensor(model, tmp_path):
+    _, gguf, art = model
+    bad = rewrite(gguf, tmp_path / "missing.gguf",
+                  drop=("blk.2.attn_output.weight",))
+    err = error_of(kiln_run(art, "--weights", bad, "--prompt-tokens", "1"))
+    assert "tensor 'blk.2.attn_output.weight': is missing" in err
+
+
+def test_other_type(model, tmp_path):
+    d, _, art = model
+    other = d / "other-type.gguf"
+    run_tool("kiln-gguf", "synth", other, "--preset", "tiny", "--seed", SEED,
+             "--type", "attn_q_a=q4_0", "--quiet")
+    err = error_of(kiln_run(art, "--weights", other, "--prompt-tokens", "1"))
+    assert "tensor 'blk.0.attn_q_a.weight': has type Q4_0, the artifact was " \
+           "compiled for Q8_0" in err
+
+
+def test_other_shape(model, tmp_path):
+    d, _, art = model
+    other = d / "other-shape.gguf"
+    run_tool("kiln-gguf", "synth", other, "--preset", "tiny", "--seed", SEED,
+             "--vocab", "2048", "--quiet")
+    err = error_of(kiln_run(art, "--weights", other, "--prompt-tokens", "1"))
+    assert "tensor 'token_embd.weight': has dims [256, 2048], the artifact " \
+           "was compiled for [256, 1024]" in err
+
+
+def test_context_overflow(model):
+    _, gguf, art = model
+    err = error_of(kiln_run(art, "--weights", gguf, "--prompt-tokens",
+                            ",".join(["1"] * 30), "-n", "4"))
+    assert "context: 30 prompt tokens and 4 to generate need 33 positions; " \
+           "the artifact's caches hold 32" in err
+
+
+def test_bad_token(model):
+    _, gguf, art = model
+    err = error_of(kiln_run(art, "--weights", gguf, "--prompt-tokens", "1024"))
+    assert "token: 1024 is not in the vocabulary [0, 1024)" in err
+
+
+def test_usage_errors(model):
+    _, gguf, art = model
+    proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "1,x")
+    assert proc.returncode == 2 and "--prompt-tokens: expected ids" in proc.stderr
+    proc = kiln_run(art, "--weights", gguf)
+    assert proc.returncode == 2 and "no prompt given" in proc.stderr
+    proc = kiln_run(art, "--prompt-tokens", "1")
+    assert proc.returncode == 1 and "no GGUF file given" in proc.stderr
+
+
+def test_missing_plugin(model, tmp_path):
+    _, gguf, art = model
+    lonely = tmp_path / "bin" / "kiln-run"
+    lonely.parent.mkdir()
+    shutil.copy(tool("kiln-run"), lonely)
+    proc = subprocess.run([str(lonely), str(art), "--weights", str(gguf),
+                           "--prompt-tokens", "1"], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin"})
+    err = error_of(proc)
+    assert "backend: cpu: no plugin libkiln-backend-cpu.so (looked in:" in err
+
+
+def test_incompatible_plugin(model, tmp_path):
+    _, gguf, art = model
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler to build a stand-in plugin")
+    src = tmp_path / "old.c"
+    src.write_text("const void *kiln_backend_entry(unsigned v) { return 0; }\n")
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    subprocess.run([cc, "-shared", "-fPIC", "-o",
+                    str(plugins / "libkiln-backend-cpu.so"), str(src)],
+                   check=True)
+    err = error_of(kiln_run(art, "--weights", gguf, "--prompt-tokens", "1",
+                            "--backend-dir", plugins))
+    assert "ABI: the plugin does not speak backend ABI version 1" in err
+
+
+def test_no_llvm_in_runtime():
+    nm = shutil.which("nm")
+    if not nm:
+        pytest.skip("no nm")
+    binaries = [tool("kiln-run"), tool("kiln-gguf"),
+                build_dir() / "lib" / "libkiln-backend-cpu.so"]
+    for b in binaries:
+        out = subprocess.run([nm, "-C", str(b)], capture_output=True,
+                             text=True, check=True).stdout
+        bad = [l for l in out.splitlines() if "llvm::" in l or "mlir::" in l]
+        assert not bad, f"{b} has LLVM/MLIR symbols: {bad[:3]}"
