@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the embedded default. It grows with every issue: today it
 # sets up, builds, synthesises the default small GLM-5 (the "tiny" preset),
-# inspects, validates and dequantises it, and shows the kiln dialect.
+# compiles it to an artifact and runs it end to end on the CPU backend, then
+# walks through the stages in between (the kiln program, the planned step
+# program, the verifiers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 utils/setup.sh
@@ -12,20 +14,28 @@ mkdir -p "$work"
 
 echo
 echo "== Kiln demo =="
-echo "Running a model (the runtime, kiln-run) is not built yet; see"
-echo "README.md's status table. What works today, on the embedded default model:"
+echo "The embedded default: a tiny synthetic GLM-5 (glm-dsa architecture, random weights)."
 echo
-echo "-- 1. synthesise the default model: GLM-5 architecture (glm-dsa), tiny preset, seed 0"
+echo "-- 1. synthesise it: tiny preset, seed 0"
 "$bin/kiln-gguf" synth "$work/glm5-tiny.gguf" --preset tiny --seed 0
 echo
-echo "-- 2. inspect it (metadata and tensor table; reads only the header)"
+echo "-- 2. compile it for the CPU backend and run it: 4 prompt tokens, 32 generated (greedy)"
+"$bin/kiln-compile" "$work/glm5-tiny.gguf" --target=cpu --context 64 -o "$work/glm5-tiny.kiln"
+echo "   artifact: $work/glm5-tiny.kiln ($(stat -c %s "$work/glm5-tiny.kiln") bytes)"
+"$bin/kiln-run" "$work/glm5-tiny.kiln" --weights "$work/glm5-tiny.gguf" \
+  --prompt-tokens 1,2,3,4 -n 32 | sed 's/^/   /'
+echo "   (backend: cpu, the reference; no text yet: the tokenizer arrives with issue 9)"
+echo
+echo "What happened in between, stage by stage:"
+echo
+echo "-- 3. inspect it (metadata and tensor table; reads only the header)"
 "$bin/kiln-gguf" info "$work/glm5-tiny.gguf" | sed -n '1,4p;/^tensors/,/blk.0.attn_output/p'
 echo "   ..."
 echo
-echo "-- 3. validate every structure rule and every block's scales"
+echo "-- 4. validate every structure rule and every block's scales"
 "$bin/kiln-gguf" check "$work/glm5-tiny.gguf"
 echo
-echo "-- 4. dequantise one routed-expert tensor (Q4_K) to float32"
+echo "-- 5. dequantise one routed-expert tensor (Q4_K) to float32"
 "$bin/kiln-gguf" dequant "$work/glm5-tiny.gguf" --tensor blk.1.ffn_up_exps.weight \
   -o "$work/ffn_up_exps.f32"
 python3 - "$work/ffn_up_exps.f32" <<'PY'
@@ -35,31 +45,30 @@ mean = sum(v) / len(v); std = math.sqrt(sum((x - mean) ** 2 for x in v) / len(v)
 print(f"   {len(v)} values, mean {mean:+.4f}, std {std:.4f} (drawn as N(0, 1/256): std 0.0625)")
 PY
 echo
-echo "-- 5. compile it to the kiln program (the decode step; metadata only) and verify it"
+echo "-- 6. compile it to the kiln program (the decode step; metadata only) and verify it"
 "$bin/kiln-compile" "$work/glm5-tiny.gguf" -o "$work/glm5-tiny.mlir"
 "$bin/kiln-opt" "$work/glm5-tiny.mlir" -o /dev/null
 echo "   $(grep -c 'kiln.layer ' "$work/glm5-tiny.mlir") layers, $(grep -c 'kiln.weight' "$work/glm5-tiny.mlir") weights bound by name, program verified; layer 1 starts:"
 sed -n '/kiln.layer 1 /,/kiln.linear/p' "$work/glm5-tiny.mlir" | cut -c1-150
 echo
-echo "-- 6. lower it to the step dialect: buffers, declared effects, one planned arena, capture verified"
+echo "-- 7. lower it to the step dialect: buffers, declared effects, one planned arena, capture verified"
 "$bin/kiln-compile" "$work/glm5-tiny.gguf" --emit=step --report -o "$work/glm5-tiny.step.mlir"
 "$bin/kiln-opt" --kiln-verify-capture "$work/glm5-tiny.step.mlir" -o /dev/null
 echo "   layer 0's attention starts:"
 sed -n '/"blk.0.rms_norm"/,/step.linear/p' "$work/glm5-tiny.step.mlir" | cut -c1-150
 echo
-echo "-- 7. a shape error caught by the op verifiers:"
+echo "-- 8. a shape error caught by the op verifiers:"
 if "$bin/kiln-opt" --mlir-print-op-on-diagnostic=false models/glm5/examples/bad-norm.mlir 2>&1; then
   echo "demo: error: kiln-opt accepted an ill-formed program" >&2
   exit 1
 fi
 echo "(kiln-opt rejected it with the message above, as it should)"
 echo
-echo "-- 8. the field bug (a kernel updating its input in place, undeclared) caught before capture:"
+echo "-- 9. the field bug (a kernel updating its input in place, undeclared) caught before capture:"
 if "$bin/kiln-opt" --allow-unregistered-dialect --mlir-print-op-on-diagnostic=false --kiln-verify-capture models/glm5/examples/undeclared-in-place.mlir -o /dev/null 2>&1; then
   echo "demo: error: the capture verifier accepted an undeclared in-place write" >&2
   exit 1
 fi
 echo "(the capture verifier rejected it, as it should)"
 echo
-echo "Next stages, in order: the artifact and the CPU runtime (kiln-run), fusion and tensor"
-echo "parallelism, CUDA."
+echo "Next stages, in order: fusion and tensor parallelism, CUDA, text in and out."

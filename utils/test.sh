@@ -35,7 +35,22 @@ for t in "$build"/test/unit/*-tests; do
   run "unit:$(basename "$t")" "$t" --gtest_brief=1 \
     --gtest_output="xml:$results/unit-$(basename "$t").xml"
 done
-run pytest env KILN_BUILD_DIR="$PWD/$build" .venv/bin/python -m pytest -q \
+# The MLIR-free half (runtime, plugins, kiln-gguf) configured on its own,
+# without the compiler: it must build where no MLIR is installed, and
+# test_runtime.py checks its binaries hold no llvm::/mlir:: symbol.
+runtime_build="$build-runtime"
+echo
+echo "== MLIR-free build: $runtime_build (-DKILN_BUILD_COMPILER=OFF)"
+if [ ! -f "$runtime_build/build.ninja" ]; then
+  cmake -G Ninja -S . -B "$runtime_build" -DCMAKE_BUILD_TYPE=Release \
+    -DKILN_BUILD_COMPILER=OFF -DKILN_ENABLE_CUDA=OFF \
+    -DCMAKE_DISABLE_FIND_PACKAGE_MLIR=ON -DCMAKE_DISABLE_FIND_PACKAGE_LLVM=ON \
+    >/dev/null
+fi
+cmake --build "$runtime_build" --target kiln-run kiln-gguf kiln-backend-cpu
+
+run pytest env KILN_BUILD_DIR="$PWD/$build" \
+  KILN_RUNTIME_BUILD_DIR="$PWD/$runtime_build" .venv/bin/python -m pytest -q \
   -rs test/python --junitxml="$results/pytest.xml"
 
 # A short, bounded fuzz run of the GGUF reader (ASan + UBSan), after it has
