@@ -740,34 +740,38 @@ int cpuOpenRank(const uint8_t *artifact, uint64_t artifactBytes,
   });
 }
 
-int cpuWriteSlot(kiln_rank *rank, const char *step, const char *slot,
-                 const void *data, uint64_t bytes, char *error,
-                 uint64_t errorBytes) {
+/// Copies between the caller's bytes and a slot: into an input slot, or out
+/// of an output slot.
+int copySlot(kiln_rank *rank, const char *step, BufferKind kind,
+             const char *slot, void *data, uint64_t bytes, char *error,
+             uint64_t errorBytes) {
   return guarded(error, errorBytes, [&]() -> Status {
     Expected<PreparedStep *> s = findStep(*cast(rank), step);
     if (!s)
       return s.error();
-    Expected<uint8_t *> p = findSlot(**s, BufferKind::Input, slot, bytes);
+    Expected<uint8_t *> p = findSlot(**s, kind, slot, bytes);
     if (!p)
       return p.error();
-    std::memcpy(*p, data, bytes);
+    if (kind == BufferKind::Input)
+      std::memcpy(*p, data, bytes);
+    else
+      std::memcpy(data, *p, bytes);
     return Status::ok();
   });
+}
+
+int cpuWriteSlot(kiln_rank *rank, const char *step, const char *slot,
+                 const void *data, uint64_t bytes, char *error,
+                 uint64_t errorBytes) {
+  return copySlot(rank, step, BufferKind::Input, slot,
+                  const_cast<void *>(data), bytes, error, errorBytes);
 }
 
 int cpuReadSlot(kiln_rank *rank, const char *step, const char *slot,
                 void *data, uint64_t bytes, char *error,
                 uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
-    Expected<PreparedStep *> s = findStep(*cast(rank), step);
-    if (!s)
-      return s.error();
-    Expected<uint8_t *> p = findSlot(**s, BufferKind::Output, slot, bytes);
-    if (!p)
-      return p.error();
-    std::memcpy(data, *p, bytes);
-    return Status::ok();
-  });
+  return copySlot(rank, step, BufferKind::Output, slot, data, bytes, error,
+                  errorBytes);
 }
 
 int cpuRunStep(kiln_rank *rank, const char *step, char *error,

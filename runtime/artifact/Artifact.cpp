@@ -11,6 +11,7 @@
 #include "artifact/Artifact_generated.h"
 #include "support/AtomicFile.h"
 #include "support/CheckedMath.h"
+#include "support/Random.h"
 
 #include <fmt/format.h>
 
@@ -119,12 +120,8 @@ const ConfigEntry *Artifact::configEntry(std::string_view key) const {
 }
 
 uint64_t checksum(std::span<const uint8_t> bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint8_t b : bytes) {
-    h ^= b;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a(std::string_view(reinterpret_cast<const char *>(bytes.data()),
+                                bytes.size()));
 }
 
 //===----------------------------------------------------------------------===//

@@ -14,31 +14,8 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
-static uint64_t splitmix(uint64_t &x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-Sampler::Sampler(const SamplingOptions &options) : options_(options) {
-  uint64_t x = options.seed;
-  for (uint64_t &s : state_)
-    s = splitmix(x);
-}
-
-double Sampler::uniform() {
-  auto rotl = [](uint64_t v, int k) { return (v << k) | (v >> (64 - k)); };
-  uint64_t result = rotl(state_[1] * 5, 7) * 9;
-  uint64_t t = state_[1] << 17;
-  state_[2] ^= state_[0];
-  state_[3] ^= state_[1];
-  state_[1] ^= state_[2];
-  state_[0] ^= state_[3];
-  state_[2] ^= t;
-  state_[3] = rotl(state_[3], 45);
-  return double(result >> 11) * 0x1.0p-53;
-}
+Sampler::Sampler(const SamplingOptions &options)
+    : options_(options), rng_(options.seed) {}
 
 int32_t Sampler::sample(std::span<const float> logits) {
   if (options_.greedy() || logits.size() <= 1)
@@ -70,7 +47,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
     for (size_t i = 0; i < keep; ++i)
       sum += probs_[i];
   }
-  double u = uniform() * sum;
+  double u = rng_.uniform() * sum;
   for (size_t i = 0; i < keep; ++i) {
     if (u < probs_[i])
       return order_[i];

@@ -2,6 +2,8 @@
 #ifndef KILN_RUNTIME_SESSION_SAMPLER_H
 #define KILN_RUNTIME_SESSION_SAMPLER_H
 
+#include "support/Random.h"
+
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -26,9 +28,8 @@ public:
   int32_t sample(std::span<const float> logits);
 
 private:
-  double uniform();
   SamplingOptions options_;
-  uint64_t state_[4];
+  Rng rng_;
   std::vector<int32_t> order_;
   std::vector<double> probs_;
 };

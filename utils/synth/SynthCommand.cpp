@@ -6,7 +6,7 @@
 #include "support/Progress.h"
 #include "synth/GLM5Metadata.h"
 #include "synth/GLM5Spec.h"
-#include "synth/Random.h"
+#include "support/Random.h"
 #include "synth/TensorSynth.h"
 
 #include <fmt/core.h>

@@ -4,7 +4,7 @@
 
 #include "support/Error.h"
 #include "synth/GLM5Spec.h"
-#include "synth/Random.h"
+#include "support/Random.h"
 
 #include <cstdint>
 #include <span>

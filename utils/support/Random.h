@@ -1,21 +1,22 @@
-//===- Random.h - Deterministic random numbers for synthetic models -*- C++ -*-===//
+//===- Random.h - Deterministic random numbers and hashing ---------*- C++ -*-===//
 //
 // xoshiro256** (Blackman and Vigna) seeded through splitmix64: fast,
-// statistically sound and fully specified, so a synthetic model's bytes are
-// the same on every machine and with every standard library.
+// statistically sound and fully specified, so a synthetic model's bytes and a
+// seeded sample are the same on every machine and with every standard
+// library. Also 64-bit FNV-1a, for seeds derived from names and checksums.
 //
 //===----------------------------------------------------------------------===//
-#ifndef KILN_SYNTH_RANDOM_H
-#define KILN_SYNTH_RANDOM_H
+#ifndef KILN_SUPPORT_RANDOM_H
+#define KILN_SUPPORT_RANDOM_H
 
 #include <cmath>
 #include <cstdint>
 #include <string_view>
 
-namespace kiln::synth {
+namespace kiln {
 
-/// 64-bit FNV-1a, continued from `hash`: used to derive a per-tensor seed
-/// from (seed, name, type) only.
+/// 64-bit FNV-1a, continued from `hash`: per-tensor seeds derived from
+/// (seed, name, type) only, and the artifact's checksum.
 inline uint64_t fnv1a(std::string_view bytes,
                       uint64_t hash = 0xcbf29ce484222325ull) {
   for (unsigned char c : bytes) {
@@ -79,6 +80,6 @@ private:
   bool haveSpare_ = false;
 };
 
-} // namespace kiln::synth
+} // namespace kiln
 
-#endif // KILN_SYNTH_RANDOM_H
+#endif // KILN_SUPPORT_RANDOM_H
