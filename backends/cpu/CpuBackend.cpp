@@ -405,6 +405,40 @@ Expected<std::function<Status()>> OpBuilder::build() {
     return std::function<Status()>(
         [=, &pool] { return cpu::linear(x, batch, *w, y, pool); });
   }
+  if (k == "fused_linear") {
+    if (op_.outs().size() != 1 || op_.ins().size() < 3)
+      return fail("expects an input, two or more weights and one output");
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    const Attr *segments = op_.attr("segments");
+    size_t n = op_.ins().size() - 1;
+    if (!segments || segments->kind != AttrKind::Ints ||
+        segments->ints.size() != n || in(0).buffer->shape.size() != 1)
+      return fail("needs a vector input and one segment offset per weight");
+    int64_t kDim = in(0).buffer->shape[0], offset = 0;
+    std::vector<std::pair<const cpu::WeightView *, int64_t>> parts;
+    for (size_t i = 0; i < n; ++i) {
+      KILN_TRY(weight(in(i + 1), "weight"));
+      const cpu::WeightView *w = in(i + 1).weight;
+      if (w->dims.size() != 2 || w->dims[0] != kDim)
+        return fail(fmt::format("weight '{}' is not [{}, N]", w->name, kDim));
+      if (segments->ints[i] != offset)
+        return fail(fmt::format("segment {} starts at {}, not {}", i,
+                                segments->ints[i], offset));
+      parts.push_back({w, offset});
+      offset += w->dims[1];
+    }
+    if (out(0).elements() != uint64_t(offset))
+      return fail("the output does not hold the segments");
+    const float *x = in(0).f32();
+    float *y = out(0).f32();
+    return std::function<Status()>([=, &pool]() -> Status {
+      for (auto [w, at] : parts)
+        if (Status st = cpu::linear(x, 1, *w, y + at, pool); !st)
+          return st;
+      return Status::ok();
+    });
+  }
   if (k == "cache_append") {
     KILN_TRY(counts(2, 1));
     KILN_TRY(floats(in(0), "entry"));

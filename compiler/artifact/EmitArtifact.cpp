@@ -23,7 +23,8 @@ namespace {
 
 /// Every op kind the step dialect has; the CPU backend runs all of them.
 const std::vector<std::string> kAllStepOps = {
-    "embed",     "dequant",       "linear",      "rms_norm",   "layer_norm",
+    "embed",     "dequant",       "linear",      "fused_linear",
+    "rms_norm",  "layer_norm",
     "rope",      "cache_append",  "mla_attention", "dsa_indexer",
     "moe_router", "moe_experts",  "swiglu",      "add",        "all_reduce",
     "argmax",    "copy",          "slice",       "concat"};
@@ -73,6 +74,16 @@ Expected<artifact::Attr> attrOf(NamedAttribute named, Operation *op) {
   } else if (auto s = dyn_cast<StringAttr>(v)) {
     a.kind = artifact::AttrKind::String;
     a.stringValue = s.str();
+  } else if (auto map = dyn_cast<ArrayAttr>(v);
+             map && !map.empty() &&
+             llvm::all_of(map, [](Attribute a) {
+               return isa<kd::SegmentAttr>(a);
+             })) {
+    // A segment map: names and formats are the weights' own bindings, so
+    // the offsets are what the backend needs (and checks against them).
+    a.kind = artifact::AttrKind::Ints;
+    for (Attribute s : map)
+      a.ints.push_back(cast<kd::SegmentAttr>(s).getOffset());
   } else if (auto arr = dyn_cast<DenseI64ArrayAttr>(v)) {
     a.kind = artifact::AttrKind::Ints;
     a.ints.assign(arr.asArrayRef().begin(), arr.asArrayRef().end());

@@ -261,6 +261,18 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
         buffers_[l.getResult()] = out;
         return success();
       })
+      .Case([&](kd::FusedLinearOp l) {
+        auto first = cast<kd::SegmentAttr>(l.getSegments()[0]);
+        Value out = destination(l.getResult(), first.getName().str() + ".fused",
+                                /*global=*/true);
+        SmallVector<Value> weights;
+        for (Value w : l.getWeights())
+          weights.push_back(buffer(w));
+        st::FusedLinearOp::create(b_, loc, buffer(l.getInput()), weights,
+                                  l.getSegments(), out);
+        buffers_[l.getResult()] = out;
+        return success();
+      })
       .Case([&](kd::RMSNormOp n) {
         return simple(n.getResult(), [&](Value out) {
           st::RMSNormOp::create(b_, loc, buffer(n.getInput()),

@@ -18,9 +18,11 @@ namespace mlir::kiln {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-/// Adds lower-to-step, plan-memory and verify-capture: a kiln module in, a
-/// planned, verified step module out. `alignment` is the planner's.
-void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256);
+/// Adds fuse-projections (unless `fuse` is false), lower-to-step,
+/// plan-memory and verify-capture: a kiln module in, a planned, verified
+/// step module out. `alignment` is the planner's.
+void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
+                       bool fuse = true);
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

@@ -4,6 +4,25 @@
 
 include "mlir/Pass/PassBase.td"
 
+def FuseProjections : Pass<"kiln-fuse-projections", "::mlir::func::FuncOp"> {
+  let summary = "Fuse the projections that share an input into one mat-vec";
+  let description = [{
+    In each block, every `kiln.linear` of a one-dimensional input with a
+    `[K, N]` weight is grouped with the others of the same input value; a
+    group of two or more becomes one `kiln.fused_linear` at the place of its
+    first member, whose segment map lists the members in program order (each
+    keeping its own format). Each member's result becomes a contiguous
+    `tensor.extract_slice` of the fused result, which the step lowering
+    turns into a view: no copy, and a layout fixed by the program, never by
+    a file. In GLM-5 that fuses q_a, kv_a_mqa and the indexer's key and
+    head-weight projections (all of the attention norm's output), q_b with
+    the indexer's query (of c_q), the dense FFN's gate and up, and the
+    shared expert's gate and up. Stacked weights and batched inputs are left
+    alone.
+  }];
+  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+}
+
 def LowerToStep : Pass<"kiln-lower-to-step", "::mlir::ModuleOp"> {
   let summary = "Lower kiln programs (tensors) to step programs (buffers)";
   let description = [{

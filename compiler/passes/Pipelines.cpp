@@ -3,7 +3,10 @@
 
 using namespace mlir;
 
-void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment) {
+void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
+                                    bool fuse) {
+  if (fuse)
+    pm.addNestedPass<func::FuncOp>(createFuseProjections());
   pm.addPass(createLowerToStep());
   PlanMemoryOptions plan;
   plan.alignment = alignment;
@@ -15,7 +18,7 @@ void mlir::kiln::registerKilnPassesAndPipelines() {
   registerKilnPasses();
   PassPipelineRegistration<>(
       "kiln-step-pipeline",
-      "Lower a kiln program to a planned step program and verify that it "
-      "is safe to capture",
+      "Fuse a kiln program's projections, lower it to a planned step "
+      "program and verify that it is safe to capture",
       [](OpPassManager &pm) { buildStepPipeline(pm); });
 }

@@ -31,4 +31,25 @@ def Kiln_GLM5ConfigAttr : AttrDef<Kiln_Dialect, "GLM5Config"> {
   let assemblyFormat = "`<` struct(params) `>`";
 }
 
+def Kiln_SegmentAttr : AttrDef<Kiln_Dialect, "Segment"> {
+  let mnemonic = "segment";
+  let summary = "one part of a fused projection: its weight, rows and format";
+  let description = [{
+    A fused projection's output is its segments one after another: segment
+    `name` (the GGUF tensor, without `.weight`) fills rows `offset` to
+    `offset + rows` and is stored as `format`. The order is the program's,
+    chosen by the fusion pass, never the order tensors appear in a file;
+    weight packing and every consumer's slice read the same map.
+
+    Example:
+    ```mlir
+    #kiln.segment<name = "blk.0.attn_q_a", offset = 0, rows = 2048, format = "q8_0">
+    ```
+  }];
+  let parameters = (ins StringRefParameter<"tensor name">:$name,
+                        "int64_t":$offset, "int64_t":$rows,
+                        StringRefParameter<"ggml block format">:$format);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
 #endif // KILN_ATTRS_TD

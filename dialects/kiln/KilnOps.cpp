@@ -164,6 +164,59 @@ LogicalResult LinearOp::verify() {
          << dims.size();
 }
 
+FailureOr<int64_t> mlir::kiln::verifySegmentMap(Operation *op, int64_t k,
+                                                ValueRange weights,
+                                                ArrayAttr segments) {
+  if (weights.size() < 2)
+    return op->emitOpError("fuses at least two projections, got ")
+           << weights.size();
+  if (segments.size() != weights.size())
+    return op->emitOpError("has ")
+           << segments.size() << " segments for " << weights.size()
+           << " weights";
+  int64_t offset = 0;
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(segments, weights))) {
+    auto segment = dyn_cast<SegmentAttr>(std::get<0>(pair));
+    auto weight = cast<QWeightType>(std::get<1>(pair).getType());
+    if (!segment)
+      return op->emitOpError("segment ") << i << " is not a #kiln.segment";
+    if (segment.getName() != weightValueName(weight))
+      return op->emitOpError("segment ")
+             << i << " is named '" << segment.getName() << "' but weight "
+             << i << " is '" << weight.getName() << "'";
+    if (segment.getFormat() != weight.getFormat())
+      return op->emitOpError("segment ")
+             << i << " says format '" << segment.getFormat()
+             << "' but its weight is '" << weight.getFormat() << "'";
+    ArrayRef<int64_t> dims = weight.getDims();
+    if (dims.size() != 2 || dims[0] != k)
+      return op->emitOpError("weight ")
+             << i << " must be [" << k << ", N], got " << weight;
+    if (segment.getOffset() != offset || segment.getRows() != dims[1])
+      return op->emitOpError("segment ")
+             << i << " must cover rows [" << offset << ", "
+             << offset + dims[1] << "), got [" << segment.getOffset()
+             << ", " << segment.getOffset() + segment.getRows() << ")";
+    offset += dims[1];
+  }
+  return offset;
+}
+
+LogicalResult FusedLinearOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  FailureOr<int64_t> total = verifySegmentMap(
+      *this, input.getDimSize(0), getWeights(), getSegments());
+  if (failed(total))
+    return failure();
+  if (result.getDimSize(0) != *total ||
+      result.getElementType() != input.getElementType())
+    return emitOpError("result must be ")
+           << RankedTensorType::get({*total}, input.getElementType())
+           << ", got " << result;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // LayerNormOp, RopeOp
 //===----------------------------------------------------------------------===//

@@ -17,4 +17,14 @@
 #define GET_OP_CLASSES
 #include "kiln/KilnOps.h.inc"
 
+namespace mlir::kiln {
+/// Checks a fused projection's segment map against its weights: at least
+/// two, one `#kiln.segment` per weight, named after it, in its format, each
+/// weight `[k, N]`, rows contiguous from 0. Returns the total rows, or
+/// failure after an error on `op`. Used by kiln.fused_linear and
+/// step.fused_linear alike.
+FailureOr<int64_t> verifySegmentMap(Operation *op, int64_t k,
+                                    ValueRange weights, ArrayAttr segments);
+} // namespace mlir::kiln
+
 #endif // KILN_DIALECTS_KILN_KILNOPS_H

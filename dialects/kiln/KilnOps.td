@@ -216,6 +216,37 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Kiln_FusedLinearOp : Kiln_Op<"fused_linear", [Pure]> {
+  let summary = "several projections of one input, as one mat-vec";
+  let description = [{
+    `y[s.offset + n] = sum_k x[k] * W_s[n][k]` for every segment `s` of
+    `segments` and its weight (the i-th segment belongs to the i-th weight):
+    the projections that share an input, concatenated in the order of the
+    segment map. Each segment keeps its own format (a Q8_0 q_a next to an
+    F16 indexer key). Consumers take their part with a slice at the
+    segment's offset; nothing depends on where the tensors sit in a file.
+    The input is one vector; weights are `[K, N_s]` with the input's K.
+
+    Example:
+    ```mlir
+    %qkv = kiln.fused_linear %a weights(%q_a, %kv_a) {segments = [
+        #kiln.segment<name = "blk.0.attn_q_a", offset = 0, rows = 2048, format = "q8_0">,
+        #kiln.segment<name = "blk.0.attn_kv_a_mqa", offset = 2048, rows = 576, format = "q8_0">]}
+        : tensor<6144xf32>, !kiln.qweight<...>, !kiln.qweight<...> -> tensor<2624xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatVector:$input,
+                       Variadic<Kiln_QWeightType>:$weights,
+                       TypedArrayAttrBase<Kiln_SegmentAttr,
+                                          "segment map">:$segments);
+  let results = (outs Kiln_FloatVector:$result);
+  let assemblyFormat = [{
+    $input `weights` `(` $weights `)` attr-dict `:` type($input) `,`
+    qualified(type($weights)) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Normalisation and position
 //===----------------------------------------------------------------------===//

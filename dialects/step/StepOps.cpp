@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "step/StepOps.h"
 
+#include "kiln/KilnOps.h"
+
 #include <cmath>
 
 using namespace mlir;
@@ -286,6 +288,17 @@ LogicalResult LinearOp::verify() {
     return expectShape(*this, "output", getOutput(), {dims[2], dims[1]});
   }
   return emitOpError("weight must have 2 dims, or 3 for a stack");
+}
+
+LogicalResult FusedLinearOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  if (input.getRank() != 1 || !isFloatBuffer(input))
+    return emitOpError("input must be a float vector");
+  FailureOr<int64_t> total = kiln::verifySegmentMap(
+      *this, input.getDimSize(0), getWeights(), getSegments());
+  if (failed(total))
+    return failure();
+  return expectShape(*this, "output", getOutput(), {*total});
 }
 
 //===----------------------------------------------------------------------===//

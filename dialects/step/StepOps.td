@@ -4,6 +4,7 @@
 
 include "StepAttrs.td"
 include "StepDialect.td"
+include "kiln/KilnAttrs.td"
 include "kiln/KilnTypes.td"
 include "mlir/IR/OpAsmInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -372,6 +373,30 @@ def Step_LinearOp : Step_ComputeOp<"linear", 1> {
   let assemblyFormat = [{
     `ins` `(` $input `,` $weight `:` type($input) `,` qualified(type($weight))
     `)` `outs` `(` $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_FusedLinearOp : Step_ComputeOp<"fused_linear", 1> {
+  let summary = "several projections of one input, as one mat-vec";
+  let description = [{
+    As `kiln.fused_linear`: the output is the segments of `segments`, in
+    order, each computed with its own weight and format.
+
+    Example:
+    ```mlir
+    step.fused_linear ins(%a, %q_a, %kv_a : memref<256xf32>, !kiln.qweight<...>, !kiln.qweight<...>) outs(%qkv : memref<208xf32>) {segments = [...]}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input,
+                       In<Variadic<Kiln_QWeightType>, "weights">:$weights,
+                       TypedArrayAttrBase<Kiln_SegmentAttr,
+                                          "segment map">:$segments,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $weights `:` type($input) `,`
+    qualified(type($weights)) `)` `outs` `(` $output `:` type($output) `)`
+    attr-dict
   }];
   let hasVerifier = 1;
 }

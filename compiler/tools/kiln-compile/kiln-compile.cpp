@@ -59,6 +59,10 @@ static cl::opt<std::string>
               cl::desc("Element type of the latent and indexer caches: f16 "
                        "(default), bf16 or f32"),
               cl::value_desc("type"));
+static cl::opt<bool>
+    noFuse("no-fuse", cl::init(false),
+           cl::desc("Do not fuse projections that share an input (for "
+                    "comparisons; the default fuses)"));
 static cl::opt<bool> mtp("mtp", cl::init(false),
                          cl::desc("Also build @mtp_step, the next-token-"
                                   "prediction layer"));
@@ -168,7 +172,7 @@ int main(int argc, char **argv) {
     else
       step = (*module)->clone();
     mlir::PassManager pm(&context);
-    mlir::kiln::buildStepPipeline(pm, alignment);
+    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";

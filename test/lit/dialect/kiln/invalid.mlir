@@ -534,3 +534,52 @@ func.func @yield_outside(%x: tensor<64xf32>) {
   // expected-error @+1 {{'kiln.yield' op expects parent op 'kiln.layer'}}
   kiln.yield %x : tensor<64xf32>
 }
+
+// -----
+
+func.func @fused_one_weight(%a: tensor<256xf32>, %w: !kiln.qweight<"q.weight", "q8_0", [256, 128]>) -> tensor<128xf32> {
+  // expected-error @+1 {{'kiln.fused_linear' op fuses at least two projections, got 1}}
+  %y = kiln.fused_linear %a weights(%w) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">]} : tensor<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]> -> tensor<128xf32>
+  return %y : tensor<128xf32>
+}
+
+// -----
+
+func.func @fused_name(%a: tensor<256xf32>, %w1: !kiln.qweight<"q.weight", "q8_0", [256, 128]>, %w2: !kiln.qweight<"kv.weight", "q8_0", [256, 80]>) -> tensor<208xf32> {
+  // expected-error @+1 {{'kiln.fused_linear' op segment 1 is named 'q' but weight 1 is 'kv.weight'}}
+  %y = kiln.fused_linear %a weights(%w1, %w2) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "q", offset = 128, rows = 80, format = "q8_0">]} : tensor<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "q8_0", [256, 80]> -> tensor<208xf32>
+  return %y : tensor<208xf32>
+}
+
+// -----
+
+// The map must follow the weights: a file-order swap of the offsets is refused.
+func.func @fused_offsets(%a: tensor<256xf32>, %w1: !kiln.qweight<"q.weight", "q8_0", [256, 128]>, %w2: !kiln.qweight<"kv.weight", "q8_0", [256, 80]>) -> tensor<208xf32> {
+  // expected-error @+1 {{'kiln.fused_linear' op segment 0 must cover rows [0, 128), got [80, 208)}}
+  %y = kiln.fused_linear %a weights(%w1, %w2) {segments = [#kiln.segment<name = "q", offset = 80, rows = 128, format = "q8_0">, #kiln.segment<name = "kv", offset = 0, rows = 80, format = "q8_0">]} : tensor<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "q8_0", [256, 80]> -> tensor<208xf32>
+  return %y : tensor<208xf32>
+}
+
+// -----
+
+func.func @fused_format(%a: tensor<256xf32>, %w1: !kiln.qweight<"q.weight", "q8_0", [256, 128]>, %w2: !kiln.qweight<"kv.weight", "f16", [256, 80]>) -> tensor<208xf32> {
+  // expected-error @+1 {{'kiln.fused_linear' op segment 1 says format 'q8_0' but its weight is 'f16'}}
+  %y = kiln.fused_linear %a weights(%w1, %w2) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "kv", offset = 128, rows = 80, format = "q8_0">]} : tensor<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "f16", [256, 80]> -> tensor<208xf32>
+  return %y : tensor<208xf32>
+}
+
+// -----
+
+func.func @fused_k(%a: tensor<256xf32>, %w1: !kiln.qweight<"q.weight", "q8_0", [256, 128]>, %w2: !kiln.qweight<"kv.weight", "q8_0", [128, 80]>) -> tensor<208xf32> {
+  // expected-error @+1 {{'kiln.fused_linear' op weight 1 must be [256, N], got '!kiln.qweight<"kv.weight", "q8_0", [128, 80]>'}}
+  %y = kiln.fused_linear %a weights(%w1, %w2) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "kv", offset = 128, rows = 80, format = "q8_0">]} : tensor<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "q8_0", [128, 80]> -> tensor<208xf32>
+  return %y : tensor<208xf32>
+}
+
+// -----
+
+func.func @fused_result(%a: tensor<256xf32>, %w1: !kiln.qweight<"q.weight", "q8_0", [256, 128]>, %w2: !kiln.qweight<"kv.weight", "q8_0", [256, 80]>) -> tensor<200xf32> {
+  // expected-error @+1 {{'kiln.fused_linear' op result must be 'tensor<208xf32>', got 'tensor<200xf32>'}}
+  %y = kiln.fused_linear %a weights(%w1, %w2) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "kv", offset = 128, rows = 80, format = "q8_0">]} : tensor<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "q8_0", [256, 80]> -> tensor<200xf32>
+  return %y : tensor<200xf32>
+}

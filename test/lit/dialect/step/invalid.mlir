@@ -433,3 +433,15 @@ func.func @plan_peak() attributes {
   step.plan = #step.plan<arena_bytes = 256, peak_live_bytes = 512, alignment = 256, buffers = 1>} {
   return
 }
+
+// -----
+
+func.func @fused_linear_output() {
+  %x = step.buffer "x" : memref<256xf32>
+  %y = step.buffer "y" : memref<200xf32>
+  %w1 = step.weight : !kiln.qweight<"q.weight", "q8_0", [256, 128]>
+  %w2 = step.weight : !kiln.qweight<"kv.weight", "q8_0", [256, 80]>
+  // expected-error @+1 {{'step.fused_linear' op output must have shape [208], got 'memref<200xf32>'}}
+  step.fused_linear ins(%x, %w1, %w2 : memref<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "q8_0", [256, 80]>) outs(%y : memref<200xf32>) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "kv", offset = 128, rows = 80, format = "q8_0">]}
+  return
+}
