@@ -55,7 +55,7 @@ echo "-- 7. lower it to the step dialect: buffers, declared effects, one planned
 "$bin/kiln-compile" "$work/glm5-tiny.gguf" --emit=step --report -o "$work/glm5-tiny.step.mlir"
 "$bin/kiln-opt" --kiln-verify-capture "$work/glm5-tiny.step.mlir" -o /dev/null
 echo "   layer 0's attention starts:"
-sed -n '/"blk.0.rms_norm"/,/step.linear/p' "$work/glm5-tiny.step.mlir" | cut -c1-150
+sed -n '/"blk.0.rms_norm"/,/step.fused_linear/p' "$work/glm5-tiny.step.mlir" | cut -c1-150
 echo
 echo "-- 8. a shape error caught by the op verifiers:"
 if "$bin/kiln-opt" --mlir-print-op-on-diagnostic=false models/glm5/examples/bad-norm.mlir 2>&1; then

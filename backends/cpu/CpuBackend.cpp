@@ -45,6 +45,8 @@ struct PreparedStep {
   const Step *step = nullptr;
   std::vector<Resolved> buffers;
   std::vector<std::vector<uint8_t>> slotStorage;
+  /// Small weights (norm weights, biases) dequantised once at load.
+  std::vector<std::unique_ptr<std::vector<float>>> constants;
   std::vector<std::function<Status()>> ops;
 };
 
@@ -95,6 +97,8 @@ private:
   Status ints(const Resolved &r, const char *what, uint64_t elements) const;
   Status weight(const Resolved &r, const char *what) const;
   Status same(const Resolved &a, const Resolved &b, const char *what) const;
+  Expected<const float *> param(const Resolved &r, uint64_t n,
+                                const char *what);
   Expected<int64_t> intAttr(const char *name) const;
   Expected<double> floatAttr(const char *name) const;
   Expected<std::string> stringAttr(const char *name) const;
@@ -141,6 +145,29 @@ Status OpBuilder::same(const Resolved &a, const Resolved &b,
     return fail(fmt::format("{}: '{}' and '{}' differ in shape", what,
                             a.buffer->name, b.buffer->name));
   return Status::ok();
+}
+
+/// A per-channel parameter: an f32 buffer as it is, or a one-dimensional
+/// weight dequantised once, here at load (the CPU's layout for small
+/// weights), so a step never dequantises it again.
+Expected<const float *> OpBuilder::param(const Resolved &r, uint64_t n,
+                                         const char *what) {
+  if (!r.weight) {
+    if (Status st = floats(r, what); !st)
+      return st.error();
+    if (r.elements() != n)
+      return fail(fmt::format("{} '{}' must have {} values", what,
+                              r.buffer->name, n));
+    return static_cast<const float *>(r.f32());
+  }
+  if (r.weight->dims.size() != 1 || uint64_t(r.weight->dims[0]) != n)
+    return fail(fmt::format("{} '{}' must be a weight of {} values", what,
+                            r.weight->name, n));
+  auto values = std::make_unique<std::vector<float>>(n);
+  if (Status st = cpu::dequant(*r.weight, values->data()); !st)
+    return st.error();
+  step_.constants.push_back(std::move(values));
+  return static_cast<const float *>(step_.constants.back()->data());
 }
 
 Expected<int64_t> OpBuilder::intAttr(const char *name) const {
@@ -309,18 +336,19 @@ Expected<std::function<Status()>> OpBuilder::build() {
   if (k == "rms_norm" || k == "layer_norm") {
     bool layer = k == "layer_norm";
     KILN_TRY(counts(layer ? 3 : 2, 1));
-    for (size_t i = 0; i < op_.ins().size(); ++i)
-      KILN_TRY(floats(in(i), "input"));
+    KILN_TRY(floats(in(0), "input"));
     KILN_TRY(floats(out(0), "output"));
     KILN_TRY(same(in(0), out(0), k.c_str()));
     int64_t n = in(0).inner();
-    for (size_t i = 1; i < op_.ins().size(); ++i)
-      if (in(i).elements() != uint64_t(n))
-        return fail("weight and bias must match the innermost dimension");
+    KILN_ASSIGN(w, param(in(1), uint64_t(n), "weight"));
+    const float *b = nullptr;
+    if (layer) {
+      KILN_ASSIGN(bias, param(in(2), uint64_t(n), "bias"));
+      b = bias;
+    }
     KILN_ASSIGN(eps, floatAttr("epsilon"));
     int64_t rows = int64_t(in(0).elements()) / n;
-    const float *x = in(0).f32(), *w = in(1).f32();
-    const float *b = layer ? in(2).f32() : nullptr;
+    const float *x = in(0).f32();
     float *y = out(0).f32();
     float e = float(eps);
     return std::function<Status()>([=] {
@@ -557,10 +585,8 @@ Expected<std::function<Status()>> OpBuilder::build() {
       return fail("gating must be 'sigmoid' or 'softmax'");
     const float *bias = nullptr;
     if (hasBias) {
-      KILN_TRY(floats(in(2), "bias"));
-      if (in(2).elements() != uint64_t(gate->dims[1]))
-        return fail("bias must have one value per expert");
-      bias = in(2).f32();
+      KILN_ASSIGN(values, param(in(2), uint64_t(gate->dims[1]), "bias"));
+      bias = values;
     }
     KILN_TRY(ints(out(0), "ids", uint64_t(topK)));
     KILN_TRY(floats(out(1), "weights"));

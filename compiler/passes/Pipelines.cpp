@@ -5,8 +5,10 @@ using namespace mlir;
 
 void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
                                     bool fuse) {
-  if (fuse)
+  if (fuse) {
+    pm.addNestedPass<func::FuncOp>(createFoldDequant());
     pm.addNestedPass<func::FuncOp>(createFuseProjections());
+  }
   pm.addPass(createLowerToStep());
   PlanMemoryOptions plan;
   plan.alignment = alignment;

@@ -12,16 +12,27 @@ using namespace mlir::kiln;
 // RMSNormOp
 //===----------------------------------------------------------------------===//
 
+/// Elements of a per-channel parameter (a float vector or a 1-D weight), or
+/// nullopt when it is not one-dimensional.
+static std::optional<int64_t> paramWidth(Value v) {
+  if (auto w = dyn_cast<QWeightType>(v.getType()))
+    return w.getDims().size() == 1 ? std::optional(w.getDims()[0])
+                                   : std::nullopt;
+  auto t = cast<RankedTensorType>(v.getType());
+  return t.getRank() == 1 ? std::optional(t.getDimSize(0)) : std::nullopt;
+}
+
 LogicalResult RMSNormOp::verify() {
   auto input = cast<RankedTensorType>(getInput().getType());
-  auto weight = cast<RankedTensorType>(getWeight().getType());
   if (input.getRank() < 1)
     return emitOpError("input must have at least one dimension, got ")
            << input;
-  if (weight.getRank() != 1)
-    return emitOpError("weight must be one-dimensional, got ") << weight;
+  std::optional<int64_t> weightWidth = paramWidth(getWeight());
+  if (!weightWidth)
+    return emitOpError("weight must be one-dimensional, got ")
+           << getWeight().getType();
   int64_t inner = input.getDimSize(input.getRank() - 1);
-  int64_t width = weight.getDimSize(0);
+  int64_t width = *weightWidth;
   if (!ShapedType::isDynamic(inner) && !ShapedType::isDynamic(width) &&
       inner != width)
     return emitOpError("weight has ")
@@ -228,11 +239,11 @@ LogicalResult LayerNormOp::verify() {
   int64_t inner = input.getDimSize(input.getRank() - 1);
   for (auto [what, v] : {std::pair<StringRef, Value>{"weight", getWeight()},
                          std::pair<StringRef, Value>{"bias", getBias()}}) {
-    RankedTensorType t = tensorOf(v);
-    if (t.getRank() != 1 || t.getDimSize(0) != inner)
-      return emitOpError() << what << " must be tensor<" << inner << "x...>"
-                           << " (the input's innermost dimension), got "
-                           << t;
+    if (paramWidth(v) != inner)
+      return emitOpError() << what << " must have " << inner
+                           << " values (the input's innermost dimension), "
+                              "got "
+                           << v.getType();
   }
   return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
 }
@@ -323,9 +334,9 @@ LogicalResult MoERouterOp::verify() {
     return emitOpError("gate must have dims [")
            << hidden << ", experts], got " << getGate().getType();
   int64_t experts = dims[1];
-  if (getBias() && tensorOf(getBias()).getDimSize(0) != experts)
+  if (getBias() && paramWidth(getBias()) != experts)
     return emitOpError("bias has ")
-           << tensorOf(getBias()).getDimSize(0) << " values for " << experts
+           << paramWidth(getBias()).value_or(-1) << " values for " << experts
            << " experts";
   if (getTopK() <= 0 || getTopK() > experts)
     return emitOpError("top_k must be between 1 and the ")

@@ -16,6 +16,11 @@ def Kiln_I32Scalar : 0DTensorOf<[I32]>,
     BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getI32Type())">;
 def Kiln_I32Vector : 1DTensorOf<[I32]>;
 def Kiln_FloatVector : 1DTensorOf<[F32, F16, BF16]>;
+/// A per-channel parameter (norm weight, bias): a float vector, or a
+/// one-dimensional weight that the op reads (dequantising it) itself, so no
+/// dequantised copy is ever materialised (--kiln-fold-dequant).
+def Kiln_VectorParam : AnyTypeOf<[Kiln_FloatVector, Kiln_QWeightType],
+    "float vector or one-dimensional weight">;
 
 //===----------------------------------------------------------------------===//
 // Element-wise binary ops: two tensors of one type in, the same type out.
@@ -74,11 +79,11 @@ def Kiln_RMSNormOp : Kiln_Op<"rms_norm",
         : tensor<6144xf32>, tensor<6144xf32>
     ```
   }];
-  let arguments = (ins Kiln_FloatTensor:$input, Kiln_FloatTensor:$weight,
+  let arguments = (ins Kiln_FloatTensor:$input, Kiln_VectorParam:$weight,
                        F32Attr:$epsilon);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
-    $input `,` $weight attr-dict `:` type($input) `,` type($weight)
+    $input `,` $weight attr-dict `:` type($input) `,` qualified(type($weight))
   }];
   let hasVerifier = 1;
 }
@@ -252,8 +257,7 @@ def Kiln_FusedLinearOp : Kiln_Op<"fused_linear", [Pure]> {
 //===----------------------------------------------------------------------===//
 
 def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
-    [Pure, AllTypesMatch<["input", "result"]>,
-     AllTypesMatch<["weight", "bias"]>]> {
+    [Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "layer normalisation over the innermost dimension";
   let description = [{
     `(x - mean(x)) / sqrt(var(x) + epsilon) * weight + bias` along the
@@ -262,14 +266,15 @@ def Kiln_LayerNormOp : Kiln_Op<"layer_norm",
 
     Example:
     ```mlir
-    %k = kiln.layer_norm %k_raw, %w, %b {epsilon = 1.0e-06 : f32} : tensor<128xf32>, tensor<128xf32>
+    %k = kiln.layer_norm %k_raw, %w, %b {epsilon = 1.0e-06 : f32} : tensor<128xf32>, tensor<128xf32>, tensor<128xf32>
     ```
   }];
-  let arguments = (ins Kiln_FloatTensor:$input, Kiln_FloatTensor:$weight,
-                       Kiln_FloatTensor:$bias, F32Attr:$epsilon);
+  let arguments = (ins Kiln_FloatTensor:$input, Kiln_VectorParam:$weight,
+                       Kiln_VectorParam:$bias, F32Attr:$epsilon);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
-    $input `,` $weight `,` $bias attr-dict `:` type($input) `,` type($weight)
+    $input `,` $weight `,` $bias attr-dict `:` type($input) `,`
+    qualified(type($weight)) `,` qualified(type($bias))
   }];
   let hasVerifier = 1;
 }
@@ -412,13 +417,13 @@ def Kiln_MoERouterOp : Kiln_Op<"moe_router", [Pure]> {
     ```
   }];
   let arguments = (ins Kiln_FloatVector:$input, Kiln_QWeightType:$gate,
-                       Optional<Kiln_FloatVector>:$bias, I64Attr:$top_k,
+                       Optional<Kiln_VectorParam>:$bias, I64Attr:$top_k,
                        StrAttr:$gating, BoolAttr:$normalize,
                        F32Attr:$routed_scale);
   let results = (outs Kiln_I32Vector:$ids, Kiln_FloatVector:$weights);
   let assemblyFormat = [{
     $input `,` $gate (`,` $bias^)? attr-dict `:` type($input) `,`
-    qualified(type($gate)) (`,` type($bias)^)? `->` type($ids) `,`
+    qualified(type($gate)) (`,` qualified(type($bias))^)? `->` type($ids) `,`
     type($weights)
   }];
   let hasVerifier = 1;

@@ -51,6 +51,20 @@ static LogicalResult expectShape(Operation *op, StringRef what, Value v,
   return success();
 }
 
+/// A per-channel parameter (float buffer or 1-D weight) of `width` values.
+static LogicalResult expectParam(Operation *op, StringRef what, Value v,
+                                 int64_t width) {
+  if (auto w = dyn_cast<kiln::QWeightType>(v.getType())) {
+    if (w.getDims().size() != 1 || w.getDims()[0] != width)
+      return op->emitOpError()
+             << what << " must have " << width << " values, got " << w;
+    return success();
+  }
+  if (!isFloatBuffer(bufferOf(v)))
+    return op->emitOpError() << what << " must be a float buffer";
+  return expectShape(op, what, v, {width});
+}
+
 static LogicalResult expectI32Vector(Operation *op, StringRef what, Value v,
                                      int64_t size) {
   MemRefType t = bufferOf(v);
@@ -219,7 +233,7 @@ LogicalResult RMSNormOp::verify() {
   MemRefType input = bufferOf(getInput());
   if (getOutput().getType() != input || input.getRank() < 1)
     return emitOpError("output must have the input's type ") << input;
-  if (failed(expectShape(*this, "weight", getWeight(), {innerDim(input)})))
+  if (failed(expectParam(*this, "weight", getWeight(), innerDim(input))))
     return failure();
   return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
 }
@@ -228,8 +242,8 @@ LogicalResult LayerNormOp::verify() {
   MemRefType input = bufferOf(getInput());
   if (getOutput().getType() != input || input.getRank() < 1)
     return emitOpError("output must have the input's type ") << input;
-  if (failed(expectShape(*this, "weight", getWeight(), {innerDim(input)})) ||
-      failed(expectShape(*this, "bias", getBias(), {innerDim(input)})))
+  if (failed(expectParam(*this, "weight", getWeight(), innerDim(input))) ||
+      failed(expectParam(*this, "bias", getBias(), innerDim(input))))
     return failure();
   return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
 }
@@ -362,7 +376,7 @@ LogicalResult MoERouterOp::verify() {
   if (dims.size() != 2 || input.getRank() != 1 || input.getDimSize(0) != dims[0])
     return emitOpError("gate must be [hidden, experts] matching the input");
   if (Value bias = getBias())
-    if (failed(expectShape(*this, "bias", bias, {dims[1]})))
+    if (failed(expectParam(*this, "bias", bias, dims[1])))
       return failure();
   if (getTopK() <= 0 || getTopK() > dims[1])
     return emitOpError("top_k must be in 1..") << dims[1];

@@ -18,6 +18,11 @@ def Step_I32Scalar : Type<
                ".isInteger(32)">]>,
     "0-d i32 memref", "::mlir::MemRefType">;
 
+/// A per-channel parameter: a float buffer, or a one-dimensional weight the
+/// op reads (dequantising it) itself.
+def Step_Param : AnyTypeOf<[Step_Buffer, Kiln_QWeightType],
+    "float buffer or one-dimensional weight">;
+
 //===----------------------------------------------------------------------===//
 // Buffer declarations
 //===----------------------------------------------------------------------===//
@@ -263,11 +268,12 @@ def Step_RMSNormOp : Step_ComputeOp<"rms_norm", 1> {
     step.rms_norm ins(%x, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
     ```
   }];
-  let arguments = (ins In<Step_Buffer>:$input, In<Step_Buffer>:$weight,
+  let arguments = (ins In<Step_Buffer>:$input, In<Step_Param>:$weight,
                        F32Attr:$epsilon, Out<Step_Buffer>:$output);
   let assemblyFormat = [{
-    `ins` `(` $input `,` $weight `:` type($input) `,` type($weight) `)`
-    `outs` `(` $output `:` type($output) `)` attr-dict
+    `ins` `(` $input `,` $weight `:` type($input) `,`
+    qualified(type($weight)) `)` `outs` `(` $output `:` type($output) `)`
+    attr-dict
   }];
   let hasVerifier = 1;
 }
@@ -282,13 +288,13 @@ def Step_LayerNormOp : Step_ComputeOp<"layer_norm", 1> {
     step.layer_norm ins(%k, %w, %b : memref<32xf32>, memref<32xf32>, memref<32xf32>) outs(%kn : memref<32xf32>) {epsilon = 1.0e-06 : f32}
     ```
   }];
-  let arguments = (ins In<Step_Buffer>:$input, In<Step_Buffer>:$weight,
-                       In<Step_Buffer>:$bias, F32Attr:$epsilon,
+  let arguments = (ins In<Step_Buffer>:$input, In<Step_Param>:$weight,
+                       In<Step_Param>:$bias, F32Attr:$epsilon,
                        Out<Step_Buffer>:$output);
   let assemblyFormat = [{
     `ins` `(` $input `,` $weight `,` $bias `:` type($input) `,`
-    type($weight) `,` type($bias) `)` `outs` `(` $output `:` type($output)
-    `)` attr-dict
+    qualified(type($weight)) `,` qualified(type($bias)) `)` `outs` `(`
+    $output `:` type($output) `)` attr-dict
   }];
   let hasVerifier = 1;
 }
@@ -494,13 +500,14 @@ def Step_MoERouterOp : Step_ComputeOp<"moe_router", 2> {
   }];
   let arguments = (ins In<Step_Buffer>:$input,
                        In<Kiln_QWeightType, "gate">:$gate,
-                       In<Optional<Step_Buffer>>:$bias, I64Attr:$top_k,
+                       In<Optional<Step_Param>>:$bias, I64Attr:$top_k,
                        StrAttr:$gating, BoolAttr:$normalize,
                        F32Attr:$routed_scale, Out<Step_Buffer>:$ids,
                        Out<Step_Buffer>:$weights);
   let assemblyFormat = [{
     `ins` `(` $input `,` $gate (`,` $bias^)? `:` type($input) `,`
-    qualified(type($gate)) (`,` type($bias)^)? `)` `outs` `(` $ids `,`
+    qualified(type($gate)) (`,` qualified(type($bias))^)? `)` `outs` `(`
+    $ids `,`
     $weights `:` type($ids) `,` type($weights) `)` attr-dict
   }];
   let hasVerifier = 1;

@@ -12,8 +12,16 @@ func.func @norm_weight_width(%x: tensor<6144xf32>, %w: tensor<2048xf32>) -> tens
 
 // -----
 
+func.func @norm_weight_handle_rank(%x: tensor<64xf32>, %w: !kiln.qweight<"n.weight", "f32", [64, 2]>) -> tensor<64xf32> {
+  // expected-error @+1 {{'kiln.rms_norm' op weight must be one-dimensional, got '!kiln.qweight<"n.weight", "f32", [64, 2]>'}}
+  %n = kiln.rms_norm %x, %w {epsilon = 1.0e-05 : f32} : tensor<64xf32>, !kiln.qweight<"n.weight", "f32", [64, 2]>
+  return %n : tensor<64xf32>
+}
+
+// -----
+
 func.func @norm_weight_rank(%x: tensor<4x64xf32>, %w: tensor<4x64xf32>) -> tensor<4x64xf32> {
-  // expected-error @+1 {{'kiln.rms_norm' op weight must be one-dimensional, got 'tensor<4x64xf32>'}}
+  // expected-error @+1 {{'kiln.rms_norm' op operand #1 must be float vector or one-dimensional weight, but got 'tensor<4x64xf32>'}}
   %n = kiln.rms_norm %x, %w {epsilon = 1.0e-05 : f32} : tensor<4x64xf32>, tensor<4x64xf32>
   return %n : tensor<4x64xf32>
 }
@@ -225,15 +233,15 @@ func.func @linear_vector_weight(%x: tensor<256xf32>, %w: !kiln.qweight<"w", "f32
 
 func.func @layer_norm_scalar(%x: tensor<f32>, %w: tensor<1xf32>) {
   // expected-error @+1 {{'kiln.layer_norm' op input must have at least one dimension}}
-  %y = kiln.layer_norm %x, %w, %w {epsilon = 1.0e-06 : f32} : tensor<f32>, tensor<1xf32>
+  %y = kiln.layer_norm %x, %w, %w {epsilon = 1.0e-06 : f32} : tensor<f32>, tensor<1xf32>, tensor<1xf32>
   return
 }
 
 // -----
 
 func.func @layer_norm_width(%x: tensor<128xf32>, %w: tensor<64xf32>) {
-  // expected-error @+1 {{'kiln.layer_norm' op weight must be tensor<128x...> (the input's innermost dimension), got 'tensor<64xf32>'}}
-  %y = kiln.layer_norm %x, %w, %w {epsilon = 1.0e-06 : f32} : tensor<128xf32>, tensor<64xf32>
+  // expected-error @+1 {{'kiln.layer_norm' op weight must have 128 values (the input's innermost dimension), got 'tensor<64xf32>'}}
+  %y = kiln.layer_norm %x, %w, %w {epsilon = 1.0e-06 : f32} : tensor<128xf32>, tensor<64xf32>, tensor<64xf32>
   return
 }
 
@@ -241,7 +249,7 @@ func.func @layer_norm_width(%x: tensor<128xf32>, %w: tensor<64xf32>) {
 
 func.func @layer_norm_epsilon(%x: tensor<128xf32>, %w: tensor<128xf32>) {
   // expected-error @+1 {{'kiln.layer_norm' op epsilon must be positive and finite, got 0}}
-  %y = kiln.layer_norm %x, %w, %w {epsilon = 0.0 : f32} : tensor<128xf32>, tensor<128xf32>
+  %y = kiln.layer_norm %x, %w, %w {epsilon = 0.0 : f32} : tensor<128xf32>, tensor<128xf32>, tensor<128xf32>
   return
 }
 

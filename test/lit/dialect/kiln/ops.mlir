@@ -82,8 +82,8 @@ func.func @projections(%a: tensor<256xf32>, %q: tensor<8x32xf32>, %b: tensor<4x2
 
 // CHECK-LABEL: func.func @norms_and_rope
 func.func @norms_and_rope(%k: tensor<32xf32>, %w: tensor<32xf32>, %b: tensor<32xf32>, %q: tensor<8x48xf32>, %pos: tensor<i32>) -> (tensor<32xf32>, tensor<8x48xf32>) {
-  // CHECK: kiln.layer_norm %{{.+}}, %{{.+}}, %{{.+}} {epsilon = 9.99999997E-7 : f32} : tensor<32xf32>, tensor<32xf32>
-  %n = kiln.layer_norm %k, %w, %b {epsilon = 1.0e-06 : f32} : tensor<32xf32>, tensor<32xf32>
+  // CHECK: kiln.layer_norm %{{.+}}, %{{.+}}, %{{.+}} {epsilon = 9.99999997E-7 : f32} : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>
+  %n = kiln.layer_norm %k, %w, %b {epsilon = 1.0e-06 : f32} : tensor<32xf32>, tensor<32xf32>, tensor<32xf32>
   // CHECK: kiln.rope %{{.+}}[%{{.+}}] {dims = 16 : i64, offset = 32 : i64, style = "interleaved", theta = 1.000000e+06 : f32} : tensor<8x48xf32>
   %r = kiln.rope %q[%pos] {style = "interleaved", theta = 1.0e+06 : f32, offset = 32 : i64, dims = 16 : i64} : tensor<8x48xf32>
   return %n, %r : tensor<32xf32>, tensor<8x48xf32>
