@@ -359,6 +359,28 @@ Expected<std::function<Status()>> OpBuilder::build() {
       return Status::ok();
     });
   }
+  if (k == "add_rms_norm") {
+    KILN_TRY(counts(3, 2));
+    for (size_t i = 0; i < 2; ++i)
+      KILN_TRY(floats(in(i), "input"));
+    KILN_TRY(floats(out(0), "sum"));
+    KILN_TRY(floats(out(1), "output"));
+    KILN_TRY(same(in(0), out(0), k.c_str()));
+    KILN_TRY(same(in(1), out(0), k.c_str()));
+    KILN_TRY(same(out(0), out(1), k.c_str()));
+    int64_t n = out(0).inner();
+    KILN_ASSIGN(w, param(in(2), uint64_t(n), "weight"));
+    KILN_ASSIGN(eps, floatAttr("epsilon"));
+    int64_t total = int64_t(out(0).elements()), rows = total / n;
+    const float *a = in(0).f32(), *b = in(1).f32();
+    float *sum = out(0).f32(), *y = out(1).f32();
+    float e = float(eps);
+    return std::function<Status()>([=] {
+      cpu::add(a, b, total, sum);
+      cpu::rmsNorm(sum, rows, n, w, e, y);
+      return Status::ok();
+    });
+  }
   if (k == "rope") {
     KILN_TRY(counts(2, 1));
     KILN_TRY(floats(in(0), "input"));

@@ -18,8 +18,8 @@ namespace mlir::kiln {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-/// Adds fold-dequant and fuse-projections (unless `fuse` is false),
-/// lower-to-step,
+/// Adds fold-dequant, fuse-projections, lower-to-step, fuse-add-norm (the
+/// fusions unless `fuse` is false),
 /// plan-memory and verify-capture: a kiln module in, a planned, verified
 /// step module out. `alignment` is the planner's.
 void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,

@@ -53,6 +53,18 @@ def LowerToStep : Pass<"kiln-lower-to-step", "::mlir::ModuleOp"> {
                            "::mlir::memref::MemRefDialect"];
 }
 
+def FuseAddNorm : Pass<"kiln-fuse-add-norm", "::mlir::func::FuncOp"> {
+  let summary = "Fuse a residual add with the RMS norm of its sum";
+  let description = [{
+    On a step function before planning: a `step.add` writing an arena
+    buffer that the next compute op normalises with `step.rms_norm`
+    becomes one `step.add_rms_norm` writing the sum and the normalised
+    value, one pass over the stream instead of two. In GLM-5 that is both
+    residual updates of every layer but the last (the second feeds the next
+    layer's attention norm, the last the output norm).
+  }];
+}
+
 def PlanMemory : Pass<"kiln-plan-memory", "::mlir::func::FuncOp"> {
   let summary = "Place every arena buffer of a step at a fixed offset";
   let description = [{

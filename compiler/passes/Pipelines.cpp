@@ -10,6 +10,8 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseProjections());
   }
   pm.addPass(createLowerToStep());
+  if (fuse)
+    pm.addNestedPass<func::FuncOp>(createFuseAddNorm());
   PlanMemoryOptions plan;
   plan.alignment = alignment;
   pm.addNestedPass<func::FuncOp>(createPlanMemory(plan));

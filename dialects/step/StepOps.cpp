@@ -238,6 +238,17 @@ LogicalResult RMSNormOp::verify() {
   return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
 }
 
+LogicalResult AddRMSNormOp::verify() {
+  if (failed(verifyBinary(*this, getLhs(), getRhs(), getSum())))
+    return failure();
+  MemRefType sum = bufferOf(getSum());
+  if (getOutput().getType() != sum || sum.getRank() < 1)
+    return emitOpError("output must have the sum's type ") << sum;
+  if (failed(expectParam(*this, "weight", getWeight(), innerDim(sum))))
+    return failure();
+  return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
+}
+
 LogicalResult LayerNormOp::verify() {
   MemRefType input = bufferOf(getInput());
   if (getOutput().getType() != input || input.getRank() < 1)

@@ -278,6 +278,30 @@ def Step_RMSNormOp : Step_ComputeOp<"rms_norm", 1> {
   let hasVerifier = 1;
 }
 
+def Step_AddRMSNormOp : Step_ComputeOp<"add_rms_norm", 2> {
+  let summary = "residual add, then RMS normalisation of the sum";
+  let description = [{
+    `sum = lhs + rhs`, then `output = rms_norm(sum) * weight` over the
+    innermost dimension: the residual update and the next norm in one
+    pass, writing both the new stream and its normalised form. Produced by
+    `--kiln-fuse-add-norm` from an add whose sum feeds the next norm.
+
+    Example:
+    ```mlir
+    step.add_rms_norm ins(%x, %attn, %ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.0.ffn_norm.weight", "f32", [256]>) outs(%x1, %f : memref<256xf32>, memref<256xf32>) {epsilon = 1.0e-05 : f32}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$lhs, In<Step_Buffer>:$rhs,
+                       In<Step_Param>:$weight, F32Attr:$epsilon,
+                       Out<Step_Buffer>:$sum, Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $lhs `,` $rhs `,` $weight `:` type($lhs) `,` type($rhs) `,`
+    qualified(type($weight)) `)` `outs` `(` $sum `,` $output `:` type($sum)
+    `,` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 def Step_LayerNormOp : Step_ComputeOp<"layer_norm", 1> {
   let summary = "layer normalisation over the innermost dimension";
   let description = [{

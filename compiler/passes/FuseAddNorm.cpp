@@ -1,0 +1,49 @@
+//===- FuseAddNorm.cpp - Residual add and the next norm in one pass -------===//
+#include "passes/Passes.h"
+#include "passes/StepAccess.h"
+
+#include "step/StepOps.h"
+
+namespace mlir::kiln {
+#define GEN_PASS_DEF_FUSEADDNORM
+#include "passes/Passes.h.inc"
+} // namespace mlir::kiln
+
+using namespace mlir;
+namespace st = mlir::step;
+
+namespace {
+
+/// The next op after `op` that is not a declaration or a view.
+Operation *nextCompute(Operation *op) {
+  for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
+    if (!st::isDeclaration(next) && !isa<st::ViewOp>(next))
+      return next;
+  return nullptr;
+}
+
+struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
+  void runOnOperation() override {
+    SmallVector<std::pair<st::AddOp, st::RMSNormOp>> pairs;
+    getOperation().walk([&](st::AddOp add) {
+      // The sum must be a plain arena buffer (not a view, not a slot), so
+      // writing it together with the norm changes nothing else.
+      if (!add.getOutput().getDefiningOp<st::BufferOp>())
+        return;
+      auto norm = dyn_cast_or_null<st::RMSNormOp>(nextCompute(add));
+      if (norm && norm.getInput() == add.getOutput() &&
+          norm.getOutput() != add.getOutput())
+        pairs.push_back({add, norm});
+    });
+    for (auto [add, norm] : pairs) {
+      OpBuilder b(norm);
+      st::AddRMSNormOp::create(b, norm.getLoc(), add.getLhs(), add.getRhs(),
+                               norm.getWeight(), norm.getEpsilonAttr(),
+                               add.getOutput(), norm.getOutput());
+      norm.erase();
+      add.erase();
+    }
+  }
+};
+
+} // namespace

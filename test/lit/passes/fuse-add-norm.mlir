@@ -1,0 +1,72 @@
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm | FileCheck %s
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm | kiln-opt --split-input-file | FileCheck %s
+
+// A residual add whose sum the next compute op normalises becomes one
+// step.add_rms_norm writing both. Not fused: a norm of something else, an
+// op in between, a sum that is a slot.
+
+// CHECK-LABEL: func.func @residual
+// CHECK-NOT: step.add ins
+// CHECK: step.add_rms_norm ins(%x, %attn, %blk.0.ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.0.ffn_norm.weight", "f32", [256]>) outs(%x1, %f : memref<256xf32>, memref<256xf32>) {epsilon = 9.99999974E-6 : f32}
+// CHECK-NOT: step.rms_norm
+// CHECK: step.add ins(%x1, %f :
+func.func @residual() {
+  %x = step.input "x" : memref<256xf32>
+  %attn = step.input "attn" : memref<256xf32>
+  %out = step.output "out" : memref<256xf32>
+  %w = step.weight : !kiln.qweight<"blk.0.ffn_norm.weight", "f32", [256]>
+  %x1 = step.buffer "x1" : memref<256xf32>
+  step.add ins(%x, %attn : memref<256xf32>, memref<256xf32>) outs(%x1 : memref<256xf32>)
+  %f = step.buffer "f" : memref<256xf32>
+  step.rms_norm ins(%x1, %w : memref<256xf32>, !kiln.qweight<"blk.0.ffn_norm.weight", "f32", [256]>) outs(%f : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  step.add ins(%x1, %f : memref<256xf32>, memref<256xf32>) outs(%out : memref<256xf32>)
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @not_adjacent
+// CHECK: step.add ins
+// CHECK: step.copy
+// CHECK: step.rms_norm
+func.func @not_adjacent() {
+  %x = step.input "x" : memref<256xf32>
+  %out = step.output "out" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %s = step.buffer "s" : memref<256xf32>
+  %c = step.buffer "c" : memref<256xf32>
+  step.add ins(%x, %x : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  step.copy ins(%s : memref<256xf32>) outs(%c : memref<256xf32>)
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%out : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @other_input
+// CHECK: step.add ins
+// CHECK: step.rms_norm ins(%x,
+func.func @other_input() {
+  %x = step.input "x" : memref<256xf32>
+  %out = step.output "out" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%x, %x : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  step.rms_norm ins(%x, %w : memref<256xf32>, memref<256xf32>) outs(%out : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @sum_in_slot
+// CHECK: step.add ins
+// CHECK: step.rms_norm
+func.func @sum_in_slot() {
+  %x = step.input "x" : memref<256xf32>
+  %s = step.output "s" : memref<256xf32>
+  %out = step.output "out" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  step.add ins(%x, %x : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%out : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  return
+}
