@@ -313,6 +313,12 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                                   a.getReductionAttr(), out);
         });
       })
+      .Case([&](kd::AllGatherOp a) {
+        return simple(a.getResult(), [&](Value out) {
+          st::AllGatherOp::create(b_, loc, buffer(a.getInput()),
+                                  a.getDimAttr(), a.getRanksAttr(), out);
+        });
+      })
       .Case([&](kd::ArgmaxOp a) {
         return simple(a.getResult(), [&](Value out) {
           st::ArgmaxOp::create(b_, loc, buffer(a.getInput()), out);

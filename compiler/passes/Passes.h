@@ -18,12 +18,12 @@ namespace mlir::kiln {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-/// Adds fold-dequant, fuse-projections, lower-to-step, fuse-add-norm (the
-/// fusions unless `fuse` is false),
+/// Adds partition (when `tp` > 1), fold-dequant, fuse-projections,
+/// lower-to-step, fuse-add-norm (the fusions unless `fuse` is false),
 /// plan-memory and verify-capture: a kiln module in, a planned, verified
 /// step module out. `alignment` is the planner's.
 void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
-                       bool fuse = true);
+                       bool fuse = true, int64_t tp = 1);
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

@@ -23,6 +23,37 @@ def FuseProjections : Pass<"kiln-fuse-projections", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::tensor::TensorDialect"];
 }
 
+def Partition : Pass<"kiln-partition", "::mlir::func::FuncOp"> {
+  let summary = "Partition a kiln program for tensor parallelism over N ranks";
+  let description = [{
+    Rewrites a kiln function into what each of `tp` ranks runs (the same
+    program on every rank; each binds its own part of the split weights):
+
+    - split by heads: `attn_q_b` (output rows, head-major), `attn_k_b` and
+      `attn_v_b` (their per-head stack), and hence the query heads and the
+      attention itself;
+    - split on the intermediate dimension: the dense FFN's and the shared
+      expert's gate and up (rows) and down (`ne[0]`), every routed expert's
+      gate and up (rows) and down (`ne[0]`);
+    - split by vocabulary: `output` (rows), the logits gathered in rank
+      order before the argmax and the return;
+    - replicated: embedding, norms, `attn_q_a`, `attn_kv_a_mqa`, the latent
+      cache, the whole DSA indexer and its cache, the router.
+
+    A projection whose input is split on its reduction dimension (`o_proj`,
+    the FFN and expert downs) leaves a partial sum; the pass inserts one
+    `kiln.all_reduce` where a partial value must be whole (after the
+    attention output and after the FFN, experts plus shared expert, of each
+    layer: two per layer). A split that does not divide a dim evenly, or
+    that would cut a quantisation block of `ne[0]`, is refused with the
+    tensor, its format and the sizes named. `tp = 1` changes nothing.
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1",
+           "Tensor-parallel ranks">
+  ];
+}
+
 def FoldDequant : Pass<"kiln-fold-dequant", "::mlir::func::FuncOp"> {
   let summary = "Let norms and the router read their weights themselves";
   let description = [{

@@ -4,7 +4,12 @@
 using namespace mlir;
 
 void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
-                                    bool fuse) {
+                                    bool fuse, int64_t tp) {
+  if (tp > 1) {
+    PartitionOptions partition;
+    partition.tp = tp;
+    pm.addNestedPass<func::FuncOp>(createPartition(partition));
+  }
   if (fuse) {
     pm.addNestedPass<func::FuncOp>(createFoldDequant());
     pm.addNestedPass<func::FuncOp>(createFuseProjections());

@@ -52,13 +52,22 @@ std::vector<StepReport> mlir::step::reportSteps(ModuleOp module) {
         r.slotBytes += bufferBytes(cast<MemRefType>(op->getResult(0).getType()));
       } else if (isa<BufferOp>(op)) {
         ++r.buffers;
-      } else if (!isa<ViewOp>(op)) {
+      } else if (auto reduce = dyn_cast<AllReduceOp>(op)) {
+        ++r.allReduces;
+        r.allReduceBytes += bufferBytes(reduce.getInput().getType());
+      } else if (auto gather = dyn_cast<AllGatherOp>(op)) {
+        ++r.allGathers;
+        r.allGatherBytes += bufferBytes(gather.getInput().getType());
+      }
+      if (!isa<ViewOp, BufferOp, WeightOp, StateOp, InputOp, OutputOp>(op)) {
         ++r.ops;
         ++r.opCounts[op->getName().getStringRef().str()];
       }
     });
     if (!isStep)
       continue;
+    if (auto tp = func->getAttrOfType<IntegerAttr>("kiln.tp"))
+      r.ranks = tp.getInt();
     if (auto plan = func->getAttrOfType<PlanAttr>(kPlanAttrName)) {
       r.arenaBytes = plan.getArenaBytes();
       r.peakLiveBytes = plan.getPeakLiveBytes();
@@ -96,8 +105,19 @@ void mlir::step::printReport(llvm::raw_ostream &os,
     os << "\n";
   };
   for (const StepReport &r : steps) {
-    os << "step @" << r.function << "\n";
+    os << "step @" << r.function;
+    if (r.ranks > 1)
+      os << " (per rank; each of the " << r.ranks
+         << " tensor-parallel ranks runs the same step on its own slices)";
+    os << "\n";
     row("ops per step", r.ops, false);
+    row("all_reduce per step", r.allReduces, false);
+    if (r.allReduces)
+      row("  bytes per all_reduce", r.allReduceBytes / r.allReduces, true);
+    row("all_gather per step", r.allGathers, false);
+    if (r.allGathers)
+      row("  bytes per all_gather part", r.allGatherBytes / r.allGathers,
+          true);
     row("arena buffers", r.buffers, false);
     row("arena bytes", r.arenaBytes, true);
     row("peak live bytes", r.peakLiveBytes, true);

@@ -27,6 +27,11 @@ struct StepReport {
   int64_t weights = 0;        ///< distinct weight tensors the step reads
   int64_t weightBytes = 0;    ///< their bytes in the file's formats
   int64_t slotBytes = 0;      ///< input and output slots
+  int64_t ranks = 1;          ///< tensor-parallel ranks (each runs this)
+  int64_t allReduces = 0;     ///< all_reduce ops per step
+  int64_t allReduceBytes = 0; ///< bytes each rank contributes, summed
+  int64_t allGathers = 0;
+  int64_t allGatherBytes = 0;
 };
 
 /// Figures of every step function (functions with step ops) in `module`.

@@ -228,6 +228,22 @@ LogicalResult FusedLinearOp::verify() {
   return success();
 }
 
+LogicalResult AllGatherOp::verify() {
+  auto input = cast<RankedTensorType>(getInput().getType());
+  auto result = cast<RankedTensorType>(getResult().getType());
+  int64_t dim = getDim(), ranks = getRanks();
+  if (ranks < 1 || dim < 0 || dim >= input.getRank())
+    return emitOpError("needs a dim of the input and at least one rank");
+  SmallVector<int64_t> shape(input.getShape());
+  shape[dim] *= ranks;
+  if (result.getShape() != ArrayRef<int64_t>(shape) ||
+      result.getElementType() != input.getElementType())
+    return emitOpError("result must be ")
+           << RankedTensorType::get(shape, input.getElementType()) << ", got "
+           << result;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // LayerNormOp, RopeOp
 //===----------------------------------------------------------------------===//

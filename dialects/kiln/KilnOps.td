@@ -481,6 +481,25 @@ def Kiln_AllReduceOp : Kiln_Op<"all_reduce",
   let hasVerifier = 1;
 }
 
+def Kiln_AllGatherOp : Kiln_Op<"all_gather"> {
+  let summary = "every rank's part of a tensor, concatenated in rank order";
+  let description = [{
+    Each of `ranks` ranks contributes `input`, its part of a tensor split
+    along `dim`; every rank receives the whole tensor, the parts in rank
+    order. The partitioner inserts it where a split value (the
+    vocabulary-split logits) must be whole. Not pure: it communicates.
+
+    Example:
+    ```mlir
+    %logits = kiln.all_gather %part {dim = 0 : i64, ranks = 8 : i64} : tensor<19360xf32> -> tensor<154880xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, I64Attr:$dim, I64Attr:$ranks);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Structure
 //===----------------------------------------------------------------------===//

@@ -40,7 +40,14 @@ static constexpr size_t kMaxWeightDims = 4;
 
 LogicalResult
 QWeightType::verify(function_ref<InFlightDiagnostic()> emitError,
-                    StringRef name, StringRef format, ArrayRef<int64_t> dims) {
+                    StringRef name, StringRef format, ArrayRef<int64_t> dims,
+                    int64_t shardDim, int64_t shardParts) {
+  if (shardParts < 1 || shardDim < -1 ||
+      shardDim >= static_cast<int64_t>(dims.size()) ||
+      (shardDim == -1) != (shardParts == 1))
+    return emitError() << "weight '" << name << "': shard " << shardDim
+                       << " of " << shardParts
+                       << " is not a dim of the tensor and a part count";
   if (name.empty())
     return emitError() << "weight has an empty tensor name";
   std::optional<::kiln::GGMLType> type =
@@ -62,6 +69,13 @@ QWeightType::verify(function_ref<InFlightDiagnostic()> emitError,
                        << " is not a multiple of " << format
                        << "'s block of " << block << " values";
   return success();
+}
+
+SmallVector<int64_t> QWeightType::getFullDims() const {
+  SmallVector<int64_t> dims(getDims());
+  if (getShardDim() >= 0)
+    dims[getShardDim()] *= getShardParts();
+  return dims;
 }
 
 int64_t QWeightType::getNumElements() const {

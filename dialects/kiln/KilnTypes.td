@@ -27,17 +27,39 @@ def Kiln_QWeightType : Kiln_Type<"QWeight", "qweight"> {
     The verifier checks the format is a ggml type, the dims are 1 to 4
     positive sizes, and `ne[0]` is a whole number of the format's blocks.
 
+    After tensor-parallel partitioning a handle may name one rank's part:
+    `shard = D of N` says the dims are the local ones and dim `D` of the
+    file's tensor is `N` times as large; rank `r` binds part `r` of it. A
+    part of `ne[0]` must still be a whole number of blocks.
+
     Example:
     ```mlir
     !kiln.qweight<"blk.3.ffn_up_exps.weight", "q4_k", [6144, 2048, 256]>
+    !kiln.qweight<"blk.3.ffn_down_exps.weight", "q4_k", [256, 6144, 256], shard = 0 of 8>
     ```
   }];
   let parameters = (ins StringRefParameter<"GGUF tensor name">:$name,
                         StringRefParameter<"ggml block format">:$format,
-                        ArrayRefParameter<"int64_t", "GGUF dims">:$dims);
-  let assemblyFormat = "`<` $name `,` $format `,` `[` $dims `]` `>`";
+                        ArrayRefParameter<"int64_t", "GGUF dims">:$dims,
+                        DefaultValuedParameter<"int64_t", "-1",
+                            "split dim (-1: whole tensor)">:$shard_dim,
+                        DefaultValuedParameter<"int64_t", "1",
+                            "parts the split dim is cut into">:$shard_parts);
+  let assemblyFormat = [{
+    `<` $name `,` $format `,` `[` $dims `]`
+    (`,` `shard` `=` $shard_dim^ `of` $shard_parts)? `>`
+  }];
+  let builders = [
+    TypeBuilder<(ins "::llvm::StringRef":$name, "::llvm::StringRef":$format,
+                     "::llvm::ArrayRef<int64_t>":$dims), [{
+      return $_get($_ctxt, name, format, dims, -1, 1);
+    }]>
+  ];
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
+    /// The dims of the whole tensor in the file (the local dims with the
+    /// split dim multiplied back).
+    ::llvm::SmallVector<int64_t> getFullDims() const;
     /// Values of the tensor (product of dims).
     int64_t getNumElements() const;
     /// The dequantised value type: dims reversed (row-major, ne[0] last).

@@ -430,6 +430,18 @@ LogicalResult AllReduceOp::verify() {
   return success();
 }
 
+LogicalResult AllGatherOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  int64_t dim = getDim(), ranks = getRanks();
+  if (ranks < 1 || dim < 0 || dim >= input.getRank())
+    return emitOpError("needs a dim of the input and at least one rank");
+  SmallVector<int64_t> shape(input.getShape());
+  shape[dim] *= ranks;
+  if (bufferOf(getOutput()).getElementType() != input.getElementType())
+    return emitOpError("input and output element types differ");
+  return expectShape(*this, "output", getOutput(), shape);
+}
+
 LogicalResult ArgmaxOp::verify() {
   MemRefType input = bufferOf(getInput());
   if (input.getRank() != 1 || input.getDimSize(0) == 0)

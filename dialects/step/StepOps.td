@@ -583,6 +583,25 @@ def Step_AllReduceOp : Step_ComputeOp<"all_reduce", 1> {
   let hasVerifier = 1;
 }
 
+def Step_AllGatherOp : Step_ComputeOp<"all_gather", 1> {
+  let summary = "every rank's part, concatenated in rank order";
+  let description = [{
+    As `kiln.all_gather`.
+
+    Example:
+    ```mlir
+    step.all_gather ins(%part : memref<512xf32>) outs(%logits : memref<1024xf32>) {dim = 0 : i64, ranks = 2 : i64}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, I64Attr:$dim, I64Attr:$ranks,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `:` type($input) `)` `outs` `(` $output `:`
+    type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 def Step_ArgmaxOp : Step_ComputeOp<"argmax", 1> {
   let summary = "index of the largest element, ties to the lowest";
   let description = [{

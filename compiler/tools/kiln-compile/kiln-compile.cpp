@@ -59,6 +59,11 @@ static cl::opt<std::string>
               cl::desc("Element type of the latent and indexer caches: f16 "
                        "(default), bf16 or f32"),
               cl::value_desc("type"));
+static cl::opt<int64_t>
+    tp("tp", cl::init(1),
+       cl::desc("Tensor-parallel ranks to partition the step for (1, 2, 4, "
+                "8, ...; default 1)"),
+       cl::value_desc("N"));
 static cl::opt<bool>
     noFuse("no-fuse", cl::init(false),
            cl::desc("Do not fuse projections that share an input (for "
@@ -106,6 +111,11 @@ int main(int argc, char **argv) {
   }
   if (emit == "artifact" && output == "-") {
     llvm::errs() << "kiln-compile: error: an artifact needs -o FILE.kiln\n";
+    return 2;
+  }
+  if (tp < 1 || tp > 1024) {
+    llvm::errs() << "kiln-compile: error: --tp=" << tp
+                 << ": expected a rank count from 1 to 1024\n";
     return 2;
   }
   if (alignment <= 0 || (alignment & (alignment - 1)) != 0) {
@@ -172,7 +182,7 @@ int main(int argc, char **argv) {
     else
       step = (*module)->clone();
     mlir::PassManager pm(&context);
-    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse);
+    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";
