@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <barrier>
 #include <thread>
 
 using namespace kiln;
@@ -50,14 +51,40 @@ struct PreparedStep {
   std::vector<std::function<Status()>> ops;
 };
 
+/// The in-process collectives of one step run: every rank publishes its
+/// input, waits for all, computes the result from the inputs in rank order
+/// (so every rank gets the same bits), waits again, then writes its output
+/// (the second wait lets an in-place collective overwrite its input only
+/// after every rank has read it). A rank that fails drops out of the
+/// barrier, so the others finish the step instead of waiting forever.
+struct Communicator {
+  explicit Communicator(std::ptrdiff_t ranks)
+      : barrier(ranks), inputs(ranks), scratch(ranks) {}
+  std::barrier<> barrier;
+  std::vector<const float *> inputs;
+  std::vector<std::vector<float>> scratch;
+};
+
 struct CpuRank {
-  Artifact artifact;
+  const Artifact *artifact = nullptr;
+  uint32_t index = 0;
+  uint32_t ranks = 1;
   const RankPlan *plan = nullptr;
   std::unique_ptr<cpu::ThreadPool> pool;
+  /// By binding index; only the bindings this rank's plan uses are set.
   std::vector<cpu::WeightView> weights;
+  /// This rank's slices of split weights, repacked contiguously at load.
+  std::vector<std::vector<uint8_t>> sliceStorage;
   std::map<std::string, std::vector<uint8_t>> states;
   std::vector<uint8_t> arena;
   std::map<std::string, PreparedStep> steps;
+  Communicator *comm = nullptr; ///< set for the duration of a step run
+};
+
+/// Every rank of an artifact, run together.
+struct CpuGroup {
+  Artifact artifact;
+  std::vector<std::unique_ptr<CpuRank>> ranks;
 };
 
 void setError(char *error, uint64_t errorBytes, const std::string &message) {
@@ -209,24 +236,79 @@ Expected<std::function<Status()>> OpBuilder::build() {
   const std::string &k = op_.kind;
   cpu::ThreadPool &pool = *rank_.pool;
 
-  if (k == "copy" || k == "all_reduce") {
-    // One rank: the sum over ranks is the input itself.
+  if (k == "copy") {
     KILN_TRY(counts(1, 1));
     KILN_TRY(floats(in(0), "input"));
     KILN_TRY(floats(out(0), "output"));
     KILN_TRY(same(in(0), out(0), k.c_str()));
-    if (k == "all_reduce") {
-      KILN_ASSIGN(reduction, stringAttr("reduction"));
-      if (reduction != "sum" && reduction != "max")
-        return fail("reduction must be 'sum' or 'max'");
-      if (rank_.artifact.ranks != 1)
-        return fail("the CPU backend runs one rank per artifact so far");
-    }
     float *x = in(0).f32(), *y = out(0).f32();
     uint64_t n = in(0).elements();
     return std::function<Status()>([=] {
       if (x != y)
         std::memmove(y, x, n * sizeof(float));
+      return Status::ok();
+    });
+  }
+  if (k == "all_reduce") {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0), k.c_str()));
+    KILN_ASSIGN(reduction, stringAttr("reduction"));
+    if (reduction != "sum" && reduction != "max")
+      return fail("reduction must be 'sum' or 'max'");
+    const float *x = in(0).f32();
+    float *y = out(0).f32();
+    uint64_t n = in(0).elements();
+    bool sum = reduction == "sum";
+    CpuRank *rank = &rank_;
+    return std::function<Status()>([=] {
+      Communicator &c = *rank->comm;
+      c.inputs[rank->index] = x;
+      c.barrier.arrive_and_wait();
+      std::vector<float> &acc = c.scratch[rank->index];
+      acc.assign(c.inputs[0], c.inputs[0] + n);
+      for (size_t q = 1; q < c.inputs.size(); ++q)
+        for (uint64_t i = 0; i < n; ++i)
+          acc[i] = sum ? acc[i] + c.inputs[q][i]
+                       : std::max(acc[i], c.inputs[q][i]);
+      c.barrier.arrive_and_wait();
+      std::memcpy(y, acc.data(), n * sizeof(float));
+      return Status::ok();
+    });
+  }
+  if (k == "all_gather") {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_ASSIGN(dim, intAttr("dim"));
+    KILN_ASSIGN(ranks, intAttr("ranks"));
+    const std::vector<int64_t> &shape = in(0).buffer->shape;
+    if (ranks != int64_t(rank_.ranks) || dim < 0 ||
+        size_t(dim) >= shape.size() ||
+        out(0).elements() != in(0).elements() * uint64_t(ranks))
+      return fail(fmt::format("gathers {} parts on dim {}, but the group has "
+                              "{} ranks or the output does not fit",
+                              ranks, dim, rank_.ranks));
+    // Each part is `outer` runs of `inner` contiguous values; the output
+    // holds, per run, every rank's run in rank order.
+    uint64_t outer = 1;
+    for (int64_t d = 0; d < dim; ++d)
+      outer *= uint64_t(shape[d]);
+    uint64_t inner = in(0).elements() / outer;
+    const float *x = in(0).f32();
+    float *y = out(0).f32();
+    CpuRank *rank = &rank_;
+    return std::function<Status()>([=] {
+      Communicator &c = *rank->comm;
+      c.inputs[rank->index] = x;
+      c.barrier.arrive_and_wait();
+      size_t n = c.inputs.size();
+      for (uint64_t o = 0; o < outer; ++o)
+        for (size_t q = 0; q < n; ++q)
+          std::memcpy(y + (o * n + q) * inner, c.inputs[q] + o * inner,
+                      inner * sizeof(float));
+      c.barrier.arrive_and_wait();
       return Status::ok();
     });
   }
@@ -719,53 +801,114 @@ Status prepareStep(CpuRank &rank, const Step &step) {
   return Status::ok();
 }
 
-Expected<std::unique_ptr<CpuRank>>
-openRank(std::span<const uint8_t> bytes, uint32_t rankIndex,
-         const kiln_weight_bytes *weights, uint32_t weightCount,
-         const kiln_rank_options *options) {
+/// Rank `rank`'s part of a binding, as a contiguous tensor of the local
+/// dims: the whole tensor when the binding has no slice, else the slice
+/// copied out row by row (a slice of ne[0] takes whole blocks of each row).
+Expected<cpu::WeightView> placeWeight(const WeightBinding &b,
+                                      const kiln_weight_bytes &bytes,
+                                      std::vector<std::vector<uint8_t>> &store) {
+  uint64_t rows = 1;
+  for (size_t d = 1; d < b.dims.size(); ++d)
+    rows *= uint64_t(b.dims[d]);
+  std::optional<uint64_t> row = rowBytes(b.type, uint64_t(b.dims[0]));
+  std::optional<uint64_t> expected =
+      row ? checkedMul(*row, rows) : std::nullopt;
+  if (!expected || *expected != bytes.bytes || !bytes.data)
+    return Error(b.tensor, "bytes",
+                 fmt::format("{} bytes given, the binding needs {}",
+                             bytes.bytes, expected.value_or(0)));
+  if (b.layout != "gguf")
+    return Error(b.tensor, "layout",
+                 fmt::format("'{}' is not a layout the CPU backend reads",
+                             b.layout));
+  const uint8_t *data = static_cast<const uint8_t *>(bytes.data);
+  if (b.sliceDim < 0)
+    return cpu::WeightView{data, bytes.bytes, b.type, b.dims, b.tensor};
+
+  std::vector<int64_t> local = b.dims;
+  local[b.sliceDim] = b.sliceEnd - b.sliceBegin;
+  uint32_t block = traitsOf(b.type).blockSize;
+  uint64_t blockBytes = traitsOf(b.type).blockBytes;
+  if (b.sliceDim == 0 &&
+      (b.sliceBegin % block != 0 || b.sliceEnd % block != 0))
+    return Error(b.tensor, "slice",
+                 fmt::format("[{}, {}) of ne[0] cuts its {}-value blocks",
+                             b.sliceBegin, b.sliceEnd, block));
+  uint64_t localRow = *rowBytes(b.type, uint64_t(local[0]));
+  uint64_t localRows = 1;
+  for (size_t d = 1; d < local.size(); ++d)
+    localRows *= uint64_t(local[d]);
+  std::vector<uint8_t> out(localRow * localRows);
+  // Walk the local rows; map each to its row of the file's tensor.
+  std::vector<int64_t> idx(local.size(), 0);
+  for (uint64_t r = 0; r < localRows; ++r) {
+    uint64_t fileRow = 0;
+    for (size_t d = local.size() - 1; d >= 1; --d) {
+      int64_t i = idx[d] + (int64_t(d) == b.sliceDim ? b.sliceBegin : 0);
+      fileRow = fileRow * uint64_t(b.dims[d]) + uint64_t(i);
+      if (d == 1)
+        break;
+    }
+    const uint8_t *src = data + fileRow * *row;
+    if (b.sliceDim == 0)
+      src += uint64_t(b.sliceBegin) / block * blockBytes;
+    std::memcpy(out.data() + r * localRow, src, localRow);
+    for (size_t d = 1; d < local.size(); ++d) {
+      if (++idx[d] < local[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  store.push_back(std::move(out));
+  return cpu::WeightView{store.back().data(), store.back().size(), b.type,
+                         local, b.tensor};
+}
+
+Expected<std::unique_ptr<CpuGroup>>
+openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
+          uint32_t weightCount, const kiln_rank_options *options) {
   Expected<Artifact> artifact = parseArtifact(bytes, "artifact");
   if (!artifact)
     return artifact.error();
-  auto rank = std::make_unique<CpuRank>();
-  rank->artifact = std::move(*artifact);
-  if (rankIndex >= rank->artifact.rankPlans.size())
-    return Error("artifact", "rank", fmt::format("no rank {}", rankIndex));
-  rank->plan = &rank->artifact.rankPlans[rankIndex];
-  if (weightCount != rank->artifact.weights.size())
+  auto group = std::make_unique<CpuGroup>();
+  group->artifact = std::move(*artifact);
+  const Artifact &a = group->artifact;
+  if (weightCount != a.weights.size())
     return Error("artifact", "weights",
                  fmt::format("{} weight buffers given for {} bindings",
-                             weightCount, rank->artifact.weights.size()));
-  for (uint32_t i = 0; i < weightCount; ++i) {
-    const WeightBinding &b = rank->artifact.weights[i];
-    if (b.sliceDim >= 0 || b.layout != "gguf")
-      return Error(b.tensor, "layout",
-                   "the CPU backend reads whole tensors in the file's layout");
-    uint64_t rows = 1;
-    for (size_t d = 1; d < b.dims.size(); ++d)
-      rows *= uint64_t(b.dims[d]);
-    std::optional<uint64_t> row = rowBytes(b.type, uint64_t(b.dims[0]));
-    std::optional<uint64_t> expected =
-        row ? checkedMul(*row, rows) : std::nullopt;
-    if (!expected || *expected != weights[i].bytes || !weights[i].data)
-      return Error(b.tensor, "bytes",
-                   fmt::format("{} bytes given, the binding needs {}",
-                               weights[i].bytes, expected.value_or(0)));
-    rank->weights.push_back(cpu::WeightView{
-        static_cast<const uint8_t *>(weights[i].data), weights[i].bytes,
-        b.type, b.dims, b.tensor});
-  }
+                             weightCount, a.weights.size()));
   unsigned threads = options && options->threads
                          ? options->threads
                          : std::max(1u, std::thread::hardware_concurrency());
-  rank->pool = std::make_unique<cpu::ThreadPool>(threads);
-  uint64_t arena = 0;
-  for (const Step &s : rank->plan->steps)
-    arena = std::max(arena, s.arenaBytes);
-  rank->arena.assign(arena + 64, 0);
-  for (const Step &s : rank->plan->steps)
-    if (Status st = prepareStep(*rank, s); !st)
-      return st.error();
-  return rank;
+  unsigned perRank = std::max(1u, threads / a.ranks);
+  for (uint32_t r = 0; r < a.ranks; ++r) {
+    auto rank = std::make_unique<CpuRank>();
+    rank->artifact = &a;
+    rank->index = r;
+    rank->ranks = a.ranks;
+    rank->plan = &a.rankPlans[r];
+    rank->weights.resize(a.weights.size());
+    for (const Step &s : rank->plan->steps)
+      for (const Buffer &b : s.buffers)
+        if (b.kind == BufferKind::Weight && !rank->weights[b.binding].data) {
+          Expected<cpu::WeightView> view =
+              placeWeight(a.weights[b.binding], weights[b.binding],
+                          rank->sliceStorage);
+          if (!view)
+            return view.error();
+          rank->weights[b.binding] = std::move(*view);
+        }
+    rank->pool = std::make_unique<cpu::ThreadPool>(perRank);
+    uint64_t arena = 0;
+    for (const Step &s : rank->plan->steps)
+      arena = std::max(arena, s.arenaBytes);
+    rank->arena.assign(arena + 64, 0);
+    for (const Step &s : rank->plan->steps)
+      if (Status st = prepareStep(*rank, s); !st)
+        return st.error();
+    group->ranks.push_back(std::move(rank));
+  }
+  return group;
 }
 
 template <typename Fn>
@@ -783,7 +926,7 @@ int guarded(char *error, uint64_t errorBytes, Fn &&fn) {
   }
 }
 
-CpuRank *cast(kiln_rank *r) { return reinterpret_cast<CpuRank *>(r); }
+CpuGroup *cast(kiln_group *g) { return reinterpret_cast<CpuGroup *>(g); }
 
 Expected<PreparedStep *> findStep(CpuRank &rank, const char *name) {
   auto it = rank.steps.find(name ? name : "");
@@ -807,89 +950,125 @@ Expected<uint8_t *> findSlot(PreparedStep &step, BufferKind kind,
   return r.data;
 }
 
-int cpuOpenRank(const uint8_t *artifact, uint64_t artifactBytes,
-                uint32_t rank, const kiln_weight_bytes *weights,
-                uint32_t weightCount, const kiln_rank_options *options,
-                kiln_rank **out, char *error, uint64_t errorBytes) {
+int cpuOpenGroup(const uint8_t *artifact, uint64_t artifactBytes,
+                 const kiln_weight_bytes *weights, uint32_t weightCount,
+                 const kiln_rank_options *options, kiln_group **out,
+                 char *error, uint64_t errorBytes) {
   return guarded(error, errorBytes, [&]() -> Status {
-    Expected<std::unique_ptr<CpuRank>> r =
-        openRank(std::span<const uint8_t>(artifact, artifactBytes), rank,
-                 weights, weightCount, options);
-    if (!r)
-      return r.error();
-    *out = reinterpret_cast<kiln_rank *>(r->release());
+    Expected<std::unique_ptr<CpuGroup>> g =
+        openGroup(std::span<const uint8_t>(artifact, artifactBytes), weights,
+                  weightCount, options);
+    if (!g)
+      return g.error();
+    *out = reinterpret_cast<kiln_group *>(g->release());
     return Status::ok();
   });
 }
 
-/// Copies between the caller's bytes and a slot: into an input slot, or out
-/// of an output slot.
-int copySlot(kiln_rank *rank, const char *step, BufferKind kind,
+/// Copies between the caller's bytes and a slot: into the input slot of
+/// every rank, or out of rank 0's output slot.
+int copySlot(kiln_group *group, const char *step, BufferKind kind,
              const char *slot, void *data, uint64_t bytes, char *error,
              uint64_t errorBytes) {
   return guarded(error, errorBytes, [&]() -> Status {
-    Expected<PreparedStep *> s = findStep(*cast(rank), step);
-    if (!s)
-      return s.error();
-    Expected<uint8_t *> p = findSlot(**s, kind, slot, bytes);
-    if (!p)
-      return p.error();
-    if (kind == BufferKind::Input)
+    for (std::unique_ptr<CpuRank> &rank : cast(group)->ranks) {
+      Expected<PreparedStep *> s = findStep(*rank, step);
+      if (!s)
+        return s.error();
+      Expected<uint8_t *> p = findSlot(**s, kind, slot, bytes);
+      if (!p)
+        return p.error();
+      if (kind == BufferKind::Output) {
+        std::memcpy(data, *p, bytes);
+        break;
+      }
       std::memcpy(*p, data, bytes);
-    else
-      std::memcpy(data, *p, bytes);
+    }
     return Status::ok();
   });
 }
 
-int cpuWriteSlot(kiln_rank *rank, const char *step, const char *slot,
+int cpuWriteSlot(kiln_group *group, const char *step, const char *slot,
                  const void *data, uint64_t bytes, char *error,
                  uint64_t errorBytes) {
-  return copySlot(rank, step, BufferKind::Input, slot,
+  return copySlot(group, step, BufferKind::Input, slot,
                   const_cast<void *>(data), bytes, error, errorBytes);
 }
 
-int cpuReadSlot(kiln_rank *rank, const char *step, const char *slot,
+int cpuReadSlot(kiln_group *group, const char *step, const char *slot,
                 void *data, uint64_t bytes, char *error,
                 uint64_t errorBytes) {
-  return copySlot(rank, step, BufferKind::Output, slot, data, bytes, error,
+  return copySlot(group, step, BufferKind::Output, slot, data, bytes, error,
                   errorBytes);
 }
 
-int cpuRunStep(kiln_rank *rank, const char *step, char *error,
+/// Runs one rank's ops; on failure it leaves the collectives' barrier so
+/// the other ranks do not wait for it.
+Status runRank(CpuRank &rank, PreparedStep &step) {
+  for (const std::function<Status()> &op : step.ops)
+    if (Status st = op(); !st) {
+      rank.comm->barrier.arrive_and_drop();
+      return st;
+    }
+  return Status::ok();
+}
+
+int cpuRunStep(kiln_group *group, const char *step, char *error,
                uint64_t errorBytes) {
   return guarded(error, errorBytes, [&]() -> Status {
-    Expected<PreparedStep *> s = findStep(*cast(rank), step);
-    if (!s)
-      return s.error();
-    for (const std::function<Status()> &op : (*s)->ops)
-      if (Status st = op(); !st)
-        return st;
+    std::vector<std::unique_ptr<CpuRank>> &ranks = cast(group)->ranks;
+    std::vector<PreparedStep *> steps;
+    for (std::unique_ptr<CpuRank> &rank : ranks) {
+      Expected<PreparedStep *> s = findStep(*rank, step);
+      if (!s)
+        return s.error();
+      steps.push_back(*s);
+    }
+    Communicator comm(std::ptrdiff_t(ranks.size()));
+    for (std::unique_ptr<CpuRank> &rank : ranks)
+      rank->comm = &comm;
+    // One thread per rank beyond the first, which runs here.
+    std::vector<Status> results(ranks.size(), Status::ok());
+    std::vector<std::thread> threads;
+    for (size_t r = 1; r < ranks.size(); ++r)
+      threads.emplace_back([&, r] { results[r] = runRank(*ranks[r], *steps[r]); });
+    results[0] = runRank(*ranks[0], *steps[0]);
+    for (std::thread &t : threads)
+      t.join();
+    for (std::unique_ptr<CpuRank> &rank : ranks)
+      rank->comm = nullptr;
+    for (size_t r = 0; r < results.size(); ++r)
+      if (!results[r])
+        return ranks.size() == 1
+                   ? results[r].error()
+                   : results[r].error().withWhere(fmt::format(
+                         "rank {}: {}", r, results[r].error().where()));
     return Status::ok();
   });
 }
 
-int cpuReset(kiln_rank *rank, char *error, uint64_t errorBytes) {
+int cpuReset(kiln_group *group, char *error, uint64_t errorBytes) {
   return guarded(error, errorBytes, [&]() -> Status {
-    for (auto &[name, bytes] : cast(rank)->states)
-      std::fill(bytes.begin(), bytes.end(), 0);
+    for (std::unique_ptr<CpuRank> &rank : cast(group)->ranks)
+      for (auto &[name, bytes] : rank->states)
+        std::fill(bytes.begin(), bytes.end(), 0);
     return Status::ok();
   });
 }
 
-void cpuCloseRank(kiln_rank *rank) { delete cast(rank); }
+void cpuCloseGroup(kiln_group *group) { delete cast(group); }
 
 const kiln_backend_v1 kCpuBackend = {
     KILN_BACKEND_ABI_VERSION,
     sizeof(kiln_backend_v1),
     "cpu",
     "Kiln reference CPU backend (float32, deterministic)",
-    cpuOpenRank,
+    cpuOpenGroup,
     cpuWriteSlot,
     cpuRunStep,
     cpuReadSlot,
     cpuReset,
-    cpuCloseRank,
+    cpuCloseGroup,
 };
 
 } // namespace

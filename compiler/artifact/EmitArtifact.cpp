@@ -27,6 +27,7 @@ const std::vector<std::string> kAllStepOps = {
     "rms_norm",  "add_rms_norm", "layer_norm",
     "rope",      "cache_append",  "mla_attention", "dsa_indexer",
     "moe_router", "moe_experts",  "swiglu",      "add",        "all_reduce",
+    "all_gather",
     "argmax",    "copy",          "slice",       "concat"};
 
 std::vector<Target> makeTargets() {
@@ -147,11 +148,27 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
   artifact::Artifact out;
   out.producer = producer;
   out.target = target.name;
-  out.ranks = 1;
-  out.rankPlans.resize(1);
+  // Every step function is partitioned alike; each rank gets its own plan
+  // (the same ops) whose split weights bind the rank's slice.
+  int64_t ranks = 0;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (!func->hasAttr(st::kPlanAttrName))
+      continue;
+    auto tp = func->getAttrOfType<IntegerAttr>("kiln.tp");
+    int64_t n = tp ? tp.getInt() : 1;
+    if (ranks && n != ranks)
+      return Error("", "module", "step functions partitioned for different "
+                                 "rank counts");
+    ranks = n;
+  }
+  if (ranks < 1)
+    return Error("", "module", "has no planned step function to emit");
+  out.ranks = static_cast<uint32_t>(ranks);
+  out.rankPlans.resize(out.ranks);
   llvm::StringMap<int32_t> bindings;
   bool contextSet = false;
 
+  for (uint32_t rank = 0; rank < out.ranks; ++rank) {
   for (auto func : module.getOps<func::FuncOp>()) {
     if (!func->hasAttr(st::kPlanAttrName))
       continue;
@@ -176,8 +193,12 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
         Value result = op.getResult(0);
         if (auto w = dyn_cast<st::WeightOp>(op)) {
           kd::QWeightType type = w.getType();
+          bool split = type.getShardDim() >= 0;
+          std::string key = type.getName().str();
+          if (split)
+            key += fmt::format("#{}", rank);
           auto [it, inserted] = bindings.try_emplace(
-              type.getName(), static_cast<int32_t>(out.weights.size()));
+              key, static_cast<int32_t>(out.weights.size()));
           if (inserted) {
             artifact::WeightBinding binding;
             binding.tensor = type.getName().str();
@@ -185,7 +206,14 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
             if (!ggml)
               return Error("", describe(&op), "has an unknown weight format");
             binding.type = *ggml;
-            binding.dims.assign(type.getDims().begin(), type.getDims().end());
+            SmallVector<int64_t> full = type.getFullDims();
+            binding.dims.assign(full.begin(), full.end());
+            if (split) {
+              int64_t part = type.getDims()[type.getShardDim()];
+              binding.sliceDim = static_cast<int32_t>(type.getShardDim());
+              binding.sliceBegin = part * rank;
+              binding.sliceEnd = part * (rank + 1);
+            }
             out.weights.push_back(std::move(binding));
           }
           b.kind = artifact::BufferKind::Weight;
@@ -263,10 +291,10 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
                            router.getBias() ? 1 : 0, 0, "", {}});
       step.ops.push_back(std::move(a));
     }
-    out.rankPlans[0].steps.push_back(std::move(step));
+    out.rankPlans[rank].rank = rank;
+    out.rankPlans[rank].steps.push_back(std::move(step));
   }
-  if (out.rankPlans[0].steps.empty())
-    return Error("", "module", "has no planned step function to emit");
+  }
   if (Status st = target.emitPayloads(module, out); !st)
     return st.error();
   if (Status st = artifact::validate(out, "the emitted artifact"); !st)

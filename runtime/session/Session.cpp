@@ -58,10 +58,6 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
       artifact::parseArtifact(bytes, options.artifactPath);
   if (!artifact)
     return artifact.error();
-  if (artifact->ranks != 1)
-    return Error(options.artifactPath, "ranks",
-                 fmt::format("{} ranks; this runtime runs one so far",
-                             artifact->ranks));
   const artifact::Step *step = artifact->rankPlans[0].step(kDecodeStep);
   if (!step)
     return Error(options.artifactPath, "steps",
@@ -104,20 +100,20 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
       s->artifact_.rankPlans[0].step(kDecodeStep)->buffers[*logits].elements());
   kiln_rank_options rankOptions{sizeof(kiln_rank_options), options.threads, 0,
                                 0};
-  if (Status st = s->call(s->plugin_.api().open_rank(
+  if (Status st = s->call(s->plugin_.api().open_group(
                               s->artifactBytes_.data(),
-                              s->artifactBytes_.size(), 0, weights.data(),
+                              s->artifactBytes_.size(), weights.data(),
                               uint32_t(weights.size()), &rankOptions,
-                              &s->rank_, s->error_, sizeof(s->error_)),
-                          "open_rank");
+                              &s->group_, s->error_, sizeof(s->error_)),
+                          "open_group");
       !st)
     return st.error();
   return s;
 }
 
 Session::~Session() {
-  if (rank_)
-    plugin_.api().close_rank(rank_);
+  if (group_)
+    plugin_.api().close_group(group_);
 }
 
 Status Session::call(int rc, const char *what) {
@@ -141,33 +137,33 @@ Status Session::decode(int32_t token, int32_t position,
   if (int64_t(logits.size()) != vocab_)
     return Error(where_, "logits", "buffer size is not the vocabulary");
   const kiln_backend_v1 &api = plugin_.api();
-  if (Status st = call(api.write_slot(rank_, kDecodeStep, "token", &token, 4,
+  if (Status st = call(api.write_slot(group_, kDecodeStep, "token", &token, 4,
                                       error_, sizeof(error_)),
                        "write_slot");
       !st)
     return st;
-  if (Status st = call(api.write_slot(rank_, kDecodeStep, "position",
+  if (Status st = call(api.write_slot(group_, kDecodeStep, "position",
                                       &position, 4, error_, sizeof(error_)),
                        "write_slot");
       !st)
     return st;
-  if (Status st = call(api.run_step(rank_, kDecodeStep, error_, sizeof(error_)),
+  if (Status st = call(api.run_step(group_, kDecodeStep, error_, sizeof(error_)),
                        "run_step");
       !st)
     return st;
-  if (Status st = call(api.read_slot(rank_, kDecodeStep, "logits",
+  if (Status st = call(api.read_slot(group_, kDecodeStep, "logits",
                                      logits.data(), logits.size_bytes(),
                                      error_, sizeof(error_)),
                        "read_slot");
       !st)
     return st;
-  return call(api.read_slot(rank_, kDecodeStep, "next_token", next, 4, error_,
+  return call(api.read_slot(group_, kDecodeStep, "next_token", next, 4, error_,
                             sizeof(error_)),
               "read_slot");
 }
 
 Status Session::reset() {
-  return call(plugin_.api().reset(rank_, error_, sizeof(error_)), "reset");
+  return call(plugin_.api().reset(group_, error_, sizeof(error_)), "reset");
 }
 
 } // namespace kiln::runtime

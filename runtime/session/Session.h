@@ -22,7 +22,7 @@ struct SessionOptions {
 
 /// One model ready to run: the artifact read and verified, the GGUF set
 /// opened and every bound tensor checked (name, type, dims) before any
-/// compute, the backend plugin loaded and rank 0 opened on it.
+/// compute, the backend plugin loaded and every rank opened on it.
 class Session {
 public:
   static Expected<std::unique_ptr<Session>> open(const SessionOptions &options);
@@ -55,7 +55,7 @@ private:
   std::vector<uint8_t> artifactBytes_;
   gguf::GGUFModel model_;
   BackendPlugin plugin_;
-  kiln_rank *rank_ = nullptr;
+  kiln_group *group_ = nullptr;
   int64_t vocab_ = 0;
   std::string where_;
   char error_[1024] = {0};
