@@ -94,3 +94,50 @@ def test_file_layout_changes_nothing(files, layout):
         plain = logits(d, arts[tp], gguf["plain"], f"plain{tp}")
         other = logits(d, arts[tp], gguf[layout], f"{layout}{tp}")
         assert np.array_equal(plain, other), f"tp={tp} {layout}"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """The small preset (GLM-5's head geometry, 16 heads, 32 experts of
+    2048, hidden 1024; 590 MB in the UD-Q4_K_XL-like mix). Too large for the
+    float64 reference in CI, so tp > 1 is compared with tp = 1."""
+    d = tmp_path_factory.mktemp("tp-small")
+    gguf = d / "small.gguf"
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "small", "--seed", SEED,
+             "--indexer-top-k", 4, "--quiet")
+    return d, gguf
+
+
+def test_small_model_every_tp_matches_tp1(small):
+    d, gguf = small
+    tokens = TOKENS[:8]
+    got = {}
+    for tp in TPS:
+        art = d / f"tp{tp}.kiln"
+        run_tool("kiln-compile", gguf, "--target=cpu", "--context", 16,
+                 "--cache-type", "f32", "--tp", tp, "-o", art)
+        out = d / f"tp{tp}.npy"
+        run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens",
+                 ",".join(map(str, tokens)), "-n", 0, "--logits-out", out)
+        got[tp] = np.load(out).astype(np.float64)
+    for tp in TPS[1:]:
+        err = rel(got[tp], got[1]).max()
+        print(f"small tp={tp}: max relative error {err:.2e} to tp=1")
+        assert err <= TOL
+
+
+def test_small_block_cutting_split_is_refused(tmp_path):
+    # Expert FF 1024 in Q4_K: a tp=8 part of ffn_down_exps' ne[0] is 128
+    # values, half a 256-value block.
+    gguf = tmp_path / "cut.gguf"
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "small", "--expert-ff",
+             1024, "--type", "ffn_down_exps=q4_k", "--metadata-only", "--quiet")
+    ok = run_tool("kiln-compile", gguf, "--tp", 4, "--emit=step", "-o",
+                  tmp_path / "tp4.mlir", check=False)
+    assert ok.returncode == 0, ok.stderr
+    proc = run_tool("kiln-compile", gguf, "--tp", 8, "--emit=step", "-o",
+                    tmp_path / "tp8.mlir", check=False)
+    assert proc.returncode == 1
+    assert ("tensor 'blk.1.ffn_down_exps.weight' (q4_k): a tp=8 part of "
+            "ne[0] = 1024 is 128 values, which cuts its 256-value blocks"
+            in proc.stderr), proc.stderr
