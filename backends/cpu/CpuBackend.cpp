@@ -277,6 +277,44 @@ Expected<std::function<Status()>> OpBuilder::build() {
       return Status::ok();
     });
   }
+  if (k == "all_reduce_add_rms_norm") {
+    KILN_TRY(counts(3, 2));
+    for (size_t i = 0; i < 2; ++i)
+      KILN_TRY(floats(in(i), "input"));
+    KILN_TRY(floats(out(0), "sum"));
+    KILN_TRY(floats(out(1), "output"));
+    KILN_TRY(same(in(0), out(0), k.c_str()));
+    KILN_TRY(same(in(1), out(0), k.c_str()));
+    KILN_TRY(same(out(0), out(1), k.c_str()));
+    KILN_ASSIGN(reduction, stringAttr("reduction"));
+    if (reduction != "sum")
+      return fail("reduction must be 'sum'");
+    int64_t n = out(0).inner();
+    KILN_ASSIGN(w, param(in(2), uint64_t(n), "weight"));
+    KILN_ASSIGN(eps, floatAttr("epsilon"));
+    uint64_t total = out(0).elements();
+    int64_t rows = int64_t(total) / n;
+    const float *partial = in(0).f32(), *residual = in(1).f32();
+    float *sum = out(0).f32(), *y = out(1).f32();
+    float e = float(eps);
+    CpuRank *rank = &rank_;
+    return std::function<Status()>([=] {
+      // The same rank-order sum as all_reduce, then the same add and norm
+      // as add_rms_norm: bit-identical to the three ops unfused.
+      Communicator &c = *rank->comm;
+      c.inputs[rank->index] = partial;
+      c.barrier.arrive_and_wait();
+      std::vector<float> &acc = c.scratch[rank->index];
+      acc.assign(c.inputs[0], c.inputs[0] + total);
+      for (size_t q = 1; q < c.inputs.size(); ++q)
+        for (uint64_t i = 0; i < total; ++i)
+          acc[i] = acc[i] + c.inputs[q][i];
+      c.barrier.arrive_and_wait();
+      cpu::add(residual, acc.data(), int64_t(total), sum);
+      cpu::rmsNorm(sum, rows, n, w, e, y);
+      return Status::ok();
+    });
+  }
   if (k == "all_gather") {
     KILN_TRY(counts(1, 1));
     KILN_TRY(floats(in(0), "input"));

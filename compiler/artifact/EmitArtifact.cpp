@@ -24,7 +24,7 @@ namespace {
 /// Every op kind the step dialect has; the CPU backend runs all of them.
 const std::vector<std::string> kAllStepOps = {
     "embed",     "dequant",       "linear",      "fused_linear",
-    "rms_norm",  "add_rms_norm", "layer_norm",
+    "rms_norm",  "add_rms_norm", "all_reduce_add_rms_norm", "layer_norm",
     "rope",      "cache_append",  "mla_attention", "dsa_indexer",
     "moe_router", "moe_experts",  "swiglu",      "add",        "all_reduce",
     "all_gather",

@@ -43,6 +43,39 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
       norm.erase();
       add.erase();
     }
+
+    // After partitioning: a sum over ranks whose result is only that add's
+    // operand joins it (the collective, the residual add and the next norm
+    // in one op). IEEE addition commutes, so the operand order of the add
+    // does not matter.
+    SmallVector<std::pair<st::AllReduceOp, st::AddRMSNormOp>> reductions;
+    getOperation().walk([&](st::AllReduceOp reduce) {
+      Value r = reduce.getOutput();
+      if (reduce.getReduction() != "sum" || !r.getDefiningOp<st::BufferOp>() ||
+          reduce.getInput() == r)
+        return;
+      auto fused = dyn_cast_or_null<st::AddRMSNormOp>(nextCompute(reduce));
+      if (!fused || (fused.getLhs() == r) == (fused.getRhs() == r))
+        return;
+      // The reduced buffer must have no reader but the fused op.
+      for (OpOperand &use : r.getUses())
+        if (use.getOwner() != reduce && use.getOwner() != fused)
+          return;
+      reductions.push_back({reduce, fused});
+    });
+    for (auto [reduce, fused] : reductions) {
+      Value r = reduce.getOutput();
+      Value residual = fused.getLhs() == r ? fused.getRhs() : fused.getLhs();
+      OpBuilder b(fused);
+      st::AllReduceAddRMSNormOp::create(
+          b, fused.getLoc(), reduce.getInput(), residual, fused.getWeight(),
+          fused.getEpsilonAttr(), reduce.getReductionAttr(), fused.getSum(),
+          fused.getOutput());
+      fused.erase();
+      reduce.erase();
+      if (auto buffer = r.getDefiningOp<st::BufferOp>(); buffer && r.use_empty())
+        buffer.erase();
+    }
   }
 };
 

@@ -91,8 +91,11 @@ def FuseAddNorm : Pass<"kiln-fuse-add-norm", "::mlir::func::FuncOp"> {
     buffer that the next compute op normalises with `step.rms_norm`
     becomes one `step.add_rms_norm` writing the sum and the normalised
     value, one pass over the stream instead of two. In GLM-5 that is both
-    residual updates of every layer but the last (the second feeds the next
-    layer's attention norm, the last the output norm).
+    residual updates of every layer (the second feeds the next layer's
+    attention norm, the last one the output norm). After partitioning, an
+    all_reduce whose result only that fused op reads joins it too:
+    `step.all_reduce_add_rms_norm`, the collective, the residual add and the
+    next norm in one op (both collectives of every GLM-5 layer).
   }];
 }
 

@@ -55,6 +55,10 @@ std::vector<StepReport> mlir::step::reportSteps(ModuleOp module) {
       } else if (auto reduce = dyn_cast<AllReduceOp>(op)) {
         ++r.allReduces;
         r.allReduceBytes += bufferBytes(reduce.getInput().getType());
+      } else if (auto fused = dyn_cast<AllReduceAddRMSNormOp>(op)) {
+        ++r.allReduces;
+        ++r.fusedAllReduces;
+        r.allReduceBytes += bufferBytes(fused.getPartial().getType());
       } else if (auto gather = dyn_cast<AllGatherOp>(op)) {
         ++r.allGathers;
         r.allGatherBytes += bufferBytes(gather.getInput().getType());
@@ -112,6 +116,8 @@ void mlir::step::printReport(llvm::raw_ostream &os,
     os << "\n";
     row("ops per step", r.ops, false);
     row("all_reduce per step", r.allReduces, false);
+    if (r.fusedAllReduces)
+      row("  fused with add + norm", r.fusedAllReduces, false);
     if (r.allReduces)
       row("  bytes per all_reduce", r.allReduceBytes / r.allReduces, true);
     row("all_gather per step", r.allGathers, false);

@@ -249,6 +249,19 @@ LogicalResult AddRMSNormOp::verify() {
   return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
 }
 
+LogicalResult AllReduceAddRMSNormOp::verify() {
+  if (getReduction() != "sum")
+    return emitOpError("only a sum can feed a residual add");
+  if (failed(verifyBinary(*this, getPartial(), getResidual(), getSum())))
+    return failure();
+  MemRefType sum = bufferOf(getSum());
+  if (getOutput().getType() != sum || sum.getRank() < 1)
+    return emitOpError("output must have the sum's type ") << sum;
+  if (failed(expectParam(*this, "weight", getWeight(), innerDim(sum))))
+    return failure();
+  return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
+}
+
 LogicalResult LayerNormOp::verify() {
   MemRefType input = bufferOf(getInput());
   if (getOutput().getType() != input || input.getRank() < 1)

@@ -302,6 +302,34 @@ def Step_AddRMSNormOp : Step_ComputeOp<"add_rms_norm", 2> {
   let hasVerifier = 1;
 }
 
+def Step_AllReduceAddRMSNormOp
+    : Step_ComputeOp<"all_reduce_add_rms_norm", 2> {
+  let summary = "sum over ranks, residual add, then the next RMS norm";
+  let description = [{
+    `sum = residual + all_reduce(partial)` (over the tensor-parallel ranks,
+    in rank order), then `output = rms_norm(sum) * weight`: a row-parallel
+    projection's partial result made whole, added to the stream and
+    normalised for the next block in one op, so the collective and the
+    elementwise work share one pass. Produced by `--kiln-fuse-add-norm` after
+    partitioning.
+
+    Example:
+    ```mlir
+    step.all_reduce_add_rms_norm ins(%o_part, %x, %ffn_norm : memref<6144xf32>, memref<6144xf32>, !kiln.qweight<"blk.3.ffn_norm.weight", "f32", [6144]>) outs(%x1, %f : memref<6144xf32>, memref<6144xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum"}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$partial, In<Step_Buffer>:$residual,
+                       In<Step_Param>:$weight, F32Attr:$epsilon,
+                       StrAttr:$reduction, Out<Step_Buffer>:$sum,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $partial `,` $residual `,` $weight `:` type($partial) `,`
+    type($residual) `,` qualified(type($weight)) `)` `outs` `(` $sum `,`
+    $output `:` type($sum) `,` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 def Step_LayerNormOp : Step_ComputeOp<"layer_norm", 1> {
   let summary = "layer normalisation over the innermost dimension";
   let description = [{

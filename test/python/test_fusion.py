@@ -12,9 +12,12 @@ SEED = 31
 TOKENS = "3,14,159,265,358,979,323,846,264,338,327,950"
 
 
-@pytest.mark.parametrize("layout", [[], ["--fused-gate-up"]],
-                         ids=["separate-experts", "fused-gate-up-file"])
-def test_fused_equals_unfused(tmp_path, layout):
+@pytest.mark.parametrize("layout,tp", [([], 1), (["--fused-gate-up"], 1),
+                                       ([], 2), ([], 8)],
+                         ids=["separate-experts", "fused-gate-up-file",
+                              "tp2", "tp8"])
+def test_fused_equals_unfused(tmp_path, layout, tp):
+    """At tp > 1 this also covers all_reduce + add + norm as one op."""
     print(f"seed {SEED}")
     gguf = tmp_path / "m.gguf"
     run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", SEED,
@@ -22,8 +25,8 @@ def test_fused_equals_unfused(tmp_path, layout):
     logits = {}
     for name, flags in (("fused", []), ("unfused", ["--no-fuse"])):
         art = tmp_path / f"{name}.kiln"
-        run_tool("kiln-compile", gguf, "--target=cpu", "--context", 16, *flags,
-                 "-o", art)
+        run_tool("kiln-compile", gguf, "--target=cpu", "--context", 16,
+                 "--tp", tp, *flags, "-o", art)
         out = tmp_path / f"{name}.npy"
         run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens", TOKENS,
                  "-n", 0, "--logits-out", out)

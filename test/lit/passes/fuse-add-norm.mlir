@@ -70,3 +70,45 @@ func.func @sum_in_slot() {
   step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%out : memref<256xf32>) {epsilon = 1.0e-05 : f32}
   return
 }
+
+// -----
+
+// After partitioning: the all_reduce whose result only the fused add+norm
+// reads joins it; the reduced buffer disappears.
+// CHECK-LABEL: func.func @collective
+// CHECK-NOT: step.all_reduce ins
+// CHECK-NOT: "r"
+// CHECK: step.all_reduce_add_rms_norm ins(%partial, %x, %w : memref<256xf32>, memref<256xf32>, memref<256xf32>) outs(%s, %out : memref<256xf32>, memref<256xf32>) {epsilon = 9.99999974E-6 : f32, reduction = "sum"}
+func.func @collective() {
+  %x = step.input "x" : memref<256xf32>
+  %partial = step.input "partial" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %out = step.output "out" : memref<256xf32>
+  %r = step.buffer "r" : memref<256xf32>
+  step.all_reduce ins(%partial : memref<256xf32>) outs(%r : memref<256xf32>) {reduction = "sum"}
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%x, %r : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%out : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  return
+}
+
+// -----
+
+// A reduced value read elsewhere too stays a separate all_reduce.
+// CHECK-LABEL: func.func @collective_other_reader
+// CHECK: step.all_reduce ins
+// CHECK: step.add_rms_norm
+func.func @collective_other_reader() {
+  %x = step.input "x" : memref<256xf32>
+  %partial = step.input "partial" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %out = step.output "out" : memref<256xf32>
+  %out2 = step.output "out2" : memref<256xf32>
+  %r = step.buffer "r" : memref<256xf32>
+  step.all_reduce ins(%partial : memref<256xf32>) outs(%r : memref<256xf32>) {reduction = "sum"}
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%x, %r : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%out : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  step.copy ins(%r : memref<256xf32>) outs(%out2 : memref<256xf32>)
+  return
+}
