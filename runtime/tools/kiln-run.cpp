@@ -49,12 +49,60 @@ options:
   --json                   print one JSON object instead of text
   --threads N              CPU threads (default: all cores)
   --backend-dir DIR        look for backend plugins in DIR first
+  --describe               print what the artifact holds (config, each rank's
+                           steps and the weight slices it binds) and exit;
+                           needs no weights
   --help                   this text
 )";
 
 int usageError(const std::string &message) {
   std::fprintf(stderr, "kiln-run: error: %s\n%s", message.c_str(), kUsage);
   return 2;
+}
+
+/// The artifact in words: what an expert checks before deploying it.
+void describe(const std::string &path, const artifact::Artifact &a) {
+  std::printf("artifact %s: format %u, %s, target %s, model %s, context %llu, "
+              "%u rank%s\n",
+              path.c_str(), artifact::kFormatVersion, a.producer.c_str(),
+              a.target.c_str(), a.modelArch.c_str(),
+              (unsigned long long)a.contextLength, a.ranks,
+              a.ranks == 1 ? "" : "s");
+  std::string config;
+  for (const artifact::ConfigEntry &e : a.config)
+    config += fmt::format(" {}={}", e.key,
+                          e.isFloat ? fmt::format("{}", e.floatValue)
+                                    : std::to_string(e.intValue));
+  std::printf("config:%s\n", config.c_str());
+  for (const artifact::RankPlan &plan : a.rankPlans) {
+    std::printf("rank %u:\n", plan.rank);
+    std::vector<bool> bound(a.weights.size(), false);
+    for (const artifact::Step &step : plan.steps) {
+      std::printf("  step %s: %zu ops, %zu buffers, arena %llu bytes (peak "
+                  "live %llu)\n",
+                  step.name.c_str(), step.ops.size(), step.buffers.size(),
+                  (unsigned long long)step.arenaBytes,
+                  (unsigned long long)step.peakLiveBytes);
+      for (const artifact::Buffer &b : step.buffers)
+        if (b.kind == artifact::BufferKind::Weight)
+          bound[b.binding] = true;
+    }
+    for (size_t i = 0; i < a.weights.size(); ++i) {
+      if (!bound[i])
+        continue;
+      const artifact::WeightBinding &w = a.weights[i];
+      std::string dims;
+      for (size_t d = 0; d < w.dims.size(); ++d)
+        dims += (d ? ", " : "") + std::to_string(w.dims[d]);
+      std::string slice =
+          w.sliceDim < 0 ? "whole"
+                         : fmt::format("dim {} [{}, {})", w.sliceDim,
+                                       w.sliceBegin, w.sliceEnd);
+      std::printf("  binds %s %s [%s] %s\n", w.tensor.c_str(),
+                  std::string(nameOf(w.type)).c_str(), dims.c_str(),
+                  slice.c_str());
+    }
+  }
 }
 
 int fail(const Error &error) {
@@ -113,6 +161,7 @@ int main(int argc, char **argv) {
   int64_t generate = 16;
   std::string logitsOut;
   bool json = false;
+  bool describeOnly = false;
 
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -155,6 +204,8 @@ int main(int argc, char **argv) {
       logitsOut = value("--logits-out");
     } else if (arg == "--json") {
       json = true;
+    } else if (arg == "--describe") {
+      describeOnly = true;
     } else if (arg == "--threads") {
       if (!parseNumber(value("--threads"), options.threads))
         return usageError("--threads: expected a count");
@@ -170,6 +221,13 @@ int main(int argc, char **argv) {
   }
   if (options.artifactPath.empty())
     return usageError("no artifact given");
+  if (describeOnly) {
+    Expected<artifact::Artifact> a = artifact::readArtifact(options.artifactPath);
+    if (!a)
+      return fail(a.error());
+    describe(options.artifactPath, *a);
+    return 0;
+  }
   if (prompt.empty())
     return usageError("no prompt given (--prompt-tokens)");
 

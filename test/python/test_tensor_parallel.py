@@ -141,3 +141,41 @@ def test_small_block_cutting_split_is_refused(tmp_path):
     assert ("tensor 'blk.1.ffn_down_exps.weight' (q4_k): a tp=8 part of "
             "ne[0] = 1024 is 128 values, which cuts its 256-value blocks"
             in proc.stderr), proc.stderr
+
+
+def bindings_by_rank(art):
+    """rank -> {tensor: slice text}, from kiln-run --describe."""
+    out, rank = {}, None
+    for line in run_tool("kiln-run", art, "--describe").stdout.splitlines():
+        if line.startswith("rank "):
+            rank = int(line.split()[1].rstrip(":"))
+            out[rank] = {}
+        elif line.startswith("  binds "):
+            parts = line.split()
+            out[rank][parts[1]] = " ".join(parts[2:])
+    return out
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_each_rank_binds_its_own_slice(files, tp):
+    """The field bug "every rank loaded shard 0" (tp_rank defaulting to 0):
+    here rank r of a split tensor must bind part r, and replicated tensors
+    the whole tensor, in the artifact itself."""
+    _, _, arts = files
+    ranks = bindings_by_rank(arts[tp])
+    assert sorted(ranks) == list(range(tp))
+    split = 0
+    for tensor, first in ranks[0].items():
+        if first.endswith("whole"):
+            assert all(ranks[r][tensor] == first for r in range(tp)), tensor
+            continue
+        split += 1
+        # "Q8_0 [128, 384] dim 1 [0, 192)"
+        dims = [int(x) for x in first.split("[")[1].split("]")[0].split(",")]
+        dim = int(first.split(" dim ")[1].split()[0])
+        part = dims[dim] // tp
+        for r in range(tp):
+            assert ranks[r][tensor].endswith(
+                f"dim {dim} [{r * part}, {(r + 1) * part})"), (tensor, r)
+    # q_b, k_b, v_b, o per layer, FFN/expert/shared gate, up, down, the head.
+    assert split >= 4 * 4 + 1
