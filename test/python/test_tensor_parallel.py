@@ -97,6 +97,9 @@ def test_file_layout_changes_nothing(files, layout):
 
 
 SMALL_STEPS = 48
+# Greedy-safe small seed: a scan of seeds 1-4 gave smallest decision gaps of
+# 8.1e-5, 1.4e-4, 8.7e-5 and 8.3e-6 over 48 steps; 2 is the one above 1e-4.
+SMALL_SEED = 2
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +111,9 @@ def small(tmp_path_factory):
     dequantises them)."""
     d = tmp_path_factory.mktemp("tp-small")
     gguf = d / "small.gguf"
-    run_tool("kiln-gguf", "synth", gguf, "--preset", "small", "--seed", SEED,
-             "--indexer-top-k", 4, "--quiet")
+    print(f"small seed {SMALL_SEED}")
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "small", "--seed",
+             SMALL_SEED, "--indexer-top-k", 4, "--quiet")
     arts = {}
     for tp in TPS:
         arts[tp] = d / f"tp{tp}.kiln"
@@ -141,17 +145,19 @@ def test_small_model_greedy(small):
     """48 greedy steps at tp = 1 and 8 equal the reference's, on a seed
     whose every decision along the way has a gap above 1e-4."""
     d, gguf, arts, ref = small
-    want, info = ref.generate([SEED], SMALL_STEPS, return_info=True)
+    want, info = ref.generate([SMALL_SEED], SMALL_STEPS, return_info=True)
     gaps = np.where(np.isfinite(info["indexer_zero_tie_margin"]),
                     np.minimum(info["indexer_zero_tie_margin"],
                                np.minimum(info["argmax_gap"],
                                           info["router_gap"])),
                     info["min_gap"])
-    print(f"small seed {SEED}: smallest decision gap {gaps.min():.2e}")
-    assert gaps.min() > 1e-4, f"seed {SEED} has a gap of {gaps.min():.2e}"
+    print(f"small seed {SMALL_SEED}: smallest decision gap {gaps.min():.2e}")
+    assert gaps.min() > 1e-4, (
+        f"seed {SMALL_SEED} has a gap of {gaps.min():.2e}")
     for tp in (1, 8):
         proc = run_tool("kiln-run", arts[tp], "--weights", gguf,
-                        "--prompt-tokens", SEED, "-n", SMALL_STEPS, "--json")
+                        "--prompt-tokens", SMALL_SEED, "-n", SMALL_STEPS,
+                        "--json")
         assert json.loads(proc.stdout)["tokens"] == want, f"tp={tp}"
 
 
