@@ -63,6 +63,10 @@ struct Communicator {
   std::barrier<> barrier;
   std::vector<const float *> inputs;
   std::vector<std::vector<float>> scratch;
+  /// distributed_argmax: each rank's best value and its index in the whole
+  /// vector.
+  std::vector<std::pair<float, int64_t>> best =
+      std::vector<std::pair<float, int64_t>>(inputs.size());
 };
 
 struct CpuRank {
@@ -312,6 +316,33 @@ Expected<std::function<Status()>> OpBuilder::build() {
       c.barrier.arrive_and_wait();
       cpu::add(residual, acc.data(), int64_t(total), sum);
       cpu::rmsNorm(sum, rows, n, w, e, y);
+      return Status::ok();
+    });
+  }
+  if (k == "distributed_argmax") {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(ints(out(0), "output", 1));
+    KILN_ASSIGN(ranks, intAttr("ranks"));
+    if (ranks != int64_t(rank_.ranks) || in(0).buffer->shape.size() != 1)
+      return fail("needs a vector part and the group's rank count");
+    const float *x = in(0).f32();
+    int64_t n = int64_t(in(0).elements());
+    int32_t *y = out(0).i32();
+    CpuRank *rank = &rank_;
+    return std::function<Status()>([=] {
+      Communicator &c = *rank->comm;
+      int32_t local = cpu::argmax(x, n);
+      c.best[rank->index] = {x[local], int64_t(rank->index) * n + local};
+      c.barrier.arrive_and_wait();
+      // Rank order holds the vector's order: a later rank wins only when
+      // strictly larger, so ties go to the lowest index, as in argmax.
+      std::pair<float, int64_t> top = c.best[0];
+      for (size_t q = 1; q < c.best.size(); ++q)
+        if (c.best[q].first > top.first)
+          top = c.best[q];
+      c.barrier.arrive_and_wait();
+      *y = int32_t(top.second);
       return Status::ok();
     });
   }

@@ -27,7 +27,7 @@ const std::vector<std::string> kAllStepOps = {
     "rms_norm",  "add_rms_norm", "all_reduce_add_rms_norm", "layer_norm",
     "rope",      "cache_append",  "mla_attention", "dsa_indexer",
     "moe_router", "moe_experts",  "swiglu",      "add",        "all_reduce",
-    "all_gather",
+    "all_gather", "distributed_argmax",
     "argmax",    "copy",          "slice",       "concat"};
 
 std::vector<Target> makeTargets() {

@@ -313,6 +313,12 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                                   a.getReductionAttr(), out);
         });
       })
+      .Case([&](kd::DistributedArgmaxOp a) {
+        return simple(a.getResult(), [&](Value out) {
+          st::DistributedArgmaxOp::create(b_, loc, buffer(a.getInput()),
+                                          a.getRanksAttr(), out);
+        });
+      })
       .Case([&](kd::AllGatherOp a) {
         return simple(a.getResult(), [&](Value out) {
           st::AllGatherOp::create(b_, loc, buffer(a.getInput()),

@@ -209,9 +209,26 @@ LogicalResult Partitioner::visit(Operation *op) {
       .Case([&](kd::LayerOp l) -> LogicalResult { return visitLayer(l); })
       .Case<kd::YieldOp, func::ReturnOp, kd::RMSNormOp, kd::LayerNormOp,
             kd::DSAIndexerOp, kd::MoERouterOp, kd::CacheAppendOp,
-            kd::EmbedOp, kd::DequantOp, kd::StateOp, kd::ArgmaxOp,
+            kd::EmbedOp, kd::DequantOp, kd::StateOp,
             tensor::ConcatOp>([&](Operation *o) -> LogicalResult {
         replicateAll(o);
+        return success();
+      })
+      .Case([&](kd::ArgmaxOp a) -> LogicalResult {
+        // The argmax of split logits needs only each rank's best value and
+        // index, not the logits: the whole vector is gathered only where
+        // something else (the returned logits) needs it.
+        Sharding s = of(a.getInput());
+        if (s.kind == Kind::Split && s.dim == 0) {
+          OpBuilder b(a);
+          Value next = kd::DistributedArgmaxOp::create(
+              b, a.getLoc(), a.getType(), a.getInput(),
+              b.getI64IntegerAttr(n_));
+          a.getResult().replaceAllUsesWith(next);
+          a.erase();
+          return success();
+        }
+        replicateAll(a);
         return success();
       })
       .Case<kd::RopeOp>([&](kd::RopeOp r) -> LogicalResult {
@@ -332,7 +349,8 @@ LogicalResult Partitioner::visit(Operation *op) {
         state_[fresh.getResult()] = s;
         return success();
       })
-      .Case<kd::AllReduceOp, kd::AllGatherOp, kd::FusedLinearOp>(
+      .Case<kd::AllReduceOp, kd::AllGatherOp, kd::DistributedArgmaxOp,
+            kd::FusedLinearOp>(
           [&](Operation *o) -> LogicalResult {
             return o->emitOpError("is already partitioned or fused: "
                                   "partition before fusion, once");

@@ -481,6 +481,25 @@ def Kiln_AllReduceOp : Kiln_Op<"all_reduce",
   let hasVerifier = 1;
 }
 
+def Kiln_DistributedArgmaxOp : Kiln_Op<"distributed_argmax"> {
+  let summary = "argmax over every rank's part of a vector, without gathering it";
+  let description = [{
+    Each of `ranks` ranks holds a part of a vector split in rank order
+    (the vocabulary-split logits); every rank receives the index, in the
+    whole vector, of its largest element, ties to the lowest index. Only
+    each rank's best value and index travel, not the parts. Not pure: it
+    communicates.
+
+    Example:
+    ```mlir
+    %next = kiln.distributed_argmax %part {ranks = 8 : i64} : tensor<19360xf32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatVector:$input, I64Attr:$ranks);
+  let results = (outs Kiln_I32Scalar:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
 def Kiln_AllGatherOp : Kiln_Op<"all_gather"> {
   let summary = "every rank's part of a tensor, concatenated in rank order";
   let description = [{

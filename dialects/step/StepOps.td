@@ -630,6 +630,24 @@ def Step_AllGatherOp : Step_ComputeOp<"all_gather", 1> {
   let hasVerifier = 1;
 }
 
+def Step_DistributedArgmaxOp : Step_ComputeOp<"distributed_argmax", 1> {
+  let summary = "argmax over every rank's part of a vector";
+  let description = [{
+    As `kiln.distributed_argmax`.
+
+    Example:
+    ```mlir
+    step.distributed_argmax ins(%part : memref<512xf32>) outs(%next : memref<i32>) {ranks = 2 : i64}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, I64Attr:$ranks,
+                       Out<Step_I32Scalar>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `:` type($input) `)` `outs` `(` $output `:`
+    type($output) `)` attr-dict
+  }];
+}
+
 def Step_ArgmaxOp : Step_ComputeOp<"argmax", 1> {
   let summary = "index of the largest element, ties to the lowest";
   let description = [{

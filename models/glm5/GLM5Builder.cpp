@@ -92,7 +92,8 @@ public:
         context_(int64_t(context)), f32_(b_.getF32Type()),
         cacheElement_(cacheElement) {}
 
-  OwningOpRef<ModuleOp> build(bool includeMtp, bool fusedGateUp);
+  OwningOpRef<ModuleOp> build(bool includeMtp, bool fusedGateUp,
+                              bool returnLogits);
 
 private:
   RankedTensorType vec(int64_t n) { return RankedTensorType::get({n}, f32_); }
@@ -305,20 +306,28 @@ static void nameSlots(func::FuncOp f, ArrayRef<StringRef> args,
     f.setResultAttr(i, "kiln.slot", StringAttr::get(ctx, results[i]));
 }
 
-OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp) {
+OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp,
+                                         bool returnLogits) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
   b_.setInsertionPointToEnd(module->getBody());
   auto scalar = RankedTensorType::get({}, b_.getI32Type());
   const int64_t hidden = d_.hidden, vocab = d_.vocab;
 
-  // @decode_step(%token, %position) -> (next token, logits[, hidden])
-  SmallVector<Type> results{scalar, vec(vocab)};
-  if (includeMtp)
+  // @decode_step(%token, %position) -> (next token[, logits][, hidden])
+  SmallVector<Type> results{scalar};
+  SmallVector<StringRef> names{"next_token"};
+  if (returnLogits) {
+    results.push_back(vec(vocab));
+    names.push_back("logits");
+  }
+  if (includeMtp) {
     results.push_back(vec(hidden));
+    names.push_back("hidden");
+  }
   auto step = func::FuncOp::create(
       b_, loc_, "decode_step", b_.getFunctionType({scalar, scalar}, results));
   step->setAttr("kiln.config", config());
-  nameSlots(step, {"token", "position"}, {"next_token", "logits", "hidden"});
+  nameSlots(step, {"token", "position"}, names);
   Block *entry = step.addEntryBlock();
   b_.setInsertionPointToStart(entry);
   Value token = entry->getArgument(0), pos = entry->getArgument(1);
@@ -328,7 +337,9 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp) {
     x = layer(x, pos, l, l < d_.leadingDense ? "dense" : "moe", fusedGateUp);
   Value logits = linear(rmsNorm(x, "output_norm.weight"), "output.weight");
   Value next = kd::ArgmaxOp::create(b_, loc_, logits);
-  SmallVector<Value> returned{next, logits};
+  SmallVector<Value> returned{next};
+  if (returnLogits)
+    returned.push_back(logits);
   if (includeMtp)
     returned.push_back(x);
   func::ReturnOp::create(b_, loc_, returned);
@@ -338,9 +349,12 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp) {
     // logits): enorm(embed(next)) and hnorm(hidden), concatenated, through
     // eh_proj, then the MTP decoder block, shared_head_norm and the head.
     b_.setInsertionPointToEnd(module->getBody());
+    SmallVector<Type> mtpResults{scalar};
+    if (returnLogits)
+      mtpResults.push_back(vec(vocab));
     auto mtp = func::FuncOp::create(
         b_, loc_, "mtp_step",
-        b_.getFunctionType({scalar, scalar, vec(hidden)}, {scalar, vec(vocab)}));
+        b_.getFunctionType({scalar, scalar, vec(hidden)}, mtpResults));
     nameSlots(mtp, {"token", "position", "hidden"}, {"next_token", "logits"});
     Block *e = mtp.addEntryBlock();
     b_.setInsertionPointToStart(e);
@@ -357,7 +371,10 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp) {
     Value mlogits =
         linear(rmsNorm(h, p + "nextn.shared_head_norm.weight"), "output.weight");
     Value mnext = kd::ArgmaxOp::create(b_, loc_, mlogits);
-    func::ReturnOp::create(b_, loc_, ValueRange{mnext, mlogits});
+    SmallVector<Value> mtpReturned{mnext};
+    if (returnLogits)
+      mtpReturned.push_back(mlogits);
+    func::ReturnOp::create(b_, loc_, mtpReturned);
   }
   return module;
 }
@@ -416,7 +433,8 @@ Expected<OwningOpRef<ModuleOp>> buildDecodeStep(MLIRContext &context,
     return Error(catalog.source, "cache type",
                  fmt::format("'{}' is not f16, bf16 or f32", options.cacheType));
   StepBuilder builder(context, dims, catalog, ctx, cacheElement);
-  OwningOpRef<ModuleOp> module = builder.build(options.includeMtp, fused);
+  OwningOpRef<ModuleOp> module =
+      builder.build(options.includeMtp, fused, options.returnLogits);
   if (failed(verify(*module)))
     return Error(catalog.source, "",
                  "internal error: the built program does not verify (see "

@@ -55,6 +55,10 @@ struct BuildOptions {
   /// Element type of the latent and indexer caches: "f16" (llama.cpp's
   /// default), "bf16" or "f32".
   std::string cacheType = "f16";
+  /// Return the logits (for sampling, --logits-out, comparisons). Without
+  /// them a step returns only the greedy next token, and a partitioned step
+  /// never gathers the vocabulary-split logits.
+  bool returnLogits = true;
 };
 
 /// Checks `catalog` against every tensor `dims` implies, then builds a module

@@ -67,16 +67,17 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   for (auto [kind, name] :
        {std::pair{artifact::BufferKind::Input, "token"},
         std::pair{artifact::BufferKind::Input, "position"},
-        std::pair{artifact::BufferKind::Output, "next_token"},
-        std::pair{artifact::BufferKind::Output, "logits"}}) {
+        std::pair{artifact::BufferKind::Output, "next_token"}}) {
     std::optional<int32_t> slot = step->slot(kind, name);
-    if (!slot ||
-        (std::string_view(name) != "logits" &&
-         step->buffers[*slot].bytes() != 4))
+    if (!slot || step->buffers[*slot].bytes() != 4)
       return Error(options.artifactPath,
                    fmt::format("decode_step slot '{}'", name),
                    "is missing or has the wrong size");
   }
+  const artifact::ConfigEntry *vocab = artifact->configEntry("vocab");
+  if (!logits && (!vocab || vocab->isFloat || vocab->intValue <= 0))
+    return Error(options.artifactPath, "config",
+                 "without a logits slot the config must give the vocab");
   if (options.weightPaths.empty())
     return Error(options.artifactPath, "weights",
                  "no GGUF file given (--weights FILE.gguf...)");
@@ -96,8 +97,13 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   s->artifactBytes_ = std::move(bytes);
   s->model_ = std::move(*model);
   s->where_ = options.artifactPath;
-  s->vocab_ = int64_t(
-      s->artifact_.rankPlans[0].step(kDecodeStep)->buffers[*logits].elements());
+  s->hasLogits_ = logits.has_value();
+  s->vocab_ =
+      logits ? int64_t(s->artifact_.rankPlans[0]
+                           .step(kDecodeStep)
+                           ->buffers[*logits]
+                           .elements())
+             : s->artifact_.configEntry("vocab")->intValue;
   kiln_rank_options rankOptions{sizeof(kiln_rank_options), options.threads, 0,
                                 0};
   if (Status st = s->call(s->plugin_.api().open_group(
@@ -134,8 +140,11 @@ Status Session::decode(int32_t token, int32_t position,
     return Error(where_, "token",
                  fmt::format("{} is not in the vocabulary [0, {})", token,
                              vocab_));
-  if (int64_t(logits.size()) != vocab_)
-    return Error(where_, "logits", "buffer size is not the vocabulary");
+  if (!logits.empty() &&
+      (!hasLogits_ || int64_t(logits.size()) != vocab_))
+    return Error(where_, "logits",
+                 hasLogits_ ? "buffer size is not the vocabulary"
+                            : "the artifact was compiled with --no-logits");
   const kiln_backend_v1 &api = plugin_.api();
   if (Status st = call(api.write_slot(group_, kDecodeStep, "token", &token, 4,
                                       error_, sizeof(error_)),
@@ -151,12 +160,13 @@ Status Session::decode(int32_t token, int32_t position,
                        "run_step");
       !st)
     return st;
-  if (Status st = call(api.read_slot(group_, kDecodeStep, "logits",
-                                     logits.data(), logits.size_bytes(),
-                                     error_, sizeof(error_)),
-                       "read_slot");
-      !st)
-    return st;
+  if (!logits.empty())
+    if (Status st = call(api.read_slot(group_, kDecodeStep, "logits",
+                                       logits.data(), logits.size_bytes(),
+                                       error_, sizeof(error_)),
+                         "read_slot");
+        !st)
+      return st;
   return call(api.read_slot(group_, kDecodeStep, "next_token", next, 4, error_,
                             sizeof(error_)),
               "read_slot");

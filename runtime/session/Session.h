@@ -37,9 +37,12 @@ public:
   uint64_t contextLength() const { return artifact_.contextLength; }
   /// Logits per position.
   int64_t vocab() const { return vocab_; }
+  /// Whether the steps return logits (not compiled with --no-logits).
+  bool hasLogits() const { return hasLogits_; }
 
   /// Runs @decode_step for `token` at `position`: the logits of the next
-  /// token into `logits` (vocab values) and its argmax into `next`.
+  /// token into `logits` (vocab values; pass an empty span to skip them,
+  /// as an artifact without logits requires) and its argmax into `next`.
   /// A position at or past the context is an error, before any compute.
   Status decode(int32_t token, int32_t position, std::span<float> logits,
                 int32_t *next);
@@ -57,6 +60,7 @@ private:
   BackendPlugin plugin_;
   kiln_group *group_ = nullptr;
   int64_t vocab_ = 0;
+  bool hasLogits_ = false;
   std::string where_;
   char error_[1024] = {0};
 };

@@ -250,7 +250,11 @@ int main(int argc, char **argv) {
                                   "{} (compile with kiln-compile --context N)",
                                   prompt.size(), generate, evaluated,
                                   s.contextLength())));
-  std::vector<float> logits(s.vocab());
+  if (!s.hasLogits() && (!logitsOut.empty() || !sampling.greedy()))
+    return fail(Error(options.artifactPath, "logits",
+                      "the artifact was compiled with --no-logits: greedy "
+                      "decoding only, no --logits-out or sampling"));
+  std::vector<float> logits(s.hasLogits() ? s.vocab() : 0);
   std::vector<float> allLogits;
   if (!logitsOut.empty())
     allLogits.reserve(evaluated * s.vocab());

@@ -142,7 +142,7 @@ def test_small_model_every_tp_matches_tp1_and_reference(small):
 
 
 def test_small_model_greedy(small):
-    """48 greedy steps at tp = 1 and 8 equal the reference's, on a seed
+    """48 greedy steps at every tp equal the reference's, on a seed
     whose every decision along the way has a gap above 1e-4."""
     d, gguf, arts, ref = small
     want, info = ref.generate([SMALL_SEED], SMALL_STEPS, return_info=True)
@@ -154,7 +154,7 @@ def test_small_model_greedy(small):
     print(f"small seed {SMALL_SEED}: smallest decision gap {gaps.min():.2e}")
     assert gaps.min() > 1e-4, (
         f"seed {SMALL_SEED} has a gap of {gaps.min():.2e}")
-    for tp in (1, 8):
+    for tp in TPS:
         proc = run_tool("kiln-run", arts[tp], "--weights", gguf,
                         "--prompt-tokens", SMALL_SEED, "-n", SMALL_STEPS,
                         "--json")
@@ -214,3 +214,25 @@ def test_each_rank_binds_its_own_slice(files, tp):
                 f"dim {dim} [{r * part}, {(r + 1) * part})"), (tensor, r)
     # q_b, k_b, v_b, o per layer, FFN/expert/shared gate, up, down, the head.
     assert split >= 4 * 4 + 1
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_no_logits_greedy_equals(files, tmp_path, tp):
+    """--no-logits: the step returns only the next token (a distributed
+    argmax, no gather, at tp > 1); greedy tokens equal those of the
+    artifact with logits, and asking it for logits is a clear error."""
+    d, gguf, arts = files
+    art = tmp_path / "nologits.kiln"
+    run_tool("kiln-compile", gguf["plain"], "--target=cpu", "--context",
+             CONTEXT, "--cache-type", "f32", "--tp", tp, "--no-logits",
+             "-o", art)
+    def greedy(a):
+        proc = run_tool("kiln-run", a, "--weights", gguf["plain"],
+                        "--prompt-tokens", "1,2,3", "-n", 24, "--json")
+        return json.loads(proc.stdout)["tokens"]
+    assert greedy(art) == greedy(arts[tp])
+    proc = run_tool("kiln-run", art, "--weights", gguf["plain"],
+                    "--prompt-tokens", "1", "--logits-out",
+                    tmp_path / "l.npy", check=False)
+    assert proc.returncode == 1
+    assert "compiled with --no-logits: greedy decoding only" in proc.stderr

@@ -68,6 +68,11 @@ static cl::opt<bool>
     noFuse("no-fuse", cl::init(false),
            cl::desc("Do not fuse projections that share an input (for "
                     "comparisons; the default fuses)"));
+static cl::opt<bool>
+    noLogits("no-logits", cl::init(false),
+             cl::desc("Steps return only the greedy next token, not the "
+                      "logits (no sampling or --logits-out at run time; at "
+                      "tp > 1 the logits are never gathered)"));
 static cl::opt<bool> mtp("mtp", cl::init(false),
                          cl::desc("Also build @mtp_step, the next-token-"
                                   "prediction layer"));
@@ -166,6 +171,7 @@ int main(int argc, char **argv) {
   options.contextLength = contextLength;
   options.includeMtp = mtp;
   options.cacheType = cacheType;
+  options.returnLogits = !noLogits;
   auto module = kiln::glm5::buildDecodeStep(context, *dims, *catalog, options);
   if (!module)
     return fail(module.error());
