@@ -894,10 +894,16 @@ Expected<cpu::WeightView> placeWeight(const WeightBinding &b,
   if (b.sliceDim < 0)
     return cpu::WeightView{data, bytes.bytes, b.type, b.dims, b.tensor};
 
+  // The sliced dim is `groups` equal groups; the part is each group's cut
+  // [sliceBegin, sliceEnd), in group order.
+  int64_t cut = b.sliceEnd - b.sliceBegin;
+  int64_t groupSize = b.dims[b.sliceDim] / b.sliceGroups;
   std::vector<int64_t> local = b.dims;
-  local[b.sliceDim] = b.sliceEnd - b.sliceBegin;
+  local[b.sliceDim] = cut * b.sliceGroups;
   uint32_t block = traitsOf(b.type).blockSize;
   uint64_t blockBytes = traitsOf(b.type).blockBytes;
+  if (b.sliceDim == 0 && b.sliceGroups != 1)
+    return Error(b.tensor, "slice", "groups of ne[0] are not supported");
   if (b.sliceDim == 0 &&
       (b.sliceBegin % block != 0 || b.sliceEnd % block != 0))
     return Error(b.tensor, "slice",
@@ -913,7 +919,9 @@ Expected<cpu::WeightView> placeWeight(const WeightBinding &b,
   for (uint64_t r = 0; r < localRows; ++r) {
     uint64_t fileRow = 0;
     for (size_t d = local.size() - 1; d >= 1; --d) {
-      int64_t i = idx[d] + (int64_t(d) == b.sliceDim ? b.sliceBegin : 0);
+      int64_t i = idx[d];
+      if (int64_t(d) == b.sliceDim)
+        i = i / cut * groupSize + b.sliceBegin + i % cut;
       fileRow = fileRow * uint64_t(b.dims[d]) + uint64_t(i);
       if (d == 1)
         break;

@@ -209,10 +209,13 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
             SmallVector<int64_t> full = type.getFullDims();
             binding.dims.assign(full.begin(), full.end());
             if (split) {
-              int64_t part = type.getDims()[type.getShardDim()];
+              // Per group (one unless a fused gate/up), this rank's cut.
+              int64_t part = type.getDims()[type.getShardDim()] /
+                             type.getShardGroups();
               binding.sliceDim = static_cast<int32_t>(type.getShardDim());
               binding.sliceBegin = part * rank;
               binding.sliceEnd = part * (rank + 1);
+              binding.sliceGroups = static_cast<int32_t>(type.getShardGroups());
             }
             out.weights.push_back(std::move(binding));
           }

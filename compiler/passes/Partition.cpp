@@ -122,17 +122,18 @@ LogicalResult Partitioner::visitWeight(kd::WeightOp op) {
   std::optional<int64_t> dim = splitDimOf(type.getName());
   if (!dim)
     return success();
-  if (type.getName().ends_with("ffn_gate_up_exps.weight"))
-    return op.emitOpError("tensor '")
-           << type.getName()
-           << "': fused gate/up experts cannot be partitioned yet (each "
-              "rank needs a part of both halves)";
+  // A fused gate/up holds each expert's gate rows, then its up rows: each
+  // rank takes its part of both halves (two groups cut alike).
+  int64_t groups =
+      type.getName().ends_with("ffn_gate_up_exps.weight") ? 2 : 1;
   SmallVector<int64_t> dims(type.getDims());
-  if (*dim >= static_cast<int64_t>(dims.size()) || dims[*dim] % n_ != 0)
+  if (*dim >= static_cast<int64_t>(dims.size()) ||
+      dims[*dim] % (n_ * groups) != 0)
     return op.emitOpError("tensor '")
            << type.getName() << "' (" << type.getFormat() << "): dim "
            << *dim << " has " << (*dim < int64_t(dims.size()) ? dims[*dim] : 0)
-           << " values, which do not split into " << n_ << " equal parts";
+           << " values, which do not split into " << n_ << " equal parts"
+           << (groups > 1 ? " of each half" : "");
   int64_t part = dims[*dim] / n_;
   if (*dim == 0) {
     std::optional<::kiln::GGMLType> ggml =
@@ -148,7 +149,7 @@ LogicalResult Partitioner::visitWeight(kd::WeightOp op) {
   dims[*dim] = part;
   op.getResult().setType(kd::QWeightType::get(op.getContext(), type.getName(),
                                               type.getFormat(), dims, *dim,
-                                              n_));
+                                              n_, groups));
   return success();
 }
 

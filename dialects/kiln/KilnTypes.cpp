@@ -41,7 +41,13 @@ static constexpr size_t kMaxWeightDims = 4;
 LogicalResult
 QWeightType::verify(function_ref<InFlightDiagnostic()> emitError,
                     StringRef name, StringRef format, ArrayRef<int64_t> dims,
-                    int64_t shardDim, int64_t shardParts) {
+                    int64_t shardDim, int64_t shardParts,
+                    int64_t shardGroups) {
+  if (shardGroups < 1 || (shardGroups > 1 && shardDim < 0) ||
+      (shardDim >= 0 && shardDim < static_cast<int64_t>(dims.size()) &&
+       dims[shardDim] % shardGroups != 0))
+    return emitError() << "weight '" << name << "': " << shardGroups
+                       << " groups do not divide its split dim";
   if (shardParts < 1 || shardDim < -1 ||
       shardDim >= static_cast<int64_t>(dims.size()) ||
       (shardDim == -1) != (shardParts == 1))

@@ -30,7 +30,9 @@ def Kiln_QWeightType : Kiln_Type<"QWeight", "qweight"> {
     After tensor-parallel partitioning a handle may name one rank's part:
     `shard = D of N` says the dims are the local ones and dim `D` of the
     file's tensor is `N` times as large; rank `r` binds part `r` of it. A
-    part of `ne[0]` must still be a whole number of blocks.
+    part of `ne[0]` must still be a whole number of blocks. With
+    `groups = G`, dim `D` is `G` equal groups (a fused gate/up: gate rows,
+    then up rows) and the rank takes part `r` of each group, in group order.
 
     Example:
     ```mlir
@@ -44,15 +46,24 @@ def Kiln_QWeightType : Kiln_Type<"QWeight", "qweight"> {
                         DefaultValuedParameter<"int64_t", "-1",
                             "split dim (-1: whole tensor)">:$shard_dim,
                         DefaultValuedParameter<"int64_t", "1",
-                            "parts the split dim is cut into">:$shard_parts);
+                            "parts the split dim is cut into">:$shard_parts,
+                        DefaultValuedParameter<"int64_t", "1",
+                            "equal groups of the split dim, each cut alike">:
+                            $shard_groups);
   let assemblyFormat = [{
     `<` $name `,` $format `,` `[` $dims `]`
-    (`,` `shard` `=` $shard_dim^ `of` $shard_parts)? `>`
+    (`,` `shard` `=` $shard_dim^ `of` $shard_parts)?
+    (`,` `groups` `=` $shard_groups^)? `>`
   }];
   let builders = [
     TypeBuilder<(ins "::llvm::StringRef":$name, "::llvm::StringRef":$format,
                      "::llvm::ArrayRef<int64_t>":$dims), [{
-      return $_get($_ctxt, name, format, dims, -1, 1);
+      return $_get($_ctxt, name, format, dims, -1, 1, 1);
+    }]>,
+    TypeBuilder<(ins "::llvm::StringRef":$name, "::llvm::StringRef":$format,
+                     "::llvm::ArrayRef<int64_t>":$dims, "int64_t":$shardDim,
+                     "int64_t":$shardParts), [{
+      return $_get($_ctxt, name, format, dims, shardDim, shardParts, 1);
     }]>
   ];
   let genVerifyDecl = 1;

@@ -252,10 +252,13 @@ Status validate(const Artifact &a, const std::string &where) {
         std::any_of(w.dims.begin(), w.dims.end(),
                     [](int64_t d) { return d <= 0; }))
       return Error(where, field, "needs 1 to 4 positive dims");
+    if (w.sliceGroups < 1 || (w.sliceGroups > 1 && w.sliceDim < 0))
+      return Error(where, field, "has a bad slice group count");
     if (w.sliceDim >= 0 &&
         (static_cast<size_t>(w.sliceDim) >= w.dims.size() ||
-         w.sliceBegin < 0 || w.sliceEnd <= w.sliceBegin ||
-         w.sliceEnd > w.dims[w.sliceDim]))
+         w.dims[w.sliceDim] % w.sliceGroups != 0 || w.sliceBegin < 0 ||
+         w.sliceEnd <= w.sliceBegin ||
+         w.sliceEnd > w.dims[w.sliceDim] / w.sliceGroups))
       return Error(where, field, "has a slice outside its dims");
   }
   for (size_t r = 0; r < a.rankPlans.size(); ++r) {
@@ -297,7 +300,7 @@ Expected<std::vector<uint8_t>> serialize(const Artifact &a) {
     weights.push_back(fb::CreateWeightBinding(
         fbb, s(w.tensor), static_cast<uint32_t>(w.type),
         fbb.CreateVector(w.dims), w.sliceDim, w.sliceBegin, w.sliceEnd,
-        s(w.layout)));
+        s(w.layout), w.sliceGroups));
   std::vector<flatbuffers::Offset<fb::RankPlan>> plans;
   for (const RankPlan &plan : a.rankPlans) {
     std::vector<flatbuffers::Offset<fb::Step>> steps;
@@ -425,6 +428,7 @@ Expected<Artifact> parseArtifact(std::span<const uint8_t> bytes,
       b.sliceBegin = w->slice_begin();
       b.sliceEnd = w->slice_end();
       b.layout = str(w->layout());
+      b.sliceGroups = w->slice_groups();
       a.weights.push_back(std::move(b));
     }
   if (root->rank_plans())

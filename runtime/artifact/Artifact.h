@@ -102,6 +102,10 @@ struct WeightBinding {
   int64_t sliceBegin = 0;
   int64_t sliceEnd = 0;
   std::string layout = "gguf";
+  /// The sliced dim is this many equal groups (a fused gate/up: 2), each
+  /// cut at [sliceBegin, sliceEnd) of the group; the part is the groups'
+  /// cuts in group order.
+  int32_t sliceGroups = 1;
 };
 
 struct RankPlan {

@@ -98,6 +98,8 @@ void describe(const std::string &path, const artifact::Artifact &a) {
           w.sliceDim < 0 ? "whole"
                          : fmt::format("dim {} [{}, {})", w.sliceDim,
                                        w.sliceBegin, w.sliceEnd);
+      if (w.sliceGroups > 1)
+        slice += fmt::format(" of each of {} groups", w.sliceGroups);
       std::printf("  binds %s %s [%s] %s\n", w.tensor.c_str(),
                   std::string(nameOf(w.type)).c_str(), dims.c_str(),
                   slice.c_str());

@@ -236,3 +236,27 @@ def test_no_logits_greedy_equals(files, tmp_path, tp):
                     tmp_path / "l.npy", check=False)
     assert proc.returncode == 1
     assert "compiled with --no-logits: greedy decoding only" in proc.stderr
+
+
+def test_fused_gate_up_file_at_every_tp(tmp_path):
+    """A file with fused ffn_gate_up_exps: each rank binds its part of the
+    gate half and of the up half (two slice groups); logits at every tp
+    match tp = 1 and the reference (which splits the fused tensor itself)."""
+    gguf = tmp_path / "fused.gguf"
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", SEED,
+             "--mix", "f32", "--indexer-top-k", 8, "--fused-gate-up", "--quiet")
+    want, _ = GLM5Reference(gguf, cache_dtype=np.float64).run(TOKENS[:12])
+    got = {}
+    for tp in TPS:
+        art = tmp_path / f"tp{tp}.kiln"
+        run_tool("kiln-compile", gguf, "--target=cpu", "--context", 16,
+                 "--cache-type", "f32", "--tp", tp, "-o", art)
+        out = tmp_path / f"tp{tp}.npy"
+        run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens",
+                 ",".join(map(str, TOKENS[:12])), "-n", 0, "--logits-out", out)
+        got[tp] = np.load(out).astype(np.float64)
+        assert rel(got[tp], want).max() <= TOL, f"tp={tp}"
+        assert rel(got[tp], got[1]).max() <= TOL, f"tp={tp}"
+    ranks = bindings_by_rank(tmp_path / "tp2.kiln")
+    assert ranks[1]["blk.1.ffn_gate_up_exps.weight"].endswith(
+        "dim 1 [128, 256) of each of 2 groups")
