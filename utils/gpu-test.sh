@@ -30,3 +30,7 @@ cmake --build "$build"
 echo
 echo "== device copy bandwidth (the roofline's denominator)"
 "$build/bin/kiln-bandwidth"
+
+echo
+echo "== quantised mat-vec: device layout bit-exact, products checked, then timed"
+"$build/bin/kiln-cuda-matvec"

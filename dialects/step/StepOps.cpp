@@ -407,7 +407,7 @@ LogicalResult MoERouterOp::verify() {
   if (getGating() != "sigmoid" && getGating() != "softmax")
     return emitOpError("gating must be 'sigmoid' or 'softmax'");
   if (failed(expectI32Vector(*this, "ids", getIds(), getTopK())) ||
-      failed(expectShape(*this, "weights", getWeights(), {getTopK()})))
+      failed(expectShape(*this, "weights", getWeights(), {int64_t(getTopK())})))
     return failure();
   return verifyPositive(*this, "routed_scale",
                         getRoutedScale().convertToFloat());

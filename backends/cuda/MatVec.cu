@@ -1,0 +1,243 @@
+//===- MatVec.cu - Quantised mat-vec on the GPU ----------------------------===//
+#include "MatVec.h"
+
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+/// Rows per CTA: one warp per row.
+constexpr int kRowsPerBlock = 4;
+/// Values each lane takes per load: 16 bytes of Q8_0 quants, or 16 bytes
+/// (32 values) of Q4_K quants.
+constexpr int kQ8ValuesPerLoad = 16;
+constexpr int kQ4BytesPerLoad = 16;
+constexpr int kQ4BlockValues = 256;
+constexpr int kQ4BlockQuantBytes = 128;
+constexpr int kQ4BlockScaleBytes = 16;
+
+__device__ float warpSum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+/// The j-th 6-bit scale and min of a Q4_K block (ggml's get_scale_min_k4).
+__device__ void scaleMin(int j, const uint8_t *s, int &sc, int &mn) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Q8_0 mat-vec. Grid: ceil(rows / 4) CTAs of 4 warps; warp w of CTA b does
+// row 4b + w. Each lane loads 16 quant bytes (one int4) per step, stepping
+// by 32 lanes, so a warp reads 512 contiguous bytes per step: every byte of
+// the row once, fully coalesced; x is read through the read-only cache.
+__global__ void matVecQ8_0(const int8_t *__restrict__ quants,
+                           const __half *__restrict__ scales,
+                           const float *__restrict__ x,
+                           float *__restrict__ y, int64_t rows,
+                           int64_t cols) {
+  int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  int lane = threadIdx.x % kWarp;
+  if (row >= rows)
+    return;
+  const int4 *q = reinterpret_cast<const int4 *>(quants + row * cols);
+  const __half *d = scales + row * (cols / 32);
+  const float4 *xv = reinterpret_cast<const float4 *>(x);
+  float acc = 0.f;
+  for (int64_t c = lane; c < cols / kQ8ValuesPerLoad; c += kWarp) {
+    int4 packed = __ldg(q + c);
+    const int8_t *b = reinterpret_cast<const int8_t *>(&packed);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float4 xx = __ldg(xv + c * 4 + i);
+      s += b[4 * i] * xx.x + b[4 * i + 1] * xx.y + b[4 * i + 2] * xx.z +
+           b[4 * i + 3] * xx.w;
+    }
+    acc += __half2float(d[c / 2]) * s;
+  }
+  acc = warpSum(acc);
+  if (lane == 0)
+    y[row] = acc;
+}
+
+// Q4_K mat-vec. Same geometry. A lane's 16 quant bytes are half of one
+// 32-byte chunk c of a block: their low nibbles are 16 values of sub-block
+// 2c, their high nibbles 16 values of sub-block 2c + 1 (ggml's order), so a
+// lane needs two scale/min pairs, decoded from the block's 16 scale bytes
+// (shared by the 8 lanes of the block through the cache).
+__global__ void matVecQ4_K(const uint8_t *__restrict__ quants,
+                           const uint8_t *__restrict__ scales,
+                           const float *__restrict__ x,
+                           float *__restrict__ y, int64_t rows,
+                           int64_t cols) {
+  int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  int lane = threadIdx.x % kWarp;
+  if (row >= rows)
+    return;
+  const int4 *q = reinterpret_cast<const int4 *>(quants + row * (cols / 2));
+  const uint4 *meta = reinterpret_cast<const uint4 *>(
+      scales + row * (cols / kQ4BlockValues) * kQ4BlockScaleBytes);
+  float acc = 0.f;
+  int64_t loads = cols / 2 / kQ4BytesPerLoad;
+  for (int64_t c = lane; c < loads; c += kWarp) {
+    int64_t block = c / (kQ4BlockQuantBytes / kQ4BytesPerLoad);
+    int offset = int(c % (kQ4BlockQuantBytes / kQ4BytesPerLoad)) *
+                 kQ4BytesPerLoad; // byte within the block's quants
+    int chunk = offset / 32, l0 = offset % 32;
+    int4 packed = __ldg(q + c);
+    uint4 m = __ldg(meta + block);
+    __half2 dm = *reinterpret_cast<const __half2 *>(&m.x);
+    const uint8_t *s = reinterpret_cast<const uint8_t *>(&m.y);
+    int sc1, mn1, sc2, mn2;
+    scaleMin(2 * chunk, s, sc1, mn1);
+    scaleMin(2 * chunk + 1, s, sc2, mn2);
+    const uint8_t *b = reinterpret_cast<const uint8_t *>(&packed);
+    const float *xlo = x + block * kQ4BlockValues + 64 * chunk + l0;
+    const float *xhi = xlo + 32;
+    float qlo = 0.f, qhi = 0.f, slo = 0.f, shi = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; i += 4) {
+      float4 a = __ldg(reinterpret_cast<const float4 *>(xlo + i));
+      float4 h = __ldg(reinterpret_cast<const float4 *>(xhi + i));
+      qlo += (b[i] & 0xF) * a.x + (b[i + 1] & 0xF) * a.y +
+             (b[i + 2] & 0xF) * a.z + (b[i + 3] & 0xF) * a.w;
+      qhi += (b[i] >> 4) * h.x + (b[i + 1] >> 4) * h.y +
+             (b[i + 2] >> 4) * h.z + (b[i + 3] >> 4) * h.w;
+      slo += a.x + a.y + a.z + a.w;
+      shi += h.x + h.y + h.z + h.w;
+    }
+    float d = __low2float(dm), dmin = __high2float(dm);
+    acc += d * (sc1 * qlo + sc2 * qhi) - dmin * (mn1 * slo + mn2 * shi);
+  }
+  acc = warpSum(acc);
+  if (lane == 0)
+    y[row] = acc;
+}
+
+// Reference dequantisers over the device layout, one thread per value, with
+// ggml's operation order and no contraction (__fmul_rn / __fsub_rn), so
+// they match the file's values bit for bit.
+__global__ void dequantQ8_0(const int8_t *quants, const __half *scales,
+                            float *out, int64_t rows, int64_t cols) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cols)
+    return;
+  int64_t row = i / cols, col = i % cols;
+  out[i] = __fmul_rn(float(quants[i]),
+                     __half2float(scales[row * (cols / 32) + col / 32]));
+}
+
+__global__ void dequantQ4_K(const uint8_t *quants, const uint8_t *scales,
+                            float *out, int64_t rows, int64_t cols) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cols)
+    return;
+  int64_t row = i / cols, col = i % cols;
+  int64_t block = col / kQ4BlockValues;
+  int v = int(col % kQ4BlockValues);
+  int chunk = v / 64, within = v % 64;
+  int j = 2 * chunk + (within >= 32);
+  const uint8_t *m =
+      scales + (row * (cols / kQ4BlockValues) + block) * kQ4BlockScaleBytes;
+  float d = __half2float(*reinterpret_cast<const __half *>(m));
+  float dmin = __half2float(*reinterpret_cast<const __half *>(m + 2));
+  int sc, mn;
+  scaleMin(j, m + 4, sc, mn);
+  uint8_t byte = quants[row * (cols / 2) + block * kQ4BlockQuantBytes +
+                        chunk * 32 + within % 32];
+  int q = within < 32 ? (byte & 0xF) : (byte >> 4);
+  float d1 = __fmul_rn(d, float(sc)), m1 = __fmul_rn(dmin, float(mn));
+  out[i] = __fsub_rn(__fmul_rn(d1, float(q)), m1);
+}
+
+} // namespace
+
+bool canPack(GGMLType type) {
+  return type == GGMLType::Q8_0 || type == GGMLType::Q4_K;
+}
+
+Expected<PackedMatrix> packMatrix(GGMLType type, int64_t rows, int64_t cols,
+                                  std::span<const uint8_t> gguf) {
+  if (!canPack(type))
+    return Error("pack", std::string(nameOf(type)),
+                 "has no GPU mat-vec layout yet");
+  std::optional<uint64_t> rowBytes = kiln::rowBytes(type, uint64_t(cols));
+  if (rows <= 0 || !rowBytes || gguf.size() != *rowBytes * uint64_t(rows) ||
+      cols % (type == GGMLType::Q8_0 ? 32 : kQ4BlockValues) != 0)
+    return Error("pack", std::string(nameOf(type)),
+                 "sizes do not match the matrix");
+  PackedMatrix p;
+  p.type = type;
+  p.rows = rows;
+  p.cols = cols;
+  if (type == GGMLType::Q8_0) {
+    int64_t blocks = cols / 32;
+    p.quants.resize(size_t(rows * cols));
+    p.scales.resize(size_t(rows * blocks * 2));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t *src = gguf.data() + r * *rowBytes + b * 34;
+        std::memcpy(&p.scales[size_t((r * blocks + b) * 2)], src, 2);
+        std::memcpy(&p.quants[size_t(r * cols + b * 32)], src + 2, 32);
+      }
+    return p;
+  }
+  // Q4_K: d, dmin, scales[12], qs[128] per block in the file.
+  int64_t blocks = cols / kQ4BlockValues;
+  p.quants.resize(size_t(rows * cols / 2));
+  p.scales.resize(size_t(rows * blocks * kQ4BlockScaleBytes));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t *src = gguf.data() + r * *rowBytes + b * 144;
+      std::memcpy(&p.scales[size_t((r * blocks + b) * kQ4BlockScaleBytes)],
+                  src, kQ4BlockScaleBytes);
+      std::memcpy(&p.quants[size_t(r * cols / 2 + b * kQ4BlockQuantBytes)],
+                  src + kQ4BlockScaleBytes, kQ4BlockQuantBytes);
+    }
+  return p;
+}
+
+cudaError_t launchMatVec(const DeviceMatrix &w, const float *x, float *y,
+                         cudaStream_t stream) {
+  dim3 grid(unsigned((w.rows + kRowsPerBlock - 1) / kRowsPerBlock));
+  dim3 block(kRowsPerBlock * kWarp);
+  if (w.type == GGMLType::Q8_0)
+    matVecQ8_0<<<grid, block, 0, stream>>>(
+        reinterpret_cast<const int8_t *>(w.quants),
+        reinterpret_cast<const __half *>(w.scales), x, y, w.rows, w.cols);
+  else if (w.type == GGMLType::Q4_K)
+    matVecQ4_K<<<grid, block, 0, stream>>>(w.quants, w.scales, x, y, w.rows,
+                                           w.cols);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+cudaError_t launchDequant(const DeviceMatrix &w, float *out,
+                          cudaStream_t stream) {
+  int64_t n = w.rows * w.cols;
+  unsigned blocks = unsigned((n + 255) / 256);
+  if (w.type == GGMLType::Q8_0)
+    dequantQ8_0<<<blocks, 256, 0, stream>>>(
+        reinterpret_cast<const int8_t *>(w.quants),
+        reinterpret_cast<const __half *>(w.scales), out, w.rows, w.cols);
+  else if (w.type == GGMLType::Q4_K)
+    dequantQ4_K<<<blocks, 256, 0, stream>>>(w.quants, w.scales, out, w.rows,
+                                            w.cols);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+} // namespace kiln::cuda
