@@ -10,8 +10,11 @@ namespace kiln::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-/// Rows per CTA: one warp per row.
-constexpr int kRowsPerBlock = 4;
+/// Warps per CTA, and rows per warp: a warp computes kRowsPerWarp rows at
+/// once, so each input value it loads serves that many rows.
+constexpr int kWarpsPerBlock = 4;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
 /// Values each lane takes per load: 16 bytes of Q8_0 quants, or 16 bytes
 /// (32 values) of Q4_K quants.
 constexpr int kQ8ValuesPerLoad = 16;
@@ -37,92 +40,123 @@ __device__ void scaleMin(int j, const uint8_t *s, int &sc, int &mn) {
   }
 }
 
-// Q8_0 mat-vec. Grid: ceil(rows / 4) CTAs of 4 warps; warp w of CTA b does
-// row 4b + w. Each lane loads 16 quant bytes (one int4) per step, stepping
-// by 32 lanes, so a warp reads 512 contiguous bytes per step: every byte of
-// the row once, fully coalesced; x is read through the read-only cache.
+// Q8_0 mat-vec. Grid: ceil(rows / 16) CTAs of 4 warps; warp w of CTA b
+// computes rows 16b + 4w .. 16b + 4w + 3. Each lane loads 16 quant bytes
+// (one int4) of each of its warp's rows per step, stepping by 32 lanes: a
+// warp reads 512 contiguous bytes of every row per step, every byte once,
+// coalesced; the 16 input values of a step (64 bytes, read-only cache) are
+// loaded once and used for all 4 rows.
 __global__ void matVecQ8_0(const int8_t *__restrict__ quants,
                            const __half *__restrict__ scales,
                            const float *__restrict__ x,
                            float *__restrict__ y, int64_t rows,
                            int64_t cols) {
-  int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) *
+                 kRowsPerWarp;
   int lane = threadIdx.x % kWarp;
-  if (row >= rows)
+  if (row0 >= rows)
     return;
-  const int4 *q = reinterpret_cast<const int4 *>(quants + row * cols);
-  const __half *d = scales + row * (cols / 32);
+  int nrows = rows - row0 < kRowsPerWarp ? int(rows - row0) : kRowsPerWarp;
   const float4 *xv = reinterpret_cast<const float4 *>(x);
-  float acc = 0.f;
+  float acc[kRowsPerWarp] = {};
   for (int64_t c = lane; c < cols / kQ8ValuesPerLoad; c += kWarp) {
-    int4 packed = __ldg(q + c);
-    const int8_t *b = reinterpret_cast<const int8_t *>(&packed);
-    float s = 0.f;
+    float4 xx[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float4 xx = __ldg(xv + c * 4 + i);
-      s += b[4 * i] * xx.x + b[4 * i + 1] * xx.y + b[4 * i + 2] * xx.z +
-           b[4 * i + 3] * xx.w;
+    for (int i = 0; i < 4; ++i)
+      xx[i] = __ldg(xv + c * 4 + i);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (r >= nrows)
+        break;
+      int64_t row = row0 + r;
+      int4 packed =
+          __ldg(reinterpret_cast<const int4 *>(quants + row * cols) + c);
+      const int8_t *b = reinterpret_cast<const int8_t *>(&packed);
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        s += b[4 * i] * xx[i].x + b[4 * i + 1] * xx[i].y +
+             b[4 * i + 2] * xx[i].z + b[4 * i + 3] * xx[i].w;
+      acc[r] += __half2float(scales[row * (cols / 32) + c / 2]) * s;
     }
-    acc += __half2float(d[c / 2]) * s;
   }
-  acc = warpSum(acc);
-  if (lane == 0)
-    y[row] = acc;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    float v = warpSum(acc[r]);
+    if (lane == 0 && r < nrows)
+      y[row0 + r] = v;
+  }
 }
 
 // Q4_K mat-vec. Same geometry. A lane's 16 quant bytes are half of one
 // 32-byte chunk c of a block: their low nibbles are 16 values of sub-block
 // 2c, their high nibbles 16 values of sub-block 2c + 1 (ggml's order), so a
-// lane needs two scale/min pairs, decoded from the block's 16 scale bytes
-// (shared by the 8 lanes of the block through the cache).
+// lane needs two scale/min pairs per row, decoded from the block's 16 scale
+// bytes (shared by the 8 lanes of the block through the cache). The 32
+// input values of a step are loaded once for the warp's 4 rows, with their
+// two sums (for the min terms).
 __global__ void matVecQ4_K(const uint8_t *__restrict__ quants,
                            const uint8_t *__restrict__ scales,
                            const float *__restrict__ x,
                            float *__restrict__ y, int64_t rows,
                            int64_t cols) {
-  int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  int64_t row0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) *
+                 kRowsPerWarp;
   int lane = threadIdx.x % kWarp;
-  if (row >= rows)
+  if (row0 >= rows)
     return;
-  const int4 *q = reinterpret_cast<const int4 *>(quants + row * (cols / 2));
-  const uint4 *meta = reinterpret_cast<const uint4 *>(
-      scales + row * (cols / kQ4BlockValues) * kQ4BlockScaleBytes);
-  float acc = 0.f;
+  int nrows = rows - row0 < kRowsPerWarp ? int(rows - row0) : kRowsPerWarp;
+  int64_t blocksPerRow = cols / kQ4BlockValues;
+  float acc[kRowsPerWarp] = {};
   int64_t loads = cols / 2 / kQ4BytesPerLoad;
   for (int64_t c = lane; c < loads; c += kWarp) {
     int64_t block = c / (kQ4BlockQuantBytes / kQ4BytesPerLoad);
     int offset = int(c % (kQ4BlockQuantBytes / kQ4BytesPerLoad)) *
                  kQ4BytesPerLoad; // byte within the block's quants
     int chunk = offset / 32, l0 = offset % 32;
-    int4 packed = __ldg(q + c);
-    uint4 m = __ldg(meta + block);
-    __half2 dm = *reinterpret_cast<const __half2 *>(&m.x);
-    const uint8_t *s = reinterpret_cast<const uint8_t *>(&m.y);
-    int sc1, mn1, sc2, mn2;
-    scaleMin(2 * chunk, s, sc1, mn1);
-    scaleMin(2 * chunk + 1, s, sc2, mn2);
-    const uint8_t *b = reinterpret_cast<const uint8_t *>(&packed);
     const float *xlo = x + block * kQ4BlockValues + 64 * chunk + l0;
-    const float *xhi = xlo + 32;
-    float qlo = 0.f, qhi = 0.f, slo = 0.f, shi = 0.f;
+    float4 lo[4], hi[4];
+    float slo = 0.f, shi = 0.f;
 #pragma unroll
-    for (int i = 0; i < 16; i += 4) {
-      float4 a = __ldg(reinterpret_cast<const float4 *>(xlo + i));
-      float4 h = __ldg(reinterpret_cast<const float4 *>(xhi + i));
-      qlo += (b[i] & 0xF) * a.x + (b[i + 1] & 0xF) * a.y +
-             (b[i + 2] & 0xF) * a.z + (b[i + 3] & 0xF) * a.w;
-      qhi += (b[i] >> 4) * h.x + (b[i + 1] >> 4) * h.y +
-             (b[i + 2] >> 4) * h.z + (b[i + 3] >> 4) * h.w;
-      slo += a.x + a.y + a.z + a.w;
-      shi += h.x + h.y + h.z + h.w;
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = __ldg(reinterpret_cast<const float4 *>(xlo) + i);
+      hi[i] = __ldg(reinterpret_cast<const float4 *>(xlo + 32) + i);
+      slo += lo[i].x + lo[i].y + lo[i].z + lo[i].w;
+      shi += hi[i].x + hi[i].y + hi[i].z + hi[i].w;
     }
-    float d = __low2float(dm), dmin = __high2float(dm);
-    acc += d * (sc1 * qlo + sc2 * qhi) - dmin * (mn1 * slo + mn2 * shi);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (r >= nrows)
+        break;
+      int64_t row = row0 + r;
+      int4 packed = __ldg(
+          reinterpret_cast<const int4 *>(quants + row * (cols / 2)) + c);
+      uint4 m = __ldg(reinterpret_cast<const uint4 *>(scales) +
+                      row * blocksPerRow + block);
+      __half2 dm = *reinterpret_cast<const __half2 *>(&m.x);
+      const uint8_t *s = reinterpret_cast<const uint8_t *>(&m.y);
+      int sc1, mn1, sc2, mn2;
+      scaleMin(2 * chunk, s, sc1, mn1);
+      scaleMin(2 * chunk + 1, s, sc2, mn2);
+      const uint8_t *b = reinterpret_cast<const uint8_t *>(&packed);
+      float qlo = 0.f, qhi = 0.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        qlo += (b[4 * i] & 0xF) * lo[i].x + (b[4 * i + 1] & 0xF) * lo[i].y +
+               (b[4 * i + 2] & 0xF) * lo[i].z + (b[4 * i + 3] & 0xF) * lo[i].w;
+        qhi += (b[4 * i] >> 4) * hi[i].x + (b[4 * i + 1] >> 4) * hi[i].y +
+               (b[4 * i + 2] >> 4) * hi[i].z + (b[4 * i + 3] >> 4) * hi[i].w;
+      }
+      float d = __low2float(dm), dmin = __high2float(dm);
+      acc[r] += d * (sc1 * qlo + sc2 * qhi) - dmin * (mn1 * slo + mn2 * shi);
+    }
   }
-  acc = warpSum(acc);
-  if (lane == 0)
-    y[row] = acc;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    float v = warpSum(acc[r]);
+    if (lane == 0 && r < nrows)
+      y[row0 + r] = v;
+  }
 }
 
 // Reference dequantisers over the device layout, one thread per value, with
@@ -211,7 +245,7 @@ Expected<PackedMatrix> packMatrix(GGMLType type, int64_t rows, int64_t cols,
 cudaError_t launchMatVec(const DeviceMatrix &w, const float *x, float *y,
                          cudaStream_t stream) {
   dim3 grid(unsigned((w.rows + kRowsPerBlock - 1) / kRowsPerBlock));
-  dim3 block(kRowsPerBlock * kWarp);
+  dim3 block(kWarpsPerBlock * kWarp);
   if (w.type == GGMLType::Q8_0)
     matVecQ8_0<<<grid, block, 0, stream>>>(
         reinterpret_cast<const int8_t *>(w.quants),
