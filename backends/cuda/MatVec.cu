@@ -13,8 +13,7 @@ constexpr int kWarp = 32;
 /// Warps per CTA, and rows per warp: a warp computes kRowsPerWarp rows at
 /// once, so each input value it loads serves that many rows.
 constexpr int kWarpsPerBlock = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
+constexpr int kDefaultRowsPerWarp = 4;
 /// Values each lane takes per load: 16 bytes of Q8_0 quants, or 16 bytes
 /// (32 values) of Q4_K quants.
 constexpr int kQ8ValuesPerLoad = 16;
@@ -46,6 +45,7 @@ __device__ void scaleMin(int j, const uint8_t *s, int &sc, int &mn) {
 // warp reads 512 contiguous bytes of every row per step, every byte once,
 // coalesced; the 16 input values of a step (64 bytes, read-only cache) are
 // loaded once and used for all 4 rows.
+template <int kRowsPerWarp>
 __global__ void matVecQ8_0(const int8_t *__restrict__ quants,
                            const __half *__restrict__ scales,
                            const float *__restrict__ x,
@@ -95,6 +95,7 @@ __global__ void matVecQ8_0(const int8_t *__restrict__ quants,
 // bytes (shared by the 8 lanes of the block through the cache). The 32
 // input values of a step are loaded once for the warp's 4 rows, with their
 // two sums (for the min terms).
+template <int kRowsPerWarp>
 __global__ void matVecQ4_K(const uint8_t *__restrict__ quants,
                            const uint8_t *__restrict__ scales,
                            const float *__restrict__ x,
@@ -242,20 +243,38 @@ Expected<PackedMatrix> packMatrix(GGMLType type, int64_t rows, int64_t cols,
   return p;
 }
 
-cudaError_t launchMatVec(const DeviceMatrix &w, const float *x, float *y,
-                         cudaStream_t stream) {
-  dim3 grid(unsigned((w.rows + kRowsPerBlock - 1) / kRowsPerBlock));
+template <int R>
+cudaError_t launchRows(const DeviceMatrix &w, const float *x, float *y,
+                       cudaStream_t stream) {
+  constexpr int rowsPerBlock = kWarpsPerBlock * R;
+  dim3 grid(unsigned((w.rows + rowsPerBlock - 1) / rowsPerBlock));
   dim3 block(kWarpsPerBlock * kWarp);
   if (w.type == GGMLType::Q8_0)
-    matVecQ8_0<<<grid, block, 0, stream>>>(
+    matVecQ8_0<R><<<grid, block, 0, stream>>>(
         reinterpret_cast<const int8_t *>(w.quants),
         reinterpret_cast<const __half *>(w.scales), x, y, w.rows, w.cols);
   else if (w.type == GGMLType::Q4_K)
-    matVecQ4_K<<<grid, block, 0, stream>>>(w.quants, w.scales, x, y, w.rows,
-                                           w.cols);
+    matVecQ4_K<R><<<grid, block, 0, stream>>>(w.quants, w.scales, x, y,
+                                              w.rows, w.cols);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
+}
+
+cudaError_t launchMatVecRows(const DeviceMatrix &w, const float *x, float *y,
+                             int rowsPerWarp, cudaStream_t stream) {
+  switch (rowsPerWarp) {
+  case 1: return launchRows<1>(w, x, y, stream);
+  case 2: return launchRows<2>(w, x, y, stream);
+  case 4: return launchRows<4>(w, x, y, stream);
+  case 8: return launchRows<8>(w, x, y, stream);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launchMatVec(const DeviceMatrix &w, const float *x, float *y,
+                         cudaStream_t stream) {
+  return launchMatVecRows(w, x, y, kDefaultRowsPerWarp, stream);
 }
 
 cudaError_t launchDequant(const DeviceMatrix &w, float *out,

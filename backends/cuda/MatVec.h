@@ -57,6 +57,11 @@ struct DeviceMatrix {
 cudaError_t launchMatVec(const DeviceMatrix &w, const float *x, float *y,
                          cudaStream_t stream);
 
+/// The same with `rowsPerWarp` rows per warp (1, 2, 4 or 8), for
+/// measuring the choice; launchMatVec uses 4.
+cudaError_t launchMatVecRows(const DeviceMatrix &w, const float *x, float *y,
+                             int rowsPerWarp, cudaStream_t stream);
+
 /// out[rows][cols] = the matrix's values, computed exactly as ggml and
 /// gguf-py do (no fused multiply-add), for bit-exact checks.
 cudaError_t launchDequant(const DeviceMatrix &w, float *out,

@@ -87,7 +87,8 @@ void release(Matrix &m) {
   cudaFree(m.ds);
 }
 
-bool check(GGMLType type, int64_t rows, int64_t cols, std::mt19937 &rng) {
+bool check(GGMLType type, int64_t rows, int64_t cols, std::mt19937 &rng,
+           int rowsPerWarp) {
   Matrix m = make(type, rows, cols, rng);
   float *dout, *dx, *dy;
   CHECK_CUDA(cudaMalloc(&dout, m.values.size() * sizeof(float)));
@@ -106,7 +107,7 @@ bool check(GGMLType type, int64_t rows, int64_t cols, std::mt19937 &rng) {
   CHECK_CUDA(cudaMalloc(&dy, y.size() * sizeof(float)));
   CHECK_CUDA(cudaMemcpy(dx, x.data(), x.size() * sizeof(float),
                         cudaMemcpyHostToDevice));
-  CHECK_CUDA(launchMatVec(m.device, dx, dy, nullptr));
+  CHECK_CUDA(launchMatVecRows(m.device, dx, dy, rowsPerWarp, nullptr));
   CHECK_CUDA(cudaMemcpy(y.data(), dy, y.size() * sizeof(float),
                         cudaMemcpyDeviceToHost));
   double worst = 0, scale = 0;
@@ -121,9 +122,10 @@ bool check(GGMLType type, int64_t rows, int64_t cols, std::mt19937 &rng) {
   }
   double rel = worst / scale;
   bool ok = exact && rel <= 1e-5;
-  std::printf("check %-5s %6lld x %-6lld dequant %s, mat-vec max error %.2e "
-              "of the largest |terms| sum: %s\n",
+  std::printf("check %-5s %6lld x %-6lld (%d rows/warp) dequant %s, mat-vec "
+              "max error %.2e of the largest |terms| sum: %s\n",
               std::string(nameOf(type)).c_str(), (long long)rows,
+              rowsPerWarp,
               (long long)cols, exact ? "bit-exact" : "DIFFERS", rel,
               ok ? "ok" : "FAIL");
   cudaFree(dout);
@@ -134,7 +136,7 @@ bool check(GGMLType type, int64_t rows, int64_t cols, std::mt19937 &rng) {
 }
 
 void bench(const char *what, GGMLType type, int64_t rows, int64_t cols,
-           std::mt19937 &rng) {
+           std::mt19937 &rng, int rowsPerWarp) {
   Matrix m = make(type, rows, cols, rng);
   float *dx, *dy;
   CHECK_CUDA(cudaMalloc(&dx, size_t(cols) * sizeof(float)));
@@ -144,19 +146,21 @@ void bench(const char *what, GGMLType type, int64_t rows, int64_t cols,
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
   for (int i = 0; i < 20; ++i)
-    CHECK_CUDA(launchMatVec(m.device, dx, dy, nullptr));
+    CHECK_CUDA(launchMatVecRows(m.device, dx, dy, rowsPerWarp, nullptr));
   constexpr int kLaunches = 200;
   CHECK_CUDA(cudaEventRecord(start));
   for (int i = 0; i < kLaunches; ++i)
-    CHECK_CUDA(launchMatVec(m.device, dx, dy, nullptr));
+    CHECK_CUDA(launchMatVecRows(m.device, dx, dy, rowsPerWarp, nullptr));
   CHECK_CUDA(cudaEventRecord(stop));
   CHECK_CUDA(cudaEventSynchronize(stop));
   float ms = 0;
   CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
   double us = ms * 1000.0 / kLaunches;
   double bytes = double(m.packed.quants.size() + m.packed.scales.size());
-  std::printf("bench %-28s %-5s %6lld x %-6lld %9.2f MB %8.2f us %7.0f GB/s\n",
-              what, std::string(nameOf(type)).c_str(), (long long)rows,
+  std::printf("bench %-34s %-5s %d rows/warp %6lld x %-6lld %8.2f MB %8.2f us "
+              "%6.0f GB/s\n",
+              what, std::string(nameOf(type)).c_str(), rowsPerWarp,
+              (long long)rows,
               (long long)cols, bytes / 1e6, us, bytes / us / 1e3);
   cudaFree(dx);
   cudaFree(dy);
@@ -181,18 +185,23 @@ int main(int argc, char **argv) {
               prop.minor, seed);
   std::mt19937 rng(seed);
   bool ok = true;
-  for (GGMLType type : {GGMLType::Q8_0, GGMLType::Q4_K}) {
-    ok &= check(type, 64, 256, rng);
-    ok &= check(type, 333, 6144, rng);
-    ok &= check(type, 32, 16384, rng);
+  for (int r : {1, 2, 4, 8})
+    for (GGMLType type : {GGMLType::Q8_0, GGMLType::Q4_K}) {
+      ok &= check(type, 64, 256, rng, r);
+      ok &= check(type, 333, 6144, rng, r);
+      ok &= check(type, 32, 16384, rng, r);
+    }
+  // GLM-5 shapes (rows = output features, cols = ne[0]), at every
+  // rows-per-warp choice (the library uses 4).
+  for (int r : {1, 2, 4, 8}) {
+    bench("attn_q_a (6144 -> 2048)", GGMLType::Q8_0, 2048, 6144, rng, r);
+    bench("attn_q_b (2048 -> 16384)", GGMLType::Q8_0, 16384, 2048, rng, r);
+    bench("attn_output (16384 -> 6144)", GGMLType::Q8_0, 6144, 16384, rng, r);
+    bench("dense ffn_up (6144 -> 12288)", GGMLType::Q4_K, 12288, 6144, rng, r);
+    bench("tp8 expert gate (6144 -> 256)", GGMLType::Q4_K, 256, 6144, rng, r);
+    bench("8 experts' gate (6144 -> 16384)", GGMLType::Q4_K, 16384, 6144, rng,
+          r);
+    bench("large (6144 -> 65536)", GGMLType::Q4_K, 65536, 6144, rng, r);
   }
-  // GLM-5 shapes (rows = output features, cols = ne[0]).
-  bench("attn_q_a (6144 -> 2048)", GGMLType::Q8_0, 2048, 6144, rng);
-  bench("attn_q_b (2048 -> 16384)", GGMLType::Q8_0, 16384, 2048, rng);
-  bench("attn_output (16384 -> 6144)", GGMLType::Q8_0, 6144, 16384, rng);
-  bench("dense ffn_up (6144 -> 12288)", GGMLType::Q4_K, 12288, 6144, rng);
-  bench("tp8 expert gate (6144 -> 256)", GGMLType::Q4_K, 256, 6144, rng);
-  bench("8 experts' gate (6144 -> 16384)", GGMLType::Q4_K, 16384, 6144, rng);
-  bench("large (6144 -> 65536)", GGMLType::Q4_K, 65536, 6144, rng);
   return ok ? 0 : 1;
 }
