@@ -13,7 +13,10 @@ constexpr int kWarp = 32;
 /// Warps per CTA, and rows per warp: a warp computes kRowsPerWarp rows at
 /// once, so each input value it loads serves that many rows.
 constexpr int kWarpsPerBlock = 4;
-constexpr int kDefaultRowsPerWarp = 4;
+/// Rows per warp trade input reuse against parallelism: measured on an H200
+/// (docs/perf.md), 2 was best or near it up to 16384 rows and 4 for the
+/// 65536-row matrix, where there are warps to spare.
+constexpr int64_t kManyRows = 32768;
 /// Values each lane takes per load: 16 bytes of Q8_0 quants, or 16 bytes
 /// (32 values) of Q4_K quants.
 constexpr int kQ8ValuesPerLoad = 16;
@@ -274,7 +277,7 @@ cudaError_t launchMatVecRows(const DeviceMatrix &w, const float *x, float *y,
 
 cudaError_t launchMatVec(const DeviceMatrix &w, const float *x, float *y,
                          cudaStream_t stream) {
-  return launchMatVecRows(w, x, y, kDefaultRowsPerWarp, stream);
+  return launchMatVecRows(w, x, y, w.rows >= kManyRows ? 4 : 2, stream);
 }
 
 cudaError_t launchDequant(const DeviceMatrix &w, float *out,
