@@ -69,6 +69,24 @@ struct Communicator {
       std::vector<std::pair<float, int64_t>>(inputs.size());
 };
 
+/// Every rank's `input` (n values), combined in rank order (sum or max) into
+/// this rank's scratch, which it returns once every rank has read every
+/// input (so an in-place caller may then overwrite its input).
+const std::vector<float> &combineInRankOrder(Communicator &c, uint32_t rank,
+                                             const float *input, uint64_t n,
+                                             bool sum) {
+  c.inputs[rank] = input;
+  c.barrier.arrive_and_wait();
+  std::vector<float> &acc = c.scratch[rank];
+  acc.assign(c.inputs[0], c.inputs[0] + n);
+  for (size_t q = 1; q < c.inputs.size(); ++q)
+    for (uint64_t i = 0; i < n; ++i)
+      acc[i] = sum ? acc[i] + c.inputs[q][i]
+                   : std::max(acc[i], c.inputs[q][i]);
+  c.barrier.arrive_and_wait();
+  return acc;
+}
+
 struct CpuRank {
   const Artifact *artifact = nullptr;
   uint32_t index = 0;
@@ -128,6 +146,9 @@ private:
   Status ints(const Resolved &r, const char *what, uint64_t elements) const;
   Status weight(const Resolved &r, const char *what) const;
   Status same(const Resolved &a, const Resolved &b, const char *what) const;
+  /// Operands of an add + norm op: two f32 addends, then the weight; the
+  /// f32 sum and output, all of one shape.
+  Status addNormOperands() const;
   Expected<const float *> param(const Resolved &r, uint64_t n,
                                 const char *what);
   Expected<int64_t> intAttr(const char *name) const;
@@ -139,6 +160,24 @@ private:
   const Op &op_;
   std::string where_;
 };
+
+#define KILN_TRY_STATUS(expr)                                                  \
+  do {                                                                         \
+    if (Status st_ = (expr); !st_)                                             \
+      return st_;                                                              \
+  } while (0)
+
+#define KILN_TRY(expr)                                                         \
+  do {                                                                         \
+    if (Status st_ = (expr); !st_)                                             \
+      return st_.error();                                                      \
+  } while (0)
+
+#define KILN_ASSIGN(var, expr)                                                 \
+  auto var##OrError = (expr);                                                  \
+  if (!var##OrError)                                                           \
+    return var##OrError.error();                                               \
+  auto var = *var##OrError
 
 Status OpBuilder::counts(size_t ins, size_t outs) const {
   if (op_.ins().size() != ins || op_.outs().size() != outs)
@@ -201,6 +240,17 @@ Expected<const float *> OpBuilder::param(const Resolved &r, uint64_t n,
   return static_cast<const float *>(step_.constants.back()->data());
 }
 
+Status OpBuilder::addNormOperands() const {
+  KILN_TRY_STATUS(counts(3, 2));
+  for (size_t i = 0; i < 2; ++i)
+    KILN_TRY_STATUS(floats(in(i), "input"));
+  KILN_TRY_STATUS(floats(out(0), "sum"));
+  KILN_TRY_STATUS(floats(out(1), "output"));
+  KILN_TRY_STATUS(same(in(0), out(0), op_.kind.c_str()));
+  KILN_TRY_STATUS(same(in(1), out(0), op_.kind.c_str()));
+  return same(out(0), out(1), op_.kind.c_str());
+}
+
 Expected<int64_t> OpBuilder::intAttr(const char *name) const {
   const Attr *a = op_.attr(name);
   if (!a || (a->kind != AttrKind::Int && a->kind != AttrKind::Bool))
@@ -223,18 +273,6 @@ Expected<std::string> OpBuilder::stringAttr(const char *name) const {
                             name));
   return a->stringValue;
 }
-
-#define KILN_TRY(expr)                                                         \
-  do {                                                                         \
-    if (Status st_ = (expr); !st_)                                             \
-      return st_.error();                                                      \
-  } while (0)
-
-#define KILN_ASSIGN(var, expr)                                                 \
-  auto var##OrError = (expr);                                                  \
-  if (!var##OrError)                                                           \
-    return var##OrError.error();                                               \
-  auto var = *var##OrError
 
 Expected<std::function<Status()>> OpBuilder::build() {
   const std::string &k = op_.kind;
@@ -267,29 +305,14 @@ Expected<std::function<Status()>> OpBuilder::build() {
     bool sum = reduction == "sum";
     CpuRank *rank = &rank_;
     return std::function<Status()>([=] {
-      Communicator &c = *rank->comm;
-      c.inputs[rank->index] = x;
-      c.barrier.arrive_and_wait();
-      std::vector<float> &acc = c.scratch[rank->index];
-      acc.assign(c.inputs[0], c.inputs[0] + n);
-      for (size_t q = 1; q < c.inputs.size(); ++q)
-        for (uint64_t i = 0; i < n; ++i)
-          acc[i] = sum ? acc[i] + c.inputs[q][i]
-                       : std::max(acc[i], c.inputs[q][i]);
-      c.barrier.arrive_and_wait();
+      const std::vector<float> &acc =
+          combineInRankOrder(*rank->comm, rank->index, x, n, sum);
       std::memcpy(y, acc.data(), n * sizeof(float));
       return Status::ok();
     });
   }
   if (k == "all_reduce_add_rms_norm") {
-    KILN_TRY(counts(3, 2));
-    for (size_t i = 0; i < 2; ++i)
-      KILN_TRY(floats(in(i), "input"));
-    KILN_TRY(floats(out(0), "sum"));
-    KILN_TRY(floats(out(1), "output"));
-    KILN_TRY(same(in(0), out(0), k.c_str()));
-    KILN_TRY(same(in(1), out(0), k.c_str()));
-    KILN_TRY(same(out(0), out(1), k.c_str()));
+    KILN_TRY(addNormOperands());
     KILN_ASSIGN(reduction, stringAttr("reduction"));
     if (reduction != "sum")
       return fail("reduction must be 'sum'");
@@ -305,15 +328,8 @@ Expected<std::function<Status()>> OpBuilder::build() {
     return std::function<Status()>([=] {
       // The same rank-order sum as all_reduce, then the same add and norm
       // as add_rms_norm: bit-identical to the three ops unfused.
-      Communicator &c = *rank->comm;
-      c.inputs[rank->index] = partial;
-      c.barrier.arrive_and_wait();
-      std::vector<float> &acc = c.scratch[rank->index];
-      acc.assign(c.inputs[0], c.inputs[0] + total);
-      for (size_t q = 1; q < c.inputs.size(); ++q)
-        for (uint64_t i = 0; i < total; ++i)
-          acc[i] = acc[i] + c.inputs[q][i];
-      c.barrier.arrive_and_wait();
+      const std::vector<float> &acc = combineInRankOrder(
+          *rank->comm, rank->index, partial, total, /*sum=*/true);
       cpu::add(residual, acc.data(), int64_t(total), sum);
       cpu::rmsNorm(sum, rows, n, w, e, y);
       return Status::ok();
@@ -511,14 +527,7 @@ Expected<std::function<Status()>> OpBuilder::build() {
     });
   }
   if (k == "add_rms_norm") {
-    KILN_TRY(counts(3, 2));
-    for (size_t i = 0; i < 2; ++i)
-      KILN_TRY(floats(in(i), "input"));
-    KILN_TRY(floats(out(0), "sum"));
-    KILN_TRY(floats(out(1), "output"));
-    KILN_TRY(same(in(0), out(0), k.c_str()));
-    KILN_TRY(same(in(1), out(0), k.c_str()));
-    KILN_TRY(same(out(0), out(1), k.c_str()));
+    KILN_TRY(addNormOperands());
     int64_t n = out(0).inner();
     KILN_ASSIGN(w, param(in(2), uint64_t(n), "weight"));
     KILN_ASSIGN(eps, floatAttr("epsilon"));

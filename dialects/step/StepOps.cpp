@@ -238,28 +238,32 @@ LogicalResult RMSNormOp::verify() {
   return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
 }
 
+/// An add whose sum is then RMS-normalised: both addends, the sum and the
+/// output of one float type, a weight as wide as the innermost dim.
+static LogicalResult verifyAddNorm(Operation *op, Value lhs, Value rhs,
+                                   Value sumValue, Value output, Value weight,
+                                   float epsilon) {
+  if (failed(verifyBinary(op, lhs, rhs, sumValue)))
+    return failure();
+  MemRefType sum = bufferOf(sumValue);
+  if (output.getType() != sum || sum.getRank() < 1)
+    return op->emitOpError("output must have the sum's type ") << sum;
+  if (failed(expectParam(op, "weight", weight, innerDim(sum))))
+    return failure();
+  return verifyPositive(op, "epsilon", epsilon);
+}
+
 LogicalResult AddRMSNormOp::verify() {
-  if (failed(verifyBinary(*this, getLhs(), getRhs(), getSum())))
-    return failure();
-  MemRefType sum = bufferOf(getSum());
-  if (getOutput().getType() != sum || sum.getRank() < 1)
-    return emitOpError("output must have the sum's type ") << sum;
-  if (failed(expectParam(*this, "weight", getWeight(), innerDim(sum))))
-    return failure();
-  return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
+  return verifyAddNorm(*this, getLhs(), getRhs(), getSum(), getOutput(),
+                       getWeight(), getEpsilon().convertToFloat());
 }
 
 LogicalResult AllReduceAddRMSNormOp::verify() {
   if (getReduction() != "sum")
     return emitOpError("only a sum can feed a residual add");
-  if (failed(verifyBinary(*this, getPartial(), getResidual(), getSum())))
-    return failure();
-  MemRefType sum = bufferOf(getSum());
-  if (getOutput().getType() != sum || sum.getRank() < 1)
-    return emitOpError("output must have the sum's type ") << sum;
-  if (failed(expectParam(*this, "weight", getWeight(), innerDim(sum))))
-    return failure();
-  return verifyPositive(*this, "epsilon", getEpsilon().convertToFloat());
+  return verifyAddNorm(*this, getPartial(), getResidual(), getSum(),
+                       getOutput(), getWeight(),
+                       getEpsilon().convertToFloat());
 }
 
 LogicalResult LayerNormOp::verify() {
@@ -402,7 +406,7 @@ LogicalResult MoERouterOp::verify() {
   if (Value bias = getBias())
     if (failed(expectParam(*this, "bias", bias, dims[1])))
       return failure();
-  if (getTopK() <= 0 || getTopK() > dims[1])
+  if (getTopK() <= 0 || int64_t(getTopK()) > dims[1])
     return emitOpError("top_k must be in 1..") << dims[1];
   if (getGating() != "sigmoid" && getGating() != "softmax")
     return emitOpError("gating must be 'sigmoid' or 'softmax'");
