@@ -331,9 +331,9 @@ LogicalResult DSAIndexerOp::verify() {
   if (heads != query.getDimSize(0))
     return emitOpError("head_weights has ")
            << heads << " values for " << query.getDimSize(0) << " heads";
-  if (getTopK() <= 0)
-    return emitOpError("top_k must be positive, got ") << getTopK();
-  if (tensorOf(getSelected()).getDimSize(0) != getTopK())
+  if (int64_t(getTopK()) <= 0)
+    return emitOpError("top_k must be positive, got ") << int64_t(getTopK());
+  if (tensorOf(getSelected()).getDimSize(0) != int64_t(getTopK()))
     return emitOpError("selected must have top_k = ")
            << getTopK() << " entries, got " << getSelected().getType();
   return verifyPositive(*this, "scale", getScale().convertToFloat());
@@ -354,14 +354,14 @@ LogicalResult MoERouterOp::verify() {
     return emitOpError("bias has ")
            << paramWidth(getBias()).value_or(-1) << " values for " << experts
            << " experts";
-  if (getTopK() <= 0 || getTopK() > experts)
+  if (int64_t(getTopK()) <= 0 || int64_t(getTopK()) > experts)
     return emitOpError("top_k must be between 1 and the ")
-           << experts << " experts, got " << getTopK();
+           << experts << " experts, got " << int64_t(getTopK());
   if (getGating() != "sigmoid" && getGating() != "softmax")
     return emitOpError("gating must be \"sigmoid\" or \"softmax\", got \"")
            << getGating() << "\"";
   for (Value v : {getIds(), getWeights()})
-    if (tensorOf(v).getDimSize(0) != getTopK())
+    if (tensorOf(v).getDimSize(0) != int64_t(getTopK()))
       return emitOpError("results must have top_k = ")
              << getTopK() << " entries, got " << v.getType();
   return verifyPositive(*this, "routed_scale",

@@ -387,7 +387,7 @@ LogicalResult DSAIndexerOp::verify() {
   if (cache.getRank() != 2 || cache.getDimSize(1) != q.getDimSize(1))
     return emitOpError("cache rows must be ")
            << q.getDimSize(1) << " wide, got " << cache;
-  if (getTopK() <= 0)
+  if (int64_t(getTopK()) <= 0)
     return emitOpError("top_k must be positive");
   if (failed(expectI32Vector(*this, "selected", getSelected(), getTopK())))
     return failure();
@@ -406,7 +406,7 @@ LogicalResult MoERouterOp::verify() {
   if (Value bias = getBias())
     if (failed(expectParam(*this, "bias", bias, dims[1])))
       return failure();
-  if (getTopK() <= 0 || int64_t(getTopK()) > dims[1])
+  if (int64_t(getTopK()) <= 0 || int64_t(getTopK()) > dims[1])
     return emitOpError("top_k must be in 1..") << dims[1];
   if (getGating() != "sigmoid" && getGating() != "softmax")
     return emitOpError("gating must be 'sigmoid' or 'softmax'");

@@ -591,3 +591,12 @@ func.func @fused_result(%a: tensor<256xf32>, %w1: !kiln.qweight<"q.weight", "q8_
   %y = kiln.fused_linear %a weights(%w1, %w2) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "kv", offset = 128, rows = 80, format = "q8_0">]} : tensor<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "q8_0", [256, 80]> -> tensor<200xf32>
   return %y : tensor<200xf32>
 }
+
+// -----
+
+// A negative top_k is refused, not read as a huge unsigned count.
+func.func @router_negative_top_k(%x: tensor<256xf32>, %g: !kiln.qweight<"g.weight", "f32", [256, 16]>) -> (tensor<4xi32>, tensor<4xf32>) {
+  // expected-error @+1 {{'kiln.moe_router' op top_k must be between 1 and the 16 experts, got -1}}
+  %ids, %w = kiln.moe_router %x, %g {gating = "sigmoid", normalize = true, routed_scale = 1.0 : f32, top_k = -1 : i64} : tensor<256xf32>, !kiln.qweight<"g.weight", "f32", [256, 16]> -> tensor<4xi32>, tensor<4xf32>
+  return %ids, %w : tensor<4xi32>, tensor<4xf32>
+}
