@@ -67,6 +67,25 @@ cudaError_t launchMatVecRows(const DeviceMatrix &w, const float *x, float *y,
 cudaError_t launchDequant(const DeviceMatrix &w, float *out,
                           cudaStream_t stream);
 
+/// A matrix left in the file's block layout (any type canRunGeneric
+/// accepts: all 15 that Kiln dequantises), in device memory.
+struct GenericMatrix {
+  GGMLType type = GGMLType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t *data = nullptr; ///< rows x rowBytes(type, cols) bytes
+};
+
+bool canRunGeneric(GGMLType type);
+
+/// y = W x, decoding each value where it is used (GenericMatVec.cu).
+cudaError_t launchMatVecGeneric(const GenericMatrix &w, const float *x,
+                                float *y, cudaStream_t stream);
+
+/// out = every value of W, bit for bit as kiln::dequantize.
+cudaError_t launchDequantGeneric(const GenericMatrix &w, float *out,
+                                 cudaStream_t stream);
+
 } // namespace kiln::cuda
 
 #endif // KILN_BACKENDS_CUDA_MATVEC_H

@@ -160,6 +160,80 @@ bool check(GGMLType type, int64_t rows, int64_t cols, std::mt19937 &rng,
   return ok;
 }
 
+/// The generic path: every type left in the file's layout. Types Kiln can
+/// quantise are quantised from random values; Q2_K and Q3_K (no quantiser)
+/// are random bytes with their fp16 scales made finite.
+bool checkGeneric(GGMLType type, std::mt19937 &rng) {
+  const int64_t rows = 37, cols = 512;
+  uint64_t rb = *rowBytes(type, uint64_t(cols));
+  std::vector<uint8_t> gguf;
+  if (canQuantize(type)) {
+    gguf = ggufBytes(type, rows, cols, rng, /*quantised=*/true);
+  } else {
+    gguf.resize(size_t(rb * rows));
+    for (uint8_t &b : gguf)
+      b = uint8_t(rng());
+    uint32_t bb = traitsOf(type).blockBytes;
+    std::vector<int> halves = type == GGMLType::Q2_K ? std::vector<int>{80, 82}
+                                                     : std::vector<int>{108};
+    for (size_t at = 0; at < gguf.size(); at += bb)
+      for (int off : halves) {
+        uint16_t h = uint16_t(0x1419 + rng() % 0x3ff);
+        std::memcpy(&gguf[at + off], &h, 2);
+      }
+  }
+  std::vector<float> want(size_t(rows * cols));
+  if (Status st = dequantize(type, gguf, want); !st) {
+    std::fprintf(stderr, "dequantize: %s\n", st.error().message().c_str());
+    return false;
+  }
+  uint8_t *dw;
+  float *dout, *dx, *dy;
+  CHECK_CUDA(cudaMalloc(&dw, gguf.size()));
+  CHECK_CUDA(cudaMemcpy(dw, gguf.data(), gguf.size(), cudaMemcpyHostToDevice));
+  GenericMatrix w{type, rows, cols, dw};
+  CHECK_CUDA(cudaMalloc(&dout, want.size() * sizeof(float)));
+  CHECK_CUDA(launchDequantGeneric(w, dout, nullptr));
+  std::vector<float> got(want.size());
+  CHECK_CUDA(cudaMemcpy(got.data(), dout, got.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  bool exact =
+      std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0;
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+  for (float &v : x)
+    v = normal(rng);
+  CHECK_CUDA(cudaMalloc(&dx, x.size() * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&dy, y.size() * sizeof(float)));
+  CHECK_CUDA(cudaMemcpy(dx, x.data(), x.size() * sizeof(float),
+                        cudaMemcpyHostToDevice));
+  CHECK_CUDA(launchMatVecGeneric(w, dx, dy, nullptr));
+  CHECK_CUDA(cudaMemcpy(y.data(), dy, y.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  double worst = 0, scale = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0, mag = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      sum += double(want[r * cols + c]) * x[c];
+      mag += std::fabs(double(want[r * cols + c]) * x[c]);
+    }
+    worst = std::max(worst, std::fabs(y[r] - sum));
+    scale = std::max(scale, mag);
+  }
+  double rel = worst / scale;
+  bool ok = exact && rel <= 1e-5;
+  std::printf("check generic %-6s %3lld x %lld dequant %s, mat-vec max error "
+              "%.2e: %s\n",
+              std::string(nameOf(type)).c_str(), (long long)rows,
+              (long long)cols, exact ? "bit-exact" : "DIFFERS", rel,
+              ok ? "ok" : "FAIL");
+  cudaFree(dw);
+  cudaFree(dout);
+  cudaFree(dx);
+  cudaFree(dy);
+  return ok;
+}
+
 void bench(const char *what, GGMLType type, int64_t rows, int64_t cols,
            std::mt19937 &rng, int rowsPerWarp) {
   Matrix m = make(type, rows, cols, rng, /*quantised=*/false);
@@ -216,6 +290,16 @@ int main(int argc, char **argv) {
       ok &= check(type, 333, 6144, rng, r);
       ok &= check(type, 32, 16384, rng, r);
     }
+  for (GGMLType type :
+       {GGMLType::F32, GGMLType::F16, GGMLType::BF16, GGMLType::Q4_0,
+        GGMLType::Q4_1, GGMLType::Q5_0, GGMLType::Q5_1, GGMLType::Q8_0,
+        GGMLType::Q2_K, GGMLType::Q3_K, GGMLType::Q4_K, GGMLType::Q5_K,
+        GGMLType::Q6_K, GGMLType::IQ4_NL, GGMLType::IQ4_XS})
+    ok &= checkGeneric(type, rng);
+  if (!ok) {
+    std::printf("kiln-cuda-matvec: checks failed; not timing\n");
+    return 1;
+  }
   // GLM-5 shapes (rows = output features, cols = ne[0]), at every
   // rows-per-warp choice (the library picks 2, or 4 from 32768 rows).
   for (int r : {1, 2, 4, 8}) {
