@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the GGUF reader's libFuzzer target with clang-22 (ASan + UBSan) in
 # its own folder, replays the malformed-GGUF corpus through it once, then
-# fuzzes for a bounded time starting from that corpus. Exits non-zero on any
-# crash, sanitizer report, timeout or out-of-memory.
+# fuzzes for a bounded time starting from that corpus; then the same for the
+# .kiln artifact reader, seeded with artifacts kiln-compile makes (when the
+# main build exists). Exits non-zero on any crash, sanitizer report, timeout
+# or out-of-memory.
 #
 # usage: utils/fuzz.sh [--seconds N] [--junit FILE]
 #   --seconds N   fuzzing time (default: $KILN_FUZZ_SECONDS or 30)
@@ -34,13 +36,14 @@ corpus_src=test/gguf-corpus
 # JUnit XML: one test case per step, failed when the step's status is not 0.
 write_junit() {
   [ -n "$junit" ] || return 0
-  local replay=$1 fuzz=$2 failures=0 case
+  local replay=$1 fuzz=$2 artifact=${3:-skip} failures=0 case
   {
     echo '<?xml version="1.0" encoding="utf-8"?>'
     [ "$replay" = 0 ] || failures=$((failures + 1))
     [ "$fuzz" = 0 ] || failures=$((failures + 1))
-    echo "<testsuite name=\"fuzz\" tests=\"2\" failures=\"$failures\">"
-    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz"; do
+    case $artifact in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
+    echo "<testsuite name=\"fuzz\" tests=\"3\" failures=\"$failures\">"
+    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact"; do
       echo "  <testcase classname=\"fuzz.gguf-reader\" name=\"${case%%:*}\">"
       case ${case##*:} in
         0) ;;
@@ -89,9 +92,46 @@ set -e
 [ "$fuzz" = 0 ] || tail -n 40 "$build/fuzz.log" >&2
 grep -E '^stat::number_of_executed_units' "$build/fuzz.log" || true
 
-write_junit "$replay" "$fuzz"
-if [ "$replay" != 0 ] || [ "$fuzz" != 0 ]; then
-  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz)" >&2
+# The artifact reader: needs the schema's generated header from the main
+# build; seeded with real artifacts (tp 1 and 2, with and without logits).
+main_build=${KILN_BUILD_DIR:-build}
+generated="$main_build/runtime/artifact/generated"
+art_bin="$build/artifact-reader-fuzzer"
+art_status=skip
+art_sources=(test/fuzz/ArtifactReaderFuzzer.cpp runtime/artifact/Artifact.cpp
+  utils/support/Error.cpp utils/support/AtomicFile.cpp utils/quant/QuantTypes.cpp)
+if [ -f "$generated/artifact/Artifact_generated.h" ] && [ -x "$main_build/bin/kiln-compile" ]; then
+  if [ ! -x "$art_bin" ] || [ -n "$(find "${art_sources[@]}" runtime/artifact \
+      -newer "$art_bin" -name '*.[ch]*' | head -n1)" ]; then
+    echo "fuzz: building $art_bin"
+    nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
+      -fno-sanitize-recover=undefined -I utils -I runtime -I "$generated" \
+      "${art_sources[@]}" -lfmt -o "$art_bin"
+  fi
+  mkdir -p "$build/artifact-corpus"
+  if [ ! -f "$build/artifact-corpus/tp1.kiln" ]; then
+    "$main_build/bin/kiln-gguf" synth "$build/seed.gguf" --preset tiny --quiet
+    "$main_build/bin/kiln-compile" "$build/seed.gguf" --target=cpu --context 8 \
+      -o "$build/artifact-corpus/tp1.kiln"
+    "$main_build/bin/kiln-compile" "$build/seed.gguf" --target=cpu --context 8 \
+      --tp 2 --no-logits -o "$build/artifact-corpus/tp2.kiln"
+  fi
+  echo "fuzz: fuzzing the artifact reader for ${seconds}s (log: $build/artifact-fuzz.log)"
+  set +e
+  nice "$art_bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$build/artifacts/artifact-" \
+    "$build/artifact-corpus" > "$build/artifact-fuzz.log" 2>&1
+  art_status=$?
+  set -e
+  [ "$art_status" = 0 ] || tail -n 40 "$build/artifact-fuzz.log" >&2
+  grep -E '^stat::number_of_executed_units' "$build/artifact-fuzz.log" || true
+else
+  echo "fuzz: artifact reader skipped: build $main_build first (no generated schema or kiln-compile)"
+fi
+
+write_junit "$replay" "$fuzz" "$art_status"
+if [ "$replay" != 0 ] || [ "$fuzz" != 0 ] || { [ "$art_status" != 0 ] && [ "$art_status" != skip ]; }; then
+  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status)" >&2
   exit 1
 fi
 echo "fuzz: OK"
