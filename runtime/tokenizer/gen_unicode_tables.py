@@ -8,12 +8,16 @@ in the output). \\s is what Oniguruma, the regex engine of HuggingFace
 and Zp; Python's str.isspace() differs (it also accepts U+001C..U+001F).
 
 Usage: .venv/bin/python runtime/tokenizer/gen_unicode_tables.py [OUT]
-(OUT defaults to UnicodeTables.inc beside this script). Deterministic: the
-same Unicode version always gives the same file.
+       [--module unicodedata2]
+OUT defaults to UnicodeTables.inc beside this script. --module takes the
+data from another module with unicodedata's interface (the PyPI package
+unicodedata2 follows newer Unicode versions than a given Python does; the
+committed tables use the standard module). Deterministic: the same Unicode
+version always gives the same file.
 """
+import argparse
+import importlib
 import pathlib
-import sys
-import unicodedata
 
 # The C++ side (Unicode.cpp) names the classes this way.
 LETTER, NUMBER, SPACE = "L", "N", "S"
@@ -22,7 +26,7 @@ MAX_CODE_POINT = 0x10FFFF
 RANGES_PER_LINE = 3
 
 
-def char_class(cp):
+def char_class(unicodedata, cp):
     """The class of one code point, or None for "anything else"."""
     if cp in CONTROL_SPACES:
         return SPACE
@@ -36,11 +40,11 @@ def char_class(cp):
     return None
 
 
-def class_ranges():
+def class_ranges(unicodedata):
     """Maximal runs of consecutive code points of one class, in order."""
     ranges = []
     for cp in range(MAX_CODE_POINT + 1):
-        cls = char_class(cp)
+        cls = char_class(unicodedata, cp)
         if cls is None:
             continue
         if ranges and ranges[-1][1] == cp - 1 and ranges[-1][2] == cls:
@@ -50,12 +54,12 @@ def class_ranges():
     return ranges
 
 
-def render(ranges):
+def render(unicodedata, ranges):
     version = unicodedata.unidata_version
     lines = [
         "// UnicodeTables.inc - code point classes of the glm4 pre-tokenizer.",
         "//",
-        f"// GENERATED from Python's unicodedata, Unicode {version}, by",
+        f"// GENERATED from Python's {unicodedata.__name__}, Unicode {version}, by",
         "// runtime/tokenizer/gen_unicode_tables.py; do not edit. Regenerate with",
         "//   .venv/bin/python runtime/tokenizer/gen_unicode_tables.py",
         "// Each entry is {first, last, class}: L letters (general category L*),",
@@ -77,11 +81,17 @@ def render(ranges):
 
 def main():
     here = pathlib.Path(__file__).resolve().parent
-    out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else here / "UnicodeTables.inc"
-    ranges = class_ranges()
-    out.write_text(render(ranges))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", type=pathlib.Path,
+                        default=here / "UnicodeTables.inc")
+    parser.add_argument("--module", default="unicodedata",
+                        help="where the character data comes from")
+    args = parser.parse_args()
+    unicodedata = importlib.import_module(args.module)
+    ranges = class_ranges(unicodedata)
+    args.out.write_text(render(unicodedata, ranges))
     print(f"gen_unicode_tables: wrote {len(ranges)} ranges (Unicode "
-          f"{unicodedata.unidata_version}) to {out}")
+          f"{unicodedata.unidata_version}, {args.module}) to {args.out}")
 
 
 if __name__ == "__main__":
