@@ -19,12 +19,13 @@ echo
 echo "-- 1. synthesise it: tiny preset, seed 0"
 "$bin/kiln-gguf" synth "$work/glm5-tiny.gguf" --preset tiny --seed 0
 echo
-echo "-- 2. compile it for the CPU backend and run it: 4 prompt tokens, 32 generated (greedy)"
+echo "-- 2. compile it for the CPU backend and run it: a text prompt, 32 tokens generated (greedy)"
 "$bin/kiln-compile" "$work/glm5-tiny.gguf" --target=cpu --context 64 -o "$work/glm5-tiny.kiln"
 echo "   artifact: $work/glm5-tiny.kiln ($(stat -c %s "$work/glm5-tiny.kiln") bytes)"
+echo "   prompt: \"Kiln compiles GLM-5.\" (encoded with the file's own tokenizer)"
 "$bin/kiln-run" "$work/glm5-tiny.kiln" --weights "$work/glm5-tiny.gguf" \
-  --prompt-tokens 1,2,3,4 -n 32 | sed 's/^/   /'
-echo "   (backend: cpu, the reference; no text yet: the tokenizer arrives with issue 9)"
+  --prompt "Kiln compiles GLM-5." -n 32 | sed 's/^/   /'
+echo "   (backend: cpu, the reference; random weights, so the text is noise)"
 echo
 echo "What happened in between, stage by stage:"
 echo

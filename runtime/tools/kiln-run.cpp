@@ -1,6 +1,6 @@
 //===- kiln-run.cpp - Run a compiled model ---------------------------------===//
 //
-// kiln-run M.kiln --weights FILE.gguf... --prompt-tokens 1,2,3 -n N
+// kiln-run M.kiln --weights FILE.gguf... (--prompt TEXT | --prompt-tokens 1,2,3) -n N
 //         [--temperature T --top-k K --top-p P --seed S] [--json]
 //         [--logits-out FILE.npy] [--threads N] [--backend-dir DIR]
 //
@@ -13,12 +13,15 @@
 //
 //===----------------------------------------------------------------------===//
 #include "session/Npy.h"
+#include "tokenizer/Tokenizer.h"
 #include "session/Sampler.h"
 #include "session/Session.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,14 +33,20 @@ using namespace kiln::runtime;
 
 namespace {
 
-constexpr const char *kUsage = R"(usage: kiln-run M.kiln --weights FILE.gguf... --prompt-tokens IDS [options]
+constexpr const char *kUsage = R"(usage: kiln-run M.kiln --weights FILE.gguf... (--prompt TEXT | --prompt-tokens IDS) [options]
 
 Runs a model compiled by kiln-compile: evaluates the prompt, then generates.
 
 options:
   --weights FILE.gguf...   the model's GGUF file(s) (every part of a split set,
                            or one part to find the others)
-  --prompt-tokens IDS      comma-separated token ids, e.g. 1,2,3
+  --prompt TEXT            the prompt as text, encoded with the tokenizer in the
+                           GGUF file (special tokens such as <|user|> written in
+                           the text become their ids); the output is then text
+                           too, streamed as it is generated
+  --prompt-tokens IDS      the prompt as comma-separated token ids, e.g. 1,2,3
+  --ignore-eos             keep generating after an end-of-sequence token (by
+                           default generation stops at the file's eos/eot ids)
   -n N                     tokens to generate (default 16; 0: only evaluate
                            the prompt, i.e. teacher forcing)
   --temperature T          sample with temperature T (default 0: greedy)
@@ -141,15 +150,39 @@ bool parseTokens(const std::string &text, std::vector<int32_t> &out) {
   return !out.empty();
 }
 
+/// Bytes of one well-formed UTF-8 sequence starting at s[i], or 0.
+size_t utf8Length(const std::string &s, size_t i) {
+  unsigned char c = s[i];
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
+                                          : (c >> 3) == 30 ? 4 : 0;
+  if (n == 0 || i + n > s.size())
+    return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80)
+      return 0;
+  return n;
+}
+
+/// A JSON string. Generated text may hold bytes that are not UTF-8 (a
+/// random model, or a sequence cut at the end): each such byte becomes
+/// U+FFFD, so the object stays valid JSON.
 std::string jsonString(const std::string &s) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    size_t n = utf8Length(s, i);
+    if (n == 0) {
+      out += "\\ufffd";
+      ++i;
+      continue;
+    }
+    unsigned char c = s[i];
     if (c == '"' || c == '\\')
       out += '\\', out += char(c);
     else if (c < 0x20)
       out += fmt::format("\\u{:04x}", c);
     else
-      out += char(c);
+      out.append(s, i, n);
+    i += n;
   }
   return out + "\"";
 }
@@ -160,6 +193,8 @@ int main(int argc, char **argv) {
   SessionOptions options;
   SamplingOptions sampling;
   std::vector<int32_t> prompt;
+  std::string promptText;
+  bool hasPromptText = false, ignoreEos = false;
   int64_t generate = 16;
   std::string logitsOut;
   bool json = false;
@@ -185,6 +220,11 @@ int main(int argc, char **argv) {
     } else if (arg == "--prompt-tokens") {
       if (!parseTokens(value("--prompt-tokens"), prompt))
         return usageError("--prompt-tokens: expected ids like 1,2,3");
+    } else if (arg == "--prompt") {
+      promptText = value("--prompt");
+      hasPromptText = true;
+    } else if (arg == "--ignore-eos") {
+      ignoreEos = true;
     } else if (arg == "-n") {
       if (!parseNumber(value("-n"), generate) || generate < 0)
         return usageError("-n: expected a count >= 0");
@@ -230,8 +270,10 @@ int main(int argc, char **argv) {
     describe(options.artifactPath, *a);
     return 0;
   }
-  if (prompt.empty())
-    return usageError("no prompt given (--prompt-tokens)");
+  if (hasPromptText && !prompt.empty())
+    return usageError("give --prompt or --prompt-tokens, not both");
+  if (prompt.empty() && !hasPromptText)
+    return usageError("no prompt given (--prompt or --prompt-tokens)");
 
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point a, Clock::time_point b) {
@@ -242,6 +284,26 @@ int main(int argc, char **argv) {
   if (!session)
     return fail(session.error());
   Session &s = **session;
+  // The file's tokenizer, when it has one: text in for --prompt, text out
+  // whenever it loads.
+  Expected<tokenizer::Tokenizer> tok =
+      tokenizer::Tokenizer::fromGGUF(s.model());
+  if (hasPromptText) {
+    if (!tok)
+      return fail(tok.error());
+    prompt = tok->encode(promptText, /*parseSpecial=*/true);
+    if (prompt.empty())
+      return usageError("--prompt: the text encodes to no tokens");
+  }
+  std::vector<int32_t> stops;
+  if (tok && !ignoreEos)
+    for (std::optional<int32_t> id : {tok->eosId(), tok->eotId()})
+      if (id)
+        stops.push_back(*id);
+  std::optional<tokenizer::StreamDecoder> stream;
+  if (tok)
+    stream.emplace(*tok);
+  std::string text;
   Clock::time_point t1 = Clock::now();
 
   uint64_t evaluated = prompt.size() + (generate > 0 ? generate - 1 : 0);
@@ -272,9 +334,26 @@ int main(int argc, char **argv) {
       allLogits.insert(allLogits.end(), logits.begin(), logits.end());
   }
   Clock::time_point t2 = Clock::now();
+  bool streaming = stream && !json;
+  if (streaming) {
+    std::fputs("text: ", stdout);
+    std::fflush(stdout);
+  }
   for (int64_t g = 0; g < generate; ++g) {
     int32_t token = sampling.greedy() ? next : sampler.sample(logits);
+    if (std::find(stops.begin(), stops.end(), token) != stops.end())
+      break; // end of sequence: not part of the output
     generated.push_back(token);
+    if (stream) {
+      Expected<std::string> piece = stream->push(token);
+      if (piece) {
+        text += *piece;
+        if (streaming) {
+          std::fwrite(piece->data(), 1, piece->size(), stdout);
+          std::fflush(stdout);
+        }
+      }
+    }
     if (g + 1 == generate)
       break;
     if (Status st = s.decode(token, position++, logits, &next); !st)
@@ -283,6 +362,14 @@ int main(int argc, char **argv) {
       allLogits.insert(allLogits.end(), logits.begin(), logits.end());
   }
   Clock::time_point t3 = Clock::now();
+  if (stream) {
+    std::string rest = stream->flush();
+    text += rest;
+    if (streaming) {
+      std::fwrite(rest.data(), 1, rest.size(), stdout);
+      std::fputs("\n", stdout);
+    }
+  }
 
   if (!logitsOut.empty())
     if (Status st = writeNpy(logitsOut, allLogits, allLogits.size() / s.vocab(),
@@ -293,7 +380,8 @@ int main(int argc, char **argv) {
   double load = seconds(t0, t1), promptTime = seconds(t1, t2),
          decodeTime = seconds(t2, t3);
   double promptRate = prompt.size() / std::max(promptTime, 1e-9);
-  int64_t decodeSteps = generate > 0 ? generate - 1 : 0;
+  int64_t decodeSteps =
+      generated.empty() ? 0 : int64_t(generated.size()) - 1;
   double decodeRate = decodeSteps / std::max(decodeTime, 1e-9);
   if (json) {
     std::string tokens;
@@ -303,11 +391,12 @@ int main(int argc, char **argv) {
                 "\"load_seconds\": %.6f, \"prompt_seconds\": %.6f, "
                 "\"prompt_tokens_per_second\": %.3f, \"decode_steps\": %lld, "
                 "\"decode_seconds\": %.6f, \"decode_tokens_per_second\": %.3f, "
-                "\"backend\": %s, \"context\": %llu}\n",
+                "\"backend\": %s, \"context\": %llu%s}\n",
                 tokens.c_str(), prompt.size(), load, promptTime, promptRate,
                 (long long)decodeSteps, decodeTime, decodeRate,
                 jsonString(s.artifact().target).c_str(),
-                (unsigned long long)s.contextLength());
+                (unsigned long long)s.contextLength(),
+                stream ? (", \"text\": " + jsonString(text)).c_str() : "");
     return 0;
   }
   std::string tokens;

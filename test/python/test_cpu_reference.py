@@ -104,6 +104,6 @@ def test_greedy_tokens(tmp_path, seed, mix):
     assert gaps.min() > GAP_FLOOR, (
         f"seed {seed} has a decision gap of {gaps.min():.2e}: pick another")
     proc = run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens",
-                    prompt[0], "-n", STEPS, "--json")
+                    prompt[0], "-n", STEPS, "--ignore-eos", "--json")
     got = json.loads(proc.stdout)["tokens"]
     assert got == want

@@ -42,8 +42,11 @@ def error_of(proc):
 def test_runs_and_reports(model):
     _, gguf, art = model
     proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "1,2,3",
-                    "-n", "5", check=True)
-    lines = proc.stdout.splitlines()
+                    "-n", "5", "--ignore-eos", check=True)
+    # The streamed text comes first (the file has a tokenizer), then four
+    # lines of figures.
+    assert proc.stdout.startswith("text: ")
+    lines = proc.stdout.splitlines()[-4:]
     assert lines[0].startswith("tokens: ")
     tokens = [int(t) for t in lines[0].split()[1:]]
     assert len(tokens) == 5 and all(0 <= t < 1024 for t in tokens)
@@ -56,7 +59,7 @@ def test_json_and_logits(model, tmp_path):
     _, gguf, art = model
     out = tmp_path / "logits.npy"
     proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "5,6,7,8",
-                    "-n", "3", "--json", "--logits-out", out, check=True)
+                    "-n", "3", "--ignore-eos", "--json", "--logits-out", out, check=True)
     report = json.loads(proc.stdout)
     assert len(report["tokens"]) == 3 and report["prompt_tokens"] == 4
     assert report["backend"] == "cpu" and report["context"] == 32
@@ -86,7 +89,8 @@ def test_sampling_is_seeded(model):
     def sample(seed):
         proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "1", "-n",
                         "8", "--temperature", "1.5", "--top-k", "50",
-                        "--top-p", "0.9", "--seed", seed, "--json", check=True)
+                        "--top-p", "0.9", "--seed", seed, "--ignore-eos", "--json",
+                        check=True)
         return json.loads(proc.stdout)["tokens"]
     assert sample(1) == sample(1)
     assert sample(1) != sample(2)
@@ -245,3 +249,36 @@ def test_no_llvm_in_runtime(which):
                              text=True, check=True).stdout
         bad = [l for l in out.splitlines() if "llvm::" in l or "mlir::" in l]
         assert not bad, f"{b} has LLVM/MLIR symbols: {bad[:3]}"
+
+
+def test_prompt_text(model):
+    """--prompt encodes with the GGUF's tokenizer (as kiln-tokenize does)
+    and the output text is the decoding of the generated ids."""
+    _, gguf, art = model
+    text = "Hello, world! 12345 <|user|>"
+    enc = subprocess.run([str(tool("kiln-tokenize")), str(gguf), "encode"],
+                         input=text.encode(), capture_output=True, check=True)
+    ids = enc.stdout.decode().strip()
+    by_text = json.loads(kiln_run(art, "--weights", gguf, "--prompt", text,
+                                  "-n", 6, "--ignore-eos", "--json",
+                                  check=True).stdout)
+    by_ids = json.loads(kiln_run(art, "--weights", gguf, "--prompt-tokens",
+                                 ids, "-n", 6, "--ignore-eos", "--json",
+                                 check=True).stdout)
+    assert by_text["tokens"] == by_ids["tokens"]
+    assert by_text["prompt_tokens"] == len(ids.split(","))
+    dec = subprocess.run([str(tool("kiln-tokenize")), str(gguf), "decode"],
+                         input=",".join(map(str, by_text["tokens"])).encode(),
+                         capture_output=True, check=True)
+    assert by_text["text"].encode() == dec.stdout
+    plain = kiln_run(art, "--weights", gguf, "--prompt", text, "-n", 3,
+                     "--ignore-eos", check=True).stdout
+    assert plain.startswith("text: ")
+
+
+def test_prompt_text_and_ids_conflict(model):
+    _, gguf, art = model
+    proc = kiln_run(art, "--weights", gguf, "--prompt", "hi",
+                    "--prompt-tokens", "1")
+    assert proc.returncode == 2
+    assert "give --prompt or --prompt-tokens, not both" in proc.stderr

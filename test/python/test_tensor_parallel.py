@@ -79,7 +79,7 @@ def test_greedy_tokens_equal_at_every_tp(files):
     runs = {}
     for tp in TPS:
         proc = run_tool("kiln-run", arts[tp], "--weights", gguf["plain"],
-                        "--prompt-tokens", SEED, "-n", 48, "--json")
+                        "--prompt-tokens", SEED, "-n", 48, "--ignore-eos", "--json")
         runs[tp] = json.loads(proc.stdout)["tokens"]
     want = GLM5Reference(gguf["plain"], cache_dtype=np.float64).generate(
         [SEED], 48)
@@ -157,7 +157,7 @@ def test_small_model_greedy(small):
     for tp in TPS:
         proc = run_tool("kiln-run", arts[tp], "--weights", gguf,
                         "--prompt-tokens", SMALL_SEED, "-n", SMALL_STEPS,
-                        "--json")
+                        "--ignore-eos", "--json")
         assert json.loads(proc.stdout)["tokens"] == want, f"tp={tp}"
 
 
@@ -228,7 +228,7 @@ def test_no_logits_greedy_equals(files, tmp_path, tp):
              "-o", art)
     def greedy(a):
         proc = run_tool("kiln-run", a, "--weights", gguf["plain"],
-                        "--prompt-tokens", "1,2,3", "-n", 24, "--json")
+                        "--prompt-tokens", "1,2,3", "-n", 24, "--ignore-eos", "--json")
         return json.loads(proc.stdout)["tokens"]
     assert greedy(art) == greedy(arts[tp])
     proc = run_tool("kiln-run", art, "--weights", gguf["plain"],
