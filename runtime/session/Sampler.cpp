@@ -17,7 +17,28 @@ int32_t argmax(std::span<const float> logits) {
 Sampler::Sampler(const SamplingOptions &options)
     : options_(options), rng_(options.seed) {}
 
-int32_t Sampler::sample(std::span<const float> logits) {
+int32_t Sampler::sample(std::span<const float> input,
+                        std::span<const int32_t> history) {
+  std::span<const float> logits = input;
+  if (options_.repeatPenalty != 1 && !history.empty()) {
+    // llama.cpp's rule: a recent token's positive logit is divided by the
+    // penalty, a negative one multiplied, once however often it occurred.
+    penalised_.assign(input.begin(), input.end());
+    size_t from = history.size() > size_t(options_.repeatWindow)
+                      ? history.size() - size_t(options_.repeatWindow)
+                      : 0;
+    std::vector<bool> seen(penalised_.size(), false);
+    for (size_t i = from; i < history.size(); ++i) {
+      int32_t t = history[i];
+      if (t < 0 || size_t(t) >= penalised_.size() || seen[size_t(t)])
+        continue;
+      seen[size_t(t)] = true;
+      float &l = penalised_[size_t(t)];
+      l = l > 0 ? float(l / options_.repeatPenalty)
+                : float(l * options_.repeatPenalty);
+    }
+    logits = penalised_;
+  }
   if (options_.greedy() || logits.size() <= 1)
     return argmax(logits);
   order_.resize(logits.size());
@@ -34,6 +55,17 @@ int32_t Sampler::sample(std::span<const float> logits) {
   double top = logits[order_[0]], sum = 0;
   for (size_t i = 0; i < keep; ++i)
     sum += probs_[i] = std::exp((logits[order_[i]] - top) / options_.temperature);
+  if (options_.minP > 0) {
+    // probs_[0] is the most likely token's (unnormalised) probability.
+    double floor = options_.minP * probs_[0];
+    size_t kept = 1;
+    while (kept < keep && probs_[kept] >= floor)
+      ++kept;
+    keep = kept;
+    sum = 0;
+    for (size_t i = 0; i < keep; ++i)
+      sum += probs_[i];
+  }
   if (options_.topP < 1) {
     double mass = 0;
     for (size_t i = 0; i < keep; ++i) {

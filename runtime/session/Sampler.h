@@ -14,9 +14,16 @@ struct SamplingOptions {
   double temperature = 0; ///< 0: greedy (argmax, ties to the lowest id)
   int64_t topK = 0;       ///< keep the k most likely; 0: all
   double topP = 1;        ///< keep the smallest set with this much mass
+  double minP = 0;        ///< keep tokens at least minP x the top one's
+                          ///< probability
+  double repeatPenalty = 1; ///< > 1 discourages the last repeatWindow tokens
+  int64_t repeatWindow = 64;
   uint64_t seed = 0;
 
   bool greedy() const { return temperature <= 0; }
+  /// Whether the choice needs the logits on the host (anything but plain
+  /// greedy, which the step's own argmax answers).
+  bool needsLogits() const { return !greedy() || repeatPenalty != 1; }
 };
 
 /// Deterministic sampling: the same options, seed and logits give the same
@@ -25,10 +32,14 @@ struct SamplingOptions {
 class Sampler {
 public:
   explicit Sampler(const SamplingOptions &options);
-  int32_t sample(std::span<const float> logits);
+  /// The next token given the logits and the tokens so far (prompt and
+  /// generated; only the last repeatWindow matter).
+  int32_t sample(std::span<const float> logits,
+                 std::span<const int32_t> history = {});
 
 private:
   SamplingOptions options_;
+  std::vector<float> penalised_;
   Rng rng_;
   std::vector<int32_t> order_;
   std::vector<double> probs_;

@@ -52,6 +52,13 @@ options:
   --temperature T          sample with temperature T (default 0: greedy)
   --top-k K                sample among the K most likely (default: all)
   --top-p P                sample within probability mass P (default 1)
+  --min-p P                sample among tokens at least P times as likely as
+                           the most likely one (default 0: off)
+  --repeat-penalty R       divide (multiply, if negative) the logits of the
+                           last 64 tokens by R before choosing (default 1:
+                           off; also applies to greedy decoding)
+  --stop TEXT              stop when the generated text contains TEXT (not
+                           printed); repeatable; needs the file's tokenizer
   --seed S                 sampling seed (default 0)
   --logits-out FILE.npy    write the logits of every evaluated position
                            ([positions, vocab] float32)
@@ -194,6 +201,7 @@ int main(int argc, char **argv) {
   SamplingOptions sampling;
   std::vector<int32_t> prompt;
   std::string promptText;
+  std::vector<std::string> stopStrings;
   bool hasPromptText = false, ignoreEos = false;
   int64_t generate = 16;
   std::string logitsOut;
@@ -239,6 +247,18 @@ int main(int argc, char **argv) {
       if (!parseNumber(value("--top-p"), sampling.topP) ||
           !(sampling.topP > 0 && sampling.topP <= 1))
         return usageError("--top-p: expected a number in (0, 1]");
+    } else if (arg == "--min-p") {
+      if (!parseNumber(value("--min-p"), sampling.minP) ||
+          !(sampling.minP >= 0 && sampling.minP < 1))
+        return usageError("--min-p: expected a number in [0, 1)");
+    } else if (arg == "--repeat-penalty") {
+      if (!parseNumber(value("--repeat-penalty"), sampling.repeatPenalty) ||
+          !(sampling.repeatPenalty > 0))
+        return usageError("--repeat-penalty: expected a number > 0");
+    } else if (arg == "--stop") {
+      stopStrings.push_back(value("--stop"));
+      if (stopStrings.back().empty())
+        return usageError("--stop: expected non-empty text");
     } else if (arg == "--seed") {
       if (!parseNumber(value("--seed"), sampling.seed))
         return usageError("--seed: expected an unsigned integer");
@@ -300,6 +320,8 @@ int main(int argc, char **argv) {
     for (std::optional<int32_t> id : {tok->eosId(), tok->eotId()})
       if (id)
         stops.push_back(*id);
+  if (!stopStrings.empty() && !tok)
+    return fail(tok.error());
   std::optional<tokenizer::StreamDecoder> stream;
   if (tok)
     stream.emplace(*tok);
@@ -314,10 +336,11 @@ int main(int argc, char **argv) {
                                   "{} (compile with kiln-compile --context N)",
                                   prompt.size(), generate, evaluated,
                                   s.contextLength())));
-  if (!s.hasLogits() && (!logitsOut.empty() || !sampling.greedy()))
+  if (!s.hasLogits() && (!logitsOut.empty() || sampling.needsLogits()))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding only, no --logits-out or sampling"));
+                      "decoding only, no --logits-out, sampling or "
+                      "repetition penalty"));
   std::vector<float> logits(s.hasLogits() ? s.vocab() : 0);
   std::vector<float> allLogits;
   if (!logitsOut.empty())
@@ -339,19 +362,45 @@ int main(int argc, char **argv) {
     std::fputs("text: ", stdout);
     std::fflush(stdout);
   }
-  for (int64_t g = 0; g < generate; ++g) {
-    int32_t token = sampling.greedy() ? next : sampler.sample(logits);
+  std::vector<int32_t> history(prompt);
+  // Text decoded but not yet shown: it could be the start of a stop string.
+  std::string held;
+  size_t longestStop = 0;
+  for (const std::string &stop : stopStrings)
+    longestStop = std::max(longestStop, stop.size());
+  bool stopped = false;
+  auto show = [&](const std::string &piece) {
+    text += piece;
+    if (streaming) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  for (int64_t g = 0; g < generate && !stopped; ++g) {
+    int32_t token = sampling.needsLogits() ? sampler.sample(logits, history)
+                                           : next;
     if (std::find(stops.begin(), stops.end(), token) != stops.end())
       break; // end of sequence: not part of the output
     generated.push_back(token);
+    history.push_back(token);
     if (stream) {
       Expected<std::string> piece = stream->push(token);
       if (piece) {
-        text += *piece;
-        if (streaming) {
-          std::fwrite(piece->data(), 1, piece->size(), stdout);
-          std::fflush(stdout);
+        held += *piece;
+        // A stop string ends generation; text before it is output.
+        size_t cut = std::string::npos;
+        for (const std::string &stop : stopStrings)
+          cut = std::min(cut, held.find(stop));
+        if (cut != std::string::npos) {
+          show(held.substr(0, cut));
+          held.clear();
+          stopped = true;
+          break;
         }
+        // Keep back only what could still begin a stop string.
+        size_t keep = longestStop ? std::min(held.size(), longestStop - 1) : 0;
+        show(held.substr(0, held.size() - keep));
+        held.erase(0, held.size() - keep);
       }
     }
     if (g + 1 == generate)
@@ -363,12 +412,10 @@ int main(int argc, char **argv) {
   }
   Clock::time_point t3 = Clock::now();
   if (stream) {
-    std::string rest = stream->flush();
-    text += rest;
-    if (streaming) {
-      std::fwrite(rest.data(), 1, rest.size(), stdout);
+    if (!stopped)
+      show(held + stream->flush());
+    if (streaming)
       std::fputs("\n", stdout);
-    }
   }
 
   if (!logitsOut.empty())

@@ -282,3 +282,37 @@ def test_prompt_text_and_ids_conflict(model):
                     "--prompt-tokens", "1")
     assert proc.returncode == 2
     assert "give --prompt or --prompt-tokens, not both" in proc.stderr
+
+
+def test_min_p_and_repeat_penalty(model):
+    _, gguf, art = model
+    def run(*flags):
+        proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "3,1,4",
+                        "-n", 20, "--ignore-eos", "--json", *flags, check=True)
+        return json.loads(proc.stdout)["tokens"]
+    greedy = run()
+    # min-p close to 1 keeps only the most likely token: sampling is greedy.
+    assert run("--temperature", "1", "--min-p", "0.999", "--seed", "5") == greedy
+    # A penalty of 1 changes nothing; a huge one forbids every recent token.
+    assert run("--repeat-penalty", "1") == greedy
+    strong = run("--repeat-penalty", "1e6")
+    assert len(set(strong)) == len(strong)
+    assert not set(strong) & {3, 1, 4}
+
+
+def test_stop_string(model):
+    _, gguf, art = model
+    def run(*flags):
+        proc = kiln_run(art, "--weights", gguf, "--prompt", "Hello", "-n", 24,
+                        "--ignore-eos", "--json", *flags, check=True)
+        return json.loads(proc.stdout)
+    full = run()["text"]
+    # Two ASCII letters or digits from the middle of the text as the stop.
+    at = next((i for i in range(2, len(full) - 1)
+               if full[i:i + 2].isascii() and full[i:i + 2].isalnum()), None)
+    if at is None:
+        pytest.skip("the random text has no two ASCII letters in a row")
+    stop = full[at:at + 2]
+    cut = run("--stop", stop)
+    assert cut["text"] == full[:full.find(stop)]
+    assert len(cut["tokens"]) < 24
