@@ -2,7 +2,7 @@
 
 Independent of Kiln's C++ code: the GGUF file is read only through
 `gguf.GGUFReader` and dequantised only through `gguf.quants.dequantize`; the
-arithmetic follows /work/shared/GLM5.md sections 2 and 6 (absorbed MLA, DSA
+arithmetic follows GLM5.md (the project's model notes) sections 2 and 6 (absorbed MLA, DSA
 indexer, sigmoid-gated MoE with a shared expert) in float64. The only rounding
 besides float64 is the cache: the latent cache ([c_kv | k_pe] per token) and
 the indexer key cache are stored in `cache_dtype` (float16 by default, as
