@@ -1,5 +1,6 @@
 //===- SynthTokenizer.cpp - Learning a small BPE vocabulary ----------------===//
 #include "synth/SynthTokenizer.h"
+#include "tokenizer/Unicode.h"
 
 #include <fmt/core.h>
 
@@ -43,35 +44,6 @@ constexpr std::array<std::string_view, 16> kSpecials = {
     "<|begin_of_video|>", "<|end_of_video|>", "<think>",    "</think>"};
 constexpr uint64_t kSpecialsFromEnd = 60;
 
-/// The GPT-2 byte-to-code-point table: bytes '!'..'~', 0xA1..0xAC and
-/// 0xAE..0xFF keep their value; the other 68 bytes get 256, 257, ... in
-/// byte order.
-std::array<uint32_t, 256> byteCodePoints() {
-  std::array<uint32_t, 256> cp{};
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) ||
-                     (b >= 0xae && b <= 0xff);
-    cp[b] = printable ? b : next++;
-  }
-  return cp;
-}
-
-void appendUtf8(std::string &out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xc0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3f));
-  } else {
-    // Code points here stay below 0x800 + 256; three bytes never needed, but
-    // keep the encoder total.
-    out += char(0xe0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3f));
-    out += char(0x80 | (cp & 0x3f));
-  }
-}
-
 /// Splits the corpus into words the way GPT-2-style pre-tokenizers roughly
 /// do: a run of letters or digits with its leading space, or a run of other
 /// non-space characters. Good enough for learning merges; encoding uses
@@ -104,11 +76,8 @@ std::vector<std::string> words(std::string_view text) {
 } // namespace
 
 std::string byteLevelEncode(std::string_view raw) {
-  static const std::array<uint32_t, 256> cp = byteCodePoints();
-  std::string out;
-  for (unsigned char b : raw)
-    appendUtf8(out, cp[b]);
-  return out;
+  // The tokenizer's alphabet: the file this writes is read with the same.
+  return tokenizer::byteLevelSpelling(raw);
 }
 
 SynthTokenizer makeTokenizer(uint64_t vocab) {

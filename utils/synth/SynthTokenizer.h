@@ -10,21 +10,16 @@
 #ifndef KILN_SYNTH_SYNTHTOKENIZER_H
 #define KILN_SYNTH_SYNTHTOKENIZER_H
 
+#include "tokenizer/Tokenizer.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace kiln::synth {
 
-/// llama.cpp token types.
-enum class TokenType : int32_t {
-  Normal = 1,
-  Unknown = 2,
-  Control = 3,
-  UserDefined = 4,
-  Unused = 5,
-  Byte = 6,
-};
+/// llama.cpp token types: the reader's own enum, so writer and reader agree.
+using TokenType = tokenizer::TokenType;
 
 struct SynthTokenizer {
   std::vector<std::string> tokens; ///< Byte-level strings, id order.
