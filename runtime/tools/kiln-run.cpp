@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "session/Npy.h"
 #include "tokenizer/Tokenizer.h"
+#include "tokenizer/Unicode.h"
 #include "session/Sampler.h"
 #include "session/Session.h"
 
@@ -157,29 +158,17 @@ bool parseTokens(const std::string &text, std::vector<int32_t> &out) {
   return !out.empty();
 }
 
-/// Bytes of one well-formed UTF-8 sequence starting at s[i], or 0.
-size_t utf8Length(const std::string &s, size_t i) {
-  unsigned char c = s[i];
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-                                          : (c >> 3) == 30 ? 4 : 0;
-  if (n == 0 || i + n > s.size())
-    return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80)
-      return 0;
-  return n;
-}
-
 /// A JSON string. Generated text may hold bytes that are not UTF-8 (a
 /// random model, or a sequence cut at the end): each such byte becomes
 /// U+FFFD, so the object stays valid JSON.
 std::string jsonString(const std::string &s) {
   std::string out = "\"";
   for (size_t i = 0; i < s.size();) {
-    size_t n = utf8Length(s, i);
-    if (n == 0) {
+    tokenizer::Utf8Unit unit = tokenizer::decodeUtf8(s, i);
+    size_t n = unit.length;
+    if (!unit.valid) {
       out += "\\ufffd";
-      ++i;
+      i += n;
       continue;
     }
     unsigned char c = s[i];
