@@ -9,12 +9,12 @@
 //===----------------------------------------------------------------------===//
 #include "GenericQuant.cuh"
 #include "MatVec.h"
+#include "Warp.cuh"
 
 namespace kiln::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 4;
 
 struct Geometry {
@@ -49,8 +49,7 @@ __global__ void matVecGeneric(Geometry g, const uint8_t *data, const float *x,
     const uint8_t *block = base + (col / g.blockValues) * g.blockBytes;
     acc += generic::value(g.type, block, int(col % g.blockValues)) * x[col];
   }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+  acc = warpSum(acc);
   if (lane == 0)
     y[row] = acc;
 }

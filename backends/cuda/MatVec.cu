@@ -1,5 +1,7 @@
 //===- MatVec.cu - Quantised mat-vec on the GPU ----------------------------===//
+#include "GenericQuant.cuh"
 #include "MatVec.h"
+#include "Warp.cuh"
 
 #include <cuda_fp16.h>
 
@@ -9,7 +11,6 @@ namespace kiln::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 /// Warps per CTA, and rows per warp: a warp computes kRowsPerWarp rows at
 /// once, so each input value it loads serves that many rows.
 constexpr int kWarpsPerBlock = 4;
@@ -24,23 +25,6 @@ constexpr int kQ4BytesPerLoad = 16;
 constexpr int kQ4BlockValues = 256;
 constexpr int kQ4BlockQuantBytes = 128;
 constexpr int kQ4BlockScaleBytes = 16;
-
-__device__ float warpSum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-/// The j-th 6-bit scale and min of a Q4_K block (ggml's get_scale_min_k4).
-__device__ void scaleMin(int j, const uint8_t *s, int &sc, int &mn) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    mn = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
 
 // Q8_0 mat-vec. Grid: ceil(rows / 16) CTAs of 4 warps; warp w of CTA b
 // computes rows 16b + 4w .. 16b + 4w + 3. Each lane loads 16 quant bytes
@@ -140,8 +124,8 @@ __global__ void matVecQ4_K(const uint8_t *__restrict__ quants,
       __half2 dm = *reinterpret_cast<const __half2 *>(&m.x);
       const uint8_t *s = reinterpret_cast<const uint8_t *>(&m.y);
       int sc1, mn1, sc2, mn2;
-      scaleMin(2 * chunk, s, sc1, mn1);
-      scaleMin(2 * chunk + 1, s, sc2, mn2);
+      generic::scaleMinK4(s, 2 * chunk, sc1, mn1);
+      generic::scaleMinK4(s, 2 * chunk + 1, sc2, mn2);
       const uint8_t *b = reinterpret_cast<const uint8_t *>(&packed);
       float qlo = 0.f, qhi = 0.f;
 #pragma unroll
@@ -191,7 +175,7 @@ __global__ void dequantQ4_K(const uint8_t *quants, const uint8_t *scales,
   float d = __half2float(*reinterpret_cast<const __half *>(m));
   float dmin = __half2float(*reinterpret_cast<const __half *>(m + 2));
   int sc, mn;
-  scaleMin(j, m + 4, sc, mn);
+  generic::scaleMinK4(m + 4, j, sc, mn);
   uint8_t byte = quants[row * (cols / 2) + block * kQ4BlockQuantBytes +
                         chunk * 32 + within % 32];
   int q = within < 32 ? (byte & 0xF) : (byte >> 4);
