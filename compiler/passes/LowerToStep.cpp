@@ -81,10 +81,8 @@ std::string FunctionLowering::uniqueName(std::string name) {
 
 Value FunctionLowering::destination(Value result, StringRef name,
                                     bool global) {
-  if (Value slot = returnSlots_.lookup(result)) {
-    returnSlots_.erase(result); // A second use of the value gets a copy.
+  if (Value slot = returnSlots_.lookup(result))
     return slot;
-  }
   std::string full = global ? name.str() : layerPrefix_ + name.str();
   return st::BufferOp::create(b_, result.getLoc(), bufferTypeOf(result.getType()),
                               b_.getStringAttr(uniqueName(full)),

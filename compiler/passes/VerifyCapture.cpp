@@ -243,7 +243,7 @@ LogicalResult VerifyCapture::verifyStep(func::FuncOp func) {
   // Pass 1: the per-op rules, and every access to every buffer in order.
   DenseMap<Operation *, SmallVector<Event>> events;
   SmallVector<Operation *> ops;
-  SmallVector<Access> accesses;
+  SmallVector<SmallVector<Access, 4>> opAccesses; // per entry of `ops`
   for (Operation &op : body) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       if (ret.getNumOperands() != 0)
@@ -255,10 +255,10 @@ LogicalResult VerifyCapture::verifyStep(func::FuncOp func) {
       return failure();
     if (isDeclaration(&op) || isa<ViewOp>(op))
       continue;
-    accesses.clear();
-    collectAccesses(&op, accesses);
     int64_t position = static_cast<int64_t>(ops.size());
     ops.push_back(&op);
+    SmallVector<Access, 4> &accesses = opAccesses.emplace_back();
+    collectAccesses(&op, accesses);
     for (const Access &a : accesses) {
       std::optional<BufferRef> ref = resolveBuffer(a.value);
       if (!ref)
@@ -281,9 +281,7 @@ LogicalResult VerifyCapture::verifyStep(func::FuncOp func) {
   // not land on read-only buffers or on bytes another buffer still needs.
   DenseMap<Operation *, WrittenBytes> written;
   for (auto [position, op] : llvm::enumerate(ops)) {
-    accesses.clear();
-    collectAccesses(op, accesses);
-    for (const Access &a : accesses) {
+    for (const Access &a : opAccesses[position]) {
       BufferRef ref = *resolveBuffer(a.value);
       Operation *root = ref.root;
       Range bytes{ref.begin, ref.end};

@@ -81,6 +81,23 @@ std::vector<uint8_t> ggufBytes(GGMLType type, int64_t rows, int64_t cols,
   return gguf;
 }
 
+/// The largest |y - W x| over the rows, W x in double, relative to the
+/// largest sum of |terms| of a row (the scale float32 rounding works at).
+double productError(const std::vector<float> &w, const std::vector<float> &x,
+                    const std::vector<float> &y, int64_t rows, int64_t cols) {
+  double worst = 0, scale = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0, mag = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      sum += double(w[r * cols + c]) * x[c];
+      mag += std::fabs(double(w[r * cols + c]) * x[c]);
+    }
+    worst = std::max(worst, std::fabs(y[r] - sum));
+    scale = std::max(scale, mag);
+  }
+  return worst / scale;
+}
+
 Matrix make(GGMLType type, int64_t rows, int64_t cols, std::mt19937 &rng,
             bool quantised = true) {
   std::vector<uint8_t> gguf = ggufBytes(type, rows, cols, rng, quantised);
@@ -136,17 +153,7 @@ bool check(GGMLType type, int64_t rows, int64_t cols, std::mt19937 &rng,
   CHECK_CUDA(launchMatVecRows(m.device, dx, dy, rowsPerWarp, nullptr));
   CHECK_CUDA(cudaMemcpy(y.data(), dy, y.size() * sizeof(float),
                         cudaMemcpyDeviceToHost));
-  double worst = 0, scale = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double want = 0, mag = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      want += double(m.values[r * cols + c]) * x[c];
-      mag += std::fabs(double(m.values[r * cols + c]) * x[c]);
-    }
-    worst = std::max(worst, std::fabs(y[r] - want));
-    scale = std::max(scale, mag);
-  }
-  double rel = worst / scale;
+  double rel = productError(m.values, x, y, rows, cols);
   bool ok = exact && rel <= 1e-5;
   std::printf("check %-5s %6lld x %-6lld (%d rows/warp) dequant %s, mat-vec "
               "max error %.2e of the largest |terms| sum: %s\n",
@@ -210,17 +217,7 @@ bool checkGeneric(GGMLType type, std::mt19937 &rng) {
   CHECK_CUDA(launchMatVecGeneric(w, dx, dy, nullptr));
   CHECK_CUDA(cudaMemcpy(y.data(), dy, y.size() * sizeof(float),
                         cudaMemcpyDeviceToHost));
-  double worst = 0, scale = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double sum = 0, mag = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      sum += double(want[r * cols + c]) * x[c];
-      mag += std::fabs(double(want[r * cols + c]) * x[c]);
-    }
-    worst = std::max(worst, std::fabs(y[r] - sum));
-    scale = std::max(scale, mag);
-  }
-  double rel = worst / scale;
+  double rel = productError(want, x, y, rows, cols);
   bool ok = exact && rel <= 1e-5;
   std::printf("check generic %-6s %3lld x %lld dequant %s, mat-vec max error "
               "%.2e: %s\n",
