@@ -666,7 +666,9 @@ Expected<std::function<Status()>> OpBuilder::build() {
         [=] { return cpu::cacheAppend(x, *pos, view); });
   }
   if (k == "mla_attention") {
-    KILN_ASSIGN(hasSelection, intAttr("has_selection"));
+    // The optional selection is a pair of operands: 6 inputs with it, 4
+    // without.
+    bool hasSelection = op_.ins().size() == 6;
     KILN_TRY(counts(hasSelection ? 6 : 4, 1));
     KILN_TRY(floats(in(0), "q_latent"));
     KILN_TRY(floats(in(1), "q_rope"));
@@ -750,7 +752,7 @@ Expected<std::function<Status()>> OpBuilder::build() {
     });
   }
   if (k == "moe_router") {
-    KILN_ASSIGN(hasBias, intAttr("has_bias"));
+    bool hasBias = op_.ins().size() == 3; // the optional selection bias
     KILN_TRY(counts(hasBias ? 3 : 2, 2));
     KILN_TRY(floats(in(0), "input"));
     KILN_TRY(weight(in(1), "gate"));

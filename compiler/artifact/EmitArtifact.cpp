@@ -285,13 +285,6 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
           return attr.error();
         a.attrs.push_back(std::move(*attr));
       }
-      // Optional operands leave gaps the counts alone cannot place.
-      if (auto mla = dyn_cast<st::MLAAttentionOp>(op))
-        a.attrs.push_back({"has_selection", artifact::AttrKind::Bool,
-                           mla.getSelected() ? 1 : 0, 0, "", {}});
-      if (auto router = dyn_cast<st::MoERouterOp>(op))
-        a.attrs.push_back({"has_bias", artifact::AttrKind::Bool,
-                           router.getBias() ? 1 : 0, 0, "", {}});
       step.ops.push_back(std::move(a));
     }
     out.rankPlans[rank].rank = rank;
