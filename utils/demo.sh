@@ -19,13 +19,25 @@ echo
 echo "-- 1. synthesise it: tiny preset, seed 0"
 "$bin/kiln-gguf" synth "$work/glm5-tiny.gguf" --preset tiny --seed 0
 echo
-echo "-- 2. compile it for the CPU backend and run it: a text prompt, 32 tokens generated (greedy)"
-"$bin/kiln-compile" "$work/glm5-tiny.gguf" --target=cpu --context 64 -o "$work/glm5-tiny.kiln"
+# The CUDA backend when a GPU is visible and the plugin was built; the CPU
+# reference backend otherwise. Either way the run says which it used.
+target=cpu
+why="no NVIDIA GPU visible"
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  if [ -f "${KILN_BUILD_DIR:-build}/lib/libkiln-backend-cuda.so" ]; then
+    target=cuda
+  else
+    why="a GPU is visible but the CUDA plugin was not built (no nvcc)"
+  fi
+fi
+echo "-- 2. compile it for the $target backend and run it: a text prompt, 32 tokens generated (greedy)"
+[ "$target" = cpu ] && echo "   ($why: the CPU reference backend runs it)"
+"$bin/kiln-compile" "$work/glm5-tiny.gguf" --target=$target --context 64 -o "$work/glm5-tiny.kiln"
 echo "   artifact: $work/glm5-tiny.kiln ($(stat -c %s "$work/glm5-tiny.kiln") bytes)"
 echo "   prompt: \"Kiln compiles GLM-5.\" (encoded with the file's own tokenizer)"
 "$bin/kiln-run" "$work/glm5-tiny.kiln" --weights "$work/glm5-tiny.gguf" \
   --prompt "Kiln compiles GLM-5." -n 32 | sed 's/^/   /'
-echo "   (backend: cpu, the reference; random weights, so the text is noise)"
+echo "   (backend: $target; random weights, so the text is noise)"
 echo
 echo "What happened in between, stage by stage:"
 echo

@@ -1,36 +1,98 @@
 #!/usr/bin/env bash
-# Runs Kiln's GPU work on a machine with an NVIDIA GPU: builds the MLIR-free
-# half there (no MLIR needed; fmt from the system or, header-only, from
-# KILN_FMT_INCLUDE_DIR), then runs the GPU checks and probes. CI has no GPU and
-# does not run this; utils/test.sh says so.
+# Runs Kiln's GPU tests and benchmarks on a machine with NVIDIA GPUs and
+# writes a results table. CI has no GPU and does not run this (utils/test.sh
+# says so).
 #
-#   KILN_FMT_INCLUDE_DIR=DIR  folder holding fmt/ when no fmt package exists
-#   KILN_CUDA_ARCH=90         architectures to build for (default: 90, H200)
-#   KILN_GPU_BUILD_DIR=DIR    build folder (default: build-gpu)
-set -euo pipefail
+# With a pack from utils/gpu-pack.sh (binaries, plugins and artifacts built
+# on a machine with MLIR and FlatBuffers) it runs everything:
+#   1. device copy bandwidth (the roofline's denominator);
+#   2. quantised mat-vec: device layouts bit-exact, products checked, timed;
+#   3. every step kernel against the CPU reference (kiln-cuda-ops);
+#   4. the CUDA backend against the CPU backend, graph vs eager, tp=2 vs
+#      tp=1, compute-sanitizer (test/python/test_cuda_backend.py);
+#   5. benchmarks on random weights: GLM-5 rank 0 of tp=8 alone on one GPU
+#      (graph and eager, context 1024), in-graph all-reduce latency, and
+#      with two GPUs GLM-5 (40 layers) at tp=2.
+# Without a pack it builds the MLIR-free half here and runs 1-3.
+#
+#   KILN_GPU_PACK=DIR        the pack (default: gpu-pack)
+#   KILN_GPU_RESULTS=DIR     where the results go (default: gpu-results)
+#   KILN_FMT_INCLUDE_DIR=DIR folder holding fmt/ when no fmt package exists
+#   KILN_CUDA_ARCH=90        architectures to build for (default: 90, H200)
+#   KILN_GPU_BUILD_DIR=DIR   build folder without a pack (default: build-gpu)
+#   KILN_GPU_ONLY="A B"      run only the named steps (e.g. "ops backend")
+set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${KILN_GPU_BUILD_DIR:-build-gpu}
+pack=${KILN_GPU_PACK:-gpu-pack}
+results=${KILN_GPU_RESULTS:-gpu-results}
+mkdir -p "$results"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-test: error: no NVIDIA GPU visible (nvidia-smi -L failed)" >&2
   exit 1
 fi
 nvidia-smi -L
+gpus=$(nvidia-smi -L | grep -c '^GPU ')
 
-if [ ! -f "$build/build.ninja" ]; then
-  echo "gpu-test: configuring $build (MLIR-free)"
-  cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
-    -DKILN_BUILD_COMPILER=OFF -DKILN_ENABLE_CUDA=ON \
-    -DKILN_CUDA_ARCHITECTURES="${KILN_CUDA_ARCH:-90}" \
-    ${KILN_FMT_INCLUDE_DIR:+-DKILN_FMT_INCLUDE_DIR="$KILN_FMT_INCLUDE_DIR"}
+if [ -x "$pack/bin/kiln-run" ]; then
+  bin=$pack/bin
+  export LD_LIBRARY_PATH="$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  build=${KILN_GPU_BUILD_DIR:-build-gpu}
+  if [ ! -f "$build/build.ninja" ]; then
+    echo "gpu-test: no pack at $pack; configuring $build (MLIR-free)"
+    cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
+      -DKILN_BUILD_COMPILER=OFF -DKILN_ENABLE_CUDA=ON \
+      -DKILN_CUDA_ARCHITECTURES="${KILN_CUDA_ARCH:-90}" \
+      ${KILN_FMT_INCLUDE_DIR:+-DKILN_FMT_INCLUDE_DIR="$KILN_FMT_INCLUDE_DIR"} || exit 1
+  fi
+  echo "gpu-test: building $build"
+  cmake --build "$build" || exit 1
+  bin=$build/bin
 fi
-echo "gpu-test: building $build"
-cmake --build "$build"
+
+failed=()
+step() { # NAME COMMAND...: runs, tees into the results, records a failure
+  local name=$1; shift
+  if [ -n "${KILN_GPU_ONLY:-}" ] && [[ " $KILN_GPU_ONLY " != *" $name "* ]]; then
+    return 0
+  fi
+  echo; echo "== $name"
+  "$@" 2>&1 | tee "$results/$name.txt"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || failed+=("$name (exit $rc)")
+}
+
+step bandwidth "$bin/kiln-bandwidth"
+step matvec "$bin/kiln-cuda-matvec"
+[ -x "$bin/kiln-cuda-ops" ] && step ops "$bin/kiln-cuda-ops"
+
+if [ -x "$pack/bin/kiln-run" ]; then
+  m=$pack/models
+  step backend python3 test/python/test_cuda_backend.py --pack "$pack" \
+    --table "$results/backend-table.md"
+  run() { "$bin/kiln-run" "$@" --backend-dir "$pack/lib"; }
+  step bench-glm5-tp8-rank0-graph run "$m/glm5.cuda.tp8.kiln" --bench \
+    --simulate-rank 0/8 --context 1024 --steps 30
+  step bench-glm5-tp8-rank0-eager run "$m/glm5.cuda.tp8.kiln" --bench \
+    --simulate-rank 0/8 --context 1024 --steps 10 --eager
+  step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \
+    --simulate-rank 0/8 --context 1024 --steps 3 --profile
+  if [ "$gpus" -ge 2 ]; then
+    step allreduce "$bin/kiln-allreduce" --gpus 2
+    step bench-glm5-l40-tp2-graph run "$m/glm5-l40.cuda.tp2.kiln" --bench \
+      --context 1024 --steps 30
+    step bench-glm5-l40-tp2-eager run "$m/glm5-l40.cuda.tp2.kiln" --bench \
+      --context 1024 --steps 10 --eager
+  fi
+fi
 
 echo
-echo "== device copy bandwidth (the roofline's denominator)"
-"$build/bin/kiln-bandwidth"
-
-echo
-echo "== quantised mat-vec: device layout bit-exact, products checked, then timed"
-"$build/bin/kiln-cuda-matvec"
+echo "== summary (results in $results/)"
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "gpu-test: all passed"
+else
+  printf 'gpu-test: FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi

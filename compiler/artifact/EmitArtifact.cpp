@@ -21,7 +21,8 @@ namespace kiln::compiler {
 
 namespace {
 
-/// Every op kind the step dialect has; the CPU backend runs all of them.
+/// Every op kind the step dialect has; the CPU and CUDA backends run all
+/// of them.
 const std::vector<std::string> kAllStepOps = {
     "embed",     "dequant",       "linear",      "fused_linear",
     "rms_norm",  "add_rms_norm", "all_reduce_add_rms_norm", "layer_norm",
@@ -34,6 +35,13 @@ std::vector<Target> makeTargets() {
   std::vector<Target> out;
   out.push_back({"cpu",
                  "reference C++ kernels (plugin libkiln-backend-cpu.so)",
+                 kAllStepOps,
+                 [](ModuleOp, artifact::Artifact &) { return Status::ok(); }});
+  // The CUDA plugin carries its kernels (built for sm_90, sm_100, sm_120)
+  // and reads the weights in the file's block layout.
+  out.push_back({"cuda",
+                 "CUDA kernels, one captured graph per rank (plugin "
+                 "libkiln-backend-cuda.so)",
                  kAllStepOps,
                  [](ModuleOp, artifact::Artifact &) { return Status::ok(); }});
   return out;

@@ -26,7 +26,7 @@ extern "C" {
 
 /** The ABI version of this header. A change to any struct or function
  *  below increments it. */
-#define KILN_BACKEND_ABI_VERSION 2u
+#define KILN_BACKEND_ABI_VERSION 3u
 
 /** The symbol every plugin exports. */
 #define KILN_BACKEND_ENTRY_SYMBOL "kiln_backend_entry"
@@ -41,11 +41,30 @@ typedef struct kiln_weight_bytes {
   uint64_t bytes;
 } kiln_weight_bytes;
 
+/** kiln_rank_options.flags. A plugin refuses a flag it does not support. */
+/** Run each step op by op instead of replaying its captured graph. */
+#define KILN_RUN_EAGER 1u
+/** No weight bytes: fill every weight with random valid blocks from
+ *  `seed` on the device (benchmarks; `weights` may then be NULL). */
+#define KILN_RUN_RANDOM_WEIGHTS 2u
+/** Open only rank `simulate_rank` of the artifact, alone on `device`, with
+ *  every collective replaced by local work of the same memory traffic: one
+ *  GPU measures the per-GPU work of the whole deployment. */
+#define KILN_RUN_SIMULATE_RANK 4u
+/** Time every op (eager, an event pair per op) and print each step's time
+ *  by op kind to stderr when the group closes. */
+#define KILN_RUN_PROFILE 8u
+
 typedef struct kiln_rank_options {
-  uint32_t struct_bytes; /**< sizeof(kiln_rank_options) */
-  uint32_t threads;      /**< CPU threads in all; 0 = the plugin's choice */
-  uint32_t device;       /**< first device ordinal (GPU backends) */
+  uint32_t struct_bytes;  /**< sizeof(kiln_rank_options) */
+  uint32_t threads;       /**< CPU threads in all; 0 = the plugin's choice */
+  uint32_t device;        /**< first device ordinal (GPU backends) */
+  uint32_t flags;         /**< KILN_RUN_* */
+  uint32_t simulate_rank; /**< with KILN_RUN_SIMULATE_RANK */
   uint32_t reserved;
+  uint64_t seed;           /**< random weights and cache contents */
+  uint64_t fill_positions; /**< caches' first positions filled with random
+                                values at open and reset (benchmarks) */
 } kiln_rank_options;
 
 typedef struct kiln_backend_v1 {
@@ -79,7 +98,8 @@ typedef struct kiln_backend_v1 {
                    void *data, uint64_t bytes, char *error,
                    uint64_t error_bytes);
 
-  /** Zeroes every rank's caches: a new sequence starts at position 0. */
+  /** Zeroes every rank's caches (or refills their first fill_positions
+   *  with random values): a new sequence starts. */
   int (*reset)(kiln_group *group, char *error, uint64_t error_bytes);
 
   void (*close_group)(kiln_group *group);

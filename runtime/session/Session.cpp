@@ -78,15 +78,29 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   if (!logits && (!vocab || vocab->isFloat || vocab->intValue <= 0))
     return Error(options.artifactPath, "config",
                  "without a logits slot the config must give the vocab");
-  if (options.weightPaths.empty())
-    return Error(options.artifactPath, "weights",
-                 "no GGUF file given (--weights FILE.gguf...)");
-  Expected<gguf::GGUFModel> model = gguf::GGUFModel::open(options.weightPaths);
-  if (!model)
-    return model.error();
+  // Random weights (a benchmark) need no file; otherwise every binding is
+  // checked against the GGUF set before the backend sees a byte.
+  bool random = options.flags & KILN_RUN_RANDOM_WEIGHTS;
+  gguf::GGUFModel model;
   std::vector<kiln_weight_bytes> weights;
-  if (Status st = checkBindings(*artifact, *model, weights); !st)
-    return st.error();
+  if (!random) {
+    if (options.weightPaths.empty())
+      return Error(options.artifactPath, "weights",
+                   "no GGUF file given (--weights FILE.gguf...)");
+    Expected<gguf::GGUFModel> opened =
+        gguf::GGUFModel::open(options.weightPaths);
+    if (!opened)
+      return opened.error();
+    model = std::move(*opened);
+    if (Status st = checkBindings(*artifact, model, weights); !st)
+      return st.error();
+  }
+  if (options.flags & KILN_RUN_SIMULATE_RANK &&
+      options.simulateRank >= artifact->ranks)
+    return Error(options.artifactPath, "ranks",
+                 fmt::format("cannot simulate rank {}: the artifact has {} "
+                             "ranks",
+                             options.simulateRank, artifact->ranks));
 
   Expected<BackendPlugin> plugin =
       BackendPlugin::open(artifact->target, options.backendDirs);
@@ -95,7 +109,7 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   std::unique_ptr<Session> s(new Session(std::move(*plugin)));
   s->artifact_ = std::move(*artifact);
   s->artifactBytes_ = std::move(bytes);
-  s->model_ = std::move(*model);
+  s->model_ = std::move(model);
   s->where_ = options.artifactPath;
   s->hasLogits_ = logits.has_value();
   s->vocab_ =
@@ -104,12 +118,20 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
                            ->buffers[*logits]
                            .elements())
              : s->artifact_.configEntry("vocab")->intValue;
-  kiln_rank_options rankOptions{sizeof(kiln_rank_options), options.threads, 0,
-                                0};
+  kiln_rank_options rankOptions{};
+  rankOptions.struct_bytes = sizeof(kiln_rank_options);
+  rankOptions.threads = options.threads;
+  rankOptions.device = options.device;
+  rankOptions.flags = options.flags;
+  rankOptions.simulate_rank = options.simulateRank;
+  rankOptions.seed = options.seed;
+  rankOptions.fill_positions = options.fillPositions;
   if (Status st = s->call(s->plugin_.api().open_group(
                               s->artifactBytes_.data(),
-                              s->artifactBytes_.size(), weights.data(),
-                              uint32_t(weights.size()), &rankOptions,
+                              s->artifactBytes_.size(),
+                              random ? nullptr : weights.data(),
+                              uint32_t(random ? 0 : weights.size()),
+                              &rankOptions,
                               &s->group_, s->error_, sizeof(s->error_)),
                           "open_group");
       !st)

@@ -18,6 +18,11 @@ struct SessionOptions {
   std::vector<std::string> weightPaths;
   std::vector<std::string> backendDirs; ///< searched first for plugins
   uint32_t threads = 0;                 ///< CPU threads; 0 = all cores
+  uint32_t device = 0;                  ///< first GPU (GPU backends)
+  uint32_t flags = 0;                   ///< KILN_RUN_* (KilnBackend.h)
+  uint32_t simulateRank = 0;            ///< with KILN_RUN_SIMULATE_RANK
+  uint64_t seed = 0;                    ///< random weights and caches
+  uint64_t fillPositions = 0; ///< caches' first positions made random
 };
 
 /// One model ready to run: the artifact read and verified, the GGUF set
@@ -31,6 +36,7 @@ public:
   Session &operator=(const Session &) = delete;
 
   const artifact::Artifact &artifact() const { return artifact_; }
+  /// The GGUF set (empty with random weights: KILN_RUN_RANDOM_WEIGHTS).
   const gguf::GGUFModel &model() const { return model_; }
   const std::string &backendPath() const { return plugin_.path(); }
   /// Positions the caches hold.

@@ -3,12 +3,17 @@
 // kiln-run M.kiln --weights FILE.gguf... (--prompt TEXT | --prompt-tokens 1,2,3) -n N
 //         [--temperature T --top-k K --top-p P --seed S] [--json]
 //         [--logits-out FILE.npy] [--threads N] [--backend-dir DIR]
+//         [--eager] [--device N]
+// kiln-run M.kiln --bench [--simulate-rank R/N] [--context N] [--steps N]
 //
 // Loads the artifact, checks the GGUF set against it, opens the backend
 // plugin the artifact names, evaluates the prompt tokens one position at a
 // time, then generates N tokens (greedy unless --temperature is given).
 // --logits-out writes the logits of every evaluated position: with the
 // whole sequence as the prompt and -n 0 that is teacher forcing.
+// --bench needs no weights file: the backend fills the weights with random
+// valid blocks on the device, and the caches up to --context, and the
+// decode step is timed.
 // No LLVM/MLIR in this program.
 //
 //===----------------------------------------------------------------------===//
@@ -65,7 +70,27 @@ options:
                            ([positions, vocab] float32)
   --json                   print one JSON object instead of text
   --threads N              CPU threads (default: all cores)
+  --device N               first GPU to use (GPU backends; default 0): rank r
+                           runs on GPU N + r
+  --eager                  launch each step op by op instead of replaying the
+                           step's captured CUDA graph (debugging; the same
+                           bits either way)
+  --profile                time every op (GPU backends; eager, an event pair
+                           per op) and print each step's time by op kind to
+                           stderr at exit
   --backend-dir DIR        look for backend plugins in DIR first
+
+benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
+  --bench                  time the decode step on random weights (random
+                           valid blocks of each binding's type, made on the
+                           device), printing the step time and tok/s
+  --simulate-rank R/N      run only rank R of the artifact's N ranks, alone on
+                           one GPU, each collective replaced by a local copy
+                           of its memory traffic: the per-GPU work of an
+                           N-GPU deployment, measured on one GPU
+  --context N              fill the caches' first N positions with random
+                           values and time steps at position N (default 0)
+  --steps N                timed steps (default 50, after 5 untimed)
   --describe               print what the artifact holds (config, each rank's
                            steps and the weight slices it binds) and exit;
                            needs no weights
@@ -183,6 +208,165 @@ std::string jsonString(const std::string &s) {
   return out + "\"";
 }
 
+/// The bytes one decode step of `rank` must read from device memory at
+/// context `context`: every weight it binds, whole, except the routed
+/// experts (only top_k of E experts' rows are read) and the embedding (one
+/// row); and the caches attention and the indexer scan (positions 0..
+/// context). What the floor of a step divides by the copy bandwidth.
+struct Traffic {
+  uint64_t weightBytes = 0; ///< read per step
+  uint64_t boundBytes = 0;  ///< bound by the rank (all experts)
+  uint64_t cacheBytes = 0;
+};
+
+Traffic stepTraffic(const artifact::Artifact &a, uint32_t rank,
+                    uint64_t context) {
+  Traffic t;
+  const artifact::Step *step = a.rankPlans[rank].step("decode_step");
+  auto localBytes = [&](const artifact::WeightBinding &b) -> uint64_t {
+    std::vector<int64_t> dims = b.dims;
+    if (b.sliceDim >= 0)
+      dims[b.sliceDim] = (b.sliceEnd - b.sliceBegin) * b.sliceGroups;
+    uint64_t rows = 1;
+    for (size_t d = 1; d < dims.size(); ++d)
+      rows *= uint64_t(dims[d]);
+    return rowBytes(b.type, uint64_t(dims[0])).value_or(0) * rows;
+  };
+  std::vector<double> share(a.weights.size(), 1.0);
+  std::vector<bool> used(a.weights.size(), false);
+  for (const artifact::Op &op : step->ops) {
+    auto bindingOf = [&](int32_t operand) {
+      const artifact::Buffer &b = step->buffers[operand];
+      return b.kind == artifact::BufferKind::Weight ? b.binding : -1;
+    };
+    std::span<const int32_t> ins = op.ins();
+    if (op.kind == "moe_experts") {
+      uint64_t chosen = step->buffers[ins[2]].elements();
+      for (size_t i = 3; i < ins.size(); ++i)
+        if (int32_t w = bindingOf(ins[i]); w >= 0)
+          share[w] = double(chosen) / double(a.weights[w].dims.back());
+    } else if (op.kind == "embed") {
+      if (int32_t w = bindingOf(ins[0]); w >= 0)
+        share[w] = 1.0 / double(a.weights[w].dims.back());
+    } else if (op.kind == "mla_attention" || op.kind == "dsa_indexer") {
+      const artifact::Buffer &cache = step->buffers[ins[2]];
+      t.cacheBytes += std::min<uint64_t>(context + 1, cache.shape[0]) *
+                      cache.shape[1] * artifact::elementBytes(cache.dtype);
+    }
+    for (int32_t operand : ins)
+      if (int32_t w = bindingOf(operand); w >= 0)
+        used[w] = true;
+  }
+  for (size_t w = 0; w < a.weights.size(); ++w)
+    if (used[w]) {
+      uint64_t bytes = localBytes(a.weights[w]);
+      t.boundBytes += bytes;
+      t.weightBytes += uint64_t(double(bytes) * share[w]);
+    }
+  return t;
+}
+
+/// --bench: the decode step on random weights, timed.
+int runBench(SessionOptions options, const std::string &simulate,
+             uint64_t context, int64_t steps, bool json) {
+  if (!options.weightPaths.empty())
+    return usageError("--bench uses random weights: give no --weights");
+  options.flags |= KILN_RUN_RANDOM_WEIGHTS;
+  options.fillPositions = context;
+  options.seed = 1;
+  uint32_t of = 0;
+  if (!simulate.empty()) {
+    size_t slash = simulate.find('/');
+    if (slash == std::string::npos ||
+        !parseNumber(simulate.substr(0, slash).c_str(), options.simulateRank) ||
+        !parseNumber(simulate.substr(slash + 1).c_str(), of) ||
+        options.simulateRank >= of)
+      return usageError("--simulate-rank: expected R/N with R < N, e.g. 0/8");
+    options.flags |= KILN_RUN_SIMULATE_RANK;
+  }
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point t0 = Clock::now();
+  Expected<std::unique_ptr<Session>> session = Session::open(options);
+  if (!session)
+    return fail(session.error());
+  Session &s = **session;
+  double load = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (of && of != s.artifact().ranks)
+    return fail(Error(options.artifactPath, "ranks",
+                      fmt::format("--simulate-rank names {} ranks, the "
+                                  "artifact has {}",
+                                  of, s.artifact().ranks)));
+  if (context >= s.contextLength())
+    return fail(Error(options.artifactPath, "context",
+                      fmt::format("--context {} leaves no position to decode "
+                                  "at: the caches hold {}",
+                                  context, s.contextLength())));
+  // Every step decodes at position `context`, over the random cache before
+  // it; the token is fixed (the work does not depend on it).
+  std::vector<double> times;
+  int32_t next = 0;
+  const int warmup = 5;
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    Clock::time_point a = Clock::now();
+    if (Status st = s.decode(1, int32_t(context), {}, &next); !st)
+      return fail(st.error());
+    if (i >= warmup)
+      times.push_back(
+          std::chrono::duration<double>(Clock::now() - a).count() * 1e6);
+  }
+  std::vector<double> sorted(times);
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double t : times)
+    mean += t / double(times.size());
+  double median = sorted[sorted.size() / 2], best = sorted.front();
+  std::string mode = options.flags & KILN_RUN_EAGER ? "eager" : "graph";
+  Traffic traffic = stepTraffic(
+      s.artifact(),
+      options.flags & KILN_RUN_SIMULATE_RANK ? options.simulateRank : 0,
+      context);
+  uint64_t bytes = traffic.weightBytes + traffic.cacheBytes;
+  std::string ranks =
+      options.flags & KILN_RUN_SIMULATE_RANK
+          ? fmt::format("rank {} of {} (simulated alone)", options.simulateRank,
+                        of)
+          : fmt::format("{} rank(s)", s.artifact().ranks);
+  if (json) {
+    std::printf("{\"bench\": true, \"backend\": %s, \"mode\": \"%s\", "
+                "\"ranks\": %u, \"simulated_rank\": %d, \"context\": %llu, "
+                "\"steps\": %lld, \"step_us_mean\": %.3f, "
+                "\"step_us_median\": %.3f, \"step_us_min\": %.3f, "
+                "\"tokens_per_second\": %.3f, \"load_seconds\": %.3f, "
+                "\"weight_bytes_read\": %llu, \"weight_bytes_bound\": %llu, "
+                "\"cache_bytes_read\": %llu, \"achieved_gb_per_s\": %.1f}\n",
+                jsonString(s.artifact().target).c_str(), mode.c_str(),
+                s.artifact().ranks,
+                options.flags & KILN_RUN_SIMULATE_RANK
+                    ? int(options.simulateRank)
+                    : -1,
+                (unsigned long long)context, (long long)steps, mean, median,
+                best, 1e6 / median, load,
+                (unsigned long long)traffic.weightBytes,
+                (unsigned long long)traffic.boundBytes,
+                (unsigned long long)traffic.cacheBytes,
+                double(bytes) / (median * 1e3));
+    return 0;
+  }
+  std::printf("bench: %s, %s, %s, context %llu, %lld steps\n",
+              s.artifact().target.c_str(), mode.c_str(), ranks.c_str(),
+              (unsigned long long)context, (long long)steps);
+  std::printf("step: median %.1f us, mean %.1f us, min %.1f us (%.1f tok/s)\n",
+              median, mean, best, 1e6 / median);
+  std::printf("bytes per step: %.3f GB read (weights %.3f GB of %.3f GB bound: "
+              "routed experts top-k only; caches %.3f GB at context %llu); "
+              "%.1f GB/s achieved\n",
+              bytes / 1e9, traffic.weightBytes / 1e9, traffic.boundBytes / 1e9,
+              traffic.cacheBytes / 1e9, (unsigned long long)context,
+              double(bytes) / (median * 1e3));
+  std::printf("load: %.3f s (backend %s)\n", load, s.backendPath().c_str());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -196,6 +380,10 @@ int main(int argc, char **argv) {
   std::string logitsOut;
   bool json = false;
   bool describeOnly = false;
+  bool bench = false;
+  int64_t benchSteps = 50;
+  uint64_t benchContext = 0;
+  std::string simulate;
 
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -260,6 +448,23 @@ int main(int argc, char **argv) {
     } else if (arg == "--threads") {
       if (!parseNumber(value("--threads"), options.threads))
         return usageError("--threads: expected a count");
+    } else if (arg == "--eager") {
+      options.flags |= KILN_RUN_EAGER;
+    } else if (arg == "--profile") {
+      options.flags |= KILN_RUN_PROFILE;
+    } else if (arg == "--device") {
+      if (!parseNumber(value("--device"), options.device))
+        return usageError("--device: expected a GPU ordinal");
+    } else if (arg == "--bench") {
+      bench = true;
+    } else if (arg == "--steps") {
+      if (!parseNumber(value("--steps"), benchSteps) || benchSteps <= 0)
+        return usageError("--steps: expected a count > 0");
+    } else if (arg == "--context") {
+      if (!parseNumber(value("--context"), benchContext))
+        return usageError("--context: expected a position count");
+    } else if (arg == "--simulate-rank") {
+      simulate = value("--simulate-rank");
     } else if (arg == "--backend-dir") {
       options.backendDirs.push_back(value("--backend-dir"));
     } else if (!arg.empty() && arg[0] == '-') {
@@ -279,6 +484,10 @@ int main(int argc, char **argv) {
     describe(options.artifactPath, *a);
     return 0;
   }
+  if (bench)
+    return runBench(options, simulate, benchContext, benchSteps, json);
+  if (!simulate.empty() || benchContext)
+    return usageError("--simulate-rank and --context are --bench options");
   if (hasPromptText && !prompt.empty())
     return usageError("give --prompt or --prompt-tokens, not both");
   if (prompt.empty() && !hasPromptText)

@@ -220,7 +220,7 @@ def test_incompatible_plugin(model, tmp_path):
                    check=True)
     err = error_of(kiln_run(art, "--weights", gguf, "--prompt-tokens", "1",
                             "--backend-dir", plugins))
-    assert "ABI: the plugin does not speak backend ABI version 2" in err
+    assert "ABI: the plugin does not speak backend ABI version 3" in err
 
 
 @pytest.mark.parametrize("which", ["build", "runtime-build"])
@@ -316,3 +316,21 @@ def test_stop_string(model):
     cut = run("--stop", stop)
     assert cut["text"] == full[:full.find(stop)]
     assert len(cut["tokens"]) < 24
+
+
+def test_gpu_only_modes_are_refused_on_cpu(model):
+    """--bench, --simulate-rank and --profile need a GPU backend: the CPU
+    plugin says so instead of running something else."""
+    _, gguf, art = model
+    err = error_of(kiln_run(art, "--bench"))
+    assert "need a GPU backend" in err
+    err = error_of(kiln_run(art, "--weights", gguf, "--prompt-tokens", "1",
+                            "--profile"))
+    assert "the CPU backend has none" in err
+    for args, message in (
+            (["--weights", gguf, "--prompt-tokens", "1", "--simulate-rank",
+              "0/2"], "--simulate-rank and --context are --bench options"),
+            (["--bench", "--simulate-rank", "3/2"],
+             "--simulate-rank: expected R/N with R < N")):
+        proc = kiln_run(art, *args)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr

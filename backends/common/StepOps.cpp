@@ -1,0 +1,709 @@
+//===- StepOps.cpp - Step ops decoded and checked, for every backend ------===//
+#include "common/StepOps.h"
+
+#include "support/CheckedMath.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+
+using namespace kiln;
+using namespace kiln::artifact;
+
+namespace kiln::backend {
+
+std::vector<int64_t> localDims(const WeightBinding &b) {
+  std::vector<int64_t> dims = b.dims;
+  if (b.sliceDim >= 0 && size_t(b.sliceDim) < dims.size())
+    dims[b.sliceDim] = (b.sliceEnd - b.sliceBegin) * b.sliceGroups;
+  return dims;
+}
+
+int64_t HostWeight::rows() const {
+  int64_t rows = 1;
+  for (size_t d = 1; d < dims.size(); ++d)
+    rows *= dims[d];
+  return rows;
+}
+
+Expected<HostWeight> sliceWeight(const WeightBinding &b,
+                                 const kiln_weight_bytes &bytes,
+                                 std::vector<std::vector<uint8_t>> &store) {
+  uint64_t rows = 1;
+  for (size_t d = 1; d < b.dims.size(); ++d)
+    rows *= uint64_t(b.dims[d]);
+  std::optional<uint64_t> row = rowBytes(b.type, uint64_t(b.dims[0]));
+  std::optional<uint64_t> expected =
+      row ? checkedMul(*row, rows) : std::nullopt;
+  if (!expected || *expected != bytes.bytes || !bytes.data)
+    return Error(b.tensor, "bytes",
+                 fmt::format("{} bytes given, the binding needs {}",
+                             bytes.bytes, expected.value_or(0)));
+  if (b.layout != "gguf")
+    return Error(b.tensor, "layout",
+                 fmt::format("'{}' is not a layout this backend reads",
+                             b.layout));
+  const uint8_t *data = static_cast<const uint8_t *>(bytes.data);
+  if (b.sliceDim < 0)
+    return HostWeight{data, bytes.bytes, b.type, b.dims, b.tensor};
+
+  // The sliced dim is `groups` equal groups; the part is each group's cut
+  // [sliceBegin, sliceEnd), in group order.
+  int64_t cut = b.sliceEnd - b.sliceBegin;
+  int64_t groupSize = b.dims[b.sliceDim] / b.sliceGroups;
+  std::vector<int64_t> local = localDims(b);
+  uint32_t block = traitsOf(b.type).blockSize;
+  uint64_t blockBytes = traitsOf(b.type).blockBytes;
+  if (b.sliceDim == 0 && b.sliceGroups != 1)
+    return Error(b.tensor, "slice", "groups of ne[0] are not supported");
+  if (b.sliceDim == 0 &&
+      (b.sliceBegin % block != 0 || b.sliceEnd % block != 0))
+    return Error(b.tensor, "slice",
+                 fmt::format("[{}, {}) of ne[0] cuts its {}-value blocks",
+                             b.sliceBegin, b.sliceEnd, block));
+  uint64_t localRow = *rowBytes(b.type, uint64_t(local[0]));
+  uint64_t localRows = 1;
+  for (size_t d = 1; d < local.size(); ++d)
+    localRows *= uint64_t(local[d]);
+  std::vector<uint8_t> out(localRow * localRows);
+  // Walk the local rows; map each to its row of the file's tensor.
+  std::vector<int64_t> idx(local.size(), 0);
+  for (uint64_t r = 0; r < localRows; ++r) {
+    uint64_t fileRow = 0;
+    for (size_t d = local.size() - 1; d >= 1; --d) {
+      int64_t i = idx[d];
+      if (int64_t(d) == b.sliceDim)
+        i = i / cut * groupSize + b.sliceBegin + i % cut;
+      fileRow = fileRow * uint64_t(b.dims[d]) + uint64_t(i);
+      if (d == 1)
+        break;
+    }
+    const uint8_t *src = data + fileRow * *row;
+    if (b.sliceDim == 0)
+      src += uint64_t(b.sliceBegin) / block * blockBytes;
+    std::memcpy(out.data() + r * localRow, src, localRow);
+    for (size_t d = 1; d < local.size(); ++d) {
+      if (++idx[d] < local[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  store.push_back(std::move(out));
+  return HostWeight{store.back().data(), store.back().size(), b.type, local,
+                    b.tensor};
+}
+
+void setError(char *error, uint64_t errorBytes, const std::string &message) {
+  if (!error || errorBytes == 0)
+    return;
+  size_t n = std::min<size_t>(message.size(), errorBytes - 1);
+  std::memcpy(error, message.data(), n);
+  error[n] = '\0';
+}
+
+namespace {
+
+const std::map<std::string, OpKind, std::less<>> &kinds() {
+  static const std::map<std::string, OpKind, std::less<>> table = {
+      {"copy", OpKind::Copy},
+      {"slice", OpKind::Slice},
+      {"concat", OpKind::Concat},
+      {"add", OpKind::Add},
+      {"swiglu", OpKind::Swiglu},
+      {"rms_norm", OpKind::RmsNorm},
+      {"layer_norm", OpKind::LayerNorm},
+      {"add_rms_norm", OpKind::AddRmsNorm},
+      {"all_reduce_add_rms_norm", OpKind::AllReduceAddRmsNorm},
+      {"rope", OpKind::Rope},
+      {"dequant", OpKind::Dequant},
+      {"embed", OpKind::Embed},
+      {"linear", OpKind::Linear},
+      {"fused_linear", OpKind::FusedLinear},
+      {"cache_append", OpKind::CacheAppend},
+      {"mla_attention", OpKind::MlaAttention},
+      {"dsa_indexer", OpKind::DsaIndexer},
+      {"moe_router", OpKind::MoeRouter},
+      {"moe_experts", OpKind::MoeExperts},
+      {"argmax", OpKind::Argmax},
+      {"all_reduce", OpKind::AllReduce},
+      {"all_gather", OpKind::AllGather},
+      {"distributed_argmax", OpKind::DistributedArgmax},
+  };
+  return table;
+}
+
+#define KILN_TRY(expr)                                                         \
+  do {                                                                         \
+    if (Status st_ = (expr); !st_)                                             \
+      return st_.error();                                                      \
+  } while (0)
+
+#define KILN_ASSIGN(var, expr)                                                 \
+  auto var##OrError = (expr);                                                  \
+  if (!var##OrError)                                                           \
+    return var##OrError.error();                                               \
+  auto var = *var##OrError
+
+/// One operand: its buffer, and for a weight the binding's local dims.
+struct Operand {
+  const Buffer *buffer = nullptr;
+  const WeightBinding *binding = nullptr;
+  std::vector<int64_t> dims; ///< a weight's local dims
+
+  bool isWeight() const { return binding != nullptr; }
+  uint64_t elements() const { return buffer->elements(); }
+  int64_t inner() const {
+    return buffer->shape.empty() ? 1 : buffer->shape.back();
+  }
+  const std::string &name() const {
+    return binding ? binding->tensor : buffer->name;
+  }
+};
+
+class Decoder {
+public:
+  Decoder(const Artifact &artifact, const Step &step, const Op &op,
+          size_t index, uint32_t ranks)
+      : artifact_(artifact), step_(step), op_(op), ranks_(ranks) {
+    d_.where = fmt::format("step '{}' op {} ({})", step.name, index, op.kind);
+    d_.ins.assign(op.ins().begin(), op.ins().end());
+    d_.outs.assign(op.outs().begin(), op.outs().end());
+  }
+
+  Expected<StepOp> decode();
+
+private:
+  Error fail(const std::string &problem) const {
+    return Error(d_.where, "", problem);
+  }
+  Operand operand(int32_t index) const {
+    Operand o;
+    o.buffer = &step_.buffers[index];
+    if (o.buffer->kind == BufferKind::Weight) {
+      o.binding = &artifact_.weights[o.buffer->binding];
+      o.dims = localDims(*o.binding);
+    }
+    return o;
+  }
+  Operand in(size_t i) const { return operand(d_.ins[i]); }
+  Operand out(size_t i) const { return operand(d_.outs[i]); }
+  Status counts(size_t ins, size_t outs) const;
+  Status floats(const Operand &r, const char *what) const;
+  Status ints(const Operand &r, const char *what, uint64_t elements) const;
+  Status weight(const Operand &r, const char *what) const;
+  Status same(const Operand &a, const Operand &b) const;
+  Status param(const Operand &r, uint64_t n, const char *what) const;
+  Status cache(const Operand &r, int64_t width, const char *what) const;
+  Status addNormOperands();
+  Expected<int64_t> intAttr(const char *name) const;
+  Expected<double> floatAttr(const char *name) const;
+  Expected<std::string> stringAttr(const char *name) const;
+
+  const Artifact &artifact_;
+  const Step &step_;
+  const Op &op_;
+  uint32_t ranks_;
+  StepOp d_;
+};
+
+Status Decoder::counts(size_t ins, size_t outs) const {
+  if (d_.ins.size() != ins || d_.outs.size() != outs)
+    return fail(fmt::format("expects {} inputs and {} outputs, has {} and {}",
+                            ins, outs, d_.ins.size(), d_.outs.size()));
+  return Status::ok();
+}
+
+Status Decoder::floats(const Operand &r, const char *what) const {
+  if (r.isWeight() || r.buffer->dtype != DType::F32)
+    return fail(fmt::format("{} '{}' must be an f32 buffer", what, r.name()));
+  return Status::ok();
+}
+
+Status Decoder::ints(const Operand &r, const char *what,
+                     uint64_t elements) const {
+  if (r.isWeight() || r.buffer->dtype != DType::I32 ||
+      r.elements() != elements)
+    return fail(fmt::format("{} '{}' must be {} i32 values", what, r.name(),
+                            elements));
+  return Status::ok();
+}
+
+Status Decoder::weight(const Operand &r, const char *what) const {
+  if (!r.isWeight())
+    return fail(fmt::format("{} '{}' must be a weight", what, r.name()));
+  return Status::ok();
+}
+
+Status Decoder::same(const Operand &a, const Operand &b) const {
+  if (a.elements() != b.elements() || a.inner() != b.inner())
+    return fail(fmt::format("'{}' and '{}' differ in shape", a.name(),
+                            b.name()));
+  return Status::ok();
+}
+
+/// A per-channel parameter: n f32 values, or a one-dimensional weight of n.
+Status Decoder::param(const Operand &r, uint64_t n, const char *what) const {
+  if (!r.isWeight()) {
+    KILN_TRY(floats(r, what));
+    if (r.elements() != n)
+      return fail(fmt::format("{} '{}' must have {} values", what, r.name(),
+                              n));
+    return Status::ok();
+  }
+  if (r.dims.size() != 1 || uint64_t(r.dims[0]) != n)
+    return fail(fmt::format("{} '{}' must be a weight of {} values", what,
+                            r.name(), n));
+  return Status::ok();
+}
+
+/// A cache: a state of [positions, width].
+Status Decoder::cache(const Operand &r, int64_t width, const char *what) const {
+  if (r.isWeight() || r.buffer->kind != BufferKind::State ||
+      r.buffer->dtype == DType::I32 || r.buffer->shape.size() != 2 ||
+      r.buffer->shape[1] != width)
+    return fail(fmt::format("{} '{}' must be a [positions, {}] cache state",
+                            what, r.name(), width));
+  return Status::ok();
+}
+
+Status Decoder::addNormOperands() {
+  KILN_TRY(counts(3, 2));
+  for (size_t i = 0; i < 2; ++i)
+    KILN_TRY(floats(in(i), "input"));
+  KILN_TRY(floats(out(0), "sum"));
+  KILN_TRY(floats(out(1), "output"));
+  KILN_TRY(same(in(0), out(0)));
+  KILN_TRY(same(in(1), out(0)));
+  KILN_TRY(same(out(0), out(1)));
+  d_.n = out(0).inner();
+  d_.rows = int64_t(out(0).elements()) / d_.n;
+  KILN_TRY(param(in(2), uint64_t(d_.n), "weight"));
+  KILN_ASSIGN(eps, floatAttr("epsilon"));
+  d_.epsilon = eps;
+  return Status::ok();
+}
+
+Expected<int64_t> Decoder::intAttr(const char *name) const {
+  const Attr *a = op_.attr(name);
+  if (!a || (a->kind != AttrKind::Int && a->kind != AttrKind::Bool))
+    return fail(fmt::format("attribute '{}' is missing or not an integer",
+                            name));
+  return a->intValue;
+}
+
+Expected<double> Decoder::floatAttr(const char *name) const {
+  const Attr *a = op_.attr(name);
+  if (!a || a->kind != AttrKind::Float)
+    return fail(fmt::format("attribute '{}' is missing or not a float", name));
+  return a->floatValue;
+}
+
+Expected<std::string> Decoder::stringAttr(const char *name) const {
+  const Attr *a = op_.attr(name);
+  if (!a || a->kind != AttrKind::String)
+    return fail(fmt::format("attribute '{}' is missing or not a string",
+                            name));
+  return a->stringValue;
+}
+
+Expected<StepOp> Decoder::decode() {
+  auto it = kinds().find(op_.kind);
+  if (it == kinds().end())
+    return fail("no backend has a kernel for this op");
+  d_.kind = it->second;
+
+  switch (d_.kind) {
+  case OpKind::Copy:
+  case OpKind::AllReduce: {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0)));
+    d_.n = int64_t(in(0).elements());
+    if (d_.kind == OpKind::AllReduce) {
+      KILN_ASSIGN(reduction, stringAttr("reduction"));
+      if (reduction != "sum" && reduction != "max")
+        return fail("reduction must be 'sum' or 'max'");
+      d_.sum = reduction == "sum";
+    }
+    break;
+  }
+  case OpKind::AllReduceAddRmsNorm: {
+    KILN_TRY(addNormOperands());
+    KILN_ASSIGN(reduction, stringAttr("reduction"));
+    if (reduction != "sum")
+      return fail("reduction must be 'sum'");
+    break;
+  }
+  case OpKind::AddRmsNorm:
+    KILN_TRY(addNormOperands());
+    break;
+  case OpKind::DistributedArgmax: {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(ints(out(0), "output", 1));
+    KILN_ASSIGN(ranks, intAttr("ranks"));
+    if (ranks != int64_t(ranks_) || in(0).buffer->shape.size() != 1)
+      return fail("needs a vector part and the group's rank count");
+    d_.ranks = ranks;
+    d_.n = int64_t(in(0).elements());
+    break;
+  }
+  case OpKind::AllGather: {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_ASSIGN(dim, intAttr("dim"));
+    KILN_ASSIGN(ranks, intAttr("ranks"));
+    const std::vector<int64_t> &shape = in(0).buffer->shape;
+    if (ranks != int64_t(ranks_) || dim < 0 || size_t(dim) >= shape.size() ||
+        out(0).elements() != in(0).elements() * uint64_t(ranks))
+      return fail(fmt::format("gathers {} parts on dim {}, but the group has "
+                              "{} ranks or the output does not fit",
+                              ranks, dim, ranks_));
+    // Each part is `outer` runs of `inner` contiguous values; the output
+    // holds, per run, every rank's run in rank order.
+    d_.outer = 1;
+    for (int64_t i = 0; i < dim; ++i)
+      d_.outer *= shape[i];
+    d_.inner = int64_t(in(0).elements()) / d_.outer;
+    d_.dim = dim;
+    d_.ranks = ranks;
+    break;
+  }
+  case OpKind::Slice: {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    const Attr *offsets = op_.attr("offsets");
+    const std::vector<int64_t> &src = in(0).buffer->shape;
+    const std::vector<int64_t> &dst = out(0).buffer->shape;
+    if (!offsets || offsets->kind != AttrKind::Ints ||
+        offsets->ints.size() != src.size() || src.size() != dst.size() ||
+        src.empty())
+      return fail("offsets must give one entry per dimension of equal-rank "
+                  "input and output");
+    for (size_t i = 0; i < src.size(); ++i)
+      if (offsets->ints[i] < 0 || offsets->ints[i] + dst[i] > src[i])
+        return fail(fmt::format("dimension {} of the box leaves the input",
+                                i));
+    d_.srcShape = src;
+    d_.dstShape = dst;
+    d_.offsets = offsets->ints;
+    break;
+  }
+  case OpKind::Concat: {
+    if (d_.outs.size() != 1 || d_.ins.empty())
+      return fail("expects inputs and one output");
+    KILN_TRY(floats(out(0), "output"));
+    KILN_ASSIGN(dim, intAttr("dim"));
+    const std::vector<int64_t> &shape = out(0).buffer->shape;
+    if (dim < 0 || size_t(dim) >= shape.size())
+      return fail("dim is not a dimension of the output");
+    // outer = product of dims before `dim`; each input contributes a
+    // contiguous run of its dims from `dim` on, per outer index.
+    int64_t total = 0;
+    d_.outer = 1;
+    for (int64_t i = 0; i < dim; ++i)
+      d_.outer *= shape[i];
+    for (size_t i = 0; i < d_.ins.size(); ++i) {
+      Operand r = in(i);
+      KILN_TRY(floats(r, "input"));
+      const std::vector<int64_t> &s = r.buffer->shape;
+      if (s.size() != shape.size())
+        return fail("inputs and output differ in rank");
+      int64_t run = 1;
+      for (size_t j = 0; j < s.size(); ++j) {
+        if (int64_t(j) != dim && s[j] != shape[j])
+          return fail("an input differs from the output outside dim");
+        if (int64_t(j) >= dim)
+          run *= s[j];
+      }
+      d_.runs.push_back(run);
+      total += run;
+    }
+    if (uint64_t(d_.outer * total) != out(0).elements())
+      return fail("the inputs do not fill the output");
+    d_.n = total;
+    d_.dim = dim;
+    break;
+  }
+  case OpKind::Add:
+  case OpKind::Swiglu: {
+    KILN_TRY(counts(2, 1));
+    for (size_t i = 0; i < 2; ++i)
+      KILN_TRY(floats(in(i), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0)));
+    KILN_TRY(same(in(1), out(0)));
+    d_.n = int64_t(out(0).elements());
+    break;
+  }
+  case OpKind::RmsNorm:
+  case OpKind::LayerNorm: {
+    bool layer = d_.kind == OpKind::LayerNorm;
+    KILN_TRY(counts(layer ? 3 : 2, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0)));
+    d_.n = in(0).inner();
+    d_.rows = int64_t(in(0).elements()) / d_.n;
+    KILN_TRY(param(in(1), uint64_t(d_.n), "weight"));
+    if (layer)
+      KILN_TRY(param(in(2), uint64_t(d_.n), "bias"));
+    KILN_ASSIGN(eps, floatAttr("epsilon"));
+    d_.epsilon = eps;
+    break;
+  }
+  case OpKind::Rope: {
+    KILN_TRY(counts(2, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(ints(in(1), "position", 1));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0)));
+    KILN_ASSIGN(style, stringAttr("style"));
+    KILN_ASSIGN(theta, floatAttr("theta"));
+    KILN_ASSIGN(offset, intAttr("offset"));
+    KILN_ASSIGN(dims, intAttr("dims"));
+    d_.n = in(0).inner();
+    if (style != "interleaved" && style != "neox")
+      return fail("style must be 'interleaved' or 'neox'");
+    if (dims <= 0 || dims % 2 || offset < 0 || offset + dims > d_.n)
+      return fail("the rotated range leaves the innermost dimension");
+    d_.rows = int64_t(in(0).elements()) / d_.n;
+    d_.neox = style == "neox";
+    d_.theta = theta;
+    d_.ropeOffset = offset;
+    d_.ropeDims = dims;
+    break;
+  }
+  case OpKind::Dequant: {
+    KILN_TRY(counts(1, 1));
+    Operand w = in(0);
+    KILN_TRY(weight(w, "weight"));
+    KILN_TRY(floats(out(0), "output"));
+    uint64_t values = 1;
+    for (int64_t v : w.dims)
+      values *= uint64_t(v);
+    if (values != out(0).elements())
+      return fail("the output does not hold the weight's values");
+    d_.n = int64_t(values);
+    break;
+  }
+  case OpKind::Embed: {
+    KILN_TRY(counts(2, 1));
+    Operand w = in(0);
+    KILN_TRY(weight(w, "table"));
+    KILN_TRY(ints(in(1), "token", 1));
+    KILN_TRY(floats(out(0), "output"));
+    if (w.dims.size() != 2 || out(0).elements() != uint64_t(w.dims[0]))
+      return fail("the table must be [hidden, vocab] and the output hidden");
+    d_.n = w.dims[0];
+    d_.k = w.dims[1];
+    break;
+  }
+  case OpKind::Linear: {
+    KILN_TRY(counts(2, 1));
+    KILN_TRY(floats(in(0), "input"));
+    Operand w = in(1);
+    KILN_TRY(weight(w, "weight"));
+    KILN_TRY(floats(out(0), "output"));
+    if (w.dims.size() != 2 && w.dims.size() != 3)
+      return fail("the weight must have 2 or 3 dims");
+    int64_t kDim = w.dims[0];
+    if (in(0).inner() != kDim || in(0).elements() % uint64_t(kDim) != 0)
+      return fail("the input's innermost dimension is not the weight's ne[0]");
+    int64_t batch = int64_t(in(0).elements()) / kDim;
+    d_.stacked = w.dims.size() == 3;
+    if (d_.stacked && batch != w.dims[2])
+      return fail("a stacked weight needs one input row per matrix");
+    if (out(0).elements() != uint64_t(batch * w.dims[1]))
+      return fail("the output is not [batch, N]");
+    d_.rows = batch;
+    d_.n = w.dims[1];
+    d_.k = kDim;
+    break;
+  }
+  case OpKind::FusedLinear: {
+    if (d_.outs.size() != 1 || d_.ins.size() < 3)
+      return fail("expects an input, two or more weights and one output");
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    const Attr *segments = op_.attr("segments");
+    size_t n = d_.ins.size() - 1;
+    if (!segments || segments->kind != AttrKind::Ints ||
+        segments->ints.size() != n || in(0).buffer->shape.size() != 1)
+      return fail("needs a vector input and one segment offset per weight");
+    int64_t kDim = in(0).buffer->shape[0], offset = 0;
+    for (size_t i = 0; i < n; ++i) {
+      Operand w = in(i + 1);
+      KILN_TRY(weight(w, "weight"));
+      if (w.dims.size() != 2 || w.dims[0] != kDim)
+        return fail(fmt::format("weight '{}' is not [{}, N]", w.name(), kDim));
+      if (segments->ints[i] != offset)
+        return fail(fmt::format("segment {} starts at {}, not {}", i,
+                                segments->ints[i], offset));
+      d_.segments.push_back(offset);
+      offset += w.dims[1];
+    }
+    if (out(0).elements() != uint64_t(offset))
+      return fail("the output does not hold the segments");
+    d_.k = kDim;
+    d_.n = offset;
+    break;
+  }
+  case OpKind::CacheAppend: {
+    KILN_TRY(counts(2, 1));
+    KILN_TRY(floats(in(0), "entry"));
+    KILN_TRY(ints(in(1), "position", 1));
+    KILN_TRY(cache(out(0), int64_t(in(0).elements()), "cache"));
+    d_.n = int64_t(in(0).elements());
+    break;
+  }
+  case OpKind::MlaAttention: {
+    // The optional selection is a pair of operands: 6 inputs with it, 4
+    // without.
+    bool hasSelection = d_.ins.size() == 6;
+    KILN_TRY(counts(hasSelection ? 6 : 4, 1));
+    KILN_TRY(floats(in(0), "q_latent"));
+    KILN_TRY(floats(in(1), "q_rope"));
+    KILN_TRY(ints(in(3), "position", 1));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_ASSIGN(scale, floatAttr("scale"));
+    const std::vector<int64_t> &ql = in(0).buffer->shape;
+    const std::vector<int64_t> &qr = in(1).buffer->shape;
+    if (ql.size() != 2 || qr.size() != 2 || ql[0] != qr[0] ||
+        out(0).elements() != in(0).elements())
+      return fail("q_latent [H, L], q_rope [H, R] and an [H, L] output are "
+                  "needed");
+    KILN_TRY(cache(in(2), ql[1] + qr[1], "cache"));
+    if (hasSelection) {
+      Operand sel = in(4);
+      if (sel.isWeight() || sel.buffer->dtype != DType::I32)
+        return fail("selected must be i32");
+      KILN_TRY(ints(in(5), "selected_count", 1));
+      d_.capacity = int64_t(sel.elements());
+    }
+    d_.heads = ql[0];
+    d_.k = ql[1];
+    d_.rope = qr[1];
+    d_.scale = scale;
+    break;
+  }
+  case OpKind::DsaIndexer: {
+    KILN_TRY(counts(4, 2));
+    KILN_TRY(floats(in(0), "query"));
+    KILN_TRY(floats(in(1), "head_weights"));
+    KILN_TRY(ints(in(3), "position", 1));
+    KILN_ASSIGN(topK, intAttr("top_k"));
+    KILN_ASSIGN(scale, floatAttr("scale"));
+    const std::vector<int64_t> &q = in(0).buffer->shape;
+    if (q.size() != 2 || in(1).elements() != uint64_t(q[0]) || topK <= 0)
+      return fail("query [H, D], head weights [H] and top_k > 0 are needed");
+    KILN_TRY(cache(in(2), q[1], "keys"));
+    KILN_TRY(ints(out(0), "selected", uint64_t(topK)));
+    KILN_TRY(ints(out(1), "count", 1));
+    d_.heads = q[0];
+    d_.k = q[1];
+    d_.topK = topK;
+    d_.scale = scale;
+    break;
+  }
+  case OpKind::MoeRouter: {
+    d_.hasBias = d_.ins.size() == 3; // the optional selection bias
+    KILN_TRY(counts(d_.hasBias ? 3 : 2, 2));
+    KILN_TRY(floats(in(0), "input"));
+    Operand gate = in(1);
+    KILN_TRY(weight(gate, "gate"));
+    KILN_ASSIGN(topK, intAttr("top_k"));
+    KILN_ASSIGN(gating, stringAttr("gating"));
+    KILN_ASSIGN(normalize, intAttr("normalize"));
+    KILN_ASSIGN(routedScale, floatAttr("routed_scale"));
+    if (gate.dims.size() != 2 ||
+        in(0).elements() != uint64_t(gate.dims[0]) || topK <= 0 ||
+        topK > gate.dims[1])
+      return fail("gate must be [hidden, experts] with 1 <= top_k <= experts");
+    if (gating != "sigmoid" && gating != "softmax")
+      return fail("gating must be 'sigmoid' or 'softmax'");
+    if (d_.hasBias)
+      KILN_TRY(param(in(2), uint64_t(gate.dims[1]), "bias"));
+    KILN_TRY(ints(out(0), "ids", uint64_t(topK)));
+    KILN_TRY(floats(out(1), "weights"));
+    if (out(1).elements() != uint64_t(topK))
+      return fail("weights must have top_k values");
+    d_.k = gate.dims[0];
+    d_.experts = gate.dims[1];
+    d_.topK = topK;
+    d_.softmax = gating == "softmax";
+    d_.normalize = normalize != 0;
+    d_.routedScale = routedScale;
+    break;
+  }
+  case OpKind::MoeExperts: {
+    if (d_.outs.size() != 1 || (d_.ins.size() != 5 && d_.ins.size() != 6))
+      return fail("expects input, ids, weights, 2 or 3 expert weights and "
+                  "one output");
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(in(2), "weights"));
+    KILN_TRY(floats(out(0), "output"));
+    uint64_t chosen = in(2).elements();
+    KILN_TRY(ints(in(1), "ids", chosen));
+    std::vector<Operand> experts;
+    for (size_t i = 3; i < d_.ins.size(); ++i) {
+      Operand w = in(i);
+      KILN_TRY(weight(w, "expert weight"));
+      if (w.dims.size() != 3)
+        return fail("expert weights must be [K, N, experts]");
+      experts.push_back(w);
+    }
+    d_.fusedGateUp = experts.size() == 2;
+    const Operand &down = experts.back();
+    int64_t hidden = int64_t(in(0).elements());
+    d_.ffn = down.dims[0];
+    d_.experts = down.dims[2];
+    if (out(0).elements() != uint64_t(hidden) || down.dims[1] != hidden)
+      return fail(fmt::format("down '{}' is not [F, {}, E]", down.name(),
+                              hidden));
+    int64_t rows = d_.fusedGateUp ? 2 * d_.ffn : d_.ffn;
+    for (size_t i = 0; i + 1 < experts.size(); ++i)
+      if (experts[i].dims[0] != hidden || experts[i].dims[1] != rows ||
+          experts[i].dims[2] != d_.experts)
+        return fail(fmt::format("'{}' is not [{}, {}, {}]", experts[i].name(),
+                                hidden, rows, d_.experts));
+    d_.n = hidden;
+    d_.topK = int64_t(chosen);
+    break;
+  }
+  case OpKind::Argmax: {
+    KILN_TRY(counts(1, 1));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(ints(out(0), "output", 1));
+    d_.n = int64_t(in(0).elements());
+    break;
+  }
+  }
+  return std::move(d_);
+}
+
+} // namespace
+
+Expected<StepOp> decodeOp(const Artifact &artifact, const Step &step,
+                          size_t index, uint32_t ranks) {
+  return Decoder(artifact, step, step.ops[index], index, ranks).decode();
+}
+
+Expected<std::vector<StepOp>> decodeStep(const Artifact &artifact,
+                                         const Step &step, uint32_t ranks) {
+  std::vector<StepOp> ops;
+  ops.reserve(step.ops.size());
+  for (size_t i = 0; i < step.ops.size(); ++i) {
+    Expected<StepOp> op = decodeOp(artifact, step, i, ranks);
+    if (!op)
+      return op.error();
+    ops.push_back(std::move(*op));
+  }
+  return ops;
+}
+
+} // namespace kiln::backend

@@ -1,0 +1,141 @@
+//===- StepOps.h - Step ops decoded and checked, for every backend -*- C++ -*-===//
+//
+// An artifact's ops are strings, operand indices and attributes. Before a
+// backend binds memory to them, each op is decoded here into one checked
+// record: its kind, its operands, and every size and parameter its kernel
+// needs, derived from the buffers' shapes and the weights' local dims (a
+// rank's slice). A malformed op (wrong operand count, a buffer of the wrong
+// type or shape, a missing attribute) is refused here, naming the step, the
+// op and the problem, so no backend kernel is ever launched on sizes that
+// do not fit its buffers. The CPU and CUDA backends both build on it.
+//
+// Weight bytes are placed here too: sliceWeight copies a rank's part of a
+// split weight out of the file's tensor into contiguous rows.
+//
+// No LLVM/MLIR here: this library is part of the runtime's plugins.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_BACKENDS_COMMON_STEPOPS_H
+#define KILN_BACKENDS_COMMON_STEPOPS_H
+
+#include "artifact/Artifact.h"
+#include "backend/KilnBackend.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::backend {
+
+enum class OpKind {
+  Copy,
+  Slice,
+  Concat,
+  Add,
+  Swiglu,
+  RmsNorm,
+  LayerNorm,
+  AddRmsNorm,
+  AllReduceAddRmsNorm,
+  Rope,
+  Dequant,
+  Embed,
+  Linear,
+  FusedLinear,
+  CacheAppend,
+  MlaAttention,
+  DsaIndexer,
+  MoeRouter,
+  MoeExperts,
+  Argmax,
+  AllReduce,
+  AllGather,
+  DistributedArgmax,
+};
+
+/// The dims a rank holds of a binding: the file's dims with the sliced dim
+/// cut to (sliceEnd - sliceBegin) * sliceGroups.
+std::vector<int64_t> localDims(const artifact::WeightBinding &b);
+
+/// A weight as a rank holds it: contiguous rows of the file's blocks.
+struct HostWeight {
+  const uint8_t *data = nullptr;
+  uint64_t bytes = 0;
+  GGMLType type = GGMLType::F32;
+  std::vector<int64_t> dims; ///< local dims, GGUF order
+  std::string name;
+  /// Rows (product of dims after the first) and values per row (dims[0]).
+  int64_t rows() const;
+  int64_t cols() const { return dims.empty() ? 0 : dims[0]; }
+};
+
+/// Rank's part of binding `b` from the file's tensor bytes: the tensor
+/// itself when unsliced, else the slice copied into `store` row by row (a
+/// slice of ne[0] takes whole blocks). Checks the byte count against the
+/// binding's type and dims and refuses a cut through a block.
+Expected<HostWeight> sliceWeight(const artifact::WeightBinding &b,
+                                 const kiln_weight_bytes &bytes,
+                                 std::vector<std::vector<uint8_t>> &store);
+
+/// One op, checked. Which fields an op uses is listed per kind; operands
+/// are buffer indices of the op's step.
+struct StepOp {
+  OpKind kind = OpKind::Copy;
+  std::string where; ///< "step 'decode_step' op 12 (linear)", for errors
+  std::vector<int32_t> ins, outs;
+
+  /// Copy, Add, Swiglu, AllReduce: n values (rows = 1).
+  /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAddRmsNorm, Rope: rows of n.
+  /// Linear: rows = batch, n = output rows per batch, k = K.
+  /// Embed: n = hidden, k = vocab. Dequant: n = values.
+  /// Argmax, DistributedArgmax: n values.
+  int64_t rows = 1, n = 0, k = 0;
+  /// Linear: a 3-D weight, one matrix per batch row.
+  bool stacked = false;
+
+  /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAddRmsNorm.
+  double epsilon = 0;
+  /// Rope.
+  bool neox = false;
+  double theta = 0;
+  int64_t ropeOffset = 0, ropeDims = 0;
+
+  /// Slice: the box (same rank as the input).
+  std::vector<int64_t> srcShape, dstShape, offsets;
+  /// Concat: outer runs; each input contributes `runs[i]` values per outer
+  /// index. FusedLinear: segments[i] is weight i's first output row.
+  int64_t outer = 1;
+  std::vector<int64_t> runs, segments;
+
+  /// MlaAttention: heads, latent (= k), rope; selection capacity (0: none).
+  /// DsaIndexer: heads, dim (= k), topK. MoeRouter: hidden (= k), experts,
+  /// topK. MoeExperts: hidden (= n), ffn, experts, chosen (= topK), fused
+  /// gate_up (= fusedGateUp).
+  int64_t heads = 0, rope = 0, capacity = 0, topK = 0, ffn = 0, experts = 0;
+  double scale = 0, routedScale = 0;
+  bool softmax = false, normalize = false, hasBias = false,
+       fusedGateUp = false;
+
+  /// AllReduce: sum (else max). AllGather: outer runs of `inner` values
+  /// per rank, gathered on `dim`. DistributedArgmax, AllGather: ranks.
+  bool sum = true;
+  int64_t dim = 0, inner = 0, ranks = 1;
+};
+
+/// Decodes and checks op `index` of `step` for a group of `ranks` ranks of
+/// `artifact` (weights take their local dims).
+Expected<StepOp> decodeOp(const artifact::Artifact &artifact,
+                          const artifact::Step &step, size_t index,
+                          uint32_t ranks);
+
+/// Every op of `step`, in order.
+Expected<std::vector<StepOp>> decodeStep(const artifact::Artifact &artifact,
+                                         const artifact::Step &step,
+                                         uint32_t ranks);
+
+/// Copies `message` (truncated) into a plugin's error buffer.
+void setError(char *error, uint64_t errorBytes, const std::string &message);
+
+} // namespace kiln::backend
+
+#endif // KILN_BACKENDS_COMMON_STEPOPS_H

@@ -1,0 +1,1188 @@
+//===- CudaBackend.cpp - The CUDA backend plugin (libkiln-backend-cuda.so) -===//
+//
+// One GPU per rank, one host thread per GPU. open_group places each rank's
+// weights on its GPU (its slices of the split ones, in the file's block
+// layout), allocates the rank's arena, caches and slots, decodes and checks
+// every op (backend::decodeOp), binds each to a kernel launch, opens an
+// NCCL communicator across the ranks, and captures each step of each rank
+// into one CUDA graph: kernels and collectives, the whole step. run_step
+// replays the graphs, one per GPU, concurrently; the token and the position
+// are read by the kernels from the input slots in device memory, so one
+// capture serves every position. KILN_RUN_EAGER launches the same ops one
+// by one instead, for debugging (and must give the same bits).
+//
+// Data faults found on the device (a token outside the vocabulary, a full
+// context, an expert id out of range) are recorded by the kernels in a
+// fault word the rank reads after each step, and reported naming the op.
+//
+//===----------------------------------------------------------------------===//
+#include "Nccl.h"
+#include "StepKernels.h"
+
+#include "artifact/Artifact.h"
+#include "backend/KilnBackend.h"
+#include "common/StepOps.h"
+#include "support/CheckedMath.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+using namespace kiln;
+using namespace kiln::artifact;
+using namespace kiln::cuda;
+using kiln::backend::OpKind;
+using kiln::backend::StepOp;
+
+namespace {
+
+#define KILN_TRY(expr)                                                         \
+  do {                                                                         \
+    if (Status st_ = (expr); !st_)                                             \
+      return st_.error();                                                      \
+  } while (0)
+
+#define KILN_ASSIGN(var, expr)                                                 \
+  auto var##OrError = (expr);                                                  \
+  if (!var##OrError)                                                           \
+    return var##OrError.error();                                               \
+  auto var = std::move(*var##OrError)
+
+/// A failed CUDA call as an error naming the call and where it was made.
+Status check(cudaError_t e, const std::string &where, const char *call) {
+  if (e == cudaSuccess)
+    return Status::ok();
+  return Error(where, call,
+               fmt::format("{} ({})", cudaGetErrorString(e),
+                           cudaGetErrorName(e)));
+}
+#define CUDA_TRY(where, call) KILN_TRY(check((call), (where), #call))
+
+/// One device allocation, freed with its owner.
+class DeviceMemory {
+public:
+  DeviceMemory() = default;
+  DeviceMemory(DeviceMemory &&o) noexcept : ptr_(std::exchange(o.ptr_, {})) {}
+  DeviceMemory &operator=(DeviceMemory &&o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    return *this;
+  }
+  ~DeviceMemory() {
+    if (ptr_)
+      cudaFree(ptr_);
+  }
+  static Expected<DeviceMemory> allocate(uint64_t bytes,
+                                         const std::string &what) {
+    DeviceMemory m;
+    // Never zero bytes: every buffer gets its own address.
+    if (cudaError_t e = cudaMalloc(&m.ptr_, std::max<uint64_t>(bytes, 16));
+        e != cudaSuccess)
+      return Error(what, "cudaMalloc",
+                   fmt::format("{} bytes: {}", bytes, cudaGetErrorString(e)));
+    return m;
+  }
+  template <typename T = uint8_t> T *get() const {
+    return static_cast<T *>(ptr_);
+  }
+
+private:
+  void *ptr_ = nullptr;
+};
+
+/// Runs one job at a time on its own thread (a rank's host thread: every
+/// CUDA and NCCL call of a rank is made from it).
+class Worker {
+public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void post(std::function<Status()> job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = std::move(job);
+    result_.reset();
+    cv_.notify_all();
+  }
+  Status wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return result_.has_value(); });
+    return *result_;
+  }
+
+private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || job_; });
+      if (stop_)
+        return;
+      std::function<Status()> job = std::move(job_);
+      job_ = nullptr;
+      lock.unlock();
+      Status st = Status::ok();
+      try {
+        st = job();
+      } catch (const std::exception &e) {
+        st = Error("cuda backend", "", e.what());
+      }
+      lock.lock();
+      result_ = st;
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::function<Status()> job_;
+  std::optional<Status> result_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+using Launch = std::function<Status(cudaStream_t)>;
+
+struct CudaStep {
+  const Step *step = nullptr;
+  std::vector<uint8_t *> ptrs; ///< each buffer's device address (not weights)
+  std::vector<DeviceMemory> slots;
+  std::vector<Launch> ops;
+  std::vector<std::string> where; ///< per op, for errors
+  /// KILN_RUN_PROFILE: an event before each op and after the last, and the
+  /// time each op took, summed over the profiled runs.
+  std::vector<cudaEvent_t> events;
+  std::vector<double> opMs;
+  uint64_t profiledRuns = 0;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+};
+
+struct State {
+  DeviceMemory memory;
+  const Buffer *buffer = nullptr;
+};
+
+struct CudaRank {
+  uint32_t index = 0; ///< the artifact's rank
+  uint32_t ranks = 1; ///< ranks of the artifact
+  int device = 0;
+  bool simulate = false; ///< alone, collectives replaced by local traffic
+  std::string where;     ///< "cuda rank 0 (GPU 0)"
+  cudaStream_t stream = nullptr;
+  DeviceMemory arena;
+  std::map<std::string, State> states;
+  /// By binding index; only the bindings this rank's plan uses are set.
+  std::vector<DeviceWeight> weights;
+  std::vector<DeviceMemory> weightStore;
+  /// One-dimensional weights used as per-channel parameters, dequantised
+  /// to f32 once at load, by binding.
+  std::map<int32_t, float *> params;
+  std::vector<DeviceMemory> scratch;
+  DeviceMemory fault;
+  StepFault *hostFault = nullptr; ///< pinned
+  const NcclApi *nccl = nullptr;
+  ncclComm_t comm = nullptr;
+  std::map<std::string, CudaStep> steps;
+  std::unique_ptr<Worker> worker; ///< absent for a lone rank (runs inline)
+
+  ~CudaRank() {
+    cudaSetDevice(device);
+    for (auto &[name, s] : steps) {
+      for (cudaEvent_t e : s.events)
+        cudaEventDestroy(e);
+      if (s.exec)
+        cudaGraphExecDestroy(s.exec);
+      if (s.graph)
+        cudaGraphDestroy(s.graph);
+    }
+    if (comm && nccl)
+      nccl->commDestroy(comm);
+    if (hostFault)
+      cudaFreeHost(hostFault);
+    if (stream)
+      cudaStreamDestroy(stream);
+  }
+
+  /// Runs `job` on this rank's thread (inline for a lone rank).
+  void post(std::function<Status()> job) {
+    if (worker)
+      worker->post(std::move(job));
+    else
+      inlineResult_ = job();
+  }
+  Status wait() {
+    if (worker)
+      return worker->wait();
+    return inlineResult_.value_or(Status::ok());
+  }
+
+  Expected<float *> scratchFloats(uint64_t n) {
+    KILN_ASSIGN(m, DeviceMemory::allocate(n * sizeof(float), where));
+    scratch.push_back(std::move(m));
+    return scratch.back().get<float>();
+  }
+
+private:
+  std::optional<Status> inlineResult_;
+};
+
+struct CudaGroup {
+  Artifact artifact;
+  bool eager = false;
+  bool profile = false;
+  uint64_t seed = 0;
+  uint64_t fillPositions = 0;
+  std::vector<std::unique_ptr<CudaRank>> ranks;
+};
+
+Status ncclCheck(const NcclApi &api, ncclResult_t r, const std::string &where,
+                 const char *call) {
+  if (r == ncclSuccess)
+    return Status::ok();
+  return Error(where, call, api.getErrorString(r));
+}
+
+DeviceCache cacheOf(const uint8_t *data, const Buffer &b) {
+  CacheType t = b.dtype == DType::F16    ? CacheType::F16
+                : b.dtype == DType::BF16 ? CacheType::BF16
+                                         : CacheType::F32;
+  return {const_cast<uint8_t *>(data), t, b.shape[0], b.shape[1]};
+}
+
+/// Binds one decoded op to its kernel launch on this rank's memory.
+class OpBinder {
+public:
+  OpBinder(CudaRank &rank, CudaStep &step, StepOp op, int32_t index)
+      : rank_(rank), step_(step), d_(std::move(op)), index_(index) {}
+
+  Expected<Launch> bind();
+
+private:
+  const Buffer &buffer(int32_t i) const { return step_.step->buffers[i]; }
+  float *f32In(size_t i) const {
+    return reinterpret_cast<float *>(step_.ptrs[d_.ins[i]]);
+  }
+  float *f32Out(size_t i) const {
+    return reinterpret_cast<float *>(step_.ptrs[d_.outs[i]]);
+  }
+  int32_t *i32In(size_t i) const {
+    return reinterpret_cast<int32_t *>(step_.ptrs[d_.ins[i]]);
+  }
+  int32_t *i32Out(size_t i) const {
+    return reinterpret_cast<int32_t *>(step_.ptrs[d_.outs[i]]);
+  }
+  const DeviceWeight &weight(size_t i) const {
+    return rank_.weights[buffer(d_.ins[i]).binding];
+  }
+  DeviceCache cache(int32_t i) const {
+    return cacheOf(step_.ptrs[i], buffer(i));
+  }
+  /// A per-channel parameter: an f32 buffer, or a 1-D weight dequantised
+  /// once to f32 at load.
+  Expected<const float *> param(size_t i);
+  FaultSink sink() const {
+    return {rank_.fault.get<StepFault>(), index_};
+  }
+  /// A launch's error, naming the op.
+  Launch wrap(std::function<cudaError_t(cudaStream_t)> fn) const {
+    std::string where = d_.where;
+    return [fn = std::move(fn), where](cudaStream_t s) {
+      return check(fn(s), where, "kernel launch");
+    };
+  }
+  Expected<Launch> collective();
+
+  CudaRank &rank_;
+  CudaStep &step_;
+  StepOp d_;
+  int32_t index_;
+};
+
+Expected<const float *> OpBinder::param(size_t i) {
+  const Buffer &b = buffer(d_.ins[i]);
+  if (b.kind != BufferKind::Weight)
+    return static_cast<const float *>(f32In(i));
+  auto it = rank_.params.find(b.binding);
+  if (it != rank_.params.end())
+    return static_cast<const float *>(it->second);
+  const DeviceWeight &w = rank_.weights[b.binding];
+  KILN_ASSIGN(out, rank_.scratchFloats(uint64_t(w.rows * w.cols)));
+  KILN_TRY(check(launchDequant(w, out, rank_.stream), d_.where,
+                 "launchDequant"));
+  rank_.params[b.binding] = out;
+  return static_cast<const float *>(out);
+}
+
+/// all_reduce, all_reduce_add_rms_norm, all_gather, distributed_argmax:
+/// NCCL across the group; alone (one rank, or a simulated rank of a larger
+/// plan) the local equivalent, which for a simulated rank moves the bytes
+/// a ring collective moves through each GPU's memory.
+Expected<Launch> OpBinder::collective() {
+  CudaRank *rank = &rank_;
+  const NcclApi *nccl = rank_.nccl;
+  std::string where = d_.where;
+  int64_t ranks = int64_t(rank_.ranks);
+  // A ring all-reduce sends and receives 2 (N - 1) / N of the buffer.
+  auto ringBytes = [&](uint64_t bytes) {
+    return bytes * 2 * uint64_t(ranks - 1) / uint64_t(ranks);
+  };
+  switch (d_.kind) {
+  case OpKind::AllReduce:
+  case OpKind::AllReduceAddRmsNorm: {
+    bool fused = d_.kind == OpKind::AllReduceAddRmsNorm;
+    uint64_t n = uint64_t(d_.rows * d_.n);
+    bool simulate = rank_.simulate;
+    const float *x = f32In(0);
+    // The fused op reduces into scratch (its input is read-only).
+    float *reduced = f32Out(0);
+    if (fused || (rank_.simulate && ranks > 1)) {
+      KILN_ASSIGN(s, rank_.scratchFloats(rank_.simulate ? 2 * n : n));
+      reduced = s;
+    }
+    const float *w = nullptr;
+    if (fused) {
+      KILN_ASSIGN(weights, param(2));
+      w = weights;
+    }
+    const float *residual = fused ? f32In(1) : nullptr;
+    float *sum = f32Out(0), *y = fused ? f32Out(1) : nullptr;
+    int64_t rows = d_.rows, cols = d_.n;
+    float eps = float(d_.epsilon);
+    bool isSum = d_.sum;
+    uint64_t traffic = simulate ? ringBytes(n * sizeof(float)) : 0;
+    return Launch([=](cudaStream_t s) -> Status {
+      if (nccl && !simulate) {
+        KILN_TRY(ncclCheck(*nccl,
+                           nccl->allReduce(x, reduced, n, ncclFloat,
+                                           isSum ? ncclSum : ncclMax,
+                                           rank->comm, s),
+                           where, "ncclAllReduce"));
+      } else {
+        // Alone the sum is the input itself. A simulated rank also moves
+        // the ring's traffic: the rest of it into the scratch's second half.
+        if (reduced != x)
+          CUDA_TRY(where, cudaMemcpyAsync(reduced, x, n * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, s));
+        if (traffic > n * sizeof(float))
+          CUDA_TRY(where, cudaMemcpyAsync(reduced + n, x,
+                                          traffic - n * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, s));
+      }
+      if (fused)
+        return check(launchAddRmsNorm(residual, reduced, rows, cols, w, eps,
+                                      sum, y, s),
+                     where, "launchAddRmsNorm");
+      if (reduced != sum)
+        CUDA_TRY(where, cudaMemcpyAsync(sum, reduced, n * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, s));
+      return Status::ok();
+    });
+  }
+  case OpKind::AllGather: {
+    const float *x = f32In(0);
+    float *y = f32Out(0);
+    uint64_t part = uint64_t(d_.outer * d_.inner);
+    int64_t outer = d_.outer, inner = d_.inner;
+    // Rank-major parts land in scratch unless the gather is on dim 0.
+    float *gathered = y;
+    if (outer != 1) {
+      KILN_ASSIGN(s, rank_.scratchFloats(part * uint64_t(ranks)));
+      gathered = s;
+    }
+    bool simulate = rank_.simulate;
+    uint32_t me = rank_.index;
+    return Launch([=](cudaStream_t s) -> Status {
+      if (nccl && !simulate) {
+        KILN_TRY(ncclCheck(*nccl,
+                           nccl->allGather(x, gathered, part, ncclFloat,
+                                           rank->comm, s),
+                           where, "ncclAllGather"));
+      } else {
+        // Alone, this rank's part stands in for every rank's.
+        for (int64_t q = 0; q < ranks; ++q)
+          CUDA_TRY(where, cudaMemcpyAsync(gathered + q * part, x,
+                                          part * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, s));
+        (void)me;
+      }
+      if (gathered != y)
+        return check(launchGatherReorder(gathered, ranks, outer, inner, y, s),
+                     where, "launchGatherReorder");
+      return Status::ok();
+    });
+  }
+  case OpKind::DistributedArgmax: {
+    const float *x = f32In(0);
+    int32_t *y = i32Out(0);
+    int64_t n = d_.n;
+    KILN_ASSIGN(buf, rank_.scratchFloats(2 * uint64_t(ranks)));
+    auto *candidates = reinterpret_cast<ArgmaxCandidate *>(buf);
+    bool simulate = rank_.simulate;
+    int32_t base = int32_t(int64_t(rank_.index) * n);
+    uint32_t me = rank_.index;
+    return Launch([=](cudaStream_t s) -> Status {
+      ArgmaxCandidate *mine = candidates + (nccl && !simulate ? me : 0);
+      KILN_TRY(check(launchArgmaxCandidate(x, n, base, mine, s), where,
+                     "launchArgmaxCandidate"));
+      if (nccl && !simulate) {
+        // In place: each rank's candidate sits at its own slot.
+        KILN_TRY(ncclCheck(*nccl,
+                           nccl->allGather(mine, candidates,
+                                           sizeof(ArgmaxCandidate), ncclUint8,
+                                           rank->comm, s),
+                           where, "ncclAllGather"));
+        return check(launchPickCandidate(candidates, int(ranks), y, s), where,
+                     "launchPickCandidate");
+      }
+      return check(launchPickCandidate(candidates, 1, y, s), where,
+                   "launchPickCandidate");
+    });
+  }
+  default:
+    return Error(d_.where, "", "not a collective");
+  }
+}
+
+Expected<Launch> OpBinder::bind() {
+  const StepOp &d = d_;
+  int64_t n = d.n, rows = d.rows;
+  switch (d.kind) {
+  case OpKind::AllReduce:
+  case OpKind::AllReduceAddRmsNorm:
+  case OpKind::AllGather:
+  case OpKind::DistributedArgmax:
+    return collective();
+  case OpKind::Copy: {
+    const float *x = f32In(0);
+    float *y = f32Out(0);
+    std::string where = d.where;
+    return Launch([=](cudaStream_t s) -> Status {
+      if (x != y)
+        CUDA_TRY(where, cudaMemcpyAsync(y, x, uint64_t(n) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, s));
+      return Status::ok();
+    });
+  }
+  case OpKind::Slice: {
+    if (d.srcShape.size() > 4)
+      return Error(d.where, "", "the CUDA slice handles up to 4 dims");
+    const float *x = f32In(0);
+    float *y = f32Out(0);
+    std::vector<int64_t> src = d.srcShape, dst = d.dstShape, off = d.offsets;
+    return wrap([=](cudaStream_t s) {
+      return launchSlice(x, src.data(), dst.data(), off.data(),
+                         int(src.size()), y, s);
+    });
+  }
+  case OpKind::Concat: {
+    // One strided copy per input: `outer` runs of its values into the
+    // output's rows.
+    std::vector<std::pair<const float *, int64_t>> parts;
+    for (size_t i = 0; i < d.ins.size(); ++i)
+      parts.push_back({f32In(i), d.runs[i]});
+    float *y = f32Out(0);
+    int64_t outer = d.outer, total = d.n;
+    std::string where = d.where;
+    return Launch([=](cudaStream_t s) -> Status {
+      int64_t at = 0;
+      for (auto [x, run] : parts) {
+        CUDA_TRY(where,
+                 cudaMemcpy2DAsync(y + at, total * sizeof(float), x,
+                                   run * sizeof(float), run * sizeof(float),
+                                   outer, cudaMemcpyDeviceToDevice, s));
+        at += run;
+      }
+      return Status::ok();
+    });
+  }
+  case OpKind::Add:
+  case OpKind::Swiglu: {
+    const float *a = f32In(0), *b = f32In(1);
+    float *y = f32Out(0);
+    bool isAdd = d.kind == OpKind::Add;
+    return wrap([=](cudaStream_t s) {
+      return isAdd ? launchAdd(a, b, n, y, s) : launchSwiglu(a, b, n, y, s);
+    });
+  }
+  case OpKind::RmsNorm:
+  case OpKind::LayerNorm: {
+    KILN_ASSIGN(w, param(1));
+    const float *bias = nullptr;
+    if (d.kind == OpKind::LayerNorm) {
+      KILN_ASSIGN(b, param(2));
+      bias = b;
+    }
+    const float *x = f32In(0);
+    float *y = f32Out(0);
+    float eps = float(d.epsilon);
+    return wrap([=](cudaStream_t s) {
+      return bias ? launchLayerNorm(x, rows, n, w, bias, eps, y, s)
+                  : launchRmsNorm(x, rows, n, w, eps, y, s);
+    });
+  }
+  case OpKind::AddRmsNorm: {
+    KILN_ASSIGN(w, param(2));
+    const float *a = f32In(0), *b = f32In(1);
+    float *sum = f32Out(0), *y = f32Out(1);
+    float eps = float(d.epsilon);
+    return wrap([=](cudaStream_t s) {
+      return launchAddRmsNorm(a, b, rows, n, w, eps, sum, y, s);
+    });
+  }
+  case OpKind::Rope: {
+    const float *x = f32In(0);
+    const int32_t *pos = i32In(1);
+    float *y = f32Out(0);
+    RopeStyle style = d.neox ? RopeStyle::NeoX : RopeStyle::Interleaved;
+    float theta = float(d.theta);
+    int64_t offset = d.ropeOffset, dims = d.ropeDims;
+    return wrap([=](cudaStream_t s) {
+      return launchRope(x, rows, n, pos, style, theta, offset, dims, y, s);
+    });
+  }
+  case OpKind::Dequant: {
+    DeviceWeight w = weight(0);
+    float *y = f32Out(0);
+    return wrap([=](cudaStream_t s) { return launchDequant(w, y, s); });
+  }
+  case OpKind::Embed: {
+    DeviceWeight w = weight(0);
+    const int32_t *token = i32In(1);
+    float *y = f32Out(0);
+    FaultSink f = sink();
+    return wrap([=](cudaStream_t s) {
+      return launchEmbed(w, token, y, f, s);
+    });
+  }
+  case OpKind::Linear: {
+    DeviceWeight w = weight(1);
+    const float *x = f32In(0);
+    float *y = f32Out(0);
+    bool stacked = d.stacked;
+    return wrap([=](cudaStream_t s) {
+      return launchLinear(x, rows, w, n, stacked, y, s);
+    });
+  }
+  case OpKind::FusedLinear: {
+    std::vector<std::pair<DeviceWeight, int64_t>> parts;
+    for (size_t i = 1; i < d.ins.size(); ++i)
+      parts.push_back({weight(i), d.segments[i - 1]});
+    const float *x = f32In(0);
+    float *y = f32Out(0);
+    return wrap([=](cudaStream_t s) {
+      for (const auto &[w, at] : parts)
+        if (cudaError_t e = launchLinear(x, 1, w, w.rows, false, y + at, s);
+            e != cudaSuccess)
+          return e;
+      return cudaSuccess;
+    });
+  }
+  case OpKind::CacheAppend: {
+    DeviceCache c = cache(d.outs[0]);
+    const float *x = f32In(0);
+    const int32_t *pos = i32In(1);
+    FaultSink f = sink();
+    return wrap([=](cudaStream_t s) {
+      return launchCacheAppend(x, pos, c, f, s);
+    });
+  }
+  case OpKind::MlaAttention: {
+    DeviceCache c = cache(d.ins[2]);
+    KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(
+                            mlaScratchFloats(d.heads, d.k, c.positions))));
+    const float *ql = f32In(0), *qr = f32In(1);
+    const int32_t *pos = i32In(3);
+    const int32_t *sel = d.capacity ? i32In(4) : nullptr;
+    const int32_t *count = d.capacity ? i32In(5) : nullptr;
+    float *y = f32Out(0);
+    int64_t heads = d.heads, latent = d.k, rope = d.rope,
+            capacity = d.capacity;
+    float scale = float(d.scale);
+    FaultSink f = sink();
+    return wrap([=](cudaStream_t s) {
+      return launchMlaAttention(ql, qr, heads, latent, rope, c, pos, sel,
+                                count, capacity, scale, scores, y, f, s);
+    });
+  }
+  case OpKind::DsaIndexer: {
+    DeviceCache c = cache(d.ins[2]);
+    KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(c.positions)));
+    KILN_ASSIGN(flags, rank_.scratchFloats(uint64_t(c.positions)));
+    const float *q = f32In(0), *w = f32In(1);
+    const int32_t *pos = i32In(3);
+    int32_t *sel = i32Out(0), *count = i32Out(1);
+    int64_t heads = d.heads, dim = d.k, topK = d.topK;
+    float scale = float(d.scale);
+    FaultSink f = sink();
+    int32_t *flagWords = reinterpret_cast<int32_t *>(flags);
+    return wrap([=](cudaStream_t s) {
+      return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
+                              flagWords, sel, count, f, s);
+    });
+  }
+  case OpKind::MoeRouter: {
+    const float *bias = nullptr;
+    if (d.hasBias) {
+      KILN_ASSIGN(b, param(2));
+      bias = b;
+    }
+    KILN_ASSIGN(logits, rank_.scratchFloats(uint64_t(d.experts)));
+    DeviceWeight gate = weight(1);
+    const float *x = f32In(0);
+    int32_t *ids = i32Out(0);
+    float *w = f32Out(1);
+    int64_t topK = d.topK;
+    Gating g = d.softmax ? Gating::Softmax : Gating::Sigmoid;
+    bool norm = d.normalize;
+    float rs = float(d.routedScale);
+    return wrap([=](cudaStream_t s) {
+      return launchMoeRouter(x, gate, bias, topK, g, norm, rs, logits, ids, w,
+                             s);
+    });
+  }
+  case OpKind::MoeExperts: {
+    KILN_ASSIGN(act, rank_.scratchFloats(uint64_t(d.topK * d.ffn)));
+    DeviceWeight gate = weight(3);
+    std::optional<DeviceWeight> up;
+    if (!d.fusedGateUp)
+      up = weight(4);
+    DeviceWeight down = weight(d.ins.size() - 1);
+    const float *x = f32In(0), *w = f32In(2);
+    const int32_t *ids = i32In(1);
+    float *y = f32Out(0);
+    int64_t ffn = d.ffn, experts = d.experts, chosen = d.topK;
+    FaultSink f = sink();
+    return wrap([=](cudaStream_t s) {
+      return launchMoeExperts(x, n, ffn, experts, ids, w, chosen, gate,
+                              up ? &*up : nullptr, down, act, y, f, s);
+    });
+  }
+  case OpKind::Argmax: {
+    const float *x = f32In(0);
+    int32_t *y = i32Out(0);
+    return wrap([=](cudaStream_t s) { return launchArgmax(x, n, y, s); });
+  }
+  }
+  return Error(d.where, "", "the CUDA backend has no kernel for this op");
+}
+
+/// Places binding `b` on the rank's GPU: the rank's slice of the file's
+/// bytes, or random valid blocks.
+Status placeWeight(CudaRank &rank, const WeightBinding &b, int32_t binding,
+                   const kiln_weight_bytes *bytes, uint64_t seed) {
+  std::vector<int64_t> dims = backend::localDims(b);
+  DeviceWeight w;
+  w.type = b.type;
+  w.cols = dims[0];
+  w.rows = 1;
+  for (size_t i = 1; i < dims.size(); ++i)
+    w.rows *= dims[i];
+  std::optional<uint64_t> row = rowBytes(b.type, uint64_t(w.cols));
+  std::optional<uint64_t> total =
+      row ? checkedMul(*row, uint64_t(w.rows)) : std::nullopt;
+  if (!total)
+    return Error(b.tensor, "dims", "the size overflows");
+  KILN_ASSIGN(memory, DeviceMemory::allocate(*total, b.tensor));
+  if (bytes) {
+    std::vector<std::vector<uint8_t>> store;
+    KILN_ASSIGN(host, backend::sliceWeight(b, *bytes, store));
+    if (host.bytes != *total)
+      return Error(b.tensor, "bytes", "the slice does not match its dims");
+    CUDA_TRY(b.tensor, cudaMemcpy(memory.get(), host.data, host.bytes,
+                                  cudaMemcpyHostToDevice));
+  } else {
+    // Every binding its own stream of random blocks.
+    CUDA_TRY(b.tensor,
+             launchFillRandomBlocks(b.type, memory.get(), *total,
+                                    seed * 0x9E3779B97F4A7C15ull + binding,
+                                    rank.stream));
+  }
+  w.data = memory.get();
+  rank.weightStore.push_back(std::move(memory));
+  rank.weights[binding] = w;
+  return Status::ok();
+}
+
+Status fillStates(CudaRank &rank, uint64_t positions, uint64_t seed) {
+  for (auto &[name, st] : rank.states) {
+    CUDA_TRY(rank.where, cudaMemsetAsync(st.memory.get(), 0, st.buffer->bytes(),
+                                         rank.stream));
+    if (positions == 0)
+      continue;
+    DeviceCache c = cacheOf(st.memory.get(), *st.buffer);
+    if (int64_t(positions) > c.positions)
+      return Error(name, "positions",
+                   fmt::format("cannot fill {} positions: the cache holds {}",
+                               positions, c.positions));
+    c.positions = int64_t(positions);
+    CUDA_TRY(name, launchFillRandomCache(c, seed ^ std::hash<std::string>()(name),
+                                         rank.stream));
+  }
+  CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
+  return Status::ok();
+}
+
+Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
+  CudaStep &s = rank.steps[step.name];
+  s.step = &step;
+  s.ptrs.assign(step.buffers.size(), nullptr);
+  for (size_t i = 0; i < step.buffers.size(); ++i) {
+    const Buffer &b = step.buffers[i];
+    switch (b.kind) {
+    case BufferKind::Arena:
+      s.ptrs[i] = rank.arena.get() + b.offset;
+      break;
+    case BufferKind::View:
+      s.ptrs[i] = s.ptrs[b.base] + b.offset * elementBytes(b.dtype);
+      break;
+    case BufferKind::Weight:
+      break;
+    case BufferKind::State: {
+      auto it = rank.states.find(b.name);
+      if (it == rank.states.end()) {
+        KILN_ASSIGN(m, DeviceMemory::allocate(b.bytes(), b.name));
+        it = rank.states.emplace(b.name, State{std::move(m), &b}).first;
+      } else if (it->second.buffer->bytes() != b.bytes()) {
+        return Error(step.name, b.name,
+                     "the same state has different sizes in two steps");
+      }
+      s.ptrs[i] = it->second.memory.get();
+      break;
+    }
+    case BufferKind::Input:
+    case BufferKind::Output: {
+      KILN_ASSIGN(m, DeviceMemory::allocate(b.bytes(), b.name));
+      CUDA_TRY(b.name, cudaMemset(m.get(), 0, b.bytes()));
+      s.ptrs[i] = m.get();
+      s.slots.push_back(std::move(m));
+      break;
+    }
+    }
+  }
+  KILN_ASSIGN(ops, backend::decodeStep(a, step, rank.ranks));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    s.where.push_back(ops[i].where);
+    KILN_ASSIGN(launch, OpBinder(rank, s, std::move(ops[i]), int32_t(i)).bind());
+    s.ops.push_back(std::move(launch));
+  }
+  return Status::ok();
+}
+
+/// The step's work on a stream: clear the fault word, then every op (with
+/// an event before each and after the last when profiling).
+Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
+  CUDA_TRY(rank.where, cudaMemsetAsync(rank.fault.get(), 0, sizeof(StepFault),
+                                       rank.stream));
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    if (profile)
+      CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
+    KILN_TRY(s.ops[i](rank.stream));
+  }
+  if (profile)
+    CUDA_TRY(rank.where, cudaEventRecord(s.events.back(), rank.stream));
+  return Status::ok();
+}
+
+/// After a profiled run: each op's time, added to its total.
+Status collectProfile(CudaRank &rank, CudaStep &s) {
+  s.opMs.resize(s.ops.size(), 0.0);
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    float ms = 0;
+    CUDA_TRY(rank.where,
+             cudaEventElapsedTime(&ms, s.events[i], s.events[i + 1]));
+    s.opMs[i] += ms;
+  }
+  ++s.profiledRuns;
+  return Status::ok();
+}
+
+/// The profile of each rank's steps by op kind, on stderr: what an expert
+/// reads first when a step is slower than its floor.
+void printProfile(const CudaGroup &g) {
+  for (const std::unique_ptr<CudaRank> &rank : g.ranks)
+    for (const auto &[name, s] : rank->steps) {
+      if (!s.profiledRuns)
+        continue;
+      std::map<std::string, std::pair<int, double>> byKind;
+      double total = 0;
+      for (size_t i = 0; i < s.opMs.size(); ++i) {
+        auto &[count, ms] = byKind[s.step->ops[i].kind];
+        ++count;
+        ms += s.opMs[i] / double(s.profiledRuns);
+        total += s.opMs[i] / double(s.profiledRuns);
+      }
+      std::vector<std::pair<double, std::string>> order;
+      for (const auto &[kind, v] : byKind)
+        order.push_back({v.second, kind});
+      std::sort(order.rbegin(), order.rend());
+      std::fprintf(stderr,
+                   "profile: %s, step '%s', %llu runs, eager with an event "
+                   "pair per op: %.3f ms per step\n",
+                   rank->where.c_str(), name.c_str(),
+                   (unsigned long long)s.profiledRuns, total);
+      std::fprintf(stderr, "  %-26s %6s %12s %7s\n", "op", "count",
+                   "ms per step", "share");
+      for (const auto &[ms, kind] : order)
+        std::fprintf(stderr, "  %-26s %6d %12.4f %6.1f%%\n", kind.c_str(),
+                     byKind[kind].first, ms, 100.0 * ms / total);
+    }
+}
+
+Status capture(CudaRank &rank, CudaStep &s) {
+  std::string where = fmt::format("{}: capturing step '{}'", rank.where,
+                                  s.step->name);
+  CUDA_TRY(where, cudaStreamBeginCapture(rank.stream,
+                                         cudaStreamCaptureModeThreadLocal));
+  Status enqueued = enqueueStep(rank, s);
+  cudaGraph_t graph = nullptr;
+  cudaError_t ended = cudaStreamEndCapture(rank.stream, &graph);
+  if (!enqueued)
+    return enqueued;
+  CUDA_TRY(where, ended);
+  s.graph = graph;
+  CUDA_TRY(where, cudaGraphInstantiate(&s.exec, graph, 0));
+  CUDA_TRY(where, cudaGraphUpload(s.exec, rank.stream));
+  return Status::ok();
+}
+
+std::string faultText(const StepFault &f) {
+  switch (FaultCode(f.code)) {
+  case FaultCode::TokenOutOfRange:
+    return fmt::format("token {} is outside the vocabulary [0, {})", f.value,
+                       f.limit);
+  case FaultCode::PositionOutOfRange:
+    return fmt::format("position {} is outside the cache's {} positions: the "
+                       "context is full",
+                       f.value, f.limit);
+  case FaultCode::SelectionOutOfRange:
+    return fmt::format("a selected position {} is outside the cache's {}",
+                       f.value, f.limit);
+  case FaultCode::CountOutOfRange:
+    return fmt::format("selected_count {} is outside 0..{}", f.value, f.limit);
+  case FaultCode::ExpertOutOfRange:
+    return fmt::format("expert id {} is outside [0, {})", f.value, f.limit);
+  default:
+    return fmt::format("fault code {} (value {}, limit {})", f.code, f.value,
+                       f.limit);
+  }
+}
+
+Status runRank(CudaRank &rank, CudaStep &s, bool eager, bool profile) {
+  CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+  if (profile && s.events.empty()) {
+    s.events.resize(s.ops.size() + 1);
+    for (cudaEvent_t &e : s.events)
+      CUDA_TRY(rank.where, cudaEventCreate(&e));
+  }
+  if (eager || profile)
+    KILN_TRY(enqueueStep(rank, s, profile));
+  else
+    CUDA_TRY(rank.where, cudaGraphLaunch(s.exec, rank.stream));
+  CUDA_TRY(rank.where, cudaMemcpyAsync(rank.hostFault, rank.fault.get(),
+                                       sizeof(StepFault),
+                                       cudaMemcpyDeviceToHost, rank.stream));
+  CUDA_TRY(fmt::format("{}: step '{}'", rank.where, s.step->name),
+           cudaStreamSynchronize(rank.stream));
+  if (profile)
+    KILN_TRY(collectProfile(rank, s));
+  const StepFault &f = *rank.hostFault;
+  if (f.code != 0) {
+    std::string where = f.op >= 0 && size_t(f.op) < s.where.size()
+                            ? s.where[f.op]
+                            : s.step->name;
+    return Error(rank.where + ": " + where, "", faultText(f));
+  }
+  return Status::ok();
+}
+
+/// Runs `job(rank)` on every rank's thread at once and returns the first
+/// failure, naming its rank.
+Status onEveryRank(CudaGroup &g, const std::function<Status(CudaRank &)> &job) {
+  for (std::unique_ptr<CudaRank> &r : g.ranks) {
+    CudaRank *rank = r.get();
+    rank->post([rank, &job] { return job(*rank); });
+  }
+  std::optional<Error> first;
+  for (std::unique_ptr<CudaRank> &r : g.ranks)
+    if (Status st = r->wait(); !st && !first)
+      first = st.error();
+  if (first)
+    return *first;
+  return Status::ok();
+}
+
+Expected<std::unique_ptr<CudaGroup>>
+openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
+          uint32_t weightCount, const kiln_rank_options *options) {
+  KILN_ASSIGN(parsed, parseArtifact(bytes, "artifact"));
+  auto group = std::make_unique<CudaGroup>();
+  group->artifact = std::move(parsed);
+  const Artifact &a = group->artifact;
+  uint32_t flags = options ? options->flags : 0;
+  uint32_t known = KILN_RUN_EAGER | KILN_RUN_RANDOM_WEIGHTS |
+                   KILN_RUN_SIMULATE_RANK | KILN_RUN_PROFILE;
+  if (flags & ~known)
+    return Error("cuda backend", "options",
+                 fmt::format("unknown flags {:#x}", flags & ~known));
+  bool random = flags & KILN_RUN_RANDOM_WEIGHTS;
+  bool simulate = flags & KILN_RUN_SIMULATE_RANK;
+  group->eager = flags & KILN_RUN_EAGER;
+  group->profile = flags & KILN_RUN_PROFILE;
+  group->seed = options ? options->seed : 0;
+  group->fillPositions = options ? options->fill_positions : 0;
+  if (!random && (!weights || weightCount != a.weights.size()))
+    return Error("artifact", "weights",
+                 fmt::format("{} weight buffers given for {} bindings",
+                             weightCount, a.weights.size()));
+  if (simulate && options->simulate_rank >= a.ranks)
+    return Error("cuda backend", "simulate_rank",
+                 fmt::format("rank {} of {}", options->simulate_rank,
+                             a.ranks));
+
+  int devices = 0;
+  CUDA_TRY("cuda backend", cudaGetDeviceCount(&devices));
+  uint32_t first = options ? options->device : 0;
+  uint32_t local = simulate ? 1 : a.ranks;
+  if (uint64_t(first) + local > uint64_t(devices))
+    return Error("cuda backend", "devices",
+                 fmt::format("{} GPU(s) from GPU {} are needed ({} rank(s){}), "
+                             "{} visible",
+                             local, first, a.ranks,
+                             simulate ? ", one simulated" : "", devices));
+
+  // NCCL for a real group of more than one rank. NVLink SHARP (NVLS) buys
+  // nothing for all-reduces of a few KiB and reserves memory per
+  // communicator: off unless the user asks for it.
+  const NcclApi *nccl = nullptr;
+  ncclUniqueId id{};
+  if (local > 1) {
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+    KILN_ASSIGN(api, loadNccl());
+    nccl = api;
+    KILN_TRY(ncclCheck(*nccl, nccl->getUniqueId(&id), "cuda backend",
+                       "ncclGetUniqueId"));
+  }
+
+  for (uint32_t i = 0; i < local; ++i) {
+    auto rank = std::make_unique<CudaRank>();
+    rank->index = simulate ? options->simulate_rank : i;
+    rank->ranks = a.ranks;
+    rank->device = int(first + i);
+    rank->simulate = simulate;
+    rank->nccl = nccl;
+    rank->where = fmt::format("cuda rank {} (GPU {})", rank->index,
+                              rank->device);
+    if (local > 1)
+      rank->worker = std::make_unique<Worker>();
+    group->ranks.push_back(std::move(rank));
+  }
+
+  // Each rank on its own thread: place, prepare, join NCCL, capture.
+  Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {
+           CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+           CUDA_TRY(rank.where, cudaStreamCreateWithFlags(
+                                    &rank.stream, cudaStreamNonBlocking));
+           const RankPlan &plan = a.rankPlans[rank.index];
+           rank.weights.resize(a.weights.size());
+           std::vector<bool> placed(a.weights.size(), false);
+           for (const Step &s : plan.steps)
+             for (const Buffer &b : s.buffers)
+               if (b.kind == BufferKind::Weight && !placed[b.binding]) {
+                 placed[b.binding] = true;
+                 KILN_TRY(placeWeight(rank, a.weights[b.binding], b.binding,
+                                      random ? nullptr : &weights[b.binding],
+                                      group->seed));
+               }
+           uint64_t arena = 0;
+           for (const Step &s : plan.steps)
+             arena = std::max(arena, s.arenaBytes);
+           KILN_ASSIGN(arenaMemory, DeviceMemory::allocate(arena, "arena"));
+           rank.arena = std::move(arenaMemory);
+           CUDA_TRY(rank.where, cudaMemset(rank.arena.get(), 0, arena));
+           KILN_ASSIGN(fault, DeviceMemory::allocate(sizeof(StepFault),
+                                                     "fault word"));
+           rank.fault = std::move(fault);
+           CUDA_TRY(rank.where,
+                    cudaMallocHost(&rank.hostFault, sizeof(StepFault)));
+           for (const Step &s : plan.steps)
+             KILN_TRY(prepareStep(rank, a, s));
+           KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
+           if (nccl)
+             KILN_TRY(ncclCheck(*nccl,
+                                nccl->commInitRank(&rank.comm, int(local), id,
+                                                   int(rank.index)),
+                                rank.where, "ncclCommInitRank"));
+           // NCCL connects its peers on a communicator's first collectives,
+           // which cannot happen inside a capture: run every step once
+           // eagerly (all ranks together, inputs zero), then start the
+           // caches afresh.
+           if (nccl) {
+             for (auto &[name, s] : rank.steps)
+               KILN_TRY(enqueueStep(rank, s));
+             CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
+             KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
+           }
+           if (!group->eager)
+             for (auto &[name, s] : rank.steps)
+               KILN_TRY(capture(rank, s));
+           CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
+           return Status::ok();
+         });
+  if (!opened)
+    return opened.error();
+  return group;
+}
+
+template <typename Fn>
+int guarded(char *error, uint64_t errorBytes, Fn &&fn) {
+  try {
+    Status st = fn();
+    if (!st) {
+      backend::setError(error, errorBytes, st.error().message());
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception &e) {
+    backend::setError(error, errorBytes,
+                      std::string("cuda backend: ") + e.what());
+    return 1;
+  }
+}
+
+CudaGroup *cast(kiln_group *g) { return reinterpret_cast<CudaGroup *>(g); }
+
+Expected<CudaStep *> findStep(CudaRank &rank, const char *name) {
+  auto it = rank.steps.find(name ? name : "");
+  if (it == rank.steps.end())
+    return Error("artifact", "step",
+                 fmt::format("no step named '{}'", name ? name : ""));
+  return &it->second;
+}
+
+Expected<uint8_t *> findSlot(CudaStep &step, BufferKind kind, const char *slot,
+                             uint64_t bytes) {
+  std::optional<int32_t> i = step.step->slot(kind, slot ? slot : "");
+  if (!i)
+    return Error(step.step->name, slot ? slot : "",
+                 fmt::format("no {} slot of that name", nameOf(kind)));
+  const Buffer &b = step.step->buffers[*i];
+  if (b.bytes() != bytes)
+    return Error(step.step->name, slot,
+                 fmt::format("the slot holds {} bytes, {} given", b.bytes(),
+                             bytes));
+  return step.ptrs[*i];
+}
+
+int cudaOpenGroup(const uint8_t *artifact, uint64_t artifactBytes,
+                  const kiln_weight_bytes *weights, uint32_t weightCount,
+                  const kiln_rank_options *options, kiln_group **out,
+                  char *error, uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    Expected<std::unique_ptr<CudaGroup>> g =
+        openGroup(std::span<const uint8_t>(artifact, artifactBytes), weights,
+                  weightCount, options);
+    if (!g)
+      return g.error();
+    *out = reinterpret_cast<kiln_group *>(g->release());
+    return Status::ok();
+  });
+}
+
+/// Copies between the caller's bytes and a slot: into the input slot of
+/// every rank, or out of the first rank's output slot.
+int copySlot(kiln_group *group, const char *step, BufferKind kind,
+             const char *slot, void *data, uint64_t bytes, char *error,
+             uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    for (std::unique_ptr<CudaRank> &rank : cast(group)->ranks) {
+      KILN_ASSIGN(s, findStep(*rank, step));
+      KILN_ASSIGN(p, findSlot(*s, kind, slot, bytes));
+      CUDA_TRY(rank->where, cudaSetDevice(rank->device));
+      if (kind == BufferKind::Output) {
+        CUDA_TRY(rank->where, cudaMemcpy(data, p, bytes,
+                                         cudaMemcpyDeviceToHost));
+        break;
+      }
+      CUDA_TRY(rank->where, cudaMemcpy(p, data, bytes,
+                                       cudaMemcpyHostToDevice));
+    }
+    return Status::ok();
+  });
+}
+
+int cudaWriteSlot(kiln_group *group, const char *step, const char *slot,
+                  const void *data, uint64_t bytes, char *error,
+                  uint64_t errorBytes) {
+  return copySlot(group, step, BufferKind::Input, slot,
+                  const_cast<void *>(data), bytes, error, errorBytes);
+}
+
+int cudaReadSlot(kiln_group *group, const char *step, const char *slot,
+                 void *data, uint64_t bytes, char *error,
+                 uint64_t errorBytes) {
+  return copySlot(group, step, BufferKind::Output, slot, data, bytes, error,
+                  errorBytes);
+}
+
+int cudaRunStep(kiln_group *group, const char *step, char *error,
+                uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    CudaGroup &g = *cast(group);
+    bool eager = g.eager, profile = g.profile;
+    std::string name = step ? step : "";
+    return onEveryRank(g, [&](CudaRank &rank) -> Status {
+      KILN_ASSIGN(s, findStep(rank, name.c_str()));
+      return runRank(rank, *s, eager, profile);
+    });
+  });
+}
+
+int cudaReset(kiln_group *group, char *error, uint64_t errorBytes) {
+  return guarded(error, errorBytes, [&]() -> Status {
+    CudaGroup &g = *cast(group);
+    return onEveryRank(g, [&](CudaRank &rank) -> Status {
+      CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+      return fillStates(rank, g.fillPositions, g.seed);
+    });
+  });
+}
+
+void cudaCloseGroup(kiln_group *group) {
+  if (cast(group)->profile)
+    printProfile(*cast(group));
+  delete cast(group);
+}
+
+const kiln_backend_v1 kCudaBackend = {
+    KILN_BACKEND_ABI_VERSION,
+    sizeof(kiln_backend_v1),
+    "cuda",
+    "Kiln CUDA backend (one captured graph per rank per step, NCCL)",
+    cudaOpenGroup,
+    cudaWriteSlot,
+    cudaRunStep,
+    cudaReadSlot,
+    cudaReset,
+    cudaCloseGroup,
+};
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const kiln_backend_v1 *
+kiln_backend_entry(uint32_t abiVersion) {
+  return abiVersion == KILN_BACKEND_ABI_VERSION ? &kCudaBackend : nullptr;
+}

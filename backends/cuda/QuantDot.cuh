@@ -1,0 +1,367 @@
+//===- QuantDot.cuh - One warp's dot of a GGUF weight row with x -*- CUDA -*-===//
+//
+// warpDotRow(type, row, x, cols): one warp computes the dot product of one
+// weight row, in the file's own block layout, with x[cols] (f32), and every
+// lane returns the sum. Q8_0, Q4_K, Q5_K, Q6_K, F32, F16 and BF16 have
+// specialised routines that decode whole groups of values in registers;
+// every other type (and any pointer too misaligned for the wide loads) takes
+// the generic per-value loop of GenericMatVec.cu.
+//
+// Layout of the specialised routines. They keep x's loads contiguous across
+// the warp: in each x load instruction lane l reads float4 number l of a
+// 128-value step (512 contiguous bytes), and each lane reads the weight
+// bytes of exactly those 4 values:
+//   Q8_0 (34-byte blocks, rows 2-aligned): a step is 4 blocks; lane l takes
+//     block l / 8 of the step, quants 4 (l % 8) .. +3 (two 2-byte loads) and
+//     the block's d (a 2-byte load shared by its 8 lanes). Lane sums are
+//     d * (q . x) per block.
+//   Q4_K / Q5_K (144 / 176-byte blocks, 16-aligned): a warp pass is one
+//     256-value block, two steps; lane l takes values 4l .. 4l+3 (sub-block
+//     j = l / 8) and 128 + 4l .. (sub-block j + 4): one 16-byte load of the
+//     block's d, dmin and 12 scale bytes (the same for all lanes), one
+//     4-byte load of quants per step (nibble j % 2 of qs[32 (j/2) + 4 (l%8)
+//     ..], + 64 for the second step) and, for Q5_K, one 4-byte load of qh
+//     (bits j and j + 4 of qh[4 (l%8) ..]). The two scale/min pairs of a
+//     lane share their three scale bytes. Lane sums are dl * (q . x) -
+//     ml * sum(x) per sub-block.
+//   Q6_K (210-byte blocks, only 2-aligned): a pass is one block, two steps
+//     as above; lane l reads 4 bytes of ql at 64c + 4 (l%16), 4 of qh at
+//     128 + 32c + 4 (l%8) (c = the step; aligned 4-byte words, shifted when
+//     the block is 2 mod 4), the int8 scale 8c + l/4 and d. Lane sums are
+//     (d * sc) * ((q - 32) . x).
+//   F32 / F16 / BF16: lane l takes value group l of each 128-value step (one
+//     float4 of the row, or 8 bytes of halves); a scalar loop covers the
+//     tail and rows or x that are not 16 / 8-aligned.
+// Quants become floats exactly without integer conversions: a byte b under
+// the exponent of 2^23 is the float 2^23 + b, and subtracting 2^23 + offset
+// (exact) leaves b - offset.
+//
+// The values are gguf-py's up to float rounding (the factored forms and
+// fused multiply-adds round differently from dequantise-then-multiply); the
+// order of every sum is fixed by the lane layout and warpSum, so results
+// are the same bits on every run.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_BACKENDS_CUDA_QUANTDOT_CUH
+#define KILN_BACKENDS_CUDA_QUANTDOT_CUH
+
+#include "GenericQuant.cuh"
+#include "Warp.cuh"
+
+#include "quant/QuantTypes.h"
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace kiln::cuda {
+
+namespace quantdot {
+
+/// 2^23: a float whose ulp is 1.
+constexpr float kMagic = 8388608.f;
+
+/// float(byte I of w) - (bias - 2^23), exactly.
+template <int I>
+__device__ __forceinline__ float byteValue(uint32_t w, float bias) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | I)) - bias;
+}
+
+/// sum over i < 4 of (byte i of w - (bias - 2^23)) * x_i.
+__device__ __forceinline__ float dot4(uint32_t w, float bias, float4 x) {
+  float s = byteValue<0>(w, bias) * x.x;
+  s = fmaf(byteValue<1>(w, bias), x.y, s);
+  s = fmaf(byteValue<2>(w, bias), x.z, s);
+  return fmaf(byteValue<3>(w, bias), x.w, s);
+}
+
+__device__ __forceinline__ float sum4(float4 x) {
+  return (x.x + x.y) + (x.z + x.w);
+}
+
+/// float(v) for v < 2^23, exactly.
+__device__ __forceinline__ float smallToFloat(uint32_t v) {
+  return __uint_as_float(0x4B000000u | v) - kMagic;
+}
+
+__device__ __forceinline__ float halfBits(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+/// Byte `index` (0..3) of w.
+__device__ __forceinline__ uint32_t byteOf(uint32_t w, int index) {
+  return __byte_perm(w, 0u, 0x4440u | uint32_t(index));
+}
+
+/// Four bytes at a 2-aligned address, from the aligned word(s) holding
+/// them (the second word only when p is 2 mod 4; it ends 2 bytes past
+/// p + 3, so callers keep 2 readable bytes after the group).
+__device__ __forceinline__ uint32_t load4At2(const uint8_t *p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t *w = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
+  const uint32_t lo = __ldg(w);
+  const uint32_t hi = (a & 2) ? __ldg(w + 1) : 0u;
+  return __funnelshift_r(lo, hi, uint32_t(a & 2) * 8);
+}
+
+/// Values per block and bytes per block of the types GenericQuant.cuh
+/// decodes (1 and 0 for any other: never reached, checked on the host).
+__device__ inline void blockShape(GGMLType type, int &values, int &bytes) {
+  switch (type) {
+  case GGMLType::F32: values = 1; bytes = 4; return;
+  case GGMLType::F16:
+  case GGMLType::BF16: values = 1; bytes = 2; return;
+  case GGMLType::Q4_0:
+  case GGMLType::IQ4_NL: values = 32; bytes = 18; return;
+  case GGMLType::Q4_1: values = 32; bytes = 20; return;
+  case GGMLType::Q5_0: values = 32; bytes = 22; return;
+  case GGMLType::Q5_1: values = 32; bytes = 24; return;
+  case GGMLType::Q8_0: values = 32; bytes = 34; return;
+  case GGMLType::Q2_K: values = 256; bytes = 84; return;
+  case GGMLType::Q3_K: values = 256; bytes = 110; return;
+  case GGMLType::Q4_K: values = 256; bytes = 144; return;
+  case GGMLType::Q5_K: values = 256; bytes = 176; return;
+  case GGMLType::Q6_K: values = 256; bytes = 210; return;
+  case GGMLType::IQ4_XS: values = 256; bytes = 136; return;
+  default: values = 1; bytes = 0; return;
+  }
+}
+
+/// Any type: lane l decodes values l, l + 32, ... one at a time.
+__device__ inline float dotGeneric(GGMLType type, const uint8_t *row,
+                                   const float *x, int64_t cols) {
+  const int lane = threadIdx.x % kWarp;
+  int values, bytes;
+  blockShape(type, values, bytes);
+  float acc = 0.f;
+  for (int64_t col = lane; col < cols; col += kWarp) {
+    const uint8_t *block = row + col / values * bytes;
+    acc = fmaf(generic::value(type, block, int(col % values)), x[col], acc);
+  }
+  return warpSum(acc);
+}
+
+/// Q8_0: d (f16), qs[32] (int8). Row 2-aligned, x 16-aligned.
+__device__ inline float dotQ8_0(const uint8_t *row, const float *x,
+                                int64_t cols) {
+  const int lane = threadIdx.x % kWarp, t = lane % 8;
+  const int blocks = int(cols / 32);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x) + t;
+  float acc = 0.f;
+#pragma unroll 4
+  for (int b = lane / 8; b < blocks; b += 4) {
+    const unsigned short *h =
+        reinterpret_cast<const unsigned short *>(row + int64_t(b) * 34);
+    const float d = halfBits(__ldg(h));
+    // Quants 4t .. 4t+3 are bytes 2 + 4t .. 5 + 4t: halves 1 + 2t, 2 + 2t.
+    const uint32_t q =
+        uint32_t(__ldg(h + 1 + 2 * t)) | uint32_t(__ldg(h + 2 + 2 * t)) << 16;
+    const float4 xv = __ldg(x4 + int64_t(b) * 8);
+    // q + 128 as unsigned bytes, so the bias is 2^23 + 128.
+    acc = fmaf(d, dot4(q ^ 0x80808080u, kMagic + 128.f, xv), acc);
+  }
+  return warpSum(acc);
+}
+
+/// The scale and min of sub-blocks j and j + 4 (j < 4) of a Q4_K / Q5_K
+/// block, times d and dmin, from its first 16 bytes (d, dmin, scales[12]).
+__device__ __forceinline__ void scalesK4(uint4 head, int j, float &dl0,
+                                         float &ml0, float &dl1, float &ml1) {
+  const float d = halfBits(head.x & 0xFFFFu), dmin = halfBits(head.x >> 16);
+  const uint32_t a = byteOf(head.y, j), b = byteOf(head.z, j),
+                 c = byteOf(head.w, j); // scales[j], [j + 4], [j + 8]
+  dl0 = d * smallToFloat(a & 63);
+  ml0 = dmin * smallToFloat(b & 63);
+  dl1 = d * smallToFloat((c & 15) | (a >> 6) << 4);
+  ml1 = dmin * smallToFloat((c >> 4) | (b >> 6) << 4);
+}
+
+/// Q4_K (kHigh = false): d, dmin, scales[12], qs[128]. Q5_K (kHigh): d,
+/// dmin, scales[12], qh[32], qs[128]. Row 16-aligned, x 16-aligned.
+template <bool kHigh>
+__device__ inline float dotK45(const uint8_t *row, const float *x,
+                               int64_t cols) {
+  constexpr int kBlockBytes = kHigh ? 176 : 144, kQs = kHigh ? 48 : 16;
+  const int lane = threadIdx.x % kWarp, j = lane / 8, t = lane % 8;
+  const int shift = 4 * (j & 1), word = 8 * (j / 2) + t;
+  const int blocks = int(cols / 256);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x) + lane;
+  float acc = 0.f;
+#pragma unroll 2
+  for (int b = 0; b < blocks; ++b) {
+    const uint8_t *block = row + int64_t(b) * kBlockBytes;
+    const uint4 head = __ldg(reinterpret_cast<const uint4 *>(block));
+    const uint32_t *qs = reinterpret_cast<const uint32_t *>(block + kQs);
+    uint32_t qa = (__ldg(qs + word) >> shift) & 0x0F0F0F0Fu;
+    uint32_t qb = (__ldg(qs + word + 16) >> shift) & 0x0F0F0F0Fu;
+    if constexpr (kHigh) {
+      const uint32_t h =
+          __ldg(reinterpret_cast<const uint32_t *>(block + 16) + t);
+      qa |= ((h >> j) & 0x01010101u) << 4;
+      qb |= ((h >> (j + 4)) & 0x01010101u) << 4;
+    }
+    const float4 xa = __ldg(x4 + int64_t(b) * 64);
+    const float4 xb = __ldg(x4 + int64_t(b) * 64 + 32);
+    float dl0, ml0, dl1, ml1;
+    scalesK4(head, j, dl0, ml0, dl1, ml1);
+    acc = fmaf(dl0, dot4(qa, kMagic, xa), acc);
+    acc = fmaf(-ml0, sum4(xa), acc);
+    acc = fmaf(dl1, dot4(qb, kMagic, xb), acc);
+    acc = fmaf(-ml1, sum4(xb), acc);
+  }
+  return warpSum(acc);
+}
+
+/// Q6_K: ql[128], qh[64], scales[16] (int8), d (f16). Row 2-aligned, x
+/// 16-aligned. Every group read ends at least 2 bytes before the block's
+/// end (qh ends at 192), as load4At2 needs.
+__device__ inline float dotQ6_K(const uint8_t *row, const float *x,
+                                int64_t cols) {
+  const int lane = threadIdx.x % kWarp;
+  const int low = 4 * (lane % 16), lowShift = 4 * (lane / 16);
+  const int high = 128 + 4 * (lane % 8), highShift = 2 * (lane / 8);
+  const int scale = 192 + lane / 4;
+  const int blocks = int(cols / 256);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x) + lane;
+  float acc = 0.f;
+#pragma unroll 2
+  for (int b = 0; b < blocks; ++b) {
+    const uint8_t *block = row + int64_t(b) * 210;
+    const uint32_t la = load4At2(block + low), lb = load4At2(block + 64 + low);
+    const uint32_t ha = load4At2(block + high),
+                   hb = load4At2(block + high + 32);
+    const int sa = __ldg(reinterpret_cast<const signed char *>(block + scale));
+    const int sb =
+        __ldg(reinterpret_cast<const signed char *>(block + scale + 8));
+    const float d =
+        halfBits(__ldg(reinterpret_cast<const unsigned short *>(block + 208)));
+    const float4 xa = __ldg(x4 + int64_t(b) * 64);
+    const float4 xb = __ldg(x4 + int64_t(b) * 64 + 32);
+    const uint32_t qa = ((la >> lowShift) & 0x0F0F0F0Fu) |
+                        ((ha >> highShift) & 0x03030303u) << 4;
+    const uint32_t qb = ((lb >> lowShift) & 0x0F0F0F0Fu) |
+                        ((hb >> highShift) & 0x03030303u) << 4;
+    // gguf-py's d * scale, then times q - 32.
+    const float dla = d * (smallToFloat(uint32_t(sa + 128)) - 128.f);
+    const float dlb = d * (smallToFloat(uint32_t(sb + 128)) - 128.f);
+    acc = fmaf(dla, dot4(qa, kMagic + 32.f, xa), acc);
+    acc = fmaf(dlb, dot4(qb, kMagic + 32.f, xb), acc);
+  }
+  return warpSum(acc);
+}
+
+/// F32: row 4-aligned. The float4 path when row and x are 16-aligned.
+__device__ inline float dotF32(const uint8_t *row, const float *x,
+                               int64_t cols) {
+  const int lane = threadIdx.x % kWarp;
+  const float *w = reinterpret_cast<const float *>(row);
+  float acc = 0.f;
+  int64_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(row) | reinterpret_cast<uintptr_t>(x)) &
+       15) == 0) {
+    const float4 *w4 = reinterpret_cast<const float4 *>(row);
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    const int64_t groups = cols / 4;
+#pragma unroll 4
+    for (int64_t i = lane; i < groups; i += kWarp) {
+      const float4 a = __ldg(w4 + i), v = __ldg(x4 + i);
+      acc = fmaf(a.x, v.x, acc);
+      acc = fmaf(a.y, v.y, acc);
+      acc = fmaf(a.z, v.z, acc);
+      acc = fmaf(a.w, v.w, acc);
+    }
+    done = groups * 4;
+  }
+  for (int64_t i = done + lane; i < cols; i += kWarp)
+    acc = fmaf(__ldg(w + i), __ldg(x + i), acc);
+  return warpSum(acc);
+}
+
+/// The float of the low / high half of a word of two f16 or bf16 values.
+template <bool kBf16> __device__ __forceinline__ float lowHalf(uint32_t w) {
+  return kBf16 ? __uint_as_float(w << 16) : halfBits(w & 0xFFFFu);
+}
+template <bool kBf16> __device__ __forceinline__ float highHalf(uint32_t w) {
+  return kBf16 ? __uint_as_float(w & 0xFFFF0000u) : halfBits(w >> 16);
+}
+
+/// F16 / BF16: row 2-aligned. 8 bytes of the row and a float4 of x per
+/// lane when the row is 8-aligned and x 16-aligned.
+template <bool kBf16>
+__device__ inline float dotHalves(const uint8_t *row, const float *x,
+                                  int64_t cols) {
+  const int lane = threadIdx.x % kWarp;
+  const unsigned short *w = reinterpret_cast<const unsigned short *>(row);
+  float acc = 0.f;
+  int64_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(row) & 7) == 0 &&
+      (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    const uint2 *w2 = reinterpret_cast<const uint2 *>(row);
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    const int64_t groups = cols / 4;
+#pragma unroll 4
+    for (int64_t i = lane; i < groups; i += kWarp) {
+      const uint2 a = __ldg(w2 + i);
+      const float4 v = __ldg(x4 + i);
+      acc = fmaf(lowHalf<kBf16>(a.x), v.x, acc);
+      acc = fmaf(highHalf<kBf16>(a.x), v.y, acc);
+      acc = fmaf(lowHalf<kBf16>(a.y), v.z, acc);
+      acc = fmaf(highHalf<kBf16>(a.y), v.w, acc);
+    }
+    done = groups * 4;
+  }
+  for (int64_t i = done + lane; i < cols; i += kWarp)
+    acc = fmaf(lowHalf<kBf16>(__ldg(w + i)), __ldg(x + i), acc);
+  return warpSum(acc);
+}
+
+} // namespace quantdot
+
+/// The dot product of one weight row of `type` (GGUF block layout, cols
+/// values, cols a multiple of the type's block size) with x[cols], computed
+/// by the whole warp (all 32 lanes must call it together) and returned in
+/// every lane. Wide paths need x 16-aligned and the row 2-aligned (Q8_0,
+/// Q6_K, F16, BF16), 4-aligned (F32) or 16-aligned (Q4_K, Q5_K); otherwise,
+/// and for every other type, the generic per-value loop runs.
+__device__ inline float warpDotRow(GGMLType type, const uint8_t *row,
+                                   const float *x, int64_t cols) {
+  const uintptr_t r = reinterpret_cast<uintptr_t>(row);
+  const bool x16 = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  switch (type) {
+  case GGMLType::F32:
+    if ((r & 3) == 0)
+      return quantdot::dotF32(row, x, cols);
+    break;
+  case GGMLType::F16:
+    if ((r & 1) == 0)
+      return quantdot::dotHalves<false>(row, x, cols);
+    break;
+  case GGMLType::BF16:
+    if ((r & 1) == 0)
+      return quantdot::dotHalves<true>(row, x, cols);
+    break;
+  case GGMLType::Q8_0:
+    if ((r & 1) == 0 && x16)
+      return quantdot::dotQ8_0(row, x, cols);
+    break;
+  case GGMLType::Q4_K:
+    if ((r & 15) == 0 && x16)
+      return quantdot::dotK45<false>(row, x, cols);
+    break;
+  case GGMLType::Q5_K:
+    if ((r & 15) == 0 && x16)
+      return quantdot::dotK45<true>(row, x, cols);
+    break;
+  case GGMLType::Q6_K:
+    if ((r & 1) == 0 && x16)
+      return quantdot::dotQ6_K(row, x, cols);
+    break;
+  default:
+    break;
+  }
+  return quantdot::dotGeneric(type, row, x, cols);
+}
+
+} // namespace kiln::cuda
+
+#endif // KILN_BACKENDS_CUDA_QUANTDOT_CUH

@@ -1,0 +1,1275 @@
+//===- StepKernels.cu - GPU kernels for every step op ---------------------===//
+//
+// Correctness first, in the CPU reference's arithmetic: every float sum is
+// computed by a fixed tree (a lane's strided partial, then warpSum, then the
+// warps' partials in warp order), never with float atomics, so results are
+// the same bits on every run. Where the CPU's order can be kept cheaply it
+// is (the attention's weighted sum over positions, the MoE sum over chosen
+// experts, the router's weight normalisation). Weights stay in the file's
+// block layout and are decoded per value by GenericQuant.cuh; this file is
+// compiled with --fmad=false so that decoding (embed, dequant) is bit-exact
+// with gguf-py and a*b + c rounds twice, as the reference does.
+//
+// Every launch validates its host-side geometry (returning
+// cudaErrorInvalidValue), launches, and returns cudaGetLastError(): no
+// allocation, no synchronisation, no host read of device memory, so all of
+// them can be captured in a CUDA graph. Device-side scalars (token,
+// position, count, ids, selection) are checked on the device; a bad one is
+// recorded in the StepFault (first claimer wins) and the work it would have
+// indexed is skipped.
+//
+//===----------------------------------------------------------------------===//
+#include "StepKernels.h"
+
+#include "GenericQuant.cuh"
+#include "MatVec.h"
+#include "Warp.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cmath>
+
+namespace kiln::cuda {
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Launch geometry
+//===----------------------------------------------------------------------===//
+
+/// Threads of an element-wise kernel's block, and the most blocks one is
+/// given (larger sizes loop grid-stride).
+constexpr int kElementThreads = 256;
+constexpr int64_t kMaxElementBlocks = 1 << 20;
+/// One block per row of a normalisation, and per head of the attention.
+constexpr int kRowThreads = 256;
+/// Warps per block of the one-warp-per-item kernels (indexer scores and
+/// flags), as GenericMatVec.cu.
+constexpr int kWarpsPerBlock = 4;
+constexpr int kWarpThreads = kWarpsPerBlock * kWarp;
+/// Most blocks a grid-stride warp kernel over cache positions is given.
+constexpr int64_t kMaxPositionBlocks = 4096;
+/// The single block of the argmax, the router's choice and the indexer's
+/// compaction.
+constexpr int kSingleBlockThreads = 1024;
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+/// The smallest normal fp16, the router's floor on its normaliser (as
+/// CpuKernels.cpp and ggml).
+constexpr float kRouterSumFloor = 6.1035e-5f;
+
+unsigned elementBlocks(int64_t n) {
+  int64_t blocks = (n + kElementThreads - 1) / kElementThreads;
+  return unsigned(blocks < kMaxElementBlocks ? blocks : kMaxElementBlocks);
+}
+
+//===----------------------------------------------------------------------===//
+// Device helpers
+//===----------------------------------------------------------------------===//
+
+/// Claims the step's fault word (first claimer wins) and fills in the rest.
+__device__ void recordFault(FaultSink sink, FaultCode code, int64_t value,
+                            int64_t limit) {
+  if (!sink.fault)
+    return;
+  if (atomicCAS(&sink.fault->code, 0, int32_t(code)) == 0) {
+    sink.fault->op = sink.op;
+    sink.fault->value = value;
+    sink.fault->limit = limit;
+  }
+}
+
+__device__ inline float warpMax(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+/// The sum of `v` over the block, in every thread: each warp's butterfly,
+/// then the warps' sums in warp order. `shared` holds kWarp floats.
+/// Deterministic for a given blockDim (a multiple of kWarp).
+__device__ float blockSum(float v, float *shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warpSum(v);
+  __syncthreads(); // an earlier call may still be reading `shared`
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  // Every warp sums the partials itself, so every thread gets the total.
+  v = lane < int(blockDim.x / kWarp) ? shared[lane] : 0.f;
+  return warpSum(v);
+}
+
+/// The largest `v` over the block (NaNs ignored, as fmaxf and std::max with
+/// a non-NaN first argument do), in every thread.
+__device__ float blockMax(float v, float *shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warpMax(v);
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x / kWarp) ? shared[lane] : -INFINITY;
+  return warpMax(v);
+}
+
+/// A candidate of an arg-max: the larger key wins, equal keys go to the
+/// lower index. Keys are never NaN (callers map NaN first).
+struct Best {
+  float key;
+  int32_t index;
+};
+
+__device__ inline Best better(Best a, Best b) {
+  if (b.key > a.key || (b.key == a.key && b.index < a.index))
+    return b;
+  return a;
+}
+
+/// `better` is associative and commutative, so any reduction tree gives the
+/// same winner.
+__device__ Best blockBest(Best v, Best *shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    Best other{__shfl_xor_sync(kFullMask, v.key, offset),
+               __shfl_xor_sync(kFullMask, v.index, offset)};
+    v = better(v, other);
+  }
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  Best result = shared[0];
+  for (int w = 1; w < int(blockDim.x / kWarp); ++w)
+    result = better(result, shared[w]);
+  return result;
+}
+
+/// The exclusive prefix sum of `v` over the block in thread order, and the
+/// block's total. `shared` holds kWarp ints.
+__device__ int blockExclusiveScan(int v, int *shared, int &total) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  int inclusive = v;
+  for (int d = 1; d < kWarp; d *= 2) {
+    int below = __shfl_up_sync(kFullMask, inclusive, d);
+    if (lane >= d)
+      inclusive += below;
+  }
+  __syncthreads();
+  if (lane == kWarp - 1)
+    shared[warp] = inclusive;
+  __syncthreads();
+  int before = 0;
+  total = 0;
+  for (int w = 0; w < int(blockDim.x / kWarp); ++w) {
+    if (w < warp)
+      before += shared[w];
+    total += shared[w];
+  }
+  return before + inclusive - v;
+}
+
+/// fp16 bits to float, exact: the hardware conversion for numbers, and for
+/// NaN the reference's rule (payload moved to the top of the mantissa).
+__device__ inline float halfBitsToFloat(uint16_t h) {
+  if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+    return __uint_as_float(uint32_t(h & 0x8000u) << 16 | 0x7f800000u |
+                           uint32_t(h & 0x3ffu) << 13);
+  return __half2float(__ushort_as_half(h));
+}
+
+/// float to fp16 bits, round to nearest even; a NaN keeps its sign and top
+/// payload bits (never becoming infinity), as FloatFormats.cpp.
+__device__ inline uint16_t floatToHalfBits(float f) {
+  uint32_t bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    uint16_t payload = uint16_t((bits & 0x7fffffu) >> 13);
+    return uint16_t((bits >> 16) & 0x8000u) | 0x7c00u |
+           (payload ? payload : uint16_t(1));
+  }
+  return __half_as_ushort(__float2half_rn(f));
+}
+
+/// float to bf16 bits, round to nearest even; a NaN is made quiet keeping
+/// its top bits, as FloatFormats.cpp.
+__device__ inline uint16_t floatToBf16Bits(float f) {
+  uint32_t bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t(((bits & 0xffff0000u) | 0x00400000u) >> 16);
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+__device__ inline float readCache(const void *data, CacheType type,
+                                  int64_t index) {
+  switch (type) {
+  case CacheType::F32:
+    return static_cast<const float *>(data)[index];
+  case CacheType::F16:
+    return halfBitsToFloat(static_cast<const uint16_t *>(data)[index]);
+  case CacheType::BF16:
+    return __uint_as_float(uint32_t(static_cast<const uint16_t *>(data)[index])
+                           << 16);
+  }
+  return 0.f;
+}
+
+__device__ inline float silu(float g) { return g / (1.f + expf(-g)); }
+
+/// Where a weight's values live: `rows` rows of `cols` values, rowBytes
+/// each, in blocks of blockValues values / blockBytes bytes.
+struct Geometry {
+  GGMLType type;
+  int64_t rows;
+  int32_t cols;
+  uint64_t rowBytes;
+  int32_t blockValues, blockBytes;
+};
+
+__device__ inline float weightValue(const Geometry &g, const uint8_t *data,
+                                    int64_t row, int32_t col) {
+  const uint8_t *block = data + uint64_t(row) * g.rowBytes +
+                         uint64_t(col / g.blockValues) * g.blockBytes;
+  return generic::value(g.type, block, col % g.blockValues);
+}
+
+/// splitmix64's finaliser: a counter-based hash, so value i of a filler
+/// depends on (seed, i) only.
+__device__ inline uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__device__ inline uint64_t randomAt(uint64_t seed, uint64_t index) {
+  return mix64(mix64(seed) + index);
+}
+
+/// A float in [-1, 1) from 24 random bits (exact in f32).
+__device__ inline float unitFloat(uint64_t r) {
+  return float(r >> 40) * 0x1.0p-23f - 1.f;
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise kernels: one thread per value, grid-stride.
+//===----------------------------------------------------------------------===//
+
+__global__ void addKernel(const float *a, const float *b, int64_t n, float *y) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = a[i] + b[i];
+}
+
+__global__ void swigluKernel(const float *g, const float *u, int64_t n,
+                             float *y) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = silu(g[i]) * u[i];
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisations: one block of kRowThreads per row; thread t owns values
+// t, t + kRowThreads, ... in every pass, so y (or sum) may alias the input.
+//===----------------------------------------------------------------------===//
+
+__global__ void rmsNormKernel(const float *x, int64_t n, const float *w,
+                              float eps, float *y) {
+  __shared__ float partials[kWarp];
+  const float *xr = x + int64_t(blockIdx.x) * n;
+  float *yr = y + int64_t(blockIdx.x) * n;
+  float sumSq = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sumSq += xr[i] * xr[i];
+  sumSq = blockSum(sumSq, partials);
+  const float rms = sqrtf(sumSq / float(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    yr[i] = xr[i] / rms * w[i];
+}
+
+__global__ void addRmsNormKernel(const float *a, const float *b, int64_t n,
+                                 const float *w, float eps, float *sum,
+                                 float *y) {
+  __shared__ float partials[kWarp];
+  const int64_t base = int64_t(blockIdx.x) * n;
+  float sumSq = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float s = a[base + i] + b[base + i];
+    sum[base + i] = s;
+    sumSq += s * s;
+  }
+  sumSq = blockSum(sumSq, partials);
+  const float rms = sqrtf(sumSq / float(n) + eps);
+  // Re-read this thread's own writes (y may alias a or b, not sum).
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    y[base + i] = sum[base + i] / rms * w[i];
+}
+
+__global__ void layerNormKernel(const float *x, int64_t n, const float *w,
+                                const float *bias, float eps, float *y) {
+  __shared__ float partials[kWarp];
+  const float *xr = x + int64_t(blockIdx.x) * n;
+  float *yr = y + int64_t(blockIdx.x) * n;
+  float sum = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sum += xr[i];
+  const float mean = blockSum(sum, partials) / float(n);
+  // Second pass over centred values: their squares do not cancel.
+  float sumSq = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sumSq += (xr[i] - mean) * (xr[i] - mean);
+  sumSq = blockSum(sumSq, partials);
+  const float sd = sqrtf(sumSq / float(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    yr[i] = (xr[i] - mean) / sd * w[i] + bias[i];
+}
+
+//===----------------------------------------------------------------------===//
+// Rope: one thread per value of the rows. The thread of a pair's first
+// value turns the pair (reading both before writing, so y may be x); the
+// second value's thread idles; values outside the pairs are copied.
+//===----------------------------------------------------------------------===//
+
+__global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
+                           const int32_t *position, RopeStyle style,
+                           float theta, int64_t offset, int64_t dims,
+                           float *y) {
+  const int64_t pairs = dims / 2;
+  const double pos = double(*position);
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < rows * n; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = idx / n, j = idx % n, rel = j - offset;
+    if (rel < 0 || rel >= 2 * pairs) {
+      if (y != x)
+        y[idx] = x[idx];
+      continue;
+    }
+    int64_t i, second;
+    if (style == RopeStyle::Interleaved) {
+      if (rel % 2)
+        continue;
+      i = rel / 2;
+      second = j + 1;
+    } else {
+      if (rel >= pairs)
+        continue;
+      i = rel;
+      second = j + dims / 2;
+    }
+    // The angle and its cosine/sine in double, as the CPU: position *
+    // theta^(-2i/dims) reaches 1e5 rad in long contexts.
+    const double angle =
+        pos * pow(double(theta), -2.0 * double(i) / double(dims));
+    const float c = float(cos(angle)), s = float(sin(angle));
+    const int64_t base = row * n;
+    const float a = x[base + j], b = x[base + second];
+    y[base + j] = a * c - b * s;
+    y[base + second] = a * s + b * c;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Slice, gather reorder: one thread per output value.
+//===----------------------------------------------------------------------===//
+
+constexpr int kMaxSliceRank = 4;
+
+struct SliceGeometry {
+  int rank;
+  int64_t src[kMaxSliceRank], dst[kMaxSliceRank], offsets[kMaxSliceRank];
+  int64_t total;
+};
+
+__global__ void sliceKernel(const float *x, SliceGeometry g, float *y) {
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < g.total; idx += int64_t(gridDim.x) * blockDim.x) {
+    // Row-major: the last dim is the fastest.
+    int64_t rest = idx, srcIndex = 0, stride = 1;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      const int64_t coord = rest % g.dst[d] + g.offsets[d];
+      rest /= g.dst[d];
+      srcIndex += coord * stride;
+      stride *= g.src[d];
+    }
+    y[idx] = x[srcIndex];
+  }
+}
+
+__global__ void gatherReorderKernel(const float *src, int64_t ranks,
+                                    int64_t outer, int64_t inner, float *dst) {
+  const int64_t total = ranks * outer * inner;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < total; idx += int64_t(gridDim.x) * blockDim.x) {
+    // dst[o][q][i] = src[q][o][i].
+    const int64_t i = idx % inner, q = (idx / inner) % ranks,
+                  o = idx / inner / ranks;
+    dst[idx] = src[(q * outer + o) * inner + i];
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Weights: embed, dequant (linear, the mat-vecs: StepMatVec.cu).
+//===----------------------------------------------------------------------===//
+
+/// One thread per value of the row; a bad token is reported by thread 0 of
+/// block 0 and no thread reads the table.
+__global__ void embedKernel(Geometry g, const uint8_t *data,
+                            const int32_t *token, float *y, FaultSink fault) {
+  const int32_t t = *token;
+  if (t < 0 || t >= g.rows) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      recordFault(fault, FaultCode::TokenOutOfRange, t, g.rows);
+    return;
+  }
+  for (int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       col < g.cols; col += int64_t(gridDim.x) * blockDim.x)
+    y[col] = weightValue(g, data, t, int32_t(col));
+}
+
+__global__ void dequantKernel(Geometry g, const uint8_t *data, float *out) {
+  const int64_t total = g.rows * g.cols;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < total; idx += int64_t(gridDim.x) * blockDim.x)
+    out[idx] = weightValue(g, data, idx / g.cols, int32_t(idx % g.cols));
+}
+
+//===----------------------------------------------------------------------===//
+// Cache append: one thread per value of the row.
+//===----------------------------------------------------------------------===//
+
+__global__ void cacheAppendKernel(const float *entry, const int32_t *position,
+                                  DeviceCache cache, FaultSink fault) {
+  const int32_t p = *position;
+  if (p < 0 || p >= cache.positions) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      recordFault(fault, FaultCode::PositionOutOfRange, p, cache.positions);
+    return;
+  }
+  const int64_t base = int64_t(p) * cache.width;
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < cache.width; j += int64_t(gridDim.x) * blockDim.x) {
+    switch (cache.type) {
+    case CacheType::F32:
+      static_cast<float *>(cache.data)[base + j] = entry[j];
+      break;
+    case CacheType::F16:
+      static_cast<uint16_t *>(cache.data)[base + j] = floatToHalfBits(entry[j]);
+      break;
+    case CacheType::BF16:
+      static_cast<uint16_t *>(cache.data)[base + j] = floatToBf16Bits(entry[j]);
+      break;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// MLA attention, split over positions (flash decoding), every head at once:
+//   0. one block validates position, count and the selection and reports
+//      the first fault (the lowest bad entry, as the CPU);
+//   1. block c takes attended entries [16c, 16c + 16): it reads those cache
+//      rows once into shared memory (as f32) and, for every head, computes
+//      the 16 scores, their max m, p = exp(s - m), l = sum p, and the
+//      partial output o[j] = sum_t p[t] row[t][j], into scratch;
+//   2. one block per head combines the chunks in ascending order:
+//      M = max m_c, L = sum_c l_c exp(m_c - M), out = sum_c o_c exp(m_c - M)
+//      / L.
+// Each cache row is read once per step for all local heads; the blocks of
+// step 1 cover the context in parallel. The same math as the CPU's global
+// softmax, rounded in another order.
+//===----------------------------------------------------------------------===//
+
+constexpr int kMlaChunk = 16;
+
+struct MlaArgs {
+  const float *qLatent, *qRope;
+  int64_t heads, latent, rope;
+  DeviceCache cache;
+  const int32_t *position, *selected, *count;
+  int64_t capacity;
+  float scale;
+  float *partM, *partL, *partO; ///< [chunks][heads], [chunks][heads][latent]
+  float *out;
+  FaultSink fault;
+};
+
+/// The attended entry count, or -1 when the inputs fault (uniform over the
+/// grid: every thread reads the same scalars).
+__device__ int64_t mlaAttended(const MlaArgs &a) {
+  const int32_t position = *a.position;
+  if (position < 0 || position >= a.cache.positions)
+    return -1;
+  if (!a.selected)
+    return int64_t(position) + 1;
+  const int32_t count = *a.count;
+  const int64_t limit =
+      a.capacity < a.cache.positions ? a.capacity : a.cache.positions;
+  return count < 0 || count > limit ? -1 : count;
+}
+
+__global__ void mlaValidateKernel(MlaArgs a) {
+  __shared__ int firstBad;
+  const int64_t positions = a.cache.positions;
+  const int32_t position = *a.position;
+  if (position < 0 || position >= positions) {
+    if (threadIdx.x == 0)
+      recordFault(a.fault, FaultCode::PositionOutOfRange, position, positions);
+    return;
+  }
+  if (!a.selected)
+    return;
+  const int32_t count = *a.count;
+  const int64_t limit = a.capacity < positions ? a.capacity : positions;
+  if (count < 0 || count > limit) {
+    if (threadIdx.x == 0)
+      recordFault(a.fault, FaultCode::CountOutOfRange, count, limit);
+    return;
+  }
+  if (threadIdx.x == 0)
+    firstBad = INT_MAX;
+  __syncthreads();
+  for (int i = threadIdx.x; i < count; i += blockDim.x)
+    if (a.selected[i] < 0 || a.selected[i] >= positions) {
+      atomicMin(&firstBad, i);
+      break;
+    }
+  __syncthreads();
+  if (threadIdx.x == 0 && firstBad != INT_MAX)
+    recordFault(a.fault, FaultCode::SelectionOutOfRange, a.selected[firstBad],
+                positions);
+}
+
+__global__ void mlaChunkKernel(MlaArgs a) {
+  extern __shared__ float shared[];
+  const int64_t attended = mlaAttended(a);
+  const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
+  if (attended < 0 || first >= attended)
+    return;
+  const int n = int(attended - first < kMlaChunk ? attended - first
+                                                 : kMlaChunk);
+  const int64_t width = a.cache.width, heads = a.heads, latent = a.latent;
+  float *rows = shared;                      // [kMlaChunk][width]
+  float *p = shared + kMlaChunk * width;     // [heads][kMlaChunk]
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+
+  // The chunk's rows, once. A bad selected row (reported by the validate
+  // kernel) reads as zeros, never out of bounds.
+  for (int64_t idx = threadIdx.x; idx < n * width; idx += blockDim.x) {
+    const int t = int(idx / width);
+    const int64_t j = idx % width;
+    const int64_t entry = first + t;
+    const int64_t row = a.selected ? a.selected[entry] : entry;
+    rows[idx] = row >= 0 && row < a.cache.positions
+                    ? readCache(a.cache.data, a.cache.type, row * width + j)
+                    : 0.f;
+  }
+  __syncthreads();
+
+  // Scores: warp per (head, entry); the latent and rope dots as the CPU.
+  for (int64_t pair = warp; pair < heads * n; pair += warps) {
+    const int64_t h = pair / n;
+    const int t = int(pair % n);
+    const float *ql = a.qLatent + h * latent, *qr = a.qRope + h * a.rope;
+    const float *row = rows + t * width;
+    float dotLatent = 0.f, dotRope = 0.f;
+    for (int64_t j = lane; j < latent; j += kWarp)
+      dotLatent += ql[j] * row[j];
+    for (int64_t j = lane; j < a.rope; j += kWarp)
+      dotRope += qr[j] * row[latent + j];
+    dotLatent = warpSum(dotLatent);
+    dotRope = warpSum(dotRope);
+    if (lane == 0)
+      p[h * kMlaChunk + t] = (dotLatent + dotRope) * a.scale;
+  }
+  __syncthreads();
+
+  // Per head: the chunk's max and sum; scores become exp(s - m).
+  const int64_t chunkHeads = int64_t(blockIdx.x) * heads;
+  for (int64_t h = threadIdx.x; h < heads; h += blockDim.x) {
+    float *ph = p + h * kMlaChunk;
+    float m = ph[0];
+    for (int t = 1; t < n; ++t)
+      m = fmaxf(m, ph[t]);
+    float l = 0.f;
+    for (int t = 0; t < n; ++t) {
+      ph[t] = expf(ph[t] - m);
+      l += ph[t];
+    }
+    a.partM[chunkHeads + h] = m;
+    a.partL[chunkHeads + h] = l;
+  }
+  __syncthreads();
+
+  // Partial outputs, entries ascending.
+  for (int64_t idx = threadIdx.x; idx < heads * latent; idx += blockDim.x) {
+    const int64_t h = idx / latent, j = idx % latent;
+    const float *ph = p + h * kMlaChunk;
+    float acc = 0.f;
+    for (int t = 0; t < n; ++t)
+      acc += ph[t] * rows[t * width + j];
+    a.partO[(chunkHeads + h) * latent + j] = acc;
+  }
+}
+
+__global__ void mlaCombineKernel(MlaArgs a) {
+  extern __shared__ float weights[]; // [chunks]
+  const int64_t attended = mlaAttended(a);
+  if (attended < 0)
+    return;
+  const int64_t h = blockIdx.x, heads = a.heads, latent = a.latent;
+  const int64_t chunks = (attended + kMlaChunk - 1) / kMlaChunk;
+  float *o = a.out + h * latent;
+  if (chunks == 0) { // nothing attended: the CPU's zeros
+    for (int64_t j = threadIdx.x; j < latent; j += blockDim.x)
+      o[j] = 0.f;
+    return;
+  }
+  // Every thread forms M and L in the same order; thread 0 publishes the
+  // chunk weights exp(m_c - M) / L.
+  if (threadIdx.x == 0) {
+    float m = a.partM[h];
+    for (int64_t c = 1; c < chunks; ++c)
+      m = fmaxf(m, a.partM[c * heads + h]);
+    float l = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      weights[c] = expf(a.partM[c * heads + h] - m);
+      l += a.partL[c * heads + h] * weights[c];
+    }
+    for (int64_t c = 0; c < chunks; ++c)
+      weights[c] /= l;
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < latent; j += blockDim.x) {
+    float acc = 0.f;
+    for (int64_t c = 0; c < chunks; ++c)
+      acc += a.partO[(c * heads + h) * latent + j] * weights[c];
+    o[j] = acc;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// DSA indexer: scores (one warp per position), flags (one warp per
+// position: its rank among all scores), compaction (one block).
+//===----------------------------------------------------------------------===//
+
+struct IndexerArgs {
+  const float *q;
+  int64_t heads, dim;
+  const float *headWeights;
+  DeviceCache cache;
+  const int32_t *position;
+  int64_t topK;
+  float scale;
+  float *scores;
+  int32_t *flags, *selected, *count;
+  FaultSink fault;
+};
+
+/// NaN ranks below everything (the CPU's rankable()).
+__device__ inline float rankable(float v) { return isnan(v) ? -INFINITY : v; }
+
+/// score[t] = scale * sum_h w[h] * relu(q[h] . key[t]), heads ascending;
+/// warps grid-stride over t <= position. Each warp reads one key row per
+/// head (cached after the first) and q.
+__global__ void indexerScoresKernel(IndexerArgs a) {
+  const int32_t position = *a.position;
+  if (position < 0 || position >= a.cache.positions) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      recordFault(a.fault, FaultCode::PositionOutOfRange, position,
+                  a.cache.positions);
+    return;
+  }
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+       t <= position; t += int64_t(gridDim.x) * kWarpsPerBlock) {
+    const int64_t row = t * a.dim;
+    float sum = 0.f;
+    for (int64_t h = 0; h < a.heads; ++h) {
+      const float *qh = a.q + h * a.dim;
+      float dot = 0.f;
+      for (int64_t j = lane; j < a.dim; j += kWarp)
+        dot += qh[j] * readCache(a.cache.data, a.cache.type, row + j);
+      dot = warpSum(dot);
+      // std::max(dot, 0.f): a NaN dot stays NaN.
+      sum += a.headWeights[h] * (dot < 0.f ? 0.f : dot);
+    }
+    if (lane == 0)
+      a.scores[t] = a.scale * sum;
+  }
+}
+
+/// flags[t] = 1 when t's rank (the number of positions ahead of it in the
+/// CPU's stable descending sort: a higher score, or an equal one at a lower
+/// position) is below topK. O(P^2) in the worst case: a warp counts 32
+/// competitors per step with a ballot and stops once topK are ahead.
+__global__ void indexerFlagsKernel(IndexerArgs a) {
+  const int32_t position = *a.position;
+  if (position < 0 || position >= a.cache.positions)
+    return;
+  const int64_t attended = int64_t(position) + 1;
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+       t < attended; t += int64_t(gridDim.x) * kWarpsPerBlock) {
+    int flag = 1;
+    if (a.topK < attended) {
+      const float mine = rankable(a.scores[t]);
+      int64_t ahead = 0;
+      for (int64_t base = 0; base < attended && ahead < a.topK; base += kWarp) {
+        const int64_t u = base + lane;
+        bool beats = false;
+        if (u < attended) {
+          const float other = rankable(a.scores[u]);
+          beats = other > mine || (other == mine && u < t);
+        }
+        ahead += __popc(__ballot_sync(kFullMask, beats));
+      }
+      flag = ahead < a.topK;
+    }
+    if (lane == 0)
+      a.flags[t] = flag;
+  }
+}
+
+/// One block: flagged positions, ascending, into selected (a block prefix
+/// sum per chunk of kSingleBlockThreads positions), zeros after them, and
+/// the count. A bad position selects nothing (count 0).
+__global__ void indexerCompactKernel(IndexerArgs a) {
+  __shared__ int warpTotals[kWarp];
+  const int32_t position = *a.position;
+  const bool valid = position >= 0 && position < a.cache.positions;
+  const int64_t attended = valid ? int64_t(position) + 1 : 0;
+  int64_t written = 0;
+  for (int64_t start = 0; start < attended; start += blockDim.x) {
+    const int64_t t = start + threadIdx.x;
+    const int flag = t < attended ? a.flags[t] : 0;
+    int total = 0;
+    const int slot = blockExclusiveScan(flag, warpTotals, total);
+    if (flag && written + slot < a.topK)
+      a.selected[written + slot] = int32_t(t);
+    written += total;
+  }
+  if (written > a.topK) // never: exactly min(topK, attended) are flagged
+    written = a.topK;
+  for (int64_t i = written + threadIdx.x; i < a.topK; i += blockDim.x)
+    a.selected[i] = 0;
+  if (threadIdx.x == 0)
+    *a.count = int32_t(written);
+}
+
+//===----------------------------------------------------------------------===//
+// MoE router: logits by launchLinear, then one block for the gating and
+// the top-k choice.
+//===----------------------------------------------------------------------===//
+
+/// p (in place of the logits), then topK rounds of a block arg-max over the
+/// experts not yet chosen, by p + bias (NaN lowest, ties to the lower id).
+/// Thread 0 then forms the weights in k order, exactly as the CPU.
+/// Dynamic shared memory: experts floats (the choice scores) and experts
+/// bytes (chosen marks).
+__global__ void routerSelectKernel(float *p, int64_t experts, const float *bias,
+                                   int64_t topK, Gating gating, bool normalize,
+                                   float routedScale, int32_t *ids,
+                                   float *weights) {
+  extern __shared__ float choice[];
+  __shared__ float partials[kWarp];
+  __shared__ Best bests[kWarp];
+  unsigned char *chosen = reinterpret_cast<unsigned char *>(choice + experts);
+
+  if (gating == Gating::Sigmoid) {
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+      p[e] = 1.f / (1.f + expf(-p[e]));
+  } else {
+    float maxLogit = -INFINITY;
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+      maxLogit = fmaxf(maxLogit, p[e]);
+    maxLogit = blockMax(maxLogit, partials);
+    float sum = 0.f;
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
+      p[e] = expf(p[e] - maxLogit);
+      sum += p[e];
+    }
+    sum = blockSum(sum, partials);
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+      p[e] /= sum;
+  }
+  // The bias only steers the choice; the weights come from p alone.
+  for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
+    choice[e] = rankable(bias ? p[e] + bias[e] : p[e]);
+    chosen[e] = 0;
+  }
+  __syncthreads();
+
+  for (int64_t k = 0; k < topK; ++k) {
+    Best best{-INFINITY, INT_MAX};
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+      if (!chosen[e])
+        best = better(best, Best{choice[e], int32_t(e)});
+    best = blockBest(best, bests);
+    if (threadIdx.x == 0) {
+      ids[k] = best.index;
+      chosen[best.index] = 1;
+    }
+    __syncthreads();
+  }
+
+  if (threadIdx.x != 0)
+    return;
+  float sum = 0.f;
+  for (int64_t k = 0; k < topK; ++k) {
+    weights[k] = p[ids[k]];
+    sum += weights[k];
+  }
+  // The floor keeps a router whose chosen probabilities all vanish from
+  // dividing by zero.
+  const float denominator = fmaxf(sum, kRouterSumFloor);
+  for (int64_t k = 0; k < topK; ++k)
+    weights[k] =
+        (normalize ? weights[k] / denominator : weights[k]) * routedScale;
+}
+
+//===----------------------------------------------------------------------===//
+// Arg-max: one block.
+//===----------------------------------------------------------------------===//
+
+/// The CPU's sequential scan (`x[i] > x[best]` from best = 0) as a total
+/// order: a NaN at index 0 wins (nothing is greater than it), a NaN
+/// elsewhere never does.
+__device__ inline Best argmaxKey(const float *x, int64_t i) {
+  const float v = x[i];
+  if (isnan(v))
+    return Best{i == 0 ? INFINITY : -INFINITY, int32_t(i)};
+  return Best{v, int32_t(i)};
+}
+
+__device__ Best blockArgmax(const float *x, int64_t n, Best *shared) {
+  Best best{-INFINITY, INT_MAX};
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    best = better(best, argmaxKey(x, i));
+  return blockBest(best, shared);
+}
+
+__global__ void argmaxKernel(const float *x, int64_t n, int32_t *out) {
+  __shared__ Best bests[kWarp];
+  const Best best = blockArgmax(x, n, bests);
+  if (threadIdx.x == 0)
+    *out = n > 0 ? best.index : -1;
+}
+
+__global__ void argmaxCandidateKernel(const float *x, int64_t n, int32_t base,
+                                      ArgmaxCandidate *out) {
+  __shared__ Best bests[kWarp];
+  const Best best = blockArgmax(x, n, bests);
+  if (threadIdx.x == 0)
+    *out = ArgmaxCandidate{x[best.index], base + best.index};
+}
+
+__global__ void pickCandidateKernel(const ArgmaxCandidate *candidates,
+                                    int ranks, int32_t *out) {
+  ArgmaxCandidate top = candidates[0];
+  for (int q = 1; q < ranks; ++q)
+    if (candidates[q].value > top.value)
+      top = candidates[q];
+  *out = top.index;
+}
+
+//===----------------------------------------------------------------------===//
+// Random fillers: one thread per byte (quantised blocks) or per value
+// (float types), each a hash of (seed, its index), so the bytes depend on
+// the seed alone.
+//===----------------------------------------------------------------------===//
+
+/// Up to two f16 fields per block that must hold finite values (d, and dmin
+/// or m), at these byte offsets; -1 for none.
+struct ScaleFields {
+  int32_t blockBytes;
+  int32_t first, second;
+};
+
+/// f16 bits 0x1400 .. 0x2400 are 2^-10 .. 2^-6: small, positive, normal.
+constexpr uint16_t kScaleLow = 0x1400, kScaleSpan = 0x1000;
+
+__global__ void fillBlocksKernel(ScaleFields f, uint8_t *data, uint64_t bytes,
+                                 uint64_t seed) {
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes;
+       i += uint64_t(gridDim.x) * blockDim.x) {
+    const uint64_t block = i / f.blockBytes;
+    const int32_t at = int32_t(i % f.blockBytes);
+    int field = -1, byte = 0;
+    if (f.first >= 0 && at >= f.first && at < f.first + 2) {
+      field = 0;
+      byte = at - f.first;
+    } else if (f.second >= 0 && at >= f.second && at < f.second + 2) {
+      field = 1;
+      byte = at - f.second;
+    }
+    if (field < 0) {
+      data[i] = uint8_t(randomAt(seed, i));
+      continue;
+    }
+    // Both bytes of a field hash the same (block, field) counter, offset
+    // past every byte index so the streams do not overlap.
+    const uint64_t r = randomAt(~seed, 2 * block + uint64_t(field));
+    const uint16_t h = uint16_t(kScaleLow + r % (kScaleSpan + 1));
+    data[i] = uint8_t(byte == 0 ? h & 0xff : h >> 8);
+  }
+}
+
+/// `elementBytes` 4 (f32), or 2 with `bf16` choosing bf16 over f16. Values
+/// in [-1, 1): converted toward zero so none rounds up to 1.
+__global__ void fillFloatsKernel(uint8_t *data, uint64_t count,
+                                 int elementBytes, bool bf16, uint64_t seed) {
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += uint64_t(gridDim.x) * blockDim.x) {
+    const float v = unitFloat(randomAt(seed, i));
+    uint8_t *p = data + i * elementBytes;
+    if (elementBytes == 4) {
+      const uint32_t bits = __float_as_uint(v);
+      for (int b = 0; b < 4; ++b)
+        p[b] = uint8_t(bits >> (8 * b));
+      continue;
+    }
+    const uint16_t bits = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rz(v))
+                               : __half_as_ushort(__float2half_rz(v));
+    p[0] = uint8_t(bits & 0xff);
+    p[1] = uint8_t(bits >> 8);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Host-side checks
+//===----------------------------------------------------------------------===//
+
+/// Fills `g` for a weight the generic decoder can read; false when the
+/// type, the row length or the sizes are unusable.
+bool geometryOf(const DeviceWeight &w, Geometry &g) {
+  if (!canRunGeneric(w.type) || w.rows < 0 || w.cols <= 0 ||
+      w.cols > INT32_MAX || (w.rows > 0 && !w.data))
+    return false;
+  std::optional<uint64_t> bytes = rowBytes(w.type, uint64_t(w.cols));
+  if (!bytes)
+    return false;
+  const GGMLTypeTraits &t = traitsOf(w.type);
+  g = Geometry{w.type,
+               w.rows,
+               int32_t(w.cols),
+               *bytes,
+               int32_t(t.blockSize),
+               int32_t(t.blockBytes)};
+  return true;
+}
+
+bool validCache(const DeviceCache &c) {
+  return c.data && c.positions > 0 && c.width > 0 &&
+         (c.type == CacheType::F32 || c.type == CacheType::F16 ||
+          c.type == CacheType::BF16);
+}
+
+unsigned positionBlocks(int64_t positions) {
+  int64_t blocks = (positions + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return unsigned(blocks < kMaxPositionBlocks ? blocks : kMaxPositionBlocks);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Launches
+//===----------------------------------------------------------------------===//
+
+cudaError_t launchAdd(const float *a, const float *b, int64_t n, float *y,
+                      cudaStream_t s) {
+  if (n < 0)
+    return cudaErrorInvalidValue;
+  if (n > 0)
+    addKernel<<<elementBlocks(n), kElementThreads, 0, s>>>(a, b, n, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launchSwiglu(const float *g, const float *u, int64_t n, float *y,
+                         cudaStream_t s) {
+  if (n < 0)
+    return cudaErrorInvalidValue;
+  if (n > 0)
+    swigluKernel<<<elementBlocks(n), kElementThreads, 0, s>>>(g, u, n, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
+                          const float *w, float eps, float *y, cudaStream_t s) {
+  if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
+    return cudaErrorInvalidValue;
+  if (rows > 0)
+    rmsNormKernel<<<unsigned(rows), kRowThreads, 0, s>>>(x, n, w, eps, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
+                             int64_t n, const float *w, float eps, float *sum,
+                             float *y, cudaStream_t s) {
+  if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
+    return cudaErrorInvalidValue;
+  if (rows > 0)
+    addRmsNormKernel<<<unsigned(rows), kRowThreads, 0, s>>>(a, b, n, w, eps,
+                                                            sum, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launchLayerNorm(const float *x, int64_t rows, int64_t n,
+                            const float *w, const float *bias, float eps,
+                            float *y, cudaStream_t s) {
+  if (rows < 0 || n <= 0 || rows > INT_MAX || !w || !bias)
+    return cudaErrorInvalidValue;
+  if (rows > 0)
+    layerNormKernel<<<unsigned(rows), kRowThreads, 0, s>>>(x, n, w, bias, eps,
+                                                           y);
+  return cudaGetLastError();
+}
+
+cudaError_t launchRope(const float *x, int64_t rows, int64_t n,
+                       const int32_t *position, RopeStyle style, float theta,
+                       int64_t offset, int64_t dims, float *y, cudaStream_t s) {
+  // The CPU asserts the same range (and only copies in release builds).
+  if (rows < 0 || n <= 0 || offset < 0 || dims < 0 || offset + dims > n ||
+      !position ||
+      (style != RopeStyle::Interleaved && style != RopeStyle::NeoX))
+    return cudaErrorInvalidValue;
+  if (rows > 0)
+    ropeKernel<<<elementBlocks(rows * n), kElementThreads, 0, s>>>(
+        x, rows, n, position, style, theta, offset, dims, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
+                        const int64_t *offsets, int rank, float *y,
+                        cudaStream_t s) {
+  if (rank < 1 || rank > kMaxSliceRank || !src || !dst || !offsets)
+    return cudaErrorInvalidValue;
+  SliceGeometry g{};
+  g.rank = rank;
+  g.total = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (dst[d] < 0 || src[d] < 0 || offsets[d] < 0 ||
+        offsets[d] + dst[d] > src[d])
+      return cudaErrorInvalidValue;
+    g.src[d] = src[d];
+    g.dst[d] = dst[d];
+    g.offsets[d] = offsets[d];
+    g.total *= dst[d];
+  }
+  if (g.total > 0)
+    sliceKernel<<<elementBlocks(g.total), kElementThreads, 0, s>>>(x, g, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launchEmbed(const DeviceWeight &table, const int32_t *token,
+                        float *y, FaultSink fault, cudaStream_t s) {
+  Geometry g;
+  if (!geometryOf(table, g) || !token)
+    return cudaErrorInvalidValue;
+  embedKernel<<<elementBlocks(g.cols), kElementThreads, 0, s>>>(
+      g, table.data, token, y, fault);
+  return cudaGetLastError();
+}
+
+cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s) {
+  Geometry g;
+  if (!geometryOf(w, g))
+    return cudaErrorInvalidValue;
+  const int64_t total = g.rows * g.cols;
+  if (total > 0)
+    dequantKernel<<<elementBlocks(total), kElementThreads, 0, s>>>(g, w.data,
+                                                                   out);
+  return cudaGetLastError();
+}
+
+cudaError_t launchCacheAppend(const float *entry, const int32_t *position,
+                              DeviceCache cache, FaultSink fault,
+                              cudaStream_t s) {
+  if (!validCache(cache) || !position)
+    return cudaErrorInvalidValue;
+  cacheAppendKernel<<<elementBlocks(cache.width), kElementThreads, 0, s>>>(
+      entry, position, cache, fault);
+  return cudaGetLastError();
+}
+
+int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions) {
+  const int64_t chunks = (positions + kMlaChunk - 1) / kMlaChunk;
+  return chunks * heads * (latent + 2);
+}
+
+cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
+                               int64_t heads, int64_t latent, int64_t rope,
+                               DeviceCache cache, const int32_t *position,
+                               const int32_t *selected, const int32_t *count,
+                               int64_t capacity, float scale, float *scratch,
+                               float *out, FaultSink fault, cudaStream_t s) {
+  if (heads < 0 || heads > INT_MAX || latent < 0 || rope < 0 ||
+      !validCache(cache) || cache.width != latent + rope || !position ||
+      !scratch || (selected && (!count || capacity < 0)))
+    return cudaErrorInvalidValue;
+  const int64_t chunks = (cache.positions + kMlaChunk - 1) / kMlaChunk;
+  MlaArgs a{qLatent, qRope, heads,  latent, rope, cache, position, selected,
+            count,   capacity, scale, scratch, scratch + chunks * heads,
+            scratch + 2 * chunks * heads, out, fault};
+  if (heads == 0)
+    return cudaSuccess;
+  const size_t chunkShared =
+      sizeof(float) * size_t(kMlaChunk * (cache.width + heads));
+  const size_t combineShared = sizeof(float) * size_t(chunks);
+  // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
+  // long contexts); the H200 allows 227 KiB.
+  for (auto [fn, bytes] :
+       {std::pair{(const void *)mlaChunkKernel, chunkShared},
+        std::pair{(const void *)mlaCombineKernel, combineShared}})
+    if (bytes > 48 * 1024)
+      if (cudaError_t e = cudaFuncSetAttribute(
+              fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+          e != cudaSuccess)
+        return e;
+  mlaValidateKernel<<<1, kRowThreads, 0, s>>>(a);
+  mlaChunkKernel<<<unsigned(chunks), kRowThreads, chunkShared, s>>>(a);
+  mlaCombineKernel<<<unsigned(heads), kRowThreads, combineShared, s>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
+                             const float *headWeights, DeviceCache cache,
+                             const int32_t *position, int64_t topK, float scale,
+                             float *scores, int32_t *flags, int32_t *selected,
+                             int32_t *count, FaultSink fault, cudaStream_t s) {
+  if (heads < 0 || dim <= 0 || (heads > 0 && (!q || !headWeights)) ||
+      !validCache(cache) || cache.width != dim || !position || topK < 0 ||
+      topK > INT32_MAX || !scores || !flags || (topK > 0 && !selected) ||
+      !count)
+    return cudaErrorInvalidValue;
+  IndexerArgs a{q,     heads,  dim,   headWeights, cache, position, topK,
+                scale, scores, flags, selected,    count, fault};
+  const unsigned blocks = positionBlocks(cache.positions);
+  indexerScoresKernel<<<blocks, kWarpThreads, 0, s>>>(a);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return e;
+  indexerFlagsKernel<<<blocks, kWarpThreads, 0, s>>>(a);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return e;
+  indexerCompactKernel<<<1, kSingleBlockThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
+                            const float *bias, int64_t topK, Gating gating,
+                            bool normalize, float routedScale, float *logits,
+                            int32_t *ids, float *weights, cudaStream_t s) {
+  Geometry g;
+  const int64_t experts = gate.rows;
+  // Choice scores and chosen marks live in shared memory.
+  const size_t shared = size_t(experts) * (sizeof(float) + 1);
+  if (!geometryOf(gate, g) || experts <= 0 || topK < 0 || topK > experts ||
+      shared > 48 * 1024 || !logits ||
+      (gating != Gating::Sigmoid && gating != Gating::Softmax))
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
+      e != cudaSuccess)
+    return e;
+  routerSelectKernel<<<1, kSingleBlockThreads, shared, s>>>(
+      logits, experts, bias, topK, gating, normalize, routedScale, ids,
+      weights);
+  return cudaGetLastError();
+}
+
+cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
+                         cudaStream_t s) {
+  if (n > INT32_MAX || !out)
+    return cudaErrorInvalidValue;
+  argmaxKernel<<<1, kSingleBlockThreads, 0, s>>>(x, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launchArgmaxCandidate(const float *x, int64_t n, int32_t base,
+                                  ArgmaxCandidate *best, cudaStream_t s) {
+  if (n <= 0 || n > INT32_MAX || int64_t(base) + n - 1 > INT32_MAX || !best)
+    return cudaErrorInvalidValue;
+  argmaxCandidateKernel<<<1, kSingleBlockThreads, 0, s>>>(x, n, base, best);
+  return cudaGetLastError();
+}
+
+cudaError_t launchPickCandidate(const ArgmaxCandidate *candidates, int ranks,
+                                int32_t *out, cudaStream_t s) {
+  if (ranks <= 0 || !candidates || !out)
+    return cudaErrorInvalidValue;
+  pickCandidateKernel<<<1, 1, 0, s>>>(candidates, ranks, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launchGatherReorder(const float *src, int64_t ranks, int64_t outer,
+                                int64_t inner, float *dst, cudaStream_t s) {
+  if (ranks < 0 || outer < 0 || inner < 0)
+    return cudaErrorInvalidValue;
+  const int64_t total = ranks * outer * inner;
+  if (total > 0)
+    gatherReorderKernel<<<elementBlocks(total), kElementThreads, 0, s>>>(
+        src, ranks, outer, inner, dst);
+  return cudaGetLastError();
+}
+
+cudaError_t launchFillRandomBlocks(GGMLType type, uint8_t *data, uint64_t bytes,
+                                   uint64_t seed, cudaStream_t s) {
+  if (!canRunGeneric(type) || (bytes > 0 && !data))
+    return cudaErrorInvalidValue;
+  const GGMLTypeTraits &t = traitsOf(type);
+  if (bytes % t.blockBytes != 0)
+    return cudaErrorInvalidValue;
+  if (bytes == 0)
+    return cudaGetLastError();
+  const auto blocks = [](uint64_t n) {
+    return elementBlocks(int64_t(n < uint64_t(INT64_MAX) ? n : INT64_MAX));
+  };
+  if (type == GGMLType::F32 || type == GGMLType::F16 ||
+      type == GGMLType::BF16) {
+    const uint64_t count = bytes / t.blockBytes;
+    fillFloatsKernel<<<blocks(count), kElementThreads, 0, s>>>(
+        data, count, int(t.blockBytes), type == GGMLType::BF16, seed);
+    return cudaGetLastError();
+  }
+  // The f16 fields of each format (GLM5.md section 4, GenericQuant.cuh);
+  // every other byte (quants, packed sub-block scales) is valid whatever
+  // its value.
+  ScaleFields f{int32_t(t.blockBytes), 0, -1};
+  switch (type) {
+  case GGMLType::Q4_1:
+  case GGMLType::Q5_1:
+  case GGMLType::Q4_K:
+  case GGMLType::Q5_K:
+    f.second = 2; // d at 0, m / dmin at 2
+    break;
+  case GGMLType::Q2_K:
+    f.first = 80; // scales[16], qs[64], then d, dmin
+    f.second = 82;
+    break;
+  case GGMLType::Q3_K:
+    f.first = 108; // hmask[32], qs[64], scales[12], then d
+    break;
+  case GGMLType::Q6_K:
+    f.first = 208; // ql[128], qh[64], scales[16], then d
+    break;
+  default: // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d at 0
+    break;
+  }
+  fillBlocksKernel<<<blocks(bytes), kElementThreads, 0, s>>>(f, data, bytes,
+                                                             seed);
+  return cudaGetLastError();
+}
+
+cudaError_t launchFillRandomCache(DeviceCache cache, uint64_t seed,
+                                  cudaStream_t s) {
+  if (!validCache(cache))
+    return cudaErrorInvalidValue;
+  const int64_t count = cache.positions * cache.width;
+  fillFloatsKernel<<<elementBlocks(count), kElementThreads, 0, s>>>(
+      static_cast<uint8_t *>(cache.data), uint64_t(count),
+      cache.type == CacheType::F32 ? 4 : 2, cache.type == CacheType::BF16,
+      seed);
+  return cudaGetLastError();
+}
+
+} // namespace kiln::cuda

@@ -1,0 +1,242 @@
+//===- StepKernels.h - GPU kernels for every step op ------------*- C++ -*-===//
+//
+// The CUDA backend's kernels, one launch function per step op (plus the
+// local halves of the collectives), each enqueued on a stream and nothing
+// else: no allocation, no synchronisation, no host reads of device data, so
+// every one of them may be captured into a CUDA graph. Scalars that change
+// per token (the token id, the position, the indexer's selection) are read
+// from device memory by the kernels, never passed by value, so a captured
+// step stays valid for every position.
+//
+// Semantics are those of the CPU reference (backends/cpu/CpuKernels.h);
+// activations are f32, caches f32/f16/bf16, weights in the file's own block
+// layout (decoded per value by GenericQuant.cuh, or, in the mat-vecs of
+// StepMatVec.cu, by QuantDot.cuh's block decoders). Results agree with the
+// CPU within float rounding; summation orders differ (warp trees), so they
+// are not bit-identical to it, but each kernel is deterministic: the same
+// inputs give the same bits on every run.
+//
+// Bad data found on the device (a token outside the vocabulary, a position
+// outside the cache, an expert id or a selection entry out of range) cannot
+// throw: the kernel records the first such fault in a StepFault the runtime
+// reads after the step, and reads nothing out of bounds (the faulting work
+// item is skipped).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_BACKENDS_CUDA_STEPKERNELS_H
+#define KILN_BACKENDS_CUDA_STEPKERNELS_H
+
+#include "quant/QuantTypes.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kiln::cuda {
+
+/// What a kernel found wrong with its data.
+enum class FaultCode : int32_t {
+  None = 0,
+  TokenOutOfRange = 1,     ///< embed: value = token, limit = vocab
+  PositionOutOfRange = 2,  ///< value = position, limit = cache positions
+  SelectionOutOfRange = 3, ///< mla_attention: value = entry, limit = positions
+  CountOutOfRange = 4,     ///< mla_attention: value = count, limit = capacity
+  ExpertOutOfRange = 5,    ///< moe_experts: value = id, limit = experts
+};
+
+/// The first fault of a step, in device memory. `code` is claimed with
+/// atomicCAS(&code, 0, c), then op/value/limit are written by the claimer.
+struct StepFault {
+  int32_t code;
+  int32_t op; ///< the op's index in its step
+  int64_t value;
+  int64_t limit;
+};
+
+/// Where a kernel reports: the step's fault word and the op's index.
+struct FaultSink {
+  StepFault *fault = nullptr;
+  int32_t op = 0;
+};
+
+/// A weight in device memory, in the GGUF file's block layout: `rows` rows
+/// of `cols` values (cols = ne[0], the quantised dim; rows = the product of
+/// the other dims), rowBytes(type, cols) bytes per row.
+struct DeviceWeight {
+  GGMLType type = GGMLType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t *data = nullptr;
+};
+
+enum class CacheType : int32_t { F32 = 0, F16 = 1, BF16 = 2 };
+
+/// A cache in device memory: `positions` rows of `width` values.
+struct DeviceCache {
+  void *data = nullptr;
+  CacheType type = CacheType::F16;
+  int64_t positions = 0;
+  int64_t width = 0;
+};
+
+enum class RopeStyle : int32_t { Interleaved = 0, NeoX = 1 };
+enum class Gating : int32_t { Sigmoid = 0, Softmax = 1 };
+
+/// y = a + b; y = silu(g) * u (silu(g) = g / (1 + exp(-g))). y may alias.
+cudaError_t launchAdd(const float *a, const float *b, int64_t n, float *y,
+                      cudaStream_t s);
+cudaError_t launchSwiglu(const float *g, const float *u, int64_t n, float *y,
+                         cudaStream_t s);
+
+/// y = x / sqrt(mean(x^2) + eps) * w per row of n; y may be x.
+cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
+                          const float *w, float eps, float *y, cudaStream_t s);
+
+/// sum = a + b, then y = rms_norm(sum) * w, per row of n. sum may be a or b.
+cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
+                             int64_t n, const float *w, float eps, float *sum,
+                             float *y, cudaStream_t s);
+
+/// y = (x - mean) / sqrt(var + eps) * w + bias per row (population
+/// variance, two passes); y may be x.
+cudaError_t launchLayerNorm(const float *x, int64_t rows, int64_t n,
+                            const float *w, const float *bias, float eps,
+                            float *y, cudaStream_t s);
+
+/// Rotary embedding of values [offset, offset + dims) of each row by the
+/// position read from *position; other values are copied. Pair i turns by
+/// position * theta^(-2i / dims), the angle and its cos/sin in double as
+/// the CPU does. Interleaved pairs (offset+2i, offset+2i+1); NeoX pairs
+/// (offset+i, offset+i+dims/2). y may be x.
+cudaError_t launchRope(const float *x, int64_t rows, int64_t n,
+                       const int32_t *position, RopeStyle style, float theta,
+                       int64_t offset, int64_t dims, float *y,
+                       cudaStream_t s);
+
+/// Up to 4-D box copy: y (shape dst) = x (shape src) at `offsets`; rank is
+/// the number of dims (1..4), row-major.
+cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
+                        const int64_t *offsets, int rank, float *y,
+                        cudaStream_t s);
+
+/// y[hidden] = row *token of a [hidden, vocab] table (table.cols = hidden,
+/// table.rows = vocab), decoded. A token outside [0, vocab) faults
+/// (TokenOutOfRange) and leaves y unwritten.
+cudaError_t launchEmbed(const DeviceWeight &table, const int32_t *token,
+                        float *y, FaultSink fault, cudaStream_t s);
+
+/// out = every value of the weight, row-major (bit-exact to gguf-py).
+cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s);
+
+/// Mat-vec. y[b][n] = sum_k x[b][k] * W[b * rowsPerBatch * stacked + n][k]
+/// for b < batch, n < rowsPerBatch: with stacked = false every batch row
+/// uses the same rowsPerBatch = w.rows rows (a 2-D weight); with stacked =
+/// true batch row b uses its own matrix, rows b*rowsPerBatch .. (a 3-D
+/// weight [K, N, B], rowsPerBatch = N, batch = B). x is [batch][w.cols],
+/// y [batch][rowsPerBatch].
+cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
+                         int64_t rowsPerBatch, bool stacked, float *y,
+                         cudaStream_t s);
+
+/// Row *position of the cache becomes entry[width], converted (round to
+/// nearest even). A position outside the cache faults (PositionOutOfRange).
+cudaError_t launchCacheAppend(const float *entry, const int32_t *position,
+                              DeviceCache cache, FaultSink fault,
+                              cudaStream_t s);
+
+/// Absorbed MLA decode attention (CpuKernels.h mlaAttention): cache rows
+/// are [latent | rope]; attended positions are 0..*position, or, when
+/// `selected` is non-null, selected[0 .. *count) (capacity = the length of
+/// `selected`; a count outside [0, capacity] faults CountOutOfRange, an
+/// entry outside the cache SelectionOutOfRange, a position outside it
+/// PositionOutOfRange; the output is then unspecified but no byte outside
+/// a buffer is touched). qLatent [heads][latent], qRope [heads][rope], out
+/// [heads][latent]. Split over positions: each cache row is read once for
+/// all heads; `scratch` holds mlaScratchFloats(heads, latent,
+/// cache.positions) floats of per-chunk partial results.
+int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions);
+cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
+                               int64_t heads, int64_t latent, int64_t rope,
+                               DeviceCache cache, const int32_t *position,
+                               const int32_t *selected, const int32_t *count,
+                               int64_t capacity, float scale, float *scratch,
+                               float *out, FaultSink fault, cudaStream_t s);
+
+/// DSA indexer (CpuKernels.h dsaIndexer): score[t] = scale * sum_h w[h] *
+/// relu(q[h] . key[t]) for t in 0..*position; the topK best (ties to the
+/// lower t) written ascending into selected[topK], zeros after them,
+/// *count = min(topK, position + 1). `scores` is scratch of cache.positions
+/// floats, `flags` of cache.positions int32.
+cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
+                             const float *headWeights, DeviceCache cache,
+                             const int32_t *position, int64_t topK,
+                             float scale, float *scores, int32_t *flags,
+                             int32_t *selected, int32_t *count,
+                             FaultSink fault, cudaStream_t s);
+
+/// MoE router (CpuKernels.h moeRouter): logits[e] = x . gate row e (gate
+/// [hidden, E]: gate.cols = hidden, gate.rows = E), then sigmoid or
+/// softmax, the topK experts by p + bias (bias may be null; ties to the
+/// lower id) in descending order of that score into ids, weights[k] =
+/// p[ids[k]] (divided by max(their sum, 6.1035e-5) when normalize) times
+/// routedScale. `logits` is scratch of E floats.
+cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
+                            const float *bias, int64_t topK, Gating gating,
+                            bool normalize, float routedScale, float *logits,
+                            int32_t *ids, float *weights, cudaStream_t s);
+
+/// The routed experts (CpuKernels.h moeExperts), reading only the chosen
+/// experts' rows. gate and up are [hidden, F, E] weights (rows E*F), or
+/// gate is a fused gate_up [hidden, 2F, E] (rows E*2F; expert e's rows
+/// e*2F .. e*2F+F-1 are its gate, the next F its up) and up is null; down
+/// is [F, hidden, E] (cols F, rows E*hidden). out[hidden] = sum over
+/// k ascending of weights[k] * down_e(silu(gate_e . x) * (up_e . x)),
+/// e = ids[k]. An id outside [0, E) faults (ExpertOutOfRange) and that
+/// expert contributes nothing. `act` is scratch of k * F floats; out may
+/// alias x.
+cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
+                             int64_t experts, const int32_t *ids,
+                             const float *weights, int64_t k,
+                             const DeviceWeight &gate, const DeviceWeight *up,
+                             const DeviceWeight &down, float *act, float *out,
+                             FaultSink fault, cudaStream_t s);
+
+/// *out = the index of the largest of n values (ties to the lowest index).
+cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
+                         cudaStream_t s);
+
+/// One rank's candidate for a distributed argmax: best->value = the
+/// largest of its n values, best->index = base + its local index (ties to
+/// the lowest).
+struct ArgmaxCandidate {
+  float value;
+  int32_t index;
+};
+cudaError_t launchArgmaxCandidate(const float *x, int64_t n, int32_t base,
+                                  ArgmaxCandidate *best, cudaStream_t s);
+
+/// *out = the index of the best of `ranks` candidates in rank order (a
+/// later one wins only when strictly larger).
+cudaError_t launchPickCandidate(const ArgmaxCandidate *candidates, int ranks,
+                                int32_t *out, cudaStream_t s);
+
+/// Reorders an all-gather's rank-major result src[ranks][outer][inner] into
+/// dst[outer][ranks][inner] (a gather on a dim after the first).
+cudaError_t launchGatherReorder(const float *src, int64_t ranks,
+                                int64_t outer, int64_t inner, float *dst,
+                                cudaStream_t s);
+
+/// Fills `bytes` bytes of weight data of `type` with random valid blocks
+/// (scales finite and small, quants uniform) from `seed`, so a benchmark
+/// reads real-looking data without a file.
+cudaError_t launchFillRandomBlocks(GGMLType type, uint8_t *data,
+                                   uint64_t bytes, uint64_t seed,
+                                   cudaStream_t s);
+
+/// Fills n values of a cache element type with random values in [-1, 1).
+cudaError_t launchFillRandomCache(DeviceCache cache, uint64_t seed,
+                                  cudaStream_t s);
+
+} // namespace kiln::cuda
+
+#endif // KILN_BACKENDS_CUDA_STEPKERNELS_H

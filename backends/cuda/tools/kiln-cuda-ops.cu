@@ -1,0 +1,1301 @@
+//===- kiln-cuda-ops.cu - Check every step kernel against the CPU ---------===//
+//
+// kiln-cuda-ops [--seed N]        (default seed 1), on the first GPU
+// kiln-cuda-ops --bench           times launchLinear at GLM-5 shapes instead:
+//   "bench linear TYPE KxN: X us, Y GB/s" (weight bytes / time)
+//
+// For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
+// CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
+// gather reorder, which have none), and one line per case:
+//   op, shape/type, err, tol (why), PASS/FAIL.
+// `err` is the largest |gpu - cpu| over the outputs divided by the largest
+// |cpu| (so a relative error at the output's own scale; NaN or infinity in
+// one and not the other is an infinite error), or, for the exact checks
+// (bit-exact outputs, ids, counts, fault words), the number of mismatching
+// values with tolerance 0.
+//
+// Tolerances, where the GPU sums in a different order than the CPU (warp
+// trees against ascending loops; both f32): the rounding of a sum of K
+// terms grows like sqrt(K) ulps of its partial sums, so a K-term reduction
+// is allowed 1e-6 * sqrt(K) (about 8 ulps times sqrt(K)); chained
+// reductions add their terms. The mat-vec dots (linear, router logits,
+// experts) also fuse multiply-adds and factor block scales out of their
+// sums (StepMatVec.cu, QuantDot.cuh): an ulp or so per term, well inside
+// the same allowance. Element-wise transcendental ops (silu, rope's
+// double cos/sin rounded to f32) are allowed 1e-6 (a few ulps). Decoding
+// (embed, dequant), copies, additions and cache conversions are bit-exact.
+// Discrete outputs (indexer selection and count, router ids, arg-max) must
+// be equal: the inputs are drawn (and redrawn) so the choice is not
+// within rounding of a tie, and exact ties are built on purpose where the
+// tie rule (lower index wins) is what is being checked.
+//
+// Exit 1 when any case fails.
+//
+//===----------------------------------------------------------------------===//
+#include "StepKernels.h"
+
+#include "cpu/CpuKernels.h"
+#include "quant/FloatFormats.h"
+#include "quant/QuantFormats.h"
+#include "support/Random.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kc = kiln::cuda;
+namespace cpu = kiln::cpu;
+using kiln::GGMLType;
+
+#define CHECK_CUDA(call)                                                       \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      std::fprintf(stderr, "kiln-cuda-ops: error: %s: %s\n", #call,            \
+                   cudaGetErrorString(e_));                                    \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Device memory, reporting, comparisons
+//===----------------------------------------------------------------------===//
+
+/// A device array of n T, freed on destruction.
+template <class T> class DeviceArray {
+public:
+  explicit DeviceArray(size_t n) : n_(n) {
+    CHECK_CUDA(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
+  }
+  explicit DeviceArray(const std::vector<T> &v) : DeviceArray(v.size()) {
+    upload(v);
+  }
+  DeviceArray(DeviceArray &&o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; }
+  DeviceArray &operator=(DeviceArray &&) = delete;
+  DeviceArray(const DeviceArray &) = delete;
+  ~DeviceArray() { cudaFree(p_); }
+
+  T *get() const { return p_; }
+  size_t size() const { return n_; }
+  void upload(const std::vector<T> &v) {
+    if (v.empty())
+      return;
+    CHECK_CUDA(
+        cudaMemcpy(p_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> v(n_);
+    if (n_ == 0)
+      return v;
+    CHECK_CUDA(
+        cudaMemcpy(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+private:
+  T *p_ = nullptr;
+  size_t n_;
+};
+
+/// Runs a launch, then waits for it, so an asynchronous fault is caught at
+/// the launch that caused it.
+void run(cudaError_t launched) {
+  CHECK_CUDA(launched);
+  CHECK_CUDA(cudaDeviceSynchronize());
+}
+
+struct Report {
+  int cases = 0, failures = 0;
+
+  void line(const std::string &op, const std::string &what, double err,
+            double tol, const std::string &why) {
+    const bool ok = err <= tol; // a NaN error fails
+    ++cases;
+    failures += !ok;
+    std::printf("%-16s %-42s err %9.2e  tol %8.2e (%s)  %s\n", op.c_str(),
+                what.c_str(), err, tol, why.c_str(), ok ? "PASS" : "FAIL");
+  }
+
+  /// A reference that itself failed is a broken case, not a GPU result.
+  bool reference(const std::string &op, const kiln::Status &s) {
+    if (s)
+      return true;
+    ++cases;
+    ++failures;
+    std::printf("%-16s reference failed: %s  FAIL\n", op.c_str(),
+                s.error().message().c_str());
+    return false;
+  }
+};
+
+std::string fmtText(const char *format, ...)
+    __attribute__((format(printf, 1, 2)));
+std::string fmtText(const char *format, ...) {
+  char buffer[256];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
+  return buffer;
+}
+
+std::string typeName(GGMLType t) { return std::string(kiln::nameOf(t)); }
+
+/// max |got - want| / max |want|; a NaN or infinity that the other side
+/// does not have at the same place is an infinite error.
+double relError(const std::vector<float> &got, const std::vector<float> &want) {
+  if (got.size() != want.size())
+    return std::numeric_limits<double>::infinity();
+  double maxRef = 0, maxDiff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const float g = got[i], w = want[i];
+    if (std::isnan(g) || std::isnan(w) || std::isinf(g) || std::isinf(w)) {
+      if (!(std::isnan(g) && std::isnan(w)) && g != w)
+        return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    maxRef = std::max(maxRef, std::fabs(double(w)));
+    maxDiff = std::max(maxDiff, std::fabs(double(g) - double(w)));
+  }
+  return maxRef > 0 ? maxDiff / maxRef : maxDiff;
+}
+
+/// How many values differ in their bits.
+template <class T>
+double mismatches(const std::vector<T> &got, const std::vector<T> &want) {
+  if (got.size() != want.size())
+    return std::numeric_limits<double>::infinity();
+  double n = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    n += std::memcmp(&got[i], &want[i], sizeof(T)) != 0;
+  return n;
+}
+
+double sumTol(double terms) { return 1e-6 * std::sqrt(terms); }
+std::string sumWhy(const char *what, int64_t terms) {
+  return fmtText("%s, 1e-6*sqrt(%lld)", what, (long long)terms);
+}
+
+std::vector<float> normals(kiln::Rng &rng, size_t n, double sigma,
+                           double mean = 0.0) {
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = float(mean + sigma * rng.normal());
+  return v;
+}
+
+//===----------------------------------------------------------------------===//
+// Weights and caches: random on the device (the fillers under test), the
+// same bytes copied to the host for the reference.
+//===----------------------------------------------------------------------===//
+
+struct Weight {
+  GGMLType type;
+  std::vector<int64_t> dims;
+  int64_t rows, cols;
+  std::vector<uint8_t> host;
+  DeviceArray<uint8_t> device;
+
+  cpu::WeightView view(const char *name) const {
+    return {host.data(), host.size(), type, dims, name};
+  }
+  kc::DeviceWeight dev() const { return {type, rows, cols, device.get()}; }
+};
+
+Weight randomWeight(GGMLType type, std::vector<int64_t> dims, uint64_t seed) {
+  const int64_t cols = dims[0];
+  int64_t rows = 1;
+  for (size_t i = 1; i < dims.size(); ++i)
+    rows *= dims[i];
+  const uint64_t bytes = uint64_t(rows) * *kiln::rowBytes(type, uint64_t(cols));
+  DeviceArray<uint8_t> d(bytes);
+  run(kc::launchFillRandomBlocks(type, d.get(), bytes, seed, nullptr));
+  std::vector<uint8_t> host = d.download();
+  return Weight{type, std::move(dims), rows,
+                cols, std::move(host), std::move(d)};
+}
+
+size_t cacheElementBytes(kc::CacheType t) {
+  return t == kc::CacheType::F32 ? 4 : 2;
+}
+
+cpu::CacheType cpuCacheType(kc::CacheType t) {
+  switch (t) {
+  case kc::CacheType::F32:
+    return cpu::CacheType::F32;
+  case kc::CacheType::F16:
+    return cpu::CacheType::F16;
+  case kc::CacheType::BF16:
+    return cpu::CacheType::BF16;
+  }
+  return cpu::CacheType::F32;
+}
+
+const char *cacheName(kc::CacheType t) {
+  return t == kc::CacheType::F32   ? "f32"
+         : t == kc::CacheType::F16 ? "f16"
+                                   : "bf16";
+}
+
+struct Cache {
+  kc::CacheType type;
+  int64_t positions, width;
+  std::vector<uint8_t> host;
+  DeviceArray<uint8_t> device;
+
+  kc::DeviceCache dev() const { return {device.get(), type, positions, width}; }
+  cpu::CacheView view() {
+    return {host.data(), cpuCacheType(type), positions, width};
+  }
+  /// Row `to` becomes a copy of row `from`, on both sides.
+  void copyRow(int64_t from, int64_t to) {
+    const size_t rowBytes = size_t(width) * cacheElementBytes(type);
+    std::memcpy(&host[size_t(to) * rowBytes], &host[size_t(from) * rowBytes],
+                rowBytes);
+    device.upload(host);
+  }
+  float value(int64_t index) const {
+    switch (type) {
+    case kc::CacheType::F32: {
+      float f;
+      std::memcpy(&f, &host[size_t(index) * 4], 4);
+      return f;
+    }
+    case kc::CacheType::F16:
+    case kc::CacheType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, &host[size_t(index) * 2], 2);
+      return type == kc::CacheType::F16 ? kiln::halfToFloat(h)
+                                        : kiln::bf16ToFloat(h);
+    }
+    }
+    return 0.f;
+  }
+};
+
+Cache randomCache(kc::CacheType type, int64_t positions, int64_t width,
+                  uint64_t seed) {
+  DeviceArray<uint8_t> d(size_t(positions * width) * cacheElementBytes(type));
+  run(kc::launchFillRandomCache({d.get(), type, positions, width}, seed,
+                                nullptr));
+  std::vector<uint8_t> host = d.download();
+  return Cache{type, positions, width, std::move(host), std::move(d)};
+}
+
+/// A zeroed device fault word.
+struct Fault {
+  DeviceArray<kc::StepFault> word{size_t(1)};
+  static constexpr int32_t kOp = 42;
+
+  Fault() { clear(); }
+  void clear() { CHECK_CUDA(cudaMemset(word.get(), 0, sizeof(kc::StepFault))); }
+  kc::FaultSink sink() const { return {word.get(), kOp}; }
+  kc::StepFault read() const { return word.download()[0]; }
+};
+
+/// Mismatches between a fault word and the expected one (0 when equal).
+double faultMismatch(const kc::StepFault &got, kc::FaultCode code,
+                     int64_t value, int64_t limit) {
+  if (code == kc::FaultCode::None)
+    return got.code != 0;
+  return (got.code != int32_t(code)) + (got.op != Fault::kOp) +
+         (got.value != value) + (got.limit != limit);
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise, norms, rope, slice, gather
+//===----------------------------------------------------------------------===//
+
+void checkElementwise(Report &r, kiln::Rng &rng) {
+  const int64_t n = 10007;
+  std::vector<float> a = normals(rng, n, 3.0), b = normals(rng, n, 3.0);
+  DeviceArray<float> da(a), db(b), dy(n);
+  std::vector<float> want(n);
+
+  cpu::add(a.data(), b.data(), n, want.data());
+  run(kc::launchAdd(da.get(), db.get(), n, dy.get(), nullptr));
+  r.line("add", fmtText("n=%lld", (long long)n),
+         mismatches(dy.download(), want), 0, "bit-exact: one f32 add");
+  run(kc::launchAdd(da.get(), db.get(), n, da.get(), nullptr)); // y = a
+  r.line("add", fmtText("n=%lld, y aliases a", (long long)n),
+         mismatches(da.download(), want), 0, "bit-exact: one f32 add");
+
+  da.upload(a);
+  cpu::swiglu(a.data(), b.data(), n, want.data());
+  run(kc::launchSwiglu(da.get(), db.get(), n, dy.get(), nullptr));
+  r.line("swiglu", fmtText("n=%lld", (long long)n),
+         relError(dy.download(), want), 1e-6, "expf vs std::exp, few ulps");
+}
+
+void checkNorms(Report &r, kiln::Rng &rng) {
+  const float eps = 1e-5f;
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{3, 6144}, {5, 1000}}) {
+    std::vector<float> x = normals(rng, rows * n, 2.0);
+    std::vector<float> w = normals(rng, n, 1.0, 1.0);
+    std::vector<float> want(x.size());
+    cpu::rmsNorm(x.data(), rows, n, w.data(), eps, want.data());
+    DeviceArray<float> dx(x), dw(w);
+    run(kc::launchRmsNorm(dx.get(), rows, n, dw.get(), eps, dx.get(), nullptr));
+    r.line("rms_norm",
+           fmtText("%lldx%lld, in place", (long long)rows, (long long)n),
+           relError(dx.download(), want), sumTol(double(n)),
+           sumWhy("sum of squares order", n));
+  }
+
+  {
+    const int64_t rows = 2, n = 6144;
+    std::vector<float> a = normals(rng, rows * n, 1.0),
+                       b = normals(rng, rows * n, 1.0);
+    std::vector<float> w = normals(rng, n, 1.0, 1.0);
+    std::vector<float> wantSum(a.size()), wantY(a.size());
+    cpu::add(a.data(), b.data(), rows * n, wantSum.data());
+    cpu::rmsNorm(wantSum.data(), rows, n, w.data(), eps, wantY.data());
+    DeviceArray<float> da(a), db(b), dw(w), dy(a.size());
+    run(kc::launchAddRmsNorm(da.get(), db.get(), rows, n, dw.get(), eps,
+                             da.get(), dy.get(), nullptr)); // sum = a
+    r.line("add_rms_norm", "2x6144 sum (aliases a)",
+           mismatches(da.download(), wantSum), 0, "bit-exact: one f32 add");
+    r.line("add_rms_norm", "2x6144 y", relError(dy.download(), wantY),
+           sumTol(double(n)), sumWhy("sum of squares order", n));
+  }
+
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{3, 1000}, {2, 6144}}) {
+    // Mean 3, sd 1: the two-pass variance matters.
+    std::vector<float> x = normals(rng, rows * n, 1.0, 3.0);
+    std::vector<float> w = normals(rng, n, 0.5, 1.0), b = normals(rng, n, 0.5);
+    std::vector<float> want(x.size());
+    cpu::layerNorm(x.data(), rows, n, w.data(), b.data(), eps, want.data());
+    DeviceArray<float> dx(x), dw(w), db(b), dy(x.size());
+    run(kc::launchLayerNorm(dx.get(), rows, n, dw.get(), db.get(), eps,
+                            dy.get(), nullptr));
+    r.line("layer_norm",
+           fmtText("%lldx%lld, mean 3", (long long)rows, (long long)n),
+           relError(dy.download(), want), 2 * sumTol(double(n)),
+           sumWhy("two sums' order, 2x", n));
+  }
+}
+
+void checkRope(Report &r, kiln::Rng &rng) {
+  struct Case {
+    cpu::RopeStyle cpuStyle;
+    kc::RopeStyle style;
+    const char *name;
+    int32_t position;
+    bool inPlace;
+  };
+  const Case cases[] = {
+      {cpu::RopeStyle::Interleaved, kc::RopeStyle::Interleaved, "interleaved",
+       4095, false},
+      {cpu::RopeStyle::NeoX, kc::RopeStyle::NeoX, "neox", 4095, false},
+      {cpu::RopeStyle::Interleaved, kc::RopeStyle::Interleaved, "interleaved",
+       150000, true},
+      {cpu::RopeStyle::NeoX, kc::RopeStyle::NeoX, "neox", 150000, true},
+  };
+  // 8 heads of [128 nope | 64 rope], GLM-5's query layout.
+  const int64_t rows = 8, n = 192, offset = 128, dims = 64;
+  const float theta = 10000.f;
+  for (const Case &c : cases) {
+    std::vector<float> x = normals(rng, rows * n, 1.0), want(x.size());
+    cpu::rope(x.data(), rows, n, c.position, c.cpuStyle, theta, offset, dims,
+              want.data());
+    DeviceArray<float> dx(x), dy(x.size());
+    DeviceArray<int32_t> pos(std::vector<int32_t>{c.position});
+    float *y = c.inPlace ? dx.get() : dy.get();
+    run(kc::launchRope(dx.get(), rows, n, pos.get(), c.style, theta, offset,
+                       dims, y, nullptr));
+    std::vector<float> got = c.inPlace ? dx.download() : dy.download();
+    r.line("rope",
+           fmtText("%s 8x192 [128,192) pos %d%s", c.name, c.position,
+                   c.inPlace ? " in place" : ""),
+           relError(got, want), 1e-6, "double cos/sin to f32, 1 ulp");
+  }
+}
+
+void checkSlice(Report &r, kiln::Rng &rng) {
+  struct Case {
+    std::vector<int64_t> src, dst, offsets;
+  };
+  const Case cases[] = {
+      {{3, 5, 7, 9}, {2, 3, 4, 5}, {1, 2, 3, 4}},
+      {{4, 6, 10}, {4, 2, 10}, {0, 3, 0}},
+      {{17, 33}, {5, 33}, {12, 0}},
+      {{100}, {37}, {41}},
+  };
+  for (const Case &c : cases) {
+    const int rank = int(c.src.size());
+    int64_t srcTotal = 1, dstTotal = 1;
+    for (int d = 0; d < rank; ++d) {
+      srcTotal *= c.src[d];
+      dstTotal *= c.dst[d];
+    }
+    std::vector<float> x = normals(rng, srcTotal, 1.0), want(dstTotal);
+    // Host reference: the CPU backend's row-major walk.
+    for (int64_t i = 0; i < dstTotal; ++i) {
+      int64_t rest = i, src = 0, stride = 1;
+      for (int d = rank - 1; d >= 0; --d) {
+        src += (rest % c.dst[d] + c.offsets[d]) * stride;
+        rest /= c.dst[d];
+        stride *= c.src[d];
+      }
+      want[i] = x[src];
+    }
+    DeviceArray<float> dx(x), dy(dstTotal);
+    run(kc::launchSlice(dx.get(), c.src.data(), c.dst.data(), c.offsets.data(),
+                        rank, dy.get(), nullptr));
+    std::string what = "rank " + std::to_string(rank) + " [";
+    for (int d = 0; d < rank; ++d)
+      what += (d ? "," : "") + std::to_string(c.dst[d]);
+    r.line("slice", what + "] of [..]", mismatches(dy.download(), want), 0,
+           "bit-exact: a copy");
+  }
+}
+
+void checkGatherReorder(Report &r, kiln::Rng &rng) {
+  const int64_t ranks = 4, outer = 3, inner = 50;
+  std::vector<float> src = normals(rng, ranks * outer * inner, 1.0),
+                     want(src.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t q = 0; q < ranks; ++q)
+      for (int64_t i = 0; i < inner; ++i)
+        want[(o * ranks + q) * inner + i] = src[(q * outer + o) * inner + i];
+  DeviceArray<float> ds(src), dd(src.size());
+  run(kc::launchGatherReorder(ds.get(), ranks, outer, inner, dd.get(),
+                              nullptr));
+  r.line("gather_reorder", "4 ranks x 3 outer x 50 inner",
+         mismatches(dd.download(), want), 0, "bit-exact: a copy");
+}
+
+//===----------------------------------------------------------------------===//
+// Weights: fill, dequant, embed, linear
+//===----------------------------------------------------------------------===//
+
+const GGMLType kAllTypes[] = {
+    GGMLType::F32,  GGMLType::F16,    GGMLType::BF16,  GGMLType::Q4_0,
+    GGMLType::Q4_1, GGMLType::Q5_0,   GGMLType::Q5_1,  GGMLType::Q8_0,
+    GGMLType::Q2_K, GGMLType::Q3_K,   GGMLType::Q4_K,  GGMLType::Q5_K,
+    GGMLType::Q6_K, GGMLType::IQ4_NL, GGMLType::IQ4_XS};
+
+void checkFillAndDequant(Report &r, kiln::Rng &rng) {
+  for (GGMLType type : kAllTypes) {
+    const uint64_t seed = rng.next();
+    Weight w = randomWeight(type, {256, 7}, seed);
+    std::vector<float> want(size_t(w.rows * w.cols));
+    if (!r.reference("dequant", cpu::dequant(w.view("w"), want.data())))
+      continue;
+    // The filler's blocks must decode to finite values.
+    double bad = 0;
+    for (float v : want)
+      bad += !std::isfinite(v);
+    r.line("fill_blocks", typeName(type) + " [256, 7] values finite", bad, 0,
+           "every block valid");
+    // Deterministic: the same seed gives the same bytes, another differs.
+    Weight again = randomWeight(type, {256, 7}, seed);
+    Weight other = randomWeight(type, {256, 7}, seed + 1);
+    r.line("fill_blocks", typeName(type) + " same seed, same bytes",
+           mismatches(again.host, w.host) + (other.host == w.host), 0,
+           "counter-based hash");
+
+    DeviceArray<float> out(want.size());
+    run(kc::launchDequant(w.dev(), out.get(), nullptr));
+    r.line("dequant", typeName(type) + " [256, 7]",
+           mismatches(out.download(), want), 0, "bit-exact with gguf-py");
+  }
+
+  for (kc::CacheType t :
+       {kc::CacheType::F32, kc::CacheType::F16, kc::CacheType::BF16}) {
+    Cache c = randomCache(t, 64, 100, rng.next());
+    double bad = 0;
+    for (int64_t i = 0; i < c.positions * c.width; ++i) {
+      const float v = c.value(i);
+      bad += !(v >= -1.f && v < 1.f);
+    }
+    r.line("fill_cache", std::string(cacheName(t)) + " 64x100 in [-1, 1)", bad,
+           0, "range");
+  }
+}
+
+void checkEmbed(Report &r, kiln::Rng &rng) {
+  const int64_t hidden = 512, vocab = 97;
+  for (GGMLType type :
+       {GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q6_K,
+        GGMLType::Q2_K, GGMLType::Q3_K, GGMLType::IQ4_XS, GGMLType::IQ4_NL,
+        GGMLType::Q4_0, GGMLType::Q5_1, GGMLType::BF16, GGMLType::F16,
+        GGMLType::F32}) {
+    Weight table = randomWeight(type, {hidden, vocab}, rng.next());
+    const int32_t token = int32_t(rng.below(uint64_t(vocab)));
+    std::vector<float> want(hidden);
+    if (!r.reference("embed",
+                     cpu::embed(table.view("table"), token, want.data())))
+      continue;
+    DeviceArray<int32_t> dt(std::vector<int32_t>{token});
+    DeviceArray<float> dy(hidden);
+    Fault fault;
+    run(kc::launchEmbed(table.dev(), dt.get(), dy.get(), fault.sink(),
+                        nullptr));
+    r.line("embed",
+           fmtText("%s [%lld, %lld] token %d", typeName(type).c_str(),
+                   (long long)hidden, (long long)vocab, token),
+           mismatches(dy.download(), want) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
+           0, "bit-exact with gguf-py");
+  }
+
+  // Tokens outside the vocabulary fault and leave y alone.
+  Weight table = randomWeight(GGMLType::Q8_0, {hidden, vocab}, rng.next());
+  for (int32_t token : {int32_t(vocab), -3}) {
+    std::vector<float> sentinel(hidden, 1234.5f);
+    DeviceArray<float> dy(sentinel);
+    DeviceArray<int32_t> dt(std::vector<int32_t>{token});
+    Fault fault;
+    run(kc::launchEmbed(table.dev(), dt.get(), dy.get(), fault.sink(),
+                        nullptr));
+    r.line("embed fault",
+           fmtText("Q8_0 vocab %lld, token %d", (long long)vocab, token),
+           faultMismatch(fault.read(), kc::FaultCode::TokenOutOfRange, token,
+                         vocab) +
+               mismatches(dy.download(), sentinel),
+           0, "TokenOutOfRange, y untouched");
+  }
+}
+
+/// The same bytes as `w`, `shift` bytes into a fresh device buffer, so a
+/// kernel sees rows at a chosen alignment.
+DeviceArray<uint8_t> shiftedCopy(const Weight &w, size_t shift) {
+  DeviceArray<uint8_t> d(w.host.size() + shift);
+  CHECK_CUDA(cudaMemcpy(d.get() + shift, w.device.get(), w.host.size(),
+                        cudaMemcpyDeviceToDevice));
+  return d;
+}
+
+void checkLinear(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  struct Shape {
+    std::vector<int64_t> dims;
+    int64_t batch;
+    size_t shift = 0; ///< bytes the weight's data is moved off its alignment
+  };
+  const auto check = [&](GGMLType type, const Shape &s) {
+    const bool stacked = s.dims.size() == 3;
+    const int64_t k = s.dims[0], n = s.dims[1];
+    Weight w = randomWeight(type, s.dims, rng.next());
+    std::vector<float> x = normals(rng, s.batch * k, 1.0), want(s.batch * n);
+    if (!r.reference("linear", cpu::linear(x.data(), s.batch, w.view("w"),
+                                           want.data(), pool)))
+      return;
+    DeviceArray<float> dx(x), dy(want.size());
+    DeviceArray<uint8_t> moved = shiftedCopy(w, s.shift);
+    kc::DeviceWeight dw = w.dev();
+    if (s.shift)
+      dw.data = moved.get() + s.shift;
+    run(kc::launchLinear(dx.get(), s.batch, dw, n, stacked, dy.get(), nullptr));
+    std::string what =
+        stacked ? fmtText("%s [%lld, %lld, %lld] stacked, batch %lld",
+                          typeName(type).c_str(), (long long)k, (long long)n,
+                          (long long)s.dims[2], (long long)s.batch)
+                : fmtText("%s [%lld, %lld] batch %lld", typeName(type).c_str(),
+                          (long long)k, (long long)n, (long long)s.batch);
+    if (s.shift)
+      what += fmtText(", data +%zu", s.shift);
+    // Fused multiply-adds in the dots round once where the CPU rounds
+    // twice: under an ulp per term, inside the sum-order allowance.
+    r.line("linear", what, relError(dy.download(), want), sumTol(double(k)),
+           sumWhy("dot order, fma", k));
+  };
+  for (GGMLType type :
+       {GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q6_K,
+        GGMLType::IQ4_XS, GGMLType::Q5_0, GGMLType::Q5_1, GGMLType::IQ4_NL,
+        GGMLType::BF16, GGMLType::F16, GGMLType::F32})
+    // 512 columns: 2 K-quant blocks, one warp per row; 6144: rows split
+    // into segments (few rows, long rows).
+    for (const Shape &s : {Shape{{512, 37}, 1}, Shape{{512, 37}, 3},
+                           Shape{{256, 19, 3}, 3}, Shape{{6144, 37}, 1}})
+      check(type, s);
+  // Odd lengths: the float paths' scalar tails, x rows off 16-alignment.
+  for (GGMLType type : {GGMLType::BF16, GGMLType::F16, GGMLType::F32})
+    for (const Shape &s : {Shape{{1001, 5}, 3}, Shape{{1002, 5}, 1, 2}})
+      check(type, s);
+  // Q8_0 steps are 4 blocks: 1 and 3 blocks leave lanes idle.
+  check(GGMLType::Q8_0, Shape{{32, 5}, 2});
+  check(GGMLType::Q8_0, Shape{{96, 37}, 1});
+  // Rows off the wide loads' alignment: Q8_0 and Q6_K blocks at 2 mod 4
+  // everywhere, Q4_K / Q5_K off 16 (the generic fallback).
+  check(GGMLType::Q8_0, Shape{{512, 37}, 1, 2});
+  check(GGMLType::Q6_K, Shape{{512, 37}, 1, 2});
+  check(GGMLType::Q4_K, Shape{{512, 37}, 1, 2});
+  check(GGMLType::Q5_K, Shape{{512, 37}, 1, 4});
+  // GLM-5 shapes (a tensor-parallel rank of 8): q_a-like Q8_0, 8 stacked
+  // Q4_K experts, a dense Q5_K slice.
+  check(GGMLType::Q8_0, Shape{{6144, 2048}, 1});
+  check(GGMLType::Q4_K, Shape{{6144, 256, 8}, 8});
+  check(GGMLType::Q5_K, Shape{{6144, 512}, 1});
+  check(GGMLType::Q6_K, Shape{{2048, 1000}, 1});
+}
+
+//===----------------------------------------------------------------------===//
+// Caches and attention
+//===----------------------------------------------------------------------===//
+
+void checkCacheAppend(Report &r, kiln::Rng &rng) {
+  const int64_t positions = 16, width = 576;
+  const int32_t position = 9;
+  for (kc::CacheType t :
+       {kc::CacheType::F32, kc::CacheType::F16, kc::CacheType::BF16}) {
+    Cache c = randomCache(t, positions, width, rng.next());
+    std::vector<float> entry = normals(rng, width, 100.0);
+    // Rounding corners: ties to even in f16 and bf16, overflow, subnormals,
+    // signed zero, infinities and NaNs with payloads.
+    const float specials[] = {1.f + 0x1.0p-11f,
+                              1.f + 3 * 0x1.0p-11f,
+                              1.f + 0x1.0p-8f,
+                              1.f + 3 * 0x1.0p-8f,
+                              65520.f,
+                              65519.f,
+                              1e-6f,
+                              3e-8f,
+                              1e-40f,
+                              -0.f,
+                              3.0e38f,
+                              std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              kiln::floatFromBits(0x7fc00001u),
+                              kiln::floatFromBits(0xff812345u),
+                              kiln::floatFromBits(0x7f800001u)};
+    std::copy(std::begin(specials), std::end(specials), entry.begin());
+    DeviceArray<float> de(entry);
+    DeviceArray<int32_t> dp(std::vector<int32_t>{position});
+    Fault fault;
+    run(kc::launchCacheAppend(de.get(), dp.get(), c.dev(), fault.sink(),
+                              nullptr));
+    if (!r.reference("cache_append",
+                     cpu::cacheAppend(entry.data(), position, c.view())))
+      continue;
+    r.line("cache_append",
+           fmtText("%s %lldx%lld at %d, with specials", cacheName(t),
+                   (long long)positions, (long long)width, position),
+           mismatches(c.device.download(), c.host) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
+           0, "bit-exact: RNE, NaN as the CPU");
+
+    // The cache is full: fault, nothing written.
+    dp.upload({int32_t(positions)});
+    run(kc::launchCacheAppend(de.get(), dp.get(), c.dev(), fault.sink(),
+                              nullptr));
+    r.line("cache_append fault",
+           fmtText("%s position %lld of %lld", cacheName(t),
+                   (long long)positions, (long long)positions),
+           faultMismatch(fault.read(), kc::FaultCode::PositionOutOfRange,
+                         positions, positions) +
+               mismatches(c.device.download(), c.host),
+           0, "PositionOutOfRange, cache untouched");
+  }
+}
+
+void checkMlaAttention(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  const int64_t heads = 4, latent = 512, rope = 64, positions = 300,
+                width = latent + rope, capacity = 64;
+  const float scale = 1.f / std::sqrt(float(width));
+  std::vector<float> ql = normals(rng, heads * latent, 1.0),
+                     qr = normals(rng, heads * rope, 1.0);
+  DeviceArray<float> dql(ql), dqr(qr), scores(kc::mlaScratchFloats(heads, latent, positions)),
+      dout(heads * latent);
+  DeviceArray<int32_t> dpos(1), dsel(capacity), dcount(1);
+
+  struct Case {
+    kc::CacheType type;
+    int32_t position;
+    int32_t count; // -1: no selection
+  };
+  for (const Case &c :
+       {Case{kc::CacheType::F16, 250, -1}, Case{kc::CacheType::F16, 299, 37},
+        Case{kc::CacheType::F16, 0, -1}, Case{kc::CacheType::F16, 10, 0},
+        Case{kc::CacheType::BF16, 200, 64},
+        Case{kc::CacheType::F32, 120, -1}}) {
+    Cache cache = randomCache(c.type, positions, width, rng.next());
+    std::vector<int32_t> sel(capacity, 0);
+    // Entries anywhere in the cache, repeats allowed (the kernel does not
+    // care which positions they are).
+    for (int32_t &s : sel)
+      s = int32_t(rng.below(uint64_t(positions)));
+    if (c.count > 1)
+      sel[1] = sel[0];
+    std::vector<float> want(heads * latent);
+    const int32_t count = c.count;
+    if (!r.reference("mla_attention",
+                     cpu::mlaAttention(ql.data(), qr.data(), heads, latent,
+                                       rope, cache.view(), c.position,
+                                       count >= 0 ? sel.data() : nullptr,
+                                       count >= 0 ? &count : nullptr, scale,
+                                       want.data(), pool)))
+      continue;
+    dpos.upload({c.position});
+    dsel.upload(sel);
+    dcount.upload({count});
+    Fault fault;
+    run(kc::launchMlaAttention(
+        dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
+        count >= 0 ? dsel.get() : nullptr, count >= 0 ? dcount.get() : nullptr,
+        capacity, scale, scores.get(), dout.get(), fault.sink(), nullptr));
+    const int64_t attended = count >= 0 ? count : c.position + 1;
+    r.line("mla_attention",
+           count >= 0 ? fmtText("%s 4x(512+64), %d selected of %lld",
+                                cacheName(c.type), count, (long long)positions)
+                      : fmtText("%s 4x(512+64), positions 0..%d",
+                                cacheName(c.type), c.position),
+           relError(dout.download(), want) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
+           sumTol(double(width)) + sumTol(double(attended)),
+           fmtText("dot and softmax order, 1e-6*(sqrt(%lld)+sqrt(%lld))",
+                   (long long)width, (long long)attended));
+  }
+
+  // Faults: nothing out of bounds is read, the first problem is reported.
+  Cache cache = randomCache(kc::CacheType::F16, positions, width, rng.next());
+  struct FaultCase {
+    const char *what;
+    int32_t position, count;
+    bool badEntry;
+    kc::FaultCode code;
+    int64_t value, limit;
+  };
+  for (const FaultCase &f :
+       {FaultCase{"entries 5 and 9 = 300 of 300", 299, 20, true,
+                  kc::FaultCode::SelectionOutOfRange, 300, positions},
+        FaultCase{"count 65 of capacity 64", 299, 65, false,
+                  kc::FaultCode::CountOutOfRange, 65, capacity},
+        FaultCase{"count -1", 299, -1, false, kc::FaultCode::CountOutOfRange,
+                  -1, capacity},
+        FaultCase{"position 300 of 300", 300, 4, false,
+                  kc::FaultCode::PositionOutOfRange, 300, positions}}) {
+    std::vector<int32_t> sel(capacity);
+    for (int32_t &s : sel)
+      s = int32_t(rng.below(uint64_t(positions)));
+    if (f.badEntry) {
+      sel[5] = int32_t(positions);
+      sel[9] = -7; // later: entry 5 is the one reported
+    }
+    dpos.upload({f.position});
+    dsel.upload(sel);
+    dcount.upload({f.count});
+    Fault fault;
+    run(kc::launchMlaAttention(dql.get(), dqr.get(), heads, latent, rope,
+                               cache.dev(), dpos.get(), dsel.get(),
+                               dcount.get(), capacity, scale, scores.get(),
+                               dout.get(), fault.sink(), nullptr));
+    r.line("mla fault", f.what,
+           faultMismatch(fault.read(), f.code, f.value, f.limit), 0,
+           "first fault reported");
+  }
+}
+
+/// The indexer's scores in double on the host (for choosing inputs whose
+/// top-k boundary is not within rounding of a tie).
+std::vector<double> indexerScores(const std::vector<float> &q, int64_t heads,
+                                  int64_t dim, const std::vector<float> &w,
+                                  const Cache &cache, int64_t attended,
+                                  float scale) {
+  std::vector<double> s(size_t(attended), 0.0);
+  for (int64_t t = 0; t < attended; ++t) {
+    double sum = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      double dot = 0;
+      for (int64_t j = 0; j < dim; ++j)
+        dot += double(q[h * dim + j]) * cache.value(t * dim + j);
+      sum += w[h] * std::max(dot, 0.0);
+    }
+    s[t] = scale * sum;
+  }
+  return s;
+}
+
+void checkDsaIndexer(Report &r, kiln::Rng &rng) {
+  const int64_t heads = 8, dim = 128, positions = 2000;
+  const float scale = 0.25f;
+  DeviceArray<float> scores(positions);
+  DeviceArray<int32_t> flags(positions), dpos(1), dcount(1);
+
+  struct Case {
+    kc::CacheType type;
+    int32_t position;
+    int64_t topK;
+    bool zeroQuery; // every score 0: the tie rule alone decides
+  };
+  for (const Case &c : {Case{kc::CacheType::F16, 1500, 256, false},
+                        Case{kc::CacheType::BF16, 1999, 64, false},
+                        Case{kc::CacheType::F32, 700, 1, false},
+                        Case{kc::CacheType::F16, 100, 256, false},
+                        Case{kc::CacheType::F16, 1000, 300, true}}) {
+    const int64_t attended = int64_t(c.position) + 1;
+    std::vector<float> q, w;
+    Cache cache = randomCache(c.type, positions, dim, rng.next());
+    std::string note;
+    bool usable = c.zeroQuery || c.topK >= attended;
+    for (int attempt = 0; attempt < 20 && !usable; ++attempt) {
+      q = normals(rng, heads * dim, 1.0);
+      w = normals(rng, heads, 0.3, 1.0);
+      std::vector<double> s =
+          indexerScores(q, heads, dim, w, cache, attended, scale);
+      std::vector<int64_t> order(static_cast<size_t>(attended));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return s[a] > s[b]; });
+      // Gaps around the boundary well above rounding (1e-4 of the largest
+      // score; the f32 scores are good to ~1e-6 of it): between ranks k-2
+      // and k-1, k-1 and k, k and k+1 (the tie built below joins k-1 and
+      // k, so its neighbours on both sides must be clear of it).
+      const size_t k = size_t(c.topK);
+      const double top = std::fabs(s[order[0]]);
+      const double gapAbove = k >= 2 ? s[order[k - 2]] - s[order[k - 1]] : top;
+      const double gapIn = s[order[k - 1]] - s[order[k]];
+      const double gapOut =
+          k + 1 < order.size() ? s[order[k]] - s[order[k + 1]] : top;
+      if (gapAbove <= 1e-4 * top || gapIn <= 1e-4 * top || gapOut <= 1e-4 * top)
+        continue;
+      usable = true;
+      // An exact tie across the boundary: the position ranked just outside
+      // gets the key of the one ranked last inside; the lower of the two
+      // positions must win on both sides.
+      cache.copyRow(order[k - 1], order[k]);
+      note = fmtText(", tie %lld=%lld at the cut", (long long)order[k - 1],
+                     (long long)order[k]);
+    }
+    if (c.zeroQuery) {
+      q.assign(size_t(heads * dim), 0.f);
+      w = normals(rng, heads, 0.3, 1.0);
+      note = ", all scores 0";
+    } else if (c.topK >= attended) {
+      q = normals(rng, heads * dim, 1.0);
+      w = normals(rng, heads, 0.3, 1.0);
+      note = ", all selected";
+    }
+    if (!usable) {
+      r.line("dsa_indexer", "no well-separated draw in 20 tries", 1, 0,
+             "test input");
+      continue;
+    }
+    std::vector<int32_t> want(size_t(c.topK), -1);
+    int32_t wantCount = -1;
+    if (!r.reference("dsa_indexer",
+                     cpu::dsaIndexer(q.data(), heads, dim, w.data(),
+                                     cache.view(), c.position, c.topK, scale,
+                                     want.data(), &wantCount)))
+      continue;
+    DeviceArray<float> dq(q), dw(w);
+    DeviceArray<int32_t> dsel(std::vector<int32_t>(size_t(c.topK), -1));
+    dpos.upload({c.position});
+    Fault fault;
+    run(kc::launchDsaIndexer(dq.get(), heads, dim, dw.get(), cache.dev(),
+                             dpos.get(), c.topK, scale, scores.get(),
+                             flags.get(), dsel.get(), dcount.get(),
+                             fault.sink(), nullptr));
+    r.line("dsa_indexer",
+           fmtText("%s 8x128, pos %d, top %lld%s", cacheName(c.type),
+                   c.position, (long long)c.topK, note.c_str()),
+           mismatches(dsel.download(), want) +
+               mismatches(dcount.download(), std::vector<int32_t>{wantCount}) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
+           0, "selection and count exact");
+  }
+
+  // A position past the cache: fault, nothing selected.
+  Cache cache = randomCache(kc::CacheType::F16, positions, dim, rng.next());
+  std::vector<float> q = normals(rng, heads * dim, 1.0),
+                     w = normals(rng, heads, 0.3, 1.0);
+  DeviceArray<float> dq(q), dw(w);
+  DeviceArray<int32_t> dsel(std::vector<int32_t>(16, -1));
+  dpos.upload({int32_t(positions)});
+  Fault fault;
+  run(kc::launchDsaIndexer(dq.get(), heads, dim, dw.get(), cache.dev(),
+                           dpos.get(), 16, scale, scores.get(), flags.get(),
+                           dsel.get(), dcount.get(), fault.sink(), nullptr));
+  r.line("dsa_indexer fault", "position 2000 of 2000",
+         faultMismatch(fault.read(), kc::FaultCode::PositionOutOfRange,
+                       positions, positions) +
+             mismatches(dcount.download(), std::vector<int32_t>{0}) +
+             mismatches(dsel.download(), std::vector<int32_t>(16, 0)),
+         0, "PositionOutOfRange, count 0");
+}
+
+//===----------------------------------------------------------------------===//
+// MoE
+//===----------------------------------------------------------------------===//
+
+void checkMoeRouter(Report &r, kiln::Rng &rng) {
+  const int64_t hidden = 512, experts = 256, topK = 8;
+  struct Case {
+    GGMLType type;
+    cpu::Gating cpuGating;
+    kc::Gating gating;
+    bool bias, normalize;
+    float routedScale;
+  };
+  for (const Case &c : {Case{GGMLType::F32, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 2.5f},
+                        Case{GGMLType::F32, cpu::Gating::Softmax,
+                             kc::Gating::Softmax, false, false, 1.f},
+                        Case{GGMLType::Q8_0, cpu::Gating::Softmax,
+                             kc::Gating::Softmax, true, true, 1.f},
+                        Case{GGMLType::BF16, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, false, true, 1.f}}) {
+    Weight gate = randomWeight(c.type, {hidden, experts}, rng.next());
+    std::vector<float> dequant(size_t(hidden * experts));
+    if (!r.reference("moe_router",
+                     cpu::dequant(gate.view("gate"), dequant.data())))
+      continue;
+    std::vector<float> x, bias;
+    bool usable = false;
+    for (int attempt = 0; attempt < 20 && !usable; ++attempt) {
+      x = normals(rng, hidden, 0.05);
+      bias = c.bias ? normals(rng, experts, 0.05) : std::vector<float>();
+      // The choice in double: its order must not be within rounding of a
+      // tie anywhere among the first topK + 1.
+      std::vector<double> p(static_cast<size_t>(experts));
+      double maxLogit = -1e300, sum = 0;
+      for (int64_t e = 0; e < experts; ++e) {
+        double dot = 0;
+        for (int64_t j = 0; j < hidden; ++j)
+          dot += double(x[j]) * dequant[e * hidden + j];
+        p[e] = dot;
+        maxLogit = std::max(maxLogit, dot);
+      }
+      for (double &v : p) {
+        v = c.gating == kc::Gating::Sigmoid ? 1 / (1 + std::exp(-v))
+                                            : std::exp(v - maxLogit);
+        sum += v;
+      }
+      if (c.gating == kc::Gating::Softmax)
+        for (double &v : p)
+          v /= sum;
+      for (int64_t e = 0; e < experts && c.bias; ++e)
+        p[e] += bias[e];
+      std::vector<double> sorted = p;
+      std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+      usable = true;
+      for (int64_t k = 0; k < topK; ++k)
+        usable &= sorted[k] - sorted[k + 1] > 1e-4 * std::fabs(sorted[0]);
+    }
+    const std::string what =
+        fmtText("%s [512, 256] %s%s%s top 8", typeName(c.type).c_str(),
+                c.gating == kc::Gating::Sigmoid ? "sigmoid" : "softmax",
+                c.bias ? " +bias" : "", c.normalize ? " norm" : "");
+    if (!usable) {
+      r.line("moe_router", what + " (no separated draw)", 1, 0, "test input");
+      continue;
+    }
+    std::vector<int32_t> wantIds(topK);
+    std::vector<float> wantW(topK);
+    if (!r.reference("moe_router",
+                     cpu::moeRouter(x.data(), hidden, gate.view("gate"),
+                                    c.bias ? bias.data() : nullptr, topK,
+                                    c.cpuGating, c.normalize, c.routedScale,
+                                    wantIds.data(), wantW.data())))
+      continue;
+    DeviceArray<float> dx(x), db(c.bias ? bias : std::vector<float>(1)),
+        logits(experts), dw(topK);
+    DeviceArray<int32_t> dids(topK);
+    run(kc::launchMoeRouter(dx.get(), gate.dev(), c.bias ? db.get() : nullptr,
+                            topK, c.gating, c.normalize, c.routedScale,
+                            logits.get(), dids.get(), dw.get(), nullptr));
+    r.line("moe_router", what + " ids", mismatches(dids.download(), wantIds), 0,
+           "exact, separated scores");
+    r.line("moe_router", what + " weights", relError(dw.download(), wantW),
+           2 * sumTol(double(hidden) + double(experts)),
+           "logit and softmax sums, 2e-6*sqrt(512+256)");
+  }
+}
+
+void checkMoeExperts(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  const int64_t hidden = 512, ffn = 256, experts = 8, k = 4;
+  struct Case {
+    GGMLType gateType, downType;
+    bool fused, aliasOut;
+    int64_t hidden = 512, ffn = 256, experts = 8, k = 4;
+  };
+  for (const Case &c :
+       {Case{GGMLType::Q4_K, GGMLType::Q6_K, false, false},
+        Case{GGMLType::Q8_0, GGMLType::Q5_0, true, false},
+        Case{GGMLType::IQ4_XS, GGMLType::Q8_0, true, true},
+        Case{GGMLType::BF16, GGMLType::F16, false, true},
+        // GLM-5 on a rank of 8 (UD-Q4_K_XL-like types), fewer experts.
+        Case{GGMLType::Q4_K, GGMLType::Q5_K, false, false, 6144, 256, 16, 8},
+        // 3 experts a row: 2 rows a block of 8 warps, 2 warps idle.
+        Case{GGMLType::Q8_0, GGMLType::Q6_K, true, false, 512, 256, 16, 3},
+        // 12 experts: chunks of 8 and 4.
+        Case{GGMLType::Q5_K, GGMLType::Q8_0, false, true, 512, 512, 16, 12}}) {
+    Weight gate =
+        randomWeight(c.gateType, {c.hidden, c.fused ? 2 * c.ffn : c.ffn, c.experts},
+                     rng.next());
+    std::optional<Weight> up;
+    if (!c.fused)
+      up.emplace(
+          randomWeight(c.gateType, {c.hidden, c.ffn, c.experts}, rng.next()));
+    Weight down =
+        randomWeight(c.downType, {c.ffn, c.hidden, c.experts}, rng.next());
+    std::vector<float> x = normals(rng, c.hidden, 1.0);
+    std::vector<int32_t> ids = {5, 2, 7, 2}; // a repeat is allowed
+    if (c.k != 4) {
+      ids.resize(size_t(c.k));
+      for (int32_t &id : ids)
+        id = int32_t(rng.below(uint64_t(c.experts)));
+      ids.back() = ids.front();
+    }
+    std::vector<float> weights = normals(rng, c.k, 0.3, 0.5);
+
+    cpu::WeightView gv = gate.view("gate"), dv = down.view("down");
+    std::optional<cpu::WeightView> uv;
+    std::vector<const cpu::WeightView *> ws = {&gv};
+    if (up) {
+      uv = up->view("up");
+      ws.push_back(&*uv);
+    }
+    ws.push_back(&dv);
+    std::vector<float> want(c.hidden);
+    if (!r.reference("moe_experts",
+                     cpu::moeExperts(x.data(), c.hidden, ids.data(),
+                                     weights.data(), c.k, ws, want.data(),
+                                     pool)))
+      continue;
+
+    DeviceArray<float> dx(x), dw(weights), act(c.k * c.ffn), dout(c.hidden);
+    DeviceArray<int32_t> dids(ids);
+    kc::DeviceWeight gd = gate.dev(), dd = down.dev(),
+                     ud = up ? up->dev() : kc::DeviceWeight{};
+    Fault fault;
+    float *out = c.aliasOut ? dx.get() : dout.get();
+    run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, c.experts, dids.get(),
+                             dw.get(), c.k, gd, up ? &ud : nullptr, dd,
+                             act.get(), out, fault.sink(), nullptr));
+    std::vector<float> got = c.aliasOut ? dx.download() : dout.download();
+    r.line("moe_experts",
+           fmtText("%s %s + down %s, H%lld F%lld E%lld k%lld%s",
+                   c.fused ? "gate_up" : "gate/up",
+                   typeName(c.gateType).c_str(), typeName(c.downType).c_str(),
+                   (long long)c.hidden, (long long)c.ffn, (long long)c.experts,
+                   (long long)c.k, c.aliasOut ? ", out=x" : ""),
+           relError(got, want) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
+           2 * (sumTol(double(c.hidden)) + sumTol(double(c.ffn))),
+           fmtText("gate/up then down dots, 2e-6*(sqrt(%lld)+sqrt(%lld))",
+                   (long long)c.hidden, (long long)c.ffn));
+  }
+
+  // Bad ids: the first in k order is reported, nothing is read for them.
+  Weight gate =
+      randomWeight(GGMLType::Q8_0, {hidden, 2 * ffn, experts}, rng.next());
+  Weight down =
+      randomWeight(GGMLType::Q8_0, {ffn, hidden, experts}, rng.next());
+  DeviceArray<float> dx(normals(rng, hidden, 1.0)), dw(normals(rng, k, 0.3)),
+      act(k * ffn), dout(hidden);
+  DeviceArray<int32_t> dids(std::vector<int32_t>{1, 9, 3, -1});
+  Fault fault;
+  run(kc::launchMoeExperts(dx.get(), hidden, ffn, experts, dids.get(), dw.get(),
+                           k, gate.dev(), nullptr, down.dev(), act.get(),
+                           dout.get(), fault.sink(), nullptr));
+  r.line(
+      "moe_experts fault", "ids {1, 9, 3, -1} of 8 experts",
+      faultMismatch(fault.read(), kc::FaultCode::ExpertOutOfRange, 9, experts),
+      0, "ExpertOutOfRange, first id");
+}
+
+//===----------------------------------------------------------------------===//
+// Arg-max
+//===----------------------------------------------------------------------===//
+
+void checkArgmax(Report &r, kiln::Rng &rng) {
+  const int64_t n = 19360;
+  DeviceArray<int32_t> dout(1);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+
+  struct Case {
+    const char *what;
+    std::vector<float> x;
+  };
+  std::vector<Case> cases;
+  {
+    std::vector<float> x = normals(rng, n, 1.0);
+    const float top = *std::max_element(x.begin(), x.end()) + 1.f;
+    x[12345] = top;
+    x[777] = top; // tie: the lower index wins
+    cases.push_back({"n=19360, tie at 777 and 12345", x});
+    x[3] = nan;
+    cases.push_back({"n=19360, NaN at 3 (ignored)", x});
+    x[0] = nan;
+    cases.push_back({"n=19360, NaN at 0 (wins, as the scan)", x});
+    cases.push_back(
+        {"n=5, all -inf",
+         std::vector<float>(5, -std::numeric_limits<float>::infinity())});
+    cases.push_back({"n=0", {}});
+  }
+  for (const Case &c : cases) {
+    DeviceArray<float> dx(c.x);
+    const int64_t len = int64_t(c.x.size());
+    run(kc::launchArgmax(dx.get(), len, dout.get(), nullptr));
+    r.line("argmax", c.what,
+           mismatches(dout.download(),
+                      std::vector<int32_t>{cpu::argmax(c.x.data(), len)}),
+           0, "exact, ties to the lower index");
+  }
+
+  // Four ranks' parts: candidates, then the pick, against the whole.
+  const int ranks = 4;
+  const int64_t part = 5000;
+  std::vector<float> x = normals(rng, ranks * part, 1.0);
+  const float top = *std::max_element(x.begin(), x.end()) + 1.f;
+  x[1 * part + 10] = top; // equal maxima on ranks 1 and 3: rank 1 wins
+  x[3 * part + 20] = top;
+  x[2 * part + 5] = nan;
+  DeviceArray<float> dx(x);
+  DeviceArray<kc::ArgmaxCandidate> cands(ranks);
+  double bad = 0;
+  for (int q = 0; q < ranks; ++q) {
+    run(kc::launchArgmaxCandidate(dx.get() + q * part, part, int32_t(q * part),
+                                  cands.get() + q, nullptr));
+  }
+  std::vector<kc::ArgmaxCandidate> got = cands.download();
+  for (int q = 0; q < ranks; ++q) {
+    const int32_t local = cpu::argmax(x.data() + q * part, part);
+    bad += got[q].index != int32_t(q * part) + local;
+    bad += std::memcmp(&got[q].value, &x[size_t(q * part + local)],
+                       sizeof(float)) != 0;
+  }
+  r.line("argmax_candidate", "4 ranks x 5000, ties on ranks 1 and 3", bad, 0,
+         "exact");
+  run(kc::launchPickCandidate(cands.get(), ranks, dout.get(), nullptr));
+  r.line("pick_candidate", "4 ranks x 5000 vs argmax of the whole",
+         mismatches(dout.download(), std::vector<int32_t>{cpu::argmax(
+                                         x.data(), int64_t(x.size()))}),
+         0, "exact, earlier rank wins ties");
+}
+
+//===----------------------------------------------------------------------===//
+// --bench: launchLinear at GLM-5 tensor-parallel (8 ranks) shapes
+//===----------------------------------------------------------------------===//
+
+/// Times launchLinear on random valid blocks: kRuns launches captured in a
+/// CUDA graph (no launch gaps), rotating over copies of the weight that
+/// together exceed the L2 many times over, so every launch reads its weight
+/// from memory. GB/s counts the weight's bytes only.
+void benchLinear() {
+  struct Case {
+    GGMLType type;
+    int64_t k, n;
+    const char *what;
+  };
+  const Case cases[] = {
+      {GGMLType::Q8_0, 6144, 2048, "q_a-like"},
+      {GGMLType::Q8_0, 2048, 6144, "attn_output slice"},
+      {GGMLType::Q4_K, 6144, 2048, "expert gate/up rows"},
+      {GGMLType::Q5_K, 2048, 6144, "dense down slice"},
+      {GGMLType::Q6_K, 6144, 19360, "output head slice"},
+      {GGMLType::F32, 6144, 256, "router gate"},
+  };
+  constexpr uint64_t kRotateBytes = uint64_t(256) << 20;
+  constexpr int kRuns = 50;
+  cudaStream_t stream;
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  kiln::Rng rng(7);
+  for (const Case &c : cases) {
+    const uint64_t bytes = *kiln::rowBytes(c.type, uint64_t(c.k)) * c.n;
+    const uint64_t copies = std::max<uint64_t>(2, (kRotateBytes + bytes - 1) / bytes);
+    DeviceArray<uint8_t> w(bytes * copies);
+    run(kc::launchFillRandomBlocks(c.type, w.get(), bytes * copies, rng.next(),
+                                   nullptr));
+    DeviceArray<float> x(normals(rng, c.k, 1.0)), y(c.n);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kRuns; ++i) {
+      const kc::DeviceWeight dw{c.type, c.n, c.k,
+                                w.get() + uint64_t(i) % copies * bytes};
+      CHECK_CUDA(kc::launchLinear(x.get(), 1, dw, c.n, false, y.get(), stream));
+    }
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream)); // warm-up
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    const double us = double(ms) * 1e3 / kRuns;
+    std::printf("bench linear %s %lldx%lld: %.2f us, %.1f GB/s  (%s)\n",
+                typeName(c.type).c_str(), (long long)c.k, (long long)c.n, us,
+                double(bytes) / (us * 1e3), c.what);
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+  }
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  uint64_t seed = 1;
+  bool bench = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--seed" && i + 1 < argc) {
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    } else if (std::string(argv[i]) == "--bench") {
+      bench = true;
+    } else {
+      std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench]\n");
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "kiln-cuda-ops: error: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (sm_%d%d), seed %llu\n", prop.name, prop.major,
+              prop.minor, (unsigned long long)seed);
+
+  if (bench) {
+    benchLinear();
+    return 0;
+  }
+
+  kiln::Rng rng(seed);
+  Report report;
+  checkElementwise(report, rng);
+  checkNorms(report, rng);
+  checkRope(report, rng);
+  checkSlice(report, rng);
+  checkGatherReorder(report, rng);
+  checkFillAndDequant(report, rng);
+  checkEmbed(report, rng);
+  checkLinear(report, rng);
+  checkCacheAppend(report, rng);
+  checkMlaAttention(report, rng);
+  checkDsaIndexer(report, rng);
+  checkMoeRouter(report, rng);
+  checkMoeExperts(report, rng);
+  checkArgmax(report, rng);
+
+  std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",
+              report.cases - report.failures, report.cases,
+              (unsigned long long)seed);
+  return report.failures ? 1 : 0;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Packs what the GPU checks and benchmarks need onto a GPU host that has no
+# MLIR and no FlatBuffers: the runtime and both backend plugins built here,
+# the GPU tools and the artifacts, compiled here from each model's tensor
+# table (--metadata-only). The GPU host synthesises the weights with the
+# packed kiln-gguf, bit for bit the same (each tensor's bytes depend only on
+# the seed, its name and its type; test/python/test_cuda_backend.py holds
+# the same synth arguments), so the pack stays small enough to carry.
+#
+#   utils/gpu-pack.sh [PACK_DIR]      (default: gpu-pack)
+#
+# Then on the GPU host: utils/gpu-test.sh (it finds gpu-pack/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${KILN_BUILD_DIR:-build}
+pack=${1:-gpu-pack}
+bin=$build/bin
+
+for f in kiln-run kiln-gguf kiln-compile kiln-bandwidth kiln-cuda-matvec kiln-cuda-ops kiln-allreduce; do
+  [ -x "$bin/$f" ] || { echo "gpu-pack: error: $bin/$f is not built (utils/build.sh with CUDA)" >&2; exit 1; }
+done
+for f in libkiln-backend-cpu.so libkiln-backend-cuda.so; do
+  [ -f "$build/lib/$f" ] || { echo "gpu-pack: error: $build/lib/$f is not built" >&2; exit 1; }
+done
+
+rm -rf "$pack"
+mkdir -p "$pack/bin" "$pack/lib" "$pack/models"
+cp "$bin"/{kiln-run,kiln-gguf,kiln-bandwidth,kiln-cuda-matvec,kiln-cuda-ops,kiln-allreduce} "$pack/bin/"
+cp "$build"/lib/libkiln-backend-{cpu,cuda}.so "$pack/lib/"
+# The one shared library the binaries need beyond glibc and libstdc++.
+fmt=$(ldd "$bin/kiln-run" | awk '/libfmt/ {print $3}')
+[ -n "$fmt" ] && cp "$fmt" "$pack/lib/"
+
+m=$pack/models
+synth() { "$bin/kiln-gguf" synth "$@" --quiet; }
+compile() { "$bin/kiln-compile" "$@" 2>/dev/null; }
+
+# tiny, f32 weights and caches: the tightest comparison (seed 4, as the CPU
+# tests' greedy case); tiny mix with f16 caches (seed 6); small (GLM-5's head
+# geometry, the UD-Q4_K_XL-like mix, 590 MB), f32 caches (seed 2).
+model() { # NAME CACHE-TYPE SYNTH-ARGS...
+  local name=$1 cache=$2; shift 2
+  synth "$m/$name-meta.gguf" "$@" --metadata-only
+  for target in cpu cuda; do
+    for tp in 1 2; do
+      compile "$m/$name-meta.gguf" --target=$target --tp $tp --context 64 \
+        --cache-type "$cache" -o "$m/$name.$target.tp$tp.kiln"
+    done
+  done
+  rm -f "$m/$name-meta.gguf"
+}
+model tiny-f32 f32 --preset tiny --seed 4 --mix f32 --indexer-top-k 8
+model tiny-mix f16 --preset tiny --seed 6 --indexer-top-k 64
+model small f32 --preset small --seed 2 --indexer-top-k 4
+
+# GLM-5 at full width (78 layers, UD-Q4_K_XL-like mix) for benchmarks on
+# random weights: tp=8 (one rank simulated on one GPU) and, on two GPUs,
+# tp=2 with 40 of the 78 layers (106.6 GiB of weights per GPU).
+synth "$m/glm5-meta.gguf" --preset glm5 --metadata-only
+compile "$m/glm5-meta.gguf" --target=cuda --tp 8 --no-logits --context 2048 \
+  -o "$m/glm5.cuda.tp8.kiln"
+rm -f "$m/glm5-meta.gguf"
+synth "$m/glm5-l40-meta.gguf" --preset glm5 --layers 40 --metadata-only
+compile "$m/glm5-l40-meta.gguf" --target=cuda --tp 2 --no-logits --context 2048 \
+  -o "$m/glm5-l40.cuda.tp2.kiln"
+rm -f "$m/glm5-l40-meta.gguf"
+
+du -sh "$pack"
+echo "gpu-pack: $pack ready; on the GPU host run utils/gpu-test.sh"
