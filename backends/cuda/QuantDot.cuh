@@ -362,6 +362,307 @@ __device__ inline float warpDotRow(GGMLType type, const uint8_t *row,
   return quantdot::dotGeneric(type, row, x, cols);
 }
 
+
+//===----------------------------------------------------------------------===//
+// Several rows per warp. warpDotRows<R> dots R rows (row0 + r * stride, r <
+// R; rows past nrows repeat row nrows - 1, whose dot the caller ignores)
+// with the same x, so every x load serves R rows, and issues all R rows'
+// weight loads of a pass before any of the pass's math: R times the bytes
+// in flight of one row. Q8_0, Q4_K, Q5_K and Q6_K have such routines; every
+// other type, and rows or x off the wide loads' alignment, take warpDotRow
+// row by row. Lane layouts:
+//   Q8_0, Q6_K: as warpDotRow's (above), R rows per pass.
+//   Q4_K / Q5_K: a warp pass is 4 blocks of each row, 8 lanes a block:
+//     lane l takes block g = l / 8 of the pass and quant bytes qs[16 t ..
+//     16 t + 15] (t = l % 8, one 16-byte load), i.e. with c = t / 2, h = t
+//     % 2 the values i = 16 h .. 16 h + 15 of sub-block 2c (low nibbles,
+//     x[64c + 16h + i']) and of sub-block 2c + 1 (high nibbles, x[64c + 32
+//     + 16h + i']); for Q5_K also qh[16 h .. 16 h + 15] (bits 2c and 2c +
+//     1; one 16-byte load), and the block's first 16 bytes (d, dmin,
+//     scales; one 16-byte load shared by the 8 lanes). The lane's 32 x
+//     values (8 float4) and their two sums are loaded once for all rows.
+//     Lane sums are dl * (q . x) - ml * sum(x) per sub-block.
+// The weights are streamed once, so their 16-byte loads skip L1
+// (ld.global.nc.L1::no_allocate; each is used whole by one instruction);
+// x stays cached. Every row's lane sum is fixed by the layout and reduced
+// by one warpSum at the end: deterministic.
+//===----------------------------------------------------------------------===//
+
+namespace quantdot {
+
+/// A 16-byte read-only load that does not allocate in L1.
+__device__ __forceinline__ uint4 loadStream(const uint8_t *p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+/// acc + sum over i < 4 of (byte i of w - (bias - 2^23)) * x_i, one chain.
+__device__ __forceinline__ float dot4Acc(uint32_t w, float bias, float4 x,
+                                         float acc) {
+  acc = fmaf(byteValue<0>(w, bias), x.x, acc);
+  acc = fmaf(byteValue<1>(w, bias), x.y, acc);
+  acc = fmaf(byteValue<2>(w, bias), x.z, acc);
+  return fmaf(byteValue<3>(w, bias), x.w, acc);
+}
+
+/// Scale and min of sub-block s (0..7) of a Q4_K / Q5_K block, times d and
+/// dmin, from its first 16 bytes (gguf-py's get_scale_min).
+__device__ __forceinline__ void scaleMinK(uint4 head, int s, float &dl,
+                                          float &ml) {
+  const float d = halfBits(head.x & 0xFFFFu), dmin = halfBits(head.x >> 16);
+  const int j = s & 3;
+  const uint32_t a = byteOf(head.y, j), b = byteOf(head.z, j),
+                 c = byteOf(head.w, j); // scales[j], [j + 4], [j + 8]
+  const uint32_t sc = s < 4 ? a & 63 : (c & 15) | (a >> 6) << 4;
+  const uint32_t m = s < 4 ? b & 63 : (c >> 4) | (b >> 6) << 4;
+  dl = d * smallToFloat(sc);
+  ml = dmin * smallToFloat(m);
+}
+
+/// The x share of a Q4_K / Q5_K lane (see above): the 16 values of the low
+/// nibbles, the 16 of the high nibbles, and their sums. x4 points at the
+/// block's first float4.
+struct K45X {
+  float4 lo[4], hi[4];
+  float sumLo, sumHi;
+};
+
+__device__ __forceinline__ K45X loadK45X(const float4 *x4, int t) {
+  K45X v;
+  const float4 *p = x4 + 16 * (t / 2) + 4 * (t % 2);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v.lo[k] = __ldg(p + k);
+    v.hi[k] = __ldg(p + 8 + k);
+  }
+  v.sumLo = (sum4(v.lo[0]) + sum4(v.lo[1])) + (sum4(v.lo[2]) + sum4(v.lo[3]));
+  v.sumHi = (sum4(v.hi[0]) + sum4(v.hi[1])) + (sum4(v.hi[2]) + sum4(v.hi[3]));
+  return v;
+}
+
+/// One lane's sum for one Q4_K / Q5_K block: head = its first 16 bytes, qs
+/// = quant bytes 16 t .., qh (Q5_K) = qh[16 (t % 2) ..].
+template <bool kHigh>
+__device__ __forceinline__ float k45Lane(uint4 head, uint4 qs, uint4 qh,
+                                         int t, const K45X &x) {
+  const int c = t / 2;
+  const uint32_t q[4] = {qs.x, qs.y, qs.z, qs.w};
+  const uint32_t hb[4] = {qh.x, qh.y, qh.z, qh.w};
+  float lo = 0.f, hi = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint32_t ql = q[k] & 0x0F0F0F0Fu, qu = (q[k] >> 4) & 0x0F0F0F0Fu;
+    if constexpr (kHigh) {
+      ql |= ((hb[k] >> (2 * c)) & 0x01010101u) << 4;
+      qu |= ((hb[k] >> (2 * c + 1)) & 0x01010101u) << 4;
+    }
+    lo = dot4Acc(ql, kMagic, x.lo[k], lo);
+    hi = dot4Acc(qu, kMagic, x.hi[k], hi);
+  }
+  float dl0, ml0, dl1, ml1;
+  scaleMinK(head, 2 * c, dl0, ml0);
+  scaleMinK(head, 2 * c + 1, dl1, ml1);
+  float s = fmaf(dl0, lo, -ml0 * x.sumLo);
+  s = fmaf(dl1, hi, s);
+  return fmaf(-ml1, x.sumHi, s);
+}
+
+/// Q4_K / Q5_K, R rows (16-aligned), x 16-aligned: lane sums in acc.
+template <bool kHigh, int R>
+__device__ inline void dotK45Rows(const uint8_t *const (&rows)[R],
+                                  const float *x, int64_t cols,
+                                  float (&acc)[R]) {
+  constexpr int kBlockBytes = kHigh ? 176 : 144, kQs = kHigh ? 48 : 16;
+  const int lane = threadIdx.x % kWarp, t = lane % 8;
+  const int blocks = int(cols / 256);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x);
+  // Not unrolled: R rows' loads are already in flight per pass, and split
+  // segments are mostly one or two passes long.
+  for (int b = lane / 8; b < blocks; b += 4) {
+    // Every row's loads first, then x (L1), then the math.
+    uint4 head[R], qs[R], qh[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t *block = rows[r] + int64_t(b) * kBlockBytes;
+      head[r] = loadStream(block);
+      qs[r] = loadStream(block + kQs + 16 * t);
+      qh[r] = kHigh ? loadStream(block + 16 + 16 * (t % 2)) : uint4{};
+    }
+    const K45X xv = loadK45X(x4 + int64_t(b) * 64, t);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      acc[r] += k45Lane<kHigh>(head[r], qs[r], qh[r], t, xv);
+  }
+}
+
+/// Q8_0, R rows (2-aligned), x 16-aligned: warpDotRow's layout (lane l:
+/// block l / 8 of each 4-block step, quants 4 (l % 8) .. +3), R rows a
+/// step, two steps' loads in flight.
+template <int R>
+__device__ inline void dotQ8_0Rows(const uint8_t *const (&rows)[R],
+                                   const float *x, int64_t cols,
+                                   float (&acc)[R]) {
+  const int lane = threadIdx.x % kWarp, t = lane % 8;
+  const int blocks = int(cols / 32);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x) + t;
+#pragma unroll 2
+  for (int b = lane / 8; b < blocks; b += 4) {
+    uint32_t dh[R], q[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const unsigned short *h =
+          reinterpret_cast<const unsigned short *>(rows[r] + int64_t(b) * 34);
+      dh[r] = __ldg(h);
+      q[r] = uint32_t(__ldg(h + 1 + 2 * t)) | uint32_t(__ldg(h + 2 + 2 * t))
+                                                  << 16;
+    }
+    const float4 xv = __ldg(x4 + int64_t(b) * 8);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      acc[r] = fmaf(halfBits(dh[r]),
+                    dot4(q[r] ^ 0x80808080u, kMagic + 128.f, xv), acc[r]);
+  }
+}
+
+/// Q6_K, R rows (2-aligned), x 16-aligned: warpDotRow's layout, R rows a
+/// block.
+template <int R>
+__device__ inline void dotQ6_KRows(const uint8_t *const (&rows)[R],
+                                   const float *x, int64_t cols,
+                                   float (&acc)[R]) {
+  const int lane = threadIdx.x % kWarp;
+  const int low = 4 * (lane % 16), lowShift = 4 * (lane / 16);
+  const int high = 128 + 4 * (lane % 8), highShift = 2 * (lane / 8);
+  const int scale = 192 + lane / 4;
+  const int blocks = int(cols / 256);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x) + lane;
+  for (int b = 0; b < blocks; ++b) {
+    uint32_t la[R], lb[R], ha[R], hb[R];
+    int sa[R], sb[R];
+    uint32_t dh[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t *block = rows[r] + int64_t(b) * 210;
+      la[r] = load4At2(block + low);
+      lb[r] = load4At2(block + 64 + low);
+      ha[r] = load4At2(block + high);
+      hb[r] = load4At2(block + high + 32);
+      sa[r] = __ldg(reinterpret_cast<const signed char *>(block + scale));
+      sb[r] = __ldg(reinterpret_cast<const signed char *>(block + scale + 8));
+      dh[r] = __ldg(reinterpret_cast<const unsigned short *>(block + 208));
+    }
+    const float4 xa = __ldg(x4 + int64_t(b) * 64);
+    const float4 xb = __ldg(x4 + int64_t(b) * 64 + 32);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t qa = ((la[r] >> lowShift) & 0x0F0F0F0Fu) |
+                          ((ha[r] >> highShift) & 0x03030303u) << 4;
+      const uint32_t qb = ((lb[r] >> lowShift) & 0x0F0F0F0Fu) |
+                          ((hb[r] >> highShift) & 0x03030303u) << 4;
+      const float d = halfBits(dh[r]);
+      const float dla = d * (smallToFloat(uint32_t(sa[r] + 128)) - 128.f);
+      const float dlb = d * (smallToFloat(uint32_t(sb[r] + 128)) - 128.f);
+      acc[r] = fmaf(dla, dot4(qa, kMagic + 32.f, xa), acc[r]);
+      acc[r] = fmaf(dlb, dot4(qb, kMagic + 32.f, xb), acc[r]);
+    }
+  }
+}
+
+} // namespace quantdot
+
+/// Values a split segment of a row of `type` should be a multiple of, so
+/// that every segment starts on a block boundary, 16-aligned in x, and
+/// fills whole passes of warpDotRows' layout (4 blocks for Q4_K / Q5_K).
+inline int32_t segmentUnitValues(GGMLType type, int32_t blockValues) {
+  if (type == GGMLType::Q4_K || type == GGMLType::Q5_K)
+    return 1024;
+  return blockValues > 128 ? blockValues : 128;
+}
+
+/// Whether warpDotRows has a multi-row routine for `type` (else R rows cost
+/// R single-row dots, and callers should prefer one row per warp).
+inline bool hasMultiRowDot(GGMLType type) {
+  return type == GGMLType::Q8_0 || type == GGMLType::Q4_K ||
+         type == GGMLType::Q5_K || type == GGMLType::Q6_K;
+}
+
+/// The dots of rows row0 + r * stride (r < R; r >= nrows repeats row nrows
+/// - 1, nrows >= 1) with x[cols], each in out[r] of every lane. The whole
+/// warp calls it together.
+template <int R>
+__device__ inline void warpDotRows(GGMLType type, const uint8_t *row0,
+                                   uint64_t stride, int nrows, const float *x,
+                                   int64_t cols, float (&out)[R]) {
+  const uint8_t *rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    rows[r] = row0 + uint64_t(r < nrows ? r : nrows - 1) * stride;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(row0) | uintptr_t(stride);
+  const bool x16 = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    acc[r] = 0.f;
+  bool done = true;
+  if (R > 1 && type == GGMLType::Q8_0 && (a & 1) == 0 && x16)
+    quantdot::dotQ8_0Rows<R>(rows, x, cols, acc);
+  else if (R > 1 && type == GGMLType::Q4_K && (a & 15) == 0 && x16)
+    quantdot::dotK45Rows<false, R>(rows, x, cols, acc);
+  else if (R > 1 && type == GGMLType::Q5_K && (a & 15) == 0 && x16)
+    quantdot::dotK45Rows<true, R>(rows, x, cols, acc);
+  else if (R > 1 && type == GGMLType::Q6_K && (a & 1) == 0 && x16)
+    quantdot::dotQ6_KRows<R>(rows, x, cols, acc);
+  else
+    done = false;
+  if (done) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      out[r] = warpSum(acc[r]);
+    return;
+  }
+  // Row by row; a repeated row is not computed again.
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    out[r] = r == 0 || r < nrows ? warpDotRow(type, rows[r], x, cols) : out[0];
+}
+
+/// Rows of exactly one Q4_K / Q5_K block (256 values; the routed experts'
+/// down rows at F = 256), row0 + r * stride for r < 4 N (16-aligned; r >=
+/// nrows repeats row nrows - 1), all dotted with the same x[256]
+/// (16-aligned). Lane group g = l / 8 takes rows g, g + 4, ..., g + 4 (N -
+/// 1), lane l % 8 = t the block share of dotK45Rows; x is loaded once. Each
+/// row's sum is reduced over its 8 lanes (a fixed butterfly) and lane 8 g
+/// writes row g + 4 n's dot to dst[g + 4 n].
+template <bool kHigh, int N>
+__device__ inline void warpDotOneBlockRowsK45(const uint8_t *row0,
+                                              uint64_t stride, int nrows,
+                                              const float *x, float *dst) {
+  constexpr int kQs = kHigh ? 48 : 16;
+  const int lane = threadIdx.x % kWarp, g = lane / 8, t = lane % 8;
+  uint4 head[N], qs[N], qh[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const int r = g + 4 * n;
+    const uint8_t *block = row0 + uint64_t(r < nrows ? r : nrows - 1) * stride;
+    head[n] = quantdot::loadStream(block);
+    qs[n] = quantdot::loadStream(block + kQs + 16 * t);
+    qh[n] = kHigh ? quantdot::loadStream(block + 16 + 16 * (t % 2)) : uint4{};
+  }
+  const quantdot::K45X xv =
+      quantdot::loadK45X(reinterpret_cast<const float4 *>(x), t);
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    float v = quantdot::k45Lane<kHigh>(head[n], qs[n], qh[n], t, xv);
+    for (int offset = 4; offset > 0; offset /= 2)
+      v += __shfl_xor_sync(0xffffffffu, v, offset);
+    if (t == 0)
+      dst[g + 4 * n] = v;
+  }
+}
+
 } // namespace kiln::cuda
 
 #endif // KILN_BACKENDS_CUDA_QUANTDOT_CUH

@@ -43,8 +43,6 @@ namespace {
 /// given (larger sizes loop grid-stride).
 constexpr int kElementThreads = 256;
 constexpr int64_t kMaxElementBlocks = 1 << 20;
-/// One block per row of a normalisation, and per head of the attention.
-constexpr int kRowThreads = 256;
 /// Warps per block of the one-warp-per-item kernels (indexer scores and
 /// flags), as GenericMatVec.cu.
 constexpr int kWarpsPerBlock = 4;
@@ -54,6 +52,9 @@ constexpr int64_t kMaxPositionBlocks = 4096;
 /// The single block of the argmax, the router's choice and the indexer's
 /// compaction.
 constexpr int kSingleBlockThreads = 1024;
+/// Normalisations: one row per block, a full block so one row (the decode
+/// step's case) has enough loads in flight.
+constexpr int kNormThreads = 1024;
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -466,8 +467,9 @@ __global__ void cacheAppendKernel(const float *entry, const int32_t *position,
 
 //===----------------------------------------------------------------------===//
 // MLA attention, split over positions (flash decoding), every head at once:
-//   0. one block validates position, count and the selection and reports
-//      the first fault (the lowest bad entry, as the CPU);
+//   0. the inputs are checked (position, count, every selection entry) and
+//      the first fault reported (the lowest bad entry, as the CPU) by the
+//      combine kernel's first block; the other kernels skip bad work;
 //   1. block c takes attended entries [16c, 16c + 16): it reads those cache
 //      rows once into shared memory (as f32) and, for every head, computes
 //      the 16 scores, their max m, p = exp(s - m), l = sum p, and the
@@ -480,7 +482,14 @@ __global__ void cacheAppendKernel(const float *entry, const int32_t *position,
 // softmax, rounded in another order.
 //===----------------------------------------------------------------------===//
 
-constexpr int kMlaChunk = 16;
+constexpr int kMlaChunk = 8;
+/// Threads of a chunk block: its serial work per thread is what bounds a
+/// decode step's attention (every chunk block runs at once), so it is kept
+/// short: few rows per chunk, many threads per chunk.
+constexpr int kMlaChunkThreads = 512;
+/// The widest cache row the chunk kernel's per-lane query registers hold
+/// (GLM-5: 512 + 64).
+constexpr int kMlaMaxWidth = 24 * kWarp;
 
 struct MlaArgs {
   const float *qLatent, *qRope;
@@ -508,7 +517,9 @@ __device__ int64_t mlaAttended(const MlaArgs &a) {
   return count < 0 || count > limit ? -1 : count;
 }
 
-__global__ void mlaValidateKernel(MlaArgs a) {
+/// Reports the first fault of the inputs (block-uniform: every thread reads
+/// the same scalars, so the barriers inside are reached by all or none).
+__device__ void mlaReportFault(const MlaArgs &a) {
   __shared__ int firstBad;
   const int64_t positions = a.cache.positions;
   const int32_t position = *a.position;
@@ -554,34 +565,75 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
 
-  // The chunk's rows, once. A bad selected row (reported by the validate
-  // kernel) reads as zeros, never out of bounds.
-  for (int64_t idx = threadIdx.x; idx < n * width; idx += blockDim.x) {
-    const int t = int(idx / width);
-    const int64_t j = idx % width;
-    const int64_t entry = first + t;
+  // The chunk's rows, once, as f32 in shared memory. Their cache indices
+  // first (one load each, not one per value); then every value load is
+  // independent of the others, eight in flight per thread. A bad selected
+  // row (reported by the combine kernel) reads as zeros, never out of
+  // bounds.
+  __shared__ int64_t rowIndex[kMlaChunk];
+  if (threadIdx.x < n) {
+    const int64_t entry = first + threadIdx.x;
     const int64_t row = a.selected ? a.selected[entry] : entry;
-    rows[idx] = row >= 0 && row < a.cache.positions
-                    ? readCache(a.cache.data, a.cache.type, row * width + j)
-                    : 0.f;
+    rowIndex[threadIdx.x] = row >= 0 && row < a.cache.positions ? row : -1;
+  }
+  __syncthreads();
+  // 32-bit index arithmetic: a chunk is at most 16 rows of a few thousand.
+  // Loads in batches of kLoads per thread, all issued before any is used:
+  // one batch covers 8 rows of 576 at 512 threads (one memory round trip).
+  const int rowWidth = int(width), total = n * rowWidth;
+  constexpr int kLoads = 9;
+  for (int base = threadIdx.x; base < total;
+       base += kLoads * int(blockDim.x)) {
+    float v[kLoads];
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b) {
+      const int idx = base + b * int(blockDim.x);
+      const int64_t row = idx < total ? rowIndex[idx / rowWidth] : -1;
+      v[b] = row >= 0 ? readCache(a.cache.data, a.cache.type,
+                                  row * width + idx % rowWidth)
+                      : 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b) {
+      const int idx = base + b * int(blockDim.x);
+      if (idx < total)
+        rows[idx] = v[b];
+    }
   }
   __syncthreads();
 
-  // Scores: warp per (head, entry); the latent and rope dots as the CPU.
-  for (int64_t pair = warp; pair < heads * n; pair += warps) {
-    const int64_t h = pair / n;
-    const int t = int(pair % n);
+  // Scores: warp per (head, group of rows). The lane's share of the head's
+  // query (every 32nd value) is loaded once into registers, then dotted
+  // with the group's rows in shared memory; the latent and rope dots as
+  // the CPU. With 8 heads and 16 warps each warp takes half a head's rows.
+  constexpr int kQueryRegs = kMlaMaxWidth / kWarp;
+  const int groups = warps > heads ? warps / int(heads) : 1;
+  for (int64_t item = warp; item < heads * groups; item += warps) {
+    const int64_t h = item / groups;
+    const int group = int(item % groups);
     const float *ql = a.qLatent + h * latent, *qr = a.qRope + h * a.rope;
-    const float *row = rows + t * width;
-    float dotLatent = 0.f, dotRope = 0.f;
-    for (int64_t j = lane; j < latent; j += kWarp)
-      dotLatent += ql[j] * row[j];
-    for (int64_t j = lane; j < a.rope; j += kWarp)
-      dotRope += qr[j] * row[latent + j];
-    dotLatent = warpSum(dotLatent);
-    dotRope = warpSum(dotRope);
-    if (lane == 0)
-      p[h * kMlaChunk + t] = (dotLatent + dotRope) * a.scale;
+    float q[kQueryRegs];
+#pragma unroll
+    for (int r = 0; r < kQueryRegs; ++r) {
+      const int64_t j = lane + int64_t(r) * kWarp;
+      q[r] = j < latent ? ql[j] : j < width ? qr[j - latent] : 0.f;
+    }
+    for (int t = group; t < n; t += groups) {
+      const float *row = rows + t * width;
+      float dotLatent = 0.f, dotRope = 0.f;
+#pragma unroll
+      for (int r = 0; r < kQueryRegs; ++r) {
+        const int64_t j = lane + int64_t(r) * kWarp;
+        if (j < latent)
+          dotLatent += q[r] * row[j];
+        else if (j < width)
+          dotRope += q[r] * row[j];
+      }
+      dotLatent = warpSum(dotLatent);
+      dotRope = warpSum(dotRope);
+      if (lane == 0)
+        p[h * kMlaChunk + t] = (dotLatent + dotRope) * a.scale;
+    }
   }
   __syncthreads();
 
@@ -603,8 +655,10 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   __syncthreads();
 
   // Partial outputs, entries ascending.
-  for (int64_t idx = threadIdx.x; idx < heads * latent; idx += blockDim.x) {
-    const int64_t h = idx / latent, j = idx % latent;
+  const int headLatent = int(latent);
+  for (int idx = threadIdx.x; idx < int(heads) * headLatent;
+       idx += blockDim.x) {
+    const int h = idx / headLatent, j = idx % headLatent;
     const float *ph = p + h * kMlaChunk;
     float acc = 0.f;
     for (int t = 0; t < n; ++t)
@@ -613,40 +667,57 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   }
 }
 
+/// Block (h, slice): head h's output values [64 slice, 64 slice + 64), one
+/// per thread, so the partial outputs stream through many SMs at once. M
+/// and L are formed by every block of the head alike.
+constexpr int kMlaCombineThreads = 64;
+
 __global__ void mlaCombineKernel(MlaArgs a) {
   extern __shared__ float weights[]; // [chunks]
+  __shared__ float partials[kWarp];
+  if (blockIdx.x == 0 && blockIdx.y == 0)
+    mlaReportFault(a);
   const int64_t attended = mlaAttended(a);
   if (attended < 0)
     return;
   const int64_t h = blockIdx.x, heads = a.heads, latent = a.latent;
+  const int64_t j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   const int64_t chunks = (attended + kMlaChunk - 1) / kMlaChunk;
   float *o = a.out + h * latent;
   if (chunks == 0) { // nothing attended: the CPU's zeros
-    for (int64_t j = threadIdx.x; j < latent; j += blockDim.x)
+    if (j < latent)
       o[j] = 0.f;
     return;
   }
-  // Every thread forms M and L in the same order; thread 0 publishes the
-  // chunk weights exp(m_c - M) / L.
-  if (threadIdx.x == 0) {
-    float m = a.partM[h];
-    for (int64_t c = 1; c < chunks; ++c)
-      m = fmaxf(m, a.partM[c * heads + h]);
-    float l = 0.f;
-    for (int64_t c = 0; c < chunks; ++c) {
-      weights[c] = expf(a.partM[c * heads + h] - m);
-      l += a.partL[c * heads + h] * weights[c];
-    }
-    for (int64_t c = 0; c < chunks; ++c)
-      weights[c] /= l;
+  // M and L by block reductions (each thread's chunks in ascending order,
+  // then a fixed tree); the chunk weights exp(m_c - M) into shared.
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x)
+    m = fmaxf(m, a.partM[c * heads + h]);
+  m = blockMax(m, partials);
+  float l = 0.f;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    weights[c] = expf(a.partM[c * heads + h] - m);
+    l += a.partL[c * heads + h] * weights[c];
   }
-  __syncthreads();
-  for (int64_t j = threadIdx.x; j < latent; j += blockDim.x) {
-    float acc = 0.f;
-    for (int64_t c = 0; c < chunks; ++c)
-      acc += a.partO[(c * heads + h) * latent + j] * weights[c];
-    o[j] = acc;
+  l = blockSum(l, partials); // its barriers also publish the weights
+  if (j >= latent)
+    return;
+  // Loads issued kLoads at a time; the sum stays in chunk order.
+  constexpr int kLoads = 16;
+  float acc = 0.f;
+  for (int64_t c0 = 0; c0 < chunks; c0 += kLoads) {
+    float v[kLoads];
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b)
+      v[b] = c0 + b < chunks ? a.partO[((c0 + b) * heads + h) * latent + j]
+                             : 0.f;
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b)
+      if (c0 + b < chunks)
+        acc += v[b] * weights[c0 + b];
   }
+  o[j] = acc / l;
 }
 
 //===----------------------------------------------------------------------===//
@@ -697,6 +768,54 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
     }
     if (lane == 0)
       a.scores[t] = a.scale * sum;
+  }
+}
+
+/// The same scores with the heads across the lanes: a block stages q (rows
+/// padded by one float, so lane h's reads of row h hit distinct banks) and
+/// the head weights in shared memory; a warp per position stages the key
+/// row, then lane l sums w[h] * relu(q[h] . key) over its heads h = l,
+/// l + 32, ... and one butterfly adds the lanes. A position costs one key
+/// read and one warp sum instead of one per head. Dynamic shared memory:
+/// heads * (dim + 1) + heads + warps * dim floats.
+__global__ void indexerScoresByHeadKernel(IndexerArgs a) {
+  extern __shared__ float staged[];
+  const int32_t position = *a.position;
+  if (position < 0 || position >= a.cache.positions) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      recordFault(a.fault, FaultCode::PositionOutOfRange, position,
+                  a.cache.positions);
+    return;
+  }
+  const int heads = int(a.heads), dim = int(a.dim), pitch = dim + 1;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  float *q = staged, *w = staged + heads * pitch;
+  float *key = w + heads + warp * dim;
+  for (int i = threadIdx.x; i < heads * dim; i += blockDim.x)
+    q[(i / dim) * pitch + i % dim] = a.q[i];
+  for (int h = threadIdx.x; h < heads; h += blockDim.x)
+    w[h] = a.headWeights[h];
+  __syncthreads();
+  for (int64_t t = int64_t(blockIdx.x) * warps + warp; t <= position;
+       t += int64_t(gridDim.x) * warps) {
+    const int64_t row = t * dim;
+    for (int j = lane; j < dim; j += kWarp)
+      key[j] = readCache(a.cache.data, a.cache.type, row + j);
+    __syncwarp();
+    float sum = 0.f;
+    for (int h = lane; h < heads; h += kWarp) {
+      const float *qh = q + h * pitch;
+      float dot = 0.f;
+      for (int j = 0; j < dim; ++j)
+        dot += qh[j] * key[j];
+      // std::max(dot, 0.f): a NaN dot stays NaN.
+      sum += w[h] * (dot < 0.f ? 0.f : dot);
+    }
+    sum = warpSum(sum);
+    if (lane == 0)
+      a.scores[t] = a.scale * sum;
+    __syncwarp(); // the key row is rewritten next
   }
 }
 
@@ -763,40 +882,44 @@ __global__ void indexerCompactKernel(IndexerArgs a) {
 // the top-k choice.
 //===----------------------------------------------------------------------===//
 
-/// p (in place of the logits), then topK rounds of a block arg-max over the
-/// experts not yet chosen, by p + bias (NaN lowest, ties to the lower id).
-/// Thread 0 then forms the weights in k order, exactly as the CPU.
-/// Dynamic shared memory: experts floats (the choice scores) and experts
-/// bytes (chosen marks).
-__global__ void routerSelectKernel(float *p, int64_t experts, const float *bias,
-                                   int64_t topK, Gating gating, bool normalize,
+/// p (from the logits), then topK rounds of a block arg-max over the experts
+/// not yet chosen, by p + bias (NaN lowest, ties to the lower id); then the
+/// weights in k order, exactly as the CPU. Everything stays in shared
+/// memory (p, the choice scores, the chosen marks and ids), so the serial
+/// tail of thread 0 reads no global memory. Dynamic shared memory:
+/// 2 * experts floats, topK ints, experts bytes.
+__global__ void routerSelectKernel(const float *logits, int64_t experts,
+                                   const float *bias, int64_t topK,
+                                   Gating gating, bool normalize,
                                    float routedScale, int32_t *ids,
                                    float *weights) {
-  extern __shared__ float choice[];
+  extern __shared__ float prob[];
   __shared__ float partials[kWarp];
   __shared__ Best bests[kWarp];
-  unsigned char *chosen = reinterpret_cast<unsigned char *>(choice + experts);
+  float *choice = prob + experts;
+  int32_t *picked = reinterpret_cast<int32_t *>(choice + experts);
+  unsigned char *chosen = reinterpret_cast<unsigned char *>(picked + topK);
 
   if (gating == Gating::Sigmoid) {
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
-      p[e] = 1.f / (1.f + expf(-p[e]));
+      prob[e] = 1.f / (1.f + expf(-logits[e]));
   } else {
     float maxLogit = -INFINITY;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
-      maxLogit = fmaxf(maxLogit, p[e]);
+      maxLogit = fmaxf(maxLogit, logits[e]);
     maxLogit = blockMax(maxLogit, partials);
     float sum = 0.f;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-      p[e] = expf(p[e] - maxLogit);
-      sum += p[e];
+      prob[e] = expf(logits[e] - maxLogit);
+      sum += prob[e];
     }
     sum = blockSum(sum, partials);
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
-      p[e] /= sum;
+      prob[e] /= sum;
   }
   // The bias only steers the choice; the weights come from p alone.
   for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-    choice[e] = rankable(bias ? p[e] + bias[e] : p[e]);
+    choice[e] = rankable(bias ? prob[e] + bias[e] : prob[e]);
     chosen[e] = 0;
   }
   __syncthreads();
@@ -808,7 +931,7 @@ __global__ void routerSelectKernel(float *p, int64_t experts, const float *bias,
         best = better(best, Best{choice[e], int32_t(e)});
     best = blockBest(best, bests);
     if (threadIdx.x == 0) {
-      ids[k] = best.index;
+      picked[k] = best.index;
       chosen[best.index] = 1;
     }
     __syncthreads();
@@ -817,16 +940,16 @@ __global__ void routerSelectKernel(float *p, int64_t experts, const float *bias,
   if (threadIdx.x != 0)
     return;
   float sum = 0.f;
-  for (int64_t k = 0; k < topK; ++k) {
-    weights[k] = p[ids[k]];
-    sum += weights[k];
-  }
+  for (int64_t k = 0; k < topK; ++k)
+    sum += prob[picked[k]];
   // The floor keeps a router whose chosen probabilities all vanish from
   // dividing by zero.
   const float denominator = fmaxf(sum, kRouterSumFloor);
-  for (int64_t k = 0; k < topK; ++k)
-    weights[k] =
-        (normalize ? weights[k] / denominator : weights[k]) * routedScale;
+  for (int64_t k = 0; k < topK; ++k) {
+    const float w = prob[picked[k]];
+    ids[k] = picked[k];
+    weights[k] = (normalize ? w / denominator : w) * routedScale;
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -1000,7 +1123,7 @@ cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    rmsNormKernel<<<unsigned(rows), kRowThreads, 0, s>>>(x, n, w, eps, y);
+    rmsNormKernel<<<unsigned(rows), kNormThreads, 0, s>>>(x, n, w, eps, y);
   return cudaGetLastError();
 }
 
@@ -1010,7 +1133,7 @@ cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    addRmsNormKernel<<<unsigned(rows), kRowThreads, 0, s>>>(a, b, n, w, eps,
+    addRmsNormKernel<<<unsigned(rows), kNormThreads, 0, s>>>(a, b, n, w, eps,
                                                             sum, y);
   return cudaGetLastError();
 }
@@ -1021,7 +1144,7 @@ cudaError_t launchLayerNorm(const float *x, int64_t rows, int64_t n,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w || !bias)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    layerNormKernel<<<unsigned(rows), kRowThreads, 0, s>>>(x, n, w, bias, eps,
+    layerNormKernel<<<unsigned(rows), kNormThreads, 0, s>>>(x, n, w, bias, eps,
                                                            y);
   return cudaGetLastError();
 }
@@ -1093,6 +1216,7 @@ cudaError_t launchCacheAppend(const float *entry, const int32_t *position,
   return cudaGetLastError();
 }
 
+
 int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions) {
   const int64_t chunks = (positions + kMlaChunk - 1) / kMlaChunk;
   return chunks * heads * (latent + 2);
@@ -1105,7 +1229,8 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t capacity, float scale, float *scratch,
                                float *out, FaultSink fault, cudaStream_t s) {
   if (heads < 0 || heads > INT_MAX || latent < 0 || rope < 0 ||
-      !validCache(cache) || cache.width != latent + rope || !position ||
+      !validCache(cache) || cache.width != latent + rope ||
+      cache.width > kMlaMaxWidth || !position ||
       !scratch || (selected && (!count || capacity < 0)))
     return cudaErrorInvalidValue;
   const int64_t chunks = (cache.positions + kMlaChunk - 1) / kMlaChunk;
@@ -1127,9 +1252,13 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
               fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
           e != cudaSuccess)
         return e;
-  mlaValidateKernel<<<1, kRowThreads, 0, s>>>(a);
-  mlaChunkKernel<<<unsigned(chunks), kRowThreads, chunkShared, s>>>(a);
-  mlaCombineKernel<<<unsigned(heads), kRowThreads, combineShared, s>>>(a);
+  mlaChunkKernel<<<unsigned(chunks), kMlaChunkThreads, chunkShared, s>>>(a);
+  const dim3 combineGrid(unsigned(heads),
+                         unsigned((latent + kMlaCombineThreads - 1) /
+                                  kMlaCombineThreads));
+  if (latent > 0)
+    mlaCombineKernel<<<combineGrid, kMlaCombineThreads, combineShared, s>>>(
+        a);
   return cudaGetLastError();
 }
 
@@ -1146,7 +1275,19 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   IndexerArgs a{q,     heads,  dim,   headWeights, cache, position, topK,
                 scale, scores, flags, selected,    count, fault};
   const unsigned blocks = positionBlocks(cache.positions);
-  indexerScoresKernel<<<blocks, kWarpThreads, 0, s>>>(a);
+  // Heads across lanes when q fits in shared memory (GLM-5: 32 x 128);
+  // one warp per position and head otherwise.
+  constexpr int kScoreWarps = 8;
+  const size_t staged =
+      sizeof(float) * size_t(heads * (dim + 1) + heads + kScoreWarps * dim);
+  if (heads > 0 && staged <= 48 * 1024) {
+    const int64_t wanted = (cache.positions + kScoreWarps - 1) / kScoreWarps;
+    const unsigned scoreBlocks = unsigned(wanted < 1024 ? wanted : 1024);
+    indexerScoresByHeadKernel<<<scoreBlocks, kScoreWarps * kWarp, staged, s>>>(
+        a);
+  } else {
+    indexerScoresKernel<<<blocks, kWarpThreads, 0, s>>>(a);
+  }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
   indexerFlagsKernel<<<blocks, kWarpThreads, 0, s>>>(a);
@@ -1162,8 +1303,9 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             int32_t *ids, float *weights, cudaStream_t s) {
   Geometry g;
   const int64_t experts = gate.rows;
-  // Choice scores and chosen marks live in shared memory.
-  const size_t shared = size_t(experts) * (sizeof(float) + 1);
+  // p, the choice scores, the chosen ids and marks live in shared memory.
+  const size_t shared = size_t(experts) * (2 * sizeof(float) + 1) +
+                        size_t(topK) * sizeof(int32_t);
   if (!geometryOf(gate, g) || experts <= 0 || topK < 0 || topK > experts ||
       shared > 48 * 1024 || !logits ||
       (gating != Gating::Sigmoid && gating != Gating::Softmax))
@@ -1171,7 +1313,13 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
       e != cudaSuccess)
     return e;
-  routerSelectKernel<<<1, kSingleBlockThreads, shared, s>>>(
+  // One thread per expert (fewer warps to synchronise in each of the topK
+  // rounds), up to a full block.
+  const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
+  const unsigned threads =
+      unsigned(threads64 < kSingleBlockThreads ? threads64
+                                                : kSingleBlockThreads);
+  routerSelectKernel<<<1, threads, shared, s>>>(
       logits, experts, bias, topK, gating, normalize, routedScale, ids,
       weights);
   return cudaGetLastError();

@@ -7,13 +7,19 @@
 // agree with the CPU within float rounding, as StepKernels.h promises, and
 // are deterministic (fixed lane layouts, warp trees and combine orders).
 //
-// Split-K. A matrix with few rows would leave most of the GPU idle with one
-// warp per row, so a row may be cut into `splits` segments of whole units
-// (unitValues: 128 values or one block, whichever is larger, so that every
-// segment starts 16-aligned in x and on a block boundary in the row), one
-// warp each, in the same block of warps; the segments' sums are added in
-// segment order through shared memory. The split count depends only on the
-// shapes, so the sums are the same bits on every run.
+// Rows per warp. For the types with a multi-row routine (QuantDot.cuh's
+// warpDotRows: Q8_0, Q4_K, Q5_K, Q6_K) a warp dots kRows consecutive rows
+// with the same x, so x loads are shared and kRows rows' weight loads are in
+// flight together; other types take one row per warp.
+//
+// Split-K. A matrix with few rows would leave most of the GPU idle, so a
+// row group may be cut into `splits` (1..8) segments of whole units
+// (unitValues: segmentUnitValues, so that every segment starts 16-aligned in
+// x, on a block boundary, and fills whole warp passes), one warp each, in
+// the same block of warps (a block is splits * (8 / splits) warps); the
+// segments' sums are added in segment order through shared memory. The
+// split count depends only on the shapes, so the sums are the same bits on
+// every run.
 //
 // Launch checks are those of StepKernels.cu: invalid host geometry returns
 // cudaErrorInvalidValue; no allocation, synchronisation or host read, so
@@ -33,15 +39,16 @@ namespace kiln::cuda {
 
 namespace {
 
-/// Warps per block of every kernel here.
+/// Most warps per block of every kernel here.
 constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpsPerBlock * kWarp;
-/// Split rows until about this many warps run (an H200 holds 132 x 64)...
-constexpr int64_t kTargetWarps = 8192;
-/// ...but keep at least this many weight bytes per segment.
-constexpr uint64_t kMinSegmentBytes = 1024;
-/// Split granularity, in values, for types with smaller blocks.
-constexpr int32_t kMinUnitValues = 128;
+/// Rows per warp where warpDotRows has a multi-row routine.
+constexpr int kRows = 4;
+/// Split row groups until about this many warps run (an H200 has 132 SMs;
+/// multi-row warps hold many loads each, so ~32 warps an SM suffice)...
+constexpr int64_t kTargetWarps = 4096;
+/// ...but keep at least this many weight bytes per row segment.
+constexpr uint64_t kMinSegmentBytes = 512;
 
 /// Where a weight's values live: `rows` rows of `cols` values, rowBytes
 /// each, in blocks of blockValues values / blockBytes bytes; rows are split
@@ -70,18 +77,32 @@ bool geometryOf(const DeviceWeight &w, RowGeometry &g) {
                   *bytes,
                   blockValues,
                   int32_t(t.blockBytes),
-                  blockValues > kMinUnitValues ? blockValues : kMinUnitValues};
+                  segmentUnitValues(w.type, blockValues)};
   return true;
 }
 
-/// Segments per row for `dots` row dots (1, 2, 4, ... up to maxSplits).
-int splitsFor(int64_t dots, const RowGeometry &g, int maxSplits) {
+/// Rows per warp for a weight of `type`: kRows or 1.
+int rowsPerWarp(GGMLType type) { return hasMultiRowDot(type) ? kRows : 1; }
+
+/// Segments per row for `groups` row groups (1 .. maxSplits): enough warps
+/// for kTargetWarps, no segment under kMinSegmentBytes or a unit, and then
+/// the fewest segments with the same longest segment (no idle warps).
+int splitsFor(int64_t groups, const RowGeometry &g, int maxSplits) {
   const int64_t units = (g.cols + g.unitValues - 1) / g.unitValues;
-  int s = 1;
-  while (s < maxSplits && dots * 2 * s <= kTargetWarps &&
-         g.rowBytes / uint64_t(2 * s) >= kMinSegmentBytes && units >= 2 * s)
-    s *= 2;
-  return s;
+  int64_t s = (kTargetWarps + groups - 1) / (groups > 0 ? groups : 1);
+  s = s < maxSplits ? s : maxSplits;
+  s = s < units ? s : units;
+  while (s > 1 && g.rowBytes / uint64_t(s) < kMinSegmentBytes)
+    --s;
+  if (s <= 1)
+    return 1;
+  const int64_t longest = (units + s - 1) / s;
+  return int((units + longest - 1) / longest);
+}
+
+/// Warps per block for `splits` segments per item: whole items only.
+int warpsPerBlock(int splits) {
+  return splits * (kWarpsPerBlock / splits);
 }
 
 /// Claims the step's fault word (first claimer wins) and fills in the rest
@@ -99,24 +120,33 @@ __device__ void recordFault(FaultSink sink, FaultCode code, int64_t value,
 
 __device__ inline float silu(float g) { return g / (1.f + expf(-g)); }
 
-/// Segment `part` of `parts` of a row dotted with the matching part of x,
-/// by the whole warp (0 for an empty segment).
-__device__ inline float segmentDot(const RowGeometry &g, const uint8_t *row,
-                                   const float *x, int part, int parts) {
+/// Segment `part` of `parts` of R rows (row0 + r * rowBytes, r < nrows)
+/// dotted with the matching part of x, by the whole warp, into v (0 for an
+/// empty segment).
+template <int R>
+__device__ inline void segmentDots(const RowGeometry &g, const uint8_t *row0,
+                                   int nrows, const float *x, int part,
+                                   int parts, float (&v)[R]) {
   const int64_t units = (g.cols + g.unitValues - 1) / g.unitValues;
   int64_t begin = units * part / parts * g.unitValues;
   int64_t end = units * (part + 1) / parts * g.unitValues;
   begin = begin < g.cols ? begin : g.cols;
   end = end < g.cols ? end : g.cols;
-  if (begin >= end)
-    return 0.f;
-  return warpDotRow(g.type, row + begin / g.blockValues * g.blockBytes,
-                    x + begin, end - begin);
+  if (begin >= end) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      v[r] = 0.f;
+    return;
+  }
+  warpDotRows<R>(g.type, row0 + begin / g.blockValues * g.blockBytes,
+                 g.rowBytes, nrows, x + begin, end - begin, v);
 }
 
 //===----------------------------------------------------------------------===//
-// Linear: item = (n, b), n-major so a block's warps share weight rows when
-// batch > 1; `splits` consecutive warps take the segments of one item.
+// Linear: item = (row group, b), group-major so a block's warps share weight
+// rows when batch > 1; a row group is R consecutive rows n0 .. n0 + R - 1
+// (fewer at the end); `splits` consecutive warps take its segments, and
+// lane r of the first writes row n0 + r.
 //===----------------------------------------------------------------------===//
 
 struct LinearArgs {
@@ -129,50 +159,67 @@ struct LinearArgs {
   float *y;
 };
 
+template <int R>
 __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
-  __shared__ float partials[kWarpsPerBlock];
+  __shared__ float partials[kWarpsPerBlock][R];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
+  const int64_t groups = (a.rowsPerBatch + R - 1) / R;
   const int64_t item =
-      int64_t(blockIdx.x) * (kWarpsPerBlock / a.splits) + warp / a.splits;
+      int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
   const int part = warp % a.splits;
-  const bool valid = item < a.batch * a.rowsPerBatch;
+  const bool valid = item < a.batch * groups;
   int64_t out = 0;
-  float v = 0.f;
+  int nrows = 0;
+  float v[R];
   if (valid) {
-    const int64_t n = item / a.batch, b = item % a.batch;
-    const int64_t row = a.stacked ? b * a.rowsPerBatch + n : n;
-    out = b * a.rowsPerBatch + n;
-    v = segmentDot(a.w, a.data + uint64_t(row) * a.w.rowBytes,
-                   a.x + b * a.w.cols, part, a.splits);
+    const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
+    nrows = int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R);
+    const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
+    out = b * a.rowsPerBatch + n0;
+    segmentDots<R>(a.w, a.data + uint64_t(row) * a.w.rowBytes, nrows,
+                   a.x + b * a.w.cols, part, a.splits, v);
   }
   if (a.splits == 1) { // uniform over the block
-    if (valid && lane == 0)
-      a.y[out] = v;
+    if (valid)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (lane == r && r < nrows)
+          a.y[out + r] = v[r];
     return;
   }
   if (lane == 0)
-    partials[warp] = v;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      partials[warp][r] = valid ? v[r] : 0.f;
   __syncthreads();
-  if (valid && lane == 0 && part == 0) {
-    float sum = partials[warp];
+  if (valid && part == 0 && lane < nrows) {
+    float sum = partials[warp][lane];
     for (int p = 1; p < a.splits; ++p)
-      sum += partials[warp + p];
-    a.y[out] = sum;
+      sum += partials[warp + p][lane];
+    a.y[out + lane] = sum;
   }
 }
 
 //===----------------------------------------------------------------------===//
 // MoE experts.
-//   gate/up: item (k, f); its gate dot and its up dot, `splits` segments
-//     each, are 2 * splits consecutive warps; the first thread of the item
-//     adds the segments in order and writes act = silu(gate) * up.
-//   down: block of hidden rows; `per` = min(k, 8) consecutive warps take
-//     one row's experts i0 .. i0 + per - 1 of each chunk of k, and the
-//     row's first thread adds weights[i] * dot in ascending i (the CPU's
-//     order), in a register, writing out[h] once at the end. The down kernel
+//   gate/up: item (k, row group of R rows f0 ..); its gate dots and its up
+//     dots, `splits` segments each, are 2 * splits consecutive warps; lane r
+//     of the item's first warp adds the segments in order and writes act =
+//     silu(gate) * up for row f0 + r.
+//   down: a block takes kDownRows hidden rows h0 ..; its `per` = min(k, 8)
+//     warps take experts i0 .. i0 + per - 1 of each chunk of k, each warp
+//     all kDownRows rows of its expert (x = act row i, loaded once: for
+//     Q4_K / Q5_K rows of one block, each 8-lane group takes every 4th row;
+//     else warpDotRows, kRows rows a call). Thread r of the block adds
+//     weights[i] * dot for row h0 + r in ascending i (the CPU's order), in
+//     a register, writing out[h0 + r] once at the end. The down kernel
 //     never reads x and the gate/up kernel has finished reading it, so out
 //     may alias x.
 //===----------------------------------------------------------------------===//
+
+/// Hidden rows per block of the down kernel.
+constexpr int kDownRows = 16;
 
 struct ExpertArgs {
   const float *x;
@@ -188,8 +235,9 @@ struct ExpertArgs {
   FaultSink fault;
 };
 
+template <int R>
 __global__ void __launch_bounds__(kThreads) expertGateUpKernel(ExpertArgs a) {
-  __shared__ float partials[kWarpsPerBlock];
+  __shared__ float partials[kWarpsPerBlock][R];
   if (blockIdx.x == 0 && threadIdx.x == 0)
     // One thread reports the first bad id in k order, as the CPU would.
     for (int64_t i = 0; i < a.k; ++i)
@@ -199,72 +247,109 @@ __global__ void __launch_bounds__(kThreads) expertGateUpKernel(ExpertArgs a) {
       }
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int perItem = 2 * a.splits;
+  const int itemsPerBlock = int(blockDim.x / kWarp) / perItem;
+  const int64_t groups = (a.ffn + R - 1) / R;
   const int64_t item =
-      int64_t(blockIdx.x) * (kWarpsPerBlock / perItem) + warp / perItem;
+      int64_t(blockIdx.x) * itemsPerBlock + warp / perItem;
   const int slot = warp % perItem, part = slot % a.splits;
   const bool isUp = slot >= a.splits;
-  const bool inRange = item < a.k * a.ffn;
+  const bool inRange = item < a.k * groups;
   bool valid = false;
-  float v = 0.f;
+  int nrows = 0;
+  int64_t i = 0, f0 = 0;
+  float v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    v[r] = 0.f;
   if (inRange) {
-    const int64_t i = item / a.ffn, f = item % a.ffn;
+    i = item / groups;
+    f0 = item % groups * R;
+    nrows = int(a.ffn - f0 < R ? a.ffn - f0 : R);
     const int64_t e = a.ids[i];
     if (e >= 0 && e < a.experts) {
       valid = true;
       // Fused: expert e's rows are its F gate rows, then its F up rows.
-      const int64_t gateRow = a.fused ? e * 2 * a.ffn + f : e * a.ffn + f;
-      const int64_t upRow = a.fused ? gateRow + a.ffn : e * a.ffn + f;
-      v = isUp ? segmentDot(a.up, a.upData + uint64_t(upRow) * a.up.rowBytes,
-                            a.x, part, a.splits)
-               : segmentDot(a.gate,
-                            a.gateData + uint64_t(gateRow) * a.gate.rowBytes,
-                            a.x, part, a.splits);
+      const int64_t gateRow = a.fused ? e * 2 * a.ffn + f0 : e * a.ffn + f0;
+      const int64_t upRow = a.fused ? gateRow + a.ffn : e * a.ffn + f0;
+      const RowGeometry &g = isUp ? a.up : a.gate;
+      const uint8_t *data = isUp ? a.upData : a.gateData;
+      segmentDots<R>(g, data + uint64_t(isUp ? upRow : gateRow) * g.rowBytes,
+                     nrows, a.x, part, a.splits, v);
     }
   }
   if (lane == 0)
-    partials[warp] = v;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      partials[warp][r] = v[r];
   __syncthreads();
-  if (inRange && lane == 0 && slot == 0) {
-    float g = partials[warp], u = partials[warp + a.splits];
+  if (inRange && slot == 0 && lane < nrows) {
+    float g = partials[warp][lane], u = partials[warp + a.splits][lane];
     for (int p = 1; p < a.splits; ++p) {
-      g += partials[warp + p];
-      u += partials[warp + a.splits + p];
+      g += partials[warp + p][lane];
+      u += partials[warp + a.splits + p][lane];
     }
-    a.act[item] = valid ? silu(g) * u : 0.f;
+    a.act[i * a.ffn + f0 + lane] = valid ? silu(g) * u : 0.f;
+  }
+}
+
+/// The dots of down rows h0 .. h0 + kDownRows - 1 of expert e (rows past
+/// nrows repeat the last) with x = that expert's act row, by the whole
+/// warp, written to dst[kDownRows].
+__device__ inline void downDots(const ExpertArgs &a, int64_t e, int64_t h0,
+                                int nrows, const float *x, float *dst) {
+  const RowGeometry &g = a.down;
+  const uint8_t *row0 = a.downData + uint64_t(e * a.hidden + h0) * g.rowBytes;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(row0) |
+                         uintptr_t(g.rowBytes) |
+                         reinterpret_cast<uintptr_t>(x)) & 15) == 0;
+  if (g.cols == 256 && aligned && g.type == GGMLType::Q4_K) {
+    warpDotOneBlockRowsK45<false, kDownRows / 4>(row0, g.rowBytes, nrows, x,
+                                                 dst);
+    return;
+  }
+  if (g.cols == 256 && aligned && g.type == GGMLType::Q5_K) {
+    warpDotOneBlockRowsK45<true, kDownRows / 4>(row0, g.rowBytes, nrows, x,
+                                                dst);
+    return;
+  }
+  const int lane = threadIdx.x % kWarp;
+  for (int r0 = 0; r0 < kDownRows && r0 < nrows; r0 += kRows) {
+    float v[kRows];
+    warpDotRows<kRows>(g.type, row0 + uint64_t(r0) * g.rowBytes, g.rowBytes,
+                       nrows - r0, x, g.cols, v);
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        dst[r0 + r] = v[r];
   }
 }
 
 __global__ void __launch_bounds__(kThreads) expertDownKernel(ExpertArgs a) {
-  __shared__ float partials[kWarpsPerBlock];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int rowsPerBlock = kWarpsPerBlock / a.per;
-  const int local = warp / a.per, slot = warp % a.per;
-  const int64_t h = int64_t(blockIdx.x) * rowsPerBlock + local;
-  const bool active = local < rowsPerBlock && h < a.hidden;
+  __shared__ float partials[kWarpsPerBlock][kDownRows];
+  const int warp = threadIdx.x / kWarp;
+  const int64_t h0 = int64_t(blockIdx.x) * kDownRows;
+  const int nrows =
+      int(a.hidden - h0 < kDownRows ? a.hidden - h0 : kDownRows);
+  const int r = int(threadIdx.x); // the row this thread adds, if < nrows
   float sum = 0.f;
   for (int64_t i0 = 0; i0 < a.k; i0 += a.per) {
-    const int64_t i = i0 + slot;
-    float v = 0.f;
-    if (active && i < a.k) {
+    const int64_t i = i0 + warp;
+    if (warp < a.per && i < a.k) {
       const int64_t e = a.ids[i];
       if (e >= 0 && e < a.experts) // a bad id faulted in expertGateUpKernel
-        v = warpDotRow(a.down.type,
-                       a.downData + uint64_t(e * a.hidden + h) * a.down.rowBytes,
-                       a.act + i * a.ffn, a.ffn);
+        downDots(a, e, h0, nrows, a.act + i * a.ffn, partials[warp]);
     }
-    if (lane == 0)
-      partials[warp] = v;
     __syncthreads();
-    if (active && lane == 0 && slot == 0)
+    if (r < nrows)
       for (int j = 0; j < a.per && i0 + j < a.k; ++j) {
         const int64_t e = a.ids[i0 + j];
         if (e >= 0 && e < a.experts)
-          sum += a.weights[i0 + j] * partials[warp + j];
+          sum += a.weights[i0 + j] * partials[j][r];
       }
     __syncthreads(); // the partials are read before the next chunk's writes
   }
-  if (active && lane == 0 && slot == 0)
-    a.out[h] = sum;
+  if (r < nrows)
+    a.out[h0 + r] = sum;
 }
 
 /// Blocks for `items` items of `perBlock` each, or 0 when that does not fit
@@ -283,20 +368,25 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
   if (!geometryOf(w, a.w) || batch < 0 || rowsPerBatch < 0 ||
       w.rows != (stacked ? batch * rowsPerBatch : rowsPerBatch))
     return cudaErrorInvalidValue;
-  const int64_t items = batch * rowsPerBatch;
-  if (items == 0)
+  if (batch * rowsPerBatch == 0)
     return cudaGetLastError();
   a.data = w.data;
   a.x = x;
   a.batch = batch;
   a.rowsPerBatch = rowsPerBatch;
   a.stacked = stacked;
-  a.splits = splitsFor(items, a.w, kWarpsPerBlock);
   a.y = y;
-  const unsigned blocks = blocksFor(items, kWarpsPerBlock / a.splits);
+  const int rows = rowsPerWarp(w.type);
+  const int64_t items = batch * ((rowsPerBatch + rows - 1) / rows);
+  a.splits = splitsFor(items, a.w, kWarpsPerBlock);
+  const int warps = warpsPerBlock(a.splits);
+  const unsigned blocks = blocksFor(items, warps / a.splits);
   if (blocks == 0)
     return cudaErrorInvalidValue;
-  linearKernel<<<blocks, kThreads, 0, s>>>(a);
+  if (rows == kRows)
+    linearKernel<kRows><<<blocks, warps * kWarp, 0, s>>>(a);
+  else
+    linearKernel<1><<<blocks, warps * kWarp, 0, s>>>(a);
   return cudaGetLastError();
 }
 
@@ -329,22 +419,31 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   a.act = act;
   a.out = out;
   a.fault = fault;
-  // Gate and up take the same split (both rows are `hidden` long).
+  // Gate and up take the same split and rows per warp (both rows are
+  // `hidden` long; several rows a warp only when both have the routine).
+  const int rows = rowsPerWarp(a.gate.type) == kRows &&
+                           rowsPerWarp(a.up.type) == kRows
+                       ? kRows
+                       : 1;
+  const int64_t items = k * ((ffn + rows - 1) / rows);
   const RowGeometry &shorter =
       a.gate.rowBytes < a.up.rowBytes ? a.gate : a.up;
-  a.splits = splitsFor(2 * k * ffn, shorter, kWarpsPerBlock / 2);
+  a.splits = splitsFor(2 * items, shorter, kWarpsPerBlock / 2);
   a.per = k < kWarpsPerBlock ? (k > 0 ? int(k) : 1) : kWarpsPerBlock;
-  const unsigned gateBlocks =
-                     blocksFor(k * ffn, kWarpsPerBlock / (2 * a.splits)),
-                 downBlocks = blocksFor(hidden, kWarpsPerBlock / a.per);
+  const int gateWarps = warpsPerBlock(2 * a.splits);
+  const unsigned gateBlocks = blocksFor(items, gateWarps / (2 * a.splits)),
+                 downBlocks = blocksFor(hidden, kDownRows);
   if ((k > 0 && gateBlocks == 0) || downBlocks == 0)
     return cudaErrorInvalidValue;
   if (k > 0) {
-    expertGateUpKernel<<<gateBlocks, kThreads, 0, s>>>(a);
+    if (rows == kRows)
+      expertGateUpKernel<kRows><<<gateBlocks, gateWarps * kWarp, 0, s>>>(a);
+    else
+      expertGateUpKernel<1><<<gateBlocks, gateWarps * kWarp, 0, s>>>(a);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return e;
   }
-  expertDownKernel<<<downBlocks, kThreads, 0, s>>>(a);
+  expertDownKernel<<<downBlocks, a.per * kWarp, 0, s>>>(a);
   return cudaGetLastError();
 }
 

@@ -1247,6 +1247,162 @@ void benchLinear() {
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
+/// Times one op's launch sequence: kRuns of it captured in a graph, after a
+/// warm-up replay. What a step's graph pays per op (memory and node cost).
+template <typename Fn> double timeInGraph(cudaStream_t stream, Fn &&launch) {
+  constexpr int kRuns = 50;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kRuns; ++i)
+    CHECK_CUDA(launch(stream));
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  CHECK_CUDA(cudaEventRecord(start, stream));
+  CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  CHECK_CUDA(cudaEventRecord(stop, stream));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  return double(ms) * 1e3 / kRuns;
+}
+
+/// The non-mat-vec ops of a GLM-5 decode step at tp=8 shapes (8 local
+/// heads, context 1024 of a 2048-position f16 cache), each timed in a graph.
+void benchOps() {
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  kiln::Rng rng(11);
+  const int64_t positions = 2048, heads = 8, latent = 512, rope = 64,
+                width = latent + rope, at = 1024;
+  DeviceArray<int32_t> pos(std::vector<int32_t>{int32_t(at)});
+  auto report = [](const char *name, double us) {
+    std::printf("bench op %-40s %9.2f us\n", name, us);
+  };
+  Fault fault;
+  // MLA over a 2048-position f16 cache, the indexer's selection of every
+  // position 0..1024 (top-k 2048 keeps all of them at this context).
+  DeviceArray<uint16_t> cache(positions * width);
+  kc::DeviceCache c{cache.get(), kc::CacheType::F16, positions, width};
+  CHECK_CUDA(kc::launchFillRandomCache(c, 5, stream));
+  std::vector<int32_t> sel(positions, 0);
+  for (int64_t i = 0; i <= at; ++i)
+    sel[i] = int32_t(i);
+  DeviceArray<int32_t> dsel(sel), dcount(std::vector<int32_t>{int32_t(at + 1)});
+  DeviceArray<float> ql(normals(rng, heads * latent, 1.0)),
+      qr(normals(rng, heads * rope, 1.0)), out(heads * latent),
+      scratch(kc::mlaScratchFloats(heads, latent, positions));
+  report("mla_attention 8x(512+64), 1025 of 2048", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchMlaAttention(ql.get(), qr.get(), heads, latent, rope, c,
+                                  pos.get(), dsel.get(), dcount.get(),
+                                  positions, 0.07f, scratch.get(), out.get(),
+                                  fault.sink(), s);
+  }));
+  report("mla_attention 8x(512+64), 0..1024, no selection", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchMlaAttention(ql.get(), qr.get(), heads, latent, rope, c,
+                                  pos.get(), nullptr, nullptr, 0, 0.07f,
+                                  scratch.get(), out.get(), fault.sink(), s);
+  }));
+  report("mla_attention 1x(512+64), 0..1024, no selection", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchMlaAttention(ql.get(), qr.get(), 1, latent, rope, c,
+                                  pos.get(), nullptr, nullptr, 0, 0.07f,
+                                  scratch.get(), out.get(), fault.sink(), s);
+  }));
+  DeviceArray<int32_t> early(std::vector<int32_t>{15});
+  report("mla_attention 8x(512+64), 0..15, no selection", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchMlaAttention(ql.get(), qr.get(), heads, latent, rope, c,
+                                  early.get(), nullptr, nullptr, 0, 0.07f,
+                                  scratch.get(), out.get(), fault.sink(), s);
+  }));
+  // The indexer: 32 heads of 128 over a [2048, 128] f16 key cache.
+  DeviceArray<uint16_t> keys(positions * 128);
+  kc::DeviceCache k{keys.get(), kc::CacheType::F16, positions, 128};
+  CHECK_CUDA(kc::launchFillRandomCache(k, 6, stream));
+  DeviceArray<float> q(normals(rng, 32 * 128, 1.0)), hw(normals(rng, 32, 1.0)),
+      scores(positions);
+  DeviceArray<int32_t> flags(positions), chosen(2048), count(1);
+  report("dsa_indexer 32x128, top 2048 at 1024", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(), 2048,
+                                0.1f, scores.get(), flags.get(), chosen.get(),
+                                count.get(), fault.sink(), s);
+  }));
+  report("dsa_indexer 32x128, top 256 at 1024", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(), 256,
+                                0.1f, scores.get(), flags.get(), chosen.get(),
+                                count.get(), fault.sink(), s);
+  }));
+  DeviceArray<float> v(normals(rng, 6144, 1.0)), w(normals(rng, 6144, 1.0)),
+      y(6144), sum(6144), qrow(normals(rng, heads * 192, 1.0));
+  report("rope 8x192 (64 rotated)", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchRope(qrow.get(), heads, 192, pos.get(),
+                          kc::RopeStyle::Interleaved, 1e6f, 128, 64,
+                          qrow.get(), s);
+  }));
+  report("rms_norm 6144", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchRmsNorm(v.get(), 1, 6144, w.get(), 1e-5f, y.get(), s);
+  }));
+  report("add_rms_norm 6144", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchAddRmsNorm(v.get(), y.get(), 1, 6144, w.get(), 1e-5f,
+                                sum.get(), y.get(), s);
+  }));
+  report("swiglu 2048", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchSwiglu(v.get(), w.get(), 2048, y.get(), s);
+  }));
+  report("cache_append 576 f16", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchCacheAppend(v.get(), pos.get(), c, fault.sink(), s);
+  }));
+  report("copy 24 KiB (cudaMemcpyAsync D2D)", timeInGraph(stream, [&](cudaStream_t s) {
+    return cudaMemcpyAsync(y.get(), v.get(), 6144 * sizeof(float),
+                           cudaMemcpyDeviceToDevice, s);
+  }));
+  // The router (F32 gate [6144, 256], top 8) and 8 routed experts of a tp=8
+  // rank (Q4_K gate/up [6144, 256, 256], Q5_K down [256, 6144, 256]).
+  const int64_t experts = 256, ffn = 256, hidden = 6144;
+  DeviceArray<uint8_t> gate(*kiln::rowBytes(GGMLType::F32, hidden) * experts);
+  CHECK_CUDA(kc::launchFillRandomBlocks(GGMLType::F32, gate.get(), gate.size(),
+                                        9, stream));
+  DeviceArray<int32_t> ids(8);
+  DeviceArray<float> rw(8), logits(experts), bias(normals(rng, experts, 0.1));
+  kc::DeviceWeight g{GGMLType::F32, experts, hidden, gate.get()};
+  report("moe_router F32 6144x256 top 8", timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchMoeRouter(v.get(), g, bias.get(), 8, kc::Gating::Sigmoid,
+                               true, 2.5f, logits.get(), ids.get(), rw.get(),
+                               s);
+  }));
+  const uint64_t upBytes = *kiln::rowBytes(GGMLType::Q4_K, hidden) * ffn * experts;
+  const uint64_t downBytes = *kiln::rowBytes(GGMLType::Q5_K, ffn) * hidden * experts;
+  DeviceArray<uint8_t> gw(upBytes), uw(upBytes), dw(downBytes);
+  for (auto [p, t, b] : {std::tuple{gw.get(), GGMLType::Q4_K, upBytes},
+                         std::tuple{uw.get(), GGMLType::Q4_K, upBytes},
+                         std::tuple{dw.get(), GGMLType::Q5_K, downBytes}})
+    CHECK_CUDA(kc::launchFillRandomBlocks(t, p, b, 3, stream));
+  DeviceArray<float> act(8 * ffn), xo(hidden);
+  kc::DeviceWeight gd{GGMLType::Q4_K, ffn * experts, hidden, gw.get()};
+  kc::DeviceWeight ud{GGMLType::Q4_K, ffn * experts, hidden, uw.get()};
+  kc::DeviceWeight dd{GGMLType::Q5_K, hidden * experts, ffn, dw.get()};
+  const double moeUs = timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchMoeExperts(v.get(), hidden, ffn, experts, ids.get(),
+                                rw.get(), 8, gd, &ud, dd, act.get(), xo.get(),
+                                fault.sink(), s);
+  });
+  const double moeBytes =
+      8.0 * (2.0 * double(upBytes) + double(downBytes)) / double(experts);
+  std::printf("bench op %-40s %9.2f us, %.1f GB/s (the chosen experts' bytes, "
+              "L2-warm: one set of 8)\n",
+              "moe_experts Q4_K/Q5_K 6144x256, 8 of 256", moeUs,
+              moeBytes / (moeUs * 1e3));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -1274,6 +1430,7 @@ int main(int argc, char **argv) {
 
   if (bench) {
     benchLinear();
+    benchOps();
     return 0;
   }
 
