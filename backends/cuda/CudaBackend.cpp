@@ -581,6 +581,25 @@ Expected<Launch> OpBinder::bind() {
     std::vector<std::pair<DeviceWeight, int64_t>> parts;
     for (size_t i = 1; i < d.ins.size(); ++i)
       parts.push_back({weight(i), d.segments[i - 1]});
+    // Parts placed back to back (placeWeights) with one type and width are
+    // one matrix whose rows are the segments in order: one launch.
+    bool contiguous = true;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const DeviceWeight &prev = parts[i - 1].first, &w = parts[i].first;
+      contiguous = contiguous && w.type == prev.type && w.cols == prev.cols &&
+                   w.data == prev.data + *rowBytes(prev.type,
+                                                   uint64_t(prev.cols)) *
+                                             uint64_t(prev.rows);
+    }
+    if (contiguous) {
+      DeviceWeight whole = parts.front().first;
+      whole.rows = d.n;
+      const float *x = f32In(0);
+      float *y = f32Out(0);
+      return wrap([=](cudaStream_t s) {
+        return launchLinear(x, 1, whole, whole.rows, false, y, s);
+      });
+    }
     const float *x = f32In(0);
     float *y = f32Out(0);
     return wrap([=](cudaStream_t s) {
@@ -682,8 +701,8 @@ Expected<Launch> OpBinder::bind() {
 
 /// Places binding `b` on the rank's GPU: the rank's slice of the file's
 /// bytes, or random valid blocks.
-Status placeWeight(CudaRank &rank, const WeightBinding &b, int32_t binding,
-                   const kiln_weight_bytes *bytes, uint64_t seed) {
+/// The device geometry of binding `b` as a rank holds it, and its bytes.
+Expected<std::pair<DeviceWeight, uint64_t>> geometryOf(const WeightBinding &b) {
   std::vector<int64_t> dims = backend::localDims(b);
   DeviceWeight w;
   w.type = b.type;
@@ -696,25 +715,95 @@ Status placeWeight(CudaRank &rank, const WeightBinding &b, int32_t binding,
       row ? checkedMul(*row, uint64_t(w.rows)) : std::nullopt;
   if (!total)
     return Error(b.tensor, "dims", "the size overflows");
-  KILN_ASSIGN(memory, DeviceMemory::allocate(*total, b.tensor));
+  return std::pair{w, *total};
+}
+
+/// Places binding `b` at `dst` on the rank's GPU (`bytes` bytes): the
+/// rank's slice of the file's bytes, or random valid blocks.
+Status fillWeight(CudaRank &rank, const WeightBinding &b, int32_t binding,
+                  const kiln_weight_bytes *bytes, uint64_t seed, uint8_t *dst,
+                  uint64_t size) {
   if (bytes) {
     std::vector<std::vector<uint8_t>> store;
     KILN_ASSIGN(host, backend::sliceWeight(b, *bytes, store));
-    if (host.bytes != *total)
+    if (host.bytes != size)
       return Error(b.tensor, "bytes", "the slice does not match its dims");
-    CUDA_TRY(b.tensor, cudaMemcpy(memory.get(), host.data, host.bytes,
-                                  cudaMemcpyHostToDevice));
-  } else {
-    // Every binding its own stream of random blocks.
     CUDA_TRY(b.tensor,
-             launchFillRandomBlocks(b.type, memory.get(), *total,
-                                    seed * 0x9E3779B97F4A7C15ull + binding,
-                                    rank.stream));
+             cudaMemcpy(dst, host.data, host.bytes, cudaMemcpyHostToDevice));
+    return Status::ok();
   }
-  w.data = memory.get();
-  rank.weightStore.push_back(std::move(memory));
-  rank.weights[binding] = w;
+  // Every binding its own stream of random blocks.
+  CUDA_TRY(b.tensor, launchFillRandomBlocks(
+                         b.type, dst, size,
+                         seed * 0x9E3779B97F4A7C15ull + uint64_t(binding),
+                         rank.stream));
   return Status::ok();
+}
+
+/// Places bindings `group` in one allocation, back to back in this order
+/// (one binding alone, or the parts of a fused_linear, whose rows then form
+/// one matrix: a single launch computes every segment).
+Status placeWeights(CudaRank &rank, const Artifact &a,
+                    const std::vector<int32_t> &group,
+                    const kiln_weight_bytes *weights, uint64_t seed) {
+  std::vector<std::pair<DeviceWeight, uint64_t>> parts;
+  uint64_t total = 0;
+  for (int32_t binding : group) {
+    KILN_ASSIGN(g, geometryOf(a.weights[binding]));
+    parts.push_back(g);
+    total += g.second;
+  }
+  KILN_ASSIGN(memory,
+              DeviceMemory::allocate(total, a.weights[group.front()].tensor));
+  uint64_t at = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    int32_t binding = group[i];
+    KILN_TRY(fillWeight(rank, a.weights[binding], binding,
+                        weights ? &weights[binding] : nullptr, seed,
+                        memory.get() + at, parts[i].second));
+    parts[i].first.data = memory.get() + at;
+    rank.weights[binding] = parts[i].first;
+    at += parts[i].second;
+  }
+  rank.weightStore.push_back(std::move(memory));
+  return Status::ok();
+}
+
+/// The fused_linear parts that can share one matrix: every part of the
+/// same type and width, none bound twice. Each such op's bindings, in
+/// segment order.
+std::vector<std::vector<int32_t>> fusedGroups(const Artifact &a,
+                                              const RankPlan &plan) {
+  std::vector<std::vector<int32_t>> groups;
+  std::vector<int> uses(a.weights.size(), 0);
+  for (const Step &s : plan.steps)
+    for (const Op &op : s.ops)
+      for (int32_t i : op.ins())
+        if (s.buffers[i].kind == BufferKind::Weight)
+          ++uses[s.buffers[i].binding];
+  for (const Step &s : plan.steps)
+    for (const Op &op : s.ops) {
+      if (op.kind != "fused_linear" || op.ins().size() < 3)
+        continue;
+      std::vector<int32_t> group;
+      bool same = true;
+      for (size_t i = 1; i < op.ins().size(); ++i) {
+        const Buffer &b = s.buffers[op.ins()[i]];
+        if (b.kind != BufferKind::Weight || uses[b.binding] != 1) {
+          same = false;
+          break;
+        }
+        group.push_back(b.binding);
+        const WeightBinding &w = a.weights[b.binding];
+        const WeightBinding &first = a.weights[group.front()];
+        if (w.type != first.type ||
+            backend::localDims(w).front() != backend::localDims(first).front())
+          same = false;
+      }
+      if (same)
+        groups.push_back(std::move(group));
+    }
+  return groups;
 }
 
 Status fillStates(CudaRank &rank, uint64_t positions, uint64_t seed) {
@@ -999,13 +1088,18 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
            const RankPlan &plan = a.rankPlans[rank.index];
            rank.weights.resize(a.weights.size());
            std::vector<bool> placed(a.weights.size(), false);
+           const kiln_weight_bytes *bytes = random ? nullptr : weights;
+           for (const std::vector<int32_t> &fused : fusedGroups(a, plan)) {
+             for (int32_t binding : fused)
+               placed[binding] = true;
+             KILN_TRY(placeWeights(rank, a, fused, bytes, group->seed));
+           }
            for (const Step &s : plan.steps)
              for (const Buffer &b : s.buffers)
                if (b.kind == BufferKind::Weight && !placed[b.binding]) {
                  placed[b.binding] = true;
-                 KILN_TRY(placeWeight(rank, a.weights[b.binding], b.binding,
-                                      random ? nullptr : &weights[b.binding],
-                                      group->seed));
+                 KILN_TRY(placeWeights(rank, a, {b.binding}, bytes,
+                                       group->seed));
                }
            uint64_t arena = 0;
            for (const Step &s : plan.steps)

@@ -19,8 +19,8 @@ logits of every position kept):
     section 7: a smaller gap may flip on rounding alone);
   * graph replay vs --eager: bit-identical;
   * tp=2 on two GPUs vs tp=1: within the same tolerance, same argmax rule;
-  * greedy generation on CUDA equals the CPU's where every step's gap
-    clears the rule;
+  * greedy generation on CUDA equals the CPU's up to the first step whose
+    CPU decision gap does not clear the rule;
   * compute-sanitizer memcheck on the tiny model: no errors.
 The tolerances: both backends accumulate in f32 in different orders (warp
 trees vs sequential loops), about 1e-6 relative per dot product; 48 layers
@@ -190,23 +190,34 @@ class Checks:
             self.check(same, f"{model} tp2 graph vs eager")
         return cpu
 
-    def greedy(self, model, cpu_logits):
-        """32 greedy tokens, when every CPU decision of the teacher-forced
-        run cleared the gap rule (the generated sequence is then determined
-        by the CPU's, step by step)."""
-        gguf = self.gguf(model)
+    def greedy(self, model):
+        """32 greedy tokens on each backend, the CPU's logits kept. The CUDA
+        tokens must equal the CPU's up to and including the first step whose
+        CPU decision gap is within twice the tolerance (from there on a
+        rounding difference may choose otherwise, GLM5.md section 7); the
+        row says how many steps that rule decided."""
+        import json
+        gguf, tol = self.gguf(model), MODELS[model][1]
         outs = {}
         for target in ("cpu", "cuda"):
+            npy = self.work / f"{model}-greedy-{target}.npy"
             proc = run(self.pack, [self.pack / "bin" / "kiln-run",
                                    self.art(model, target, 1), "--weights",
                                    gguf, "--backend-dir", self.pack / "lib",
                                    "--prompt-tokens", "1,2,3", "-n", 32,
-                                   "--ignore-eos", "--json"])
-            import json
-            outs[target] = json.loads(proc.stdout)["tokens"]
-        same = outs["cpu"] == outs["cuda"]
+                                   "--ignore-eos", "--json", "--logits-out",
+                                   npy])
+            outs[target] = (json.loads(proc.stdout)["tokens"], np.load(npy))
+        (cpu, cpu_logits), (cuda, _) = outs["cpu"], outs["cuda"]
+        # Generated token i is chosen from evaluated position 2 + i.
+        g = gaps(cpu_logits)[2:2 + len(cpu)]
+        undecided = np.flatnonzero(g <= 2 * tol)
+        decided = int(undecided[0]) + 1 if undecided.size else len(cpu)
+        same = cpu[:decided] == cuda[:decided]
         self.report.append(f"| {model}: greedy 32 tokens cuda vs cpu | - | "
-                           f"identical | - | {'PASS' if same else 'FAIL'} |")
+                           f"identical where decided | {decided}/{len(cpu)}"
+                           f" (smallest gap {g.min():.1e}) | "
+                           f"{'PASS' if same else 'FAIL'} |")
         self.check(same, f"{model} greedy")
 
     def memcheck(self):
@@ -237,9 +248,8 @@ class Checks:
         print(f"token seed {SEED_TOKENS}, {POSITIONS} positions")
         for model in MODELS:
             try:
-                cpu = self.teacher_forced(model)
-                if np.all(gaps(cpu) > 2 * MODELS[model][1]):
-                    self.greedy(model, cpu)
+                self.teacher_forced(model)
+                self.greedy(model)
             except AssertionError as e:
                 # A run that fails outright fails its model's checks; the
                 # other models still run.
