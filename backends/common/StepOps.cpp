@@ -1,5 +1,6 @@
 //===- StepOps.cpp - Step ops decoded and checked, for every backend ------===//
 #include "common/StepOps.h"
+#include "common/PluginSupport.h"
 
 #include "support/CheckedMath.h"
 
@@ -133,17 +134,6 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
   return table;
 }
 
-#define KILN_TRY(expr)                                                         \
-  do {                                                                         \
-    if (Status st_ = (expr); !st_)                                             \
-      return st_.error();                                                      \
-  } while (0)
-
-#define KILN_ASSIGN(var, expr)                                                 \
-  auto var##OrError = (expr);                                                  \
-  if (!var##OrError)                                                           \
-    return var##OrError.error();                                               \
-  auto var = *var##OrError
 
 /// One operand: its buffer, and for a weight the binding's local dims.
 struct Operand {

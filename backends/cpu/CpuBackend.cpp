@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "artifact/Artifact.h"
 #include "backend/KilnBackend.h"
+#include "common/PluginSupport.h"
 #include "common/StepOps.h"
 #include "cpu/CpuKernels.h"
 #include "support/CheckedMath.h"
@@ -156,11 +157,6 @@ Expected<const float *> OpBinder::param(size_t i) {
   return static_cast<const float *>(step_.constants.back()->data());
 }
 
-#define KILN_ASSIGN(var, expr)                                                 \
-  auto var##OrError = (expr);                                                  \
-  if (!var##OrError)                                                           \
-    return var##OrError.error();                                               \
-  auto var = *var##OrError
 
 Expected<std::function<Status()>> OpBinder::bind() {
   using backend::OpKind;
@@ -571,50 +567,17 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   return group;
 }
 
-template <typename Fn>
-int guarded(char *error, uint64_t errorBytes, Fn &&fn) {
-  try {
-    Status st = fn();
-    if (!st) {
-      backend::setError(error, errorBytes, st.error().message());
-      return 1;
-    }
-    return 0;
-  } catch (const std::exception &e) {
-    backend::setError(error, errorBytes, std::string("cpu backend: ") + e.what());
-    return 1;
-  }
-}
-
 CpuGroup *cast(kiln_group *g) { return reinterpret_cast<CpuGroup *>(g); }
 
 Expected<PreparedStep *> findStep(CpuRank &rank, const char *name) {
-  auto it = rank.steps.find(name ? name : "");
-  if (it == rank.steps.end())
-    return Error("artifact", "step",
-                 fmt::format("no step named '{}'", name ? name : ""));
-  return &it->second;
-}
-
-Expected<uint8_t *> findSlot(PreparedStep &step, BufferKind kind,
-                             const char *slot, uint64_t bytes) {
-  std::optional<int32_t> i = step.step->slot(kind, slot ? slot : "");
-  if (!i)
-    return Error(step.step->name, slot ? slot : "",
-                 fmt::format("no {} slot of that name", nameOf(kind)));
-  const Resolved &r = step.buffers[*i];
-  if (r.buffer->bytes() != bytes)
-    return Error(step.step->name, slot,
-                 fmt::format("the slot holds {} bytes, {} given",
-                             r.buffer->bytes(), bytes));
-  return r.data;
+  return backend::findStep(rank.steps, name);
 }
 
 int cpuOpenGroup(const uint8_t *artifact, uint64_t artifactBytes,
                  const kiln_weight_bytes *weights, uint32_t weightCount,
                  const kiln_rank_options *options, kiln_group **out,
                  char *error, uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
+  return backend::guarded("cpu backend", error, errorBytes, [&]() -> Status {
     Expected<std::unique_ptr<CpuGroup>> g =
         openGroup(std::span<const uint8_t>(artifact, artifactBytes), weights,
                   weightCount, options);
@@ -630,19 +593,16 @@ int cpuOpenGroup(const uint8_t *artifact, uint64_t artifactBytes,
 int copySlot(kiln_group *group, const char *step, BufferKind kind,
              const char *slot, void *data, uint64_t bytes, char *error,
              uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
+  return backend::guarded("cpu backend", error, errorBytes, [&]() -> Status {
     for (std::unique_ptr<CpuRank> &rank : cast(group)->ranks) {
-      Expected<PreparedStep *> s = findStep(*rank, step);
-      if (!s)
-        return s.error();
-      Expected<uint8_t *> p = findSlot(**s, kind, slot, bytes);
-      if (!p)
-        return p.error();
+      KILN_ASSIGN(s, findStep(*rank, step));
+      KILN_ASSIGN(index, backend::findSlot(*s->step, kind, slot, bytes));
+      uint8_t *p = s->buffers[index].data;
       if (kind == BufferKind::Output) {
-        std::memcpy(data, *p, bytes);
+        std::memcpy(data, p, bytes);
         break;
       }
-      std::memcpy(*p, data, bytes);
+      std::memcpy(p, data, bytes);
     }
     return Status::ok();
   });
@@ -675,7 +635,7 @@ Status runRank(CpuRank &rank, PreparedStep &step) {
 
 int cpuRunStep(kiln_group *group, const char *step, char *error,
                uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
+  return backend::guarded("cpu backend", error, errorBytes, [&]() -> Status {
     std::vector<std::unique_ptr<CpuRank>> &ranks = cast(group)->ranks;
     std::vector<PreparedStep *> steps;
     for (std::unique_ptr<CpuRank> &rank : ranks) {
@@ -708,7 +668,7 @@ int cpuRunStep(kiln_group *group, const char *step, char *error,
 }
 
 int cpuReset(kiln_group *group, char *error, uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
+  return backend::guarded("cpu backend", error, errorBytes, [&]() -> Status {
     for (std::unique_ptr<CpuRank> &rank : cast(group)->ranks)
       for (auto &[name, bytes] : rank->states)
         std::fill(bytes.begin(), bytes.end(), 0);

@@ -21,6 +21,7 @@
 
 #include "artifact/Artifact.h"
 #include "backend/KilnBackend.h"
+#include "common/PluginSupport.h"
 #include "common/StepOps.h"
 #include "support/CheckedMath.h"
 
@@ -46,17 +47,6 @@ using kiln::backend::StepOp;
 
 namespace {
 
-#define KILN_TRY(expr)                                                         \
-  do {                                                                         \
-    if (Status st_ = (expr); !st_)                                             \
-      return st_.error();                                                      \
-  } while (0)
-
-#define KILN_ASSIGN(var, expr)                                                 \
-  auto var##OrError = (expr);                                                  \
-  if (!var##OrError)                                                           \
-    return var##OrError.error();                                               \
-  auto var = std::move(*var##OrError)
 
 /// A failed CUDA call as an error naming the call and where it was made.
 Status check(cudaError_t e, const std::string &where, const char *call) {
@@ -1141,51 +1131,17 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   return group;
 }
 
-template <typename Fn>
-int guarded(char *error, uint64_t errorBytes, Fn &&fn) {
-  try {
-    Status st = fn();
-    if (!st) {
-      backend::setError(error, errorBytes, st.error().message());
-      return 1;
-    }
-    return 0;
-  } catch (const std::exception &e) {
-    backend::setError(error, errorBytes,
-                      std::string("cuda backend: ") + e.what());
-    return 1;
-  }
-}
-
 CudaGroup *cast(kiln_group *g) { return reinterpret_cast<CudaGroup *>(g); }
 
 Expected<CudaStep *> findStep(CudaRank &rank, const char *name) {
-  auto it = rank.steps.find(name ? name : "");
-  if (it == rank.steps.end())
-    return Error("artifact", "step",
-                 fmt::format("no step named '{}'", name ? name : ""));
-  return &it->second;
-}
-
-Expected<uint8_t *> findSlot(CudaStep &step, BufferKind kind, const char *slot,
-                             uint64_t bytes) {
-  std::optional<int32_t> i = step.step->slot(kind, slot ? slot : "");
-  if (!i)
-    return Error(step.step->name, slot ? slot : "",
-                 fmt::format("no {} slot of that name", nameOf(kind)));
-  const Buffer &b = step.step->buffers[*i];
-  if (b.bytes() != bytes)
-    return Error(step.step->name, slot,
-                 fmt::format("the slot holds {} bytes, {} given", b.bytes(),
-                             bytes));
-  return step.ptrs[*i];
+  return backend::findStep(rank.steps, name);
 }
 
 int cudaOpenGroup(const uint8_t *artifact, uint64_t artifactBytes,
                   const kiln_weight_bytes *weights, uint32_t weightCount,
                   const kiln_rank_options *options, kiln_group **out,
                   char *error, uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
+  return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
     Expected<std::unique_ptr<CudaGroup>> g =
         openGroup(std::span<const uint8_t>(artifact, artifactBytes), weights,
                   weightCount, options);
@@ -1201,10 +1157,11 @@ int cudaOpenGroup(const uint8_t *artifact, uint64_t artifactBytes,
 int copySlot(kiln_group *group, const char *step, BufferKind kind,
              const char *slot, void *data, uint64_t bytes, char *error,
              uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
+  return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
     for (std::unique_ptr<CudaRank> &rank : cast(group)->ranks) {
       KILN_ASSIGN(s, findStep(*rank, step));
-      KILN_ASSIGN(p, findSlot(*s, kind, slot, bytes));
+      KILN_ASSIGN(index, backend::findSlot(*s->step, kind, slot, bytes));
+      uint8_t *p = s->ptrs[index];
       CUDA_TRY(rank->where, cudaSetDevice(rank->device));
       if (kind == BufferKind::Output) {
         CUDA_TRY(rank->where, cudaMemcpy(data, p, bytes,
@@ -1234,7 +1191,7 @@ int cudaReadSlot(kiln_group *group, const char *step, const char *slot,
 
 int cudaRunStep(kiln_group *group, const char *step, char *error,
                 uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
+  return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
     CudaGroup &g = *cast(group);
     bool eager = g.eager, profile = g.profile;
     std::string name = step ? step : "";
@@ -1246,7 +1203,7 @@ int cudaRunStep(kiln_group *group, const char *step, char *error,
 }
 
 int cudaReset(kiln_group *group, char *error, uint64_t errorBytes) {
-  return guarded(error, errorBytes, [&]() -> Status {
+  return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
     CudaGroup &g = *cast(group);
     return onEveryRank(g, [&](CudaRank &rank) -> Status {
       CUDA_TRY(rank.where, cudaSetDevice(rank.device));

@@ -23,6 +23,7 @@
 
 #include "GenericQuant.cuh"
 #include "MatVec.h"
+#include "DeviceCommon.cuh"
 #include "Warp.cuh"
 
 #include <cuda_bf16.h>
@@ -71,17 +72,6 @@ unsigned elementBlocks(int64_t n) {
 // Device helpers
 //===----------------------------------------------------------------------===//
 
-/// Claims the step's fault word (first claimer wins) and fills in the rest.
-__device__ void recordFault(FaultSink sink, FaultCode code, int64_t value,
-                            int64_t limit) {
-  if (!sink.fault)
-    return;
-  if (atomicCAS(&sink.fault->code, 0, int32_t(code)) == 0) {
-    sink.fault->op = sink.op;
-    sink.fault->value = value;
-    sink.fault->limit = limit;
-  }
-}
 
 __device__ inline float warpMax(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2)
@@ -217,7 +207,6 @@ __device__ inline float readCache(const void *data, CacheType type,
   return 0.f;
 }
 
-__device__ inline float silu(float g) { return g / (1.f + expf(-g)); }
 
 /// Where a weight's values live: `rows` rows of `cols` values, rowBytes
 /// each, in blocks of blockValues values / blockBytes bytes.

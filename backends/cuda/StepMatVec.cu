@@ -30,6 +30,7 @@
 
 #include "MatVec.h"
 #include "QuantDot.cuh"
+#include "DeviceCommon.cuh"
 #include "Warp.cuh"
 
 #include <climits>
@@ -105,20 +106,7 @@ int warpsPerBlock(int splits) {
   return splits * (kWarpsPerBlock / splits);
 }
 
-/// Claims the step's fault word (first claimer wins) and fills in the rest
-/// (as StepKernels.cu).
-__device__ void recordFault(FaultSink sink, FaultCode code, int64_t value,
-                            int64_t limit) {
-  if (!sink.fault)
-    return;
-  if (atomicCAS(&sink.fault->code, 0, int32_t(code)) == 0) {
-    sink.fault->op = sink.op;
-    sink.fault->value = value;
-    sink.fault->limit = limit;
-  }
-}
 
-__device__ inline float silu(float g) { return g / (1.f + expf(-g)); }
 
 /// Segment `part` of `parts` of R rows (row0 + r * rowBytes, r < nrows)
 /// dotted with the matching part of x, by the whole warp, into v (0 for an

@@ -1,0 +1,26 @@
+//===- DeviceCommon.cuh - Device helpers shared by the step kernels -*- CUDA -*-===//
+#ifndef KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
+#define KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
+
+#include "StepKernels.h"
+
+namespace kiln::cuda {
+
+/// Claims the step's fault word (first claimer wins) and fills in the rest.
+__device__ inline void recordFault(FaultSink sink, FaultCode code,
+                                   int64_t value, int64_t limit) {
+  if (!sink.fault)
+    return;
+  if (atomicCAS(&sink.fault->code, 0, int32_t(code)) == 0) {
+    sink.fault->op = sink.op;
+    sink.fault->value = value;
+    sink.fault->limit = limit;
+  }
+}
+
+/// silu(g) = g / (1 + exp(-g)), as the CPU reference.
+__device__ inline float silu(float g) { return g / (1.f + expf(-g)); }
+
+} // namespace kiln::cuda
+
+#endif // KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
