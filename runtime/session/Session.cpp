@@ -1,9 +1,17 @@
 //===- Session.cpp - A loaded model: artifact, weights, backend rank -------===//
 #include "session/Session.h"
 
+#include "support/Progress.h"
+
 #include <fmt/format.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <set>
 
 namespace kiln::runtime {
 
@@ -44,6 +52,42 @@ Status checkBindings(const artifact::Artifact &a, const gguf::GGUFModel &model,
     out.push_back({data.data(), data.size()});
   }
   return Status::ok();
+}
+
+/// Reads every bound tensor's bytes into memory (they are memory-mapped:
+/// this is where the file is actually read), in chunks, with a progress
+/// bar. The backend then copies from memory. Returns the bytes read.
+uint64_t readWeights(const std::vector<kiln_weight_bytes> &weights,
+                     bool progress) {
+  // Each tensor once (a binding per rank may name the same tensor).
+  std::set<std::pair<const void *, uint64_t>> unique;
+  uint64_t total = 0;
+  for (const kiln_weight_bytes &w : weights)
+    if (unique.insert({w.data, w.bytes}).second)
+      total += w.bytes;
+  ProgressBar bar("loading weights", total, progress && isatty(2));
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  constexpr uint64_t kChunk = uint64_t(64) << 20;
+  uint64_t done = 0;
+  volatile uint8_t sink = 0;
+  for (auto [data, bytes] : unique) {
+    const uint8_t *p = static_cast<const uint8_t *>(data);
+    for (uint64_t at = 0; at < bytes; at += kChunk) {
+      uint64_t n = std::min(kChunk, bytes - at);
+      // Ask for the chunk ahead of the reads (page-aligned start).
+      uintptr_t begin = uintptr_t(p + at) & ~uintptr_t(page - 1);
+      madvise(reinterpret_cast<void *>(begin), uintptr_t(p + at + n) - begin,
+              MADV_WILLNEED);
+      uint8_t acc = 0;
+      for (uint64_t i = 0; i < n; i += page)
+        acc ^= p[at + i];
+      sink = sink ^ acc;
+      done += n;
+      bar.update(done);
+    }
+  }
+  bar.finish();
+  return total;
 }
 
 } // namespace
@@ -95,6 +139,11 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
     if (Status st = checkBindings(*artifact, model, weights); !st)
       return st.error();
   }
+  auto readStart = std::chrono::steady_clock::now();
+  uint64_t weightBytes = readWeights(weights, options.progress);
+  double weightSeconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - readStart)
+                             .count();
   if (options.flags & KILN_RUN_SIMULATE_RANK &&
       options.simulateRank >= artifact->ranks)
     return Error(options.artifactPath, "ranks",
@@ -112,6 +161,8 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   s->model_ = std::move(model);
   s->where_ = options.artifactPath;
   s->hasLogits_ = logits.has_value();
+  s->weightBytes_ = weightBytes;
+  s->weightSeconds_ = weightSeconds;
   s->vocab_ =
       logits ? int64_t(s->artifact_.rankPlans[0]
                            .step(kDecodeStep)

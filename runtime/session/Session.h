@@ -23,6 +23,9 @@ struct SessionOptions {
   uint32_t simulateRank = 0;            ///< with KILN_RUN_SIMULATE_RANK
   uint64_t seed = 0;                    ///< random weights and caches
   uint64_t fillPositions = 0; ///< caches' first positions made random
+  /// Draw a progress bar (with GB/s) on stderr while the weights are read
+  /// in, when stderr is a terminal.
+  bool progress = true;
 };
 
 /// One model ready to run: the artifact read and verified, the GGUF set
@@ -45,6 +48,10 @@ public:
   int64_t vocab() const { return vocab_; }
   /// Whether the steps return logits (not compiled with --no-logits).
   bool hasLogits() const { return hasLogits_; }
+  /// Bytes of the bound tensors read from the GGUF set at open (0 with
+  /// random weights), and the seconds that reading took.
+  uint64_t weightBytes() const { return weightBytes_; }
+  double weightSeconds() const { return weightSeconds_; }
 
   /// Runs @decode_step for `token` at `position`: the logits of the next
   /// token into `logits` (vocab values; pass an empty span to skip them,
@@ -67,6 +74,8 @@ private:
   kiln_group *group_ = nullptr;
   int64_t vocab_ = 0;
   bool hasLogits_ = false;
+  uint64_t weightBytes_ = 0;
+  double weightSeconds_ = 0;
   std::string where_;
   char error_[1024] = {0};
 };

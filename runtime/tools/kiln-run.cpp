@@ -22,6 +22,7 @@
 #include "tokenizer/Unicode.h"
 #include "session/Sampler.h"
 #include "session/Session.h"
+#include "support/Progress.h"
 
 #include <fmt/format.h>
 
@@ -636,9 +637,11 @@ int main(int argc, char **argv) {
                 "\"load_seconds\": %.6f, \"prompt_seconds\": %.6f, "
                 "\"prompt_tokens_per_second\": %.3f, \"decode_steps\": %lld, "
                 "\"decode_seconds\": %.6f, \"decode_tokens_per_second\": %.3f, "
+                "\"weight_bytes\": %llu, \"weight_seconds\": %.6f, "
                 "\"backend\": %s, \"context\": %llu%s}\n",
                 tokens.c_str(), prompt.size(), load, promptTime, promptRate,
                 (long long)decodeSteps, decodeTime, decodeRate,
+                (unsigned long long)s.weightBytes(), s.weightSeconds(),
                 jsonString(s.artifact().target).c_str(),
                 (unsigned long long)s.contextLength(),
                 stream ? (", \"text\": " + jsonString(text)).c_str() : "");
@@ -652,7 +655,10 @@ int main(int argc, char **argv) {
               promptTime, promptRate);
   std::printf("decode: %lld steps in %.3f s (%.1f tok/s)\n",
               (long long)decodeSteps, decodeTime, decodeRate);
-  std::printf("load: %.3f s (backend %s: %s)\n", load,
+  std::printf("load: %.3f s (weights %s read in %.3f s, %.2f GB/s; backend %s: "
+              "%s)\n",
+              load, formatBytes(s.weightBytes()).c_str(), s.weightSeconds(),
+              s.weightBytes() / std::max(s.weightSeconds(), 1e-9) / 1e9,
               s.artifact().target.c_str(), s.backendPath().c_str());
   return 0;
 }

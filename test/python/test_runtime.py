@@ -334,3 +334,22 @@ def test_gpu_only_modes_are_refused_on_cpu(model):
              "--simulate-rank: expected R/N with R < N")):
         proc = kiln_run(art, *args)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_weights_are_read_once_and_reported(model):
+    """kiln-run reads each bound tensor once (a progress bar only on a
+    terminal: stderr stays empty here) and reports the bytes: exactly the
+    tensors the artifact binds, as gguf-py sizes them."""
+    import json
+    from gguf import GGUFReader
+    _, gguf, art = model
+    proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "1,2", "-n", 1,
+                    "--json")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    report = json.loads(proc.stdout)
+    described = kiln_run(art, "--describe").stdout
+    bound = {line.split()[1] for line in described.splitlines()
+             if line.strip().startswith("binds ")}
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(str(gguf)).tensors}
+    assert report["weight_bytes"] == sum(sizes[name] for name in bound)
+    assert report["weight_seconds"] >= 0
