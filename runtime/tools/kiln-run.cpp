@@ -17,6 +17,7 @@
 // No LLVM/MLIR in this program.
 //
 //===----------------------------------------------------------------------===//
+#include "session/Generator.h"
 #include "session/Npy.h"
 #include "tokenizer/Tokenizer.h"
 #include "tokenizer/Unicode.h"
@@ -521,10 +522,6 @@ int main(int argc, char **argv) {
         stops.push_back(*id);
   if (!stopStrings.empty() && !tok)
     return fail(tok.error());
-  std::optional<tokenizer::StreamDecoder> stream;
-  if (tok)
-    stream.emplace(*tok);
-  std::string text;
   Clock::time_point t1 = Clock::now();
 
   uint64_t evaluated = prompt.size() + (generate > 0 ? generate - 1 : 0);
@@ -540,82 +537,40 @@ int main(int argc, char **argv) {
                       "the artifact was compiled with --no-logits: greedy "
                       "decoding only, no --logits-out, sampling or "
                       "repetition penalty"));
-  std::vector<float> logits(s.hasLogits() ? s.vocab() : 0);
   std::vector<float> allLogits;
-  if (!logitsOut.empty())
+  std::vector<float> *keep = logitsOut.empty() ? nullptr : &allLogits;
+  if (keep)
     allLogits.reserve(evaluated * s.vocab());
-  Sampler sampler(sampling);
-  std::vector<int32_t> generated;
-  int32_t next = 0;
-  int32_t position = 0;
-
-  for (int32_t token : prompt) {
-    if (Status st = s.decode(token, position++, logits, &next); !st)
-      return fail(st.error());
-    if (!logitsOut.empty())
-      allLogits.insert(allLogits.end(), logits.begin(), logits.end());
-  }
+  Generator generator(s, tok ? &*tok : nullptr);
+  if (Status st = generator.feed(prompt, 0, keep); !st)
+    return fail(st.error());
   Clock::time_point t2 = Clock::now();
-  bool streaming = stream && !json;
+  bool streaming = tok && !json;
   if (streaming) {
     std::fputs("text: ", stdout);
     std::fflush(stdout);
   }
-  std::vector<int32_t> history(prompt);
-  // Text decoded but not yet shown: it could be the start of a stop string.
-  std::string held;
-  size_t longestStop = 0;
-  for (const std::string &stop : stopStrings)
-    longestStop = std::max(longestStop, stop.size());
-  bool stopped = false;
-  auto show = [&](const std::string &piece) {
-    text += piece;
-    if (streaming) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-  };
-  for (int64_t g = 0; g < generate && !stopped; ++g) {
-    int32_t token = sampling.needsLogits() ? sampler.sample(logits, history)
-                                           : next;
-    if (std::find(stops.begin(), stops.end(), token) != stops.end())
-      break; // end of sequence: not part of the output
-    generated.push_back(token);
-    history.push_back(token);
-    if (stream) {
-      Expected<std::string> piece = stream->push(token);
-      if (piece) {
-        held += *piece;
-        // A stop string ends generation; text before it is output.
-        size_t cut = std::string::npos;
-        for (const std::string &stop : stopStrings)
-          cut = std::min(cut, held.find(stop));
-        if (cut != std::string::npos) {
-          show(held.substr(0, cut));
-          held.clear();
-          stopped = true;
-          break;
+  GenerateOptions generateOptions;
+  generateOptions.maxTokens = generate;
+  generateOptions.sampling = sampling;
+  generateOptions.stopIds = stops;
+  generateOptions.stopStrings = stopStrings;
+  Expected<GenerateResult> result = generator.generate(
+      generateOptions,
+      [&](std::string_view piece) {
+        if (streaming) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
         }
-        // Keep back only what could still begin a stop string.
-        size_t keep = longestStop ? std::min(held.size(), longestStop - 1) : 0;
-        show(held.substr(0, held.size() - keep));
-        held.erase(0, held.size() - keep);
-      }
-    }
-    if (g + 1 == generate)
-      break;
-    if (Status st = s.decode(token, position++, logits, &next); !st)
-      return fail(st.error());
-    if (!logitsOut.empty())
-      allLogits.insert(allLogits.end(), logits.begin(), logits.end());
-  }
+      },
+      keep);
+  if (!result)
+    return fail(result.error());
+  if (streaming)
+    std::fputs("\n", stdout);
   Clock::time_point t3 = Clock::now();
-  if (stream) {
-    if (!stopped)
-      show(held + stream->flush());
-    if (streaming)
-      std::fputs("\n", stdout);
-  }
+  const std::vector<int32_t> &generated = result->tokens;
+  const std::string &text = result->text;
 
   if (!logitsOut.empty())
     if (Status st = writeNpy(logitsOut, allLogits, allLogits.size() / s.vocab(),
@@ -644,7 +599,7 @@ int main(int argc, char **argv) {
                 (unsigned long long)s.weightBytes(), s.weightSeconds(),
                 jsonString(s.artifact().target).c_str(),
                 (unsigned long long)s.contextLength(),
-                stream ? (", \"text\": " + jsonString(text)).c_str() : "");
+                tok ? (", \"text\": " + jsonString(text)).c_str() : "");
     return 0;
   }
   std::string tokens;

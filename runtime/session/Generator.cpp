@@ -1,0 +1,130 @@
+//===- Generator.cpp - Prompt evaluation and text generation on a session --===//
+#include "session/Generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kiln::runtime {
+
+Generator::Generator(Session &session, const tokenizer::Tokenizer *tokenizer)
+    : session_(session), tokenizer_(tokenizer),
+      logits_(session.hasLogits() ? size_t(session.vocab()) : 0) {}
+
+std::vector<int32_t> Generator::history() const {
+  std::vector<int32_t> all(cached_);
+  if (pending_)
+    all.push_back(*pending_);
+  return all;
+}
+
+Status Generator::step(int32_t token, std::vector<float> *allLogits) {
+  if (Status st = session_.decode(token, int32_t(cached_.size()), logits_,
+                                  &next_);
+      !st)
+    return st;
+  cached_.push_back(token);
+  if (allLogits)
+    allLogits->insert(allLogits->end(), logits_.begin(), logits_.end());
+  return Status::ok();
+}
+
+Status Generator::feed(std::span<const int32_t> tokens, size_t keep,
+                       std::vector<float> *allLogits) {
+  // Positions past `keep` are overwritten as the new tokens are evaluated;
+  // attention never reads past the current position, so nothing stale is
+  // seen.
+  cached_.resize(std::min(keep, cached_.size()));
+  pending_.reset();
+  for (int32_t token : tokens)
+    if (Status st = step(token, allLogits); !st)
+      return st;
+  return Status::ok();
+}
+
+Expected<size_t> Generator::feedConversation(std::span<const int32_t> tokens) {
+  size_t common = 0;
+  while (common < cached_.size() && common < tokens.size() &&
+         cached_[common] == tokens[common])
+    ++common;
+  // The last token must be evaluated again to have its logits.
+  if (common == tokens.size() && common > 0)
+    --common;
+  if (Status st = feed(tokens.subspan(common), common); !st)
+    return st.error();
+  return common;
+}
+
+Expected<GenerateResult>
+Generator::generate(const GenerateOptions &options,
+                    const std::function<void(std::string_view)> &onText,
+                    std::vector<float> *allLogits) {
+  if (cached_.empty())
+    return Error("generate", "", "nothing was fed to generate after");
+  if (!options.stopStrings.empty() && !tokenizer_)
+    return Error("generate", "stop",
+                 "stop strings need the file's tokenizer, and it has none");
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start = Clock::now();
+  GenerateResult result;
+  Sampler sampler(options.sampling);
+  std::vector<int32_t> history = cached_;
+  std::optional<tokenizer::StreamDecoder> stream;
+  if (tokenizer_)
+    stream.emplace(*tokenizer_);
+  // Text decoded but not yet shown: it could be the start of a stop string.
+  std::string held;
+  size_t longestStop = 0;
+  for (const std::string &stop : options.stopStrings)
+    longestStop = std::max(longestStop, stop.size());
+  auto show = [&](const std::string &piece) {
+    result.text += piece;
+    if (onText && !piece.empty())
+      onText(piece);
+  };
+  bool sample = options.sampling.needsLogits();
+  for (int64_t g = 0; g < options.maxTokens; ++g) {
+    int32_t token = sample ? sampler.sample(logits_, history) : next_;
+    if (std::find(options.stopIds.begin(), options.stopIds.end(), token) !=
+        options.stopIds.end()) {
+      result.stoppedAtId = true; // end of sequence: not part of the output
+      break;
+    }
+    result.tokens.push_back(token);
+    history.push_back(token);
+    if (stream) {
+      Expected<std::string> piece = stream->push(token);
+      if (piece) {
+        held += *piece;
+        // A stop string ends generation; text before it is output.
+        size_t cut = std::string::npos;
+        for (const std::string &stop : options.stopStrings)
+          cut = std::min(cut, held.find(stop));
+        if (cut != std::string::npos) {
+          show(held.substr(0, cut));
+          held.clear();
+          result.stoppedAtString = true;
+          break;
+        }
+        // Keep back only what could still begin a stop string.
+        size_t keep = longestStop ? std::min(held.size(), longestStop - 1) : 0;
+        show(held.substr(0, held.size() - keep));
+        held.erase(0, held.size() - keep);
+      }
+    }
+    if (g + 1 == options.maxTokens)
+      break;
+    if (Status st = step(token, allLogits); !st)
+      return st.error();
+    ++result.steps;
+  }
+  // The last generated token has no successor yet: it is evaluated by the
+  // next feed (a chat's next turn re-encodes it with the reply).
+  if (result.steps < int64_t(result.tokens.size()))
+    pending_ = result.tokens.back();
+  if (stream && !result.stoppedAtString)
+    show(held + stream->flush());
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,86 @@
+//===- Generator.h - Prompt evaluation and text generation on a session -*- C++ -*-===//
+//
+// What kiln-run (one prompt, or a chat) and a server need between the
+// decode step and text: the tokens whose keys and values are in the caches,
+// feeding new tokens after a common prefix (a chat turn re-renders the whole
+// conversation; only what differs from the cached tokens is evaluated), and
+// a generation loop with sampling, end-of-sequence ids, stop strings (text
+// that could begin one is held back while streaming) and streamed UTF-8
+// text.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_SESSION_GENERATOR_H
+#define KILN_RUNTIME_SESSION_GENERATOR_H
+
+#include "session/Sampler.h"
+#include "session/Session.h"
+#include "tokenizer/Tokenizer.h"
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::runtime {
+
+struct GenerateOptions {
+  int64_t maxTokens = 16;
+  SamplingOptions sampling;
+  std::vector<int32_t> stopIds;         ///< end generation, not output
+  std::vector<std::string> stopStrings; ///< end generation, not output
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens; ///< generated, stop id excluded
+  std::string text;            ///< their text, cut before a stop string
+  bool stoppedAtId = false;
+  bool stoppedAtString = false;
+  double seconds = 0; ///< the generation loop's wall time
+  /// Decode steps the loop ran (the last token is not evaluated: it has
+  /// no successor yet).
+  int64_t steps = 0;
+};
+
+class Generator {
+public:
+  /// `tokenizer` may be null (no text out; stop strings refused).
+  Generator(Session &session, const tokenizer::Tokenizer *tokenizer);
+
+  /// Evaluates `tokens` after the first `keep` cached tokens (which must
+  /// not exceed what is cached). Logits of each evaluated position are
+  /// appended to `allLogits` when given.
+  Status feed(std::span<const int32_t> tokens, size_t keep = SIZE_MAX,
+              std::vector<float> *allLogits = nullptr);
+
+  /// Evaluates `tokens` in place of the cached ones, re-using the longest
+  /// common prefix: what a chat turn needs. Returns how many were reused.
+  Expected<size_t> feedConversation(std::span<const int32_t> tokens);
+
+  /// Generates after what has been fed; `onText` receives text as it
+  /// becomes final. The generated tokens except the last are cached (the
+  /// last is cached by the next feed).
+  Expected<GenerateResult>
+  generate(const GenerateOptions &options,
+           const std::function<void(std::string_view)> &onText = {},
+           std::vector<float> *allLogits = nullptr);
+
+  /// Tokens whose keys and values are in the caches, in position order.
+  const std::vector<int32_t> &cached() const { return cached_; }
+  /// The cached tokens plus the last generated one (not yet evaluated).
+  std::vector<int32_t> history() const;
+
+private:
+  Status step(int32_t token, std::vector<float> *allLogits);
+
+  Session &session_;
+  const tokenizer::Tokenizer *tokenizer_;
+  std::vector<float> logits_;
+  int32_t next_ = 0;
+  std::vector<int32_t> cached_;
+  std::optional<int32_t> pending_; ///< generated, not yet evaluated
+};
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_SESSION_GENERATOR_H
