@@ -50,6 +50,14 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
   rm -f "$m/$name-meta.gguf"
 }
 model tiny-f32 f32 --preset tiny --seed 4 --mix f32 --indexer-top-k 8
+# The architecture guard: artifacts for one architecture each (the test
+# runs the one the GPU is not).
+synth "$m/arch-meta.gguf" --preset tiny --seed 4 --mix f32 --indexer-top-k 8 --metadata-only
+for arch in sm_90 sm_100 sm_120; do
+  compile "$m/arch-meta.gguf" --target=cuda:$arch --context 64 --cache-type f32 \
+    -o "$m/tiny-f32.cuda-$arch.tp1.kiln"
+done
+rm -f "$m/arch-meta.gguf"
 model tiny-mix f16 --preset tiny --seed 6 --indexer-top-k 64
 model small f32 --preset small --seed 2 --indexer-top-k 4
 

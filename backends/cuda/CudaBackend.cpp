@@ -1043,6 +1043,31 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
                              local, first, a.ranks,
                              simulate ? ", one simulated" : "", devices));
 
+  // The artifact names the architectures it may run on (kiln-compile
+  // --target=cuda:sm_90,...); each GPU must be one of them, and this
+  // plugin must carry kernels for it.
+  std::string archs = "sm_90,sm_100,sm_120";
+  for (const Payload &p : a.payloads)
+    if (p.backend == "cuda" && p.name == "archs")
+      archs.assign(p.data.begin(), p.data.end());
+  for (uint32_t i = 0; i < local; ++i) {
+    cudaDeviceProp prop{};
+    CUDA_TRY("cuda backend", cudaGetDeviceProperties(&prop, int(first + i)));
+    std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
+    if (("," + archs + ",").find("," + arch + ",") == std::string::npos)
+      return Error("artifact", "target",
+                   fmt::format("compiled for {} (kiln-compile "
+                               "--target=cuda:{}), but GPU {} is a {} ({})",
+                               archs, archs, first + i, prop.name, arch));
+    if (!hasKernelsFor(int(first + i)))
+      return Error("cuda backend", arch,
+                   fmt::format("this plugin was built without {} kernels for "
+                               "GPU {} ({}); rebuild with "
+                               "KILN_CUDA_ARCHITECTURES including {}{}",
+                               arch, first + i, prop.name, prop.major,
+                               prop.minor));
+  }
+
   // NCCL for a real group of more than one rank. NVLink SHARP (NVLS) buys
   // nothing for all-reduces of a few KiB and reserves memory per
   // communicator: off unless the user asks for it.

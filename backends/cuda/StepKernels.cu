@@ -1314,6 +1314,15 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   return cudaGetLastError();
 }
 
+bool hasKernelsFor(int device) {
+  cudaFuncAttributes attributes;
+  bool ok = cudaSetDevice(device) == cudaSuccess &&
+            cudaFuncGetAttributes(&attributes, (const void *)addKernel) ==
+                cudaSuccess;
+  cudaGetLastError(); // a missing image is an answer, not a pending error
+  return ok;
+}
+
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
                          cudaStream_t s) {
   if (n > INT32_MAX || !out)

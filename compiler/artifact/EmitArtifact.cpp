@@ -31,19 +31,58 @@ const std::vector<std::string> kAllStepOps = {
     "all_gather", "distributed_argmax",
     "argmax",    "copy",          "slice",       "concat"};
 
+/// The GPU architectures the CUDA plugin's kernels are built for.
+const std::vector<std::string> kCudaArchitectures = {"sm_90", "sm_100",
+                                                     "sm_120"};
+
+/// --target=cuda[:sm_XX,...]: the architectures the artifact may run on,
+/// recorded as the payload ("cuda", "archs") the plugin checks the GPU
+/// against at load. Default: every architecture the plugin is built for.
+Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
+  std::vector<std::string> archs;
+  llvm::SmallVector<llvm::StringRef> parts;
+  options.split(parts, ',', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef part : parts) {
+    std::string arch = part.trim().str();
+    if (std::find(kCudaArchitectures.begin(), kCudaArchitectures.end(),
+                  arch) == kCudaArchitectures.end())
+      return Error("--target=cuda:" + options.str(), arch,
+                   "not an architecture the CUDA backend is built for "
+                   "(sm_90, sm_100, sm_120)");
+    if (std::find(archs.begin(), archs.end(), arch) == archs.end())
+      archs.push_back(arch);
+  }
+  if (archs.empty())
+    archs = kCudaArchitectures;
+  std::string list;
+  for (const std::string &a : archs)
+    list += (list.empty() ? "" : ",") + a;
+  out.payloads.push_back(
+      {"cuda", "archs", std::vector<uint8_t>(list.begin(), list.end())});
+  return Status::ok();
+}
+
 std::vector<Target> makeTargets() {
   std::vector<Target> out;
   out.push_back({"cpu",
                  "reference C++ kernels (plugin libkiln-backend-cpu.so)",
                  kAllStepOps,
-                 [](ModuleOp, artifact::Artifact &) { return Status::ok(); }});
+                 [](ModuleOp, artifact::Artifact &) { return Status::ok(); },
+                 [](llvm::StringRef options, artifact::Artifact &) -> Status {
+                   if (!options.empty())
+                     return Error("--target=cpu", options.str(),
+                                  "the cpu target takes no options");
+                   return Status::ok();
+                 }});
   // The CUDA plugin carries its kernels (built for sm_90, sm_100, sm_120)
   // and reads the weights in the file's block layout.
   out.push_back({"cuda",
                  "CUDA kernels, one captured graph per rank (plugin "
-                 "libkiln-backend-cuda.so)",
+                 "libkiln-backend-cuda.so); --target=cuda:sm_90,sm_120 "
+                 "names the GPU architectures it may run on",
                  kAllStepOps,
-                 [](ModuleOp, artifact::Artifact &) { return Status::ok(); }});
+                 [](ModuleOp, artifact::Artifact &) { return Status::ok(); },
+                 applyCudaOptions});
   return out;
 }
 

@@ -23,6 +23,9 @@ struct Target {
   std::vector<std::string> supportedOps;
   /// Adds backend payloads; may refuse the program with an error.
   std::function<Status(mlir::ModuleOp, artifact::Artifact &)> emitPayloads;
+  /// Applies the target's options (the text after ':' in --target=NAME:OPTS;
+  /// empty when none were given) to the artifact, or refuses them.
+  std::function<Status(llvm::StringRef, artifact::Artifact &)> applyOptions;
 };
 
 /// Every registered target, in registration order.

@@ -118,6 +118,14 @@ void describe(const std::string &path, const artifact::Artifact &a) {
                           e.isFloat ? fmt::format("{}", e.floatValue)
                                     : std::to_string(e.intValue));
   std::printf("config:%s\n", config.c_str());
+  for (const artifact::Payload &p : a.payloads) {
+    bool text = !p.data.empty() && p.data.size() <= 256 &&
+                std::all_of(p.data.begin(), p.data.end(),
+                            [](uint8_t c) { return c >= 0x20 && c < 0x7f; });
+    std::printf("payload %s/%s: %zu bytes%s%s\n", p.backend.c_str(),
+                p.name.c_str(), p.data.size(), text ? ": " : "",
+                text ? std::string(p.data.begin(), p.data.end()).c_str() : "");
+  }
   for (const artifact::RankPlan &plan : a.rankPlans) {
     std::printf("rank %u:\n", plan.rank);
     std::vector<bool> bound(a.weights.size(), false);

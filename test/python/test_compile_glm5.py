@@ -125,3 +125,33 @@ def test_metadata_that_disagrees_with_the_tensors(tiny, tmp_path):
     msg = compile_error(rewrite(tiny, tmp_path / "b.gguf",
                                 set_keys={"glm-dsa.block_count": 6}))
     assert "blk.5.attn_norm.weight: missing" in msg, msg
+
+
+@pytest.mark.parametrize("target,expected", [
+    ("cuda", "sm_90,sm_100,sm_120"),
+    ("cuda:sm_90,sm_120", "sm_90,sm_120"),
+    ("cuda:sm_100,sm_100", "sm_100"),
+])
+def test_cuda_target_records_its_architectures(tiny, tmp_path, target,
+                                               expected):
+    """--target=cuda[:ARCHS] writes the architectures into the artifact
+    (payload cuda/archs), which the CUDA plugin checks each GPU against."""
+    art = tmp_path / "m.kiln"
+    run_tool("kiln-compile", tiny, f"--target={target}", "--context", 16,
+             "-o", art)
+    described = run_tool("kiln-run", art, "--describe").stdout
+    assert f"payload cuda/archs: {len(expected)} bytes: {expected}" in described
+
+
+@pytest.mark.parametrize("target,message", [
+    ("cuda:sm_91", "sm_91: not an architecture the CUDA backend is built for"),
+    ("cpu:fast", "the cpu target takes no options"),
+    ("metal", "unknown target"),
+])
+def test_bad_target_is_refused_before_any_output(tiny, tmp_path, target,
+                                                 message):
+    art = tmp_path / "m.kiln"
+    proc = run_tool("kiln-compile", tiny, f"--target={target}", "-o", art,
+                    check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not art.exists()

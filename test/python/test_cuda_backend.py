@@ -220,6 +220,33 @@ class Checks:
                            f"{'PASS' if same else 'FAIL'} |")
         self.check(same, f"{model} greedy")
 
+    def architecture_guard(self):
+        """An artifact compiled for another GPU architecture is refused at
+        load, naming both (kiln-compile --target=cuda:sm_XX)."""
+        cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap",
+                              "--format=csv,noheader"], capture_output=True,
+                             text=True).stdout.split()[0]
+        mine = "sm_" + cap.replace(".", "")
+        other = next(a for a in ("sm_90", "sm_100", "sm_120") if a != mine)
+        proc = subprocess.run(
+            [str(self.pack / "bin" / "kiln-run"),
+             str(self.models / f"tiny-f32.cuda-{other}.tp1.kiln"), "--weights",
+             str(self.gguf("tiny-f32")), "--backend-dir", str(self.pack / "lib"),
+             "--prompt-tokens", "1", "-n", "1"],
+            capture_output=True, text=True, env=env(self.pack))
+        expected = f"compiled for {other} (kiln-compile --target=cuda:{other})"
+        ok = proc.returncode == 1 and expected in proc.stderr and mine in proc.stderr
+        same = subprocess.run(
+            [str(self.pack / "bin" / "kiln-run"),
+             str(self.models / f"tiny-f32.cuda-{mine}.tp1.kiln"), "--weights",
+             str(self.gguf("tiny-f32")), "--backend-dir", str(self.pack / "lib"),
+             "--prompt-tokens", "1", "-n", "1"],
+            capture_output=True, text=True, env=env(self.pack)).returncode == 0
+        self.report.append(f"| architecture guard: {other} artifact on a {mine} "
+                           f"GPU refused, {mine} artifact runs | - | - | - | "
+                           f"{'PASS' if ok and same else 'FAIL: ' + proc.stderr[-200:]} |")
+        self.check(ok and same, "architecture guard")
+
     def memcheck(self):
         tool = shutil.which("compute-sanitizer") or \
             "/usr/local/cuda/bin/compute-sanitizer"
@@ -256,6 +283,7 @@ class Checks:
                 self.report.append(f"| {model} | - | - | - | FAIL: "
                                    f"{str(e).splitlines()[-1][:300]} |")
                 self.failed.append(f"{model}: {e}")
+        self.architecture_guard()
         self.memcheck()
         header = ["| check | max rel error | tolerance | argmax equal "
                   "(decided positions) | result |", "|---|---|---|---|---|"]

@@ -45,7 +45,9 @@ static cl::opt<std::string>
          cl::value_desc("kind"));
 static cl::opt<std::string>
     target("target", cl::init("cpu"),
-           cl::desc("Backend the artifact is for (cpu)"),
+           cl::desc("Backend the artifact is for: cpu, or cuda with the GPU "
+                    "architectures it may run on (cuda:sm_90,sm_120; "
+                    "default all of sm_90, sm_100, sm_120)"),
            cl::value_desc("name"));
 static cl::opt<std::string> output("o", cl::init("-"),
                                    cl::desc("Output file ('-' for stdout)"),
@@ -104,8 +106,10 @@ int main(int argc, char **argv) {
                  << ": expected 'mlir', 'step' or 'artifact'\n";
     return 2;
   }
+  // --target=NAME or NAME:OPTIONS (cuda:sm_90,sm_120).
+  auto [targetName, targetOptions] = llvm::StringRef(target).split(':');
   const kiln::compiler::Target *backend =
-      kiln::compiler::lookupTarget(target);
+      kiln::compiler::lookupTarget(targetName);
   if (!backend) {
     llvm::errs() << "kiln-compile: error: --target=" << target
                  << ": unknown target; known:";
@@ -113,6 +117,14 @@ int main(int argc, char **argv) {
       llvm::errs() << " " << t.name;
     llvm::errs() << "\n";
     return 2;
+  }
+  {
+    // Refuse bad target options before any work.
+    kiln::artifact::Artifact probe;
+    if (kiln::Status st = backend->applyOptions(targetOptions, probe); !st) {
+      llvm::errs() << "kiln-compile: error: " << st.error().message() << "\n";
+      return 2;
+    }
   }
   if (emit == "artifact" && output == "-") {
     llvm::errs() << "kiln-compile: error: an artifact needs -o FILE.kiln\n";
@@ -207,6 +219,8 @@ int main(int argc, char **argv) {
         kiln::compiler::emitArtifact(*step, *backend, "kiln-compile 0.1");
     if (!artifact)
       return fail(artifact.error());
+    if (kiln::Status st = backend->applyOptions(targetOptions, *artifact); !st)
+      return fail(st.error());
     if (kiln::Status st = kiln::artifact::writeArtifact(*artifact, output);
         !st)
       return fail(st.error());
