@@ -56,7 +56,7 @@ Expected<size_t> Generator::feedConversation(std::span<const int32_t> tokens) {
 
 Expected<GenerateResult>
 Generator::generate(const GenerateOptions &options,
-                    const std::function<void(std::string_view)> &onText,
+                    const std::function<bool(std::string_view)> &onText,
                     std::vector<float> *allLogits) {
   if (cached_.empty())
     return Error("generate", "", "nothing was fed to generate after");
@@ -78,8 +78,8 @@ Generator::generate(const GenerateOptions &options,
     longestStop = std::max(longestStop, stop.size());
   auto show = [&](const std::string &piece) {
     result.text += piece;
-    if (onText && !piece.empty())
-      onText(piece);
+    if (onText && !piece.empty() && !onText(piece))
+      result.stoppedByCaller = true;
   };
   bool sample = options.sampling.needsLogits();
   for (int64_t g = 0; g < options.maxTokens; ++g) {
@@ -111,7 +111,7 @@ Generator::generate(const GenerateOptions &options,
         held.erase(0, held.size() - keep);
       }
     }
-    if (g + 1 == options.maxTokens)
+    if (g + 1 == options.maxTokens || result.stoppedByCaller)
       break;
     if (Status st = step(token, allLogits); !st)
       return st.error();
@@ -121,7 +121,7 @@ Generator::generate(const GenerateOptions &options,
   // next feed (a chat's next turn re-encodes it with the reply).
   if (result.steps < int64_t(result.tokens.size()))
     pending_ = result.tokens.back();
-  if (stream && !result.stoppedAtString)
+  if (stream && !result.stoppedAtString && !result.stoppedByCaller)
     show(held + stream->flush());
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return result;

@@ -36,6 +36,7 @@ struct GenerateResult {
   std::string text;            ///< their text, cut before a stop string
   bool stoppedAtId = false;
   bool stoppedAtString = false;
+  bool stoppedByCaller = false; ///< onText returned false
   double seconds = 0; ///< the generation loop's wall time
   /// Decode steps the loop ran (the last token is not evaluated: it has
   /// no successor yet).
@@ -58,11 +59,12 @@ public:
   Expected<size_t> feedConversation(std::span<const int32_t> tokens);
 
   /// Generates after what has been fed; `onText` receives text as it
-  /// becomes final. The generated tokens except the last are cached (the
-  /// last is cached by the next feed).
+  /// becomes final and returns false to stop (a client that went away).
+  /// The generated tokens except the last are cached (the last is cached
+  /// by the next feed).
   Expected<GenerateResult>
   generate(const GenerateOptions &options,
-           const std::function<void(std::string_view)> &onText = {},
+           const std::function<bool(std::string_view)> &onText = {},
            std::vector<float> *allLogits = nullptr);
 
   /// Tokens whose keys and values are in the caches, in position order.

@@ -570,6 +570,7 @@ int main(int argc, char **argv) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
         }
+        return true;
       },
       keep);
   if (!result)

@@ -1,0 +1,530 @@
+//===- kiln-serve.cpp - An OpenAI-compatible HTTP server for one model -----===//
+//
+// kiln-serve M.kiln --weights FILE.gguf... [--host H] [--port P]
+//            [--model-name NAME] [--max-context N] [runtime options]
+//
+// Serves /v1/completions, /v1/chat/completions (both with "stream": true as
+// server-sent events), /v1/models and /health, the way the tools of this
+// ecosystem (the openai client, curl) expect. Requests queue and run one at
+// a time on the compiled decode step (there is no batching yet); a request
+// whose prompt shares a prefix with the cached one evaluates only the rest.
+// A client that disconnects mid-stream stops its generation and frees the
+// slot. Bad requests get a 4xx with an OpenAI-style error body.
+// HTTP: cpp-httplib; JSON: nlohmann-json (both from Debian).
+//
+//===----------------------------------------------------------------------===//
+#include "chat/ChatTemplate.h"
+#include "chat/JsonValue.h"
+#include "session/Generator.h"
+#include "session/Session.h"
+#include "tokenizer/Tokenizer.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace kiln;
+using namespace kiln::runtime;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char *kUsage = R"(usage: kiln-serve M.kiln --weights FILE.gguf... [options]
+
+Serves a model compiled by kiln-compile over an OpenAI-compatible HTTP API:
+  POST /v1/completions        {"prompt": "...", "max_tokens": N, "stream": bool, ...}
+  POST /v1/chat/completions   {"messages": [{"role": "user", "content": "..."}], ...}
+  GET  /v1/models, GET /health
+Requests run one at a time (queued); "stream": true sends server-sent events.
+
+options:
+  --weights FILE.gguf...   the model's GGUF file(s)
+  --host H                 address to listen on (default 127.0.0.1)
+  --port P                 port (default 8080; 0 picks a free one, printed)
+  --model-name NAME        the model id reported and accepted (default: the
+                           GGUF's general.name, else "kiln")
+  --max-context N          refuse a request whose prompt plus max_tokens
+                           exceeds N positions (default: the artifact's)
+  --threads N, --device N, --eager, --backend-dir DIR   as kiln-run
+  --help                   this text
+)";
+
+/// JSON text; generated text may hold bytes that are not UTF-8 (a random
+/// model, a reply cut mid-character): each becomes U+FFFD.
+std::string dump(const json &j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+int usageError(const std::string &message) {
+  std::fprintf(stderr, "kiln-serve: error: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+/// An OpenAI-style error body.
+void sendError(httplib::Response &res, int status, const std::string &message,
+               const char *type = "invalid_request_error",
+               const char *param = nullptr, const char *code = nullptr) {
+  json body = {{"error",
+                {{"message", message},
+                 {"type", type},
+                 {"param", param ? json(param) : json(nullptr)},
+                 {"code", code ? json(code) : json(nullptr)}}}};
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+/// A request's problem, reported as a 400 naming the parameter.
+struct BadRequest {
+  std::string message;
+  std::string param;
+};
+
+/// What both endpoints share: sampling, limits and stops, read and checked.
+struct RequestOptions {
+  GenerateOptions generate;
+  bool stream = false;
+};
+
+template <typename T>
+T number(const json &body, const char *key, T fallback, T low, T high) {
+  if (!body.contains(key) || body[key].is_null())
+    return fallback;
+  const json &v = body[key];
+  if (!v.is_number())
+    throw BadRequest{fmt::format("'{}' must be a number", key), key};
+  T x = v.get<T>();
+  if (!(x >= low && x <= high))
+    throw BadRequest{fmt::format("'{}' must be within [{}, {}]", key, low, high),
+                     key};
+  return x;
+}
+
+RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok) {
+  RequestOptions o;
+  o.generate.maxTokens =
+      number<int64_t>(body, "max_tokens", 16, 1, int64_t(1) << 30);
+  if (body.contains("max_completion_tokens"))
+    o.generate.maxTokens = number<int64_t>(body, "max_completion_tokens", 16,
+                                           1, int64_t(1) << 30);
+  SamplingOptions &s = o.generate.sampling;
+  s.temperature = number<double>(body, "temperature", 1.0, 0.0, 2.0);
+  s.topP = number<double>(body, "top_p", 1.0, 1e-9, 1.0);
+  s.topK = number<int64_t>(body, "top_k", 0, 0, 1 << 30);
+  s.minP = number<double>(body, "min_p", 0.0, 0.0, 0.999999);
+  s.repeatPenalty =
+      number<double>(body, "repetition_penalty", 1.0, 1e-6, 100.0);
+  s.seed = number<uint64_t>(body, "seed", 0, 0, UINT64_MAX);
+  if (body.contains("n") && number<int64_t>(body, "n", 1, 1, 1) != 1)
+    throw BadRequest{"only n = 1 is supported", "n"};
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json &stop = body["stop"];
+    if (stop.is_string()) {
+      o.generate.stopStrings.push_back(stop.get<std::string>());
+    } else if (stop.is_array() && stop.size() <= 4) {
+      for (const json &item : stop) {
+        if (!item.is_string() || item.get<std::string>().empty())
+          throw BadRequest{"'stop' entries must be non-empty strings", "stop"};
+        o.generate.stopStrings.push_back(item.get<std::string>());
+      }
+    } else {
+      throw BadRequest{"'stop' must be a string or up to 4 strings", "stop"};
+    }
+  }
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean())
+      throw BadRequest{"'stream' must be a boolean", "stream"};
+    o.stream = body["stream"].get<bool>();
+  }
+  for (std::optional<int32_t> id : {tok.eosId(), tok.eotId()})
+    if (id)
+      o.generate.stopIds.push_back(*id);
+  return o;
+}
+
+class Server {
+public:
+  Server(Session &session, tokenizer::Tokenizer tok,
+         std::optional<chat::ChatTemplate> chatTemplate, std::string model,
+         uint64_t maxContext)
+      : session_(session), tok_(std::move(tok)),
+        chatTemplate_(std::move(chatTemplate)), model_(std::move(model)),
+        maxContext_(maxContext), generator_(session_, &tok_),
+        created_(std::time(nullptr)) {}
+
+  void install(httplib::Server &http);
+
+private:
+  void completions(const httplib::Request &req, httplib::Response &res,
+                   bool chat);
+  /// The prompt tokens of a request, or a BadRequest.
+  std::vector<int32_t> promptOf(const json &body, bool chat);
+  json usage(size_t prompt, size_t completion) const {
+    return {{"prompt_tokens", prompt},
+            {"completion_tokens", completion},
+            {"total_tokens", prompt + completion}};
+  }
+  std::string nextId(bool chat) {
+    return fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", ++requests_);
+  }
+
+  Session &session_;
+  tokenizer::Tokenizer tok_;
+  std::optional<chat::ChatTemplate> chatTemplate_;
+  std::string model_;
+  uint64_t maxContext_;
+  /// One generation at a time: the caches hold one sequence.
+  std::mutex busy_;
+  Generator generator_;
+  std::time_t created_;
+  std::atomic<uint64_t> requests_{0};
+};
+
+std::vector<int32_t> Server::promptOf(const json &body, bool chat) {
+  std::string text;
+  if (chat) {
+    if (!body.contains("messages") || !body["messages"].is_array() ||
+        body["messages"].empty())
+      throw BadRequest{"'messages' must be a non-empty array", "messages"};
+    for (const json &m : body["messages"])
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        throw BadRequest{"each message needs a string 'role'", "messages"};
+    if (!chatTemplate_)
+      throw BadRequest{"the model has no chat template", "messages"};
+    Expected<chat::Value> messages =
+        chat::valueFromJson(body["messages"], "messages");
+    if (!messages)
+      throw BadRequest{messages.error().message(), "messages"};
+    chat::Value tools;
+    if (body.contains("tools")) {
+      Expected<chat::Value> t = chat::valueFromJson(body["tools"], "tools");
+      if (!t)
+        throw BadRequest{t.error().message(), "tools"};
+      tools = *t;
+    }
+    chat::Value context =
+        chat::chatContext(*messages, /*addGenerationPrompt=*/true,
+                          std::nullopt, std::nullopt, tools);
+    Expected<std::string> rendered = chatTemplate_->render(context);
+    if (!rendered)
+      throw BadRequest{"the chat template refused the conversation: " +
+                           rendered.error().message(),
+                       "messages"};
+    text = std::move(*rendered);
+  } else {
+    if (!body.contains("prompt") || !body["prompt"].is_string())
+      throw BadRequest{"'prompt' must be a string", "prompt"};
+    text = body["prompt"].get<std::string>();
+  }
+  // Chat markers in the rendered text are special tokens; a raw prompt's
+  // text is taken as text too, markers included (as the model's own API).
+  std::vector<int32_t> tokens = tok_.encode(text, /*parseSpecial=*/true);
+  if (tokens.empty())
+    throw BadRequest{"the prompt encodes to no tokens", chat ? "messages"
+                                                             : "prompt"};
+  return tokens;
+}
+
+void Server::completions(const httplib::Request &req, httplib::Response &res,
+                         bool chat) {
+  json body;
+  std::vector<int32_t> prompt;
+  RequestOptions options;
+  try {
+    body = json::parse(req.body);
+    if (!body.is_object())
+      throw BadRequest{"the body must be a JSON object", ""};
+    if (body.contains("model") &&
+        (!body["model"].is_string() || body["model"].get<std::string>() !=
+                                           model_))
+      return sendError(res, 404,
+                       fmt::format("the model {} does not exist; this "
+                                   "server serves '{}'",
+                                   dump(body["model"]), model_),
+                       "invalid_request_error", "model", "model_not_found");
+    options = readOptions(body, tok_);
+    prompt = promptOf(body, chat);
+  } catch (const json::exception &e) {
+    return sendError(res, 400, std::string("the body is not valid JSON: ") +
+                                   e.what());
+  } catch (const BadRequest &e) {
+    return sendError(res, 400, e.message, "invalid_request_error",
+                     e.param.empty() ? nullptr : e.param.c_str());
+  }
+  uint64_t needed = prompt.size() + uint64_t(options.generate.maxTokens);
+  if (needed > maxContext_)
+    return sendError(res, 400,
+                     fmt::format("this request needs {} positions ({} prompt "
+                                 "tokens + max_tokens {}); the limit is {}",
+                                 needed, prompt.size(),
+                                 options.generate.maxTokens, maxContext_),
+                     "invalid_request_error", "max_tokens",
+                     "context_length_exceeded");
+
+  std::string id = nextId(chat);
+  std::time_t created = std::time(nullptr);
+  const char *object = chat ? "chat.completion" : "text_completion";
+  auto finishReason = [](const GenerateResult &r) {
+    return r.stoppedAtId || r.stoppedAtString ? "stop" : "length";
+  };
+
+  if (!options.stream) {
+    std::lock_guard<std::mutex> lock(busy_);
+    Expected<size_t> fed = generator_.feedConversation(prompt);
+    Expected<GenerateResult> r =
+        fed ? generator_.generate(options.generate)
+            : Expected<GenerateResult>(fed.error());
+    if (!r)
+      return sendError(res, 500, r.error().message(), "server_error");
+    json choice = {{"index", 0}, {"finish_reason", finishReason(*r)}};
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", r->text}};
+    else
+      choice["text"] = r->text, choice["logprobs"] = nullptr;
+    json out = {{"id", id},
+                {"object", object},
+                {"created", created},
+                {"model", model_},
+                {"choices", json::array({choice})},
+                {"usage", usage(prompt.size(), r->tokens.size())}};
+    res.set_content(dump(out), "application/json");
+    return;
+  }
+
+  // Streaming: the generation runs in the content provider, chunk by chunk;
+  // a failed write (the client went away) stops it and frees the slot.
+  const char *chunkObject = chat ? "chat.completion.chunk" : "text_completion";
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, prompt, options, id, created, chat, chunkObject,
+       finishReason](size_t, httplib::DataSink &sink) -> bool {
+       try {
+        auto send = [&](const json &choice) {
+          json chunk = {{"id", id},
+                        {"object", chunkObject},
+                        {"created", created},
+                        {"model", model_},
+                        {"choices", json::array({choice})}};
+          std::string event = "data: " + dump(chunk) + "\n\n";
+          return sink.write(event.data(), event.size());
+        };
+        std::lock_guard<std::mutex> lock(busy_);
+        bool open = true;
+        if (chat)
+          open = send({{"index", 0},
+                       {"delta", {{"role", "assistant"}, {"content", ""}}},
+                       {"finish_reason", nullptr}});
+        Expected<size_t> fed = generator_.feedConversation(prompt);
+        if (!fed || !open) {
+          sink.done();
+          return false;
+        }
+        Expected<GenerateResult> r = generator_.generate(
+            options.generate, [&](std::string_view piece) {
+              json choice = {{"index", 0}, {"finish_reason", nullptr}};
+              if (chat)
+                choice["delta"] = {{"content", std::string(piece)}};
+              else
+                choice["text"] = std::string(piece),
+                choice["logprobs"] = nullptr;
+              return send(choice);
+            });
+        if (r && !r->stoppedByCaller) {
+          json last = {{"index", 0}, {"finish_reason", finishReason(*r)}};
+          if (chat)
+            last["delta"] = json::object();
+          else
+            last["text"] = "", last["logprobs"] = nullptr;
+          send(last);
+          std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+        }
+        sink.done();
+        return true;
+       } catch (const std::exception &e) {
+        // Headers are gone: end the stream with an error event.
+        std::string event = "data: " +
+                            dump({{"error", {{"message", e.what()},
+                                             {"type", "server_error"}}}}) +
+                            "\n\n";
+        sink.write(event.data(), event.size());
+        sink.done();
+        return false;
+       }
+      });
+}
+
+void Server::install(httplib::Server &http) {
+  http.Get("/health", [](const httplib::Request &, httplib::Response &res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/v1/models", [this](const httplib::Request &,
+                                httplib::Response &res) {
+    json out = {{"object", "list"},
+                {"data", json::array({{{"id", model_},
+                                       {"object", "model"},
+                                       {"created", created_},
+                                       {"owned_by", "kiln"}}})}};
+    res.set_content(dump(out), "application/json");
+  });
+  http.Post("/v1/completions",
+            [this](const httplib::Request &req, httplib::Response &res) {
+              completions(req, res, /*chat=*/false);
+            });
+  http.Post("/v1/chat/completions",
+            [this](const httplib::Request &req, httplib::Response &res) {
+              completions(req, res, /*chat=*/true);
+            });
+  http.set_error_handler([](const httplib::Request &req,
+                            httplib::Response &res) {
+    if (res.status == 404 && res.body.empty())
+      sendError(res, 404,
+                fmt::format("no route {} {}", req.method, req.path),
+                "invalid_request_error");
+  });
+  http.set_exception_handler([](const httplib::Request &, httplib::Response &res,
+                                std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception &e) {
+      what = e.what();
+    } catch (...) {
+    }
+    sendError(res, 500, what, "server_error");
+  });
+}
+
+httplib::Server *gServer = nullptr;
+void stopOnSignal(int) {
+  if (gServer)
+    gServer->stop();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  SessionOptions options;
+  std::string host = "127.0.0.1", modelName;
+  int port = 8080;
+  uint64_t maxContext = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char *flag) -> std::string {
+      if (i + 1 >= argc) {
+        usageError(std::string(flag) + " needs a value");
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto integer = [&](const char *flag, uint64_t low, uint64_t high) {
+      std::string v = value(flag);
+      char *end = nullptr;
+      unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end || x < low || x > high) {
+        usageError(fmt::format("{}: expected a number in [{}, {}]", flag, low,
+                               high));
+        std::exit(2);
+      }
+      return uint64_t(x);
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--weights") {
+      while (i + 1 < argc && argv[i + 1][0] != '-')
+        options.weightPaths.push_back(argv[++i]);
+      if (options.weightPaths.empty())
+        return usageError("--weights needs at least one file");
+    } else if (arg == "--host") {
+      host = value("--host");
+    } else if (arg == "--port") {
+      port = int(integer("--port", 0, 65535));
+    } else if (arg == "--model-name") {
+      modelName = value("--model-name");
+    } else if (arg == "--max-context") {
+      maxContext = integer("--max-context", 1, uint64_t(1) << 31);
+    } else if (arg == "--threads") {
+      options.threads = uint32_t(integer("--threads", 0, 4096));
+    } else if (arg == "--device") {
+      options.device = uint32_t(integer("--device", 0, 1024));
+    } else if (arg == "--eager") {
+      options.flags |= KILN_RUN_EAGER;
+    } else if (arg == "--backend-dir") {
+      options.backendDirs.push_back(value("--backend-dir"));
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usageError("unknown option " + arg);
+    } else if (options.artifactPath.empty()) {
+      options.artifactPath = arg;
+    } else {
+      return usageError("more than one artifact given: " + arg);
+    }
+  }
+  if (options.artifactPath.empty())
+    return usageError("no artifact given");
+  auto fail = [](const Error &e) {
+    std::fprintf(stderr, "kiln-serve: error: %s\n", e.message().c_str());
+    return 1;
+  };
+  Expected<std::unique_ptr<Session>> session = Session::open(options);
+  if (!session)
+    return fail(session.error());
+  Session &s = **session;
+  Expected<tokenizer::Tokenizer> tok =
+      tokenizer::Tokenizer::fromGGUF(s.model());
+  if (!tok)
+    return fail(tok.error());
+  // The file's chat template, else GLM's known format.
+  std::optional<chat::ChatTemplate> chatTemplate;
+  std::string where = options.weightPaths.front() + ": tokenizer.chat_template";
+  std::string source(chat::glmDefaultTemplate());
+  if (const gguf::Value *v = s.model().find("tokenizer.chat_template");
+      v && v->asString())
+    source = *v->asString();
+  else
+    where = "GLM's default chat template";
+  Expected<chat::ChatTemplate> parsed = chat::ChatTemplate::parse(source, where);
+  if (!parsed)
+    return fail(parsed.error());
+  chatTemplate = std::move(*parsed);
+  if (modelName.empty()) {
+    modelName = "kiln";
+    if (const gguf::Value *v = s.model().find("general.name");
+        v && v->asString() && !v->asString()->empty())
+      modelName = *v->asString();
+  }
+  if (maxContext == 0 || maxContext > s.contextLength())
+    maxContext = s.contextLength();
+
+  httplib::Server http;
+  Server server(s, std::move(*tok), std::move(chatTemplate), modelName,
+                maxContext);
+  server.install(http);
+  int bound = port == 0 ? http.bind_to_any_port(host) : port;
+  if (port != 0 && !http.bind_to_port(host, port))
+    return fail(Error(fmt::format("{}:{}", host, port), "",
+                      "cannot listen there (in use, or not an address of "
+                      "this machine)"));
+  if (bound < 0)
+    return fail(Error(host, "", "cannot listen on any port"));
+  gServer = &http;
+  std::signal(SIGINT, stopOnSignal);
+  std::signal(SIGTERM, stopOnSignal);
+  std::printf("kiln-serve: serving '%s' on http://%s:%d (backend %s, context "
+              "%llu)\n",
+              modelName.c_str(), host.c_str(), bound,
+              s.artifact().target.c_str(), (unsigned long long)maxContext);
+  std::fflush(stdout);
+  if (!http.listen_after_bind())
+    return fail(Error(host, "", "the server stopped with an error"));
+  return 0;
+}
