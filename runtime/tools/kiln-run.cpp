@@ -17,6 +17,7 @@
 // No LLVM/MLIR in this program.
 //
 //===----------------------------------------------------------------------===//
+#include "chat/ChatTemplate.h"
 #include "session/Generator.h"
 #include "session/Npy.h"
 #include "tokenizer/Tokenizer.h"
@@ -28,6 +29,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iostream>
+#include <unistd.h>
 #include <chrono>
 #include <optional>
 #include <cstdio>
@@ -67,6 +70,12 @@ options:
                            off; also applies to greedy decoding)
   --stop TEXT              stop when the generated text contains TEXT (not
                            printed); repeatable; needs the file's tokenizer
+  --chat                   an interactive conversation on stdin: each line is
+                           a user turn, rendered with the file's chat
+                           template (GLM's format when it has none); replies
+                           stream as they are generated (-n caps each); an
+                           empty line or end of input ends it
+  --system TEXT            with --chat: a system message first
   --seed S                 sampling seed (default 0)
   --logits-out FILE.npy    write the logits of every evaluated position
                            ([positions, vocab] float32)
@@ -216,6 +225,111 @@ std::string jsonString(const std::string &s) {
     i += n;
   }
   return out + "\"";
+}
+
+/// --chat: user turns from stdin, each rendered with the whole conversation
+/// by the chat template; only what differs from the cached tokens is
+/// evaluated; replies stream to stdout.
+int runChat(const SessionOptions &options, const SamplingOptions &sampling,
+            int64_t maxTokens, const std::vector<std::string> &stopStrings,
+            const std::optional<std::string> &systemPrompt) {
+  Expected<std::unique_ptr<Session>> session = Session::open(options);
+  if (!session)
+    return fail(session.error());
+  Session &s = **session;
+  Expected<tokenizer::Tokenizer> tok =
+      tokenizer::Tokenizer::fromGGUF(s.model());
+  if (!tok)
+    return fail(tok.error());
+  std::string where =
+      options.weightPaths.front() + ": tokenizer.chat_template";
+  std::string source;
+  if (const gguf::Value *v = s.model().find("tokenizer.chat_template");
+      v && v->asString()) {
+    source = *v->asString();
+  } else {
+    source = std::string(chat::glmDefaultTemplate());
+    where = "GLM's default chat template";
+  }
+  Expected<chat::ChatTemplate> chatTemplate =
+      chat::ChatTemplate::parse(source, where);
+  if (!chatTemplate)
+    return fail(chatTemplate.error());
+  if (!s.hasLogits() && sampling.needsLogits())
+    return fail(Error(options.artifactPath, "logits",
+                      "the artifact was compiled with --no-logits: greedy "
+                      "decoding only"));
+
+  GenerateOptions generate;
+  generate.maxTokens = maxTokens;
+  generate.sampling = sampling;
+  generate.stopStrings = stopStrings;
+  for (std::optional<int32_t> id : {tok->eosId(), tok->eotId()})
+    if (id)
+      generate.stopIds.push_back(*id);
+  Generator generator(s, &*tok);
+  bool interactive = isatty(0);
+  std::fprintf(stderr,
+               "kiln chat: backend %s, %llu positions, template from %s; an "
+               "empty line or end of input ends it\n",
+               s.artifact().target.c_str(),
+               (unsigned long long)s.contextLength(), where.c_str());
+  chat::ValueList messages;
+  auto message = [](const char *role, std::string content) {
+    chat::ValueMap m;
+    m.set("role", chat::Value(role));
+    m.set("content", chat::Value(std::move(content)));
+    return chat::Value::map(std::move(m));
+  };
+  if (systemPrompt)
+    messages.push_back(message("system", *systemPrompt));
+  std::string line;
+  for (;;) {
+    if (interactive) {
+      std::fputs("> ", stderr);
+      std::fflush(stderr);
+    }
+    if (!std::getline(std::cin, line) || line.empty())
+      break;
+    messages.push_back(message("user", line));
+    Expected<std::string> prompt = chatTemplate->render(
+        chat::chatContext(chat::Value::list(messages), true));
+    if (!prompt)
+      return fail(prompt.error());
+    std::vector<int32_t> tokens = tok->encode(*prompt, /*parseSpecial=*/true);
+    if (tokens.size() + uint64_t(maxTokens) > s.contextLength())
+      return fail(Error(options.artifactPath, "context",
+                        fmt::format("the conversation needs {} positions "
+                                    "({} so far + -n {}); the caches hold {} "
+                                    "(compile with kiln-compile --context N)",
+                                    tokens.size() + uint64_t(maxTokens),
+                                    tokens.size(), maxTokens,
+                                    s.contextLength())));
+    auto start = std::chrono::steady_clock::now();
+    Expected<size_t> reused = generator.feedConversation(tokens);
+    if (!reused)
+      return fail(reused.error());
+    double promptSeconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+    Expected<GenerateResult> reply =
+        generator.generate(generate, [](std::string_view piece) {
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+          return true;
+        });
+    if (!reply)
+      return fail(reply.error());
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "[%zu prompt tokens (%zu reused) in %.3f s; %zu generated, "
+                 "%.1f tok/s]\n",
+                 tokens.size(), *reused, promptSeconds, reply->tokens.size(),
+                 reply->steps / std::max(reply->seconds, 1e-9));
+    messages.push_back(message("assistant", reply->text));
+  }
+  return 0;
 }
 
 /// The bytes one decode step of `rank` must read from device memory at
@@ -391,6 +505,8 @@ int main(int argc, char **argv) {
   bool json = false;
   bool describeOnly = false;
   bool bench = false;
+  bool chatMode = false;
+  std::optional<std::string> systemPrompt;
   int64_t benchSteps = 50;
   uint64_t benchContext = 0;
   std::string simulate;
@@ -458,6 +574,10 @@ int main(int argc, char **argv) {
     } else if (arg == "--threads") {
       if (!parseNumber(value("--threads"), options.threads))
         return usageError("--threads: expected a count");
+    } else if (arg == "--chat") {
+      chatMode = true;
+    } else if (arg == "--system") {
+      systemPrompt = value("--system");
     } else if (arg == "--eager") {
       options.flags |= KILN_RUN_EAGER;
     } else if (arg == "--profile") {
@@ -498,6 +618,14 @@ int main(int argc, char **argv) {
     return runBench(options, simulate, benchContext, benchSteps, json);
   if (!simulate.empty() || benchContext)
     return usageError("--simulate-rank and --context are --bench options");
+  if (chatMode) {
+    if (hasPromptText || !prompt.empty() || json || !logitsOut.empty())
+      return usageError("--chat reads its turns from stdin: no --prompt, "
+                        "--prompt-tokens, --json or --logits-out");
+    return runChat(options, sampling, generate, stopStrings, systemPrompt);
+  }
+  if (systemPrompt)
+    return usageError("--system goes with --chat");
   if (hasPromptText && !prompt.empty())
     return usageError("give --prompt or --prompt-tokens, not both");
   if (prompt.empty() && !hasPromptText)
