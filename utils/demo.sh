@@ -39,6 +39,11 @@ echo "   prompt: \"Kiln compiles GLM-5.\" (encoded with the file's own tokenizer
   --prompt "Kiln compiles GLM-5." -n 32 | sed 's/^/   /'
 echo "   (backend: $target; random weights, so the text is noise)"
 echo
+echo "-- 2b. chat: two user turns through the file's chat template (kiln-run --chat; the second turn reuses the cached first)"
+printf 'Hello, Kiln.\nWhat did I just say?\n' | \
+  "$bin/kiln-run" "$work/glm5-tiny.kiln" --weights "$work/glm5-tiny.gguf" --chat -n 16 2>&1 | sed 's/^/   /'
+echo "   (kiln-serve serves the same artifact over an OpenAI-compatible HTTP API: docs/runtime.md)"
+echo
 echo "What happened in between, stage by stage:"
 echo
 echo "-- 3. inspect it (metadata and tensor table; reads only the header)"
