@@ -17,8 +17,8 @@
 // No LLVM/MLIR in this program.
 //
 //===----------------------------------------------------------------------===//
-#include "chat/ChatTemplate.h"
 #include "session/Generator.h"
+#include "session/ModelText.h"
 #include "session/Npy.h"
 #include "tokenizer/Tokenizer.h"
 #include "tokenizer/Unicode.h"
@@ -241,20 +241,11 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
       tokenizer::Tokenizer::fromGGUF(s.model());
   if (!tok)
     return fail(tok.error());
-  std::string where =
-      options.weightPaths.front() + ": tokenizer.chat_template";
-  std::string source;
-  if (const gguf::Value *v = s.model().find("tokenizer.chat_template");
-      v && v->asString()) {
-    source = *v->asString();
-  } else {
-    source = std::string(chat::glmDefaultTemplate());
-    where = "GLM's default chat template";
-  }
-  Expected<chat::ChatTemplate> chatTemplate =
-      chat::ChatTemplate::parse(source, where);
+  Expected<ModelChatTemplate> chatTemplate =
+      loadChatTemplate(s.model(), options.weightPaths.front());
   if (!chatTemplate)
     return fail(chatTemplate.error());
+  const std::string &where = chatTemplate->where;
   if (!s.hasLogits() && sampling.needsLogits())
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
@@ -264,9 +255,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   generate.maxTokens = maxTokens;
   generate.sampling = sampling;
   generate.stopStrings = stopStrings;
-  for (std::optional<int32_t> id : {tok->eosId(), tok->eotId()})
-    if (id)
-      generate.stopIds.push_back(*id);
+  generate.stopIds = endOfReplyIds(*tok);
   Generator generator(s, &*tok);
   bool interactive = isatty(0);
   std::fprintf(stderr,
@@ -292,7 +281,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
     if (!std::getline(std::cin, line) || line.empty())
       break;
     messages.push_back(message("user", line));
-    Expected<std::string> prompt = chatTemplate->render(
+    Expected<std::string> prompt = chatTemplate->chatTemplate.render(
         chat::chatContext(chat::Value::list(messages), true));
     if (!prompt)
       return fail(prompt.error());
@@ -653,9 +642,7 @@ int main(int argc, char **argv) {
   }
   std::vector<int32_t> stops;
   if (tok && !ignoreEos)
-    for (std::optional<int32_t> id : {tok->eosId(), tok->eotId()})
-      if (id)
-        stops.push_back(*id);
+    stops = endOfReplyIds(*tok);
   if (!stopStrings.empty() && !tok)
     return fail(tok.error());
   Clock::time_point t1 = Clock::now();

@@ -16,6 +16,7 @@
 #include "chat/ChatTemplate.h"
 #include "chat/JsonValue.h"
 #include "session/Generator.h"
+#include "session/ModelText.h"
 #include "session/Session.h"
 #include "tokenizer/Tokenizer.h"
 
@@ -144,9 +145,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok) {
       throw BadRequest{"'stream' must be a boolean", "stream"};
     o.stream = body["stream"].get<bool>();
   }
-  for (std::optional<int32_t> id : {tok.eosId(), tok.eotId()})
-    if (id)
-      o.generate.stopIds.push_back(*id);
+  o.generate.stopIds = endOfReplyIds(tok);
   return o;
 }
 
@@ -484,18 +483,12 @@ int main(int argc, char **argv) {
   if (!tok)
     return fail(tok.error());
   // The file's chat template, else GLM's known format.
-  std::optional<chat::ChatTemplate> chatTemplate;
-  std::string where = options.weightPaths.front() + ": tokenizer.chat_template";
-  std::string source(chat::glmDefaultTemplate());
-  if (const gguf::Value *v = s.model().find("tokenizer.chat_template");
-      v && v->asString())
-    source = *v->asString();
-  else
-    where = "GLM's default chat template";
-  Expected<chat::ChatTemplate> parsed = chat::ChatTemplate::parse(source, where);
-  if (!parsed)
-    return fail(parsed.error());
-  chatTemplate = std::move(*parsed);
+  Expected<ModelChatTemplate> loaded =
+      loadChatTemplate(s.model(), options.weightPaths.front());
+  if (!loaded)
+    return fail(loaded.error());
+  std::optional<chat::ChatTemplate> chatTemplate =
+      std::move(loaded->chatTemplate);
   if (modelName.empty()) {
     modelName = "kiln";
     if (const gguf::Value *v = s.model().find("general.name");

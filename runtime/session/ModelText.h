@@ -1,0 +1,36 @@
+//===- ModelText.h - A model's text interface: tokenizer, stops, chat template -*- C++ -*-===//
+//
+// What every text front end (kiln-run, kiln-run --chat, kiln-serve) takes
+// from the GGUF set the same way: the tokenizer, the token ids that end a
+// reply (eos, eot), and the chat template (the file's, or Kiln's GLM
+// template when the file has none), with where it came from for messages.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_SESSION_MODELTEXT_H
+#define KILN_RUNTIME_SESSION_MODELTEXT_H
+
+#include "chat/ChatTemplate.h"
+#include "gguf/GGUFFile.h"
+#include "tokenizer/Tokenizer.h"
+
+#include <string>
+#include <vector>
+
+namespace kiln::runtime {
+
+/// The ids that end generation: the tokenizer's eos and eot, when set.
+std::vector<int32_t> endOfReplyIds(const tokenizer::Tokenizer &tokenizer);
+
+struct ModelChatTemplate {
+  chat::ChatTemplate chatTemplate;
+  /// "FILE: tokenizer.chat_template" or "GLM's default chat template".
+  std::string where;
+};
+
+/// The model's chat template, parsed; `file` names the set in messages.
+Expected<ModelChatTemplate> loadChatTemplate(const gguf::GGUFModel &model,
+                                             const std::string &file);
+
+} // namespace kiln::runtime
+
+#endif // KILN_RUNTIME_SESSION_MODELTEXT_H
