@@ -3,7 +3,8 @@
 # its own folder, replays the malformed-GGUF corpus through it once, then
 # fuzzes for a bounded time starting from that corpus; then the same for the
 # .kiln artifact reader, seeded with artifacts kiln-compile makes (when the
-# main build exists). Exits non-zero on any crash, sanitizer report, timeout
+# main build exists), and for the chat-template parser and renderer (a GGUF
+# file's template is untrusted input), seeded with Kiln's GLM template. Exits non-zero on any crash, sanitizer report, timeout
 # or out-of-memory.
 #
 # usage: utils/fuzz.sh [--seconds N] [--junit FILE]
@@ -36,14 +37,15 @@ corpus_src=test/gguf-corpus
 # JUnit XML: one test case per step, failed when the step's status is not 0.
 write_junit() {
   [ -n "$junit" ] || return 0
-  local replay=$1 fuzz=$2 artifact=${3:-skip} failures=0 case
+  local replay=$1 fuzz=$2 artifact=${3:-skip} chat=${4:-skip} failures=0 case
   {
     echo '<?xml version="1.0" encoding="utf-8"?>'
     [ "$replay" = 0 ] || failures=$((failures + 1))
     [ "$fuzz" = 0 ] || failures=$((failures + 1))
     case $artifact in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
-    echo "<testsuite name=\"fuzz\" tests=\"3\" failures=\"$failures\">"
-    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact"; do
+    case $chat in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
+    echo "<testsuite name=\"fuzz\" tests=\"4\" failures=\"$failures\">"
+    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact" "chat-template-fuzz-${seconds}s:$chat"; do
       echo "  <testcase classname=\"fuzz.gguf-reader\" name=\"${case%%:*}\">"
       case ${case##*:} in
         0) ;;
@@ -129,9 +131,35 @@ else
   echo "fuzz: artifact reader skipped: build $main_build first (no generated schema or kiln-compile)"
 fi
 
-write_junit "$replay" "$fuzz" "$art_status"
-if [ "$replay" != 0 ] || [ "$fuzz" != 0 ] || { [ "$art_status" != 0 ] && [ "$art_status" != skip ]; }; then
-  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status)" >&2
+# Chat templates: the parser and renderer, standalone (no generated files).
+chat_bin="$build/chat-template-fuzzer"
+chat_sources=(test/fuzz/ChatTemplateFuzzer.cpp runtime/chat/ChatTemplate.cpp
+  runtime/chat/Render.cpp runtime/chat/Value.cpp runtime/chat/PyText.cpp
+  utils/support/Error.cpp)
+if [ ! -x "$chat_bin" ] || [ -n "$(find "${chat_sources[@]}" runtime/chat \
+    -newer "$chat_bin" -name '*.[ch]*' | head -n1)" ]; then
+  echo "fuzz: building $chat_bin"
+  nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
+    -fno-sanitize-recover=undefined -I utils -I runtime "${chat_sources[@]}" \
+    -lfmt -o "$chat_bin"
+fi
+mkdir -p "$build/chat-corpus"
+cp -n runtime/chat/glm.jinja "$build/chat-corpus/glm.jinja" 2>/dev/null || true
+echo "fuzz: fuzzing chat templates for ${seconds}s (log: $build/chat-fuzz.log)"
+set +e
+nice "$chat_bin" -max_total_time="$seconds" -max_len=8192 -timeout=10 \
+  -rss_limit_mb=2048 -print_final_stats=1 \
+  -artifact_prefix="$build/artifacts/chat-" "$build/chat-corpus" \
+  > "$build/chat-fuzz.log" 2>&1
+chat_status=$?
+set -e
+[ "$chat_status" = 0 ] || tail -n 40 "$build/chat-fuzz.log" >&2
+grep -E '^stat::number_of_executed_units' "$build/chat-fuzz.log" || true
+
+write_junit "$replay" "$fuzz" "$art_status" "$chat_status"
+if [ "$replay" != 0 ] || [ "$fuzz" != 0 ] || [ "$chat_status" != 0 ] || \
+    { [ "$art_status" != 0 ] && [ "$art_status" != skip ]; }; then
+  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status, chat fuzz status $chat_status)" >&2
   exit 1
 fi
 echo "fuzz: OK"
