@@ -53,8 +53,9 @@ run pytest env KILN_BUILD_DIR="$PWD/$build" \
   KILN_RUNTIME_BUILD_DIR="$PWD/$runtime_build" .venv/bin/python -m pytest -q \
   -rs test/python --junitxml="$results/pytest.xml"
 
-# A short, bounded fuzz run of the GGUF reader (ASan + UBSan), after it has
-# replayed the malformed-GGUF corpus; KILN_FUZZ_SECONDS sets its length.
+# A short, bounded fuzz run (ASan + UBSan) of the GGUF reader, after it has
+# replayed the malformed-GGUF corpus, the artifact reader and the chat
+# templates; KILN_FUZZ_SECONDS sets each one's length.
 run fuzz utils/fuzz.sh --seconds "${KILN_FUZZ_SECONDS:-30}" \
   --junit "$results/fuzz.xml"
 
