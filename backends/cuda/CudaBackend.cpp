@@ -394,7 +394,6 @@ Expected<Launch> OpBinder::collective() {
       gathered = s;
     }
     bool simulate = rank_.simulate;
-    uint32_t me = rank_.index;
     return Launch([=](cudaStream_t s) -> Status {
       if (nccl && !simulate) {
         KILN_TRY(ncclCheck(*nccl,
@@ -407,7 +406,6 @@ Expected<Launch> OpBinder::collective() {
           CUDA_TRY(where, cudaMemcpyAsync(gathered + q * part, x,
                                           part * sizeof(float),
                                           cudaMemcpyDeviceToDevice, s));
-        (void)me;
       }
       if (gathered != y)
         return check(launchGatherReorder(gathered, ranks, outer, inner, y, s),
