@@ -2,9 +2,23 @@
 #ifndef KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
 #define KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
 
+#include "MatVec.h"
 #include "StepKernels.h"
 
+#include <climits>
+#include <optional>
+
 namespace kiln::cuda {
+
+/// The bytes of one row of `w` when the kernels can read it: a type the
+/// generic decoder knows, a row length of whole blocks that fits 32 bits,
+/// and data behind any rows. nullopt otherwise.
+inline std::optional<uint64_t> usableRowBytes(const DeviceWeight &w) {
+  if (!canRunGeneric(w.type) || w.rows < 0 || w.cols <= 0 ||
+      w.cols > INT32_MAX || (w.rows > 0 && !w.data))
+    return std::nullopt;
+  return rowBytes(w.type, uint64_t(w.cols));
+}
 
 /// Claims the step's fault word (first claimer wins) and fills in the rest.
 __device__ inline void recordFault(FaultSink sink, FaultCode code,

@@ -1056,10 +1056,7 @@ __global__ void fillFloatsKernel(uint8_t *data, uint64_t count,
 /// Fills `g` for a weight the generic decoder can read; false when the
 /// type, the row length or the sizes are unusable.
 bool geometryOf(const DeviceWeight &w, Geometry &g) {
-  if (!canRunGeneric(w.type) || w.rows < 0 || w.cols <= 0 ||
-      w.cols > INT32_MAX || (w.rows > 0 && !w.data))
-    return false;
-  std::optional<uint64_t> bytes = rowBytes(w.type, uint64_t(w.cols));
+  std::optional<uint64_t> bytes = usableRowBytes(w);
   if (!bytes)
     return false;
   const GGMLTypeTraits &t = traitsOf(w.type);

@@ -61,13 +61,9 @@ struct RowGeometry {
   int32_t blockValues, blockBytes, unitValues;
 };
 
-/// As StepKernels.cu's geometryOf: false when the type, the row length or
-/// the sizes are unusable.
+/// Fills `g`; false when the weight is unusable (usableRowBytes).
 bool geometryOf(const DeviceWeight &w, RowGeometry &g) {
-  if (!canRunGeneric(w.type) || w.rows < 0 || w.cols <= 0 ||
-      w.cols > INT32_MAX || (w.rows > 0 && !w.data))
-    return false;
-  std::optional<uint64_t> bytes = rowBytes(w.type, uint64_t(w.cols));
+  std::optional<uint64_t> bytes = usableRowBytes(w);
   if (!bytes)
     return false;
   const GGMLTypeTraits &t = traitsOf(w.type);

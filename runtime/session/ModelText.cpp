@@ -28,4 +28,19 @@ Expected<ModelChatTemplate> loadChatTemplate(const gguf::GGUFModel &model,
   return ModelChatTemplate{std::move(*parsed), where};
 }
 
+Expected<TextModel> openTextModel(const SessionOptions &options) {
+  Expected<std::unique_ptr<Session>> session = Session::open(options);
+  if (!session)
+    return session.error();
+  const gguf::GGUFModel &model = (*session)->model();
+  Expected<tokenizer::Tokenizer> tok = tokenizer::Tokenizer::fromGGUF(model);
+  if (!tok)
+    return tok.error();
+  Expected<ModelChatTemplate> chat =
+      loadChatTemplate(model, options.weightPaths.front());
+  if (!chat)
+    return chat.error();
+  return TextModel{std::move(*session), std::move(*tok), std::move(*chat)};
+}
+
 } // namespace kiln::runtime

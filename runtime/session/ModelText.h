@@ -11,8 +11,10 @@
 
 #include "chat/ChatTemplate.h"
 #include "gguf/GGUFFile.h"
+#include "session/Session.h"
 #include "tokenizer/Tokenizer.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,16 @@ struct ModelChatTemplate {
 /// The model's chat template, parsed; `file` names the set in messages.
 Expected<ModelChatTemplate> loadChatTemplate(const gguf::GGUFModel &model,
                                              const std::string &file);
+
+/// A session with its text interface, as the chat front ends (kiln-run
+/// --chat, kiln-serve) open it: the tokenizer and the chat template are
+/// required.
+struct TextModel {
+  std::unique_ptr<Session> session;
+  tokenizer::Tokenizer tokenizer;
+  ModelChatTemplate chat;
+};
+Expected<TextModel> openTextModel(const SessionOptions &options);
 
 } // namespace kiln::runtime
 

@@ -233,19 +233,13 @@ std::string jsonString(const std::string &s) {
 int runChat(const SessionOptions &options, const SamplingOptions &sampling,
             int64_t maxTokens, const std::vector<std::string> &stopStrings,
             const std::optional<std::string> &systemPrompt) {
-  Expected<std::unique_ptr<Session>> session = Session::open(options);
-  if (!session)
-    return fail(session.error());
-  Session &s = **session;
-  Expected<tokenizer::Tokenizer> tok =
-      tokenizer::Tokenizer::fromGGUF(s.model());
-  if (!tok)
-    return fail(tok.error());
-  Expected<ModelChatTemplate> chatTemplate =
-      loadChatTemplate(s.model(), options.weightPaths.front());
-  if (!chatTemplate)
-    return fail(chatTemplate.error());
-  const std::string &where = chatTemplate->where;
+  Expected<TextModel> model = openTextModel(options);
+  if (!model)
+    return fail(model.error());
+  Session &s = *model->session;
+  const tokenizer::Tokenizer *tok = &model->tokenizer;
+  const chat::ChatTemplate &chatTemplate = model->chat.chatTemplate;
+  const std::string &where = model->chat.where;
   if (!s.hasLogits() && sampling.needsLogits())
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
@@ -256,7 +250,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   generate.sampling = sampling;
   generate.stopStrings = stopStrings;
   generate.stopIds = endOfReplyIds(*tok);
-  Generator generator(s, &*tok);
+  Generator generator(s, tok);
   bool interactive = isatty(0);
   std::fprintf(stderr,
                "kiln chat: backend %s, %llu positions, template from %s; an "
@@ -281,7 +275,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
     if (!std::getline(std::cin, line) || line.empty())
       break;
     messages.push_back(message("user", line));
-    Expected<std::string> prompt = chatTemplate->chatTemplate.render(
+    Expected<std::string> prompt = chatTemplate.render(
         chat::chatContext(chat::Value::list(messages), true));
     if (!prompt)
       return fail(prompt.error());

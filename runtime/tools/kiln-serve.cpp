@@ -29,7 +29,6 @@
 #include <csignal>
 #include <cstdio>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -152,7 +151,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok) {
 class Server {
 public:
   Server(Session &session, tokenizer::Tokenizer tok,
-         std::optional<chat::ChatTemplate> chatTemplate, std::string model,
+         chat::ChatTemplate chatTemplate, std::string model,
          uint64_t maxContext)
       : session_(session), tok_(std::move(tok)),
         chatTemplate_(std::move(chatTemplate)), model_(std::move(model)),
@@ -177,7 +176,7 @@ private:
 
   Session &session_;
   tokenizer::Tokenizer tok_;
-  std::optional<chat::ChatTemplate> chatTemplate_;
+  chat::ChatTemplate chatTemplate_;
   std::string model_;
   uint64_t maxContext_;
   /// One generation at a time: the caches hold one sequence.
@@ -196,8 +195,6 @@ std::vector<int32_t> Server::promptOf(const json &body, bool chat) {
     for (const json &m : body["messages"])
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
         throw BadRequest{"each message needs a string 'role'", "messages"};
-    if (!chatTemplate_)
-      throw BadRequest{"the model has no chat template", "messages"};
     Expected<chat::Value> messages =
         chat::valueFromJson(body["messages"], "messages");
     if (!messages)
@@ -212,7 +209,7 @@ std::vector<int32_t> Server::promptOf(const json &body, bool chat) {
     chat::Value context =
         chat::chatContext(*messages, /*addGenerationPrompt=*/true,
                           std::nullopt, std::nullopt, tools);
-    Expected<std::string> rendered = chatTemplate_->render(context);
+    Expected<std::string> rendered = chatTemplate_.render(context);
     if (!rendered)
       throw BadRequest{"the chat template refused the conversation: " +
                            rendered.error().message(),
@@ -474,21 +471,11 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "kiln-serve: error: %s\n", e.message().c_str());
     return 1;
   };
-  Expected<std::unique_ptr<Session>> session = Session::open(options);
-  if (!session)
-    return fail(session.error());
-  Session &s = **session;
-  Expected<tokenizer::Tokenizer> tok =
-      tokenizer::Tokenizer::fromGGUF(s.model());
-  if (!tok)
-    return fail(tok.error());
-  // The file's chat template, else GLM's known format.
-  Expected<ModelChatTemplate> loaded =
-      loadChatTemplate(s.model(), options.weightPaths.front());
-  if (!loaded)
-    return fail(loaded.error());
-  std::optional<chat::ChatTemplate> chatTemplate =
-      std::move(loaded->chatTemplate);
+  // The tokenizer and the chat template (the file's, else GLM's format).
+  Expected<TextModel> model = openTextModel(options);
+  if (!model)
+    return fail(model.error());
+  Session &s = *model->session;
   if (modelName.empty()) {
     modelName = "kiln";
     if (const gguf::Value *v = s.model().find("general.name");
@@ -499,8 +486,8 @@ int main(int argc, char **argv) {
     maxContext = s.contextLength();
 
   httplib::Server http;
-  Server server(s, std::move(*tok), std::move(chatTemplate), modelName,
-                maxContext);
+  Server server(s, std::move(model->tokenizer),
+                std::move(model->chat.chatTemplate), modelName, maxContext);
   server.install(http);
   int bound = port == 0 ? http.bind_to_any_port(host) : port;
   if (port != 0 && !http.bind_to_port(host, port))

@@ -27,3 +27,21 @@ def run_tool(name, *args, check=True):
     return subprocess.run([str(tool(name)), *map(str, args)],
                           capture_output=True, text=True, errors="replace",
                           check=check)
+
+
+def tiny_cpu_model(directory, seed, context):
+    """Synthesises the tiny GLM-5 (seed) and compiles it for the CPU backend
+    with `context` positions: (gguf, artifact) paths in `directory`."""
+    gguf, art = directory / "m.gguf", directory / "m.kiln"
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", seed,
+             "--quiet")
+    run_tool("kiln-compile", gguf, "--target=cpu", "--context", context, "-o",
+             art)
+    return gguf, art
+
+
+def file_chat_template(gguf):
+    """The GGUF's tokenizer.chat_template, read with gguf-py."""
+    from gguf import GGUFReader
+    field = GGUFReader(str(gguf)).fields["tokenizer.chat_template"]
+    return bytes(field.parts[field.data[0]]).decode()

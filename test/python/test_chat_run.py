@@ -6,9 +6,7 @@ import json
 
 import jinja2
 import pytest
-from gguf import GGUFReader
-
-from conftest import run_tool, tool
+from conftest import file_chat_template, run_tool, tiny_cpu_model, tool
 
 SEED = 6
 TURNS = ["Hello there", "Tell me more", "And a third"]
@@ -17,18 +15,7 @@ N = 8
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    d = tmp_path_factory.mktemp("chat")
-    gguf = d / "m.gguf"
-    art = d / "m.kiln"
-    run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", SEED,
-             "--quiet")
-    run_tool("kiln-compile", gguf, "--target=cpu", "--context", 256, "-o", art)
-    return gguf, art
-
-
-def file_template(gguf):
-    field = GGUFReader(str(gguf)).fields["tokenizer.chat_template"]
-    return bytes(field.parts[field.data[0]]).decode()
+    return tiny_cpu_model(tmp_path_factory.mktemp("chat"), SEED, 256)
 
 
 def test_chat_turns_equal_fresh_runs(model):
@@ -47,7 +34,7 @@ def test_chat_turns_equal_fresh_runs(model):
     assert all("(0 reused)" not in l for l in stats[1:])
 
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    template = env.from_string(file_template(gguf))
+    template = env.from_string(file_chat_template(gguf))
     messages = [{"role": "system", "content": "Be brief."}]
     for turn, reply in zip(TURNS, replies):
         messages.append({"role": "user", "content": turn})

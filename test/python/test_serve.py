@@ -14,20 +14,14 @@ import urllib.request
 
 import pytest
 
-from conftest import run_tool, tool
+from conftest import file_chat_template, run_tool, tiny_cpu_model, tool
 
 SEED = 6
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    d = tmp_path_factory.mktemp("serve")
-    gguf = d / "m.gguf"
-    art = d / "m.kiln"
-    run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", SEED,
-             "--quiet")
-    run_tool("kiln-compile", gguf, "--target=cpu", "--context", 128, "-o", art)
-    return gguf, art
+    return tiny_cpu_model(tmp_path_factory.mktemp("serve"), SEED, 128)
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +78,7 @@ def test_chat_uses_the_template(model, client):
     # The same conversation rendered by the file's template (as kiln-chat-
     # template renders it) and run by kiln-run gives the same reply.
     gguf, _ = model
-    from gguf import GGUFReader
-    reader = GGUFReader(str(gguf))
-    field = reader.fields["tokenizer.chat_template"]
-    template = bytes(field.parts[field.data[0]]).decode()
+    template = file_chat_template(gguf)
     import jinja2
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     prompt = env.from_string(template).render(
