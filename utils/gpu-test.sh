@@ -75,6 +75,14 @@ if [ -x "$pack/bin/kiln-run" ]; then
   run() { "$bin/kiln-run" "$@" --backend-dir "$pack/lib"; }
   step bench-glm5-tp8-rank0-graph run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 30
+  # What the graph's parallel branches and overlapped launches each buy
+  # (docs/cuda.md): the same step with one of them off.
+  step bench-glm5-tp8-rank0-graph-serial env KILN_CUDA_BRANCHES=1 \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
+  step bench-glm5-tp8-rank0-graph-nopdl env KILN_CUDA_PDL=0 \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
   step bench-glm5-tp8-rank0-eager run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 10 --eager
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \

@@ -41,10 +41,6 @@ Expected<HostWeight> sliceWeight(const WeightBinding &b,
     return Error(b.tensor, "bytes",
                  fmt::format("{} bytes given, the binding needs {}",
                              bytes.bytes, expected.value_or(0)));
-  if (b.layout != "gguf")
-    return Error(b.tensor, "layout",
-                 fmt::format("'{}' is not a layout this backend reads",
-                             b.layout));
   const uint8_t *data = static_cast<const uint8_t *>(bytes.data);
   if (b.sliceDim < 0)
     return HostWeight{data, bytes.bytes, b.type, b.dims, b.tensor};

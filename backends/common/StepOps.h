@@ -72,7 +72,9 @@ struct HostWeight {
 /// Rank's part of binding `b` from the file's tensor bytes: the tensor
 /// itself when unsliced, else the slice copied into `store` row by row (a
 /// slice of ne[0] takes whole blocks). Checks the byte count against the
-/// binding's type and dims and refuses a cut through a block.
+/// binding's type and dims and refuses a cut through a block. The bytes
+/// are the file's blocks whatever the binding's device layout: a backend
+/// that reads another layout repacks them.
 Expected<HostWeight> sliceWeight(const artifact::WeightBinding &b,
                                  const kiln_weight_bytes &bytes,
                                  std::vector<std::vector<uint8_t>> &store);

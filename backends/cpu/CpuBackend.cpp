@@ -1,4 +1,5 @@
-//===- CpuBackend.cpp - The CPU backend plugin (libkiln-backend-cpu.so) ----===//
+//===- CpuBackend.cpp - The CPU backend plugin (libkiln-backend-cpu.so)
+//----===//
 //
 // Interprets a rank's step plans with the reference kernels. open_rank
 // resolves every buffer to memory (one arena, the caches shared by name
@@ -18,11 +19,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <barrier>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
-#include <barrier>
 #include <thread>
 
 using namespace kiln;
@@ -83,8 +84,7 @@ const std::vector<float> &combineInRankOrder(Communicator &c, uint32_t rank,
   acc.assign(c.inputs[0], c.inputs[0] + n);
   for (size_t q = 1; q < c.inputs.size(); ++q)
     for (uint64_t i = 0; i < n; ++i)
-      acc[i] = sum ? acc[i] + c.inputs[q][i]
-                   : std::max(acc[i], c.inputs[q][i]);
+      acc[i] = sum ? acc[i] + c.inputs[q][i] : std::max(acc[i], c.inputs[q][i]);
   c.barrier.arrive_and_wait();
   return acc;
 }
@@ -156,7 +156,6 @@ Expected<const float *> OpBinder::param(size_t i) {
   step_.constants.push_back(std::move(values));
   return static_cast<const float *>(step_.constants.back()->data());
 }
-
 
 Expected<std::function<Status()>> OpBinder::bind() {
   using backend::OpKind;
@@ -378,8 +377,7 @@ Expected<std::function<Status()>> OpBinder::bind() {
     const int32_t *sel = d.capacity ? in(4).i32() : nullptr;
     const int32_t *count = d.capacity ? in(5).i32() : nullptr;
     float *y = f32Out(0);
-    int64_t heads = d.heads, latent = d.k, rope = d.rope,
-            capacity = d.capacity;
+    int64_t heads = d.heads, latent = d.k, rope = d.rope, capacity = d.capacity;
     float s = float(d.scale);
     std::string where = d.where;
     return Fn([=, &pool]() -> Status {
@@ -398,8 +396,7 @@ Expected<std::function<Status()>> OpBinder::bind() {
     int64_t heads = d.heads, dim = d.k, topK = d.topK;
     float s = float(d.scale);
     return Fn([=] {
-      return cpu::dsaIndexer(q, heads, dim, w, view, *pos, topK, s, sel,
-                             count);
+      return cpu::dsaIndexer(q, heads, dim, w, view, *pos, topK, s, sel, count);
     });
   }
   case OpKind::MoeRouter: {
@@ -417,8 +414,7 @@ Expected<std::function<Status()>> OpBinder::bind() {
     bool norm = d.normalize;
     float rs = float(d.routedScale);
     return Fn([=] {
-      return cpu::moeRouter(x, hidden, *gate, bias, topK, g, norm, rs, ids,
-                            w);
+      return cpu::moeRouter(x, hidden, *gate, bias, topK, g, norm, rs, ids, w);
     });
   }
   case OpKind::MoeExperts: {
@@ -498,9 +494,14 @@ Status prepareStep(CpuRank &rank, const Step &step) {
 }
 
 /// Rank's part of a binding, as the reference kernels read it.
-Expected<cpu::WeightView> placeWeight(const WeightBinding &b,
-                                      const kiln_weight_bytes &bytes,
-                                      std::vector<std::vector<uint8_t>> &store) {
+Expected<cpu::WeightView>
+placeWeight(const WeightBinding &b, const kiln_weight_bytes &bytes,
+            std::vector<std::vector<uint8_t>> &store) {
+  if (b.layout != "gguf")
+    return Error(b.tensor, "layout",
+                 fmt::format("'{}' is not a layout the cpu backend reads "
+                             "(it reads the file's blocks: 'gguf')",
+                             b.layout));
   Expected<backend::HostWeight> w = backend::sliceWeight(b, bytes, store);
   if (!w)
     return w.error();
@@ -515,8 +516,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     return artifact.error();
   // The CPU always runs op by op (KILN_RUN_EAGER changes nothing); it
   // reads real weights only.
-  if (options && options->flags & (KILN_RUN_RANDOM_WEIGHTS |
-                                   KILN_RUN_SIMULATE_RANK))
+  if (options &&
+      options->flags & (KILN_RUN_RANDOM_WEIGHTS | KILN_RUN_SIMULATE_RANK))
     return Error("cpu backend", "options",
                  "random weights and simulated ranks (kiln-run --bench) need "
                  "a GPU backend");
@@ -547,9 +548,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     for (const Step &s : rank->plan->steps)
       for (const Buffer &b : s.buffers)
         if (b.kind == BufferKind::Weight && !rank->weights[b.binding].data) {
-          Expected<cpu::WeightView> view =
-              placeWeight(a.weights[b.binding], weights[b.binding],
-                          rank->sliceStorage);
+          Expected<cpu::WeightView> view = placeWeight(
+              a.weights[b.binding], weights[b.binding], rank->sliceStorage);
           if (!view)
             return view.error();
           rank->weights[b.binding] = std::move(*view);
@@ -616,8 +616,7 @@ int cpuWriteSlot(kiln_group *group, const char *step, const char *slot,
 }
 
 int cpuReadSlot(kiln_group *group, const char *step, const char *slot,
-                void *data, uint64_t bytes, char *error,
-                uint64_t errorBytes) {
+                void *data, uint64_t bytes, char *error, uint64_t errorBytes) {
   return copySlot(group, step, BufferKind::Output, slot, data, bytes, error,
                   errorBytes);
 }
@@ -651,7 +650,8 @@ int cpuRunStep(kiln_group *group, const char *step, char *error,
     std::vector<Status> results(ranks.size(), Status::ok());
     std::vector<std::thread> threads;
     for (size_t r = 1; r < ranks.size(); ++r)
-      threads.emplace_back([&, r] { results[r] = runRank(*ranks[r], *steps[r]); });
+      threads.emplace_back(
+          [&, r] { results[r] = runRank(*ranks[r], *steps[r]); });
     results[0] = runRank(*ranks[0], *steps[0]);
     for (std::thread &t : threads)
       t.join();

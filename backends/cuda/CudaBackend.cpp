@@ -1,4 +1,5 @@
-//===- CudaBackend.cpp - The CUDA backend plugin (libkiln-backend-cuda.so) -===//
+//===- CudaBackend.cpp - The CUDA backend plugin (libkiln-backend-cuda.so)
+//-===//
 //
 // One GPU per rank, one host thread per GPU. open_group places each rank's
 // weights on its GPU (its slices of the split ones, in the file's block
@@ -23,6 +24,7 @@
 #include "backend/KilnBackend.h"
 #include "common/PluginSupport.h"
 #include "common/StepOps.h"
+#include "common/StepSchedule.h"
 #include "support/CheckedMath.h"
 
 #include <cuda_runtime.h>
@@ -47,14 +49,13 @@ using kiln::backend::StepOp;
 
 namespace {
 
-
 /// A failed CUDA call as an error naming the call and where it was made.
 Status check(cudaError_t e, const std::string &where, const char *call) {
   if (e == cudaSuccess)
     return Status::ok();
-  return Error(where, call,
-               fmt::format("{} ({})", cudaGetErrorString(e),
-                           cudaGetErrorName(e)));
+  return Error(
+      where, call,
+      fmt::format("{} ({})", cudaGetErrorString(e), cudaGetErrorName(e)));
 }
 #define CUDA_TRY(where, call) KILN_TRY(check((call), (where), #call))
 
@@ -152,6 +153,10 @@ struct CudaStep {
   std::vector<DeviceMemory> slots;
   std::vector<Launch> ops;
   std::vector<std::string> where; ///< per op, for errors
+  /// The graph's dataflow: which ops may overlap (StepSchedule.h), with an
+  /// event per signalling op. The eager mode ignores it.
+  backend::StepSchedule schedule;
+  std::vector<cudaEvent_t> done; ///< per op, null unless it signals
   /// KILN_RUN_PROFILE: an event before each op and after the last, and the
   /// time each op took, summed over the profiled runs.
   std::vector<cudaEvent_t> events;
@@ -171,8 +176,14 @@ struct CudaRank {
   uint32_t ranks = 1; ///< ranks of the artifact
   int device = 0;
   bool simulate = false; ///< alone, collectives replaced by local traffic
+  bool overlap = true;   ///< programmatic dependent launch (Launch.cuh)
+  int maxBranches = 4;   ///< parallel branches of a captured step
   std::string where;     ///< "cuda rank 0 (GPU 0)"
   cudaStream_t stream = nullptr;
+  /// The extra streams a capture forks the step's branches onto, and the
+  /// events that fork and join them.
+  std::vector<cudaStream_t> branches;
+  std::vector<cudaEvent_t> joins;
   DeviceMemory arena;
   std::map<std::string, State> states;
   /// By binding index; only the bindings this rank's plan uses are set.
@@ -183,7 +194,16 @@ struct CudaRank {
   std::map<int32_t, float *> params;
   std::vector<DeviceMemory> scratch;
   DeviceMemory fault;
+  /// The step's first-fault word (16 bytes), then one fault record per op
+  /// of the longest step (FaultSink).
+  uint32_t *firstFault() { return fault.get<uint32_t>(); }
+  StepFault *faultRecords() {
+    return reinterpret_cast<StepFault *>(fault.get() + kFaultRecords);
+  }
+  static constexpr uint64_t kFaultRecords = 16;
+  uint64_t faultBytes = 0;
   StepFault *hostFault = nullptr; ///< pinned
+  uint32_t *hostFirst = nullptr;  ///< pinned
   const NcclApi *nccl = nullptr;
   ncclComm_t comm = nullptr;
   std::map<std::string, CudaStep> steps;
@@ -194,6 +214,9 @@ struct CudaRank {
     for (auto &[name, s] : steps) {
       for (cudaEvent_t e : s.events)
         cudaEventDestroy(e);
+      for (cudaEvent_t e : s.done)
+        if (e)
+          cudaEventDestroy(e);
       if (s.exec)
         cudaGraphExecDestroy(s.exec);
       if (s.graph)
@@ -203,6 +226,12 @@ struct CudaRank {
       nccl->commDestroy(comm);
     if (hostFault)
       cudaFreeHost(hostFault);
+    if (hostFirst)
+      cudaFreeHost(hostFirst);
+    for (cudaEvent_t e : joins)
+      cudaEventDestroy(e);
+    for (cudaStream_t b : branches)
+      cudaStreamDestroy(b);
     if (stream)
       cudaStreamDestroy(stream);
   }
@@ -285,7 +314,7 @@ private:
   /// once to f32 at load.
   Expected<const float *> param(size_t i);
   FaultSink sink() const {
-    return {rank_.fault.get<StepFault>(), index_};
+    return {rank_.faultRecords() + index_, index_, rank_.firstFault()};
   }
   /// A launch's error, naming the op.
   Launch wrap(std::function<cudaError_t(cudaStream_t)> fn) const {
@@ -311,8 +340,8 @@ Expected<const float *> OpBinder::param(size_t i) {
     return static_cast<const float *>(it->second);
   const DeviceWeight &w = rank_.weights[b.binding];
   KILN_ASSIGN(out, rank_.scratchFloats(uint64_t(w.rows * w.cols)));
-  KILN_TRY(check(launchDequant(w, out, rank_.stream), d_.where,
-                 "launchDequant"));
+  KILN_TRY(
+      check(launchDequant(w, out, rank_.stream), d_.where, "launchDequant"));
   rank_.params[b.binding] = out;
   return static_cast<const float *>(out);
 }
@@ -356,11 +385,11 @@ Expected<Launch> OpBinder::collective() {
     uint64_t traffic = simulate ? ringBytes(n * sizeof(float)) : 0;
     return Launch([=](cudaStream_t s) -> Status {
       if (nccl && !simulate) {
-        KILN_TRY(ncclCheck(*nccl,
-                           nccl->allReduce(x, reduced, n, ncclFloat,
-                                           isSum ? ncclSum : ncclMax,
-                                           rank->comm, s),
-                           where, "ncclAllReduce"));
+        KILN_TRY(
+            ncclCheck(*nccl,
+                      nccl->allReduce(x, reduced, n, ncclFloat,
+                                      isSum ? ncclSum : ncclMax, rank->comm, s),
+                      where, "ncclAllReduce"));
       } else {
         // Alone the sum is the input itself. A simulated rank also moves
         // the ring's traffic: the rest of it into the scratch's second half.
@@ -368,14 +397,14 @@ Expected<Launch> OpBinder::collective() {
           CUDA_TRY(where, cudaMemcpyAsync(reduced, x, n * sizeof(float),
                                           cudaMemcpyDeviceToDevice, s));
         if (traffic > n * sizeof(float))
-          CUDA_TRY(where, cudaMemcpyAsync(reduced + n, x,
-                                          traffic - n * sizeof(float),
-                                          cudaMemcpyDeviceToDevice, s));
+          CUDA_TRY(where,
+                   cudaMemcpyAsync(reduced + n, x, traffic - n * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
       }
       if (fused)
-        return check(launchAddRmsNorm(residual, reduced, rows, cols, w, eps,
-                                      sum, y, s),
-                     where, "launchAddRmsNorm");
+        return check(
+            launchAddRmsNorm(residual, reduced, rows, cols, w, eps, sum, y, s),
+            where, "launchAddRmsNorm");
       if (reduced != sum)
         CUDA_TRY(where, cudaMemcpyAsync(sum, reduced, n * sizeof(float),
                                         cudaMemcpyDeviceToDevice, s));
@@ -396,16 +425,15 @@ Expected<Launch> OpBinder::collective() {
     bool simulate = rank_.simulate;
     return Launch([=](cudaStream_t s) -> Status {
       if (nccl && !simulate) {
-        KILN_TRY(ncclCheck(*nccl,
-                           nccl->allGather(x, gathered, part, ncclFloat,
-                                           rank->comm, s),
-                           where, "ncclAllGather"));
+        KILN_TRY(ncclCheck(
+            *nccl, nccl->allGather(x, gathered, part, ncclFloat, rank->comm, s),
+            where, "ncclAllGather"));
       } else {
         // Alone, this rank's part stands in for every rank's.
         for (int64_t q = 0; q < ranks; ++q)
-          CUDA_TRY(where, cudaMemcpyAsync(gathered + q * part, x,
-                                          part * sizeof(float),
-                                          cudaMemcpyDeviceToDevice, s));
+          CUDA_TRY(where,
+                   cudaMemcpyAsync(gathered + q * part, x, part * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
       }
       if (gathered != y)
         return check(launchGatherReorder(gathered, ranks, outer, inner, y, s),
@@ -428,11 +456,11 @@ Expected<Launch> OpBinder::collective() {
                      "launchArgmaxCandidate"));
       if (nccl && !simulate) {
         // In place: each rank's candidate sits at its own slot.
-        KILN_TRY(ncclCheck(*nccl,
-                           nccl->allGather(mine, candidates,
-                                           sizeof(ArgmaxCandidate), ncclUint8,
-                                           rank->comm, s),
-                           where, "ncclAllGather"));
+        KILN_TRY(
+            ncclCheck(*nccl,
+                      nccl->allGather(mine, candidates, sizeof(ArgmaxCandidate),
+                                      ncclUint8, rank->comm, s),
+                      where, "ncclAllGather"));
         return check(launchPickCandidate(candidates, int(ranks), y, s), where,
                      "launchPickCandidate");
       }
@@ -448,6 +476,16 @@ Expected<Launch> OpBinder::collective() {
 Expected<Launch> OpBinder::bind() {
   const StepOp &d = d_;
   int64_t n = d.n, rows = d.rows;
+  // A repacked device layout is read by the mat-vec kernels only.
+  for (int32_t i : d.ins) {
+    const Buffer &b = buffer(i);
+    if (b.kind == BufferKind::Weight &&
+        rank_.weights[b.binding].layout != WeightLayout::Blocks &&
+        d.kind != OpKind::Linear && d.kind != OpKind::FusedLinear)
+      return Error(d.where, step_.step->buffers[i].name,
+                   "its device layout is read only by linear and "
+                   "fused_linear (the artifact is inconsistent)");
+  }
   switch (d.kind) {
   case OpKind::AllReduce:
   case OpKind::AllReduceAddRmsNorm:
@@ -472,8 +510,8 @@ Expected<Launch> OpBinder::bind() {
     float *y = f32Out(0);
     std::vector<int64_t> src = d.srcShape, dst = d.dstShape, off = d.offsets;
     return wrap([=](cudaStream_t s) {
-      return launchSlice(x, src.data(), dst.data(), off.data(),
-                         int(src.size()), y, s);
+      return launchSlice(x, src.data(), dst.data(), off.data(), int(src.size()),
+                         y, s);
     });
   }
   case OpKind::Concat: {
@@ -552,9 +590,7 @@ Expected<Launch> OpBinder::bind() {
     const int32_t *token = i32In(1);
     float *y = f32Out(0);
     FaultSink f = sink();
-    return wrap([=](cudaStream_t s) {
-      return launchEmbed(w, token, y, f, s);
-    });
+    return wrap([=](cudaStream_t s) { return launchEmbed(w, token, y, f, s); });
   }
   case OpKind::Linear: {
     DeviceWeight w = weight(1);
@@ -566,33 +602,40 @@ Expected<Launch> OpBinder::bind() {
     });
   }
   case OpKind::FusedLinear: {
-    std::vector<std::pair<DeviceWeight, int64_t>> parts;
-    for (size_t i = 1; i < d.ins.size(); ++i)
-      parts.push_back({weight(i), d.segments[i - 1]});
-    // Parts placed back to back (placeWeights) with one type and width are
-    // one matrix whose rows are the segments in order: one launch.
-    bool contiguous = true;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      const DeviceWeight &prev = parts[i - 1].first, &w = parts[i].first;
-      contiguous = contiguous && w.type == prev.type && w.cols == prev.cols &&
-                   w.data == prev.data + *rowBytes(prev.type,
-                                                   uint64_t(prev.cols)) *
-                                             uint64_t(prev.rows);
-    }
-    if (contiguous) {
-      DeviceWeight whole = parts.front().first;
-      whole.rows = d.n;
-      const float *x = f32In(0);
-      float *y = f32Out(0);
-      return wrap([=](cudaStream_t s) {
-        return launchLinear(x, 1, whole, whole.rows, false, y, s);
-      });
+    // Consecutive parts placed back to back (placeWeights) with one type,
+    // layout and width are one matrix whose rows are their segments in
+    // order: one launch per such run.
+    struct Run {
+      DeviceWeight w;
+      int64_t at;
+    };
+    std::vector<Run> runs;
+    for (size_t i = 1; i < d.ins.size(); ++i) {
+      const DeviceWeight w = weight(i);
+      if (!runs.empty()) {
+        DeviceWeight &prev = runs.back().w;
+        const uint64_t values = uint64_t(prev.rows * prev.cols);
+        const bool next =
+            w.layout == WeightLayout::Q8Split
+                ? w.data == prev.data + values &&
+                      w.scales == prev.scales + values / 16
+                : w.data ==
+                      prev.data + *rowBytes(prev.type, uint64_t(prev.cols)) *
+                                      uint64_t(prev.rows);
+        if (w.type == prev.type && w.layout == prev.layout &&
+            w.cols == prev.cols && next) {
+          prev.rows += w.rows;
+          continue;
+        }
+      }
+      runs.push_back({w, d.segments[i - 1]});
     }
     const float *x = f32In(0);
     float *y = f32Out(0);
     return wrap([=](cudaStream_t s) {
-      for (const auto &[w, at] : parts)
-        if (cudaError_t e = launchLinear(x, 1, w, w.rows, false, y + at, s);
+      for (const Run &r : runs)
+        if (cudaError_t e =
+                launchLinear(x, 1, r.w, r.w.rows, false, y + r.at, s);
             e != cudaSuccess)
           return e;
       return cudaSuccess;
@@ -603,9 +646,8 @@ Expected<Launch> OpBinder::bind() {
     const float *x = f32In(0);
     const int32_t *pos = i32In(1);
     FaultSink f = sink();
-    return wrap([=](cudaStream_t s) {
-      return launchCacheAppend(x, pos, c, f, s);
-    });
+    return wrap(
+        [=](cudaStream_t s) { return launchCacheAppend(x, pos, c, f, s); });
   }
   case OpKind::MlaAttention: {
     DeviceCache c = cache(d.ins[2]);
@@ -616,13 +658,12 @@ Expected<Launch> OpBinder::bind() {
     const int32_t *sel = d.capacity ? i32In(4) : nullptr;
     const int32_t *count = d.capacity ? i32In(5) : nullptr;
     float *y = f32Out(0);
-    int64_t heads = d.heads, latent = d.k, rope = d.rope,
-            capacity = d.capacity;
+    int64_t heads = d.heads, latent = d.k, rope = d.rope, capacity = d.capacity;
     float scale = float(d.scale);
     FaultSink f = sink();
     return wrap([=](cudaStream_t s) {
-      return launchMlaAttention(ql, qr, heads, latent, rope, c, pos, sel,
-                                count, capacity, scale, scores, y, f, s);
+      return launchMlaAttention(ql, qr, heads, latent, rope, c, pos, sel, count,
+                                capacity, scale, scores, y, f, s);
     });
   }
   case OpKind::DsaIndexer: {
@@ -690,9 +731,30 @@ Expected<Launch> OpBinder::bind() {
 /// Places binding `b` on the rank's GPU: the rank's slice of the file's
 /// bytes, or random valid blocks.
 /// The device geometry of binding `b` as a rank holds it, and its bytes.
+/// The device layout a binding names (docs/cuda.md).
+Expected<WeightLayout> layoutOf(const WeightBinding &b) {
+  if (b.layout == "gguf")
+    return WeightLayout::Blocks;
+  if (b.layout == "q8_0-split") {
+    if (b.type != GGMLType::Q8_0)
+      return Error(b.tensor, "layout",
+                   fmt::format("q8_0-split is for Q8_0 weights, not {}",
+                               nameOf(b.type)));
+    return WeightLayout::Q8Split;
+  }
+  return Error(b.tensor, "layout",
+               fmt::format("'{}' is not a layout the cuda backend reads "
+                           "(gguf, q8_0-split)",
+                           b.layout));
+}
+
+/// A binding's local geometry and layout, and the bytes of its blocks in
+/// the file's layout (a repacked layout holds the same bytes).
 Expected<std::pair<DeviceWeight, uint64_t>> geometryOf(const WeightBinding &b) {
   std::vector<int64_t> dims = backend::localDims(b);
   DeviceWeight w;
+  KILN_ASSIGN(layout, layoutOf(b));
+  w.layout = layout;
   w.type = b.type;
   w.cols = dims[0];
   w.rows = 1;
@@ -716,15 +778,61 @@ Status fillWeight(CudaRank &rank, const WeightBinding &b, int32_t binding,
     KILN_ASSIGN(host, backend::sliceWeight(b, *bytes, store));
     if (host.bytes != size)
       return Error(b.tensor, "bytes", "the slice does not match its dims");
-    CUDA_TRY(b.tensor,
-             cudaMemcpy(dst, host.data, host.bytes, cudaMemcpyHostToDevice));
+    // On the rank's stream, so the repack that may follow reads it: a
+    // plain cudaMemcpy from pageable memory can return before its DMA
+    // lands, and the rank's stream does not wait for the legacy stream.
+    CUDA_TRY(b.tensor, cudaMemcpyAsync(dst, host.data, host.bytes,
+                                       cudaMemcpyHostToDevice, rank.stream));
+    CUDA_TRY(b.tensor, cudaStreamSynchronize(rank.stream));
     return Status::ok();
   }
   // Every binding its own stream of random blocks.
-  CUDA_TRY(b.tensor, launchFillRandomBlocks(
-                         b.type, dst, size,
-                         seed * 0x9E3779B97F4A7C15ull + uint64_t(binding),
-                         rank.stream));
+  CUDA_TRY(b.tensor, launchFillRandomBlocks(b.type, dst, size,
+                                            seed * 0x9E3779B97F4A7C15ull +
+                                                uint64_t(binding),
+                                            rank.stream));
+  return Status::ok();
+}
+
+/// Places q8_0-split bindings `group` (the layout's quants of every part,
+/// then their scales): each part's blocks go through a staging buffer and
+/// are repacked on the device.
+Status placeSplitWeights(CudaRank &rank, const Artifact &a,
+                         const std::vector<int32_t> &group,
+                         std::vector<std::pair<DeviceWeight, uint64_t>> &parts,
+                         const kiln_weight_bytes *weights, uint64_t seed) {
+  uint64_t values = 0, staging = 0;
+  for (const auto &[w, bytes] : parts) {
+    std::optional<uint64_t> v = checkedMul(uint64_t(w.rows), uint64_t(w.cols));
+    if (!v || !checkedAdd(values, *v))
+      return Error(a.weights[group.front()].tensor, "dims",
+                   "the size overflows");
+    values += *v;
+    staging = std::max(staging, bytes);
+  }
+  const uint64_t quantBytes = (values + 15) / 16 * 16;
+  const std::string &name = a.weights[group.front()].tensor;
+  KILN_ASSIGN(memory, DeviceMemory::allocate(quantBytes + values / 16, name));
+  KILN_ASSIGN(blocks, DeviceMemory::allocate(staging, name + " (staging)"));
+  uint64_t at = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    int32_t binding = group[i];
+    DeviceWeight &w = parts[i].first;
+    KILN_TRY(fillWeight(rank, a.weights[binding], binding,
+                        weights ? &weights[binding] : nullptr, seed,
+                        blocks.get(), parts[i].second));
+    w.data = memory.get() + at;
+    w.scales = memory.get() + quantBytes + at / 16;
+    CUDA_TRY(a.weights[binding].tensor,
+             launchRepackQ8Split(blocks.get(), w.rows, w.cols,
+                                 const_cast<uint8_t *>(w.data),
+                                 const_cast<uint8_t *>(w.scales), rank.stream));
+    // The staging buffer is refilled next (by a copy outside the stream).
+    CUDA_TRY(a.weights[binding].tensor, cudaStreamSynchronize(rank.stream));
+    rank.weights[binding] = w;
+    at += uint64_t(w.rows * w.cols);
+  }
+  rank.weightStore.push_back(std::move(memory));
   return Status::ok();
 }
 
@@ -741,6 +849,8 @@ Status placeWeights(CudaRank &rank, const Artifact &a,
     parts.push_back(g);
     total += g.second;
   }
+  if (parts.front().first.layout == WeightLayout::Q8Split)
+    return placeSplitWeights(rank, a, group, parts, weights, seed);
   KILN_ASSIGN(memory,
               DeviceMemory::allocate(total, a.weights[group.front()].tensor));
   uint64_t at = 0;
@@ -757,9 +867,9 @@ Status placeWeights(CudaRank &rank, const Artifact &a,
   return Status::ok();
 }
 
-/// The fused_linear parts that can share one matrix: every part of the
-/// same type and width, none bound twice. Each such op's bindings, in
-/// segment order.
+/// The fused_linear parts that can share one matrix: runs of consecutive
+/// parts of the same type, layout and width, none bound twice. Each run of
+/// two or more, in segment order.
 std::vector<std::vector<int32_t>> fusedGroups(const Artifact &a,
                                               const RankPlan &plan) {
   std::vector<std::vector<int32_t>> groups;
@@ -769,27 +879,33 @@ std::vector<std::vector<int32_t>> fusedGroups(const Artifact &a,
       for (int32_t i : op.ins())
         if (s.buffers[i].kind == BufferKind::Weight)
           ++uses[s.buffers[i].binding];
+  auto close = [&](std::vector<int32_t> &run) {
+    if (run.size() >= 2)
+      groups.push_back(run);
+    run.clear();
+  };
   for (const Step &s : plan.steps)
     for (const Op &op : s.ops) {
-      if (op.kind != "fused_linear" || op.ins().size() < 3)
+      if (op.kind != "fused_linear")
         continue;
-      std::vector<int32_t> group;
-      bool same = true;
+      std::vector<int32_t> run;
       for (size_t i = 1; i < op.ins().size(); ++i) {
         const Buffer &b = s.buffers[op.ins()[i]];
         if (b.kind != BufferKind::Weight || uses[b.binding] != 1) {
-          same = false;
-          break;
+          close(run);
+          continue;
         }
-        group.push_back(b.binding);
-        const WeightBinding &w = a.weights[b.binding];
-        const WeightBinding &first = a.weights[group.front()];
-        if (w.type != first.type ||
-            backend::localDims(w).front() != backend::localDims(first).front())
-          same = false;
+        if (!run.empty()) {
+          const WeightBinding &w = a.weights[b.binding];
+          const WeightBinding &first = a.weights[run.front()];
+          if (w.type != first.type || w.layout != first.layout ||
+              backend::localDims(w).front() !=
+                  backend::localDims(first).front())
+            close(run);
+        }
+        run.push_back(b.binding);
       }
-      if (same)
-        groups.push_back(std::move(group));
+      close(run);
     }
   return groups;
 }
@@ -806,11 +922,66 @@ Status fillStates(CudaRank &rank, uint64_t positions, uint64_t seed) {
                    fmt::format("cannot fill {} positions: the cache holds {}",
                                positions, c.positions));
     c.positions = int64_t(positions);
-    CUDA_TRY(name, launchFillRandomCache(c, seed ^ std::hash<std::string>()(name),
-                                         rank.stream));
+    CUDA_TRY(name, launchFillRandomCache(
+                       c, seed ^ std::hash<std::string>()(name), rank.stream));
   }
   CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
   return Status::ok();
+}
+
+/// Parallel branches of a captured step: the GLM-5 layer's widest point
+/// (query, latent-cache and indexer-key paths beside each other; the
+/// routed and shared experts) needs three; more only fork idle streams.
+constexpr int kMaxBranches = 4;
+
+/// Two switches for measuring what each graph feature buys (docs/cuda.md):
+/// KILN_CUDA_PDL=0 turns overlapped launches off, KILN_CUDA_BRANCHES=N
+/// caps the parallel branches (1: the step in list order).
+Status readGraphSwitches(bool &overlap, int &branches) {
+  overlap = true;
+  branches = kMaxBranches;
+  if (const char *v = std::getenv("KILN_CUDA_PDL")) {
+    std::string t = v;
+    if (t != "0" && t != "1")
+      return Error("KILN_CUDA_PDL", t, "expected 0 or 1");
+    overlap = t == "1";
+  }
+  if (const char *v = std::getenv("KILN_CUDA_BRANCHES")) {
+    std::string t = v;
+    char *end = nullptr;
+    long n = std::strtol(t.c_str(), &end, 10);
+    if (t.empty() || *end || n < 1 || n > 16)
+      return Error("KILN_CUDA_BRANCHES", t, "expected a count from 1 to 16");
+    branches = int(n);
+  }
+  return Status::ok();
+}
+
+bool isCollective(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::AllReduceAddRmsNorm ||
+         k == OpKind::AllGather || k == OpKind::DistributedArgmax;
+}
+
+/// The device bytes each op reads and writes (weights are read-only and
+/// left out; a state such as a cache counts whole), for the schedule.
+/// Collectives stay in step order: every rank issues them alike.
+std::vector<backend::OpFootprint> footprints(const CudaStep &s,
+                                             const std::vector<StepOp> &ops) {
+  std::vector<backend::OpFootprint> out(ops.size());
+  auto range = [&](int32_t i, bool write) {
+    const Buffer &b = s.step->buffers[size_t(i)];
+    uint64_t begin = reinterpret_cast<uintptr_t>(s.ptrs[size_t(i)]);
+    return backend::MemoryRange{begin, begin + b.bytes(), write};
+  };
+  for (size_t j = 0; j < ops.size(); ++j) {
+    out[j].ordered = isCollective(ops[j].kind);
+    for (int32_t i : ops[j].ins)
+      if (s.step->buffers[size_t(i)].kind != BufferKind::Weight)
+        out[j].ranges.push_back(range(i, false));
+    for (int32_t i : ops[j].outs)
+      out[j].ranges.push_back(range(i, true));
+  }
+  return out;
 }
 
 Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
@@ -851,9 +1022,11 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     }
   }
   KILN_ASSIGN(ops, backend::decodeStep(a, step, rank.ranks));
+  s.schedule = backend::scheduleStep(footprints(s, ops), rank.maxBranches);
   for (size_t i = 0; i < ops.size(); ++i) {
     s.where.push_back(ops[i].where);
-    KILN_ASSIGN(launch, OpBinder(rank, s, std::move(ops[i]), int32_t(i)).bind());
+    KILN_ASSIGN(launch,
+                OpBinder(rank, s, std::move(ops[i]), int32_t(i)).bind());
     s.ops.push_back(std::move(launch));
   }
   return Status::ok();
@@ -862,8 +1035,9 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
 /// The step's work on a stream: clear the fault word, then every op (with
 /// an event before each and after the last when profiling).
 Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
-  CUDA_TRY(rank.where, cudaMemsetAsync(rank.fault.get(), 0, sizeof(StepFault),
-                                       rank.stream));
+  setOverlappedLaunches(rank.overlap && !profile);
+  CUDA_TRY(rank.where, cudaMemsetAsync(rank.firstFault(), 0xff,
+                                       sizeof(uint32_t), rank.stream));
   for (size_t i = 0; i < s.ops.size(); ++i) {
     if (profile)
       CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
@@ -919,12 +1093,60 @@ void printProfile(const CudaGroup &g) {
     }
 }
 
+/// The step's ops on its schedule's branches: branch 0 is the rank's
+/// stream, the others fork from it after the fault word is cleared and
+/// join it at the end; an op waits for the events of the ops on other
+/// branches it depends on. Under capture the events become graph edges.
+Status enqueueBranches(CudaRank &rank, CudaStep &s) {
+  const backend::StepSchedule &plan = s.schedule;
+  const size_t extra = size_t(plan.branches - 1);
+  while (rank.branches.size() < extra) {
+    cudaStream_t b = nullptr;
+    CUDA_TRY(rank.where, cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    rank.branches.push_back(b);
+  }
+  while (rank.joins.size() < extra + 1) {
+    cudaEvent_t e = nullptr;
+    CUDA_TRY(rank.where, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    rank.joins.push_back(e);
+  }
+  s.done.resize(s.ops.size(), nullptr);
+  for (size_t i = 0; i < s.ops.size(); ++i)
+    if (plan.signals[i] && !s.done[i])
+      CUDA_TRY(rank.where,
+               cudaEventCreateWithFlags(&s.done[i], cudaEventDisableTiming));
+  auto streamOf = [&](int branch) {
+    return branch == 0 ? rank.stream : rank.branches[size_t(branch - 1)];
+  };
+  CUDA_TRY(rank.where, cudaMemsetAsync(rank.firstFault(), 0xff,
+                                       sizeof(uint32_t), rank.stream));
+  CUDA_TRY(rank.where, cudaEventRecord(rank.joins[0], rank.stream));
+  for (size_t b = 0; b < extra; ++b)
+    CUDA_TRY(rank.where,
+             cudaStreamWaitEvent(rank.branches[b], rank.joins[0], 0));
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    cudaStream_t stream = streamOf(plan.branch[i]);
+    for (int32_t d : plan.waits[i])
+      CUDA_TRY(s.where[i], cudaStreamWaitEvent(stream, s.done[size_t(d)], 0));
+    KILN_TRY(s.ops[i](stream));
+    if (plan.signals[i])
+      CUDA_TRY(s.where[i], cudaEventRecord(s.done[i], stream));
+  }
+  for (size_t b = 0; b < extra; ++b) {
+    CUDA_TRY(rank.where, cudaEventRecord(rank.joins[b + 1], rank.branches[b]));
+    CUDA_TRY(rank.where,
+             cudaStreamWaitEvent(rank.stream, rank.joins[b + 1], 0));
+  }
+  return Status::ok();
+}
+
 Status capture(CudaRank &rank, CudaStep &s) {
-  std::string where = fmt::format("{}: capturing step '{}'", rank.where,
-                                  s.step->name);
+  std::string where =
+      fmt::format("{}: capturing step '{}'", rank.where, s.step->name);
+  setOverlappedLaunches(rank.overlap);
   CUDA_TRY(where, cudaStreamBeginCapture(rank.stream,
                                          cudaStreamCaptureModeThreadLocal));
-  Status enqueued = enqueueStep(rank, s);
+  Status enqueued = enqueueBranches(rank, s);
   cudaGraph_t graph = nullptr;
   cudaError_t ended = cudaStreamEndCapture(rank.stream, &graph);
   if (!enqueued)
@@ -969,15 +1191,24 @@ Status runRank(CudaRank &rank, CudaStep &s, bool eager, bool profile) {
     KILN_TRY(enqueueStep(rank, s, profile));
   else
     CUDA_TRY(rank.where, cudaGraphLaunch(s.exec, rank.stream));
-  CUDA_TRY(rank.where, cudaMemcpyAsync(rank.hostFault, rank.fault.get(),
-                                       sizeof(StepFault),
-                                       cudaMemcpyDeviceToHost, rank.stream));
+  CUDA_TRY(rank.where,
+           cudaMemcpyAsync(rank.hostFirst, rank.firstFault(), sizeof(uint32_t),
+                           cudaMemcpyDeviceToHost, rank.stream));
   CUDA_TRY(fmt::format("{}: step '{}'", rank.where, s.step->name),
            cudaStreamSynchronize(rank.stream));
   if (profile)
     KILN_TRY(collectProfile(rank, s));
+  if (*rank.hostFirst != kNoFault) {
+    // The earliest faulting op's record; then every record is cleared for
+    // the next step (later ops may have faulted too).
+    StepFault *records = rank.faultRecords();
+    CUDA_TRY(rank.where, cudaMemcpy(rank.hostFault, records + *rank.hostFirst,
+                                    sizeof(StepFault), cudaMemcpyDeviceToHost));
+    CUDA_TRY(rank.where,
+             cudaMemset(records, 0, rank.faultBytes - CudaRank::kFaultRecords));
+  }
   const StepFault &f = *rank.hostFault;
-  if (f.code != 0) {
+  if (*rank.hostFirst != kNoFault && f.code != 0) {
     std::string where = f.op >= 0 && size_t(f.op) < s.where.size()
                             ? s.where[f.op]
                             : s.step->name;
@@ -1021,14 +1252,16 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   group->profile = flags & KILN_RUN_PROFILE;
   group->seed = options ? options->seed : 0;
   group->fillPositions = options ? options->fill_positions : 0;
+  bool overlap = true;
+  int branches = kMaxBranches;
+  KILN_TRY(readGraphSwitches(overlap, branches));
   if (!random && (!weights || weightCount != a.weights.size()))
     return Error("artifact", "weights",
                  fmt::format("{} weight buffers given for {} bindings",
                              weightCount, a.weights.size()));
   if (simulate && options->simulate_rank >= a.ranks)
     return Error("cuda backend", "simulate_rank",
-                 fmt::format("rank {} of {}", options->simulate_rank,
-                             a.ranks));
+                 fmt::format("rank {} of {}", options->simulate_rank, a.ranks));
 
   int devices = 0;
   CUDA_TRY("cuda backend", cudaGetDeviceCount(&devices));
@@ -1085,9 +1318,11 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->ranks = a.ranks;
     rank->device = int(first + i);
     rank->simulate = simulate;
+    rank->overlap = overlap;
+    rank->maxBranches = branches;
     rank->nccl = nccl;
-    rank->where = fmt::format("cuda rank {} (GPU {})", rank->index,
-                              rank->device);
+    rank->where =
+        fmt::format("cuda rank {} (GPU {})", rank->index, rank->device);
     if (local > 1)
       rank->worker = std::make_unique<Worker>();
     group->ranks.push_back(std::move(rank));
@@ -1095,60 +1330,64 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
 
   // Each rank on its own thread: place, prepare, join NCCL, capture.
   Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {
-           CUDA_TRY(rank.where, cudaSetDevice(rank.device));
-           CUDA_TRY(rank.where, cudaStreamCreateWithFlags(
-                                    &rank.stream, cudaStreamNonBlocking));
-           const RankPlan &plan = a.rankPlans[rank.index];
-           rank.weights.resize(a.weights.size());
-           std::vector<bool> placed(a.weights.size(), false);
-           const kiln_weight_bytes *bytes = random ? nullptr : weights;
-           for (const std::vector<int32_t> &fused : fusedGroups(a, plan)) {
-             for (int32_t binding : fused)
-               placed[binding] = true;
-             KILN_TRY(placeWeights(rank, a, fused, bytes, group->seed));
-           }
-           for (const Step &s : plan.steps)
-             for (const Buffer &b : s.buffers)
-               if (b.kind == BufferKind::Weight && !placed[b.binding]) {
-                 placed[b.binding] = true;
-                 KILN_TRY(placeWeights(rank, a, {b.binding}, bytes,
-                                       group->seed));
-               }
-           uint64_t arena = 0;
-           for (const Step &s : plan.steps)
-             arena = std::max(arena, s.arenaBytes);
-           KILN_ASSIGN(arenaMemory, DeviceMemory::allocate(arena, "arena"));
-           rank.arena = std::move(arenaMemory);
-           CUDA_TRY(rank.where, cudaMemset(rank.arena.get(), 0, arena));
-           KILN_ASSIGN(fault, DeviceMemory::allocate(sizeof(StepFault),
-                                                     "fault word"));
-           rank.fault = std::move(fault);
-           CUDA_TRY(rank.where,
-                    cudaMallocHost(&rank.hostFault, sizeof(StepFault)));
-           for (const Step &s : plan.steps)
-             KILN_TRY(prepareStep(rank, a, s));
-           KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
-           if (nccl)
-             KILN_TRY(ncclCheck(*nccl,
-                                nccl->commInitRank(&rank.comm, int(local), id,
-                                                   int(rank.index)),
-                                rank.where, "ncclCommInitRank"));
-           // NCCL connects its peers on a communicator's first collectives,
-           // which cannot happen inside a capture: run every step once
-           // eagerly (all ranks together, inputs zero), then start the
-           // caches afresh.
-           if (nccl) {
-             for (auto &[name, s] : rank.steps)
-               KILN_TRY(enqueueStep(rank, s));
-             CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
-             KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
-           }
-           if (!group->eager)
-             for (auto &[name, s] : rank.steps)
-               KILN_TRY(capture(rank, s));
-           CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
-           return Status::ok();
-         });
+    CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+    CUDA_TRY(rank.where,
+             cudaStreamCreateWithFlags(&rank.stream, cudaStreamNonBlocking));
+    const RankPlan &plan = a.rankPlans[rank.index];
+    rank.weights.resize(a.weights.size());
+    std::vector<bool> placed(a.weights.size(), false);
+    const kiln_weight_bytes *bytes = random ? nullptr : weights;
+    for (const std::vector<int32_t> &fused : fusedGroups(a, plan)) {
+      for (int32_t binding : fused)
+        placed[binding] = true;
+      KILN_TRY(placeWeights(rank, a, fused, bytes, group->seed));
+    }
+    for (const Step &s : plan.steps)
+      for (const Buffer &b : s.buffers)
+        if (b.kind == BufferKind::Weight && !placed[b.binding]) {
+          placed[b.binding] = true;
+          KILN_TRY(placeWeights(rank, a, {b.binding}, bytes, group->seed));
+        }
+    uint64_t arena = 0;
+    for (const Step &s : plan.steps)
+      arena = std::max(arena, s.arenaBytes);
+    KILN_ASSIGN(arenaMemory, DeviceMemory::allocate(arena, "arena"));
+    rank.arena = std::move(arenaMemory);
+    CUDA_TRY(rank.where, cudaMemset(rank.arena.get(), 0, arena));
+    size_t longest = 0;
+    for (const Step &s : plan.steps)
+      longest = std::max(longest, s.ops.size());
+    rank.faultBytes = CudaRank::kFaultRecords + longest * sizeof(StepFault);
+    KILN_ASSIGN(fault,
+                DeviceMemory::allocate(rank.faultBytes, "fault records"));
+    rank.fault = std::move(fault);
+    CUDA_TRY(rank.where, cudaMemset(rank.fault.get(), 0, rank.faultBytes));
+    CUDA_TRY(rank.where, cudaMallocHost(&rank.hostFault, sizeof(StepFault)));
+    CUDA_TRY(rank.where, cudaMallocHost(&rank.hostFirst, sizeof(uint32_t)));
+    for (const Step &s : plan.steps)
+      KILN_TRY(prepareStep(rank, a, s));
+    KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
+    if (nccl)
+      KILN_TRY(ncclCheck(
+          *nccl,
+          nccl->commInitRank(&rank.comm, int(local), id, int(rank.index)),
+          rank.where, "ncclCommInitRank"));
+    // NCCL connects its peers on a communicator's first collectives,
+    // which cannot happen inside a capture: run every step once
+    // eagerly (all ranks together, inputs zero), then start the
+    // caches afresh.
+    if (nccl) {
+      for (auto &[name, s] : rank.steps)
+        KILN_TRY(enqueueStep(rank, s));
+      CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
+      KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
+    }
+    if (!group->eager)
+      for (auto &[name, s] : rank.steps)
+        KILN_TRY(capture(rank, s));
+    CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
+    return Status::ok();
+  });
   if (!opened)
     return opened.error();
   return group;
@@ -1187,12 +1426,11 @@ int copySlot(kiln_group *group, const char *step, BufferKind kind,
       uint8_t *p = s->ptrs[index];
       CUDA_TRY(rank->where, cudaSetDevice(rank->device));
       if (kind == BufferKind::Output) {
-        CUDA_TRY(rank->where, cudaMemcpy(data, p, bytes,
-                                         cudaMemcpyDeviceToHost));
+        CUDA_TRY(rank->where,
+                 cudaMemcpy(data, p, bytes, cudaMemcpyDeviceToHost));
         break;
       }
-      CUDA_TRY(rank->where, cudaMemcpy(p, data, bytes,
-                                       cudaMemcpyHostToDevice));
+      CUDA_TRY(rank->where, cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice));
     }
     return Status::ok();
   });
@@ -1206,8 +1444,7 @@ int cudaWriteSlot(kiln_group *group, const char *step, const char *slot,
 }
 
 int cudaReadSlot(kiln_group *group, const char *step, const char *slot,
-                 void *data, uint64_t bytes, char *error,
-                 uint64_t errorBytes) {
+                 void *data, uint64_t bytes, char *error, uint64_t errorBytes) {
   return copySlot(group, step, BufferKind::Output, slot, data, bytes, error,
                   errorBytes);
 }

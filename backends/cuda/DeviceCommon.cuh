@@ -1,4 +1,5 @@
-//===- DeviceCommon.cuh - Device helpers shared by the step kernels -*- CUDA -*-===//
+//===- DeviceCommon.cuh - Device helpers shared by the step kernels -*- CUDA
+//-*-===//
 #ifndef KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
 #define KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
 
@@ -10,17 +11,20 @@
 
 namespace kiln::cuda {
 
-/// The bytes of one row of `w` when the kernels can read it: a type the
+/// The bytes of one row of `w` when the kernels can read it: the Blocks
+/// layout, a type the
 /// generic decoder knows, a row length of whole blocks that fits 32 bits,
 /// and data behind any rows. nullopt otherwise.
 inline std::optional<uint64_t> usableRowBytes(const DeviceWeight &w) {
-  if (!canRunGeneric(w.type) || w.rows < 0 || w.cols <= 0 ||
-      w.cols > INT32_MAX || (w.rows > 0 && !w.data))
+  if (w.layout != WeightLayout::Blocks || !canRunGeneric(w.type) ||
+      w.rows < 0 || w.cols <= 0 || w.cols > INT32_MAX ||
+      (w.rows > 0 && !w.data))
     return std::nullopt;
   return rowBytes(w.type, uint64_t(w.cols));
 }
 
-/// Claims the step's fault word (first claimer wins) and fills in the rest.
+/// Claims the op's fault record (its first claimer wins), fills in the
+/// rest, then offers the op's index to the step's first-fault word.
 __device__ inline void recordFault(FaultSink sink, FaultCode code,
                                    int64_t value, int64_t limit) {
   if (!sink.fault)
@@ -29,6 +33,9 @@ __device__ inline void recordFault(FaultSink sink, FaultCode code,
     sink.fault->op = sink.op;
     sink.fault->value = value;
     sink.fault->limit = limit;
+    __threadfence();
+    if (sink.first)
+      atomicMin(sink.first, uint32_t(sink.op));
   }
 }
 

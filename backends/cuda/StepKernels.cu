@@ -21,9 +21,10 @@
 //===----------------------------------------------------------------------===//
 #include "StepKernels.h"
 
-#include "GenericQuant.cuh"
-#include "MatVec.h"
 #include "DeviceCommon.cuh"
+#include "GenericQuant.cuh"
+#include "Launch.cuh"
+#include "MatVec.h"
 #include "Warp.cuh"
 
 #include <cuda_bf16.h>
@@ -71,7 +72,6 @@ unsigned elementBlocks(int64_t n) {
 //===----------------------------------------------------------------------===//
 // Device helpers
 //===----------------------------------------------------------------------===//
-
 
 __device__ inline float warpMax(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2)
@@ -207,7 +207,6 @@ __device__ inline float readCache(const void *data, CacheType type,
   return 0.f;
 }
 
-
 /// Where a weight's values live: `rows` rows of `cols` values, rowBytes
 /// each, in blocks of blockValues values / blockBytes bytes.
 struct Geometry {
@@ -248,6 +247,7 @@ __device__ inline float unitFloat(uint64_t r) {
 //===----------------------------------------------------------------------===//
 
 __global__ void addKernel(const float *a, const float *b, int64_t n, float *y) {
+  stepKernelPrologue();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = a[i] + b[i];
@@ -255,6 +255,7 @@ __global__ void addKernel(const float *a, const float *b, int64_t n, float *y) {
 
 __global__ void swigluKernel(const float *g, const float *u, int64_t n,
                              float *y) {
+  stepKernelPrologue();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     y[i] = silu(g[i]) * u[i];
@@ -267,6 +268,7 @@ __global__ void swigluKernel(const float *g, const float *u, int64_t n,
 
 __global__ void rmsNormKernel(const float *x, int64_t n, const float *w,
                               float eps, float *y) {
+  stepKernelPrologue();
   __shared__ float partials[kWarp];
   const float *xr = x + int64_t(blockIdx.x) * n;
   float *yr = y + int64_t(blockIdx.x) * n;
@@ -282,6 +284,7 @@ __global__ void rmsNormKernel(const float *x, int64_t n, const float *w,
 __global__ void addRmsNormKernel(const float *a, const float *b, int64_t n,
                                  const float *w, float eps, float *sum,
                                  float *y) {
+  stepKernelPrologue();
   __shared__ float partials[kWarp];
   const int64_t base = int64_t(blockIdx.x) * n;
   float sumSq = 0.f;
@@ -299,6 +302,7 @@ __global__ void addRmsNormKernel(const float *a, const float *b, int64_t n,
 
 __global__ void layerNormKernel(const float *x, int64_t n, const float *w,
                                 const float *bias, float eps, float *y) {
+  stepKernelPrologue();
   __shared__ float partials[kWarp];
   const float *xr = x + int64_t(blockIdx.x) * n;
   float *yr = y + int64_t(blockIdx.x) * n;
@@ -326,6 +330,7 @@ __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
                            const int32_t *position, RopeStyle style,
                            float theta, int64_t offset, int64_t dims,
                            float *y) {
+  stepKernelPrologue();
   const int64_t pairs = dims / 2;
   const double pos = double(*position);
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -373,6 +378,7 @@ struct SliceGeometry {
 };
 
 __global__ void sliceKernel(const float *x, SliceGeometry g, float *y) {
+  stepKernelPrologue();
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
        idx < g.total; idx += int64_t(gridDim.x) * blockDim.x) {
     // Row-major: the last dim is the fastest.
@@ -389,6 +395,7 @@ __global__ void sliceKernel(const float *x, SliceGeometry g, float *y) {
 
 __global__ void gatherReorderKernel(const float *src, int64_t ranks,
                                     int64_t outer, int64_t inner, float *dst) {
+  stepKernelPrologue();
   const int64_t total = ranks * outer * inner;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
        idx < total; idx += int64_t(gridDim.x) * blockDim.x) {
@@ -407,6 +414,7 @@ __global__ void gatherReorderKernel(const float *src, int64_t ranks,
 /// block 0 and no thread reads the table.
 __global__ void embedKernel(Geometry g, const uint8_t *data,
                             const int32_t *token, float *y, FaultSink fault) {
+  stepKernelPrologue();
   const int32_t t = *token;
   if (t < 0 || t >= g.rows) {
     if (blockIdx.x == 0 && threadIdx.x == 0)
@@ -419,10 +427,37 @@ __global__ void embedKernel(Geometry g, const uint8_t *data,
 }
 
 __global__ void dequantKernel(Geometry g, const uint8_t *data, float *out) {
+  stepKernelPrologue();
   const int64_t total = g.rows * g.cols;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
        idx < total; idx += int64_t(gridDim.x) * blockDim.x)
     out[idx] = weightValue(g, data, idx / g.cols, int32_t(idx % g.cols));
+}
+
+/// q8_0-split: one thread per 32-value block, bytes copied unchanged.
+__global__ void repackQ8SplitKernel(const uint8_t *blocks, int64_t count,
+                                    uint8_t *quants, uint8_t *scales) {
+  stepKernelPrologue();
+  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < count;
+       b += int64_t(gridDim.x) * blockDim.x) {
+    const uint8_t *src = blocks + b * 34;
+    scales[2 * b] = src[0];
+    scales[2 * b + 1] = src[1];
+    uint8_t *dst = quants + b * 32;
+    for (int i = 0; i < 32; ++i)
+      dst[i] = src[2 + i];
+  }
+}
+
+/// q8_0-split values as gguf-py: float(f16 scale) * q, one rounding.
+__global__ void dequantQ8SplitKernel(const int8_t *quants,
+                                     const uint16_t *scales, int64_t total,
+                                     float *out) {
+  stepKernelPrologue();
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < total; idx += int64_t(gridDim.x) * blockDim.x)
+    out[idx] =
+        __half2float(__ushort_as_half(scales[idx / 32])) * float(quants[idx]);
 }
 
 //===----------------------------------------------------------------------===//
@@ -431,6 +466,7 @@ __global__ void dequantKernel(Geometry g, const uint8_t *data, float *out) {
 
 __global__ void cacheAppendKernel(const float *entry, const int32_t *position,
                                   DeviceCache cache, FaultSink fault) {
+  stepKernelPrologue();
   const int32_t p = *position;
   if (p < 0 || p >= cache.positions) {
     if (blockIdx.x == 0 && threadIdx.x == 0)
@@ -541,16 +577,17 @@ __device__ void mlaReportFault(const MlaArgs &a) {
 }
 
 __global__ void mlaChunkKernel(MlaArgs a) {
+  stepKernelPrologue();
   extern __shared__ float shared[];
   const int64_t attended = mlaAttended(a);
   const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
   if (attended < 0 || first >= attended)
     return;
-  const int n = int(attended - first < kMlaChunk ? attended - first
-                                                 : kMlaChunk);
+  const int n =
+      int(attended - first < kMlaChunk ? attended - first : kMlaChunk);
   const int64_t width = a.cache.width, heads = a.heads, latent = a.latent;
-  float *rows = shared;                      // [kMlaChunk][width]
-  float *p = shared + kMlaChunk * width;     // [heads][kMlaChunk]
+  float *rows = shared;                  // [kMlaChunk][width]
+  float *p = shared + kMlaChunk * width; // [heads][kMlaChunk]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
 
@@ -571,8 +608,7 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   // one batch covers 8 rows of 576 at 512 threads (one memory round trip).
   const int rowWidth = int(width), total = n * rowWidth;
   constexpr int kLoads = 9;
-  for (int base = threadIdx.x; base < total;
-       base += kLoads * int(blockDim.x)) {
+  for (int base = threadIdx.x; base < total; base += kLoads * int(blockDim.x)) {
     float v[kLoads];
 #pragma unroll
     for (int b = 0; b < kLoads; ++b) {
@@ -662,6 +698,7 @@ __global__ void mlaChunkKernel(MlaArgs a) {
 constexpr int kMlaCombineThreads = 64;
 
 __global__ void mlaCombineKernel(MlaArgs a) {
+  stepKernelPrologue();
   extern __shared__ float weights[]; // [chunks]
   __shared__ float partials[kWarp];
   if (blockIdx.x == 0 && blockIdx.y == 0)
@@ -699,8 +736,8 @@ __global__ void mlaCombineKernel(MlaArgs a) {
     float v[kLoads];
 #pragma unroll
     for (int b = 0; b < kLoads; ++b)
-      v[b] = c0 + b < chunks ? a.partO[((c0 + b) * heads + h) * latent + j]
-                             : 0.f;
+      v[b] =
+          c0 + b < chunks ? a.partO[((c0 + b) * heads + h) * latent + j] : 0.f;
 #pragma unroll
     for (int b = 0; b < kLoads; ++b)
       if (c0 + b < chunks)
@@ -734,6 +771,7 @@ __device__ inline float rankable(float v) { return isnan(v) ? -INFINITY : v; }
 /// warps grid-stride over t <= position. Each warp reads one key row per
 /// head (cached after the first) and q.
 __global__ void indexerScoresKernel(IndexerArgs a) {
+  stepKernelPrologue();
   const int32_t position = *a.position;
   if (position < 0 || position >= a.cache.positions) {
     if (blockIdx.x == 0 && threadIdx.x == 0)
@@ -768,6 +806,7 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
 /// read and one warp sum instead of one per head. Dynamic shared memory:
 /// heads * (dim + 1) + heads + warps * dim floats.
 __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
+  stepKernelPrologue();
   extern __shared__ float staged[];
   const int32_t position = *a.position;
   if (position < 0 || position >= a.cache.positions) {
@@ -813,6 +852,7 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
 /// position) is below topK. O(P^2) in the worst case: a warp counts 32
 /// competitors per step with a ballot and stops once topK are ahead.
 __global__ void indexerFlagsKernel(IndexerArgs a) {
+  stepKernelPrologue();
   const int32_t position = *a.position;
   if (position < 0 || position >= a.cache.positions)
     return;
@@ -844,6 +884,7 @@ __global__ void indexerFlagsKernel(IndexerArgs a) {
 /// sum per chunk of kSingleBlockThreads positions), zeros after them, and
 /// the count. A bad position selects nothing (count 0).
 __global__ void indexerCompactKernel(IndexerArgs a) {
+  stepKernelPrologue();
   __shared__ int warpTotals[kWarp];
   const int32_t position = *a.position;
   const bool valid = position >= 0 && position < a.cache.positions;
@@ -882,6 +923,7 @@ __global__ void routerSelectKernel(const float *logits, int64_t experts,
                                    Gating gating, bool normalize,
                                    float routedScale, int32_t *ids,
                                    float *weights) {
+  stepKernelPrologue();
   extern __shared__ float prob[];
   __shared__ float partials[kWarp];
   __shared__ Best bests[kWarp];
@@ -963,6 +1005,7 @@ __device__ Best blockArgmax(const float *x, int64_t n, Best *shared) {
 }
 
 __global__ void argmaxKernel(const float *x, int64_t n, int32_t *out) {
+  stepKernelPrologue();
   __shared__ Best bests[kWarp];
   const Best best = blockArgmax(x, n, bests);
   if (threadIdx.x == 0)
@@ -971,6 +1014,7 @@ __global__ void argmaxKernel(const float *x, int64_t n, int32_t *out) {
 
 __global__ void argmaxCandidateKernel(const float *x, int64_t n, int32_t base,
                                       ArgmaxCandidate *out) {
+  stepKernelPrologue();
   __shared__ Best bests[kWarp];
   const Best best = blockArgmax(x, n, bests);
   if (threadIdx.x == 0)
@@ -979,6 +1023,7 @@ __global__ void argmaxCandidateKernel(const float *x, int64_t n, int32_t base,
 
 __global__ void pickCandidateKernel(const ArgmaxCandidate *candidates,
                                     int ranks, int32_t *out) {
+  stepKernelPrologue();
   ArgmaxCandidate top = candidates[0];
   for (int q = 1; q < ranks; ++q)
     if (candidates[q].value > top.value)
@@ -1004,6 +1049,7 @@ constexpr uint16_t kScaleLow = 0x1400, kScaleSpan = 0x1000;
 
 __global__ void fillBlocksKernel(ScaleFields f, uint8_t *data, uint64_t bytes,
                                  uint64_t seed) {
+  stepKernelPrologue();
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes;
        i += uint64_t(gridDim.x) * blockDim.x) {
     const uint64_t block = i / f.blockBytes;
@@ -1032,6 +1078,7 @@ __global__ void fillBlocksKernel(ScaleFields f, uint8_t *data, uint64_t bytes,
 /// in [-1, 1): converted toward zero so none rounds up to 1.
 __global__ void fillFloatsKernel(uint8_t *data, uint64_t count,
                                  int elementBytes, bool bf16, uint64_t seed) {
+  stepKernelPrologue();
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += uint64_t(gridDim.x) * blockDim.x) {
     const float v = unitFloat(randomAt(seed, i));
@@ -1091,7 +1138,7 @@ cudaError_t launchAdd(const float *a, const float *b, int64_t n, float *y,
   if (n < 0)
     return cudaErrorInvalidValue;
   if (n > 0)
-    addKernel<<<elementBlocks(n), kElementThreads, 0, s>>>(a, b, n, y);
+    launchStep(addKernel, elementBlocks(n), kElementThreads, 0, s, a, b, n, y);
   return cudaGetLastError();
 }
 
@@ -1100,7 +1147,8 @@ cudaError_t launchSwiglu(const float *g, const float *u, int64_t n, float *y,
   if (n < 0)
     return cudaErrorInvalidValue;
   if (n > 0)
-    swigluKernel<<<elementBlocks(n), kElementThreads, 0, s>>>(g, u, n, y);
+    launchStep(swigluKernel, elementBlocks(n), kElementThreads, 0, s, g, u, n,
+               y);
   return cudaGetLastError();
 }
 
@@ -1109,7 +1157,8 @@ cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    rmsNormKernel<<<unsigned(rows), kNormThreads, 0, s>>>(x, n, w, eps, y);
+    launchStep(rmsNormKernel, unsigned(rows), kNormThreads, 0, s, x, n, w, eps,
+               y);
   return cudaGetLastError();
 }
 
@@ -1119,8 +1168,8 @@ cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    addRmsNormKernel<<<unsigned(rows), kNormThreads, 0, s>>>(a, b, n, w, eps,
-                                                            sum, y);
+    launchStep(addRmsNormKernel, unsigned(rows), kNormThreads, 0, s, a, b, n, w,
+               eps, sum, y);
   return cudaGetLastError();
 }
 
@@ -1130,8 +1179,8 @@ cudaError_t launchLayerNorm(const float *x, int64_t rows, int64_t n,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w || !bias)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    layerNormKernel<<<unsigned(rows), kNormThreads, 0, s>>>(x, n, w, bias, eps,
-                                                           y);
+    launchStep(layerNormKernel, unsigned(rows), kNormThreads, 0, s, x, n, w,
+               bias, eps, y);
   return cudaGetLastError();
 }
 
@@ -1144,8 +1193,8 @@ cudaError_t launchRope(const float *x, int64_t rows, int64_t n,
       (style != RopeStyle::Interleaved && style != RopeStyle::NeoX))
     return cudaErrorInvalidValue;
   if (rows > 0)
-    ropeKernel<<<elementBlocks(rows * n), kElementThreads, 0, s>>>(
-        x, rows, n, position, style, theta, offset, dims, y);
+    launchStep(ropeKernel, elementBlocks(rows * n), kElementThreads, 0, s, x,
+               rows, n, position, style, theta, offset, dims, y);
   return cudaGetLastError();
 }
 
@@ -1167,7 +1216,8 @@ cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
     g.total *= dst[d];
   }
   if (g.total > 0)
-    sliceKernel<<<elementBlocks(g.total), kElementThreads, 0, s>>>(x, g, y);
+    launchStep(sliceKernel, elementBlocks(g.total), kElementThreads, 0, s, x, g,
+               y);
   return cudaGetLastError();
 }
 
@@ -1176,19 +1226,42 @@ cudaError_t launchEmbed(const DeviceWeight &table, const int32_t *token,
   Geometry g;
   if (!geometryOf(table, g) || !token)
     return cudaErrorInvalidValue;
-  embedKernel<<<elementBlocks(g.cols), kElementThreads, 0, s>>>(
-      g, table.data, token, y, fault);
+  launchStep(embedKernel, elementBlocks(g.cols), kElementThreads, 0, s, g,
+             table.data, token, y, fault);
+  return cudaGetLastError();
+}
+
+cudaError_t launchRepackQ8Split(const uint8_t *blocks, int64_t rows,
+                                int64_t cols, uint8_t *quants, uint8_t *scales,
+                                cudaStream_t s) {
+  if (rows < 0 || cols <= 0 || cols % 32 || !blocks || !quants || !scales)
+    return cudaErrorInvalidValue;
+  const int64_t count = rows * (cols / 32);
+  if (count > 0)
+    launchStep(repackQ8SplitKernel, elementBlocks(count), kElementThreads, 0, s,
+               blocks, count, quants, scales);
   return cudaGetLastError();
 }
 
 cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s) {
+  if (w.layout == WeightLayout::Q8Split) {
+    if (w.type != GGMLType::Q8_0 || w.rows < 0 || w.cols <= 0 || w.cols % 32 ||
+        !w.data || !w.scales)
+      return cudaErrorInvalidValue;
+    const int64_t total = w.rows * w.cols;
+    if (total > 0)
+      launchStep(dequantQ8SplitKernel, elementBlocks(total), kElementThreads, 0,
+                 s, reinterpret_cast<const int8_t *>(w.data),
+                 reinterpret_cast<const uint16_t *>(w.scales), total, out);
+    return cudaGetLastError();
+  }
   Geometry g;
   if (!geometryOf(w, g))
     return cudaErrorInvalidValue;
   const int64_t total = g.rows * g.cols;
   if (total > 0)
-    dequantKernel<<<elementBlocks(total), kElementThreads, 0, s>>>(g, w.data,
-                                                                   out);
+    launchStep(dequantKernel, elementBlocks(total), kElementThreads, 0, s, g,
+               w.data, out);
   return cudaGetLastError();
 }
 
@@ -1197,11 +1270,10 @@ cudaError_t launchCacheAppend(const float *entry, const int32_t *position,
                               cudaStream_t s) {
   if (!validCache(cache) || !position)
     return cudaErrorInvalidValue;
-  cacheAppendKernel<<<elementBlocks(cache.width), kElementThreads, 0, s>>>(
-      entry, position, cache, fault);
+  launchStep(cacheAppendKernel, elementBlocks(cache.width), kElementThreads, 0,
+             s, entry, position, cache, fault);
   return cudaGetLastError();
 }
-
 
 int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions) {
   const int64_t chunks = (positions + kMlaChunk - 1) / kMlaChunk;
@@ -1216,13 +1288,26 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                float *out, FaultSink fault, cudaStream_t s) {
   if (heads < 0 || heads > INT_MAX || latent < 0 || rope < 0 ||
       !validCache(cache) || cache.width != latent + rope ||
-      cache.width > kMlaMaxWidth || !position ||
-      !scratch || (selected && (!count || capacity < 0)))
+      cache.width > kMlaMaxWidth || !position || !scratch ||
+      (selected && (!count || capacity < 0)))
     return cudaErrorInvalidValue;
   const int64_t chunks = (cache.positions + kMlaChunk - 1) / kMlaChunk;
-  MlaArgs a{qLatent, qRope, heads,  latent, rope, cache, position, selected,
-            count,   capacity, scale, scratch, scratch + chunks * heads,
-            scratch + 2 * chunks * heads, out, fault};
+  MlaArgs a{qLatent,
+            qRope,
+            heads,
+            latent,
+            rope,
+            cache,
+            position,
+            selected,
+            count,
+            capacity,
+            scale,
+            scratch,
+            scratch + chunks * heads,
+            scratch + 2 * chunks * heads,
+            out,
+            fault};
   if (heads == 0)
     return cudaSuccess;
   const size_t chunkShared =
@@ -1238,13 +1323,14 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
               fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
           e != cudaSuccess)
         return e;
-  mlaChunkKernel<<<unsigned(chunks), kMlaChunkThreads, chunkShared, s>>>(a);
-  const dim3 combineGrid(unsigned(heads),
-                         unsigned((latent + kMlaCombineThreads - 1) /
-                                  kMlaCombineThreads));
+  launchStep(mlaChunkKernel, unsigned(chunks), kMlaChunkThreads, chunkShared, s,
+             a);
+  const dim3 combineGrid(
+      unsigned(heads),
+      unsigned((latent + kMlaCombineThreads - 1) / kMlaCombineThreads));
   if (latent > 0)
-    mlaCombineKernel<<<combineGrid, kMlaCombineThreads, combineShared, s>>>(
-        a);
+    launchStep(mlaCombineKernel, combineGrid, kMlaCombineThreads, combineShared,
+               s, a);
   return cudaGetLastError();
 }
 
@@ -1269,17 +1355,17 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   if (heads > 0 && staged <= 48 * 1024) {
     const int64_t wanted = (cache.positions + kScoreWarps - 1) / kScoreWarps;
     const unsigned scoreBlocks = unsigned(wanted < 1024 ? wanted : 1024);
-    indexerScoresByHeadKernel<<<scoreBlocks, kScoreWarps * kWarp, staged, s>>>(
-        a);
+    launchStep(indexerScoresByHeadKernel, scoreBlocks, kScoreWarps * kWarp,
+               staged, s, a);
   } else {
-    indexerScoresKernel<<<blocks, kWarpThreads, 0, s>>>(a);
+    launchStep(indexerScoresKernel, blocks, kWarpThreads, 0, s, a);
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
-  indexerFlagsKernel<<<blocks, kWarpThreads, 0, s>>>(a);
+  launchStep(indexerFlagsKernel, blocks, kWarpThreads, 0, s, a);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
-  indexerCompactKernel<<<1, kSingleBlockThreads, 0, s>>>(a);
+  launchStep(indexerCompactKernel, 1, kSingleBlockThreads, 0, s, a);
   return cudaGetLastError();
 }
 
@@ -1302,14 +1388,19 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   // One thread per expert (fewer warps to synchronise in each of the topK
   // rounds), up to a full block.
   const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
-  const unsigned threads =
-      unsigned(threads64 < kSingleBlockThreads ? threads64
-                                                : kSingleBlockThreads);
-  routerSelectKernel<<<1, threads, shared, s>>>(
-      logits, experts, bias, topK, gating, normalize, routedScale, ids,
-      weights);
+  const unsigned threads = unsigned(
+      threads64 < kSingleBlockThreads ? threads64 : kSingleBlockThreads);
+  launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts, bias,
+             topK, gating, normalize, routedScale, ids, weights);
   return cudaGetLastError();
 }
+
+namespace {
+thread_local bool overlapped = true;
+} // namespace
+
+void setOverlappedLaunches(bool on) { overlapped = on; }
+bool overlappedLaunches() { return overlapped; }
 
 bool hasKernelsFor(int device) {
   cudaFuncAttributes attributes;
@@ -1324,7 +1415,7 @@ cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
                          cudaStream_t s) {
   if (n > INT32_MAX || !out)
     return cudaErrorInvalidValue;
-  argmaxKernel<<<1, kSingleBlockThreads, 0, s>>>(x, n, out);
+  launchStep(argmaxKernel, 1, kSingleBlockThreads, 0, s, x, n, out);
   return cudaGetLastError();
 }
 
@@ -1332,7 +1423,8 @@ cudaError_t launchArgmaxCandidate(const float *x, int64_t n, int32_t base,
                                   ArgmaxCandidate *best, cudaStream_t s) {
   if (n <= 0 || n > INT32_MAX || int64_t(base) + n - 1 > INT32_MAX || !best)
     return cudaErrorInvalidValue;
-  argmaxCandidateKernel<<<1, kSingleBlockThreads, 0, s>>>(x, n, base, best);
+  launchStep(argmaxCandidateKernel, 1, kSingleBlockThreads, 0, s, x, n, base,
+             best);
   return cudaGetLastError();
 }
 
@@ -1340,7 +1432,7 @@ cudaError_t launchPickCandidate(const ArgmaxCandidate *candidates, int ranks,
                                 int32_t *out, cudaStream_t s) {
   if (ranks <= 0 || !candidates || !out)
     return cudaErrorInvalidValue;
-  pickCandidateKernel<<<1, 1, 0, s>>>(candidates, ranks, out);
+  launchStep(pickCandidateKernel, 1, 1, 0, s, candidates, ranks, out);
   return cudaGetLastError();
 }
 
@@ -1350,8 +1442,8 @@ cudaError_t launchGatherReorder(const float *src, int64_t ranks, int64_t outer,
     return cudaErrorInvalidValue;
   const int64_t total = ranks * outer * inner;
   if (total > 0)
-    gatherReorderKernel<<<elementBlocks(total), kElementThreads, 0, s>>>(
-        src, ranks, outer, inner, dst);
+    launchStep(gatherReorderKernel, elementBlocks(total), kElementThreads, 0, s,
+               src, ranks, outer, inner, dst);
   return cudaGetLastError();
 }
 
@@ -1370,8 +1462,8 @@ cudaError_t launchFillRandomBlocks(GGMLType type, uint8_t *data, uint64_t bytes,
   if (type == GGMLType::F32 || type == GGMLType::F16 ||
       type == GGMLType::BF16) {
     const uint64_t count = bytes / t.blockBytes;
-    fillFloatsKernel<<<blocks(count), kElementThreads, 0, s>>>(
-        data, count, int(t.blockBytes), type == GGMLType::BF16, seed);
+    launchStep(fillFloatsKernel, blocks(count), kElementThreads, 0, s, data,
+               count, int(t.blockBytes), type == GGMLType::BF16, seed);
     return cudaGetLastError();
   }
   // The f16 fields of each format (GLM5.md section 4, GenericQuant.cuh);
@@ -1398,8 +1490,8 @@ cudaError_t launchFillRandomBlocks(GGMLType type, uint8_t *data, uint64_t bytes,
   default: // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d at 0
     break;
   }
-  fillBlocksKernel<<<blocks(bytes), kElementThreads, 0, s>>>(f, data, bytes,
-                                                             seed);
+  launchStep(fillBlocksKernel, blocks(bytes), kElementThreads, 0, s, f, data,
+             bytes, seed);
   return cudaGetLastError();
 }
 
@@ -1408,10 +1500,10 @@ cudaError_t launchFillRandomCache(DeviceCache cache, uint64_t seed,
   if (!validCache(cache))
     return cudaErrorInvalidValue;
   const int64_t count = cache.positions * cache.width;
-  fillFloatsKernel<<<elementBlocks(count), kElementThreads, 0, s>>>(
-      static_cast<uint8_t *>(cache.data), uint64_t(count),
-      cache.type == CacheType::F32 ? 4 : 2, cache.type == CacheType::BF16,
-      seed);
+  launchStep(fillFloatsKernel, elementBlocks(count), kElementThreads, 0, s,
+             static_cast<uint8_t *>(cache.data), uint64_t(count),
+             cache.type == CacheType::F32 ? 4 : 2,
+             cache.type == CacheType::BF16, seed);
   return cudaGetLastError();
 }
 

@@ -44,8 +44,9 @@ enum class FaultCode : int32_t {
   ExpertOutOfRange = 5,    ///< moe_experts: value = id, limit = experts
 };
 
-/// The first fault of a step, in device memory. `code` is claimed with
-/// atomicCAS(&code, 0, c), then op/value/limit are written by the claimer.
+/// An op's fault, in device memory. `code` is claimed with atomicCAS(&code,
+/// 0, c) (the op's first faulting thread wins), then op/value/limit are
+/// written by the claimer.
 struct StepFault {
   int32_t code;
   int32_t op; ///< the op's index in its step
@@ -53,21 +54,47 @@ struct StepFault {
   int64_t limit;
 };
 
-/// Where a kernel reports: the step's fault word and the op's index.
+/// Where a kernel reports: its op's fault record and index, and optionally
+/// the step's first-fault word, which keeps the lowest faulting op index
+/// (atomicMin; cleared to 0xffffffff). Ops of a step may run concurrently,
+/// so the step reports the fault of its earliest op in step order, the
+/// same one a run op by op reports.
 struct FaultSink {
   StepFault *fault = nullptr;
   int32_t op = 0;
+  uint32_t *first = nullptr;
+};
+/// The first-fault word's value when no op faulted.
+constexpr uint32_t kNoFault = 0xffffffffu;
+
+/// How a weight's bytes lie in device memory: the artifact binding's
+/// layout, chosen by the compiler (docs/cuda.md).
+enum class WeightLayout : int32_t {
+  /// "gguf": the file's own blocks, rowBytes(type, cols) bytes per row.
+  Blocks = 0,
+  /// "q8_0-split" (Q8_0 only): the int8 quants of every row, rows back to
+  /// back ([rows][cols] at `data`), and the f16 scales, one per 32 values
+  /// ([rows][cols / 32] at `scales`). Read by launchLinear only.
+  Q8Split = 1,
 };
 
-/// A weight in device memory, in the GGUF file's block layout: `rows` rows
-/// of `cols` values (cols = ne[0], the quantised dim; rows = the product of
-/// the other dims), rowBytes(type, cols) bytes per row.
+/// A weight in device memory: `rows` rows of `cols` values (cols = ne[0],
+/// the quantised dim; rows = the product of the other dims) in `layout`.
 struct DeviceWeight {
   GGMLType type = GGMLType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
   const uint8_t *data = nullptr;
+  WeightLayout layout = WeightLayout::Blocks;
+  const uint8_t *scales = nullptr; ///< Q8Split only
 };
+
+/// Repacks `rows` rows of Q8_0 blocks (`cols` values a row, a multiple of
+/// 32) into the q8_0-split layout: quants[rows][cols] int8 and
+/// scales[rows][cols / 32] f16 bits, every byte copied unchanged.
+cudaError_t launchRepackQ8Split(const uint8_t *blocks, int64_t rows,
+                                int64_t cols, uint8_t *quants, uint8_t *scales,
+                                cudaStream_t s);
 
 enum class CacheType : int32_t { F32 = 0, F16 = 1, BF16 = 2 };
 
@@ -110,8 +137,7 @@ cudaError_t launchLayerNorm(const float *x, int64_t rows, int64_t n,
 /// (offset+i, offset+i+dims/2). y may be x.
 cudaError_t launchRope(const float *x, int64_t rows, int64_t n,
                        const int32_t *position, RopeStyle style, float theta,
-                       int64_t offset, int64_t dims, float *y,
-                       cudaStream_t s);
+                       int64_t offset, int64_t dims, float *y, cudaStream_t s);
 
 /// Up to 4-D box copy: y (shape dst) = x (shape src) at `offsets`; rank is
 /// the number of dims (1..4), row-major.
@@ -119,13 +145,18 @@ cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
                         const int64_t *offsets, int rank, float *y,
                         cudaStream_t s);
 
+/// Every launch below that takes a DeviceWeight reads the Blocks layout,
+/// except launchLinear and launchDequant, which read both, and refuses
+/// another (cudaErrorInvalidValue).
+///
 /// y[hidden] = row *token of a [hidden, vocab] table (table.cols = hidden,
 /// table.rows = vocab), decoded. A token outside [0, vocab) faults
 /// (TokenOutOfRange) and leaves y unwritten.
 cudaError_t launchEmbed(const DeviceWeight &table, const int32_t *token,
                         float *y, FaultSink fault, cudaStream_t s);
 
-/// out = every value of the weight, row-major (bit-exact to gguf-py).
+/// out = every value of the weight, row-major (bit-exact to gguf-py; both
+/// layouts).
 cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s);
 
 /// Mat-vec. y[b][n] = sum_k x[b][k] * W[b * rowsPerBatch * stacked + n][k]
@@ -169,10 +200,9 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
 /// floats, `flags` of cache.positions int32.
 cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
-                             const int32_t *position, int64_t topK,
-                             float scale, float *scores, int32_t *flags,
-                             int32_t *selected, int32_t *count,
-                             FaultSink fault, cudaStream_t s);
+                             const int32_t *position, int64_t topK, float scale,
+                             float *scores, int32_t *flags, int32_t *selected,
+                             int32_t *count, FaultSink fault, cudaStream_t s);
 
 /// MoE router (CpuKernels.h moeRouter): logits[e] = x . gate row e (gate
 /// [hidden, E]: gate.cols = hidden, gate.rows = E), then sigmoid or
@@ -201,6 +231,12 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              const DeviceWeight &down, float *act, float *out,
                              FaultSink fault, cudaStream_t s);
 
+/// Whether the step launches of the calling host thread ask for an
+/// overlapped start after their predecessor (programmatic dependent launch,
+/// Launch.cuh). On by default.
+void setOverlappedLaunches(bool on);
+bool overlappedLaunches();
+
 /// Whether this build carries kernel images GPU `device` can run (the
 /// architectures of KILN_CUDA_ARCHITECTURES); selects that device.
 bool hasKernelsFor(int device);
@@ -226,16 +262,14 @@ cudaError_t launchPickCandidate(const ArgmaxCandidate *candidates, int ranks,
 
 /// Reorders an all-gather's rank-major result src[ranks][outer][inner] into
 /// dst[outer][ranks][inner] (a gather on a dim after the first).
-cudaError_t launchGatherReorder(const float *src, int64_t ranks,
-                                int64_t outer, int64_t inner, float *dst,
-                                cudaStream_t s);
+cudaError_t launchGatherReorder(const float *src, int64_t ranks, int64_t outer,
+                                int64_t inner, float *dst, cudaStream_t s);
 
 /// Fills `bytes` bytes of weight data of `type` with random valid blocks
 /// (scales finite and small, quants uniform) from `seed`, so a benchmark
 /// reads real-looking data without a file.
-cudaError_t launchFillRandomBlocks(GGMLType type, uint8_t *data,
-                                   uint64_t bytes, uint64_t seed,
-                                   cudaStream_t s);
+cudaError_t launchFillRandomBlocks(GGMLType type, uint8_t *data, uint64_t bytes,
+                                   uint64_t seed, cudaStream_t s);
 
 /// Fills n values of a cache element type with random values in [-1, 1).
 cudaError_t launchFillRandomCache(DeviceCache cache, uint64_t seed,

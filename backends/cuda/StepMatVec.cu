@@ -28,9 +28,10 @@
 //===----------------------------------------------------------------------===//
 #include "StepKernels.h"
 
+#include "DeviceCommon.cuh"
+#include "Launch.cuh"
 #include "MatVec.h"
 #include "QuantDot.cuh"
-#include "DeviceCommon.cuh"
 #include "Warp.cuh"
 
 #include <climits>
@@ -98,11 +99,7 @@ int splitsFor(int64_t groups, const RowGeometry &g, int maxSplits) {
 }
 
 /// Warps per block for `splits` segments per item: whole items only.
-int warpsPerBlock(int splits) {
-  return splits * (kWarpsPerBlock / splits);
-}
-
-
+int warpsPerBlock(int splits) { return splits * (kWarpsPerBlock / splits); }
 
 /// Segment `part` of `parts` of R rows (row0 + r * rowBytes, r < nrows)
 /// dotted with the matching part of x, by the whole warp, into v (0 for an
@@ -145,12 +142,12 @@ struct LinearArgs {
 
 template <int R>
 __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
+  stepKernelPrologue();
   __shared__ float partials[kWarpsPerBlock][R];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
   const int64_t groups = (a.rowsPerBatch + R - 1) / R;
-  const int64_t item =
-      int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
+  const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
   const int part = warp % a.splits;
   const bool valid = item < a.batch * groups;
   int64_t out = 0;
@@ -176,6 +173,116 @@ __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
       partials[warp][r] = valid ? v[r] : 0.f;
+  __syncthreads();
+  if (valid && part == 0 && lane < nrows) {
+    float sum = partials[warp][lane];
+    for (int p = 1; p < a.splits; ++p)
+      sum += partials[warp + p][lane];
+    a.y[out + lane] = sum;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Linear over the q8_0-split layout (StepKernels.h WeightLayout): the same
+// items and split-K as linearKernel, in units of one warp pass of 512
+// values: lane l takes values [16 l, 16 l + 16) of the pass, one aligned
+// 16-byte quant load and one scale per row (lanes 2m and 2m + 1 share a
+// 32-value block's scale), and the 16 x values as four float4 loads shared
+// by the R rows. A row's sum is sum over blocks of d * (sum q x).
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kSplitPass = 16 * kWarp;
+
+struct Q8SplitArgs {
+  const int8_t *quants;
+  const unsigned short *scales;
+  int64_t cols;
+  const float *x;
+  int64_t batch, rowsPerBatch;
+  bool stacked;
+  int splits;
+  float *y;
+};
+
+template <bool kAlignedX>
+__device__ __forceinline__ float4 loadX4(const float *x) {
+  if constexpr (kAlignedX)
+    return __ldg(reinterpret_cast<const float4 *>(x));
+  else
+    return make_float4(__ldg(x), __ldg(x + 1), __ldg(x + 2), __ldg(x + 3));
+}
+
+template <int R, bool kAlignedX>
+__global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
+  stepKernelPrologue();
+  __shared__ float partials[kWarpsPerBlock][R];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
+  const int64_t groups = (a.rowsPerBatch + R - 1) / R;
+  const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
+  const int part = warp % a.splits;
+  const bool valid = item < a.batch * groups;
+  int64_t out = 0;
+  int nrows = 0;
+  float v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    v[r] = 0.f;
+  if (valid) {
+    const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
+    nrows = int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R);
+    const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
+    out = b * a.rowsPerBatch + n0;
+    const int64_t passes = (a.cols + kSplitPass - 1) / kSplitPass;
+    const int64_t first = passes * part / a.splits,
+                  last = passes * (part + 1) / a.splits;
+    const float *x = a.x + b * a.cols;
+    const int8_t *q0 = a.quants + row * a.cols;
+    const unsigned short *d0 = a.scales + row * (a.cols / 32);
+#pragma unroll 2
+    for (int64_t p = first; p < last; ++p) {
+      const int64_t c = p * kSplitPass + 16 * lane;
+      if (c >= a.cols) // cols is a multiple of 32: c + 16 <= cols otherwise
+        continue;
+      int4 q[R];
+      unsigned short d[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < nrows) {
+          q[r] = __ldg(reinterpret_cast<const int4 *>(q0 + r * a.cols + c));
+          d[r] = __ldg(d0 + r * (a.cols / 32) + c / 32);
+        }
+      const float4 x0 = loadX4<kAlignedX>(x + c),
+                   x1 = loadX4<kAlignedX>(x + c + 4),
+                   x2 = loadX4<kAlignedX>(x + c + 8),
+                   x3 = loadX4<kAlignedX>(x + c + 12);
+      constexpr float bias = quantdot::kMagic + 128.f;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < nrows) {
+          float sum = quantdot::dot4(uint32_t(q[r].x) ^ 0x80808080u, bias, x0);
+          sum += quantdot::dot4(uint32_t(q[r].y) ^ 0x80808080u, bias, x1);
+          sum += quantdot::dot4(uint32_t(q[r].z) ^ 0x80808080u, bias, x2);
+          sum += quantdot::dot4(uint32_t(q[r].w) ^ 0x80808080u, bias, x3);
+          v[r] = fmaf(quantdot::halfBits(d[r]), sum, v[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      v[r] = warpSum(v[r]);
+  }
+  if (a.splits == 1) { // uniform over the block
+    if (valid)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (lane == r && r < nrows)
+          a.y[out + r] = v[r];
+    return;
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      partials[warp][r] = v[r];
   __syncthreads();
   if (valid && part == 0 && lane < nrows) {
     float sum = partials[warp][lane];
@@ -221,6 +328,7 @@ struct ExpertArgs {
 
 template <int R>
 __global__ void __launch_bounds__(kThreads) expertGateUpKernel(ExpertArgs a) {
+  stepKernelPrologue();
   __shared__ float partials[kWarpsPerBlock][R];
   if (blockIdx.x == 0 && threadIdx.x == 0)
     // One thread reports the first bad id in k order, as the CPU would.
@@ -233,8 +341,7 @@ __global__ void __launch_bounds__(kThreads) expertGateUpKernel(ExpertArgs a) {
   const int perItem = 2 * a.splits;
   const int itemsPerBlock = int(blockDim.x / kWarp) / perItem;
   const int64_t groups = (a.ffn + R - 1) / R;
-  const int64_t item =
-      int64_t(blockIdx.x) * itemsPerBlock + warp / perItem;
+  const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / perItem;
   const int slot = warp % perItem, part = slot % a.splits;
   const bool isUp = slot >= a.splits;
   const bool inRange = item < a.k * groups;
@@ -283,9 +390,10 @@ __device__ inline void downDots(const ExpertArgs &a, int64_t e, int64_t h0,
                                 int nrows, const float *x, float *dst) {
   const RowGeometry &g = a.down;
   const uint8_t *row0 = a.downData + uint64_t(e * a.hidden + h0) * g.rowBytes;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(row0) |
-                         uintptr_t(g.rowBytes) |
-                         reinterpret_cast<uintptr_t>(x)) & 15) == 0;
+  const bool aligned =
+      ((reinterpret_cast<uintptr_t>(row0) | uintptr_t(g.rowBytes) |
+        reinterpret_cast<uintptr_t>(x)) &
+       15) == 0;
   if (g.cols == 256 && aligned && g.type == GGMLType::Q4_K) {
     warpDotOneBlockRowsK45<false, kDownRows / 4>(row0, g.rowBytes, nrows, x,
                                                  dst);
@@ -309,11 +417,11 @@ __device__ inline void downDots(const ExpertArgs &a, int64_t e, int64_t h0,
 }
 
 __global__ void __launch_bounds__(kThreads) expertDownKernel(ExpertArgs a) {
+  stepKernelPrologue();
   __shared__ float partials[kWarpsPerBlock][kDownRows];
   const int warp = threadIdx.x / kWarp;
   const int64_t h0 = int64_t(blockIdx.x) * kDownRows;
-  const int nrows =
-      int(a.hidden - h0 < kDownRows ? a.hidden - h0 : kDownRows);
+  const int nrows = int(a.hidden - h0 < kDownRows ? a.hidden - h0 : kDownRows);
   const int r = int(threadIdx.x); // the row this thread adds, if < nrows
   float sum = 0.f;
   for (int64_t i0 = 0; i0 < a.k; i0 += a.per) {
@@ -345,9 +453,62 @@ unsigned blocksFor(int64_t items, int64_t perBlock) {
 
 } // namespace
 
+namespace {
+
+/// launchLinear for the q8_0-split layout.
+cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
+                                const DeviceWeight &w, int64_t rowsPerBatch,
+                                bool stacked, float *y, cudaStream_t s) {
+  if (w.type != GGMLType::Q8_0 || w.cols <= 0 || w.cols % 32 || w.rows < 0 ||
+      batch < 0 || rowsPerBatch < 0 || !w.data || !w.scales ||
+      (reinterpret_cast<uintptr_t>(w.data) & 15) ||
+      (reinterpret_cast<uintptr_t>(w.scales) & 1) ||
+      w.rows != (stacked ? batch * rowsPerBatch : rowsPerBatch))
+    return cudaErrorInvalidValue;
+  if (batch * rowsPerBatch == 0)
+    return cudaGetLastError();
+  Q8SplitArgs a{};
+  a.quants = reinterpret_cast<const int8_t *>(w.data);
+  a.scales = reinterpret_cast<const unsigned short *>(w.scales);
+  a.cols = w.cols;
+  a.x = x;
+  a.batch = batch;
+  a.rowsPerBatch = rowsPerBatch;
+  a.stacked = stacked;
+  a.y = y;
+  const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
+  // Split-K in whole passes, as splitsFor: enough warps, no idle segment.
+  const int64_t passes = (w.cols + kSplitPass - 1) / kSplitPass;
+  int64_t splits = (kTargetWarps + items - 1) / items;
+  splits = splits < kWarpsPerBlock ? splits : kWarpsPerBlock;
+  splits = splits < passes ? splits : passes;
+  if (splits > 1) {
+    const int64_t longest = (passes + splits - 1) / splits;
+    splits = (passes + longest - 1) / longest;
+  }
+  a.splits = int(splits > 1 ? splits : 1);
+  const int warps = warpsPerBlock(a.splits);
+  const unsigned blocks = blocksFor(items, warps / a.splits);
+  if (blocks == 0)
+    return cudaErrorInvalidValue;
+  const bool alignedX = (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
+                        (w.cols * int64_t(sizeof(float))) % 16 == 0;
+  if (alignedX)
+    launchStep(linearQ8SplitKernel<kRows, true>, blocks, warps * kWarp, 0, s,
+               a);
+  else
+    launchStep(linearQ8SplitKernel<kRows, false>, blocks, warps * kWarp, 0, s,
+               a);
+  return cudaGetLastError();
+}
+
+} // namespace
+
 cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
                          int64_t rowsPerBatch, bool stacked, float *y,
                          cudaStream_t s) {
+  if (w.layout == WeightLayout::Q8Split)
+    return launchLinearQ8Split(x, batch, w, rowsPerBatch, stacked, y, s);
   LinearArgs a{};
   if (!geometryOf(w, a.w) || batch < 0 || rowsPerBatch < 0 ||
       w.rows != (stacked ? batch * rowsPerBatch : rowsPerBatch))
@@ -368,9 +529,9 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
   if (blocks == 0)
     return cudaErrorInvalidValue;
   if (rows == kRows)
-    linearKernel<kRows><<<blocks, warps * kWarp, 0, s>>>(a);
+    launchStep(linearKernel<kRows>, blocks, warps * kWarp, 0, s, a);
   else
-    linearKernel<1><<<blocks, warps * kWarp, 0, s>>>(a);
+    launchStep(linearKernel<1>, blocks, warps * kWarp, 0, s, a);
   return cudaGetLastError();
 }
 
@@ -405,13 +566,12 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   a.fault = fault;
   // Gate and up take the same split and rows per warp (both rows are
   // `hidden` long; several rows a warp only when both have the routine).
-  const int rows = rowsPerWarp(a.gate.type) == kRows &&
-                           rowsPerWarp(a.up.type) == kRows
-                       ? kRows
-                       : 1;
+  const int rows =
+      rowsPerWarp(a.gate.type) == kRows && rowsPerWarp(a.up.type) == kRows
+          ? kRows
+          : 1;
   const int64_t items = k * ((ffn + rows - 1) / rows);
-  const RowGeometry &shorter =
-      a.gate.rowBytes < a.up.rowBytes ? a.gate : a.up;
+  const RowGeometry &shorter = a.gate.rowBytes < a.up.rowBytes ? a.gate : a.up;
   a.splits = splitsFor(2 * items, shorter, kWarpsPerBlock / 2);
   a.per = k < kWarpsPerBlock ? (k > 0 ? int(k) : 1) : kWarpsPerBlock;
   const int gateWarps = warpsPerBlock(2 * a.splits);
@@ -421,13 +581,14 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     return cudaErrorInvalidValue;
   if (k > 0) {
     if (rows == kRows)
-      expertGateUpKernel<kRows><<<gateBlocks, gateWarps * kWarp, 0, s>>>(a);
+      launchStep(expertGateUpKernel<kRows>, gateBlocks, gateWarps * kWarp, 0, s,
+                 a);
     else
-      expertGateUpKernel<1><<<gateBlocks, gateWarps * kWarp, 0, s>>>(a);
+      launchStep(expertGateUpKernel<1>, gateBlocks, gateWarps * kWarp, 0, s, a);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
       return e;
   }
-  expertDownKernel<<<downBlocks, a.per * kWarp, 0, s>>>(a);
+  launchStep(expertDownKernel, downBlocks, a.per * kWarp, 0, s, a);
   return cudaGetLastError();
 }
 

@@ -1,4 +1,5 @@
-//===- EmitArtifact.cpp - Step programs to .kiln artifacts -----------------===//
+//===- EmitArtifact.cpp - Step programs to .kiln artifacts
+//-----------------===//
 #include "artifact/EmitArtifact.h"
 
 #include "kiln/KilnOps.h"
@@ -23,13 +24,29 @@ namespace {
 
 /// Every op kind the step dialect has; the CPU and CUDA backends run all
 /// of them.
-const std::vector<std::string> kAllStepOps = {
-    "embed",     "dequant",       "linear",      "fused_linear",
-    "rms_norm",  "add_rms_norm", "all_reduce_add_rms_norm", "layer_norm",
-    "rope",      "cache_append",  "mla_attention", "dsa_indexer",
-    "moe_router", "moe_experts",  "swiglu",      "add",        "all_reduce",
-    "all_gather", "distributed_argmax",
-    "argmax",    "copy",          "slice",       "concat"};
+const std::vector<std::string> kAllStepOps = {"embed",
+                                              "dequant",
+                                              "linear",
+                                              "fused_linear",
+                                              "rms_norm",
+                                              "add_rms_norm",
+                                              "all_reduce_add_rms_norm",
+                                              "layer_norm",
+                                              "rope",
+                                              "cache_append",
+                                              "mla_attention",
+                                              "dsa_indexer",
+                                              "moe_router",
+                                              "moe_experts",
+                                              "swiglu",
+                                              "add",
+                                              "all_reduce",
+                                              "all_gather",
+                                              "distributed_argmax",
+                                              "argmax",
+                                              "copy",
+                                              "slice",
+                                              "concat"};
 
 /// The GPU architectures the CUDA plugin's kernels are built for.
 const std::vector<std::string> kCudaArchitectures = {"sm_90", "sm_100",
@@ -44,8 +61,8 @@ Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
   options.split(parts, ',', -1, /*KeepEmpty=*/false);
   for (llvm::StringRef part : parts) {
     std::string arch = part.trim().str();
-    if (std::find(kCudaArchitectures.begin(), kCudaArchitectures.end(),
-                  arch) == kCudaArchitectures.end())
+    if (std::find(kCudaArchitectures.begin(), kCudaArchitectures.end(), arch) ==
+        kCudaArchitectures.end())
       return Error("--target=cuda:" + options.str(), arch,
                    "not an architecture the CUDA backend is built for "
                    "(sm_90, sm_100, sm_120)");
@@ -62,10 +79,44 @@ Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
   return Status::ok();
 }
 
+/// The CUDA plugin's device layout for Q8_0 weights read only as mat-vec
+/// weights (linear, fused_linear): every row's int8 quants, rows back to
+/// back, then every row's f16 scales (one per 32 values), from a 16-byte
+/// aligned offset. The plugin repacks the file's 34-byte blocks into it at
+/// load, so each lane of a warp reads 16 quant bytes in one aligned load
+/// (docs/cuda.md). Any other use (embed, dequant, the experts) keeps the
+/// file's blocks ("gguf").
+constexpr const char *kQ8Split = "q8_0-split";
+
+Status assignCudaLayouts(artifact::Artifact &out) {
+  // Per binding: whether every use is the weight operand of a mat-vec.
+  std::vector<int> matVecUses(out.weights.size(), 0),
+      otherUses(out.weights.size(), 0);
+  for (const artifact::RankPlan &plan : out.rankPlans)
+    for (const artifact::Step &step : plan.steps)
+      for (const artifact::Op &op : step.ops) {
+        std::span<const int32_t> ins = op.ins();
+        for (size_t i = 0; i < ins.size(); ++i) {
+          const artifact::Buffer &b = step.buffers[size_t(ins[i])];
+          if (b.kind != artifact::BufferKind::Weight)
+            continue;
+          bool matVec =
+              (op.kind == "linear" || op.kind == "fused_linear") && i >= 1;
+          ++(matVec ? matVecUses : otherUses)[size_t(b.binding)];
+        }
+      }
+  for (size_t i = 0; i < out.weights.size(); ++i) {
+    artifact::WeightBinding &w = out.weights[i];
+    if (w.type == GGMLType::Q8_0 && w.dims.size() >= 2 && matVecUses[i] &&
+        !otherUses[i])
+      w.layout = kQ8Split;
+  }
+  return Status::ok();
+}
+
 std::vector<Target> makeTargets() {
   std::vector<Target> out;
-  out.push_back({"cpu",
-                 "reference C++ kernels (plugin libkiln-backend-cpu.so)",
+  out.push_back({"cpu", "reference C++ kernels (plugin libkiln-backend-cpu.so)",
                  kAllStepOps,
                  [](ModuleOp, artifact::Artifact &) { return Status::ok(); },
                  [](llvm::StringRef options, artifact::Artifact &) -> Status {
@@ -74,15 +125,16 @@ std::vector<Target> makeTargets() {
                                   "the cpu target takes no options");
                    return Status::ok();
                  }});
-  // The CUDA plugin carries its kernels (built for sm_90, sm_100, sm_120)
-  // and reads the weights in the file's block layout.
-  out.push_back({"cuda",
-                 "CUDA kernels, one captured graph per rank (plugin "
-                 "libkiln-backend-cuda.so); --target=cuda:sm_90,sm_120 "
-                 "names the GPU architectures it may run on",
-                 kAllStepOps,
-                 [](ModuleOp, artifact::Artifact &) { return Status::ok(); },
-                 applyCudaOptions});
+  // The CUDA plugin carries its kernels (built for sm_90, sm_100, sm_120);
+  // the artifact names each weight's device layout.
+  out.push_back(
+      {"cuda",
+       "CUDA kernels, one captured graph per rank (plugin "
+       "libkiln-backend-cuda.so); --target=cuda:sm_90,sm_120 "
+       "names the GPU architectures it may run on",
+       kAllStepOps,
+       [](ModuleOp, artifact::Artifact &a) { return assignCudaLayouts(a); },
+       applyCudaOptions});
   return out;
 }
 
@@ -102,8 +154,9 @@ Expected<artifact::DType> dtypeOf(Type element, Operation *where) {
     return artifact::DType::BF16;
   if (element.isInteger(32))
     return artifact::DType::I32;
-  return Error("", describe(where), "has an element type the artifact "
-                                    "cannot express");
+  return Error("", describe(where),
+               "has an element type the artifact "
+               "cannot express");
 }
 
 Expected<artifact::Attr> attrOf(NamedAttribute named, Operation *op) {
@@ -123,8 +176,7 @@ Expected<artifact::Attr> attrOf(NamedAttribute named, Operation *op) {
     a.kind = artifact::AttrKind::String;
     a.stringValue = s.str();
   } else if (auto map = dyn_cast<ArrayAttr>(v);
-             map && !map.empty() &&
-             llvm::all_of(map, [](Attribute a) {
+             map && !map.empty() && llvm::all_of(map, [](Attribute a) {
                return isa<kd::SegmentAttr>(a);
              })) {
     // A segment map: names and formats are the weights' own bindings, so
@@ -204,8 +256,9 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
     auto tp = func->getAttrOfType<IntegerAttr>("kiln.tp");
     int64_t n = tp ? tp.getInt() : 1;
     if (ranks && n != ranks)
-      return Error("", "module", "step functions partitioned for different "
-                                 "rank counts");
+      return Error("", "module",
+                   "step functions partitioned for different "
+                   "rank counts");
     ranks = n;
   }
   if (ranks < 1)
@@ -216,127 +269,132 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
   bool contextSet = false;
 
   for (uint32_t rank = 0; rank < out.ranks; ++rank) {
-  for (auto func : module.getOps<func::FuncOp>()) {
-    if (!func->hasAttr(st::kPlanAttrName))
-      continue;
-    if (out.modelArch.empty())
-      if (auto config = func->getAttrOfType<kd::GLM5ConfigAttr>("kiln.config")) {
-        out.modelArch = "glm-dsa";
-        addConfig(out, config);
-      }
-    auto plan = func->getAttrOfType<st::PlanAttr>(st::kPlanAttrName);
-    artifact::Step step;
-    step.name = func.getSymName().str();
-    step.arenaBytes = plan.getArenaBytes();
-    step.alignment = plan.getAlignment();
-    step.peakLiveBytes = plan.getPeakLiveBytes();
-    llvm::DenseMap<Value, int32_t> index;
-
-    for (Operation &op : func.getBody().front()) {
-      if (isa<func::ReturnOp>(op))
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (!func->hasAttr(st::kPlanAttrName))
         continue;
-      if (st::isDeclaration(&op) || isa<st::ViewOp>(op)) {
-        artifact::Buffer b;
-        Value result = op.getResult(0);
-        if (auto w = dyn_cast<st::WeightOp>(op)) {
-          kd::QWeightType type = w.getType();
-          bool split = type.getShardDim() >= 0;
-          std::string key = type.getName().str();
-          if (split)
-            key += fmt::format("#{}", rank);
-          auto [it, inserted] = bindings.try_emplace(
-              key, static_cast<int32_t>(out.weights.size()));
-          if (inserted) {
-            artifact::WeightBinding binding;
-            binding.tensor = type.getName().str();
-            std::optional<GGMLType> ggml = parseGGMLType(type.getFormat().str());
-            if (!ggml)
-              return Error("", describe(&op), "has an unknown weight format");
-            binding.type = *ggml;
-            SmallVector<int64_t> full = type.getFullDims();
-            binding.dims.assign(full.begin(), full.end());
-            if (split) {
-              // Per group (one unless a fused gate/up), this rank's cut.
-              int64_t part = type.getDims()[type.getShardDim()] /
-                             type.getShardGroups();
-              binding.sliceDim = static_cast<int32_t>(type.getShardDim());
-              binding.sliceBegin = part * rank;
-              binding.sliceEnd = part * (rank + 1);
-              binding.sliceGroups = static_cast<int32_t>(type.getShardGroups());
-            }
-            out.weights.push_back(std::move(binding));
-          }
-          b.kind = artifact::BufferKind::Weight;
-          b.binding = it->second;
-          b.name = st::declarationName(&op);
-        } else {
-          auto type = cast<MemRefType>(result.getType());
-          Expected<artifact::DType> dtype = dtypeOf(type.getElementType(), &op);
-          if (!dtype)
-            return dtype.error();
-          b.dtype = *dtype;
-          b.shape.assign(type.getShape().begin(), type.getShape().end());
-          if (auto buffer = dyn_cast<st::BufferOp>(op)) {
-            b.kind = artifact::BufferKind::Arena;
-            b.offset = buffer.getOffset().value_or(-1);
-            b.name = buffer.getBufferName().str();
-          } else if (auto view = dyn_cast<st::ViewOp>(op)) {
-            b.kind = artifact::BufferKind::View;
-            b.offset = view.getOffset();
-            b.base = index.lookup(view.getSource());
-            b.name = fmt::format("{}[{}]", st::describeBuffer(view.getSource()),
-                                 view.getOffset());
-          } else if (auto state = dyn_cast<st::StateOp>(op)) {
-            b.kind = artifact::BufferKind::State;
-            b.name = state.getStateName().str();
-            uint64_t positions = static_cast<uint64_t>(type.getDimSize(0));
-            if (contextSet && positions != out.contextLength)
-              return Error("", describe(&op),
-                           "caches of different lengths in one artifact");
-            out.contextLength = positions;
-            contextSet = true;
-          } else if (auto in = dyn_cast<st::InputOp>(op)) {
-            b.kind = artifact::BufferKind::Input;
-            b.name = in.getSlotName().str();
-          } else {
-            b.kind = artifact::BufferKind::Output;
-            b.name = cast<st::OutputOp>(op).getSlotName().str();
-          }
+      if (out.modelArch.empty())
+        if (auto config =
+                func->getAttrOfType<kd::GLM5ConfigAttr>("kiln.config")) {
+          out.modelArch = "glm-dsa";
+          addConfig(out, config);
         }
-        index[result] = static_cast<int32_t>(step.buffers.size());
-        step.buffers.push_back(std::move(b));
-        continue;
-      }
-      if (!isa_and_present<st::StepDialect>(op.getDialect()))
-        return Error("", describe(&op), "is not a step op");
-      artifact::Op a;
-      a.kind = op.getName().stripDialect().str();
-      if (std::find(target.supportedOps.begin(), target.supportedOps.end(),
-                    a.kind) == target.supportedOps.end())
-        return Error("", describe(&op),
-                     fmt::format("target '{}' has no kernel for it",
-                                 target.name));
-      for (Value v : op.getOperands()) {
-        auto it = index.find(v);
-        if (it == index.end())
-          return Error("", describe(&op), "uses a buffer declared after it");
-        a.operands.push_back(it->second);
-      }
-      a.numOuts = static_cast<uint32_t>(
-          cast<DestinationStyleOpInterface>(op).getNumDpsInits());
-      for (NamedAttribute named : op.getAttrs()) {
-        if (named.getName() == "operandSegmentSizes")
+      auto plan = func->getAttrOfType<st::PlanAttr>(st::kPlanAttrName);
+      artifact::Step step;
+      step.name = func.getSymName().str();
+      step.arenaBytes = plan.getArenaBytes();
+      step.alignment = plan.getAlignment();
+      step.peakLiveBytes = plan.getPeakLiveBytes();
+      llvm::DenseMap<Value, int32_t> index;
+
+      for (Operation &op : func.getBody().front()) {
+        if (isa<func::ReturnOp>(op))
           continue;
-        Expected<artifact::Attr> attr = attrOf(named, &op);
-        if (!attr)
-          return attr.error();
-        a.attrs.push_back(std::move(*attr));
+        if (st::isDeclaration(&op) || isa<st::ViewOp>(op)) {
+          artifact::Buffer b;
+          Value result = op.getResult(0);
+          if (auto w = dyn_cast<st::WeightOp>(op)) {
+            kd::QWeightType type = w.getType();
+            bool split = type.getShardDim() >= 0;
+            std::string key = type.getName().str();
+            if (split)
+              key += fmt::format("#{}", rank);
+            auto [it, inserted] = bindings.try_emplace(
+                key, static_cast<int32_t>(out.weights.size()));
+            if (inserted) {
+              artifact::WeightBinding binding;
+              binding.tensor = type.getName().str();
+              std::optional<GGMLType> ggml =
+                  parseGGMLType(type.getFormat().str());
+              if (!ggml)
+                return Error("", describe(&op), "has an unknown weight format");
+              binding.type = *ggml;
+              SmallVector<int64_t> full = type.getFullDims();
+              binding.dims.assign(full.begin(), full.end());
+              if (split) {
+                // Per group (one unless a fused gate/up), this rank's cut.
+                int64_t part =
+                    type.getDims()[type.getShardDim()] / type.getShardGroups();
+                binding.sliceDim = static_cast<int32_t>(type.getShardDim());
+                binding.sliceBegin = part * rank;
+                binding.sliceEnd = part * (rank + 1);
+                binding.sliceGroups =
+                    static_cast<int32_t>(type.getShardGroups());
+              }
+              out.weights.push_back(std::move(binding));
+            }
+            b.kind = artifact::BufferKind::Weight;
+            b.binding = it->second;
+            b.name = st::declarationName(&op);
+          } else {
+            auto type = cast<MemRefType>(result.getType());
+            Expected<artifact::DType> dtype =
+                dtypeOf(type.getElementType(), &op);
+            if (!dtype)
+              return dtype.error();
+            b.dtype = *dtype;
+            b.shape.assign(type.getShape().begin(), type.getShape().end());
+            if (auto buffer = dyn_cast<st::BufferOp>(op)) {
+              b.kind = artifact::BufferKind::Arena;
+              b.offset = buffer.getOffset().value_or(-1);
+              b.name = buffer.getBufferName().str();
+            } else if (auto view = dyn_cast<st::ViewOp>(op)) {
+              b.kind = artifact::BufferKind::View;
+              b.offset = view.getOffset();
+              b.base = index.lookup(view.getSource());
+              b.name =
+                  fmt::format("{}[{}]", st::describeBuffer(view.getSource()),
+                              view.getOffset());
+            } else if (auto state = dyn_cast<st::StateOp>(op)) {
+              b.kind = artifact::BufferKind::State;
+              b.name = state.getStateName().str();
+              uint64_t positions = static_cast<uint64_t>(type.getDimSize(0));
+              if (contextSet && positions != out.contextLength)
+                return Error("", describe(&op),
+                             "caches of different lengths in one artifact");
+              out.contextLength = positions;
+              contextSet = true;
+            } else if (auto in = dyn_cast<st::InputOp>(op)) {
+              b.kind = artifact::BufferKind::Input;
+              b.name = in.getSlotName().str();
+            } else {
+              b.kind = artifact::BufferKind::Output;
+              b.name = cast<st::OutputOp>(op).getSlotName().str();
+            }
+          }
+          index[result] = static_cast<int32_t>(step.buffers.size());
+          step.buffers.push_back(std::move(b));
+          continue;
+        }
+        if (!isa_and_present<st::StepDialect>(op.getDialect()))
+          return Error("", describe(&op), "is not a step op");
+        artifact::Op a;
+        a.kind = op.getName().stripDialect().str();
+        if (std::find(target.supportedOps.begin(), target.supportedOps.end(),
+                      a.kind) == target.supportedOps.end())
+          return Error(
+              "", describe(&op),
+              fmt::format("target '{}' has no kernel for it", target.name));
+        for (Value v : op.getOperands()) {
+          auto it = index.find(v);
+          if (it == index.end())
+            return Error("", describe(&op), "uses a buffer declared after it");
+          a.operands.push_back(it->second);
+        }
+        a.numOuts = static_cast<uint32_t>(
+            cast<DestinationStyleOpInterface>(op).getNumDpsInits());
+        for (NamedAttribute named : op.getAttrs()) {
+          if (named.getName() == "operandSegmentSizes")
+            continue;
+          Expected<artifact::Attr> attr = attrOf(named, &op);
+          if (!attr)
+            return attr.error();
+          a.attrs.push_back(std::move(*attr));
+        }
+        step.ops.push_back(std::move(a));
       }
-      step.ops.push_back(std::move(a));
+      out.rankPlans[rank].rank = rank;
+      out.rankPlans[rank].steps.push_back(std::move(step));
     }
-    out.rankPlans[rank].rank = rank;
-    out.rankPlans[rank].steps.push_back(std::move(step));
-  }
   }
   if (Status st = target.emitPayloads(module, out); !st)
     return st.error();

@@ -161,6 +161,8 @@ void describe(const std::string &path, const artifact::Artifact &a) {
                                        w.sliceBegin, w.sliceEnd);
       if (w.sliceGroups > 1)
         slice += fmt::format(" of each of {} groups", w.sliceGroups);
+      if (w.layout != "gguf")
+        slice += ", device layout " + w.layout;
       std::printf("  binds %s %s [%s] %s\n", w.tensor.c_str(),
                   std::string(nameOf(w.type)).c_str(), dims.c_str(),
                   slice.c_str());

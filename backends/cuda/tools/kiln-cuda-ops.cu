@@ -294,15 +294,29 @@ Cache randomCache(kc::CacheType type, int64_t positions, int64_t width,
   return Cache{type, positions, width, std::move(host), std::move(d)};
 }
 
-/// A zeroed device fault word.
+/// A zeroed device fault record and a cleared first-fault word.
 struct Fault {
   DeviceArray<kc::StepFault> word{size_t(1)};
+  DeviceArray<uint32_t> first{size_t(1)};
   static constexpr int32_t kOp = 42;
 
   Fault() { clear(); }
-  void clear() { CHECK_CUDA(cudaMemset(word.get(), 0, sizeof(kc::StepFault))); }
-  kc::FaultSink sink() const { return {word.get(), kOp}; }
-  kc::StepFault read() const { return word.download()[0]; }
+  void clear() {
+    CHECK_CUDA(cudaMemset(word.get(), 0, sizeof(kc::StepFault)));
+    CHECK_CUDA(cudaMemset(first.get(), 0xff, sizeof(uint32_t)));
+  }
+  kc::FaultSink sink() const { return {word.get(), kOp, first.get()}; }
+  /// The record; a first-fault word that disagrees with it (not kOp after
+  /// a fault, not kNoFault without one) shows as a record with a bad op.
+  kc::StepFault read() const {
+    kc::StepFault f = word.download()[0];
+    const uint32_t firstOp = first.download()[0];
+    if (firstOp != (f.code ? uint32_t(kOp) : kc::kNoFault)) {
+      f.code = f.code ? f.code : -1;
+      f.op = -1;
+    }
+    return f;
+  }
 };
 
 /// Mismatches between a fault word and the expected one (0 when equal).
@@ -643,6 +657,91 @@ void checkLinear(Report &r, kiln::Rng &rng) {
   check(GGMLType::Q6_K, Shape{{2048, 1000}, 1});
 }
 
+/// A Q8_0 weight repacked on the device into the q8_0-split layout.
+struct SplitWeight {
+  DeviceArray<uint8_t> quants, scales;
+  kc::DeviceWeight dev(const Weight &w) const {
+    return {
+        w.type,      w.rows, w.cols, quants.get(), kc::WeightLayout::Q8Split,
+        scales.get()};
+  }
+};
+
+SplitWeight repackQ8(const Weight &w) {
+  SplitWeight s{DeviceArray<uint8_t>(size_t(w.rows * w.cols)),
+                DeviceArray<uint8_t>(size_t(w.rows * w.cols / 32 * 2))};
+  run(kc::launchRepackQ8Split(w.device.get(), w.rows, w.cols, s.quants.get(),
+                              s.scales.get(), nullptr));
+  return s;
+}
+
+/// The q8_0-split device layout: the repack keeps every byte (the blocks
+/// rebuilt from it on the host equal the file's), its values are the file's
+/// bit for bit, and the mat-vec over it matches the CPU as the block
+/// layout's does, at tensor-parallel GLM-5 shapes, stacked weights, widths
+/// under one warp pass, and x off 16-byte alignment.
+void checkQ8Split(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  struct Shape {
+    std::vector<int64_t> dims;
+    int64_t batch;
+    size_t xShift = 0; ///< floats x is moved off 16-byte alignment
+  };
+  for (const Shape &s :
+       {Shape{{512, 37}, 1}, Shape{{512, 37}, 3}, Shape{{96, 37}, 1},
+        Shape{{32, 5}, 2}, Shape{{192, 512, 8}, 8}, Shape{{512, 37}, 1, 1},
+        Shape{{6144, 2048}, 1}, Shape{{2048, 6144}, 1},
+        Shape{{6144, 2752}, 1}}) {
+    const bool stacked = s.dims.size() == 3;
+    const int64_t k = s.dims[0], n = s.dims[1];
+    Weight w = randomWeight(GGMLType::Q8_0, s.dims, rng.next());
+    SplitWeight split = repackQ8(w);
+    std::string what = fmtText("[%lld, %lld", (long long)k, (long long)n);
+    if (stacked)
+      what += fmtText(", %lld] stacked", (long long)s.dims[2]);
+    else
+      what += "]";
+    what += fmtText(" batch %lld", (long long)s.batch);
+    if (s.xShift)
+      what += fmtText(", x +%zu floats", s.xShift);
+
+    // Bytes: each block = its scale's two bytes then its 32 quants.
+    const std::vector<uint8_t> q = split.quants.download(),
+                               d = split.scales.download();
+    std::vector<uint8_t> rebuilt(w.host.size());
+    for (int64_t b = 0; b < w.rows * w.cols / 32; ++b) {
+      rebuilt[size_t(b * 34)] = d[size_t(2 * b)];
+      rebuilt[size_t(b * 34 + 1)] = d[size_t(2 * b + 1)];
+      std::memcpy(&rebuilt[size_t(b * 34 + 2)], &q[size_t(b * 32)], 32);
+    }
+    r.line("q8_0-split", "repack " + what, mismatches(rebuilt, w.host), 0,
+           "every byte kept");
+
+    std::vector<float> values(size_t(w.rows * w.cols));
+    if (!r.reference("q8_0-split", cpu::dequant(w.view("w"), values.data())))
+      continue;
+    DeviceArray<float> out(values.size());
+    run(kc::launchDequant(split.dev(w), out.get(), nullptr));
+    r.line("q8_0-split", "dequant " + what, mismatches(out.download(), values),
+           0, "bit-exact with gguf-py");
+
+    std::vector<float> x = normals(rng, size_t(s.batch * k), 1.0),
+                       want(size_t(s.batch * n));
+    if (!r.reference("q8_0-split", cpu::linear(x.data(), s.batch, w.view("w"),
+                                               want.data(), pool)))
+      continue;
+    std::vector<float> shifted(s.xShift, 0.f);
+    shifted.insert(shifted.end(), x.begin(), x.end());
+    DeviceArray<float> dx(shifted), dy(want.size());
+    run(kc::launchLinear(dx.get() + s.xShift, s.batch, split.dev(w), n, stacked,
+                         dy.get(), nullptr));
+    // d * sum(q x) per block: the scale multiplies once per block where the
+    // CPU rounds d * q per value; under an ulp per term.
+    r.line("q8_0-split", "linear " + what, relError(dy.download(), want),
+           sumTol(double(k)), sumWhy("dot order, fma", k));
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Caches and attention
 //===----------------------------------------------------------------------===//
@@ -709,7 +808,8 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   const float scale = 1.f / std::sqrt(float(width));
   std::vector<float> ql = normals(rng, heads * latent, 1.0),
                      qr = normals(rng, heads * rope, 1.0);
-  DeviceArray<float> dql(ql), dqr(qr), scores(kc::mlaScratchFloats(heads, latent, positions)),
+  DeviceArray<float> dql(ql), dqr(qr),
+      scores(kc::mlaScratchFloats(heads, latent, positions)),
       dout(heads * latent);
   DeviceArray<int32_t> dpos(1), dsel(capacity), dcount(1);
 
@@ -1035,9 +1135,9 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
         Case{GGMLType::Q8_0, GGMLType::Q6_K, true, false, 512, 256, 16, 3},
         // 12 experts: chunks of 8 and 4.
         Case{GGMLType::Q5_K, GGMLType::Q8_0, false, true, 512, 512, 16, 12}}) {
-    Weight gate =
-        randomWeight(c.gateType, {c.hidden, c.fused ? 2 * c.ffn : c.ffn, c.experts},
-                     rng.next());
+    Weight gate = randomWeight(
+        c.gateType, {c.hidden, c.fused ? 2 * c.ffn : c.ffn, c.experts},
+        rng.next());
     std::optional<Weight> up;
     if (!c.fused)
       up.emplace(
@@ -1193,10 +1293,14 @@ void benchLinear() {
     GGMLType type;
     int64_t k, n;
     const char *what;
+    bool split = false; ///< the q8_0-split device layout
   };
   const Case cases[] = {
       {GGMLType::Q8_0, 6144, 2048, "q_a-like"},
+      {GGMLType::Q8_0, 6144, 2048, "q_a-like, q8_0-split", true},
       {GGMLType::Q8_0, 2048, 6144, "attn_output slice"},
+      {GGMLType::Q8_0, 2048, 6144, "attn_output slice, q8_0-split", true},
+      {GGMLType::Q8_0, 6144, 2752, "q_a + kv_a + indexer k, q8_0-split", true},
       {GGMLType::Q4_K, 6144, 2048, "expert gate/up rows"},
       {GGMLType::Q5_K, 2048, 6144, "dense down slice"},
       {GGMLType::Q6_K, 6144, 19360, "output head slice"},
@@ -1212,17 +1316,31 @@ void benchLinear() {
   kiln::Rng rng(7);
   for (const Case &c : cases) {
     const uint64_t bytes = *kiln::rowBytes(c.type, uint64_t(c.k)) * c.n;
-    const uint64_t copies = std::max<uint64_t>(2, (kRotateBytes + bytes - 1) / bytes);
+    const uint64_t copies =
+        std::max<uint64_t>(2, (kRotateBytes + bytes - 1) / bytes);
     DeviceArray<uint8_t> w(bytes * copies);
     run(kc::launchFillRandomBlocks(c.type, w.get(), bytes * copies, rng.next(),
                                    nullptr));
+    // The split layout: every copy's quants, then every copy's scales.
+    const uint64_t values = uint64_t(c.k * c.n);
+    DeviceArray<uint8_t> quants(c.split ? values * copies : 0),
+        scales(c.split ? values / 16 * copies : 0);
+    if (c.split)
+      run(kc::launchRepackQ8Split(w.get(), c.n * int64_t(copies), c.k,
+                                  quants.get(), scales.get(), nullptr));
     DeviceArray<float> x(normals(rng, c.k, 1.0)), y(c.n);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    CHECK_CUDA(
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < kRuns; ++i) {
-      const kc::DeviceWeight dw{c.type, c.n, c.k,
-                                w.get() + uint64_t(i) % copies * bytes};
+      const uint64_t copy = uint64_t(i) % copies;
+      kc::DeviceWeight dw{c.type, c.n, c.k, w.get() + copy * bytes};
+      if (c.split) {
+        dw.layout = kc::WeightLayout::Q8Split;
+        dw.data = quants.get() + copy * values;
+        dw.scales = scales.get() + copy * (values / 16);
+      }
       CHECK_CUDA(kc::launchLinear(x.get(), 1, dw, c.n, false, y.get(), stream));
     }
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
@@ -1301,28 +1419,32 @@ void benchOps() {
   DeviceArray<float> ql(normals(rng, heads * latent, 1.0)),
       qr(normals(rng, heads * rope, 1.0)), out(heads * latent),
       scratch(kc::mlaScratchFloats(heads, latent, positions));
-  report("mla_attention 8x(512+64), 1025 of 2048", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchMlaAttention(ql.get(), qr.get(), heads, latent, rope, c,
-                                  pos.get(), dsel.get(), dcount.get(),
-                                  positions, 0.07f, scratch.get(), out.get(),
-                                  fault.sink(), s);
-  }));
-  report("mla_attention 8x(512+64), 0..1024, no selection", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchMlaAttention(ql.get(), qr.get(), heads, latent, rope, c,
-                                  pos.get(), nullptr, nullptr, 0, 0.07f,
-                                  scratch.get(), out.get(), fault.sink(), s);
-  }));
-  report("mla_attention 1x(512+64), 0..1024, no selection", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchMlaAttention(ql.get(), qr.get(), 1, latent, rope, c,
-                                  pos.get(), nullptr, nullptr, 0, 0.07f,
-                                  scratch.get(), out.get(), fault.sink(), s);
-  }));
+  report("mla_attention 8x(512+64), 1025 of 2048",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return kc::launchMlaAttention(
+               ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
+               dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
+               out.get(), fault.sink(), s);
+         }));
+  report("mla_attention 8x(512+64), 0..1024, no selection",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return kc::launchMlaAttention(
+               ql.get(), qr.get(), heads, latent, rope, c, pos.get(), nullptr,
+               nullptr, 0, 0.07f, scratch.get(), out.get(), fault.sink(), s);
+         }));
+  report("mla_attention 1x(512+64), 0..1024, no selection",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return kc::launchMlaAttention(
+               ql.get(), qr.get(), 1, latent, rope, c, pos.get(), nullptr,
+               nullptr, 0, 0.07f, scratch.get(), out.get(), fault.sink(), s);
+         }));
   DeviceArray<int32_t> early(std::vector<int32_t>{15});
-  report("mla_attention 8x(512+64), 0..15, no selection", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchMlaAttention(ql.get(), qr.get(), heads, latent, rope, c,
-                                  early.get(), nullptr, nullptr, 0, 0.07f,
-                                  scratch.get(), out.get(), fault.sink(), s);
-  }));
+  report("mla_attention 8x(512+64), 0..15, no selection",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return kc::launchMlaAttention(
+               ql.get(), qr.get(), heads, latent, rope, c, early.get(), nullptr,
+               nullptr, 0, 0.07f, scratch.get(), out.get(), fault.sink(), s);
+         }));
   // The indexer: 32 heads of 128 over a [2048, 128] f16 key cache.
   DeviceArray<uint16_t> keys(positions * 128);
   kc::DeviceCache k{keys.get(), kc::CacheType::F16, positions, 128};
@@ -1330,40 +1452,46 @@ void benchOps() {
   DeviceArray<float> q(normals(rng, 32 * 128, 1.0)), hw(normals(rng, 32, 1.0)),
       scores(positions);
   DeviceArray<int32_t> flags(positions), chosen(2048), count(1);
-  report("dsa_indexer 32x128, top 2048 at 1024", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(), 2048,
-                                0.1f, scores.get(), flags.get(), chosen.get(),
-                                count.get(), fault.sink(), s);
-  }));
-  report("dsa_indexer 32x128, top 256 at 1024", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(), 256,
-                                0.1f, scores.get(), flags.get(), chosen.get(),
-                                count.get(), fault.sink(), s);
-  }));
+  report("dsa_indexer 32x128, top 2048 at 1024",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(),
+                                       2048, 0.1f, scores.get(), flags.get(),
+                                       chosen.get(), count.get(), fault.sink(),
+                                       s);
+         }));
+  report("dsa_indexer 32x128, top 256 at 1024",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(),
+                                       256, 0.1f, scores.get(), flags.get(),
+                                       chosen.get(), count.get(), fault.sink(),
+                                       s);
+         }));
   DeviceArray<float> v(normals(rng, 6144, 1.0)), w(normals(rng, 6144, 1.0)),
       y(6144), sum(6144), qrow(normals(rng, heads * 192, 1.0));
   report("rope 8x192 (64 rotated)", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchRope(qrow.get(), heads, 192, pos.get(),
-                          kc::RopeStyle::Interleaved, 1e6f, 128, 64,
-                          qrow.get(), s);
-  }));
+           return kc::launchRope(qrow.get(), heads, 192, pos.get(),
+                                 kc::RopeStyle::Interleaved, 1e6f, 128, 64,
+                                 qrow.get(), s);
+         }));
   report("rms_norm 6144", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchRmsNorm(v.get(), 1, 6144, w.get(), 1e-5f, y.get(), s);
-  }));
+           return kc::launchRmsNorm(v.get(), 1, 6144, w.get(), 1e-5f, y.get(),
+                                    s);
+         }));
   report("add_rms_norm 6144", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchAddRmsNorm(v.get(), y.get(), 1, 6144, w.get(), 1e-5f,
-                                sum.get(), y.get(), s);
-  }));
+           return kc::launchAddRmsNorm(v.get(), y.get(), 1, 6144, w.get(),
+                                       1e-5f, sum.get(), y.get(), s);
+         }));
   report("swiglu 2048", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchSwiglu(v.get(), w.get(), 2048, y.get(), s);
-  }));
+           return kc::launchSwiglu(v.get(), w.get(), 2048, y.get(), s);
+         }));
   report("cache_append 576 f16", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchCacheAppend(v.get(), pos.get(), c, fault.sink(), s);
-  }));
-  report("copy 24 KiB (cudaMemcpyAsync D2D)", timeInGraph(stream, [&](cudaStream_t s) {
-    return cudaMemcpyAsync(y.get(), v.get(), 6144 * sizeof(float),
-                           cudaMemcpyDeviceToDevice, s);
-  }));
+           return kc::launchCacheAppend(v.get(), pos.get(), c, fault.sink(), s);
+         }));
+  report("copy 24 KiB (cudaMemcpyAsync D2D)",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return cudaMemcpyAsync(y.get(), v.get(), 6144 * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, s);
+         }));
   // The router (F32 gate [6144, 256], top 8) and 8 routed experts of a tp=8
   // rank (Q4_K gate/up [6144, 256, 256], Q5_K down [256, 6144, 256]).
   const int64_t experts = 256, ffn = 256, hidden = 6144;
@@ -1373,13 +1501,16 @@ void benchOps() {
   DeviceArray<int32_t> ids(8);
   DeviceArray<float> rw(8), logits(experts), bias(normals(rng, experts, 0.1));
   kc::DeviceWeight g{GGMLType::F32, experts, hidden, gate.get()};
-  report("moe_router F32 6144x256 top 8", timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchMoeRouter(v.get(), g, bias.get(), 8, kc::Gating::Sigmoid,
-                               true, 2.5f, logits.get(), ids.get(), rw.get(),
-                               s);
-  }));
-  const uint64_t upBytes = *kiln::rowBytes(GGMLType::Q4_K, hidden) * ffn * experts;
-  const uint64_t downBytes = *kiln::rowBytes(GGMLType::Q5_K, ffn) * hidden * experts;
+  report("moe_router F32 6144x256 top 8",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return kc::launchMoeRouter(v.get(), g, bias.get(), 8,
+                                      kc::Gating::Sigmoid, true, 2.5f,
+                                      logits.get(), ids.get(), rw.get(), s);
+         }));
+  const uint64_t upBytes =
+      *kiln::rowBytes(GGMLType::Q4_K, hidden) * ffn * experts;
+  const uint64_t downBytes =
+      *kiln::rowBytes(GGMLType::Q5_K, ffn) * hidden * experts;
   DeviceArray<uint8_t> gw(upBytes), uw(upBytes), dw(downBytes);
   for (auto [p, t, b] : {std::tuple{gw.get(), GGMLType::Q4_K, upBytes},
                          std::tuple{uw.get(), GGMLType::Q4_K, upBytes},
@@ -1444,6 +1575,7 @@ int main(int argc, char **argv) {
   checkFillAndDequant(report, rng);
   checkEmbed(report, rng);
   checkLinear(report, rng);
+  checkQ8Split(report, rng);
   checkCacheAppend(report, rng);
   checkMlaAttention(report, rng);
   checkDsaIndexer(report, rng);

@@ -1,0 +1,68 @@
+//===- StepSchedule.h - A step's ops as a dataflow graph over branches ----===//
+//
+// A step's ops are listed in an order that is correct when they run one
+// after another. Many of them need not: the latent cache's norm and rope,
+// the indexer key's norm, rope and append, and the shared expert beside the
+// routed experts touch disjoint memory. scheduleStep() finds, from the
+// bytes each op reads and writes, which earlier ops each op must follow
+// (read after write, write after read, write after write), and lays the
+// ops out on a few parallel branches (the CUDA backend's streams, captured
+// into one graph) so that every such pair stays ordered and independent
+// ops may overlap.
+//
+// The result orders at least every conflicting pair (and every pair of
+// `ordered` ops, e.g. collectives, which every rank must issue in the same
+// order); it may order more, never less. Running the ops in list order on
+// one branch is always a valid schedule of the same step, which is how the
+// eager mode runs it: both give the same bits because each op is
+// deterministic and sees the same inputs.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_BACKENDS_COMMON_STEPSCHEDULE_H
+#define KILN_BACKENDS_COMMON_STEPSCHEDULE_H
+
+#include <cstdint>
+#include <vector>
+
+namespace kiln::backend {
+
+/// Bytes [begin, end) of one address space that an op reads or writes.
+struct MemoryRange {
+  uint64_t begin = 0, end = 0;
+  bool write = false;
+};
+
+/// What one op touches. Read-only data (weights) need not be listed.
+struct OpFootprint {
+  std::vector<MemoryRange> ranges;
+  /// Kept in list order with every other ordered op (collectives).
+  bool ordered = false;
+};
+
+struct StepSchedule {
+  int branches = 1;
+  /// Per op: its branch, 0 .. branches-1. Ops of one branch run in list
+  /// order.
+  std::vector<int> branch;
+  /// Per op: the earlier ops on other branches it must wait for (the
+  /// transitive reduction of its conflicts, restricted to other branches).
+  std::vector<std::vector<int32_t>> waits;
+  /// Per op: whether a later op waits for it (its completion is signalled).
+  std::vector<bool> signals;
+};
+
+/// Whether two ops' footprints conflict (overlapping bytes, one of them
+/// written; or both ordered).
+bool conflicts(const OpFootprint &a, const OpFootprint &b);
+
+/// The ops on at most `maxBranches` (>= 1) branches; see the file comment.
+StepSchedule scheduleStep(const std::vector<OpFootprint> &ops,
+                          int maxBranches);
+
+/// For checks: whether op `earlier` is ordered before op `later` by the
+/// schedule (through branch order and waits). O(ops) per call.
+bool scheduleOrders(const StepSchedule &s, int32_t earlier, int32_t later);
+
+} // namespace kiln::backend
+
+#endif // KILN_BACKENDS_COMMON_STEPSCHEDULE_H

@@ -1,0 +1,62 @@
+//===- Launch.cuh - Step kernel launches with overlapped starts -*- CUDA
+//-*-===//
+//
+// A decode step is a chain of ~2,000 short kernels, and on a Hopper GPU a
+// kernel that follows another in a stream normally starts only after its
+// predecessor has drained: its blocks' launch and prologue add about a
+// microsecond to every link of the chain. Programmatic dependent launch
+// (sm_90+) lets the next kernel's blocks be scheduled while the previous
+// one finishes; they then wait in `griddepcontrol.wait` until the
+// predecessor grid has completed and its writes are visible.
+//
+// The contract, kept by every step kernel: its first statement is
+// stepKernelPrologue(), which waits for the predecessor before the kernel
+// reads or writes any global memory (so neither a read-after-write nor a
+// write-after-read hazard can cross the overlap), then allows its own
+// dependents to be scheduled. A kernel launched without the attribute, or
+// on a GPU before sm_90, runs the prologue as a no-op.
+//
+// launchStep() launches with the attribute unless overlapped launches are
+// switched off for the calling thread (setOverlappedLaunches; the plugin
+// reads KILN_CUDA_PDL=0 to compare both ways).
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_BACKENDS_CUDA_LAUNCH_CUH
+#define KILN_BACKENDS_CUDA_LAUNCH_CUH
+
+#include "StepKernels.h"
+
+#include <cuda_runtime.h>
+
+namespace kiln::cuda {
+
+/// Waits for the predecessor grid, then lets dependents be scheduled.
+__device__ __forceinline__ void stepKernelPrologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/// Launches `kernel`, asking for an overlapped start after the previous
+/// kernel in the stream when overlappedLaunches() is on.
+template <typename... Params, typename... Args>
+cudaError_t launchStep(void (*kernel)(Params...), dim3 grid, dim3 block,
+                       size_t sharedBytes, cudaStream_t stream,
+                       Args &&...args) {
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = sharedBytes;
+  config.stream = stream;
+  config.attrs = overlap;
+  config.numAttrs = overlappedLaunches() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+} // namespace kiln::cuda
+
+#endif // KILN_BACKENDS_CUDA_LAUNCH_CUH

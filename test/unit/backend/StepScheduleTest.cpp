@@ -1,0 +1,139 @@
+//===- StepScheduleTest.cpp - The step's dataflow schedule
+//-----------------===//
+//
+// Every pair of conflicting ops must stay ordered; independent ops should
+// not be. The random cases print their seed.
+//
+//===----------------------------------------------------------------------===//
+#include "common/StepSchedule.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace kiln::backend;
+
+namespace {
+
+OpFootprint touch(std::initializer_list<MemoryRange> ranges,
+                  bool ordered = false) {
+  return {ranges, ordered};
+}
+MemoryRange reads(uint64_t b, uint64_t e) { return {b, e, false}; }
+MemoryRange writes(uint64_t b, uint64_t e) { return {b, e, true}; }
+
+/// Every conflicting pair ordered; every wait names an earlier op on
+/// another branch that signals.
+void expectValid(const std::vector<OpFootprint> &ops, const StepSchedule &s) {
+  ASSERT_EQ(s.branch.size(), ops.size());
+  for (size_t j = 0; j < ops.size(); ++j) {
+    ASSERT_GE(s.branch[j], 0);
+    ASSERT_LT(s.branch[j], s.branches);
+    for (int32_t d : s.waits[j]) {
+      EXPECT_LT(size_t(d), j);
+      EXPECT_NE(s.branch[size_t(d)], s.branch[j]);
+      EXPECT_TRUE(s.signals[size_t(d)]);
+    }
+    for (size_t i = 0; i < j; ++i) {
+      if (conflicts(ops[i], ops[j])) {
+        EXPECT_TRUE(scheduleOrders(s, int32_t(i), int32_t(j)))
+            << "ops " << i << " and " << j << " conflict but run unordered";
+      }
+    }
+  }
+}
+
+TEST(StepSchedule, ChainStaysOnOneBranch) {
+  std::vector<OpFootprint> ops = {touch({writes(0, 8)}),
+                                  touch({reads(0, 8), writes(8, 16)}),
+                                  touch({reads(8, 16), writes(16, 24)})};
+  StepSchedule s = scheduleStep(ops, 4);
+  expectValid(ops, s);
+  EXPECT_EQ(s.branches, 1);
+  for (const auto &w : s.waits)
+    EXPECT_TRUE(w.empty());
+}
+
+TEST(StepSchedule, IndependentOpsOverlap) {
+  std::vector<OpFootprint> ops;
+  for (uint64_t i = 0; i < 4; ++i)
+    ops.push_back(touch({reads(1000, 1100), writes(i * 10, i * 10 + 10)}));
+  StepSchedule s = scheduleStep(ops, 4);
+  expectValid(ops, s);
+  EXPECT_EQ(s.branches, 4);
+  for (int32_t i = 0; i < 4; ++i)
+    for (int32_t j = i + 1; j < 4; ++j)
+      EXPECT_FALSE(scheduleOrders(s, i, j));
+  // With two branches the four still run correctly, two by two.
+  StepSchedule two = scheduleStep(ops, 2);
+  expectValid(ops, two);
+  EXPECT_EQ(two.branches, 2);
+}
+
+TEST(StepSchedule, DiamondJoins) {
+  // a writes X; b and c read X and write Y and Z; d reads Y and Z.
+  std::vector<OpFootprint> ops = {
+      touch({writes(0, 4)}), touch({reads(0, 4), writes(4, 8)}),
+      touch({reads(0, 4), writes(8, 12)}),
+      touch({reads(4, 8), reads(8, 12), writes(12, 16)})};
+  StepSchedule s = scheduleStep(ops, 4);
+  expectValid(ops, s);
+  EXPECT_FALSE(scheduleOrders(s, 1, 2)) << "b and c are independent";
+  EXPECT_NE(s.branch[1], s.branch[2]);
+  EXPECT_EQ(s.waits[3].size(), 1u) << "d follows one of b, c and waits for "
+                                      "the other";
+}
+
+TEST(StepSchedule, WriteAfterReadIsOrdered) {
+  // b overwrites what a reads (an arena buffer reused): b after a.
+  std::vector<OpFootprint> ops = {touch({reads(0, 8), writes(100, 108)}),
+                                  touch({writes(4, 6)})};
+  StepSchedule s = scheduleStep(ops, 4);
+  expectValid(ops, s);
+  EXPECT_TRUE(scheduleOrders(s, 0, 1));
+}
+
+TEST(StepSchedule, OrderedOpsKeepListOrder) {
+  // Collectives on disjoint memory still run in list order.
+  std::vector<OpFootprint> ops = {touch({writes(0, 8)}, true),
+                                  touch({writes(100, 108)}),
+                                  touch({writes(200, 208)}, true)};
+  StepSchedule s = scheduleStep(ops, 4);
+  expectValid(ops, s);
+  EXPECT_TRUE(scheduleOrders(s, 0, 2));
+  EXPECT_FALSE(scheduleOrders(s, 0, 1));
+}
+
+TEST(StepSchedule, OneBranchIsListOrder) {
+  std::vector<OpFootprint> ops = {touch({writes(0, 8)}),
+                                  touch({writes(100, 108)})};
+  StepSchedule s = scheduleStep(ops, 1);
+  EXPECT_EQ(s.branches, 1);
+  EXPECT_TRUE(scheduleOrders(s, 0, 1));
+}
+
+TEST(StepSchedule, RandomFootprints) {
+  const uint32_t seed = 20261130;
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + rng() % 60;
+    std::vector<OpFootprint> ops(n);
+    for (OpFootprint &op : ops) {
+      op.ordered = rng() % 10 == 0;
+      for (uint32_t r = 0, count = 1 + rng() % 3; r < count; ++r) {
+        uint64_t begin = rng() % 256, length = rng() % 24;
+        op.ranges.push_back({begin, begin + length, rng() % 2 == 0});
+      }
+    }
+    for (int branches : {1, 2, 3, 8}) {
+      SCOPED_TRACE("round " + std::to_string(round) + ", " +
+                   std::to_string(branches) + " branches");
+      StepSchedule s = scheduleStep(ops, branches);
+      EXPECT_LE(s.branches, branches);
+      expectValid(ops, s);
+    }
+  }
+}
+
+} // namespace
