@@ -13,7 +13,9 @@
 // stepKernelPrologue(), which waits for the predecessor before the kernel
 // reads or writes any global memory (so neither a read-after-write nor a
 // write-after-read hazard can cross the overlap), then allows its own
-// dependents to be scheduled. A kernel launched without the attribute, or
+// dependents to be scheduled. The mat-vec kernels alone touch memory
+// before the wait: an L2 prefetch of their weights (prefetchL2), which no
+// kernel of a step writes. A kernel launched without the attribute, or
 // on a GPU before sm_90, runs the prologue as a no-op.
 //
 // launchStep() launches with the attribute unless overlapped launches are
@@ -30,11 +32,45 @@
 
 namespace kiln::cuda {
 
-/// Waits for the predecessor grid, then lets dependents be scheduled.
-__device__ __forceinline__ void stepKernelPrologue() {
+/// Lets the next kernel of the stream be scheduled (its blocks then wait
+/// in their own prologue).
+__device__ __forceinline__ void allowDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/// Waits until the predecessor grid has completed and its writes are
+/// visible.
+__device__ __forceinline__ void waitForPredecessor() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/// Waits for the predecessor grid, then lets dependents be scheduled.
+__device__ __forceinline__ void stepKernelPrologue() {
+  waitForPredecessor();
+  allowDependents();
+}
+
+/// Asks the L2 to fetch [p, p + bytes) (the 16-byte aligned part of it):
+/// a hint, which reads nothing into the thread. The mat-vec kernels issue
+/// it for their weights before waiting for their predecessor: weights are
+/// never written during a step, so streaming them early crosses no hazard,
+/// and their DRAM time overlaps the previous kernel's tail.
+__device__ __forceinline__ void prefetchL2(const void *p, uint64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t begin = (reinterpret_cast<uint64_t>(p) + 15) & ~uint64_t(15);
+  const uint64_t end = (reinterpret_cast<uint64_t>(p) + bytes) & ~uint64_t(15);
+  constexpr uint64_t kMaxChunk = uint64_t(1) << 30;
+  while (begin < end) {
+    const uint64_t n = end - begin < kMaxChunk ? end - begin : kMaxChunk;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(begin),
+                 "r"(uint32_t(n))
+                 : "memory");
+    begin += n;
+  }
 #endif
 }
 

@@ -140,9 +140,18 @@ struct LinearArgs {
   float *y;
 };
 
+/// Lane r < nrows of the calling warp prefetches row r's bytes [begin,
+/// end) of `row0` (rows rowBytes apart) into the L2.
+__device__ inline void prefetchRows(const uint8_t *row0, uint64_t rowBytes,
+                                    int nrows, uint64_t begin, uint64_t end) {
+  const int lane = threadIdx.x % kWarp;
+  if (lane < nrows && end > begin)
+    prefetchL2(row0 + uint64_t(lane) * rowBytes + begin, end - begin);
+}
+
 template <int R>
 __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
-  stepKernelPrologue();
+  allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
@@ -150,6 +159,21 @@ __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
   const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
   const int part = warp % a.splits;
   const bool valid = item < a.batch * groups;
+  if (valid) { // this warp's weight bytes, while the predecessor finishes
+    const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
+    const int rows = int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R);
+    const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
+    const int64_t units = (a.w.cols + a.w.unitValues - 1) / a.w.unitValues;
+    int64_t begin = units * part / a.splits * a.w.unitValues;
+    int64_t end = units * (part + 1) / a.splits * a.w.unitValues;
+    begin = begin < a.w.cols ? begin : a.w.cols;
+    end = end < a.w.cols ? end : a.w.cols;
+    prefetchRows(a.data + uint64_t(row) * a.w.rowBytes, a.w.rowBytes, rows,
+                 uint64_t(begin / a.w.blockValues) * a.w.blockBytes,
+                 uint64_t((end + a.w.blockValues - 1) / a.w.blockValues) *
+                     a.w.blockBytes);
+  }
+  waitForPredecessor();
   int64_t out = 0;
   int nrows = 0;
   float v[R];
@@ -214,7 +238,7 @@ __device__ __forceinline__ float4 loadX4(const float *x) {
 
 template <int R, bool kAlignedX>
 __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
-  stepKernelPrologue();
+  allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
@@ -222,23 +246,32 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
   const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
   const int part = warp % a.splits;
   const bool valid = item < a.batch * groups;
-  int64_t out = 0;
-  int nrows = 0;
+  // The item's rows and this warp's passes [first, last).
+  const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
+  const int nrows =
+      valid ? int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R) : 0;
+  const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
+  const int64_t out = b * a.rowsPerBatch + n0;
+  const int64_t passes = (a.cols + kSplitPass - 1) / kSplitPass;
+  const int64_t first = passes * part / a.splits,
+                last = passes * (part + 1) / a.splits;
+  const int8_t *q0 = a.quants + row * a.cols;
+  const unsigned short *d0 = a.scales + row * (a.cols / 32);
+  { // this warp's quants and scales, while the predecessor finishes
+    const int64_t from = first * kSplitPass,
+                  to = last * kSplitPass < a.cols ? last * kSplitPass : a.cols;
+    prefetchRows(reinterpret_cast<const uint8_t *>(q0), uint64_t(a.cols), nrows,
+                 uint64_t(from), uint64_t(to));
+    prefetchRows(reinterpret_cast<const uint8_t *>(d0), uint64_t(a.cols / 16),
+                 nrows, uint64_t(from / 16), uint64_t(to / 16));
+  }
+  waitForPredecessor();
   float v[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
     v[r] = 0.f;
   if (valid) {
-    const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
-    nrows = int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R);
-    const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
-    out = b * a.rowsPerBatch + n0;
-    const int64_t passes = (a.cols + kSplitPass - 1) / kSplitPass;
-    const int64_t first = passes * part / a.splits,
-                  last = passes * (part + 1) / a.splits;
     const float *x = a.x + b * a.cols;
-    const int8_t *q0 = a.quants + row * a.cols;
-    const unsigned short *d0 = a.scales + row * (a.cols / 32);
 #pragma unroll 2
     for (int64_t p = first; p < last; ++p) {
       const int64_t c = p * kSplitPass + 16 * lane;
