@@ -326,13 +326,38 @@ __global__ void layerNormKernel(const float *x, int64_t n, const float *w,
 // second value's thread idles; values outside the pairs are copied.
 //===----------------------------------------------------------------------===//
 
+/// The most pairs whose inverse frequencies travel in the launch's
+/// parameters (GLM-5 rotates 64 dims: 32 pairs); more are computed on the
+/// device.
+constexpr int kRopeTablePairs = 64;
+
+/// theta^(-2i / dims) per pair i, computed on the host with std::pow, the
+/// CPU reference's own call, so the angles are the CPU's bits.
+struct RopeFrequencies {
+  double inverse[kRopeTablePairs];
+  int pairs; ///< valid entries; 0: compute on the device
+};
+
 __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
                            const int32_t *position, RopeStyle style,
                            float theta, int64_t offset, int64_t dims,
-                           float *y) {
+                           RopeFrequencies freq, float *y) {
   stepKernelPrologue();
+  // Each block turns the position's angles into cosines and sines once
+  // (in double, as the CPU), then every row of the block uses them.
+  __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
   const int64_t pairs = dims / 2;
   const double pos = double(*position);
+  const bool table = freq.pairs == pairs;
+  if (table) {
+    for (int i = threadIdx.x; i < freq.pairs; i += blockDim.x) {
+      double c, sn;
+      sincos(pos * freq.inverse[i], &sn, &c);
+      cosines[i] = float(c);
+      sines[i] = float(sn);
+    }
+    __syncthreads();
+  }
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
        idx < rows * n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = idx / n, j = idx % n, rel = j - offset;
@@ -353,11 +378,18 @@ __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
       i = rel;
       second = j + dims / 2;
     }
-    // The angle and its cosine/sine in double, as the CPU: position *
-    // theta^(-2i/dims) reaches 1e5 rad in long contexts.
-    const double angle =
-        pos * pow(double(theta), -2.0 * double(i) / double(dims));
-    const float c = float(cos(angle)), s = float(sin(angle));
+    float c, s;
+    if (table) {
+      c = cosines[i];
+      s = sines[i];
+    } else {
+      // The angle and its cosine/sine in double, as the CPU: position *
+      // theta^(-2i/dims) reaches 1e5 rad in long contexts.
+      const double angle =
+          pos * pow(double(theta), -2.0 * double(i) / double(dims));
+      c = float(cos(angle));
+      s = float(sin(angle));
+    }
     const int64_t base = row * n;
     const float a = x[base + j], b = x[base + second];
     y[base + j] = a * c - b * s;
@@ -692,26 +724,33 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   }
 }
 
-/// Block (h, slice): head h's output values [64 slice, 64 slice + 64), one
-/// per thread, so the partial outputs stream through many SMs at once. M
-/// and L are formed by every block of the head alike.
-constexpr int kMlaCombineThreads = 64;
+/// Block (h, slice): head h's output values [64 slice, 64 slice + 64).
+/// Its kMlaCombineGroups x 64 threads split the chunks: thread (g, j) sums
+/// chunks g, g + groups, ... ascending for value j, and the groups' sums
+/// are added in group order, so each thread has only a few dependent
+/// rounds of loads. M and L are formed by every block of the head alike.
+constexpr int kMlaCombineColumns = 64;
+constexpr int kMlaCombineGroups = 8;
+constexpr int kMlaCombineThreads = kMlaCombineColumns * kMlaCombineGroups;
 
 __global__ void mlaCombineKernel(MlaArgs a) {
   stepKernelPrologue();
   extern __shared__ float weights[]; // [chunks]
   __shared__ float partials[kWarp];
+  __shared__ float sums[kMlaCombineGroups][kMlaCombineColumns];
   if (blockIdx.x == 0 && blockIdx.y == 0)
     mlaReportFault(a);
   const int64_t attended = mlaAttended(a);
   if (attended < 0)
     return;
+  const int column = int(threadIdx.x) % kMlaCombineColumns,
+            group = int(threadIdx.x) / kMlaCombineColumns;
   const int64_t h = blockIdx.x, heads = a.heads, latent = a.latent;
-  const int64_t j = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int64_t j = int64_t(blockIdx.y) * kMlaCombineColumns + column;
   const int64_t chunks = (attended + kMlaChunk - 1) / kMlaChunk;
   float *o = a.out + h * latent;
   if (chunks == 0) { // nothing attended: the CPU's zeros
-    if (j < latent)
+    if (group == 0 && j < latent)
       o[j] = 0.f;
     return;
   }
@@ -727,23 +766,32 @@ __global__ void mlaCombineKernel(MlaArgs a) {
     l += a.partL[c * heads + h] * weights[c];
   }
   l = blockSum(l, partials); // its barriers also publish the weights
-  if (j >= latent)
-    return;
-  // Loads issued kLoads at a time; the sum stays in chunk order.
-  constexpr int kLoads = 16;
+  // Loads issued kLoads at a time; each group's sum in chunk order.
+  constexpr int kLoads = 8;
   float acc = 0.f;
-  for (int64_t c0 = 0; c0 < chunks; c0 += kLoads) {
-    float v[kLoads];
+  if (j < latent)
+    for (int64_t c0 = group; c0 < chunks; c0 += kLoads * kMlaCombineGroups) {
+      float v[kLoads];
 #pragma unroll
-    for (int b = 0; b < kLoads; ++b)
-      v[b] =
-          c0 + b < chunks ? a.partO[((c0 + b) * heads + h) * latent + j] : 0.f;
+      for (int b = 0; b < kLoads; ++b) {
+        const int64_t c = c0 + int64_t(b) * kMlaCombineGroups;
+        v[b] = c < chunks ? a.partO[(c * heads + h) * latent + j] : 0.f;
+      }
 #pragma unroll
-    for (int b = 0; b < kLoads; ++b)
-      if (c0 + b < chunks)
-        acc += v[b] * weights[c0 + b];
+      for (int b = 0; b < kLoads; ++b) {
+        const int64_t c = c0 + int64_t(b) * kMlaCombineGroups;
+        if (c < chunks)
+          acc += v[b] * weights[c];
+      }
+    }
+  sums[group][column] = acc;
+  __syncthreads();
+  if (group == 0 && j < latent) {
+    float total = sums[0][column];
+    for (int g = 1; g < kMlaCombineGroups; ++g)
+      total += sums[g][column];
+    o[j] = total / l;
   }
-  o[j] = acc / l;
 }
 
 //===----------------------------------------------------------------------===//
@@ -889,6 +937,13 @@ __global__ void indexerCompactKernel(IndexerArgs a) {
   const int32_t position = *a.position;
   const bool valid = position >= 0 && position < a.cache.positions;
   const int64_t attended = valid ? int64_t(position) + 1 : 0;
+  if (attended <= a.topK) { // every position is flagged: no scan needed
+    for (int64_t i = threadIdx.x; i < a.topK; i += blockDim.x)
+      a.selected[i] = i < attended ? int32_t(i) : 0;
+    if (threadIdx.x == 0)
+      *a.count = int32_t(attended);
+    return;
+  }
   int64_t written = 0;
   for (int64_t start = 0; start < attended; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;
@@ -926,7 +981,6 @@ __global__ void routerSelectKernel(const float *logits, int64_t experts,
   stepKernelPrologue();
   extern __shared__ float prob[];
   __shared__ float partials[kWarp];
-  __shared__ Best bests[kWarp];
   float *choice = prob + experts;
   int32_t *picked = reinterpret_cast<int32_t *>(choice + experts);
   unsigned char *chosen = reinterpret_cast<unsigned char *>(picked + topK);
@@ -955,17 +1009,28 @@ __global__ void routerSelectKernel(const float *logits, int64_t experts,
   }
   __syncthreads();
 
+  // The choice by warp 0 alone: each round a lane's best unchosen expert,
+  // then a butterfly arg-max (every lane learns the winner), with no block
+  // barrier per round.
+  if (threadIdx.x >= kWarp)
+    return;
   for (int64_t k = 0; k < topK; ++k) {
     Best best{-INFINITY, INT_MAX};
-    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+    for (int64_t e = threadIdx.x; e < experts; e += kWarp)
       if (!chosen[e])
         best = better(best, Best{choice[e], int32_t(e)});
-    best = blockBest(best, bests);
-    if (threadIdx.x == 0) {
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      Best other{__shfl_xor_sync(kFullMask, best.key, offset),
+                 __shfl_xor_sync(kFullMask, best.index, offset)};
+      best = better(best, other);
+    }
+    // Every expert scanned is a candidate, so the winner is a real id
+    // whenever topK <= experts (checked at launch).
+    if (threadIdx.x == best.index % kWarp) {
       picked[k] = best.index;
       chosen[best.index] = 1;
     }
-    __syncthreads();
+    __syncwarp();
   }
 
   if (threadIdx.x != 0)
@@ -1192,9 +1257,16 @@ cudaError_t launchRope(const float *x, int64_t rows, int64_t n,
       !position ||
       (style != RopeStyle::Interleaved && style != RopeStyle::NeoX))
     return cudaErrorInvalidValue;
+  RopeFrequencies freq{};
+  if (dims / 2 <= kRopeTablePairs) {
+    freq.pairs = int(dims / 2);
+    for (int i = 0; i < freq.pairs; ++i)
+      freq.inverse[i] =
+          std::pow(double(theta), -2.0 * double(i) / double(dims));
+  }
   if (rows > 0)
     launchStep(ropeKernel, elementBlocks(rows * n), kElementThreads, 0, s, x,
-               rows, n, position, style, theta, offset, dims, y);
+               rows, n, position, style, theta, offset, dims, freq, y);
   return cudaGetLastError();
 }
 
@@ -1327,7 +1399,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
              a);
   const dim3 combineGrid(
       unsigned(heads),
-      unsigned((latent + kMlaCombineThreads - 1) / kMlaCombineThreads));
+      unsigned((latent + kMlaCombineColumns - 1) / kMlaCombineColumns));
   if (latent > 0)
     launchStep(mlaCombineKernel, combineGrid, kMlaCombineThreads, combineShared,
                s, a);
