@@ -10,6 +10,7 @@
 #   utils/gpu-pack.sh [PACK_DIR]      (default: gpu-pack)
 #
 # Then on the GPU host: utils/gpu-test.sh (it finds gpu-pack/).
+# KILN_PACK_ARCH=sm_XX: the GPU host's architecture (default sm_90).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KILN_BUILD_DIR:-build}
@@ -32,6 +33,9 @@ fmt=$(ldd "$bin/kiln-run" | awk '/libfmt/ {print $3}')
 [ -n "$fmt" ] && cp "$fmt" "$pack/lib/"
 
 m=$pack/models
+# The artifacts carry the kernel images of the architectures they are
+# compiled for: only the GPU host's, to keep the pack small.
+pack_arch=${KILN_PACK_ARCH:-sm_90}
 synth() { "$bin/kiln-gguf" synth "$@" --quiet; }
 compile() { "$bin/kiln-compile" "$@" 2>/dev/null; }
 
@@ -43,7 +47,8 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
   synth "$m/$name-meta.gguf" "$@" --metadata-only
   for target in cpu cuda; do
     for tp in 1 2; do
-      compile "$m/$name-meta.gguf" --target=$target --tp $tp --context 64 \
+      t=$target; [ "$target" = cuda ] && t=cuda:$pack_arch
+      compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
         --cache-type "$cache" -o "$m/$name.$target.tp$tp.kiln"
     done
   done
@@ -65,11 +70,11 @@ model small f32 --preset small --seed 2 --indexer-top-k 4
 # random weights: tp=8 (one rank simulated on one GPU) and, on two GPUs,
 # tp=2 with 40 of the 78 layers (106.6 GiB of weights per GPU).
 synth "$m/glm5-meta.gguf" --preset glm5 --metadata-only
-compile "$m/glm5-meta.gguf" --target=cuda --tp 8 --no-logits --context 2048 \
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   -o "$m/glm5.cuda.tp8.kiln"
 rm -f "$m/glm5-meta.gguf"
 synth "$m/glm5-l40-meta.gguf" --preset glm5 --layers 40 --metadata-only
-compile "$m/glm5-l40-meta.gguf" --target=cuda --tp 2 --no-logits --context 2048 \
+compile "$m/glm5-l40-meta.gguf" --target=cuda:$pack_arch --tp 2 --no-logits --context 2048 \
   -o "$m/glm5-l40.cuda.tp2.kiln"
 rm -f "$m/glm5-l40-meta.gguf"
 

@@ -17,6 +17,7 @@
 // fault word the rank reads after each step, and reported naming the op.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelImages.h"
 #include "Nccl.h"
 #include "StepKernels.h"
 
@@ -179,6 +180,9 @@ struct CudaRank {
   bool overlap = true;   ///< programmatic dependent launch (Launch.cuh)
   int maxBranches = 4;   ///< parallel branches of a captured step
   std::string where;     ///< "cuda rank 0 (GPU 0)"
+  std::string arch;      ///< the GPU's, "sm_90"
+  /// The artifact's kernel images for this GPU: every launch runs them.
+  std::unique_ptr<KernelImages> images;
   cudaStream_t stream = nullptr;
   /// The extra streams a capture forks the step's branches onto, and the
   /// events that fork and join them.
@@ -1032,6 +1036,38 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   return Status::ok();
 }
 
+/// Makes the calling thread work for `rank`: its GPU, its kernel images.
+/// Every job on a rank starts here (a lone rank's jobs run on the caller's
+/// thread, which may change between calls).
+Status enter(CudaRank &rank) {
+  CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+  setKernelImages(rank.images.get());
+  return Status::ok();
+}
+
+/// Loads the artifact's kernel images for the rank's GPU (payloads
+/// "cuda"/"sm_XX/NAME.fatbin"; KernelImages.h).
+Status loadKernelImages(CudaRank &rank, const Artifact &a) {
+  CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+  rank.images = std::make_unique<KernelImages>();
+  const std::string prefix = rank.arch + "/";
+  for (const Payload &p : a.payloads) {
+    if (p.backend != "cuda" || p.name.rfind(prefix, 0) != 0)
+      continue;
+    if (cudaError_t e = rank.images->load(p.name, p.data.data(), p.data.size());
+        e != cudaSuccess)
+      return Error("artifact", "payload cuda/" + p.name,
+                   fmt::format("the kernel image does not load on {}: {}",
+                               rank.where, cudaGetErrorString(e)));
+  }
+  if (rank.images->loaded().empty())
+    return Error("artifact", "payloads",
+                 fmt::format("no kernel images for {} ({}); recompile with "
+                             "kiln-compile --target=cuda:{}",
+                             rank.arch, rank.where, rank.arch));
+  return Status::ok();
+}
+
 /// The step's work on a stream: clear the fault word, then every op (with
 /// an event before each and after the last when profiling).
 Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
@@ -1064,7 +1100,15 @@ Status collectProfile(CudaRank &rank, CudaStep &s) {
 /// The profile of each rank's steps by op kind, on stderr: what an expert
 /// reads first when a step is slower than its floor.
 void printProfile(const CudaGroup &g) {
-  for (const std::unique_ptr<CudaRank> &rank : g.ranks)
+  for (const std::unique_ptr<CudaRank> &rank : g.ranks) {
+    std::string images;
+    for (const auto &[name, bytes] : rank->images->loaded())
+      images += fmt::format("{}{} ({} bytes)", images.empty() ? "" : ", ", name,
+                            bytes);
+    std::fprintf(stderr,
+                 "profile: %s runs %zu kernels from the artifact's images: "
+                 "%s\n",
+                 rank->where.c_str(), rank->images->resolved(), images.c_str());
     for (const auto &[name, s] : rank->steps) {
       if (!s.profiledRuns)
         continue;
@@ -1091,6 +1135,7 @@ void printProfile(const CudaGroup &g) {
         std::fprintf(stderr, "  %-26s %6d %12.4f %6.1f%%\n", kind.c_str(),
                      byKind[kind].first, ms, 100.0 * ms / total);
     }
+  }
 }
 
 /// The step's ops on its schedule's branches: branch 0 is the rank's
@@ -1181,7 +1226,7 @@ std::string faultText(const StepFault &f) {
 }
 
 Status runRank(CudaRank &rank, CudaStep &s, bool eager, bool profile) {
-  CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+  KILN_TRY(enter(rank));
   if (profile && s.events.empty()) {
     s.events.resize(s.ops.size() + 1);
     for (cudaEvent_t &e : s.events)
@@ -1275,9 +1320,9 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
                              simulate ? ", one simulated" : "", devices));
 
   // The artifact names the architectures it may run on (kiln-compile
-  // --target=cuda:sm_90,...); each GPU must be one of them, and this
-  // plugin must carry kernels for it.
-  std::string archs = "sm_90,sm_100,sm_120";
+  // --target=cuda:sm_90,...) and carries their kernel images; each GPU
+  // must be one of them.
+  std::string archs;
   for (const Payload &p : a.payloads)
     if (p.backend == "cuda" && p.name == "archs")
       archs.assign(p.data.begin(), p.data.end());
@@ -1290,13 +1335,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
                    fmt::format("compiled for {} (kiln-compile "
                                "--target=cuda:{}), but GPU {} is a {} ({})",
                                archs, archs, first + i, prop.name, arch));
-    if (!hasKernelsFor(int(first + i)))
-      return Error("cuda backend", arch,
-                   fmt::format("this plugin was built without {} kernels for "
-                               "GPU {} ({}); rebuild with "
-                               "KILN_CUDA_ARCHITECTURES including {}{}",
-                               arch, first + i, prop.name, prop.major,
-                               prop.minor));
   }
 
   // NCCL for a real group of more than one rank. NVLink SHARP (NVLS) buys
@@ -1323,6 +1361,9 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->nccl = nccl;
     rank->where =
         fmt::format("cuda rank {} (GPU {})", rank->index, rank->device);
+    cudaDeviceProp prop{};
+    CUDA_TRY(rank->where, cudaGetDeviceProperties(&prop, rank->device));
+    rank->arch = fmt::format("sm_{}{}", prop.major, prop.minor);
     if (local > 1)
       rank->worker = std::make_unique<Worker>();
     group->ranks.push_back(std::move(rank));
@@ -1330,7 +1371,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
 
   // Each rank on its own thread: place, prepare, join NCCL, capture.
   Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {
-    CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+    KILN_TRY(loadKernelImages(rank, a));
+    KILN_TRY(enter(rank));
     CUDA_TRY(rank.where,
              cudaStreamCreateWithFlags(&rank.stream, cudaStreamNonBlocking));
     const RankPlan &plan = a.rankPlans[rank.index];
@@ -1466,13 +1508,14 @@ int cudaReset(kiln_group *group, char *error, uint64_t errorBytes) {
   return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
     CudaGroup &g = *cast(group);
     return onEveryRank(g, [&](CudaRank &rank) -> Status {
-      CUDA_TRY(rank.where, cudaSetDevice(rank.device));
+      KILN_TRY(enter(rank));
       return fillStates(rank, g.fillPositions, g.seed);
     });
   });
 }
 
 void cudaCloseGroup(kiln_group *group) {
+  setKernelImages(nullptr);
   if (cast(group)->profile)
     printProfile(*cast(group));
   delete cast(group);

@@ -20,12 +20,14 @@
 //
 // launchStep() launches with the attribute unless overlapped launches are
 // switched off for the calling thread (setOverlappedLaunches; the plugin
-// reads KILN_CUDA_PDL=0 to compare both ways).
+// reads KILN_CUDA_PDL=0 to compare both ways), and runs the kernel from the
+// thread's kernel images (KernelImages.h: the artifact's) when set.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_BACKENDS_CUDA_LAUNCH_CUH
 #define KILN_BACKENDS_CUDA_LAUNCH_CUH
 
+#include "KernelImages.h"
 #include "StepKernels.h"
 
 #include <cuda_runtime.h>
@@ -77,9 +79,13 @@ __device__ __forceinline__ void prefetchL2(const void *p, uint64_t bytes) {
 /// Launches `kernel`, asking for an overlapped start after the previous
 /// kernel in the stream when overlappedLaunches() is on.
 template <typename... Params, typename... Args>
-cudaError_t launchStep(void (*kernel)(Params...), dim3 grid, dim3 block,
-                       size_t sharedBytes, cudaStream_t stream,
-                       Args &&...args) {
+[[nodiscard]] cudaError_t launchStep(void (*kernel)(Params...), dim3 grid,
+                                     dim3 block, size_t sharedBytes,
+                                     cudaStream_t stream, Args &&...args) {
+  // The thread's kernel images (the artifact's) or the stub itself.
+  const void *function = resolveKernel(reinterpret_cast<const void *>(kernel));
+  if (!function)
+    return cudaErrorSymbolNotFound;
   cudaLaunchAttribute overlap[1] = {};
   overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap[0].val.programmaticStreamSerializationAllowed = 1;
@@ -90,7 +96,31 @@ cudaError_t launchStep(void (*kernel)(Params...), dim3 grid, dim3 block,
   config.stream = stream;
   config.attrs = overlap;
   config.numAttrs = overlappedLaunches() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  // The arguments converted to the kernel's parameter types, as
+  // cudaLaunchKernelEx does, then passed by address.
+  return [&](Params... converted) {
+    void *pointers[sizeof...(Params) + 1] = {&converted..., nullptr};
+    return cudaLaunchKernelExC(&config, function, pointers);
+  }(std::forward<Args>(args)...);
+}
+
+/// Lets `kernel` (as launchStep resolves it) use `bytes` of dynamic shared
+/// memory on the current GPU (needed beyond 48 KiB).
+template <typename... Params>
+cudaError_t allowDynamicShared(void (*kernel)(Params...), size_t bytes) {
+  const void *stub = reinterpret_cast<const void *>(kernel);
+  const void *function = resolveKernel(stub);
+  if (!function)
+    return cudaErrorSymbolNotFound;
+  if (function == stub)
+    return cudaFuncSetAttribute(
+        stub, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return e;
+  return cudaKernelSetAttributeForDevice(
+      cudaKernel_t(const_cast<void *>(function)),
+      cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes), device);
 }
 
 } // namespace kiln::cuda

@@ -1203,7 +1203,10 @@ cudaError_t launchAdd(const float *a, const float *b, int64_t n, float *y,
   if (n < 0)
     return cudaErrorInvalidValue;
   if (n > 0)
-    launchStep(addKernel, elementBlocks(n), kElementThreads, 0, s, a, b, n, y);
+    if (cudaError_t e = launchStep(addKernel, elementBlocks(n), kElementThreads,
+                                   0, s, a, b, n, y);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1212,8 +1215,10 @@ cudaError_t launchSwiglu(const float *g, const float *u, int64_t n, float *y,
   if (n < 0)
     return cudaErrorInvalidValue;
   if (n > 0)
-    launchStep(swigluKernel, elementBlocks(n), kElementThreads, 0, s, g, u, n,
-               y);
+    if (cudaError_t e = launchStep(swigluKernel, elementBlocks(n),
+                                   kElementThreads, 0, s, g, u, n, y);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1222,8 +1227,10 @@ cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    launchStep(rmsNormKernel, unsigned(rows), kNormThreads, 0, s, x, n, w, eps,
-               y);
+    if (cudaError_t e = launchStep(rmsNormKernel, unsigned(rows), kNormThreads,
+                                   0, s, x, n, w, eps, y);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1233,8 +1240,10 @@ cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    launchStep(addRmsNormKernel, unsigned(rows), kNormThreads, 0, s, a, b, n, w,
-               eps, sum, y);
+    if (cudaError_t e = launchStep(addRmsNormKernel, unsigned(rows),
+                                   kNormThreads, 0, s, a, b, n, w, eps, sum, y);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1244,8 +1253,10 @@ cudaError_t launchLayerNorm(const float *x, int64_t rows, int64_t n,
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w || !bias)
     return cudaErrorInvalidValue;
   if (rows > 0)
-    launchStep(layerNormKernel, unsigned(rows), kNormThreads, 0, s, x, n, w,
-               bias, eps, y);
+    if (cudaError_t e = launchStep(layerNormKernel, unsigned(rows),
+                                   kNormThreads, 0, s, x, n, w, bias, eps, y);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1265,8 +1276,11 @@ cudaError_t launchRope(const float *x, int64_t rows, int64_t n,
           std::pow(double(theta), -2.0 * double(i) / double(dims));
   }
   if (rows > 0)
-    launchStep(ropeKernel, elementBlocks(rows * n), kElementThreads, 0, s, x,
-               rows, n, position, style, theta, offset, dims, freq, y);
+    if (cudaError_t e = launchStep(ropeKernel, elementBlocks(rows * n),
+                                   kElementThreads, 0, s, x, rows, n, position,
+                                   style, theta, offset, dims, freq, y);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1288,8 +1302,10 @@ cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
     g.total *= dst[d];
   }
   if (g.total > 0)
-    launchStep(sliceKernel, elementBlocks(g.total), kElementThreads, 0, s, x, g,
-               y);
+    if (cudaError_t e = launchStep(sliceKernel, elementBlocks(g.total),
+                                   kElementThreads, 0, s, x, g, y);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1298,8 +1314,11 @@ cudaError_t launchEmbed(const DeviceWeight &table, const int32_t *token,
   Geometry g;
   if (!geometryOf(table, g) || !token)
     return cudaErrorInvalidValue;
-  launchStep(embedKernel, elementBlocks(g.cols), kElementThreads, 0, s, g,
-             table.data, token, y, fault);
+  if (cudaError_t e =
+          launchStep(embedKernel, elementBlocks(g.cols), kElementThreads, 0, s,
+                     g, table.data, token, y, fault);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -1310,8 +1329,11 @@ cudaError_t launchRepackQ8Split(const uint8_t *blocks, int64_t rows,
     return cudaErrorInvalidValue;
   const int64_t count = rows * (cols / 32);
   if (count > 0)
-    launchStep(repackQ8SplitKernel, elementBlocks(count), kElementThreads, 0, s,
-               blocks, count, quants, scales);
+    if (cudaError_t e =
+            launchStep(repackQ8SplitKernel, elementBlocks(count),
+                       kElementThreads, 0, s, blocks, count, quants, scales);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1322,9 +1344,12 @@ cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s) {
       return cudaErrorInvalidValue;
     const int64_t total = w.rows * w.cols;
     if (total > 0)
-      launchStep(dequantQ8SplitKernel, elementBlocks(total), kElementThreads, 0,
-                 s, reinterpret_cast<const int8_t *>(w.data),
-                 reinterpret_cast<const uint16_t *>(w.scales), total, out);
+      if (cudaError_t e = launchStep(
+              dequantQ8SplitKernel, elementBlocks(total), kElementThreads, 0, s,
+              reinterpret_cast<const int8_t *>(w.data),
+              reinterpret_cast<const uint16_t *>(w.scales), total, out);
+          e != cudaSuccess)
+        return e;
     return cudaGetLastError();
   }
   Geometry g;
@@ -1332,8 +1357,10 @@ cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s) {
     return cudaErrorInvalidValue;
   const int64_t total = g.rows * g.cols;
   if (total > 0)
-    launchStep(dequantKernel, elementBlocks(total), kElementThreads, 0, s, g,
-               w.data, out);
+    if (cudaError_t e = launchStep(dequantKernel, elementBlocks(total),
+                                   kElementThreads, 0, s, g, w.data, out);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1342,8 +1369,11 @@ cudaError_t launchCacheAppend(const float *entry, const int32_t *position,
                               cudaStream_t s) {
   if (!validCache(cache) || !position)
     return cudaErrorInvalidValue;
-  launchStep(cacheAppendKernel, elementBlocks(cache.width), kElementThreads, 0,
-             s, entry, position, cache, fault);
+  if (cudaError_t e =
+          launchStep(cacheAppendKernel, elementBlocks(cache.width),
+                     kElementThreads, 0, s, entry, position, cache, fault);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -1387,22 +1417,26 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
   const size_t combineShared = sizeof(float) * size_t(chunks);
   // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
   // long contexts); the H200 allows 227 KiB.
-  for (auto [fn, bytes] :
-       {std::pair{(const void *)mlaChunkKernel, chunkShared},
-        std::pair{(const void *)mlaCombineKernel, combineShared}})
-    if (bytes > 48 * 1024)
-      if (cudaError_t e = cudaFuncSetAttribute(
-              fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-          e != cudaSuccess)
-        return e;
-  launchStep(mlaChunkKernel, unsigned(chunks), kMlaChunkThreads, chunkShared, s,
-             a);
+  if (chunkShared > 48 * 1024)
+    if (cudaError_t e = allowDynamicShared(mlaChunkKernel, chunkShared);
+        e != cudaSuccess)
+      return e;
+  if (combineShared > 48 * 1024)
+    if (cudaError_t e = allowDynamicShared(mlaCombineKernel, combineShared);
+        e != cudaSuccess)
+      return e;
+  if (cudaError_t e = launchStep(mlaChunkKernel, unsigned(chunks),
+                                 kMlaChunkThreads, chunkShared, s, a);
+      e != cudaSuccess)
+    return e;
   const dim3 combineGrid(
       unsigned(heads),
       unsigned((latent + kMlaCombineColumns - 1) / kMlaCombineColumns));
   if (latent > 0)
-    launchStep(mlaCombineKernel, combineGrid, kMlaCombineThreads, combineShared,
-               s, a);
+    if (cudaError_t e = launchStep(mlaCombineKernel, combineGrid,
+                                   kMlaCombineThreads, combineShared, s, a);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1427,17 +1461,28 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   if (heads > 0 && staged <= 48 * 1024) {
     const int64_t wanted = (cache.positions + kScoreWarps - 1) / kScoreWarps;
     const unsigned scoreBlocks = unsigned(wanted < 1024 ? wanted : 1024);
-    launchStep(indexerScoresByHeadKernel, scoreBlocks, kScoreWarps * kWarp,
-               staged, s, a);
+    if (cudaError_t e = launchStep(indexerScoresByHeadKernel, scoreBlocks,
+                                   kScoreWarps * kWarp, staged, s, a);
+        e != cudaSuccess)
+      return e;
   } else {
-    launchStep(indexerScoresKernel, blocks, kWarpThreads, 0, s, a);
+    if (cudaError_t e =
+            launchStep(indexerScoresKernel, blocks, kWarpThreads, 0, s, a);
+        e != cudaSuccess)
+      return e;
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
-  launchStep(indexerFlagsKernel, blocks, kWarpThreads, 0, s, a);
+  if (cudaError_t e =
+          launchStep(indexerFlagsKernel, blocks, kWarpThreads, 0, s, a);
+      e != cudaSuccess)
+    return e;
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
-  launchStep(indexerCompactKernel, 1, kSingleBlockThreads, 0, s, a);
+  if (cudaError_t e =
+          launchStep(indexerCompactKernel, 1, kSingleBlockThreads, 0, s, a);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -1462,8 +1507,11 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
   const unsigned threads = unsigned(
       threads64 < kSingleBlockThreads ? threads64 : kSingleBlockThreads);
-  launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts, bias,
-             topK, gating, normalize, routedScale, ids, weights);
+  if (cudaError_t e =
+          launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts,
+                     bias, topK, gating, normalize, routedScale, ids, weights);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -1474,20 +1522,14 @@ thread_local bool overlapped = true;
 void setOverlappedLaunches(bool on) { overlapped = on; }
 bool overlappedLaunches() { return overlapped; }
 
-bool hasKernelsFor(int device) {
-  cudaFuncAttributes attributes;
-  bool ok = cudaSetDevice(device) == cudaSuccess &&
-            cudaFuncGetAttributes(&attributes, (const void *)addKernel) ==
-                cudaSuccess;
-  cudaGetLastError(); // a missing image is an answer, not a pending error
-  return ok;
-}
-
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
                          cudaStream_t s) {
   if (n > INT32_MAX || !out)
     return cudaErrorInvalidValue;
-  launchStep(argmaxKernel, 1, kSingleBlockThreads, 0, s, x, n, out);
+  if (cudaError_t e =
+          launchStep(argmaxKernel, 1, kSingleBlockThreads, 0, s, x, n, out);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -1495,8 +1537,10 @@ cudaError_t launchArgmaxCandidate(const float *x, int64_t n, int32_t base,
                                   ArgmaxCandidate *best, cudaStream_t s) {
   if (n <= 0 || n > INT32_MAX || int64_t(base) + n - 1 > INT32_MAX || !best)
     return cudaErrorInvalidValue;
-  launchStep(argmaxCandidateKernel, 1, kSingleBlockThreads, 0, s, x, n, base,
-             best);
+  if (cudaError_t e = launchStep(argmaxCandidateKernel, 1, kSingleBlockThreads,
+                                 0, s, x, n, base, best);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -1504,7 +1548,10 @@ cudaError_t launchPickCandidate(const ArgmaxCandidate *candidates, int ranks,
                                 int32_t *out, cudaStream_t s) {
   if (ranks <= 0 || !candidates || !out)
     return cudaErrorInvalidValue;
-  launchStep(pickCandidateKernel, 1, 1, 0, s, candidates, ranks, out);
+  if (cudaError_t e =
+          launchStep(pickCandidateKernel, 1, 1, 0, s, candidates, ranks, out);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -1514,8 +1561,11 @@ cudaError_t launchGatherReorder(const float *src, int64_t ranks, int64_t outer,
     return cudaErrorInvalidValue;
   const int64_t total = ranks * outer * inner;
   if (total > 0)
-    launchStep(gatherReorderKernel, elementBlocks(total), kElementThreads, 0, s,
-               src, ranks, outer, inner, dst);
+    if (cudaError_t e =
+            launchStep(gatherReorderKernel, elementBlocks(total),
+                       kElementThreads, 0, s, src, ranks, outer, inner, dst);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 
@@ -1534,8 +1584,11 @@ cudaError_t launchFillRandomBlocks(GGMLType type, uint8_t *data, uint64_t bytes,
   if (type == GGMLType::F32 || type == GGMLType::F16 ||
       type == GGMLType::BF16) {
     const uint64_t count = bytes / t.blockBytes;
-    launchStep(fillFloatsKernel, blocks(count), kElementThreads, 0, s, data,
-               count, int(t.blockBytes), type == GGMLType::BF16, seed);
+    if (cudaError_t e = launchStep(
+            fillFloatsKernel, blocks(count), kElementThreads, 0, s, data, count,
+            int(t.blockBytes), type == GGMLType::BF16, seed);
+        e != cudaSuccess)
+      return e;
     return cudaGetLastError();
   }
   // The f16 fields of each format (GLM5.md section 4, GenericQuant.cuh);
@@ -1562,8 +1615,10 @@ cudaError_t launchFillRandomBlocks(GGMLType type, uint8_t *data, uint64_t bytes,
   default: // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d at 0
     break;
   }
-  launchStep(fillBlocksKernel, blocks(bytes), kElementThreads, 0, s, f, data,
-             bytes, seed);
+  if (cudaError_t e = launchStep(fillBlocksKernel, blocks(bytes),
+                                 kElementThreads, 0, s, f, data, bytes, seed);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -1572,10 +1627,13 @@ cudaError_t launchFillRandomCache(DeviceCache cache, uint64_t seed,
   if (!validCache(cache))
     return cudaErrorInvalidValue;
   const int64_t count = cache.positions * cache.width;
-  launchStep(fillFloatsKernel, elementBlocks(count), kElementThreads, 0, s,
-             static_cast<uint8_t *>(cache.data), uint64_t(count),
-             cache.type == CacheType::F32 ? 4 : 2,
-             cache.type == CacheType::BF16, seed);
+  if (cudaError_t e =
+          launchStep(fillFloatsKernel, elementBlocks(count), kElementThreads, 0,
+                     s, static_cast<uint8_t *>(cache.data), uint64_t(count),
+                     cache.type == CacheType::F32 ? 4 : 2,
+                     cache.type == CacheType::BF16, seed);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 

@@ -237,10 +237,6 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
 void setOverlappedLaunches(bool on);
 bool overlappedLaunches();
 
-/// Whether this build carries kernel images GPU `device` can run (the
-/// architectures of KILN_CUDA_ARCHITECTURES); selects that device.
-bool hasKernelsFor(int device);
-
 /// *out = the index of the largest of n values (ties to the lowest index).
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
                          cudaStream_t s);

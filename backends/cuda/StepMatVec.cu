@@ -526,12 +526,11 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
     return cudaErrorInvalidValue;
   const bool alignedX = (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
                         (w.cols * int64_t(sizeof(float))) % 16 == 0;
-  if (alignedX)
-    launchStep(linearQ8SplitKernel<kRows, true>, blocks, warps * kWarp, 0, s,
-               a);
-  else
-    launchStep(linearQ8SplitKernel<kRows, false>, blocks, warps * kWarp, 0, s,
-               a);
+  if (cudaError_t e = launchStep(alignedX ? linearQ8SplitKernel<kRows, true>
+                                          : linearQ8SplitKernel<kRows, false>,
+                                 blocks, warps * kWarp, 0, s, a);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -561,10 +560,11 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
   const unsigned blocks = blocksFor(items, warps / a.splits);
   if (blocks == 0)
     return cudaErrorInvalidValue;
-  if (rows == kRows)
-    launchStep(linearKernel<kRows>, blocks, warps * kWarp, 0, s, a);
-  else
-    launchStep(linearKernel<1>, blocks, warps * kWarp, 0, s, a);
+  if (cudaError_t e =
+          launchStep(rows == kRows ? linearKernel<kRows> : linearKernel<1>,
+                     blocks, warps * kWarp, 0, s, a);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -613,15 +613,16 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   if ((k > 0 && gateBlocks == 0) || downBlocks == 0)
     return cudaErrorInvalidValue;
   if (k > 0) {
-    if (rows == kRows)
-      launchStep(expertGateUpKernel<kRows>, gateBlocks, gateWarps * kWarp, 0, s,
-                 a);
-    else
-      launchStep(expertGateUpKernel<1>, gateBlocks, gateWarps * kWarp, 0, s, a);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    if (cudaError_t e = launchStep(rows == kRows ? expertGateUpKernel<kRows>
+                                                 : expertGateUpKernel<1>,
+                                   gateBlocks, gateWarps * kWarp, 0, s, a);
+        e != cudaSuccess)
       return e;
   }
-  launchStep(expertDownKernel, downBlocks, a.per * kWarp, 0, s, a);
+  if (cudaError_t e =
+          launchStep(expertDownKernel, downBlocks, a.per * kWarp, 0, s, a);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 

@@ -10,6 +10,8 @@
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
@@ -52,9 +54,25 @@ const std::vector<std::string> kAllStepOps = {"embed",
 const std::vector<std::string> kCudaArchitectures = {"sm_90", "sm_100",
                                                      "sm_120"};
 
+/// The kernel sources built into one image each per architecture
+/// (backends/cuda/CMakeLists.txt).
+const std::vector<std::string> kCudaImageSources = {"StepKernels",
+                                                    "StepMatVec"};
+
+std::string &cudaImageDir() {
+  static std::string dir;
+  return dir;
+}
+
+std::string imagePath(const std::string &arch, const std::string &source) {
+  return cudaImageDir() + "/" + arch + "/" + source + ".fatbin";
+}
+
 /// --target=cuda[:sm_XX,...]: the architectures the artifact may run on,
 /// recorded as the payload ("cuda", "archs") the plugin checks the GPU
-/// against at load. Default: every architecture the plugin is built for.
+/// against at load, and each one's kernel images, copied from the build's
+/// image folder as payloads ("cuda", "sm_XX/NAME.fatbin"), which the
+/// plugin runs. Default: every architecture the folder has images for.
 Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
   std::vector<std::string> archs;
   llvm::SmallVector<llvm::StringRef> parts;
@@ -70,12 +88,39 @@ Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
       archs.push_back(arch);
   }
   if (archs.empty())
-    archs = kCudaArchitectures;
+    for (const std::string &arch : kCudaArchitectures)
+      if (llvm::sys::fs::exists(imagePath(arch, kCudaImageSources.front())))
+        archs.push_back(arch);
+  if (archs.empty())
+    return Error("--target=cuda", cudaImageDir(),
+                 "holds no kernel images (sm_XX/" + kCudaImageSources.front() +
+                     ".fatbin, built with Kiln's CUDA parts; "
+                     "kiln-compile --cuda-images=DIR names another folder)");
+  std::vector<artifact::Payload> images;
+  for (const std::string &arch : archs)
+    for (const std::string &source : kCudaImageSources) {
+      std::string path = imagePath(arch, source);
+      llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+          llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                      /*RequiresNullTerminator=*/false);
+      if (!file)
+        return Error("--target=cuda:" + arch, path,
+                     "cannot read the kernel image (" +
+                         file.getError().message() +
+                         "); build Kiln's CUDA parts for " + arch +
+                         " (KILN_CUDA_ARCHITECTURES) or name another folder "
+                         "with --cuda-images=DIR");
+      llvm::StringRef bytes = (*file)->getBuffer();
+      images.push_back({"cuda", arch + "/" + source + ".fatbin",
+                        std::vector<uint8_t>(bytes.begin(), bytes.end())});
+    }
   std::string list;
   for (const std::string &a : archs)
     list += (list.empty() ? "" : ",") + a;
   out.payloads.push_back(
       {"cuda", "archs", std::vector<uint8_t>(list.begin(), list.end())});
+  for (artifact::Payload &p : images)
+    out.payloads.push_back(std::move(p));
   return Status::ok();
 }
 
@@ -113,6 +158,12 @@ Status assignCudaLayouts(artifact::Artifact &out) {
   }
   return Status::ok();
 }
+
+} // namespace
+
+void setCudaImageDir(std::string dir) { cudaImageDir() = std::move(dir); }
+
+namespace {
 
 std::vector<Target> makeTargets() {
   std::vector<Target> out;

@@ -28,6 +28,10 @@ struct Target {
   std::function<Status(llvm::StringRef, artifact::Artifact &)> applyOptions;
 };
 
+/// Where the cuda target finds the kernel images it copies into an
+/// artifact: DIR/sm_XX/NAME.fatbin (kiln-compile --cuda-images).
+void setCudaImageDir(std::string dir);
+
 /// Every registered target, in registration order.
 llvm::ArrayRef<Target> targets();
 /// The target named `name`, or null.

@@ -31,6 +31,7 @@ relative), so those compare at 2e-3.
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -247,6 +248,45 @@ class Checks:
                            f"{'PASS' if ok and same else 'FAIL: ' + proc.stderr[-200:]} |")
         self.check(ok and same, "architecture guard")
 
+    def kernel_images(self):
+        """The kernels that run are the artifact's: --profile names the
+        images the plugin ran them from, and an artifact whose image is
+        damaged (its fatbin header zeroed, the file checksum made valid
+        again) is refused naming the payload."""
+        art, gguf = self.art("tiny-f32", "cuda", 1), self.gguf("tiny-f32")
+        base = [str(self.pack / "bin" / "kiln-run"), None, "--weights",
+                str(gguf), "--backend-dir", str(self.pack / "lib"),
+                "--prompt-tokens", "1,2", "-n", "1"]
+        base[1] = str(art)
+        proc = subprocess.run(base + ["--profile"], capture_output=True,
+                              text=True, env=env(self.pack))
+        ran = re.search(r"runs (\d+) kernels from the artifact's images: "
+                        r"(sm_\d+)/StepKernels.fatbin", proc.stderr)
+        ok = proc.returncode == 0 and ran is not None and int(ran[1]) > 0
+        self.report.append(f"| tiny-f32: kernels run from the artifact's "
+                           f"images | - | - | - | "
+                           f"{'PASS (' + ran[1] + ' kernels, ' + ran[2] + ')' if ok else 'FAIL: ' + proc.stderr[-300:]} |")
+        self.check(ok, "kernel images used")
+
+        data = bytearray(art.read_bytes())
+        at = data.find(bytes([0x50, 0xED, 0x55, 0xBA]))
+        data[at:at + 64] = bytes(64)
+        hashed = 0xCBF29CE484222325
+        for byte in bytes(data[32:]):
+            hashed = ((hashed ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        data[24:32] = hashed.to_bytes(8, "little")
+        damaged = self.work / "damaged-image.kiln"
+        damaged.write_bytes(bytes(data))
+        base[1] = str(damaged)
+        proc = subprocess.run(base, capture_output=True, text=True,
+                              env=env(self.pack))
+        ok = (proc.returncode == 1 and "payload cuda/sm_" in proc.stderr and
+              "the kernel image does not load" in proc.stderr)
+        self.report.append(f"| damaged kernel image refused, naming the "
+                           f"payload | - | - | - | "
+                           f"{'PASS' if ok else f'FAIL (exit {proc.returncode}): ' + proc.stderr[-300:]} |")
+        self.check(ok, "damaged kernel image")
+
     def memcheck(self):
         tool = shutil.which("compute-sanitizer") or \
             "/usr/local/cuda/bin/compute-sanitizer"
@@ -263,8 +303,11 @@ class Checks:
                  str(self.pack / "lib"), "--prompt-tokens", "1,2,3", "-n", "4",
                  *flags],
                 capture_output=True, text=True, env=env(self.pack))
-            summary = [l for l in proc.stdout.splitlines() + proc.stderr.splitlines()
-                       if "ERROR SUMMARY" in l]
+            lines = proc.stdout.splitlines() + proc.stderr.splitlines()
+            summary = [l for l in lines if "ERROR SUMMARY" in l]
+            if proc.returncode != 0:
+                print("\n".join(l for l in lines if l.startswith("=====")
+                                 )[:3000])
             ok = proc.returncode == 0 and summary and " 0 errors" in summary[-1]
             self.report.append(f"| tiny-mix: compute-sanitizer memcheck "
                                f"{' '.join(flags) or 'graph'} | - | 0 errors | "
@@ -284,6 +327,7 @@ class Checks:
                                    f"{str(e).splitlines()[-1][:300]} |")
                 self.failed.append(f"{model}: {e}")
         self.architecture_guard()
+        self.kernel_images()
         self.memcheck()
         header = ["| check | max rel error | tolerance | argmax equal "
                   "(decided positions) | result |", "|---|---|---|---|---|"]

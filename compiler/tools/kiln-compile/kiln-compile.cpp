@@ -1,4 +1,5 @@
-//===- kiln-compile.cpp - The Kiln compiler driver -------------------------===//
+//===- kiln-compile.cpp - The Kiln compiler driver
+//-------------------------===//
 //
 // kiln-compile MODEL.gguf... --target=cpu -o M.kiln   (the artifact)
 // kiln-compile MODEL.gguf... [--emit=mlir|step] [--report] [-o OUT]
@@ -24,8 +25,10 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -35,58 +38,69 @@
 
 namespace cl = llvm::cl;
 
-static cl::list<std::string> inputs(cl::Positional, cl::OneOrMore,
+/// Only Kiln's own options in --help (not LLVM's hundreds).
+static cl::OptionCategory kilnOptions("kiln-compile options");
+
+static cl::list<std::string> inputs(cl::cat(kilnOptions), cl::Positional,
+                                    cl::OneOrMore,
                                     cl::desc("<model.gguf... | config.json>"));
 static cl::opt<std::string>
-    emit("emit", cl::init(""),
+    emit(cl::cat(kilnOptions), "emit", cl::init(""),
          cl::desc("What to produce: mlir (the kiln program), step (the "
                   "planned, verified step program) or artifact (the .kiln "
                   "file; the default when -o ends in .kiln, else mlir)"),
          cl::value_desc("kind"));
 static cl::opt<std::string>
-    target("target", cl::init("cpu"),
+    target(cl::cat(kilnOptions), "target", cl::init("cpu"),
            cl::desc("Backend the artifact is for: cpu, or cuda with the GPU "
-                    "architectures it may run on (cuda:sm_90,sm_120; "
-                    "default all of sm_90, sm_100, sm_120)"),
+                    "architectures it may run on and carries kernel images "
+                    "for (cuda:sm_90,sm_120; default: every architecture "
+                    "the --cuda-images folder has)"),
            cl::value_desc("name"));
-static cl::opt<std::string> output("o", cl::init("-"),
+static cl::opt<std::string> output(cl::cat(kilnOptions), "o", cl::init("-"),
                                    cl::desc("Output file ('-' for stdout)"),
                                    cl::value_desc("file"));
+static cl::opt<std::string> cudaImages(
+    cl::cat(kilnOptions), "cuda-images", cl::init(""),
+    cl::desc("Folder of the CUDA kernel images (sm_XX/*.fatbin) that "
+             "--target=cuda copies into the artifact (default: lib/kiln-cuda "
+             "beside this program's bin/)"),
+    cl::value_desc("dir"));
 static cl::opt<uint64_t>
-    contextLength("context", cl::init(0),
+    contextLength(cl::cat(kilnOptions), "context", cl::init(0),
                   cl::desc("Positions the caches hold (default: the model's "
                            "context length)"));
 static cl::opt<std::string>
-    cacheType("cache-type", cl::init("f16"),
+    cacheType(cl::cat(kilnOptions), "cache-type", cl::init("f16"),
               cl::desc("Element type of the latent and indexer caches: f16 "
                        "(default), bf16 or f32"),
               cl::value_desc("type"));
 static cl::opt<int64_t>
-    tp("tp", cl::init(1),
+    tp(cl::cat(kilnOptions), "tp", cl::init(1),
        cl::desc("Tensor-parallel ranks to partition the step for (1, 2, 4, "
                 "8, ...; default 1)"),
        cl::value_desc("N"));
 static cl::opt<bool>
-    noFuse("no-fuse", cl::init(false),
+    noFuse(cl::cat(kilnOptions), "no-fuse", cl::init(false),
            cl::desc("Do not fuse projections that share an input (for "
                     "comparisons; the default fuses)"));
 static cl::opt<bool>
-    noLogits("no-logits", cl::init(false),
+    noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
                       "logits (no sampling or --logits-out at run time; at "
                       "tp > 1 the logits are never gathered)"));
-static cl::opt<bool> mtp("mtp", cl::init(false),
+static cl::opt<bool> mtp(cl::cat(kilnOptions), "mtp", cl::init(false),
                          cl::desc("Also build @mtp_step, the next-token-"
                                   "prediction layer"));
 static cl::opt<bool>
-    report("report", cl::init(false),
+    report(cl::cat(kilnOptions), "report", cl::init(false),
            cl::desc("Print the step's figures (ops, arena, peak live "
                     "bytes, cache bytes per token, weights) to stderr"));
 static cl::opt<int64_t>
-    alignment("alignment", cl::init(256),
+    alignment(cl::cat(kilnOptions), "alignment", cl::init(256),
               cl::desc("Byte alignment of every arena buffer (power of two)"));
 static cl::opt<std::string>
-    weightType("weight-type", cl::init("bf16"),
+    weightType(cl::cat(kilnOptions), "weight-type", cl::init("bf16"),
                cl::desc("With config.json: the type the checkpoint's "
                         "matrices are stored in"),
                cl::value_desc("ggml type"));
@@ -98,6 +112,7 @@ static int fail(const kiln::Error &error) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(kilnOptions);
   cl::ParseCommandLineOptions(argc, argv, "Kiln compiler driver\n");
   if (emit.empty())
     emit = llvm::StringRef(output).ends_with(".kiln") ? "artifact" : "mlir";
@@ -117,6 +132,16 @@ int main(int argc, char **argv) {
       llvm::errs() << " " << t.name;
     llvm::errs() << "\n";
     return 2;
+  }
+  if (cudaImages.empty()) {
+    std::string self = llvm::sys::fs::getMainExecutable(
+        argv[0], reinterpret_cast<void *>(&main));
+    llvm::SmallString<256> dir(
+        llvm::sys::path::parent_path(llvm::sys::path::parent_path(self)));
+    llvm::sys::path::append(dir, "lib", "kiln-cuda");
+    kiln::compiler::setCudaImageDir(std::string(dir));
+  } else {
+    kiln::compiler::setCudaImageDir(cudaImages);
   }
   {
     // Refuse bad target options before any work.
@@ -221,8 +246,7 @@ int main(int argc, char **argv) {
       return fail(artifact.error());
     if (kiln::Status st = backend->applyOptions(targetOptions, *artifact); !st)
       return fail(st.error());
-    if (kiln::Status st = kiln::artifact::writeArtifact(*artifact, output);
-        !st)
+    if (kiln::Status st = kiln::artifact::writeArtifact(*artifact, output); !st)
       return fail(st.error());
     return 0;
   }
