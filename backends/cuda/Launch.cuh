@@ -15,8 +15,12 @@
 // write-after-read hazard can cross the overlap), then allows its own
 // dependents to be scheduled. The mat-vec kernels alone touch memory
 // before the wait: an L2 prefetch of their weights (prefetchL2), which no
-// kernel of a step writes. A kernel launched without the attribute, or
-// on a GPU before sm_90, runs the prologue as a no-op.
+// kernel of a step writes; and the routed experts' Q4_K / Q5_K down kernel
+// (StepMatVec.cu) reads the chosen ids and starts copying those experts'
+// weights into shared memory, because its predecessor, the gate/up kernel,
+// lets it be scheduled only after its own wait, when the router that wrote
+// the ids has finished. A kernel launched without the attribute, or on a
+// GPU before sm_90, runs the prologue as a no-op.
 //
 // launchStep() launches with the attribute unless overlapped launches are
 // switched off for the calling thread (setOverlappedLaunches; the plugin
