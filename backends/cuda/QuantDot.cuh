@@ -683,8 +683,10 @@ __device__ inline void warpDotOneBlockRowsK45(const uint8_t *row0,
 //   multiply-adds are written in PTX without .ftz so that the subnormal
 //   quants survive any flush-to-zero setting.
 // Bit offsets per value 4 k + j of the lane's 16 (qs word k, byte j):
-//   Q4_K lo: w & 0xF << 8j for j < 3, (w >> 8) & 0xF0000 for j = 3 (p = 0,
-//     8, 16, 16); hi: w & 0xF0 << 8j for j < 3, w >> 28 (p = 4, 12, 20, 0).
+//   Q4_K lo: w & 0xF << 8j for j < 3 (p = 0, 8, 16); hi: w & 0xF0 << 8j
+//     for j < 3, w >> 28 for j = 3 (p = 4, 12, 20, 0); lo j = 3 is byte 3
+//     (w >> 24) less 16 times hi j = 3, one exact multiply-add on the idle
+//     float pipe instead of a second integer op (p = 0).
 //   Q5_K: the qh bits of the lane's two sub-blocks are rotated next to the
 //     nibbles (bit 4 of each byte) and merged into a word of four 5-bit
 //     values for lo and one for hi; then & 0x1F << 8j for j < 3, >> 24 for
@@ -710,11 +712,9 @@ __device__ __forceinline__ float pow2(int e) {
 }
 
 /// The bit offset of value 4 k + j of a lane's lo / hi share (above).
-template <bool kHigh> __host__ __device__ constexpr int loOffset(int j) {
-  return j == 0 ? 0 : j == 1 ? 8 : j == 2 ? 16 : (kHigh ? 0 : 16);
-}
+__host__ __device__ constexpr int loOffset(int j) { return j == 3 ? 0 : 8 * j; }
 template <bool kHigh> __host__ __device__ constexpr int hiOffset(int j) {
-  return kHigh ? loOffset<true>(j) : (j == 3 ? 0 : 8 * j + 4);
+  return kHigh ? loOffset(j) : (j == 3 ? 0 : 8 * j + 4);
 }
 
 /// A lane's prescaled x: lo[i] = x_lo[i] * 2^(149 - E - p_i), likewise hi,
@@ -751,7 +751,7 @@ __device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
     const float hi[4] = {v.hi[k].x, v.hi[k].y, v.hi[k].z, v.hi[k].w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      s.lo[4 * k + j] = lo[j] * scaleA * pow2(fb - loOffset<kHigh>(j));
+      s.lo[4 * k + j] = lo[j] * scaleA * pow2(fb - loOffset(j));
       s.hi[4 * k + j] = hi[j] * scaleA * pow2(fb - hiOffset<kHigh>(j));
     }
   }
@@ -822,8 +822,10 @@ k45PrescaledLane(uint4 head, uint4 qs, uint4 qh, int t, const K45Prescaled &s) {
       u = fmaKeep(__uint_as_float(w & 0xF000u), xh[1], u);
       l = fmaKeep(__uint_as_float(w & 0xF0000u), xl[2], l);
       u = fmaKeep(__uint_as_float(w & 0xF00000u), xh[2], u);
-      l = fmaKeep(__uint_as_float((w >> 8) & 0xF0000u), xl[3], l);
-      u = fmaKeep(__uint_as_float(w >> 28), xh[3], u);
+      const float hi3 = __uint_as_float(w >> 28);
+      const float lo3 = fmaKeep(-16.f, hi3, __uint_as_float(w >> 24));
+      l = fmaKeep(lo3, xl[3], l);
+      u = fmaKeep(hi3, xh[3], u);
     }
   }
   const float dots = fmaf(dl0, lo[0] + lo[1], dl1 * (hi[0] + hi[1]));

@@ -363,17 +363,32 @@ struct ExpertArgs {
   int blocksPerRow, downTiles, downHeadBytes;
 };
 
+/// Block 0's first warp reports the first id outside [0, experts) in k
+/// order, as the CPU would: 32 ids a round, loaded together, and a ballot
+/// (one thread reading them one by one would wait for each in turn, and
+/// hold block 0, and so the kernel, back by as many memory round trips).
+__device__ inline void reportFirstBadId(const ExpertArgs &a) {
+  if (blockIdx.x != 0 || threadIdx.x >= kWarp)
+    return;
+  const int lane = int(threadIdx.x);
+  for (int64_t i0 = 0; i0 < a.k; i0 += kWarp) { // the same for the warp
+    const int64_t i = i0 + lane;
+    const int32_t id = i < a.k ? a.ids[i] : 0;
+    const unsigned bad =
+        __ballot_sync(0xffffffffu, i < a.k && (id < 0 || id >= a.experts));
+    if (bad) {
+      if (lane == __ffs(int(bad)) - 1)
+        recordFault(a.fault, FaultCode::ExpertOutOfRange, id, a.experts);
+      return;
+    }
+  }
+}
+
 template <int R>
 __global__ void __launch_bounds__(kThreads) expertGateUpKernel(ExpertArgs a) {
   stepKernelPrologue();
   __shared__ float partials[kWarpsPerBlock][R];
-  if (blockIdx.x == 0 && threadIdx.x == 0)
-    // One thread reports the first bad id in k order, as the CPU would.
-    for (int64_t i = 0; i < a.k; ++i)
-      if (a.ids[i] < 0 || a.ids[i] >= a.experts) {
-        recordFault(a.fault, FaultCode::ExpertOutOfRange, a.ids[i], a.experts);
-        break;
-      }
+  reportFirstBadId(a);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int perItem = 2 * a.splits;
   const int itemsPerBlock = int(blockDim.x / kWarp) / perItem;
@@ -540,24 +555,13 @@ __global__ void __launch_bounds__(kThreads)
     expertGateUpK45Kernel(ExpertArgs a) {
   extern __shared__ __align__(128) uint8_t shared[];
   stepKernelPrologue();
-  if (blockIdx.x == 0 && threadIdx.x == 0)
-    // One thread reports the first bad id in k order, as the CPU would.
-    for (int64_t i = 0; i < a.k; ++i)
-      if (a.ids[i] < 0 || a.ids[i] >= a.experts) {
-        recordFault(a.fault, FaultCode::ExpertOutOfRange, a.ids[i], a.experts);
-        break;
-      }
+  reportFirstBadId(a);
   const int64_t tiles = (a.ffn + kPairs - 1) / kPairs;
   const int64_t i = blockIdx.x / tiles, f0 = blockIdx.x % tiles * kPairs;
   const int pairs = int(a.ffn - f0 < kPairs ? a.ffn - f0 : kPairs);
   const int64_t e = a.ids[i];
-  float *act = a.act + i * a.ffn + f0;
-  if (e < 0 || e >= a.experts) { // the same for the whole block
-    if (int(threadIdx.x) < pairs)
-      act[threadIdx.x] = 0.f;
-    return;
-  }
-  const uint64_t rowBytes = a.gate.rowBytes;
+  const bool valid = e >= 0 && e < a.experts; // the same for the whole block
+  const uint32_t rowBytes = uint32_t(a.gate.rowBytes);
   uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
   // Gate rows f0 .. f0 + kPairs - 1, then the up rows, then warp sums.
   uint8_t *rows = shared + kPairHeadBytes;
@@ -566,21 +570,24 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 0; q < pairs; ++q)
       barrierInit(bars + q);
     barrierInitFence();
-    // Fused: expert e's rows are its F gate rows, then its F up rows.
-    const int64_t gateRow = a.fused ? e * 2 * a.ffn + f0 : e * a.ffn + f0;
-    const uint8_t *gate = a.gateData + uint64_t(gateRow) * rowBytes;
-    const uint8_t *up = a.fused
-                            ? gate + uint64_t(a.ffn) * rowBytes
-                            : a.upData + uint64_t(e * a.ffn + f0) * rowBytes;
-    for (int q = 0; q < pairs; ++q) {
-      barrierArriveExpect(bars + q, uint32_t(2 * rowBytes));
-      bulkCopy(rows + q * rowBytes, gate + q * rowBytes, uint32_t(rowBytes),
-               bars + q);
-      bulkCopy(rows + (kPairs + q) * rowBytes, up + q * rowBytes,
-               uint32_t(rowBytes), bars + q);
+    if (valid) {
+      // Fused: expert e's rows are its F gate rows, then its F up rows.
+      const int64_t gateRow = a.fused ? e * 2 * a.ffn + f0 : e * a.ffn + f0;
+      const uint8_t *gate = a.gateData + uint64_t(gateRow) * rowBytes;
+      const uint8_t *up = a.fused
+                              ? gate + uint64_t(a.ffn) * rowBytes
+                              : a.upData + uint64_t(e * a.ffn + f0) * rowBytes;
+      for (int q = 0; q < pairs; ++q) {
+        barrierArriveExpect(bars + q, 2 * rowBytes);
+        bulkCopy(rows + q * rowBytes, gate + uint64_t(q) * rowBytes, rowBytes,
+                 bars + q);
+        bulkCopy(rows + (kPairs + q) * rowBytes, up + uint64_t(q) * rowBytes,
+                 rowBytes, bars + q);
+      }
     }
   }
-  // This lane's x, while the rows stream in.
+  // This lane's x, while the id arrives (other warps) and the rows stream
+  // in: x does not depend on the id, so both loads are in flight together.
   constexpr int kBlockBytes = kHigh ? 176 : 144;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
             t = lane % 8, b = 4 * warp + lane / 8;
@@ -589,6 +596,11 @@ __global__ void __launch_bounds__(kThreads)
   if (active)
     quantdot::prescaleK45<kHigh>(a.x + 256 * int64_t(b), t, xs);
   __syncthreads(); // the barriers are initialised
+  if (!valid) {
+    if (int(threadIdx.x) < pairs)
+      a.act[i * a.ffn + f0 + threadIdx.x] = 0.f;
+    return;
+  }
   float v[2 * kPairs];
 #pragma unroll
   for (int q = 0; q < 2 * kPairs; ++q)
@@ -615,7 +627,7 @@ __global__ void __launch_bounds__(kThreads)
       g += sums[w * 2 * kPairs + q];
       u += sums[w * 2 * kPairs + kPairs + q];
     }
-    act[q] = silu(g) * u;
+    a.act[i * a.ffn + f0 + q] = silu(g) * u;
   }
 }
 
@@ -630,42 +642,55 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   const int nrows =
       int(a.hidden - h0 < int64_t(nt) * kDownTile ? a.hidden - h0
                                                   : int64_t(nt) * kDownTile);
-  const uint64_t rowBytes = a.down.rowBytes;
+  const uint32_t rowBytes = uint32_t(a.down.rowBytes),
+                 tileBytes = kDownTile * rowBytes;
+  // Barriers, then the chosen experts (-1: a bad id) and their weights,
+  // then rows [tile][slot][kDownTile rows] and dots [slot][tile * rows].
   uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
   int32_t *chosen = reinterpret_cast<int32_t *>(shared + 8 * kMaxDownTiles);
-  // [tile][slot][kDownTile rows], then dots [slot][tilesPer * kDownTile].
+  float *weights = reinterpret_cast<float *>(chosen + k);
   uint8_t *rows = shared + a.downHeadBytes;
-  float *dots = reinterpret_cast<float *>(rows + uint64_t(k) * tilesPer *
-                                                     kDownTile * rowBytes);
-  if (threadIdx.x == 0) {
+  float *dots = reinterpret_cast<float *>(rows + k * tilesPer * tileBytes);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
+            g = lane / 8, t = lane % 8, warps = int(blockDim.x / kWarp);
+  if (warp == 0) {
     // Before the wait (see above): the ids are final, the weights constant.
     // L2 reads (ld.global.cg): nothing of this kernel's L1 is trusted yet.
-    int valid = 0;
-    for (int s = 0; s < k; ++s) {
-      const int32_t e = __ldcg(a.ids + s);
-      chosen[s] = e >= 0 && e < a.experts ? e : -1; // faulted by gate/up
-      valid += chosen[s] >= 0;
+    // 32 ids a round, loaded together.
+    uint32_t valid = 0;
+    for (int s0 = 0; s0 < k; s0 += kWarp) { // the same for the warp
+      const int s = s0 + lane;
+      int32_t e = s < k ? __ldcg(a.ids + s) : -1;
+      e = e >= 0 && e < a.experts ? e : -1; // faulted by gate/up
+      if (s < k)
+        chosen[s] = e;
+      valid += __popc(__ballot_sync(0xffffffffu, e >= 0));
     }
-    for (int j = 0; j < nt; ++j)
-      barrierInit(bars + j);
-    barrierInitFence();
-    for (int j = 0; j < nt; ++j) {
-      const int64_t r0 = h0 + int64_t(j) * kDownTile;
-      const uint32_t bytes = uint32_t(
-          (a.hidden - r0 < kDownTile ? a.hidden - r0 : kDownTile) * rowBytes);
-      barrierArriveExpect(bars + j, uint32_t(valid) * bytes);
-      for (int s = 0; s < k; ++s)
-        if (chosen[s] >= 0)
-          bulkCopy(rows + (uint64_t(j) * k + s) * kDownTile * rowBytes,
-                   a.downData +
-                       (uint64_t(chosen[s]) * a.hidden + r0) * rowBytes,
-                   bytes, bars + j);
+    __syncwarp(); // chosen[] is written
+    if (lane == 0) {
+      for (int j = 0; j < nt; ++j)
+        barrierInit(bars + j);
+      barrierInitFence();
+      for (int j = 0; j < nt; ++j) {
+        const int64_t r0 = h0 + int64_t(j) * kDownTile;
+        const uint32_t bytes =
+            uint32_t(a.hidden - r0 < kDownTile ? a.hidden - r0 : kDownTile) *
+            rowBytes;
+        barrierArriveExpect(bars + j, valid * bytes);
+        for (int s = 0; s < k; ++s)
+          if (chosen[s] >= 0)
+            bulkCopy(rows + (j * k + s) * tileBytes,
+                     a.downData +
+                         (uint64_t(chosen[s]) * a.hidden + r0) * rowBytes,
+                     bytes, bars + j);
+      }
     }
   }
   __syncthreads(); // the barriers and chosen ids are in place
   stepKernelPrologue();
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
-            g = lane / 8, t = lane % 8, warps = int(blockDim.x / kWarp);
+  // The routing weights, all at once (read in the final sums).
+  for (int s = threadIdx.x; s < k; s += blockDim.x)
+    weights[s] = a.weights[s];
   for (int s = warp; s < k; s += warps) {
     if (chosen[s] < 0) // the same for the whole warp
       continue;
@@ -673,7 +698,7 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
     quantdot::prescaleK45<kHigh>(a.act + int64_t(s) * 256, t, xs);
     for (int j = 0; j < nt; ++j) {
       barrierWait(bars + j, 0);
-      const uint8_t *tile = rows + (uint64_t(j) * k + s) * kDownTile * rowBytes;
+      const uint8_t *tile = rows + (j * k + s) * tileBytes;
       float v[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -693,7 +718,7 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
     float sum = 0.f;
     for (int s = 0; s < k; ++s)
       if (chosen[s] >= 0)
-        sum += a.weights[s] * dots[s * tilesPer * kDownTile + r];
+        sum += weights[s] * dots[s * tilesPer * kDownTile + r];
     a.out[h0 + r] = sum;
   }
 }
@@ -920,13 +945,14 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   bool downFast = false;
   uint64_t downFastShared = 0;
   unsigned downFastBlocks = 0;
-  if (device.bulk && ffn == 256 &&
+  if (device.bulk && ffn == 256 && k <= device.sharedOptin / 256 &&
       (a.down.type == GGMLType::Q4_K || a.down.type == GGMLType::Q5_K) &&
       aligned16(a.downData) && aligned16(act)) {
     // Tiles per block: about one block per multiprocessor, within the
-    // shared-memory budget and the block's barriers.
+    // shared-memory budget and the block's barriers. (The bound on k above
+    // only keeps these sizes in range; the shared memory decides.)
     const int64_t tiles = (hidden + kDownTile - 1) / kDownTile;
-    a.downHeadBytes = int((8 * kMaxDownTiles + 4 * k + 127) / 128 * 128);
+    a.downHeadBytes = int((8 * kMaxDownTiles + 8 * k + 127) / 128 * 128);
     const auto sharedFor = [&](int64_t tilesPer) {
       return uint64_t(a.downHeadBytes) + uint64_t(k * tilesPer * kDownTile) *
                                              (a.down.rowBytes + sizeof(float));
@@ -935,8 +961,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     tilesPer = tilesPer < kMaxDownTiles ? tilesPer : kMaxDownTiles;
     while (tilesPer > 1 && sharedFor(tilesPer) > kDownSharedBudget)
       --tilesPer;
-    if (k <= INT_MAX / 256 &&
-        sharedFor(tilesPer) <= uint64_t(device.sharedOptin)) {
+    if (sharedFor(tilesPer) <= uint64_t(device.sharedOptin)) {
       downFast = true;
       a.downTiles = int(tilesPer);
       downFastShared = sharedFor(tilesPer);
