@@ -15,8 +15,12 @@
 // write-after-read hazard can cross the overlap), then allows its own
 // dependents to be scheduled. The mat-vec kernels alone touch memory
 // before the wait: an L2 prefetch of their weights (prefetchL2), which no
-// kernel of a step writes. A kernel launched without the attribute, or
-// on a GPU before sm_90, runs the prologue as a no-op.
+// kernel of a step writes; and the routed experts' Q4_K / Q5_K down kernel
+// (StepMatVec.cu) reads the chosen ids and starts copying those experts'
+// weights into shared memory, because its predecessor, the gate/up kernel,
+// lets it be scheduled only after its own wait, when the router that wrote
+// the ids has finished. A kernel launched without the attribute, or on a
+// GPU before sm_90, runs the prologue as a no-op.
 //
 // launchStep() launches with the attribute unless overlapped launches are
 // switched off for the calling thread (setOverlappedLaunches; the plugin
@@ -31,6 +35,8 @@
 #include "StepKernels.h"
 
 #include <cuda_runtime.h>
+
+#include <utility>
 
 namespace kiln::cuda {
 
@@ -105,22 +111,31 @@ template <typename... Params, typename... Args>
 }
 
 /// Lets `kernel` (as launchStep resolves it) use `bytes` of dynamic shared
-/// memory on the current GPU (needed beyond 48 KiB).
+/// memory on the current GPU (needed beyond 48 KiB), and asks for the
+/// largest shared-memory carveout, so such blocks can share a
+/// multiprocessor.
 template <typename... Params>
 cudaError_t allowDynamicShared(void (*kernel)(Params...), size_t bytes) {
   const void *stub = reinterpret_cast<const void *>(kernel);
   const void *function = resolveKernel(stub);
   if (!function)
     return cudaErrorSymbolNotFound;
-  if (function == stub)
-    return cudaFuncSetAttribute(
-        stub, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  const std::pair<cudaFuncAttribute, int> settings[] = {
+      {cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)},
+      {cudaFuncAttributePreferredSharedMemoryCarveout,
+       int(cudaSharedmemCarveoutMaxShared)}};
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     return e;
-  return cudaKernelSetAttributeForDevice(
-      cudaKernel_t(const_cast<void *>(function)),
-      cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes), device);
+  for (const auto &[attribute, value] : settings)
+    if (cudaError_t e = function == stub
+                            ? cudaFuncSetAttribute(stub, attribute, value)
+                            : cudaKernelSetAttributeForDevice(
+                                  cudaKernel_t(const_cast<void *>(function)),
+                                  attribute, value, device);
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
 }
 
 } // namespace kiln::cuda

@@ -663,6 +663,206 @@ __device__ inline void warpDotOneBlockRowsK45(const uint8_t *row0,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Prescaled x (the routed experts' Q4_K / Q5_K kernels, StepMatVec.cu). A
+// lane that dots many rows with the same 32 x values (its share of one
+// 256-value block in dotK45Rows' layout: t = lane % 8, c = t / 2, h = t %
+// 2; values 16 h .. 16 h + 15 of sub-blocks 2c, "lo", and 2c + 1, "hi")
+// keeps them in registers, scaled once so that each quant costs one
+// integer op and one fused multiply-add:
+//   A quant q isolated in place by a mask, at bit offset p with p + 5 <=
+//   24, is the float q * 2^(p - 149) (a subnormal, or the smallest normal
+//   binade, where the value of a bit pattern below 2^24 is exactly the
+//   pattern times 2^-149). Times x * 2^(149 - p - E), prescaled, the
+//   product is exactly q * x * 2^-E, so a row's sums over its sub-blocks
+//   are the plain ones times 2^-E; the lane multiplies them back by 2^E
+//   (two powers of two) when it adds the mins. E = e + 22, e the binary
+//   exponent of the lane's largest |x|, keeps every prescaled x finite
+//   (below 2^128) and every product with a large x normal: products lose
+//   bits only where q * x is 2^-100 below the largest |x|. The fused
+//   multiply-adds are written in PTX without .ftz so that the subnormal
+//   quants survive any flush-to-zero setting.
+// Bit offsets per value 4 k + j of the lane's 16 (qs word k, byte j):
+//   Q4_K lo: w & 0xF << 8j for j < 3 (p = 0, 8, 16); hi: w & 0xF0 << 8j
+//     for j < 3, w >> 28 for j = 3 (p = 4, 12, 20, 0); lo j = 3 is byte 3
+//     (w >> 24) less 16 times hi j = 3, one exact multiply-add on the idle
+//     float pipe instead of a second integer op (p = 0).
+//   Q5_K: the qh bits of the lane's two sub-blocks are rotated next to the
+//     nibbles (bit 4 of each byte) and merged into a word of four 5-bit
+//     values for lo and one for hi; then & 0x1F << 8j for j < 3, >> 24 for
+//     j = 3 (p = 0, 8, 16, 0).
+// The scale and min bytes of the lane's two sub-blocks are decoded two at
+// a time (bytes j, j + 1 of scales[0..11], shifted and masked together).
+// Summation orders are fixed (four chains per row, then the sub-blocks'
+// scales), so results are the same bits on every run.
+//===----------------------------------------------------------------------===//
+
+namespace quantdot {
+
+/// a * b + c, rounded once, subnormal inputs and results kept.
+__device__ __forceinline__ float fmaKeep(float a, float b, float c) {
+  float r;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+  return r;
+}
+
+/// 2^e, e in [-126, 127].
+__device__ __forceinline__ float pow2(int e) {
+  return __uint_as_float(uint32_t(e + 127) << 23);
+}
+
+/// The bit offset of value 4 k + j of a lane's lo / hi share (above).
+__host__ __device__ constexpr int loOffset(int j) { return j == 3 ? 0 : 8 * j; }
+template <bool kHigh> __host__ __device__ constexpr int hiOffset(int j) {
+  return kHigh ? loOffset(j) : (j == 3 ? 0 : 8 * j + 4);
+}
+
+/// A lane's prescaled x: lo[i] = x_lo[i] * 2^(149 - E - p_i), likewise hi,
+/// the unscaled sums of each, and 2^E = backA * backB.
+struct K45Prescaled {
+  float lo[16], hi[16];
+  float sumLo, sumHi;
+  float backA, backB;
+};
+
+/// Lane t's share of the 256 values at x (16-aligned), prescaled.
+template <bool kHigh>
+__device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
+  const K45X v = loadK45X(reinterpret_cast<const float4 *>(x), t);
+  s.sumLo = v.sumLo;
+  s.sumHi = v.sumHi;
+  float m = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    m = fmaxf(m, fmaxf(fmaxf(fmaxf(fabsf(v.lo[k].x), fabsf(v.lo[k].y)),
+                             fmaxf(fabsf(v.lo[k].z), fabsf(v.lo[k].w))),
+                       fmaxf(fmaxf(fabsf(v.hi[k].x), fabsf(v.hi[k].y)),
+                             fmaxf(fabsf(v.hi[k].z), fabsf(v.hi[k].w)))));
+  // |x| < 2^(e + 1); e = -127 for zero or subnormal maxima, and an
+  // infinite one counts as 2^127 (its products are infinite or NaN anyway).
+  int e = int((__float_as_uint(m) >> 23) & 0xFFu) - 127;
+  e = e < 127 ? e : 127;
+  // x * 2^(127 - e - p) as (x * 2^a) * 2^(b - p): a, b in [0, 127].
+  const int f = 127 - e, fa = f >> 1, fb = f - fa;
+  const float scaleA = pow2(fa);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float lo[4] = {v.lo[k].x, v.lo[k].y, v.lo[k].z, v.lo[k].w};
+    const float hi[4] = {v.hi[k].x, v.hi[k].y, v.hi[k].z, v.hi[k].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      s.lo[4 * k + j] = lo[j] * scaleA * pow2(fb - loOffset(j));
+      s.hi[4 * k + j] = hi[j] * scaleA * pow2(fb - hiOffset<kHigh>(j));
+    }
+  }
+  // E = e + 22 in [-105, 149], as two powers in range.
+  const int back = e + 22, backA = back >> 1;
+  s.backA = pow2(backA);
+  s.backB = pow2(back - backA);
+}
+
+/// Lane t's sum for one Q4_K / Q5_K block of a row with the prescaled x:
+/// head = the block's first 16 bytes (d, dmin, scales), qs = its quant
+/// bytes 16 t .. 16 t + 15, qh (Q5_K) = qh[16 (t % 2) ..].
+template <bool kHigh>
+__device__ __forceinline__ float
+k45PrescaledLane(uint4 head, uint4 qs, uint4 qh, int t, const K45Prescaled &s) {
+  const int c = t / 2;
+  // Scales and mins of sub-blocks 2c and 2c + 1 (get_scale_min_k4), as two
+  // bytes at once: j = 2c % 4 and j + 1; for 2c < 4 the low 6 bits of
+  // scales[j] / scales[j + 4], else the nibbles of scales[j + 8] below the
+  // top 2 bits of scales[j] / scales[j + 4].
+  const bool upper = c >= 2;
+  const int sh = 16 * (c & 1);
+  const uint32_t low = upper ? 0x0F0Fu : 0x3F3Fu, top = upper ? 0x3030u : 0u;
+  const uint32_t sc =
+      (((upper ? head.w : head.y) >> sh) & low) | ((head.y >> (sh + 2)) & top);
+  const uint32_t mn =
+      (((upper ? head.w : head.z) >> (upper ? sh + 4 : sh)) & low) |
+      ((head.z >> (sh + 2)) & top);
+  const float d = halfBits(head.x & 0xFFFFu), dmin = halfBits(head.x >> 16);
+  // d * sc as fma(d, 2^23 + sc, -d * 2^23): one rounding, as d * sc.
+  const float nd = d * -kMagic, nm = dmin * -kMagic;
+  const float dl0 =
+      fmaf(d, __uint_as_float(__byte_perm(sc, 0x4B000000u, 0x7540u)), nd);
+  const float dl1 =
+      fmaf(d, __uint_as_float(__byte_perm(sc, 0x4B000000u, 0x7541u)), nd);
+  const float ml0 =
+      fmaf(dmin, __uint_as_float(__byte_perm(mn, 0x4B000000u, 0x7540u)), nm);
+  const float ml1 =
+      fmaf(dmin, __uint_as_float(__byte_perm(mn, 0x4B000000u, 0x7541u)), nm);
+
+  const uint32_t q[4] = {qs.x, qs.y, qs.z, qs.w};
+  const uint32_t hb[4] = {qh.x, qh.y, qh.z, qh.w};
+  float lo[2] = {0.f, 0.f}, hi[2] = {0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float &l = lo[k & 1], &u = hi[k & 1];
+    const float *xl = s.lo + 4 * k, *xh = s.hi + 4 * k;
+    if constexpr (kHigh) {
+      // qh bits 2c and 2c + 1 of each byte to bits 4 and 5.
+      const uint32_t r =
+          __funnelshift_l(hb[k], hb[k], uint32_t(4 - 2 * c) & 31);
+      const uint32_t w5 = (q[k] & 0x0F0F0F0Fu) | (r & 0x10101010u);
+      const uint32_t u5 =
+          ((q[k] >> 4) & 0x0F0F0F0Fu) | ((r >> 1) & 0x10101010u);
+      l = fmaKeep(__uint_as_float(w5 & 0x1Fu), xl[0], l);
+      u = fmaKeep(__uint_as_float(u5 & 0x1Fu), xh[0], u);
+      l = fmaKeep(__uint_as_float(w5 & 0x1F00u), xl[1], l);
+      u = fmaKeep(__uint_as_float(u5 & 0x1F00u), xh[1], u);
+      l = fmaKeep(__uint_as_float(w5 & 0x1F0000u), xl[2], l);
+      u = fmaKeep(__uint_as_float(u5 & 0x1F0000u), xh[2], u);
+      l = fmaKeep(__uint_as_float(w5 >> 24), xl[3], l);
+      u = fmaKeep(__uint_as_float(u5 >> 24), xh[3], u);
+    } else {
+      const uint32_t w = q[k];
+      l = fmaKeep(__uint_as_float(w & 0xFu), xl[0], l);
+      u = fmaKeep(__uint_as_float(w & 0xF0u), xh[0], u);
+      l = fmaKeep(__uint_as_float(w & 0xF00u), xl[1], l);
+      u = fmaKeep(__uint_as_float(w & 0xF000u), xh[1], u);
+      l = fmaKeep(__uint_as_float(w & 0xF0000u), xl[2], l);
+      u = fmaKeep(__uint_as_float(w & 0xF00000u), xh[2], u);
+      const float hi3 = __uint_as_float(w >> 28);
+      const float lo3 = fmaKeep(-16.f, hi3, __uint_as_float(w >> 24));
+      l = fmaKeep(lo3, xl[3], l);
+      u = fmaKeep(hi3, xh[3], u);
+    }
+  }
+  const float dots = fmaf(dl0, lo[0] + lo[1], dl1 * (hi[0] + hi[1]));
+  const float mins = fmaf(ml0, s.sumLo, ml1 * s.sumHi);
+  return fmaf(dots * s.backA, s.backB, -mins);
+}
+
+/// Sums each of a lane's N values over the 2 * O lanes that differ from it
+/// in bits O, O / 2, ..., 1 (O a power of two, N <= 2 * O), leaving every
+/// lane with one sum: value number ((lane & (2 O - 1)) >> s) of the N,
+/// where s = log2(2 O / N) (the lane's bits below it hold copies). Each
+/// halving step gives away the half the lane does not keep and adds the
+/// partner's copy of the half it keeps, so N values cost N - 1 + log2(2 O
+/// / N) shuffles instead of N log2(2 O); the order of every sum is fixed.
+template <int N, int O>
+__device__ __forceinline__ float spreadSums(const float (&v)[N], int lane) {
+  if constexpr (N == 1) {
+    float sum = v[0];
+#pragma unroll
+    for (int o = O; o > 0; o /= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    return sum;
+  } else {
+    const bool upperHalf = (lane & O) != 0;
+    float kept[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const float give = upperHalf ? v[i] : v[i + N / 2];
+      const float keep = upperHalf ? v[i + N / 2] : v[i];
+      kept[i] = keep + __shfl_xor_sync(0xffffffffu, give, O);
+    }
+    return spreadSums<N / 2, O / 2>(kept, lane);
+  }
+}
+
+} // namespace quantdot
+
 } // namespace kiln::cuda
 
 #endif // KILN_BACKENDS_CUDA_QUANTDOT_CUH

@@ -326,7 +326,8 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
 }
 
 //===----------------------------------------------------------------------===//
-// MoE experts.
+// MoE experts, the generic kernels (any weight type; see below for the
+// Q4_K / Q5_K kernels that launchMoeExperts prefers where they apply).
 //   gate/up: item (k, row group of R rows f0 ..); its gate dots and its up
 //     dots, `splits` segments each, are 2 * splits consecutive warps; lane r
 //     of the item's first warp adds the segments in order and writes act =
@@ -357,19 +358,37 @@ struct ExpertArgs {
   int splits, per;
   float *act, *out;
   FaultSink fault;
+  /// The Q4_K / Q5_K kernels: 256-value blocks per gate/up row; tiles per
+  /// block of the down kernel and the shared bytes before its rows.
+  int blocksPerRow, downTiles, downHeadBytes;
 };
+
+/// Block 0's first warp reports the first id outside [0, experts) in k
+/// order, as the CPU would: 32 ids a round, loaded together, and a ballot
+/// (one thread reading them one by one would wait for each in turn, and
+/// hold block 0, and so the kernel, back by as many memory round trips).
+__device__ inline void reportFirstBadId(const ExpertArgs &a) {
+  if (blockIdx.x != 0 || threadIdx.x >= kWarp)
+    return;
+  const int lane = int(threadIdx.x);
+  for (int64_t i0 = 0; i0 < a.k; i0 += kWarp) { // the same for the warp
+    const int64_t i = i0 + lane;
+    const int32_t id = i < a.k ? a.ids[i] : 0;
+    const unsigned bad =
+        __ballot_sync(0xffffffffu, i < a.k && (id < 0 || id >= a.experts));
+    if (bad) {
+      if (lane == __ffs(int(bad)) - 1)
+        recordFault(a.fault, FaultCode::ExpertOutOfRange, id, a.experts);
+      return;
+    }
+  }
+}
 
 template <int R>
 __global__ void __launch_bounds__(kThreads) expertGateUpKernel(ExpertArgs a) {
   stepKernelPrologue();
   __shared__ float partials[kWarpsPerBlock][R];
-  if (blockIdx.x == 0 && threadIdx.x == 0)
-    // One thread reports the first bad id in k order, as the CPU would.
-    for (int64_t i = 0; i < a.k; ++i)
-      if (a.ids[i] < 0 || a.ids[i] >= a.experts) {
-        recordFault(a.fault, FaultCode::ExpertOutOfRange, a.ids[i], a.experts);
-        break;
-      }
+  reportFirstBadId(a);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int perItem = 2 * a.splits;
   const int itemsPerBlock = int(blockDim.x / kWarp) / perItem;
@@ -477,12 +496,285 @@ __global__ void __launch_bounds__(kThreads) expertDownKernel(ExpertArgs a) {
     a.out[h0 + r] = sum;
 }
 
+//===----------------------------------------------------------------------===//
+// MoE experts, Q4_K / Q5_K (sm_90+). GLM-5's routed experts (Q4_K gate and
+// up, Q5_K down of one 256-value block a row) are streamed whole from
+// memory, so these kernels keep every weight byte of a block in flight at
+// once and spend as few instructions per byte as they can:
+//   - a block's weight rows are copied into its shared memory by bulk copies
+//     (DeviceCommon.cuh) that hold no registers, one barrier per stage so
+//     that the first rows are worked on while later ones still arrive;
+//   - a lane keeps its 32 x values prescaled in registers for all of its
+//     rows (QuantDot.cuh, "Prescaled x"), so a quant costs one integer op
+//     and one fused multiply-add, and x is read once per warp;
+//   - a warp's row sums are reduced together (spreadSums: N - 1 + log2(2 O
+//     / N) shuffles for N rows) and added across warps in a fixed order.
+//   gate/up: a block takes kPairs row pairs (gate f, up f), f = f0 .., of
+//     one chosen expert, and ceil(blocks per row / 4) warps: lane group g of
+//     warp w takes 256-value block b = 4 w + g of every row (so a row's
+//     warps together cover it once). Stage q is gate row f0 + q and up row
+//     f0 + q; warp w's sums go to shared memory, and thread q adds the
+//     warps' in order and writes act = silu(gate) * up. A bad id leaves its
+//     rows' act 0 (and block 0 reports the first bad id in k order).
+//   down (F = 256: one block a row): a block takes downTiles tiles of
+//     kDownTile hidden rows h0 ..; warp w takes chosen experts w, w + 8, ...,
+//     x = that expert's act row, and lane group g rows 4 g .. 4 g + 3 of
+//     each tile. Before waiting for its predecessor (the gate/up kernel,
+//     which lets dependents start only once its own wait has passed, so the
+//     router that wrote `ids` has finished) thread 0 reads the ids and
+//     starts the chosen experts' row copies: the weights never change, and
+//     this kernel's rows then stream in while the gate/up kernel works.
+//     After the wait, thread r adds weights[i] * dot for row h0 + r in
+//     ascending i, as the generic kernel does.
+// Every sum has a fixed order: the same bits on every run.
+//===----------------------------------------------------------------------===//
+
+/// Row pairs per block of the gate/up kernel.
+constexpr int kPairs = 8;
+/// Shared bytes before the gate/up kernel's rows (its kPairs barriers).
+constexpr int kPairHeadBytes = 128;
+/// Hidden rows per tile of the down kernel, and tiles per block at most.
+constexpr int kDownTile = 16;
+constexpr int kMaxDownTiles = 8;
+
+/// Lane t's sum for one Q4_K / Q5_K block in shared memory.
+template <bool kHigh>
+__device__ __forceinline__ float
+k45SharedBlock(const uint8_t *block, int t, const quantdot::K45Prescaled &xs) {
+  constexpr int kQs = kHigh ? 48 : 16;
+  const uint4 head = *reinterpret_cast<const uint4 *>(block);
+  const uint4 qs = *reinterpret_cast<const uint4 *>(block + kQs + 16 * t);
+  const uint4 qh =
+      kHigh ? *reinterpret_cast<const uint4 *>(block + 16 + 16 * (t % 2))
+            : uint4{};
+  return quantdot::k45PrescaledLane<kHigh>(head, qs, qh, t, xs);
+}
+
+template <bool kHigh>
+__global__ void __launch_bounds__(kThreads)
+    expertGateUpK45Kernel(ExpertArgs a) {
+  extern __shared__ __align__(128) uint8_t shared[];
+  stepKernelPrologue();
+  reportFirstBadId(a);
+  const int64_t tiles = (a.ffn + kPairs - 1) / kPairs;
+  const int64_t i = blockIdx.x / tiles, f0 = blockIdx.x % tiles * kPairs;
+  const int pairs = int(a.ffn - f0 < kPairs ? a.ffn - f0 : kPairs);
+  const int64_t e = a.ids[i];
+  const bool valid = e >= 0 && e < a.experts; // the same for the whole block
+  const uint32_t rowBytes = uint32_t(a.gate.rowBytes);
+  uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
+  // Gate rows f0 .. f0 + kPairs - 1, then the up rows, then warp sums.
+  uint8_t *rows = shared + kPairHeadBytes;
+  float *sums = reinterpret_cast<float *>(rows + 2 * kPairs * rowBytes);
+  if (threadIdx.x == 0) {
+    for (int q = 0; q < pairs; ++q)
+      barrierInit(bars + q);
+    barrierInitFence();
+    if (valid) {
+      // Fused: expert e's rows are its F gate rows, then its F up rows.
+      const int64_t gateRow = a.fused ? e * 2 * a.ffn + f0 : e * a.ffn + f0;
+      const uint8_t *gate = a.gateData + uint64_t(gateRow) * rowBytes;
+      const uint8_t *up = a.fused
+                              ? gate + uint64_t(a.ffn) * rowBytes
+                              : a.upData + uint64_t(e * a.ffn + f0) * rowBytes;
+      for (int q = 0; q < pairs; ++q) {
+        barrierArriveExpect(bars + q, 2 * rowBytes);
+        bulkCopy(rows + q * rowBytes, gate + uint64_t(q) * rowBytes, rowBytes,
+                 bars + q);
+        bulkCopy(rows + (kPairs + q) * rowBytes, up + uint64_t(q) * rowBytes,
+                 rowBytes, bars + q);
+      }
+    }
+  }
+  // This lane's x, while the id arrives (other warps) and the rows stream
+  // in: x does not depend on the id, so both loads are in flight together.
+  constexpr int kBlockBytes = kHigh ? 176 : 144;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
+            t = lane % 8, b = 4 * warp + lane / 8;
+  const bool active = b < a.blocksPerRow;
+  quantdot::K45Prescaled xs;
+  if (active)
+    quantdot::prescaleK45<kHigh>(a.x + 256 * int64_t(b), t, xs);
+  __syncthreads(); // the barriers are initialised
+  if (!valid) {
+    if (int(threadIdx.x) < pairs)
+      a.act[i * a.ffn + f0 + threadIdx.x] = 0.f;
+    return;
+  }
+  float v[2 * kPairs];
+#pragma unroll
+  for (int q = 0; q < 2 * kPairs; ++q)
+    v[q] = 0.f;
+#pragma unroll
+  for (int q = 0; q < kPairs; ++q)
+    if (q < pairs) {
+      barrierWait(bars + q, 0);
+      if (active) {
+        const uint8_t *block = rows + q * rowBytes + b * kBlockBytes;
+        v[q] = k45SharedBlock<kHigh>(block, t, xs);
+        v[kPairs + q] = k45SharedBlock<kHigh>(block + kPairs * rowBytes, t, xs);
+      }
+    }
+  // Lane 2 r holds row r's sum over the warp's blocks.
+  const float sum = quantdot::spreadSums<2 * kPairs, kWarp / 2>(v, lane);
+  if (lane % 2 == 0)
+    sums[warp * 2 * kPairs + lane / 2] = sum;
+  __syncthreads();
+  if (int(threadIdx.x) < pairs) {
+    const int warps = int(blockDim.x / kWarp), q = int(threadIdx.x);
+    float g = sums[q], u = sums[kPairs + q];
+    for (int w = 1; w < warps; ++w) {
+      g += sums[w * 2 * kPairs + q];
+      u += sums[w * 2 * kPairs + kPairs + q];
+    }
+    a.act[i * a.ffn + f0 + q] = silu(g) * u;
+  }
+}
+
+template <bool kHigh>
+__global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
+  extern __shared__ __align__(128) uint8_t shared[];
+  const int tilesPer = a.downTiles, k = int(a.k);
+  const int64_t tiles = (a.hidden + kDownTile - 1) / kDownTile;
+  const int64_t tile0 = int64_t(blockIdx.x) * tilesPer;
+  const int nt = int(tiles - tile0 < tilesPer ? tiles - tile0 : tilesPer);
+  const int64_t h0 = tile0 * kDownTile;
+  const int nrows =
+      int(a.hidden - h0 < int64_t(nt) * kDownTile ? a.hidden - h0
+                                                  : int64_t(nt) * kDownTile);
+  const uint32_t rowBytes = uint32_t(a.down.rowBytes),
+                 tileBytes = kDownTile * rowBytes;
+  // Barriers, then the chosen experts (-1: a bad id) and their weights,
+  // then rows [tile][slot][kDownTile rows] and dots [slot][tile * rows].
+  uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
+  int32_t *chosen = reinterpret_cast<int32_t *>(shared + 8 * kMaxDownTiles);
+  float *weights = reinterpret_cast<float *>(chosen + k);
+  uint8_t *rows = shared + a.downHeadBytes;
+  float *dots = reinterpret_cast<float *>(rows + k * tilesPer * tileBytes);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
+            g = lane / 8, t = lane % 8, warps = int(blockDim.x / kWarp);
+  if (warp == 0) {
+    // Before the wait (see above): the ids are final, the weights constant.
+    // L2 reads (ld.global.cg): nothing of this kernel's L1 is trusted yet.
+    // 32 ids a round, loaded together.
+    uint32_t valid = 0;
+    for (int s0 = 0; s0 < k; s0 += kWarp) { // the same for the warp
+      const int s = s0 + lane;
+      int32_t e = s < k ? __ldcg(a.ids + s) : -1;
+      e = e >= 0 && e < a.experts ? e : -1; // faulted by gate/up
+      if (s < k)
+        chosen[s] = e;
+      valid += __popc(__ballot_sync(0xffffffffu, e >= 0));
+    }
+    __syncwarp(); // chosen[] is written
+    if (lane == 0) {
+      for (int j = 0; j < nt; ++j)
+        barrierInit(bars + j);
+      barrierInitFence();
+      for (int j = 0; j < nt; ++j) {
+        const int64_t r0 = h0 + int64_t(j) * kDownTile;
+        const uint32_t bytes =
+            uint32_t(a.hidden - r0 < kDownTile ? a.hidden - r0 : kDownTile) *
+            rowBytes;
+        barrierArriveExpect(bars + j, valid * bytes);
+        for (int s = 0; s < k; ++s)
+          if (chosen[s] >= 0)
+            bulkCopy(rows + (j * k + s) * tileBytes,
+                     a.downData +
+                         (uint64_t(chosen[s]) * a.hidden + r0) * rowBytes,
+                     bytes, bars + j);
+      }
+    }
+  }
+  __syncthreads(); // the barriers and chosen ids are in place
+  stepKernelPrologue();
+  // The routing weights, all at once (read in the final sums).
+  for (int s = threadIdx.x; s < k; s += blockDim.x)
+    weights[s] = a.weights[s];
+  for (int s = warp; s < k; s += warps) {
+    if (chosen[s] < 0) // the same for the whole warp
+      continue;
+    quantdot::K45Prescaled xs;
+    quantdot::prescaleK45<kHigh>(a.act + int64_t(s) * 256, t, xs);
+    for (int j = 0; j < nt; ++j) {
+      barrierWait(bars + j, 0);
+      const uint8_t *tile = rows + (j * k + s) * tileBytes;
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int r = 4 * g + u;
+        v[u] = j * kDownTile + r < nrows
+                   ? k45SharedBlock<kHigh>(tile + r * rowBytes, t, xs)
+                   : 0.f;
+      }
+      // Lane 2 u of group g holds row 4 g + u's sum over the 8 lanes.
+      const float sum = quantdot::spreadSums<4, 4>(v, lane);
+      if (t % 2 == 0)
+        dots[(s * tilesPer + j) * kDownTile + 4 * g + t / 2] = sum;
+    }
+  }
+  __syncthreads();
+  for (int r = threadIdx.x; r < nrows; r += blockDim.x) {
+    float sum = 0.f;
+    for (int s = 0; s < k; ++s)
+      if (chosen[s] >= 0)
+        sum += weights[s] * dots[s * tilesPer * kDownTile + r];
+    a.out[h0 + r] = sum;
+  }
+}
+
 /// Blocks for `items` items of `perBlock` each, or 0 when that does not fit
 /// a grid (the caller then refuses the geometry).
 unsigned blocksFor(int64_t items, int64_t perBlock) {
   const int64_t blocks = (items + perBlock - 1) / perBlock;
   return blocks <= INT_MAX ? unsigned(blocks) : 0u;
 }
+
+/// What the Q4_K / Q5_K expert kernels need of the current device: sm_90+
+/// (bulk copies), its multiprocessor count and the shared memory a block
+/// may opt into (granted per launch by allowDynamicShared). Attribute
+/// queries only: no stream work, so a capture may include them.
+struct ExpertDevice {
+  bool bulk = false;
+  int sms = 0, sharedOptin = 0;
+};
+
+ExpertDevice expertDevice() {
+  thread_local int cachedDevice = -1;
+  thread_local ExpertDevice cached;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  if (device == cachedDevice)
+    return cached;
+  ExpertDevice d;
+  int major = 0;
+  const bool answered =
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) ==
+          cudaSuccess &&
+      cudaDeviceGetAttribute(&d.sharedOptin,
+                             cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                             device) == cudaSuccess;
+  if (!answered)
+    cudaGetLastError();
+  d.bulk = answered && major >= 9 && d.sms > 0;
+  cachedDevice = device;
+  cached = d;
+  return d;
+}
+
+bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+/// The down kernel's shared memory per block stays under this, so that it
+/// fits on a multiprocessor beside two gate/up blocks (about 56 KiB each at
+/// GLM-5's shape) and can start its copies while they run.
+constexpr uint64_t kDownSharedBudget = 100 * 1024;
 
 } // namespace
 
@@ -612,17 +904,86 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                  downBlocks = blocksFor(hidden, kDownRows);
   if ((k > 0 && gateBlocks == 0) || downBlocks == 0)
     return cudaErrorInvalidValue;
+
+  // The Q4_K / Q5_K kernels where they apply (sm_90+, 16-aligned data; the
+  // gate/up kernel for rows of at most 32 blocks, the down kernel for F =
+  // 256); every other case takes the generic kernels.
+  const ExpertDevice device = k > 0 ? expertDevice() : ExpertDevice{};
+  const bool k45Gate =
+      a.gate.type == a.up.type &&
+      (a.gate.type == GGMLType::Q4_K || a.gate.type == GGMLType::Q5_K);
+  a.blocksPerRow = int(hidden / 256);
+  const int gateFastWarps = (a.blocksPerRow + 3) / 4;
+  const int64_t pairTiles = (ffn + kPairs - 1) / kPairs;
+  const uint64_t gateFastShared =
+      kPairHeadBytes + 2 * kPairs * a.gate.rowBytes +
+      uint64_t(gateFastWarps) * 2 * kPairs * sizeof(float);
+  const bool gateFast = device.bulk && k45Gate &&
+                        gateFastWarps <= kWarpsPerBlock && aligned16(x) &&
+                        aligned16(a.gateData) && aligned16(a.upData) &&
+                        gateFastShared <= uint64_t(device.sharedOptin) &&
+                        k * pairTiles <= INT_MAX;
+  bool downFast = false;
+  uint64_t downFastShared = 0;
+  unsigned downFastBlocks = 0;
+  if (device.bulk && ffn == 256 && k <= device.sharedOptin / 256 &&
+      (a.down.type == GGMLType::Q4_K || a.down.type == GGMLType::Q5_K) &&
+      aligned16(a.downData) && aligned16(act)) {
+    // Tiles per block: about one block per multiprocessor, within the
+    // shared-memory budget and the block's barriers. (The bound on k above
+    // only keeps these sizes in range; the shared memory decides.)
+    const int64_t tiles = (hidden + kDownTile - 1) / kDownTile;
+    a.downHeadBytes = int((8 * kMaxDownTiles + 8 * k + 127) / 128 * 128);
+    const auto sharedFor = [&](int64_t tilesPer) {
+      return uint64_t(a.downHeadBytes) + uint64_t(k * tilesPer * kDownTile) *
+                                             (a.down.rowBytes + sizeof(float));
+    };
+    int64_t tilesPer = (tiles + device.sms - 1) / device.sms;
+    tilesPer = tilesPer < kMaxDownTiles ? tilesPer : kMaxDownTiles;
+    while (tilesPer > 1 && sharedFor(tilesPer) > kDownSharedBudget)
+      --tilesPer;
+    if (sharedFor(tilesPer) <= uint64_t(device.sharedOptin)) {
+      downFast = true;
+      a.downTiles = int(tilesPer);
+      downFastShared = sharedFor(tilesPer);
+      downFastBlocks = unsigned((tiles + tilesPer - 1) / tilesPer);
+    }
+  }
+
   if (k > 0) {
-    if (cudaError_t e = launchStep(rows == kRows ? expertGateUpKernel<kRows>
-                                                 : expertGateUpKernel<1>,
-                                   gateBlocks, gateWarps * kWarp, 0, s, a);
+    void (*gateUp)(ExpertArgs) = gateFast ? (a.gate.type == GGMLType::Q5_K
+                                                 ? expertGateUpK45Kernel<true>
+                                                 : expertGateUpK45Kernel<false>)
+                                 : rows == kRows ? expertGateUpKernel<kRows>
+                                                 : expertGateUpKernel<1>;
+    if (gateFast)
+      if (cudaError_t e = allowDynamicShared(gateUp, gateFastShared);
+          e != cudaSuccess)
+        return e;
+    if (cudaError_t e =
+            gateFast
+                ? launchStep(gateUp, unsigned(k * pairTiles),
+                             gateFastWarps * kWarp, gateFastShared, s, a)
+                : launchStep(gateUp, gateBlocks, gateWarps * kWarp, 0, s, a);
         e != cudaSuccess)
       return e;
   }
-  if (cudaError_t e =
-          launchStep(expertDownKernel, downBlocks, a.per * kWarp, 0, s, a);
-      e != cudaSuccess)
+  if (downFast) {
+    void (*kernel)(ExpertArgs) = a.down.type == GGMLType::Q5_K
+                                     ? expertDownK45Kernel<true>
+                                     : expertDownK45Kernel<false>;
+    if (cudaError_t e = allowDynamicShared(kernel, downFastShared);
+        e != cudaSuccess)
+      return e;
+    if (cudaError_t e = launchStep(kernel, downFastBlocks, a.per * kWarp,
+                                   downFastShared, s, a);
+        e != cudaSuccess)
+      return e;
+  } else if (cudaError_t e = launchStep(expertDownKernel, downBlocks,
+                                        a.per * kWarp, 0, s, a);
+             e != cudaSuccess) {
     return e;
+  }
   return cudaGetLastError();
 }
 

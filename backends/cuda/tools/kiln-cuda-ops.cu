@@ -2,7 +2,10 @@
 //
 // kiln-cuda-ops [--seed N]        (default seed 1), on the first GPU
 // kiln-cuda-ops --bench           times launchLinear at GLM-5 shapes instead:
-//   "bench linear TYPE KxN: X us, Y GB/s" (weight bytes / time)
+//   "bench linear TYPE KxN: X us, Y GB/s" (weight bytes / time), then the
+//   other step ops ("bench op NAME X us")
+// kiln-cuda-ops --bench-moe       times the routed experts alone (L2-warm
+//   and from memory)
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -1134,7 +1137,18 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
         // 3 experts a row: 2 rows a block of 8 warps, 2 warps idle.
         Case{GGMLType::Q8_0, GGMLType::Q6_K, true, false, 512, 256, 16, 3},
         // 12 experts: chunks of 8 and 4.
-        Case{GGMLType::Q5_K, GGMLType::Q8_0, false, true, 512, 512, 16, 12}}) {
+        Case{GGMLType::Q5_K, GGMLType::Q8_0, false, true, 512, 512, 16, 12},
+        // The Q4_K / Q5_K kernels (StepMatVec.cu). A GLM-5 tp=8 rank
+        // exactly: 8 of 256 experts.
+        Case{GGMLType::Q4_K, GGMLType::Q5_K, false, false, 6144, 256, 256, 8},
+        // 17 blocks a row (the last gate/up warp has one lane group at
+        // work); 272 down tiles, so a last block with fewer tiles.
+        Case{GGMLType::Q4_K, GGMLType::Q5_K, true, true, 4352, 256, 16, 8},
+        // F = 100: the last gate/up block has 4 of its 8 row pairs.
+        Case{GGMLType::Q4_K, GGMLType::F16, false, false, 1024, 100, 16, 8},
+        // Q5_K gate/up, Q4_K down, 10 experts: down warps take two each.
+        Case{GGMLType::Q5_K, GGMLType::Q4_K, false, false, 1024, 256, 16,
+             10}}) {
     Weight gate = randomWeight(
         c.gateType, {c.hidden, c.fused ? 2 * c.ffn : c.ffn, c.experts},
         rng.next());
@@ -1208,6 +1222,39 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
       "moe_experts fault", "ids {1, 9, 3, -1} of 8 experts",
       faultMismatch(fault.read(), kc::FaultCode::ExpertOutOfRange, 9, experts),
       0, "ExpertOutOfRange, first id");
+
+  // The same through the Q4_K / Q5_K kernels; the bad entries add nothing,
+  // so the output is the CPU's for the good ones alone (k order kept).
+  Weight gate45 =
+      randomWeight(GGMLType::Q4_K, {hidden, ffn, experts}, rng.next());
+  Weight up45 =
+      randomWeight(GGMLType::Q4_K, {hidden, ffn, experts}, rng.next());
+  Weight down45 =
+      randomWeight(GGMLType::Q5_K, {ffn, hidden, experts}, rng.next());
+  std::vector<float> x = normals(rng, hidden, 1.0), w = normals(rng, k, 0.3);
+  cpu::WeightView gv = gate45.view("gate"), uv = up45.view("up"),
+                  dv = down45.view("down");
+  const std::vector<int32_t> goodIds = {1, 3};
+  const std::vector<float> goodWeights = {w[0], w[2]};
+  std::vector<float> want(hidden);
+  if (r.reference("moe_experts",
+                  cpu::moeExperts(x.data(), hidden, goodIds.data(),
+                                  goodWeights.data(), 2, {&gv, &uv, &dv},
+                                  want.data(), pool))) {
+    DeviceArray<float> dx45(x), dw45(w);
+    kc::DeviceWeight ud = up45.dev();
+    fault.clear();
+    run(kc::launchMoeExperts(dx45.get(), hidden, ffn, experts, dids.get(),
+                             dw45.get(), k, gate45.dev(), &ud, down45.dev(),
+                             act.get(), dout.get(), fault.sink(), nullptr));
+    r.line("moe_experts fault",
+           "Q4_K/Q5_K, ids {1, 9, 3, -1} of 8 experts: 1 and 3 only",
+           relError(dout.download(), want) +
+               faultMismatch(fault.read(), kc::FaultCode::ExpertOutOfRange, 9,
+                             experts),
+           2 * (sumTol(double(hidden)) + sumTol(double(ffn))),
+           "as moe_experts, and ExpertOutOfRange, first id");
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -1394,6 +1441,62 @@ template <typename Fn> double timeInGraph(cudaStream_t stream, Fn &&launch) {
   return double(ms) * 1e3 / kRuns;
 }
 
+/// The routed experts of a GLM-5 tp=8 rank (Q4_K gate/up [6144, 256, 256],
+/// Q5_K down [256, 6144, 256], 8 chosen of 256), timed in a graph two ways:
+/// the same 8 experts every launch (their 22.8 MB stay in the L2), and
+/// rotating over 32 disjoint sets of 8 (730 MB in all, so every launch
+/// reads its experts from memory, as a decode step does).
+void benchMoe() {
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  kiln::Rng rng(13);
+  Fault fault;
+  const int64_t experts = 256, ffn = 256, hidden = 6144, k = 8, sets = 32;
+  const uint64_t upBytes =
+      *kiln::rowBytes(GGMLType::Q4_K, hidden) * ffn * experts;
+  const uint64_t downBytes =
+      *kiln::rowBytes(GGMLType::Q5_K, ffn) * hidden * experts;
+  DeviceArray<uint8_t> gw(upBytes), uw(upBytes), dw(downBytes);
+  for (auto [p, t, b] : {std::tuple{gw.get(), GGMLType::Q4_K, upBytes},
+                         std::tuple{uw.get(), GGMLType::Q4_K, upBytes},
+                         std::tuple{dw.get(), GGMLType::Q5_K, downBytes}})
+    CHECK_CUDA(kc::launchFillRandomBlocks(t, p, b, 3, stream));
+  // Set s holds experts s, s + 32, ..., s + 224 in a shuffled order.
+  std::vector<int32_t> ids(size_t(sets * k));
+  for (int64_t s = 0; s < sets; ++s)
+    for (int64_t j = 0; j < k; ++j)
+      ids[size_t(s * k + j)] = int32_t(s + sets * ((j * 5 + s) % k));
+  DeviceArray<int32_t> dids(ids);
+  DeviceArray<float> x(normals(rng, hidden, 1.0)),
+      rw(normals(rng, k, 0.3, 0.5)), act(k * ffn), xo(hidden);
+  kc::DeviceWeight gd{GGMLType::Q4_K, ffn * experts, hidden, gw.get()};
+  kc::DeviceWeight ud{GGMLType::Q4_K, ffn * experts, hidden, uw.get()};
+  kc::DeviceWeight dd{GGMLType::Q5_K, hidden * experts, ffn, dw.get()};
+  const double moeBytes =
+      double(k) * (2.0 * double(upBytes) + double(downBytes)) / double(experts);
+  const double warmUs = timeInGraph(stream, [&](cudaStream_t s) {
+    return kc::launchMoeExperts(x.get(), hidden, ffn, experts, dids.get(),
+                                rw.get(), k, gd, &ud, dd, act.get(), xo.get(),
+                                fault.sink(), s);
+  });
+  std::printf("bench op %-40s %9.2f us, %.1f GB/s (the chosen experts' bytes, "
+              "L2-warm: one set of 8)\n",
+              "moe_experts Q4_K/Q5_K 6144x256, 8 of 256", warmUs,
+              moeBytes / (warmUs * 1e3));
+  int64_t call = 0;
+  const double coldUs = timeInGraph(stream, [&](cudaStream_t s) {
+    const int32_t *set = dids.get() + (call++ % sets) * k;
+    return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(), k,
+                                gd, &ud, dd, act.get(), xo.get(), fault.sink(),
+                                s);
+  });
+  std::printf("bench op %-40s %9.2f us, %.1f GB/s (from memory: 32 disjoint "
+              "sets of 8 in turn)\n",
+              "moe_experts Q4_K/Q5_K 6144x256, 8 of 256", coldUs,
+              moeBytes / (coldUs * 1e3));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
 /// The non-mat-vec ops of a GLM-5 decode step at tp=8 shapes (8 local
 /// heads, context 1024 of a 2048-position f16 cache), each timed in a graph.
 void benchOps() {
@@ -1492,9 +1595,9 @@ void benchOps() {
            return cudaMemcpyAsync(y.get(), v.get(), 6144 * sizeof(float),
                                   cudaMemcpyDeviceToDevice, s);
          }));
-  // The router (F32 gate [6144, 256], top 8) and 8 routed experts of a tp=8
-  // rank (Q4_K gate/up [6144, 256, 256], Q5_K down [256, 6144, 256]).
-  const int64_t experts = 256, ffn = 256, hidden = 6144;
+  // The router of a tp=8 rank (F32 gate [6144, 256], top 8); the routed
+  // experts follow (benchMoe).
+  const int64_t experts = 256, hidden = 6144;
   DeviceArray<uint8_t> gate(*kiln::rowBytes(GGMLType::F32, hidden) * experts);
   CHECK_CUDA(kc::launchFillRandomBlocks(GGMLType::F32, gate.get(), gate.size(),
                                         9, stream));
@@ -1507,45 +1610,25 @@ void benchOps() {
                                       kc::Gating::Sigmoid, true, 2.5f,
                                       logits.get(), ids.get(), rw.get(), s);
          }));
-  const uint64_t upBytes =
-      *kiln::rowBytes(GGMLType::Q4_K, hidden) * ffn * experts;
-  const uint64_t downBytes =
-      *kiln::rowBytes(GGMLType::Q5_K, ffn) * hidden * experts;
-  DeviceArray<uint8_t> gw(upBytes), uw(upBytes), dw(downBytes);
-  for (auto [p, t, b] : {std::tuple{gw.get(), GGMLType::Q4_K, upBytes},
-                         std::tuple{uw.get(), GGMLType::Q4_K, upBytes},
-                         std::tuple{dw.get(), GGMLType::Q5_K, downBytes}})
-    CHECK_CUDA(kc::launchFillRandomBlocks(t, p, b, 3, stream));
-  DeviceArray<float> act(8 * ffn), xo(hidden);
-  kc::DeviceWeight gd{GGMLType::Q4_K, ffn * experts, hidden, gw.get()};
-  kc::DeviceWeight ud{GGMLType::Q4_K, ffn * experts, hidden, uw.get()};
-  kc::DeviceWeight dd{GGMLType::Q5_K, hidden * experts, ffn, dw.get()};
-  const double moeUs = timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchMoeExperts(v.get(), hidden, ffn, experts, ids.get(),
-                                rw.get(), 8, gd, &ud, dd, act.get(), xo.get(),
-                                fault.sink(), s);
-  });
-  const double moeBytes =
-      8.0 * (2.0 * double(upBytes) + double(downBytes)) / double(experts);
-  std::printf("bench op %-40s %9.2f us, %.1f GB/s (the chosen experts' bytes, "
-              "L2-warm: one set of 8)\n",
-              "moe_experts Q4_K/Q5_K 6144x256, 8 of 256", moeUs,
-              moeBytes / (moeUs * 1e3));
   CHECK_CUDA(cudaStreamDestroy(stream));
+  benchMoe();
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
   uint64_t seed = 1;
-  bool bench = false;
+  bool bench = false, benchMoeOnly = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (std::string(argv[i]) == "--bench") {
       bench = true;
+    } else if (std::string(argv[i]) == "--bench-moe") {
+      benchMoeOnly = true;
     } else {
-      std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench]\n");
+      std::fprintf(stderr,
+                   "usage: kiln-cuda-ops [--seed N] [--bench | --bench-moe]\n");
       return 2;
     }
   }
@@ -1559,6 +1642,10 @@ int main(int argc, char **argv) {
   std::printf("device: %s (sm_%d%d), seed %llu\n", prop.name, prop.major,
               prop.minor, (unsigned long long)seed);
 
+  if (benchMoeOnly) {
+    benchMoe();
+    return 0;
+  }
   if (bench) {
     benchLinear();
     benchOps();
