@@ -155,3 +155,68 @@ def test_bad_target_is_refused_before_any_output(tiny, tmp_path, target,
                     check=False)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not art.exists()
+
+
+def cuda_images():
+    from conftest import build_dir
+    return build_dir() / "lib" / "kiln-cuda"
+
+
+needs_images = pytest.mark.skipif(
+    not (cuda_images() / "sm_90" / "StepKernels.fatbin").exists(),
+    reason="this build has no CUDA kernel images (built without nvcc)")
+
+
+@needs_images
+def test_cuda_artifact_carries_images_and_device_layouts(tiny, tmp_path):
+    """--target=cuda:sm_90 copies that architecture's kernel images, byte for
+    byte, into the artifact, and names q8_0-split for exactly the Q8_0
+    weights read only by linear / fused_linear; the experts' Q8_0 down
+    weights (read by moe_experts) and every other type stay in the file's
+    blocks. The cpu target names no device layout."""
+    art = tmp_path / "m.kiln"
+    run_tool("kiln-compile", tiny, "--target=cuda:sm_90", "--context", 16,
+             "-o", art)
+    described = run_tool("kiln-run", art, "--describe").stdout
+    data = art.read_bytes()
+    for name in ("StepKernels", "StepMatVec"):
+        image = (cuda_images() / "sm_90" / f"{name}.fatbin").read_bytes()
+        assert (f"payload cuda/sm_90/{name}.fatbin: {len(image)} bytes"
+                in described), described
+        assert image in data
+    assert "sm_100/" not in described and "sm_120/" not in described
+    binds = [line for line in described.splitlines()
+             if line.strip().startswith("binds ")]
+    split = [line for line in binds if "q8_0-split" in line]
+    assert split and all(" Q8_0 " in line for line in split)
+    assert any(".attn_q_a." in line for line in split)
+    kept = [line for line in binds if " Q8_0 " in line and "_exps" in line]
+    assert kept and not any("q8_0-split" in line for line in kept)
+    cpu = tmp_path / "c.kiln"
+    run_tool("kiln-compile", tiny, "--target=cpu", "--context", 16, "-o", cpu)
+    assert "device layout" not in run_tool("kiln-run", cpu,
+                                           "--describe").stdout
+
+
+@needs_images
+def test_cuda_target_without_images_is_refused(tiny, tmp_path):
+    """No images for the named architecture: exit 2 naming the file, and no
+    artifact written."""
+    only = tmp_path / "images" / "sm_100"
+    only.mkdir(parents=True)
+    for name in ("StepKernels", "StepMatVec"):
+        (only / f"{name}.fatbin").write_bytes(
+            (cuda_images() / "sm_100" / f"{name}.fatbin").read_bytes())
+    art = tmp_path / "m.kiln"
+    proc = run_tool("kiln-compile", tiny, "--target=cuda:sm_90",
+                    f"--cuda-images={tmp_path / 'images'}", "-o", art,
+                    check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "sm_90/StepKernels.fatbin" in proc.stderr
+    assert "cannot read the kernel image" in proc.stderr
+    assert not art.exists()
+    # The default takes the architectures the folder has.
+    run_tool("kiln-compile", tiny, "--target=cuda",
+             f"--cuda-images={tmp_path / 'images'}", "--context", 16, "-o", art)
+    assert ("payload cuda/archs: 6 bytes: sm_100"
+            in run_tool("kiln-run", art, "--describe").stdout)
