@@ -140,6 +140,36 @@ struct LinearArgs {
   float *y;
 };
 
+/// The end of a row group's dots (every thread of the block calls it): an
+/// unsplit item's lane r writes row r's sum; a split item's warps leave
+/// their segment sums in `partials` and its first warp adds them in segment
+/// order, so the sums are the same bits on every run.
+template <int R>
+__device__ inline void
+storeRowSums(const float (&v)[R], bool valid, int nrows, int64_t out, int part,
+             int splits, float (&partials)[kWarpsPerBlock][R], float *y) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (splits == 1) { // uniform over the block
+    if (valid)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (lane == r && r < nrows)
+          y[out + r] = v[r];
+    return;
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      partials[warp][r] = valid ? v[r] : 0.f;
+  __syncthreads();
+  if (valid && part == 0 && lane < nrows) {
+    float sum = partials[warp][lane];
+    for (int p = 1; p < splits; ++p)
+      sum += partials[warp + p][lane];
+    y[out + lane] = sum;
+  }
+}
+
 /// Lane r < nrows of the calling warp prefetches row r's bytes [begin,
 /// end) of `row0` (rows rowBytes apart) into the L2.
 __device__ inline void prefetchRows(const uint8_t *row0, uint64_t rowBytes,
@@ -153,7 +183,7 @@ template <int R>
 __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
   allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
   const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
   const int64_t groups = (a.rowsPerBatch + R - 1) / R;
   const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
@@ -185,25 +215,7 @@ __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
     segmentDots<R>(a.w, a.data + uint64_t(row) * a.w.rowBytes, nrows,
                    a.x + b * a.w.cols, part, a.splits, v);
   }
-  if (a.splits == 1) { // uniform over the block
-    if (valid)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (lane == r && r < nrows)
-          a.y[out + r] = v[r];
-    return;
-  }
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      partials[warp][r] = valid ? v[r] : 0.f;
-  __syncthreads();
-  if (valid && part == 0 && lane < nrows) {
-    float sum = partials[warp][lane];
-    for (int p = 1; p < a.splits; ++p)
-      sum += partials[warp + p][lane];
-    a.y[out + lane] = sum;
-  }
+  storeRowSums<R>(v, valid, nrows, out, part, a.splits, partials, a.y);
 }
 
 //===----------------------------------------------------------------------===//
@@ -304,25 +316,7 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
     for (int r = 0; r < R; ++r)
       v[r] = warpSum(v[r]);
   }
-  if (a.splits == 1) { // uniform over the block
-    if (valid)
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (lane == r && r < nrows)
-          a.y[out + r] = v[r];
-    return;
-  }
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      partials[warp][r] = v[r];
-  __syncthreads();
-  if (valid && part == 0 && lane < nrows) {
-    float sum = partials[warp][lane];
-    for (int p = 1; p < a.splits; ++p)
-      sum += partials[warp + p][lane];
-    a.y[out + lane] = sum;
-  }
+  storeRowSums<R>(v, valid, nrows, out, part, a.splits, partials, a.y);
 }
 
 //===----------------------------------------------------------------------===//
