@@ -152,12 +152,16 @@ struct CudaStep {
   const Step *step = nullptr;
   std::vector<uint8_t *> ptrs; ///< each buffer's device address (not weights)
   std::vector<DeviceMemory> slots;
-  std::vector<Launch> ops;
+  /// What a step enqueues: one unit per op, except a fused_linear, which
+  /// has one per run of parts (below), so runs of different types can
+  /// overlap. unitOp[u] is unit u's op.
+  std::vector<Launch> units;
+  std::vector<int32_t> unitOp;
   std::vector<std::string> where; ///< per op, for errors
-  /// The graph's dataflow: which ops may overlap (StepSchedule.h), with an
-  /// event per signalling op. The eager mode ignores it.
+  /// The graph's dataflow: which units may overlap (StepSchedule.h), with
+  /// an event per signalling unit. The eager mode ignores it.
   backend::StepSchedule schedule;
-  std::vector<cudaEvent_t> done; ///< per op, null unless it signals
+  std::vector<cudaEvent_t> done; ///< per unit, null unless it signals
   /// KILN_RUN_PROFILE: an event before each op and after the last, and the
   /// time each op took, summed over the profiled runs.
   std::vector<cudaEvent_t> events;
@@ -294,6 +298,25 @@ public:
 
   Expected<Launch> bind();
 
+  /// A fused_linear's runs: consecutive parts placed back to back
+  /// (placeWeights) with one type, layout and width are one matrix whose
+  /// rows are their segments in order, one launch. Each with its first
+  /// output value.
+  struct Run {
+    DeviceWeight w;
+    int64_t at;
+  };
+  std::vector<Run> fusedRuns() const;
+  /// The launch of one run.
+  Launch runLaunch(const Run &r) const {
+    const float *x = f32In(0);
+    float *y = f32Out(0) + r.at;
+    DeviceWeight w = r.w;
+    return wrap([=](cudaStream_t s) {
+      return launchLinear(x, 1, w, w.rows, false, y, s);
+    });
+  }
+
 private:
   const Buffer &buffer(int32_t i) const { return step_.step->buffers[i]; }
   float *f32In(size_t i) const {
@@ -334,6 +357,31 @@ private:
   StepOp d_;
   int32_t index_;
 };
+
+std::vector<OpBinder::Run> OpBinder::fusedRuns() const {
+  std::vector<Run> runs;
+  for (size_t i = 1; i < d_.ins.size(); ++i) {
+    const DeviceWeight w = weight(i);
+    if (!runs.empty()) {
+      DeviceWeight &prev = runs.back().w;
+      const uint64_t values = uint64_t(prev.rows * prev.cols);
+      const bool next =
+          w.layout == WeightLayout::Q8Split
+              ? w.data == prev.data + values &&
+                    w.scales == prev.scales + values / 16
+              : w.data ==
+                    prev.data + *rowBytes(prev.type, uint64_t(prev.cols)) *
+                                    uint64_t(prev.rows);
+      if (w.type == prev.type && w.layout == prev.layout &&
+          w.cols == prev.cols && next) {
+        prev.rows += w.rows;
+        continue;
+      }
+    }
+    runs.push_back({w, d_.segments[i - 1]});
+  }
+  return runs;
+}
 
 Expected<const float *> OpBinder::param(size_t i) {
   const Buffer &b = buffer(d_.ins[i]);
@@ -605,46 +653,8 @@ Expected<Launch> OpBinder::bind() {
       return launchLinear(x, rows, w, n, stacked, y, s);
     });
   }
-  case OpKind::FusedLinear: {
-    // Consecutive parts placed back to back (placeWeights) with one type,
-    // layout and width are one matrix whose rows are their segments in
-    // order: one launch per such run.
-    struct Run {
-      DeviceWeight w;
-      int64_t at;
-    };
-    std::vector<Run> runs;
-    for (size_t i = 1; i < d.ins.size(); ++i) {
-      const DeviceWeight w = weight(i);
-      if (!runs.empty()) {
-        DeviceWeight &prev = runs.back().w;
-        const uint64_t values = uint64_t(prev.rows * prev.cols);
-        const bool next =
-            w.layout == WeightLayout::Q8Split
-                ? w.data == prev.data + values &&
-                      w.scales == prev.scales + values / 16
-                : w.data ==
-                      prev.data + *rowBytes(prev.type, uint64_t(prev.cols)) *
-                                      uint64_t(prev.rows);
-        if (w.type == prev.type && w.layout == prev.layout &&
-            w.cols == prev.cols && next) {
-          prev.rows += w.rows;
-          continue;
-        }
-      }
-      runs.push_back({w, d.segments[i - 1]});
-    }
-    const float *x = f32In(0);
-    float *y = f32Out(0);
-    return wrap([=](cudaStream_t s) {
-      for (const Run &r : runs)
-        if (cudaError_t e =
-                launchLinear(x, 1, r.w, r.w.rows, false, y + r.at, s);
-            e != cudaSuccess)
-          return e;
-      return cudaSuccess;
-    });
-  }
+  case OpKind::FusedLinear:
+    return Error(d.where, "", "a fused_linear is bound run by run");
   case OpKind::CacheAppend: {
     DeviceCache c = cache(d.outs[0]);
     const float *x = f32In(0);
@@ -1026,13 +1036,33 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     }
   }
   KILN_ASSIGN(ops, backend::decodeStep(a, step, rank.ranks));
-  s.schedule = backend::scheduleStep(footprints(s, ops), rank.maxBranches);
+  std::vector<backend::OpFootprint> prints = footprints(s, ops), unitPrints;
   for (size_t i = 0; i < ops.size(); ++i) {
     s.where.push_back(ops[i].where);
-    KILN_ASSIGN(launch,
-                OpBinder(rank, s, std::move(ops[i]), int32_t(i)).bind());
-    s.ops.push_back(std::move(launch));
+    const bool fused = ops[i].kind == OpKind::FusedLinear;
+    const int32_t x = ops[i].ins[0], y = ops[i].outs[0];
+    OpBinder binder(rank, s, std::move(ops[i]), int32_t(i));
+    if (!fused) {
+      KILN_ASSIGN(launch, binder.bind());
+      s.units.push_back(std::move(launch));
+      s.unitOp.push_back(int32_t(i));
+      unitPrints.push_back(prints[i]);
+      continue;
+    }
+    // Each run reads x and writes its own rows of y: runs overlap.
+    const uint64_t xAt = reinterpret_cast<uintptr_t>(s.ptrs[size_t(x)]),
+                   yAt = reinterpret_cast<uintptr_t>(s.ptrs[size_t(y)]);
+    for (const OpBinder::Run &r : binder.fusedRuns()) {
+      s.units.push_back(binder.runLaunch(r));
+      s.unitOp.push_back(int32_t(i));
+      const uint64_t begin = yAt + uint64_t(r.at) * sizeof(float);
+      unitPrints.push_back(backend::OpFootprint{
+          {{xAt, xAt + step.buffers[size_t(x)].bytes(), false},
+           {begin, begin + uint64_t(r.w.rows) * sizeof(float), true}},
+          false});
+    }
   }
+  s.schedule = backend::scheduleStep(unitPrints, rank.maxBranches);
   return Status::ok();
 }
 
@@ -1074,10 +1104,10 @@ Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
   setOverlappedLaunches(rank.overlap && !profile);
   CUDA_TRY(rank.where, cudaMemsetAsync(rank.firstFault(), 0xff,
                                        sizeof(uint32_t), rank.stream));
-  for (size_t i = 0; i < s.ops.size(); ++i) {
+  for (size_t i = 0; i < s.units.size(); ++i) {
     if (profile)
       CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
-    KILN_TRY(s.ops[i](rank.stream));
+    KILN_TRY(s.units[i](rank.stream));
   }
   if (profile)
     CUDA_TRY(rank.where, cudaEventRecord(s.events.back(), rank.stream));
@@ -1086,8 +1116,8 @@ Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
 
 /// After a profiled run: each op's time, added to its total.
 Status collectProfile(CudaRank &rank, CudaStep &s) {
-  s.opMs.resize(s.ops.size(), 0.0);
-  for (size_t i = 0; i < s.ops.size(); ++i) {
+  s.opMs.resize(s.units.size(), 0.0);
+  for (size_t i = 0; i < s.units.size(); ++i) {
     float ms = 0;
     CUDA_TRY(rank.where,
              cudaEventElapsedTime(&ms, s.events[i], s.events[i + 1]));
@@ -1115,8 +1145,9 @@ void printProfile(const CudaGroup &g) {
       std::map<std::string, std::pair<int, double>> byKind;
       double total = 0;
       for (size_t i = 0; i < s.opMs.size(); ++i) {
-        auto &[count, ms] = byKind[s.step->ops[i].kind];
-        ++count;
+        const int32_t op = s.unitOp[i];
+        auto &[count, ms] = byKind[s.step->ops[size_t(op)].kind];
+        count += i == 0 || s.unitOp[i - 1] != op; // an op's first unit
         ms += s.opMs[i] / double(s.profiledRuns);
         total += s.opMs[i] / double(s.profiledRuns);
       }
@@ -1155,8 +1186,8 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
     CUDA_TRY(rank.where, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     rank.joins.push_back(e);
   }
-  s.done.resize(s.ops.size(), nullptr);
-  for (size_t i = 0; i < s.ops.size(); ++i)
+  s.done.resize(s.units.size(), nullptr);
+  for (size_t i = 0; i < s.units.size(); ++i)
     if (plan.signals[i] && !s.done[i])
       CUDA_TRY(rank.where,
                cudaEventCreateWithFlags(&s.done[i], cudaEventDisableTiming));
@@ -1169,13 +1200,14 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
   for (size_t b = 0; b < extra; ++b)
     CUDA_TRY(rank.where,
              cudaStreamWaitEvent(rank.branches[b], rank.joins[0], 0));
-  for (size_t i = 0; i < s.ops.size(); ++i) {
+  for (size_t i = 0; i < s.units.size(); ++i) {
     cudaStream_t stream = streamOf(plan.branch[i]);
+    const std::string &where = s.where[size_t(s.unitOp[i])];
     for (int32_t d : plan.waits[i])
-      CUDA_TRY(s.where[i], cudaStreamWaitEvent(stream, s.done[size_t(d)], 0));
-    KILN_TRY(s.ops[i](stream));
+      CUDA_TRY(where, cudaStreamWaitEvent(stream, s.done[size_t(d)], 0));
+    KILN_TRY(s.units[i](stream));
     if (plan.signals[i])
-      CUDA_TRY(s.where[i], cudaEventRecord(s.done[i], stream));
+      CUDA_TRY(where, cudaEventRecord(s.done[i], stream));
   }
   for (size_t b = 0; b < extra; ++b) {
     CUDA_TRY(rank.where, cudaEventRecord(rank.joins[b + 1], rank.branches[b]));
@@ -1228,7 +1260,7 @@ std::string faultText(const StepFault &f) {
 Status runRank(CudaRank &rank, CudaStep &s, bool eager, bool profile) {
   KILN_TRY(enter(rank));
   if (profile && s.events.empty()) {
-    s.events.resize(s.ops.size() + 1);
+    s.events.resize(s.units.size() + 1);
     for (cudaEvent_t &e : s.events)
       CUDA_TRY(rank.where, cudaEventCreate(&e));
   }
