@@ -563,12 +563,13 @@ struct MlaArgs {
 /// The attended entry count, or -1 when the inputs fault (uniform over the
 /// grid: every thread reads the same scalars).
 __device__ int64_t mlaAttended(const MlaArgs &a) {
+  // Both scalars loaded before either is tested: one memory round trip.
   const int32_t position = *a.position;
+  const int32_t count = a.selected ? *a.count : 0;
   if (position < 0 || position >= a.cache.positions)
     return -1;
   if (!a.selected)
     return int64_t(position) + 1;
-  const int32_t count = *a.count;
   const int64_t limit =
       a.capacity < a.cache.positions ? a.capacity : a.cache.positions;
   return count < 0 || count > limit ? -1 : count;
@@ -611,8 +612,13 @@ __device__ void mlaReportFault(const MlaArgs &a) {
 __global__ void mlaChunkKernel(MlaArgs a) {
   stepKernelPrologue();
   extern __shared__ float shared[];
-  const int64_t attended = mlaAttended(a);
   const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
+  // The chunk's selection entries (within the selection's capacity, so
+  // always readable) in flight with the position and the count.
+  int32_t selectedRow = 0;
+  if (a.selected && threadIdx.x < kMlaChunk && first + threadIdx.x < a.capacity)
+    selectedRow = a.selected[first + threadIdx.x];
+  const int64_t attended = mlaAttended(a);
   if (attended < 0 || first >= attended)
     return;
   const int n =
@@ -631,9 +637,23 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   __shared__ int64_t rowIndex[kMlaChunk];
   if (threadIdx.x < n) {
     const int64_t entry = first + threadIdx.x;
-    const int64_t row = a.selected ? a.selected[entry] : entry;
+    const int64_t row = a.selected ? selectedRow : entry;
     rowIndex[threadIdx.x] = row >= 0 && row < a.cache.positions ? row : -1;
   }
+  // The warp's first query (below) is loaded here, in flight with the rows.
+  constexpr int kQueryRegs = kMlaMaxWidth / kWarp;
+  const int groups = warps > heads ? warps / int(heads) : 1;
+  float q[kQueryRegs];
+  auto loadQuery = [&](int64_t h) {
+    const float *ql = a.qLatent + h * latent, *qr = a.qRope + h * a.rope;
+#pragma unroll
+    for (int r = 0; r < kQueryRegs; ++r) {
+      const int64_t j = lane + int64_t(r) * kWarp;
+      q[r] = j < latent ? ql[j] : j < width ? qr[j - latent] : 0.f;
+    }
+  };
+  if (warp < heads * groups)
+    loadQuery(warp / groups);
   __syncthreads();
   // 32-bit index arithmetic: a chunk is at most 16 rows of a few thousand.
   // Loads in batches of kLoads per thread, all issued before any is used:
@@ -663,18 +683,11 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   // query (every 32nd value) is loaded once into registers, then dotted
   // with the group's rows in shared memory; the latent and rope dots as
   // the CPU. With 8 heads and 16 warps each warp takes half a head's rows.
-  constexpr int kQueryRegs = kMlaMaxWidth / kWarp;
-  const int groups = warps > heads ? warps / int(heads) : 1;
   for (int64_t item = warp; item < heads * groups; item += warps) {
     const int64_t h = item / groups;
     const int group = int(item % groups);
-    const float *ql = a.qLatent + h * latent, *qr = a.qRope + h * a.rope;
-    float q[kQueryRegs];
-#pragma unroll
-    for (int r = 0; r < kQueryRegs; ++r) {
-      const int64_t j = lane + int64_t(r) * kWarp;
-      q[r] = j < latent ? ql[j] : j < width ? qr[j - latent] : 0.f;
-    }
+    if (item != warp) // the first item's query is already loaded
+      loadQuery(h);
     for (int t = group; t < n; t += groups) {
       const float *row = rows + t * width;
       float dotLatent = 0.f, dotRope = 0.f;
@@ -738,8 +751,13 @@ __global__ void mlaCombineKernel(MlaArgs a) {
   extern __shared__ float weights[]; // [chunks]
   __shared__ float partials[kWarp];
   __shared__ float sums[kMlaCombineGroups][kMlaCombineColumns];
-  if (blockIdx.x == 0 && blockIdx.y == 0)
-    mlaReportFault(a);
+  // The grid's last row of blocks only reports faults (its first block),
+  // so no output block waits for that serial check.
+  if (blockIdx.y == gridDim.y - 1) {
+    if (blockIdx.x == 0)
+      mlaReportFault(a);
+    return;
+  }
   const int64_t attended = mlaAttended(a);
   if (attended < 0)
     return;
@@ -754,36 +772,51 @@ __global__ void mlaCombineKernel(MlaArgs a) {
       o[j] = 0.f;
     return;
   }
+  // Partial outputs are loaded kLoads at a time; the first batch, and
+  // this thread's first chunk's m and l, are issued together, before the
+  // reductions that need them.
+  constexpr int kLoads = 8;
+  auto loadBatch = [&](int64_t c0, float(&v)[kLoads]) {
+#pragma unroll
+    for (int b = 0; b < kLoads; ++b) {
+      const int64_t c = c0 + int64_t(b) * kMlaCombineGroups;
+      v[b] = j < latent && c < chunks ? a.partO[(c * heads + h) * latent + j]
+                                      : 0.f;
+    }
+  };
+  const int64_t mine = threadIdx.x;
+  const float firstM = mine < chunks ? a.partM[mine * heads + h] : -INFINITY;
+  const float firstL = mine < chunks ? a.partL[mine * heads + h] : 0.f;
+  float v[kLoads];
+  loadBatch(group, v);
   // M and L by block reductions (each thread's chunks in ascending order,
   // then a fixed tree); the chunk weights exp(m_c - M) into shared.
-  float m = -INFINITY;
-  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x)
+  float m = firstM;
+  for (int64_t c = mine + blockDim.x; c < chunks; c += blockDim.x)
     m = fmaxf(m, a.partM[c * heads + h]);
   m = blockMax(m, partials);
   float l = 0.f;
-  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+  if (mine < chunks) {
+    weights[mine] = expf(firstM - m);
+    l += firstL * weights[mine];
+  }
+  for (int64_t c = mine + blockDim.x; c < chunks; c += blockDim.x) {
     weights[c] = expf(a.partM[c * heads + h] - m);
     l += a.partL[c * heads + h] * weights[c];
   }
   l = blockSum(l, partials); // its barriers also publish the weights
-  // Loads issued kLoads at a time; each group's sum in chunk order.
-  constexpr int kLoads = 8;
+  // Each group's sum in chunk order.
   float acc = 0.f;
-  if (j < latent)
-    for (int64_t c0 = group; c0 < chunks; c0 += kLoads * kMlaCombineGroups) {
-      float v[kLoads];
+  for (int64_t c0 = group; c0 < chunks; c0 += kLoads * kMlaCombineGroups) {
+    if (c0 != group)
+      loadBatch(c0, v);
 #pragma unroll
-      for (int b = 0; b < kLoads; ++b) {
-        const int64_t c = c0 + int64_t(b) * kMlaCombineGroups;
-        v[b] = c < chunks ? a.partO[(c * heads + h) * latent + j] : 0.f;
-      }
-#pragma unroll
-      for (int b = 0; b < kLoads; ++b) {
-        const int64_t c = c0 + int64_t(b) * kMlaCombineGroups;
-        if (c < chunks)
-          acc += v[b] * weights[c];
-      }
+    for (int b = 0; b < kLoads; ++b) {
+      const int64_t c = c0 + int64_t(b) * kMlaCombineGroups;
+      if (j < latent && c < chunks)
+        acc += v[b] * weights[c];
     }
+  }
   sums[group][column] = acc;
   __syncthreads();
   if (group == 0 && j < latent) {
@@ -1429,9 +1462,11 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                  kMlaChunkThreads, chunkShared, s, a);
       e != cudaSuccess)
     return e;
+  // One row of blocks per 64 output values, and one more for the fault
+  // report.
   const dim3 combineGrid(
       unsigned(heads),
-      unsigned((latent + kMlaCombineColumns - 1) / kMlaCombineColumns));
+      unsigned((latent + kMlaCombineColumns - 1) / kMlaCombineColumns) + 1);
   if (latent > 0)
     if (cudaError_t e = launchStep(mlaCombineKernel, combineGrid,
                                    kMlaCombineThreads, combineShared, s, a);
