@@ -1,5 +1,4 @@
-//===- CpuBackend.cpp - The CPU backend plugin (libkiln-backend-cpu.so)
-//----===//
+//===- CpuBackend.cpp - The CPU backend plugin (libkiln-backend-cpu.so) ---===//
 //
 // Interprets a rank's step plans with the reference kernels. open_rank
 // resolves every buffer to memory (one arena, the caches shared by name

@@ -1,5 +1,4 @@
-//===- CudaBackend.cpp - The CUDA backend plugin (libkiln-backend-cuda.so)
-//-===//
+//===- CudaBackend.cpp - The CUDA backend plugin --------------------------===//
 //
 // One GPU per rank, one host thread per GPU. open_group places each rank's
 // weights on its GPU (its slices of the split ones, in the file's block

@@ -1,5 +1,4 @@
-//===- DeviceCommon.cuh - Device helpers shared by the step kernels -*- CUDA
-//-*-===//
+//===- DeviceCommon.cuh - Device helpers of the step kernels ---*- CUDA -*-===//
 #ifndef KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
 #define KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
 

@@ -1,5 +1,4 @@
-//===- KernelImages.h - The artifact's kernel images, loaded per GPU -*- C++
-//-*-===//
+//===- KernelImages.h - The artifact's kernel images, per GPU ---*- C++ -*-===//
 //
 // kiln-compile --target=cuda:ARCHS copies the step kernels' images (one
 // fatbin per architecture and kernel source, built by nvcc with the

@@ -1,5 +1,4 @@
-//===- Launch.cuh - Step kernel launches with overlapped starts -*- CUDA
-//-*-===//
+//===- Launch.cuh - Step kernel launches, overlapped -----------*- CUDA -*-===//
 //
 // A decode step is a chain of ~2,000 short kernels, and on a Hopper GPU a
 // kernel that follows another in a stream normally starts only after its

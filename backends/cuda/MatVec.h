@@ -1,5 +1,4 @@
-//===- MatVec.h - Quantised mat-vec on the GPU: layout and launches -*- C++
-//-*-===//
+//===- MatVec.h - Quantised mat-vec on the GPU ------------------*- C++ -*-===//
 //
 // GGUF blocks (34 bytes for Q8_0, 144 for Q4_K) do not allow wide aligned
 // loads. At load a matrix is repacked into a device layout: the quants of

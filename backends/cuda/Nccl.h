@@ -1,5 +1,4 @@
-//===- Nccl.h - NCCL, loaded at run time -------------------------*- C++
-//-*-===//
+//===- Nccl.h - NCCL, loaded at run time ------------------------*- C++ -*-===//
 //
 // The CUDA plugin does not link NCCL: a GPU host has its own (a system
 // package, a Python wheel's copy), often not where the build machine's

@@ -1,5 +1,4 @@
-//===- EmitArtifact.cpp - Step programs to .kiln artifacts
-//-----------------===//
+//===- EmitArtifact.cpp - Step programs to .kiln artifacts ----------------===//
 #include "artifact/EmitArtifact.h"
 
 #include "kiln/KilnOps.h"

@@ -1,5 +1,4 @@
-//===- kiln-compile.cpp - The Kiln compiler driver
-//-------------------------===//
+//===- kiln-compile.cpp - The Kiln compiler driver ------------------------===//
 //
 // kiln-compile MODEL.gguf... --target=cpu -o M.kiln   (the artifact)
 // kiln-compile MODEL.gguf... [--emit=mlir|step] [--report] [-o OUT]

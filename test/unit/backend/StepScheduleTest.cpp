@@ -1,5 +1,4 @@
-//===- StepScheduleTest.cpp - The step's dataflow schedule
-//-----------------===//
+//===- StepScheduleTest.cpp - The step's dataflow schedule ----------------===//
 //
 // Every pair of conflicting ops must stay ordered; independent ops should
 // not be. The random cases print their seed.
