@@ -655,26 +655,29 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   if (warp < heads * groups)
     loadQuery(warp / groups);
   __syncthreads();
-  // 32-bit index arithmetic: a chunk is at most 16 rows of a few thousand.
-  // Loads in batches of kLoads per thread, all issued before any is used:
-  // one batch covers 8 rows of 576 at 512 threads (one memory round trip).
-  const int rowWidth = int(width), total = n * rowWidth;
-  constexpr int kLoads = 9;
-  for (int base = threadIdx.x; base < total; base += kLoads * int(blockDim.x)) {
-    float v[kLoads];
+  // Thread c loads columns c, c + blockDim, ... of every row of the chunk,
+  // all rows' loads issued before any is stored (one memory round trip
+  // for GLM-5's 576-wide rows at 512 threads); no index division.
+  const int rowWidth = int(width);
+  for (int c0 = threadIdx.x; c0 < rowWidth; c0 += 2 * int(blockDim.x)) {
+    const int c1 = c0 + int(blockDim.x);
+    float v0[kMlaChunk], v1[kMlaChunk];
 #pragma unroll
-    for (int b = 0; b < kLoads; ++b) {
-      const int idx = base + b * int(blockDim.x);
-      const int64_t row = idx < total ? rowIndex[idx / rowWidth] : -1;
-      v[b] = row >= 0 ? readCache(a.cache.data, a.cache.type,
-                                  row * width + idx % rowWidth)
-                      : 0.f;
+    for (int t = 0; t < kMlaChunk; ++t) {
+      const int64_t row = t < n ? rowIndex[t] : -1;
+      v0[t] = row >= 0 ? readCache(a.cache.data, a.cache.type, row * width + c0)
+                       : 0.f;
+      v1[t] = row >= 0 && c1 < rowWidth
+                  ? readCache(a.cache.data, a.cache.type, row * width + c1)
+                  : 0.f;
     }
 #pragma unroll
-    for (int b = 0; b < kLoads; ++b) {
-      const int idx = base + b * int(blockDim.x);
-      if (idx < total)
-        rows[idx] = v[b];
+    for (int t = 0; t < kMlaChunk; ++t) {
+      if (t < n) {
+        rows[t * rowWidth + c0] = v0[t];
+        if (c1 < rowWidth)
+          rows[t * rowWidth + c1] = v1[t];
+      }
     }
   }
   __syncthreads();
@@ -724,16 +727,22 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   }
   __syncthreads();
 
-  // Partial outputs, entries ascending.
-  const int headLatent = int(latent);
-  for (int idx = threadIdx.x; idx < int(heads) * headLatent;
-       idx += blockDim.x) {
-    const int h = idx / headLatent, j = idx % headLatent;
-    const float *ph = p + h * kMlaChunk;
-    float acc = 0.f;
-    for (int t = 0; t < n; ++t)
-      acc += ph[t] * rows[t * width + j];
-    a.partO[(chunkHeads + h) * latent + j] = acc;
+  // Partial outputs, entries ascending: thread j reads value j of the
+  // chunk's rows once and serves every head with it.
+  for (int64_t j = threadIdx.x; j < latent; j += blockDim.x) {
+    float column[kMlaChunk];
+#pragma unroll
+    for (int t = 0; t < kMlaChunk; ++t)
+      column[t] = t < n ? rows[t * width + j] : 0.f;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *ph = p + h * kMlaChunk;
+      float acc = 0.f;
+#pragma unroll
+      for (int t = 0; t < kMlaChunk; ++t)
+        if (t < n)
+          acc += ph[t] * column[t];
+      a.partO[(chunkHeads + h) * latent + j] = acc;
+    }
   }
 }
 
