@@ -61,7 +61,6 @@ const void *KernelImages::kernel(const void *stub) {
 }
 
 void setKernelImages(KernelImages *images) { current = images; }
-KernelImages *kernelImages() { return current; }
 
 const void *resolveKernel(const void *stub) {
   return current ? current->kernel(stub) : stub;

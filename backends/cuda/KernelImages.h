@@ -59,7 +59,6 @@ private:
 /// The images the calling host thread's step launches use (null: the
 /// kernels compiled into this library, as the check tools run them).
 void setKernelImages(KernelImages *images);
-KernelImages *kernelImages();
 
 /// The function a launch of host stub `stub` runs: from the thread's
 /// images when set (nullptr when they lack it), else the stub itself.
