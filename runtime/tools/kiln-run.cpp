@@ -1,6 +1,7 @@
-//===- kiln-run.cpp - Run a compiled model ---------------------------------===//
+//===- kiln-run.cpp - Run a compiled model --------------------------------===//
 //
-// kiln-run M.kiln --weights FILE.gguf... (--prompt TEXT | --prompt-tokens 1,2,3) -n N
+// kiln-run M.kiln --weights FILE.gguf... (--prompt TEXT | --prompt-tokens
+// 1,2,3) -n N
 //         [--temperature T --top-k K --top-p P --seed S] [--json]
 //         [--logits-out FILE.npy] [--threads N] [--backend-dir DIR]
 //         [--eager] [--device N]
@@ -17,26 +18,27 @@
 // No LLVM/MLIR in this program.
 //
 //===----------------------------------------------------------------------===//
+#include "artifact/StepTraffic.h"
 #include "session/Generator.h"
 #include "session/ModelText.h"
 #include "session/Npy.h"
-#include "tokenizer/Tokenizer.h"
-#include "tokenizer/Unicode.h"
 #include "session/Sampler.h"
 #include "session/Session.h"
 #include "support/Progress.h"
+#include "tokenizer/Tokenizer.h"
+#include "tokenizer/Unicode.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <iostream>
-#include <unistd.h>
 #include <chrono>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <optional>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 using namespace kiln;
@@ -44,7 +46,8 @@ using namespace kiln::runtime;
 
 namespace {
 
-constexpr const char *kUsage = R"(usage: kiln-run M.kiln --weights FILE.gguf... (--prompt TEXT | --prompt-tokens IDS) [options]
+constexpr const char *kUsage =
+    R"(usage: kiln-run M.kiln --weights FILE.gguf... (--prompt TEXT | --prompt-tokens IDS) [options]
 
 Runs a model compiled by kiln-compile: evaluates the prompt, then generates.
 
@@ -148,6 +151,15 @@ void describe(const std::string &path, const artifact::Artifact &a) {
         if (b.kind == artifact::BufferKind::Weight)
           bound[b.binding] = true;
     }
+    const artifact::StepTraffic t =
+        artifact::stepTraffic(a, plan.rank, a.contextLength);
+    if (t.boundBytes)
+      std::printf("  decode_step reads %llu bytes of weights a token (%llu "
+                  "bound; routed experts: top-k rows, embedding: one row) "
+                  "and %llu bytes of caches a position attended\n",
+                  (unsigned long long)t.weightBytes,
+                  (unsigned long long)t.boundBytes,
+                  (unsigned long long)t.cacheBytesPerPosition);
     for (size_t i = 0; i < a.weights.size(); ++i) {
       if (!bound[i])
         continue;
@@ -155,10 +167,10 @@ void describe(const std::string &path, const artifact::Artifact &a) {
       std::string dims;
       for (size_t d = 0; d < w.dims.size(); ++d)
         dims += (d ? ", " : "") + std::to_string(w.dims[d]);
-      std::string slice =
-          w.sliceDim < 0 ? "whole"
-                         : fmt::format("dim {} [{}, {})", w.sliceDim,
-                                       w.sliceBegin, w.sliceEnd);
+      std::string slice = w.sliceDim < 0
+                              ? "whole"
+                              : fmt::format("dim {} [{}, {})", w.sliceDim,
+                                            w.sliceBegin, w.sliceEnd);
       if (w.sliceGroups > 1)
         slice += fmt::format(" of each of {} groups", w.sliceGroups);
       if (w.layout != "gguf")
@@ -195,8 +207,7 @@ bool parseTokens(const std::string &text, std::vector<int32_t> &out) {
       end = text.size();
     std::string item = text.substr(start, end - start);
     int64_t v;
-    if (item.empty() || !parseNumber(item.c_str(), v) || v < 0 ||
-        v > INT32_MAX)
+    if (item.empty() || !parseNumber(item.c_str(), v) || v < 0 || v > INT32_MAX)
       return false;
     out.push_back(int32_t(v));
     start = end + 1;
@@ -283,20 +294,20 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
       return fail(prompt.error());
     std::vector<int32_t> tokens = tok->encode(*prompt, /*parseSpecial=*/true);
     if (tokens.size() + uint64_t(maxTokens) > s.contextLength())
-      return fail(Error(options.artifactPath, "context",
-                        fmt::format("the conversation needs {} positions "
-                                    "({} so far + -n {}); the caches hold {} "
-                                    "(compile with kiln-compile --context N)",
-                                    tokens.size() + uint64_t(maxTokens),
-                                    tokens.size(), maxTokens,
-                                    s.contextLength())));
+      return fail(
+          Error(options.artifactPath, "context",
+                fmt::format("the conversation needs {} positions "
+                            "({} so far + -n {}); the caches hold {} "
+                            "(compile with kiln-compile --context N)",
+                            tokens.size() + uint64_t(maxTokens), tokens.size(),
+                            maxTokens, s.contextLength())));
     auto start = std::chrono::steady_clock::now();
     Expected<size_t> reused = generator.feedConversation(tokens);
     if (!reused)
       return fail(reused.error());
-    double promptSeconds = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - start)
-                               .count();
+    double promptSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     Expected<GenerateResult> reply =
         generator.generate(generate, [](std::string_view piece) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -315,64 +326,6 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
     messages.push_back(message("assistant", reply->text));
   }
   return 0;
-}
-
-/// The bytes one decode step of `rank` must read from device memory at
-/// context `context`: every weight it binds, whole, except the routed
-/// experts (only top_k of E experts' rows are read) and the embedding (one
-/// row); and the caches attention and the indexer scan (positions 0..
-/// context). What the floor of a step divides by the copy bandwidth.
-struct Traffic {
-  uint64_t weightBytes = 0; ///< read per step
-  uint64_t boundBytes = 0;  ///< bound by the rank (all experts)
-  uint64_t cacheBytes = 0;
-};
-
-Traffic stepTraffic(const artifact::Artifact &a, uint32_t rank,
-                    uint64_t context) {
-  Traffic t;
-  const artifact::Step *step = a.rankPlans[rank].step("decode_step");
-  auto localBytes = [&](const artifact::WeightBinding &b) -> uint64_t {
-    std::vector<int64_t> dims = b.dims;
-    if (b.sliceDim >= 0)
-      dims[b.sliceDim] = (b.sliceEnd - b.sliceBegin) * b.sliceGroups;
-    uint64_t rows = 1;
-    for (size_t d = 1; d < dims.size(); ++d)
-      rows *= uint64_t(dims[d]);
-    return rowBytes(b.type, uint64_t(dims[0])).value_or(0) * rows;
-  };
-  std::vector<double> share(a.weights.size(), 1.0);
-  std::vector<bool> used(a.weights.size(), false);
-  for (const artifact::Op &op : step->ops) {
-    auto bindingOf = [&](int32_t operand) {
-      const artifact::Buffer &b = step->buffers[operand];
-      return b.kind == artifact::BufferKind::Weight ? b.binding : -1;
-    };
-    std::span<const int32_t> ins = op.ins();
-    if (op.kind == "moe_experts") {
-      uint64_t chosen = step->buffers[ins[2]].elements();
-      for (size_t i = 3; i < ins.size(); ++i)
-        if (int32_t w = bindingOf(ins[i]); w >= 0)
-          share[w] = double(chosen) / double(a.weights[w].dims.back());
-    } else if (op.kind == "embed") {
-      if (int32_t w = bindingOf(ins[0]); w >= 0)
-        share[w] = 1.0 / double(a.weights[w].dims.back());
-    } else if (op.kind == "mla_attention" || op.kind == "dsa_indexer") {
-      const artifact::Buffer &cache = step->buffers[ins[2]];
-      t.cacheBytes += std::min<uint64_t>(context + 1, cache.shape[0]) *
-                      cache.shape[1] * artifact::elementBytes(cache.dtype);
-    }
-    for (int32_t operand : ins)
-      if (int32_t w = bindingOf(operand); w >= 0)
-        used[w] = true;
-  }
-  for (size_t w = 0; w < a.weights.size(); ++w)
-    if (used[w]) {
-      uint64_t bytes = localBytes(a.weights[w]);
-      t.boundBytes += bytes;
-      t.weightBytes += uint64_t(double(bytes) * share[w]);
-    }
-  return t;
 }
 
 /// --bench: the decode step on random weights, timed.
@@ -420,8 +373,8 @@ int runBench(SessionOptions options, const std::string &simulate,
     if (Status st = s.decode(1, int32_t(context), {}, &next); !st)
       return fail(st.error());
     if (i >= warmup)
-      times.push_back(
-          std::chrono::duration<double>(Clock::now() - a).count() * 1e6);
+      times.push_back(std::chrono::duration<double>(Clock::now() - a).count() *
+                      1e6);
   }
   std::vector<double> sorted(times);
   std::sort(sorted.begin(), sorted.end());
@@ -430,35 +383,31 @@ int runBench(SessionOptions options, const std::string &simulate,
     mean += t / double(times.size());
   double median = sorted[sorted.size() / 2], best = sorted.front();
   std::string mode = options.flags & KILN_RUN_EAGER ? "eager" : "graph";
-  Traffic traffic = stepTraffic(
+  artifact::StepTraffic traffic = artifact::stepTraffic(
       s.artifact(),
       options.flags & KILN_RUN_SIMULATE_RANK ? options.simulateRank : 0,
       context);
   uint64_t bytes = traffic.weightBytes + traffic.cacheBytes;
-  std::string ranks =
-      options.flags & KILN_RUN_SIMULATE_RANK
-          ? fmt::format("rank {} of {} (simulated alone)", options.simulateRank,
-                        of)
-          : fmt::format("{} rank(s)", s.artifact().ranks);
+  std::string ranks = options.flags & KILN_RUN_SIMULATE_RANK
+                          ? fmt::format("rank {} of {} (simulated alone)",
+                                        options.simulateRank, of)
+                          : fmt::format("{} rank(s)", s.artifact().ranks);
   if (json) {
-    std::printf("{\"bench\": true, \"backend\": %s, \"mode\": \"%s\", "
-                "\"ranks\": %u, \"simulated_rank\": %d, \"context\": %llu, "
-                "\"steps\": %lld, \"step_us_mean\": %.3f, "
-                "\"step_us_median\": %.3f, \"step_us_min\": %.3f, "
-                "\"tokens_per_second\": %.3f, \"load_seconds\": %.3f, "
-                "\"weight_bytes_read\": %llu, \"weight_bytes_bound\": %llu, "
-                "\"cache_bytes_read\": %llu, \"achieved_gb_per_s\": %.1f}\n",
-                jsonString(s.artifact().target).c_str(), mode.c_str(),
-                s.artifact().ranks,
-                options.flags & KILN_RUN_SIMULATE_RANK
-                    ? int(options.simulateRank)
-                    : -1,
-                (unsigned long long)context, (long long)steps, mean, median,
-                best, 1e6 / median, load,
-                (unsigned long long)traffic.weightBytes,
-                (unsigned long long)traffic.boundBytes,
-                (unsigned long long)traffic.cacheBytes,
-                double(bytes) / (median * 1e3));
+    std::printf(
+        "{\"bench\": true, \"backend\": %s, \"mode\": \"%s\", "
+        "\"ranks\": %u, \"simulated_rank\": %d, \"context\": %llu, "
+        "\"steps\": %lld, \"step_us_mean\": %.3f, "
+        "\"step_us_median\": %.3f, \"step_us_min\": %.3f, "
+        "\"tokens_per_second\": %.3f, \"load_seconds\": %.3f, "
+        "\"weight_bytes_read\": %llu, \"weight_bytes_bound\": %llu, "
+        "\"cache_bytes_read\": %llu, \"achieved_gb_per_s\": %.1f}\n",
+        jsonString(s.artifact().target).c_str(), mode.c_str(),
+        s.artifact().ranks,
+        options.flags & KILN_RUN_SIMULATE_RANK ? int(options.simulateRank) : -1,
+        (unsigned long long)context, (long long)steps, mean, median, best,
+        1e6 / median, load, (unsigned long long)traffic.weightBytes,
+        (unsigned long long)traffic.boundBytes,
+        (unsigned long long)traffic.cacheBytes, double(bytes) / (median * 1e3));
     return 0;
   }
   std::printf("bench: %s, %s, %s, context %llu, %lld steps\n",
@@ -593,7 +542,8 @@ int main(int argc, char **argv) {
   if (options.artifactPath.empty())
     return usageError("no artifact given");
   if (describeOnly) {
-    Expected<artifact::Artifact> a = artifact::readArtifact(options.artifactPath);
+    Expected<artifact::Artifact> a =
+        artifact::readArtifact(options.artifactPath);
     if (!a)
       return fail(a.error());
     describe(options.artifactPath, *a);
@@ -701,8 +651,7 @@ int main(int argc, char **argv) {
   double load = seconds(t0, t1), promptTime = seconds(t1, t2),
          decodeTime = seconds(t2, t3);
   double promptRate = prompt.size() / std::max(promptTime, 1e-9);
-  int64_t decodeSteps =
-      generated.empty() ? 0 : int64_t(generated.size()) - 1;
+  int64_t decodeSteps = generated.empty() ? 0 : int64_t(generated.size()) - 1;
   double decodeRate = decodeSteps / std::max(decodeTime, 1e-9);
   if (json) {
     std::string tokens;

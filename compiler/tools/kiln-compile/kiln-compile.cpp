@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "artifact/EmitArtifact.h"
+#include "artifact/StepTraffic.h"
 #include "glm5/GLM5Builder.h"
 #include "glm5/GLM5Config.h"
 #include "passes/Passes.h"
@@ -245,6 +246,19 @@ int main(int argc, char **argv) {
       return fail(artifact.error());
     if (kiln::Status st = backend->applyOptions(targetOptions, *artifact); !st)
       return fail(st.error());
+    if (report)
+      for (const kiln::artifact::RankPlan &plan : artifact->rankPlans) {
+        const kiln::artifact::StepTraffic t = kiln::artifact::stepTraffic(
+            *artifact, plan.rank, artifact->contextLength);
+        if (t.boundBytes)
+          llvm::errs() << llvm::format(
+              "  rank %u: a decode step reads %.3f GB of weights (%.3f GB "
+              "bound; routed experts: top-k rows) and %llu bytes of caches "
+              "a position attended (%.3f GB at context %llu)\n",
+              plan.rank, t.weightBytes / 1e9, t.boundBytes / 1e9,
+              (unsigned long long)t.cacheBytesPerPosition, t.cacheBytes / 1e9,
+              (unsigned long long)artifact->contextLength);
+      }
     if (kiln::Status st = kiln::artifact::writeArtifact(*artifact, output); !st)
       return fail(st.error());
     return 0;

@@ -1,0 +1,69 @@
+//===- StepTraffic.cpp - The bytes one decode step reads ------------------===//
+#include "artifact/StepTraffic.h"
+
+#include "quant/QuantTypes.h"
+
+#include <algorithm>
+
+namespace kiln::artifact {
+
+namespace {
+
+/// The bytes of a binding's rank-local part (its slice).
+uint64_t localBytes(const WeightBinding &b) {
+  std::vector<int64_t> dims = b.dims;
+  if (b.sliceDim >= 0)
+    dims[size_t(b.sliceDim)] = (b.sliceEnd - b.sliceBegin) * b.sliceGroups;
+  uint64_t rows = 1;
+  for (size_t d = 1; d < dims.size(); ++d)
+    rows *= uint64_t(dims[d]);
+  return rowBytes(b.type, uint64_t(dims[0])).value_or(0) * rows;
+}
+
+} // namespace
+
+StepTraffic stepTraffic(const Artifact &a, uint32_t rank, uint64_t context) {
+  StepTraffic t;
+  if (rank >= a.rankPlans.size())
+    return t;
+  const Step *step = a.rankPlans[rank].step("decode_step");
+  if (!step)
+    return t;
+  std::vector<double> share(a.weights.size(), 1.0);
+  std::vector<bool> used(a.weights.size(), false);
+  for (const Op &op : step->ops) {
+    auto bindingOf = [&](int32_t operand) {
+      const Buffer &b = step->buffers[size_t(operand)];
+      return b.kind == BufferKind::Weight ? b.binding : -1;
+    };
+    std::span<const int32_t> ins = op.ins();
+    if (op.kind == "moe_experts") {
+      const uint64_t chosen = step->buffers[size_t(ins[2])].elements();
+      for (size_t i = 3; i < ins.size(); ++i)
+        if (int32_t w = bindingOf(ins[i]); w >= 0)
+          share[size_t(w)] =
+              double(chosen) / double(a.weights[size_t(w)].dims.back());
+    } else if (op.kind == "embed") {
+      if (int32_t w = bindingOf(ins[0]); w >= 0)
+        share[size_t(w)] = 1.0 / double(a.weights[size_t(w)].dims.back());
+    } else if (op.kind == "mla_attention" || op.kind == "dsa_indexer") {
+      const Buffer &cache = step->buffers[size_t(ins[2])];
+      const uint64_t row = uint64_t(cache.shape[1]) * elementBytes(cache.dtype);
+      t.cacheBytesPerPosition += row;
+      t.cacheBytes +=
+          std::min<uint64_t>(context + 1, uint64_t(cache.shape[0])) * row;
+    }
+    for (int32_t operand : ins)
+      if (int32_t w = bindingOf(operand); w >= 0)
+        used[size_t(w)] = true;
+  }
+  for (size_t w = 0; w < a.weights.size(); ++w)
+    if (used[w]) {
+      const uint64_t bytes = localBytes(a.weights[w]);
+      t.boundBytes += bytes;
+      t.weightBytes += uint64_t(double(bytes) * share[w]);
+    }
+  return t;
+}
+
+} // namespace kiln::artifact

@@ -1,0 +1,35 @@
+//===- StepTraffic.h - The bytes one decode step reads ----------*- C++ -*-===//
+//
+// What the floor of a decode step divides by the copy bandwidth
+// (docs/perf.md): the bytes rank `rank`'s @decode_step must read from
+// device memory at context `context`. Every weight the rank binds counts
+// whole, except the routed experts, of which only top_k of E experts' rows
+// are read, and the embedding, of which one row is; the caches count the
+// positions attention and the indexer scan (0 .. context, at most the
+// cache's length). One definition for `kiln-run --bench` and `--describe`
+// and `kiln-compile --report`.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_ARTIFACT_STEPTRAFFIC_H
+#define KILN_RUNTIME_ARTIFACT_STEPTRAFFIC_H
+
+#include "artifact/Artifact.h"
+
+#include <cstdint>
+
+namespace kiln::artifact {
+
+struct StepTraffic {
+  uint64_t weightBytes = 0; ///< read per step
+  uint64_t boundBytes = 0;  ///< bound by the rank (every expert)
+  uint64_t cacheBytes = 0;  ///< read at the context
+  /// Cache bytes one more attended position adds.
+  uint64_t cacheBytesPerPosition = 0;
+};
+
+/// The traffic of rank `rank`'s decode_step (zero when it has none).
+StepTraffic stepTraffic(const Artifact &a, uint32_t rank, uint64_t context);
+
+} // namespace kiln::artifact
+
+#endif // KILN_RUNTIME_ARTIFACT_STEPTRAFFIC_H

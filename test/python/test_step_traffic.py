@@ -1,0 +1,90 @@
+"""The bytes one decode step reads, as `kiln-run --describe` and
+`kiln-compile --report` print them (runtime/artifact/StepTraffic, the
+numerator of every floor in docs/perf.md), against a count made here from
+gguf-py's own tensor sizes and the model's metadata: each bound tensor's
+rank-local part, the routed experts at top_k / E of their bytes, the
+embedding at one row, and per attended position one row of every layer's
+latent and indexer cache."""
+import re
+
+import pytest
+from gguf import GGUFReader
+
+from conftest import run_tool
+
+SEED = 5
+BIND = re.compile(r"^  binds (\S+) \S+ \[([^\]]*)\] (whole|dim (\d+) \[(\d+), "
+                  r"(\d+)\))(?: of each of (\d+) groups)?")
+READS = re.compile(r"decode_step reads (\d+) bytes of weights a token \((\d+) "
+                   r"bound; .*\) and (\d+) bytes of caches a position")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("traffic")
+    gguf = d / "tiny.gguf"
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", SEED,
+             "--quiet")
+    return d, gguf
+
+
+def field(reader, key):
+    f = reader.fields[key]
+    return int(f.parts[f.data[0]][0])
+
+
+def expected(reader, described):
+    """Per rank: (weights read, bound, cache bytes a position)."""
+    sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
+    vocab = next(t for t in reader.tensors
+                 if t.name == "token_embd.weight").shape[-1]
+    chosen = field(reader, "glm-dsa.expert_used_count")
+    experts = field(reader, "glm-dsa.expert_count")
+    # The decode step runs the main layers; the next-token-prediction
+    # layers counted in block_count are @mtp_step's.
+    layers = (field(reader, "glm-dsa.block_count") -
+              field(reader, "glm-dsa.nextn_predict_layers"))
+    row = (field(reader, "glm-dsa.attention.kv_lora_rank") +
+           field(reader, "glm-dsa.rope.dimension_count") +
+           field(reader, "glm-dsa.attention.indexer.key_length")) * 2  # f16
+    ranks, current = [], None
+    for line in described.splitlines():
+        if re.match(r"^rank \d+:", line):
+            current = [0, 0]
+            ranks.append(current)
+            continue
+        m = BIND.match(line)
+        if not m:
+            continue
+        name, dims = m[1], [int(x) for x in m[2].split(", ")]
+        local = sizes[name]
+        if m[3] != "whole":
+            cut = (int(m[6]) - int(m[5])) * int(m[7] or 1)
+            local = local * cut // dims[int(m[4])]
+        share = 1.0
+        if "_exps" in name:
+            share = chosen / experts
+        elif name == "token_embd.weight":
+            share = 1.0 / vocab
+        current[0] += int(float(local) * share)
+        current[1] += local
+    return [(w, b, layers * row) for w, b in ranks]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_step_traffic_matches_an_independent_count(model, tp):
+    d, gguf = model
+    art = d / f"tp{tp}.kiln"
+    report = run_tool("kiln-compile", gguf, "--target=cpu", "--tp", tp,
+                      "--context", 32, "--cache-type", "f16", "--report",
+                      "-o", art).stderr
+    described = run_tool("kiln-run", art, "--describe").stdout
+    got = [tuple(int(x) for x in m.groups())
+           for m in READS.finditer(described)]
+    want = expected(GGUFReader(gguf), described)
+    assert len(got) == tp and got == want, (got, want)
+    # The compiler's report states the same figures, per rank.
+    for rank, (weights, bound, cache) in enumerate(want):
+        assert (f"rank {rank}: a decode step reads {weights / 1e9:.3f} GB of "
+                f"weights ({bound / 1e9:.3f} GB bound" in report), report
+        assert f"and {cache} bytes of caches a position attended" in report
