@@ -105,10 +105,17 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
   --context N              fill the caches' first N positions with random
                            values and time steps at position N (default 0)
   --steps N                timed steps (default 50, after 5 untimed)
-  --describe               print what the artifact holds (config, each rank's
-                           steps and the weight slices it binds) and exit;
-                           needs no weights
+  --describe               print what the artifact holds (config, payloads,
+                           each rank's steps, the bytes its decode step reads,
+                           the weight slices it binds and their device
+                           layouts) and exit; needs no weights
   --help                   this text
+
+environment (CUDA backend, for measuring; the same bits either way):
+  KILN_CUDA_BRANCHES=N     at most N parallel branches in a step's graph
+                           (default 4; 1: the ops in list order)
+  KILN_CUDA_PDL=0          no programmatic dependent launch
+  NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 
 int usageError(const std::string &message) {
