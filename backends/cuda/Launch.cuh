@@ -103,10 +103,15 @@ template <typename... Params, typename... Args>
   config.numAttrs = overlappedLaunches() ? 1 : 0;
   // The arguments converted to the kernel's parameter types, as
   // cudaLaunchKernelEx does, then passed by address.
-  return [&](Params... converted) {
+  const cudaError_t e = [&](Params... converted) {
     void *pointers[sizeof...(Params) + 1] = {&converted..., nullptr};
     return cudaLaunchKernelExC(&config, function, pointers);
   }(std::forward<Args>(args)...);
+  // The error is returned here, so it is taken off the thread's last-error
+  // slot: a later launch's check must not report it again for another op.
+  if (e != cudaSuccess)
+    cudaGetLastError();
+  return e;
 }
 
 /// Lets `kernel` (as launchStep resolves it) use `bytes` of dynamic shared

@@ -1515,13 +1515,9 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
         e != cudaSuccess)
       return e;
   }
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return e;
   if (cudaError_t e =
           launchStep(indexerFlagsKernel, blocks, kWarpThreads, 0, s, a);
       e != cudaSuccess)
-    return e;
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return e;
   if (cudaError_t e =
           launchStep(indexerCompactKernel, 1, kSingleBlockThreads, 0, s, a);
