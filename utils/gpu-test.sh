@@ -85,6 +85,23 @@ if [ -x "$pack/bin/kiln-run" ]; then
     --bench --simulate-rank 0/8 --context 1024 --steps 30
   step bench-glm5-tp8-rank0-eager run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 10 --eager
+  # What each op kind costs on the step's critical path: the step with
+  # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
+  omit_table() {
+    printf '| ops left out | step median (us) |\n|---|---|\n'
+    for kinds in none rms_norm rope slice,concat layer_norm,cache_append \
+        fused_linear linear dsa_indexer mla_attention moe_router moe_experts \
+        all_reduce_add_rms_norm swiglu,add; do
+      local t omit=$kinds
+      [ "$kinds" = none ] && omit=
+      t=$(KILN_CUDA_OMIT=$omit \
+        "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+        --bench --simulate-rank 0/8 --context 1024 --steps 20 2>/dev/null |
+        sed -n 's/^step: median \([0-9.]*\) us.*/\1/p')
+      printf '| %s | %s |\n' "$kinds" "${t:-failed}"
+    done
+  }
+  step omit-glm5-tp8-rank0 omit_table
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 3 --profile
   if [ "$gpus" -ge 2 ]; then

@@ -674,6 +674,10 @@ Expected<StepOp> Decoder::decode() {
 
 } // namespace
 
+bool isOpKindName(std::string_view name) {
+  return kinds().find(name) != kinds().end();
+}
+
 Expected<StepOp> decodeOp(const Artifact &artifact, const Step &step,
                           size_t index, uint32_t ranks) {
   return Decoder(artifact, step, step.ops[index], index, ranks).decode();

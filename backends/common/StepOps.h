@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::backend {
@@ -134,6 +135,9 @@ Expected<StepOp> decodeOp(const artifact::Artifact &artifact,
 Expected<std::vector<StepOp>> decodeStep(const artifact::Artifact &artifact,
                                          const artifact::Step &step,
                                          uint32_t ranks);
+
+/// Whether `name` is an op kind of the artifact's step ops ("rms_norm").
+bool isOpKindName(std::string_view name);
 
 /// Copies `message` (truncated) into a plugin's error buffer.
 void setError(char *error, uint64_t errorBytes, const std::string &message);

@@ -36,6 +36,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -182,6 +183,8 @@ struct CudaRank {
   bool simulate = false; ///< alone, collectives replaced by local traffic
   bool overlap = true;   ///< programmatic dependent launch (Launch.cuh)
   int maxBranches = 4;   ///< parallel branches of a captured step
+  /// Op kinds left out of every step (KILN_CUDA_OMIT; measuring only).
+  std::set<std::string, std::less<>> omit;
   std::string where;     ///< "cuda rank 0 (GPU 0)"
   std::string arch;      ///< the GPU's, "sm_90"
   /// The artifact's kernel images for this GPU: every launch runs them.
@@ -947,12 +950,36 @@ Status fillStates(CudaRank &rank, uint64_t positions, uint64_t seed) {
 /// routed and shared experts) needs three; more only fork idle streams.
 constexpr int kMaxBranches = 4;
 
-/// Two switches for measuring what each graph feature buys (docs/cuda.md):
-/// KILN_CUDA_PDL=0 turns overlapped launches off, KILN_CUDA_BRANCHES=N
-/// caps the parallel branches (1: the step in list order).
-Status readGraphSwitches(bool &overlap, int &branches) {
+/// Three switches for measuring what each graph feature and op kind costs
+/// (docs/cuda.md): KILN_CUDA_PDL=0 turns overlapped launches off,
+/// KILN_CUDA_BRANCHES=N caps the parallel branches (1: the step in list
+/// order), KILN_CUDA_OMIT=kind,kind leaves every op of those kinds out of
+/// the step (its outputs keep whatever they held: the step's results are
+/// then meaningless, its time is what the other ops cost).
+Status readGraphSwitches(bool &overlap, int &branches,
+                         std::set<std::string, std::less<>> &omit) {
   overlap = true;
   branches = kMaxBranches;
+  omit.clear();
+  if (const char *v = std::getenv("KILN_CUDA_OMIT")) {
+    std::string_view t = v;
+    while (!t.empty()) {
+      const size_t comma = t.find(',');
+      std::string_view kind = t.substr(0, comma);
+      if (!backend::isOpKindName(kind))
+        return Error("KILN_CUDA_OMIT", std::string(kind),
+                     "not an op kind of a step (rms_norm, linear, ...)");
+      omit.emplace(kind);
+      t = comma == std::string_view::npos ? std::string_view()
+                                          : t.substr(comma + 1);
+    }
+    if (!omit.empty())
+      std::fprintf(stderr,
+                   "cuda backend: KILN_CUDA_OMIT=%s: those ops are left out "
+                   "of every step; its results are not valid (for measuring "
+                   "only)\n",
+                   v);
+  }
   if (const char *v = std::getenv("KILN_CUDA_PDL")) {
     std::string t = v;
     if (t != "0" && t != "1")
@@ -1097,6 +1124,12 @@ Status loadKernelImages(CudaRank &rank, const Artifact &a) {
   return Status::ok();
 }
 
+/// Whether unit `i` of `s` is of an op kind KILN_CUDA_OMIT leaves out.
+bool omitted(const CudaRank &rank, const CudaStep &s, size_t i) {
+  return !rank.omit.empty() &&
+         rank.omit.count(s.step->ops[size_t(s.unitOp[i])].kind);
+}
+
 /// The step's work on a stream: clear the fault word, then every op (with
 /// an event before each and after the last when profiling).
 Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
@@ -1106,7 +1139,8 @@ Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
   for (size_t i = 0; i < s.units.size(); ++i) {
     if (profile)
       CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
-    KILN_TRY(s.units[i](rank.stream));
+    if (!omitted(rank, s, i))
+      KILN_TRY(s.units[i](rank.stream));
   }
   if (profile)
     CUDA_TRY(rank.where, cudaEventRecord(s.events.back(), rank.stream));
@@ -1204,7 +1238,8 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
     const std::string &where = s.where[size_t(s.unitOp[i])];
     for (int32_t d : plan.waits[i])
       CUDA_TRY(where, cudaStreamWaitEvent(stream, s.done[size_t(d)], 0));
-    KILN_TRY(s.units[i](stream));
+    if (!omitted(rank, s, i))
+      KILN_TRY(s.units[i](stream));
     if (plan.signals[i])
       CUDA_TRY(where, cudaEventRecord(s.done[i], stream));
   }
@@ -1330,7 +1365,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   group->fillPositions = options ? options->fill_positions : 0;
   bool overlap = true;
   int branches = kMaxBranches;
-  KILN_TRY(readGraphSwitches(overlap, branches));
+  std::set<std::string, std::less<>> omit;
+  KILN_TRY(readGraphSwitches(overlap, branches, omit));
   if (!random && (!weights || weightCount != a.weights.size()))
     return Error("artifact", "weights",
                  fmt::format("{} weight buffers given for {} bindings",
@@ -1389,6 +1425,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->simulate = simulate;
     rank->overlap = overlap;
     rank->maxBranches = branches;
+    rank->omit = omit;
     rank->nccl = nccl;
     rank->where =
         fmt::format("cuda rank {} (GPU {})", rank->index, rank->device);

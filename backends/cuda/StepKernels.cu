@@ -31,6 +31,7 @@
 #include <cuda_fp16.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cmath>
 
 namespace kiln::cuda {
@@ -524,29 +525,37 @@ __global__ void cacheAppendKernel(const float *entry, const int32_t *position,
 
 //===----------------------------------------------------------------------===//
 // MLA attention, split over positions (flash decoding), every head at once:
-//   0. the inputs are checked (position, count, every selection entry) and
-//      the first fault reported (the lowest bad entry, as the CPU) by the
-//      combine kernel's first block; the other kernels skip bad work;
-//   1. block c takes attended entries [16c, 16c + 16): it reads those cache
-//      rows once into shared memory (as f32) and, for every head, computes
-//      the 16 scores, their max m, p = exp(s - m), l = sum p, and the
-//      partial output o[j] = sum_t p[t] row[t][j], into scratch;
-//   2. one block per head combines the chunks in ascending order:
-//      M = max m_c, L = sum_c l_c exp(m_c - M), out = sum_c o_c exp(m_c - M)
-//      / L.
-// Each cache row is read once per step for all local heads; the blocks of
-// step 1 cover the context in parallel. The same math as the CPU's global
-// softmax, rounded in another order.
+//   1. block b takes chunks c = b, b + grid, ... of kMlaChunk attended
+//      entries (at most one block per multiprocessor: a grid sized by the
+//      cache's capacity would run in waves of blocks with nothing to do):
+//      it reads those cache rows once into shared memory (as f32) and, for
+//      every head, computes the chunk's scores, their max m, p = exp(s -
+//      m), l = sum p, and the partial output o[j] = sum_t p[t] row[t][j],
+//      into scratch;
+//   2. block (h, slice) combines head h's output values [64 slice, 64
+//      slice + 64), chunks ascending: M = max m_c, L = sum_c l_c exp(m_c -
+//      M), out = sum_c o_c exp(m_c - M) / L; the grid's last row checks the
+//      inputs and reports the first fault (the lowest bad entry, as the
+//      CPU); the other kernels skip bad work.
+// Each cache row is read once per step for all local heads. The same math
+// as the CPU's global softmax, rounded in another order, which depends
+// only on the shapes, never on which block took which chunk. Both kernels
+// are compiled for GLM-5's shape (512 + 64, each cache type: MlaShape) and
+// for any shape.
 //===----------------------------------------------------------------------===//
 
 constexpr int kMlaChunk = 8;
-/// Threads of a chunk block: its serial work per thread is what bounds a
-/// decode step's attention (every chunk block runs at once), so it is kept
-/// short: few rows per chunk, many threads per chunk.
-constexpr int kMlaChunkThreads = 512;
-/// The widest cache row the chunk kernel's per-lane query registers hold
-/// (GLM-5: 512 + 64).
+/// Threads of a block: its serial work per thread is what bounds a decode
+/// step's attention (every chunk runs at once), so it is kept short: few
+/// rows per chunk, many threads per chunk.
+constexpr int kMlaThreads = 512;
+/// The widest cache row the per-lane query registers hold (GLM-5: 512 +
+/// 64).
 constexpr int kMlaMaxWidth = 24 * kWarp;
+/// A combine block's output values (of one head)...
+constexpr int kMlaCombineColumns = 64;
+/// ...and its groups of threads, which split the chunks.
+constexpr int kMlaCombineGroups = kMlaThreads / kMlaCombineColumns;
 
 struct MlaArgs {
   const float *qLatent, *qRope;
@@ -609,21 +618,47 @@ __device__ void mlaReportFault(const MlaArgs &a) {
                 positions);
 }
 
-__global__ void mlaChunkKernel(MlaArgs a) {
-  stepKernelPrologue();
-  extern __shared__ float shared[];
-  const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
-  // The chunk's selection entries (within the selection's capacity, so
-  // always readable) in flight with the position and the count.
-  int32_t selectedRow = 0;
-  if (a.selected && threadIdx.x < kMlaChunk && first + threadIdx.x < a.capacity)
-    selectedRow = a.selected[first + threadIdx.x];
-  const int64_t attended = mlaAttended(a);
-  if (attended < 0 || first >= attended)
-    return;
+/// What an MLA kernel is compiled for: kLatent > 0 fixes the latent and
+/// rope widths and kCache the cache's element type (GLM-5: 512, 64, f16),
+/// so every loop over a row has a fixed trip count and every branch on a
+/// width or a type is decided at compile time; kLatent = 0 reads them
+/// from the arguments (any model).
+constexpr int kAnyCache = -1;
+template <int kLatent, int kRope, int kCache> struct MlaShape {
+  static constexpr bool kFixed = kLatent > 0;
+  /// Query registers per lane: the row's values j = lane + 32 r.
+  static constexpr int kQueryRegs =
+      kFixed ? (kLatent + kRope + kWarp - 1) / kWarp : kMlaMaxWidth / kWarp;
+  __device__ static int latent(const MlaArgs &a) {
+    return kFixed ? kLatent : int(a.latent);
+  }
+  __device__ static int width(const MlaArgs &a) {
+    return kFixed ? kLatent + kRope : int(a.cache.width);
+  }
+  __device__ static float read(const MlaArgs &a, int64_t index) {
+    if constexpr (kCache == int(CacheType::F16))
+      return halfBitsToFloat(static_cast<const uint16_t *>(a.cache.data)[index]);
+    else if constexpr (kCache == int(CacheType::BF16))
+      return __uint_as_float(
+          uint32_t(static_cast<const uint16_t *>(a.cache.data)[index]) << 16);
+    else if constexpr (kCache == int(CacheType::F32))
+      return static_cast<const float *>(a.cache.data)[index];
+    else
+      return readCache(a.cache.data, a.cache.type, index);
+  }
+};
+
+/// Chunk `chunk` of `attended` entries (the whole block; `shared` holds
+/// kMlaChunk * (width + heads) floats). `preloaded`: thread t < kMlaChunk's
+/// selection entry of this chunk, already loaded, when `hasPreloaded`.
+template <class Shape>
+__device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
+                         float *shared, int32_t preloaded, bool hasPreloaded) {
+  const int64_t first = chunk * kMlaChunk;
   const int n =
       int(attended - first < kMlaChunk ? attended - first : kMlaChunk);
-  const int64_t width = a.cache.width, heads = a.heads, latent = a.latent;
+  const int width = Shape::width(a), latent = Shape::latent(a);
+  const int heads = int(a.heads);
   float *rows = shared;                  // [kMlaChunk][width]
   float *p = shared + kMlaChunk * width; // [heads][kMlaChunk]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -637,18 +672,20 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   __shared__ int64_t rowIndex[kMlaChunk];
   if (threadIdx.x < n) {
     const int64_t entry = first + threadIdx.x;
-    const int64_t row = a.selected ? selectedRow : entry;
+    const int64_t row =
+        a.selected ? (hasPreloaded ? preloaded : a.selected[entry]) : entry;
     rowIndex[threadIdx.x] = row >= 0 && row < a.cache.positions ? row : -1;
   }
   // The warp's first query (below) is loaded here, in flight with the rows.
-  constexpr int kQueryRegs = kMlaMaxWidth / kWarp;
-  const int groups = warps > heads ? warps / int(heads) : 1;
+  constexpr int kQueryRegs = Shape::kQueryRegs;
+  const int groups = warps > heads ? warps / heads : 1;
   float q[kQueryRegs];
-  auto loadQuery = [&](int64_t h) {
-    const float *ql = a.qLatent + h * latent, *qr = a.qRope + h * a.rope;
+  auto loadQuery = [&](int h) {
+    const float *ql = a.qLatent + int64_t(h) * latent,
+                *qr = a.qRope + int64_t(h) * (width - latent);
 #pragma unroll
     for (int r = 0; r < kQueryRegs; ++r) {
-      const int64_t j = lane + int64_t(r) * kWarp;
+      const int j = lane + r * kWarp;
       q[r] = j < latent ? ql[j] : j < width ? qr[j - latent] : 0.f;
     }
   };
@@ -657,26 +694,22 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   __syncthreads();
   // Thread c loads columns c, c + blockDim, ... of every row of the chunk,
   // all rows' loads issued before any is stored (one memory round trip
-  // for GLM-5's 576-wide rows at 512 threads); no index division.
-  const int rowWidth = int(width);
-  for (int c0 = threadIdx.x; c0 < rowWidth; c0 += 2 * int(blockDim.x)) {
+  // for GLM-5's 576-wide rows at 512 threads).
+  for (int c0 = threadIdx.x; c0 < width; c0 += 2 * int(blockDim.x)) {
     const int c1 = c0 + int(blockDim.x);
     float v0[kMlaChunk], v1[kMlaChunk];
 #pragma unroll
     for (int t = 0; t < kMlaChunk; ++t) {
       const int64_t row = t < n ? rowIndex[t] : -1;
-      v0[t] = row >= 0 ? readCache(a.cache.data, a.cache.type, row * width + c0)
-                       : 0.f;
-      v1[t] = row >= 0 && c1 < rowWidth
-                  ? readCache(a.cache.data, a.cache.type, row * width + c1)
-                  : 0.f;
+      v0[t] = row >= 0 ? Shape::read(a, row * width + c0) : 0.f;
+      v1[t] = row >= 0 && c1 < width ? Shape::read(a, row * width + c1) : 0.f;
     }
 #pragma unroll
     for (int t = 0; t < kMlaChunk; ++t) {
       if (t < n) {
-        rows[t * rowWidth + c0] = v0[t];
-        if (c1 < rowWidth)
-          rows[t * rowWidth + c1] = v1[t];
+        rows[t * width + c0] = v0[t];
+        if (c1 < width)
+          rows[t * width + c1] = v1[t];
       }
     }
   }
@@ -686,9 +719,9 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   // query (every 32nd value) is loaded once into registers, then dotted
   // with the group's rows in shared memory; the latent and rope dots as
   // the CPU. With 8 heads and 16 warps each warp takes half a head's rows.
-  for (int64_t item = warp; item < heads * groups; item += warps) {
-    const int64_t h = item / groups;
-    const int group = int(item % groups);
+  for (int item = warp; item < heads * groups; item += warps) {
+    const int h = item / groups;
+    const int group = item % groups;
     if (item != warp) // the first item's query is already loaded
       loadQuery(h);
     for (int t = group; t < n; t += groups) {
@@ -696,7 +729,7 @@ __global__ void mlaChunkKernel(MlaArgs a) {
       float dotLatent = 0.f, dotRope = 0.f;
 #pragma unroll
       for (int r = 0; r < kQueryRegs; ++r) {
-        const int64_t j = lane + int64_t(r) * kWarp;
+        const int j = lane + r * kWarp;
         if (j < latent)
           dotLatent += q[r] * row[j];
         else if (j < width)
@@ -711,8 +744,8 @@ __global__ void mlaChunkKernel(MlaArgs a) {
   __syncthreads();
 
   // Per head: the chunk's max and sum; scores become exp(s - m).
-  const int64_t chunkHeads = int64_t(blockIdx.x) * heads;
-  for (int64_t h = threadIdx.x; h < heads; h += blockDim.x) {
+  const int64_t chunkHeads = chunk * heads;
+  for (int h = threadIdx.x; h < heads; h += blockDim.x) {
     float *ph = p + h * kMlaChunk;
     float m = ph[0];
     for (int t = 1; t < n; ++t)
@@ -729,53 +762,41 @@ __global__ void mlaChunkKernel(MlaArgs a) {
 
   // Partial outputs, entries ascending: thread j reads value j of the
   // chunk's rows once and serves every head with it.
-  for (int64_t j = threadIdx.x; j < latent; j += blockDim.x) {
+  for (int j = threadIdx.x; j < latent; j += blockDim.x) {
     float column[kMlaChunk];
 #pragma unroll
     for (int t = 0; t < kMlaChunk; ++t)
       column[t] = t < n ? rows[t * width + j] : 0.f;
-    for (int64_t h = 0; h < heads; ++h) {
+    float *o = a.partO + chunkHeads * latent + j;
+    for (int h = 0; h < heads; ++h) {
       const float *ph = p + h * kMlaChunk;
       float acc = 0.f;
 #pragma unroll
       for (int t = 0; t < kMlaChunk; ++t)
         if (t < n)
           acc += ph[t] * column[t];
-      a.partO[(chunkHeads + h) * latent + j] = acc;
+      o[int64_t(h) * latent] = acc;
     }
   }
 }
 
-/// Block (h, slice): head h's output values [64 slice, 64 slice + 64).
-/// Its kMlaCombineGroups x 64 threads split the chunks: thread (g, j) sums
-/// chunks g, g + groups, ... ascending for value j, and the groups' sums
-/// are added in group order, so each thread has only a few dependent
-/// rounds of loads. M and L are formed by every block of the head alike.
-constexpr int kMlaCombineColumns = 64;
-constexpr int kMlaCombineGroups = 8;
-constexpr int kMlaCombineThreads = kMlaCombineColumns * kMlaCombineGroups;
-
-__global__ void mlaCombineKernel(MlaArgs a) {
-  stepKernelPrologue();
-  extern __shared__ float weights[]; // [chunks]
+/// Combine task (h, slice): head h's output values [64 slice, 64 slice +
+/// 64), by the whole block. Its kMlaCombineGroups x 64 threads split the
+/// chunks: thread (g, j) sums chunks g, g + groups, ... ascending for value
+/// j, and the groups' sums are added in group order, so each thread has
+/// only a few dependent rounds of loads. M and L are formed by every block
+/// of the head alike.
+template <class Shape>
+__device__ void mlaCombine(const MlaArgs &a, int h, int slice,
+                           int64_t attended, float *weights) {
   __shared__ float partials[kWarp];
   __shared__ float sums[kMlaCombineGroups][kMlaCombineColumns];
-  // The grid's last row of blocks only reports faults (its first block),
-  // so no output block waits for that serial check.
-  if (blockIdx.y == gridDim.y - 1) {
-    if (blockIdx.x == 0)
-      mlaReportFault(a);
-    return;
-  }
-  const int64_t attended = mlaAttended(a);
-  if (attended < 0)
-    return;
   const int column = int(threadIdx.x) % kMlaCombineColumns,
             group = int(threadIdx.x) / kMlaCombineColumns;
-  const int64_t h = blockIdx.x, heads = a.heads, latent = a.latent;
-  const int64_t j = int64_t(blockIdx.y) * kMlaCombineColumns + column;
-  const int64_t chunks = (attended + kMlaChunk - 1) / kMlaChunk;
-  float *o = a.out + h * latent;
+  const int heads = int(a.heads), latent = Shape::latent(a);
+  const int j = slice * kMlaCombineColumns + column;
+  const int chunks = int((attended + kMlaChunk - 1) / kMlaChunk);
+  float *o = a.out + int64_t(h) * latent;
   if (chunks == 0) { // nothing attended: the CPU's zeros
     if (group == 0 && j < latent)
       o[j] = 0.f;
@@ -785,15 +806,16 @@ __global__ void mlaCombineKernel(MlaArgs a) {
   // this thread's first chunk's m and l, are issued together, before the
   // reductions that need them.
   constexpr int kLoads = 8;
-  auto loadBatch = [&](int64_t c0, float(&v)[kLoads]) {
+  const float *partO = a.partO + int64_t(h) * latent + j;
+  const int64_t chunkStride = int64_t(heads) * latent;
+  auto loadBatch = [&](int c0, float(&v)[kLoads]) {
 #pragma unroll
     for (int b = 0; b < kLoads; ++b) {
-      const int64_t c = c0 + int64_t(b) * kMlaCombineGroups;
-      v[b] = j < latent && c < chunks ? a.partO[(c * heads + h) * latent + j]
-                                      : 0.f;
+      const int c = c0 + b * kMlaCombineGroups;
+      v[b] = j < latent && c < chunks ? partO[c * chunkStride] : 0.f;
     }
   };
-  const int64_t mine = threadIdx.x;
+  const int mine = threadIdx.x;
   const float firstM = mine < chunks ? a.partM[mine * heads + h] : -INFINITY;
   const float firstL = mine < chunks ? a.partL[mine * heads + h] : 0.f;
   float v[kLoads];
@@ -801,7 +823,7 @@ __global__ void mlaCombineKernel(MlaArgs a) {
   // M and L by block reductions (each thread's chunks in ascending order,
   // then a fixed tree); the chunk weights exp(m_c - M) into shared.
   float m = firstM;
-  for (int64_t c = mine + blockDim.x; c < chunks; c += blockDim.x)
+  for (int c = mine + blockDim.x; c < chunks; c += blockDim.x)
     m = fmaxf(m, a.partM[c * heads + h]);
   m = blockMax(m, partials);
   float l = 0.f;
@@ -809,19 +831,19 @@ __global__ void mlaCombineKernel(MlaArgs a) {
     weights[mine] = expf(firstM - m);
     l += firstL * weights[mine];
   }
-  for (int64_t c = mine + blockDim.x; c < chunks; c += blockDim.x) {
+  for (int c = mine + blockDim.x; c < chunks; c += blockDim.x) {
     weights[c] = expf(a.partM[c * heads + h] - m);
     l += a.partL[c * heads + h] * weights[c];
   }
   l = blockSum(l, partials); // its barriers also publish the weights
   // Each group's sum in chunk order.
   float acc = 0.f;
-  for (int64_t c0 = group; c0 < chunks; c0 += kLoads * kMlaCombineGroups) {
+  for (int c0 = group; c0 < chunks; c0 += kLoads * kMlaCombineGroups) {
     if (c0 != group)
       loadBatch(c0, v);
 #pragma unroll
     for (int b = 0; b < kLoads; ++b) {
-      const int64_t c = c0 + int64_t(b) * kMlaCombineGroups;
+      const int c = c0 + b * kMlaCombineGroups;
       if (j < latent && c < chunks)
         acc += v[b] * weights[c];
     }
@@ -834,6 +856,46 @@ __global__ void mlaCombineKernel(MlaArgs a) {
       total += sums[g][column];
     o[j] = total / l;
   }
+}
+
+/// Block b takes chunks b, b + grid, ...: at most one block per
+/// multiprocessor (one wave), so a cache longer than the context costs no
+/// blocks with nothing to do.
+template <class Shape>
+__global__ void __launch_bounds__(kMlaThreads) mlaChunkKernel(MlaArgs a) {
+  stepKernelPrologue();
+  extern __shared__ float shared[];
+  // The first chunk's selection entries (within the selection's capacity,
+  // so always readable) in flight with the position and the count.
+  const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
+  int32_t selectedRow = 0;
+  if (a.selected && threadIdx.x < kMlaChunk && first + threadIdx.x < a.capacity)
+    selectedRow = a.selected[first + threadIdx.x];
+  const int64_t attended = mlaAttended(a);
+  const int64_t chunks =
+      attended > 0 ? (attended + kMlaChunk - 1) / kMlaChunk : 0;
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    if (c != blockIdx.x)
+      __syncthreads(); // the previous chunk's rows and scores are read
+    mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x);
+  }
+}
+
+/// Block (h, slice) of a grid of heads x (slices + 1): the combine task, or
+/// in the last row's first block the fault report (so no output block
+/// waits for that serial check).
+template <class Shape>
+__global__ void __launch_bounds__(kMlaThreads) mlaCombineKernel(MlaArgs a) {
+  stepKernelPrologue();
+  extern __shared__ float shared[];
+  if (blockIdx.y == gridDim.y - 1) {
+    if (blockIdx.x == 0)
+      mlaReportFault(a);
+    return;
+  }
+  const int64_t attended = mlaAttended(a);
+  if (attended >= 0)
+    mlaCombine<Shape>(a, blockIdx.x, blockIdx.y, attended, shared);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1424,6 +1486,53 @@ int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions) {
   return chunks * heads * (latent + 2);
 }
 
+namespace {
+
+/// launchMlaAttention's kernels for one MlaShape.
+template <class Shape>
+cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
+  // One block per multiprocessor at most (one wave), each taking every
+  // grid-th chunk.
+  int device = 0, processors = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(
+          &processors, cudaDevAttrMultiProcessorCount, device);
+      e != cudaSuccess)
+    return e;
+  const int64_t grid = chunks < processors ? chunks : processors;
+  const size_t chunkShared =
+      sizeof(float) * size_t(kMlaChunk * (a.cache.width + a.heads));
+  const size_t combineShared = sizeof(float) * size_t(chunks);
+  // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
+  // long contexts); the H200 allows 227 KiB.
+  if (chunkShared > 48 * 1024)
+    if (cudaError_t e = allowDynamicShared(mlaChunkKernel<Shape>, chunkShared);
+        e != cudaSuccess)
+      return e;
+  if (combineShared > 48 * 1024)
+    if (cudaError_t e =
+            allowDynamicShared(mlaCombineKernel<Shape>, combineShared);
+        e != cudaSuccess)
+      return e;
+  if (cudaError_t e = launchStep(mlaChunkKernel<Shape>, unsigned(grid),
+                                 kMlaThreads, chunkShared, s, a);
+      e != cudaSuccess)
+    return e;
+  // One row of blocks per 64 output values, and one more for the fault
+  // report.
+  const dim3 combineGrid(
+      unsigned(a.heads),
+      unsigned((a.latent + kMlaCombineColumns - 1) / kMlaCombineColumns) + 1);
+  return launchStep(mlaCombineKernel<Shape>, combineGrid, kMlaThreads,
+                    combineShared, s, a);
+}
+
+/// GLM-5's latent and rope widths, which the specialised kernels fix.
+constexpr int kGlmLatent = 512, kGlmRope = 64;
+
+} // namespace
+
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t heads, int64_t latent, int64_t rope,
                                DeviceCache cache, const int32_t *position,
@@ -1435,6 +1544,8 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
       cache.width > kMlaMaxWidth || !position || !scratch ||
       (selected && (!count || capacity < 0)))
     return cudaErrorInvalidValue;
+  if (heads == 0)
+    return cudaSuccess;
   const int64_t chunks = (cache.positions + kMlaChunk - 1) / kMlaChunk;
   MlaArgs a{qLatent,
             qRope,
@@ -1452,35 +1563,27 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
             scratch + 2 * chunks * heads,
             out,
             fault};
-  if (heads == 0)
-    return cudaSuccess;
-  const size_t chunkShared =
-      sizeof(float) * size_t(kMlaChunk * (cache.width + heads));
-  const size_t combineShared = sizeof(float) * size_t(chunks);
-  // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
-  // long contexts); the H200 allows 227 KiB.
-  if (chunkShared > 48 * 1024)
-    if (cudaError_t e = allowDynamicShared(mlaChunkKernel, chunkShared);
-        e != cudaSuccess)
-      return e;
-  if (combineShared > 48 * 1024)
-    if (cudaError_t e = allowDynamicShared(mlaCombineKernel, combineShared);
-        e != cudaSuccess)
-      return e;
-  if (cudaError_t e = launchStep(mlaChunkKernel, unsigned(chunks),
-                                 kMlaChunkThreads, chunkShared, s, a);
-      e != cudaSuccess)
+  cudaError_t e = cudaSuccess;
+  if (latent == kGlmLatent && rope == kGlmRope) {
+    switch (cache.type) {
+    case CacheType::F16:
+      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
+          a, chunks, s);
+      break;
+    case CacheType::BF16:
+      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(
+          a, chunks, s);
+      break;
+    case CacheType::F32:
+      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F32)>>(
+          a, chunks, s);
+      break;
+    }
+  } else {
+    e = launchMla<MlaShape<0, 0, kAnyCache>>(a, chunks, s);
+  }
+  if (e != cudaSuccess)
     return e;
-  // One row of blocks per 64 output values, and one more for the fault
-  // report.
-  const dim3 combineGrid(
-      unsigned(heads),
-      unsigned((latent + kMlaCombineColumns - 1) / kMlaCombineColumns) + 1);
-  if (latent > 0)
-    if (cudaError_t e = launchStep(mlaCombineKernel, combineGrid,
-                                   kMlaCombineThreads, combineShared, s, a);
-        e != cudaSuccess)
-      return e;
   return cudaGetLastError();
 }
 

@@ -184,7 +184,8 @@ cudaError_t launchCacheAppend(const float *entry, const int32_t *position,
 /// a buffer is touched). qLatent [heads][latent], qRope [heads][rope], out
 /// [heads][latent]. Split over positions: each cache row is read once for
 /// all heads; `scratch` holds mlaScratchFloats(heads, latent,
-/// cache.positions) floats of per-chunk partial results.
+/// cache.positions) floats of per-chunk partial results. Kernels compiled
+/// for GLM-5's widths (512 + 64) run where they apply.
 int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions);
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t heads, int64_t latent, int64_t rope,
