@@ -446,14 +446,16 @@ Expected<Launch> OpBinder::collective() {
                       where, "ncclAllReduce"));
       } else {
         // Alone the sum is the input itself. A simulated rank also moves
-        // the ring's traffic: the rest of it into the scratch's second half.
-        if (reduced != x)
+        // the ring's traffic (x again, into the scratch's second half), in
+        // one kernel as NCCL's would be.
+        if (simulate && traffic > n * sizeof(float))
+          KILN_TRY(check(launchRingTraffic(x, int64_t(n),
+                                           int64_t(traffic / sizeof(float)),
+                                           reduced, s),
+                         where, "launchRingTraffic"));
+        else if (reduced != x)
           CUDA_TRY(where, cudaMemcpyAsync(reduced, x, n * sizeof(float),
                                           cudaMemcpyDeviceToDevice, s));
-        if (traffic > n * sizeof(float))
-          CUDA_TRY(where,
-                   cudaMemcpyAsync(reduced + n, x, traffic - n * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, s));
       }
       if (fused)
         return check(

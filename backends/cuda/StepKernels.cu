@@ -254,6 +254,15 @@ __global__ void addKernel(const float *a, const float *b, int64_t n, float *y) {
     y[i] = a[i] + b[i];
 }
 
+/// y[i] = x[i mod n] for i < count: a simulated rank's collective traffic.
+__global__ void ringTrafficKernel(const float *x, int64_t n, int64_t count,
+                                  float *y) {
+  stepKernelPrologue();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = x[i < n ? i : i % n];
+}
+
 __global__ void swigluKernel(const float *g, const float *u, int64_t n,
                              float *y) {
   stepKernelPrologue();
@@ -1309,6 +1318,18 @@ cudaError_t launchAdd(const float *a, const float *b, int64_t n, float *y,
   if (n > 0)
     if (cudaError_t e = launchStep(addKernel, elementBlocks(n), kElementThreads,
                                    0, s, a, b, n, y);
+        e != cudaSuccess)
+      return e;
+  return cudaGetLastError();
+}
+
+cudaError_t launchRingTraffic(const float *x, int64_t n, int64_t count,
+                              float *y, cudaStream_t s) {
+  if (n <= 0 || count < 0 || !x || !y)
+    return cudaErrorInvalidValue;
+  if (count > 0)
+    if (cudaError_t e = launchStep(ringTrafficKernel, elementBlocks(count),
+                                   kElementThreads, 0, s, x, n, count, y);
         e != cudaSuccess)
       return e;
   return cudaGetLastError();

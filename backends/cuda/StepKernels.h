@@ -115,6 +115,12 @@ cudaError_t launchAdd(const float *a, const float *b, int64_t n, float *y,
 cudaError_t launchSwiglu(const float *g, const float *u, int64_t n, float *y,
                          cudaStream_t s);
 
+/// y[i] = x[i mod n] for i < count (y must not overlap x): what a rank
+/// simulated alone moves in place of a collective (its ring traffic), in
+/// one kernel, as NCCL's own would be, not in copy-engine nodes.
+cudaError_t launchRingTraffic(const float *x, int64_t n, int64_t count,
+                              float *y, cudaStream_t s);
+
 /// y = x / sqrt(mean(x^2) + eps) * w per row of n; y may be x.
 cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
                           const float *w, float eps, float *y, cudaStream_t s);
