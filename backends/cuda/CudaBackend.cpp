@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 #include "KernelImages.h"
 #include "Nccl.h"
+#include "SplitLayout.h"
 #include "StepKernels.h"
 
 #include "artifact/Artifact.h"
@@ -366,14 +367,20 @@ std::vector<OpBinder::Run> OpBinder::fusedRuns() const {
     const DeviceWeight w = weight(i);
     if (!runs.empty()) {
       DeviceWeight &prev = runs.back().w;
-      const uint64_t values = uint64_t(prev.rows * prev.cols);
-      const bool next =
-          w.layout == WeightLayout::Q8Split
-              ? w.data == prev.data + values &&
-                    w.scales == prev.scales + values / 16
-              : w.data ==
-                    prev.data + *rowBytes(prev.type, uint64_t(prev.cols)) *
-                                    uint64_t(prev.rows);
+      bool next = true;
+      if (const SplitFormat *f = w.layout == WeightLayout::Blocks
+                                     ? nullptr
+                                     : splitFormatOf(w.type)) {
+        // Every plane's rows follow the previous part's.
+        const uint64_t blocks =
+            uint64_t(prev.rows) * uint64_t(prev.cols / f->blockValues);
+        for (int p = 0; p < f->planes; ++p)
+          next = next &&
+                 w.plane(p) == prev.plane(p) + splitPlaneBytes(*f, p, blocks);
+      } else {
+        next = w.data == prev.data + *rowBytes(prev.type, uint64_t(prev.cols)) *
+                                         uint64_t(prev.rows);
+      }
       if (w.type == prev.type && w.layout == prev.layout &&
           w.cols == prev.cols && next) {
         prev.rows += w.rows;
@@ -753,17 +760,19 @@ Expected<Launch> OpBinder::bind() {
 Expected<WeightLayout> layoutOf(const WeightBinding &b) {
   if (b.layout == "gguf")
     return WeightLayout::Blocks;
-  if (b.layout == "q8_0-split") {
-    if (b.type != GGMLType::Q8_0)
+  if (const SplitFormat *f = splitFormatNamed(b.layout)) {
+    if (b.type != f->type)
       return Error(b.tensor, "layout",
-                   fmt::format("q8_0-split is for Q8_0 weights, not {}",
-                               nameOf(b.type)));
-    return WeightLayout::Q8Split;
+                   fmt::format("{} is for {} weights, not {}", f->name,
+                               nameOf(f->type), nameOf(b.type)));
+    return splitLayoutOf(f->type);
   }
+  std::string names = "gguf";
+  for (const SplitFormat &f : kSplitFormats)
+    names += fmt::format(", {}", f.name);
   return Error(b.tensor, "layout",
-               fmt::format("'{}' is not a layout the cuda backend reads "
-                           "(gguf, q8_0-split)",
-                           b.layout));
+               fmt::format("'{}' is not a layout the cuda backend reads ({})",
+                           b.layout, names));
 }
 
 /// A binding's local geometry and layout, and the bytes of its blocks in
@@ -812,43 +821,58 @@ Status fillWeight(CudaRank &rank, const WeightBinding &b, int32_t binding,
   return Status::ok();
 }
 
-/// Places q8_0-split bindings `group` (the layout's quants of every part,
-/// then their scales): each part's blocks go through a staging buffer and
-/// are repacked on the device.
+/// Places split-layout bindings `group` (all of one type and layout) in one
+/// allocation: plane 0 of every part, rows back to back in group order, then
+/// plane 1 of every part, and so on, each plane from a kSplitPlaneAlign
+/// offset (SplitLayout.h), so consecutive parts form one matrix in every
+/// plane. Each part's blocks go through a staging buffer and are repacked
+/// on the device.
 Status placeSplitWeights(CudaRank &rank, const Artifact &a,
                          const std::vector<int32_t> &group,
                          std::vector<std::pair<DeviceWeight, uint64_t>> &parts,
                          const kiln_weight_bytes *weights, uint64_t seed) {
-  uint64_t values = 0, staging = 0;
-  for (const auto &[w, bytes] : parts) {
-    std::optional<uint64_t> v = checkedMul(uint64_t(w.rows), uint64_t(w.cols));
-    if (!v || !checkedAdd(values, *v))
-      return Error(a.weights[group.front()].tensor, "dims",
-                   "the size overflows");
-    values += *v;
+  const std::string &name = a.weights[group.front()].tensor;
+  const DeviceWeight &front = parts.front().first;
+  const SplitFormat *f = splitFormatOf(front.type);
+  if (!f || splitLayoutOf(front.type) != front.layout)
+    return Error(name, "layout", "not a split layout of its type");
+  uint64_t blocks = 0, staging = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto &[w, bytes] = parts[i];
+    if (w.type != front.type || w.layout != front.layout)
+      return Error(
+          a.weights[group[i]].tensor, "layout",
+          fmt::format("placed with {}, whose type or layout differs", name));
+    if (w.cols % f->blockValues)
+      return Error(a.weights[group[i]].tensor, "dims",
+                   fmt::format("{} values a row is not whole {} blocks", w.cols,
+                               nameOf(w.type)));
+    std::optional<uint64_t> n =
+        checkedMul(uint64_t(w.rows), uint64_t(w.cols / f->blockValues));
+    if (!n || !checkedAdd(blocks, *n))
+      return Error(a.weights[group[i]].tensor, "dims", "the size overflows");
+    blocks += *n;
     staging = std::max(staging, bytes);
   }
-  const uint64_t quantBytes = (values + 15) / 16 * 16;
-  const std::string &name = a.weights[group.front()].tensor;
-  KILN_ASSIGN(memory, DeviceMemory::allocate(quantBytes + values / 16, name));
-  KILN_ASSIGN(blocks, DeviceMemory::allocate(staging, name + " (staging)"));
-  uint64_t at = 0;
+  KILN_ASSIGN(memory, DeviceMemory::allocate(
+                          splitPlaneStart(*f, f->planes, blocks), name));
+  KILN_ASSIGN(stage, DeviceMemory::allocate(staging, name + " (staging)"));
+  uint64_t at = 0; // blocks placed so far
   for (size_t i = 0; i < group.size(); ++i) {
     int32_t binding = group[i];
     DeviceWeight &w = parts[i].first;
     KILN_TRY(fillWeight(rank, a.weights[binding], binding,
                         weights ? &weights[binding] : nullptr, seed,
-                        blocks.get(), parts[i].second));
-    w.data = memory.get() + at;
-    w.scales = memory.get() + quantBytes + at / 16;
+                        stage.get(), parts[i].second));
+    for (int p = 0; p < f->planes; ++p)
+      w.setPlane(p, memory.get() + splitPlaneStart(*f, p, blocks) +
+                        splitPlaneBytes(*f, p, at));
     CUDA_TRY(a.weights[binding].tensor,
-             launchRepackQ8Split(blocks.get(), w.rows, w.cols,
-                                 const_cast<uint8_t *>(w.data),
-                                 const_cast<uint8_t *>(w.scales), rank.stream));
+             launchRepackSplit(stage.get(), w, rank.stream));
     // The staging buffer is refilled next (by a copy outside the stream).
     CUDA_TRY(a.weights[binding].tensor, cudaStreamSynchronize(rank.stream));
     rank.weights[binding] = w;
-    at += uint64_t(w.rows * w.cols);
+    at += uint64_t(w.rows) * uint64_t(w.cols / f->blockValues);
   }
   rank.weightStore.push_back(std::move(memory));
   return Status::ok();
@@ -867,7 +891,7 @@ Status placeWeights(CudaRank &rank, const Artifact &a,
     parts.push_back(g);
     total += g.second;
   }
-  if (parts.front().first.layout == WeightLayout::Q8Split)
+  if (parts.front().first.layout != WeightLayout::Blocks)
     return placeSplitWeights(rank, a, group, parts, weights, seed);
   KILN_ASSIGN(memory,
               DeviceMemory::allocate(total, a.weights[group.front()].tensor));

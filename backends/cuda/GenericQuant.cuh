@@ -1,4 +1,4 @@
-//===- GenericQuant.cuh - Every GGUF block format, decoded on the GPU -*- CUDA -*-===//
+//===- GenericQuant.cuh - Every GGUF block format, on the GPU --*- CUDA -*-===//
 //
 // One device function per supported ggml type decodes one block of the
 // file's own layout into floats with gguf-py's float32 operations in
@@ -35,9 +35,8 @@ __device__ inline float bf16(const uint8_t *p) {
   return __uint_as_float(uint32_t(u16(p)) << 16);
 }
 
-__device__ const int8_t kIQ4Levels[16] = {-127, -104, -83, -65, -49, -35,
-                                          -22,  -10,  1,   13,  25,  38,
-                                          53,   69,   89,  113};
+__device__ const int8_t kIQ4Levels[16] = {
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 __device__ inline int nibble32(const uint8_t *qs, int i) {
   return i < 16 ? qs[i] & 0x0F : qs[i - 16] >> 4;
@@ -54,6 +53,38 @@ __device__ inline void scaleMinK4(const uint8_t *s, int j, int &sc, int &m) {
     sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
     m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
   }
+}
+
+/// Value i of a Q4_K block from its fields: head = d, dmin (f16), then
+/// scales[12]; qs = its 128 quant bytes. Apart, so that the split layouts
+/// (SplitLayout.h) decode with the same operations as the blocks.
+__device__ inline float valueQ4K(const uint8_t *head, const uint8_t *qs,
+                                 int i) {
+  int sc, m;
+  scaleMinK4(head + 4, i / 32, sc, m);
+  float dl = f16(head) * float(sc), ml = f16(head + 2) * float(m);
+  return dl * float(k4Nibble(qs, i)) - ml;
+}
+
+/// Value i of a Q5_K block: head as Q4_K, qh[32], qs[128].
+__device__ inline float valueQ5K(const uint8_t *head, const uint8_t *qh,
+                                 const uint8_t *qs, int i) {
+  int sc, m, j = i / 32, l = i % 32;
+  scaleMinK4(head + 4, j, sc, m);
+  float dl = f16(head) * float(sc), ml = f16(head + 2) * float(m);
+  int q = k4Nibble(qs, i) | ((qh[l] >> j) & 1) << 4;
+  return dl * float(q) - ml;
+}
+
+/// Value i of a Q6_K block: ql[128], qh[64], int8 scales[16], d (f16).
+__device__ inline float valueQ6K(const uint8_t *ql, const uint8_t *qh,
+                                 const uint8_t *scales, const uint8_t *d,
+                                 int i) {
+  int c = i / 128, r = i % 128;
+  int low = (ql[64 * c + r % 64] >> (4 * (r / 64))) & 15;
+  int high = (qh[32 * c + r % 32] >> (2 * (r / 32))) & 3;
+  float dl = f16(d) * float(int8_t(scales[i / 16]));
+  return dl * float((low | high << 4) - 32);
 }
 
 /// Decodes value `i` of one block of `type` (i < the type's block size).
@@ -99,26 +130,12 @@ __device__ inline float value(GGMLType type, const uint8_t *b, int i) {
     int hbit = (b[l] >> (i / 32)) & 1;
     return dl * float(q - (hbit ? 0 : 4));
   }
-  case GGMLType::Q4_K: {
-    int sc, m;
-    scaleMinK4(b + 4, i / 32, sc, m);
-    float dl = f16(b) * float(sc), ml = f16(b + 2) * float(m);
-    return dl * float(k4Nibble(b + 16, i)) - ml;
-  }
-  case GGMLType::Q5_K: {
-    int sc, m, j = i / 32, l = i % 32;
-    scaleMinK4(b + 4, j, sc, m);
-    float dl = f16(b) * float(sc), ml = f16(b + 2) * float(m);
-    int q = k4Nibble(b + 48, i) | ((b[16 + l] >> j) & 1) << 4;
-    return dl * float(q) - ml;
-  }
-  case GGMLType::Q6_K: {
-    int c = i / 128, r = i % 128;
-    int low = (b[64 * c + r % 64] >> (4 * (r / 64))) & 15;
-    int high = (b[128 + 32 * c + r % 32] >> (2 * (r / 32))) & 3;
-    float dl = f16(b + 208) * float(int8_t(b[192 + i / 16]));
-    return dl * float((low | high << 4) - 32);
-  }
+  case GGMLType::Q4_K:
+    return valueQ4K(b, b + 16, i);
+  case GGMLType::Q5_K:
+    return valueQ5K(b, b + 16, b + 48, i);
+  case GGMLType::Q6_K:
+    return valueQ6K(b, b + 128, b + 192, b + 208, i);
   case GGMLType::IQ4_NL:
     return f16(b) * float(kIQ4Levels[nibble32(b + 2, i)]);
   case GGMLType::IQ4_XS: {

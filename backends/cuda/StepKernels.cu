@@ -5,10 +5,11 @@
 // warps' partials in warp order), never with float atomics, so results are
 // the same bits on every run. Where the CPU's order can be kept cheaply it
 // is (the attention's weighted sum over positions, the MoE sum over chosen
-// experts, the router's weight normalisation). Weights stay in the file's
-// block layout and are decoded per value by GenericQuant.cuh; this file is
-// compiled with --fmad=false so that decoding (embed, dequant) is bit-exact
-// with gguf-py and a*b + c rounds twice, as the reference does.
+// experts, the router's weight normalisation). Weights are decoded per value
+// by GenericQuant.cuh, from the file's blocks or, for a weight in a split
+// layout (SplitLayout.h), from its planes with the same operations; this
+// file is compiled with --fmad=false so that decoding (embed, dequant) is
+// bit-exact with gguf-py and a*b + c rounds twice, as the reference does.
 //
 // Every launch validates its host-side geometry (returning
 // cudaErrorInvalidValue), launches, and returns cudaGetLastError(): no
@@ -25,6 +26,7 @@
 #include "GenericQuant.cuh"
 #include "Launch.cuh"
 #include "MatVec.h"
+#include "SplitLayout.h"
 #include "Warp.cuh"
 
 #include <cuda_bf16.h>
@@ -476,30 +478,62 @@ __global__ void dequantKernel(Geometry g, const uint8_t *data, float *out) {
     out[idx] = weightValue(g, data, idx / g.cols, int32_t(idx % g.cols));
 }
 
-/// q8_0-split: one thread per 32-value block, bytes copied unchanged.
-__global__ void repackQ8SplitKernel(const uint8_t *blocks, int64_t count,
-                                    uint8_t *quants, uint8_t *scales) {
+/// A split layout's planes (SplitLayout.h) for the repack and dequant
+/// kernels: plane p, at at[p], takes bytes [offset[p], offset[p] +
+/// bytes[p]) of every block. Written by the repack only.
+struct SplitPlanes {
+  int count;
+  uint32_t offset[kMaxSplitPlanes], bytes[kMaxSplitPlanes];
+  uint8_t *at[kMaxSplitPlanes];
+};
+
+/// Split layouts: one thread per byte of the blocks (coalesced reads; each
+/// plane's writes are runs of its piece), every byte copied unchanged.
+__global__ void repackSplitKernel(const uint8_t *blocks, uint64_t total,
+                                  uint32_t blockBytes, SplitPlanes planes) {
   stepKernelPrologue();
-  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < count;
-       b += int64_t(gridDim.x) * blockDim.x) {
-    const uint8_t *src = blocks + b * 34;
-    scales[2 * b] = src[0];
-    scales[2 * b + 1] = src[1];
-    uint8_t *dst = quants + b * 32;
-    for (int i = 0; i < 32; ++i)
-      dst[i] = src[2 + i];
+  for (uint64_t idx = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < total; idx += uint64_t(gridDim.x) * blockDim.x) {
+    const uint64_t b = idx / blockBytes;
+    const uint32_t k = uint32_t(idx % blockBytes);
+    for (int p = 0; p < planes.count; ++p)
+      if (k - planes.offset[p] < planes.bytes[p]) // unsigned: below wraps
+        planes.at[p][b * planes.bytes[p] + k - planes.offset[p]] = blocks[idx];
   }
 }
 
-/// q8_0-split values as gguf-py: float(f16 scale) * q, one rounding.
-__global__ void dequantQ8SplitKernel(const int8_t *quants,
-                                     const uint16_t *scales, int64_t total,
-                                     float *out) {
+/// Split layouts' values as gguf-py, with GenericQuant.cuh's operations on
+/// the planes' pieces of each block: rows are back to back in every plane,
+/// so value idx is value idx % blockValues of block idx / blockValues.
+__global__ void dequantSplitKernel(GGMLType type, int32_t values, int64_t total,
+                                   SplitPlanes planes, float *out) {
   stepKernelPrologue();
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-       idx < total; idx += int64_t(gridDim.x) * blockDim.x)
-    out[idx] =
-        __half2float(__ushort_as_half(scales[idx / 32])) * float(quants[idx]);
+       idx < total; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = idx / values;
+    const int i = int(idx % values);
+    const uint8_t *p0 = planes.at[0] + b * planes.bytes[0],
+                  *p1 = planes.at[1] + b * planes.bytes[1];
+    switch (type) {
+    case GGMLType::Q8_0: // quants, scales
+      out[idx] = float(int8_t(p0[i])) * generic::f16(p1);
+      break;
+    case GGMLType::Q4_K: // qs, heads
+      out[idx] = generic::valueQ4K(p1, p0, i);
+      break;
+    case GGMLType::Q5_K: // qs, heads, qh
+      out[idx] =
+          generic::valueQ5K(p1, planes.at[2] + b * planes.bytes[2], p0, i);
+      break;
+    case GGMLType::Q6_K: // ql, scales, qh, d
+      out[idx] = generic::valueQ6K(p0, planes.at[2] + b * planes.bytes[2], p1,
+                                   planes.at[3] + b * planes.bytes[3], i);
+      break;
+    default: // never reached: checked on the host
+      out[idx] = __int_as_float(0x7fc00000);
+      break;
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -1447,32 +1481,104 @@ cudaError_t launchEmbed(const DeviceWeight &table, const int32_t *token,
   return cudaGetLastError();
 }
 
-cudaError_t launchRepackQ8Split(const uint8_t *blocks, int64_t rows,
-                                int64_t cols, uint8_t *quants, uint8_t *scales,
-                                cudaStream_t s) {
-  if (rows < 0 || cols <= 0 || cols % 32 || !blocks || !quants || !scales)
+WeightLayout splitLayoutOf(GGMLType type) {
+  switch (type) {
+  case GGMLType::Q8_0:
+    return WeightLayout::Q8Split;
+  case GGMLType::Q4_K:
+    return WeightLayout::Q4KSplit;
+  case GGMLType::Q5_K:
+    return WeightLayout::Q5KSplit;
+  case GGMLType::Q6_K:
+    return WeightLayout::Q6KSplit;
+  default:
+    return WeightLayout::Blocks;
+  }
+}
+
+GGMLType splitTypeOf(WeightLayout layout) {
+  switch (layout) {
+  case WeightLayout::Q8Split:
+    return GGMLType::Q8_0;
+  case WeightLayout::Q4KSplit:
+    return GGMLType::Q4_K;
+  case WeightLayout::Q5KSplit:
+    return GGMLType::Q5_K;
+  case WeightLayout::Q6KSplit:
+    return GGMLType::Q6_K;
+  case WeightLayout::Blocks:
+    break;
+  }
+  return GGMLType::F32;
+}
+
+namespace {
+
+/// The planes of w, a split-layout weight, with their pieces; false when w
+/// is not one (another layout, a type not its own, a width of part
+/// blocks, a missing plane).
+bool splitPlanesOf(const DeviceWeight &w, const SplitFormat *&format,
+                   SplitPlanes &planes) {
+  format = splitFormatOf(w.type);
+  if (w.layout == WeightLayout::Blocks || !format ||
+      splitTypeOf(w.layout) != w.type || w.rows < 0 || w.cols <= 0 ||
+      w.cols % format->blockValues)
+    return false;
+  planes = SplitPlanes{};
+  planes.count = format->planes;
+  for (int p = 0; p < format->planes; ++p) {
+    planes.offset[p] = format->plane[p].offset;
+    planes.bytes[p] = format->plane[p].bytes;
+    // Written only by launchRepackSplit, whose caller lets it.
+    planes.at[p] = const_cast<uint8_t *>(w.plane(p));
+    if (!planes.at[p])
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+cudaError_t launchRepackSplit(const uint8_t *blocks, const DeviceWeight &w,
+                              cudaStream_t s) {
+  const SplitFormat *format = nullptr;
+  SplitPlanes planes;
+  if (!blocks || !splitPlanesOf(w, format, planes))
     return cudaErrorInvalidValue;
-  const int64_t count = rows * (cols / 32);
-  if (count > 0)
-    if (cudaError_t e =
-            launchStep(repackQ8SplitKernel, elementBlocks(count),
-                       kElementThreads, 0, s, blocks, count, quants, scales);
+  const int64_t count = w.cols / format->blockValues;
+  if (w.rows > 0 && count > INT64_MAX / format->blockBytes / w.rows)
+    return cudaErrorInvalidValue;
+  const int64_t total = w.rows * count * format->blockBytes;
+  if (total > 0)
+    if (cudaError_t e = launchStep(repackSplitKernel, elementBlocks(total),
+                                   kElementThreads, 0, s, blocks,
+                                   uint64_t(total), format->blockBytes, planes);
         e != cudaSuccess)
       return e;
   return cudaGetLastError();
 }
 
+cudaError_t launchRepackQ8Split(const uint8_t *blocks, int64_t rows,
+                                int64_t cols, uint8_t *quants, uint8_t *scales,
+                                cudaStream_t s) {
+  if (!quants || !scales)
+    return cudaErrorInvalidValue;
+  DeviceWeight w{GGMLType::Q8_0,        rows,  cols, quants,
+                 WeightLayout::Q8Split, scales};
+  return launchRepackSplit(blocks, w, s);
+}
+
 cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s) {
-  if (w.layout == WeightLayout::Q8Split) {
-    if (w.type != GGMLType::Q8_0 || w.rows < 0 || w.cols <= 0 || w.cols % 32 ||
-        !w.data || !w.scales)
+  if (w.layout != WeightLayout::Blocks) {
+    const SplitFormat *format = nullptr;
+    SplitPlanes planes;
+    if (!splitPlanesOf(w, format, planes))
       return cudaErrorInvalidValue;
     const int64_t total = w.rows * w.cols;
     if (total > 0)
       if (cudaError_t e = launchStep(
-              dequantQ8SplitKernel, elementBlocks(total), kElementThreads, 0, s,
-              reinterpret_cast<const int8_t *>(w.data),
-              reinterpret_cast<const uint16_t *>(w.scales), total, out);
+              dequantSplitKernel, elementBlocks(total), kElementThreads, 0, s,
+              w.type, int32_t(format->blockValues), total, planes, out);
           e != cudaSuccess)
         return e;
     return cudaGetLastError();

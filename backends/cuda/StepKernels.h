@@ -68,14 +68,33 @@ struct FaultSink {
 constexpr uint32_t kNoFault = 0xffffffffu;
 
 /// How a weight's bytes lie in device memory: the artifact binding's
-/// layout, chosen by the compiler (docs/cuda.md).
+/// layout, chosen by the compiler (docs/cuda.md). The split layouts keep
+/// every byte of the file's blocks, each field of a block in its own plane
+/// (SplitLayout.h: plane p holds bytes [offset, offset + bytes) of every
+/// block, in file order); a row of a plane is the row's blocks' pieces side
+/// by side. Each plane is one DeviceWeight field (below), 16-byte aligned
+/// (the d plane of q6_k-split 2-byte), and the rows of every plane are
+/// back to back ([rows][cols / blockValues][piece]). They are read by
+/// launchLinear and launchDequant only.
 enum class WeightLayout : int32_t {
   /// "gguf": the file's own blocks, rowBytes(type, cols) bytes per row.
   Blocks = 0,
-  /// "q8_0-split" (Q8_0 only): the int8 quants of every row, rows back to
-  /// back ([rows][cols] at `data`), and the f16 scales, one per 32 values
-  /// ([rows][cols / 32] at `scales`). Read by launchLinear only.
+  /// "q8_0-split" (Q8_0 only): `data` the int8 quants [rows][cols]; `scales`
+  /// the f16 scales, one per 32 values, [rows][cols / 32].
   Q8Split = 1,
+  /// "q4_k-split" (Q4_K only): `data` the quants qs [rows][cols / 256][128]
+  /// (the block's nibble order kept); `scales` the block heads [rows][cols /
+  /// 256][16]: d, dmin (f16), then the 12 packed 6-bit scale/min bytes.
+  Q4KSplit = 2,
+  /// "q5_k-split" (Q5_K only): `data` qs [rows][cols / 256][128]; `scales`
+  /// the heads [rows][cols / 256][16] as q4_k-split; `high` the fifth bits
+  /// qh [rows][cols / 256][32].
+  Q5KSplit = 3,
+  /// "q6_k-split" (Q6_K only): `data` the low nibbles ql [rows][cols /
+  /// 256][128]; `scales` the int8 sub-block scales [rows][cols / 256][16];
+  /// `high` the high bit pairs qh [rows][cols / 256][64]; `d` the f16
+  /// super-block scales [rows][cols / 256].
+  Q6KSplit = 4,
 };
 
 /// A weight in device memory: `rows` rows of `cols` values (cols = ne[0],
@@ -84,10 +103,25 @@ struct DeviceWeight {
   GGMLType type = GGMLType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
-  const uint8_t *data = nullptr;
+  const uint8_t *data = nullptr; ///< the blocks, or a split layout's plane 0
   WeightLayout layout = WeightLayout::Blocks;
-  const uint8_t *scales = nullptr; ///< Q8Split only
+  const uint8_t *scales = nullptr; ///< split layouts: plane 1
+  const uint8_t *high = nullptr;   ///< q5_k-split, q6_k-split: plane 2
+  const uint8_t *d = nullptr;      ///< q6_k-split: plane 3
+
+  /// Plane p of a split layout (0: data, 1: scales, 2: high, 3: d).
+  const uint8_t *plane(int p) const {
+    return p == 0 ? data : p == 1 ? scales : p == 2 ? high : d;
+  }
+  void setPlane(int p, const uint8_t *at) {
+    (p == 0 ? data : p == 1 ? scales : p == 2 ? high : d) = at;
+  }
 };
+
+/// The split layout for weights of `type` (Q8_0, Q4_K, Q5_K, Q6_K), or
+/// Blocks when it has none; and the type a layout is for (F32 for Blocks).
+WeightLayout splitLayoutOf(GGMLType type);
+GGMLType splitTypeOf(WeightLayout layout);
 
 /// Repacks `rows` rows of Q8_0 blocks (`cols` values a row, a multiple of
 /// 32) into the q8_0-split layout: quants[rows][cols] int8 and
@@ -95,6 +129,13 @@ struct DeviceWeight {
 cudaError_t launchRepackQ8Split(const uint8_t *blocks, int64_t rows,
                                 int64_t cols, uint8_t *quants, uint8_t *scales,
                                 cudaStream_t s);
+
+/// Repacks w.rows rows of the file's blocks of w.type (w.cols values a
+/// row, whole blocks) at `blocks` into the planes of w.layout, a split
+/// layout of that type, at w's plane pointers (device memory the caller
+/// owns and lets this launch write), every byte copied unchanged.
+cudaError_t launchRepackSplit(const uint8_t *blocks, const DeviceWeight &w,
+                              cudaStream_t s);
 
 enum class CacheType : int32_t { F32 = 0, F16 = 1, BF16 = 2 };
 
@@ -152,8 +193,8 @@ cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
                         cudaStream_t s);
 
 /// Every launch below that takes a DeviceWeight reads the Blocks layout,
-/// except launchLinear and launchDequant, which read both, and refuses
-/// another (cudaErrorInvalidValue).
+/// except launchLinear and launchDequant, which read every layout, and
+/// refuses another (cudaErrorInvalidValue).
 ///
 /// y[hidden] = row *token of a [hidden, vocab] table (table.cols = hidden,
 /// table.rows = vocab), decoded. A token outside [0, vocab) faults
@@ -161,8 +202,8 @@ cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
 cudaError_t launchEmbed(const DeviceWeight &table, const int32_t *token,
                         float *y, FaultSink fault, cudaStream_t s);
 
-/// out = every value of the weight, row-major (bit-exact to gguf-py; both
-/// layouts).
+/// out = every value of the weight, row-major (bit-exact to gguf-py; every
+/// layout).
 cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s);
 
 /// Mat-vec. y[b][n] = sum_k x[b][k] * W[b * rowsPerBatch * stacked + n][k]

@@ -2,8 +2,10 @@
 //
 // linear, the routed experts' gate/up and down products, and (through
 // launchLinear) the router's logits: every dot product is one warp's
-// warpDotRow (QuantDot.cuh) over the weight's own GGUF blocks. This file is
-// compiled without --fmad=false: the dots may fuse multiply-adds; results
+// warpDotRow (QuantDot.cuh) over the weight's own GGUF blocks, or, for a
+// linear weight in a split layout (StepKernels.h WeightLayout), one warp's
+// pass over its planes (linearQ8SplitKernel, linearKSplitKernel). This file
+// is compiled without --fmad=false: the dots may fuse multiply-adds; results
 // agree with the CPU within float rounding, as StepKernels.h promises, and
 // are deterministic (fixed lane layouts, warp trees and combine orders).
 //
@@ -32,9 +34,11 @@
 #include "Launch.cuh"
 #include "MatVec.h"
 #include "QuantDot.cuh"
+#include "SplitLayout.h"
 #include "Warp.cuh"
 
 #include <climits>
+#include <initializer_list>
 #include <optional>
 
 namespace kiln::cuda {
@@ -310,6 +314,186 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
           sum += quantdot::dot4(uint32_t(q[r].z) ^ 0x80808080u, bias, x2);
           sum += quantdot::dot4(uint32_t(q[r].w) ^ 0x80808080u, bias, x3);
           v[r] = fmaf(quantdot::halfBits(d[r]), sum, v[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      v[r] = warpSum(v[r]);
+  }
+  storeRowSums<R>(v, valid, nrows, out, part, a.splits, partials, a.y);
+}
+
+//===----------------------------------------------------------------------===//
+// Linear over the K-quant split layouts (q4_k-split, q5_k-split, q6_k-split;
+// StepKernels.h WeightLayout): the same items and split-K as linearKernel, in
+// units of one warp pass of kKSplitPassBlocks = 4 blocks (1024 values) of
+// each row. Lane l takes block g = l / 8 of the pass and, with t = l % 8,
+// bytes 16 t .. 16 t + 15 of the block's 128 quant bytes: one aligned
+// 16-byte load from the quant plane, so the warp's loads of a row are 512
+// contiguous bytes. Those bytes hold 32 values, 16 at x offsets A .. A + 15
+// of the block (low nibbles) and 16 at B .. B + 15 (high nibbles):
+//   Q4_K / Q5_K: A = 64 c + 16 h, B = A + 32 (c = t / 2, h = t % 2; the low
+//     nibbles are sub-block 2c, the high 2c + 1), plus the block's 16-byte
+//     head (d, dmin, scales: one load shared by the block's 8 lanes; the
+//     warp's heads are 64 contiguous bytes) and, for Q5_K, qh[16 h .. 16 h +
+//     15] (one 16-byte load; bits 2c and 2c + 1). The lane sum is
+//     quantdot::k45Lane's, as in dotK45Rows over the file's blocks.
+//   Q6_K: A = 128 c + 16 m, B = A + 64 (c = t / 4, m = t % 4; sub-blocks 8c
+//     + m and 8c + 4 + m), plus qh[32 c + 16 (t % 2) ..] (one 16-byte load;
+//     bit pairs 2 (m / 2) and 2 (m / 2) + 4 of each byte), the block's 16
+//     int8 scales (one 16-byte load shared by the 8 lanes) and its d (2
+//     bytes). The lane sum is (d sc_A) * sum((q - 32) x) + (d sc_B) * ...
+// The lane's 32 x values (8 float4, or scalar loads when x is not 16-byte
+// aligned) and their two sums are loaded once for the R rows. A row's lane
+// sums are added pass by pass in order and reduced by one warpSum, so the
+// result is the same bits on every run.
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kKSplitPassBlocks = 4;
+
+struct KSplitArgs {
+  const uint8_t *quants;   ///< qs / ql: 128 bytes a block
+  const uint8_t *scales;   ///< Q4_K / Q5_K heads, Q6_K int8 scales: 16 a block
+  const uint8_t *high;     ///< qh: 32 (Q5_K) or 64 (Q6_K) bytes a block
+  const unsigned short *d; ///< Q6_K: f16 d, one a block
+  int64_t blocks;          ///< blocks per row (cols / 256)
+  const float *x;
+  int64_t batch, rowsPerBatch;
+  bool stacked;
+  int splits;
+  float *y;
+};
+
+/// A lane's 32 x values: lo = x[A .. A + 15], hi = x[B .. B + 15] of the
+/// block at `x`, and their sums, in loadK45X's order.
+template <bool kAlignedX>
+__device__ __forceinline__ quantdot::K45X loadSplitX(const float *x, int a,
+                                                     int b) {
+  quantdot::K45X v;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v.lo[k] = loadX4<kAlignedX>(x + a + 4 * k);
+    v.hi[k] = loadX4<kAlignedX>(x + b + 4 * k);
+  }
+  using quantdot::sum4;
+  v.sumLo = (sum4(v.lo[0]) + sum4(v.lo[1])) + (sum4(v.lo[2]) + sum4(v.lo[3]));
+  v.sumHi = (sum4(v.hi[0]) + sum4(v.hi[1])) + (sum4(v.hi[2]) + sum4(v.hi[3]));
+  return v;
+}
+
+/// Lane t's sum for one Q6_K block (see above): ql, qh = its 16-byte pieces,
+/// scales = the block's 16 int8 scales, dh = d's bits.
+__device__ __forceinline__ float q6SplitLane(uint4 ql, uint4 qh, uint4 scales,
+                                             uint32_t dh, int t,
+                                             const quantdot::K45X &x) {
+  using namespace quantdot;
+  const int c = t / 4, m = t % 4;
+  const int shiftLo = 2 * (m / 2), shiftHi = shiftLo + 4;
+  const uint32_t low[4] = {ql.x, ql.y, ql.z, ql.w};
+  const uint32_t high[4] = {qh.x, qh.y, qh.z, qh.w};
+  float lo = 0.f, hi = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t qa =
+        (low[k] & 0x0F0F0F0Fu) | ((high[k] >> shiftLo) & 0x03030303u) << 4;
+    const uint32_t qb = ((low[k] >> 4) & 0x0F0F0F0Fu) |
+                        ((high[k] >> shiftHi) & 0x03030303u) << 4;
+    lo = dot4Acc(qa, kMagic + 32.f, x.lo[k], lo);
+    hi = dot4Acc(qb, kMagic + 32.f, x.hi[k], hi);
+  }
+  // Scales 8c + m and 8c + 4 + m: byte m of words 2c and 2c + 1; an int8
+  // byte u is (u ^ 0x80) - 128, exactly.
+  const uint32_t wa = c ? scales.z : scales.x, wb = c ? scales.w : scales.y;
+  const float d = halfBits(dh);
+  const float dla = d * (smallToFloat(byteOf(wa, m) ^ 0x80u) - 128.f);
+  const float dlb = d * (smallToFloat(byteOf(wb, m) ^ 0x80u) - 128.f);
+  return fmaf(dla, lo, dlb * hi);
+}
+
+template <GGMLType kType, int R, bool kAlignedX>
+__global__ void __launch_bounds__(kThreads) linearKSplitKernel(KSplitArgs a) {
+  constexpr bool kQ6 = kType == GGMLType::Q6_K;
+  constexpr bool kHigh = kType != GGMLType::Q4_K; // a qh plane
+  constexpr int64_t kHighBytes = kQ6 ? 64 : 32;
+  allowDependents();
+  __shared__ float partials[kWarpsPerBlock][R];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 8, t = lane % 8;
+  const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
+  const int64_t groups = (a.rowsPerBatch + R - 1) / R;
+  const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
+  const int part = warp % a.splits;
+  const bool valid = item < a.batch * groups;
+  // The item's rows and this warp's passes [first, last).
+  const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
+  const int nrows =
+      valid ? int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R) : 0;
+  const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
+  const int64_t out = b * a.rowsPerBatch + n0;
+  const int64_t passes = (a.blocks + kKSplitPassBlocks - 1) / kKSplitPassBlocks;
+  const int64_t first = passes * part / a.splits,
+                last = passes * (part + 1) / a.splits;
+  // Row `row` of each plane.
+  const uint8_t *q0 = a.quants + row * a.blocks * 128;
+  const uint8_t *s0 = a.scales + row * a.blocks * 16;
+  const uint8_t *h0 = kHigh ? a.high + row * a.blocks * kHighBytes : nullptr;
+  const unsigned short *d0 = kQ6 ? a.d + row * a.blocks : nullptr;
+  { // this warp's share of every plane, while the predecessor finishes
+    const uint64_t from = uint64_t(first * kKSplitPassBlocks);
+    const uint64_t to =
+        uint64_t(last * kKSplitPassBlocks < a.blocks ? last * kKSplitPassBlocks
+                                                     : a.blocks);
+    const uint64_t blocks = uint64_t(a.blocks);
+    prefetchRows(q0, blocks * 128, nrows, from * 128, to * 128);
+    prefetchRows(s0, blocks * 16, nrows, from * 16, to * 16);
+    if constexpr (kHigh)
+      prefetchRows(h0, blocks * kHighBytes, nrows, from * kHighBytes,
+                   to * kHighBytes);
+    if constexpr (kQ6)
+      prefetchRows(reinterpret_cast<const uint8_t *>(d0), blocks * 2, nrows,
+                   from * 2, to * 2);
+  }
+  waitForPredecessor();
+  float v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    v[r] = 0.f;
+  if (valid) {
+    const float *x = a.x + b * a.blocks * 256;
+    const int xa =
+        kQ6 ? 128 * (t / 4) + 16 * (t % 4) : 64 * (t / 2) + 16 * (t % 2);
+    const int xb = xa + (kQ6 ? 64 : 32);
+    const int highAt = kQ6 ? 32 * (t / 4) + 16 * (t % 2) : 16 * (t % 2);
+    // Not unrolled: R rows' loads are in flight per pass already, and split
+    // segments are mostly one or two passes long (as dotK45Rows).
+    for (int64_t p = first; p < last; ++p) {
+      const int64_t blk = p * kKSplitPassBlocks + g;
+      if (blk >= a.blocks) // the row's last pass may hold fewer blocks
+        continue;
+      // Every row's loads first, then x, then the math.
+      uint4 q[R], sc[R], hb[R];
+      uint32_t dh[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < nrows) {
+          const int64_t at = r * a.blocks + blk;
+          q[r] = quantdot::loadStream(q0 + at * 128 + 16 * t);
+          sc[r] = quantdot::loadStream(s0 + at * 16);
+          hb[r] = uint4{};
+          dh[r] = 0u;
+          if constexpr (kHigh)
+            hb[r] = quantdot::loadStream(h0 + at * kHighBytes + highAt);
+          if constexpr (kQ6)
+            dh[r] = __ldg(d0 + at);
+        }
+      const quantdot::K45X xv = loadSplitX<kAlignedX>(x + blk * 256, xa, xb);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < nrows) {
+          if constexpr (kQ6)
+            v[r] += q6SplitLane(q[r], hb[r], sc[r], dh[r], t, xv);
+          else
+            v[r] += quantdot::k45Lane<kHigh>(sc[r], q[r], hb[r], t, xv);
         }
     }
 #pragma unroll
@@ -774,6 +958,19 @@ constexpr uint64_t kDownSharedBudget = 100 * 1024;
 
 namespace {
 
+/// Split-K for `items` items of `passes` warp passes each, in whole
+/// passes, as splitsFor: enough warps, no idle segment.
+int splitsForPasses(int64_t items, int64_t passes) {
+  int64_t splits = (kTargetWarps + items - 1) / items;
+  splits = splits < kWarpsPerBlock ? splits : kWarpsPerBlock;
+  splits = splits < passes ? splits : passes;
+  if (splits > 1) {
+    const int64_t longest = (passes + splits - 1) / splits;
+    splits = (passes + longest - 1) / longest;
+  }
+  return int(splits > 1 ? splits : 1);
+}
+
 /// launchLinear for the q8_0-split layout.
 cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
                                 const DeviceWeight &w, int64_t rowsPerBatch,
@@ -796,16 +993,7 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   a.stacked = stacked;
   a.y = y;
   const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
-  // Split-K in whole passes, as splitsFor: enough warps, no idle segment.
-  const int64_t passes = (w.cols + kSplitPass - 1) / kSplitPass;
-  int64_t splits = (kTargetWarps + items - 1) / items;
-  splits = splits < kWarpsPerBlock ? splits : kWarpsPerBlock;
-  splits = splits < passes ? splits : passes;
-  if (splits > 1) {
-    const int64_t longest = (passes + splits - 1) / splits;
-    splits = (passes + longest - 1) / longest;
-  }
-  a.splits = int(splits > 1 ? splits : 1);
+  a.splits = splitsForPasses(items, (w.cols + kSplitPass - 1) / kSplitPass);
   const int warps = warpsPerBlock(a.splits);
   const unsigned blocks = blocksFor(items, warps / a.splits);
   if (blocks == 0)
@@ -820,13 +1008,88 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   return cudaGetLastError();
 }
 
+/// linearKSplitKernel's planes must be the ones SplitLayout.h describes.
+constexpr bool planesAre(GGMLType type, std::initializer_list<uint32_t> sizes) {
+  const SplitFormat *f = nullptr;
+  for (const SplitFormat &each : kSplitFormats)
+    if (each.type == type)
+      f = &each;
+  if (!f || f->planes != int(sizes.size()))
+    return false;
+  int p = 0;
+  for (uint32_t bytes : sizes)
+    if (f->plane[p++].bytes != bytes)
+      return false;
+  return true;
+}
+static_assert(planesAre(GGMLType::Q4_K, {128, 16}));
+static_assert(planesAre(GGMLType::Q5_K, {128, 16, 32}));
+static_assert(planesAre(GGMLType::Q6_K, {128, 16, 64, 2}));
+
+/// launchLinear for the q4_k-split, q5_k-split and q6_k-split layouts.
+cudaError_t launchLinearKSplit(const float *x, int64_t batch,
+                               const DeviceWeight &w, int64_t rowsPerBatch,
+                               bool stacked, float *y, cudaStream_t s) {
+  const GGMLType type = splitTypeOf(w.layout);
+  const bool q6 = type == GGMLType::Q6_K, high = type != GGMLType::Q4_K;
+  if (w.type != type || w.cols <= 0 || w.cols % 256 || w.rows < 0 ||
+      batch < 0 || rowsPerBatch < 0 || !w.data || !w.scales ||
+      (high && !w.high) || (q6 && !w.d) || !aligned16(w.data) ||
+      !aligned16(w.scales) || (high && !aligned16(w.high)) ||
+      (q6 && (reinterpret_cast<uintptr_t>(w.d) & 1)) ||
+      w.rows != (stacked ? batch * rowsPerBatch : rowsPerBatch))
+    return cudaErrorInvalidValue;
+  if (batch * rowsPerBatch == 0)
+    return cudaGetLastError();
+  KSplitArgs a{};
+  a.quants = w.data;
+  a.scales = w.scales;
+  a.high = w.high;
+  a.d = reinterpret_cast<const unsigned short *>(w.d);
+  a.blocks = w.cols / 256;
+  a.x = x;
+  a.batch = batch;
+  a.rowsPerBatch = rowsPerBatch;
+  a.stacked = stacked;
+  a.y = y;
+  const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
+  a.splits = splitsForPasses(items, (a.blocks + kKSplitPassBlocks - 1) /
+                                        kKSplitPassBlocks);
+  const int warps = warpsPerBlock(a.splits);
+  const unsigned blocks = blocksFor(items, warps / a.splits);
+  if (blocks == 0)
+    return cudaErrorInvalidValue;
+  const bool alignedX = aligned16(x);
+  void (*kernel)(KSplitArgs) =
+      type == GGMLType::Q4_K
+          ? (alignedX ? linearKSplitKernel<GGMLType::Q4_K, kRows, true>
+                      : linearKSplitKernel<GGMLType::Q4_K, kRows, false>)
+      : type == GGMLType::Q5_K
+          ? (alignedX ? linearKSplitKernel<GGMLType::Q5_K, kRows, true>
+                      : linearKSplitKernel<GGMLType::Q5_K, kRows, false>)
+          : (alignedX ? linearKSplitKernel<GGMLType::Q6_K, kRows, true>
+                      : linearKSplitKernel<GGMLType::Q6_K, kRows, false>);
+  if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
 } // namespace
 
 cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
                          int64_t rowsPerBatch, bool stacked, float *y,
                          cudaStream_t s) {
-  if (w.layout == WeightLayout::Q8Split)
+  switch (w.layout) {
+  case WeightLayout::Q8Split:
     return launchLinearQ8Split(x, batch, w, rowsPerBatch, stacked, y, s);
+  case WeightLayout::Q4KSplit:
+  case WeightLayout::Q5KSplit:
+  case WeightLayout::Q6KSplit:
+    return launchLinearKSplit(x, batch, w, rowsPerBatch, stacked, y, s);
+  case WeightLayout::Blocks:
+    break;
+  }
   LinearArgs a{};
   if (!geometryOf(w, a.w) || batch < 0 || rowsPerBatch < 0 ||
       w.rows != (stacked ? batch * rowsPerBatch : rowsPerBatch))

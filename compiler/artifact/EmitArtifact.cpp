@@ -123,14 +123,28 @@ Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
   return Status::ok();
 }
 
-/// The CUDA plugin's device layout for Q8_0 weights read only as mat-vec
-/// weights (linear, fused_linear): every row's int8 quants, rows back to
-/// back, then every row's f16 scales (one per 32 values), from a 16-byte
-/// aligned offset. The plugin repacks the file's 34-byte blocks into it at
-/// load, so each lane of a warp reads 16 quant bytes in one aligned load
-/// (docs/cuda.md). Any other use (embed, dequant, the experts) keeps the
-/// file's blocks ("gguf").
-constexpr const char *kQ8Split = "q8_0-split";
+/// The CUDA plugin's split device layouts, for Q8_0, Q4_K, Q5_K and Q6_K
+/// weights read only as mat-vec weights (linear, fused_linear): each field
+/// of the file's blocks in its own plane (quants, scales, high bits), rows
+/// back to back in every plane, each plane 256-byte aligned. The plugin
+/// repacks the file's blocks into it at load, every byte kept, so each lane
+/// of a warp reads its quants in one aligned 16-byte load (docs/cuda.md).
+/// Any other use (embed, dequant, the routed experts) keeps the file's
+/// blocks ("gguf").
+const char *splitLayoutName(GGMLType type) {
+  switch (type) {
+  case GGMLType::Q8_0:
+    return "q8_0-split";
+  case GGMLType::Q4_K:
+    return "q4_k-split";
+  case GGMLType::Q5_K:
+    return "q5_k-split";
+  case GGMLType::Q6_K:
+    return "q6_k-split";
+  default:
+    return nullptr;
+  }
+}
 
 Status assignCudaLayouts(artifact::Artifact &out) {
   // Per binding: whether every use is the weight operand of a mat-vec.
@@ -151,9 +165,9 @@ Status assignCudaLayouts(artifact::Artifact &out) {
       }
   for (size_t i = 0; i < out.weights.size(); ++i) {
     artifact::WeightBinding &w = out.weights[i];
-    if (w.type == GGMLType::Q8_0 && w.dims.size() >= 2 && matVecUses[i] &&
-        !otherUses[i])
-      w.layout = kQ8Split;
+    const char *split = splitLayoutName(w.type);
+    if (split && w.dims.size() >= 2 && matVecUses[i] && !otherUses[i])
+      w.layout = split;
   }
   return Status::ok();
 }

@@ -170,10 +170,11 @@ needs_images = pytest.mark.skipif(
 @needs_images
 def test_cuda_artifact_carries_images_and_device_layouts(tiny, tmp_path):
     """--target=cuda:sm_90 copies that architecture's kernel images, byte for
-    byte, into the artifact, and names q8_0-split for exactly the Q8_0
-    weights read only by linear / fused_linear; the experts' Q8_0 down
-    weights (read by moe_experts) and every other type stay in the file's
-    blocks. The cpu target names no device layout."""
+    byte, into the artifact, and names each type's split layout (q8_0-split,
+    q4_k-split, q5_k-split, q6_k-split) for exactly the weights of that type
+    read only by linear / fused_linear; the routed experts' weights (read by
+    moe_experts, Q8_0 down and Q4_K gate/up in the tiny mix) and every other
+    type stay in the file's blocks. The cpu target names no device layout."""
     art = tmp_path / "m.kiln"
     run_tool("kiln-compile", tiny, "--target=cuda:sm_90", "--context", 16,
              "-o", art)
@@ -187,11 +188,35 @@ def test_cuda_artifact_carries_images_and_device_layouts(tiny, tmp_path):
     assert "sm_100/" not in described and "sm_120/" not in described
     binds = [line for line in described.splitlines()
              if line.strip().startswith("binds ")]
-    split = [line for line in binds if "q8_0-split" in line]
-    assert split and all(" Q8_0 " in line for line in split)
-    assert any(".attn_q_a." in line for line in split)
-    kept = [line for line in binds if " Q8_0 " in line and "_exps" in line]
-    assert kept and not any("q8_0-split" in line for line in kept)
+    layouts = {"Q8_0": "q8_0-split", "Q4_K": "q4_k-split",
+               "Q5_K": "q5_k-split", "Q6_K": "q6_k-split"}
+    for type_name, layout in layouts.items():
+        split = [line for line in binds if layout in line]
+        assert split and all(f" {type_name} " in line for line in split), (
+            layout, split)
+        # Every weight of the type but the routed experts and the embedding
+        # (read by embed) is split: the tiny model reads each of them only
+        # through a mat-vec.
+        dense = [line for line in binds
+                 if f" {type_name} " in line and "_exps" not in line
+                 and "token_embd" not in line]
+        assert dense and all(layout in line for line in dense), (layout, dense)
+    embedding = [line for line in binds if "token_embd.weight" in line]
+    assert embedding and " Q8_0 " in embedding[0]
+    assert "device layout" not in embedding[0]
+    assert any(".attn_q_a." in line for line in binds if "q8_0-split" in line)
+    assert any("output.weight" in line for line in binds
+               if "q6_k-split" in line)
+    assert any("ffn_gate_shexp" in line for line in binds
+               if "q5_k-split" in line)
+    assert any(".ffn_gate." in line for line in binds if "q4_k-split" in line)
+    experts = [line for line in binds if "_exps" in line]
+    assert any(" Q8_0 " in line for line in experts)
+    assert any(" Q4_K " in line for line in experts)
+    assert not any("-split" in line for line in experts), experts
+    others = [line for line in binds
+              if not any(f" {t} " in line for t in layouts)]
+    assert others and not any("device layout" in line for line in others)
     cpu = tmp_path / "c.kiln"
     run_tool("kiln-compile", tiny, "--target=cpu", "--context", 16, "-o", cpu)
     assert "device layout" not in run_tool("kiln-run", cpu,

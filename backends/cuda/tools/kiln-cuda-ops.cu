@@ -35,6 +35,7 @@
 // Exit 1 when any case fails.
 //
 //===----------------------------------------------------------------------===//
+#include "SplitLayout.h"
 #include "StepKernels.h"
 
 #include "cpu/CpuKernels.h"
@@ -660,88 +661,150 @@ void checkLinear(Report &r, kiln::Rng &rng) {
   check(GGMLType::Q6_K, Shape{{2048, 1000}, 1});
 }
 
-/// A Q8_0 weight repacked on the device into the q8_0-split layout.
+/// A weight repacked on the device into its type's split layout, the planes
+/// in one allocation as the plugin places them (SplitLayout.h).
 struct SplitWeight {
-  DeviceArray<uint8_t> quants, scales;
+  const kc::SplitFormat *format;
+  uint64_t blocks;
+  DeviceArray<uint8_t> memory;
+
   kc::DeviceWeight dev(const Weight &w) const {
-    return {
-        w.type,      w.rows, w.cols, quants.get(), kc::WeightLayout::Q8Split,
-        scales.get()};
+    kc::DeviceWeight d{w.type, w.rows, w.cols, nullptr,
+                       kc::splitLayoutOf(w.type)};
+    for (int p = 0; p < format->planes; ++p)
+      d.setPlane(p, memory.get() + kc::splitPlaneStart(*format, p, blocks));
+    return d;
+  }
+  /// The file's blocks rebuilt on the host from the device's planes.
+  std::vector<uint8_t> unpack() const {
+    std::vector<uint8_t> planes = memory.download(),
+                         blocksOut(blocks * format->blockBytes);
+    const uint8_t *at[kc::kMaxSplitPlanes] = {};
+    for (int p = 0; p < format->planes; ++p)
+      at[p] = planes.data() + kc::splitPlaneStart(*format, p, blocks);
+    kc::unpackSplitHost(*format, at, blocks, blocksOut.data());
+    return blocksOut;
   }
 };
 
-SplitWeight repackQ8(const Weight &w) {
-  SplitWeight s{DeviceArray<uint8_t>(size_t(w.rows * w.cols)),
-                DeviceArray<uint8_t>(size_t(w.rows * w.cols / 32 * 2))};
-  run(kc::launchRepackQ8Split(w.device.get(), w.rows, w.cols, s.quants.get(),
-                              s.scales.get(), nullptr));
+SplitWeight repackSplit(const Weight &w) {
+  const kc::SplitFormat *f = kc::splitFormatOf(w.type);
+  const uint64_t blocks = uint64_t(w.rows * w.cols) / f->blockValues;
+  SplitWeight s{
+      f, blocks,
+      DeviceArray<uint8_t>(kc::splitPlaneStart(*f, f->planes, blocks))};
+  const kc::DeviceWeight d = s.dev(w);
+  if (w.type == GGMLType::Q8_0) // its own entry point, the same repack
+    run(kc::launchRepackQ8Split(w.device.get(), w.rows, w.cols,
+                                const_cast<uint8_t *>(d.data),
+                                const_cast<uint8_t *>(d.scales), nullptr));
+  else
+    run(kc::launchRepackSplit(w.device.get(), d, nullptr));
   return s;
 }
 
-/// The q8_0-split device layout: the repack keeps every byte (the blocks
-/// rebuilt from it on the host equal the file's), its values are the file's
-/// bit for bit, and the mat-vec over it matches the CPU as the block
-/// layout's does, at tensor-parallel GLM-5 shapes, stacked weights, widths
-/// under one warp pass, and x off 16-byte alignment.
-void checkQ8Split(Report &r, kiln::Rng &rng) {
+/// The split device layouts (q8_0-split, q4_k-split, q5_k-split,
+/// q6_k-split): the repack keeps every byte (the blocks rebuilt from the
+/// planes on the host equal the file's), its values are the file's bit for
+/// bit, and the mat-vec over it matches the CPU as the block layout's does
+/// and gives the same bits when run again, at tensor-parallel GLM-5 shapes,
+/// stacked weights, widths of one block or under one warp pass, row counts
+/// off the rows a warp takes, and x off 16-byte alignment.
+void checkSplitLayouts(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
   struct Shape {
     std::vector<int64_t> dims;
     int64_t batch;
     size_t xShift = 0; ///< floats x is moved off 16-byte alignment
   };
-  for (const Shape &s :
-       {Shape{{512, 37}, 1}, Shape{{512, 37}, 3}, Shape{{96, 37}, 1},
-        Shape{{32, 5}, 2}, Shape{{192, 512, 8}, 8}, Shape{{512, 37}, 1, 1},
-        Shape{{6144, 2048}, 1}, Shape{{2048, 6144}, 1},
-        Shape{{6144, 2752}, 1}}) {
-    const bool stacked = s.dims.size() == 3;
-    const int64_t k = s.dims[0], n = s.dims[1];
-    Weight w = randomWeight(GGMLType::Q8_0, s.dims, rng.next());
-    SplitWeight split = repackQ8(w);
-    std::string what = fmtText("[%lld, %lld", (long long)k, (long long)n);
-    if (stacked)
-      what += fmtText(", %lld] stacked", (long long)s.dims[2]);
-    else
-      what += "]";
-    what += fmtText(" batch %lld", (long long)s.batch);
-    if (s.xShift)
-      what += fmtText(", x +%zu floats", s.xShift);
+  const std::vector<Shape> q8Shapes = {
+      {{512, 37}, 1},    {{512, 37}, 3},     {{96, 37}, 1},
+      {{32, 5}, 2},      {{192, 512, 8}, 8}, {{512, 37}, 1, 1},
+      {{6144, 2048}, 1}, {{2048, 6144}, 1},  {{6144, 2752}, 1}};
+  // K-quants: a pass is 4 blocks (1024 values); 256 and 1280 leave lanes
+  // or a pass part idle; 6144 -> 2048 (q_a-like) and 2048 -> 6144 (a
+  // row-parallel slice) are tp = 8 GLM-5 shapes.
+  const std::vector<Shape> kShapes = {{{256, 37}, 1},     {{256, 5}, 2},
+                                      {{512, 37}, 3},     {{1280, 37}, 1},
+                                      {{1024, 64, 8}, 8}, {{256, 19, 3}, 3},
+                                      {{512, 37}, 1, 1},  {{6144, 37}, 1, 3},
+                                      {{6144, 2048}, 1},  {{2048, 6144}, 1}};
+  for (GGMLType type :
+       {GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q6_K}) {
+    const std::string op = kc::splitFormatOf(type)->name;
+    for (const Shape &s : type == GGMLType::Q8_0 ? q8Shapes : kShapes) {
+      const bool stacked = s.dims.size() == 3;
+      const int64_t k = s.dims[0], n = s.dims[1];
+      Weight w = randomWeight(type, s.dims, rng.next());
+      SplitWeight split = repackSplit(w);
+      std::string what = fmtText("%s [%lld, %lld", typeName(type).c_str(),
+                                 (long long)k, (long long)n);
+      if (stacked)
+        what += fmtText(", %lld] stacked", (long long)s.dims[2]);
+      else
+        what += "]";
+      what += fmtText(" batch %lld", (long long)s.batch);
+      if (s.xShift)
+        what += fmtText(", x +%zu floats", s.xShift);
 
-    // Bytes: each block = its scale's two bytes then its 32 quants.
-    const std::vector<uint8_t> q = split.quants.download(),
-                               d = split.scales.download();
-    std::vector<uint8_t> rebuilt(w.host.size());
-    for (int64_t b = 0; b < w.rows * w.cols / 32; ++b) {
-      rebuilt[size_t(b * 34)] = d[size_t(2 * b)];
-      rebuilt[size_t(b * 34 + 1)] = d[size_t(2 * b + 1)];
-      std::memcpy(&rebuilt[size_t(b * 34 + 2)], &q[size_t(b * 32)], 32);
+      r.line(op, "repack " + what, mismatches(split.unpack(), w.host), 0,
+             "every byte kept");
+
+      std::vector<float> values(size_t(w.rows * w.cols));
+      if (!r.reference(op, cpu::dequant(w.view("w"), values.data())))
+        continue;
+      DeviceArray<float> out(values.size());
+      run(kc::launchDequant(split.dev(w), out.get(), nullptr));
+      r.line(op, "dequant " + what, mismatches(out.download(), values), 0,
+             "bit-exact with gguf-py");
+
+      std::vector<float> x = normals(rng, size_t(s.batch * k), 1.0),
+                         want(size_t(s.batch * n));
+      if (!r.reference(op, cpu::linear(x.data(), s.batch, w.view("w"),
+                                       want.data(), pool)))
+        continue;
+      std::vector<float> shifted(s.xShift, 0.f);
+      shifted.insert(shifted.end(), x.begin(), x.end());
+      DeviceArray<float> dx(shifted), dy(want.size()), again(want.size());
+      run(kc::launchLinear(dx.get() + s.xShift, s.batch, split.dev(w), n,
+                           stacked, dy.get(), nullptr));
+      run(kc::launchLinear(dx.get() + s.xShift, s.batch, split.dev(w), n,
+                           stacked, again.get(), nullptr));
+      const std::vector<float> got = dy.download();
+      // Block scales multiply once per block or sub-block where the CPU
+      // rounds d * q per value; fused multiply-adds: under an ulp per term.
+      r.line(op, "linear " + what, relError(got, want), sumTol(double(k)),
+             sumWhy("dot order, fma", k));
+      r.line(op, "linear again " + what, mismatches(again.download(), got), 0,
+             "deterministic");
     }
-    r.line("q8_0-split", "repack " + what, mismatches(rebuilt, w.host), 0,
-           "every byte kept");
-
-    std::vector<float> values(size_t(w.rows * w.cols));
-    if (!r.reference("q8_0-split", cpu::dequant(w.view("w"), values.data())))
-      continue;
-    DeviceArray<float> out(values.size());
-    run(kc::launchDequant(split.dev(w), out.get(), nullptr));
-    r.line("q8_0-split", "dequant " + what, mismatches(out.download(), values),
-           0, "bit-exact with gguf-py");
-
-    std::vector<float> x = normals(rng, size_t(s.batch * k), 1.0),
-                       want(size_t(s.batch * n));
-    if (!r.reference("q8_0-split", cpu::linear(x.data(), s.batch, w.view("w"),
-                                               want.data(), pool)))
-      continue;
-    std::vector<float> shifted(s.xShift, 0.f);
-    shifted.insert(shifted.end(), x.begin(), x.end());
-    DeviceArray<float> dx(shifted), dy(want.size());
-    run(kc::launchLinear(dx.get() + s.xShift, s.batch, split.dev(w), n, stacked,
-                         dy.get(), nullptr));
-    // d * sum(q x) per block: the scale multiplies once per block where the
-    // CPU rounds d * q per value; under an ulp per term.
-    r.line("q8_0-split", "linear " + what, relError(dy.download(), want),
-           sumTol(double(k)), sumWhy("dot order, fma", k));
+    // A weight of another type in this layout, and a width of part blocks,
+    // are refused before any launch.
+    {
+      const GGMLType other =
+          type == GGMLType::Q4_K ? GGMLType::Q5_K : GGMLType::Q4_K;
+      Weight w = randomWeight(type, {256, 4}, rng.next());
+      SplitWeight split = repackSplit(w);
+      kc::DeviceWeight wrongType = split.dev(w), partBlock = split.dev(w);
+      wrongType.type = other;
+      partBlock.cols = 128;
+      DeviceArray<float> x(size_t(256)), y(size_t(4)), out(size_t(1024));
+      const double refused =
+          (kc::launchLinear(x.get(), 1, wrongType, 4, false, y.get(),
+                            nullptr) != cudaErrorInvalidValue) +
+          (kc::launchDequant(wrongType, out.get(), nullptr) !=
+           cudaErrorInvalidValue) +
+          (type != GGMLType::Q8_0 &&
+           kc::launchLinear(x.get(), 1, partBlock, 4, false, y.get(),
+                            nullptr) != cudaErrorInvalidValue) +
+          (kc::launchRepackSplit(w.device.get(), wrongType, nullptr) !=
+           cudaErrorInvalidValue);
+      r.line(op,
+             typeName(other) + " weight" +
+                 (type != GGMLType::Q8_0 ? ", 128-value rows" : "") +
+                 ": refused",
+             refused, 0, "cudaErrorInvalidValue");
+    }
   }
 }
 
@@ -1340,7 +1403,7 @@ void benchLinear() {
     GGMLType type;
     int64_t k, n;
     const char *what;
-    bool split = false; ///< the q8_0-split device layout
+    bool split = false; ///< the type's split device layout
   };
   const Case cases[] = {
       {GGMLType::Q8_0, 6144, 2048, "q_a-like"},
@@ -1349,8 +1412,11 @@ void benchLinear() {
       {GGMLType::Q8_0, 2048, 6144, "attn_output slice, q8_0-split", true},
       {GGMLType::Q8_0, 6144, 2752, "q_a + kv_a + indexer k, q8_0-split", true},
       {GGMLType::Q4_K, 6144, 2048, "expert gate/up rows"},
+      {GGMLType::Q4_K, 6144, 2048, "q_a-like, q4_k-split", true},
       {GGMLType::Q5_K, 2048, 6144, "dense down slice"},
+      {GGMLType::Q5_K, 2048, 6144, "dense down slice, q5_k-split", true},
       {GGMLType::Q6_K, 6144, 19360, "output head slice"},
+      {GGMLType::Q6_K, 6144, 19360, "output head slice, q6_k-split", true},
       {GGMLType::F32, 6144, 256, "router gate"},
   };
   constexpr uint64_t kRotateBytes = uint64_t(256) << 20;
@@ -1368,13 +1434,23 @@ void benchLinear() {
     DeviceArray<uint8_t> w(bytes * copies);
     run(kc::launchFillRandomBlocks(c.type, w.get(), bytes * copies, rng.next(),
                                    nullptr));
-    // The split layout: every copy's quants, then every copy's scales.
-    const uint64_t values = uint64_t(c.k * c.n);
-    DeviceArray<uint8_t> quants(c.split ? values * copies : 0),
-        scales(c.split ? values / 16 * copies : 0);
-    if (c.split)
-      run(kc::launchRepackQ8Split(w.get(), c.n * int64_t(copies), c.k,
-                                  quants.get(), scales.get(), nullptr));
+    // The split layout: each plane holds every copy's rows, copy after
+    // copy, so copy i's rows form one weight in every plane.
+    const kc::SplitFormat *f = kc::splitFormatOf(c.type);
+    const uint64_t blocks = uint64_t(c.k * c.n) / (f ? f->blockValues : 1);
+    DeviceArray<uint8_t> planes(
+        c.split ? kc::splitPlaneStart(*f, f->planes, blocks * copies) : 0);
+    kc::DeviceWeight all{c.type, c.n * int64_t(copies), c.k, nullptr,
+                         kc::splitLayoutOf(c.type)};
+    const auto planeOf = [&](int p, uint64_t copy) {
+      return planes.get() + kc::splitPlaneStart(*f, p, blocks * copies) +
+             kc::splitPlaneBytes(*f, p, blocks * copy);
+    };
+    if (c.split) {
+      for (int p = 0; p < f->planes; ++p)
+        all.setPlane(p, planeOf(p, 0));
+      run(kc::launchRepackSplit(w.get(), all, nullptr));
+    }
     DeviceArray<float> x(normals(rng, c.k, 1.0)), y(c.n);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -1384,9 +1460,9 @@ void benchLinear() {
       const uint64_t copy = uint64_t(i) % copies;
       kc::DeviceWeight dw{c.type, c.n, c.k, w.get() + copy * bytes};
       if (c.split) {
-        dw.layout = kc::WeightLayout::Q8Split;
-        dw.data = quants.get() + copy * values;
-        dw.scales = scales.get() + copy * (values / 16);
+        dw.layout = all.layout;
+        for (int p = 0; p < f->planes; ++p)
+          dw.setPlane(p, planeOf(p, copy));
       }
       CHECK_CUDA(kc::launchLinear(x.get(), 1, dw, c.n, false, y.get(), stream));
     }
@@ -1662,7 +1738,7 @@ int main(int argc, char **argv) {
   checkFillAndDequant(report, rng);
   checkEmbed(report, rng);
   checkLinear(report, rng);
-  checkQ8Split(report, rng);
+  checkSplitLayouts(report, rng);
   checkCacheAppend(report, rng);
   checkMlaAttention(report, rng);
   checkDsaIndexer(report, rng);
