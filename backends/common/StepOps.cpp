@@ -117,6 +117,7 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
       {"embed", OpKind::Embed},
       {"linear", OpKind::Linear},
       {"fused_linear", OpKind::FusedLinear},
+      {"rms_norm_linear", OpKind::RmsNormLinear},
       {"cache_append", OpKind::CacheAppend},
       {"mla_attention", OpKind::MlaAttention},
       {"dsa_indexer", OpKind::DsaIndexer},
@@ -511,19 +512,30 @@ Expected<StepOp> Decoder::decode() {
     d_.k = kDim;
     break;
   }
-  case OpKind::FusedLinear: {
-    if (d_.outs.size() != 1 || d_.ins.size() < 3)
-      return fail("expects an input, two or more weights and one output");
+  case OpKind::FusedLinear:
+  case OpKind::RmsNormLinear: {
+    const bool normed = d_.kind == OpKind::RmsNormLinear;
+    const size_t first = normed ? 2 : 1;
+    if (d_.outs.size() != 1 || d_.ins.size() < first + (normed ? 1 : 2))
+      return fail(normed ? "expects an input, a norm weight, weights and one "
+                           "output"
+                         : "expects an input, two or more weights and one "
+                           "output");
     KILN_TRY(floats(in(0), "input"));
     KILN_TRY(floats(out(0), "output"));
     const Attr *segments = op_.attr("segments");
-    size_t n = d_.ins.size() - 1;
+    size_t n = d_.ins.size() - first;
     if (!segments || segments->kind != AttrKind::Ints ||
         segments->ints.size() != n || in(0).buffer->shape.size() != 1)
       return fail("needs a vector input and one segment offset per weight");
     int64_t kDim = in(0).buffer->shape[0], offset = 0;
+    if (normed) {
+      KILN_TRY(param(in(1), uint64_t(kDim), "norm"));
+      KILN_ASSIGN(eps, floatAttr("epsilon"));
+      d_.epsilon = eps;
+    }
     for (size_t i = 0; i < n; ++i) {
-      Operand w = in(i + 1);
+      Operand w = in(i + first);
       KILN_TRY(weight(w, "weight"));
       if (w.dims.size() != 2 || w.dims[0] != kDim)
         return fail(fmt::format("weight '{}' is not [{}, N]", w.name(), kDim));

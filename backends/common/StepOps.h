@@ -43,6 +43,7 @@ enum class OpKind {
   Embed,
   Linear,
   FusedLinear,
+  RmsNormLinear,
   CacheAppend,
   MlaAttention,
   DsaIndexer,
@@ -106,7 +107,9 @@ struct StepOp {
   /// Slice: the box (same rank as the input).
   std::vector<int64_t> srcShape, dstShape, offsets;
   /// Concat: outer runs; each input contributes `runs[i]` values per outer
-  /// index. FusedLinear: segments[i] is weight i's first output row.
+  /// index. FusedLinear, RmsNormLinear: segments[i] is weight i's first
+  /// output row; the weights follow the input (RmsNormLinear: ins[1]
+  /// is the norm's weight, epsilon its epsilon).
   int64_t outer = 1;
   std::vector<int64_t> runs, segments;
 

@@ -350,15 +350,34 @@ Expected<std::function<Status()>> OpBinder::bind() {
     float *y = f32Out(0);
     return Fn([=, &pool] { return cpu::linear(x, rows, *w, y, pool); });
   }
-  case OpKind::FusedLinear: {
+  case OpKind::FusedLinear:
+  case OpKind::RmsNormLinear: {
+    const bool normed = d.kind == OpKind::RmsNormLinear;
+    const size_t first = normed ? 2 : 1;
     std::vector<std::pair<const cpu::WeightView *, int64_t>> parts;
-    for (size_t i = 1; i < d.ins.size(); ++i)
-      parts.push_back({in(i).weight, d.segments[i - 1]});
+    for (size_t i = first; i < d.ins.size(); ++i)
+      parts.push_back({in(i).weight, d.segments[i - first]});
+    const float *norm = nullptr;
+    if (normed) {
+      KILN_ASSIGN(w, param(1));
+      norm = w;
+    }
     const float *x = f32In(0);
     float *y = f32Out(0);
+    // The normalised input, as rms_norm would write it: the same bits as
+    // the two ops unfused.
+    auto normalised = std::make_shared<std::vector<float>>(
+        normed ? size_t(d.k) : size_t(0));
+    int64_t k = d.k;
+    float eps = float(d.epsilon);
     return Fn([=, &pool]() -> Status {
+      const float *input = x;
+      if (norm) {
+        cpu::rmsNorm(x, 1, k, norm, eps, normalised->data());
+        input = normalised->data();
+      }
       for (auto [w, at] : parts)
-        if (Status st = cpu::linear(x, 1, *w, y + at, pool); !st)
+        if (Status st = cpu::linear(input, 1, *w, y + at, pool); !st)
           return st;
       return Status::ok();
     });

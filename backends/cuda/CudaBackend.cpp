@@ -310,14 +310,37 @@ public:
     int64_t at;
   };
   std::vector<Run> fusedRuns() const;
-  /// The launch of one run.
-  Launch runLaunch(const Run &r) const {
+  /// The launch of one run (of an rms_norm_linear: with the norm).
+  Expected<Launch> runLaunch(const Run &r) {
     const float *x = f32In(0);
     float *y = f32Out(0) + r.at;
     DeviceWeight w = r.w;
+    if (d_.kind != OpKind::RmsNormLinear)
+      return wrap([=](cudaStream_t s) {
+        return launchLinear(x, 1, w, w.rows, false, y, s);
+      });
+    InputNorm norm;
+    KILN_ASSIGN(weight, param(1));
+    norm.weight = weight;
+    norm.eps = float(d_.epsilon);
+    // Each run its own scratch: runs may overlap.
+    KILN_ASSIGN(scratch, rank_.scratchFloats(uint64_t(d_.k)));
+    norm.scratch = scratch;
     return wrap([=](cudaStream_t s) {
-      return launchLinear(x, 1, w, w.rows, false, y, s);
+      return launchNormedLinear(x, norm, w, y, s);
     });
+  }
+  /// The first weight operand of a fused_linear or rms_norm_linear.
+  size_t firstWeight() const {
+    return d_.kind == OpKind::RmsNormLinear ? 2 : 1;
+  }
+  /// An rms_norm_linear's norm parameter when it lives in the arena (a
+  /// weight's is read-only device memory of its own), else -1.
+  int32_t normBuffer() const {
+    if (d_.kind != OpKind::RmsNormLinear ||
+        buffer(d_.ins[1]).kind == BufferKind::Weight)
+      return -1;
+    return d_.ins[1];
   }
 
 private:
@@ -363,7 +386,8 @@ private:
 
 std::vector<OpBinder::Run> OpBinder::fusedRuns() const {
   std::vector<Run> runs;
-  for (size_t i = 1; i < d_.ins.size(); ++i) {
+  const size_t first = firstWeight();
+  for (size_t i = first; i < d_.ins.size(); ++i) {
     const DeviceWeight w = weight(i);
     if (!runs.empty()) {
       DeviceWeight &prev = runs.back().w;
@@ -387,7 +411,7 @@ std::vector<OpBinder::Run> OpBinder::fusedRuns() const {
         continue;
       }
     }
-    runs.push_back({w, d_.segments[i - 1]});
+    runs.push_back({w, d_.segments[i - first]});
   }
   return runs;
 }
@@ -544,7 +568,8 @@ Expected<Launch> OpBinder::bind() {
     const Buffer &b = buffer(i);
     if (b.kind == BufferKind::Weight &&
         rank_.weights[b.binding].layout != WeightLayout::Blocks &&
-        d.kind != OpKind::Linear && d.kind != OpKind::FusedLinear)
+        d.kind != OpKind::Linear && d.kind != OpKind::FusedLinear &&
+        d.kind != OpKind::RmsNormLinear)
       return Error(d.where, step_.step->buffers[i].name,
                    "its device layout is read only by linear and "
                    "fused_linear (the artifact is inconsistent)");
@@ -665,7 +690,8 @@ Expected<Launch> OpBinder::bind() {
     });
   }
   case OpKind::FusedLinear:
-    return Error(d.where, "", "a fused_linear is bound run by run");
+  case OpKind::RmsNormLinear:
+    return Error(d.where, "", "a fused mat-vec is bound run by run");
   case OpKind::CacheAppend: {
     DeviceCache c = cache(d.outs[0]);
     const float *x = f32In(0);
@@ -1091,7 +1117,8 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   std::vector<backend::OpFootprint> prints = footprints(s, ops), unitPrints;
   for (size_t i = 0; i < ops.size(); ++i) {
     s.where.push_back(ops[i].where);
-    const bool fused = ops[i].kind == OpKind::FusedLinear;
+    const bool fused = ops[i].kind == OpKind::FusedLinear ||
+                       ops[i].kind == OpKind::RmsNormLinear;
     const int32_t x = ops[i].ins[0], y = ops[i].outs[0];
     OpBinder binder(rank, s, std::move(ops[i]), int32_t(i));
     if (!fused) {
@@ -1104,14 +1131,22 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     // Each run reads x and writes its own rows of y: runs overlap.
     const uint64_t xAt = reinterpret_cast<uintptr_t>(s.ptrs[size_t(x)]),
                    yAt = reinterpret_cast<uintptr_t>(s.ptrs[size_t(y)]);
+    const int32_t norm = binder.normBuffer();
     for (const OpBinder::Run &r : binder.fusedRuns()) {
-      s.units.push_back(binder.runLaunch(r));
+      KILN_ASSIGN(launch, binder.runLaunch(r));
+      s.units.push_back(std::move(launch));
       s.unitOp.push_back(int32_t(i));
       const uint64_t begin = yAt + uint64_t(r.at) * sizeof(float);
-      unitPrints.push_back(backend::OpFootprint{
+      backend::OpFootprint print{
           {{xAt, xAt + step.buffers[size_t(x)].bytes(), false},
            {begin, begin + uint64_t(r.w.rows) * sizeof(float), true}},
-          false});
+          false};
+      if (norm >= 0) {
+        const uint64_t at = reinterpret_cast<uintptr_t>(s.ptrs[size_t(norm)]);
+        print.ranges.push_back(
+            {at, at + step.buffers[size_t(norm)].bytes(), false});
+      }
+      unitPrints.push_back(std::move(print));
     }
   }
   s.schedule = backend::scheduleStep(unitPrints, rank.maxBranches);

@@ -216,6 +216,25 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
                          int64_t rowsPerBatch, bool stacked, float *y,
                          cudaStream_t s);
 
+/// An input's RMS norm, folded into a mat-vec (step.rms_norm_linear): x
+/// becomes x / sqrt(mean(x^2) + eps) * weight. `scratch` (cols floats) holds
+/// the normalised input where the layout's kernel cannot form it itself.
+struct InputNorm {
+  const float *weight = nullptr;
+  float eps = 0.f;
+  float *scratch = nullptr;
+};
+
+/// y = W rms_norm(x) for one input vector of w.cols values (w.rows
+/// outputs). The q8_0-split kernel folds the norm in: it dots W with x * g
+/// and divides each row's sum by the rms, whose sum of squares the warps
+/// of a row group take from the x values they read anyway (no kernel, no
+/// write of the normalised vector); other layouts run launchRmsNorm into
+/// norm.scratch, then launchLinear.
+cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
+                               const DeviceWeight &w, float *y,
+                               cudaStream_t s);
+
 /// Row *position of the cache becomes entry[width], converted (round to
 /// nearest even). A position outside the cache faults (PositionOutOfRange).
 cudaError_t launchCacheAppend(const float *entry, const int32_t *position,

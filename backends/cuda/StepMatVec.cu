@@ -238,6 +238,9 @@ struct Q8SplitArgs {
   const unsigned short *scales;
   int64_t cols;
   const float *x;
+  /// kNormX: x is first RMS-normalised with these (InputNorm).
+  const float *normWeight;
+  float normEps;
   int64_t batch, rowsPerBatch;
   bool stacked;
   int splits;
@@ -252,7 +255,50 @@ __device__ __forceinline__ float4 loadX4(const float *x) {
     return make_float4(__ldg(x), __ldg(x + 1), __ldg(x + 2), __ldg(x + 3));
 }
 
-template <int R, bool kAlignedX>
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) {
+  return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
+}
+
+__device__ __forceinline__ float squares4(float4 a, float s) {
+  s = fmaf(a.x, a.x, s);
+  s = fmaf(a.y, a.y, s);
+  s = fmaf(a.z, a.z, s);
+  return fmaf(a.w, a.w, s);
+}
+
+/// storeRowSums of W (x * g) for an input normalised on the fly: `sq` is
+/// the sum of squares of the x values the calling warp read, so the warps
+/// of one item (its `splits` parts) together hold sum(x^2); the item's
+/// writer divides each row's sum by rms = sqrt(sum(x^2) / cols + eps).
+/// y = (W (x * g)) / rms equals W (x / rms * g), the unfused rms_norm and
+/// linear, within rounding.
+template <int R>
+__device__ inline void storeNormedRowSums(const float (&v)[R], float sq,
+                                          bool valid, int nrows, int64_t out,
+                                          int part, int splits, int64_t cols,
+                                          float eps,
+                                          float (&partials)[kWarpsPerBlock][R],
+                                          float *y) {
+  __shared__ float squares[kWarpsPerBlock];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      partials[warp][r] = valid ? v[r] : 0.f;
+    squares[warp] = sq;
+  }
+  __syncthreads();
+  if (valid && part == 0 && lane < nrows) {
+    float sum = partials[warp][lane], total = squares[warp];
+    for (int p = 1; p < splits; ++p) {
+      sum += partials[warp + p][lane];
+      total += squares[warp + p];
+    }
+    y[out + lane] = sum / sqrtf(total / float(cols) + eps);
+  }
+}
+
+template <int R, bool kAlignedX, bool kNormX = false>
 __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
   allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
@@ -286,7 +332,10 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
 #pragma unroll
   for (int r = 0; r < R; ++r)
     v[r] = 0.f;
-  if (valid) {
+  // kNormX: the squares of the x values this warp reads (every warp of an
+  // item, whether its rows are valid or not, reads its part of x).
+  float sq = 0.f;
+  if (valid || kNormX) {
     const float *x = a.x + b * a.cols;
 #pragma unroll 2
     for (int64_t p = first; p < last; ++p) {
@@ -301,10 +350,17 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
           q[r] = __ldg(reinterpret_cast<const int4 *>(q0 + r * a.cols + c));
           d[r] = __ldg(d0 + r * (a.cols / 32) + c / 32);
         }
-      const float4 x0 = loadX4<kAlignedX>(x + c),
-                   x1 = loadX4<kAlignedX>(x + c + 4),
-                   x2 = loadX4<kAlignedX>(x + c + 8),
-                   x3 = loadX4<kAlignedX>(x + c + 12);
+      float4 x0 = loadX4<kAlignedX>(x + c), x1 = loadX4<kAlignedX>(x + c + 4),
+             x2 = loadX4<kAlignedX>(x + c + 8),
+             x3 = loadX4<kAlignedX>(x + c + 12);
+      if constexpr (kNormX) {
+        const float *g = a.normWeight + c;
+        sq = squares4(x3, squares4(x2, squares4(x1, squares4(x0, sq))));
+        x0 = mul4(x0, loadX4<kAlignedX>(g));
+        x1 = mul4(x1, loadX4<kAlignedX>(g + 4));
+        x2 = mul4(x2, loadX4<kAlignedX>(g + 8));
+        x3 = mul4(x3, loadX4<kAlignedX>(g + 12));
+      }
       constexpr float bias = quantdot::kMagic + 128.f;
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -320,7 +376,11 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
     for (int r = 0; r < R; ++r)
       v[r] = warpSum(v[r]);
   }
-  storeRowSums<R>(v, valid, nrows, out, part, a.splits, partials, a.y);
+  if constexpr (kNormX)
+    storeNormedRowSums<R>(v, warpSum(sq), valid, nrows, out, part, a.splits,
+                          a.cols, a.normEps, partials, a.y);
+  else
+    storeRowSums<R>(v, valid, nrows, out, part, a.splits, partials, a.y);
 }
 
 //===----------------------------------------------------------------------===//
@@ -971,10 +1031,12 @@ int splitsForPasses(int64_t items, int64_t passes) {
   return int(splits > 1 ? splits : 1);
 }
 
-/// launchLinear for the q8_0-split layout.
+/// launchLinear for the q8_0-split layout (with `norm`: of a normalised
+/// input, batch 1).
 cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
                                 const DeviceWeight &w, int64_t rowsPerBatch,
-                                bool stacked, float *y, cudaStream_t s) {
+                                bool stacked, float *y, cudaStream_t s,
+                                const InputNorm *norm = nullptr) {
   if (w.type != GGMLType::Q8_0 || w.cols <= 0 || w.cols % 32 || w.rows < 0 ||
       batch < 0 || rowsPerBatch < 0 || !w.data || !w.scales ||
       (reinterpret_cast<uintptr_t>(w.data) & 15) ||
@@ -992,6 +1054,12 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   a.rowsPerBatch = rowsPerBatch;
   a.stacked = stacked;
   a.y = y;
+  if (norm) {
+    if (batch != 1 || !norm->weight)
+      return cudaErrorInvalidValue;
+    a.normWeight = norm->weight;
+    a.normEps = norm->eps;
+  }
   const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
   a.splits = splitsForPasses(items, (w.cols + kSplitPass - 1) / kSplitPass);
   const int warps = warpsPerBlock(a.splits);
@@ -1000,9 +1068,15 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
     return cudaErrorInvalidValue;
   const bool alignedX = (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
                         (w.cols * int64_t(sizeof(float))) % 16 == 0;
-  if (cudaError_t e = launchStep(alignedX ? linearQ8SplitKernel<kRows, true>
-                                          : linearQ8SplitKernel<kRows, false>,
-                                 blocks, warps * kWarp, 0, s, a);
+  const bool alignedG =
+      !norm || (reinterpret_cast<uintptr_t>(norm->weight) & 15) == 0;
+  void (*kernel)(Q8SplitArgs) =
+      norm ? (alignedX && alignedG ? linearQ8SplitKernel<kRows, true, true>
+                                   : linearQ8SplitKernel<kRows, false, true>)
+           : (alignedX ? linearQ8SplitKernel<kRows, true>
+                       : linearQ8SplitKernel<kRows, false>);
+  if (cudaError_t e =
+          launchStep(kernel, blocks, warps * kWarp, 0, s, a);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
@@ -1076,6 +1150,23 @@ cudaError_t launchLinearKSplit(const float *x, int64_t batch,
 }
 
 } // namespace
+
+cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
+                               const DeviceWeight &w, float *y,
+                               cudaStream_t s) {
+  if (!norm.weight || w.cols <= 0)
+    return cudaErrorInvalidValue;
+  if (w.layout == WeightLayout::Q8Split)
+    return launchLinearQ8Split(x, 1, w, w.rows, false, y, s, &norm);
+  // Elsewhere the norm's own kernel first, into the scratch.
+  if (!norm.scratch)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e =
+          launchRmsNorm(x, 1, w.cols, norm.weight, norm.eps, norm.scratch, s);
+      e != cudaSuccess)
+    return e;
+  return launchLinear(norm.scratch, 1, w, w.rows, false, y, s);
+}
 
 cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
                          int64_t rowsPerBatch, bool stacked, float *y,

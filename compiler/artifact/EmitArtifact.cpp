@@ -29,6 +29,7 @@ const std::vector<std::string> kAllStepOps = {"embed",
                                               "dequant",
                                               "linear",
                                               "fused_linear",
+                                              "rms_norm_linear",
                                               "rms_norm",
                                               "add_rms_norm",
                                               "all_reduce_add_rms_norm",
@@ -158,8 +159,11 @@ Status assignCudaLayouts(artifact::Artifact &out) {
           const artifact::Buffer &b = step.buffers[size_t(ins[i])];
           if (b.kind != artifact::BufferKind::Weight)
             continue;
+          // The weights of a mat-vec (an rms_norm_linear's ins[1] is its
+          // norm's).
           bool matVec =
-              (op.kind == "linear" || op.kind == "fused_linear") && i >= 1;
+              ((op.kind == "linear" || op.kind == "fused_linear") && i >= 1) ||
+              (op.kind == "rms_norm_linear" && i >= 2);
           ++(matVec ? matVecUses : otherUses)[size_t(b.binding)];
         }
       }

@@ -14,14 +14,6 @@ namespace st = mlir::step;
 
 namespace {
 
-/// The next op after `op` that is not a declaration or a view.
-Operation *nextCompute(Operation *op) {
-  for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
-    if (!st::isDeclaration(next) && !isa<st::ViewOp>(next))
-      return next;
-  return nullptr;
-}
-
 struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
   void runOnOperation() override {
     SmallVector<std::pair<st::AddOp, st::RMSNormOp>> pairs;
@@ -30,7 +22,7 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
       // writing it together with the norm changes nothing else.
       if (!add.getOutput().getDefiningOp<st::BufferOp>())
         return;
-      auto norm = dyn_cast_or_null<st::RMSNormOp>(nextCompute(add));
+      auto norm = dyn_cast_or_null<st::RMSNormOp>(st::nextCompute(add));
       if (norm && norm.getInput() == add.getOutput() &&
           norm.getOutput() != add.getOutput())
         pairs.push_back({add, norm});
@@ -54,7 +46,7 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
       if (reduce.getReduction() != "sum" || !r.getDefiningOp<st::BufferOp>() ||
           reduce.getInput() == r)
         return;
-      auto fused = dyn_cast_or_null<st::AddRMSNormOp>(nextCompute(reduce));
+      auto fused = dyn_cast_or_null<st::AddRMSNormOp>(st::nextCompute(reduce));
       if (!fused || (fused.getLhs() == r) == (fused.getRhs() == r))
         return;
       // The reduced buffer must have no reader but the fused op.

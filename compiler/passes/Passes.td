@@ -99,6 +99,20 @@ def FuseAddNorm : Pass<"kiln-fuse-add-norm", "::mlir::func::FuncOp"> {
   }];
 }
 
+def FuseNormLinear : Pass<"kiln-fuse-norm-linear", "::mlir::func::FuncOp"> {
+  let summary = "Fold an RMS norm into the fused projection that reads it";
+  let description = [{
+    On a step function before planning: a `step.rms_norm` of a vector into
+    an arena buffer that only the next compute op reads, a
+    `step.fused_linear`, as its input, becomes one `step.rms_norm_linear`;
+    the normalised vector is never written out, and a backend may normalise
+    inside the mat-vec (the CUDA backend does, for its split layouts). In
+    GLM-5 that is the q_a norm feeding q_b and the indexer's query, on the
+    critical path of every layer. The latent-cache norm feeds a concat and
+    stays.
+  }];
+}
+
 def PlanMemory : Pass<"kiln-plan-memory", "::mlir::func::FuncOp"> {
   let summary = "Place every arena buffer of a step at a fixed offset";
   let description = [{

@@ -15,8 +15,10 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseProjections());
   }
   pm.addPass(createLowerToStep());
-  if (fuse)
+  if (fuse) {
     pm.addNestedPass<func::FuncOp>(createFuseAddNorm());
+    pm.addNestedPass<func::FuncOp>(createFuseNormLinear());
+  }
   PlanMemoryOptions plan;
   plan.alignment = alignment;
   pm.addNestedPass<func::FuncOp>(createPlanMemory(plan));

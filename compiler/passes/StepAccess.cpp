@@ -86,3 +86,10 @@ std::string mlir::step::describeBuffer(Value v) {
     name += llvm::formatv("[{0}, {1})", ref->begin, ref->end).str();
   return name;
 }
+
+Operation *mlir::step::nextCompute(Operation *op) {
+  for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
+    if (!isDeclaration(next) && !isa<ViewOp>(next))
+      return next;
+  return nullptr;
+}

@@ -50,6 +50,10 @@ struct Access {
 /// first. False when `op` does not implement MemoryEffectOpInterface.
 bool collectAccesses(Operation *op, llvm::SmallVectorImpl<Access> &out);
 
+/// The next op after `op` that is neither a declaration nor a view (the
+/// next op that computes), or null.
+Operation *nextCompute(Operation *op);
+
 /// The name a declaration gives its buffer.
 std::string declarationName(Operation *root);
 

@@ -343,6 +343,20 @@ LogicalResult FusedLinearOp::verify() {
   return expectShape(*this, "output", getOutput(), {*total});
 }
 
+LogicalResult RMSNormLinearOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  if (input.getRank() != 1 || !isFloatBuffer(input))
+    return emitOpError("input must be a float vector");
+  if (failed(expectParam(*this, "norm", getNorm(), input.getDimSize(0))) ||
+      failed(verifyPositive(*this, "epsilon", getEpsilon().convertToFloat())))
+    return failure();
+  FailureOr<int64_t> total = kiln::verifySegmentMap(
+      *this, input.getDimSize(0), getWeights(), getSegments());
+  if (failed(total))
+    return failure();
+  return expectShape(*this, "output", getOutput(), {*total});
+}
+
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//

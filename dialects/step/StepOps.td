@@ -459,6 +459,36 @@ def Step_FusedLinearOp : Step_ComputeOp<"fused_linear", 1> {
   let hasVerifier = 1;
 }
 
+def Step_RMSNormLinearOp : Step_ComputeOp<"rms_norm_linear", 1> {
+  let summary = "RMS normalisation of a vector, then projections of it";
+  let description = [{
+    `output = fused_linear(rms_norm(input) * norm)`: the normalisation of
+    `step.rms_norm` (epsilon `epsilon`) and the segments of
+    `step.fused_linear`, in one op, so a backend may normalise the input
+    inside the mat-vec instead of writing it out and launching again.
+    Produced by `kiln-fuse-norm-linear` from an `rms_norm` whose output
+    only the `fused_linear` right after it reads (GLM-5: the q_a norm and
+    q_b with the indexer's query).
+
+    Example:
+    ```mlir
+    step.rms_norm_linear ins(%c, %q_a_norm, %q_b, %iq_b : memref<256xf32>, !kiln.qweight<"blk.0.attn_q_a_norm.weight", "f32", [256]>, !kiln.qweight<...>, !kiln.qweight<...>) outs(%q : memref<640xf32>) {epsilon = 1.0e-05 : f32, segments = [...]}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, In<Step_Param>:$norm,
+                       In<Variadic<Kiln_QWeightType>, "weights">:$weights,
+                       F32Attr:$epsilon,
+                       TypedArrayAttrBase<Kiln_SegmentAttr,
+                                          "segment map">:$segments,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $norm `,` $weights `:` type($input) `,`
+    qualified(type($norm)) `,` qualified(type($weights)) `)`
+    `outs` `(` $output `:` type($output) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Attention and its state
 //===----------------------------------------------------------------------===//

@@ -1690,6 +1690,55 @@ void benchOps() {
   benchMoe();
 }
 
+/// rms_norm_linear: launchNormedLinear against the CPU's rms_norm then
+/// linear. The q8_0-split kernel normalises in shared memory (the GLM-5 q_b
+/// shape among them); the other layouts run the norm kernel into scratch.
+void checkNormedLinear(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  struct Case {
+    GGMLType type;
+    int64_t k, n;
+    bool split;
+  };
+  for (const Case &c : {Case{GGMLType::Q8_0, 2048, 6144, true},
+                        Case{GGMLType::Q8_0, 512, 37, true},
+                        Case{GGMLType::Q8_0, 6144, 200, true},
+                        Case{GGMLType::Q4_K, 1024, 64, true},
+                        Case{GGMLType::Q8_0, 512, 37, false},
+                        Case{GGMLType::F32, 96, 17, false}}) {
+    Weight w = randomWeight(c.type, {c.k, c.n}, rng.next());
+    const std::string what =
+        fmtText("%s [%lld, %lld]%s", typeName(c.type).c_str(), (long long)c.k,
+                (long long)c.n, c.split ? ", split layout" : "");
+    std::vector<float> x = normals(rng, size_t(c.k), 3.0),
+                       g = normals(rng, size_t(c.k), 1.0),
+                       normed(size_t(c.k)), want(size_t(c.n));
+    const float eps = 1e-5f;
+    cpu::rmsNorm(x.data(), 1, c.k, g.data(), eps, normed.data());
+    if (!r.reference("rms_norm_linear", cpu::linear(normed.data(), 1,
+                                                    w.view("w"), want.data(),
+                                                    pool)))
+      continue;
+    std::optional<SplitWeight> split;
+    if (c.split)
+      split.emplace(repackSplit(w));
+    const kc::DeviceWeight dw = c.split ? split->dev(w) : w.dev();
+    DeviceArray<float> dx(x), dg(g), scratch(size_t(c.k)), dy(want.size()),
+        again(want.size());
+    const kc::InputNorm norm{dg.get(), eps, scratch.get()};
+    run(kc::launchNormedLinear(dx.get(), norm, dw, dy.get(), nullptr));
+    run(kc::launchNormedLinear(dx.get(), norm, dw, again.get(), nullptr));
+    const std::vector<float> got = dy.download();
+    // The norm's sum of squares in another order (one block's tree) and
+    // fused multiply-adds in the dots: an ulp or two per term.
+    r.line("rms_norm_linear", "vs rms_norm + linear " + what,
+           relError(got, want), 2 * sumTol(double(c.k)),
+           sumWhy("norm and dot order, fma, x2", c.k));
+    r.line("rms_norm_linear", "again " + what,
+           mismatches(again.download(), got), 0, "deterministic");
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -1745,6 +1794,7 @@ int main(int argc, char **argv) {
   checkMoeRouter(report, rng);
   checkMoeExperts(report, rng);
   checkArgmax(report, rng);
+  checkNormedLinear(report, rng);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",
               report.cases - report.failures, report.cases,

@@ -445,3 +445,28 @@ func.func @fused_linear_output() {
   step.fused_linear ins(%x, %w1, %w2 : memref<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "q8_0", [256, 80]>) outs(%y : memref<200xf32>) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "kv", offset = 128, rows = 80, format = "q8_0">]}
   return
 }
+
+// -----
+
+func.func @rms_norm_linear_norm_width() {
+  %x = step.buffer "x" : memref<256xf32>
+  %y = step.buffer "y" : memref<208xf32>
+  %n = step.weight : !kiln.qweight<"q_a_norm.weight", "f32", [128]>
+  %w1 = step.weight : !kiln.qweight<"q.weight", "q8_0", [256, 128]>
+  %w2 = step.weight : !kiln.qweight<"kv.weight", "q8_0", [256, 80]>
+  // expected-error @+1 {{'step.rms_norm_linear' op norm}}
+  step.rms_norm_linear ins(%x, %n, %w1, %w2 : memref<256xf32>, !kiln.qweight<"q_a_norm.weight", "f32", [128]>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"kv.weight", "q8_0", [256, 80]>) outs(%y : memref<208xf32>) {epsilon = 1.0e-05 : f32, segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "kv", offset = 128, rows = 80, format = "q8_0">]}
+  return
+}
+
+// -----
+
+func.func @rms_norm_linear_epsilon() {
+  %x = step.buffer "x" : memref<256xf32>
+  %y = step.buffer "y" : memref<128xf32>
+  %n = step.weight : !kiln.qweight<"q_a_norm.weight", "f32", [256]>
+  %w1 = step.weight : !kiln.qweight<"q.weight", "q8_0", [256, 128]>
+  // expected-error @+1 {{'step.rms_norm_linear' op epsilon}}
+  step.rms_norm_linear ins(%x, %n, %w1 : memref<256xf32>, !kiln.qweight<"q_a_norm.weight", "f32", [256]>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>) outs(%y : memref<128xf32>) {epsilon = 0.0 : f32, segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">]}
+  return
+}
