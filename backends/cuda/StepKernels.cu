@@ -943,7 +943,10 @@ __global__ void __launch_bounds__(kMlaThreads) mlaCombineKernel(MlaArgs a) {
 
 //===----------------------------------------------------------------------===//
 // DSA indexer: scores (one warp per position), flags (one warp per
-// position: its rank among all scores), compaction (one block).
+// position: its rank among all scores), compaction (one block). When every
+// attended position is selected (position + 1 <= topK: GLM-5 below 2,048
+// positions) no score is needed: the first two kernels return at once and
+// compaction writes 0 .. position.
 //===----------------------------------------------------------------------===//
 
 struct IndexerArgs {
@@ -974,6 +977,10 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
                   a.cache.positions);
     return;
   }
+  // Every position is selected (compaction writes them in order): no
+  // score is read.
+  if (int64_t(position) + 1 <= a.topK)
+    return;
   const int lane = threadIdx.x % kWarp;
   for (int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
        t <= position; t += int64_t(gridDim.x) * kWarpsPerBlock) {
@@ -1010,6 +1017,8 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
                   a.cache.positions);
     return;
   }
+  if (int64_t(position) + 1 <= a.topK) // every position selected, as above
+    return;
   const int heads = int(a.heads), dim = int(a.dim), pitch = dim + 1;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
@@ -1052,11 +1061,13 @@ __global__ void indexerFlagsKernel(IndexerArgs a) {
   if (position < 0 || position >= a.cache.positions)
     return;
   const int64_t attended = int64_t(position) + 1;
+  if (attended <= a.topK) // compaction selects every position unread
+    return;
   const int lane = threadIdx.x % kWarp;
   for (int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
        t < attended; t += int64_t(gridDim.x) * kWarpsPerBlock) {
     int flag = 1;
-    if (a.topK < attended) {
+    {
       const float mine = rankable(a.scores[t]);
       int64_t ahead = 0;
       for (int64_t base = 0; base < attended && ahead < a.topK; base += kWarp) {
