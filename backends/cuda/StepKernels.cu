@@ -312,6 +312,73 @@ __global__ void addRmsNormKernel(const float *a, const float *b, int64_t n,
     y[base + i] = sum[base + i] / rms * w[i];
 }
 
+/// The two norms with each thread's values held in registers (n <=
+/// kPer * blockDim): every load of a row is issued before any is used, and
+/// the normalisation reads no memory back. Thread t holds values t, t +
+/// blockDim, ...; the same math as the kernels above.
+template <int kPer>
+__global__ void rmsNormRegsKernel(const float *x, int64_t n, const float *w,
+                                  float eps, float *y) {
+  stepKernelPrologue();
+  __shared__ float partials[kWarp];
+  const float *xr = x + int64_t(blockIdx.x) * n;
+  float *yr = y + int64_t(blockIdx.x) * n;
+  const int stride = int(blockDim.x), count = int(n);
+  float v[kPer], g[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    v[k] = i < count ? xr[i] : 0.f;
+    g[k] = i < count ? w[i] : 0.f;
+  }
+  float sumSq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+    sumSq += v[k] * v[k];
+  sumSq = blockSum(sumSq, partials);
+  const float rms = sqrtf(sumSq / float(n) + eps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    if (i < count)
+      yr[i] = v[k] / rms * g[k];
+  }
+}
+
+template <int kPer>
+__global__ void addRmsNormRegsKernel(const float *a, const float *b, int64_t n,
+                                     const float *w, float eps, float *sum,
+                                     float *y) {
+  stepKernelPrologue();
+  __shared__ float partials[kWarp];
+  const int64_t base = int64_t(blockIdx.x) * n;
+  const int stride = int(blockDim.x), count = int(n);
+  float v[kPer], g[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    v[k] = i < count ? a[base + i] + b[base + i] : 0.f;
+    g[k] = i < count ? w[i] : 0.f;
+  }
+  float sumSq = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    if (i < count)
+      sum[base + i] = v[k];
+    sumSq += v[k] * v[k];
+  }
+  sumSq = blockSum(sumSq, partials);
+  const float rms = sqrtf(sumSq / float(n) + eps);
+  // y may alias a or b (each thread read its own values above), not sum.
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    if (i < count)
+      y[base + i] = v[k] / rms * g[k];
+  }
+}
+
 __global__ void layerNormKernel(const float *x, int64_t n, const float *w,
                                 const float *bias, float eps, float *y) {
   stepKernelPrologue();
@@ -1392,15 +1459,38 @@ cudaError_t launchSwiglu(const float *g, const float *u, int64_t n, float *y,
   return cudaGetLastError();
 }
 
+namespace {
+
+/// Values a thread of the register-resident norms holds.
+constexpr int kNormRegs = 8;
+
+/// Threads of a register-resident norm of n values: whole warps, at most
+/// kNormThreads, and few enough that each holds several values (n = 6144:
+/// 1024 threads of 6; n = 512: 128 of 4).
+unsigned normThreads(int64_t n) {
+  int64_t warps = (n + 4 * kWarp - 1) / (4 * kWarp);
+  warps = warps < 1 ? 1 : warps;
+  const int64_t threads = warps * kWarp;
+  return unsigned(threads < kNormThreads ? threads : kNormThreads);
+}
+
+} // namespace
+
 cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
                           const float *w, float eps, float *y, cudaStream_t s) {
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
     return cudaErrorInvalidValue;
-  if (rows > 0)
-    if (cudaError_t e = launchStep(rmsNormKernel, unsigned(rows), kNormThreads,
-                                   0, s, x, n, w, eps, y);
-        e != cudaSuccess)
+  if (rows > 0) {
+    // A row of up to kNormRegs values a thread stays in registers.
+    const cudaError_t e =
+        n <= kNormRegs * kNormThreads
+            ? launchStep(rmsNormRegsKernel<kNormRegs>, unsigned(rows),
+                         normThreads(n), 0, s, x, n, w, eps, y)
+            : launchStep(rmsNormKernel, unsigned(rows), kNormThreads, 0, s, x,
+                         n, w, eps, y);
+    if (e != cudaSuccess)
       return e;
+  }
   return cudaGetLastError();
 }
 
@@ -1409,11 +1499,16 @@ cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
                              float *y, cudaStream_t s) {
   if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
     return cudaErrorInvalidValue;
-  if (rows > 0)
-    if (cudaError_t e = launchStep(addRmsNormKernel, unsigned(rows),
-                                   kNormThreads, 0, s, a, b, n, w, eps, sum, y);
-        e != cudaSuccess)
+  if (rows > 0) {
+    const cudaError_t e =
+        n <= kNormRegs * kNormThreads
+            ? launchStep(addRmsNormRegsKernel<kNormRegs>, unsigned(rows),
+                         normThreads(n), 0, s, a, b, n, w, eps, sum, y)
+            : launchStep(addRmsNormKernel, unsigned(rows), kNormThreads, 0, s,
+                         a, b, n, w, eps, sum, y);
+    if (e != cudaSuccess)
       return e;
+  }
   return cudaGetLastError();
 }
 
