@@ -767,8 +767,10 @@ __global__ void __launch_bounds__(kThreads) expertDownKernel(ExpertArgs a) {
 // Every sum has a fixed order: the same bits on every run.
 //===----------------------------------------------------------------------===//
 
-/// Row pairs per block of the gate/up kernel.
-constexpr int kPairs = 8;
+/// Row pairs per block of the gate/up kernel: 4 (GLM-5 at tp=8: 512 blocks
+/// of 28 KiB) keeps twice the warps in flight of 8, which measured slower
+/// (`docs/perf.md`).
+constexpr int kPairs = 4;
 /// Shared bytes before the gate/up kernel's rows (its kPairs barriers).
 constexpr int kPairHeadBytes = 128;
 /// Hidden rows per tile of the down kernel, and tiles per block at most.
@@ -853,10 +855,12 @@ __global__ void __launch_bounds__(kThreads)
         v[kPairs + q] = k45SharedBlock<kHigh>(block + kPairs * rowBytes, t, xs);
       }
     }
-  // Lane 2 r holds row r's sum over the warp's blocks.
+  // Lane kSpread r holds row r's sum over the warp's blocks (each of the
+  // 2 kPairs rows ends in kSpread lanes).
+  constexpr int kSpread = kWarp / (2 * kPairs);
   const float sum = quantdot::spreadSums<2 * kPairs, kWarp / 2>(v, lane);
-  if (lane % 2 == 0)
-    sums[warp * 2 * kPairs + lane / 2] = sum;
+  if (lane % kSpread == 0)
+    sums[warp * 2 * kPairs + lane / kSpread] = sum;
   __syncthreads();
   if (int(threadIdx.x) < pairs) {
     const int warps = int(blockDim.x / kWarp), q = int(threadIdx.x);
@@ -1009,10 +1013,6 @@ bool aligned16(const void *p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-/// The down kernel's shared memory per block stays under this, so that it
-/// fits on a multiprocessor beside two gate/up blocks (about 56 KiB each at
-/// GLM-5's shape) and can start its copies while they run.
-constexpr uint64_t kDownSharedBudget = 100 * 1024;
 
 } // namespace
 
@@ -1277,19 +1277,20 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   if (device.bulk && ffn == 256 && k <= device.sharedOptin / 256 &&
       (a.down.type == GGMLType::Q4_K || a.down.type == GGMLType::Q5_K) &&
       aligned16(a.downData) && aligned16(act)) {
-    // Tiles per block: about one block per multiprocessor, within the
-    // shared-memory budget and the block's barriers. (The bound on k above
-    // only keeps these sizes in range; the shared memory decides.)
+    // The block's shared memory holds its tiles' rows of every chosen
+    // expert. (The bound on k above only keeps these sizes in range; the
+    // shared memory decides.)
     const int64_t tiles = (hidden + kDownTile - 1) / kDownTile;
     a.downHeadBytes = int((8 * kMaxDownTiles + 8 * k + 127) / 128 * 128);
     const auto sharedFor = [&](int64_t tilesPer) {
       return uint64_t(a.downHeadBytes) + uint64_t(k * tilesPer * kDownTile) *
                                              (a.down.rowBytes + sizeof(float));
     };
-    int64_t tilesPer = (tiles + device.sms - 1) / device.sms;
-    tilesPer = tilesPer < kMaxDownTiles ? tilesPer : kMaxDownTiles;
-    while (tilesPer > 1 && sharedFor(tilesPer) > kDownSharedBudget)
-      --tilesPer;
+    // One tile a block (GLM-5 at tp=8: 384 blocks of 23 KiB): the kernel
+    // is bound by latency, and more blocks in flight beat fewer, longer
+    // ones (one block per multiprocessor with 3 tiles each measured slower,
+    // `docs/perf.md`).
+    const int64_t tilesPer = 1;
     if (sharedFor(tilesPer) <= uint64_t(device.sharedOptin)) {
       downFast = true;
       a.downTiles = int(tilesPer);
