@@ -935,9 +935,9 @@ Status placeWeights(CudaRank &rank, const Artifact &a,
   return Status::ok();
 }
 
-/// The fused_linear parts that can share one matrix: runs of consecutive
-/// parts of the same type, layout and width, none bound twice. Each run of
-/// two or more, in segment order.
+/// The fused_linear and rms_norm_linear parts that can share one matrix:
+/// runs of consecutive parts of the same type, layout and width, none bound
+/// twice. Each run of two or more, in segment order.
 std::vector<std::vector<int32_t>> fusedGroups(const Artifact &a,
                                               const RankPlan &plan) {
   std::vector<std::vector<int32_t>> groups;
@@ -954,10 +954,12 @@ std::vector<std::vector<int32_t>> fusedGroups(const Artifact &a,
   };
   for (const Step &s : plan.steps)
     for (const Op &op : s.ops) {
-      if (op.kind != "fused_linear")
+      if (op.kind != "fused_linear" && op.kind != "rms_norm_linear")
         continue;
+      // The weights follow the input (and an rms_norm_linear's norm).
+      const size_t first = op.kind == "rms_norm_linear" ? 2 : 1;
       std::vector<int32_t> run;
-      for (size_t i = 1; i < op.ins().size(); ++i) {
+      for (size_t i = first; i < op.ins().size(); ++i) {
         const Buffer &b = s.buffers[op.ins()[i]];
         if (b.kind != BufferKind::Weight || uses[b.binding] != 1) {
           close(run);
