@@ -72,6 +72,10 @@ model small f32 --preset small --seed 2 --indexer-top-k 4
 synth "$m/glm5-meta.gguf" --preset glm5 --metadata-only
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   -o "$m/glm5.cuda.tp8.kiln"
+# The same rank with room for 16k positions (the indexer then selects 2,048
+# of them).
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 16640 \
+  -o "$m/glm5-16k.cuda.tp8.kiln"
 rm -f "$m/glm5-meta.gguf"
 synth "$m/glm5-l40-meta.gguf" --preset glm5 --layers 40 --metadata-only
 compile "$m/glm5-l40-meta.gguf" --target=cuda:$pack_arch --tp 2 --no-logits --context 2048 \

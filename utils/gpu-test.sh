@@ -11,8 +11,9 @@
 #   4. the CUDA backend against the CPU backend, graph vs eager, tp=2 vs
 #      tp=1, compute-sanitizer (test/python/test_cuda_backend.py);
 #   5. benchmarks on random weights: GLM-5 rank 0 of tp=8 alone on one GPU
-#      (graph and eager, context 1024), in-graph all-reduce latency, and
-#      with two GPUs GLM-5 (40 layers) at tp=2.
+#      (graph and eager, context 1024; graph at 16,384; the step without
+#      each op kind), in-graph all-reduce latency, and with two GPUs GLM-5
+#      (40 layers) at tp=2.
 # Without a pack it builds the MLIR-free half here and runs 1-3.
 #
 #   KILN_GPU_PACK=DIR        the pack (default: gpu-pack)
@@ -75,6 +76,8 @@ if [ -x "$pack/bin/kiln-run" ]; then
   run() { "$bin/kiln-run" "$@" --backend-dir "$pack/lib"; }
   step bench-glm5-tp8-rank0-graph run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 30
+  step bench-glm5-tp8-rank0-graph-16k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
+    --simulate-rank 0/8 --context 16384 --steps 20
   # What the graph's parallel branches and overlapped launches each buy
   # (docs/cuda.md): the same step with one of them off.
   step bench-glm5-tp8-rank0-graph-serial env KILN_CUDA_BRANCHES=1 \
