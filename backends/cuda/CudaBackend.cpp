@@ -720,17 +720,15 @@ Expected<Launch> OpBinder::bind() {
   case OpKind::DsaIndexer: {
     DeviceCache c = cache(d.ins[2]);
     KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(c.positions)));
-    KILN_ASSIGN(flags, rank_.scratchFloats(uint64_t(c.positions)));
     const float *q = f32In(0), *w = f32In(1);
     const int32_t *pos = i32In(3);
     int32_t *sel = i32Out(0), *count = i32Out(1);
     int64_t heads = d.heads, dim = d.k, topK = d.topK;
     float scale = float(d.scale);
     FaultSink f = sink();
-    int32_t *flagWords = reinterpret_cast<int32_t *>(flags);
     return wrap([=](cudaStream_t s) {
       return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
-                              flagWords, sel, count, f, s);
+                              sel, count, f, s);
     });
   }
   case OpKind::MoeRouter: {

@@ -48,8 +48,8 @@ namespace {
 /// given (larger sizes loop grid-stride).
 constexpr int kElementThreads = 256;
 constexpr int64_t kMaxElementBlocks = 1 << 20;
-/// Warps per block of the one-warp-per-item kernels (indexer scores and
-/// flags), as GenericMatVec.cu.
+/// Warps per block of the one-warp-per-item kernels (indexer scores), as
+/// GenericMatVec.cu.
 constexpr int kWarpsPerBlock = 4;
 constexpr int kWarpThreads = kWarpsPerBlock * kWarp;
 /// Most blocks a grid-stride warp kernel over cache positions is given.
@@ -1009,11 +1009,11 @@ __global__ void __launch_bounds__(kMlaThreads) mlaCombineKernel(MlaArgs a) {
 }
 
 //===----------------------------------------------------------------------===//
-// DSA indexer: scores (one warp per position), flags (one warp per
-// position: its rank among all scores), compaction (one block). When every
-// attended position is selected (position + 1 <= topK: GLM-5 below 2,048
-// positions) no score is needed: the first two kernels return at once and
-// compaction writes 0 .. position.
+// DSA indexer: scores (one warp per position), then the selection (one
+// block: a radix select of the topK-th score, then the chosen positions in
+// order). When every attended position is selected (position + 1 <= topK:
+// GLM-5 below 2,048 positions) no score is needed: the score kernel returns
+// at once and the selection writes 0 .. position.
 //===----------------------------------------------------------------------===//
 
 struct IndexerArgs {
@@ -1025,7 +1025,7 @@ struct IndexerArgs {
   int64_t topK;
   float scale;
   float *scores;
-  int32_t *flags, *selected, *count;
+  int32_t *selected, *count;
   FaultSink fault;
 };
 
@@ -1118,68 +1118,118 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   }
 }
 
-/// flags[t] = 1 when t's rank (the number of positions ahead of it in the
-/// CPU's stable descending sort: a higher score, or an equal one at a lower
-/// position) is below topK. O(P^2) in the worst case: a warp counts 32
-/// competitors per step with a ballot and stops once topK are ahead.
-__global__ void indexerFlagsKernel(IndexerArgs a) {
-  stepKernelPrologue();
-  const int32_t position = *a.position;
-  if (position < 0 || position >= a.cache.positions)
-    return;
-  const int64_t attended = int64_t(position) + 1;
-  if (attended <= a.topK) // compaction selects every position unread
-    return;
-  const int lane = threadIdx.x % kWarp;
-  for (int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-       t < attended; t += int64_t(gridDim.x) * kWarpsPerBlock) {
-    int flag = 1;
-    {
-      const float mine = rankable(a.scores[t]);
-      int64_t ahead = 0;
-      for (int64_t base = 0; base < attended && ahead < a.topK; base += kWarp) {
-        const int64_t u = base + lane;
-        bool beats = false;
-        if (u < attended) {
-          const float other = rankable(a.scores[u]);
-          beats = other > mine || (other == mine && u < t);
-        }
-        ahead += __popc(__ballot_sync(kFullMask, beats));
-      }
-      flag = ahead < a.topK;
-    }
-    if (lane == 0)
-      a.flags[t] = flag;
-  }
+/// A score as an unsigned key in the order the ranking uses: a larger score
+/// has a larger key; NaN ranks lowest (as -inf, rankable); -0 equals +0, as
+/// the CPU's comparisons have it.
+__device__ inline uint32_t rankKey(float v) {
+  v = rankable(v);
+  if (v == 0.f)
+    v = 0.f;
+  const uint32_t bits = __float_as_uint(v);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
-/// One block: flagged positions, ascending, into selected (a block prefix
-/// sum per chunk of kSingleBlockThreads positions), zeros after them, and
-/// the count. A bad position selects nothing (count 0).
-__global__ void indexerCompactKernel(IndexerArgs a) {
+/// One block: the topK positions of the CPU's stable descending sort (a
+/// higher score first, an equal one at a lower position first), ascending,
+/// into selected, zeros after them, and the count. A bad position selects
+/// nothing (count 0).
+///   1. Radix select, 8 bits a pass from the top: each pass counts the keys
+///      that share the bits found so far, by their next 8 bits (a warp's
+///      lanes with the same digit add once: __match_any_sync), and warp 0
+///      finds the digit where the count from the top reaches the number
+///      still needed. After 4 passes T is the topK-th largest key and
+///      `need` the number of keys equal to T that are selected.
+///   2. Positions ascending, a block at a time: every key above T, and the
+///      first `need` keys equal to T (a running count of them, by a block
+///      prefix sum), go to the next slots (another prefix sum).
+/// Exact: the same positions as the CPU's sort, in O(positions) a pass.
+__global__ void indexerSelectKernel(IndexerArgs a) {
   stepKernelPrologue();
   __shared__ int warpTotals[kWarp];
+  __shared__ unsigned hist[256];
+  __shared__ uint32_t foundPrefix;
+  __shared__ int64_t foundNeed;
   const int32_t position = *a.position;
   const bool valid = position >= 0 && position < a.cache.positions;
   const int64_t attended = valid ? int64_t(position) + 1 : 0;
-  if (attended <= a.topK) { // every position is flagged: no scan needed
+  if (attended <= a.topK) { // every position is selected: no scan needed
     for (int64_t i = threadIdx.x; i < a.topK; i += blockDim.x)
       a.selected[i] = i < attended ? int32_t(i) : 0;
     if (threadIdx.x == 0)
       *a.count = int32_t(attended);
     return;
   }
-  int64_t written = 0;
+  const int lane = threadIdx.x % kWarp;
+  uint32_t prefix = 0, mask = 0;
+  int64_t need = a.topK;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x)
+      hist[i] = 0;
+    __syncthreads();
+    // Uniform trip count: every lane of a warp reaches the match together.
+    for (int64_t start = 0; start < attended; start += blockDim.x) {
+      const int64_t t = start + threadIdx.x;
+      unsigned digit = 256; // not a candidate
+      if (t < attended) {
+        const uint32_t k = rankKey(a.scores[t]);
+        if ((k & mask) == prefix)
+          digit = (k >> shift) & 255u;
+      }
+      const unsigned peers = __match_any_sync(kFullMask, digit);
+      if (digit < 256 && lane == __ffs(peers) - 1)
+        atomicAdd(&hist[digit], unsigned(__popc(peers)));
+    }
+    __syncthreads();
+    if (threadIdx.x < kWarp) {
+      // Lane l holds digits 255 - 8 l down to 248 - 8 l; the lanes below it
+      // hold the higher digits.
+      unsigned c[8], sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        c[j] = hist[255 - 8 * lane - j];
+        sum += c[j];
+      }
+      unsigned inclusive = sum;
+      for (int d = 1; d < kWarp; d *= 2) {
+        const unsigned below = __shfl_up_sync(kFullMask, inclusive, d);
+        if (lane >= d)
+          inclusive += below;
+      }
+      const int64_t above = int64_t(inclusive - sum);
+      if (above < need && need <= above + int64_t(sum)) {
+        int64_t acc = above;
+        for (int j = 0; j < 8; ++j) {
+          if (acc + int64_t(c[j]) >= need) {
+            foundPrefix = prefix | uint32_t(255 - 8 * lane - j) << shift;
+            foundNeed = need - acc;
+            break;
+          }
+          acc += c[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix = foundPrefix;
+    need = foundNeed;
+    mask |= 255u << shift;
+  }
+  int64_t written = 0, equalSeen = 0;
   for (int64_t start = 0; start < attended; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;
-    const int flag = t < attended ? a.flags[t] : 0;
-    int total = 0;
-    const int slot = blockExclusiveScan(flag, warpTotals, total);
-    if (flag && written + slot < a.topK)
+    const uint32_t k = t < attended ? rankKey(a.scores[t]) : 0u;
+    const int equal = t < attended && k == prefix;
+    int equalTotal = 0;
+    const int equalBefore = blockExclusiveScan(equal, warpTotals, equalTotal);
+    const int chosen =
+        t < attended && (k > prefix || (equal && equalSeen + equalBefore < need));
+    int chosenTotal = 0;
+    const int slot = blockExclusiveScan(chosen, warpTotals, chosenTotal);
+    if (chosen && written + slot < a.topK)
       a.selected[written + slot] = int32_t(t);
-    written += total;
+    written += chosenTotal;
+    equalSeen += equalTotal;
   }
-  if (written > a.topK) // never: exactly min(topK, attended) are flagged
+  if (written > a.topK) // never: exactly topK are chosen
     written = a.topK;
   for (int64_t i = written + threadIdx.x; i < a.topK; i += blockDim.x)
     a.selected[i] = 0;
@@ -1823,15 +1873,15 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
 cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
                              const int32_t *position, int64_t topK, float scale,
-                             float *scores, int32_t *flags, int32_t *selected,
-                             int32_t *count, FaultSink fault, cudaStream_t s) {
+                             float *scores, int32_t *selected, int32_t *count,
+                             FaultSink fault, cudaStream_t s) {
   if (heads < 0 || dim <= 0 || (heads > 0 && (!q || !headWeights)) ||
       !validCache(cache) || cache.width != dim || !position || topK < 0 ||
-      topK > INT32_MAX || !scores || !flags || (topK > 0 && !selected) ||
+      topK > INT32_MAX || !scores || (topK > 0 && !selected) ||
       !count)
     return cudaErrorInvalidValue;
-  IndexerArgs a{q,     heads,  dim,   headWeights, cache, position, topK,
-                scale, scores, flags, selected,    count, fault};
+  IndexerArgs a{q,     heads,  dim,      headWeights, cache, position,
+                topK,  scale,  scores,   selected,    count, fault};
   const unsigned blocks = positionBlocks(cache.positions);
   // Heads across lanes when q fits in shared memory (GLM-5: 32 x 128);
   // one warp per position and head otherwise.
@@ -1852,11 +1902,7 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
       return e;
   }
   if (cudaError_t e =
-          launchStep(indexerFlagsKernel, blocks, kWarpThreads, 0, s, a);
-      e != cudaSuccess)
-    return e;
-  if (cudaError_t e =
-          launchStep(indexerCompactKernel, 1, kSingleBlockThreads, 0, s, a);
+          launchStep(indexerSelectKernel, 1, kSingleBlockThreads, 0, s, a);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -264,12 +264,12 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
 /// relu(q[h] . key[t]) for t in 0..*position; the topK best (ties to the
 /// lower t) written ascending into selected[topK], zeros after them,
 /// *count = min(topK, position + 1). `scores` is scratch of cache.positions
-/// floats, `flags` of cache.positions int32.
+/// floats.
 cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
                              const int32_t *position, int64_t topK, float scale,
-                             float *scores, int32_t *flags, int32_t *selected,
-                             int32_t *count, FaultSink fault, cudaStream_t s);
+                             float *scores, int32_t *selected, int32_t *count,
+                             FaultSink fault, cudaStream_t s);
 
 /// MoE router (CpuKernels.h moeRouter): logits[e] = x . gate row e (gate
 /// [hidden, E]: gate.cols = hidden, gate.rows = E), then sigmoid or

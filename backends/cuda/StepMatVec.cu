@@ -233,6 +233,36 @@ __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
 
 constexpr int64_t kSplitPass = 16 * kWarp;
 
+/// The calling warp's work in a split-layout mat-vec (the items and
+/// split-K of linearKernel, in whole warp passes): item (row group, b) of R
+/// rows n0 .., its part `part` of `splits`, and its passes [first, last).
+struct SplitItem {
+  bool valid;
+  int nrows, part;
+  int64_t b, row, out, first, last;
+};
+
+template <int R>
+__device__ inline SplitItem splitItem(int64_t batch, int64_t rowsPerBatch,
+                                      bool stacked, int splits,
+                                      int64_t passes) {
+  const int warp = threadIdx.x / kWarp;
+  const int itemsPerBlock = int(blockDim.x / kWarp) / splits;
+  const int64_t groups = (rowsPerBatch + R - 1) / R;
+  const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / splits;
+  SplitItem it;
+  it.part = warp % splits;
+  it.valid = item < batch * groups;
+  const int64_t gi = item / batch, n0 = gi * R;
+  it.b = item % batch;
+  it.nrows = it.valid ? int(rowsPerBatch - n0 < R ? rowsPerBatch - n0 : R) : 0;
+  it.row = stacked ? it.b * rowsPerBatch + n0 : n0;
+  it.out = it.b * rowsPerBatch + n0;
+  it.first = passes * it.part / splits;
+  it.last = passes * (it.part + 1) / splits;
+  return it;
+}
+
 struct Q8SplitArgs {
   const int8_t *quants;
   const unsigned short *scales;
@@ -302,21 +332,14 @@ template <int R, bool kAlignedX, bool kNormX = false>
 __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
   allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
-  const int64_t groups = (a.rowsPerBatch + R - 1) / R;
-  const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
-  const int part = warp % a.splits;
-  const bool valid = item < a.batch * groups;
-  // The item's rows and this warp's passes [first, last).
-  const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
-  const int nrows =
-      valid ? int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R) : 0;
-  const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
-  const int64_t out = b * a.rowsPerBatch + n0;
-  const int64_t passes = (a.cols + kSplitPass - 1) / kSplitPass;
-  const int64_t first = passes * part / a.splits,
-                last = passes * (part + 1) / a.splits;
+  const int lane = threadIdx.x % kWarp;
+  const SplitItem it = splitItem<R>(a.batch, a.rowsPerBatch, a.stacked,
+                                    a.splits,
+                                    (a.cols + kSplitPass - 1) / kSplitPass);
+  const bool valid = it.valid;
+  const int nrows = it.nrows, part = it.part;
+  const int64_t b = it.b, row = it.row, out = it.out, first = it.first,
+                last = it.last;
   const int8_t *q0 = a.quants + row * a.cols;
   const unsigned short *d0 = a.scales + row * (a.cols / 32);
   { // this warp's quants and scales, while the predecessor finishes
@@ -477,22 +500,15 @@ __global__ void __launch_bounds__(kThreads) linearKSplitKernel(KSplitArgs a) {
   constexpr int64_t kHighBytes = kQ6 ? 64 : 32;
   allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int lane = threadIdx.x % kWarp;
   const int g = lane / 8, t = lane % 8;
-  const int itemsPerBlock = int(blockDim.x / kWarp) / a.splits;
-  const int64_t groups = (a.rowsPerBatch + R - 1) / R;
-  const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
-  const int part = warp % a.splits;
-  const bool valid = item < a.batch * groups;
-  // The item's rows and this warp's passes [first, last).
-  const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
-  const int nrows =
-      valid ? int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R) : 0;
-  const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
-  const int64_t out = b * a.rowsPerBatch + n0;
-  const int64_t passes = (a.blocks + kKSplitPassBlocks - 1) / kKSplitPassBlocks;
-  const int64_t first = passes * part / a.splits,
-                last = passes * (part + 1) / a.splits;
+  const SplitItem it = splitItem<R>(
+      a.batch, a.rowsPerBatch, a.stacked, a.splits,
+      (a.blocks + kKSplitPassBlocks - 1) / kKSplitPassBlocks);
+  const bool valid = it.valid;
+  const int nrows = it.nrows, part = it.part;
+  const int64_t b = it.b, row = it.row, out = it.out, first = it.first,
+                last = it.last;
   // Row `row` of each plane.
   const uint8_t *q0 = a.quants + row * a.blocks * 128;
   const uint8_t *s0 = a.scales + row * a.blocks * 16;

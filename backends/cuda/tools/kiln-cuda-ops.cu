@@ -990,7 +990,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
   const int64_t heads = 8, dim = 128, positions = 2000;
   const float scale = 0.25f;
   DeviceArray<float> scores(positions);
-  DeviceArray<int32_t> flags(positions), dpos(1), dcount(1);
+  DeviceArray<int32_t> dpos(1), dcount(1);
 
   struct Case {
     kc::CacheType type;
@@ -1064,8 +1064,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     Fault fault;
     run(kc::launchDsaIndexer(dq.get(), heads, dim, dw.get(), cache.dev(),
                              dpos.get(), c.topK, scale, scores.get(),
-                             flags.get(), dsel.get(), dcount.get(),
-                             fault.sink(), nullptr));
+                             dsel.get(), dcount.get(), fault.sink(), nullptr));
     r.line("dsa_indexer",
            fmtText("%s 8x128, pos %d, top %lld%s", cacheName(c.type),
                    c.position, (long long)c.topK, note.c_str()),
@@ -1084,7 +1083,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
   dpos.upload({int32_t(positions)});
   Fault fault;
   run(kc::launchDsaIndexer(dq.get(), heads, dim, dw.get(), cache.dev(),
-                           dpos.get(), 16, scale, scores.get(), flags.get(),
+                           dpos.get(), 16, scale, scores.get(),
                            dsel.get(), dcount.get(), fault.sink(), nullptr));
   r.line("dsa_indexer fault", "position 2000 of 2000",
          faultMismatch(fault.read(), kc::FaultCode::PositionOutOfRange,
@@ -1630,21 +1629,37 @@ void benchOps() {
   CHECK_CUDA(kc::launchFillRandomCache(k, 6, stream));
   DeviceArray<float> q(normals(rng, 32 * 128, 1.0)), hw(normals(rng, 32, 1.0)),
       scores(positions);
-  DeviceArray<int32_t> flags(positions), chosen(2048), count(1);
+  DeviceArray<int32_t> chosen(2048), count(1);
   report("dsa_indexer 32x128, top 2048 at 1024",
          timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(),
-                                       2048, 0.1f, scores.get(), flags.get(),
+                                       2048, 0.1f, scores.get(),
                                        chosen.get(), count.get(), fault.sink(),
                                        s);
          }));
   report("dsa_indexer 32x128, top 256 at 1024",
          timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(),
-                                       256, 0.1f, scores.get(), flags.get(),
+                                       256, 0.1f, scores.get(),
                                        chosen.get(), count.get(), fault.sink(),
                                        s);
          }));
+  {
+    // GLM-5 at 16k positions: the top 2,048 of 16,384.
+    constexpr int64_t kLong = 16384;
+    DeviceArray<uint16_t> longKeys(kLong * 128);
+    kc::DeviceCache lk{longKeys.get(), kc::CacheType::F16, kLong, 128};
+    CHECK_CUDA(kc::launchFillRandomCache(lk, 9, stream));
+    DeviceArray<int32_t> last(std::vector<int32_t>{int32_t(kLong - 1)});
+    DeviceArray<float> longScores(kLong);
+    report("dsa_indexer 32x128, top 2048 at 16384",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), lk,
+                                         last.get(), 2048, 0.1f,
+                                         longScores.get(), chosen.get(),
+                                         count.get(), fault.sink(), s);
+           }));
+  }
   DeviceArray<float> v(normals(rng, 6144, 1.0)), w(normals(rng, 6144, 1.0)),
       y(6144), sum(6144), qrow(normals(rng, heads * 192, 1.0));
   report("rope 8x192 (64 rotated)", timeInGraph(stream, [&](cudaStream_t s) {
