@@ -1,4 +1,4 @@
-//===- PluginSupport.h - What every backend plugin's C entry points share -*- C++ -*-===//
+//===- PluginSupport.h - What the plugins' entry points share ---*- C++ -*-===//
 //
 // The error plumbing of a plugin: Status/Expected propagation macros, the
 // guard every C entry point runs its body in (an error or an exception
