@@ -11,6 +11,8 @@
 #
 # Then on the GPU host: utils/gpu-test.sh (it finds gpu-pack/).
 # KILN_PACK_ARCH=sm_XX: the GPU host's architecture (default sm_90).
+# KILN_PACK_TPS="2 4 8": the small models' tensor-parallel artifacts
+# besides tp=1 (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KILN_BUILD_DIR:-build}
@@ -36,6 +38,9 @@ m=$pack/models
 # The artifacts carry the kernel images of the architectures they are
 # compiled for: only the GPU host's, to keep the pack small.
 pack_arch=${KILN_PACK_ARCH:-sm_90}
+# The tensor-parallel widths of the small models' artifacts (tp=1 always):
+# KILN_PACK_TPS="2 4 8" for a host with eight GPUs.
+pack_tps="1 ${KILN_PACK_TPS:-2}"
 synth() { "$bin/kiln-gguf" synth "$@" --quiet; }
 compile() { "$bin/kiln-compile" "$@" 2>/dev/null; }
 
@@ -46,7 +51,7 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
   local name=$1 cache=$2; shift 2
   synth "$m/$name-meta.gguf" "$@" --metadata-only
   for target in cpu cuda; do
-    for tp in 1 2; do
+    for tp in $pack_tps; do
       t=$target; [ "$target" = cuda ] && t=cuda:$pack_arch
       compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
         --cache-type "$cache" -o "$m/$name.$target.tp$tp.kiln"

@@ -12,8 +12,9 @@
 #      tp=1, compute-sanitizer (test/python/test_cuda_backend.py);
 #   5. benchmarks on random weights: GLM-5 rank 0 of tp=8 alone on one GPU
 #      (graph and eager, context 1024; graph at 16,384; the step without
-#      each op kind), in-graph all-reduce latency, and with two GPUs GLM-5
-#      (40 layers) at tp=2.
+#      each op kind), in-graph all-reduce latency, with two GPUs GLM-5
+#      (40 layers) at tp=2, and with eight GLM-5 at tp=8 (1k and 16k, graph
+#      and eager, and without NCCL for the collectives' share).
 # Without a pack it builds the MLIR-free half here and runs 1-3.
 #
 #   KILN_GPU_PACK=DIR        the pack (default: gpu-pack)
@@ -107,6 +108,23 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step omit-glm5-tp8-rank0 omit_table
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 3 --profile
+  if [ "$gpus" -ge 8 ]; then
+    # The deployment itself: GLM-5 at tp=8 on eight GPUs, NCCL in the graph;
+    # the same step with every collective local (no NCCL) gives the share
+    # the collectives take.
+    step allreduce-8 "$bin/kiln-allreduce" --gpus 8
+    step bench-glm5-tp8-graph run "$m/glm5.cuda.tp8.kiln" --bench \
+      --context 1024 --steps 30
+    step bench-glm5-tp8-eager run "$m/glm5.cuda.tp8.kiln" --bench \
+      --context 1024 --steps 10 --eager
+    step bench-glm5-tp8-graph-16k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
+      --context 16384 --steps 20
+    step bench-glm5-tp8-graph-16k-eager run "$m/glm5-16k.cuda.tp8.kiln" \
+      --bench --context 16384 --steps 10 --eager
+    step bench-glm5-tp8-graph-nonccl env KILN_CUDA_LOCAL_COLLECTIVES=1 \
+      "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+      --bench --context 1024 --steps 30
+  fi
   if [ "$gpus" -ge 2 ]; then
     step allreduce "$bin/kiln-allreduce" --gpus 2
     step bench-glm5-l40-tp2-graph run "$m/glm5-l40.cuda.tp2.kiln" --bench \

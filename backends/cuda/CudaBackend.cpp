@@ -182,6 +182,10 @@ struct CudaRank {
   uint32_t ranks = 1; ///< ranks of the artifact
   int device = 0;
   bool simulate = false; ///< alone, collectives replaced by local traffic
+  /// Every collective replaced by its local traffic on every rank of a real
+  /// group too (KILN_CUDA_LOCAL_COLLECTIVES=1; measuring only: what the
+  /// step costs without NCCL).
+  bool localCollectives = false;
   bool overlap = true;   ///< programmatic dependent launch (Launch.cuh)
   int maxBranches = 4;   ///< parallel branches of a captured step
   /// Op kinds left out of every step (KILN_CUDA_OMIT; measuring only).
@@ -449,12 +453,12 @@ Expected<Launch> OpBinder::collective() {
   case OpKind::AllReduceAddRmsNorm: {
     bool fused = d_.kind == OpKind::AllReduceAddRmsNorm;
     uint64_t n = uint64_t(d_.rows * d_.n);
-    bool simulate = rank_.simulate;
+    bool simulate = rank_.simulate || rank_.localCollectives;
     const float *x = f32In(0);
     // The fused op reduces into scratch (its input is read-only).
     float *reduced = f32Out(0);
-    if (fused || (rank_.simulate && ranks > 1)) {
-      KILN_ASSIGN(s, rank_.scratchFloats(rank_.simulate ? 2 * n : n));
+    if (fused || (simulate && ranks > 1)) {
+      KILN_ASSIGN(s, rank_.scratchFloats(simulate ? 2 * n : n));
       reduced = s;
     }
     const float *w = nullptr;
@@ -509,7 +513,7 @@ Expected<Launch> OpBinder::collective() {
       KILN_ASSIGN(s, rank_.scratchFloats(part * uint64_t(ranks)));
       gathered = s;
     }
-    bool simulate = rank_.simulate;
+    bool simulate = rank_.simulate || rank_.localCollectives;
     return Launch([=](cudaStream_t s) -> Status {
       if (nccl && !simulate) {
         KILN_TRY(ncclCheck(
@@ -534,7 +538,7 @@ Expected<Launch> OpBinder::collective() {
     int64_t n = d_.n;
     KILN_ASSIGN(buf, rank_.scratchFloats(2 * uint64_t(ranks)));
     auto *candidates = reinterpret_cast<ArgmaxCandidate *>(buf);
-    bool simulate = rank_.simulate;
+    bool simulate = rank_.simulate || rank_.localCollectives;
     int32_t base = int32_t(int64_t(rank_.index) * n);
     uint32_t me = rank_.index;
     return Launch([=](cudaStream_t s) -> Status {
@@ -1002,17 +1006,32 @@ Status fillStates(CudaRank &rank, uint64_t positions, uint64_t seed) {
 /// routed and shared experts) needs three; more only fork idle streams.
 constexpr int kMaxBranches = 4;
 
-/// Three switches for measuring what each graph feature and op kind costs
+/// Switches for measuring what each graph feature, op kind and NCCL costs
 /// (docs/cuda.md): KILN_CUDA_PDL=0 turns overlapped launches off,
 /// KILN_CUDA_BRANCHES=N caps the parallel branches (1: the step in list
 /// order), KILN_CUDA_OMIT=kind,kind leaves every op of those kinds out of
 /// the step (its outputs keep whatever they held: the step's results are
-/// then meaningless, its time is what the other ops cost).
+/// then meaningless, its time is what the other ops cost),
+/// KILN_CUDA_LOCAL_COLLECTIVES=1 runs every collective as a simulated rank
+/// does (its ring traffic in a local kernel, no NCCL).
 Status readGraphSwitches(bool &overlap, int &branches,
-                         std::set<std::string, std::less<>> &omit) {
+                         std::set<std::string, std::less<>> &omit,
+                         bool &localCollectives) {
   overlap = true;
   branches = kMaxBranches;
   omit.clear();
+  localCollectives = false;
+  if (const char *v = std::getenv("KILN_CUDA_LOCAL_COLLECTIVES")) {
+    std::string t = v;
+    if (t != "0" && t != "1")
+      return Error("KILN_CUDA_LOCAL_COLLECTIVES", t, "expected 0 or 1");
+    localCollectives = t == "1";
+    if (localCollectives)
+      std::fprintf(stderr,
+                   "cuda backend: KILN_CUDA_LOCAL_COLLECTIVES=1: every "
+                   "collective moves its traffic locally, without NCCL; the "
+                   "step's results are not valid (for measuring only)\n");
+  }
   if (const char *v = std::getenv("KILN_CUDA_OMIT")) {
     std::string_view t = v;
     while (!t.empty()) {
@@ -1427,7 +1446,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   bool overlap = true;
   int branches = kMaxBranches;
   std::set<std::string, std::less<>> omit;
-  KILN_TRY(readGraphSwitches(overlap, branches, omit));
+  bool localCollectives = false;
+  KILN_TRY(readGraphSwitches(overlap, branches, omit, localCollectives));
   if (!random && (!weights || weightCount != a.weights.size()))
     return Error("artifact", "weights",
                  fmt::format("{} weight buffers given for {} bindings",
@@ -1487,6 +1507,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->overlap = overlap;
     rank->maxBranches = branches;
     rank->omit = omit;
+    rank->localCollectives = localCollectives;
     rank->nccl = nccl;
     rank->where =
         fmt::format("cuda rank {} (GPU {})", rank->index, rank->device);

@@ -118,6 +118,10 @@ environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_OMIT=K1,K2     leave every op of kinds K1, K2 (rms_norm, rope,
                            ...) out of the step: what they cost on the
                            step's critical path (results are NOT valid)
+  KILN_CUDA_LOCAL_COLLECTIVES=1
+                           every collective moves its ring traffic locally,
+                           without NCCL: the step's cost without NCCL
+                           (results are NOT valid)
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 

@@ -18,7 +18,8 @@ logits of every position kept):
     top-2, relative to max |logit|) exceeds twice that tolerance (GLM5.md
     section 7: a smaller gap may flip on rounding alone);
   * graph replay vs --eager: bit-identical;
-  * tp=2 on two GPUs vs tp=1: within the same tolerance, same argmax rule;
+  * tp=N on N GPUs (2, and 4 and 8 where the host has the GPUs and the pack
+    the artifacts) vs tp=1: within the same tolerance, same argmax rule;
   * greedy generation on CUDA equals the CPU's up to the first step whose
     CPU decision gap does not clear the rule;
   * compute-sanitizer memcheck on the tiny model: no errors.
@@ -176,19 +177,26 @@ class Checks:
                            f"{np.max(np.abs(graph - eager)):.1e} | bit-identical"
                            f" | - | {'PASS' if identical else 'FAIL'} |")
         self.check(identical, f"{model} graph vs eager")
-        if gpu_count() >= 2:
-            tp2 = logits(self.pack, self.art(model, "cuda", 2), gguf, toks,
-                         self.work / f"{model}-tp2.npy")
-            self.check(compare(f"{model}: cuda tp2 (2 GPUs) vs cuda tp1", tp2,
-                               graph, tol, self.report), f"{model} tp2")
-            tp2e = logits(self.pack, self.art(model, "cuda", 2), gguf, toks,
-                          self.work / f"{model}-tp2e.npy", ["--eager"])
-            same = np.array_equal(tp2, tp2e)
-            self.report.append(f"| {model}: tp2 graph vs --eager | "
-                               f"{np.max(np.abs(tp2 - tp2e)):.1e} | "
+        # tp = N on N GPUs against tp = 1, for every N the host has GPUs
+        # for and the pack has an artifact for (utils/gpu-pack.sh
+        # KILN_PACK_TPS).
+        for tp in (2, 4, 8):
+            art = self.art(model, "cuda", tp)
+            if gpu_count() < tp or not art.exists():
+                continue
+            part = logits(self.pack, art, gguf, toks,
+                          self.work / f"{model}-tp{tp}.npy")
+            self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs) vs cuda tp1",
+                               part, graph, tol, self.report),
+                       f"{model} tp{tp}")
+            parte = logits(self.pack, art, gguf, toks,
+                           self.work / f"{model}-tp{tp}e.npy", ["--eager"])
+            same = np.array_equal(part, parte)
+            self.report.append(f"| {model}: tp{tp} graph vs --eager | "
+                               f"{np.max(np.abs(part - parte)):.1e} | "
                                f"bit-identical | - | "
                                f"{'PASS' if same else 'FAIL'} |")
-            self.check(same, f"{model} tp2 graph vs eager")
+            self.check(same, f"{model} tp{tp} graph vs eager")
         return cpu
 
     def greedy(self, model):
