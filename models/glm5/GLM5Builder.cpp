@@ -249,7 +249,7 @@ Value StepBuilder::feedForward(Value f, const std::string &p, uint64_t layer,
   auto router = kd::MoERouterOp::create(
       b_, loc_, ids, weights, f, gate, bias,
       b_.getI64IntegerAttr(int64_t(d_.expertsUsed)),
-      b_.getStringAttr("sigmoid"), b_.getBoolAttr(true),
+      b_.getStringAttr("sigmoid"), b_.getBoolAttr(d_.weightsNorm),
       f32Attr(d_.routedScale));
   SmallVector<Value> experts;
   if (fusedGateUp) {

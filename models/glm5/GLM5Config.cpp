@@ -30,6 +30,20 @@ public:
     return *n;
   }
 
+  /// An optional boolean key: `absent` when the file lacks it.
+  bool flag(std::string_view key, bool absent) {
+    std::string full = fmt::format("glm-dsa.{}", key);
+    const gguf::Value *v = model_.find(full);
+    if (!v)
+      return absent;
+    std::optional<bool> b = v->asBool();
+    if (!b)
+      return fail(full, fmt::format("expected a bool, got {}",
+                                    gguf::valueTypeName(v->type()))),
+             absent;
+    return *b;
+  }
+
   double real(std::string_view key) {
     std::string full = fmt::format("glm-dsa.{}", key);
     const gguf::Value *v = model_.find(full);
@@ -89,6 +103,9 @@ Expected<GLM5Dims> dimsFromGGUF(const gguf::GGUFModel &model) {
   d.ropeTheta = r.real("rope.freq_base");
   d.rmsEps = r.real("attention.layer_norm_rms_epsilon");
   d.routedScale = r.real("expert_weights_scale");
+  // Absent, llama.cpp leaves the weights unnormalised; GLM-5's files say
+  // true.
+  d.weightsNorm = r.flag("expert_weights_norm", false);
   uint64_t gating = r.count("expert_gating_func");
   if (r.error())
     return *r.error();
@@ -188,9 +205,8 @@ Expected<GLM5Dims> dimsFromConfigJson(const std::string &path) {
   if (std::optional<llvm::StringRef> scoring = root->getString("scoring_func");
       scoring && *scoring != "sigmoid")
     fail("scoring_func", fmt::format("'{}' is not sigmoid", scoring->str()));
-  if (std::optional<bool> norm = root->getBoolean("norm_topk_prob");
-      norm && !*norm)
-    fail("norm_topk_prob", "false is not supported (GLM-5 renormalises)");
+  // norm_topk_prob (GLM-5: true, the default of its configuration class).
+  d.weightsNorm = root->getBoolean("norm_topk_prob").value_or(true);
   for (llvm::StringRef key : {"n_group", "topk_group"})
     if (std::optional<int64_t> g = root->getInteger(key); g && *g != 1)
       fail(key.str(), fmt::format("{} groups are not supported (GLM-5 uses 1)",

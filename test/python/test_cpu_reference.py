@@ -107,3 +107,34 @@ def test_greedy_tokens(tmp_path, seed, mix):
                     prompt[0], "-n", STEPS, "--ignore-eos", "--json")
     got = json.loads(proc.stdout)["tokens"]
     assert got == want
+
+
+def test_unnormalised_expert_weights(tmp_path):
+    """A file with expert_weights_norm = false: the router keeps the chosen
+    experts' weights as they are (llama.cpp's rule, and the reference's). The
+    same comparison as above, f32 caches; and the step says normalize =
+    false where the default file says true."""
+    seed = 3
+    gguf = tmp_path / "unnormalised.gguf"
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", seed,
+             "--mix", "f32", "--indexer-top-k", TOP_K,
+             "--no-expert-weights-norm", "--quiet")
+    mlir = run_tool("kiln-compile", gguf, "--emit=mlir", "-o", "-").stdout
+    assert "normalize = false" in mlir and "normalize = true" not in mlir
+    art = tmp_path / "unnormalised.kiln"
+    run_tool("kiln-compile", gguf, "--target=cpu", "--context", CONTEXT,
+             "--cache-type", "f32", "-o", art)
+    rng = np.random.default_rng(seed)
+    tokens = [int(t) for t in rng.integers(0, 1024, STEPS)]
+    print(f"seed {seed}, tokens {tokens[:8]}...")
+    ref = GLM5Reference(gguf, cache_dtype=np.float64)
+    assert not ref.hp["weights_norm"]
+    want, _ = ref.run(tokens)
+    got = kiln_logits(tmp_path, art, gguf, tokens)
+    err = relative(got, want)
+    print(f"  max relative error {err.max():.2e}")
+    assert err.max() <= STRICT
+    # The normalised file's logits differ: the flag reached the router.
+    normal, _ = build(tmp_path, seed, "f32", "f32")
+    normalised, _ = GLM5Reference(normal, cache_dtype=np.float64).run(tokens)
+    assert not np.allclose(normalised, want)

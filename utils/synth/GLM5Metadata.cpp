@@ -50,7 +50,7 @@ gguf::Metadata glm5Metadata(const GLM5Dims &d, const SynthTokenizer &tok,
   arch("expert_group_count", u32(1));
   arch("expert_group_used_count", u32(1));
   arch("expert_weights_scale", Value::f32(float(d.routedScale)));
-  arch("expert_weights_norm", Value::boolean(true));
+  arch("expert_weights_norm", Value::boolean(d.weightsNorm));
   arch("expert_gating_func", u32(2)); // sigmoid
 
   put("tokenizer.ggml.model", Value::string("gpt2"));

@@ -46,6 +46,9 @@ struct GLM5Dims {
   double ropeTheta = 1e6;
   double rmsEps = 1e-5;
   double routedScale = 2.5;
+  /// Whether the router divides the chosen experts' weights by their sum
+  /// (`expert_weights_norm`; GLM-5: true).
+  bool weightsNorm = true;
 };
 
 /// The named presets: "tiny", "small", "glm5".

@@ -42,6 +42,8 @@ options:
   --split N                  write N files OUT-0000k-of-0000N.gguf
   --shuffle                  random tensor order (same tensors, same bytes)
   --fused-gate-up            one ffn_gate_up_exps tensor (gate rows first)
+  --no-expert-weights-norm   expert_weights_norm = false: the router keeps
+                             the chosen experts' weights unnormalised
   --metadata-only            full-length file whose tensor data is a hole
                              (sparse: no disk used)
   --alignment N              data alignment, a power of two (default 32)
@@ -59,6 +61,7 @@ struct Options {
   uint64_t split = 1;
   bool shuffle = false;
   bool fusedGateUp = false;
+  bool noWeightsNorm = false;
   bool metadataOnly = false;
   uint64_t alignment = 32;
   bool quiet = false;
@@ -98,6 +101,7 @@ int run(const Options &opt) {
   Expected<GLM5Dims> dims = presetDims(opt.preset);
   if (!dims)
     return fail(dims.error());
+  dims->weightsNorm = !opt.noWeightsNorm;
   for (const auto &[name, value] : opt.dimOverrides)
     if (Status s = overrideDim(*dims, name, value); !s)
       return fail(s.error());
@@ -279,6 +283,8 @@ int runSynthCommand(int argc, char **argv) {
       opt.shuffle = true;
     } else if (arg == "--fused-gate-up") {
       opt.fusedGateUp = true;
+    } else if (arg == "--no-expert-weights-norm") {
+      opt.noWeightsNorm = true;
     } else if (arg == "--metadata-only") {
       opt.metadataOnly = true;
     } else if (arg == "--quiet") {
