@@ -30,6 +30,13 @@ public:
     return *n;
   }
 
+  /// An optional count: empty when the file lacks it.
+  std::optional<uint64_t> optionalCount(std::string_view key) {
+    if (!model_.find(fmt::format("glm-dsa.{}", key)))
+      return std::nullopt;
+    return count(key);
+  }
+
   /// An optional boolean key: `absent` when the file lacks it.
   bool flag(std::string_view key, bool absent) {
     std::string full = fmt::format("glm-dsa.{}", key);
@@ -107,8 +114,33 @@ Expected<GLM5Dims> dimsFromGGUF(const gguf::GGUFModel &model) {
   // true.
   d.weightsNorm = r.flag("expert_weights_norm", false);
   uint64_t gating = r.count("expert_gating_func");
+  // Group-limited routing (DeepSeek-V3's) is not GLM-5's: one group.
+  const std::optional<uint64_t> groups = r.optionalCount("expert_group_count"),
+                                groupsUsed =
+                                    r.optionalCount("expert_group_used_count");
+  // The redundant MLA keys, where present, must agree (GLM5.md section 3).
+  const std::optional<uint64_t> keyLength =
+                                    r.optionalCount("attention.key_length"),
+                                valueLength =
+                                    r.optionalCount("attention.value_length");
   if (r.error())
     return *r.error();
+  for (const auto &[key, n] :
+       {std::pair{"glm-dsa.expert_group_count", groups},
+        std::pair{"glm-dsa.expert_group_used_count", groupsUsed}})
+    if (n && *n != 1)
+      return Error(r.file(), key,
+                   fmt::format("{} groups are not supported (GLM-5 routes "
+                               "over one group)",
+                               *n));
+  if (keyLength && *keyLength != d.kvLoraRank + d.qkRopeDim)
+    return Error(r.file(), "glm-dsa.attention.key_length",
+                 fmt::format("{} is not kv_lora_rank {} + rope dims {}",
+                             *keyLength, d.kvLoraRank, d.qkRopeDim));
+  if (valueLength && *valueLength != d.kvLoraRank)
+    return Error(r.file(), "glm-dsa.attention.value_length",
+                 fmt::format("{} is not kv_lora_rank {}", *valueLength,
+                             d.kvLoraRank));
   if (gating != 2)
     return Error(r.file(), "glm-dsa.expert_gating_func",
                  fmt::format("{} is not 2 (sigmoid), the only gating GLM-5 "

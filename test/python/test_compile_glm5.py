@@ -127,6 +127,37 @@ def test_metadata_that_disagrees_with_the_tensors(tiny, tmp_path):
     assert "blk.5.attn_norm.weight: missing" in msg, msg
 
 
+@pytest.mark.parametrize("key,value,message", [
+    # Group-limited routing (DeepSeek-V3's) would be silently wrong.
+    ("glm-dsa.expert_group_count", 8,
+     "glm-dsa.expert_group_count: 8 groups are not supported (GLM-5 routes "
+     "over one group)"),
+    ("glm-dsa.expert_group_used_count", 4,
+     "glm-dsa.expert_group_used_count: 4 groups are not supported (GLM-5 "
+     "routes over one group)"),
+    # The redundant MLA keys must agree with the ones Kiln builds from.
+    ("glm-dsa.attention.key_length", 77,
+     "glm-dsa.attention.key_length: 77 is not kv_lora_rank 64 + rope dims 16"),
+    ("glm-dsa.attention.value_length", 63,
+     "glm-dsa.attention.value_length: 63 is not kv_lora_rank 64"),
+])
+def test_metadata_kiln_cannot_honour(tiny, tmp_path, key, value, message):
+    msg = compile_error(rewrite(tiny, tmp_path / "g.gguf",
+                                set_keys={key: value}))
+    assert msg.endswith(message), msg
+
+
+def test_expert_weights_norm_absent_means_unnormalised(tiny, tmp_path):
+    """llama.cpp's rule (and the numpy reference's): without the key the
+    router does not renormalise; with it, as it says."""
+    absent = run_tool("kiln-compile", rewrite(
+        tiny, tmp_path / "n.gguf", drop_keys={"glm-dsa.expert_weights_norm"}),
+        "--emit=mlir", "-o", "-").stdout
+    assert "normalize = false" in absent and "normalize = true" not in absent
+    present = run_tool("kiln-compile", tiny, "--emit=mlir", "-o", "-").stdout
+    assert "normalize = true" in present and "normalize = false" not in present
+
+
 @pytest.mark.parametrize("target,expected", [
     ("cuda", "sm_90,sm_100,sm_120"),
     ("cuda:sm_90,sm_120", "sm_90,sm_120"),
