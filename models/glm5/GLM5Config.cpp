@@ -37,6 +37,19 @@ public:
     return count(key);
   }
 
+  /// An optional string key: empty when the file lacks it.
+  std::optional<std::string> optionalString(std::string_view key) {
+    std::string full = fmt::format("glm-dsa.{}", key);
+    const gguf::Value *v = model_.find(full);
+    if (!v)
+      return std::nullopt;
+    if (const std::string *text = v->asString())
+      return *text;
+    fail(full, fmt::format("expected a string, got {}",
+                           gguf::valueTypeName(v->type())));
+    return std::nullopt;
+  }
+
   /// An optional boolean key: `absent` when the file lacks it.
   bool flag(std::string_view key, bool absent) {
     std::string full = fmt::format("glm-dsa.{}", key);
@@ -118,6 +131,10 @@ Expected<GLM5Dims> dimsFromGGUF(const gguf::GGUFModel &model) {
   const std::optional<uint64_t> groups = r.optionalCount("expert_group_count"),
                                 groupsUsed =
                                     r.optionalCount("expert_group_used_count");
+  // MLA keeps one latent key/value head; Kiln ropes without scaling.
+  const std::optional<uint64_t> kvHeads =
+      r.optionalCount("attention.head_count_kv");
+  const std::optional<std::string> scaling = r.optionalString("rope.scaling.type");
   // The redundant MLA keys, where present, must agree (GLM5.md section 3).
   const std::optional<uint64_t> keyLength =
                                     r.optionalCount("attention.key_length"),
@@ -133,6 +150,14 @@ Expected<GLM5Dims> dimsFromGGUF(const gguf::GGUFModel &model) {
                    fmt::format("{} groups are not supported (GLM-5 routes "
                                "over one group)",
                                *n));
+  if (kvHeads && *kvHeads != 1)
+    return Error(r.file(), "glm-dsa.attention.head_count_kv",
+                 fmt::format("{} is not 1 (MLA's one latent head)", *kvHeads));
+  if (scaling && *scaling != "none")
+    return Error(r.file(), "glm-dsa.rope.scaling.type",
+                 fmt::format("'{}' rope scaling is not supported (GLM-5 uses "
+                             "none)",
+                             *scaling));
   if (keyLength && *keyLength != d.kvLoraRank + d.qkRopeDim)
     return Error(r.file(), "glm-dsa.attention.key_length",
                  fmt::format("{} is not kv_lora_rank {} + rope dims {}",
@@ -243,6 +268,24 @@ Expected<GLM5Dims> dimsFromConfigJson(const std::string &path) {
     if (std::optional<int64_t> g = root->getInteger(key); g && *g != 1)
       fail(key.str(), fmt::format("{} groups are not supported (GLM-5 uses 1)",
                                   *g));
+  // Kiln ropes interleaved pairs with no scaling (GLM5.md section 1).
+  for (llvm::StringRef key : {"rope_interleave", "indexer_rope_interleave"})
+    if (std::optional<bool> b = root->getBoolean(key); b && !*b)
+      fail(key.str(), "false (half-split rope) is not supported (GLM-5 ropes "
+                      "interleaved pairs)");
+  for (const llvm::json::Object *o :
+       {root, root->getObject("rope_parameters")}) {
+    if (!o)
+      continue;
+    if (std::optional<llvm::StringRef> t = o->getString("rope_type");
+        t && *t != "default")
+      fail("rope_type", fmt::format("'{}' rope scaling is not supported "
+                                    "(GLM-5 uses none)",
+                                    t->str()));
+  }
+  if (const llvm::json::Value *scaling = root->get("rope_scaling");
+      scaling && scaling->kind() != llvm::json::Value::Null)
+    fail("rope_scaling", "rope scaling is not supported (GLM-5 uses none)");
   if (error)
     return *error;
   if (Status s = synth::validateDims(d); !s)

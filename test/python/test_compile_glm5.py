@@ -21,11 +21,14 @@ def tiny(tmp_path_factory):
 
 
 def rewrite(src, dst, drop_keys=(), set_keys=None, drop=(), replace=None,
-            add=None):
-    """Copies `src` to `dst` through gguf-py, changing what is asked."""
+            add=None, add_keys=None):
+    """Copies `src` to `dst` through gguf-py, changing what is asked
+    (add_keys: new keys, {name: (value, GGUFValueType)})."""
     r = GGUFReader(src)
     w = GGUFWriter(str(dst), arch=None)
     set_keys = set_keys or {}
+    for key, (value, vtype) in (add_keys or {}).items():
+        w.add_key_value(key, value, vtype)
     for key, f in r.fields.items():
         if key.startswith("GGUF.") or key in drop_keys:
             continue
@@ -140,11 +143,32 @@ def test_metadata_that_disagrees_with_the_tensors(tiny, tmp_path):
      "glm-dsa.attention.key_length: 77 is not kv_lora_rank 64 + rope dims 16"),
     ("glm-dsa.attention.value_length", 63,
      "glm-dsa.attention.value_length: 63 is not kv_lora_rank 64"),
+    ("glm-dsa.attention.head_count_kv", 2,
+     "glm-dsa.attention.head_count_kv: 2 is not 1 (MLA's one latent head)"),
 ])
 def test_metadata_kiln_cannot_honour(tiny, tmp_path, key, value, message):
     msg = compile_error(rewrite(tiny, tmp_path / "g.gguf",
                                 set_keys={key: value}))
     assert msg.endswith(message), msg
+
+
+@pytest.mark.parametrize("key,value,vtype,message", [
+    ("glm-dsa.rope.scaling.type", "yarn", GGUFValueType.STRING,
+     "glm-dsa.rope.scaling.type: 'yarn' rope scaling is not supported "
+     "(GLM-5 uses none)"),
+    ("glm-dsa.rope.scaling.type", 3, GGUFValueType.UINT32,
+     "glm-dsa.rope.scaling.type: expected a string, got uint32"),
+])
+def test_rope_scaling_is_refused(tiny, tmp_path, key, value, vtype, message):
+    msg = compile_error(rewrite(tiny, tmp_path / "y.gguf",
+                                add_keys={key: (value, vtype)}))
+    assert msg.endswith(message), msg
+
+
+def test_rope_scaling_none_is_accepted(tiny, tmp_path):
+    path = rewrite(tiny, tmp_path / "none.gguf", add_keys={
+        "glm-dsa.rope.scaling.type": ("none", GGUFValueType.STRING)})
+    run_tool("kiln-compile", path, "--emit=mlir", "-o", "/dev/null")
 
 
 def test_expert_weights_norm_absent_means_unnormalised(tiny, tmp_path):
