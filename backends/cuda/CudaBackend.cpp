@@ -1014,24 +1014,33 @@ constexpr int kMaxBranches = 4;
 /// then meaningless, its time is what the other ops cost),
 /// KILN_CUDA_LOCAL_COLLECTIVES=1 runs every collective as a simulated rank
 /// does (its ring traffic in a local kernel, no NCCL).
-Status readGraphSwitches(bool &overlap, int &branches,
-                         std::set<std::string, std::less<>> &omit,
-                         bool &localCollectives) {
-  overlap = true;
-  branches = kMaxBranches;
-  omit.clear();
-  localCollectives = false;
-  if (const char *v = std::getenv("KILN_CUDA_LOCAL_COLLECTIVES")) {
-    std::string t = v;
-    if (t != "0" && t != "1")
-      return Error("KILN_CUDA_LOCAL_COLLECTIVES", t, "expected 0 or 1");
-    localCollectives = t == "1";
-    if (localCollectives)
-      std::fprintf(stderr,
-                   "cuda backend: KILN_CUDA_LOCAL_COLLECTIVES=1: every "
-                   "collective moves its traffic locally, without NCCL; the "
-                   "step's results are not valid (for measuring only)\n");
-  }
+struct GraphSwitches {
+  bool overlap = true;
+  int branches = kMaxBranches;
+  std::set<std::string, std::less<>> omit;
+  bool localCollectives = false;
+};
+
+/// Environment variable `name` as 0 or 1 (`unset` when it is not set).
+Expected<bool> readFlag(const char *name, bool unset) {
+  const char *v = std::getenv(name);
+  if (!v)
+    return unset;
+  std::string t = v;
+  if (t != "0" && t != "1")
+    return Error(name, t, "expected 0 or 1");
+  return t == "1";
+}
+
+Expected<GraphSwitches> readGraphSwitches() {
+  GraphSwitches g;
+  KILN_ASSIGN(local, readFlag("KILN_CUDA_LOCAL_COLLECTIVES", false));
+  g.localCollectives = local;
+  if (g.localCollectives)
+    std::fprintf(stderr,
+                 "cuda backend: KILN_CUDA_LOCAL_COLLECTIVES=1: every "
+                 "collective moves its traffic locally, without NCCL; the "
+                 "step's results are not valid (for measuring only)\n");
   if (const char *v = std::getenv("KILN_CUDA_OMIT")) {
     std::string_view t = v;
     while (!t.empty()) {
@@ -1040,32 +1049,28 @@ Status readGraphSwitches(bool &overlap, int &branches,
       if (!backend::isOpKindName(kind))
         return Error("KILN_CUDA_OMIT", std::string(kind),
                      "not an op kind of a step (rms_norm, linear, ...)");
-      omit.emplace(kind);
+      g.omit.emplace(kind);
       t = comma == std::string_view::npos ? std::string_view()
                                           : t.substr(comma + 1);
     }
-    if (!omit.empty())
+    if (!g.omit.empty())
       std::fprintf(stderr,
                    "cuda backend: KILN_CUDA_OMIT=%s: those ops are left out "
                    "of every step; its results are not valid (for measuring "
                    "only)\n",
                    v);
   }
-  if (const char *v = std::getenv("KILN_CUDA_PDL")) {
-    std::string t = v;
-    if (t != "0" && t != "1")
-      return Error("KILN_CUDA_PDL", t, "expected 0 or 1");
-    overlap = t == "1";
-  }
+  KILN_ASSIGN(overlap, readFlag("KILN_CUDA_PDL", true));
+  g.overlap = overlap;
   if (const char *v = std::getenv("KILN_CUDA_BRANCHES")) {
     std::string t = v;
     char *end = nullptr;
     long n = std::strtol(t.c_str(), &end, 10);
     if (t.empty() || *end || n < 1 || n > 16)
       return Error("KILN_CUDA_BRANCHES", t, "expected a count from 1 to 16");
-    branches = int(n);
+    g.branches = int(n);
   }
-  return Status::ok();
+  return g;
 }
 
 bool isCollective(OpKind k) {
@@ -1443,11 +1448,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   group->profile = flags & KILN_RUN_PROFILE;
   group->seed = options ? options->seed : 0;
   group->fillPositions = options ? options->fill_positions : 0;
-  bool overlap = true;
-  int branches = kMaxBranches;
-  std::set<std::string, std::less<>> omit;
-  bool localCollectives = false;
-  KILN_TRY(readGraphSwitches(overlap, branches, omit, localCollectives));
+  KILN_ASSIGN(switches, readGraphSwitches());
   if (!random && (!weights || weightCount != a.weights.size()))
     return Error("artifact", "weights",
                  fmt::format("{} weight buffers given for {} bindings",
@@ -1504,10 +1505,10 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->ranks = a.ranks;
     rank->device = int(first + i);
     rank->simulate = simulate;
-    rank->overlap = overlap;
-    rank->maxBranches = branches;
-    rank->omit = omit;
-    rank->localCollectives = localCollectives;
+    rank->overlap = switches.overlap;
+    rank->maxBranches = switches.branches;
+    rank->omit = switches.omit;
+    rank->localCollectives = switches.localCollectives;
     rank->nccl = nccl;
     rank->where =
         fmt::format("cuda rank {} (GPU {})", rank->index, rank->device);

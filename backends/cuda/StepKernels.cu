@@ -1653,18 +1653,10 @@ WeightLayout splitLayoutOf(GGMLType type) {
 }
 
 GGMLType splitTypeOf(WeightLayout layout) {
-  switch (layout) {
-  case WeightLayout::Q8Split:
-    return GGMLType::Q8_0;
-  case WeightLayout::Q4KSplit:
-    return GGMLType::Q4_K;
-  case WeightLayout::Q5KSplit:
-    return GGMLType::Q5_K;
-  case WeightLayout::Q6KSplit:
-    return GGMLType::Q6_K;
-  case WeightLayout::Blocks:
-    break;
-  }
+  // The inverse of splitLayoutOf, over the layouts SplitLayout.h lists.
+  for (const SplitFormat &f : kSplitFormats)
+    if (layout != WeightLayout::Blocks && splitLayoutOf(f.type) == layout)
+      return f.type;
   return GGMLType::F32;
 }
 
