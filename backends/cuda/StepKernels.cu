@@ -1143,8 +1143,13 @@ __device__ inline uint32_t rankKey(float v) {
 ///      first `need` keys equal to T (a running count of them, by a block
 ///      prefix sum), go to the next slots (another prefix sum).
 /// Exact: the same positions as the CPU's sort, in O(positions) a pass.
+/// kStaged: the keys are computed once into dynamic shared memory (one
+/// uint32 a position of the cache, launchDsaIndexer's choice when they fit)
+/// and every pass reads them there instead of the scores in the L2.
+template <bool kStaged>
 __global__ void indexerSelectKernel(IndexerArgs a) {
   stepKernelPrologue();
+  extern __shared__ uint32_t stagedKeys[];
   __shared__ int warpTotals[kWarp];
   __shared__ unsigned hist[256];
   __shared__ uint32_t foundPrefix;
@@ -1160,6 +1165,17 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
     return;
   }
   const int lane = threadIdx.x % kWarp;
+  if constexpr (kStaged) {
+    for (int64_t t = threadIdx.x; t < attended; t += blockDim.x)
+      stagedKeys[t] = rankKey(a.scores[t]);
+    __syncthreads();
+  }
+  auto keyAt = [&](int64_t t) {
+    if constexpr (kStaged)
+      return stagedKeys[t];
+    else
+      return rankKey(a.scores[t]);
+  };
   uint32_t prefix = 0, mask = 0;
   int64_t need = a.topK;
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -1171,7 +1187,7 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
       const int64_t t = start + threadIdx.x;
       unsigned digit = 256; // not a candidate
       if (t < attended) {
-        const uint32_t k = rankKey(a.scores[t]);
+        const uint32_t k = keyAt(t);
         if ((k & mask) == prefix)
           digit = (k >> shift) & 255u;
       }
@@ -1216,7 +1232,7 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
   int64_t written = 0, equalSeen = 0;
   for (int64_t start = 0; start < attended; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;
-    const uint32_t k = t < attended ? rankKey(a.scores[t]) : 0u;
+    const uint32_t k = t < attended ? keyAt(t) : 0u;
     const int equal = t < attended && k == prefix;
     int equalTotal = 0;
     const int equalBefore = blockExclusiveScan(equal, warpTotals, equalTotal);
@@ -1893,10 +1909,25 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
         e != cudaSuccess)
       return e;
   }
-  if (cudaError_t e =
-          launchStep(indexerSelectKernel, 1, kSingleBlockThreads, 0, s, a);
-      e != cudaSuccess)
+  // The selection's keys in shared memory when a cache's worth fits (GLM-5
+  // at 16k positions: 64 KiB).
+  const size_t keyBytes = sizeof(uint32_t) * size_t(cache.positions);
+  constexpr size_t kMaxStagedKeys = 160 * 1024;
+  if (keyBytes <= kMaxStagedKeys) {
+    if (keyBytes > 48 * 1024)
+      if (cudaError_t e =
+              allowDynamicShared(indexerSelectKernel<true>, keyBytes);
+          e != cudaSuccess)
+        return e;
+    if (cudaError_t e = launchStep(indexerSelectKernel<true>, 1,
+                                   kSingleBlockThreads, keyBytes, s, a);
+        e != cudaSuccess)
+      return e;
+  } else if (cudaError_t e = launchStep(indexerSelectKernel<false>, 1,
+                                        kSingleBlockThreads, 0, s, a);
+             e != cudaSuccess) {
     return e;
+  }
   return cudaGetLastError();
 }
 
