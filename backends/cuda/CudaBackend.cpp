@@ -187,6 +187,7 @@ struct CudaRank {
   /// step costs without NCCL).
   bool localCollectives = false;
   bool overlap = true;   ///< programmatic dependent launch (Launch.cuh)
+  bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   int maxBranches = 4;   ///< parallel branches of a captured step
   /// Op kinds left out of every step (KILN_CUDA_OMIT; measuring only).
   std::set<std::string, std::less<>> omit;
@@ -607,24 +608,21 @@ Expected<Launch> OpBinder::bind() {
     });
   }
   case OpKind::Concat: {
-    // One strided copy per input: `outer` runs of its values into the
-    // output's rows.
-    std::vector<std::pair<const float *, int64_t>> parts;
+    // One kernel for every input: row o of the output is each input's
+    // row o (`runs` values) in turn.
+    if (d.ins.size() > size_t(kMaxConcatParts))
+      return Error(d.where, "",
+                   fmt::format("the CUDA concat takes at most {} inputs, not {}",
+                               kMaxConcatParts, d.ins.size()));
+    std::vector<const float *> parts;
     for (size_t i = 0; i < d.ins.size(); ++i)
-      parts.push_back({f32In(i), d.runs[i]});
+      parts.push_back(f32In(i));
+    std::vector<int64_t> runs(d.runs.begin(), d.runs.end());
     float *y = f32Out(0);
     int64_t outer = d.outer, total = d.n;
-    std::string where = d.where;
-    return Launch([=](cudaStream_t s) -> Status {
-      int64_t at = 0;
-      for (auto [x, run] : parts) {
-        CUDA_TRY(where,
-                 cudaMemcpy2DAsync(y + at, total * sizeof(float), x,
-                                   run * sizeof(float), run * sizeof(float),
-                                   outer, cudaMemcpyDeviceToDevice, s));
-        at += run;
-      }
-      return Status::ok();
+    return wrap([=](cudaStream_t s) {
+      return launchConcat(parts.data(), runs.data(), int(parts.size()), outer,
+                          total, y, s);
     });
   }
   case OpKind::Add:
@@ -1016,6 +1014,9 @@ constexpr int kMaxBranches = 4;
 /// does (its ring traffic in a local kernel, no NCCL).
 struct GraphSwitches {
   bool overlap = true;
+  /// KILN_CUDA_GRAPH_STATS=1: one line a captured step on stderr (its
+  /// kernel nodes and edges by kind).
+  bool stats = false;
   int branches = kMaxBranches;
   std::set<std::string, std::less<>> omit;
   bool localCollectives = false;
@@ -1062,6 +1063,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   }
   KILN_ASSIGN(overlap, readFlag("KILN_CUDA_PDL", true));
   g.overlap = overlap;
+  KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
+  g.stats = stats;
   if (const char *v = std::getenv("KILN_CUDA_BRANCHES")) {
     std::string t = v;
     char *end = nullptr;
@@ -1336,6 +1339,36 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
   return Status::ok();
 }
 
+/// A captured step's nodes and edges, by kind: stream capture makes an edge
+/// between two kernels launched with programmatic serialization
+/// programmatic (the later one starts while the earlier one finishes, on
+/// its own stream or across branches alike), and an edge to or from any
+/// other node (a copy, a memset, NCCL's) a full one.
+struct GraphCounts {
+  size_t kernels = 0, others = 0, edges = 0, programmatic = 0;
+};
+
+Expected<GraphCounts> countGraph(cudaGraph_t graph, const std::string &where) {
+  GraphCounts c;
+  size_t nodes = 0;
+  CUDA_TRY(where, cudaGraphGetNodes(graph, nullptr, &nodes));
+  std::vector<cudaGraphNode_t> node(nodes);
+  CUDA_TRY(where, cudaGraphGetNodes(graph, node.data(), &nodes));
+  for (cudaGraphNode_t n : node) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    CUDA_TRY(where, cudaGraphNodeGetType(n, &type));
+    ++(type == cudaGraphNodeTypeKernel ? c.kernels : c.others);
+  }
+  CUDA_TRY(where, cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &c.edges));
+  std::vector<cudaGraphNode_t> from(c.edges), to(c.edges);
+  std::vector<cudaGraphEdgeData> data(c.edges);
+  CUDA_TRY(where, cudaGraphGetEdges(graph, from.data(), to.data(), data.data(),
+                                    &c.edges));
+  for (const cudaGraphEdgeData &d : data)
+    c.programmatic += d.type == cudaGraphDependencyTypeProgrammatic;
+  return c;
+}
+
 Status capture(CudaRank &rank, CudaStep &s) {
   std::string where =
       fmt::format("{}: capturing step '{}'", rank.where, s.step->name);
@@ -1349,6 +1382,14 @@ Status capture(CudaRank &rank, CudaStep &s) {
     return enqueued;
   CUDA_TRY(where, ended);
   s.graph = graph;
+  if (rank.graphStats) {
+    KILN_ASSIGN(c, countGraph(graph, where));
+    std::fprintf(stderr,
+                 "graph: %s, step '%s': %zu kernel nodes, %zu other nodes, "
+                 "%zu edges, %zu of them programmatic\n",
+                 rank.where.c_str(), s.step->name.c_str(), c.kernels, c.others,
+                 c.edges, c.programmatic);
+  }
   CUDA_TRY(where, cudaGraphInstantiate(&s.exec, graph, 0));
   CUDA_TRY(where, cudaGraphUpload(s.exec, rank.stream));
   return Status::ok();
@@ -1507,6 +1548,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->simulate = simulate;
     rank->overlap = switches.overlap;
     rank->maxBranches = switches.branches;
+    rank->graphStats = switches.stats;
     rank->omit = switches.omit;
     rank->localCollectives = switches.localCollectives;
     rank->nccl = nccl;

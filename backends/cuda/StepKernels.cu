@@ -504,6 +504,26 @@ __global__ void sliceKernel(const float *x, SliceGeometry g, float *y) {
   }
 }
 
+struct ConcatParts {
+  const float *part[kMaxConcatParts];
+  int64_t begin[kMaxConcatParts + 1]; ///< part p is [begin[p], begin[p + 1])
+  int count;
+};
+
+__global__ void concatKernel(ConcatParts c, int64_t outer, int64_t total,
+                             float *y) {
+  stepKernelPrologue();
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < outer * total; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = idx / total, j = idx % total;
+    int p = 0;
+    while (p + 1 < c.count && j >= c.begin[p + 1])
+      ++p;
+    const int64_t run = c.begin[p + 1] - c.begin[p];
+    y[idx] = c.part[p][o * run + (j - c.begin[p])];
+  }
+}
+
 __global__ void gatherReorderKernel(const float *src, int64_t ranks,
                                     int64_t outer, int64_t inner, float *dst) {
   stepKernelPrologue();
@@ -1635,6 +1655,29 @@ cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
   if (g.total > 0)
     if (cudaError_t e = launchStep(sliceKernel, elementBlocks(g.total),
                                    kElementThreads, 0, s, x, g, y);
+        e != cudaSuccess)
+      return e;
+  return cudaGetLastError();
+}
+
+cudaError_t launchConcat(const float *const *parts, const int64_t *runs,
+                         int count, int64_t outer, int64_t total, float *y,
+                         cudaStream_t s) {
+  if (count < 1 || count > kMaxConcatParts || outer < 0 || !y)
+    return cudaErrorInvalidValue;
+  ConcatParts c{};
+  c.count = count;
+  for (int p = 0; p < count; ++p) {
+    if (!parts[p] || runs[p] < 0)
+      return cudaErrorInvalidValue;
+    c.part[p] = parts[p];
+    c.begin[p + 1] = c.begin[p] + runs[p];
+  }
+  if (c.begin[count] != total)
+    return cudaErrorInvalidValue;
+  if (outer * total > 0)
+    if (cudaError_t e = launchStep(concatKernel, elementBlocks(outer * total),
+                                   kElementThreads, 0, s, c, outer, total, y);
         e != cudaSuccess)
       return e;
   return cudaGetLastError();

@@ -192,6 +192,18 @@ cudaError_t launchSlice(const float *x, const int64_t *src, const int64_t *dst,
                         const int64_t *offsets, int rank, float *y,
                         cudaStream_t s);
 
+/// The most inputs launchConcat takes.
+constexpr int kMaxConcatParts = 8;
+
+/// Concatenation along the last dim in one kernel: `outer` rows of `total`
+/// values, row o of y = row o of parts[0] (runs[0] values), then of
+/// parts[1], ... (runs sum to total; count <= kMaxConcatParts). A kernel,
+/// not a copy per part: copy nodes in a captured step break the overlapped
+/// launches on both sides of them.
+cudaError_t launchConcat(const float *const *parts, const int64_t *runs,
+                         int count, int64_t outer, int64_t total, float *y,
+                         cudaStream_t s);
+
 /// Every launch below that takes a DeviceWeight reads the Blocks layout,
 /// except launchLinear and launchDequant, which read every layout, and
 /// refuses another (cudaErrorInvalidValue).

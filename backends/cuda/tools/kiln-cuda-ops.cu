@@ -480,6 +480,46 @@ void checkSlice(Report &r, kiln::Rng &rng) {
   }
 }
 
+void checkConcat(Report &r, kiln::Rng &rng) {
+  struct Case {
+    int64_t outer;
+    std::vector<int64_t> runs;
+  };
+  // GLM-5's latent-cache row (512 normed + 64 roped), rows of several
+  // parts with an empty one, and the most parts.
+  const Case cases[] = {{1, {512, 64}},
+                        {3, {7, 0, 130, 1}},
+                        {2, {1, 2, 3, 4, 5, 6, 7, 8}}};
+  for (const Case &c : cases) {
+    const int count = int(c.runs.size());
+    int64_t total = 0;
+    for (int64_t run : c.runs)
+      total += run;
+    std::vector<std::vector<float>> parts;
+    std::vector<DeviceArray<float>> dparts;
+    std::vector<const float *> pointers;
+    for (int64_t run : c.runs) {
+      parts.push_back(normals(rng, std::max<int64_t>(c.outer * run, 1), 1.0));
+      dparts.emplace_back(parts.back());
+    }
+    for (DeviceArray<float> &d : dparts)
+      pointers.push_back(d.get());
+    // Host reference: row o is each part's row o in turn.
+    std::vector<float> want;
+    for (int64_t o = 0; o < c.outer; ++o)
+      for (int p = 0; p < count; ++p)
+        want.insert(want.end(), parts[p].begin() + o * c.runs[p],
+                    parts[p].begin() + (o + 1) * c.runs[p]);
+    DeviceArray<float> dy(size_t(c.outer * total));
+    run(kc::launchConcat(pointers.data(), c.runs.data(), count, c.outer, total,
+                         dy.get(), nullptr));
+    r.line("concat",
+           fmtText("%d parts, %lld x %lld", count, (long long)c.outer,
+                   (long long)total),
+           mismatches(dy.download(), want), 0, "bit-exact: a copy");
+  }
+}
+
 void checkGatherReorder(Report &r, kiln::Rng &rng) {
   const int64_t ranks = 4, outer = 3, inner = 50;
   std::vector<float> src = normals(rng, ranks * outer * inner, 1.0),
@@ -1804,6 +1844,7 @@ int main(int argc, char **argv) {
   checkNorms(report, rng);
   checkRope(report, rng);
   checkSlice(report, rng);
+  checkConcat(report, rng);
   checkGatherReorder(report, rng);
   checkFillAndDequant(report, rng);
   checkEmbed(report, rng);
