@@ -7,7 +7,8 @@
 // bytes bytes long and its blocks' pieces sit side by side. A warp reading
 // consecutive 16-byte pieces of a quant plane then reads contiguous,
 // aligned memory, which the 144-, 176-, 210-, 136-, 18-, 22- and 24-byte
-// blocks do not allow.
+// blocks do not allow. Every other piece is a power of two of at most 8
+// bytes or whole 16-byte loads, so each is read with one aligned load.
 // The repack is a permutation of the bytes: unpacking gives the file's
 // blocks back.
 //
