@@ -87,6 +87,38 @@ __device__ inline float valueQ6K(const uint8_t *ql, const uint8_t *qh,
   return dl * float((low | high << 4) - 32);
 }
 
+/// Value i of a Q5_0 block from its fields: d (f16), qh (32 fifth bits,
+/// little-endian), qs[16] (value j < 16 the low nibble of qs[j], j + 16 its
+/// high nibble). Apart, as valueQ4K.
+__device__ inline float valueQ5_0(const uint8_t *d, const uint8_t *qh,
+                                  const uint8_t *qs, int i) {
+  int q = nibble32(qs, i) | int((u32(qh) >> i) & 1) << 4;
+  return f16(d) * float(q - 16);
+}
+
+/// Value i of a Q5_1 block: dm = d, m (f16), qh and qs as Q5_0.
+__device__ inline float valueQ5_1(const uint8_t *dm, const uint8_t *qh,
+                                  const uint8_t *qs, int i) {
+  int q = nibble32(qs, i) | int((u32(qh) >> i) & 1) << 4;
+  return f16(dm) * float(q) + f16(dm + 2);
+}
+
+/// Value i of an IQ4_NL block: d (f16), qs[16] (nibbles as Q5_0's).
+__device__ inline float valueIQ4NL(const uint8_t *d, const uint8_t *qs, int i) {
+  return f16(d) * float(kIQ4Levels[nibble32(qs, i)]);
+}
+
+/// Value i of an IQ4_XS block: head = d (f16), scales_h (u16), scales_l[4];
+/// qs[128], 16 bytes per 32-value sub-block.
+__device__ inline float valueIQ4XS(const uint8_t *head, const uint8_t *qs,
+                                   int i) {
+  int j = i / 32, l = i % 32;
+  int low = (head[4 + j / 2] >> (4 * (j % 2))) & 15;
+  int high = (u16(head + 2) >> (2 * j)) & 3;
+  float dl = f16(head) * float((low | high << 4) - 32);
+  return dl * float(kIQ4Levels[nibble32(qs + 16 * j, l)]);
+}
+
 /// Decodes value `i` of one block of `type` (i < the type's block size).
 /// Per value, so callers may decode any subset without a buffer.
 __device__ inline float value(GGMLType type, const uint8_t *b, int i) {
@@ -101,14 +133,10 @@ __device__ inline float value(GGMLType type, const uint8_t *b, int i) {
     return f16(b) * float(nibble32(b + 2, i) - 8);
   case GGMLType::Q4_1:
     return f16(b) * float(nibble32(b + 4, i)) + f16(b + 2);
-  case GGMLType::Q5_0: {
-    int q = nibble32(b + 6, i) | int((u32(b + 2) >> i) & 1) << 4;
-    return f16(b) * float(q - 16);
-  }
-  case GGMLType::Q5_1: {
-    int q = nibble32(b + 8, i) | int((u32(b + 4) >> i) & 1) << 4;
-    return f16(b) * float(q) + f16(b + 2);
-  }
+  case GGMLType::Q5_0:
+    return valueQ5_0(b, b + 2, b + 6, i);
+  case GGMLType::Q5_1:
+    return valueQ5_1(b, b + 4, b + 8, i);
   case GGMLType::Q8_0:
     return float(int8_t(b[2 + i])) * f16(b);
   case GGMLType::Q2_K: {
@@ -137,14 +165,9 @@ __device__ inline float value(GGMLType type, const uint8_t *b, int i) {
   case GGMLType::Q6_K:
     return valueQ6K(b, b + 128, b + 192, b + 208, i);
   case GGMLType::IQ4_NL:
-    return f16(b) * float(kIQ4Levels[nibble32(b + 2, i)]);
-  case GGMLType::IQ4_XS: {
-    int j = i / 32, l = i % 32;
-    int low = (b[4 + j / 2] >> (4 * (j % 2))) & 15;
-    int high = (u16(b + 2) >> (2 * j)) & 3;
-    float dl = f16(b) * float((low | high << 4) - 32);
-    return dl * float(kIQ4Levels[nibble32(b + 8 + 16 * j, l)]);
-  }
+    return valueIQ4NL(b, b + 2, i);
+  case GGMLType::IQ4_XS:
+    return valueIQ4XS(b, b + 8, i);
   default:
     return __int_as_float(0x7fc00000); // never reached: checked on the host
   }

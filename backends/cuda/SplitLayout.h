@@ -6,7 +6,9 @@
 // blocks in column order), so a row of plane p is (cols / blockValues) *
 // bytes bytes long and its blocks' pieces sit side by side. A warp reading
 // consecutive 16-byte pieces of a quant plane then reads contiguous,
-// aligned memory, which the 144-, 176- and 210-byte blocks do not allow.
+// aligned memory, which the 144-, 176-, 210-, 136-, 18-, 22- and 24-byte
+// blocks do not allow. Every other piece is a power of two of at most 8
+// bytes or whole 16-byte loads, so each is read with one aligned load.
 // The repack is a permutation of the bytes: unpacking gives the file's
 // blocks back.
 //
@@ -65,6 +67,18 @@ inline constexpr SplitFormat kSplitFormats[] = {
      210,
      4,
      {{0, 128}, {192, 16}, {128, 64}, {208, 2}}},
+    // IQ4_XS (136: d, scales_h, scales_l[4], qs[128]): qs, heads (the
+    // first 8 bytes, one 8-byte load).
+    {"iq4_xs-split", GGMLType::IQ4_XS, 256, 136, 2, {{8, 128}, {0, 8}}},
+    // The 32-value blocks: a block's 16 quant bytes are one 16-byte load.
+    // IQ4_NL (18: d, qs[16]): qs, d.
+    {"iq4_nl-split", GGMLType::IQ4_NL, 32, 18, 2, {{2, 16}, {0, 2}}},
+    // Q5_0 (22: d, qh[4], qs[16]): qs, d, qh (d and qh apart: 6 bytes
+    // would not keep either aligned).
+    {"q5_0-split", GGMLType::Q5_0, 32, 22, 3, {{6, 16}, {0, 2}, {2, 4}}},
+    // Q5_1 (24: d, m, qh[4], qs[16]): qs, heads (d, m and qh together: one
+    // aligned 8-byte load).
+    {"q5_1-split", GGMLType::Q5_1, 32, 24, 2, {{8, 16}, {0, 8}}},
 };
 
 /// The split layout of `type`, or nullptr when it has none.

@@ -616,6 +616,19 @@ __global__ void dequantSplitKernel(GGMLType type, int32_t values, int64_t total,
       out[idx] = generic::valueQ6K(p0, planes.at[2] + b * planes.bytes[2], p1,
                                    planes.at[3] + b * planes.bytes[3], i);
       break;
+    case GGMLType::IQ4_XS: // qs, heads
+      out[idx] = generic::valueIQ4XS(p1, p0, i);
+      break;
+    case GGMLType::IQ4_NL: // qs, d
+      out[idx] = generic::valueIQ4NL(p1, p0, i);
+      break;
+    case GGMLType::Q5_0: // qs, d, qh
+      out[idx] =
+          generic::valueQ5_0(p1, planes.at[2] + b * planes.bytes[2], p0, i);
+      break;
+    case GGMLType::Q5_1: // qs, heads (d, m, qh)
+      out[idx] = generic::valueQ5_1(p1, p1 + 4, p0, i);
+      break;
     default: // never reached: checked on the host
       out[idx] = __int_as_float(0x7fc00000);
       break;
@@ -1706,6 +1719,14 @@ WeightLayout splitLayoutOf(GGMLType type) {
     return WeightLayout::Q5KSplit;
   case GGMLType::Q6_K:
     return WeightLayout::Q6KSplit;
+  case GGMLType::IQ4_XS:
+    return WeightLayout::IQ4XSSplit;
+  case GGMLType::IQ4_NL:
+    return WeightLayout::IQ4NLSplit;
+  case GGMLType::Q5_0:
+    return WeightLayout::Q50Split;
+  case GGMLType::Q5_1:
+    return WeightLayout::Q51Split;
   default:
     return WeightLayout::Blocks;
   }

@@ -72,8 +72,9 @@ constexpr uint32_t kNoFault = 0xffffffffu;
 /// every byte of the file's blocks, each field of a block in its own plane
 /// (SplitLayout.h: plane p holds bytes [offset, offset + bytes) of every
 /// block, in file order); a row of a plane is the row's blocks' pieces side
-/// by side. Each plane is one DeviceWeight field (below), 16-byte aligned
-/// (the d plane of q6_k-split 2-byte), and the rows of every plane are
+/// by side. Each plane is one DeviceWeight field (below), aligned to its
+/// piece (16 bytes for pieces of 16 or more, else the piece's size: the
+/// kernels read a piece with one load), and the rows of every plane are
 /// back to back ([rows][cols / blockValues][piece]). They are read by
 /// launchLinear and launchDequant only.
 enum class WeightLayout : int32_t {
@@ -95,6 +96,21 @@ enum class WeightLayout : int32_t {
   /// `high` the high bit pairs qh [rows][cols / 256][64]; `d` the f16
   /// super-block scales [rows][cols / 256].
   Q6KSplit = 4,
+  /// "iq4_xs-split" (IQ4_XS only): `data` the quants qs [rows][cols /
+  /// 256][128] (16 bytes per 32-value sub-block, the block's nibble order
+  /// kept); `scales` the block heads [rows][cols / 256][8]: d (f16),
+  /// scales_h (u16), scales_l[4].
+  IQ4XSSplit = 5,
+  /// "iq4_nl-split" (IQ4_NL only): `data` qs [rows][cols / 32][16];
+  /// `scales` the f16 d [rows][cols / 32].
+  IQ4NLSplit = 6,
+  /// "q5_0-split" (Q5_0 only): `data` qs [rows][cols / 32][16]; `scales`
+  /// the f16 d [rows][cols / 32]; `high` the fifth bits qh [rows][cols /
+  /// 32][4].
+  Q50Split = 7,
+  /// "q5_1-split" (Q5_1 only): `data` qs [rows][cols / 32][16]; `scales`
+  /// the block heads [rows][cols / 32][8]: d, m (f16), then qh[4].
+  Q51Split = 8,
 };
 
 /// A weight in device memory: `rows` rows of `cols` values (cols = ne[0],
@@ -106,7 +122,7 @@ struct DeviceWeight {
   const uint8_t *data = nullptr; ///< the blocks, or a split layout's plane 0
   WeightLayout layout = WeightLayout::Blocks;
   const uint8_t *scales = nullptr; ///< split layouts: plane 1
-  const uint8_t *high = nullptr;   ///< q5_k-split, q6_k-split: plane 2
+  const uint8_t *high = nullptr;   ///< q5_k-, q6_k-, q5_0-split: plane 2
   const uint8_t *d = nullptr;      ///< q6_k-split: plane 3
 
   /// Plane p of a split layout (0: data, 1: scales, 2: high, 3: d).
@@ -118,7 +134,8 @@ struct DeviceWeight {
   }
 };
 
-/// The split layout for weights of `type` (Q8_0, Q4_K, Q5_K, Q6_K), or
+/// The split layout for weights of `type` (Q8_0, Q4_K, Q5_K, Q6_K,
+/// IQ4_XS, IQ4_NL, Q5_0, Q5_1), or
 /// Blocks when it has none; and the type a layout is for (F32 for Blocks).
 WeightLayout splitLayoutOf(GGMLType type);
 GGMLType splitTypeOf(WeightLayout layout);

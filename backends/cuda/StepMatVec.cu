@@ -4,10 +4,11 @@
 // launchLinear) the router's logits: every dot product is one warp's
 // warpDotRow (QuantDot.cuh) over the weight's own GGUF blocks, or, for a
 // linear weight in a split layout (StepKernels.h WeightLayout), one warp's
-// pass over its planes (linearQ8SplitKernel, linearKSplitKernel). This file
-// is compiled without --fmad=false: the dots may fuse multiply-adds; results
-// agree with the CPU within float rounding, as StepKernels.h promises, and
-// are deterministic (fixed lane layouts, warp trees and combine orders).
+// pass over its planes (linearQ8SplitKernel, linearKSplitKernel,
+// linearNibbleSplitKernel). This file is compiled without --fmad=false: the
+// dots may fuse multiply-adds; results agree with the CPU within float
+// rounding, as StepKernels.h promises, and are deterministic (fixed lane
+// layouts, warp trees and combine orders).
 //
 // Rows per warp. For the types with a multi-row routine (QuantDot.cuh's
 // warpDotRows: Q8_0, Q4_K, Q5_K, Q6_K) a warp dots kRows consecutive rows
@@ -242,25 +243,33 @@ struct SplitItem {
   int64_t b, row, out, first, last;
 };
 
-template <int R>
-__device__ inline SplitItem splitItem(int64_t batch, int64_t rowsPerBatch,
-                                      bool stacked, int splits,
-                                      int64_t passes) {
+/// splitItem for items of `rows` rows, a count known only at run time.
+__device__ inline SplitItem splitItemOf(int rows, int64_t batch,
+                                        int64_t rowsPerBatch, bool stacked,
+                                        int splits, int64_t passes) {
   const int warp = threadIdx.x / kWarp;
   const int itemsPerBlock = int(blockDim.x / kWarp) / splits;
-  const int64_t groups = (rowsPerBatch + R - 1) / R;
+  const int64_t groups = (rowsPerBatch + rows - 1) / rows;
   const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / splits;
   SplitItem it;
   it.part = warp % splits;
   it.valid = item < batch * groups;
-  const int64_t gi = item / batch, n0 = gi * R;
+  const int64_t gi = item / batch, n0 = gi * rows;
   it.b = item % batch;
-  it.nrows = it.valid ? int(rowsPerBatch - n0 < R ? rowsPerBatch - n0 : R) : 0;
+  it.nrows =
+      it.valid ? int(rowsPerBatch - n0 < rows ? rowsPerBatch - n0 : rows) : 0;
   it.row = stacked ? it.b * rowsPerBatch + n0 : n0;
   it.out = it.b * rowsPerBatch + n0;
   it.first = passes * it.part / splits;
   it.last = passes * (it.part + 1) / splits;
   return it;
+}
+
+template <int R>
+__device__ inline SplitItem splitItem(int64_t batch, int64_t rowsPerBatch,
+                                      bool stacked, int splits,
+                                      int64_t passes) {
+  return splitItemOf(R, batch, rowsPerBatch, stacked, splits, passes);
 }
 
 struct Q8SplitArgs {
@@ -577,6 +586,251 @@ __global__ void __launch_bounds__(kThreads) linearKSplitKernel(KSplitArgs a) {
       v[r] = warpSum(v[r]);
   }
   storeRowSums<R>(v, valid, nrows, out, part, a.splits, partials, a.y);
+}
+
+//===----------------------------------------------------------------------===//
+// Linear over the 4-bit split layouts of 32-value units (iq4_xs-split,
+// iq4_nl-split, q5_0-split, q5_1-split; StepKernels.h WeightLayout): the
+// same items and split-K as linearKernel. A unit is 32 values and 16 quant
+// bytes, a whole IQ4_NL / Q5_0 / Q5_1 block or one IQ4_XS sub-block; value
+// j < 16 is the low nibble of byte j and value j + 16 its high nibble. Per
+// pass a lane takes one unit t of each of its rows: one aligned 16-byte
+// load from the quant plane (a warp's loads of a row are contiguous), and
+// its unit's piece of the other planes:
+//   IQ4_NL: d (2 bytes); Q5_0: d (2) and qh (4, bit j the fifth bit of
+//     value j); Q5_1: d, m and qh (one 8-byte load); IQ4_XS: its block's
+//     8-byte head (d, scales_h, scales_l; one load shared by the block's 8
+//     units' lanes).
+// The unit's 32 x values (8 float4, or scalar loads when x is not 16-byte
+// aligned) and their sum are loaded once for the lane's rows. Lane sums:
+//   IQ4_NL / IQ4_XS: dl * sum(kv x), the nibbles mapped to the levels kv
+//     (kvalues_iq4nl) by two byte permutes of the table held in four words;
+//     dl = d (IQ4_NL) or d * (ls - 32), ls the 6-bit scale of sub-block
+//     t % 8 (IQ4_XS);
+//   Q5_0: d * sum((q - 16) x), q = nibble | fifth bit << 4;
+//   Q5_1: d * sum(q x) + m * sum(x).
+// Rows of few units (GLM-5's attn_k_b: 128 values, 4 units a row) would
+// leave most lanes of a warp idle, so a row takes L = lanesPerRow lanes, the
+// smallest power of two of at least its units (at most 32), and a warp
+// takes 32 / L slots of R rows: lane l is unit position t = l % L of slot s
+// = l / L, whose rows are n0 + s R + r (r < R). An item is R * 32 / L rows;
+// a pass is L units of a row, so for L < 32 one pass covers the row and
+// split-K (whole passes) is for L = 32 only. A slot's row sums are reduced
+// over its L lanes by a fixed butterfly, so the result is the same bits on
+// every run; with L = 32 storeRowSums writes them (adding split segments in
+// order), else lane t = 0 of each slot writes its rows.
+//===----------------------------------------------------------------------===//
+
+/// Values of a unit of the 4-bit split layouts.
+constexpr int64_t kNibbleUnit = 32;
+
+struct NibbleSplitArgs {
+  const uint8_t *quants; ///< qs: 16 bytes a unit
+  const uint8_t *scales; ///< d (2 a unit), Q5_1 heads (8), IQ4_XS heads (8
+                         ///< a block of 8 units)
+  const uint8_t *high;   ///< Q5_0: qh, 4 bytes a unit
+  int64_t units;         ///< units per row (cols / 32)
+  int lanesPerRow;       ///< L: a power of two, at most 32
+  const float *x;
+  int64_t batch, rowsPerBatch;
+  bool stacked;
+  int splits;
+  float *y;
+};
+
+/// The IQ4_NL / IQ4_XS levels (kvalues_iq4nl) plus 128, as bytes: byte n
+/// of word w is level 4 w + n, so the level of nibble v is byte v % 8 of
+/// words (v / 8) * 2 and (v / 8) * 2 + 1.
+constexpr int kIQ4Level[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                               1,    13,   25,  38,  53,  69,  89,  113};
+constexpr uint32_t kIQ4LevelWords[4] = {0x3F2D1801u, 0x766A5D4Fu, 0xA6998D81u,
+                                        0xF1D9C5B5u};
+constexpr bool iq4WordsHoldTheLevels() {
+  for (int v = 0; v < 16; ++v)
+    if (((kIQ4LevelWords[v / 4] >> (8 * (v % 4))) & 0xFFu) !=
+        uint32_t(kIQ4Level[v] + 128))
+      return false;
+  return true;
+}
+static_assert(iq4WordsHoldTheLevels());
+
+/// The levels + 128 of the four nibbles n_i in the bytes of n (each < 16):
+/// one byte permute picks level n_i % 8 of the lower half of the table,
+/// one of the upper half, and bit 3 of n_i chooses between them.
+__device__ __forceinline__ uint32_t iq4Levels(uint32_t n) {
+  constexpr uint32_t w0 = kIQ4LevelWords[0], w1 = kIQ4LevelWords[1],
+                     w2 = kIQ4LevelWords[2], w3 = kIQ4LevelWords[3];
+  const uint32_t v = n & 0x07070707u;
+  // Selector nibble i = n_i % 8 (bit 3 clear: no sign replication).
+  const uint32_t select = __byte_perm(v | v >> 4, 0u, 0x4420u);
+  const uint32_t lower = __byte_perm(w0, w1, select);
+  const uint32_t upper = __byte_perm(w2, w3, select);
+  const uint32_t high = ((n >> 3) & 0x01010101u) * 0xFFu;
+  return (upper & high) | (lower & ~high);
+}
+
+/// Bit i of h (i < 4) as bit 4 of byte i: four fifth bits beside their
+/// nibbles. The multiply places copies of h 7 bits apart (no carries), so
+/// bit i of copy i lands on bit 8 i.
+__device__ __forceinline__ uint32_t spreadFifthBits(uint32_t h) {
+  return ((h & 0xFu) * 0x00204081u & 0x01010101u) << 4;
+}
+
+/// A lane's sum for one unit (see above): qs its 16 quant bytes; head.x =
+/// d (low half) and m (Q5_1) or scales_h (IQ4_XS, high half); head.y = qh
+/// (Q5_0, Q5_1) or scales_l (IQ4_XS); j the unit's sub-block (IQ4_XS); x
+/// its 32 x values (lo: values 0 .. 15, hi: 16 .. 31) and their sums.
+template <GGMLType kType>
+__device__ __forceinline__ float nibbleUnitSum(uint4 qs, uint2 head, int j,
+                                               const quantdot::K45X &x) {
+  using namespace quantdot;
+  constexpr bool kIQ4 = kType == GGMLType::IQ4_NL || kType == GGMLType::IQ4_XS;
+  constexpr bool kFifth = kType == GGMLType::Q5_0 || kType == GGMLType::Q5_1;
+  // The quant bytes hold q + 128 (IQ4: level + 128), q (Q5_1), or q with
+  // q - 16 the value's factor (Q5_0).
+  constexpr float bias = kIQ4                      ? kMagic + 128.f
+                         : kType == GGMLType::Q5_0 ? kMagic + 16.f
+                                                   : kMagic;
+  const uint32_t w[4] = {qs.x, qs.y, qs.z, qs.w};
+  float lo = 0.f, hi = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint32_t ql = w[k] & 0x0F0F0F0Fu, qu = (w[k] >> 4) & 0x0F0F0F0Fu;
+    if constexpr (kFifth) { // values 4k .. 4k + 3 and 16 + 4k ..
+      ql |= spreadFifthBits(head.y >> (4 * k));
+      qu |= spreadFifthBits(head.y >> (16 + 4 * k));
+    }
+    if constexpr (kIQ4) {
+      ql = iq4Levels(ql);
+      qu = iq4Levels(qu);
+    }
+    lo = dot4Acc(ql, bias, x.lo[k], lo);
+    hi = dot4Acc(qu, bias, x.hi[k], hi);
+  }
+  const float d = halfBits(head.x & 0xFFFFu);
+  if constexpr (kType == GGMLType::Q5_1)
+    return fmaf(d, lo + hi, halfBits(head.x >> 16) * (x.sumLo + x.sumHi));
+  if constexpr (kType == GGMLType::IQ4_XS) {
+    // scales_l nibble j is bits 4j .. of the word; scales_h bits 2j, 2j+1.
+    const uint32_t ls =
+        ((head.y >> (4 * j)) & 15u) | ((head.x >> (16 + 2 * j)) & 3u) << 4;
+    return d * (smallToFloat(ls) - 32.f) * (lo + hi);
+  }
+  return d * (lo + hi);
+}
+
+/// Bytes of the scale plane per unit (IQ4_XS: an 8-byte head per 8 units)
+/// and of the qh plane.
+template <GGMLType kType>
+__host__ __device__ constexpr int64_t nibbleScaleBytes() {
+  return kType == GGMLType::IQ4_XS ? 1 : kType == GGMLType::Q5_1 ? 8 : 2;
+}
+template <GGMLType kType>
+__host__ __device__ constexpr int64_t nibbleHighBytes() {
+  return kType == GGMLType::Q5_0 ? 4 : 0;
+}
+
+/// Unit g's head (nibbleUnitSum): its d, and its other scale and qh bytes.
+template <GGMLType kType>
+__device__ __forceinline__ uint2 loadNibbleHead(const NibbleSplitArgs &a,
+                                                int64_t g) {
+  if constexpr (kType == GGMLType::IQ4_XS)
+    return __ldg(reinterpret_cast<const uint2 *>(a.scales) + g / 8);
+  if constexpr (kType == GGMLType::Q5_1)
+    return __ldg(reinterpret_cast<const uint2 *>(a.scales) + g);
+  uint2 h;
+  h.x = __ldg(reinterpret_cast<const unsigned short *>(a.scales) + g);
+  h.y = 0u;
+  if constexpr (kType == GGMLType::Q5_0)
+    h.y = __ldg(reinterpret_cast<const uint32_t *>(a.high) + g);
+  return h;
+}
+
+/// Prefetches plane bytes [from, to) of units of rows row .. row + nrows -
+/// 1 (`bytes` per unit, `units` a row) into the L2: one range when the
+/// segment is whole rows (they are back to back), else per row.
+__device__ inline void prefetchUnits(const uint8_t *plane, int64_t bytes,
+                                     int64_t units, int64_t row, int nrows,
+                                     int64_t from, int64_t to) {
+  if (bytes == 0 || nrows == 0)
+    return;
+  const uint8_t *row0 = plane + uint64_t(row * units * bytes);
+  if (from == 0 && to == units) {
+    if (threadIdx.x % kWarp == 0)
+      prefetchL2(row0, uint64_t(nrows * units * bytes));
+    return;
+  }
+  prefetchRows(row0, uint64_t(units * bytes), nrows, uint64_t(from * bytes),
+               uint64_t(to * bytes));
+}
+
+template <GGMLType kType, int R, bool kAlignedX>
+__global__ void __launch_bounds__(kThreads)
+    linearNibbleSplitKernel(NibbleSplitArgs a) {
+  allowDependents();
+  __shared__ float partials[kWarpsPerBlock][R];
+  const int lane = threadIdx.x % kWarp, L = a.lanesPerRow;
+  const int slot = lane / L, t = lane % L;
+  const SplitItem it = splitItemOf(R * (kWarp / L), a.batch, a.rowsPerBatch,
+                                   a.stacked, a.splits, (a.units + L - 1) / L);
+  const bool valid = it.valid;
+  const int nrows = it.nrows;
+  { // this warp's share of every plane, while the predecessor finishes
+    const int64_t from = it.first * L,
+                  to = it.last * L < a.units ? it.last * L : a.units;
+    prefetchUnits(a.quants, 16, a.units, it.row, nrows, from, to);
+    prefetchUnits(a.scales, nibbleScaleBytes<kType>(), a.units, it.row, nrows,
+                  from, to);
+    prefetchUnits(a.high, nibbleHighBytes<kType>(), a.units, it.row, nrows,
+                  from, to);
+  }
+  waitForPredecessor();
+  // This lane's rows are item rows slot * R + r.
+  const int mine = nrows - slot * R;
+  float v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    v[r] = 0.f;
+  if (valid) {
+    const float *x = a.x + it.b * a.units * kNibbleUnit;
+    const int64_t row = it.row + slot * R;
+    // Not unrolled, as linearKSplitKernel.
+    for (int64_t p = it.first; p < it.last; ++p) {
+      const int64_t u = p * L + t;
+      if (u >= a.units) // the row's last pass may hold fewer units
+        continue;
+      // Every row's loads first, then x, then the math.
+      uint4 q[R];
+      uint2 head[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < mine) {
+          const int64_t g = (row + r) * a.units + u;
+          q[r] = quantdot::loadStream(a.quants + g * 16);
+          head[r] = loadNibbleHead<kType>(a, g);
+        }
+      const quantdot::K45X xv =
+          loadSplitX<kAlignedX>(x + u * kNibbleUnit, 0, 16);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < mine)
+          v[r] += nibbleUnitSum<kType>(q[r], head[r], int(u % 8), xv);
+    }
+  }
+  // Every lane takes part (the shuffles need the whole warp).
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    for (int o = L / 2; o > 0; o /= 2)
+      v[r] += __shfl_xor_sync(0xffffffffu, v[r], o);
+  if (L == kWarp) { // uniform over the block
+    storeRowSums<R>(v, valid, nrows, it.out, it.part, a.splits, partials, a.y);
+    return;
+  }
+  if (valid && t == 0) // one pass, no split: the launch sees to it
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r < mine)
+        a.y[it.out + slot * R + r] = v[r];
 }
 
 //===----------------------------------------------------------------------===//
@@ -1098,7 +1352,8 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   return cudaGetLastError();
 }
 
-/// linearKSplitKernel's planes must be the ones SplitLayout.h describes.
+/// linearKSplitKernel's and linearNibbleSplitKernel's planes must be the
+/// ones SplitLayout.h describes.
 constexpr bool planesAre(GGMLType type, std::initializer_list<uint32_t> sizes) {
   const SplitFormat *f = nullptr;
   for (const SplitFormat &each : kSplitFormats)
@@ -1165,6 +1420,80 @@ cudaError_t launchLinearKSplit(const float *x, int64_t batch,
   return cudaGetLastError();
 }
 
+static_assert(planesAre(GGMLType::IQ4_XS, {128, 8}));
+static_assert(planesAre(GGMLType::IQ4_NL, {16, 2}));
+static_assert(planesAre(GGMLType::Q5_0, {16, 2, 4}));
+static_assert(planesAre(GGMLType::Q5_1, {16, 8}));
+
+/// launchLinear for the iq4_xs-split, iq4_nl-split, q5_0-split and
+/// q5_1-split layouts.
+cudaError_t launchLinearNibbleSplit(const float *x, int64_t batch,
+                                    const DeviceWeight &w, int64_t rowsPerBatch,
+                                    bool stacked, float *y, cudaStream_t s) {
+  const GGMLType type = splitTypeOf(w.layout);
+  const SplitFormat *f = splitFormatOf(type);
+  const bool q50 = type == GGMLType::Q5_0;
+  // The scale plane is read 8 bytes at a time for IQ4_XS and Q5_1, else 2.
+  const uintptr_t scaleAlign =
+      type == GGMLType::IQ4_XS || type == GGMLType::Q5_1 ? 7 : 1;
+  if (!f || w.type != type || w.cols <= 0 || w.cols % f->blockValues ||
+      w.rows < 0 || batch < 0 || rowsPerBatch < 0 || !w.data || !w.scales ||
+      (q50 && !w.high) || !aligned16(w.data) ||
+      (reinterpret_cast<uintptr_t>(w.scales) & scaleAlign) ||
+      (q50 && (reinterpret_cast<uintptr_t>(w.high) & 3)) ||
+      w.rows != (stacked ? batch * rowsPerBatch : rowsPerBatch))
+    return cudaErrorInvalidValue;
+  if (batch * rowsPerBatch == 0)
+    return cudaGetLastError();
+  NibbleSplitArgs a{};
+  a.quants = w.data;
+  a.scales = w.scales;
+  a.high = w.high;
+  a.units = w.cols / kNibbleUnit;
+  a.lanesPerRow = 1;
+  while (a.lanesPerRow < kWarp && a.lanesPerRow < a.units)
+    a.lanesPerRow *= 2;
+  a.x = x;
+  a.batch = batch;
+  a.rowsPerBatch = rowsPerBatch;
+  a.stacked = stacked;
+  a.y = y;
+  const int64_t rowsPerItem = kRows * (kWarp / a.lanesPerRow);
+  const int64_t items =
+      batch * ((rowsPerBatch + rowsPerItem - 1) / rowsPerItem);
+  // Narrower rows than a warp are one pass: never split.
+  a.splits = a.lanesPerRow == kWarp
+                 ? splitsForPasses(items, (a.units + kWarp - 1) / kWarp)
+                 : 1;
+  const int warps = warpsPerBlock(a.splits);
+  const unsigned blocks = blocksFor(items, warps / a.splits);
+  if (blocks == 0)
+    return cudaErrorInvalidValue;
+  const bool alignedX = aligned16(x);
+  void (*kernel)(NibbleSplitArgs) = nullptr;
+  switch (type) {
+  case GGMLType::IQ4_XS:
+    kernel = alignedX ? linearNibbleSplitKernel<GGMLType::IQ4_XS, kRows, true>
+                      : linearNibbleSplitKernel<GGMLType::IQ4_XS, kRows, false>;
+    break;
+  case GGMLType::IQ4_NL:
+    kernel = alignedX ? linearNibbleSplitKernel<GGMLType::IQ4_NL, kRows, true>
+                      : linearNibbleSplitKernel<GGMLType::IQ4_NL, kRows, false>;
+    break;
+  case GGMLType::Q5_0:
+    kernel = alignedX ? linearNibbleSplitKernel<GGMLType::Q5_0, kRows, true>
+                      : linearNibbleSplitKernel<GGMLType::Q5_0, kRows, false>;
+    break;
+  default: // Q5_1
+    kernel = alignedX ? linearNibbleSplitKernel<GGMLType::Q5_1, kRows, true>
+                      : linearNibbleSplitKernel<GGMLType::Q5_1, kRows, false>;
+    break;
+  }
+  if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
 } // namespace
 
 cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
@@ -1194,6 +1523,11 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
   case WeightLayout::Q5KSplit:
   case WeightLayout::Q6KSplit:
     return launchLinearKSplit(x, batch, w, rowsPerBatch, stacked, y, s);
+  case WeightLayout::IQ4XSSplit:
+  case WeightLayout::IQ4NLSplit:
+  case WeightLayout::Q50Split:
+  case WeightLayout::Q51Split:
+    return launchLinearNibbleSplit(x, batch, w, rowsPerBatch, stacked, y, s);
   case WeightLayout::Blocks:
     break;
   }

@@ -226,7 +226,8 @@ needs_images = pytest.mark.skipif(
 def test_cuda_artifact_carries_images_and_device_layouts(tiny, tmp_path):
     """--target=cuda:sm_90 copies that architecture's kernel images, byte for
     byte, into the artifact, and names each type's split layout (q8_0-split,
-    q4_k-split, q5_k-split, q6_k-split) for exactly the weights of that type
+    q4_k-split, q5_k-split, q6_k-split; the tiny mix has none of the types of
+    the other split layouts, tested below) for exactly the weights of that type
     read only by linear / fused_linear; the routed experts' weights (read by
     moe_experts, Q8_0 down and Q4_K gate/up in the tiny mix) and every other
     type stay in the file's blocks. The cpu target names no device layout."""
@@ -276,6 +277,39 @@ def test_cuda_artifact_carries_images_and_device_layouts(tiny, tmp_path):
     run_tool("kiln-compile", tiny, "--target=cpu", "--context", 16, "-o", cpu)
     assert "device layout" not in run_tool("kiln-run", cpu,
                                            "--describe").stdout
+
+
+@needs_images
+def test_cuda_target_splits_the_4_bit_32_value_types(tmp_path):
+    """The 4-bit types GLM-5 mixes put on attention weights (IQ4_XS, IQ4_NL,
+    Q5_0, Q5_1) get their split layouts when only mat-vecs read them,
+    attn_k_b's stacked per-head matrices [32, 64, 8] included; a weight of
+    such a type read by embed keeps the file's blocks."""
+    gguf = tmp_path / "mixed.gguf"
+    run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", SEED,
+             "--type", "attn_q_a=iq4_xs", "--type", "attn_kv_a_mqa=iq4_nl",
+             "--type", "attn_k_b=q5_0", "--type", "attn_output=q5_1",
+             "--type", "token_embd=q5_0", "--quiet")
+    art = tmp_path / "m.kiln"
+    run_tool("kiln-compile", gguf, "--target=cuda:sm_90", "--context", 16,
+             "-o", art)
+    binds = [line for line in run_tool("kiln-run", art, "--describe")
+             .stdout.splitlines() if line.strip().startswith("binds ")]
+    expected = {".attn_q_a.": ("IQ4_XS", "iq4_xs-split"),
+                ".attn_kv_a_mqa.": ("IQ4_NL", "iq4_nl-split"),
+                ".attn_k_b.": ("Q5_0", "q5_0-split"),
+                ".attn_output.": ("Q5_1", "q5_1-split")}
+    for tensor, (type_name, layout) in expected.items():
+        lines = [line for line in binds if tensor in line]
+        assert lines and all(f" {type_name} " in line and layout in line
+                             for line in lines), (tensor, lines)
+    for layout in ("iq4_xs-split", "iq4_nl-split", "q5_0-split",
+                   "q5_1-split"):
+        assert all(any(t in line for t in expected)
+                   for line in binds if layout in line), layout
+    embedding = [line for line in binds if "token_embd.weight" in line]
+    assert embedding and " Q5_0 " in embedding[0]
+    assert "device layout" not in embedding[0]
 
 
 @needs_images

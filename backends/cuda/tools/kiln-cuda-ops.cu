@@ -744,7 +744,8 @@ SplitWeight repackSplit(const Weight &w) {
 }
 
 /// The split device layouts (q8_0-split, q4_k-split, q5_k-split,
-/// q6_k-split): the repack keeps every byte (the blocks rebuilt from the
+/// q6_k-split, iq4_xs-split, iq4_nl-split, q5_0-split, q5_1-split): the
+/// repack keeps every byte (the blocks rebuilt from the
 /// planes on the host equal the file's), its values are the file's bit for
 /// bit, and the mat-vec over it matches the CPU as the block layout's does
 /// and gives the same bits when run again, at tensor-parallel GLM-5 shapes,
@@ -769,10 +770,29 @@ void checkSplitLayouts(Report &r, kiln::Rng &rng) {
                                       {{1024, 64, 8}, 8}, {{256, 19, 3}, 3},
                                       {{512, 37}, 1, 1},  {{6144, 37}, 1, 3},
                                       {{6144, 2048}, 1},  {{2048, 6144}, 1}};
+  // The 32-value blocks (IQ4_NL, Q5_0, Q5_1): a lane takes a block, and a
+  // row of u blocks the smallest power of two >= u lanes (at most 32), so
+  // 32, 96, 128 and 512 values put 32, 8, 8 and 2 row slots in a warp (96:
+  // a lane of each slot idle); 1056 is two passes, the second of one
+  // block; [128, 512, 8] batch 8 is attn_k_b (per head) at tp = 8, [6144,
+  // 2048] q_a-like, [2048, 6144] a row-parallel slice.
+  const std::vector<Shape> nibbleShapes = {
+      {{32, 37}, 1},      {{32, 5}, 2},      {{96, 37}, 1},
+      {{128, 37}, 3},     {{512, 37}, 1, 1}, {{1056, 37}, 1},
+      {{128, 512, 8}, 8}, {{512, 19, 3}, 3}, {{6144, 37}, 1, 3},
+      {{6144, 2048}, 1},  {{2048, 6144}, 1}};
   for (GGMLType type :
-       {GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q6_K}) {
-    const std::string op = kc::splitFormatOf(type)->name;
-    for (const Shape &s : type == GGMLType::Q8_0 ? q8Shapes : kShapes) {
+       {GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q6_K,
+        GGMLType::IQ4_XS, GGMLType::IQ4_NL, GGMLType::Q5_0, GGMLType::Q5_1}) {
+    const kc::SplitFormat *format = kc::splitFormatOf(type);
+    const std::string op = format->name;
+    // IQ4_XS has the K-quants' 256-value blocks (its 8 sub-blocks take the
+    // lanes of the 32-value blocks).
+    const std::vector<Shape> &shapes = type == GGMLType::Q8_0 ? q8Shapes
+                                       : format->blockValues == 32
+                                           ? nibbleShapes
+                                           : kShapes;
+    for (const Shape &s : shapes) {
       const bool stacked = s.dims.size() == 3;
       const int64_t k = s.dims[0], n = s.dims[1];
       Weight w = randomWeight(type, s.dims, rng.next());
@@ -827,22 +847,20 @@ void checkSplitLayouts(Report &r, kiln::Rng &rng) {
       SplitWeight split = repackSplit(w);
       kc::DeviceWeight wrongType = split.dev(w), partBlock = split.dev(w);
       wrongType.type = other;
-      partBlock.cols = 128;
+      partBlock.cols = format->blockValues / 2;
       DeviceArray<float> x(size_t(256)), y(size_t(4)), out(size_t(1024));
       const double refused =
           (kc::launchLinear(x.get(), 1, wrongType, 4, false, y.get(),
                             nullptr) != cudaErrorInvalidValue) +
           (kc::launchDequant(wrongType, out.get(), nullptr) !=
            cudaErrorInvalidValue) +
-          (type != GGMLType::Q8_0 &&
-           kc::launchLinear(x.get(), 1, partBlock, 4, false, y.get(),
+          (kc::launchLinear(x.get(), 1, partBlock, 4, false, y.get(),
                             nullptr) != cudaErrorInvalidValue) +
           (kc::launchRepackSplit(w.device.get(), wrongType, nullptr) !=
            cudaErrorInvalidValue);
       r.line(op,
-             typeName(other) + " weight" +
-                 (type != GGMLType::Q8_0 ? ", 128-value rows" : "") +
-                 ": refused",
+             typeName(other) + fmtText(" weight, %u-value rows: refused",
+                                       unsigned(format->blockValues / 2)),
              refused, 0, "cudaErrorInvalidValue");
     }
   }
@@ -1442,13 +1460,16 @@ void checkArgmax(Report &r, kiln::Rng &rng) {
 /// Times launchLinear on random valid blocks: kRuns launches captured in a
 /// CUDA graph (no launch gaps), rotating over copies of the weight that
 /// together exceed the L2 many times over, so every launch reads its weight
-/// from memory. GB/s counts the weight's bytes only.
+/// from memory (one launch per copy where kRuns copies of a small weight,
+/// such as attn_k_b's, would fit the L2). GB/s counts the weight's bytes
+/// only.
 void benchLinear() {
   struct Case {
     GGMLType type;
     int64_t k, n;
     const char *what;
     bool split = false; ///< the type's split device layout
+    int64_t heads = 1;  ///< > 1: a stacked weight [k, n, heads], batch heads
   };
   const Case cases[] = {
       {GGMLType::Q8_0, 6144, 2048, "q_a-like"},
@@ -1462,6 +1483,20 @@ void benchLinear() {
       {GGMLType::Q5_K, 2048, 6144, "dense down slice, q5_k-split", true},
       {GGMLType::Q6_K, 6144, 19360, "output head slice"},
       {GGMLType::Q6_K, 6144, 19360, "output head slice, q6_k-split", true},
+      {GGMLType::IQ4_XS, 6144, 2048, "q_a-like"},
+      {GGMLType::IQ4_XS, 6144, 2048, "q_a-like, iq4_xs-split", true},
+      {GGMLType::IQ4_NL, 6144, 2048, "q_a-like"},
+      {GGMLType::IQ4_NL, 6144, 2048, "q_a-like, iq4_nl-split", true},
+      {GGMLType::Q5_0, 2048, 6144, "attn_output slice"},
+      {GGMLType::Q5_0, 2048, 6144, "attn_output slice, q5_0-split", true},
+      {GGMLType::Q5_1, 6144, 2048, "q_a-like"},
+      {GGMLType::Q5_1, 6144, 2048, "q_a-like, q5_1-split", true},
+      {GGMLType::Q5_0, 128, 512, "attn_k_b, 8 heads", false, 8},
+      {GGMLType::Q5_0, 128, 512, "attn_k_b, 8 heads, q5_0-split", true, 8},
+      {GGMLType::Q5_1, 128, 512, "attn_k_b, 8 heads", false, 8},
+      {GGMLType::Q5_1, 128, 512, "attn_k_b, 8 heads, q5_1-split", true, 8},
+      {GGMLType::IQ4_NL, 128, 512, "attn_k_b, 8 heads", false, 8},
+      {GGMLType::IQ4_NL, 128, 512, "attn_k_b, 8 heads, iq4_nl-split", true, 8},
       {GGMLType::F32, 6144, 256, "router gate"},
   };
   constexpr uint64_t kRotateBytes = uint64_t(256) << 20;
@@ -1473,7 +1508,8 @@ void benchLinear() {
   CHECK_CUDA(cudaEventCreate(&stop));
   kiln::Rng rng(7);
   for (const Case &c : cases) {
-    const uint64_t bytes = *kiln::rowBytes(c.type, uint64_t(c.k)) * c.n;
+    const int64_t rows = c.n * c.heads;
+    const uint64_t bytes = *kiln::rowBytes(c.type, uint64_t(c.k)) * rows;
     const uint64_t copies =
         std::max<uint64_t>(2, (kRotateBytes + bytes - 1) / bytes);
     DeviceArray<uint8_t> w(bytes * copies);
@@ -1482,10 +1518,10 @@ void benchLinear() {
     // The split layout: each plane holds every copy's rows, copy after
     // copy, so copy i's rows form one weight in every plane.
     const kc::SplitFormat *f = kc::splitFormatOf(c.type);
-    const uint64_t blocks = uint64_t(c.k * c.n) / (f ? f->blockValues : 1);
+    const uint64_t blocks = uint64_t(c.k * rows) / (f ? f->blockValues : 1);
     DeviceArray<uint8_t> planes(
         c.split ? kc::splitPlaneStart(*f, f->planes, blocks * copies) : 0);
-    kc::DeviceWeight all{c.type, c.n * int64_t(copies), c.k, nullptr,
+    kc::DeviceWeight all{c.type, rows * int64_t(copies), c.k, nullptr,
                          kc::splitLayoutOf(c.type)};
     const auto planeOf = [&](int p, uint64_t copy) {
       return planes.get() + kc::splitPlaneStart(*f, p, blocks * copies) +
@@ -1496,20 +1532,22 @@ void benchLinear() {
         all.setPlane(p, planeOf(p, 0));
       run(kc::launchRepackSplit(w.get(), all, nullptr));
     }
-    DeviceArray<float> x(normals(rng, c.k, 1.0)), y(c.n);
+    DeviceArray<float> x(normals(rng, c.k * c.heads, 1.0)), y(rows);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CHECK_CUDA(
         cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kRuns; ++i) {
+    const int runs = int(std::max<uint64_t>(kRuns, copies));
+    for (int i = 0; i < runs; ++i) {
       const uint64_t copy = uint64_t(i) % copies;
-      kc::DeviceWeight dw{c.type, c.n, c.k, w.get() + copy * bytes};
+      kc::DeviceWeight dw{c.type, rows, c.k, w.get() + copy * bytes};
       if (c.split) {
         dw.layout = all.layout;
         for (int p = 0; p < f->planes; ++p)
           dw.setPlane(p, planeOf(p, copy));
       }
-      CHECK_CUDA(kc::launchLinear(x.get(), 1, dw, c.n, false, y.get(), stream));
+      CHECK_CUDA(kc::launchLinear(x.get(), c.heads, dw, c.n, c.heads > 1,
+                                  y.get(), stream));
     }
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
@@ -1521,9 +1559,13 @@ void benchLinear() {
     CHECK_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
     CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    const double us = double(ms) * 1e3 / kRuns;
-    std::printf("bench linear %s %lldx%lld: %.2f us, %.1f GB/s  (%s)\n",
-                typeName(c.type).c_str(), (long long)c.k, (long long)c.n, us,
+    const double us = double(ms) * 1e3 / runs;
+    const std::string shape =
+        c.heads > 1 ? fmtText("%lldx%lldx%lld", (long long)c.k, (long long)c.n,
+                              (long long)c.heads)
+                    : fmtText("%lldx%lld", (long long)c.k, (long long)c.n);
+    std::printf("bench linear %s %s: %.2f us, %.1f GB/s  (%s)\n",
+                typeName(c.type).c_str(), shape.c_str(), us,
                 double(bytes) / (us * 1e3), c.what);
     CHECK_CUDA(cudaGraphExecDestroy(exec));
     CHECK_CUDA(cudaGraphDestroy(graph));
@@ -1765,6 +1807,8 @@ void checkNormedLinear(Report &r, kiln::Rng &rng) {
                         Case{GGMLType::Q8_0, 512, 37, true},
                         Case{GGMLType::Q8_0, 6144, 200, true},
                         Case{GGMLType::Q4_K, 1024, 64, true},
+                        Case{GGMLType::IQ4_XS, 1024, 64, true},
+                        Case{GGMLType::Q5_1, 512, 37, true},
                         Case{GGMLType::Q8_0, 512, 37, false},
                         Case{GGMLType::F32, 96, 17, false}}) {
     Weight w = randomWeight(c.type, {c.k, c.n}, rng.next());

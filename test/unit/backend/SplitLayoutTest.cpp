@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -41,10 +42,10 @@ TEST(SplitLayout, PlanesCoverEveryByteOfABlockOnce) {
 
 TEST(SplitLayout, NamesAndTypesFindTheirFormat) {
   const std::pair<const char *, GGMLType> expected[] = {
-      {"q8_0-split", GGMLType::Q8_0},
-      {"q4_k-split", GGMLType::Q4_K},
-      {"q5_k-split", GGMLType::Q5_K},
-      {"q6_k-split", GGMLType::Q6_K}};
+      {"q8_0-split", GGMLType::Q8_0},     {"q4_k-split", GGMLType::Q4_K},
+      {"q5_k-split", GGMLType::Q5_K},     {"q6_k-split", GGMLType::Q6_K},
+      {"iq4_xs-split", GGMLType::IQ4_XS}, {"iq4_nl-split", GGMLType::IQ4_NL},
+      {"q5_0-split", GGMLType::Q5_0},     {"q5_1-split", GGMLType::Q5_1}};
   for (const auto &[name, type] : expected) {
     const SplitFormat *byName = splitFormatNamed(name);
     ASSERT_NE(byName, nullptr) << name;
@@ -53,8 +54,26 @@ TEST(SplitLayout, NamesAndTypesFindTheirFormat) {
   }
   EXPECT_EQ(splitFormatNamed("gguf"), nullptr);
   EXPECT_EQ(splitFormatNamed("q4_k"), nullptr);
+  EXPECT_EQ(std::size(kSplitFormats), std::size(expected));
   EXPECT_EQ(splitFormatOf(GGMLType::Q4_0), nullptr);
   EXPECT_EQ(splitFormatOf(GGMLType::F32), nullptr);
+}
+
+/// The kernels read a block's piece of a plane with one load: a piece of
+/// 16 bytes or more is whole 16-byte loads, a smaller one a power of two,
+/// so piece b (at b * bytes from a 256-aligned start) is aligned to its
+/// load, whichever block a fused run's part starts with.
+TEST(SplitLayout, EveryPieceIsAlignedToItsLoad) {
+  for (const SplitFormat &f : kSplitFormats)
+    for (int p = 0; p < f.planes; ++p) {
+      SCOPED_TRACE(f.name);
+      const uint32_t bytes = f.plane[p].bytes;
+      EXPECT_TRUE(bytes % 16 == 0 || (bytes < 16 && (bytes & (bytes - 1)) == 0))
+          << "plane " << p << ": " << bytes << " bytes";
+    }
+  // The quant plane (plane 0) of every layout is whole 16-byte loads.
+  for (const SplitFormat &f : kSplitFormats)
+    EXPECT_EQ(f.plane[0].bytes % 16, 0u) << f.name;
 }
 
 TEST(SplitLayout, PlaneStartsAreAlignedAndDisjoint) {
