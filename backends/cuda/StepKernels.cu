@@ -152,18 +152,21 @@ __device__ int blockExclusiveScan(int v, int *shared, int &total) {
     if (lane >= d)
       inclusive += below;
   }
-  __syncthreads();
+  __syncthreads(); // the previous call's totals are read
   if (lane == kWarp - 1)
     shared[warp] = inclusive;
   __syncthreads();
-  int before = 0;
-  total = 0;
-  for (int w = 0; w < int(blockDim.x / kWarp); ++w) {
-    if (w < warp)
-      before += shared[w];
-    total += shared[w];
+  // Every warp scans the warp totals itself: one shared load a lane and a
+  // butterfly, not a serial loop over the warps.
+  int totals = lane < int(blockDim.x / kWarp) ? shared[lane] : 0;
+  for (int d = 1; d < kWarp; d *= 2) {
+    int below = __shfl_up_sync(kFullMask, totals, d);
+    if (lane >= d)
+      totals += below;
   }
-  return before + inclusive - v;
+  total = __shfl_sync(kFullMask, totals, kWarp - 1);
+  const int before = __shfl_sync(kFullMask, totals, warp > 0 ? warp - 1 : 0);
+  return (warp > 0 ? before : 0) + inclusive - v;
 }
 
 /// fp16 bits to float, exact: the hardware conversion for numbers, and for
@@ -1100,16 +1103,22 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
   }
 }
 
+/// Positions a warp of indexerScoresByHeadKernel scores together.
+constexpr int kScorePositions = 4;
+
 /// The same scores with the heads across the lanes: a block stages q (rows
-/// padded by one float, so lane h's reads of row h hit distinct banks) and
-/// the head weights in shared memory; a warp per position stages the key
-/// row, then lane l sums w[h] * relu(q[h] . key) over its heads h = l,
-/// l + 32, ... and one butterfly adds the lanes. A position costs one key
-/// read and one warp sum instead of one per head. Dynamic shared memory:
-/// heads * (dim + 1) + heads + warps * dim floats.
+/// padded by four floats, so the lanes' 16-byte reads of their rows hit
+/// distinct banks) and the head weights in shared memory; a warp stages
+/// kScorePositions key rows at a time, then lane l sums w[h] * relu(q[h] .
+/// key) over its heads h = l, l + 32, ... for each of them (each q load
+/// serves every staged row; the key reads are broadcasts) and one
+/// butterfly a position adds the lanes. Per position and head the products
+/// and sums are those of a one-row loop (dims ascending). Needs dim % 4 ==
+/// 0. Dynamic shared memory: heads * (dim + 4) + heads rounded up to 4 +
+/// warps * kScorePositions * dim floats.
 __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   stepKernelPrologue();
-  extern __shared__ float staged[];
+  extern __shared__ __align__(16) float staged[];
   const int32_t position = *a.position;
   if (position < 0 || position >= a.cache.positions) {
     if (blockIdx.x == 0 && threadIdx.x == 0)
@@ -1119,35 +1128,62 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   }
   if (int64_t(position) + 1 <= a.topK) // every position selected, as above
     return;
-  const int heads = int(a.heads), dim = int(a.dim), pitch = dim + 1;
+  constexpr int P = kScorePositions;
+  const int heads = int(a.heads), dim = int(a.dim), pitch = dim + 4;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
   float *q = staged, *w = staged + heads * pitch;
-  float *key = w + heads + warp * dim;
+  float *keys = w + (heads + 3) / 4 * 4 + warp * P * dim;
   for (int i = threadIdx.x; i < heads * dim; i += blockDim.x)
     q[(i / dim) * pitch + i % dim] = a.q[i];
   for (int h = threadIdx.x; h < heads; h += blockDim.x)
     w[h] = a.headWeights[h];
   __syncthreads();
-  for (int64_t t = int64_t(blockIdx.x) * warps + warp; t <= position;
-       t += int64_t(gridDim.x) * warps) {
-    const int64_t row = t * dim;
-    for (int j = lane; j < dim; j += kWarp)
-      key[j] = readCache(a.cache.data, a.cache.type, row + j);
+  const int64_t attended = int64_t(position) + 1;
+  for (int64_t t0 = (int64_t(blockIdx.x) * warps + warp) * P; t0 < attended;
+       t0 += int64_t(gridDim.x) * warps * P) {
+    const int n = int(attended - t0 < P ? attended - t0 : P);
+    // Rows t0 .. t0 + n - 1 are back to back in the cache.
+    for (int i = lane; i < P * dim; i += kWarp)
+      keys[i] = i < n * dim ? readCache(a.cache.data, a.cache.type,
+                                        t0 * dim + i)
+                            : 0.f;
     __syncwarp();
-    float sum = 0.f;
+    float sum[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      sum[p] = 0.f;
     for (int h = lane; h < heads; h += kWarp) {
-      const float *qh = q + h * pitch;
-      float dot = 0.f;
-      for (int j = 0; j < dim; ++j)
-        dot += qh[j] * key[j];
-      // std::max(dot, 0.f): a NaN dot stays NaN.
-      sum += w[h] * (dot < 0.f ? 0.f : dot);
+      const float4 *qh = reinterpret_cast<const float4 *>(q + h * pitch);
+      float dot[P];
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        dot[p] = 0.f;
+      for (int j = 0; j < dim / 4; ++j) {
+        const float4 qv = qh[j];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const float4 kv = reinterpret_cast<const float4 *>(keys + p * dim)[j];
+          dot[p] += qv.x * kv.x;
+          dot[p] += qv.y * kv.y;
+          dot[p] += qv.z * kv.z;
+          dot[p] += qv.w * kv.w;
+        }
+      }
+      const float wh = w[h];
+#pragma unroll
+      for (int p = 0; p < P; ++p) // std::max(dot, 0.f): NaN stays NaN
+        sum[p] += wh * (dot[p] < 0.f ? 0.f : dot[p]);
     }
-    sum = warpSum(sum);
-    if (lane == 0)
-      a.scores[t] = a.scale * sum;
-    __syncwarp(); // the key row is rewritten next
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      sum[p] = warpSum(sum[p]);
+    if (lane < n)
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (p == lane)
+          a.scores[t0 + p] = a.scale * sum[p];
+    __syncwarp(); // the key rows are rewritten next
   }
 }
 
@@ -1186,7 +1222,7 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
   __shared__ int warpTotals[kWarp];
   __shared__ unsigned hist[256];
   __shared__ uint32_t foundPrefix;
-  __shared__ int64_t foundNeed;
+  __shared__ int64_t foundNeed, foundEqual;
   const int32_t position = *a.position;
   const bool valid = position >= 0 && position < a.cache.positions;
   const int64_t attended = valid ? int64_t(position) + 1 : 0;
@@ -1199,6 +1235,8 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
   }
   const int lane = threadIdx.x % kWarp;
   if constexpr (kStaged) {
+    // Unrolled so that several of each thread's loads are in flight.
+#pragma unroll 8
     for (int64_t t = threadIdx.x; t < attended; t += blockDim.x)
       stagedKeys[t] = rankKey(a.scores[t]);
     __syncthreads();
@@ -1251,6 +1289,7 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
           if (acc + int64_t(c[j]) >= need) {
             foundPrefix = prefix | uint32_t(255 - 8 * lane - j) << shift;
             foundNeed = need - acc;
+            foundEqual = int64_t(c[j]); // after the last pass: keys == T
             break;
           }
           acc += c[j];
@@ -1262,15 +1301,22 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
     need = foundNeed;
     mask |= 255u << shift;
   }
+  // Without a tie across the cut (every key equal to T chosen: the usual
+  // case) a key is chosen when it is at least T, and one prefix sum a
+  // block of positions places them; with one, a first prefix sum counts
+  // the equal keys before each.
+  const bool allEqual = need == foundEqual;
   int64_t written = 0, equalSeen = 0;
   for (int64_t start = 0; start < attended; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;
     const uint32_t k = t < attended ? keyAt(t) : 0u;
     const int equal = t < attended && k == prefix;
-    int equalTotal = 0;
-    const int equalBefore = blockExclusiveScan(equal, warpTotals, equalTotal);
+    int equalTotal = 0, equalBefore = 0;
+    if (!allEqual) // uniform over the block
+      equalBefore = blockExclusiveScan(equal, warpTotals, equalTotal);
     const int chosen =
-        t < attended && (k > prefix || (equal && equalSeen + equalBefore < need));
+        t < attended &&
+        (k > prefix || (equal && (allEqual || equalSeen + equalBefore < need)));
     int chosenTotal = 0;
     const int slot = blockExclusiveScan(chosen, warpTotals, chosenTotal);
     if (chosen && written + slot < a.topK)
@@ -1959,9 +2005,11 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   // one warp per position and head otherwise.
   constexpr int kScoreWarps = 8;
   const size_t staged =
-      sizeof(float) * size_t(heads * (dim + 1) + heads + kScoreWarps * dim);
-  if (heads > 0 && staged <= 48 * 1024) {
-    const int64_t wanted = (cache.positions + kScoreWarps - 1) / kScoreWarps;
+      sizeof(float) * size_t(heads * (dim + 4) + (heads + 3) / 4 * 4 +
+                             kScoreWarps * kScorePositions * dim);
+  if (heads > 0 && dim % 4 == 0 && staged <= 48 * 1024) {
+    const int64_t perBlock = kScoreWarps * kScorePositions;
+    const int64_t wanted = (cache.positions + perBlock - 1) / perBlock;
     const unsigned scoreBlocks = unsigned(wanted < 1024 ? wanted : 1024);
     if (cudaError_t e = launchStep(indexerScoresByHeadKernel, scoreBlocks,
                                    kScoreWarps * kWarp, staged, s, a);
