@@ -1106,6 +1106,58 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
 /// Positions a warp of indexerScoresByHeadKernel scores together.
 constexpr int kScorePositions = 4;
 
+/// Cache values [first, first + count) as floats into dst (16-byte
+/// aligned), by the calling warp; first and count are multiples of a
+/// 16-byte group's values (8 for f16 / bf16, 4 for f32). Each lane issues
+/// its (up to kLoads) 16-byte loads before it converts and stores any, so
+/// they are in flight together; f16 as halfBitsToFloat (readCache's rule).
+__device__ inline void warpStageCache(const DeviceCache &c, int64_t first,
+                                      int count, float *dst) {
+  constexpr int kLoads = 4;
+  const int lane = threadIdx.x % kWarp;
+  const bool wide = c.type == CacheType::F32;
+  const int per = wide ? 4 : 8, groups = count / per;
+  const uint4 *src =
+      wide ? reinterpret_cast<const uint4 *>(static_cast<const float *>(c.data) +
+                                             first)
+           : reinterpret_cast<const uint4 *>(
+                 static_cast<const uint16_t *>(c.data) + first);
+  for (int g0 = 0; g0 < groups; g0 += kLoads * kWarp) {
+    uint4 v[kLoads];
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int g = g0 + lane + i * kWarp;
+      if (g < groups)
+        v[i] = src[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int g = g0 + lane + i * kWarp;
+      if (g >= groups)
+        continue;
+      if (wide) {
+        reinterpret_cast<uint4 *>(dst)[g] = v[i];
+        continue;
+      }
+      const uint32_t w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+      float out[8];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t lo = w[k] & 0xFFFFu, hi = w[k] >> 16;
+        out[2 * k] = c.type == CacheType::F16
+                         ? halfBitsToFloat(uint16_t(lo))
+                         : __uint_as_float(lo << 16);
+        out[2 * k + 1] = c.type == CacheType::F16
+                             ? halfBitsToFloat(uint16_t(hi))
+                             : __uint_as_float(hi << 16);
+      }
+      float4 *d = reinterpret_cast<float4 *>(dst + 8 * int64_t(g));
+      d[0] = make_float4(out[0], out[1], out[2], out[3]);
+      d[1] = make_float4(out[4], out[5], out[6], out[7]);
+    }
+  }
+}
+
 /// The same scores with the heads across the lanes: a block stages q (rows
 /// padded by four floats, so the lanes' 16-byte reads of their rows hit
 /// distinct banks) and the head weights in shared memory; a warp stages
@@ -1113,8 +1165,8 @@ constexpr int kScorePositions = 4;
 /// key) over its heads h = l, l + 32, ... for each of them (each q load
 /// serves every staged row; the key reads are broadcasts) and one
 /// butterfly a position adds the lanes. Per position and head the products
-/// and sums are those of a one-row loop (dims ascending). Needs dim % 4 ==
-/// 0. Dynamic shared memory: heads * (dim + 4) + heads rounded up to 4 +
+/// and sums are those of a one-row loop (dims ascending). Needs dim % 8 ==
+/// 0 and q and the cache 16-byte aligned. Dynamic shared memory: heads * (dim + 4) + heads rounded up to 4 +
 /// warps * kScorePositions * dim floats.
 __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   stepKernelPrologue();
@@ -1134,8 +1186,27 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   const int warps = blockDim.x / kWarp;
   float *q = staged, *w = staged + heads * pitch;
   float *keys = w + (heads + 3) / 4 * 4 + warp * P * dim;
-  for (int i = threadIdx.x; i < heads * dim; i += blockDim.x)
-    q[(i / dim) * pitch + i % dim] = a.q[i];
+  // q by 16-byte loads, four a thread in flight together.
+  {
+    const int quads = heads * dim / 4, rowQuads = dim / 4;
+    const float4 *q4 = reinterpret_cast<const float4 *>(a.q);
+    for (int i0 = 0; i0 < quads; i0 += 4 * int(blockDim.x)) {
+      float4 v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = i0 + int(threadIdx.x) + k * int(blockDim.x);
+        if (i < quads)
+          v[k] = q4[i];
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = i0 + int(threadIdx.x) + k * int(blockDim.x);
+        if (i < quads)
+          *reinterpret_cast<float4 *>(q + (i / rowQuads) * pitch +
+                                      4 * (i % rowQuads)) = v[k];
+      }
+    }
+  }
   for (int h = threadIdx.x; h < heads; h += blockDim.x)
     w[h] = a.headWeights[h];
   __syncthreads();
@@ -1143,11 +1214,9 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   for (int64_t t0 = (int64_t(blockIdx.x) * warps + warp) * P; t0 < attended;
        t0 += int64_t(gridDim.x) * warps * P) {
     const int n = int(attended - t0 < P ? attended - t0 : P);
-    // Rows t0 .. t0 + n - 1 are back to back in the cache.
-    for (int i = lane; i < P * dim; i += kWarp)
-      keys[i] = i < n * dim ? readCache(a.cache.data, a.cache.type,
-                                        t0 * dim + i)
-                            : 0.f;
+    // Rows t0 .. t0 + n - 1 are back to back in the cache (the rows past
+    // n keep stale values: their sums are never written).
+    warpStageCache(a.cache, t0 * dim, n * dim, keys);
     __syncwarp();
     float sum[P];
 #pragma unroll
@@ -2007,7 +2076,10 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   const size_t staged =
       sizeof(float) * size_t(heads * (dim + 4) + (heads + 3) / 4 * 4 +
                              kScoreWarps * kScorePositions * dim);
-  if (heads > 0 && dim % 4 == 0 && staged <= 48 * 1024) {
+  // It reads q and the key rows 16 bytes at a time.
+  if (heads > 0 && dim % 8 == 0 && staged <= 48 * 1024 &&
+      reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(cache.data) % 16 == 0) {
     const int64_t perBlock = kScoreWarps * kScorePositions;
     const int64_t wanted = (cache.positions + perBlock - 1) / perBlock;
     const unsigned scoreBlocks = unsigned(wanted < 1024 ? wanted : 1024);
