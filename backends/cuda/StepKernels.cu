@@ -1106,55 +1106,66 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
 /// Positions a warp of indexerScoresByHeadKernel scores together.
 constexpr int kScorePositions = 4;
 
-/// Cache values [first, first + count) as floats into dst (16-byte
-/// aligned), by the calling warp; first and count are multiples of a
-/// 16-byte group's values (8 for f16 / bf16, 4 for f32). Each lane issues
-/// its (up to kLoads) 16-byte loads before it converts and stores any, so
-/// they are in flight together; f16 as halfBitsToFloat (readCache's rule).
-__device__ inline void warpStageCache(const DeviceCache &c, int64_t first,
-                                      int count, float *dst) {
-  constexpr int kLoads = 4;
-  const int lane = threadIdx.x % kWarp;
-  const bool wide = c.type == CacheType::F32;
-  const int per = wide ? 4 : 8, groups = count / per;
+/// Up to kStageLoads 16-byte loads a lane of cache values, in registers
+/// between loadCacheRows and storeCacheRows, so a warp can load the next
+/// rows while it works on the current ones.
+constexpr int kStageLoads = 4;
+struct StagedRows {
+  uint4 v[kStageLoads];
+};
+
+/// Values a 16-byte load of a cache holds (8 f16 / bf16, 4 f32).
+__device__ inline int valuesPerLoad(CacheType type) {
+  return type == CacheType::F32 ? 4 : 8;
+}
+
+/// The calling warp's loads of cache values [first, first + count) (first
+/// and count multiples of valuesPerLoad, count at most kStageLoads * 32
+/// loads' worth), all issued before any is used.
+__device__ inline void loadCacheRows(const DeviceCache &c, int64_t first,
+                                     int count, StagedRows &r) {
+  const int lane = threadIdx.x % kWarp, per = valuesPerLoad(c.type);
   const uint4 *src =
-      wide ? reinterpret_cast<const uint4 *>(static_cast<const float *>(c.data) +
-                                             first)
-           : reinterpret_cast<const uint4 *>(
-                 static_cast<const uint16_t *>(c.data) + first);
-  for (int g0 = 0; g0 < groups; g0 += kLoads * kWarp) {
-    uint4 v[kLoads];
+      c.type == CacheType::F32
+          ? reinterpret_cast<const uint4 *>(static_cast<const float *>(c.data) +
+                                            first)
+          : reinterpret_cast<const uint4 *>(
+                static_cast<const uint16_t *>(c.data) + first);
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int g = g0 + lane + i * kWarp;
-      if (g < groups)
-        v[i] = src[g];
+  for (int i = 0; i < kStageLoads; ++i) {
+    const int g = lane + i * kWarp;
+    if (g < count / per)
+      r.v[i] = src[g];
+  }
+}
+
+/// loadCacheRows' values as floats into dst (16-byte aligned); f16 as
+/// halfBitsToFloat (readCache's rule).
+__device__ inline void storeCacheRows(CacheType type, int count,
+                                      const StagedRows &r, float *dst) {
+  const int lane = threadIdx.x % kWarp, per = valuesPerLoad(type);
+#pragma unroll
+  for (int i = 0; i < kStageLoads; ++i) {
+    const int g = lane + i * kWarp;
+    if (g >= count / per)
+      continue;
+    if (type == CacheType::F32) {
+      reinterpret_cast<uint4 *>(dst)[g] = r.v[i];
+      continue;
     }
+    const uint32_t w[4] = {r.v[i].x, r.v[i].y, r.v[i].z, r.v[i].w};
+    float out[8];
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int g = g0 + lane + i * kWarp;
-      if (g >= groups)
-        continue;
-      if (wide) {
-        reinterpret_cast<uint4 *>(dst)[g] = v[i];
-        continue;
-      }
-      const uint32_t w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-      float out[8];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const uint32_t lo = w[k] & 0xFFFFu, hi = w[k] >> 16;
-        out[2 * k] = c.type == CacheType::F16
-                         ? halfBitsToFloat(uint16_t(lo))
-                         : __uint_as_float(lo << 16);
-        out[2 * k + 1] = c.type == CacheType::F16
-                             ? halfBitsToFloat(uint16_t(hi))
-                             : __uint_as_float(hi << 16);
-      }
-      float4 *d = reinterpret_cast<float4 *>(dst + 8 * int64_t(g));
-      d[0] = make_float4(out[0], out[1], out[2], out[3]);
-      d[1] = make_float4(out[4], out[5], out[6], out[7]);
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t lo = w[k] & 0xFFFFu, hi = w[k] >> 16;
+      out[2 * k] = type == CacheType::F16 ? halfBitsToFloat(uint16_t(lo))
+                                          : __uint_as_float(lo << 16);
+      out[2 * k + 1] = type == CacheType::F16 ? halfBitsToFloat(uint16_t(hi))
+                                              : __uint_as_float(hi << 16);
     }
+    float4 *d = reinterpret_cast<float4 *>(dst + 8 * int64_t(g));
+    d[0] = make_float4(out[0], out[1], out[2], out[3]);
+    d[1] = make_float4(out[4], out[5], out[6], out[7]);
   }
 }
 
@@ -1211,12 +1222,23 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
     w[h] = a.headWeights[h];
   __syncthreads();
   const int64_t attended = int64_t(position) + 1;
-  for (int64_t t0 = (int64_t(blockIdx.x) * warps + warp) * P; t0 < attended;
-       t0 += int64_t(gridDim.x) * warps * P) {
-    const int n = int(attended - t0 < P ? attended - t0 : P);
-    // Rows t0 .. t0 + n - 1 are back to back in the cache (the rows past
-    // n keep stale values: their sums are never written).
-    warpStageCache(a.cache, t0 * dim, n * dim, keys);
+  const int64_t stride = int64_t(gridDim.x) * warps * P;
+  // Rows t0 .. t0 + n - 1 are back to back in the cache (the rows past n
+  // keep stale values: their sums are never written). The next group's
+  // rows are loaded while this one's are scored.
+  auto rowsOf = [&](int64_t t) {
+    return int(attended - t < P ? attended - t : P);
+  };
+  StagedRows next;
+  int64_t t0 = (int64_t(blockIdx.x) * warps + warp) * P;
+  if (t0 < attended)
+    loadCacheRows(a.cache, t0 * dim, rowsOf(t0) * dim, next);
+  for (; t0 < attended; t0 += stride) {
+    const int n = rowsOf(t0);
+    storeCacheRows(a.cache.type, n * dim, next, keys);
+    if (t0 + stride < attended)
+      loadCacheRows(a.cache, (t0 + stride) * dim, rowsOf(t0 + stride) * dim,
+                    next);
     __syncwarp();
     float sum[P];
 #pragma unroll
@@ -1228,6 +1250,7 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
 #pragma unroll
       for (int p = 0; p < P; ++p)
         dot[p] = 0.f;
+#pragma unroll 4
       for (int j = 0; j < dim / 4; ++j) {
         const float4 qv = qh[j];
 #pragma unroll
@@ -2076,8 +2099,10 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   const size_t staged =
       sizeof(float) * size_t(heads * (dim + 4) + (heads + 3) / 4 * 4 +
                              kScoreWarps * kScorePositions * dim);
-  // It reads q and the key rows 16 bytes at a time.
+  // It reads q and the key rows 16 bytes at a time, a warp's rows in at
+  // most kStageLoads loads a lane.
   if (heads > 0 && dim % 8 == 0 && staged <= 48 * 1024 &&
+      kScorePositions * dim * 4 <= kStageLoads * kWarp * 16 &&
       reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(cache.data) % 16 == 0) {
     const int64_t perBlock = kScoreWarps * kScorePositions;
