@@ -29,6 +29,7 @@
 #include "SplitLayout.h"
 #include "Warp.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -1290,73 +1291,104 @@ __device__ inline uint32_t rankKey(float v) {
   return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
-/// One block: the topK positions of the CPU's stable descending sort (a
-/// higher score first, an equal one at a lower position first), ascending,
-/// into selected, zeros after them, and the count. A bad position selects
-/// nothing (count 0).
-///   1. Radix select, 8 bits a pass from the top: each pass counts the keys
-///      that share the bits found so far, by their next 8 bits (a warp's
-///      lanes with the same digit add once: __match_any_sync), and warp 0
-///      finds the digit where the count from the top reaches the number
-///      still needed. After 4 passes T is the topK-th largest key and
-///      `need` the number of keys equal to T that are selected.
-///   2. Positions ascending, a block at a time: every key above T, and the
-///      first `need` keys equal to T (a running count of them, by a block
-///      prefix sum), go to the next slots (another prefix sum).
+/// Blocks of the selection: one cluster, each block a slice of the
+/// positions (its keys staged in its own shared memory), the histograms and
+/// the slices' counts read across the cluster's shared memory.
+constexpr int kSelectBlocks = 8;
+
+/// A cluster of kSelectBlocks blocks: the topK positions of the CPU's
+/// stable descending sort (a higher score first, an equal one at a lower
+/// position first), ascending, into selected, zeros after them, and the
+/// count. A bad position selects nothing (count 0). Block r takes the
+/// positions [r S, r S + S) (S = attended / kSelectBlocks rounded up).
+///   1. Radix select, 8 bits a pass from the top: each block counts the
+///      keys of its slice that share the bits found so far, by their next 8
+///      bits (a warp's lanes with the same digit add once:
+///      __match_any_sync); after a cluster barrier every block sums the
+///      blocks' counts and its warp 0 finds the digit where the count from
+///      the top reaches the number still needed (every block alike). After
+///      4 passes T is the topK-th largest key and `need` the number of keys
+///      equal to T that are selected.
+///   2. Each block counts its keys above T and equal to T; after a barrier
+///      it sums the counts of the blocks before it, which place its slice:
+///      its keys above T, and those equal to T among the first `need` of
+///      them overall, go to the next slots, positions ascending (block
+///      prefix sums; one when no tie crosses the cut).
 /// Exact: the same positions as the CPU's sort, in O(positions) a pass.
-/// kStaged: the keys are computed once into dynamic shared memory (one
-/// uint32 a position of the cache, launchDsaIndexer's choice when they fit)
-/// and every pass reads them there instead of the scores in the L2.
+/// kStaged: each block's keys are computed once into dynamic shared memory
+/// (one uint32 a position of its slice, launchDsaIndexer's choice when they
+/// fit) and every pass reads them there instead of the scores in the L2.
 template <bool kStaged>
-__global__ void indexerSelectKernel(IndexerArgs a) {
+__global__ void __cluster_dims__(kSelectBlocks, 1, 1)
+    indexerSelectKernel(IndexerArgs a) {
   stepKernelPrologue();
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ uint32_t stagedKeys[];
   __shared__ int warpTotals[kWarp];
-  __shared__ unsigned hist[256];
+  __shared__ unsigned hist[2][256], merged[256];
+  __shared__ int64_t sliceCounts[2]; // keys above T, keys equal to T
   __shared__ uint32_t foundPrefix;
   __shared__ int64_t foundNeed, foundEqual;
   const int32_t position = *a.position;
   const bool valid = position >= 0 && position < a.cache.positions;
   const int64_t attended = valid ? int64_t(position) + 1 : 0;
   if (attended <= a.topK) { // every position is selected: no scan needed
-    for (int64_t i = threadIdx.x; i < a.topK; i += blockDim.x)
-      a.selected[i] = i < attended ? int32_t(i) : 0;
-    if (threadIdx.x == 0)
-      *a.count = int32_t(attended);
-    return;
+    if (cluster.block_rank() == 0) {
+      for (int64_t i = threadIdx.x; i < a.topK; i += blockDim.x)
+        a.selected[i] = i < attended ? int32_t(i) : 0;
+      if (threadIdx.x == 0)
+        *a.count = int32_t(attended);
+    }
+    return; // uniform over the cluster: no block waits at a barrier
   }
   const int lane = threadIdx.x % kWarp;
+  const int rank = int(cluster.block_rank());
+  const int64_t per = (attended + kSelectBlocks - 1) / kSelectBlocks;
+  const int64_t begin = per * rank < attended ? per * rank : attended;
+  const int64_t end = begin + per < attended ? begin + per : attended;
+  const int64_t mine = end - begin;
   if constexpr (kStaged) {
     // Unrolled so that several of each thread's loads are in flight.
 #pragma unroll 8
-    for (int64_t t = threadIdx.x; t < attended; t += blockDim.x)
-      stagedKeys[t] = rankKey(a.scores[t]);
-    __syncthreads();
+    for (int64_t t = threadIdx.x; t < mine; t += blockDim.x)
+      stagedKeys[t] = rankKey(a.scores[begin + t]);
   }
-  auto keyAt = [&](int64_t t) {
+  auto keyAt = [&](int64_t t) { // t: an index into the slice
     if constexpr (kStaged)
       return stagedKeys[t];
     else
-      return rankKey(a.scores[t]);
+      return rankKey(a.scores[begin + t]);
   };
   uint32_t prefix = 0, mask = 0;
   int64_t need = a.topK;
-  for (int shift = 24; shift >= 0; shift -= 8) {
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    // Two histograms in turn: another block may still be reading the one
+    // of the pass before until the barrier below.
+    unsigned *mineHist = hist[pass % 2];
     for (int i = threadIdx.x; i < 256; i += blockDim.x)
-      hist[i] = 0;
+      mineHist[i] = 0;
     __syncthreads();
     // Uniform trip count: every lane of a warp reaches the match together.
-    for (int64_t start = 0; start < attended; start += blockDim.x) {
+    for (int64_t start = 0; start < mine; start += blockDim.x) {
       const int64_t t = start + threadIdx.x;
       unsigned digit = 256; // not a candidate
-      if (t < attended) {
+      if (t < mine) {
         const uint32_t k = keyAt(t);
         if ((k & mask) == prefix)
           digit = (k >> shift) & 255u;
       }
       const unsigned peers = __match_any_sync(kFullMask, digit);
       if (digit < 256 && lane == __ffs(peers) - 1)
-        atomicAdd(&hist[digit], unsigned(__popc(peers)));
+        atomicAdd(&mineHist[digit], unsigned(__popc(peers)));
+    }
+    cluster.sync(); // every block's counts of this pass are in place
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+      unsigned sum = 0;
+      for (int r = 0; r < kSelectBlocks; ++r)
+        sum += cluster.map_shared_rank(mineHist, r)[i];
+      merged[i] = sum;
     }
     __syncthreads();
     if (threadIdx.x < kWarp) {
@@ -1365,7 +1397,7 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
       unsigned c[8], sum = 0;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        c[j] = hist[255 - 8 * lane - j];
+        c[j] = merged[255 - 8 * lane - j];
         sum += c[j];
       }
       unsigned inclusive = sum;
@@ -1393,35 +1425,59 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
     need = foundNeed;
     mask |= 255u << shift;
   }
+  // This slice's keys above T and equal to T, then the slices before it.
+  int64_t above = 0, equal = 0;
+  for (int64_t start = 0; start < mine; start += blockDim.x) {
+    const int64_t t = start + threadIdx.x;
+    const uint32_t k = t < mine ? keyAt(t) : 0u;
+    above += __syncthreads_count(t < mine && k > prefix);
+    equal += __syncthreads_count(t < mine && k == prefix);
+  }
+  if (threadIdx.x == 0) {
+    sliceCounts[0] = above;
+    sliceCounts[1] = equal;
+  }
+  cluster.sync(); // every slice's counts are in place
+  int64_t aboveBefore = 0, equalSeen = 0;
+  for (int r = 0; r < rank; ++r) {
+    const int64_t *other = cluster.map_shared_rank(sliceCounts, r);
+    aboveBefore += other[0];
+    equalSeen += other[1];
+  }
   // Without a tie across the cut (every key equal to T chosen: the usual
   // case) a key is chosen when it is at least T, and one prefix sum a
   // block of positions places them; with one, a first prefix sum counts
   // the equal keys before each.
   const bool allEqual = need == foundEqual;
-  int64_t written = 0, equalSeen = 0;
-  for (int64_t start = 0; start < attended; start += blockDim.x) {
+  int64_t written =
+      aboveBefore + (equalSeen < need ? equalSeen : need);
+  for (int64_t start = 0; start < mine; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;
-    const uint32_t k = t < attended ? keyAt(t) : 0u;
-    const int equal = t < attended && k == prefix;
+    const uint32_t k = t < mine ? keyAt(t) : 0u;
+    const int isEqual = t < mine && k == prefix;
     int equalTotal = 0, equalBefore = 0;
     if (!allEqual) // uniform over the block
-      equalBefore = blockExclusiveScan(equal, warpTotals, equalTotal);
+      equalBefore = blockExclusiveScan(isEqual, warpTotals, equalTotal);
     const int chosen =
-        t < attended &&
-        (k > prefix || (equal && (allEqual || equalSeen + equalBefore < need)));
+        t < mine &&
+        (k > prefix ||
+         (isEqual && (allEqual || equalSeen + equalBefore < need)));
     int chosenTotal = 0;
     const int slot = blockExclusiveScan(chosen, warpTotals, chosenTotal);
     if (chosen && written + slot < a.topK)
-      a.selected[written + slot] = int32_t(t);
+      a.selected[written + slot] = int32_t(begin + t);
     written += chosenTotal;
     equalSeen += equalTotal;
   }
-  if (written > a.topK) // never: exactly topK are chosen
-    written = a.topK;
-  for (int64_t i = written + threadIdx.x; i < a.topK; i += blockDim.x)
-    a.selected[i] = 0;
-  if (threadIdx.x == 0)
-    *a.count = int32_t(written);
+  // Exactly topK are chosen over the cluster; the last block writes the
+  // count (the zeros after the chosen slots are for fewer, never here).
+  if (rank == kSelectBlocks - 1) {
+    for (int64_t i = written + threadIdx.x; i < a.topK; i += blockDim.x)
+      a.selected[i] = 0;
+    if (threadIdx.x == 0)
+      *a.count = int32_t(written < a.topK ? written : a.topK);
+  }
+  cluster.sync(); // no block leaves while another reads its shared memory
 }
 
 //===----------------------------------------------------------------------===//
@@ -2084,7 +2140,8 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
                              const int32_t *position, int64_t topK, float scale,
                              float *scores, int32_t *selected, int32_t *count,
-                             FaultSink fault, cudaStream_t s) {
+                             FaultSink fault, cudaStream_t s,
+                             size_t maxStagedBytes) {
   if (heads < 0 || dim <= 0 || (heads > 0 && (!q || !headWeights)) ||
       !validCache(cache) || cache.width != dim || !position || topK < 0 ||
       topK > INT32_MAX || !scores || (topK > 0 && !selected) ||
@@ -2118,22 +2175,21 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
         e != cudaSuccess)
       return e;
   }
-  // The selection's keys in shared memory when a cache's worth fits (GLM-5
-  // at 16k positions: 64 KiB).
-  const size_t keyBytes = sizeof(uint32_t) * size_t(cache.positions);
-  constexpr size_t kMaxStagedKeys = 160 * 1024;
-  if (keyBytes <= kMaxStagedKeys) {
-    if (keyBytes > 48 * 1024)
-      if (cudaError_t e =
-              allowDynamicShared(indexerSelectKernel<true>, keyBytes);
-          e != cudaSuccess)
-        return e;
-    if (cudaError_t e = launchStep(indexerSelectKernel<true>, 1,
+  // The selection: one cluster; each block's keys in its shared memory
+  // when its slice of a cache's worth fits (GLM-5 at 16k positions: 8 KiB).
+  const int64_t slice = (cache.positions + kSelectBlocks - 1) / kSelectBlocks;
+  const size_t keyBytes = sizeof(uint32_t) * size_t(slice);
+  if (keyBytes <= maxStagedBytes && keyBytes <= kMaxStagedKeyBytes) {
+    if (cudaError_t e = allowDynamicShared(indexerSelectKernel<true>, keyBytes);
+        e != cudaSuccess)
+      return e;
+    if (cudaError_t e = launchStep(indexerSelectKernel<true>, kSelectBlocks,
                                    kSingleBlockThreads, keyBytes, s, a);
         e != cudaSuccess)
       return e;
-  } else if (cudaError_t e = launchStep(indexerSelectKernel<false>, 1,
-                                        kSingleBlockThreads, 0, s, a);
+  } else if (cudaError_t e =
+                 launchStep(indexerSelectKernel<false>, kSelectBlocks,
+                            kSingleBlockThreads, 0, s, a);
              e != cudaSuccess) {
     return e;
   }

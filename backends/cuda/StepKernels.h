@@ -293,12 +293,16 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
 /// relu(q[h] . key[t]) for t in 0..*position; the topK best (ties to the
 /// lower t) written ascending into selected[topK], zeros after them,
 /// *count = min(topK, position + 1). `scores` is scratch of cache.positions
-/// floats.
+/// floats. The selection keeps each block's slice of the keys in shared
+/// memory when it takes at most maxStagedBytes (tests pass 0 to run the
+/// other path).
+constexpr size_t kMaxStagedKeyBytes = 160 * 1024;
 cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
                              const int32_t *position, int64_t topK, float scale,
                              float *scores, int32_t *selected, int32_t *count,
-                             FaultSink fault, cudaStream_t s);
+                             FaultSink fault, cudaStream_t s,
+                             size_t maxStagedBytes = kMaxStagedKeyBytes);
 
 /// MoE router (CpuKernels.h moeRouter): logits[e] = x . gate row e (gate
 /// [hidden, E]: gate.cols = hidden, gate.rows = E), then sigmoid or

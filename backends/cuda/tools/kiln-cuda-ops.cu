@@ -1056,15 +1056,19 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     int64_t topK;
     bool zeroQuery; // every score 0: the tie rule alone decides
     int64_t cachePositions = 2000;
+    bool staged = true; // the selection's keys in shared memory
   };
-  // The last case's cache is too long for the selection's keys to fit in
-  // shared memory: it reads them from the scores in global memory.
+  // The last case's selection reads its keys from the scores in global
+  // memory (launchDsaIndexer's path for caches too long to stage), and
+  // spreads 45,000 positions over the cluster's blocks.
   for (const Case &c : {Case{kc::CacheType::F16, 1500, 256, false},
                         Case{kc::CacheType::BF16, 1999, 64, false},
                         Case{kc::CacheType::F32, 700, 1, false},
                         Case{kc::CacheType::F16, 100, 256, false},
                         Case{kc::CacheType::F16, 1000, 300, true},
-                        Case{kc::CacheType::F16, 45000, 2048, false, 50000}}) {
+                        Case{kc::CacheType::F16, 15000, 2048, false, 16384},
+                        Case{kc::CacheType::F16, 45000, 2048, false, 50000,
+                             false}}) {
     const int64_t attended = int64_t(c.position) + 1;
     std::vector<float> q, w;
     Cache cache = randomCache(c.type, c.cachePositions, dim, rng.next());
@@ -1128,10 +1132,12 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     Fault fault;
     run(kc::launchDsaIndexer(dq.get(), heads, dim, dw.get(), cache.dev(),
                              dpos.get(), c.topK, scale, caseScores.get(),
-                             dsel.get(), dcount.get(), fault.sink(), nullptr));
+                             dsel.get(), dcount.get(), fault.sink(), nullptr,
+                             c.staged ? kc::kMaxStagedKeyBytes : 0));
     r.line("dsa_indexer",
-           fmtText("%s 8x128, pos %d, top %lld%s", cacheName(c.type),
-                   c.position, (long long)c.topK, note.c_str()),
+           fmtText("%s 8x128, pos %d, top %lld%s%s", cacheName(c.type),
+                   c.position, (long long)c.topK, note.c_str(),
+                   c.staged ? "" : ", keys unstaged"),
            mismatches(dsel.download(), want) +
                mismatches(dcount.download(), std::vector<int32_t>{wantCount}) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
