@@ -69,14 +69,20 @@ step() { # NAME COMMAND...: runs, tees into the results, records a failure
 step bandwidth "$bin/kiln-bandwidth"
 step matvec "$bin/kiln-cuda-matvec"
 [ -x "$bin/kiln-cuda-ops" ] && step ops "$bin/kiln-cuda-ops"
+# The kernel table at GLM-5 tp=8 shapes (docs/perf.md).
+[ -x "$bin/kiln-cuda-ops" ] && step ops-bench "$bin/kiln-cuda-ops" --bench
 
 if [ -x "$pack/bin/kiln-run" ]; then
   m=$pack/models
   step backend python3 test/python/test_cuda_backend.py --pack "$pack" \
     --table "$results/backend-table.md"
   run() { "$bin/kiln-run" "$@" --backend-dir "$pack/lib"; }
-  step bench-glm5-tp8-rank0-graph run "$m/glm5.cuda.tp8.kiln" --bench \
-    --simulate-rank 0/8 --context 1024 --steps 30
+  # With the captured graph's node and edge counts (KILN_CUDA_GRAPH_STATS).
+  step bench-glm5-tp8-rank0-graph env KILN_CUDA_GRAPH_STATS=1 \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
+  step bench-glm5-tp8-rank0-graph-4k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
+    --simulate-rank 0/8 --context 4096 --steps 20
   step bench-glm5-tp8-rank0-graph-16k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 16384 --steps 20
   # What the graph's parallel branches and overlapped launches each buy

@@ -487,9 +487,8 @@ void checkConcat(Report &r, kiln::Rng &rng) {
   };
   // GLM-5's latent-cache row (512 normed + 64 roped), rows of several
   // parts with an empty one, and the most parts.
-  const Case cases[] = {{1, {512, 64}},
-                        {3, {7, 0, 130, 1}},
-                        {2, {1, 2, 3, 4, 5, 6, 7, 8}}};
+  const Case cases[] = {
+      {1, {512, 64}}, {3, {7, 0, 130, 1}}, {2, {1, 2, 3, 4, 5, 6, 7, 8}}};
   for (const Case &c : cases) {
     const int count = int(c.runs.size());
     int64_t total = 0;
@@ -1057,18 +1056,20 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     bool zeroQuery; // every score 0: the tie rule alone decides
     int64_t cachePositions = 2000;
     bool staged = true; // the selection's keys in shared memory
+    int64_t heads = 8;  // over 32: a lane scores two heads
   };
   // The last case's selection reads its keys from the scores in global
   // memory (launchDsaIndexer's path for caches too long to stage), and
   // spreads 45,000 positions over the cluster's blocks.
-  for (const Case &c : {Case{kc::CacheType::F16, 1500, 256, false},
-                        Case{kc::CacheType::BF16, 1999, 64, false},
-                        Case{kc::CacheType::F32, 700, 1, false},
-                        Case{kc::CacheType::F16, 100, 256, false},
-                        Case{kc::CacheType::F16, 1000, 300, true},
-                        Case{kc::CacheType::F16, 15000, 2048, false, 16384},
-                        Case{kc::CacheType::F16, 45000, 2048, false, 50000,
-                             false}}) {
+  for (const Case &c :
+       {Case{kc::CacheType::F16, 1500, 256, false},
+        Case{kc::CacheType::BF16, 1999, 64, false},
+        Case{kc::CacheType::F32, 700, 1, false},
+        Case{kc::CacheType::F16, 100, 256, false},
+        Case{kc::CacheType::F16, 1000, 300, true},
+        Case{kc::CacheType::F16, 15000, 2048, false, 16384},
+        Case{kc::CacheType::F16, 1500, 256, false, 2000, true, 40},
+        Case{kc::CacheType::F16, 45000, 2048, false, 50000, false}}) {
     const int64_t attended = int64_t(c.position) + 1;
     std::vector<float> q, w;
     Cache cache = randomCache(c.type, c.cachePositions, dim, rng.next());
@@ -1076,10 +1077,10 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     std::string note;
     bool usable = c.zeroQuery || c.topK >= attended;
     for (int attempt = 0; attempt < 20 && !usable; ++attempt) {
-      q = normals(rng, heads * dim, 1.0);
-      w = normals(rng, heads, 0.3, 1.0);
+      q = normals(rng, c.heads * dim, 1.0);
+      w = normals(rng, c.heads, 0.3, 1.0);
       std::vector<double> s =
-          indexerScores(q, heads, dim, w, cache, attended, scale);
+          indexerScores(q, c.heads, dim, w, cache, attended, scale);
       std::vector<int64_t> order(static_cast<size_t>(attended));
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(),
@@ -1106,12 +1107,12 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
                      (long long)order[k]);
     }
     if (c.zeroQuery) {
-      q.assign(size_t(heads * dim), 0.f);
-      w = normals(rng, heads, 0.3, 1.0);
+      q.assign(size_t(c.heads * dim), 0.f);
+      w = normals(rng, c.heads, 0.3, 1.0);
       note = ", all scores 0";
     } else if (c.topK >= attended) {
-      q = normals(rng, heads * dim, 1.0);
-      w = normals(rng, heads, 0.3, 1.0);
+      q = normals(rng, c.heads * dim, 1.0);
+      w = normals(rng, c.heads, 0.3, 1.0);
       note = ", all selected";
     }
     if (!usable) {
@@ -1122,7 +1123,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     std::vector<int32_t> want(size_t(c.topK), -1);
     int32_t wantCount = -1;
     if (!r.reference("dsa_indexer",
-                     cpu::dsaIndexer(q.data(), heads, dim, w.data(),
+                     cpu::dsaIndexer(q.data(), c.heads, dim, w.data(),
                                      cache.view(), c.position, c.topK, scale,
                                      want.data(), &wantCount)))
       continue;
@@ -1130,14 +1131,14 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     DeviceArray<int32_t> dsel(std::vector<int32_t>(size_t(c.topK), -1));
     dpos.upload({c.position});
     Fault fault;
-    run(kc::launchDsaIndexer(dq.get(), heads, dim, dw.get(), cache.dev(),
+    run(kc::launchDsaIndexer(dq.get(), c.heads, dim, dw.get(), cache.dev(),
                              dpos.get(), c.topK, scale, caseScores.get(),
                              dsel.get(), dcount.get(), fault.sink(), nullptr,
                              c.staged ? kc::kMaxStagedKeyBytes : 0));
     r.line("dsa_indexer",
-           fmtText("%s 8x128, pos %d, top %lld%s%s", cacheName(c.type),
-                   c.position, (long long)c.topK, note.c_str(),
-                   c.staged ? "" : ", keys unstaged"),
+           fmtText("%s %lldx128, pos %d, top %lld%s%s", cacheName(c.type),
+                   (long long)c.heads, c.position, (long long)c.topK,
+                   note.c_str(), c.staged ? "" : ", keys unstaged"),
            mismatches(dsel.download(), want) +
                mismatches(dcount.download(), std::vector<int32_t>{wantCount}) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
@@ -1153,8 +1154,8 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
   dpos.upload({int32_t(positions)});
   Fault fault;
   run(kc::launchDsaIndexer(dq.get(), heads, dim, dw.get(), cache.dev(),
-                           dpos.get(), 16, scale, scores.get(),
-                           dsel.get(), dcount.get(), fault.sink(), nullptr));
+                           dpos.get(), 16, scale, scores.get(), dsel.get(),
+                           dcount.get(), fault.sink(), nullptr));
   r.line("dsa_indexer fault", "position 2000 of 2000",
          faultMismatch(fault.read(), kc::FaultCode::PositionOutOfRange,
                        positions, positions) +
@@ -1727,16 +1728,14 @@ void benchOps() {
   report("dsa_indexer 32x128, top 2048 at 1024",
          timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(),
-                                       2048, 0.1f, scores.get(),
-                                       chosen.get(), count.get(), fault.sink(),
-                                       s);
+                                       2048, 0.1f, scores.get(), chosen.get(),
+                                       count.get(), fault.sink(), s);
          }));
   report("dsa_indexer 32x128, top 256 at 1024",
          timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), k, pos.get(),
-                                       256, 0.1f, scores.get(),
-                                       chosen.get(), count.get(), fault.sink(),
-                                       s);
+                                       256, 0.1f, scores.get(), chosen.get(),
+                                       count.get(), fault.sink(), s);
          }));
   {
     // GLM-5 at 16k positions: the top 2,048 of 16,384.
@@ -1748,10 +1747,9 @@ void benchOps() {
     DeviceArray<float> longScores(kLong);
     report("dsa_indexer 32x128, top 2048 at 16384",
            timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchDsaIndexer(q.get(), 32, 128, hw.get(), lk,
-                                         last.get(), 2048, 0.1f,
-                                         longScores.get(), chosen.get(),
-                                         count.get(), fault.sink(), s);
+             return kc::launchDsaIndexer(
+                 q.get(), 32, 128, hw.get(), lk, last.get(), 2048, 0.1f,
+                 longScores.get(), chosen.get(), count.get(), fault.sink(), s);
            }));
   }
   DeviceArray<float> v(normals(rng, 6144, 1.0)), w(normals(rng, 6144, 1.0)),
@@ -1822,13 +1820,13 @@ void checkNormedLinear(Report &r, kiln::Rng &rng) {
         fmtText("%s [%lld, %lld]%s", typeName(c.type).c_str(), (long long)c.k,
                 (long long)c.n, c.split ? ", split layout" : "");
     std::vector<float> x = normals(rng, size_t(c.k), 3.0),
-                       g = normals(rng, size_t(c.k), 1.0),
-                       normed(size_t(c.k)), want(size_t(c.n));
+                       g = normals(rng, size_t(c.k), 1.0), normed(size_t(c.k)),
+                       want(size_t(c.n));
     const float eps = 1e-5f;
     cpu::rmsNorm(x.data(), 1, c.k, g.data(), eps, normed.data());
-    if (!r.reference("rms_norm_linear", cpu::linear(normed.data(), 1,
-                                                    w.view("w"), want.data(),
-                                                    pool)))
+    if (!r.reference(
+            "rms_norm_linear",
+            cpu::linear(normed.data(), 1, w.view("w"), want.data(), pool)))
       continue;
     std::optional<SplitWeight> split;
     if (c.split)
