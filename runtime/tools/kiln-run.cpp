@@ -122,6 +122,8 @@ environment (CUDA backend, for measuring; the same bits either way):
                            every collective moves its ring traffic locally,
                            without NCCL: the step's cost without NCCL
                            (results are NOT valid)
+  KILN_CUDA_GRAPH_STATS=1  print each captured step's nodes and edges (how
+                           many are programmatic) to stderr
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 
