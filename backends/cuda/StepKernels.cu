@@ -2040,18 +2040,24 @@ namespace {
 /// launchMlaAttention's kernels for one MlaShape.
 template <class Shape>
 cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
-  // One block per multiprocessor at most (one wave), each taking every
-  // grid-th chunk.
-  int device = 0, processors = 0;
+  // At most one wave (the blocks that fit on the GPU at once: GLM-5's
+  // kernel has two a multiprocessor), each block taking every grid-th
+  // chunk.
+  const size_t chunkShared =
+      sizeof(float) * size_t(kMlaChunk * (a.cache.width + a.heads));
+  int device = 0, processors = 0, resident = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     return e;
   if (cudaError_t e = cudaDeviceGetAttribute(
           &processors, cudaDevAttrMultiProcessorCount, device);
       e != cudaSuccess)
     return e;
-  const int64_t grid = chunks < processors ? chunks : processors;
-  const size_t chunkShared =
-      sizeof(float) * size_t(kMlaChunk * (a.cache.width + a.heads));
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &resident, mlaChunkKernel<Shape>, kMlaThreads, chunkShared);
+      e != cudaSuccess)
+    return e;
+  const int64_t wave = int64_t(processors) * (resident > 1 ? resident : 1);
+  const int64_t grid = chunks < wave ? chunks : wave;
   const size_t combineShared = sizeof(float) * size_t(chunks);
   // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
   // long contexts); the H200 allows 227 KiB.
