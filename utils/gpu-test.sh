@@ -7,12 +7,13 @@
 # on a machine with MLIR and FlatBuffers) it runs everything:
 #   1. device copy bandwidth (the roofline's denominator);
 #   2. quantised mat-vec: device layouts bit-exact, products checked, timed;
-#   3. every step kernel against the CPU reference (kiln-cuda-ops);
+#   3. every step kernel against the CPU reference (kiln-cuda-ops), and the
+#      kernel table at GLM-5 tp=8 shapes (kiln-cuda-ops --bench);
 #   4. the CUDA backend against the CPU backend, graph vs eager, tp=2 vs
 #      tp=1, compute-sanitizer (test/python/test_cuda_backend.py);
 #   5. benchmarks on random weights: GLM-5 rank 0 of tp=8 alone on one GPU
-#      (graph and eager, context 1024; graph at 16,384; the step without
-#      each op kind), in-graph all-reduce latency, with two GPUs GLM-5
+#      (graph and eager, context 1024; graph at 4,096 and 16,384; the step
+#      without each op kind), in-graph all-reduce latency, with two GPUs GLM-5
 #      (40 layers) at tp=2, and with eight GLM-5 at tp=8 (1k and 16k, graph
 #      and eager, and without NCCL for the collectives' share).
 # Without a pack it builds the MLIR-free half here and runs 1-3.
