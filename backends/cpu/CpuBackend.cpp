@@ -366,8 +366,8 @@ Expected<std::function<Status()>> OpBinder::bind() {
     float *y = f32Out(0);
     // The normalised input, as rms_norm would write it: the same bits as
     // the two ops unfused.
-    auto normalised = std::make_shared<std::vector<float>>(
-        normed ? size_t(d.k) : size_t(0));
+    auto normalised =
+        std::make_shared<std::vector<float>>(normed ? size_t(d.k) : size_t(0));
     int64_t k = d.k;
     float eps = float(d.epsilon);
     return Fn([=, &pool]() -> Status {

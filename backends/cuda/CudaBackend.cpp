@@ -37,10 +37,10 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 using namespace kiln;
@@ -186,13 +186,13 @@ struct CudaRank {
   /// group too (KILN_CUDA_LOCAL_COLLECTIVES=1; measuring only: what the
   /// step costs without NCCL).
   bool localCollectives = false;
-  bool overlap = true;   ///< programmatic dependent launch (Launch.cuh)
+  bool overlap = true;     ///< programmatic dependent launch (Launch.cuh)
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
-  int maxBranches = 4;   ///< parallel branches of a captured step
+  int maxBranches = 4;     ///< parallel branches of a captured step
   /// Op kinds left out of every step (KILN_CUDA_OMIT; measuring only).
   std::set<std::string, std::less<>> omit;
-  std::string where;     ///< "cuda rank 0 (GPU 0)"
-  std::string arch;      ///< the GPU's, "sm_90"
+  std::string where; ///< "cuda rank 0 (GPU 0)"
+  std::string arch;  ///< the GPU's, "sm_90"
   /// The artifact's kernel images for this GPU: every launch runs them.
   std::unique_ptr<KernelImages> images;
   cudaStream_t stream = nullptr;
@@ -331,9 +331,8 @@ public:
     // Each run its own scratch: runs may overlap.
     KILN_ASSIGN(scratch, rank_.scratchFloats(uint64_t(d_.k)));
     norm.scratch = scratch;
-    return wrap([=](cudaStream_t s) {
-      return launchNormedLinear(x, norm, w, y, s);
-    });
+    return wrap(
+        [=](cudaStream_t s) { return launchNormedLinear(x, norm, w, y, s); });
   }
   /// The first weight operand of a fused_linear or rms_norm_linear.
   size_t firstWeight() const {
@@ -611,9 +610,10 @@ Expected<Launch> OpBinder::bind() {
     // One kernel for every input: row o of the output is each input's
     // row o (`runs` values) in turn.
     if (d.ins.size() > size_t(kMaxConcatParts))
-      return Error(d.where, "",
-                   fmt::format("the CUDA concat takes at most {} inputs, not {}",
-                               kMaxConcatParts, d.ins.size()));
+      return Error(
+          d.where, "",
+          fmt::format("the CUDA concat takes at most {} inputs, not {}",
+                      kMaxConcatParts, d.ins.size()));
     std::vector<const float *> parts;
     for (size_t i = 0; i < d.ins.size(); ++i)
       parts.push_back(f32In(i));
@@ -1359,7 +1359,8 @@ Expected<GraphCounts> countGraph(cudaGraph_t graph, const std::string &where) {
     CUDA_TRY(where, cudaGraphNodeGetType(n, &type));
     ++(type == cudaGraphNodeTypeKernel ? c.kernels : c.others);
   }
-  CUDA_TRY(where, cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &c.edges));
+  CUDA_TRY(where,
+           cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &c.edges));
   std::vector<cudaGraphNode_t> from(c.edges), to(c.edges);
   std::vector<cudaGraphEdgeData> data(c.edges);
   CUDA_TRY(where, cudaGraphGetEdges(graph, from.data(), to.data(), data.data(),

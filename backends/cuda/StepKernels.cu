@@ -34,8 +34,8 @@
 #include <cuda_fp16.h>
 
 #include <climits>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 
 namespace kiln::cuda {
 
@@ -784,7 +784,8 @@ template <int kLatent, int kRope, int kCache> struct MlaShape {
   }
   __device__ static float read(const MlaArgs &a, int64_t index) {
     if constexpr (kCache == int(CacheType::F16))
-      return halfBitsToFloat(static_cast<const uint16_t *>(a.cache.data)[index]);
+      return halfBitsToFloat(
+          static_cast<const uint16_t *>(a.cache.data)[index]);
     else if constexpr (kCache == int(CacheType::BF16))
       return __uint_as_float(
           uint32_t(static_cast<const uint16_t *>(a.cache.data)[index]) << 16);
@@ -934,8 +935,8 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
 /// only a few dependent rounds of loads. M and L are formed by every block
 /// of the head alike.
 template <class Shape>
-__device__ void mlaCombine(const MlaArgs &a, int h, int slice,
-                           int64_t attended, float *weights) {
+__device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
+                           float *weights) {
   __shared__ float partials[kWarp];
   __shared__ float sums[kMlaCombineGroups][kMlaCombineColumns];
   const int column = int(threadIdx.x) % kMlaCombineColumns,
@@ -1126,12 +1127,11 @@ __device__ inline int valuesPerLoad(CacheType type) {
 __device__ inline void loadCacheRows(const DeviceCache &c, int64_t first,
                                      int count, StagedRows &r) {
   const int lane = threadIdx.x % kWarp, per = valuesPerLoad(c.type);
-  const uint4 *src =
-      c.type == CacheType::F32
-          ? reinterpret_cast<const uint4 *>(static_cast<const float *>(c.data) +
-                                            first)
-          : reinterpret_cast<const uint4 *>(
-                static_cast<const uint16_t *>(c.data) + first);
+  const uint4 *src = c.type == CacheType::F32
+                         ? reinterpret_cast<const uint4 *>(
+                               static_cast<const float *>(c.data) + first)
+                         : reinterpret_cast<const uint4 *>(
+                               static_cast<const uint16_t *>(c.data) + first);
 #pragma unroll
   for (int i = 0; i < kStageLoads; ++i) {
     const int g = lane + i * kWarp;
@@ -1178,8 +1178,9 @@ __device__ inline void storeCacheRows(CacheType type, int count,
 /// serves every staged row; the key reads are broadcasts) and one
 /// butterfly a position adds the lanes. Per position and head the products
 /// and sums are those of a one-row loop (dims ascending). Needs dim % 8 ==
-/// 0 and q and the cache 16-byte aligned. Dynamic shared memory: heads * (dim + 4) + heads rounded up to 4 +
-/// warps * kScorePositions * dim floats.
+/// 0 and q and the cache 16-byte aligned. Dynamic shared memory: heads *
+/// (dim + 4) + heads rounded up to 4 + warps * kScorePositions * dim
+/// floats.
 __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   stepKernelPrologue();
   extern __shared__ __align__(16) float staged[];
@@ -1449,8 +1450,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   // block of positions places them; with one, a first prefix sum counts
   // the equal keys before each.
   const bool allEqual = need == foundEqual;
-  int64_t written =
-      aboveBefore + (equalSeen < need ? equalSeen : need);
+  int64_t written = aboveBefore + (equalSeen < need ? equalSeen : need);
   for (int64_t start = 0; start < mine; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;
     const uint32_t k = t < mine ? keyAt(t) : 0u;
@@ -1459,9 +1459,8 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
     if (!allEqual) // uniform over the block
       equalBefore = blockExclusiveScan(isEqual, warpTotals, equalTotal);
     const int chosen =
-        t < mine &&
-        (k > prefix ||
-         (isEqual && (allEqual || equalSeen + equalBefore < need)));
+        t < mine && (k > prefix ||
+                     (isEqual && (allEqual || equalSeen + equalBefore < need)));
     int chosenTotal = 0;
     const int slot = blockExclusiveScan(chosen, warpTotals, chosenTotal);
     if (chosen && written + slot < a.topK)
@@ -2045,18 +2044,28 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   // chunk.
   const size_t chunkShared =
       sizeof(float) * size_t(kMlaChunk * (a.cache.width + a.heads));
-  int device = 0, processors = 0, resident = 0;
+  // The wave is asked of the runtime once per host thread, device and
+  // shared size, not at every launch (an eager step launches this a layer).
+  static thread_local int waveDevice = -1;
+  static thread_local size_t waveShared = 0;
+  static thread_local int64_t wave = 0;
+  int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(
-          &processors, cudaDevAttrMultiProcessorCount, device);
-      e != cudaSuccess)
-    return e;
-  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &resident, mlaChunkKernel<Shape>, kMlaThreads, chunkShared);
-      e != cudaSuccess)
-    return e;
-  const int64_t wave = int64_t(processors) * (resident > 1 ? resident : 1);
+  if (device != waveDevice || chunkShared != waveShared) {
+    int processors = 0, resident = 0;
+    if (cudaError_t e = cudaDeviceGetAttribute(
+            &processors, cudaDevAttrMultiProcessorCount, device);
+        e != cudaSuccess)
+      return e;
+    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &resident, mlaChunkKernel<Shape>, kMlaThreads, chunkShared);
+        e != cudaSuccess)
+      return e;
+    wave = int64_t(processors) * (resident > 1 ? resident : 1);
+    waveDevice = device;
+    waveShared = chunkShared;
+  }
   const int64_t grid = chunks < wave ? chunks : wave;
   const size_t combineShared = sizeof(float) * size_t(chunks);
   // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
@@ -2150,11 +2159,10 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              size_t maxStagedBytes) {
   if (heads < 0 || dim <= 0 || (heads > 0 && (!q || !headWeights)) ||
       !validCache(cache) || cache.width != dim || !position || topK < 0 ||
-      topK > INT32_MAX || !scores || (topK > 0 && !selected) ||
-      !count)
+      topK > INT32_MAX || !scores || (topK > 0 && !selected) || !count)
     return cudaErrorInvalidValue;
-  IndexerArgs a{q,     heads,  dim,      headWeights, cache, position,
-                topK,  scale,  scores,   selected,    count, fault};
+  IndexerArgs a{q,    heads, dim,    headWeights, cache, position,
+                topK, scale, scores, selected,    count, fault};
   const unsigned blocks = positionBlocks(cache.positions);
   // Heads across lanes when q fits in shared memory (GLM-5: 32 x 128);
   // one warp per position and head otherwise.
@@ -2186,9 +2194,13 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   const int64_t slice = (cache.positions + kSelectBlocks - 1) / kSelectBlocks;
   const size_t keyBytes = sizeof(uint32_t) * size_t(slice);
   if (keyBytes <= maxStagedBytes && keyBytes <= kMaxStagedKeyBytes) {
-    if (cudaError_t e = allowDynamicShared(indexerSelectKernel<true>, keyBytes);
-        e != cudaSuccess)
-      return e;
+    // Beyond the default 48 KiB (the kernel's own histograms take about 3
+    // KiB) it must opt in; below, no attribute is set at each launch.
+    if (keyBytes > 40 * 1024)
+      if (cudaError_t e =
+              allowDynamicShared(indexerSelectKernel<true>, keyBytes);
+          e != cudaSuccess)
+        return e;
     if (cudaError_t e = launchStep(indexerSelectKernel<true>, kSelectBlocks,
                                    kSingleBlockThreads, keyBytes, s, a);
         e != cudaSuccess)

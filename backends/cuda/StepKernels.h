@@ -261,8 +261,7 @@ struct InputNorm {
 /// write of the normalised vector); other layouts run launchRmsNorm into
 /// norm.scratch, then launchLinear.
 cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
-                               const DeviceWeight &w, float *y,
-                               cudaStream_t s);
+                               const DeviceWeight &w, float *y, cudaStream_t s);
 
 /// Row *position of the cache becomes entry[width], converted (round to
 /// nearest even). A position outside the cache faults (PositionOutOfRange).

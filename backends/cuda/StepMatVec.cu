@@ -312,12 +312,10 @@ __device__ __forceinline__ float squares4(float4 a, float s) {
 /// y = (W (x * g)) / rms equals W (x / rms * g), the unfused rms_norm and
 /// linear, within rounding.
 template <int R>
-__device__ inline void storeNormedRowSums(const float (&v)[R], float sq,
-                                          bool valid, int nrows, int64_t out,
-                                          int part, int splits, int64_t cols,
-                                          float eps,
-                                          float (&partials)[kWarpsPerBlock][R],
-                                          float *y) {
+__device__ inline void
+storeNormedRowSums(const float (&v)[R], float sq, bool valid, int nrows,
+                   int64_t out, int part, int splits, int64_t cols, float eps,
+                   float (&partials)[kWarpsPerBlock][R], float *y) {
   __shared__ float squares[kWarpsPerBlock];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (lane == 0) {
@@ -342,9 +340,9 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
   allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
   const int lane = threadIdx.x % kWarp;
-  const SplitItem it = splitItem<R>(a.batch, a.rowsPerBatch, a.stacked,
-                                    a.splits,
-                                    (a.cols + kSplitPass - 1) / kSplitPass);
+  const SplitItem it =
+      splitItem<R>(a.batch, a.rowsPerBatch, a.stacked, a.splits,
+                   (a.cols + kSplitPass - 1) / kSplitPass);
   const bool valid = it.valid;
   const int nrows = it.nrows, part = it.part;
   const int64_t b = it.b, row = it.row, out = it.out, first = it.first,
@@ -511,9 +509,9 @@ __global__ void __launch_bounds__(kThreads) linearKSplitKernel(KSplitArgs a) {
   __shared__ float partials[kWarpsPerBlock][R];
   const int lane = threadIdx.x % kWarp;
   const int g = lane / 8, t = lane % 8;
-  const SplitItem it = splitItem<R>(
-      a.batch, a.rowsPerBatch, a.stacked, a.splits,
-      (a.blocks + kKSplitPassBlocks - 1) / kKSplitPassBlocks);
+  const SplitItem it =
+      splitItem<R>(a.batch, a.rowsPerBatch, a.stacked, a.splits,
+                   (a.blocks + kKSplitPassBlocks - 1) / kKSplitPassBlocks);
   const bool valid = it.valid;
   const int nrows = it.nrows, part = it.part;
   const int64_t b = it.b, row = it.row, out = it.out, first = it.first,
@@ -1283,7 +1281,6 @@ bool aligned16(const void *p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-
 } // namespace
 
 namespace {
@@ -1345,8 +1342,7 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
                                    : linearQ8SplitKernel<kRows, false, true>)
            : (alignedX ? linearQ8SplitKernel<kRows, true>
                        : linearQ8SplitKernel<kRows, false>);
-  if (cudaError_t e =
-          launchStep(kernel, blocks, warps * kWarp, 0, s, a);
+  if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -1,6 +1,8 @@
 //===- EmitArtifact.cpp - Step programs to .kiln artifacts ----------------===//
 #include "artifact/EmitArtifact.h"
 
+#include "cuda/SplitLayout.h"
+
 #include "kiln/KilnOps.h"
 #include "passes/StepAccess.h"
 #include "step/StepOps.h"
@@ -124,38 +126,20 @@ Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
   return Status::ok();
 }
 
-/// The CUDA plugin's split device layouts, for Q8_0, Q4_K, Q5_K, Q6_K,
-/// IQ4_XS, IQ4_NL, Q5_0 and Q5_1 weights read only as mat-vec weights
-/// (linear, fused_linear, rms_norm_linear): each field of the file's blocks
-/// in its own plane (quants, scales, high bits), rows back to back in every
-/// plane, each plane 256-byte aligned. The plugin repacks the file's blocks
-/// into it at load, every byte kept, so each lane of a warp reads its
-/// quants in one aligned 16-byte load (docs/cuda.md). Stacked (3-D)
-/// weights, such as attn_k_b's per-head matrices, take it too: the split
-/// kernels read a stacked weight's matrices as the block kernels do. Any
-/// other use (embed, dequant, the routed experts) keeps the file's blocks
-/// ("gguf").
+/// The CUDA plugin's split device layouts (backends/cuda/SplitLayout.h's
+/// table, the one the plugin reads them by), for weights read only as
+/// mat-vec weights (linear, fused_linear, rms_norm_linear): each field of the
+/// file's blocks in its own plane (quants, scales, high bits), rows back to
+/// back in every plane, each plane 256-byte aligned. The plugin repacks the
+/// file's blocks into it at load, every byte kept, so each lane of a warp
+/// reads its quants in one aligned 16-byte load (docs/cuda.md). Stacked
+/// (3-D) weights, such as attn_k_b's per-head matrices, take it too: the
+/// split kernels read a stacked weight's matrices as the block kernels do.
+/// Any other use (embed, dequant, the routed experts) keeps the file's
+/// blocks ("gguf"). nullptr: the type has no split layout.
 const char *splitLayoutName(GGMLType type) {
-  switch (type) {
-  case GGMLType::Q8_0:
-    return "q8_0-split";
-  case GGMLType::Q4_K:
-    return "q4_k-split";
-  case GGMLType::Q5_K:
-    return "q5_k-split";
-  case GGMLType::Q6_K:
-    return "q6_k-split";
-  case GGMLType::IQ4_XS:
-    return "iq4_xs-split";
-  case GGMLType::IQ4_NL:
-    return "iq4_nl-split";
-  case GGMLType::Q5_0:
-    return "q5_0-split";
-  case GGMLType::Q5_1:
-    return "q5_1-split";
-  default:
-    return nullptr;
-  }
+  const ::kiln::cuda::SplitFormat *f = ::kiln::cuda::splitFormatOf(type);
+  return f ? f->name : nullptr;
 }
 
 Status assignCudaLayouts(artifact::Artifact &out) {

@@ -42,7 +42,8 @@ struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
                                   linear.getSegmentsAttr(), linear.getOutput());
       linear.erase();
       norm.erase();
-      if (auto buffer = y.getDefiningOp<st::BufferOp>(); buffer && y.use_empty())
+      if (auto buffer = y.getDefiningOp<st::BufferOp>();
+          buffer && y.use_empty())
         buffer.erase();
     }
   }
