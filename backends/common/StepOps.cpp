@@ -119,6 +119,7 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
       {"fused_linear", OpKind::FusedLinear},
       {"rms_norm_linear", OpKind::RmsNormLinear},
       {"cache_append", OpKind::CacheAppend},
+      {"norm_rope_append", OpKind::NormRopeAppend},
       {"mla_attention", OpKind::MlaAttention},
       {"dsa_indexer", OpKind::DsaIndexer},
       {"moe_router", OpKind::MoeRouter},
@@ -557,6 +558,43 @@ Expected<StepOp> Decoder::decode() {
     KILN_TRY(ints(in(1), "position", 1));
     KILN_TRY(cache(out(0), int64_t(in(0).elements()), "cache"));
     d_.n = int64_t(in(0).elements());
+    break;
+  }
+  case OpKind::NormRopeAppend: {
+    // entry, weight, [bias,] position; the bias comes with a layer norm.
+    KILN_ASSIGN(norm, stringAttr("norm"));
+    if (norm != "rms" && norm != "layer")
+      return fail("norm must be 'rms' or 'layer'");
+    const bool layer = norm == "layer";
+    KILN_TRY(counts(layer ? 4 : 3, 1));
+    const size_t positionIn = layer ? 3 : 2;
+    KILN_TRY(floats(in(0), "entry"));
+    KILN_TRY(ints(in(positionIn), "position", 1));
+    const int64_t width = int64_t(in(0).elements());
+    KILN_TRY(cache(out(0), width, "cache"));
+    KILN_ASSIGN(normDims, intAttr("norm_dims"));
+    if (normDims <= 0 || normDims > width)
+      return fail("norm_dims leaves the row");
+    KILN_TRY(param(in(1), uint64_t(normDims), "weight"));
+    if (layer)
+      KILN_TRY(param(in(2), uint64_t(normDims), "bias"));
+    KILN_ASSIGN(eps, floatAttr("epsilon"));
+    KILN_ASSIGN(style, stringAttr("style"));
+    KILN_ASSIGN(theta, floatAttr("theta"));
+    KILN_ASSIGN(offset, intAttr("offset"));
+    KILN_ASSIGN(dims, intAttr("dims"));
+    if (style != "interleaved" && style != "neox")
+      return fail("style must be 'interleaved' or 'neox'");
+    if (dims <= 0 || dims % 2 || offset < 0 || offset + dims > width)
+      return fail("the rotated range leaves the row");
+    d_.n = width;
+    d_.k = normDims;
+    d_.hasBias = layer;
+    d_.epsilon = eps;
+    d_.neox = style == "neox";
+    d_.theta = theta;
+    d_.ropeOffset = offset;
+    d_.ropeDims = dims;
     break;
   }
   case OpKind::MlaAttention: {

@@ -45,6 +45,7 @@ enum class OpKind {
   FusedLinear,
   RmsNormLinear,
   CacheAppend,
+  NormRopeAppend,
   MlaAttention,
   DsaIndexer,
   MoeRouter,
@@ -97,9 +98,10 @@ struct StepOp {
   /// Linear: a 3-D weight, one matrix per batch row.
   bool stacked = false;
 
-  /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAddRmsNorm.
+  /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAddRmsNorm, NormRopeAppend.
   double epsilon = 0;
-  /// Rope.
+  /// Rope, NormRopeAppend (n = the row's width, k = the normalised
+  /// values, a layer norm when hasBias).
   bool neox = false;
   double theta = 0;
   int64_t ropeOffset = 0, ropeDims = 0;

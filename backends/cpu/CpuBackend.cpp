@@ -388,6 +388,25 @@ Expected<std::function<Status()>> OpBinder::bind() {
     const int32_t *pos = in(1).i32();
     return Fn([=] { return cpu::cacheAppend(x, *pos, view); });
   }
+  case OpKind::NormRopeAppend: {
+    cpu::CacheView view = cache(out(0));
+    KILN_ASSIGN(w, param(1));
+    const float *b = nullptr;
+    if (d.hasBias) {
+      KILN_ASSIGN(bias, param(2));
+      b = bias;
+    }
+    const float *x = f32In(0);
+    const int32_t *pos = in(d.hasBias ? 3 : 2).i32();
+    cpu::RopeStyle s =
+        d.neox ? cpu::RopeStyle::NeoX : cpu::RopeStyle::Interleaved;
+    int64_t normDims = d.k, offset = d.ropeOffset, dims = d.ropeDims;
+    float e = float(d.epsilon), t = float(d.theta);
+    return Fn([=] {
+      return cpu::normRopeAppend(x, normDims, w, b, e, *pos, s, t, offset,
+                                 dims, view);
+    });
+  }
   case OpKind::MlaAttention: {
     cpu::CacheView view = cache(in(2));
     const float *a = f32In(0), *b = f32In(1);

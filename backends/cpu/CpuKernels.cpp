@@ -480,6 +480,26 @@ Status cacheAppend(const float *entry, int32_t position, CacheView cache) {
   return Status::ok();
 }
 
+Status normRopeAppend(const float *entry, int64_t normDims, const float *w,
+                      const float *bias, float eps, int32_t position,
+                      RopeStyle style, float theta, int64_t offset,
+                      int64_t dims, CacheView cache) {
+  const int64_t width = cache.width;
+  if (normDims <= 0 || normDims > width || offset < 0 || dims < 0 ||
+      offset + dims > width)
+    return Error(where("norm_rope_append"), "geometry",
+                 fmt::format("norm of {} and rope of [{}, {}) do not fit a "
+                             "row of {}",
+                             normDims, offset, offset + dims, width));
+  std::vector<float> y(entry, entry + std::max<int64_t>(width, 0));
+  if (bias)
+    layerNorm(entry, 1, normDims, w, bias, eps, y.data());
+  else
+    rmsNorm(entry, 1, normDims, w, eps, y.data());
+  rope(y.data(), 1, width, position, style, theta, offset, dims, y.data());
+  return cacheAppend(y.data(), position, cache);
+}
+
 Status mlaAttention(const float *qLatent, const float *qRope, int64_t heads,
                     int64_t latent, int64_t rope, const CacheView &cache,
                     int32_t position, const int32_t *selected,

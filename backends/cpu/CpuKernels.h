@@ -116,6 +116,15 @@ int32_t argmax(const float *x, int64_t n);
 /// is full.
 Status cacheAppend(const float *entry, int32_t position, CacheView cache);
 
+/// step.norm_rope_append: y = entry (width = cache.width); y[0, normDims)
+/// = rmsNorm (bias null) or layerNorm (with bias) of entry[0, normDims)
+/// with w; rope of y (offset, dims, as rope above); then cacheAppend of y.
+/// The same calls in that order, so the same bits as the ops unfused.
+Status normRopeAppend(const float *entry, int64_t normDims, const float *w,
+                      const float *bias, float eps, int32_t position,
+                      RopeStyle style, float theta, int64_t offset,
+                      int64_t dims, CacheView cache);
+
 /// Absorbed MLA decode attention. Cache rows are [latent | rope] (width =
 /// latent + rope). Attended positions: 0..position, or, when `selected` is
 /// given, selected[0 .. *count). For each head h:

@@ -702,6 +702,25 @@ Expected<Launch> OpBinder::bind() {
     return wrap(
         [=](cudaStream_t s) { return launchCacheAppend(x, pos, c, f, s); });
   }
+  case OpKind::NormRopeAppend: {
+    DeviceCache c = cache(d.outs[0]);
+    KILN_ASSIGN(w, param(1));
+    const float *bias = nullptr;
+    if (d.hasBias) {
+      KILN_ASSIGN(b, param(2));
+      bias = b;
+    }
+    const float *x = f32In(0);
+    const int32_t *pos = i32In(d.hasBias ? 3 : 2);
+    RopeStyle style = d.neox ? RopeStyle::NeoX : RopeStyle::Interleaved;
+    float eps = float(d.epsilon), theta = float(d.theta);
+    int64_t normDims = d.k, offset = d.ropeOffset, dims = d.ropeDims;
+    FaultSink f = sink();
+    return wrap([=](cudaStream_t s) {
+      return launchNormRopeAppend(x, normDims, w, bias, eps, pos, style, theta,
+                                  offset, dims, c, f, s);
+    });
+  }
   case OpKind::MlaAttention: {
     DeviceCache c = cache(d.ins[2]);
     KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(

@@ -671,6 +671,106 @@ __global__ void cacheAppendKernel(const float *entry, const int32_t *position,
 }
 
 //===----------------------------------------------------------------------===//
+// Norm, rope and cache append in one block (step.norm_rope_append): the row,
+// the norm's weight and bias staged in shared memory by loads issued
+// together with the position's, the norm by block sums, the rotation by one
+// thread per pair, then the converted row stored.
+//===----------------------------------------------------------------------===//
+
+__global__ void normRopeAppendKernel(const float *entry, int64_t normDims,
+                                     const float *w, const float *bias,
+                                     float eps, const int32_t *position,
+                                     RopeStyle style, float theta,
+                                     int64_t offset, int64_t dims,
+                                     RopeFrequencies freq, DeviceCache cache,
+                                     FaultSink fault) {
+  stepKernelPrologue();
+  extern __shared__ float y[]; // [width], then w and bias [normDims] each
+  __shared__ float partials[kWarp];
+  __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
+  const int64_t width = cache.width;
+  float *g = y + width, *b = g + normDims;
+  const int32_t p = *position;
+  // This thread's values: the norm's sum (layer) or sum of squares (rms)
+  // as it goes, in the order of the norm kernels.
+  float acc = 0.f;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    const float v = entry[i];
+    if (i < normDims) {
+      g[i] = w[i];
+      if (bias)
+        b[i] = bias[i];
+      acc += bias ? v : v * v;
+    }
+    y[i] = v;
+  }
+  if (p < 0 || p >= cache.positions) { // uniform over the block
+    if (threadIdx.x == 0)
+      recordFault(fault, FaultCode::PositionOutOfRange, p, cache.positions);
+    return;
+  }
+  const int64_t pairs = dims / 2;
+  const bool table = freq.pairs == pairs;
+  for (int i = threadIdx.x; table && i < freq.pairs; i += blockDim.x) {
+    double c, sn;
+    sincos(double(p) * freq.inverse[i], &sn, &c);
+    cosines[i] = float(c);
+    sines[i] = float(sn);
+  }
+  if (bias) {
+    const float mean = blockSum(acc, partials) / float(normDims);
+    float sumSq = 0.f;
+    for (int64_t i = threadIdx.x; i < normDims; i += blockDim.x)
+      sumSq += (y[i] - mean) * (y[i] - mean);
+    sumSq = blockSum(sumSq, partials);
+    const float sd = sqrtf(sumSq / float(normDims) + eps);
+    for (int64_t i = threadIdx.x; i < normDims; i += blockDim.x)
+      y[i] = (y[i] - mean) / sd * g[i] + b[i];
+  } else {
+    const float sumSq = blockSum(acc, partials);
+    const float rms = sqrtf(sumSq / float(normDims) + eps);
+    for (int64_t i = threadIdx.x; i < normDims; i += blockDim.x)
+      y[i] = y[i] / rms * g[i];
+  }
+  __syncthreads(); // the normalised row and the angles are in place
+  for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int64_t first =
+        style == RopeStyle::Interleaved ? offset + 2 * i : offset + i;
+    const int64_t second = style == RopeStyle::Interleaved
+                               ? offset + 2 * i + 1
+                               : offset + i + dims / 2;
+    float c, s;
+    if (table) {
+      c = cosines[i];
+      s = sines[i];
+    } else {
+      const double angle =
+          double(p) * pow(double(theta), -2.0 * double(i) / double(dims));
+      c = float(cos(angle));
+      s = float(sin(angle));
+    }
+    const float x0 = y[first], x1 = y[second];
+    y[first] = x0 * c - x1 * s;
+    y[second] = x0 * s + x1 * c;
+  }
+  __syncthreads();
+  const int64_t base = int64_t(p) * width;
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+    switch (cache.type) {
+    case CacheType::F32:
+      static_cast<float *>(cache.data)[base + j] = y[j];
+      break;
+    case CacheType::F16:
+      static_cast<uint16_t *>(cache.data)[base + j] = floatToHalfBits(y[j]);
+      break;
+    case CacheType::BF16:
+      static_cast<uint16_t *>(cache.data)[base + j] = floatToBf16Bits(y[j]);
+      break;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // MLA attention, split over positions (flash decoding), every head at once:
 //   1. block b takes chunks c = b, b + grid, ... of kMlaChunk attended
 //      entries (at most one block per multiprocessor: a grid sized by the
@@ -2024,6 +2124,42 @@ cudaError_t launchCacheAppend(const float *entry, const int32_t *position,
   if (cudaError_t e =
           launchStep(cacheAppendKernel, elementBlocks(cache.width),
                      kElementThreads, 0, s, entry, position, cache, fault);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
+                                 const float *w, const float *bias, float eps,
+                                 const int32_t *position, RopeStyle style,
+                                 float theta, int64_t offset, int64_t dims,
+                                 DeviceCache cache, FaultSink fault,
+                                 cudaStream_t s) {
+  const int64_t width = cache.width;
+  if (!validCache(cache) || !entry || !w || !position || normDims <= 0 ||
+      normDims > width || offset < 0 || dims <= 0 || dims % 2 ||
+      offset + dims > width ||
+      (style != RopeStyle::Interleaved && style != RopeStyle::NeoX))
+    return cudaErrorInvalidValue;
+  RopeFrequencies freq{};
+  if (dims / 2 <= kRopeTablePairs) {
+    freq.pairs = int(dims / 2);
+    for (int i = 0; i < freq.pairs; ++i)
+      freq.inverse[i] =
+          std::pow(double(theta), -2.0 * double(i) / double(dims));
+  }
+  const size_t shared = sizeof(float) * size_t(width + 2 * normDims);
+  if (shared > 48 * 1024)
+    if (cudaError_t e = allowDynamicShared(normRopeAppendKernel, shared);
+        e != cudaSuccess)
+      return e;
+  const int64_t threads64 = (width + kWarp - 1) / kWarp * kWarp;
+  const unsigned threads = unsigned(
+      threads64 < kSingleBlockThreads ? threads64 : kSingleBlockThreads);
+  if (cudaError_t e = launchStep(normRopeAppendKernel, 1, threads, shared, s,
+                                 entry, normDims, w, bias, eps, position,
+                                 style, theta, offset, dims, freq, cache,
+                                 fault);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -269,6 +269,20 @@ cudaError_t launchCacheAppend(const float *entry, const int32_t *position,
                               DeviceCache cache, FaultSink fault,
                               cudaStream_t s);
 
+/// step.norm_rope_append in one block: y = entry[cache.width]; y[0,
+/// normDims) = rms norm (bias null) or layer norm (with bias) with w; the
+/// rope of launchRope on y (offset, dims); row *position of the cache
+/// becomes y, converted. The same math as launchRmsNorm / launchLayerNorm,
+/// launchRope and launchCacheAppend in that order, without writing the
+/// intermediate vectors. A position outside the cache faults
+/// (PositionOutOfRange) and writes nothing.
+cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
+                                 const float *w, const float *bias, float eps,
+                                 const int32_t *position, RopeStyle style,
+                                 float theta, int64_t offset, int64_t dims,
+                                 DeviceCache cache, FaultSink fault,
+                                 cudaStream_t s);
+
 /// Absorbed MLA decode attention (CpuKernels.h mlaAttention): cache rows
 /// are [latent | rope]; attended positions are 0..*position, or, when
 /// `selected` is non-null, selected[0 .. *count) (capacity = the length of

@@ -113,6 +113,23 @@ def FuseNormLinear : Pass<"kiln-fuse-norm-linear", "::mlir::func::FuncOp"> {
   }];
 }
 
+def FuseCacheAppend : Pass<"kiln-fuse-cache-append", "::mlir::func::FuncOp"> {
+  let summary = "Fold the norm, rope and concat that build a cache row into its append";
+  let description = [{
+    On a step function before planning: a `step.cache_append` whose entry
+    is made right before it by `rope(norm(x))` (an RMS or layer norm of the
+    whole row, then a rotation of part of it), or by
+    `concat(norm(s[a, a + n)), rope(s[a + n, a + n + m)))` (a normalised
+    part and a rotated part of one vector), becomes one
+    `step.norm_rope_append` reading `x` (or `s` from `a`); the
+    intermediate buffers must be arena buffers that only the chain reads,
+    and its ops must run back to back, so the source still holds the same
+    values where the fused op reads it. In GLM-5 these are the latent
+    cache's row and the indexer key: four and three short ops of every
+    layer, each a launch on the path to attention, become one each.
+  }];
+}
+
 def PlanMemory : Pass<"kiln-plan-memory", "::mlir::func::FuncOp"> {
   let summary = "Place every arena buffer of a step at a fixed offset";
   let description = [{

@@ -18,6 +18,7 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
   if (fuse) {
     pm.addNestedPass<func::FuncOp>(createFuseAddNorm());
     pm.addNestedPass<func::FuncOp>(createFuseNormLinear());
+    pm.addNestedPass<func::FuncOp>(createFuseCacheAppend());
   }
   PlanMemoryOptions plan;
   plan.alignment = alignment;

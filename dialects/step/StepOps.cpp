@@ -368,6 +368,40 @@ LogicalResult CacheAppendOp::verify() {
   return expectShape(*this, "entry", getEntry(), {cache.getDimSize(1)});
 }
 
+LogicalResult NormRopeAppendOp::verify() {
+  MemRefType cache = bufferOf(getCache());
+  if (cache.getRank() != 2)
+    return emitOpError("cache must be [positions x width], got ") << cache;
+  const int64_t width = cache.getDimSize(1);
+  if (failed(expectShape(*this, "entry", getEntry(), {width})))
+    return failure();
+  const int64_t normDims = getNormDims();
+  if (normDims <= 0 || normDims > width)
+    return emitOpError("norm_dims ")
+           << normDims << " must be in [1, " << width << "]";
+  if (getNorm() != "rms" && getNorm() != "layer")
+    return emitOpError("norm must be 'rms' or 'layer', got '")
+           << getNorm() << "'";
+  const bool layer = getNorm() == "layer";
+  if (layer != static_cast<bool>(getBias()))
+    return emitOpError(layer ? "a layer norm needs a bias"
+                             : "an rms norm takes no bias");
+  if (failed(expectParam(*this, "weight", getWeight(), normDims)) ||
+      (layer && failed(expectParam(*this, "bias", getBias(), normDims))))
+    return failure();
+  if (getStyle() != "interleaved" && getStyle() != "neox")
+    return emitOpError("style must be 'interleaved' or 'neox', got '")
+           << getStyle() << "'";
+  const int64_t dims = getDims(), offset = getOffset();
+  if (dims <= 0 || dims % 2 != 0 || offset < 0 || offset + dims > width)
+    return emitOpError("rotates [")
+           << offset << ", " << offset + dims << ") (an even, positive width "
+           << "is needed) of a row of " << width;
+  if (failed(verifyPositive(*this, "epsilon", getEpsilon().convertToFloat())))
+    return failure();
+  return verifyPositive(*this, "theta", getTheta().convertToFloat());
+}
+
 LogicalResult MLAAttentionOp::verify() {
   MemRefType ql = bufferOf(getQLatent()), qr = bufferOf(getQRope());
   MemRefType cache = bufferOf(getCache());

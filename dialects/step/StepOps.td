@@ -513,6 +513,44 @@ def Step_CacheAppendOp : Step_ComputeOp<"cache_append", 1> {
   let hasVerifier = 1;
 }
 
+def Step_NormRopeAppendOp : Step_ComputeOp<"norm_rope_append", 1> {
+  let summary = "normalise, rotate and append this token's row of a cache";
+  let description = [{
+    The tail that writes an attention cache, in one op: with `y = entry`,
+    `y[0, norm_dims)` becomes the normalisation of `entry[0, norm_dims)`
+    (`norm = "rms"`: as `step.rms_norm` with `weight`; `norm = "layer"`: as
+    `step.layer_norm` with `weight` and `bias`), then `y[offset, offset +
+    dims)` is rotated as `step.rope` (style, theta), and row `position` of
+    `cache` becomes `y`. The same math as those ops in that order, without
+    writing the intermediate vectors or launching once per op.
+    Produced by `kiln-fuse-cache-append` from a norm, rope (and concat)
+    chain that ends in a `step.cache_append` (GLM-5: the latent cache's
+    `[rms_norm(c) | rope(k_pe)]` and the indexer key's
+    `rope(layer_norm(k))`).
+
+    Example:
+    ```mlir
+    step.norm_rope_append ins(%kv, %kv_norm, %pos : memref<80xf32>, memref<64xf32>, memref<i32>) outs(%blk.0.kv_cache : memref<4096x80xf16>) {dims = 16 : i64, epsilon = 1.0e-05 : f32, norm = "rms", norm_dims = 64 : i64, offset = 64 : i64, style = "interleaved", theta = 1.0e+06 : f32}
+    step.norm_rope_append ins(%k, %k_norm, %pos : memref<32xf32>, memref<32xf32>, memref<i32>) bias(%k_bias : memref<32xf32>) outs(%blk.0.index_cache : memref<4096x32xf16>) {dims = 16 : i64, epsilon = 1.0e-06 : f32, norm = "layer", norm_dims = 32 : i64, offset = 0 : i64, style = "interleaved", theta = 1.0e+06 : f32}
+    ```
+    The operands are stored in the order entry, weight, bias (when there
+    is one), position, cache.
+  }];
+  let arguments = (ins In<Step_Buffer>:$entry, In<Step_Param>:$weight,
+                       In<Optional<Step_Param>>:$bias,
+                       In<Step_I32Scalar>:$position, StrAttr:$norm,
+                       I64Attr:$norm_dims, F32Attr:$epsilon, StrAttr:$style,
+                       F32Attr:$theta, I64Attr:$offset, I64Attr:$dims,
+                       Out<Step_Buffer, "cache">:$cache);
+  let assemblyFormat = [{
+    `ins` `(` $entry `,` $weight `,` $position `:` type($entry) `,`
+    qualified(type($weight)) `,` type($position) `)`
+    (`bias` `(` $bias^ `:` qualified(type($bias)) `)`)?
+    `outs` `(` $cache `:` type($cache) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 def Step_MLAAttentionOp : Step_ComputeOp<"mla_attention", 1,
     [AttrSizedOperandSegments]> {
   let summary = "absorbed MLA decode attention over the latent cache";

@@ -253,6 +253,26 @@ const char *cacheName(kc::CacheType t) {
                                    : "bf16";
 }
 
+/// Value `index` of cache bytes of `type`, as a float.
+float cacheValue(kc::CacheType type, const std::vector<uint8_t> &bytes,
+                 int64_t index) {
+  switch (type) {
+  case kc::CacheType::F32: {
+    float f;
+    std::memcpy(&f, &bytes[size_t(index) * 4], 4);
+    return f;
+  }
+  case kc::CacheType::F16:
+  case kc::CacheType::BF16: {
+    uint16_t h;
+    std::memcpy(&h, &bytes[size_t(index) * 2], 2);
+    return type == kc::CacheType::F16 ? kiln::halfToFloat(h)
+                                      : kiln::bf16ToFloat(h);
+  }
+  }
+  return 0.f;
+}
+
 struct Cache {
   kc::CacheType type;
   int64_t positions, width;
@@ -270,23 +290,8 @@ struct Cache {
                 rowBytes);
     device.upload(host);
   }
-  float value(int64_t index) const {
-    switch (type) {
-    case kc::CacheType::F32: {
-      float f;
-      std::memcpy(&f, &host[size_t(index) * 4], 4);
-      return f;
-    }
-    case kc::CacheType::F16:
-    case kc::CacheType::BF16: {
-      uint16_t h;
-      std::memcpy(&h, &host[size_t(index) * 2], 2);
-      return type == kc::CacheType::F16 ? kiln::halfToFloat(h)
-                                        : kiln::bf16ToFloat(h);
-    }
-    }
-    return 0.f;
-  }
+  float value(int64_t index) const { return cacheValue(type, host, index); }
+
 };
 
 Cache randomCache(kc::CacheType type, int64_t positions, int64_t width,
@@ -924,28 +929,114 @@ void checkCacheAppend(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// step.norm_rope_append against the CPU's (the same calls as the ops
+/// unfused): GLM-5's latent row (rms over 512, rope of the last 64) and
+/// indexer key (layer norm, rope of the first 64), a NeoX rope crossing the
+/// normalised part, a row wider than a block (1,100 values) with angles
+/// computed on the device (80 pairs), late positions; then a full cache.
+void checkNormRopeAppend(Report &r, kiln::Rng &rng) {
+  struct Case {
+    kc::CacheType type;
+    bool layer, neox;
+    int64_t width, normDims, offset, dims, positions;
+    int32_t position;
+  };
+  for (const Case &c :
+       {Case{kc::CacheType::F16, false, false, 576, 512, 512, 64, 16, 9},
+        Case{kc::CacheType::BF16, true, false, 128, 128, 0, 64, 16, 3},
+        Case{kc::CacheType::F32, true, true, 80, 64, 8, 16, 16, 15},
+        Case{kc::CacheType::F32, false, false, 1100, 1000, 900, 160, 20000,
+             19999},
+        Case{kc::CacheType::F16, true, true, 576, 512, 512, 64, 20000,
+             16383}}) {
+    Cache cache = randomCache(c.type, c.positions, c.width, rng.next());
+    std::vector<float> entry = normals(rng, c.width, 3.0),
+                       w = normals(rng, c.normDims, 1.0),
+                       bias = normals(rng, c.normDims, 0.5);
+    const float eps = 1e-5f, theta = 1e6f;
+    const cpu::RopeStyle cpuStyle =
+        c.neox ? cpu::RopeStyle::NeoX : cpu::RopeStyle::Interleaved;
+    const kc::RopeStyle style =
+        c.neox ? kc::RopeStyle::NeoX : kc::RopeStyle::Interleaved;
+    if (!r.reference("norm_rope_append",
+                     cpu::normRopeAppend(entry.data(), c.normDims, w.data(),
+                                         c.layer ? bias.data() : nullptr, eps,
+                                         c.position, cpuStyle, theta, c.offset,
+                                         c.dims, cache.view())))
+      continue;
+    DeviceArray<float> de(entry), dw(w), db(bias);
+    DeviceArray<int32_t> dp(std::vector<int32_t>{c.position});
+    Fault fault;
+    run(kc::launchNormRopeAppend(de.get(), c.normDims, dw.get(),
+                                 c.layer ? db.get() : nullptr, eps, dp.get(),
+                                 style, theta, c.offset, c.dims, cache.dev(),
+                                 fault.sink(), nullptr));
+    // Every row but the position's must be untouched; that row within the
+    // norm's summation order, then the element type's rounding (a value
+    // near a rounding boundary may go either way: one ulp).
+    const std::vector<uint8_t> got = cache.device.download();
+    std::vector<float> gotRow, wantRow;
+    uint64_t others = 0;
+    for (int64_t i = 0; i < c.positions * c.width; ++i) {
+      const float g = cacheValue(c.type, got, i), v = cache.value(i);
+      if (i / c.width == c.position) {
+        gotRow.push_back(g);
+        wantRow.push_back(v);
+      } else if (g != v && !(std::isnan(g) && std::isnan(v))) {
+        ++others;
+      }
+    }
+    const double ulp = c.type == kc::CacheType::F16    ? 0x1.0p-11
+                       : c.type == kc::CacheType::BF16 ? 0x1.0p-8
+                                                       : 0.0;
+    r.line("norm_rope_append",
+           fmtText("%s %s over %lld of %lld, %s rope [%lld, %lld) at %d",
+                   cacheName(c.type), c.layer ? "layer" : "rms",
+                   (long long)c.normDims, (long long)c.width,
+                   c.neox ? "neox" : "interleaved", (long long)c.offset,
+                   (long long)(c.offset + c.dims), c.position),
+           relError(gotRow, wantRow) + double(others) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
+           3 * sumTol(double(c.normDims)) + ulp,
+           fmtText("norm sum order, 3e-6*sqrt(%lld), + one %s ulp",
+                   (long long)c.normDims, cacheName(c.type)));
+  }
+  // The cache is full: fault, nothing written.
+  Cache cache = randomCache(kc::CacheType::F16, 16, 576, rng.next());
+  std::vector<float> entry = normals(rng, 576, 3.0), w = normals(rng, 512, 1.0);
+  DeviceArray<float> de(entry), dw(w);
+  DeviceArray<int32_t> dp(std::vector<int32_t>{16});
+  Fault fault;
+  run(kc::launchNormRopeAppend(de.get(), 512, dw.get(), nullptr, 1e-5f,
+                               dp.get(), kc::RopeStyle::Interleaved, 1e6f, 512,
+                               64, cache.dev(), fault.sink(), nullptr));
+  r.line("norm_rope_append fault", "f16 position 16 of 16",
+         faultMismatch(fault.read(), kc::FaultCode::PositionOutOfRange, 16,
+                       16) +
+             mismatches(cache.device.download(), cache.host),
+         0, "PositionOutOfRange, cache untouched");
+}
+
 void checkMlaAttention(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
-  const int64_t heads = 4, latent = 512, rope = 64, positions = 300,
-                width = latent + rope, capacity = 64;
+  const int64_t latent = 512, rope = 64, width = latent + rope;
   const float scale = 1.f / std::sqrt(float(width));
-  std::vector<float> ql = normals(rng, heads * latent, 1.0),
-                     qr = normals(rng, heads * rope, 1.0);
-  DeviceArray<float> dql(ql), dqr(qr),
-      scores(kc::mlaScratchFloats(heads, latent, positions)),
-      dout(heads * latent);
-  DeviceArray<int32_t> dpos(1), dsel(capacity), dcount(1);
 
   struct Case {
     kc::CacheType type;
     int32_t position;
     int32_t count; // -1: no selection
   };
-  for (const Case &c :
-       {Case{kc::CacheType::F16, 250, -1}, Case{kc::CacheType::F16, 299, 37},
-        Case{kc::CacheType::F16, 0, -1}, Case{kc::CacheType::F16, 10, 0},
-        Case{kc::CacheType::BF16, 200, 64},
-        Case{kc::CacheType::F32, 120, -1}}) {
+  // One case of `heads` heads over a cache of `positions` with a selection
+  // of `capacity` entries.
+  auto check = [&](int64_t heads, int64_t positions, int64_t capacity,
+                   const Case &c) {
+    std::vector<float> ql = normals(rng, heads * latent, 1.0),
+                       qr = normals(rng, heads * rope, 1.0);
+    DeviceArray<float> dql(ql), dqr(qr),
+        scores(kc::mlaScratchFloats(heads, latent, positions)),
+        dout(heads * latent);
+    DeviceArray<int32_t> dpos(1), dsel(capacity), dcount(1);
     Cache cache = randomCache(c.type, positions, width, rng.next());
     std::vector<int32_t> sel(capacity, 0);
     // Entries anywhere in the cache, repeats allowed (the kernel does not
@@ -962,7 +1053,7 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
                                        count >= 0 ? sel.data() : nullptr,
                                        count >= 0 ? &count : nullptr, scale,
                                        want.data(), pool)))
-      continue;
+      return;
     dpos.upload({c.position});
     dsel.upload(sel);
     dcount.upload({count});
@@ -973,16 +1064,43 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
         capacity, scale, scores.get(), dout.get(), fault.sink(), nullptr));
     const int64_t attended = count >= 0 ? count : c.position + 1;
     r.line("mla_attention",
-           count >= 0 ? fmtText("%s 4x(512+64), %d selected of %lld",
-                                cacheName(c.type), count, (long long)positions)
-                      : fmtText("%s 4x(512+64), positions 0..%d",
-                                cacheName(c.type), c.position),
+           count >= 0
+               ? fmtText("%s %lldx(512+64), %d selected of %lld",
+                         cacheName(c.type), (long long)heads, count,
+                         (long long)positions)
+               : fmtText("%s %lldx(512+64), positions 0..%d of %lld",
+                         cacheName(c.type), (long long)heads, c.position,
+                         (long long)positions),
            relError(dout.download(), want) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
            sumTol(double(width)) + sumTol(double(attended)),
            fmtText("dot and softmax order, 1e-6*(sqrt(%lld)+sqrt(%lld))",
                    (long long)width, (long long)attended));
-  }
+  };
+  for (const Case &c :
+       {Case{kc::CacheType::F16, 250, -1}, Case{kc::CacheType::F16, 299, 37},
+        Case{kc::CacheType::F16, 0, -1}, Case{kc::CacheType::F16, 10, 0},
+        Case{kc::CacheType::BF16, 200, 64},
+        Case{kc::CacheType::F32, 120, -1}})
+    check(4, 300, 64, c);
+  // GLM-5's 8 local heads over long caches: a full selection of 2,048,
+  // counts between, and without a selection more chunks than one wave of
+  // the chunk grid takes (two blocks a multiprocessor on an H200: 264
+  // chunks of 8, 2,112 entries), so blocks take several in turn.
+  for (const Case &c : {Case{kc::CacheType::F16, 4095, 2048},
+                        Case{kc::CacheType::BF16, 3000, 1100},
+                        Case{kc::CacheType::F16, 2000, 1025},
+                        Case{kc::CacheType::F16, 3000, -1},
+                        Case{kc::CacheType::F32, 2500, -1}})
+    check(8, 4096, 2048, c);
+
+  const int64_t heads = 4, positions = 300, capacity = 64;
+  std::vector<float> ql = normals(rng, heads * latent, 1.0),
+                     qr = normals(rng, heads * rope, 1.0);
+  DeviceArray<float> dql(ql), dqr(qr),
+      scores(kc::mlaScratchFloats(heads, latent, positions)),
+      dout(heads * latent);
+  DeviceArray<int32_t> dpos(1), dsel(capacity), dcount(1);
 
   // Faults: nothing out of bounds is read, the first problem is reported.
   Cache cache = randomCache(kc::CacheType::F16, positions, width, rng.next());
@@ -1169,22 +1287,30 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
 //===----------------------------------------------------------------------===//
 
 void checkMoeRouter(Report &r, kiln::Rng &rng) {
-  const int64_t hidden = 512, experts = 256, topK = 8;
+  const int64_t hidden = 512, topK = 8;
+  // GLM-5's 256 experts, and counts that are not a multiple of the
+  // kernel's warps (200, 300) or exceed 512 (600).
   struct Case {
     GGMLType type;
     cpu::Gating cpuGating;
     kc::Gating gating;
     bool bias, normalize;
     float routedScale;
+    int64_t experts;
   };
   for (const Case &c : {Case{GGMLType::F32, cpu::Gating::Sigmoid,
-                             kc::Gating::Sigmoid, true, true, 2.5f},
+                             kc::Gating::Sigmoid, true, true, 2.5f, 256},
                         Case{GGMLType::F32, cpu::Gating::Softmax,
-                             kc::Gating::Softmax, false, false, 1.f},
+                             kc::Gating::Softmax, false, false, 1.f, 256},
                         Case{GGMLType::Q8_0, cpu::Gating::Softmax,
-                             kc::Gating::Softmax, true, true, 1.f},
+                             kc::Gating::Softmax, true, true, 1.f, 200},
                         Case{GGMLType::BF16, cpu::Gating::Sigmoid,
-                             kc::Gating::Sigmoid, false, true, 1.f}}) {
+                             kc::Gating::Sigmoid, false, true, 1.f, 200},
+                        Case{GGMLType::F32, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 2.5f, 300},
+                        Case{GGMLType::F32, cpu::Gating::Softmax,
+                             kc::Gating::Softmax, true, true, 1.f, 600}}) {
+    const int64_t experts = c.experts;
     Weight gate = randomWeight(c.type, {hidden, experts}, rng.next());
     std::vector<float> dequant(size_t(hidden * experts));
     if (!r.reference("moe_router",
@@ -1223,7 +1349,8 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
         usable &= sorted[k] - sorted[k + 1] > 1e-4 * std::fabs(sorted[0]);
     }
     const std::string what =
-        fmtText("%s [512, 256] %s%s%s top 8", typeName(c.type).c_str(),
+        fmtText("%s [512, %lld] %s%s%s top 8", typeName(c.type).c_str(),
+                static_cast<long long>(experts),
                 c.gating == kc::Gating::Sigmoid ? "sigmoid" : "softmax",
                 c.bias ? " +bias" : "", c.normalize ? " norm" : "");
     if (!usable) {
@@ -1899,6 +2026,7 @@ int main(int argc, char **argv) {
   checkLinear(report, rng);
   checkSplitLayouts(report, rng);
   checkCacheAppend(report, rng);
+  checkNormRopeAppend(report, rng);
   checkMlaAttention(report, rng);
   checkDsaIndexer(report, rng);
   checkMoeRouter(report, rng);

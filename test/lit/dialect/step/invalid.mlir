@@ -470,3 +470,63 @@ func.func @rms_norm_linear_epsilon() {
   step.rms_norm_linear ins(%x, %n, %w1 : memref<256xf32>, !kiln.qweight<"q_a_norm.weight", "f32", [256]>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>) outs(%y : memref<128xf32>) {epsilon = 0.0 : f32, segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">]}
   return
 }
+
+// -----
+
+func.func @norm_rope_append_kind() {
+  %x = step.buffer "x" : memref<80xf32>
+  %n = step.buffer "n" : memref<64xf32>
+  %p = step.buffer "p" : memref<i32>
+  %c = step.state "c" : memref<16x80xf16>
+  // expected-error @+1 {{'step.norm_rope_append' op norm must be 'rms' or 'layer', got 'batch'}}
+  step.norm_rope_append ins(%x, %n, %p : memref<80xf32>, memref<64xf32>, memref<i32>) outs(%c : memref<16x80xf16>) {dims = 16 : i64, epsilon = 1.0e-05 : f32, norm = "batch", norm_dims = 64 : i64, offset = 64 : i64, style = "interleaved", theta = 1.0e+06 : f32}
+  return
+}
+
+// -----
+
+func.func @norm_rope_append_layer_without_bias() {
+  %x = step.buffer "x" : memref<80xf32>
+  %n = step.buffer "n" : memref<64xf32>
+  %p = step.buffer "p" : memref<i32>
+  %c = step.state "c" : memref<16x80xf16>
+  // expected-error @+1 {{'step.norm_rope_append' op a layer norm needs a bias}}
+  step.norm_rope_append ins(%x, %n, %p : memref<80xf32>, memref<64xf32>, memref<i32>) outs(%c : memref<16x80xf16>) {dims = 16 : i64, epsilon = 1.0e-05 : f32, norm = "layer", norm_dims = 64 : i64, offset = 64 : i64, style = "interleaved", theta = 1.0e+06 : f32}
+  return
+}
+
+// -----
+
+func.func @norm_rope_append_weight_width() {
+  %x = step.buffer "x" : memref<80xf32>
+  %n = step.buffer "n" : memref<80xf32>
+  %p = step.buffer "p" : memref<i32>
+  %c = step.state "c" : memref<16x80xf16>
+  // expected-error @+1 {{'step.norm_rope_append' op weight must have shape [64]}}
+  step.norm_rope_append ins(%x, %n, %p : memref<80xf32>, memref<80xf32>, memref<i32>) outs(%c : memref<16x80xf16>) {dims = 16 : i64, epsilon = 1.0e-05 : f32, norm = "rms", norm_dims = 64 : i64, offset = 64 : i64, style = "interleaved", theta = 1.0e+06 : f32}
+  return
+}
+
+// -----
+
+func.func @norm_rope_append_rope_range() {
+  %x = step.buffer "x" : memref<80xf32>
+  %n = step.buffer "n" : memref<64xf32>
+  %p = step.buffer "p" : memref<i32>
+  %c = step.state "c" : memref<16x80xf16>
+  // expected-error @+1 {{'step.norm_rope_append' op rotates [72, 88) (an even, positive width is needed) of a row of 80}}
+  step.norm_rope_append ins(%x, %n, %p : memref<80xf32>, memref<64xf32>, memref<i32>) outs(%c : memref<16x80xf16>) {dims = 16 : i64, epsilon = 1.0e-05 : f32, norm = "rms", norm_dims = 64 : i64, offset = 72 : i64, style = "interleaved", theta = 1.0e+06 : f32}
+  return
+}
+
+// -----
+
+func.func @norm_rope_append_entry_width() {
+  %x = step.buffer "x" : memref<64xf32>
+  %n = step.buffer "n" : memref<64xf32>
+  %p = step.buffer "p" : memref<i32>
+  %c = step.state "c" : memref<16x80xf16>
+  // expected-error @+1 {{'step.norm_rope_append' op entry must have shape [80]}}
+  step.norm_rope_append ins(%x, %n, %p : memref<64xf32>, memref<64xf32>, memref<i32>) outs(%c : memref<16x80xf16>) {dims = 16 : i64, epsilon = 1.0e-05 : f32, norm = "rms", norm_dims = 64 : i64, offset = 64 : i64, style = "interleaved", theta = 1.0e+06 : f32}
+  return
+}
