@@ -677,16 +677,24 @@ Expected<StepOp> Decoder::decode() {
     break;
   }
   case OpKind::MoeExperts: {
-    if (d_.outs.size() != 1 || (d_.ins.size() != 5 && d_.ins.size() != 6))
-      return fail("expects input, ids, weights, 2 or 3 expert weights and "
-                  "one output");
+    // An addend, when there is one, is the buffer before the weights.
+    d_.hasAddend = d_.ins.size() > 3 && !in(3).isWeight();
+    const size_t first = d_.hasAddend ? 4 : 3;
+    if (d_.outs.size() != 1 ||
+        (d_.ins.size() != first + 2 && d_.ins.size() != first + 3))
+      return fail("expects input, ids, weights, an optional addend, 2 or 3 "
+                  "expert weights and one output");
     KILN_TRY(floats(in(0), "input"));
     KILN_TRY(floats(in(2), "weights"));
     KILN_TRY(floats(out(0), "output"));
+    if (d_.hasAddend) {
+      KILN_TRY(floats(in(3), "addend"));
+      KILN_TRY(same(in(3), out(0)));
+    }
     uint64_t chosen = in(2).elements();
     KILN_TRY(ints(in(1), "ids", chosen));
     std::vector<Operand> experts;
-    for (size_t i = 3; i < d_.ins.size(); ++i) {
+    for (size_t i = first; i < d_.ins.size(); ++i) {
       Operand w = in(i);
       KILN_TRY(weight(w, "expert weight"));
       if (w.dims.size() != 3)

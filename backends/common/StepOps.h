@@ -123,6 +123,9 @@ struct StepOp {
   double scale = 0, routedScale = 0;
   bool softmax = false, normalize = false, hasBias = false,
        fusedGateUp = false;
+  /// MoeExperts: ins[3] is an addend (the output is the experts' sum plus
+  /// it) and the expert weights follow it.
+  bool hasAddend = false;
 
   /// AllReduce: sum (else max). AllGather: outer runs of `inner` values
   /// per rank, gathered on `dim`. DistributedArgmax, AllGather: ranks.

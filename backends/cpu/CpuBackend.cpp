@@ -456,14 +456,26 @@ Expected<std::function<Status()>> OpBinder::bind() {
   }
   case OpKind::MoeExperts: {
     std::vector<const cpu::WeightView *> experts;
-    for (size_t i = 3; i < d.ins.size(); ++i)
+    for (size_t i = d.hasAddend ? 4 : 3; i < d.ins.size(); ++i)
       experts.push_back(in(i).weight);
     const float *x = f32In(0), *w = f32In(2);
+    const float *addend = d.hasAddend ? f32In(3) : nullptr;
     const int32_t *ids = in(1).i32();
     float *y = f32Out(0);
     int64_t chosen = d.topK;
-    return Fn([=, &pool] {
-      return cpu::moeExperts(x, n, ids, w, chosen, experts, y, pool);
+    // The experts' sum into a buffer of this op's (the output may be the
+    // addend's bytes), then the add as step.add would do it.
+    auto sum = std::make_shared<std::vector<float>>(
+        addend ? size_t(n) : size_t(0));
+    return Fn([=, &pool]() -> Status {
+      float *into = addend ? sum->data() : y;
+      if (Status st = cpu::moeExperts(x, n, ids, w, chosen, experts, into,
+                                      pool);
+          !st)
+        return st;
+      if (addend)
+        cpu::add(into, addend, n, y);
+      return Status::ok();
     });
   }
   case OpKind::Argmax: {

@@ -774,19 +774,21 @@ Expected<Launch> OpBinder::bind() {
   }
   case OpKind::MoeExperts: {
     KILN_ASSIGN(act, rank_.scratchFloats(uint64_t(d.topK * d.ffn)));
-    DeviceWeight gate = weight(3);
+    const size_t first = d.hasAddend ? 4 : 3;
+    DeviceWeight gate = weight(first);
     std::optional<DeviceWeight> up;
     if (!d.fusedGateUp)
-      up = weight(4);
+      up = weight(first + 1);
     DeviceWeight down = weight(d.ins.size() - 1);
     const float *x = f32In(0), *w = f32In(2);
+    const float *addend = d.hasAddend ? f32In(3) : nullptr;
     const int32_t *ids = i32In(1);
     float *y = f32Out(0);
     int64_t ffn = d.ffn, experts = d.experts, chosen = d.topK;
     FaultSink f = sink();
     return wrap([=](cudaStream_t s) {
       return launchMoeExperts(x, n, ffn, experts, ids, w, chosen, gate,
-                              up ? &*up : nullptr, down, act, y, f, s);
+                              up ? &*up : nullptr, down, act, addend, y, f, s);
     });
   }
   case OpKind::Argmax: {

@@ -334,15 +334,17 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
 /// e*2F .. e*2F+F-1 are its gate, the next F its up) and up is null; down
 /// is [F, hidden, E] (cols F, rows E*hidden). out[hidden] = sum over
 /// k ascending of weights[k] * down_e(silu(gate_e . x) * (up_e . x)),
-/// e = ids[k]. An id outside [0, E) faults (ExpertOutOfRange) and that
-/// expert contributes nothing. `act` is scratch of k * F floats; out may
-/// alias x.
+/// e = ids[k], plus addend[hidden] when it is given (added last, as an add
+/// op after the experts would). An id outside [0, E) faults
+/// (ExpertOutOfRange) and that expert contributes nothing. `act` is scratch
+/// of k * F floats; out may alias x or the addend.
 cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              int64_t experts, const int32_t *ids,
                              const float *weights, int64_t k,
                              const DeviceWeight &gate, const DeviceWeight *up,
-                             const DeviceWeight &down, float *act, float *out,
-                             FaultSink fault, cudaStream_t s);
+                             const DeviceWeight &down, float *act,
+                             const float *addend, float *out, FaultSink fault,
+                             cudaStream_t s);
 
 /// Whether the step launches of the calling host thread ask for an
 /// overlapped start after their predecessor (programmatic dependent launch,

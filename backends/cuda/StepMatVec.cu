@@ -863,6 +863,7 @@ struct ExpertArgs {
   bool fused;
   int splits, per;
   float *act, *out;
+  const float *addend; ///< added to the sum, or null
   FaultSink fault;
   /// The Q4_K / Q5_K kernels: 256-value blocks per gate/up row; tiles per
   /// block of the down kernel and the shared bytes before its rows.
@@ -981,6 +982,8 @@ __global__ void __launch_bounds__(kThreads) expertDownKernel(ExpertArgs a) {
   const int64_t h0 = int64_t(blockIdx.x) * kDownRows;
   const int nrows = int(a.hidden - h0 < kDownRows ? a.hidden - h0 : kDownRows);
   const int r = int(threadIdx.x); // the row this thread adds, if < nrows
+  // The addend's value, loaded at once (read last).
+  const float extra = a.addend && r < nrows ? a.addend[h0 + r] : 0.f;
   float sum = 0.f;
   for (int64_t i0 = 0; i0 < a.k; i0 += a.per) {
     const int64_t i = i0 + warp;
@@ -999,7 +1002,7 @@ __global__ void __launch_bounds__(kThreads) expertDownKernel(ExpertArgs a) {
     __syncthreads(); // the partials are read before the next chunk's writes
   }
   if (r < nrows)
-    a.out[h0 + r] = sum;
+    a.out[h0 + r] = a.addend ? sum + extra : sum;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1198,9 +1201,12 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   }
   __syncthreads(); // the barriers and chosen ids are in place
   stepKernelPrologue();
-  // The routing weights, all at once (read in the final sums).
+  // The routing weights, all at once (read in the final sums), and this
+  // thread's first row of the addend.
   for (int s = threadIdx.x; s < k; s += blockDim.x)
     weights[s] = a.weights[s];
+  const float extra =
+      a.addend && int(threadIdx.x) < nrows ? a.addend[h0 + threadIdx.x] : 0.f;
   for (int s = warp; s < k; s += warps) {
     if (chosen[s] < 0) // the same for the whole warp
       continue;
@@ -1229,6 +1235,8 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
     for (int s = 0; s < k; ++s)
       if (chosen[s] >= 0)
         sum += weights[s] * dots[s * tilesPer * kDownTile + r];
+    if (a.addend)
+      sum += r == int(threadIdx.x) ? extra : a.addend[h0 + r];
     a.out[h0 + r] = sum;
   }
 }
@@ -1558,8 +1566,9 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              int64_t experts, const int32_t *ids,
                              const float *weights, int64_t k,
                              const DeviceWeight &gate, const DeviceWeight *up,
-                             const DeviceWeight &down, float *act, float *out,
-                             FaultSink fault, cudaStream_t s) {
+                             const DeviceWeight &down, float *act,
+                             const float *addend, float *out, FaultSink fault,
+                             cudaStream_t s) {
   ExpertArgs a{};
   a.fused = up == nullptr;
   if (hidden <= 0 || ffn <= 0 || experts <= 0 || k < 0 ||
@@ -1582,6 +1591,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   a.downData = down.data;
   a.act = act;
   a.out = out;
+  a.addend = addend;
   a.fault = fault;
   // Gate and up take the same split and rows per warp (both rows are
   // `hidden` long; several rows a warp only when both have the routine).

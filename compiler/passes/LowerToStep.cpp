@@ -377,7 +377,7 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             experts.push_back(buffer(w));
           st::MoEExpertsOp::create(b_, loc, buffer(m.getInput()),
                                    buffer(m.getIds()), buffer(m.getWeights()),
-                                   experts, out);
+                                   /*addend=*/Value(), experts, out);
         });
       })
       .Case([&](kd::LayerOp layer) {

@@ -130,6 +130,19 @@ def FuseCacheAppend : Pass<"kiln-fuse-cache-append", "::mlir::func::FuncOp"> {
   }];
 }
 
+def FuseExpertAdd : Pass<"kiln-fuse-expert-add", "::mlir::func::FuncOp"> {
+  let summary = "Fold an add of the routed experts' sum into the experts op";
+  let description = [{
+    On a step function before planning: a `step.add` one of whose operands
+    is the output of a `step.moe_experts` that nothing else reads becomes
+    that op with the other operand as its `addend`, placed where the add
+    was (what the experts read must not be written in between). In GLM-5's
+    MoE layers that is the shared expert's output joining the routed
+    experts' sum: one op fewer on every MoE layer's path to the next
+    all-reduce; the CUDA backend adds it in the down kernel's last write.
+  }];
+}
+
 def PlanMemory : Pass<"kiln-plan-memory", "::mlir::func::FuncOp"> {
   let summary = "Place every arena buffer of a step at a fixed offset";
   let description = [{

@@ -87,6 +87,26 @@ std::string mlir::step::describeBuffer(Value v) {
   return name;
 }
 
+bool mlir::step::unwrittenBetween(Value v, Operation *from, Operation *to) {
+  std::optional<BufferRef> ref = resolveBuffer(v);
+  if (!ref)
+    return false;
+  for (Operation *op = from->getNextNode(); op && op != to;
+       op = op->getNextNode()) {
+    SmallVector<Access> accesses;
+    if (!collectAccesses(op, accesses))
+      return false;
+    for (const Access &a : accesses) {
+      if (!a.write)
+        continue;
+      std::optional<BufferRef> w = resolveBuffer(a.value);
+      if (!w || w->root == ref->root)
+        return false;
+    }
+  }
+  return true;
+}
+
 Operation *mlir::step::nextCompute(Operation *op) {
   for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
     if (!isDeclaration(next) && !isa<ViewOp>(next))

@@ -54,6 +54,12 @@ bool collectAccesses(Operation *op, llvm::SmallVectorImpl<Access> &out);
 /// next op that computes), or null.
 Operation *nextCompute(Operation *op);
 
+/// True when no op strictly between `from` and `to` (one block, `from`
+/// first) writes the bytes `v` lives in, so that a read of `v` may move
+/// from one to the other (a fusion placing a read later). False where a
+/// buffer's root or an op's effects are unknown.
+bool unwrittenBetween(Value v, Operation *from, Operation *to);
+
 /// The name a declaration gives its buffer.
 std::string declarationName(Operation *root);
 

@@ -480,6 +480,9 @@ LogicalResult MoEExpertsOp::verify() {
       down.getDims()[1] != input.getDimSize(0))
     return emitOpError("down experts must be [ff, hidden, experts] with "
                        "hidden matching the input");
+  if (Value addend = getAddend())
+    if (failed(expectShape(*this, "addend", addend, input.getShape())))
+      return failure();
   return expectShape(*this, "output", getOutput(), input.getShape());
 }
 

@@ -633,24 +633,33 @@ def Step_MoERouterOp : Step_ComputeOp<"moe_router", 2> {
   let hasVerifier = 1;
 }
 
-def Step_MoEExpertsOp : Step_ComputeOp<"moe_experts", 1> {
+def Step_MoEExpertsOp : Step_ComputeOp<"moe_experts", 1,
+    [AttrSizedOperandSegments]> {
   let summary = "weighted sum of the chosen experts' SwiGLU FFNs";
   let description = [{
     As `kiln.moe_experts`: reads only the chosen experts' blocks of
-    `experts` (gate, up, down, or a fused gate_up and down).
+    `experts` (gate, up, down, or a fused gate_up and down). With `addend`,
+    the output is the experts' sum plus `addend`, as a `step.add` of the
+    two would write it (`kiln-fuse-expert-add`, from
+    the add of the shared expert's output that follows the experts in
+    GLM-5's MoE layers). The operands are stored in the order input, ids,
+    weights, addend (when there is one), the expert weights, output.
 
     Example:
     ```mlir
     step.moe_experts ins(%f, %ids, %w, %gate, %up, %down : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...>) outs(%y : memref<256xf32>)
+    step.moe_experts ins(%f, %ids, %w, %gate, %up, %down : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...>) addend(%shared : memref<256xf32>) outs(%y : memref<256xf32>)
     ```
   }];
   let arguments = (ins In<Step_Buffer>:$input, In<Step_Buffer>:$ids,
                        In<Step_Buffer>:$weights,
+                       In<Optional<Step_Buffer>>:$addend,
                        In<Variadic<Kiln_QWeightType>, "experts">:$experts,
                        Out<Step_Buffer>:$output);
   let assemblyFormat = [{
     `ins` `(` $input `,` $ids `,` $weights `,` $experts `:` type($input) `,`
     type($ids) `,` type($weights) `,` qualified(type($experts)) `)`
+    (`addend` `(` $addend^ `:` type($addend) `)`)?
     `outs` `(` $output `:` type($output) `)` attr-dict
   }];
   let hasVerifier = 1;

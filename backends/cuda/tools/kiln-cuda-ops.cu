@@ -1451,19 +1451,40 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
     float *out = c.aliasOut ? dx.get() : dout.get();
     run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, c.experts, dids.get(),
                              dw.get(), c.k, gd, up ? &ud : nullptr, dd,
-                             act.get(), out, fault.sink(), nullptr));
+                             act.get(), nullptr, out, fault.sink(), nullptr));
     std::vector<float> got = c.aliasOut ? dx.download() : dout.download();
-    r.line("moe_experts",
-           fmtText("%s %s + down %s, H%lld F%lld E%lld k%lld%s",
-                   c.fused ? "gate_up" : "gate/up",
-                   typeName(c.gateType).c_str(), typeName(c.downType).c_str(),
-                   (long long)c.hidden, (long long)c.ffn, (long long)c.experts,
-                   (long long)c.k, c.aliasOut ? ", out=x" : ""),
+    const std::string what =
+        fmtText("%s %s + down %s, H%lld F%lld E%lld k%lld",
+                c.fused ? "gate_up" : "gate/up", typeName(c.gateType).c_str(),
+                typeName(c.downType).c_str(), (long long)c.hidden,
+                (long long)c.ffn, (long long)c.experts, (long long)c.k);
+    const double tol = 2 * (sumTol(double(c.hidden)) + sumTol(double(c.ffn)));
+    const std::string why =
+        fmtText("gate/up then down dots, 2e-6*(sqrt(%lld)+sqrt(%lld))",
+                (long long)c.hidden, (long long)c.ffn);
+    r.line("moe_experts", what + (c.aliasOut ? ", out=x" : ""),
            relError(got, want) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
-           2 * (sumTol(double(c.hidden)) + sumTol(double(c.ffn))),
-           fmtText("gate/up then down dots, 2e-6*(sqrt(%lld)+sqrt(%lld))",
-                   (long long)c.hidden, (long long)c.ffn));
+           tol, why);
+
+    // With an addend (kiln-fuse-expert-add): the sum plus it, as an add
+    // after the experts; where the case aliases, the output is the
+    // addend's own buffer.
+    std::vector<float> extra = normals(rng, c.hidden, 1.0), wantSum(c.hidden);
+    cpu::add(want.data(), extra.data(), c.hidden, wantSum.data());
+    DeviceArray<float> dx2(x), dextra(extra);
+    float *out2 = c.aliasOut ? dextra.get() : dout.get();
+    fault.clear();
+    run(kc::launchMoeExperts(dx2.get(), c.hidden, c.ffn, c.experts, dids.get(),
+                             dw.get(), c.k, gd, up ? &ud : nullptr, dd,
+                             act.get(), dextra.get(), out2, fault.sink(),
+                             nullptr));
+    r.line("moe_experts",
+           what + (c.aliasOut ? " + addend, out=addend" : " + addend"),
+           relError(c.aliasOut ? dextra.download() : dout.download(),
+                    wantSum) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
+           tol, why + ", then the add");
   }
 
   // Bad ids: the first in k order is reported, nothing is read for them.
@@ -1477,7 +1498,7 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
   Fault fault;
   run(kc::launchMoeExperts(dx.get(), hidden, ffn, experts, dids.get(), dw.get(),
                            k, gate.dev(), nullptr, down.dev(), act.get(),
-                           dout.get(), fault.sink(), nullptr));
+                           nullptr, dout.get(), fault.sink(), nullptr));
   r.line(
       "moe_experts fault", "ids {1, 9, 3, -1} of 8 experts",
       faultMismatch(fault.read(), kc::FaultCode::ExpertOutOfRange, 9, experts),
@@ -1506,7 +1527,8 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
     fault.clear();
     run(kc::launchMoeExperts(dx45.get(), hidden, ffn, experts, dids.get(),
                              dw45.get(), k, gate45.dev(), &ud, down45.dev(),
-                             act.get(), dout.get(), fault.sink(), nullptr));
+                             act.get(), nullptr, dout.get(), fault.sink(),
+                             nullptr));
     r.line("moe_experts fault",
            "Q4_K/Q5_K, ids {1, 9, 3, -1} of 8 experts: 1 and 3 only",
            relError(dout.download(), want) +
@@ -1771,10 +1793,13 @@ void benchMoe() {
   kc::DeviceWeight dd{GGMLType::Q5_K, hidden * experts, ffn, dw.get()};
   const double moeBytes =
       double(k) * (2.0 * double(upBytes) + double(downBytes)) / double(experts);
+  // With the shared expert's output added in the down kernel, as GLM-5's
+  // step runs it (kiln-fuse-expert-add).
+  DeviceArray<float> shared(normals(rng, hidden, 1.0));
   const double warmUs = timeInGraph(stream, [&](cudaStream_t s) {
     return kc::launchMoeExperts(x.get(), hidden, ffn, experts, dids.get(),
-                                rw.get(), k, gd, &ud, dd, act.get(), xo.get(),
-                                fault.sink(), s);
+                                rw.get(), k, gd, &ud, dd, act.get(),
+                                shared.get(), xo.get(), fault.sink(), s);
   });
   std::printf("bench op %-40s %9.2f us, %.1f GB/s (the chosen experts' bytes, "
               "L2-warm: one set of 8)\n",
@@ -1784,8 +1809,8 @@ void benchMoe() {
   const double coldUs = timeInGraph(stream, [&](cudaStream_t s) {
     const int32_t *set = dids.get() + (call++ % sets) * k;
     return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(), k,
-                                gd, &ud, dd, act.get(), xo.get(), fault.sink(),
-                                s);
+                                gd, &ud, dd, act.get(), shared.get(), xo.get(),
+                                fault.sink(), s);
   });
   std::printf("bench op %-40s %9.2f us, %.1f GB/s (from memory: 32 disjoint "
               "sets of 8 in turn)\n",
