@@ -81,6 +81,16 @@ compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --contex
 # of them).
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 16640 \
   -o "$m/glm5-16k.cuda.tp8.kiln"
+# All 78 layers at tp=4 (108.8 GiB of weights per GPU), for a host with
+# four GPUs, when the pack is asked for tp=4.
+case " $pack_tps " in
+  *" 4 "*)
+    compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 4 --no-logits --context 2048 \
+      -o "$m/glm5.cuda.tp4.kiln"
+    compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 4 --no-logits --context 16640 \
+      -o "$m/glm5-16k.cuda.tp4.kiln"
+    ;;
+esac
 rm -f "$m/glm5-meta.gguf"
 synth "$m/glm5-l40-meta.gguf" --preset glm5 --layers 40 --metadata-only
 compile "$m/glm5-l40-meta.gguf" --target=cuda:$pack_arch --tp 2 --no-logits --context 2048 \

@@ -14,7 +14,8 @@
 #   5. benchmarks on random weights: GLM-5 rank 0 of tp=8 alone on one GPU
 #      (graph and eager, context 1024; graph at 4,096 and 16,384; the step
 #      without each op kind), in-graph all-reduce latency, with two GPUs GLM-5
-#      (40 layers) at tp=2, and with eight GLM-5 at tp=8 (1k and 16k, graph
+#      (40 layers) at tp=2, with four all 78 layers at tp=4 (a pack made with
+#      KILN_PACK_TPS="2 4"), and with eight GLM-5 at tp=8 (1k and 16k, graph
 #      and eager, and without NCCL for the collectives' share).
 # Without a pack it builds the MLIR-free half here and runs 1-3.
 #
@@ -130,6 +131,21 @@ if [ -x "$pack/bin/kiln-run" ]; then
       --bench --context 16384 --steps 10 --eager
     step bench-glm5-tp8-graph-nonccl env KILN_CUDA_LOCAL_COLLECTIVES=1 \
       "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+      --bench --context 1024 --steps 30
+  fi
+  if [ "$gpus" -ge 4 ] && [ -f "$m/glm5.cuda.tp4.kiln" ]; then
+    # All 78 layers at tp=4 on four GPUs (a pack made with
+    # KILN_PACK_TPS="2 4"), NCCL in the graph; with every collective local
+    # for the share the collectives take.
+    step allreduce-4 "$bin/kiln-allreduce" --gpus 4
+    step bench-glm5-tp4-graph run "$m/glm5.cuda.tp4.kiln" --bench \
+      --context 1024 --steps 30
+    step bench-glm5-tp4-eager run "$m/glm5.cuda.tp4.kiln" --bench \
+      --context 1024 --steps 10 --eager
+    step bench-glm5-tp4-graph-16k run "$m/glm5-16k.cuda.tp4.kiln" --bench \
+      --context 16384 --steps 20
+    step bench-glm5-tp4-graph-nonccl env KILN_CUDA_LOCAL_COLLECTIVES=1 \
+      "$bin/kiln-run" "$m/glm5.cuda.tp4.kiln" --backend-dir "$pack/lib" \
       --bench --context 1024 --steps 30
   fi
   if [ "$gpus" -ge 2 ]; then

@@ -200,6 +200,30 @@ __device__ inline uint16_t floatToBf16Bits(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+/// Value `index` of a cache becomes v, converted (round to nearest even).
+__device__ inline void storeCache(const DeviceCache &c, int64_t index,
+                                  float v) {
+  switch (c.type) {
+  case CacheType::F32:
+    static_cast<float *>(c.data)[index] = v;
+    break;
+  case CacheType::F16:
+    static_cast<uint16_t *>(c.data)[index] = floatToHalfBits(v);
+    break;
+  case CacheType::BF16:
+    static_cast<uint16_t *>(c.data)[index] = floatToBf16Bits(v);
+    break;
+  }
+}
+
+/// The values rope pair i turns: (offset + 2i, offset + 2i + 1)
+/// interleaved, (offset + i, offset + i + dims / 2) NeoX.
+__device__ inline void ropePair(RopeStyle style, int64_t offset, int64_t dims,
+                                int64_t i, int64_t &first, int64_t &second) {
+  first = style == RopeStyle::Interleaved ? offset + 2 * i : offset + i;
+  second = style == RopeStyle::Interleaved ? first + 1 : first + dims / 2;
+}
+
 __device__ inline float readCache(const void *data, CacheType type,
                                   int64_t index) {
   switch (type) {
@@ -655,19 +679,8 @@ __global__ void cacheAppendKernel(const float *entry, const int32_t *position,
   }
   const int64_t base = int64_t(p) * cache.width;
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-       j < cache.width; j += int64_t(gridDim.x) * blockDim.x) {
-    switch (cache.type) {
-    case CacheType::F32:
-      static_cast<float *>(cache.data)[base + j] = entry[j];
-      break;
-    case CacheType::F16:
-      static_cast<uint16_t *>(cache.data)[base + j] = floatToHalfBits(entry[j]);
-      break;
-    case CacheType::BF16:
-      static_cast<uint16_t *>(cache.data)[base + j] = floatToBf16Bits(entry[j]);
-      break;
-    }
-  }
+       j < cache.width; j += int64_t(gridDim.x) * blockDim.x)
+    storeCache(cache, base + j, entry[j]);
 }
 
 //===----------------------------------------------------------------------===//
@@ -734,11 +747,8 @@ __global__ void normRopeAppendKernel(const float *entry, int64_t normDims,
   }
   __syncthreads(); // the normalised row and the angles are in place
   for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
-    const int64_t first =
-        style == RopeStyle::Interleaved ? offset + 2 * i : offset + i;
-    const int64_t second = style == RopeStyle::Interleaved
-                               ? offset + 2 * i + 1
-                               : offset + i + dims / 2;
+    int64_t first, second;
+    ropePair(style, offset, dims, i, first, second);
     float c, s;
     if (table) {
       c = cosines[i];
@@ -755,19 +765,8 @@ __global__ void normRopeAppendKernel(const float *entry, int64_t normDims,
   }
   __syncthreads();
   const int64_t base = int64_t(p) * width;
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
-    switch (cache.type) {
-    case CacheType::F32:
-      static_cast<float *>(cache.data)[base + j] = y[j];
-      break;
-    case CacheType::F16:
-      static_cast<uint16_t *>(cache.data)[base + j] = floatToHalfBits(y[j]);
-      break;
-    case CacheType::BF16:
-      static_cast<uint16_t *>(cache.data)[base + j] = floatToBf16Bits(y[j]);
-      break;
-    }
-  }
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x)
+    storeCache(cache, base + j, y[j]);
 }
 
 //===----------------------------------------------------------------------===//
