@@ -306,19 +306,43 @@ __global__ void swigluKernel(const float *g, const float *u, int64_t n,
 // t, t + kRowThreads, ... in every pass, so y (or sum) may alias the input.
 //===----------------------------------------------------------------------===//
 
+/// One row's RMS norm by the whole block (y may be x: each thread reads
+/// and writes only its own values). `partials` holds kWarp floats.
+__device__ void blockRmsNormRow(const float *x, int64_t n, const float *w,
+                                float eps, float *y, float *partials) {
+  float sumSq = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sumSq += x[i] * x[i];
+  sumSq = blockSum(sumSq, partials);
+  const float rms = sqrtf(sumSq / float(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    y[i] = x[i] / rms * w[i];
+}
+
+/// One row's layer norm by the whole block, as blockRmsNormRow.
+__device__ void blockLayerNormRow(const float *x, int64_t n, const float *w,
+                                  const float *bias, float eps, float *y,
+                                  float *partials) {
+  float sum = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sum += x[i];
+  const float mean = blockSum(sum, partials) / float(n);
+  // Second pass over centred values: their squares do not cancel.
+  float sumSq = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sumSq += (x[i] - mean) * (x[i] - mean);
+  sumSq = blockSum(sumSq, partials);
+  const float sd = sqrtf(sumSq / float(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    y[i] = (x[i] - mean) / sd * w[i] + bias[i];
+}
+
 __global__ void rmsNormKernel(const float *x, int64_t n, const float *w,
                               float eps, float *y) {
   stepKernelPrologue();
   __shared__ float partials[kWarp];
-  const float *xr = x + int64_t(blockIdx.x) * n;
-  float *yr = y + int64_t(blockIdx.x) * n;
-  float sumSq = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    sumSq += xr[i] * xr[i];
-  sumSq = blockSum(sumSq, partials);
-  const float rms = sqrtf(sumSq / float(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    yr[i] = xr[i] / rms * w[i];
+  blockRmsNormRow(x + int64_t(blockIdx.x) * n, n, w, eps,
+                  y + int64_t(blockIdx.x) * n, partials);
 }
 
 __global__ void addRmsNormKernel(const float *a, const float *b, int64_t n,
@@ -411,20 +435,8 @@ __global__ void layerNormKernel(const float *x, int64_t n, const float *w,
                                 const float *bias, float eps, float *y) {
   stepKernelPrologue();
   __shared__ float partials[kWarp];
-  const float *xr = x + int64_t(blockIdx.x) * n;
-  float *yr = y + int64_t(blockIdx.x) * n;
-  float sum = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    sum += xr[i];
-  const float mean = blockSum(sum, partials) / float(n);
-  // Second pass over centred values: their squares do not cancel.
-  float sumSq = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    sumSq += (xr[i] - mean) * (xr[i] - mean);
-  sumSq = blockSum(sumSq, partials);
-  const float sd = sqrtf(sumSq / float(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    yr[i] = (xr[i] - mean) / sd * w[i] + bias[i];
+  blockLayerNormRow(x + int64_t(blockIdx.x) * n, n, w, bias, eps,
+                    y + int64_t(blockIdx.x) * n, partials);
 }
 
 //===----------------------------------------------------------------------===//
@@ -444,6 +456,20 @@ struct RopeFrequencies {
   double inverse[kRopeTablePairs];
   int pairs; ///< valid entries; 0: compute on the device
 };
+
+/// The table for `dims` rotated values (theta^(-2i / dims) per pair, with
+/// std::pow, as the CPU), or an empty one (pairs 0) when they are more than
+/// kRopeTablePairs.
+RopeFrequencies ropeFrequencies(float theta, int64_t dims) {
+  RopeFrequencies freq{};
+  if (dims / 2 <= kRopeTablePairs) {
+    freq.pairs = int(dims / 2);
+    for (int i = 0; i < freq.pairs; ++i)
+      freq.inverse[i] =
+          std::pow(double(theta), -2.0 * double(i) / double(dims));
+  }
+  return freq;
+}
 
 __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
                            const int32_t *position, RopeStyle style,
@@ -704,16 +730,12 @@ __global__ void normRopeAppendKernel(const float *entry, int64_t normDims,
   const int64_t width = cache.width;
   float *g = y + width, *b = g + normDims;
   const int32_t p = *position;
-  // This thread's values: the norm's sum (layer) or sum of squares (rms)
-  // as it goes, in the order of the norm kernels.
-  float acc = 0.f;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     const float v = entry[i];
     if (i < normDims) {
       g[i] = w[i];
       if (bias)
         b[i] = bias[i];
-      acc += bias ? v : v * v;
     }
     y[i] = v;
   }
@@ -730,21 +752,12 @@ __global__ void normRopeAppendKernel(const float *entry, int64_t normDims,
     cosines[i] = float(c);
     sines[i] = float(sn);
   }
-  if (bias) {
-    const float mean = blockSum(acc, partials) / float(normDims);
-    float sumSq = 0.f;
-    for (int64_t i = threadIdx.x; i < normDims; i += blockDim.x)
-      sumSq += (y[i] - mean) * (y[i] - mean);
-    sumSq = blockSum(sumSq, partials);
-    const float sd = sqrtf(sumSq / float(normDims) + eps);
-    for (int64_t i = threadIdx.x; i < normDims; i += blockDim.x)
-      y[i] = (y[i] - mean) / sd * g[i] + b[i];
-  } else {
-    const float sumSq = blockSum(acc, partials);
-    const float rms = sqrtf(sumSq / float(normDims) + eps);
-    for (int64_t i = threadIdx.x; i < normDims; i += blockDim.x)
-      y[i] = y[i] / rms * g[i];
-  }
+  // Each thread normalises the values it staged itself (the same indices
+  // as its loads), so the row needs no barrier before the norm.
+  if (bias)
+    blockLayerNormRow(y, normDims, g, b, eps, y, partials);
+  else
+    blockRmsNormRow(y, normDims, g, eps, y, partials);
   __syncthreads(); // the normalised row and the angles are in place
   for (int64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
     int64_t first, second;
@@ -1924,13 +1937,7 @@ cudaError_t launchRope(const float *x, int64_t rows, int64_t n,
       !position ||
       (style != RopeStyle::Interleaved && style != RopeStyle::NeoX))
     return cudaErrorInvalidValue;
-  RopeFrequencies freq{};
-  if (dims / 2 <= kRopeTablePairs) {
-    freq.pairs = int(dims / 2);
-    for (int i = 0; i < freq.pairs; ++i)
-      freq.inverse[i] =
-          std::pow(double(theta), -2.0 * double(i) / double(dims));
-  }
+  const RopeFrequencies freq = ropeFrequencies(theta, dims);
   if (rows > 0)
     if (cudaError_t e = launchStep(ropeKernel, elementBlocks(rows * n),
                                    kElementThreads, 0, s, x, rows, n, position,
@@ -2140,13 +2147,7 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
       offset + dims > width ||
       (style != RopeStyle::Interleaved && style != RopeStyle::NeoX))
     return cudaErrorInvalidValue;
-  RopeFrequencies freq{};
-  if (dims / 2 <= kRopeTablePairs) {
-    freq.pairs = int(dims / 2);
-    for (int i = 0; i < freq.pairs; ++i)
-      freq.inverse[i] =
-          std::pow(double(theta), -2.0 * double(i) / double(dims));
-  }
+  const RopeFrequencies freq = ropeFrequencies(theta, dims);
   const size_t shared = sizeof(float) * size_t(width + 2 * normDims);
   if (shared > 48 * 1024)
     if (cudaError_t e = allowDynamicShared(normRopeAppendKernel, shared);

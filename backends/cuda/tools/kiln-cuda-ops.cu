@@ -1027,16 +1027,26 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     int32_t position;
     int32_t count; // -1: no selection
   };
+  // A random query of `heads` heads and the device buffers for a cache of
+  // `positions` and a selection of `capacity` entries.
+  struct Inputs {
+    std::vector<float> ql, qr;
+    DeviceArray<float> dql, dqr, scores, dout;
+    DeviceArray<int32_t> dpos, dsel, dcount;
+    Inputs(kiln::Rng &rng, int64_t heads, int64_t latent, int64_t rope,
+           int64_t positions, int64_t capacity)
+        : ql(normals(rng, heads * latent, 1.0)),
+          qr(normals(rng, heads * rope, 1.0)), dql(ql), dqr(qr),
+          scores(size_t(kc::mlaScratchFloats(heads, latent, positions))),
+          dout(size_t(heads * latent)), dpos(size_t(1)),
+          dsel(size_t(capacity)), dcount(size_t(1)) {}
+  };
   // One case of `heads` heads over a cache of `positions` with a selection
   // of `capacity` entries.
   auto check = [&](int64_t heads, int64_t positions, int64_t capacity,
                    const Case &c) {
-    std::vector<float> ql = normals(rng, heads * latent, 1.0),
-                       qr = normals(rng, heads * rope, 1.0);
-    DeviceArray<float> dql(ql), dqr(qr),
-        scores(kc::mlaScratchFloats(heads, latent, positions)),
-        dout(heads * latent);
-    DeviceArray<int32_t> dpos(1), dsel(capacity), dcount(1);
+    Inputs in(rng, heads, latent, rope, positions, capacity);
+    auto &[ql, qr, dql, dqr, scores, dout, dpos, dsel, dcount] = in;
     Cache cache = randomCache(c.type, positions, width, rng.next());
     std::vector<int32_t> sel(capacity, 0);
     // Entries anywhere in the cache, repeats allowed (the kernel does not
@@ -1095,12 +1105,8 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     check(8, 4096, 2048, c);
 
   const int64_t heads = 4, positions = 300, capacity = 64;
-  std::vector<float> ql = normals(rng, heads * latent, 1.0),
-                     qr = normals(rng, heads * rope, 1.0);
-  DeviceArray<float> dql(ql), dqr(qr),
-      scores(kc::mlaScratchFloats(heads, latent, positions)),
-      dout(heads * latent);
-  DeviceArray<int32_t> dpos(1), dsel(capacity), dcount(1);
+  Inputs in(rng, heads, latent, rope, positions, capacity);
+  auto &[ql, qr, dql, dqr, scores, dout, dpos, dsel, dcount] = in;
 
   // Faults: nothing out of bounds is read, the first problem is reported.
   Cache cache = randomCache(kc::CacheType::F16, positions, width, rng.next());
