@@ -20,6 +20,7 @@
 #include "Nccl.h"
 #include "SplitLayout.h"
 #include "StepKernels.h"
+#include "Timeline.h"
 
 #include "artifact/Artifact.h"
 #include "backend/KilnBackend.h"
@@ -170,6 +171,7 @@ struct CudaStep {
   uint64_t profiledRuns = 0;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  uint64_t replays = 0; ///< graph launches so far (KILN_CUDA_TIMELINE)
 };
 
 struct State {
@@ -188,6 +190,9 @@ struct CudaRank {
   bool localCollectives = false;
   bool overlap = true;     ///< programmatic dependent launch (Launch.cuh)
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
+  /// KILN_CUDA_TIMELINE: where the kernels of one replay go (Timeline.h);
+  /// empty: none recorded.
+  std::string timeline;
   int maxBranches = 4;     ///< parallel branches of a captured step
   /// Op kinds left out of every step (KILN_CUDA_OMIT; measuring only).
   std::set<std::string, std::less<>> omit;
@@ -1032,7 +1037,8 @@ constexpr int kMaxBranches = 4;
 /// the step (its outputs keep whatever they held: the step's results are
 /// then meaningless, its time is what the other ops cost),
 /// KILN_CUDA_LOCAL_COLLECTIVES=1 runs every collective as a simulated rank
-/// does (its ring traffic in a local kernel, no NCCL).
+/// does (its ring traffic in a local kernel, no NCCL),
+/// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
   /// KILN_CUDA_GRAPH_STATS=1: one line a captured step on stderr (its
@@ -1041,6 +1047,7 @@ struct GraphSwitches {
   int branches = kMaxBranches;
   std::set<std::string, std::less<>> omit;
   bool localCollectives = false;
+  std::string timeline;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1086,6 +1093,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.overlap = overlap;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
   g.stats = stats;
+  if (const char *v = std::getenv("KILN_CUDA_TIMELINE"); v && *v)
+    g.timeline = v;
   if (const char *v = std::getenv("KILN_CUDA_BRANCHES")) {
     std::string t = v;
     char *end = nullptr;
@@ -1446,10 +1455,26 @@ Status runRank(CudaRank &rank, CudaStep &s, bool eager, bool profile) {
     for (cudaEvent_t &e : s.events)
       CUDA_TRY(rank.where, cudaEventCreate(&e));
   }
+  // One replay's kernels on a timeline: rank 0's (CUPTI records the whole
+  // process; the file names each kernel's device).
+  const bool record = !eager && !profile && !rank.timeline.empty() &&
+                      rank.index == 0 &&
+                      ++s.replays == uint64_t(kTimelineReplay);
+  if (record) {
+    CUDA_TRY(rank.where, cudaDeviceSynchronize());
+    KILN_TRY(beginTimeline());
+  }
   if (eager || profile)
     KILN_TRY(enqueueStep(rank, s, profile));
   else
     CUDA_TRY(rank.where, cudaGraphLaunch(s.exec, rank.stream));
+  if (record) {
+    CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
+    KILN_TRY(endTimeline(rank.timeline));
+    std::fprintf(stderr, "timeline: %s, step '%s', replay %d: %s\n",
+                 rank.where.c_str(), s.step->name.c_str(), kTimelineReplay,
+                 rank.timeline.c_str());
+  }
   CUDA_TRY(rank.where,
            cudaMemcpyAsync(rank.hostFirst, rank.firstFault(), sizeof(uint32_t),
                            cudaMemcpyDeviceToHost, rank.stream));
@@ -1573,6 +1598,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;
     rank->localCollectives = switches.localCollectives;
+    rank->timeline = switches.timeline;
     rank->nccl = nccl;
     rank->where =
         fmt::format("cuda rank {} (GPU {})", rank->index, rank->device);

@@ -124,6 +124,10 @@ environment (CUDA backend, for measuring; the same bits either way):
                            (results are NOT valid)
   KILN_CUDA_GRAPH_STATS=1  print each captured step's nodes and edges (how
                            many are programmatic) to stderr
+  KILN_CUDA_TIMELINE=FILE  write the kernels of rank 0's fifth graph replay
+                           (start, end, stream; from CUPTI, opened at run
+                           time: KILN_CUPTI_LIBRARY names it) to FILE as
+                           CSV; utils/timeline.py reads it
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 
