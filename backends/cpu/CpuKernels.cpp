@@ -491,6 +491,11 @@ Status normRopeAppend(const float *entry, int64_t normDims, const float *w,
                  fmt::format("norm of {} and rope of [{}, {}) do not fit a "
                              "row of {}",
                              normDims, offset, offset + dims, width));
+  if (position < 0 || position >= cache.positions)
+    return Error(where("norm_rope_append"), "position",
+                 fmt::format("position {} is outside the cache's {} "
+                             "positions: the context is full",
+                             position, cache.positions));
   std::vector<float> y(entry, entry + std::max<int64_t>(width, 0));
   if (bias)
     layerNorm(entry, 1, normDims, w, bias, eps, y.data());

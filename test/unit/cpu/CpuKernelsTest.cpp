@@ -586,6 +586,62 @@ TEST(CacheAppend, PositionPastTheEndIsContextFull) {
 }
 
 //===----------------------------------------------------------------------===//
+// normRopeAppend
+//===----------------------------------------------------------------------===//
+
+// The fused op is the three ops it replaces, bit for bit: GLM-5's latent row
+// (rms norm of the first part, the rope part rotated unnormalised) and its
+// indexer key (layer norm of all, then a rotation of the first values).
+TEST(NormRopeAppend, IsTheNormRopeAndAppendItReplaces) {
+  SCOPED_TRACE(seedText(17));
+  std::mt19937 gen = generator(17);
+  const int64_t positions = 6;
+  const int32_t position = 4;
+  struct Case {
+    bool layer;
+    int64_t width, normDims, offset, dims;
+    RopeStyle style;
+  };
+  for (const Case &c : {Case{false, 80, 64, 64, 16, RopeStyle::Interleaved},
+                        Case{true, 32, 32, 0, 16, RopeStyle::Interleaved},
+                        Case{true, 40, 24, 8, 24, RopeStyle::NeoX}}) {
+    SCOPED_TRACE(c.layer ? "layer" : "rms");
+    std::vector<float> entry = randomVector(gen, c.width),
+                       w = randomVector(gen, c.normDims),
+                       b = randomVector(gen, c.normDims);
+    // Unfused: the norm into a row of its own, the rope over the row, the
+    // append.
+    std::vector<float> row = entry;
+    if (c.layer)
+      layerNorm(entry.data(), 1, c.normDims, w.data(), b.data(), 1e-5f,
+                row.data());
+    else
+      rmsNorm(entry.data(), 1, c.normDims, w.data(), 1e-5f, row.data());
+    rope(row.data(), 1, c.width, position, c.style, 1e4f, c.offset, c.dims,
+         row.data());
+    TestCache want(CacheType::F32, positions, c.width),
+        got(CacheType::F32, positions, c.width);
+    ASSERT_TRUE(cacheAppend(row.data(), position, want.view()).isOk());
+    Status s = normRopeAppend(entry.data(), c.normDims, w.data(),
+                              c.layer ? b.data() : nullptr, 1e-5f, position,
+                              c.style, 1e4f, c.offset, c.dims, got.view());
+    ASSERT_TRUE(s.isOk()) << errorText(s);
+    EXPECT_EQ(got.storage, want.storage);
+  }
+}
+
+TEST(NormRopeAppend, PositionPastTheEndIsContextFullNamingTheOp) {
+  TestCache cache(CacheType::F16, 4, 8);
+  std::vector<float> entry(8, 1.0f), w(6, 1.0f);
+  expectError(normRopeAppend(entry.data(), 6, w.data(), nullptr, 1e-5f, 4,
+                             RopeStyle::Interleaved, 1e4f, 6, 2, cache.view()),
+              {"norm_rope_append", "position 4", "context is full"});
+  expectError(normRopeAppend(entry.data(), 9, w.data(), nullptr, 1e-5f, 0,
+                             RopeStyle::Interleaved, 1e4f, 6, 2, cache.view()),
+              {"norm of 9", "row of 8"});
+}
+
+//===----------------------------------------------------------------------===//
 // mlaAttention
 //===----------------------------------------------------------------------===//
 
