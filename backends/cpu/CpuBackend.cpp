@@ -403,8 +403,8 @@ Expected<std::function<Status()>> OpBinder::bind() {
     int64_t normDims = d.k, offset = d.ropeOffset, dims = d.ropeDims;
     float e = float(d.epsilon), t = float(d.theta);
     return Fn([=] {
-      return cpu::normRopeAppend(x, normDims, w, b, e, *pos, s, t, offset,
-                                 dims, view);
+      return cpu::normRopeAppend(x, normDims, w, b, e, *pos, s, t, offset, dims,
+                                 view);
     });
   }
   case OpKind::MlaAttention: {
@@ -465,12 +465,12 @@ Expected<std::function<Status()>> OpBinder::bind() {
     int64_t chosen = d.topK;
     // The experts' sum into a buffer of this op's (the output may be the
     // addend's bytes), then the add as step.add would do it.
-    auto sum = std::make_shared<std::vector<float>>(
-        addend ? size_t(n) : size_t(0));
+    auto sum =
+        std::make_shared<std::vector<float>>(addend ? size_t(n) : size_t(0));
     return Fn([=, &pool]() -> Status {
       float *into = addend ? sum->data() : y;
-      if (Status st = cpu::moeExperts(x, n, ids, w, chosen, experts, into,
-                                      pool);
+      if (Status st =
+              cpu::moeExperts(x, n, ids, w, chosen, experts, into, pool);
           !st)
         return st;
       if (addend)

@@ -193,7 +193,7 @@ struct CudaRank {
   /// KILN_CUDA_TIMELINE: where the kernels of one replay go (Timeline.h);
   /// empty: none recorded.
   std::string timeline;
-  int maxBranches = 4;     ///< parallel branches of a captured step
+  int maxBranches = 4; ///< parallel branches of a captured step
   /// Op kinds left out of every step (KILN_CUDA_OMIT; measuring only).
   std::set<std::string, std::less<>> omit;
   std::string where; ///< "cuda rank 0 (GPU 0)"

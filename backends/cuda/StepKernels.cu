@@ -716,13 +716,11 @@ __global__ void cacheAppendKernel(const float *entry, const int32_t *position,
 // thread per pair, then the converted row stored.
 //===----------------------------------------------------------------------===//
 
-__global__ void normRopeAppendKernel(const float *entry, int64_t normDims,
-                                     const float *w, const float *bias,
-                                     float eps, const int32_t *position,
-                                     RopeStyle style, float theta,
-                                     int64_t offset, int64_t dims,
-                                     RopeFrequencies freq, DeviceCache cache,
-                                     FaultSink fault) {
+__global__ void
+normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
+                     const float *bias, float eps, const int32_t *position,
+                     RopeStyle style, float theta, int64_t offset, int64_t dims,
+                     RopeFrequencies freq, DeviceCache cache, FaultSink fault) {
   stepKernelPrologue();
   extern __shared__ float y[]; // [width], then w and bias [normDims] each
   __shared__ float partials[kWarp];
@@ -2157,9 +2155,8 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
   const unsigned threads = unsigned(
       threads64 < kSingleBlockThreads ? threads64 : kSingleBlockThreads);
   if (cudaError_t e = launchStep(normRopeAppendKernel, 1, threads, shared, s,
-                                 entry, normDims, w, bias, eps, position,
-                                 style, theta, offset, dims, freq, cache,
-                                 fault);
+                                 entry, normDims, w, bias, eps, position, style,
+                                 theta, offset, dims, freq, cache, fault);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -60,7 +60,8 @@ Expected<CuptiApi> open() {
   }
   return Error("KILN_CUDA_TIMELINE", "CUPTI",
                "cannot be opened (set KILN_CUPTI_LIBRARY to libcupti.so); "
-               "tried:" + tried);
+               "tried:" +
+                   tried);
 }
 
 /// One kernel the GPU ran.

@@ -1,4 +1,5 @@
-//===- Timeline.h - The kernels of one replayed step, from CUPTI -*- C++ -*-===//
+//===- Timeline.h - The kernels of one replayed step, from CUPTI -*- C++
+//-*-===//
 //
 // KILN_CUDA_TIMELINE=FILE: on the fifth replay of a captured step (after the
 // warm-up ones), rank 0 records every kernel the GPUs ran while it replayed,

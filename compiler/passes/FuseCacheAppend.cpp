@@ -22,8 +22,8 @@ struct Chain {
   SmallVector<Operation *> ops; ///< the chain's compute ops, append last
   Operation *norm = nullptr;    ///< st::RMSNormOp or st::LayerNormOp
   st::RopeOp rope;
-  Value source;                ///< the vector the chain starts from...
-  int64_t sourceOffset = 0;    ///< ...at this element
+  Value source;             ///< the vector the chain starts from...
+  int64_t sourceOffset = 0; ///< ...at this element
   int64_t normDims = 0, ropeOffset = 0;
 };
 
@@ -42,7 +42,9 @@ bool isVector(Value v) {
   return t && t.getRank() == 1 && t.getElementType().isF32();
 }
 
-int64_t elements(Value v) { return cast<MemRefType>(v.getType()).getNumElements(); }
+int64_t elements(Value v) {
+  return cast<MemRefType>(v.getType()).getNumElements();
+}
 
 Value normInput(Operation *norm) {
   if (auto rms = dyn_cast<st::RMSNormOp>(norm))
@@ -156,9 +158,9 @@ struct FuseCacheAppend
       Value entry = c.source;
       const int64_t width = elements(c.append.getEntry());
       if (c.sourceOffset != 0 || !isVector(entry) || elements(entry) != width)
-        entry = st::ViewOp::create(
-            b, loc, MemRefType::get({width}, b.getF32Type()), c.source,
-            b.getI64IntegerAttr(c.sourceOffset));
+        entry =
+            st::ViewOp::create(b, loc, MemRefType::get({width}, b.getF32Type()),
+                               c.source, b.getI64IntegerAttr(c.sourceOffset));
       Value weight, bias;
       FloatAttr epsilon;
       StringRef kind;
@@ -182,8 +184,7 @@ struct FuseCacheAppend
       // The chain's intermediates, then its ops, last first.
       SmallVector<Value> scratch;
       for (Operation *op : c.ops)
-        for (Value out : cast<DestinationStyleOpInterface>(op)
-                             .getDpsInits())
+        for (Value out : cast<DestinationStyleOpInterface>(op).getDpsInits())
           if (out.getDefiningOp<st::BufferOp>())
             scratch.push_back(out);
       llvm::SetVector<Operation *> views;

@@ -45,8 +45,8 @@ struct FuseExpertAdd : mlir::kiln::impl::FuseExpertAddBase<FuseExpertAdd> {
         // The experts move to the add: what they read must hold the same
         // values there.
         bool still = true;
-        for (Value in : {experts.getInput(), experts.getIds(),
-                         experts.getWeights()})
+        for (Value in :
+             {experts.getInput(), experts.getIds(), experts.getWeights()})
           still &= st::unwrittenBetween(in, experts, add);
         if (!still)
           continue;

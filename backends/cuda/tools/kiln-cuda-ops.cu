@@ -291,7 +291,6 @@ struct Cache {
     device.upload(host);
   }
   float value(int64_t index) const { return cacheValue(type, host, index); }
-
 };
 
 Cache randomCache(kc::CacheType type, int64_t positions, int64_t width,
@@ -1010,11 +1009,11 @@ void checkNormRopeAppend(Report &r, kiln::Rng &rng) {
   run(kc::launchNormRopeAppend(de.get(), 512, dw.get(), nullptr, 1e-5f,
                                dp.get(), kc::RopeStyle::Interleaved, 1e6f, 512,
                                64, cache.dev(), fault.sink(), nullptr));
-  r.line("norm_rope_append fault", "f16 position 16 of 16",
-         faultMismatch(fault.read(), kc::FaultCode::PositionOutOfRange, 16,
-                       16) +
-             mismatches(cache.device.download(), cache.host),
-         0, "PositionOutOfRange, cache untouched");
+  r.line(
+      "norm_rope_append fault", "f16 position 16 of 16",
+      faultMismatch(fault.read(), kc::FaultCode::PositionOutOfRange, 16, 16) +
+          mismatches(cache.device.download(), cache.host),
+      0, "PositionOutOfRange, cache untouched");
 }
 
 void checkMlaAttention(Report &r, kiln::Rng &rng) {
@@ -1038,8 +1037,8 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
         : ql(normals(rng, heads * latent, 1.0)),
           qr(normals(rng, heads * rope, 1.0)), dql(ql), dqr(qr),
           scores(size_t(kc::mlaScratchFloats(heads, latent, positions))),
-          dout(size_t(heads * latent)), dpos(size_t(1)),
-          dsel(size_t(capacity)), dcount(size_t(1)) {}
+          dout(size_t(heads * latent)), dpos(size_t(1)), dsel(size_t(capacity)),
+          dcount(size_t(1)) {}
   };
   // One case of `heads` heads over a cache of `positions` with a selection
   // of `capacity` entries.
@@ -1074,13 +1073,12 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
         capacity, scale, scores.get(), dout.get(), fault.sink(), nullptr));
     const int64_t attended = count >= 0 ? count : c.position + 1;
     r.line("mla_attention",
-           count >= 0
-               ? fmtText("%s %lldx(512+64), %d selected of %lld",
-                         cacheName(c.type), (long long)heads, count,
-                         (long long)positions)
-               : fmtText("%s %lldx(512+64), positions 0..%d of %lld",
-                         cacheName(c.type), (long long)heads, c.position,
-                         (long long)positions),
+           count >= 0 ? fmtText("%s %lldx(512+64), %d selected of %lld",
+                                cacheName(c.type), (long long)heads, count,
+                                (long long)positions)
+                      : fmtText("%s %lldx(512+64), positions 0..%d of %lld",
+                                cacheName(c.type), (long long)heads, c.position,
+                                (long long)positions),
            relError(dout.download(), want) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
            sumTol(double(width)) + sumTol(double(attended)),
@@ -1090,18 +1088,17 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   for (const Case &c :
        {Case{kc::CacheType::F16, 250, -1}, Case{kc::CacheType::F16, 299, 37},
         Case{kc::CacheType::F16, 0, -1}, Case{kc::CacheType::F16, 10, 0},
-        Case{kc::CacheType::BF16, 200, 64},
-        Case{kc::CacheType::F32, 120, -1}})
+        Case{kc::CacheType::BF16, 200, 64}, Case{kc::CacheType::F32, 120, -1}})
     check(4, 300, 64, c);
   // GLM-5's 8 local heads over long caches: a full selection of 2,048,
   // counts between, and without a selection more chunks than one wave of
   // the chunk grid takes (two blocks a multiprocessor on an H200: 264
   // chunks of 8, 2,112 entries), so blocks take several in turn.
-  for (const Case &c : {Case{kc::CacheType::F16, 4095, 2048},
-                        Case{kc::CacheType::BF16, 3000, 1100},
-                        Case{kc::CacheType::F16, 2000, 1025},
-                        Case{kc::CacheType::F16, 3000, -1},
-                        Case{kc::CacheType::F32, 2500, -1}})
+  for (const Case &c :
+       {Case{kc::CacheType::F16, 4095, 2048},
+        Case{kc::CacheType::BF16, 3000, 1100},
+        Case{kc::CacheType::F16, 2000, 1025},
+        Case{kc::CacheType::F16, 3000, -1}, Case{kc::CacheType::F32, 2500, -1}})
     check(8, 4096, 2048, c);
 
   const int64_t heads = 4, positions = 300, capacity = 64;
@@ -1487,8 +1484,7 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
                              nullptr));
     r.line("moe_experts",
            what + (c.aliasOut ? " + addend, out=addend" : " + addend"),
-           relError(c.aliasOut ? dextra.download() : dout.download(),
-                    wantSum) +
+           relError(c.aliasOut ? dextra.download() : dout.download(), wantSum) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
            tol, why + ", then the add");
   }
