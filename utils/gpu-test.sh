@@ -116,38 +116,30 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step omit-glm5-tp8-rank0 omit_table
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 3 --profile
-  if [ "$gpus" -ge 8 ]; then
-    # The deployment itself: GLM-5 at tp=8 on eight GPUs, NCCL in the graph;
-    # the same step with every collective local (no NCCL) gives the share
-    # the collectives take.
-    step allreduce-8 "$bin/kiln-allreduce" --gpus 8
-    step bench-glm5-tp8-graph run "$m/glm5.cuda.tp8.kiln" --bench \
-      --context 1024 --steps 30
-    step bench-glm5-tp8-eager run "$m/glm5.cuda.tp8.kiln" --bench \
-      --context 1024 --steps 10 --eager
-    step bench-glm5-tp8-graph-16k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
-      --context 16384 --steps 20
-    step bench-glm5-tp8-graph-16k-eager run "$m/glm5-16k.cuda.tp8.kiln" \
-      --bench --context 16384 --steps 10 --eager
-    step bench-glm5-tp8-graph-nonccl env KILN_CUDA_LOCAL_COLLECTIVES=1 \
-      "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
-      --bench --context 1024 --steps 30
-  fi
-  if [ "$gpus" -ge 4 ] && [ -f "$m/glm5.cuda.tp4.kiln" ]; then
-    # All 78 layers at tp=4 on four GPUs (a pack made with
-    # KILN_PACK_TPS="2 4"), NCCL in the graph; with every collective local
-    # for the share the collectives take.
-    step allreduce-4 "$bin/kiln-allreduce" --gpus 4
-    step bench-glm5-tp4-graph run "$m/glm5.cuda.tp4.kiln" --bench \
-      --context 1024 --steps 30
-    step bench-glm5-tp4-eager run "$m/glm5.cuda.tp4.kiln" --bench \
-      --context 1024 --steps 10 --eager
-    step bench-glm5-tp4-graph-16k run "$m/glm5-16k.cuda.tp4.kiln" --bench \
-      --context 16384 --steps 20
-    step bench-glm5-tp4-graph-nonccl env KILN_CUDA_LOCAL_COLLECTIVES=1 \
-      "$bin/kiln-run" "$m/glm5.cuda.tp4.kiln" --backend-dir "$pack/lib" \
-      --bench --context 1024 --steps 30
-  fi
+  # GLM-5 at tp=N on N GPUs (all 78 layers), NCCL in the graph: the all-
+  # reduce alone, graph and eager at 1k, graph at 16k (and eager, when
+  # asked), and the step with every collective local (no NCCL), whose
+  # difference is the share the collectives take.
+  group_benches() { # TP [16k-eager]
+    local tp=$1 a="$m/glm5.cuda.tp$1.kiln" long="$m/glm5-16k.cuda.tp$1.kiln"
+    step "allreduce-$tp" "$bin/kiln-allreduce" --gpus "$tp"
+    step "bench-glm5-tp$tp-graph" run "$a" --bench --context 1024 --steps 30
+    step "bench-glm5-tp$tp-eager" run "$a" --bench --context 1024 --steps 10 \
+      --eager
+    step "bench-glm5-tp$tp-graph-16k" run "$long" --bench --context 16384 \
+      --steps 20
+    if [ "${2:-}" = 16k-eager ]; then
+      step "bench-glm5-tp$tp-graph-16k-eager" run "$long" --bench \
+        --context 16384 --steps 10 --eager
+    fi
+    step "bench-glm5-tp$tp-graph-nonccl" env KILN_CUDA_LOCAL_COLLECTIVES=1 \
+      "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
+      --steps 30
+  }
+  # The deployment itself: eight GPUs.
+  [ "$gpus" -ge 8 ] && group_benches 8 16k-eager
+  # Four, from a pack made with KILN_PACK_TPS="2 4".
+  [ "$gpus" -ge 4 ] && [ -f "$m/glm5.cuda.tp4.kiln" ] && group_benches 4
   if [ "$gpus" -ge 2 ]; then
     step allreduce "$bin/kiln-allreduce" --gpus 2
     step bench-glm5-l40-tp2-graph run "$m/glm5-l40.cuda.tp2.kiln" --bench \

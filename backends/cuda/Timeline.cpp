@@ -1,6 +1,8 @@
 //===- Timeline.cpp - The kernels of one replayed step, from CUPTI --------===//
 #include "Timeline.h"
 
+#include "RuntimeLibrary.h"
+
 #include "common/PluginSupport.h"
 #include "support/AtomicFile.h"
 
@@ -8,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <cxxabi.h>
-#include <dlfcn.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -30,38 +31,26 @@ struct CuptiApi {
   CUptiResult (*nextRecord)(uint8_t *, size_t, CUpti_Activity **);
 };
 
-template <typename Fn> bool resolve(void *lib, const char *name, Fn &out) {
-  out = reinterpret_cast<Fn>(dlsym(lib, name));
-  return out != nullptr;
-}
-
 Expected<CuptiApi> open() {
-  std::vector<std::string> candidates;
-  if (const char *env = std::getenv("KILN_CUPTI_LIBRARY"); env && *env)
-    candidates.push_back(env);
-  else
-    candidates = {"libcupti.so.13", "libcupti.so"};
-  std::string tried;
-  for (const std::string &path : candidates) {
-    void *lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      tried += fmt::format("\n  {}: {}", path, dlerror());
-      continue;
-    }
-    CuptiApi api{};
-    if (resolve(lib, "cuptiActivityRegisterCallbacks", api.registerCallbacks) &&
-        resolve(lib, "cuptiActivityEnable", api.enable) &&
-        resolve(lib, "cuptiActivityDisable", api.disable) &&
-        resolve(lib, "cuptiActivityFlushAll", api.flushAll) &&
-        resolve(lib, "cuptiActivityGetNextRecord", api.nextRecord))
-      return api;
-    tried += fmt::format("\n  {}: lacks a CUPTI activity entry point", path);
-    dlclose(lib);
-  }
-  return Error("KILN_CUDA_TIMELINE", "CUPTI",
-               "cannot be opened (set KILN_CUPTI_LIBRARY to libcupti.so); "
-               "tried:" +
-                   tried);
+  CuptiApi api{};
+  Expected<std::string> path = openRuntimeLibrary(
+      {"KILN_CUDA_TIMELINE",
+       "CUPTI",
+       "KILN_CUPTI_LIBRARY",
+       {"libcupti.so.13", "libcupti.so"},
+       "libcupti.so",
+       "a CUPTI activity entry point",
+       [&](void *lib) {
+         return resolve(lib, "cuptiActivityRegisterCallbacks",
+                        api.registerCallbacks) &&
+                resolve(lib, "cuptiActivityEnable", api.enable) &&
+                resolve(lib, "cuptiActivityDisable", api.disable) &&
+                resolve(lib, "cuptiActivityFlushAll", api.flushAll) &&
+                resolve(lib, "cuptiActivityGetNextRecord", api.nextRecord);
+       }});
+  if (!path)
+    return path.error();
+  return api;
 }
 
 /// One kernel the GPU ran.

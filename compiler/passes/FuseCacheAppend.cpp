@@ -65,22 +65,14 @@ std::pair<Value, int64_t> viewed(Value v) {
   return {v, 0};
 }
 
-/// The op computed right before `op`, or null.
-Operation *previousCompute(Operation *op) {
-  for (Operation *p = op->getPrevNode(); p; p = p->getPrevNode())
-    if (!st::isDeclaration(p) && !isa<st::ViewOp>(p))
-      return p;
-  return nullptr;
-}
-
 /// rope(norm(x)) -> append: the indexer key's chain.
 std::optional<Chain> matchRotatedNorm(st::CacheAppendOp append) {
-  Operation *ropeOp = previousCompute(append);
+  Operation *ropeOp = st::previousCompute(append);
   auto r = dyn_cast_or_null<st::RopeOp>(ropeOp);
   if (!r || r.getOutput() != append.getEntry() ||
       r.getPosition() != append.getPosition())
     return std::nullopt;
-  Operation *norm = previousCompute(r);
+  Operation *norm = st::previousCompute(r);
   if (!norm || !isa<st::RMSNormOp, st::LayerNormOp>(norm) ||
       normOutput(norm) != r.getInput())
     return std::nullopt;
@@ -104,12 +96,12 @@ std::optional<Chain> matchRotatedNorm(st::CacheAppendOp append) {
 /// concat(norm(s[a, a + n)), rope(s[a + n, a + n + m))) -> append: the
 /// latent cache's chain, the norm and the rope in either order.
 std::optional<Chain> matchNormThenRotated(st::CacheAppendOp append) {
-  auto concat = dyn_cast_or_null<st::ConcatOp>(previousCompute(append));
+  auto concat = dyn_cast_or_null<st::ConcatOp>(st::previousCompute(append));
   if (!concat || concat.getOutput() != append.getEntry() ||
       concat.getInputs().size() != 2 || concat.getDim() != 0)
     return std::nullopt;
-  Operation *second = previousCompute(concat);
-  Operation *first = second ? previousCompute(second) : nullptr;
+  Operation *second = st::previousCompute(concat);
+  Operation *first = second ? st::previousCompute(second) : nullptr;
   if (!first || !second)
     return std::nullopt;
   Operation *norm = isa<st::RMSNormOp, st::LayerNormOp>(first) ? first : second;

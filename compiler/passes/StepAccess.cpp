@@ -1,4 +1,5 @@
-//===- StepAccess.cpp - Which buffer bytes a step op touches ---------------===//
+//===- StepAccess.cpp - Which buffer bytes a step op touches
+//---------------===//
 #include "passes/StepAccess.h"
 
 #include "step/StepOps.h"
@@ -19,8 +20,7 @@ bool mlir::step::isDeclaration(Operation *op) {
   return isa<BufferOp, WeightOp, StateOp, InputOp, OutputOp>(op);
 }
 
-bool mlir::step::collectAccesses(Operation *op,
-                                 SmallVectorImpl<Access> &out) {
+bool mlir::step::collectAccesses(Operation *op, SmallVectorImpl<Access> &out) {
   auto iface = dyn_cast<MemoryEffectOpInterface>(op);
   if (!iface)
     return false;
@@ -66,7 +66,8 @@ std::string mlir::step::declarationName(Operation *root) {
         name.consume_back(".weight");
         return name.str();
       })
-      .Default([](Operation *op) { return op->getName().getStringRef().str(); });
+      .Default(
+          [](Operation *op) { return op->getName().getStringRef().str(); });
 }
 
 std::string mlir::step::describeBuffer(Value v) {
@@ -111,5 +112,12 @@ Operation *mlir::step::nextCompute(Operation *op) {
   for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
     if (!isDeclaration(next) && !isa<ViewOp>(next))
       return next;
+  return nullptr;
+}
+
+Operation *mlir::step::previousCompute(Operation *op) {
+  for (Operation *p = op->getPrevNode(); p; p = p->getPrevNode())
+    if (!isDeclaration(p) && !isa<ViewOp>(p))
+      return p;
   return nullptr;
 }

@@ -54,6 +54,9 @@ bool collectAccesses(Operation *op, llvm::SmallVectorImpl<Access> &out);
 /// next op that computes), or null.
 Operation *nextCompute(Operation *op);
 
+/// The op before `op` that computes, or null.
+Operation *previousCompute(Operation *op);
+
 /// True when no op strictly between `from` and `to` (one block, `from`
 /// first) writes the bytes `v` lives in, so that a read of `v` may move
 /// from one to the other (a fusion placing a read later). False where a
