@@ -1594,27 +1594,20 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
 // the top-k choice.
 //===----------------------------------------------------------------------===//
 
-/// p (from the logits), then topK rounds of a block arg-max over the experts
-/// not yet chosen, by p + bias (NaN lowest, ties to the lower id); then the
-/// weights in k order, exactly as the CPU. Everything stays in shared
-/// memory (p, the choice scores, the chosen marks and ids), so the serial
-/// tail of thread 0 reads no global memory. Dynamic shared memory:
-/// 2 * experts floats, topK ints, experts bytes.
-__global__ void routerSelectKernel(const float *logits, int64_t experts,
-                                   const float *bias, int64_t topK,
-                                   Gating gating, bool normalize,
-                                   float routedScale, int32_t *ids,
-                                   float *weights) {
-  stepKernelPrologue();
-  extern __shared__ float prob[];
-  __shared__ float partials[kWarp];
-  float *choice = prob + experts;
-  int32_t *picked = reinterpret_cast<int32_t *>(choice + experts);
-  unsigned char *chosen = reinterpret_cast<unsigned char *>(picked + topK);
-
+/// p from the logits (sigmoid, or a softmax over the experts) into
+/// prob[], and each expert's choice score, p + bias (NaN lowest), into
+/// choice[]; each thread's logit and bias loads issued together.
+__device__ void routerScores(const float *logits, int64_t experts,
+                             const float *bias, Gating gating, float *prob,
+                             float *choice, float *partials) {
   if (gating == Gating::Sigmoid) {
-    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
-      prob[e] = 1.f / (1.f + expf(-logits[e]));
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
+      const float logit = logits[e], b = bias ? bias[e] : 0.f;
+      const float p = 1.f / (1.f + expf(-logit));
+      prob[e] = p;
+      // The bias only steers the choice; the weights come from p alone.
+      choice[e] = rankable(bias ? p + b : p);
+    }
   } else {
     float maxLogit = -INFINITY;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
@@ -1626,19 +1619,142 @@ __global__ void routerSelectKernel(const float *logits, int64_t experts,
       sum += prob[e];
     }
     sum = blockSum(sum, partials);
-    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
       prob[e] /= sum;
-  }
-  // The bias only steers the choice; the weights come from p alone.
-  for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-    choice[e] = rankable(bias ? prob[e] + bias[e] : prob[e]);
-    chosen[e] = 0;
+      choice[e] = rankable(bias ? prob[e] + bias[e] : prob[e]);
+    }
   }
   __syncthreads();
+}
 
-  // The choice by warp 0 alone: each round a lane's best unchosen expert,
-  // then a butterfly arg-max (every lane learns the winner), with no block
-  // barrier per round.
+/// The router's weights from the chosen ids in k order, exactly as the
+/// CPU: the chosen p summed in k order, floored, divided, scaled.
+__device__ inline float routerWeight(float p, float sum, bool normalize,
+                                     float routedScale) {
+  // The floor keeps a router whose chosen probabilities all vanish from
+  // dividing by zero.
+  const float denominator = fmaxf(sum, kRouterSumFloor);
+  return (normalize ? p / denominator : p) * routedScale;
+}
+
+/// One compare-exchange stage of a bitonic network over a warp's 32
+/// candidates (one a lane, partner lane ^ j), in blocks of k lanes: the
+/// lower lane of a pair keeps the better one where the block sorts best
+/// first ((lane & k) == 0), the worse one elsewhere.
+__device__ inline Best bitonicStage(Best v, int j, int k) {
+  const int lane = threadIdx.x % kWarp;
+  const Best o{__shfl_xor_sync(kFullMask, v.key, j),
+               __shfl_xor_sync(kFullMask, v.index, j)};
+  const bool otherBetter =
+      o.key > v.key || (o.key == v.key && o.index < v.index);
+  const bool keepBetter = ((lane & j) == 0) == ((lane & k) == 0);
+  return otherBetter == keepBetter ? o : v;
+}
+
+/// A warp's 32 candidates sorted best first across its lanes (`better`'s
+/// order: the larger key, then the lower index).
+__device__ inline Best warpSortBest(Best v) {
+  for (int k = 2; k <= kWarp; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1)
+      v = bitonicStage(v, j, k);
+  return v;
+}
+
+/// The best 32 of two best-first sorted lists, sorted best first: the
+/// better of r[i] and s[31 - i] is the top 32 as a bitonic sequence, which
+/// five stages sort.
+__device__ inline Best warpMergeBest(Best r, Best s) {
+  const int lane = threadIdx.x % kWarp;
+  const Best reversed{__shfl_sync(kFullMask, s.key, kWarp - 1 - lane),
+                      __shfl_sync(kFullMask, s.index, kWarp - 1 - lane)};
+  Best v = better(r, reversed);
+  for (int j = kWarp / 2; j > 0; j >>= 1)
+    v = bitonicStage(v, j, kWarp);
+  return v;
+}
+
+/// The best 32 of `count` candidates keyOf(i), i < count, sorted best first
+/// across the warp's lanes, taking chunks first, first + stride, ... of 32
+/// (fewer than 32 real candidates leave (-inf, INT_MAX) at the end, below
+/// every real one, NaN mapped to -inf included, by its lower index).
+template <typename Candidate>
+__device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
+                          Candidate candidateOf) {
+  const int lane = threadIdx.x % kWarp;
+  Best top{-INFINITY, INT_MAX};
+  bool any = false;
+  for (int64_t c = first; c * kWarp < count; c += stride) {
+    const int64_t i = c * kWarp + lane;
+    Best v = i < count ? candidateOf(i) : Best{-INFINITY, INT_MAX};
+    v = warpSortBest(v);
+    top = any ? warpMergeBest(top, v) : v;
+    any = true;
+  }
+  return top;
+}
+
+/// The choice for topK <= 32: each warp the best 32 of its chunks of 32
+/// experts (a bitonic sort and merge in registers, no barrier), its best
+/// topK to shared memory; then warp 0 the best of those. The result is
+/// the CPU's: topK rounds each taking the best expert not yet chosen by
+/// p + bias (NaN lowest, ties to the lower id), in that order; then the
+/// weights in k order. Dynamic shared memory: 2 * experts floats, then
+/// (blockDim / 32) * topK candidates.
+__global__ void routerSelectKernel(const float *logits, int64_t experts,
+                                   const float *bias, int64_t topK,
+                                   Gating gating, bool normalize,
+                                   float routedScale, int32_t *ids,
+                                   float *weights) {
+  stepKernelPrologue();
+  extern __shared__ float prob[];
+  __shared__ float partials[kWarp];
+  float *choice = prob + experts;
+  Best *candidates = reinterpret_cast<Best *>(choice + experts);
+  routerScores(logits, experts, bias, gating, prob, choice, partials);
+
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = int(blockDim.x / kWarp);
+  const Best mine =
+      warpTop32(experts, warp, warps, [&](int64_t e) {
+        return Best{choice[e], int32_t(e)};
+      });
+  if (lane < topK)
+    candidates[warp * topK + lane] = mine;
+  __syncthreads();
+  if (warp != 0)
+    return;
+  const Best best = warpTop32(int64_t(warps) * topK, 0, 1,
+                              [&](int64_t i) { return candidates[i]; });
+  const float p = lane < topK ? prob[best.index] : 0.f;
+  float sum = 0.f;
+  for (int k = 0; k < topK; ++k)
+    sum += __shfl_sync(kFullMask, p, k);
+  if (lane < topK) {
+    ids[lane] = best.index;
+    weights[lane] = routerWeight(p, sum, normalize, routedScale);
+  }
+}
+
+/// The choice for any topK: topK rounds of a warp arg-max over the experts
+/// not yet chosen (routerSelectKernel's result, one expert a round).
+/// Dynamic shared memory: 2 * experts floats, topK ints, experts bytes.
+__global__ void routerSelectRoundsKernel(const float *logits, int64_t experts,
+                                         const float *bias, int64_t topK,
+                                         Gating gating, bool normalize,
+                                         float routedScale, int32_t *ids,
+                                         float *weights) {
+  stepKernelPrologue();
+  extern __shared__ float prob[];
+  __shared__ float partials[kWarp];
+  float *choice = prob + experts;
+  int32_t *picked = reinterpret_cast<int32_t *>(choice + experts);
+  unsigned char *chosen = reinterpret_cast<unsigned char *>(picked + topK);
+  for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+    chosen[e] = 0;
+  routerScores(logits, experts, bias, gating, prob, choice, partials);
+
+  // Warp 0 alone: each round a lane's best unchosen expert, then a
+  // butterfly arg-max (every lane learns the winner).
   if (threadIdx.x >= kWarp)
     return;
   for (int64_t k = 0; k < topK; ++k) {
@@ -1659,19 +1775,14 @@ __global__ void routerSelectKernel(const float *logits, int64_t experts,
     }
     __syncwarp();
   }
-
   if (threadIdx.x != 0)
     return;
   float sum = 0.f;
   for (int64_t k = 0; k < topK; ++k)
     sum += prob[picked[k]];
-  // The floor keeps a router whose chosen probabilities all vanish from
-  // dividing by zero.
-  const float denominator = fmaxf(sum, kRouterSumFloor);
   for (int64_t k = 0; k < topK; ++k) {
-    const float w = prob[picked[k]];
     ids[k] = picked[k];
-    weights[k] = (normalize ? w / denominator : w) * routedScale;
+    weights[k] = routerWeight(prob[picked[k]], sum, normalize, routedScale);
   }
 }
 
@@ -2353,9 +2464,18 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             int32_t *ids, float *weights, cudaStream_t s) {
   Geometry g;
   const int64_t experts = gate.rows;
-  // p, the choice scores, the chosen ids and marks live in shared memory.
-  const size_t shared = size_t(experts) * (2 * sizeof(float) + 1) +
-                        size_t(topK) * sizeof(int32_t);
+  // One thread per expert (up to a full block): the sorting kernel's warps
+  // each take chunks of 32 experts.
+  const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
+  const unsigned threads = unsigned(
+      threads64 < kSingleBlockThreads ? threads64 : kSingleBlockThreads);
+  const bool sorting = topK <= kWarp;
+  // p and the choice scores, then the sorting kernel's candidates or the
+  // rounds' chosen ids and marks, in shared memory.
+  const size_t shared =
+      size_t(experts) * 2 * sizeof(float) +
+      (sorting ? size_t(threads / kWarp) * size_t(topK) * sizeof(Best)
+               : size_t(topK) * sizeof(int32_t) + size_t(experts));
   if (!geometryOf(gate, g) || experts <= 0 || topK < 0 || topK > experts ||
       shared > 48 * 1024 || !logits ||
       (gating != Gating::Sigmoid && gating != Gating::Softmax))
@@ -2363,14 +2483,10 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
       e != cudaSuccess)
     return e;
-  // One thread per expert (fewer warps to synchronise in each of the topK
-  // rounds), up to a full block.
-  const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
-  const unsigned threads = unsigned(
-      threads64 < kSingleBlockThreads ? threads64 : kSingleBlockThreads);
-  if (cudaError_t e =
-          launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts,
-                     bias, topK, gating, normalize, routedScale, ids, weights);
+  if (cudaError_t e = launchStep(
+          sorting ? routerSelectKernel : routerSelectRoundsKernel, 1, threads,
+          shared, s, logits, experts, bias, topK, gating, normalize,
+          routedScale, ids, weights);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -1290,9 +1290,10 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
 //===----------------------------------------------------------------------===//
 
 void checkMoeRouter(Report &r, kiln::Rng &rng) {
-  const int64_t hidden = 512, topK = 8;
+  const int64_t hidden = 512;
   // GLM-5's 256 experts, and counts that are not a multiple of the
-  // kernel's warps (200, 300) or exceed 512 (600).
+  // kernel's warps (200, 300) or exceed 512 (600); top 8 (the sorting
+  // choice, up to 32) and top 40 (the choice in rounds).
   struct Case {
     GGMLType type;
     cpu::Gating cpuGating;
@@ -1300,6 +1301,7 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
     bool bias, normalize;
     float routedScale;
     int64_t experts;
+    int64_t topK = 8;
   };
   for (const Case &c : {Case{GGMLType::F32, cpu::Gating::Sigmoid,
                              kc::Gating::Sigmoid, true, true, 2.5f, 256},
@@ -1312,8 +1314,13 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                         Case{GGMLType::F32, cpu::Gating::Sigmoid,
                              kc::Gating::Sigmoid, true, true, 2.5f, 300},
                         Case{GGMLType::F32, cpu::Gating::Softmax,
-                             kc::Gating::Softmax, true, true, 1.f, 600}}) {
-    const int64_t experts = c.experts;
+                             kc::Gating::Softmax, true, true, 1.f, 600},
+                        Case{GGMLType::F32, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 2.5f, 600, 40},
+                        Case{GGMLType::F32, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 2.5f, 256,
+                             32}}) {
+    const int64_t experts = c.experts, topK = c.topK;
     Weight gate = randomWeight(c.type, {hidden, experts}, rng.next());
     std::vector<float> dequant(size_t(hidden * experts));
     if (!r.reference("moe_router",
@@ -1352,10 +1359,11 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
         usable &= sorted[k] - sorted[k + 1] > 1e-4 * std::fabs(sorted[0]);
     }
     const std::string what =
-        fmtText("%s [512, %lld] %s%s%s top 8", typeName(c.type).c_str(),
+        fmtText("%s [512, %lld] %s%s%s top %lld", typeName(c.type).c_str(),
                 static_cast<long long>(experts),
                 c.gating == kc::Gating::Sigmoid ? "sigmoid" : "softmax",
-                c.bias ? " +bias" : "", c.normalize ? " norm" : "");
+                c.bias ? " +bias" : "", c.normalize ? " norm" : "",
+                static_cast<long long>(topK));
     if (!usable) {
       r.line("moe_router", what + " (no separated draw)", 1, 0, "test input");
       continue;
@@ -1376,6 +1384,74 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                             logits.get(), dids.get(), dw.get(), nullptr));
     r.line("moe_router", what + " ids", mismatches(dids.download(), wantIds), 0,
            "exact, separated scores");
+    r.line("moe_router", what + " weights", relError(dw.download(), wantW),
+           2 * sumTol(double(hidden) + double(experts)),
+           "logit and softmax sums, 2e-6*sqrt(512+256)");
+  }
+}
+
+/// The choice on exact ties and a NaN, against the CPU and against the
+/// order the rules give (larger p + bias first, equal ones by the lower
+/// id, NaN never): identical gate rows give identical logits. Experts 60,
+/// 61 and 62 have logits 3, 2.5 and 1.5; 5, 17, 100 and 250 share a row
+/// (logit 2); 40 and 41 share one (logit 1) across the top-8 boundary;
+/// 2's row is NaN; the others are small random rows (|logit| << 1).
+void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
+  const int64_t hidden = 512, experts = 256, topK = 8;
+  const std::vector<int32_t> want = {60, 61, 5, 17, 100, 250, 62, 40};
+  std::vector<float> x = normals(rng, hidden, 0.05);
+  double norm2 = 0;
+  for (float v : x)
+    norm2 += double(v) * v;
+  std::vector<float> rows = normals(rng, size_t(hidden * experts), 0.01);
+  auto setRow = [&](int64_t e, double logit) {
+    for (int64_t j = 0; j < hidden; ++j)
+      rows[size_t(e * hidden + j)] = float(x[size_t(j)] * logit / norm2);
+  };
+  for (auto [e, logit] : {std::pair<int64_t, double>{60, 3.0},
+                          {61, 2.5},
+                          {62, 1.5},
+                          {5, 2.0},
+                          {40, 1.0}})
+    setRow(e, logit);
+  for (int64_t e : {17, 100, 250})
+    std::copy_n(rows.begin() + 5 * hidden, hidden, rows.begin() + e * hidden);
+  std::copy_n(rows.begin() + 40 * hidden, hidden, rows.begin() + 41 * hidden);
+  std::fill_n(rows.begin() + 2 * hidden, hidden, std::nanf(""));
+  Weight gate{GGMLType::F32,
+              {hidden, experts},
+              experts,
+              hidden,
+              std::vector<uint8_t>(rows.size() * sizeof(float)),
+              DeviceArray<uint8_t>(rows.size() * sizeof(float))};
+  std::memcpy(gate.host.data(), rows.data(), gate.host.size());
+  gate.device.upload(gate.host);
+  // A bias equal within each tied group, too small to reorder the groups.
+  std::vector<float> bias = normals(rng, experts, 0.001);
+  for (int64_t e : {17, 100, 250})
+    bias[size_t(e)] = bias[5];
+  bias[41] = bias[40];
+  for (bool withBias : {false, true}) {
+    const std::string what =
+        std::string("F32 [512, 256] sigmoid") + (withBias ? " +bias" : "") +
+        " norm top 8, tied rows and a NaN row";
+    std::vector<int32_t> wantIds(topK);
+    std::vector<float> wantW(topK);
+    const float *b = withBias ? bias.data() : nullptr;
+    if (!r.reference("moe_router",
+                     cpu::moeRouter(x.data(), hidden, gate.view("gate"), b,
+                                    topK, cpu::Gating::Sigmoid, true, 2.5f,
+                                    wantIds.data(), wantW.data())))
+      continue;
+    r.line("moe_router", what + ": the CPU's ids against the rules",
+           mismatches(wantIds, want), 0, "exact");
+    DeviceArray<float> dx(x), db(bias), logits(experts), dw(topK);
+    DeviceArray<int32_t> dids(topK);
+    run(kc::launchMoeRouter(dx.get(), gate.dev(), withBias ? db.get() : nullptr,
+                            topK, kc::Gating::Sigmoid, true, 2.5f,
+                            logits.get(), dids.get(), dw.get(), nullptr));
+    r.line("moe_router", what + " ids", mismatches(dids.download(), wantIds), 0,
+           "exact: ties by the lower id, NaN last");
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
            2 * sumTol(double(hidden) + double(experts)),
            "logit and softmax sums, 2e-6*sqrt(512+256)");
@@ -2057,6 +2133,7 @@ int main(int argc, char **argv) {
   checkMlaAttention(report, rng);
   checkDsaIndexer(report, rng);
   checkMoeRouter(report, rng);
+  checkMoeRouterTies(report, rng);
   checkMoeExperts(report, rng);
   checkArgmax(report, rng);
   checkNormedLinear(report, rng);
