@@ -12,8 +12,18 @@ The longest stretch with no kernel running is printed too (a stall, such as
 CUPTI handling its buffer, shows there and is left out of the charges).
 
   utils/timeline.py FILE [--device N] [--top K] [--group]
+                    [--schedule SCHED [--chain FROM:TO]]
 
 --group folds template arguments (mlaChunkKernel<...> -> mlaChunkKernel).
+
+--schedule reads the step's schedule (KILN_CUDA_SCHEDULE=SCHED from the same
+run: its launch units in order, each with its op, branch, waits and kernel
+count) and follows the step's critical path back from its last kernel: each
+unit ends when its last kernel does, and its critical predecessor is the one
+of its predecessors (the previous unit of its branch, the units it waits
+for) that ended last. Each unit on the path is charged the time from that
+predecessor's end to its own; the charges are printed by op kind, and with
+--chain FROM:TO each link of the path between those units.
 """
 import argparse
 import csv
@@ -29,8 +39,92 @@ def load(path, device):
             if int(row["device"]) != device:
                 continue
             kernels.append((int(row["start_ns"]), int(row["end_ns"]),
-                            row["kernel"]))
+                            row["kernel"], int(row["graph_node"])))
     return kernels
+
+
+def load_schedule(path):
+    """[(op text, branch, [waits], kernels)] in unit order."""
+    units = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            if int(row["unit"]) != len(units):
+                sys.exit(f"timeline: error: {path}: unit {row['unit']} out "
+                         f"of order")
+            waits = [int(w) for w in row["waits"].split(",") if w]
+            if any(w >= len(units) for w in waits):
+                sys.exit(f"timeline: error: {path}: unit {row['unit']} "
+                         f"waits for a later unit")
+            units.append((row["op"], int(row["branch"]), waits,
+                          int(row["kernels"])))
+    return units
+
+
+def op_kind(text):
+    m = re.search(r"\((\w+)\)\s*$", text)
+    return m.group(1) if m else text
+
+
+def critical_path(kernels, units):
+    """The units on the path back from the last one to end, each with its
+    charge in ns, first to last; and each unit's end."""
+    by_node = sorted(kernels, key=lambda k: k[3])
+    if sum(u[3] for u in units) != len(by_node):
+        sys.exit(f"timeline: error: the schedule's units have "
+                 f"{sum(u[3] for u in units)} kernels, the timeline "
+                 f"{len(by_node)}: not the same run")
+    end, at = [], 0
+    for _, _, _, count in units:
+        end.append(max((k[1] for k in by_node[at:at + count]), default=None))
+        at += count
+    previous, last = [], {}
+    for i, (_, branch, waits, _) in enumerate(units):
+        previous.append(([last[branch]] if branch in last else []) + waits)
+        last[branch] = i
+    # A unit with no kernel (omitted, or a copy) ends with its latest
+    # predecessor.
+    for i in range(len(units)):
+        if end[i] is None:
+            end[i] = max((end[p] for p in previous[i]), default=0)
+    path = []
+    i = max(range(len(units)), key=lambda j: end[j])
+    while True:
+        before = max(previous[i], key=lambda p: end[p], default=None)
+        start = end[before] if before is not None else min(k[0] for k in kernels)
+        path.append((i, end[i] - start, before))
+        if before is None:
+            break
+        i = before
+    path.reverse()
+    return path, end
+
+
+def print_schedule(kernels, units, chain, stall, stall_at):
+    path, end = critical_path(kernels, units)
+    # The longest stall, where a link spans it, is left out as above.
+    path = [(i, charge - stall
+             if stall and before is not None and end[before] <= stall_at and
+             end[i] >= stall_at + stall else charge, before)
+            for i, charge, before in path]
+    total = sum(c for _, c, _ in path)
+    print(f"\ncritical path: {len(path)} of {len(units)} launch units, "
+          f"{total / 1e3:.1f} us")
+    kinds = defaultdict(lambda: [0, 0])
+    for i, charge, _ in path:
+        k = kinds[op_kind(units[i][0])]
+        k[0] += 1
+        k[1] += charge
+    print(f"{'op kind':32} {'on path':>8} {'charged us':>11} {'share':>6}")
+    for kind, (count, charge) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        print(f"{kind:32} {count:8d} {charge / 1e3:11.1f} "
+              f"{100 * charge / total:5.1f}%")
+    if chain:
+        lo, hi = chain
+        print(f"\n{'unit':>6} {'after':>6} {'charged us':>11}  op")
+        for i, charge, before in path:
+            if lo <= i <= hi:
+                print(f"{i:6d} {before if before is not None else '-':>6} "
+                      f"{charge / 1e3:11.2f}  {units[i][0]}")
 
 
 def main():
@@ -39,21 +133,30 @@ def main():
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--group", action="store_true")
+    p.add_argument("--schedule")
+    p.add_argument("--chain")
     a = p.parse_args()
+    chain = None
+    if a.chain:
+        m = re.fullmatch(r"(\d+):(\d+)", a.chain)
+        if not m:
+            sys.exit(f"timeline: error: --chain {a.chain}: expected FROM:TO "
+                     f"(unit indices)")
+        chain = (int(m.group(1)), int(m.group(2)))
     kernels = load(a.file, a.device)
     if not kernels:
         sys.exit(f"timeline: error: {a.file}: no kernels of device {a.device}")
     # The longest stretch with no kernel running.
     by_start = sorted(kernels)
     stall, stall_at, reach = 0, 0, by_start[0][1]
-    for s, e, _ in by_start[1:]:
+    for s, e, *_ in by_start[1:]:
         if s - reach > stall:
             stall, stall_at = s - reach, reach
         reach = max(reach, e)
     by_end = sorted(kernels, key=lambda k: k[1])
     rows = defaultdict(lambda: [0, 0, 0])
     previous = by_end[0][0]
-    for s, e, name in by_end:
+    for s, e, name, _ in by_end:
         charge = max(0, e - previous)
         if stall and previous <= stall_at and e >= stall_at + stall:
             charge = max(0, charge - stall)
@@ -73,6 +176,9 @@ def main():
             rows.items(), key=lambda kv: -kv[1][2])[:a.top]:
         print(f"{name[:60]:60} {count:6d} {total / 1e3:10.1f} "
               f"{charged / 1e3:11.1f} {100 * charged / span:5.1f}%")
+    if a.schedule:
+        print_schedule(kernels, load_schedule(a.schedule), chain, stall,
+                       stall_at)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -164,6 +165,8 @@ struct CudaStep {
   /// an event per signalling unit. The eager mode ignores it.
   backend::StepSchedule schedule;
   std::vector<cudaEvent_t> done; ///< per unit, null unless it signals
+  /// KILN_CUDA_SCHEDULE: the kernel nodes each unit added to the graph.
+  std::vector<size_t> unitKernels;
   /// KILN_RUN_PROFILE: an event before each op and after the last, and the
   /// time each op took, summed over the profiled runs.
   std::vector<cudaEvent_t> events;
@@ -190,6 +193,8 @@ struct CudaRank {
   bool localCollectives = false;
   bool overlap = true;     ///< programmatic dependent launch (Launch.cuh)
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
+  /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
+  std::string scheduleFile;
   /// KILN_CUDA_TIMELINE: where the kernels of one replay go (Timeline.h);
   /// empty: none recorded.
   std::string timeline;
@@ -1048,6 +1053,7 @@ struct GraphSwitches {
   std::set<std::string, std::less<>> omit;
   bool localCollectives = false;
   std::string timeline;
+  std::string schedule;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1095,6 +1101,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.stats = stats;
   if (const char *v = std::getenv("KILN_CUDA_TIMELINE"); v && *v)
     g.timeline = v;
+  if (const char *v = std::getenv("KILN_CUDA_SCHEDULE"); v && *v)
+    g.schedule = v;
   if (const char *v = std::getenv("KILN_CUDA_BRANCHES")) {
     std::string t = v;
     char *end = nullptr;
@@ -1320,6 +1328,28 @@ void printProfile(const CudaGroup &g) {
   }
 }
 
+/// The kernel nodes of the graph `stream` is capturing.
+Expected<size_t> capturedKernels(cudaStream_t stream,
+                                 const std::string &where) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  CUDA_TRY(where, cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph,
+                                           nullptr, nullptr, nullptr));
+  if (status != cudaStreamCaptureStatusActive || !graph)
+    return size_t(0);
+  size_t nodes = 0;
+  CUDA_TRY(where, cudaGraphGetNodes(graph, nullptr, &nodes));
+  std::vector<cudaGraphNode_t> node(nodes);
+  CUDA_TRY(where, cudaGraphGetNodes(graph, node.data(), &nodes));
+  size_t kernels = 0;
+  for (cudaGraphNode_t n : node) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    CUDA_TRY(where, cudaGraphNodeGetType(n, &type));
+    kernels += type == cudaGraphNodeTypeKernel;
+  }
+  return kernels;
+}
+
 /// The step's ops on its schedule's branches: branch 0 is the rank's
 /// stream, the others fork from it after the fault word is cleared and
 /// join it at the end; an op waits for the events of the ops on other
@@ -1358,6 +1388,10 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
       CUDA_TRY(where, cudaStreamWaitEvent(stream, s.done[size_t(d)], 0));
     if (!omitted(rank, s, i))
       KILN_TRY(s.units[i](stream));
+    if (!rank.scheduleFile.empty() && rank.index == 0) {
+      KILN_ASSIGN(kernels, capturedKernels(stream, where));
+      s.unitKernels.push_back(kernels);
+    }
     if (plan.signals[i])
       CUDA_TRY(where, cudaEventRecord(s.done[i], stream));
   }
@@ -1400,12 +1434,45 @@ Expected<GraphCounts> countGraph(cudaGraph_t graph, const std::string &where) {
   return c;
 }
 
+/// KILN_CUDA_SCHEDULE=FILE: the step's launch units in enqueue order, each
+/// with its op, branch, the units on other branches it waits for and the
+/// kernel nodes it added (a unit's kernels are the next ones of the
+/// graph's, in creation order, as CUPTI numbers them), as TSV; the file is
+/// written whole or not at all.
+Status writeSchedule(const CudaStep &s, const std::string &path) {
+  std::string text = "unit\top\tbranch\twaits\tkernels\n";
+  for (size_t i = 0; i < s.units.size(); ++i) {
+    std::string waits;
+    for (int32_t d : s.schedule.waits[i])
+      waits += (waits.empty() ? "" : ",") + std::to_string(d);
+    const size_t before = i == 0 ? 0 : s.unitKernels[i - 1];
+    text += fmt::format("{}\t{}\t{}\t{}\t{}\n", i,
+                        s.where[size_t(s.unitOp[i])], s.schedule.branch[i],
+                        waits, s.unitKernels[i] - before);
+  }
+  const std::string partial = path + ".partial";
+  FILE *f = std::fopen(partial.c_str(), "wb");
+  if (!f)
+    return Error("KILN_CUDA_SCHEDULE", path, std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) ==
+                       text.size();
+  if (std::fclose(f) != 0 || !written ||
+      std::rename(partial.c_str(), path.c_str()) != 0) {
+    std::remove(partial.c_str());
+    return Error("KILN_CUDA_SCHEDULE", path, "could not be written");
+  }
+  std::fprintf(stderr, "schedule: step '%s', %zu launch units: %s\n",
+               s.step->name.c_str(), s.units.size(), path.c_str());
+  return Status::ok();
+}
+
 Status capture(CudaRank &rank, CudaStep &s) {
   std::string where =
       fmt::format("{}: capturing step '{}'", rank.where, s.step->name);
   setOverlappedLaunches(rank.overlap);
   CUDA_TRY(where, cudaStreamBeginCapture(rank.stream,
                                          cudaStreamCaptureModeThreadLocal));
+  s.unitKernels.clear();
   Status enqueued = enqueueBranches(rank, s);
   cudaGraph_t graph = nullptr;
   cudaError_t ended = cudaStreamEndCapture(rank.stream, &graph);
@@ -1421,6 +1488,9 @@ Status capture(CudaRank &rank, CudaStep &s) {
                  rank.where.c_str(), s.step->name.c_str(), c.kernels, c.others,
                  c.edges, c.programmatic);
   }
+  if (!rank.scheduleFile.empty() && rank.index == 0 &&
+      s.unitKernels.size() == s.units.size())
+    KILN_TRY(writeSchedule(s, rank.scheduleFile));
   CUDA_TRY(where, cudaGraphInstantiate(&s.exec, graph, 0));
   CUDA_TRY(where, cudaGraphUpload(s.exec, rank.stream));
   return Status::ok();
@@ -1599,6 +1669,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->omit = switches.omit;
     rank->localCollectives = switches.localCollectives;
     rank->timeline = switches.timeline;
+    rank->scheduleFile = switches.schedule;
     rank->nccl = nccl;
     rank->where =
         fmt::format("cuda rank {} (GPU {})", rank->index, rank->device);

@@ -128,6 +128,9 @@ environment (CUDA backend, for measuring; the same bits either way):
                            (start, end, stream; from CUPTI, opened at run
                            time: KILN_CUPTI_LIBRARY names it) to FILE as
                            CSV; utils/timeline.py reads it
+  KILN_CUDA_SCHEDULE=FILE  write rank 0's captured step as launch units in
+                           order (op, branch, the units it waits for) to
+                           FILE as TSV
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 

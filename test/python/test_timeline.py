@@ -45,3 +45,62 @@ def test_charges_along_a_chain(tmp_path):
     assert "x" not in rows
     _, grouped = table(f, "--group")
     assert grouped["a"] == (1, 10.0, 10.0)
+
+
+SCHEDULE_HEADER = "unit\top\tbranch\twaits\tkernels\n"
+
+
+def critical(path, *args):
+    """The --schedule section: the total, the per-kind rows and the chain
+    links as {unit: (after, charged us)}."""
+    out = subprocess.run([sys.executable, SCRIPT, path, *args],
+                         capture_output=True, text=True, check=True).stdout
+    section = out[out.index("critical path:"):].splitlines()
+    kinds, links = {}, {}
+    for line in section[2:]:
+        fields = line.split()
+        if len(fields) == 4 and not fields[0].isdigit():
+            kinds[fields[0]] = (int(fields[1]), float(fields[2]))
+        elif len(fields) >= 4 and fields[0].isdigit():
+            after = None if fields[1] == "-" else int(fields[1])
+            links[int(fields[0])] = (after, float(fields[2]))
+    return section[0], kinds, links
+
+
+def test_critical_path_through_the_schedule(tmp_path):
+    # Units in enqueue order, kernels in graph-node order (the CSV rows are
+    # shuffled): u0 (branch 0) one kernel 0-10; u1 (branch 1, waits for u0)
+    # one kernel ending at 14; u2 (branch 0, after u0) two kernels ending at
+    # 12 and 13; u3 (branch 0, after u2, waits for u1) ends at 20. u3's
+    # latest predecessor is u1 (14 > 13): the path is u0, u1, u3 with
+    # charges 10, 4, 6; u2 is off it.
+    t = tmp_path / "t.csv"
+    t.write_text(HEADER +
+                 "k3,1010000,1012000,0,1,3\n"
+                 "k1,1000000,1010000,0,1,1\n"
+                 "k5,1014000,1020000,0,1,5\n"
+                 "k2,1010000,1014000,0,2,2\n"
+                 "k4,1012000,1013000,0,1,4\n")
+    s = tmp_path / "s.tsv"
+    s.write_text(SCHEDULE_HEADER +
+                 "0\tstep 'decode_step' op 0 (rms_norm)\t0\t\t1\n"
+                 "1\tstep 'decode_step' op 1 (linear)\t1\t0\t1\n"
+                 "2\tstep 'decode_step' op 2 (rope)\t0\t\t2\n"
+                 "3\tstep 'decode_step' op 3 (add)\t0\t1\t1\n")
+    first, kinds, links = critical(t, "--schedule", s, "--chain", "0:3")
+    assert first.startswith("critical path: 3 of 4 launch units, 20.0 us")
+    assert kinds == {"rms_norm": (1, 10.0), "linear": (1, 4.0),
+                     "add": (1, 6.0)}
+    assert links == {0: (None, 10.0), 1: (0, 4.0), 3: (1, 6.0)}
+
+
+def test_schedule_of_another_run_is_refused(tmp_path):
+    t = tmp_path / "t.csv"
+    t.write_text(HEADER + "k1,1000000,1010000,0,1,1\n")
+    s = tmp_path / "s.tsv"
+    s.write_text(SCHEDULE_HEADER +
+                 "0\tstep 'decode_step' op 0 (rms_norm)\t0\t\t2\n")
+    r = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "the schedule's units have 2 kernels, the timeline 1" in r.stderr
