@@ -232,6 +232,13 @@ struct CudaRank {
   uint32_t *hostFirst = nullptr;  ///< pinned
   const NcclApi *nccl = nullptr;
   ncclComm_t comm = nullptr;
+  /// The one-shot all-reduce over the group's GPUs (KILN_CUDA_ALLREDUCE=
+  /// peers, the default): this rank's exchange memory and its view of every
+  /// rank's; `usePeers` false when all-reduces go through NCCL (or, for a
+  /// simulated rank, the ring-traffic kernel).
+  bool usePeers = false;
+  DeviceMemory exchange;
+  PeerExchange peers;
   std::map<std::string, CudaStep> steps;
   std::unique_ptr<Worker> worker; ///< absent for a lone rank (runs inline)
 
@@ -465,12 +472,6 @@ Expected<Launch> OpBinder::collective() {
     uint64_t n = uint64_t(d_.rows * d_.n);
     bool simulate = rank_.simulate || rank_.localCollectives;
     const float *x = f32In(0);
-    // The fused op reduces into scratch (its input is read-only).
-    float *reduced = f32Out(0);
-    if (fused || (simulate && ranks > 1)) {
-      KILN_ASSIGN(s, rank_.scratchFloats(simulate ? 2 * n : n));
-      reduced = s;
-    }
     const float *w = nullptr;
     if (fused) {
       KILN_ASSIGN(weights, param(2));
@@ -482,6 +483,24 @@ Expected<Launch> OpBinder::collective() {
     float eps = float(d_.epsilon);
     bool isSum = d_.sum;
     uint64_t traffic = simulate ? ringBytes(n * sizeof(float)) : 0;
+    if (rank_.usePeers && allReducePeersFits(rank_.peers, rows, cols)) {
+      // One kernel: every rank's part read over NVLink (a simulated rank:
+      // its own, once for every rank), combined in rank order, and for the
+      // fused op added and normalised.
+      const PeerExchange peers = rank_.peers;
+      FaultSink f = sink();
+      float *out = fused ? sum : f32Out(0);
+      return wrap([=](cudaStream_t s) {
+        return launchAllReducePeers(peers, x, rows, cols, isSum, residual, w,
+                                    eps, out, y, f, s);
+      });
+    }
+    // The fused op reduces into scratch (its input is read-only).
+    float *reduced = f32Out(0);
+    if (fused || (simulate && ranks > 1)) {
+      KILN_ASSIGN(s, rank_.scratchFloats(simulate ? 2 * n : n));
+      reduced = s;
+    }
     return Launch([=](cudaStream_t s) -> Status {
       if (nccl && !simulate) {
         KILN_TRY(
@@ -1054,6 +1073,9 @@ struct GraphSwitches {
   bool localCollectives = false;
   std::string timeline;
   std::string schedule;
+  /// KILN_CUDA_ALLREDUCE=peers|nccl: the one-shot all-reduce over NVLink
+  /// peers (default) or NCCL's.
+  bool peerAllReduce = true;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1103,6 +1125,12 @@ Expected<GraphSwitches> readGraphSwitches() {
     g.timeline = v;
   if (const char *v = std::getenv("KILN_CUDA_SCHEDULE"); v && *v)
     g.schedule = v;
+  if (const char *v = std::getenv("KILN_CUDA_ALLREDUCE")) {
+    std::string t = v;
+    if (t != "peers" && t != "nccl")
+      return Error("KILN_CUDA_ALLREDUCE", t, "expected peers or nccl");
+    g.peerAllReduce = t == "peers";
+  }
   if (const char *v = std::getenv("KILN_CUDA_BRANCHES")) {
     std::string t = v;
     char *end = nullptr;
@@ -1512,6 +1540,11 @@ std::string faultText(const StepFault &f) {
     return fmt::format("selected_count {} is outside 0..{}", f.value, f.limit);
   case FaultCode::ExpertOutOfRange:
     return fmt::format("expert id {} is outside [0, {})", f.value, f.limit);
+  case FaultCode::PeerTimeout:
+    return fmt::format("rank {} did not reach all-reduce call {} within 10 s "
+                       "(the group's ranks ran different steps, or one "
+                       "stopped)",
+                       f.value, f.limit);
   default:
     return fmt::format("fault code {} (value {}, limit {})", f.code, f.value,
                        f.limit);
@@ -1584,6 +1617,79 @@ Status onEveryRank(CudaGroup &g, const std::function<Status(CudaRank &)> &job) {
       first = st.error();
   if (first)
     return *first;
+  return Status::ok();
+}
+
+/// The floats the largest all-reduce of the rank plans' steps reduces.
+int64_t largestAllReduce(const Artifact &a) {
+  int64_t largest = 0;
+  for (const RankPlan &plan : a.rankPlans)
+    for (const Step &step : plan.steps)
+      for (const Op &op : step.ops)
+        if ((op.kind == "all_reduce" || op.kind == "all_reduce_add_rms_norm") &&
+            !op.operands.empty())
+          largest = std::max(
+              largest,
+              int64_t(step.buffers[size_t(op.operands[0])].elements()));
+  return largest;
+}
+
+/// The one-shot all-reduce's exchange (StepKernels.h PeerExchange): each
+/// rank's memory, every GPU of the group given access to every other's,
+/// and each rank's view of all of them. A simulated rank (`local`) has
+/// one of its own that stands for every rank's. When two GPUs of the group
+/// cannot reach each other's memory, all-reduces stay with NCCL.
+Status setUpPeerExchange(CudaGroup &g, bool local) {
+  const Artifact &a = g.artifact;
+  const int64_t capacity = largestAllReduce(a);
+  if (capacity <= 0 || a.ranks > uint32_t(kMaxPeers))
+    return Status::ok();
+  for (auto &r : g.ranks)
+    for (auto &o : g.ranks) {
+      int can = 1;
+      if (r != o && !local)
+        CUDA_TRY(r->where,
+                 cudaDeviceCanAccessPeer(&can, r->device, o->device));
+      if (!can) {
+        std::fprintf(stderr,
+                     "cuda backend: GPU %d cannot read GPU %d's memory: "
+                     "all-reduces go through NCCL\n",
+                     r->device, o->device);
+        return Status::ok();
+      }
+    }
+  KILN_TRY(onEveryRank(g, [&](CudaRank &rank) -> Status {
+    KILN_TRY(enter(rank));
+    if (!local)
+      for (auto &o : g.ranks)
+        if (o->device != rank.device) {
+          const cudaError_t e = cudaDeviceEnablePeerAccess(o->device, 0);
+          if (e == cudaErrorPeerAccessAlreadyEnabled)
+            cudaGetLastError();
+          else
+            CUDA_TRY(rank.where, e);
+        }
+    const uint64_t bytes = peerExchangeBytes(capacity);
+    KILN_ASSIGN(m, DeviceMemory::allocate(bytes, "all-reduce exchange"));
+    CUDA_TRY(rank.where, cudaMemset(m.get(), 0, bytes));
+    rank.exchange = std::move(m);
+    return Status::ok();
+  }));
+  for (auto &r : g.ranks) {
+    PeerExchange &p = r->peers;
+    p.ranks = int32_t(a.ranks);
+    p.me = int32_t(r->index);
+    p.capacity = capacity;
+    p.local = local;
+    uint8_t *mine = r->exchange.get();
+    p.epochs = peerEpochs(mine, capacity);
+    for (uint32_t q = 0; q < a.ranks; ++q) {
+      uint8_t *of = local ? mine : g.ranks[q]->exchange.get();
+      p.slots[q] = peerSlots(of);
+      p.flags[q] = peerFlags(of, capacity);
+    }
+    r->usePeers = true;
+  }
   return Status::ok();
 }
 
@@ -1680,6 +1786,9 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
       rank->worker = std::make_unique<Worker>();
     group->ranks.push_back(std::move(rank));
   }
+
+  if (switches.peerAllReduce && a.ranks > 1)
+    KILN_TRY(setUpPeerExchange(*group, simulate || switches.localCollectives));
 
   // Each rank on its own thread: place, prepare, join NCCL, capture.
   Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {

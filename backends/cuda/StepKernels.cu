@@ -1714,10 +1714,9 @@ __global__ void routerSelectKernel(const float *logits, int64_t experts,
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = int(blockDim.x / kWarp);
-  const Best mine =
-      warpTop32(experts, warp, warps, [&](int64_t e) {
-        return Best{choice[e], int32_t(e)};
-      });
+  const Best mine = warpTop32(experts, warp, warps, [&](int64_t e) {
+    return Best{choice[e], int32_t(e)};
+  });
   if (lane < topK)
     candidates[warp * topK + lane] = mine;
   __syncthreads();
@@ -2022,6 +2021,196 @@ cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
     if (e != cudaSuccess)
       return e;
   }
+  return cudaGetLastError();
+}
+
+//===----------------------------------------------------------------------===//
+// One-shot all-reduce over peers (StepKernels.h PeerExchange).
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A peer's wait gives up after this long (a rank that never arrives).
+constexpr uint64_t kPeerTimeoutNs = 10'000'000'000ull;
+
+__device__ inline uint64_t globalNanos() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ inline void storeRelease(uint32_t *p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v)
+               : "memory");
+}
+
+__device__ inline uint32_t loadAcquire(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];"
+               : "=r"(v)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+struct PeerArgs {
+  PeerExchange p;
+  const float *x;
+  int64_t rows, n;
+  bool sum;
+  const float *residual, *w;
+  float eps;
+  float *out, *y;
+  FaultSink fault;
+};
+
+/// Block b: row b. kPer values a thread, in registers (the fused norm's).
+template <int kPer>
+__global__ void __launch_bounds__(kNormThreads)
+    allReducePeersKernel(PeerArgs a) {
+  stepKernelPrologue();
+  __shared__ uint32_t epochShared;
+  __shared__ float partials[kWarp];
+  const int b = int(blockIdx.x);
+  const int64_t base = int64_t(b) * a.n;
+  const int stride = int(blockDim.x), count = int(a.n);
+  if (threadIdx.x == 0)
+    epochShared = a.p.epochs[b] + 1;
+  // This rank's part into its slots of the call's parity; the residual
+  // and the norm's weights loaded with it, in flight together.
+  float v[kPer], r[kPer], g[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    v[k] = i < count ? a.x[base + i] : 0.f;
+    r[k] = a.w && i < count ? a.residual[base + i] : 0.f;
+    g[k] = a.w && i < count ? a.w[i] : 0.f;
+  }
+  __syncthreads();
+  const uint32_t e = epochShared;
+  const int64_t parity = int64_t(e & 1u) * a.p.capacity;
+  float *mine = a.p.slots[a.p.me] + parity + base;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    if (i < count)
+      mine[i] = v[k];
+  }
+  // The block's writes, then one system-scope fence and release by thread
+  // 0 (the barrier orders the other threads' writes before them, as a
+  // cooperative grid barrier does): peers read the slots over NVLink.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    a.p.epochs[b] = e;
+    if (!a.p.local) {
+      __threadfence_system();
+      storeRelease(a.p.flags[a.p.me] + b, e);
+    }
+  }
+  const int peer = int(threadIdx.x);
+  if (!a.p.local && peer < a.p.ranks && peer != a.p.me) {
+    const uint32_t *flag = a.p.flags[peer] + b;
+    const uint64_t start = globalNanos();
+    while (int32_t(loadAcquire(flag) - e) < 0) {
+      if (globalNanos() - start > kPeerTimeoutNs) {
+        recordFault(a.fault, FaultCode::PeerTimeout, peer, e);
+        break;
+      }
+      __nanosleep(64);
+    }
+  }
+  __syncthreads();
+  // Every rank's part, combined in rank order (rank 0's first). The
+  // slots are read past the L1 (__ldcg: peers wrote them), kPeerGroup
+  // ranks' values at once, all in flight together (one round trip over
+  // NVLink per group, not one per value).
+  constexpr int kPeerGroup = 4;
+  float sumSq = 0.f;
+#pragma unroll
+  for (int q0 = 0; q0 < kMaxPeers; q0 += kPeerGroup) {
+    if (q0 >= a.p.ranks)
+      break;
+    float t[kPeerGroup][kPer];
+#pragma unroll
+    for (int g = 0; g < kPeerGroup; ++g) {
+      const bool real = q0 + g < a.p.ranks;
+      const float *slot = a.p.slots[q0 + g] + parity + base;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int i = int(threadIdx.x) + k * stride;
+        t[g][k] = real && i < count ? __ldcg(slot + i) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kPeerGroup; ++g)
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        if (q0 + g >= a.p.ranks)
+          continue;
+        const float x = t[g][k];
+        v[k] = q0 + g == 0 ? x : a.sum ? v[k] + x : (v[k] < x ? x : v[k]);
+      }
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    if (i >= count)
+      continue;
+    if (a.w) {
+      v[k] = r[k] + v[k];
+      sumSq += v[k] * v[k];
+    }
+    a.out[base + i] = v[k];
+  }
+  if (!a.w)
+    return;
+  sumSq = blockSum(sumSq, partials);
+  const float rms = sqrtf(sumSq / float(a.n) + a.eps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = int(threadIdx.x) + k * stride;
+    if (i < count)
+      a.y[base + i] = v[k] / rms * g[k];
+  }
+}
+
+} // namespace
+
+uint64_t peerExchangeBytes(int64_t capacity) {
+  return uint64_t(2 * capacity) * sizeof(float) +
+         2 * uint64_t(kMaxPeerBlocks) * sizeof(uint32_t);
+}
+float *peerSlots(uint8_t *base) { return reinterpret_cast<float *>(base); }
+uint32_t *peerFlags(uint8_t *base, int64_t capacity) {
+  return reinterpret_cast<uint32_t *>(base +
+                                      uint64_t(2 * capacity) * sizeof(float));
+}
+uint32_t *peerEpochs(uint8_t *base, int64_t capacity) {
+  return peerFlags(base, capacity) + kMaxPeerBlocks;
+}
+
+bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n) {
+  return rows > 0 && rows <= kMaxPeerBlocks && n > 0 &&
+         n <= kNormRegs * kNormThreads && rows * n <= p.capacity &&
+         p.ranks >= 1 && p.ranks <= kMaxPeers && p.me >= 0 && p.me < p.ranks &&
+         p.epochs;
+}
+
+cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
+                                 int64_t rows, int64_t n, bool sum,
+                                 const float *residual, const float *w,
+                                 float eps, float *out, float *y,
+                                 FaultSink fault, cudaStream_t s) {
+  if (!allReducePeersFits(p, rows, n) || !x || !out || (w && (!residual || !y)))
+    return cudaErrorInvalidValue;
+  for (int q = 0; q < p.ranks; ++q)
+    if (!p.slots[q] || (!p.local && !p.flags[q]))
+      return cudaErrorInvalidValue;
+  const PeerArgs args{p, x, rows, n, sum, residual, w, eps, out, y, fault};
+  if (cudaError_t e = launchStep(allReducePeersKernel<kNormRegs>,
+                                 unsigned(rows), normThreads(n), 0, s, args);
+      e != cudaSuccess)
+    return e;
   return cudaGetLastError();
 }
 
@@ -2483,10 +2672,10 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
       e != cudaSuccess)
     return e;
-  if (cudaError_t e = launchStep(
-          sorting ? routerSelectKernel : routerSelectRoundsKernel, 1, threads,
-          shared, s, logits, experts, bias, topK, gating, normalize,
-          routedScale, ids, weights);
+  if (cudaError_t e =
+          launchStep(sorting ? routerSelectKernel : routerSelectRoundsKernel, 1,
+                     threads, shared, s, logits, experts, bias, topK, gating,
+                     normalize, routedScale, ids, weights);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

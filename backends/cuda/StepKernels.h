@@ -42,6 +42,7 @@ enum class FaultCode : int32_t {
   SelectionOutOfRange = 3, ///< mla_attention: value = entry, limit = positions
   CountOutOfRange = 4,     ///< mla_attention: value = count, limit = capacity
   ExpertOutOfRange = 5,    ///< moe_experts: value = id, limit = experts
+  PeerTimeout = 6, ///< all-reduce over peers: value = the peer, limit = epoch
 };
 
 /// An op's fault, in device memory. `code` is claimed with atomicCAS(&code,
@@ -178,6 +179,50 @@ cudaError_t launchSwiglu(const float *g, const float *u, int64_t n, float *y,
 /// one kernel, as NCCL's own would be, not in copy-engine nodes.
 cudaError_t launchRingTraffic(const float *x, int64_t n, int64_t count,
                               float *y, cudaStream_t s);
+
+/// The one-shot all-reduce over the GPUs of one process (NVLink peers):
+/// every rank's exchange (device memory each rank allocates and every peer
+/// can read) holds two parities of `capacity` floats, then kMaxPeerBlocks
+/// flag words, then kMaxPeerBlocks epoch words, all zero at the start.
+/// Block b of call e (its epochs[b] + 1) copies its part of the rank's
+/// input into the slots of parity e % 2, publishes flag b = e (system-
+/// scope release), waits until every peer's flag b has reached e, then
+/// reads every rank's part from its slots and combines them in rank order
+/// (as the CPU backend's all-reduce: bit-identical to it). A rank writes
+/// parity e % 2 again only at call e + 2, after every peer has published
+/// e + 1, which each does only after reading call e. `local`: a rank
+/// simulated alone; every rank's slots are its own and nothing waits.
+constexpr int kMaxPeers = 8;
+constexpr int kMaxPeerBlocks = 64;
+struct PeerExchange {
+  float *slots[kMaxPeers] = {};
+  uint32_t *flags[kMaxPeers] = {};
+  uint32_t *epochs = nullptr; ///< this rank's
+  int32_t ranks = 0, me = 0;
+  int64_t capacity = 0;
+  bool local = false;
+};
+/// The bytes of one rank's exchange for `capacity` floats.
+uint64_t peerExchangeBytes(int64_t capacity);
+/// The exchange's slots, flags and epochs within `base` (as laid out by
+/// peerExchangeBytes).
+float *peerSlots(uint8_t *base);
+uint32_t *peerFlags(uint8_t *base, int64_t capacity);
+uint32_t *peerEpochs(uint8_t *base, int64_t capacity);
+
+/// All-reduce of x (rows x n) over the exchange's ranks into `out` (sum,
+/// or max as std::max), one block a row; with `w`, the fused
+/// all_reduce_add_rms_norm instead: out = residual + reduced, y =
+/// rms_norm(out) * w (add_rms_norm's arithmetic). A peer that does not
+/// arrive within 10 s is reported through `fault` and not waited for.
+/// n must be at most 8192 and rows * n at most the capacity.
+cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
+                                 int64_t rows, int64_t n, bool sum,
+                                 const float *residual, const float *w,
+                                 float eps, float *out, float *y,
+                                 FaultSink fault, cudaStream_t s);
+/// Whether launchAllReducePeers takes rows x n.
+bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n);
 
 /// y = x / sqrt(mean(x^2) + eps) * w per row of n; y may be x.
 cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,

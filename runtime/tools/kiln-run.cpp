@@ -128,6 +128,11 @@ environment (CUDA backend, for measuring; the same bits either way):
                            (start, end, stream; from CUPTI, opened at run
                            time: KILN_CUPTI_LIBRARY names it) to FILE as
                            CSV; utils/timeline.py reads it
+  KILN_CUDA_ALLREDUCE=nccl all-reduces through NCCL instead of the one-shot
+                           kernel over NVLink peers (the default where every
+                           pair of the group's GPUs can read each other's
+                           memory; a simulated rank then reads its own part
+                           once per rank)
   KILN_CUDA_SCHEDULE=FILE  write rank 0's captured step as launch units in
                            order (op, branch, the units it waits for) to
                            FILE as TSV

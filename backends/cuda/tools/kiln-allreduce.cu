@@ -9,10 +9,14 @@
 // graph per GPU, the graphs are replayed together, and the replay time over
 // K is the per-call latency. The same K calls launched eagerly are timed
 // beside it. NCCL is opened at run time (KILN_NCCL_LIBRARY, else
-// libnccl.so.2); NCCL_NVLS_ENABLE defaults to 0.
+// libnccl.so.2); NCCL_NVLS_ENABLE defaults to 0. Beside NCCL's, the same
+// for the CUDA backend's one-shot all-reduce over NVLink peers
+// (launchAllReducePeers, up to 32 KiB), where every pair of GPUs can read
+// each other's memory.
 //
 //===----------------------------------------------------------------------===//
 #include "Nccl.h"
+#include "StepKernels.h"
 
 #include <cuda_runtime.h>
 
@@ -52,12 +56,14 @@ namespace {
 
 struct Result {
   double graphUs = 0, eagerUs = 0;
+  double peersGraphUs = 0, peersEagerUs = 0;
 };
 
 /// One GPU's part: K all-reduces of `bytes`, captured and eager, timed
 /// between barriers so every rank measures the same interval.
 void rankMain(const NcclApi &api, ncclUniqueId id, int gpus, int rank,
-              int calls, size_t bytes, std::barrier<> &sync, Result &out) {
+              int calls, size_t bytes, const PeerExchange *peers,
+              std::barrier<> &sync, Result &out) {
   CHECK_CUDA(cudaSetDevice(rank));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -101,6 +107,24 @@ void rankMain(const NcclApi &api, ncclUniqueId id, int gpus, int rank,
   out.eagerUs = timeIt(enqueue, 5);
   CHECK_CUDA(cudaGraphExecDestroy(exec));
   CHECK_CUDA(cudaGraphDestroy(graph));
+  if (peers) {
+    auto enqueuePeers = [&] {
+      for (int i = 0; i < calls; ++i)
+        CHECK_CUDA(launchAllReducePeers(*peers, buf, 1, int64_t(n), true,
+                                        nullptr, nullptr, 0.f, buf, nullptr,
+                                        {}, stream));
+    };
+    CHECK_CUDA(
+        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    enqueuePeers();
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    out.peersGraphUs =
+        timeIt([&] { CHECK_CUDA(cudaGraphLaunch(exec, stream)); }, 20);
+    out.peersEagerUs = timeIt(enqueuePeers, 5);
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+  }
   CHECK_CUDA(cudaFree(buf));
   api.commDestroy(comm);
   CHECK_CUDA(cudaStreamDestroy(stream));
@@ -160,6 +184,45 @@ int main(int argc, char **argv) {
   }
   std::printf("NCCL %d from %s, %d GPUs, %d calls per graph\n",
               (*api)->version, (*api)->path.c_str(), gpus, calls);
+  // The one-shot all-reduce's exchange on every GPU, each readable by all.
+  bool reachable = gpus <= kMaxPeers;
+  for (int a = 0; a < gpus && reachable; ++a)
+    for (int b = 0; b < gpus; ++b) {
+      int can = 1;
+      if (a != b)
+        CHECK_CUDA(cudaDeviceCanAccessPeer(&can, a, b));
+      reachable = reachable && can;
+    }
+  const int64_t capacity = 8192;
+  std::vector<PeerExchange> peers(static_cast<size_t>(gpus));
+  if (reachable) {
+    std::vector<uint8_t *> exchange(static_cast<size_t>(gpus));
+    for (int a = 0; a < gpus; ++a) {
+      CHECK_CUDA(cudaSetDevice(a));
+      for (int b = 0; b < gpus; ++b)
+        if (a != b) {
+          const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+          if (e == cudaErrorPeerAccessAlreadyEnabled)
+            cudaGetLastError();
+          else
+            CHECK_CUDA(e);
+        }
+      CHECK_CUDA(cudaMalloc(&exchange[size_t(a)], peerExchangeBytes(capacity)));
+      CHECK_CUDA(
+          cudaMemset(exchange[size_t(a)], 0, peerExchangeBytes(capacity)));
+    }
+    for (int a = 0; a < gpus; ++a) {
+      PeerExchange &p = peers[size_t(a)];
+      p.ranks = gpus;
+      p.me = a;
+      p.capacity = capacity;
+      p.epochs = peerEpochs(exchange[size_t(a)], capacity);
+      for (int b = 0; b < gpus; ++b) {
+        p.slots[b] = peerSlots(exchange[size_t(b)]);
+        p.flags[b] = peerFlags(exchange[size_t(b)], capacity);
+      }
+    }
+  }
   for (size_t bytes : sizes) {
     ncclUniqueId id;
     CHECK_NCCL(**api, (*api)->getUniqueId(&id));
@@ -167,14 +230,24 @@ int main(int argc, char **argv) {
     std::vector<Result> results(gpus);
     std::vector<std::thread> threads;
     for (int r = 0; r < gpus; ++r)
-      threads.emplace_back(rankMain, std::cref(**api), id, gpus, r, calls,
-                           bytes, std::ref(sync), std::ref(results[r]));
+      threads.emplace_back(
+          rankMain, std::cref(**api), id, gpus, r, calls, bytes,
+          reachable && bytes / sizeof(float) <= size_t(capacity) &&
+                  bytes % sizeof(float) == 0
+              ? &peers[size_t(r)]
+              : nullptr,
+          std::ref(sync), std::ref(results[r]));
     for (std::thread &t : threads)
       t.join();
     std::printf("allreduce %zu bytes (%.1f KiB) over %d GPUs: in-graph %.2f "
                 "us per call, eager %.2f us per call\n",
                 bytes, bytes / 1024.0, gpus, results[0].graphUs,
                 results[0].eagerUs);
+    if (results[0].peersGraphUs > 0)
+      std::printf("allreduce %zu bytes (%.1f KiB) over %d GPUs, one-shot over "
+                  "peers: in-graph %.2f us per call, eager %.2f us per call\n",
+                  bytes, bytes / 1024.0, gpus, results[0].peersGraphUs,
+                  results[0].peersEagerUs);
   }
   return 0;
 }

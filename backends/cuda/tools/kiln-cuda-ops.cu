@@ -51,6 +51,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -1983,7 +1984,7 @@ void benchOps() {
            }));
   }
   DeviceArray<float> v(normals(rng, 6144, 1.0)), w(normals(rng, 6144, 1.0)),
-      y(6144), sum(6144), qrow(normals(rng, heads * 192, 1.0));
+      y(6144), sum(6144), ring(2 * 6144), qrow(normals(rng, heads * 192, 1.0));
   report("rope 8x192 (64 rotated)", timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchRope(qrow.get(), heads, 192, pos.get(),
                                  kc::RopeStyle::Interleaved, 1e6f, 128, 64,
@@ -1997,6 +1998,39 @@ void benchOps() {
            return kc::launchAddRmsNorm(v.get(), y.get(), 1, 6144, w.get(),
                                        1e-5f, sum.get(), y.get(), s);
          }));
+  {
+    // The one-shot all-reduce of a simulated tp=8 rank: its own part read
+    // once for each of 8 ranks, added and normalised (one kernel).
+    const int64_t capacity = 6144;
+    DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
+    CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(capacity)));
+    kc::PeerExchange p;
+    p.ranks = 8;
+    p.capacity = capacity;
+    p.local = true;
+    p.epochs = kc::peerEpochs(exchange.get(), capacity);
+    for (int q = 0; q < 8; ++q) {
+      p.slots[q] = kc::peerSlots(exchange.get());
+      p.flags[q] = kc::peerFlags(exchange.get(), capacity);
+    }
+    report("all_reduce_peers + add_rms_norm 6144, 8 ranks simulated",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             return kc::launchAllReducePeers(p, v.get(), 1, 6144, true,
+                                             sum.get(), w.get(), 1e-5f,
+                                             sum.get(), y.get(), {}, s);
+           }));
+    report("ring traffic 8 ranks + add_rms_norm 6144",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             if (cudaError_t e = kc::launchRingTraffic(v.get(), 6144,
+                                                       2 * 6144 * 7 / 8,
+                                                       ring.get(), s);
+                 e != cudaSuccess)
+               return e;
+             return kc::launchAddRmsNorm(sum.get(), ring.get(), 1, 6144,
+                                         w.get(), 1e-5f, sum.get(), y.get(),
+                                         s);
+           }));
+  }
   report("swiglu 2048", timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchSwiglu(v.get(), w.get(), 2048, y.get(), s);
          }));
@@ -2030,6 +2064,168 @@ void benchOps() {
 /// rms_norm_linear: launchNormedLinear against the CPU's rms_norm then
 /// linear. The q8_0-split kernel normalises in shared memory (the GLM-5 q_b
 /// shape among them); the other layouts run the norm kernel into scratch.
+/// The one-shot all-reduce (launchAllReducePeers) against the CPU
+/// backend's rank-order combine: simulated alone (every rank's slots this
+/// rank's own: x combined with itself once per rank), and, where two GPUs
+/// can read each other's memory, for real across them. Each case runs
+/// three calls, so both parities of the exchange and a reuse are covered.
+void checkAllReducePeers(Report &r, kiln::Rng &rng) {
+  const float eps = 1e-5f;
+  const int64_t capacity = 3 * 6144;
+  auto exchangeOf = [&](uint8_t *base, int ranks, int me, bool local) {
+    kc::PeerExchange p;
+    p.ranks = ranks;
+    p.me = me;
+    p.capacity = capacity;
+    p.local = local;
+    p.epochs = kc::peerEpochs(base, capacity);
+    for (int q = 0; q < ranks; ++q) {
+      p.slots[q] = kc::peerSlots(base);
+      p.flags[q] = kc::peerFlags(base, capacity);
+    }
+    return p;
+  };
+  // The CPU's combine of `parts` in rank order, then the fused add and norm.
+  auto reference = [&](const std::vector<std::vector<float>> &parts,
+                       bool sum) {
+    std::vector<float> acc = parts[0];
+    for (size_t q = 1; q < parts.size(); ++q)
+      for (size_t i = 0; i < acc.size(); ++i)
+        acc[i] = sum ? acc[i] + parts[q][i] : std::max(acc[i], parts[q][i]);
+    return acc;
+  };
+  struct Case {
+    int ranks;
+    int64_t rows, n;
+    bool sum, fused;
+  };
+  for (const Case &c : {Case{1, 1, 6144, true, true}, Case{8, 1, 6144, true, true},
+                        Case{8, 3, 1000, true, true}, Case{8, 1, 6144, true, false},
+                        Case{4, 2, 300, false, false}}) {
+    DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
+    CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(capacity)));
+    const kc::PeerExchange p = exchangeOf(exchange.get(), c.ranks, 0, true);
+    const std::string what = fmtText(
+        "simulated, %d ranks, %lldx%lld %s", c.ranks, (long long)c.rows,
+        (long long)c.n,
+        c.fused ? "+ add + rms_norm" : c.sum ? "sum" : "max");
+    double outErr = 0, yErr = 0;
+    for (int call = 0; call < 3; ++call) {
+      std::vector<float> x = normals(rng, c.rows * c.n, 1.0),
+                         res = normals(rng, c.rows * c.n, 1.0),
+                         w = normals(rng, c.n, 1.0, 1.0);
+      std::vector<float> want =
+          reference(std::vector<std::vector<float>>(size_t(c.ranks), x), c.sum);
+      std::vector<float> wantY(want.size());
+      if (c.fused) {
+        cpu::add(res.data(), want.data(), c.rows * c.n, want.data());
+        cpu::rmsNorm(want.data(), c.rows, c.n, w.data(), eps, wantY.data());
+      }
+      DeviceArray<float> dx(x), dres(res), dw(w), dout(x.size()), dy(x.size());
+      run(kc::launchAllReducePeers(
+          p, dx.get(), c.rows, c.n, c.sum, c.fused ? dres.get() : nullptr,
+          c.fused ? dw.get() : nullptr, eps, dout.get(),
+          c.fused ? dy.get() : nullptr, {}, nullptr));
+      outErr = std::max(outErr, double(mismatches(dout.download(), want)));
+      if (c.fused)
+        yErr = std::max(yErr, relError(dy.download(), wantY));
+    }
+    r.line("all_reduce_peers", what + ", reduced (3 calls)", outErr, 0,
+           "bit-exact: the CPU's rank order");
+    if (c.fused)
+      r.line("all_reduce_peers", what + ", normed (3 calls)", yErr,
+             sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
+  }
+
+  // Two GPUs, for real: each its own part, both launched before either is
+  // waited for (each kernel waits for the other's flag).
+  int devices = 0;
+  CHECK_CUDA(cudaGetDeviceCount(&devices));
+  int can01 = 0, can10 = 0;
+  if (devices >= 2) {
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can01, 0, 1));
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
+  }
+  if (!can01 || !can10) {
+    std::printf("all_reduce_peers: two GPUs that read each other's memory: "
+                "not here (%d GPU(s)); skipped\n",
+                devices);
+    return;
+  }
+  const int64_t rows = 1, n = 6144;
+  std::vector<std::unique_ptr<DeviceArray<uint8_t>>> exchange;
+  for (int d = 0; d < 2; ++d) {
+    CHECK_CUDA(cudaSetDevice(d));
+    const cudaError_t e = cudaDeviceEnablePeerAccess(1 - d, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled)
+      cudaGetLastError();
+    else
+      CHECK_CUDA(e);
+    exchange.push_back(std::make_unique<DeviceArray<uint8_t>>(
+        kc::peerExchangeBytes(capacity)));
+    CHECK_CUDA(cudaMemset(exchange.back()->get(), 0,
+                          kc::peerExchangeBytes(capacity)));
+  }
+  double outErr = 0, yErr = 0, differ = 0;
+  for (int call = 0; call < 3; ++call) {
+    std::vector<std::vector<float>> parts = {normals(rng, n, 1.0),
+                                             normals(rng, n, 1.0)};
+    std::vector<float> res = normals(rng, n, 1.0), w = normals(rng, n, 1.0, 1.0);
+    std::vector<float> want = reference(parts, true), wantY(n);
+    cpu::add(res.data(), want.data(), n, want.data());
+    cpu::rmsNorm(want.data(), rows, n, w.data(), eps, wantY.data());
+    std::vector<std::unique_ptr<DeviceArray<float>>> keep;
+    std::vector<float *> outs, ys;
+    for (int d = 0; d < 2; ++d) {
+      CHECK_CUDA(cudaSetDevice(d));
+      kc::PeerExchange p;
+      p.ranks = 2;
+      p.me = d;
+      p.capacity = capacity;
+      p.epochs = kc::peerEpochs(exchange[size_t(d)]->get(), capacity);
+      for (int q = 0; q < 2; ++q) {
+        p.slots[q] = kc::peerSlots(exchange[size_t(q)]->get());
+        p.flags[q] = kc::peerFlags(exchange[size_t(q)]->get(), capacity);
+      }
+      for (const std::vector<float> *v : {&parts[size_t(d)], &res, &w})
+        keep.push_back(std::make_unique<DeviceArray<float>>(*v));
+      keep.push_back(std::make_unique<DeviceArray<float>>(size_t(n)));
+      keep.push_back(std::make_unique<DeviceArray<float>>(size_t(n)));
+      const size_t at = keep.size() - 5;
+      outs.push_back(keep[at + 3]->get());
+      ys.push_back(keep[at + 4]->get());
+      // Not run(): it would wait for this GPU's kernel, which waits for
+      // the other's, not launched yet.
+      CHECK_CUDA(kc::launchAllReducePeers(p, keep[at]->get(), rows, n, true,
+                                          keep[at + 1]->get(),
+                                          keep[at + 2]->get(), eps,
+                                          outs.back(), ys.back(), {}, nullptr));
+    }
+    std::vector<std::vector<float>> gotY;
+    for (int d = 0; d < 2; ++d) {
+      CHECK_CUDA(cudaSetDevice(d));
+      CHECK_CUDA(cudaDeviceSynchronize());
+      std::vector<float> out(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+      CHECK_CUDA(cudaMemcpy(out.data(), outs[size_t(d)], n * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(y.data(), ys[size_t(d)], n * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+      outErr = std::max(outErr, double(mismatches(out, want)));
+      yErr = std::max(yErr, relError(y, wantY));
+      gotY.push_back(std::move(y));
+    }
+    differ = std::max(differ, double(mismatches(gotY[0], gotY[1])));
+    keep.clear();
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  r.line("all_reduce_peers", "GPUs 0 and 1, 1x6144 + add + rms_norm, reduced "
+         "(3 calls)", outErr, 0, "bit-exact: the CPU's rank order");
+  r.line("all_reduce_peers", "GPUs 0 and 1, normed (3 calls)", yErr,
+         sumTol(double(n)), sumWhy("sum of squares order", n));
+  r.line("all_reduce_peers", "GPUs 0 and 1, normed, rank 0 against rank 1",
+         differ, 0, "bit-identical: the same sums in the same order");
+}
+
 void checkNormedLinear(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
   struct Case {
@@ -2137,6 +2333,7 @@ int main(int argc, char **argv) {
   checkMoeExperts(report, rng);
   checkArgmax(report, rng);
   checkNormedLinear(report, rng);
+  checkAllReducePeers(report, rng);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",
               report.cases - report.failures, report.cases,
