@@ -1474,16 +1474,15 @@ Status writeSchedule(const CudaStep &s, const std::string &path) {
     for (int32_t d : s.schedule.waits[i])
       waits += (waits.empty() ? "" : ",") + std::to_string(d);
     const size_t before = i == 0 ? 0 : s.unitKernels[i - 1];
-    text += fmt::format("{}\t{}\t{}\t{}\t{}\n", i,
-                        s.where[size_t(s.unitOp[i])], s.schedule.branch[i],
-                        waits, s.unitKernels[i] - before);
+    text += fmt::format("{}\t{}\t{}\t{}\t{}\n", i, s.where[size_t(s.unitOp[i])],
+                        s.schedule.branch[i], waits, s.unitKernels[i] - before);
   }
   const std::string partial = path + ".partial";
   FILE *f = std::fopen(partial.c_str(), "wb");
   if (!f)
     return Error("KILN_CUDA_SCHEDULE", path, std::strerror(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) ==
-                       text.size();
+  const bool written =
+      std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (std::fclose(f) != 0 || !written ||
       std::rename(partial.c_str(), path.c_str()) != 0) {
     std::remove(partial.c_str());
@@ -1648,8 +1647,7 @@ Status setUpPeerExchange(CudaGroup &g, bool local) {
     for (auto &o : g.ranks) {
       int can = 1;
       if (r != o && !local)
-        CUDA_TRY(r->where,
-                 cudaDeviceCanAccessPeer(&can, r->device, o->device));
+        CUDA_TRY(r->where, cudaDeviceCanAccessPeer(&can, r->device, o->device));
       if (!can) {
         std::fprintf(stderr,
                      "cuda backend: GPU %d cannot read GPU %d's memory: "

@@ -2030,8 +2030,11 @@ cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
 
 namespace {
 
-/// A peer's wait gives up after this long (a rank that never arrives).
+/// A wait for a peer gives up after this long: a rank that never arrives
+/// is reported, not waited for forever.
 constexpr uint64_t kPeerTimeoutNs = 10'000'000'000ull;
+constexpr int kPeerThreads = 256;
+constexpr int kPeerPer = 4; ///< values a thread
 
 __device__ inline uint64_t globalNanos() {
   uint64_t t;
@@ -2053,6 +2056,20 @@ __device__ inline uint32_t loadAcquire(const uint32_t *p) {
   return v;
 }
 
+/// Waits until *word has reached `target` (modulo 2^32), or reports the
+/// timeout as rank `who` and gives up.
+__device__ inline void waitFor(const uint32_t *word, uint32_t target,
+                               FaultSink fault, int64_t who) {
+  const uint64_t start = globalNanos();
+  while (int32_t(loadAcquire(word) - target) < 0) {
+    if (globalNanos() - start > kPeerTimeoutNs) {
+      recordFault(fault, FaultCode::PeerTimeout, who, target);
+      return;
+    }
+    __nanosleep(64);
+  }
+}
+
 struct PeerArgs {
   PeerExchange p;
   const float *x;
@@ -2064,37 +2081,43 @@ struct PeerArgs {
   FaultSink fault;
 };
 
-/// Block b: row b. kPer values a thread, in registers (the fused norm's).
-template <int kPer>
-__global__ void __launch_bounds__(kNormThreads)
-    allReducePeersKernel(PeerArgs a) {
+/// One cluster of kPeerBlocks blocks; block b takes values [b * chunk,
+/// (b + 1) * chunk) of the rows x n (flat), thread t those at t + k *
+/// kPeerThreads.
+__global__ void __cluster_dims__(kPeerBlocks, 1, 1)
+    __launch_bounds__(kPeerThreads) allReducePeersKernel(PeerArgs a) {
   stepKernelPrologue();
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
+  __shared__ float rowSums[kMaxPeerRows], rms[kMaxPeerRows];
   const int b = int(blockIdx.x);
-  const int64_t base = int64_t(b) * a.n;
-  const int stride = int(blockDim.x), count = int(a.n);
+  const int64_t total = a.rows * a.n;
+  const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
+  const int64_t first = int64_t(b) * chunk;
+  const int64_t last = first + chunk < total ? first + chunk : total;
+  const bool fused = a.w != nullptr;
   if (threadIdx.x == 0)
     epochShared = a.p.epochs[b] + 1;
-  // This rank's part into its slots of the call's parity; the residual
-  // and the norm's weights loaded with it, in flight together.
-  float v[kPer], r[kPer], g[kPer];
+  // This rank's part into its slots of the call's parity; the residual and
+  // the norm's weights loaded with it, in flight together.
+  float v[kPeerPer], r[kPeerPer], g[kPeerPer];
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = int(threadIdx.x) + k * stride;
-    v[k] = i < count ? a.x[base + i] : 0.f;
-    r[k] = a.w && i < count ? a.residual[base + i] : 0.f;
-    g[k] = a.w && i < count ? a.w[i] : 0.f;
+  for (int k = 0; k < kPeerPer; ++k) {
+    const int64_t f = first + threadIdx.x + k * kPeerThreads;
+    const bool in = f < last;
+    v[k] = in ? a.x[f] : 0.f;
+    r[k] = fused && in ? a.residual[f] : 0.f;
+    g[k] = fused && in ? a.w[f % a.n] : 0.f;
   }
   __syncthreads();
   const uint32_t e = epochShared;
   const int64_t parity = int64_t(e & 1u) * a.p.capacity;
-  float *mine = a.p.slots[a.p.me] + parity + base;
+  float *mine = a.p.slots[a.p.me] + parity;
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = int(threadIdx.x) + k * stride;
-    if (i < count)
-      mine[i] = v[k];
+  for (int k = 0; k < kPeerPer; ++k) {
+    const int64_t f = first + threadIdx.x + k * kPeerThreads;
+    if (f < last)
+      mine[f] = v[k];
   }
   // The block's writes, then one system-scope fence and release by thread
   // 0 (the barrier orders the other threads' writes before them, as a
@@ -2108,69 +2131,86 @@ __global__ void __launch_bounds__(kNormThreads)
     }
   }
   const int peer = int(threadIdx.x);
-  if (!a.p.local && peer < a.p.ranks && peer != a.p.me) {
-    const uint32_t *flag = a.p.flags[peer] + b;
-    const uint64_t start = globalNanos();
-    while (int32_t(loadAcquire(flag) - e) < 0) {
-      if (globalNanos() - start > kPeerTimeoutNs) {
-        recordFault(a.fault, FaultCode::PeerTimeout, peer, e);
-        break;
-      }
-      __nanosleep(64);
-    }
-  }
+  if (!a.p.local && peer < a.p.ranks && peer != a.p.me)
+    waitFor(a.p.flags[peer] + b, e, a.fault, peer);
   __syncthreads();
-  // Every rank's part, combined in rank order (rank 0's first). The
-  // slots are read past the L1 (__ldcg: peers wrote them), kPeerGroup
-  // ranks' values at once, all in flight together (one round trip over
-  // NVLink per group, not one per value).
-  constexpr int kPeerGroup = 4;
-  float sumSq = 0.f;
+  // Every rank's part, combined in rank order (rank 0's first). The slots
+  // are read past the L1 (__ldcg: peers wrote them), every rank's values
+  // at once, all in flight together (one round trip over NVLink, not one a
+  // value).
+  constexpr int kPeerGroup = kMaxPeers;
 #pragma unroll
   for (int q0 = 0; q0 < kMaxPeers; q0 += kPeerGroup) {
     if (q0 >= a.p.ranks)
       break;
-    float t[kPeerGroup][kPer];
+    float t[kPeerGroup][kPeerPer];
 #pragma unroll
-    for (int g = 0; g < kPeerGroup; ++g) {
-      const bool real = q0 + g < a.p.ranks;
-      const float *slot = a.p.slots[q0 + g] + parity + base;
+    for (int j = 0; j < kPeerGroup; ++j) {
+      const bool real = q0 + j < a.p.ranks;
+      const float *slot = a.p.slots[q0 + j] + parity;
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int i = int(threadIdx.x) + k * stride;
-        t[g][k] = real && i < count ? __ldcg(slot + i) : 0.f;
+      for (int k = 0; k < kPeerPer; ++k) {
+        const int64_t f = first + threadIdx.x + k * kPeerThreads;
+        t[j][k] = real && f < last ? __ldcg(slot + f) : 0.f;
       }
     }
 #pragma unroll
-    for (int g = 0; g < kPeerGroup; ++g)
+    for (int j = 0; j < kPeerGroup; ++j)
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        if (q0 + g >= a.p.ranks)
+      for (int k = 0; k < kPeerPer; ++k) {
+        if (q0 + j >= a.p.ranks)
           continue;
-        const float x = t[g][k];
-        v[k] = q0 + g == 0 ? x : a.sum ? v[k] + x : (v[k] < x ? x : v[k]);
+        const float x = t[j][k];
+        v[k] = q0 + j == 0 ? x : a.sum ? v[k] + x : (v[k] < x ? x : v[k]);
       }
   }
+  if (!fused) {
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = int(threadIdx.x) + k * stride;
-    if (i >= count)
-      continue;
-    if (a.w) {
-      v[k] = r[k] + v[k];
-      sumSq += v[k] * v[k];
+    for (int k = 0; k < kPeerPer; ++k) {
+      const int64_t f = first + threadIdx.x + k * kPeerThreads;
+      if (f < last)
+        a.out[f] = v[k];
     }
-    a.out[base + i] = v[k];
-  }
-  if (!a.w)
     return;
-  sumSq = blockSum(sumSq, partials);
-  const float rms = sqrtf(sumSq / float(a.n) + a.eps);
+  }
+  // The add, then each row's sum of squares: this block's part of it (its
+  // threads' values in k order, then a fixed tree), the cluster's blocks'
+  // parts read from each one's shared memory and added in block order by
+  // every block alike.
+  float sq[kMaxPeerRows] = {};
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int i = int(threadIdx.x) + k * stride;
-    if (i < count)
-      a.y[base + i] = v[k] / rms * g[k];
+  for (int k = 0; k < kPeerPer; ++k) {
+    const int64_t f = first + threadIdx.x + k * kPeerThreads;
+    if (f >= last)
+      continue;
+    v[k] = r[k] + v[k];
+    a.out[f] = v[k];
+    const int row = int(f / a.n);
+#pragma unroll
+    for (int q = 0; q < kMaxPeerRows; ++q)
+      if (q == row)
+        sq[q] += v[k] * v[k];
+  }
+  for (int q = 0; q < int(a.rows); ++q) {
+    const float part = blockSum(sq[q], partials);
+    if (threadIdx.x == 0)
+      rowSums[q] = part;
+  }
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync(); // every block's parts are in place
+  if (int(threadIdx.x) < a.rows) {
+    float ss = 0.f;
+    for (int c = 0; c < kPeerBlocks; ++c)
+      ss += cluster.map_shared_rank(rowSums, c)[threadIdx.x];
+    rms[threadIdx.x] = sqrtf(ss / float(a.n) + a.eps);
+  }
+  cluster.sync(); // no block leaves while another reads its shared memory
+#pragma unroll
+  for (int k = 0; k < kPeerPer; ++k) {
+    const int64_t f = first + threadIdx.x + k * kPeerThreads;
+    if (f < last)
+      a.y[f] = v[k] / rms[f / a.n] * g[k];
   }
 }
 
@@ -2178,7 +2218,7 @@ __global__ void __launch_bounds__(kNormThreads)
 
 uint64_t peerExchangeBytes(int64_t capacity) {
   return uint64_t(2 * capacity) * sizeof(float) +
-         2 * uint64_t(kMaxPeerBlocks) * sizeof(uint32_t);
+         2 * uint64_t(kPeerBlocks) * sizeof(uint32_t);
 }
 float *peerSlots(uint8_t *base) { return reinterpret_cast<float *>(base); }
 uint32_t *peerFlags(uint8_t *base, int64_t capacity) {
@@ -2186,14 +2226,13 @@ uint32_t *peerFlags(uint8_t *base, int64_t capacity) {
                                       uint64_t(2 * capacity) * sizeof(float));
 }
 uint32_t *peerEpochs(uint8_t *base, int64_t capacity) {
-  return peerFlags(base, capacity) + kMaxPeerBlocks;
+  return peerFlags(base, capacity) + kPeerBlocks;
 }
-
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n) {
-  return rows > 0 && rows <= kMaxPeerBlocks && n > 0 &&
-         n <= kNormRegs * kNormThreads && rows * n <= p.capacity &&
-         p.ranks >= 1 && p.ranks <= kMaxPeers && p.me >= 0 && p.me < p.ranks &&
-         p.epochs;
+  return rows > 0 && rows <= kMaxPeerRows && n > 0 &&
+         rows * n <= int64_t(kPeerBlocks) * kPeerThreads * kPeerPer &&
+         rows * n <= p.capacity && p.ranks >= 1 && p.ranks <= kMaxPeers &&
+         p.me >= 0 && p.me < p.ranks && p.epochs;
 }
 
 cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
@@ -2207,8 +2246,8 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
     if (!p.slots[q] || (!p.local && !p.flags[q]))
       return cudaErrorInvalidValue;
   const PeerArgs args{p, x, rows, n, sum, residual, w, eps, out, y, fault};
-  if (cudaError_t e = launchStep(allReducePeersKernel<kNormRegs>,
-                                 unsigned(rows), normThreads(n), 0, s, args);
+  if (cudaError_t e = launchStep(allReducePeersKernel, kPeerBlocks,
+                                 kPeerThreads, 0, s, args);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

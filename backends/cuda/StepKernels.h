@@ -180,48 +180,52 @@ cudaError_t launchSwiglu(const float *g, const float *u, int64_t n, float *y,
 cudaError_t launchRingTraffic(const float *x, int64_t n, int64_t count,
                               float *y, cudaStream_t s);
 
-/// The one-shot all-reduce over the GPUs of one process (NVLink peers):
-/// every rank's exchange (device memory each rank allocates and every peer
-/// can read) holds two parities of `capacity` floats, then kMaxPeerBlocks
-/// flag words, then kMaxPeerBlocks epoch words, all zero at the start.
-/// Block b of call e (its epochs[b] + 1) copies its part of the rank's
-/// input into the slots of parity e % 2, publishes flag b = e (system-
-/// scope release), waits until every peer's flag b has reached e, then
-/// reads every rank's part from its slots and combines them in rank order
-/// (as the CPU backend's all-reduce: bit-identical to it). A rank writes
-/// parity e % 2 again only at call e + 2, after every peer has published
-/// e + 1, which each does only after reading call e. `local`: a rank
-/// simulated alone; every rank's slots are its own and nothing waits.
+/// The one-shot all-reduce over the GPUs of one process (NVLink peers).
+/// Every rank's exchange (device memory each rank allocates and every peer
+/// can read, all zero at the start) holds two parities of `capacity`
+/// floats, then a flag and an epoch word for each of the call's
+/// kPeerBlocks blocks (one cluster). Block b of
+/// call e (its epoch + 1) copies its part of the rank's input into the
+/// slots of parity e % 2, publishes flag b = e (system-scope release),
+/// waits until every peer's flag b has reached e, then reads that part of
+/// every rank's slots and combines them in rank order (as the CPU
+/// backend's all-reduce: bit-identical to it, and across ranks). A rank
+/// writes parity e % 2 again only at call e + 2, after every peer has
+/// published e + 1, which each does only after reading call e. The fused
+/// norm's blocks share their parts of each row's sum of squares through
+/// the cluster's shared memory and add them in block order. `local`: a rank
+/// simulated alone; every rank's slots are its own and no peer is waited
+/// for.
 constexpr int kMaxPeers = 8;
-constexpr int kMaxPeerBlocks = 64;
+constexpr int kPeerBlocks = 8;
+constexpr int kMaxPeerRows = 4;
 struct PeerExchange {
   float *slots[kMaxPeers] = {};
   uint32_t *flags[kMaxPeers] = {};
-  uint32_t *epochs = nullptr; ///< this rank's
+  uint32_t *epochs = nullptr; ///< this rank's, one a block
   int32_t ranks = 0, me = 0;
   int64_t capacity = 0;
   bool local = false;
 };
 /// The bytes of one rank's exchange for `capacity` floats.
 uint64_t peerExchangeBytes(int64_t capacity);
-/// The exchange's slots, flags and epochs within `base` (as laid out by
-/// peerExchangeBytes).
+/// The parts of an exchange at `base` (as peerExchangeBytes lays it out).
 float *peerSlots(uint8_t *base);
 uint32_t *peerFlags(uint8_t *base, int64_t capacity);
 uint32_t *peerEpochs(uint8_t *base, int64_t capacity);
 
 /// All-reduce of x (rows x n) over the exchange's ranks into `out` (sum,
-/// or max as std::max), one block a row; with `w`, the fused
+/// or max as std::max), in kPeerBlocks blocks; with `w`, the fused
 /// all_reduce_add_rms_norm instead: out = residual + reduced, y =
-/// rms_norm(out) * w (add_rms_norm's arithmetic). A peer that does not
-/// arrive within 10 s is reported through `fault` and not waited for.
-/// n must be at most 8192 and rows * n at most the capacity.
+/// rms_norm(out) * w per row. A peer that does not arrive within 10 s is
+/// reported through `fault` and not waited for.
 cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  int64_t rows, int64_t n, bool sum,
                                  const float *residual, const float *w,
                                  float eps, float *out, float *y,
                                  FaultSink fault, cudaStream_t s);
-/// Whether launchAllReducePeers takes rows x n.
+/// Whether launchAllReducePeers takes rows x n: at most kMaxPeerRows rows
+/// and 8,192 values, within the capacity.
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n);
 
 /// y = x / sqrt(mean(x^2) + eps) * w per row of n; y may be x.

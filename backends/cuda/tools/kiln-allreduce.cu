@@ -1,4 +1,5 @@
-//===- kiln-allreduce.cu - Per-call latency of an in-graph NCCL all-reduce --===//
+//===- kiln-allreduce.cu - Per-call latency of an in-graph NCCL all-reduce
+//--===//
 //
 // kiln-allreduce [--gpus N] [--calls K] [--bytes B,...]
 //
@@ -75,8 +76,8 @@ void rankMain(const NcclApi &api, ncclUniqueId id, int gpus, int rank,
   CHECK_CUDA(cudaMemset(buf, 0, bytes));
   auto enqueue = [&] {
     for (int i = 0; i < calls; ++i)
-      CHECK_NCCL(api, api.allReduce(buf, buf, n, ncclFloat, ncclSum, comm,
-                                    stream));
+      CHECK_NCCL(api,
+                 api.allReduce(buf, buf, n, ncclFloat, ncclSum, comm, stream));
   };
   // NCCL connects peers on the first collectives, which a capture does not
   // allow: one eager call first.
@@ -111,8 +112,8 @@ void rankMain(const NcclApi &api, ncclUniqueId id, int gpus, int rank,
     auto enqueuePeers = [&] {
       for (int i = 0; i < calls; ++i)
         CHECK_CUDA(launchAllReducePeers(*peers, buf, 1, int64_t(n), true,
-                                        nullptr, nullptr, 0.f, buf, nullptr,
-                                        {}, stream));
+                                        nullptr, nullptr, 0.f, buf, nullptr, {},
+                                        stream));
     };
     CHECK_CUDA(
         cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -158,9 +159,8 @@ int main(int argc, char **argv) {
         p = q == std::string::npos ? list.size() : q + 1;
       }
     } else {
-      std::fprintf(stderr,
-                   "usage: kiln-allreduce [--gpus N] [--calls K] "
-                   "[--bytes B,...]\n");
+      std::fprintf(stderr, "usage: kiln-allreduce [--gpus N] [--calls K] "
+                           "[--bytes B,...]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -182,8 +182,8 @@ int main(int argc, char **argv) {
                  api.error().message().c_str());
     return 1;
   }
-  std::printf("NCCL %d from %s, %d GPUs, %d calls per graph\n",
-              (*api)->version, (*api)->path.c_str(), gpus, calls);
+  std::printf("NCCL %d from %s, %d GPUs, %d calls per graph\n", (*api)->version,
+              (*api)->path.c_str(), gpus, calls);
   // The one-shot all-reduce's exchange on every GPU, each readable by all.
   bool reachable = gpus <= kMaxPeers;
   for (int a = 0; a < gpus && reachable; ++a)

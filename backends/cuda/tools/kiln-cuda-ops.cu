@@ -1319,8 +1319,7 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                         Case{GGMLType::F32, cpu::Gating::Sigmoid,
                              kc::Gating::Sigmoid, true, true, 2.5f, 600, 40},
                         Case{GGMLType::F32, cpu::Gating::Sigmoid,
-                             kc::Gating::Sigmoid, true, true, 2.5f, 256,
-                             32}}) {
+                             kc::Gating::Sigmoid, true, true, 2.5f, 256, 32}}) {
     const int64_t experts = c.experts, topK = c.topK;
     Weight gate = randomWeight(c.type, {hidden, experts}, rng.next());
     std::vector<float> dequant(size_t(hidden * experts));
@@ -1433,9 +1432,9 @@ void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
     bias[size_t(e)] = bias[5];
   bias[41] = bias[40];
   for (bool withBias : {false, true}) {
-    const std::string what =
-        std::string("F32 [512, 256] sigmoid") + (withBias ? " +bias" : "") +
-        " norm top 8, tied rows and a NaN row";
+    const std::string what = std::string("F32 [512, 256] sigmoid") +
+                             (withBias ? " +bias" : "") +
+                             " norm top 8, tied rows and a NaN row";
     std::vector<int32_t> wantIds(topK);
     std::vector<float> wantW(topK);
     const float *b = withBias ? bias.data() : nullptr;
@@ -1449,8 +1448,8 @@ void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
     DeviceArray<float> dx(x), db(bias), logits(experts), dw(topK);
     DeviceArray<int32_t> dids(topK);
     run(kc::launchMoeRouter(dx.get(), gate.dev(), withBias ? db.get() : nullptr,
-                            topK, kc::Gating::Sigmoid, true, 2.5f,
-                            logits.get(), dids.get(), dw.get(), nullptr));
+                            topK, kc::Gating::Sigmoid, true, 2.5f, logits.get(),
+                            dids.get(), dw.get(), nullptr));
     r.line("moe_router", what + " ids", mismatches(dids.download(), wantIds), 0,
            "exact: ties by the lower id, NaN last");
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
@@ -2019,16 +2018,20 @@ void benchOps() {
                                              sum.get(), w.get(), 1e-5f,
                                              sum.get(), y.get(), {}, s);
            }));
+    report("all_reduce_peers 6144 sum, 8 ranks simulated",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             return kc::launchAllReducePeers(p, v.get(), 1, 6144, true,
+                                             nullptr, nullptr, 0.f, sum.get(),
+                                             nullptr, {}, s);
+           }));
     report("ring traffic 8 ranks + add_rms_norm 6144",
            timeInGraph(stream, [&](cudaStream_t s) {
-             if (cudaError_t e = kc::launchRingTraffic(v.get(), 6144,
-                                                       2 * 6144 * 7 / 8,
-                                                       ring.get(), s);
+             if (cudaError_t e = kc::launchRingTraffic(
+                     v.get(), 6144, 2 * 6144 * 7 / 8, ring.get(), s);
                  e != cudaSuccess)
                return e;
              return kc::launchAddRmsNorm(sum.get(), ring.get(), 1, 6144,
-                                         w.get(), 1e-5f, sum.get(), y.get(),
-                                         s);
+                                         w.get(), 1e-5f, sum.get(), y.get(), s);
            }));
   }
   report("swiglu 2048", timeInGraph(stream, [&](cudaStream_t s) {
@@ -2086,8 +2089,7 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     return p;
   };
   // The CPU's combine of `parts` in rank order, then the fused add and norm.
-  auto reference = [&](const std::vector<std::vector<float>> &parts,
-                       bool sum) {
+  auto reference = [&](const std::vector<std::vector<float>> &parts, bool sum) {
     std::vector<float> acc = parts[0];
     for (size_t q = 1; q < parts.size(); ++q)
       for (size_t i = 0; i < acc.size(); ++i)
@@ -2099,16 +2101,18 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     int64_t rows, n;
     bool sum, fused;
   };
-  for (const Case &c : {Case{1, 1, 6144, true, true}, Case{8, 1, 6144, true, true},
-                        Case{8, 3, 1000, true, true}, Case{8, 1, 6144, true, false},
-                        Case{4, 2, 300, false, false}}) {
+  for (const Case &c :
+       {Case{1, 1, 6144, true, true}, Case{8, 1, 6144, true, true},
+        Case{8, 3, 1000, true, true}, Case{8, 1, 6144, true, false},
+        Case{4, 2, 300, false, false}, Case{2, 4, 2000, true, true}}) {
     DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
     CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(capacity)));
     const kc::PeerExchange p = exchangeOf(exchange.get(), c.ranks, 0, true);
-    const std::string what = fmtText(
-        "simulated, %d ranks, %lldx%lld %s", c.ranks, (long long)c.rows,
-        (long long)c.n,
-        c.fused ? "+ add + rms_norm" : c.sum ? "sum" : "max");
+    const std::string what = fmtText("simulated, %d ranks, %lldx%lld %s",
+                                     c.ranks, (long long)c.rows, (long long)c.n,
+                                     c.fused ? "+ add + rms_norm"
+                                     : c.sum ? "sum"
+                                             : "max");
     double outErr = 0, yErr = 0;
     for (int call = 0; call < 3; ++call) {
       std::vector<float> x = normals(rng, c.rows * c.n, 1.0),
@@ -2163,14 +2167,15 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
       CHECK_CUDA(e);
     exchange.push_back(std::make_unique<DeviceArray<uint8_t>>(
         kc::peerExchangeBytes(capacity)));
-    CHECK_CUDA(cudaMemset(exchange.back()->get(), 0,
-                          kc::peerExchangeBytes(capacity)));
+    CHECK_CUDA(
+        cudaMemset(exchange.back()->get(), 0, kc::peerExchangeBytes(capacity)));
   }
   double outErr = 0, yErr = 0, differ = 0;
   for (int call = 0; call < 3; ++call) {
     std::vector<std::vector<float>> parts = {normals(rng, n, 1.0),
                                              normals(rng, n, 1.0)};
-    std::vector<float> res = normals(rng, n, 1.0), w = normals(rng, n, 1.0, 1.0);
+    std::vector<float> res = normals(rng, n, 1.0),
+                       w = normals(rng, n, 1.0, 1.0);
     std::vector<float> want = reference(parts, true), wantY(n);
     cpu::add(res.data(), want.data(), n, want.data());
     cpu::rmsNorm(want.data(), rows, n, w.data(), eps, wantY.data());
@@ -2196,10 +2201,9 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
       ys.push_back(keep[at + 4]->get());
       // Not run(): it would wait for this GPU's kernel, which waits for
       // the other's, not launched yet.
-      CHECK_CUDA(kc::launchAllReducePeers(p, keep[at]->get(), rows, n, true,
-                                          keep[at + 1]->get(),
-                                          keep[at + 2]->get(), eps,
-                                          outs.back(), ys.back(), {}, nullptr));
+      CHECK_CUDA(kc::launchAllReducePeers(
+          p, keep[at]->get(), rows, n, true, keep[at + 1]->get(),
+          keep[at + 2]->get(), eps, outs.back(), ys.back(), {}, nullptr));
     }
     std::vector<std::vector<float>> gotY;
     for (int d = 0; d < 2; ++d) {
@@ -2218,8 +2222,10 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     keep.clear();
   }
   CHECK_CUDA(cudaSetDevice(0));
-  r.line("all_reduce_peers", "GPUs 0 and 1, 1x6144 + add + rms_norm, reduced "
-         "(3 calls)", outErr, 0, "bit-exact: the CPU's rank order");
+  r.line("all_reduce_peers",
+         "GPUs 0 and 1, 1x6144 + add + rms_norm, reduced "
+         "(3 calls)",
+         outErr, 0, "bit-exact: the CPU's rank order");
   r.line("all_reduce_peers", "GPUs 0 and 1, normed (3 calls)", yErr,
          sumTol(double(n)), sumWhy("sum of squares order", n));
   r.line("all_reduce_peers", "GPUs 0 and 1, normed, rank 0 against rank 1",
