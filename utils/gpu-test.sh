@@ -97,6 +97,12 @@ if [ -x "$pack/bin/kiln-run" ]; then
     --bench --simulate-rank 0/8 --context 1024 --steps 30
   step bench-glm5-tp8-rank0-eager run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 10 --eager
+  # The all-reduces' local stand-in for NCCL's (a ring-traffic kernel, then
+  # the add and norm) instead of the one-shot kernel's (its own part read
+  # once per rank, added and normalised).
+  step bench-glm5-tp8-rank0-graph-nccl env KILN_CUDA_ALLREDUCE=nccl \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
   # What each op kind costs on the step's critical path: the step with
   # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
   omit_table() {
@@ -116,10 +122,12 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step omit-glm5-tp8-rank0 omit_table
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 3 --profile
-  # GLM-5 at tp=N on N GPUs (all 78 layers), NCCL in the graph: the all-
-  # reduce alone, graph and eager at 1k, graph at 16k (and eager, when
-  # asked), and the step with every collective local (no NCCL), whose
-  # difference is the share the collectives take.
+  # GLM-5 at tp=N on N GPUs (all 78 layers), the collectives in the graph
+  # (all-reduces by the one-shot kernel over NVLink peers): the all-reduce
+  # alone (NCCL's and the one-shot kernel's), graph and eager at 1k, graph
+  # at 16k (and eager, when asked), the step with NCCL's all-reduce, and
+  # the step with every collective local, whose difference is the share
+  # the collectives take.
   group_benches() { # TP [16k-eager]
     local tp=$1 a="$m/glm5.cuda.tp$1.kiln" long="$m/glm5-16k.cuda.tp$1.kiln"
     step "allreduce-$tp" "$bin/kiln-allreduce" --gpus "$tp"
@@ -132,6 +140,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
       step "bench-glm5-tp$tp-graph-16k-eager" run "$long" --bench \
         --context 16384 --steps 10 --eager
     fi
+    step "bench-glm5-tp$tp-graph-nccl" env KILN_CUDA_ALLREDUCE=nccl \
+      "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
+      --steps 30
     step "bench-glm5-tp$tp-graph-nonccl" env KILN_CUDA_LOCAL_COLLECTIVES=1 \
       "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
       --steps 30
@@ -146,6 +157,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
       --context 1024 --steps 30
     step bench-glm5-l40-tp2-eager run "$m/glm5-l40.cuda.tp2.kiln" --bench \
       --context 1024 --steps 10 --eager
+    step bench-glm5-l40-tp2-graph-nccl env KILN_CUDA_ALLREDUCE=nccl \
+      "$bin/kiln-run" "$m/glm5-l40.cuda.tp2.kiln" --backend-dir "$pack/lib" \
+      --bench --context 1024 --steps 30
   fi
 fi
 

@@ -82,17 +82,18 @@ def gpu_count():
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
-def env(pack):
+def env(pack, extra=None):
     e = dict(os.environ)
+    e.update(extra or {})
     e["LD_LIBRARY_PATH"] = str(pack / "lib") + (
         ":" + e["LD_LIBRARY_PATH"] if e.get("LD_LIBRARY_PATH") else "")
     e.setdefault("NCCL_NVLS_ENABLE", "0")
     return e
 
 
-def run(pack, args, **kw):
+def run(pack, args, extra_env=None, **kw):
     proc = subprocess.run([str(a) for a in args], capture_output=True,
-                          text=True, env=env(pack), **kw)
+                          text=True, env=env(pack, extra_env), **kw)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, args))} failed "
                              f"({proc.returncode}):\n{proc.stderr}")
@@ -114,11 +115,11 @@ def tokens_for(vocab_hint=64):
     return [int(t) for t in rng.integers(1, vocab_hint, POSITIONS)]
 
 
-def logits(pack, art, gguf, tokens, out, extra=()):
+def logits(pack, art, gguf, tokens, out, extra=(), extra_env=None):
     run(pack, [pack / "bin" / "kiln-run", art, "--weights", gguf,
                "--backend-dir", pack / "lib", "--prompt-tokens",
                ",".join(map(str, tokens)), "-n", 0, "--logits-out", out,
-               *extra])
+               *extra], extra_env=extra_env)
     return np.load(out)
 
 
@@ -197,6 +198,14 @@ class Checks:
                                f"bit-identical | - | "
                                f"{'PASS' if same else 'FAIL'} |")
             self.check(same, f"{model} tp{tp} graph vs eager")
+            # The same with NCCL's all-reduce instead of the one-shot
+            # kernel over NVLink peers (the default).
+            nccl = logits(self.pack, art, gguf, toks,
+                          self.work / f"{model}-tp{tp}n.npy",
+                          extra_env={"KILN_CUDA_ALLREDUCE": "nccl"})
+            self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs, NCCL's "
+                               f"all-reduce) vs cuda tp1", nccl, graph, tol,
+                               self.report), f"{model} tp{tp} nccl")
         return cpu
 
     def greedy(self, model):
