@@ -2089,13 +2089,20 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   stepKernelPrologue();
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
-  __shared__ float rowSums[kMaxPeerRows], rms[kMaxPeerRows];
+  __shared__ float rowParts[kMaxPeerRows][kPeerBlocks], rms[kMaxPeerRows];
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const bool fused = a.w != nullptr;
+  // A block may store into another's shared memory only once that one has
+  // started: the fused op's blocks arrive at a cluster barrier here and
+  // wait before those stores, so its latency passes under the loads.
+  if (fused)
+    cluster.barrier_arrive();
   const int b = int(blockIdx.x);
   const int64_t total = a.rows * a.n;
   const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
   const int64_t first = int64_t(b) * chunk;
   const int64_t last = first + chunk < total ? first + chunk : total;
-  const bool fused = a.w != nullptr;
   if (threadIdx.x == 0)
     epochShared = a.p.epochs[b] + 1;
   // This rank's part into its slots of the call's parity; the residual and
@@ -2175,7 +2182,7 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   }
   // The add, then each row's sum of squares: this block's part of it (its
   // threads' values in k order, then a fixed tree), the cluster's blocks'
-  // parts read from each one's shared memory and added in block order by
+  // parts shared through their shared memory and added in block order by
   // every block alike.
   float sq[kMaxPeerRows] = {};
 #pragma unroll
@@ -2191,21 +2198,23 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
       if (q == row)
         sq[q] += v[k] * v[k];
   }
+  // Each block stores its part into every block's shared memory, so after
+  // one more cluster barrier every block reads only its own (and may
+  // leave).
+  cluster.barrier_wait();
   for (int q = 0; q < int(a.rows); ++q) {
     const float part = blockSum(sq[q], partials);
-    if (threadIdx.x == 0)
-      rowSums[q] = part;
+    if (threadIdx.x < kPeerBlocks)
+      cluster.map_shared_rank(&rowParts[q][0], int(threadIdx.x))[b] = part;
   }
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync(); // every block's parts are in place
+  cluster.sync(); // every block's parts are in every block's memory
   if (int(threadIdx.x) < a.rows) {
     float ss = 0.f;
     for (int c = 0; c < kPeerBlocks; ++c)
-      ss += cluster.map_shared_rank(rowSums, c)[threadIdx.x];
+      ss += rowParts[threadIdx.x][c];
     rms[threadIdx.x] = sqrtf(ss / float(a.n) + a.eps);
   }
-  cluster.sync(); // no block leaves while another reads its shared memory
+  __syncthreads();
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
