@@ -1096,8 +1096,9 @@ Expected<GraphSwitches> readGraphSwitches() {
   if (g.localCollectives)
     std::fprintf(stderr,
                  "cuda backend: KILN_CUDA_LOCAL_COLLECTIVES=1: every "
-                 "collective moves its traffic locally, without NCCL; the "
-                 "step's results are not valid (for measuring only)\n");
+                 "collective stays on its rank's GPU, nothing is exchanged "
+                 "between GPUs; the step's results are not valid (for "
+                 "measuring only)\n");
   if (const char *v = std::getenv("KILN_CUDA_OMIT")) {
     std::string_view t = v;
     while (!t.empty()) {

@@ -119,9 +119,9 @@ environment (CUDA backend, for measuring; the same bits either way):
                            ...) out of the step: what they cost on the
                            step's critical path (results are NOT valid)
   KILN_CUDA_LOCAL_COLLECTIVES=1
-                           every collective moves its ring traffic locally,
-                           without NCCL: the step's cost without NCCL
-                           (results are NOT valid)
+                           every collective stays on its rank's GPU, as a
+                           simulated rank's does: the step's cost without
+                           the exchange between GPUs (results are NOT valid)
   KILN_CUDA_GRAPH_STATS=1  print each captured step's nodes and edges (how
                            many are programmatic) to stderr
   KILN_CUDA_TIMELINE=FILE  write the kernels of rank 0's fifth graph replay
