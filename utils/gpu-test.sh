@@ -13,7 +13,8 @@
 #      tp=1, compute-sanitizer (test/python/test_cuda_backend.py);
 #   5. benchmarks on random weights: GLM-5 rank 0 of tp=8 alone on one GPU
 #      (graph and eager, context 1024; graph at 4,096 and 16,384; the step
-#      without each op kind), in-graph all-reduce latency, with two GPUs GLM-5
+#      without each op kind; its critical path by op kind where CUPTI is
+#      installed), in-graph all-reduce latency, with two GPUs GLM-5
 #      (40 layers) at tp=2, with four all 78 layers at tp=4 (a pack made with
 #      KILN_PACK_TPS="2 4"), and with eight GLM-5 at tp=8 (1k and 16k, graph
 #      and eager, and without NCCL for the collectives' share).
@@ -122,6 +123,23 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step omit-glm5-tp8-rank0 omit_table
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 3 --profile
+  # The step's critical path by op kind: one replay's kernels from CUPTI
+  # (KILN_CUDA_TIMELINE) and the captured schedule (KILN_CUDA_SCHEDULE),
+  # read by utils/timeline.py. CUPTI comes with the CUDA toolkit.
+  cupti=$(ls /usr/local/cuda*/lib64/libcupti.so* 2>/dev/null | sort | head -1)
+  critical_path() {
+    local t="$results/timeline-glm5-tp8-rank0.csv"
+    local s="$results/schedule-glm5-tp8-rank0.tsv"
+    KILN_CUPTI_LIBRARY=$cupti KILN_CUDA_TIMELINE=$t KILN_CUDA_SCHEDULE=$s \
+      "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+      --bench --simulate-rank 0/8 --context 1024 --steps 10 &&
+      python3 utils/timeline.py "$t" --group --top 20 --schedule "$s"
+  }
+  if [ -n "$cupti" ]; then
+    step critical-path-glm5-tp8-rank0 critical_path
+  else
+    echo "critical path: skipped (no libcupti under /usr/local/cuda*/lib64)"
+  fi
   # GLM-5 at tp=N on N GPUs (all 78 layers), the collectives in the graph
   # (all-reduces by the one-shot kernel over NVLink peers): the all-reduce
   # alone (NCCL's and the one-shot kernel's), graph and eager at 1k, graph
