@@ -1661,32 +1661,21 @@ Status setUpPeerExchange(CudaGroup &g, bool local) {
     KILN_TRY(enter(rank));
     if (!local)
       for (auto &o : g.ranks)
-        if (o->device != rank.device) {
-          const cudaError_t e = cudaDeviceEnablePeerAccess(o->device, 0);
-          if (e == cudaErrorPeerAccessAlreadyEnabled)
-            cudaGetLastError();
-          else
-            CUDA_TRY(rank.where, e);
-        }
+        if (o->device != rank.device)
+          CUDA_TRY(rank.where, enablePeerAccess(o->device));
     const uint64_t bytes = peerExchangeBytes(capacity);
     KILN_ASSIGN(m, DeviceMemory::allocate(bytes, "all-reduce exchange"));
     CUDA_TRY(rank.where, cudaMemset(m.get(), 0, bytes));
     rank.exchange = std::move(m);
     return Status::ok();
   }));
+  std::vector<uint8_t *> bases;
+  for (auto &r : g.ranks)
+    bases.push_back(r->exchange.get());
   for (auto &r : g.ranks) {
-    PeerExchange &p = r->peers;
-    p.ranks = int32_t(a.ranks);
-    p.me = int32_t(r->index);
-    p.capacity = capacity;
-    p.local = local;
-    uint8_t *mine = r->exchange.get();
-    p.epochs = peerEpochs(mine, capacity);
-    for (uint32_t q = 0; q < a.ranks; ++q) {
-      uint8_t *of = local ? mine : g.ranks[q]->exchange.get();
-      p.slots[q] = peerSlots(of);
-      p.flags[q] = peerFlags(of, capacity);
-    }
+    r->peers = peerExchangeView(
+        local ? std::vector<uint8_t *>{r->exchange.get()} : bases,
+        int32_t(a.ranks), int32_t(r->index), capacity, local);
     r->usePeers = true;
   }
   return Status::ok();

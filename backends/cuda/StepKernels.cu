@@ -2229,13 +2229,36 @@ uint64_t peerExchangeBytes(int64_t capacity) {
   return uint64_t(2 * capacity) * sizeof(float) +
          2 * uint64_t(kPeerBlocks) * sizeof(uint32_t);
 }
-float *peerSlots(uint8_t *base) { return reinterpret_cast<float *>(base); }
-uint32_t *peerFlags(uint8_t *base, int64_t capacity) {
-  return reinterpret_cast<uint32_t *>(base +
-                                      uint64_t(2 * capacity) * sizeof(float));
+PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
+                              int32_t ranks, int32_t me, int64_t capacity,
+                              bool local) {
+  // Slots (two parities of `capacity` floats), then the flags, then the
+  // epochs: peerExchangeBytes's layout.
+  auto flagsOf = [&](uint8_t *base) {
+    return reinterpret_cast<uint32_t *>(base +
+                                        uint64_t(2 * capacity) * sizeof(float));
+  };
+  PeerExchange p;
+  p.ranks = ranks;
+  p.me = me;
+  p.capacity = capacity;
+  p.local = local;
+  uint8_t *mine = bases[local ? 0 : size_t(me)];
+  p.epochs = flagsOf(mine) + kPeerBlocks;
+  for (int32_t q = 0; q < ranks && q < kMaxPeers; ++q) {
+    uint8_t *of = local ? mine : bases[size_t(q)];
+    p.slots[q] = reinterpret_cast<float *>(of);
+    p.flags[q] = flagsOf(of);
+  }
+  return p;
 }
-uint32_t *peerEpochs(uint8_t *base, int64_t capacity) {
-  return peerFlags(base, capacity) + kPeerBlocks;
+
+cudaError_t enablePeerAccess(int peer) {
+  const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+  if (e != cudaErrorPeerAccessAlreadyEnabled)
+    return e;
+  cudaGetLastError(); // taken off the thread's last-error slot
+  return cudaSuccess;
 }
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n) {
   return rows > 0 && rows <= kMaxPeerRows && n > 0 &&

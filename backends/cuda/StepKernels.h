@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace kiln::cuda {
 
@@ -209,10 +210,14 @@ struct PeerExchange {
 };
 /// The bytes of one rank's exchange for `capacity` floats.
 uint64_t peerExchangeBytes(int64_t capacity);
-/// The parts of an exchange at `base` (as peerExchangeBytes lays it out).
-float *peerSlots(uint8_t *base);
-uint32_t *peerFlags(uint8_t *base, int64_t capacity);
-uint32_t *peerEpochs(uint8_t *base, int64_t capacity);
+/// Rank `me`'s view of a group of `ranks`: bases[q] is rank q's exchange
+/// (peerExchangeBytes(capacity) bytes). `local`: a rank simulated alone,
+/// whose one exchange, bases[0], stands for every rank's.
+PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
+                              int32_t ranks, int32_t me, int64_t capacity,
+                              bool local);
+/// Lets the current device read `peer`'s memory (already allowed is fine).
+cudaError_t enablePeerAccess(int peer);
 
 /// All-reduce of x (rows x n) over the exchange's ranks into `out` (sum,
 /// or max as std::max), in kPeerBlocks blocks; with `w`, the fused

@@ -200,28 +200,14 @@ int main(int argc, char **argv) {
     for (int a = 0; a < gpus; ++a) {
       CHECK_CUDA(cudaSetDevice(a));
       for (int b = 0; b < gpus; ++b)
-        if (a != b) {
-          const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
-          if (e == cudaErrorPeerAccessAlreadyEnabled)
-            cudaGetLastError();
-          else
-            CHECK_CUDA(e);
-        }
+        if (a != b)
+          CHECK_CUDA(enablePeerAccess(b));
       CHECK_CUDA(cudaMalloc(&exchange[size_t(a)], peerExchangeBytes(capacity)));
       CHECK_CUDA(
           cudaMemset(exchange[size_t(a)], 0, peerExchangeBytes(capacity)));
     }
-    for (int a = 0; a < gpus; ++a) {
-      PeerExchange &p = peers[size_t(a)];
-      p.ranks = gpus;
-      p.me = a;
-      p.capacity = capacity;
-      p.epochs = peerEpochs(exchange[size_t(a)], capacity);
-      for (int b = 0; b < gpus; ++b) {
-        p.slots[b] = peerSlots(exchange[size_t(b)]);
-        p.flags[b] = peerFlags(exchange[size_t(b)], capacity);
-      }
-    }
+    for (int a = 0; a < gpus; ++a)
+      peers[size_t(a)] = peerExchangeView(exchange, gpus, a, capacity, false);
   }
   for (size_t bytes : sizes) {
     ncclUniqueId id;

@@ -2003,15 +2003,8 @@ void benchOps() {
     const int64_t capacity = 6144;
     DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
     CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(capacity)));
-    kc::PeerExchange p;
-    p.ranks = 8;
-    p.capacity = capacity;
-    p.local = true;
-    p.epochs = kc::peerEpochs(exchange.get(), capacity);
-    for (int q = 0; q < 8; ++q) {
-      p.slots[q] = kc::peerSlots(exchange.get());
-      p.flags[q] = kc::peerFlags(exchange.get(), capacity);
-    }
+    const kc::PeerExchange p =
+        kc::peerExchangeView({exchange.get()}, 8, 0, capacity, true);
     report("all_reduce_peers + add_rms_norm 6144, 8 ranks simulated",
            timeInGraph(stream, [&](cudaStream_t s) {
              return kc::launchAllReducePeers(p, v.get(), 1, 6144, true,
@@ -2020,9 +2013,9 @@ void benchOps() {
            }));
     report("all_reduce_peers 6144 sum, 8 ranks simulated",
            timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchAllReducePeers(p, v.get(), 1, 6144, true,
-                                             nullptr, nullptr, 0.f, sum.get(),
-                                             nullptr, {}, s);
+             return kc::launchAllReducePeers(p, v.get(), 1, 6144, true, nullptr,
+                                             nullptr, 0.f, sum.get(), nullptr,
+                                             {}, s);
            }));
     report("ring traffic 8 ranks + add_rms_norm 6144",
            timeInGraph(stream, [&](cudaStream_t s) {
@@ -2075,19 +2068,6 @@ void benchOps() {
 void checkAllReducePeers(Report &r, kiln::Rng &rng) {
   const float eps = 1e-5f;
   const int64_t capacity = 3 * 6144;
-  auto exchangeOf = [&](uint8_t *base, int ranks, int me, bool local) {
-    kc::PeerExchange p;
-    p.ranks = ranks;
-    p.me = me;
-    p.capacity = capacity;
-    p.local = local;
-    p.epochs = kc::peerEpochs(base, capacity);
-    for (int q = 0; q < ranks; ++q) {
-      p.slots[q] = kc::peerSlots(base);
-      p.flags[q] = kc::peerFlags(base, capacity);
-    }
-    return p;
-  };
   // The CPU's combine of `parts` in rank order, then the fused add and norm.
   auto reference = [&](const std::vector<std::vector<float>> &parts, bool sum) {
     std::vector<float> acc = parts[0];
@@ -2107,7 +2087,8 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         Case{4, 2, 300, false, false}, Case{2, 4, 2000, true, true}}) {
     DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
     CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(capacity)));
-    const kc::PeerExchange p = exchangeOf(exchange.get(), c.ranks, 0, true);
+    const kc::PeerExchange p =
+        kc::peerExchangeView({exchange.get()}, c.ranks, 0, capacity, true);
     const std::string what = fmtText("simulated, %d ranks, %lldx%lld %s",
                                      c.ranks, (long long)c.rows, (long long)c.n,
                                      c.fused ? "+ add + rms_norm"
@@ -2160,11 +2141,7 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
   std::vector<std::unique_ptr<DeviceArray<uint8_t>>> exchange;
   for (int d = 0; d < 2; ++d) {
     CHECK_CUDA(cudaSetDevice(d));
-    const cudaError_t e = cudaDeviceEnablePeerAccess(1 - d, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled)
-      cudaGetLastError();
-    else
-      CHECK_CUDA(e);
+    CHECK_CUDA(kc::enablePeerAccess(1 - d));
     exchange.push_back(std::make_unique<DeviceArray<uint8_t>>(
         kc::peerExchangeBytes(capacity)));
     CHECK_CUDA(
@@ -2183,15 +2160,8 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     std::vector<float *> outs, ys;
     for (int d = 0; d < 2; ++d) {
       CHECK_CUDA(cudaSetDevice(d));
-      kc::PeerExchange p;
-      p.ranks = 2;
-      p.me = d;
-      p.capacity = capacity;
-      p.epochs = kc::peerEpochs(exchange[size_t(d)]->get(), capacity);
-      for (int q = 0; q < 2; ++q) {
-        p.slots[q] = kc::peerSlots(exchange[size_t(q)]->get());
-        p.flags[q] = kc::peerFlags(exchange[size_t(q)]->get(), capacity);
-      }
+      const kc::PeerExchange p = kc::peerExchangeView(
+          {exchange[0]->get(), exchange[1]->get()}, 2, d, capacity, false);
       for (const std::vector<float> *v : {&parts[size_t(d)], &res, &w})
         keep.push_back(std::make_unique<DeviceArray<float>>(*v));
       keep.push_back(std::make_unique<DeviceArray<float>>(size_t(n)));
