@@ -27,13 +27,13 @@
 #include "common/PluginSupport.h"
 #include "common/StepOps.h"
 #include "common/StepSchedule.h"
+#include "support/AtomicFile.h"
 #include "support/CheckedMath.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -165,7 +165,8 @@ struct CudaStep {
   /// an event per signalling unit. The eager mode ignores it.
   backend::StepSchedule schedule;
   std::vector<cudaEvent_t> done; ///< per unit, null unless it signals
-  /// KILN_CUDA_SCHEDULE: the kernel nodes each unit added to the graph.
+  /// KILN_CUDA_SCHEDULE: the graph's kernel nodes after each unit was
+  /// captured (a unit added the difference from the one before).
   std::vector<size_t> unitKernels;
   /// KILN_RUN_PROFILE: an event before each op and after the last, and the
   /// time each op took, summed over the profiled runs.
@@ -1478,17 +1479,10 @@ Status writeSchedule(const CudaStep &s, const std::string &path) {
     text += fmt::format("{}\t{}\t{}\t{}\t{}\n", i, s.where[size_t(s.unitOp[i])],
                         s.schedule.branch[i], waits, s.unitKernels[i] - before);
   }
-  const std::string partial = path + ".partial";
-  FILE *f = std::fopen(partial.c_str(), "wb");
-  if (!f)
-    return Error("KILN_CUDA_SCHEDULE", path, std::strerror(errno));
-  const bool written =
-      std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !written ||
-      std::rename(partial.c_str(), path.c_str()) != 0) {
-    std::remove(partial.c_str());
-    return Error("KILN_CUDA_SCHEDULE", path, "could not be written");
-  }
+  AtomicFile file;
+  KILN_TRY(file.create(path));
+  KILN_TRY(file.writeAt(text.data(), text.size(), 0));
+  KILN_TRY(file.commit());
   std::fprintf(stderr, "schedule: step '%s', %zu launch units: %s\n",
                s.step->name.c_str(), s.units.size(), path.c_str());
   return Status::ok();
