@@ -876,13 +876,16 @@ __device__ void mlaReportFault(const MlaArgs &a) {
 }
 
 /// What an MLA kernel is compiled for: kLatent > 0 fixes the latent and
-/// rope widths and kCache the cache's element type (GLM-5: 512, 64, f16),
+/// rope widths and kCacheType the cache's element type (GLM-5: 512, 64, f16),
 /// so every loop over a row has a fixed trip count and every branch on a
 /// width or a type is decided at compile time; kLatent = 0 reads them
 /// from the arguments (any model).
 constexpr int kAnyCache = -1;
-template <int kLatent, int kRope, int kCache> struct MlaShape {
+template <int kLatent, int kRope, int kCacheType> struct MlaShape {
   static constexpr bool kFixed = kLatent > 0;
+  static constexpr int kCache = kCacheType;
+  /// A fixed shape's row width (0 for any shape).
+  static constexpr int kWidth = kLatent + kRope;
   /// Query registers per lane: the row's values j = lane + 32 r.
   static constexpr int kQueryRegs =
       kFixed ? (kLatent + kRope + kWarp - 1) / kWarp : kMlaMaxWidth / kWarp;
@@ -890,7 +893,7 @@ template <int kLatent, int kRope, int kCache> struct MlaShape {
     return kFixed ? kLatent : int(a.latent);
   }
   __device__ static int width(const MlaArgs &a) {
-    return kFixed ? kLatent + kRope : int(a.cache.width);
+    return kFixed ? kWidth : int(a.cache.width);
   }
   __device__ static float read(const MlaArgs &a, int64_t index) {
     if constexpr (kCache == int(CacheType::F16))
@@ -905,6 +908,82 @@ template <int kLatent, int kRope, int kCache> struct MlaShape {
       return readCache(a.cache.data, a.cache.type, index);
   }
 };
+
+/// Loads the chunk's n rows (cache indices in rowIndex, -1 for a bad
+/// selected row, which reads as zeros) into `rows` as f32, [kMlaChunk]
+/// [width]. Every load is unconditional (a bad row's index is clamped to
+/// row 0) and issued before any is used, so the chunk costs one memory round
+/// trip: a load under a branch, or converted as soon as it is loaded, waits
+/// for the one before it.
+template <class Shape>
+__device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
+                            float *rows) {
+  if constexpr (Shape::kFixed) {
+    // 16 bytes a thread (launchMlaAttention chooses a fixed shape only for
+    // a 16-byte aligned cache).
+    constexpr int kCache = Shape::kCache;
+    constexpr int kBytes = kCache == int(CacheType::F32) ? 4 : 2;
+    constexpr int kPerPiece = 16 / kBytes;
+    constexpr int kWidth = Shape::kWidth;
+    static_assert(kWidth * kBytes % 16 == 0, "rows of whole 16-byte pieces");
+    constexpr int kPieces = kWidth / kPerPiece; // a row's 16-byte pieces
+    constexpr int kMaxLoads =
+        (kMlaChunk * kPieces + kMlaThreads - 1) / kMlaThreads;
+    const int total = n * kPieces;
+    const uint4 *base = static_cast<const uint4 *>(a.cache.data);
+    uint4 raw[kMaxLoads];
+#pragma unroll
+    for (int k = 0; k < kMaxLoads; ++k) {
+      const int i = int(threadIdx.x) + k * kMlaThreads;
+      const int at = i < total ? i : 0;
+      const int64_t row = rowIndex[at / kPieces] >= 0 ? rowIndex[at / kPieces] : 0;
+      raw[k] = base[row * kPieces + at % kPieces];
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxLoads; ++k) {
+      const int i = int(threadIdx.x) + k * kMlaThreads;
+      if (i >= total)
+        continue;
+      const int t = i / kPieces, piece = i % kPieces;
+      const bool good = rowIndex[t] >= 0;
+      const uint32_t word[4] = {raw[k].x, raw[k].y, raw[k].z, raw[k].w};
+      float v[kPerPiece];
+#pragma unroll
+      for (int e = 0; e < kPerPiece; ++e) {
+        float f;
+        if constexpr (kBytes == 4)
+          f = __uint_as_float(word[e]);
+        else {
+          const uint16_t h = uint16_t(word[e / 2] >> (16 * (e % 2)));
+          f = kCache == int(CacheType::F16) ? halfBitsToFloat(h)
+                                            : __uint_as_float(uint32_t(h) << 16);
+        }
+        v[e] = good ? f : 0.f;
+      }
+      float4 *out =
+          reinterpret_cast<float4 *>(rows + t * kWidth + piece * kPerPiece);
+#pragma unroll
+      for (int e = 0; e < kPerPiece; e += 4)
+        out[e / 4] = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
+    }
+  } else {
+    // Any shape: thread c takes columns c, c + blockDim, ... of every row,
+    // a column's loads of all rows in flight at once.
+    const int width = Shape::width(a);
+    for (int c = threadIdx.x; c < width; c += int(blockDim.x)) {
+      float v[kMlaChunk];
+#pragma unroll
+      for (int t = 0; t < kMlaChunk; ++t) {
+        const int64_t row = t < n && rowIndex[t] >= 0 ? rowIndex[t] : 0;
+        v[t] = Shape::read(a, row * width + c);
+      }
+#pragma unroll
+      for (int t = 0; t < kMlaChunk; ++t)
+        if (t < n)
+          rows[t * width + c] = rowIndex[t] >= 0 ? v[t] : 0.f;
+    }
+  }
+}
 
 /// Chunk `chunk` of `attended` entries (the whole block; `shared` holds
 /// kMlaChunk * (width + heads) floats). `preloaded`: thread t < kMlaChunk's
@@ -923,10 +1002,8 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   const int warps = blockDim.x / kWarp;
 
   // The chunk's rows, once, as f32 in shared memory. Their cache indices
-  // first (one load each, not one per value); then every value load is
-  // independent of the others, eight in flight per thread. A bad selected
-  // row (reported by the combine kernel) reads as zeros, never out of
-  // bounds.
+  // first (one load each, not one per value). A bad selected row (reported
+  // by the combine kernel) reads as zeros, never out of bounds.
   __shared__ int64_t rowIndex[kMlaChunk];
   if (threadIdx.x < n) {
     const int64_t entry = first + threadIdx.x;
@@ -950,71 +1027,86 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   if (warp < heads * groups)
     loadQuery(warp / groups);
   __syncthreads();
-  // Thread c loads columns c, c + blockDim, ... of every row of the chunk,
-  // all rows' loads issued before any is stored (one memory round trip
-  // for GLM-5's 576-wide rows at 512 threads).
-  for (int c0 = threadIdx.x; c0 < width; c0 += 2 * int(blockDim.x)) {
-    const int c1 = c0 + int(blockDim.x);
-    float v0[kMlaChunk], v1[kMlaChunk];
-#pragma unroll
-    for (int t = 0; t < kMlaChunk; ++t) {
-      const int64_t row = t < n ? rowIndex[t] : -1;
-      v0[t] = row >= 0 ? Shape::read(a, row * width + c0) : 0.f;
-      v1[t] = row >= 0 && c1 < width ? Shape::read(a, row * width + c1) : 0.f;
-    }
-#pragma unroll
-    for (int t = 0; t < kMlaChunk; ++t) {
-      if (t < n) {
-        rows[t * width + c0] = v0[t];
-        if (c1 < width)
-          rows[t * width + c1] = v1[t];
-      }
-    }
-  }
+  mlaLoadRows<Shape>(a, n, rowIndex, rows);
   __syncthreads();
 
   // Scores: warp per (head, group of rows). The lane's share of the head's
   // query (every 32nd value) is loaded once into registers, then dotted
   // with the group's rows in shared memory; the latent and rope dots as
-  // the CPU. With 8 heads and 16 warps each warp takes half a head's rows.
+  // the CPU. With 8 heads and 16 warps each warp takes half a head's rows,
+  // kMlaScoreRows at once: their dots and their sums across the warp are
+  // independent, so their latencies overlap.
+  constexpr int kMlaScoreRows = 4;
   for (int item = warp; item < heads * groups; item += warps) {
     const int h = item / groups;
     const int group = item % groups;
     if (item != warp) // the first item's query is already loaded
       loadQuery(h);
-    for (int t = group; t < n; t += groups) {
-      const float *row = rows + t * width;
-      float dotLatent = 0.f, dotRope = 0.f;
+    for (int t0 = group; t0 < n; t0 += kMlaScoreRows * groups) {
+      float dotLatent[kMlaScoreRows], dotRope[kMlaScoreRows];
 #pragma unroll
-      for (int r = 0; r < kQueryRegs; ++r) {
-        const int j = lane + r * kWarp;
-        if (j < latent)
-          dotLatent += q[r] * row[j];
-        else if (j < width)
-          dotRope += q[r] * row[j];
+      for (int k = 0; k < kMlaScoreRows; ++k) {
+        // A row past the chunk's end reads row 0 (loaded) and is dropped.
+        const int t = t0 + k * groups;
+        const float *row = rows + (t < n ? t : 0) * width;
+        dotLatent[k] = 0.f;
+        dotRope[k] = 0.f;
+#pragma unroll
+        for (int r = 0; r < kQueryRegs; ++r) {
+          const int j = lane + r * kWarp;
+          if (j < latent)
+            dotLatent[k] += q[r] * row[j];
+          else if (j < width)
+            dotRope[k] += q[r] * row[j];
+        }
       }
-      dotLatent = warpSum(dotLatent);
-      dotRope = warpSum(dotRope);
-      if (lane == 0)
-        p[h * kMlaChunk + t] = (dotLatent + dotRope) * a.scale;
+      // warpSum's butterfly, the rows' steps interleaved.
+#pragma unroll
+      for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+#pragma unroll
+        for (int k = 0; k < kMlaScoreRows; ++k) {
+          dotLatent[k] += __shfl_xor_sync(0xffffffffu, dotLatent[k], offset);
+          dotRope[k] += __shfl_xor_sync(0xffffffffu, dotRope[k], offset);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kMlaScoreRows; ++k) {
+        const int t = t0 + k * groups;
+        if (lane == 0 && t < n)
+          p[h * kMlaChunk + t] = (dotLatent[k] + dotRope[k]) * a.scale;
+      }
     }
   }
   __syncthreads();
 
-  // Per head: the chunk's max and sum; scores become exp(s - m).
+  // Per head, a warp: the chunk's max and sum; scores become exp(s - m)
+  // (lane t takes entry t); the sum is lane 0's, entries ascending.
   const int64_t chunkHeads = chunk * heads;
-  for (int h = threadIdx.x; h < heads; h += blockDim.x) {
+  for (int h = warp; h < heads; h += warps) {
     float *ph = p + h * kMlaChunk;
-    float m = ph[0];
-    for (int t = 1; t < n; ++t)
-      m = fmaxf(m, ph[t]);
-    float l = 0.f;
-    for (int t = 0; t < n; ++t) {
-      ph[t] = expf(ph[t] - m);
-      l += ph[t];
+    // Lanes past the chunk's end repeat entry 0: fmaxf then gives the
+    // serial max's result, NaN rules included.
+    const float s0 = ph[0];
+    const float s = lane < n ? ph[lane] : s0;
+    float m = s;
+    for (int offset = kMlaChunk / 2; offset > 0; offset /= 2)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    const float e = lane < n ? expf(s - m) : 0.f;
+    if (lane < n)
+      ph[lane] = e;
+    float terms[kMlaChunk];
+#pragma unroll
+    for (int t = 0; t < kMlaChunk; ++t)
+      terms[t] = __shfl_sync(0xffffffffu, e, t);
+    if (lane == 0) {
+      float l = 0.f;
+#pragma unroll
+      for (int t = 0; t < kMlaChunk; ++t)
+        if (t < n)
+          l += terms[t];
+      a.partM[chunkHeads + h] = m;
+      a.partL[chunkHeads + h] = l;
     }
-    a.partM[chunkHeads + h] = m;
-    a.partL[chunkHeads + h] = l;
   }
   __syncthreads();
 
@@ -2632,7 +2724,9 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
             out,
             fault};
   cudaError_t e = cudaSuccess;
-  if (latent == kGlmLatent && rope == kGlmRope) {
+  // The specialised kernels load rows 16 bytes at a time.
+  if (latent == kGlmLatent && rope == kGlmRope &&
+      reinterpret_cast<uintptr_t>(cache.data) % 16 == 0) {
     switch (cache.type) {
     case CacheType::F16:
       e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
