@@ -21,9 +21,10 @@ namespace mlir::kiln {
 /// Adds partition (when `tp` > 1), fold-dequant, fuse-projections,
 /// lower-to-step, fuse-add-norm (the fusions unless `fuse` is false),
 /// plan-memory and verify-capture: a kiln module in, a planned, verified
-/// step module out. `alignment` is the planner's.
+/// step module out. `alignment` and `reuseDistance` are the planner's.
 void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
-                       bool fuse = true, int64_t tp = 1);
+                       bool fuse = true, int64_t tp = 1,
+                       int64_t reuseDistance = 0);
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

@@ -149,14 +149,21 @@ def PlanMemory : Pass<"kiln-plan-memory", "::mlir::func::FuncOp"> {
     Computes, for every `step.buffer`, the interval of ops during which it
     holds a value (first write to last read, through views), and places the
     buffers in one arena, largest first, each at the lowest aligned offset
-    that overlaps no buffer whose interval meets its own. Writes each
+    that overlaps no buffer whose interval meets its own. With
+    `reuse-distance=N` a buffer's bytes stay its own for N more ops after
+    its last access: a write to reused bytes must wait for every earlier
+    reader of them, which orders ops that could otherwise run side by side
+    on a backend's parallel branches. Writes each
     buffer's `at` offset and the function's `step.plan` (arena bytes, peak
     live bytes, alignment, buffer count). Functions without step buffers
     are left alone.
   }];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"256",
-           "Byte alignment of every buffer offset (a power of two)">
+           "Byte alignment of every buffer offset (a power of two)">,
+    Option<"reuseDistance", "reuse-distance", "int64_t", /*default=*/"0",
+           "Ops after a buffer's last access before another buffer may "
+           "take its bytes (0: at once)">
   ];
 }
 

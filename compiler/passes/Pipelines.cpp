@@ -4,7 +4,8 @@
 using namespace mlir;
 
 void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
-                                    bool fuse, int64_t tp) {
+                                    bool fuse, int64_t tp,
+                                    int64_t reuseDistance) {
   if (tp > 1) {
     PartitionOptions partition;
     partition.tp = tp;
@@ -23,6 +24,7 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
   }
   PlanMemoryOptions plan;
   plan.alignment = alignment;
+  plan.reuseDistance = reuseDistance;
   pm.addNestedPass<func::FuncOp>(createPlanMemory(plan));
   pm.addNestedPass<func::FuncOp>(createVerifyCapture());
 }

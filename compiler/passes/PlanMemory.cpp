@@ -2,7 +2,10 @@
 //
 // Liveness from declared effects, then greedy placement, largest buffer
 // first, at the lowest aligned offset that collides with no buffer whose
-// live interval meets its own. The capture verifier re-checks the offsets
+// live interval meets its own. An interval can be held for `reuse-distance`
+// more ops than its last access: reusing bytes is a write after the
+// previous owner's reads, which a backend that runs independent ops side by
+// side must order, so bytes freed only just before are worth not taking. The capture verifier re-checks the offsets
 // this pass writes, with its own per-access analysis, so a bug here is
 // caught rather than trusted.
 //
@@ -33,8 +36,12 @@ struct LiveBuffer {
   int64_t first = 0;
   int64_t last = -1; ///< Below `first` when nothing touches the buffer.
 
-  bool meets(const LiveBuffer &o) const {
-    return first <= o.last && o.first <= last;
+  /// Whether the bytes of the two may not be shared: their intervals,
+  /// each held `hold` more ops, meet.
+  bool meets(const LiveBuffer &o, int64_t hold) const {
+    if (last < first || o.last < o.first) // untouched: no bytes needed
+      return false;
+    return first <= o.last + hold && o.first <= last + hold;
   }
 };
 
@@ -49,6 +56,12 @@ struct PlanMemory : mlir::kiln::impl::PlanMemoryBase<PlanMemory> {
       func.emitError("kiln-plan-memory: alignment must be a power of two, "
                      "got ")
           << static_cast<int64_t>(alignment);
+      return signalPassFailure();
+    }
+    if (reuseDistance < 0) {
+      func.emitError("kiln-plan-memory: reuse-distance must not be "
+                     "negative, got ")
+          << static_cast<int64_t>(reuseDistance);
       return signalPassFailure();
     }
 
@@ -123,7 +136,7 @@ struct PlanMemory : mlir::kiln::impl::PlanMemoryBase<PlanMemory> {
       const LiveBuffer &b = buffers[i];
       taken.clear();
       for (size_t j : placed)
-        if (b.meets(buffers[j]))
+        if (b.meets(buffers[j], reuseDistance))
           taken.push_back({offsets[j], offsets[j] + buffers[j].bytes});
       llvm::sort(taken);
       int64_t at = 0;

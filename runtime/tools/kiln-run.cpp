@@ -113,7 +113,7 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
 
 environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_BRANCHES=N     at most N parallel branches in a step's graph
-                           (default 4; 1: the ops in list order)
+                           (default 8; 1: the ops in list order)
   KILN_CUDA_PDL=0          no programmatic dependent launch
   KILN_CUDA_OMIT=K1,K2     leave every op of kinds K1, K2 (rms_norm, rope,
                            ...) out of the step: what they cost on the

@@ -99,6 +99,13 @@ static cl::opt<bool>
 static cl::opt<int64_t>
     alignment(cl::cat(kilnOptions), "alignment", cl::init(256),
               cl::desc("Byte alignment of every arena buffer (power of two)"));
+static cl::opt<int64_t> reuseDistance(
+    cl::cat(kilnOptions), "reuse-distance", cl::init(16),
+    cl::desc("Ops after an arena buffer's last access before another buffer "
+             "may take its bytes: reused bytes order their new writer after "
+             "the old readers, so a distance keeps nearby independent ops "
+             "free to overlap on a backend's parallel branches (default 16; "
+             "0: reuse at once)"));
 static cl::opt<std::string>
     weightType(cl::cat(kilnOptions), "weight-type", cl::init("bf16"),
                cl::desc("With config.json: the type the checkpoint's "
@@ -165,6 +172,11 @@ int main(int argc, char **argv) {
                  << ": must be a power of two\n";
     return 2;
   }
+  if (reuseDistance < 0 || reuseDistance > 1000000) {
+    llvm::errs() << "kiln-compile: error: --reuse-distance=" << reuseDistance
+                 << ": expected a count of ops from 0 to 1000000\n";
+    return 2;
+  }
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point since) {
     return std::chrono::duration<double>(Clock::now() - since).count();
@@ -225,7 +237,7 @@ int main(int argc, char **argv) {
     else
       step = (*module)->clone();
     mlir::PassManager pm(&context);
-    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp);
+    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";

@@ -1,6 +1,8 @@
 // RUN: kiln-opt %s --split-input-file --kiln-plan-memory | FileCheck %s
 // RUN: kiln-opt %s --split-input-file --kiln-plan-memory=alignment=64 | FileCheck %s --check-prefix=ALIGN64
 // RUN: kiln-opt %s --split-input-file --kiln-plan-memory --kiln-verify-capture -o /dev/null
+// RUN: kiln-opt %s --split-input-file --kiln-plan-memory=reuse-distance=1 | FileCheck %s --check-prefix=HOLD1
+// RUN: kiln-opt %s --split-input-file --kiln-plan-memory=reuse-distance=1 --kiln-verify-capture -o /dev/null
 
 // The static memory plan: live intervals from declared effects (through
 // views), placement largest first at the lowest aligned offset free of
@@ -15,6 +17,11 @@
 // CHECK: step.buffer "a" at 1024 : memref<256xf32>
 // CHECK: step.buffer "b" at 2048 : memref<256xf32>
 // CHECK: step.buffer "c" at 1024 : memref<256xf32>
+// With a reuse distance of one op, a's bytes are still held when c is
+// first written (the op right after a's last read): c takes new ones.
+// HOLD1-LABEL: func.func @chain()
+// HOLD1-SAME: step.plan = #step.plan<arena_bytes = 4096, peak_live_bytes = 3072, alignment = 256, buffers = 4>
+// HOLD1: step.buffer "c" at 3072 : memref<256xf32>
 func.func @chain() {
   %tok = step.input "token" : memref<i32>
   %out = step.output "out" : memref<256xf32>
