@@ -283,8 +283,12 @@ struct CudaRank {
     return inlineResult_.value_or(Status::ok());
   }
 
+  /// Zeroed scratch of its own (MLA's counts its blocks' arrivals in it).
   Expected<float *> scratchFloats(uint64_t n) {
     KILN_ASSIGN(m, DeviceMemory::allocate(n * sizeof(float), where));
+    if (n)
+      KILN_TRY(check(cudaMemset(m.get(), 0, n * sizeof(float)), where,
+                     "cudaMemset"));
     scratch.push_back(std::move(m));
     return scratch.back().get<float>();
   }
@@ -1542,6 +1546,11 @@ std::string faultText(const StepFault &f) {
                        "(the group's ranks ran different steps, or one "
                        "stopped)",
                        f.value, f.limit);
+  case FaultCode::GridWaitTimeout:
+    return fmt::format("the kernel's {} blocks did not all run within 10 s "
+                       "(they wait for each other; another process holding "
+                       "the GPU's multiprocessors can starve them)",
+                       f.value);
   default:
     return fmt::format("fault code {} (value {}, limit {})", f.code, f.value,
                        f.limit);

@@ -810,7 +810,9 @@ constexpr int kMlaThreads = 512;
 /// 64).
 constexpr int kMlaMaxWidth = 24 * kWarp;
 /// A combine block's output values (of one head)...
-constexpr int kMlaCombineColumns = 64;
+constexpr int kMlaCombineColumns = 32;
+/// The scratch's first floats, which hold the grid's arrival words.
+constexpr int64_t kMlaArrivalFloats = 4;
 /// ...and its groups of threads, which split the chunks.
 constexpr int kMlaCombineGroups = kMlaThreads / kMlaCombineColumns;
 
@@ -822,6 +824,9 @@ struct MlaArgs {
   int64_t capacity;
   float scale;
   float *partM, *partL, *partO; ///< [chunks][heads], [chunks][heads][latent]
+  /// The grid's arrival count and generation (zero before the first call;
+  /// the count is zero again after each).
+  uint32_t *arrivals;
   float *out;
   FaultSink fault;
 };
@@ -1130,8 +1135,8 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   }
 }
 
-/// Combine task (h, slice): head h's output values [64 slice, 64 slice +
-/// 64), by the whole block. Its kMlaCombineGroups x 64 threads split the
+/// Combine task (h, slice): head h's output values [32 slice, 32 slice +
+/// 32), by the whole block. Its kMlaCombineGroups x 32 threads split the
 /// chunks: thread (g, j) sums chunks g, g + groups, ... ascending for value
 /// j, and the groups' sums are added in group order, so each thread has
 /// only a few dependent rounds of loads. M and L are formed by every block
@@ -1208,11 +1213,57 @@ __device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
   }
 }
 
-/// Block b takes chunks b, b + grid, ...: at most one block per
-/// multiprocessor (one wave), so a cache longer than the context costs no
-/// blocks with nothing to do.
+/// How long a block waits for the rest of the grid before it reports the
+/// wait as a fault instead of hanging (the grid is one wave, so every block
+/// is resident unless something else holds the multiprocessors).
+constexpr uint64_t kGridWaitNs = 10'000'000'000ull;
+
+__device__ inline uint64_t globalNanos() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/// Every block of the grid has arrived, and its writes before the call are
+/// visible to the caller's block. A generation barrier: the last block to
+/// arrive clears the count and advances the generation, which the others
+/// wait for (read before arriving, so no block can miss it).
+__device__ void mlaGridBarrier(const MlaArgs &a) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t *count = a.arrivals, *generation = a.arrivals + 1;
+    const uint32_t seen = atomicAdd(generation, 0u);
+    __threadfence();
+    if (atomicAdd(count, 1u) == gridDim.x - 1) {
+      atomicExch(count, 0u);
+      __threadfence();
+      atomicAdd(generation, 1u);
+    } else {
+      const uint64_t start = globalNanos();
+      while (atomicAdd(generation, 0u) == seen) {
+        if (globalNanos() - start > kGridWaitNs) {
+          recordFault(a.fault, FaultCode::GridWaitTimeout, gridDim.x, 0);
+          break;
+        }
+        __nanosleep(32);
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+/// The whole of MLA in one kernel of at most one wave (the blocks that fit
+/// on the GPU at once), so that every block is resident and they can wait
+/// for each other:
+///   1. block b takes chunks b, b + grid, ... (mlaChunk);
+///   2. all blocks wait for every chunk (mlaGridBarrier);
+///   3. block b takes combine tasks b, b + grid, ... (mlaCombine), and the
+///      last block reports the first fault of the inputs.
+/// One kernel, not a chunk kernel and a combine kernel: the second's launch
+/// and wait were most of its 6 us on a GLM-5 layer's critical path.
 template <class Shape>
-__global__ void __launch_bounds__(kMlaThreads) mlaChunkKernel(MlaArgs a) {
+__global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   stepKernelPrologue();
   extern __shared__ float shared[];
   // The first chunk's selection entries (within the selection's capacity,
@@ -1229,23 +1280,20 @@ __global__ void __launch_bounds__(kMlaThreads) mlaChunkKernel(MlaArgs a) {
       __syncthreads(); // the previous chunk's rows and scores are read
     mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x);
   }
-}
-
-/// Block (h, slice) of a grid of heads x (slices + 1): the combine task, or
-/// in the last row's first block the fault report (so no output block
-/// waits for that serial check).
-template <class Shape>
-__global__ void __launch_bounds__(kMlaThreads) mlaCombineKernel(MlaArgs a) {
-  stepKernelPrologue();
-  extern __shared__ float shared[];
-  if (blockIdx.y == gridDim.y - 1) {
-    if (blockIdx.x == 0)
-      mlaReportFault(a);
-    return;
-  }
-  const int64_t attended = mlaAttended(a);
+  mlaGridBarrier(a);
+  const int slices =
+      (Shape::latent(a) + kMlaCombineColumns - 1) / kMlaCombineColumns;
+  const int tasks = int(a.heads) * slices;
   if (attended >= 0)
-    mlaCombine<Shape>(a, blockIdx.x, blockIdx.y, attended, shared);
+    for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
+      if (task != int(blockIdx.x))
+        __syncthreads(); // the previous task's weights and sums are read
+      mlaCombine<Shape>(a, task / slices, task % slices, attended, shared);
+    }
+  if (blockIdx.x == gridDim.x - 1) {
+    __syncthreads();
+    mlaReportFault(a);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -2128,12 +2176,6 @@ constexpr uint64_t kPeerTimeoutNs = 10'000'000'000ull;
 constexpr int kPeerThreads = 256;
 constexpr int kPeerPer = 4; ///< values a thread
 
-__device__ inline uint64_t globalNanos() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __device__ inline void storeRelease(uint32_t *p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v)
                : "memory");
@@ -2627,65 +2669,58 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 
 int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions) {
   const int64_t chunks = (positions + kMlaChunk - 1) / kMlaChunk;
-  return chunks * heads * (latent + 2);
+  // The grid's two arrival words (first, 16 bytes, so that any shape
+  // called on the same scratch finds them where the last call left them
+  // zeroed), then the partial results.
+  return kMlaArrivalFloats + chunks * heads * (latent + 2);
 }
 
 namespace {
 
-/// launchMlaAttention's kernels for one MlaShape.
+/// launchMlaAttention's kernel for one MlaShape.
 template <class Shape>
 cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
+  // The chunks' rows and scores, or the combine's chunk weights, whichever
+  // is larger.
+  const size_t shared =
+      sizeof(float) * std::max(size_t(kMlaChunk * (a.cache.width + a.heads)),
+                               size_t(chunks));
   // At most one wave (the blocks that fit on the GPU at once: GLM-5's
   // kernel has two a multiprocessor), each block taking every grid-th
-  // chunk.
-  const size_t chunkShared =
-      sizeof(float) * size_t(kMlaChunk * (a.cache.width + a.heads));
-  // The wave is asked of the runtime once per host thread, device and
-  // shared size, not at every launch (an eager step launches this a layer).
+  // chunk: the blocks wait for each other, so all must be resident. The
+  // wave is asked of the runtime once per host thread, device and shared
+  // size, not at every launch (an eager step launches this a layer).
   static thread_local int waveDevice = -1;
   static thread_local size_t waveShared = 0;
   static thread_local int64_t wave = 0;
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     return e;
-  if (device != waveDevice || chunkShared != waveShared) {
+  // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
+  // long contexts); the H200 allows 227 KiB.
+  if (shared > 48 * 1024)
+    if (cudaError_t e = allowDynamicShared(mlaKernel<Shape>, shared);
+        e != cudaSuccess)
+      return e;
+  if (device != waveDevice || shared != waveShared) {
     int processors = 0, resident = 0;
     if (cudaError_t e = cudaDeviceGetAttribute(
             &processors, cudaDevAttrMultiProcessorCount, device);
         e != cudaSuccess)
       return e;
     if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &resident, mlaChunkKernel<Shape>, kMlaThreads, chunkShared);
+            &resident, mlaKernel<Shape>, kMlaThreads, shared);
         e != cudaSuccess)
       return e;
-    wave = int64_t(processors) * (resident > 1 ? resident : 1);
+    if (resident < 1)
+      return cudaErrorInvalidConfiguration;
+    wave = int64_t(processors) * resident;
     waveDevice = device;
-    waveShared = chunkShared;
+    waveShared = shared;
   }
-  const int64_t grid = chunks < wave ? chunks : wave;
-  const size_t combineShared = sizeof(float) * size_t(chunks);
-  // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
-  // long contexts); the H200 allows 227 KiB.
-  if (chunkShared > 48 * 1024)
-    if (cudaError_t e = allowDynamicShared(mlaChunkKernel<Shape>, chunkShared);
-        e != cudaSuccess)
-      return e;
-  if (combineShared > 48 * 1024)
-    if (cudaError_t e =
-            allowDynamicShared(mlaCombineKernel<Shape>, combineShared);
-        e != cudaSuccess)
-      return e;
-  if (cudaError_t e = launchStep(mlaChunkKernel<Shape>, unsigned(grid),
-                                 kMlaThreads, chunkShared, s, a);
-      e != cudaSuccess)
-    return e;
-  // One row of blocks per 64 output values, and one more for the fault
-  // report.
-  const dim3 combineGrid(
-      unsigned(a.heads),
-      unsigned((a.latent + kMlaCombineColumns - 1) / kMlaCombineColumns) + 1);
-  return launchStep(mlaCombineKernel<Shape>, combineGrid, kMlaThreads,
-                    combineShared, s, a);
+  const int64_t grid = chunks < wave ? (chunks > 0 ? chunks : 1) : wave;
+  return launchStep(mlaKernel<Shape>, unsigned(grid), kMlaThreads, shared, s,
+                    a);
 }
 
 /// GLM-5's latent and rope widths, which the specialised kernels fix.
@@ -2718,9 +2753,10 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
             count,
             capacity,
             scale,
-            scratch,
-            scratch + chunks * heads,
-            scratch + 2 * chunks * heads,
+            scratch + kMlaArrivalFloats,
+            scratch + kMlaArrivalFloats + chunks * heads,
+            scratch + kMlaArrivalFloats + 2 * chunks * heads,
+            reinterpret_cast<uint32_t *>(scratch),
             out,
             fault};
   cudaError_t e = cudaSuccess;

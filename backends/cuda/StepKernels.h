@@ -44,6 +44,7 @@ enum class FaultCode : int32_t {
   CountOutOfRange = 4,     ///< mla_attention: value = count, limit = capacity
   ExpertOutOfRange = 5,    ///< moe_experts: value = id, limit = experts
   PeerTimeout = 6, ///< all-reduce over peers: value = the peer, limit = epoch
+  GridWaitTimeout = 7, ///< mla_attention: value = the grid's blocks
 };
 
 /// An op's fault, in device memory. `code` is claimed with atomicCAS(&code,
@@ -346,7 +347,10 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// a buffer is touched). qLatent [heads][latent], qRope [heads][rope], out
 /// [heads][latent]. Split over positions: each cache row is read once for
 /// all heads; `scratch` holds mlaScratchFloats(heads, latent,
-/// cache.positions) floats of per-chunk partial results. Kernels compiled
+/// cache.positions) floats: first two words the kernel's blocks count their
+/// arrivals in, which must be zero before the first call (each call leaves
+/// them so, for a call of any shape), then per-chunk partial results.
+/// Kernels compiled
 /// for GLM-5's widths (512 + 64) run where they apply.
 int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions);
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,

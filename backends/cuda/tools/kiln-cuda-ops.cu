@@ -81,8 +81,10 @@ namespace {
 /// A device array of n T, freed on destruction.
 template <class T> class DeviceArray {
 public:
+  /// Zeroed (an MLA scratch's arrival words must start at zero).
   explicit DeviceArray(size_t n) : n_(n) {
     CHECK_CUDA(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
+    CHECK_CUDA(cudaMemset(p_, 0, std::max<size_t>(n, 1) * sizeof(T)));
   }
   explicit DeviceArray(const std::vector<T> &v) : DeviceArray(v.size()) {
     upload(v);
