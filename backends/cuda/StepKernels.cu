@@ -1224,17 +1224,17 @@ __device__ inline uint64_t globalNanos() {
   return t;
 }
 
-/// Every block of the grid has arrived, and its writes before the call are
-/// visible to the caller's block. A generation barrier: the last block to
-/// arrive clears the count and advances the generation, which the others
-/// wait for (read before arriving, so no block can miss it).
-__device__ void mlaGridBarrier(const MlaArgs &a) {
+/// Blocks 0 .. blocks - 1 have all arrived, and their writes before the
+/// call are visible to the caller's block. A generation barrier: the last
+/// block to arrive clears the count and advances the generation, which the
+/// others wait for (read before arriving, so no block can miss it).
+__device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
   __syncthreads();
   if (threadIdx.x == 0) {
     uint32_t *count = a.arrivals, *generation = a.arrivals + 1;
     const uint32_t seen = atomicAdd(generation, 0u);
     __threadfence();
-    if (atomicAdd(count, 1u) == gridDim.x - 1) {
+    if (atomicAdd(count, 1u) == blocks - 1) {
       atomicExch(count, 0u);
       __threadfence();
       atomicAdd(generation, 1u);
@@ -1242,7 +1242,7 @@ __device__ void mlaGridBarrier(const MlaArgs &a) {
       const uint64_t start = globalNanos();
       while (atomicAdd(generation, 0u) == seen) {
         if (globalNanos() - start > kGridWaitNs) {
-          recordFault(a.fault, FaultCode::GridWaitTimeout, gridDim.x, 0);
+          recordFault(a.fault, FaultCode::GridWaitTimeout, blocks, 0);
           break;
         }
         __nanosleep(32);
@@ -1257,9 +1257,12 @@ __device__ void mlaGridBarrier(const MlaArgs &a) {
 /// on the GPU at once), so that every block is resident and they can wait
 /// for each other:
 ///   1. block b takes chunks b, b + grid, ... (mlaChunk);
-///   2. all blocks wait for every chunk (mlaGridBarrier);
-///   3. block b takes combine tasks b, b + grid, ... (mlaCombine), and the
-///      last block reports the first fault of the inputs.
+///   2. the blocks with work wait for every chunk (mlaGridBarrier);
+///   3. block b takes combine tasks b, b + grid, ... (mlaCombine).
+/// The grid is sized by the cache's capacity when the step is captured, so
+/// at short contexts most blocks have neither a chunk nor a task: they
+/// leave at once and are not waited for. The last block reports the first
+/// fault of the inputs (at once when it has no work).
 /// One kernel, not a chunk kernel and a combine kernel: the second's launch
 /// and wait were most of its 6 us on a GLM-5 layer's critical path.
 template <class Shape>
@@ -1275,22 +1278,33 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   const int64_t attended = mlaAttended(a);
   const int64_t chunks =
       attended > 0 ? (attended + kMlaChunk - 1) / kMlaChunk : 0;
+  const int slices =
+      (Shape::latent(a) + kMlaCombineColumns - 1) / kMlaCombineColumns;
+  const int tasks = int(a.heads) * slices;
+  // The same for every block (the same scalars).
+  const int64_t wanted =
+      attended >= 0 ? (chunks > tasks ? chunks : int64_t(tasks)) : 1;
+  const unsigned blocks =
+      unsigned(wanted < int64_t(gridDim.x) ? (wanted > 0 ? wanted : 1)
+                                           : int64_t(gridDim.x));
+  if (blockIdx.x >= blocks) {
+    if (blockIdx.x == gridDim.x - 1)
+      mlaReportFault(a);
+    return;
+  }
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     if (c != blockIdx.x)
       __syncthreads(); // the previous chunk's rows and scores are read
     mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x);
   }
-  mlaGridBarrier(a);
-  const int slices =
-      (Shape::latent(a) + kMlaCombineColumns - 1) / kMlaCombineColumns;
-  const int tasks = int(a.heads) * slices;
+  mlaGridBarrier(a, blocks);
   if (attended >= 0)
     for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
       if (task != int(blockIdx.x))
         __syncthreads(); // the previous task's weights and sums are read
       mlaCombine<Shape>(a, task / slices, task % slices, attended, shared);
     }
-  if (blockIdx.x == gridDim.x - 1) {
+  if (blocks == gridDim.x && blockIdx.x == gridDim.x - 1) {
     __syncthreads();
     mlaReportFault(a);
   }
