@@ -84,6 +84,10 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph env KILN_CUDA_GRAPH_STATS=1 \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # The first tokens of a context: MLA's blocks wait for each other there
+  # with little work each (docs/perf.md, seventh pass).
+  step bench-glm5-tp8-rank0-graph-64 run "$m/glm5.cuda.tp8.kiln" --bench \
+    --simulate-rank 0/8 --context 64 --steps 30
   step bench-glm5-tp8-rank0-graph-4k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 4096 --steps 20
   step bench-glm5-tp8-rank0-graph-16k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
