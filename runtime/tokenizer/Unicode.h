@@ -24,7 +24,7 @@ enum class CharClass : uint8_t { Other, Letter, Number, Space };
 /// The class of code point `cp` (Other for anything above U+10FFFF).
 CharClass classify(uint32_t cp);
 
-/// The Unicode version the class tables were generated from ("14.0.0").
+/// The Unicode version the class tables were generated from ("16.0.0").
 std::string_view unicodeTablesVersion();
 
 /// One unit of text: a well-formed UTF-8 code point, or a single byte that

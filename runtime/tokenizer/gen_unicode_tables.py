@@ -2,18 +2,19 @@
 """Writes UnicodeTables.inc: the code point classes the glm4 pre-tokenizer needs.
 
 The split pattern uses \\p{L} (general category L*), \\p{N} (N*) and \\s. The
-tables are derived from Python's unicodedata (the Unicode version is recorded
-in the output). \\s is what Oniguruma, the regex engine of HuggingFace
-`tokenizers`, means by it: U+0009..U+000D, U+0085 and the categories Zs, Zl
-and Zp; Python's str.isspace() differs (it also accepts U+001C..U+001F).
+tables are derived from the PyPI package unicodedata2 (unicodedata's
+interface, with newer Unicode data than a given Python has; utils/setup.sh
+pins the version to the one HuggingFace `tokenizers`' regex engine knows),
+and the Unicode version is recorded in the output. \\s is what Oniguruma,
+that regex engine, means by it: U+0009..U+000D, U+0085 and the categories Zs,
+Zl and Zp; Python's str.isspace() differs (it also accepts U+001C..U+001F).
 
 Usage: .venv/bin/python runtime/tokenizer/gen_unicode_tables.py [OUT]
-       [--module unicodedata2]
+       [--module unicodedata]
 OUT defaults to UnicodeTables.inc beside this script. --module takes the
-data from another module with unicodedata's interface (the PyPI package
-unicodedata2 follows newer Unicode versions than a given Python does; the
-committed tables use the standard module). Deterministic: the same Unicode
-version always gives the same file.
+data from another module with unicodedata's interface (the standard module:
+this Python's Unicode version). Deterministic: the same Unicode version
+always gives the same file.
 """
 import argparse
 import importlib
@@ -59,8 +60,8 @@ def render(unicodedata, ranges):
     lines = [
         "// UnicodeTables.inc - code point classes of the glm4 pre-tokenizer.",
         "//",
-        f"// GENERATED from Python's {unicodedata.__name__}, Unicode {version}, by",
-        "// runtime/tokenizer/gen_unicode_tables.py; do not edit. Regenerate with",
+        f"// GENERATED from the Python module {unicodedata.__name__}, Unicode {version},",
+        "// by runtime/tokenizer/gen_unicode_tables.py; do not edit. Regenerate with",
         "//   .venv/bin/python runtime/tokenizer/gen_unicode_tables.py",
         "// Each entry is {first, last, class}: L letters (general category L*),",
         "// N numbers (N*), S whitespace as Oniguruma's \\s (U+0009..U+000D,",
@@ -84,7 +85,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=pathlib.Path,
                         default=here / "UnicodeTables.inc")
-    parser.add_argument("--module", default="unicodedata",
+    parser.add_argument("--module", default="unicodedata2",
                         help="where the character data comes from")
     args = parser.parse_args()
     unicodedata = importlib.import_module(args.module)

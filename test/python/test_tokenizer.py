@@ -12,7 +12,6 @@ docs/tokenizer.md: `tokenizers` may know a newer Unicode).
 import json
 import random
 import subprocess
-import unicodedata
 
 import pytest
 from gguf import GGUFReader, GGUFWriter
@@ -20,6 +19,9 @@ from gguf import GGUFReader, GGUFWriter
 from conftest import run_tool, tool
 
 tokenizers = pytest.importorskip("tokenizers")
+# The Unicode data Kiln's tables are generated from (utils/setup.sh pins it
+# to the version `tokenizers`' regex engine knows).
+import unicodedata2 as unicodedata  # noqa: E402
 from tokenizers import (Regex, Tokenizer, decoders, models,  # noqa: E402
                         pre_tokenizers, trainers)
 
@@ -299,8 +301,8 @@ def test_invalid_utf8_round_trips(reference):
 
 
 def test_split_matches_tokenizers_on_every_code_point(reference):
-    """The pre-tokenizer alone, on every code point that this Python's
-    Unicode version (that of the committed tables) assigns, each in contexts
+    """The pre-tokenizer alone, on every code point that the committed
+    tables' Unicode version (unicodedata2's) assigns, each in contexts
     that tell its class apart: after a letter, next to digits and
     punctuation, doubled after a space, after a word's apostrophe (the
     case-insensitive contractions: "x'ſ" is "x", "'ſ"), before a letter and
@@ -309,6 +311,9 @@ def test_split_matches_tokenizers_on_every_code_point(reference):
     hf, path = reference
     info = kiln(path, "info", b"").stdout.decode().splitlines()
     tables = dict(line.split(" ", 1) for line in info)["unicode"]
+    assert tables == unicodedata.unidata_version, (
+        "the committed tables are not from the pinned unicodedata2: "
+        "regenerate them (runtime/tokenizer/gen_unicode_tables.py)")
     split = pre_tokenizers.Split(Regex(GLM4_PATTERN), behavior="isolated")
     points = [cp for cp in range(0x110000)
               if not 0xD800 <= cp <= 0xDFFF
@@ -324,7 +329,7 @@ def test_split_matches_tokenizers_on_every_code_point(reference):
         context = text.encode()[max(0, offset - 20):offset + 20]
         pytest.fail(f"pieces differ at byte {offset}: "
                     f"{context.decode(errors='replace')!r} (Kiln's tables: "
-                    f"Unicode {tables}; code points from Python's "
+                    f"Unicode {tables}; code points from unicodedata2's "
                     f"{unicodedata.unidata_version})")
 
 
