@@ -1480,8 +1480,11 @@ Status writeSchedule(const CudaStep &s, const std::string &path) {
   std::string text = "unit\top\tbranch\twaits\tkernels\n";
   for (size_t i = 0; i < s.units.size(); ++i) {
     std::string waits;
-    for (int32_t d : s.schedule.waits[i])
-      waits += (waits.empty() ? "" : ",") + std::to_string(d);
+    for (int32_t d : s.schedule.waits[i]) {
+      if (!waits.empty())
+        waits += ',';
+      waits += std::to_string(d);
+    }
     const size_t before = i == 0 ? 0 : s.unitKernels[i - 1];
     text += fmt::format("{}\t{}\t{}\t{}\t{}\n", i, s.where[size_t(s.unitOp[i])],
                         s.schedule.branch[i], waits, s.unitKernels[i] - before);
