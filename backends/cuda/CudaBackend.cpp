@@ -287,8 +287,7 @@ struct CudaRank {
   Expected<float *> scratchFloats(uint64_t n) {
     KILN_ASSIGN(m, DeviceMemory::allocate(n * sizeof(float), where));
     if (n)
-      KILN_TRY(check(cudaMemset(m.get(), 0, n * sizeof(float)), where,
-                     "cudaMemset"));
+      CUDA_TRY(where, cudaMemset(m.get(), 0, n * sizeof(float)));
     scratch.push_back(std::move(m));
     return scratch.back().get<float>();
   }

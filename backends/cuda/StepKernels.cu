@@ -1213,10 +1213,11 @@ __device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
   }
 }
 
-/// How long a block waits for the rest of the grid before it reports the
-/// wait as a fault instead of hanging (the grid is one wave, so every block
-/// is resident unless something else holds the multiprocessors).
-constexpr uint64_t kGridWaitNs = 10'000'000'000ull;
+/// How long a kernel waits for other blocks (MLA's grid barrier: the grid
+/// is one wave, so every block is resident unless something else holds the
+/// multiprocessors) or other GPUs (the one-shot all-reduce) before it
+/// reports the wait as a step fault instead of hanging.
+constexpr uint64_t kDeviceWaitNs = 10'000'000'000ull;
 
 __device__ inline uint64_t globalNanos() {
   uint64_t t;
@@ -1241,7 +1242,7 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
     } else {
       const uint64_t start = globalNanos();
       while (atomicAdd(generation, 0u) == seen) {
-        if (globalNanos() - start > kGridWaitNs) {
+        if (globalNanos() - start > kDeviceWaitNs) {
           recordFault(a.fault, FaultCode::GridWaitTimeout, blocks, 0);
           break;
         }
@@ -2184,9 +2185,6 @@ cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
 
 namespace {
 
-/// A wait for a peer gives up after this long: a rank that never arrives
-/// is reported, not waited for forever.
-constexpr uint64_t kPeerTimeoutNs = 10'000'000'000ull;
 constexpr int kPeerThreads = 256;
 constexpr int kPeerPer = 4; ///< values a thread
 
@@ -2210,7 +2208,7 @@ __device__ inline void waitFor(const uint32_t *word, uint32_t target,
                                FaultSink fault, int64_t who) {
   const uint64_t start = globalNanos();
   while (int32_t(loadAcquire(word) - target) < 0) {
-    if (globalNanos() - start > kPeerTimeoutNs) {
+    if (globalNanos() - start > kDeviceWaitNs) {
       recordFault(fault, FaultCode::PeerTimeout, who, target);
       return;
     }

@@ -350,8 +350,7 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// cache.positions) floats: first two words the kernel's blocks count their
 /// arrivals in, which must be zero before the first call (each call leaves
 /// them so, for a call of any shape), then per-chunk partial results.
-/// Kernels compiled
-/// for GLM-5's widths (512 + 64) run where they apply.
+/// Kernels compiled for GLM-5's widths (512 + 64) run where they apply.
 int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions);
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t heads, int64_t latent, int64_t rope,

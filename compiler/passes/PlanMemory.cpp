@@ -5,9 +5,9 @@
 // live interval meets its own. An interval can be held for `reuse-distance`
 // more ops than its last access: reusing bytes is a write after the
 // previous owner's reads, which a backend that runs independent ops side by
-// side must order, so bytes freed only just before are worth not taking. The capture verifier re-checks the offsets
-// this pass writes, with its own per-access analysis, so a bug here is
-// caught rather than trusted.
+// side must order, so bytes freed only just before are worth not taking.
+// The capture verifier re-checks the offsets this pass writes, with its own
+// per-access analysis, so a bug here is caught rather than trusted.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
