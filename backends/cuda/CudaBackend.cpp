@@ -283,7 +283,8 @@ struct CudaRank {
     return inlineResult_.value_or(Status::ok());
   }
 
-  /// Zeroed scratch of its own (MLA's counts its blocks' arrivals in it).
+  /// Zeroed scratch of its own (MLA and the router count their blocks'
+  /// arrivals in theirs).
   Expected<float *> scratchFloats(uint64_t n) {
     KILN_ASSIGN(m, DeviceMemory::allocate(n * sizeof(float), where));
     if (n)
@@ -791,7 +792,8 @@ Expected<Launch> OpBinder::bind() {
       KILN_ASSIGN(b, param(2));
       bias = b;
     }
-    KILN_ASSIGN(logits, rank_.scratchFloats(uint64_t(d.experts)));
+    KILN_ASSIGN(scratch,
+                rank_.scratchFloats(uint64_t(routerScratchFloats(d.experts))));
     DeviceWeight gate = weight(1);
     const float *x = f32In(0);
     int32_t *ids = i32Out(0);
@@ -801,7 +803,7 @@ Expected<Launch> OpBinder::bind() {
     bool norm = d.normalize;
     float rs = float(d.routedScale);
     return wrap([=](cudaStream_t s) {
-      return launchMoeRouter(x, gate, bias, topK, g, norm, rs, logits, ids, w,
+      return launchMoeRouter(x, gate, bias, topK, g, norm, rs, scratch, ids, w,
                              s);
     });
   }

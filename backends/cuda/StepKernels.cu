@@ -1755,9 +1755,11 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
 __device__ void routerScores(const float *logits, int64_t experts,
                              const float *bias, Gating gating, float *prob,
                              float *choice, float *partials) {
+  // Logits are read from the L2 (ld.global.cg): routerKernel's choosing
+  // block reads what other blocks wrote.
   if (gating == Gating::Sigmoid) {
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-      const float logit = logits[e], b = bias ? bias[e] : 0.f;
+      const float logit = __ldcg(logits + e), b = bias ? bias[e] : 0.f;
       const float p = 1.f / (1.f + expf(-logit));
       prob[e] = p;
       // The bias only steers the choice; the weights come from p alone.
@@ -1766,11 +1768,11 @@ __device__ void routerScores(const float *logits, int64_t experts,
   } else {
     float maxLogit = -INFINITY;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
-      maxLogit = fmaxf(maxLogit, logits[e]);
+      maxLogit = fmaxf(maxLogit, __ldcg(logits + e));
     maxLogit = blockMax(maxLogit, partials);
     float sum = 0.f;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-      prob[e] = expf(logits[e] - maxLogit);
+      prob[e] = expf(__ldcg(logits + e) - maxLogit);
       sum += prob[e];
     }
     sum = blockSum(sum, partials);
@@ -1855,13 +1857,11 @@ __device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
 /// p + bias (NaN lowest, ties to the lower id), in that order; then the
 /// weights in k order. Dynamic shared memory: 2 * experts floats, then
 /// (blockDim / 32) * topK candidates.
-__global__ void routerSelectKernel(const float *logits, int64_t experts,
+__device__ void routerChooseSorted(const float *logits, int64_t experts,
                                    const float *bias, int64_t topK,
                                    Gating gating, bool normalize,
                                    float routedScale, int32_t *ids,
-                                   float *weights) {
-  stepKernelPrologue();
-  extern __shared__ float prob[];
+                                   float *weights, float *prob) {
   __shared__ float partials[kWarp];
   float *choice = prob + experts;
   Best *candidates = reinterpret_cast<Best *>(choice + experts);
@@ -1889,16 +1889,25 @@ __global__ void routerSelectKernel(const float *logits, int64_t experts,
   }
 }
 
+__global__ void routerSelectKernel(const float *logits, int64_t experts,
+                                   const float *bias, int64_t topK,
+                                   Gating gating, bool normalize,
+                                   float routedScale, int32_t *ids,
+                                   float *weights) {
+  stepKernelPrologue();
+  extern __shared__ float shared[];
+  routerChooseSorted(logits, experts, bias, topK, gating, normalize,
+                     routedScale, ids, weights, shared);
+}
+
 /// The choice for any topK: topK rounds of a warp arg-max over the experts
 /// not yet chosen (routerSelectKernel's result, one expert a round).
 /// Dynamic shared memory: 2 * experts floats, topK ints, experts bytes.
-__global__ void routerSelectRoundsKernel(const float *logits, int64_t experts,
-                                         const float *bias, int64_t topK,
-                                         Gating gating, bool normalize,
-                                         float routedScale, int32_t *ids,
-                                         float *weights) {
-  stepKernelPrologue();
-  extern __shared__ float prob[];
+__device__ void routerChooseRounds(const float *logits, int64_t experts,
+                                   const float *bias, int64_t topK,
+                                   Gating gating, bool normalize,
+                                   float routedScale, int32_t *ids,
+                                   float *weights, float *prob) {
   __shared__ float partials[kWarp];
   float *choice = prob + experts;
   int32_t *picked = reinterpret_cast<int32_t *>(choice + experts);
@@ -1938,6 +1947,114 @@ __global__ void routerSelectRoundsKernel(const float *logits, int64_t experts,
     ids[k] = picked[k];
     weights[k] = routerWeight(prob[picked[k]], sum, normalize, routedScale);
   }
+}
+
+__global__ void routerSelectRoundsKernel(const float *logits, int64_t experts,
+                                         const float *bias, int64_t topK,
+                                         Gating gating, bool normalize,
+                                         float routedScale, int32_t *ids,
+                                         float *weights) {
+  stepKernelPrologue();
+  extern __shared__ float shared[];
+  routerChooseRounds(logits, experts, bias, topK, gating, normalize,
+                     routedScale, ids, weights, shared);
+}
+
+/// The whole router for an F32 gate of 16-byte aligned rows (GLM-5's) in
+/// one kernel: a warp takes part `part` of `splits` of one expert's row
+/// (blocks of kRouterThreads hold whole rows), loads its first
+/// kRouterLoads float4 of weights into registers before waiting for its
+/// predecessor (the gate is never written during a step, so these loads
+/// cross no hazard and stream in while the predecessor finishes), then
+/// dots them with x; the block adds its parts in order into logits[row].
+/// The last block to finish (an arrival count, which atomicInc brings back
+/// to zero for the next call) then makes the choice, as the separate
+/// choice kernels do. One kernel, not a mat-vec and a one-block choice:
+/// the second's launch and wait were most of the ~6 us it added to a
+/// GLM-5 layer's critical path.
+constexpr int kRouterThreads = 256;
+constexpr int kRouterLoads = 8;
+
+struct RouterArgs {
+  const float *x;
+  const float4 *gate; ///< rows of cols4 float4
+  int64_t experts, cols4;
+  int splits;
+  const float *bias;
+  int64_t topK;
+  Gating gating;
+  bool normalize;
+  float routedScale;
+  uint32_t *arrivals;
+  float *logits;
+  int32_t *ids;
+  float *weights;
+};
+
+__global__ void __launch_bounds__(kRouterThreads) routerKernel(RouterArgs a) {
+  extern __shared__ float shared[];
+  __shared__ float partials[kRouterThreads / kWarp];
+  __shared__ bool last;
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  const int64_t row =
+      int64_t(blockIdx.x) * (kRouterThreads / kWarp / a.splits) +
+      warp / a.splits;
+  const int part = warp % a.splits;
+  const bool valid = row < a.experts; // the same for the whole warp
+  const int64_t begin = a.cols4 * part / a.splits,
+                end = a.cols4 * (part + 1) / a.splits;
+  const float4 *w = a.gate + (valid ? row : 0) * a.cols4;
+  float4 held[kRouterLoads];
+#pragma unroll
+  for (int k = 0; k < kRouterLoads; ++k) {
+    const int64_t c = begin + lane + int64_t(k) * kWarp;
+    held[k] = valid && c < end ? __ldg(w + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  stepKernelPrologue();
+  const float4 *x = reinterpret_cast<const float4 *>(a.x);
+  float sum = 0.f;
+  auto add = [&](float4 u, float4 v) {
+    sum = fmaf(u.x, v.x, sum);
+    sum = fmaf(u.y, v.y, sum);
+    sum = fmaf(u.z, v.z, sum);
+    sum = fmaf(u.w, v.w, sum);
+  };
+#pragma unroll
+  for (int k = 0; k < kRouterLoads; ++k) {
+    const int64_t c = begin + lane + int64_t(k) * kWarp;
+    if (valid && c < end)
+      add(held[k], x[c]);
+  }
+  // Rows longer than kRouterLoads float4 a lane (not GLM-5's).
+  for (int64_t c = begin + lane + int64_t(kRouterLoads) * kWarp; c < end;
+       c += kWarp)
+    if (valid)
+      add(__ldg(w + c), x[c]);
+  sum = warpSum(sum);
+  if (lane == 0)
+    partials[warp] = sum;
+  __syncthreads();
+  if (valid && part == 0 && lane == 0) {
+    float total = partials[warp];
+    for (int p = 1; p < a.splits; ++p)
+      total += partials[warp + p];
+    a.logits[row] = total;
+  }
+  __syncthreads(); // this block's logits are written
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicInc(a.arrivals, gridDim.x - 1) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) // the same for the whole block
+    return;
+  __threadfence(); // every block's logits are visible
+  if (a.topK <= kWarp)
+    routerChooseSorted(a.logits, a.experts, a.bias, a.topK, a.gating,
+                       a.normalize, a.routedScale, a.ids, a.weights, shared);
+  else
+    routerChooseRounds(a.logits, a.experts, a.bias, a.topK, a.gating,
+                       a.normalize, a.routedScale, a.ids, a.weights, shared);
 }
 
 //===----------------------------------------------------------------------===//
@@ -2860,12 +2977,21 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   return cudaGetLastError();
 }
 
+/// routerKernel's arrival count, ahead of the logits in the router's
+/// scratch (16 bytes, so the logits stay aligned).
+constexpr int64_t kRouterArrivalFloats = 4;
+
+int64_t routerScratchFloats(int64_t experts) {
+  return kRouterArrivalFloats + experts;
+}
+
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const float *bias, int64_t topK, Gating gating,
-                            bool normalize, float routedScale, float *logits,
+                            bool normalize, float routedScale, float *scratch,
                             int32_t *ids, float *weights, cudaStream_t s) {
   Geometry g;
   const int64_t experts = gate.rows;
+  float *logits = scratch ? scratch + kRouterArrivalFloats : nullptr;
   // One thread per expert (up to a full block): the sorting kernel's warps
   // each take chunks of 32 experts.
   const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
@@ -2882,6 +3008,47 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
       shared > 48 * 1024 || !logits ||
       (gating != Gating::Sigmoid && gating != Gating::Softmax))
     return cudaErrorInvalidValue;
+  const int64_t cols = gate.cols;
+  if (gate.type == GGMLType::F32 && gate.layout == WeightLayout::Blocks &&
+      cols % 4 == 0 && (reinterpret_cast<uintptr_t>(gate.data) & 15) == 0 &&
+      (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    RouterArgs a{};
+    a.x = x;
+    a.gate = reinterpret_cast<const float4 *>(gate.data);
+    a.experts = experts;
+    a.cols4 = cols / 4;
+    // The most parts a row (whole rows a block) that leave every lane a
+    // float4 of each: GLM-5's 6,144 values are 8 parts of 6 float4 a lane.
+    a.splits = kRouterThreads / kWarp;
+    while (a.splits > 1 && a.cols4 / a.splits < kWarp)
+      a.splits /= 2;
+    a.bias = bias;
+    a.topK = topK;
+    a.gating = gating;
+    a.normalize = normalize;
+    a.routedScale = routedScale;
+    a.arrivals = reinterpret_cast<uint32_t *>(scratch);
+    a.logits = logits;
+    a.ids = ids;
+    a.weights = weights;
+    // p and the choice scores, then the candidates of its kRouterThreads
+    // threads or the rounds' ids and marks.
+    const size_t routerShared =
+        size_t(experts) * 2 * sizeof(float) +
+        (sorting ? size_t(kRouterThreads / kWarp) * size_t(topK) * sizeof(Best)
+                 : size_t(topK) * sizeof(int32_t) + size_t(experts));
+    if (routerShared > 48 * 1024)
+      return cudaErrorInvalidValue;
+    const int64_t rowsPerBlock = kRouterThreads / kWarp / a.splits;
+    const int64_t blocks = (experts + rowsPerBlock - 1) / rowsPerBlock;
+    if (blocks > INT_MAX)
+      return cudaErrorInvalidValue;
+    if (cudaError_t e = launchStep(routerKernel, unsigned(blocks),
+                                   kRouterThreads, routerShared, s, a);
+        e != cudaSuccess)
+      return e;
+    return cudaGetLastError();
+  }
   if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
       e != cudaSuccess)
     return e;

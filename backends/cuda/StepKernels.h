@@ -379,10 +379,15 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
 /// softmax, the topK experts by p + bias (bias may be null; ties to the
 /// lower id) in descending order of that score into ids, weights[k] =
 /// p[ids[k]] (divided by max(their sum, 6.1035e-5) when normalize) times
-/// routedScale. `logits` is scratch of E floats.
+/// routedScale. `scratch` holds routerScratchFloats(E) floats: first an
+/// arrival count, which must be zero before the first call (each call
+/// leaves it so), then the logits. An F32 gate of 16-byte aligned rows
+/// (GLM-5's) runs as one kernel; any other as a mat-vec and a one-block
+/// choice.
+int64_t routerScratchFloats(int64_t experts);
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const float *bias, int64_t topK, Gating gating,
-                            bool normalize, float routedScale, float *logits,
+                            bool normalize, float routedScale, float *scratch,
                             int32_t *ids, float *weights, cudaStream_t s);
 
 /// The routed experts (CpuKernels.h moeExperts), reading only the chosen

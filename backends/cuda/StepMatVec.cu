@@ -41,6 +41,7 @@
 #include <climits>
 #include <initializer_list>
 #include <optional>
+#include <vector>
 
 namespace kiln::cuda {
 
@@ -1293,10 +1294,48 @@ bool aligned16(const void *p) {
 
 namespace {
 
+/// The warps of `kernel`, in blocks of kThreads, that the current GPU
+/// holds at once (its registers, shared memory and block limits): one
+/// wave. Asked of the runtime once per host thread, kernel and device; 0
+/// when the runtime cannot say.
+int64_t waveWarps(const void *kernel) {
+  struct Known {
+    const void *kernel;
+    int device;
+    int64_t warps;
+  };
+  static thread_local std::vector<Known> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess)
+    return 0;
+  for (const Known &k : known)
+    if (k.kernel == kernel && k.device == device)
+      return k.warps;
+  int processors = 0, resident = 0;
+  if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
+                             device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads,
+                                                    0) != cudaSuccess) {
+    cudaGetLastError(); // not the launch's error: the caller falls back
+    return 0;
+  }
+  known.push_back(
+      {kernel, device, int64_t(processors) * resident * kWarpsPerBlock});
+  return known.back().warps;
+}
+
 /// Split-K for `items` items of `passes` warp passes each, in whole
-/// passes, as splitsFor: enough warps, no idle segment.
-int splitsForPasses(int64_t items, int64_t passes) {
-  int64_t splits = (kTargetWarps + items - 1) / items;
+/// passes, as splitsFor: enough warps, no idle segment. The split-layout
+/// kernels are sized to one wave of `kernel` (kTargetWarps when unknown):
+/// a second, partial wave of warps that each make one round trip to
+/// memory costs a whole round trip more, where fewer warps with more
+/// passes each keep as many bytes in flight (GLM-5 at tp=8 on an H200:
+/// 6.23 ms a step at ~3,100 warps against 6.33 at 4,096 and 6.68 at
+/// 6,144, docs/perf.md).
+int splitsForPasses(int64_t items, int64_t passes, const void *kernel) {
+  const int64_t wave = waveWarps(kernel);
+  const int64_t target = wave > 0 ? wave : kTargetWarps;
+  int64_t splits = (target + items - 1) / items;
   splits = splits < kWarpsPerBlock ? splits : kWarpsPerBlock;
   splits = splits < passes ? splits : passes;
   if (splits > 1) {
@@ -1335,12 +1374,6 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
     a.normWeight = norm->weight;
     a.normEps = norm->eps;
   }
-  const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
-  a.splits = splitsForPasses(items, (w.cols + kSplitPass - 1) / kSplitPass);
-  const int warps = warpsPerBlock(a.splits);
-  const unsigned blocks = blocksFor(items, warps / a.splits);
-  if (blocks == 0)
-    return cudaErrorInvalidValue;
   const bool alignedX = (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
                         (w.cols * int64_t(sizeof(float))) % 16 == 0;
   const bool alignedG =
@@ -1350,6 +1383,13 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
                                    : linearQ8SplitKernel<kRows, false, true>)
            : (alignedX ? linearQ8SplitKernel<kRows, true>
                        : linearQ8SplitKernel<kRows, false>);
+  const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
+  a.splits = splitsForPasses(items, (w.cols + kSplitPass - 1) / kSplitPass,
+                             reinterpret_cast<const void *>(kernel));
+  const int warps = warpsPerBlock(a.splits);
+  const unsigned blocks = blocksFor(items, warps / a.splits);
+  if (blocks == 0)
+    return cudaErrorInvalidValue;
   if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
       e != cudaSuccess)
     return e;
@@ -1401,13 +1441,6 @@ cudaError_t launchLinearKSplit(const float *x, int64_t batch,
   a.rowsPerBatch = rowsPerBatch;
   a.stacked = stacked;
   a.y = y;
-  const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
-  a.splits = splitsForPasses(items, (a.blocks + kKSplitPassBlocks - 1) /
-                                        kKSplitPassBlocks);
-  const int warps = warpsPerBlock(a.splits);
-  const unsigned blocks = blocksFor(items, warps / a.splits);
-  if (blocks == 0)
-    return cudaErrorInvalidValue;
   const bool alignedX = aligned16(x);
   void (*kernel)(KSplitArgs) =
       type == GGMLType::Q4_K
@@ -1418,6 +1451,14 @@ cudaError_t launchLinearKSplit(const float *x, int64_t batch,
                       : linearKSplitKernel<GGMLType::Q5_K, kRows, false>)
           : (alignedX ? linearKSplitKernel<GGMLType::Q6_K, kRows, true>
                       : linearKSplitKernel<GGMLType::Q6_K, kRows, false>);
+  const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
+  a.splits = splitsForPasses(
+      items, (a.blocks + kKSplitPassBlocks - 1) / kKSplitPassBlocks,
+      reinterpret_cast<const void *>(kernel));
+  const int warps = warpsPerBlock(a.splits);
+  const unsigned blocks = blocksFor(items, warps / a.splits);
+  if (blocks == 0)
+    return cudaErrorInvalidValue;
   if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
       e != cudaSuccess)
     return e;
@@ -1462,17 +1503,6 @@ cudaError_t launchLinearNibbleSplit(const float *x, int64_t batch,
   a.rowsPerBatch = rowsPerBatch;
   a.stacked = stacked;
   a.y = y;
-  const int64_t rowsPerItem = kRows * (kWarp / a.lanesPerRow);
-  const int64_t items =
-      batch * ((rowsPerBatch + rowsPerItem - 1) / rowsPerItem);
-  // Narrower rows than a warp are one pass: never split.
-  a.splits = a.lanesPerRow == kWarp
-                 ? splitsForPasses(items, (a.units + kWarp - 1) / kWarp)
-                 : 1;
-  const int warps = warpsPerBlock(a.splits);
-  const unsigned blocks = blocksFor(items, warps / a.splits);
-  if (blocks == 0)
-    return cudaErrorInvalidValue;
   const bool alignedX = aligned16(x);
   void (*kernel)(NibbleSplitArgs) = nullptr;
   switch (type) {
@@ -1493,6 +1523,18 @@ cudaError_t launchLinearNibbleSplit(const float *x, int64_t batch,
                       : linearNibbleSplitKernel<GGMLType::Q5_1, kRows, false>;
     break;
   }
+  const int64_t rowsPerItem = kRows * (kWarp / a.lanesPerRow);
+  const int64_t items =
+      batch * ((rowsPerBatch + rowsPerItem - 1) / rowsPerItem);
+  // Narrower rows than a warp are one pass: never split.
+  a.splits = a.lanesPerRow == kWarp
+                 ? splitsForPasses(items, (a.units + kWarp - 1) / kWarp,
+                                   reinterpret_cast<const void *>(kernel))
+                 : 1;
+  const int warps = warpsPerBlock(a.splits);
+  const unsigned blocks = blocksFor(items, warps / a.splits);
+  if (blocks == 0)
+    return cudaErrorInvalidValue;
   if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
       e != cudaSuccess)
     return e;

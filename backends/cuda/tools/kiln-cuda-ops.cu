@@ -81,7 +81,7 @@ namespace {
 /// A device array of n T, freed on destruction.
 template <class T> class DeviceArray {
 public:
-  /// Zeroed (an MLA scratch's arrival words must start at zero).
+  /// Zeroed (MLA's and the router's scratch count arrivals from zero).
   explicit DeviceArray(size_t n) : n_(n) {
     CHECK_CUDA(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
     CHECK_CUDA(cudaMemset(p_, 0, std::max<size_t>(n, 1) * sizeof(T)));
@@ -1392,11 +1392,17 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                                     wantIds.data(), wantW.data())))
       continue;
     DeviceArray<float> dx(x), db(c.bias ? bias : std::vector<float>(1)),
-        logits(experts), dw(topK);
+        scratch(size_t(kc::routerScratchFloats(experts))), dw(topK),
+        other(normals(rng, hidden, 0.05));
     DeviceArray<int32_t> dids(topK);
-    run(kc::launchMoeRouter(dx.get(), gate.dev(), c.bias ? db.get() : nullptr,
-                            topK, c.gating, c.normalize, c.routedScale,
-                            logits.get(), dids.get(), dw.get(), nullptr));
+    // A call on another input first, on the same scratch: the checked
+    // result is the second call's, so a count the first left behind, or
+    // its logits, would show.
+    for (const DeviceArray<float> *input : {&other, &dx})
+      run(kc::launchMoeRouter(input->get(), gate.dev(),
+                              c.bias ? db.get() : nullptr, topK, c.gating,
+                              c.normalize, c.routedScale, scratch.get(),
+                              dids.get(), dw.get(), nullptr));
     r.line("moe_router", what + " ids", mismatches(dids.download(), wantIds), 0,
            "exact, separated scores");
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
@@ -1460,11 +1466,12 @@ void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
       continue;
     r.line("moe_router", what + ": the CPU's ids against the rules",
            mismatches(wantIds, want), 0, "exact");
-    DeviceArray<float> dx(x), db(bias), logits(experts), dw(topK);
+    DeviceArray<float> dx(x), db(bias),
+        scratch(size_t(kc::routerScratchFloats(experts))), dw(topK);
     DeviceArray<int32_t> dids(topK);
     run(kc::launchMoeRouter(dx.get(), gate.dev(), withBias ? db.get() : nullptr,
-                            topK, kc::Gating::Sigmoid, true, 2.5f, logits.get(),
-                            dids.get(), dw.get(), nullptr));
+                            topK, kc::Gating::Sigmoid, true, 2.5f,
+                            scratch.get(), dids.get(), dw.get(), nullptr));
     r.line("moe_router", what + " ids", mismatches(dids.download(), wantIds), 0,
            "exact: ties by the lower id, NaN last");
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
@@ -2060,14 +2067,16 @@ void benchOps() {
   CHECK_CUDA(kc::launchFillRandomBlocks(GGMLType::F32, gate.get(), gate.size(),
                                         9, stream));
   DeviceArray<int32_t> ids(8);
-  DeviceArray<float> rw(8), logits(experts), bias(normals(rng, experts, 0.1));
+  DeviceArray<float> rw(8),
+      routerScratch(size_t(kc::routerScratchFloats(experts))),
+      bias(normals(rng, experts, 0.1));
   kc::DeviceWeight g{GGMLType::F32, experts, hidden, gate.get()};
-  report("moe_router F32 6144x256 top 8",
-         timeInGraph(stream, [&](cudaStream_t s) {
-           return kc::launchMoeRouter(v.get(), g, bias.get(), 8,
-                                      kc::Gating::Sigmoid, true, 2.5f,
-                                      logits.get(), ids.get(), rw.get(), s);
-         }));
+  report(
+      "moe_router F32 6144x256 top 8", timeInGraph(stream, [&](cudaStream_t s) {
+        return kc::launchMoeRouter(v.get(), g, bias.get(), 8,
+                                   kc::Gating::Sigmoid, true, 2.5f,
+                                   routerScratch.get(), ids.get(), rw.get(), s);
+      }));
   CHECK_CUDA(cudaStreamDestroy(stream));
   benchMoe();
 }
