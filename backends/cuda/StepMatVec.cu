@@ -1329,9 +1329,10 @@ int64_t waveWarps(const void *kernel) {
 /// kernels are sized to one wave of `kernel` (kTargetWarps when unknown):
 /// a second, partial wave of warps that each make one round trip to
 /// memory costs a whole round trip more, where fewer warps with more
-/// passes each keep as many bytes in flight (GLM-5 at tp=8 on an H200:
-/// 6.23 ms a step at ~3,100 warps against 6.33 at 4,096 and 6.68 at
-/// 6,144, docs/perf.md).
+/// passes each keep as many bytes in flight (GLM-5 at tp=8 on an H200,
+/// whose wave of the q8_0-split kernel is 3,168 warps: 6.23 ms a step at
+/// 2,560 and 3,072 target warps, 6.33 at 4,096, 6.68 at 6,144;
+/// docs/perf.md).
 int splitsForPasses(int64_t items, int64_t passes, const void *kernel) {
   const int64_t wave = waveWarps(kernel);
   const int64_t target = wave > 0 ? wave : kTargetWarps;
