@@ -644,6 +644,22 @@ Expected<StepOp> Decoder::decode() {
     d_.k = q[1];
     d_.topK = topK;
     d_.scale = scale;
+    // The query's rope (kiln-fuse-indexer-rope): all four or none.
+    if (op_.attr("rope_dims") || op_.attr("rope_offset") ||
+        op_.attr("rope_style") || op_.attr("rope_theta")) {
+      KILN_ASSIGN(style, stringAttr("rope_style"));
+      KILN_ASSIGN(theta, floatAttr("rope_theta"));
+      KILN_ASSIGN(offset, intAttr("rope_offset"));
+      KILN_ASSIGN(dims, intAttr("rope_dims"));
+      if (style != "interleaved" && style != "neox")
+        return fail("rope_style must be 'interleaved' or 'neox'");
+      if (dims <= 0 || dims % 2 || offset < 0 || offset + dims > q[1])
+        return fail("the query's rotated range leaves its rows");
+      d_.neox = style == "neox";
+      d_.theta = theta;
+      d_.ropeOffset = offset;
+      d_.ropeDims = dims;
+    }
     break;
   }
   case OpKind::MoeRouter: {

@@ -101,7 +101,8 @@ struct StepOp {
   /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAddRmsNorm, NormRopeAppend.
   double epsilon = 0;
   /// Rope, NormRopeAppend (n = the row's width, k = the normalised
-  /// values, a layer norm when hasBias).
+  /// values, a layer norm when hasBias), DsaIndexer (the query's rope when
+  /// ropeDims > 0).
   bool neox = false;
   double theta = 0;
   int64_t ropeOffset = 0, ropeDims = 0;

@@ -432,8 +432,23 @@ Expected<std::function<Status()>> OpBinder::bind() {
     int32_t *sel = out(0).i32(), *count = out(1).i32();
     int64_t heads = d.heads, dim = d.k, topK = d.topK;
     float s = float(d.scale);
+    // The query's rope (kiln-fuse-indexer-rope), as the rope op would have
+    // written it, into a buffer of this op's.
+    int64_t ropeOffset = d.ropeOffset, ropeDims = d.ropeDims;
+    cpu::RopeStyle style =
+        d.neox ? cpu::RopeStyle::NeoX : cpu::RopeStyle::Interleaved;
+    float theta = float(d.theta);
+    auto rotated = std::make_shared<std::vector<float>>(
+        ropeDims > 0 ? size_t(heads * dim) : size_t(0));
     return Fn([=] {
-      return cpu::dsaIndexer(q, heads, dim, w, view, *pos, topK, s, sel, count);
+      const float *query = q;
+      if (ropeDims > 0) {
+        cpu::rope(q, heads, dim, *pos, style, theta, ropeOffset, ropeDims,
+                  rotated->data());
+        query = rotated->data();
+      }
+      return cpu::dsaIndexer(query, heads, dim, w, view, *pos, topK, s, sel,
+                             count);
     });
   }
   case OpKind::MoeRouter: {

@@ -780,10 +780,12 @@ Expected<Launch> OpBinder::bind() {
     int32_t *sel = i32Out(0), *count = i32Out(1);
     int64_t heads = d.heads, dim = d.k, topK = d.topK;
     float scale = float(d.scale);
+    QueryRope rope{d.neox ? RopeStyle::NeoX : RopeStyle::Interleaved,
+                   float(d.theta), d.ropeOffset, d.ropeDims};
     FaultSink f = sink();
     return wrap([=](cudaStream_t s) {
       return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
-                              sel, count, f, s);
+                              sel, count, f, s, rope);
     });
   }
   case OpKind::MoeRouter: {

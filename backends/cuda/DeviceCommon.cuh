@@ -4,6 +4,7 @@
 
 #include "MatVec.h"
 #include "StepKernels.h"
+#include "Warp.cuh"
 
 #include <climits>
 #include <cstdint>
@@ -21,6 +22,61 @@ inline std::optional<uint64_t> usableRowBytes(const DeviceWeight &w) {
       (w.rows > 0 && !w.data))
     return std::nullopt;
   return rowBytes(w.type, uint64_t(w.cols));
+}
+
+/// F32 mat-vec rows whose first loads are held in registers across the
+/// predecessor wait: a warp takes float4 [begin, end) of one row, lane l
+/// the float4s begin + l, begin + l + 32, ...; holdF32Part loads its first
+/// kHeldF32Loads of them (weights are never written during a step, so
+/// these loads cross no hazard and stream in while the predecessor
+/// finishes), heldF32Dot then dots them, and any beyond, with x: the
+/// lane's partial sum, in a fixed order, for warpSum.
+constexpr int kHeldF32Loads = 8;
+
+__device__ inline void holdF32Part(const float4 *row, int64_t begin,
+                                   int64_t end, bool valid,
+                                   float4 (&held)[kHeldF32Loads]) {
+  const int lane = int(threadIdx.x) % kWarp;
+#pragma unroll
+  for (int k = 0; k < kHeldF32Loads; ++k) {
+    const int64_t c = begin + lane + int64_t(k) * kWarp;
+    held[k] =
+        valid && c < end ? __ldg(row + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+__device__ inline float heldF32Dot(const float4 *row, const float4 *x,
+                                   int64_t begin, int64_t end, bool valid,
+                                   const float4 (&held)[kHeldF32Loads]) {
+  const int lane = int(threadIdx.x) % kWarp;
+  float sum = 0.f;
+  auto add = [&](float4 u, float4 v) {
+    sum = fmaf(u.x, v.x, sum);
+    sum = fmaf(u.y, v.y, sum);
+    sum = fmaf(u.z, v.z, sum);
+    sum = fmaf(u.w, v.w, sum);
+  };
+#pragma unroll
+  for (int k = 0; k < kHeldF32Loads; ++k) {
+    const int64_t c = begin + lane + int64_t(k) * kWarp;
+    if (valid && c < end)
+      add(held[k], x[c]);
+  }
+  for (int64_t c = begin + lane + int64_t(kHeldF32Loads) * kWarp; c < end;
+       c += kWarp)
+    if (valid)
+      add(__ldg(row + c), x[c]);
+  return sum;
+}
+
+/// Parts per row of a held F32 mat-vec with `warps` warps a block (whole
+/// rows a block): the most, a power of two up to `warps`, that leave every
+/// lane a float4 of each part.
+inline int heldF32Splits(int64_t cols4, int warps) {
+  int splits = warps;
+  while (splits > 1 && cols4 / splits < kWarp)
+    splits /= 2;
+  return splits;
 }
 
 /// Claims the op's fault record (its first claimer wins), fills in the

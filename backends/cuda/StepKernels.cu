@@ -941,7 +941,8 @@ __device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
     for (int k = 0; k < kMaxLoads; ++k) {
       const int i = int(threadIdx.x) + k * kMlaThreads;
       const int at = i < total ? i : 0;
-      const int64_t row = rowIndex[at / kPieces] >= 0 ? rowIndex[at / kPieces] : 0;
+      const int64_t row =
+          rowIndex[at / kPieces] >= 0 ? rowIndex[at / kPieces] : 0;
       raw[k] = base[row * kPieces + at % kPieces];
     }
 #pragma unroll
@@ -960,8 +961,9 @@ __device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
           f = __uint_as_float(word[e]);
         else {
           const uint16_t h = uint16_t(word[e / 2] >> (16 * (e % 2)));
-          f = kCache == int(CacheType::F16) ? halfBitsToFloat(h)
-                                            : __uint_as_float(uint32_t(h) << 16);
+          f = kCache == int(CacheType::F16)
+                  ? halfBitsToFloat(h)
+                  : __uint_as_float(uint32_t(h) << 16);
         }
         v[e] = good ? f : 0.f;
       }
@@ -1330,7 +1332,83 @@ struct IndexerArgs {
   float *scores;
   int32_t *selected, *count;
   FaultSink fault;
+  /// The query's rotation (ropeDims 0: none) and its host frequencies.
+  RopeStyle ropeStyle;
+  float ropeTheta;
+  int64_t ropeOffset, ropeDims;
+  RopeFrequencies ropeFreq;
 };
+
+/// The cosines and sines of the query's rope pairs at `position`, into
+/// shared memory when the host tabled the frequencies (the whole block
+/// calls it; the caller's next barrier publishes them); false when each
+/// use computes its own (more pairs than the table holds).
+/// The cosine and sine of one rope angle for the indexer's query, out of
+/// line: the angle (up to the context's length in radians) is reduced to
+/// [-pi, pi] in double, then sincosf (a few float ulp from the rounded
+/// double cos and sin of the CPU and of the rope kernels; the indexer's
+/// checks compare with the CPU's rope). Every score block computes its
+/// query's angles,
+/// and double sincos there cost GLM-5's indexer 3.4 us at 16k positions
+/// (26.9 -> 30.4 us; this way 28.7 us).
+__device__ __noinline__ void ropeAngle(double angle, float *c, float *s) {
+  constexpr double kTwoPi = 6.283185307179586;
+  const float r = float(angle - kTwoPi * rint(angle / kTwoPi));
+  sincosf(r, s, c);
+}
+
+__device__ bool queryRopeTable(const IndexerArgs &a, int32_t position,
+                               float *cosines, float *sines) {
+  const int pairs = int(a.ropeDims / 2);
+  if (a.ropeFreq.pairs != pairs)
+    return false;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x)
+    ropeAngle(double(position) * a.ropeFreq.inverse[i], cosines + i, sines + i);
+  return true;
+}
+
+/// Pair i's cosine and sine, from the table or computed as ropeKernel does.
+__device__ inline void queryRopeAngle(const IndexerArgs &a, int64_t i,
+                                      int32_t position, bool table,
+                                      const float *cosines, const float *sines,
+                                      float &c, float &s) {
+  if (table) {
+    c = cosines[i];
+    s = sines[i];
+    return;
+  }
+  ropeAngle(double(position) *
+                pow(double(a.ropeTheta), -2.0 * double(i) / double(a.ropeDims)),
+            &c, &s);
+}
+
+/// Query value j of a head row `qh`, rotated as launchRope would write it.
+__device__ inline float ropedQuery(const IndexerArgs &a, const float *qh,
+                                   int64_t j, int32_t position, bool table,
+                                   const float *cosines, const float *sines) {
+  const int64_t rel = j - a.ropeOffset;
+  if (a.ropeDims == 0 || rel < 0 || rel >= a.ropeDims)
+    return qh[j];
+  int64_t i, first;
+  bool isFirst;
+  if (a.ropeStyle == RopeStyle::Interleaved) {
+    i = rel / 2;
+    first = a.ropeOffset + 2 * i;
+    isFirst = rel % 2 == 0;
+  } else {
+    const int64_t half = a.ropeDims / 2;
+    i = rel < half ? rel : rel - half;
+    first = a.ropeOffset + i;
+    isFirst = rel < half;
+  }
+  const int64_t second = a.ropeStyle == RopeStyle::Interleaved
+                             ? first + 1
+                             : first + a.ropeDims / 2;
+  float c, s;
+  queryRopeAngle(a, i, position, table, cosines, sines, c, s);
+  const float x0 = qh[first], x1 = qh[second];
+  return isFirst ? x0 * c - x1 * s : x0 * s + x1 * c;
+}
 
 /// NaN ranks below everything (the CPU's rankable()).
 __device__ inline float rankable(float v) { return isnan(v) ? -INFINITY : v; }
@@ -1351,6 +1429,10 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
   // score is read.
   if (int64_t(position) + 1 <= a.topK)
     return;
+  __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
+  const bool table =
+      a.ropeDims > 0 && queryRopeTable(a, position, cosines, sines);
+  __syncthreads(); // the table is written
   const int lane = threadIdx.x % kWarp;
   for (int64_t t = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
        t <= position; t += int64_t(gridDim.x) * kWarpsPerBlock) {
@@ -1360,7 +1442,8 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
       const float *qh = a.q + h * a.dim;
       float dot = 0.f;
       for (int64_t j = lane; j < a.dim; j += kWarp)
-        dot += qh[j] * readCache(a.cache.data, a.cache.type, row + j);
+        dot += ropedQuery(a, qh, j, position, table, cosines, sines) *
+               readCache(a.cache.data, a.cache.type, row + j);
       dot = warpSum(dot);
       // std::max(dot, 0.f): a NaN dot stays NaN.
       sum += a.headWeights[h] * (dot < 0.f ? 0.f : dot);
@@ -1464,6 +1547,24 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   const int warps = blockDim.x / kWarp;
   float *q = staged, *w = staged + heads * pitch;
   float *keys = w + (heads + 3) / 4 * 4 + warp * P * dim;
+  const int64_t attended = int64_t(position) + 1;
+  const int64_t stride = int64_t(gridDim.x) * warps * P;
+  // Rows t0 .. t0 + n - 1 are back to back in the cache (the rows past n
+  // keep stale values: their sums are never written). The first group's
+  // rows are asked for before anything else, so their memory round trip
+  // passes under q's staging and the query's rotation; each next group's
+  // while this one's are scored.
+  auto rowsOf = [&](int64_t t) {
+    return int(attended - t < P ? attended - t : P);
+  };
+  StagedRows next;
+  int64_t t0 = (int64_t(blockIdx.x) * warps + warp) * P;
+  if (t0 < attended)
+    loadCacheRows(a.cache, t0 * dim, rowsOf(t0) * dim, next);
+  // The rotation's angles (double sines and cosines) while q arrives.
+  __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
+  const bool table =
+      a.ropeDims > 0 && queryRopeTable(a, position, cosines, sines);
   // q by 16-byte loads, four a thread in flight together.
   {
     const int quads = heads * dim / 4, rowQuads = dim / 4;
@@ -1485,21 +1586,29 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
       }
     }
   }
+  if (a.ropeDims > 0) {
+    // The staged rows rotated in place, one thread a pair.
+    __syncthreads(); // q and the angles are staged
+    const int pairs = int(a.ropeDims / 2);
+    for (int idx = threadIdx.x; idx < heads * pairs; idx += blockDim.x) {
+      const int h = idx / pairs, i = idx % pairs;
+      const int64_t first = a.ropeStyle == RopeStyle::Interleaved
+                                ? a.ropeOffset + 2 * i
+                                : a.ropeOffset + i;
+      const int64_t second = a.ropeStyle == RopeStyle::Interleaved
+                                 ? first + 1
+                                 : first + a.ropeDims / 2;
+      float c, sn;
+      queryRopeAngle(a, i, position, table, cosines, sines, c, sn);
+      float *row = q + h * pitch;
+      const float x0 = row[first], x1 = row[second];
+      row[first] = x0 * c - x1 * sn;
+      row[second] = x0 * sn + x1 * c;
+    }
+  }
   for (int h = threadIdx.x; h < heads; h += blockDim.x)
     w[h] = a.headWeights[h];
   __syncthreads();
-  const int64_t attended = int64_t(position) + 1;
-  const int64_t stride = int64_t(gridDim.x) * warps * P;
-  // Rows t0 .. t0 + n - 1 are back to back in the cache (the rows past n
-  // keep stale values: their sums are never written). The next group's
-  // rows are loaded while this one's are scored.
-  auto rowsOf = [&](int64_t t) {
-    return int(attended - t < P ? attended - t : P);
-  };
-  StagedRows next;
-  int64_t t0 = (int64_t(blockIdx.x) * warps + warp) * P;
-  if (t0 < attended)
-    loadCacheRows(a.cache, t0 * dim, rowsOf(t0) * dim, next);
   for (; t0 < attended; t0 += stride) {
     const int n = rowsOf(t0);
     storeCacheRows(a.cache.type, n * dim, next, keys);
@@ -1962,18 +2071,15 @@ __global__ void routerSelectRoundsKernel(const float *logits, int64_t experts,
 
 /// The whole router for an F32 gate of 16-byte aligned rows (GLM-5's) in
 /// one kernel: a warp takes part `part` of `splits` of one expert's row
-/// (blocks of kRouterThreads hold whole rows), loads its first
-/// kRouterLoads float4 of weights into registers before waiting for its
-/// predecessor (the gate is never written during a step, so these loads
-/// cross no hazard and stream in while the predecessor finishes), then
-/// dots them with x; the block adds its parts in order into logits[row].
-/// The last block to finish (an arrival count, which atomicInc brings back
-/// to zero for the next call) then makes the choice, as the separate
-/// choice kernels do. One kernel, not a mat-vec and a one-block choice:
-/// the second's launch and wait were most of the ~6 us it added to a
-/// GLM-5 layer's critical path.
+/// (blocks of kRouterThreads hold whole rows) and holds its first weights
+/// in registers across the predecessor wait (holdF32Part), then dots them
+/// with x; the block adds its parts in order into logits[row]. The last
+/// block to finish (an arrival count, which atomicInc brings back to zero
+/// for the next call) then makes the choice, as the separate choice
+/// kernels do. One kernel, not a mat-vec and a one-block choice: the
+/// second's launch and wait were most of the ~6 us it added to a GLM-5
+/// layer's critical path.
 constexpr int kRouterThreads = 256;
-constexpr int kRouterLoads = 8;
 
 struct RouterArgs {
   const float *x;
@@ -2004,32 +2110,11 @@ __global__ void __launch_bounds__(kRouterThreads) routerKernel(RouterArgs a) {
   const int64_t begin = a.cols4 * part / a.splits,
                 end = a.cols4 * (part + 1) / a.splits;
   const float4 *w = a.gate + (valid ? row : 0) * a.cols4;
-  float4 held[kRouterLoads];
-#pragma unroll
-  for (int k = 0; k < kRouterLoads; ++k) {
-    const int64_t c = begin + lane + int64_t(k) * kWarp;
-    held[k] = valid && c < end ? __ldg(w + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  float4 held[kHeldF32Loads];
+  holdF32Part(w, begin, end, valid, held);
   stepKernelPrologue();
-  const float4 *x = reinterpret_cast<const float4 *>(a.x);
-  float sum = 0.f;
-  auto add = [&](float4 u, float4 v) {
-    sum = fmaf(u.x, v.x, sum);
-    sum = fmaf(u.y, v.y, sum);
-    sum = fmaf(u.z, v.z, sum);
-    sum = fmaf(u.w, v.w, sum);
-  };
-#pragma unroll
-  for (int k = 0; k < kRouterLoads; ++k) {
-    const int64_t c = begin + lane + int64_t(k) * kWarp;
-    if (valid && c < end)
-      add(held[k], x[c]);
-  }
-  // Rows longer than kRouterLoads float4 a lane (not GLM-5's).
-  for (int64_t c = begin + lane + int64_t(kRouterLoads) * kWarp; c < end;
-       c += kWarp)
-    if (valid)
-      add(__ldg(w + c), x[c]);
+  float sum = heldF32Dot(w, reinterpret_cast<const float4 *>(a.x), begin, end,
+                         valid, held);
   sum = warpSum(sum);
   if (lane == 0)
     partials[warp] = sum;
@@ -2812,8 +2897,8 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   // The chunks' rows and scores, or the combine's chunk weights, whichever
   // is larger.
   const size_t shared =
-      sizeof(float) * std::max(size_t(kMlaChunk * (a.cache.width + a.heads)),
-                               size_t(chunks));
+      sizeof(float) *
+      std::max(size_t(kMlaChunk * (a.cache.width + a.heads)), size_t(chunks));
   // At most one wave (the blocks that fit on the GPU at once: GLM-5's
   // kernel has two a multiprocessor), each block taking every grid-th
   // chunk: the blocks wait for each other, so all must be resident. The
@@ -2919,13 +3004,37 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const int32_t *position, int64_t topK, float scale,
                              float *scores, int32_t *selected, int32_t *count,
                              FaultSink fault, cudaStream_t s,
-                             size_t maxStagedBytes) {
+                             const QueryRope &rope, size_t maxStagedBytes) {
   if (heads < 0 || dim <= 0 || (heads > 0 && (!q || !headWeights)) ||
       !validCache(cache) || cache.width != dim || !position || topK < 0 ||
-      topK > INT32_MAX || !scores || (topK > 0 && !selected) || !count)
+      topK > INT32_MAX || !scores || (topK > 0 && !selected) || !count ||
+      rope.dims < 0 || rope.dims % 2 || rope.offset < 0 ||
+      rope.offset + rope.dims > dim ||
+      (rope.style != RopeStyle::Interleaved && rope.style != RopeStyle::NeoX))
     return cudaErrorInvalidValue;
-  IndexerArgs a{q,    heads, dim,    headWeights, cache, position,
-                topK, scale, scores, selected,    count, fault};
+  IndexerArgs a{q,
+                heads,
+                dim,
+                headWeights,
+                cache,
+                position,
+                topK,
+                scale,
+                scores,
+                selected,
+                count,
+                fault,
+                rope.style,
+                rope.theta,
+                rope.offset,
+                rope.dims,
+                RopeFrequencies{}};
+  if (rope.dims > 0 && rope.dims / 2 <= kRopeTablePairs) {
+    a.ropeFreq.pairs = int(rope.dims / 2);
+    for (int i = 0; i < a.ropeFreq.pairs; ++i)
+      a.ropeFreq.inverse[i] =
+          std::pow(double(rope.theta), -2.0 * double(i) / double(rope.dims));
+  }
   const unsigned blocks = positionBlocks(cache.positions);
   // Heads across lanes when q fits in shared memory (GLM-5: 32 x 128);
   // one warp per position and head otherwise.
@@ -3019,9 +3128,7 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     a.cols4 = cols / 4;
     // The most parts a row (whole rows a block) that leave every lane a
     // float4 of each: GLM-5's 6,144 values are 8 parts of 6 float4 a lane.
-    a.splits = kRouterThreads / kWarp;
-    while (a.splits > 1 && a.cols4 / a.splits < kWarp)
-      a.splits /= 2;
+    a.splits = heldF32Splits(a.cols4, kRouterThreads / kWarp);
     a.bias = bias;
     a.topK = topK;
     a.gating = gating;

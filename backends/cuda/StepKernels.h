@@ -359,19 +359,29 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t capacity, float scale, float *scratch,
                                float *out, FaultSink fault, cudaStream_t s);
 
+/// A rotation of the DSA indexer's query rows (launchRope's, by the
+/// position): none when dims is 0.
+struct QueryRope {
+  RopeStyle style = RopeStyle::Interleaved;
+  float theta = 0.f;
+  int64_t offset = 0, dims = 0;
+};
+
 /// DSA indexer (CpuKernels.h dsaIndexer): score[t] = scale * sum_h w[h] *
 /// relu(q[h] . key[t]) for t in 0..*position; the topK best (ties to the
 /// lower t) written ascending into selected[topK], zeros after them,
-/// *count = min(topK, position + 1). `scores` is scratch of cache.positions
-/// floats. The selection keeps each block's slice of the keys in shared
-/// memory when it takes at most maxStagedBytes (tests pass 0 to run the
-/// other path).
+/// *count = min(topK, position + 1). With rope.dims > 0, q[h] is first
+/// rotated as launchRope would rotate it (the same bits), by the score
+/// kernel itself. `scores` is scratch of cache.positions floats. The
+/// selection keeps each block's slice of the keys in shared memory when it
+/// takes at most maxStagedBytes (tests pass 0 to run the other path).
 constexpr size_t kMaxStagedKeyBytes = 160 * 1024;
 cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
                              const int32_t *position, int64_t topK, float scale,
                              float *scores, int32_t *selected, int32_t *count,
                              FaultSink fault, cudaStream_t s,
+                             const QueryRope &rope = {},
                              size_t maxStagedBytes = kMaxStagedKeyBytes);
 
 /// MoE router (CpuKernels.h moeRouter): logits[e] = x . gate row e (gate

@@ -224,6 +224,46 @@ __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
   storeRowSums<R>(v, valid, nrows, out, part, a.splits, partials, a.y);
 }
 
+/// Linear of an F32 weight of 16-byte aligned rows, batch 1 (GLM-5's
+/// indexer head-weight projection, 6,144 -> 32, beside q_a in one fused
+/// op): warp w of a block takes part w % splits of row (block, w /
+/// splits) with its first float4s held in registers across the wait
+/// (DeviceCommon.cuh holdF32Part), and the block adds its parts in order.
+/// The generic kernel's dependent loads left that 0.8 MB projection ~12 us
+/// behind its siblings on the path to the indexer.
+struct F32LinearArgs {
+  const float4 *w;
+  const float4 *x;
+  int64_t rows, cols4;
+  int splits;
+  float *y;
+};
+
+__global__ void __launch_bounds__(kThreads) linearF32Kernel(F32LinearArgs a) {
+  __shared__ float partials[kWarpsPerBlock];
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  const int64_t row =
+      int64_t(blockIdx.x) * (kWarpsPerBlock / a.splits) + warp / a.splits;
+  const int part = warp % a.splits;
+  const bool valid = row < a.rows; // the same for the whole warp
+  const int64_t begin = a.cols4 * part / a.splits,
+                end = a.cols4 * (part + 1) / a.splits;
+  const float4 *w = a.w + (valid ? row : 0) * a.cols4;
+  float4 held[kHeldF32Loads];
+  holdF32Part(w, begin, end, valid, held);
+  stepKernelPrologue();
+  const float sum = warpSum(heldF32Dot(w, a.x, begin, end, valid, held));
+  if (lane == 0)
+    partials[warp] = sum;
+  __syncthreads();
+  if (valid && part == 0 && lane == 0) {
+    float total = partials[warp];
+    for (int p = 1; p < a.splits; ++p)
+      total += partials[warp + p];
+    a.y[row] = total;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Linear over the q8_0-split layout (StepKernels.h WeightLayout): the same
 // items and split-K as linearKernel, in units of one warp pass of 512
@@ -1577,6 +1617,27 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
     return launchLinearNibbleSplit(x, batch, w, rowsPerBatch, stacked, y, s);
   case WeightLayout::Blocks:
     break;
+  }
+  if (w.type == GGMLType::F32 && batch == 1 && !stacked && w.cols > 0 &&
+      w.cols % 4 == 0 && w.rows == rowsPerBatch && w.data &&
+      aligned16(w.data) && aligned16(x)) {
+    if (rowsPerBatch == 0)
+      return cudaGetLastError();
+    F32LinearArgs a{reinterpret_cast<const float4 *>(w.data),
+                    reinterpret_cast<const float4 *>(x),
+                    rowsPerBatch,
+                    w.cols / 4,
+                    heldF32Splits(w.cols / 4, kWarpsPerBlock),
+                    y};
+    const int64_t rowsPerBlock = kWarpsPerBlock / a.splits;
+    const int64_t blocks = (rowsPerBatch + rowsPerBlock - 1) / rowsPerBlock;
+    if (blocks > INT_MAX)
+      return cudaErrorInvalidValue;
+    if (cudaError_t e =
+            launchStep(linearF32Kernel, unsigned(blocks), kThreads, 0, s, a);
+        e != cudaSuccess)
+      return e;
+    return cudaGetLastError();
   }
   LinearArgs a{};
   if (!geometryOf(w, a.w) || batch < 0 || rowsPerBatch < 0 ||

@@ -353,7 +353,10 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
                                  buffer(d.getHeadWeights()),
                                  buffer(d.getCache()),
                                  buffer(d.getPosition()), d.getTopKAttr(),
-                                 d.getScaleAttr(), sel, count);
+                                 d.getScaleAttr(), /*rope_style=*/nullptr,
+                                 /*rope_theta=*/nullptr,
+                                 /*rope_offset=*/nullptr,
+                                 /*rope_dims=*/nullptr, sel, count);
         buffers_[d.getSelected()] = sel;
         buffers_[d.getCount()] = count;
         return success();

@@ -143,6 +143,20 @@ def FuseExpertAdd : Pass<"kiln-fuse-expert-add", "::mlir::func::FuncOp"> {
   }];
 }
 
+def FuseIndexerRope : Pass<"kiln-fuse-indexer-rope", "::mlir::func::FuncOp"> {
+  let summary = "Fold the rope of the DSA indexer's query into the indexer";
+  let description = [{
+    On a step function before planning: a `step.rope` into an arena buffer
+    that only a later `step.dsa_indexer` reads, as its query, at the same
+    position, with nothing in between writing the rope's input or the
+    position, goes; the indexer reads the unrotated query and rotates it
+    itself (its `rope_*` attributes). In GLM-5 that rope sat between q_b
+    and the indexer on every layer's path to attention, and below 2,048
+    positions, where every position is selected and no score is read, it
+    was work for nothing.
+  }];
+}
+
 def PlanMemory : Pass<"kiln-plan-memory", "::mlir::func::FuncOp"> {
   let summary = "Place every arena buffer of a step at a fixed offset";
   let description = [{

@@ -21,6 +21,7 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseNormLinear());
     pm.addNestedPass<func::FuncOp>(createFuseCacheAppend());
     pm.addNestedPass<func::FuncOp>(createFuseExpertAdd());
+    pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());
   }
   PlanMemoryOptions plan;
   plan.alignment = alignment;

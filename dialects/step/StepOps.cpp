@@ -439,6 +439,26 @@ LogicalResult DSAIndexerOp::verify() {
     return emitOpError("top_k must be positive");
   if (failed(expectI32Vector(*this, "selected", getSelected(), getTopK())))
     return failure();
+  const int present = int(bool(getRopeStyle())) + int(bool(getRopeTheta())) +
+                      int(bool(getRopeOffset())) + int(bool(getRopeDims()));
+  if (present != 0 && present != 4)
+    return emitOpError("rope_style, rope_theta, rope_offset and rope_dims "
+                       "come together");
+  if (present == 4) {
+    if (*getRopeStyle() != "interleaved" && *getRopeStyle() != "neox")
+      return emitOpError("rope_style must be 'interleaved' or 'neox', got '")
+             << *getRopeStyle() << "'";
+    const int64_t dims = int64_t(*getRopeDims()),
+                  offset = int64_t(*getRopeOffset());
+    if (dims <= 0 || dims % 2 != 0 || offset < 0 ||
+        offset + dims > q.getDimSize(1))
+      return emitOpError("rotates [")
+             << offset << ", " << offset + dims << ") (an even, positive "
+             << "width is needed) of a query row of " << q.getDimSize(1);
+    if (failed(verifyPositive(*this, "rope_theta",
+                              getRopeTheta()->convertToFloat())))
+      return failure();
+  }
   return verifyPositive(*this, "scale", getScale().convertToFloat());
 }
 

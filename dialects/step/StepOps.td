@@ -583,17 +583,27 @@ def Step_DSAIndexerOp : Step_ComputeOp<"dsa_indexer", 2> {
   let summary = "DSA indexer: score cached tokens, select the top k";
   let description = [{
     As `kiln.dsa_indexer`: writes the selected positions (ascending, unused
-    entries 0) and their count.
+    entries 0) and their count. With `rope_dims` (and `rope_offset`,
+    `rope_style`, `rope_theta`, all four or none) each head's query is
+    first rotated as `step.rope` at `position` would rotate it: produced by
+    `kiln-fuse-indexer-rope` from the rope that fed the query, so the
+    rotation costs no op of its own (and none at all where every position
+    is selected, when no score is read).
 
     Example:
     ```mlir
     step.dsa_indexer ins(%q, %w, %ic, %pos : memref<4x32xf32>, memref<4xf32>, memref<4096x32xf16>, memref<i32>) outs(%sel, %n : memref<32xi32>, memref<i32>) {scale = 0.088 : f32, top_k = 32 : i64}
+    step.dsa_indexer ins(%q, %w, %ic, %pos : memref<4x32xf32>, memref<4xf32>, memref<4096x32xf16>, memref<i32>) outs(%sel, %n : memref<32xi32>, memref<i32>) {rope_dims = 16 : i64, rope_offset = 0 : i64, rope_style = "interleaved", rope_theta = 1.0e+06 : f32, scale = 0.088 : f32, top_k = 32 : i64}
     ```
   }];
   let arguments = (ins In<Step_Buffer>:$query, In<Step_Buffer>:$head_weights,
                        In<Step_Buffer, "cache">:$cache,
                        In<Step_I32Scalar>:$position, I64Attr:$top_k,
-                       F32Attr:$scale, Out<Step_Buffer>:$selected,
+                       F32Attr:$scale, OptionalAttr<StrAttr>:$rope_style,
+                       OptionalAttr<F32Attr>:$rope_theta,
+                       OptionalAttr<I64Attr>:$rope_offset,
+                       OptionalAttr<I64Attr>:$rope_dims,
+                       Out<Step_Buffer>:$selected,
                        Out<Step_I32Scalar>:$count);
   let assemblyFormat = [{
     `ins` `(` $query `,` $head_weights `,` $cache `,` $position `:`

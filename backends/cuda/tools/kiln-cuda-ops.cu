@@ -705,6 +705,11 @@ void checkLinear(Report &r, kiln::Rng &rng) {
   check(GGMLType::Q4_K, Shape{{6144, 256, 8}, 8});
   check(GGMLType::Q5_K, Shape{{6144, 512}, 1});
   check(GGMLType::Q6_K, Shape{{2048, 1000}, 1});
+  // F32 rows held in registers across the wait: GLM-5's indexer head
+  // weights (6144 -> 32), and rows longer than the held loads (40 float4 a
+  // lane, 8 held).
+  check(GGMLType::F32, Shape{{6144, 32}, 1});
+  check(GGMLType::F32, Shape{{40960, 3}, 1});
 }
 
 /// A weight repacked on the device into its type's split layout, the planes
@@ -1194,8 +1199,14 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     int64_t cachePositions = 2000;
     bool staged = true; // the selection's keys in shared memory
     int64_t heads = 8;  // over 32: a lane scores two heads
+    // The query's rope, done by the score kernel (kiln-fuse-indexer-rope):
+    // GLM-5's interleaved first 64 values with the query staged, and NeoX
+    // values [32, 96) with 100 heads, too many to stage (the one-warp-a-
+    // position kernel).
+    int64_t ropeDims = 0;
+    bool neox = false;
   };
-  // The last case's selection reads its keys from the scores in global
+  // The eighth case's selection reads its keys from the scores in global
   // memory (launchDsaIndexer's path for caches too long to stage), and
   // spreads 45,000 positions over the cluster's blocks.
   for (const Case &c :
@@ -1206,9 +1217,23 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
         Case{kc::CacheType::F16, 1000, 300, true},
         Case{kc::CacheType::F16, 15000, 2048, false, 16384},
         Case{kc::CacheType::F16, 1500, 256, false, 2000, true, 40},
-        Case{kc::CacheType::F16, 45000, 2048, false, 50000, false}}) {
+        Case{kc::CacheType::F16, 45000, 2048, false, 50000, false},
+        Case{kc::CacheType::F16, 1500, 256, false, 2000, true, 8, 64},
+        Case{kc::CacheType::BF16, 1999, 300, false, 2000, true, 100, 64,
+             true}}) {
     const int64_t attended = int64_t(c.position) + 1;
     std::vector<float> q, w;
+    const int64_t ropeOffset = c.neox ? 32 : 0;
+    const float theta = 1e6f;
+    // The query as the indexer scores it: rotated when the case has a rope.
+    auto rotated = [&](const std::vector<float> &raw) {
+      std::vector<float> out = raw;
+      if (c.ropeDims > 0)
+        cpu::rope(raw.data(), c.heads, dim, c.position,
+                  c.neox ? cpu::RopeStyle::NeoX : cpu::RopeStyle::Interleaved,
+                  theta, ropeOffset, c.ropeDims, out.data());
+      return out;
+    };
     Cache cache = randomCache(c.type, c.cachePositions, dim, rng.next());
     DeviceArray<float> caseScores(size_t(c.cachePositions));
     std::string note;
@@ -1217,7 +1242,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
       q = normals(rng, c.heads * dim, 1.0);
       w = normals(rng, c.heads, 0.3, 1.0);
       std::vector<double> s =
-          indexerScores(q, c.heads, dim, w, cache, attended, scale);
+          indexerScores(rotated(q), c.heads, dim, w, cache, attended, scale);
       std::vector<int64_t> order(static_cast<size_t>(attended));
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(),
@@ -1259,8 +1284,9 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     }
     std::vector<int32_t> want(size_t(c.topK), -1);
     int32_t wantCount = -1;
+    const std::vector<float> scored = rotated(q);
     if (!r.reference("dsa_indexer",
-                     cpu::dsaIndexer(q.data(), c.heads, dim, w.data(),
+                     cpu::dsaIndexer(scored.data(), c.heads, dim, w.data(),
                                      cache.view(), c.position, c.topK, scale,
                                      want.data(), &wantCount)))
       continue;
@@ -1271,11 +1297,21 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     run(kc::launchDsaIndexer(dq.get(), c.heads, dim, dw.get(), cache.dev(),
                              dpos.get(), c.topK, scale, caseScores.get(),
                              dsel.get(), dcount.get(), fault.sink(), nullptr,
+                             kc::QueryRope{c.neox ? kc::RopeStyle::NeoX
+                                                  : kc::RopeStyle::Interleaved,
+                                           theta, ropeOffset, c.ropeDims},
                              c.staged ? kc::kMaxStagedKeyBytes : 0));
+    const std::string rope =
+        c.ropeDims > 0 ? fmtText(", %s rope [%lld, %lld)",
+                                 c.neox ? "neox" : "interleaved",
+                                 (long long)ropeOffset,
+                                 (long long)(ropeOffset + c.ropeDims))
+                       : std::string();
     r.line("dsa_indexer",
-           fmtText("%s %lldx128, pos %d, top %lld%s%s", cacheName(c.type),
+           fmtText("%s %lldx128, pos %d, top %lld%s%s%s", cacheName(c.type),
                    (long long)c.heads, c.position, (long long)c.topK,
-                   note.c_str(), c.staged ? "" : ", keys unstaged"),
+                   note.c_str(), c.staged ? "" : ", keys unstaged",
+                   rope.c_str()),
            mismatches(dsel.download(), want) +
                mismatches(dcount.download(), std::vector<int32_t>{wantCount}) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
@@ -1997,11 +2033,13 @@ void benchOps() {
     CHECK_CUDA(kc::launchFillRandomCache(lk, 9, stream));
     DeviceArray<int32_t> last(std::vector<int32_t>{int32_t(kLong - 1)});
     DeviceArray<float> longScores(kLong);
-    report("dsa_indexer 32x128, top 2048 at 16384",
+    // With the query's rope, as GLM-5's step runs it.
+    report("dsa_indexer 32x128, top 2048 at 16384, rope",
            timeInGraph(stream, [&](cudaStream_t s) {
              return kc::launchDsaIndexer(
                  q.get(), 32, 128, hw.get(), lk, last.get(), 2048, 0.1f,
-                 longScores.get(), chosen.get(), count.get(), fault.sink(), s);
+                 longScores.get(), chosen.get(), count.get(), fault.sink(), s,
+                 kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, 64});
            }));
   }
   DeviceArray<float> v(normals(rng, 6144, 1.0)), w(normals(rng, 6144, 1.0)),

@@ -530,3 +530,31 @@ func.func @norm_rope_append_entry_width() {
   step.norm_rope_append ins(%x, %n, %p : memref<64xf32>, memref<64xf32>, memref<i32>) outs(%c : memref<16x80xf16>) {dims = 16 : i64, epsilon = 1.0e-05 : f32, norm = "rms", norm_dims = 64 : i64, offset = 64 : i64, style = "interleaved", theta = 1.0e+06 : f32}
   return
 }
+
+// -----
+
+func.func @dsa_indexer_partial_rope() {
+  %q = step.buffer "q" : memref<4x32xf32>
+  %w = step.buffer "w" : memref<4xf32>
+  %p = step.buffer "p" : memref<i32>
+  %k = step.state "k" : memref<64x32xf16>
+  %s = step.buffer "s" : memref<16xi32>
+  %n = step.buffer "n" : memref<i32>
+  // expected-error @+1 {{'step.dsa_indexer' op rope_style, rope_theta, rope_offset and rope_dims come together}}
+  step.dsa_indexer ins(%q, %w, %k, %p : memref<4x32xf32>, memref<4xf32>, memref<64x32xf16>, memref<i32>) outs(%s, %n : memref<16xi32>, memref<i32>) {rope_dims = 16 : i64, scale = 0.125 : f32, top_k = 16 : i64}
+  return
+}
+
+// -----
+
+func.func @dsa_indexer_rope_range() {
+  %q = step.buffer "q" : memref<4x32xf32>
+  %w = step.buffer "w" : memref<4xf32>
+  %p = step.buffer "p" : memref<i32>
+  %k = step.state "k" : memref<64x32xf16>
+  %s = step.buffer "s" : memref<16xi32>
+  %n = step.buffer "n" : memref<i32>
+  // expected-error @+1 {{'step.dsa_indexer' op rotates [24, 40) (an even, positive width is needed) of a query row of 32}}
+  step.dsa_indexer ins(%q, %w, %k, %p : memref<4x32xf32>, memref<4xf32>, memref<64x32xf16>, memref<i32>) outs(%s, %n : memref<16xi32>, memref<i32>) {rope_dims = 16 : i64, rope_offset = 24 : i64, rope_style = "interleaved", rope_theta = 1.0e+06 : f32, scale = 0.125 : f32, top_k = 16 : i64}
+  return
+}
