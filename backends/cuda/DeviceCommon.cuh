@@ -2,6 +2,7 @@
 #ifndef KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
 #define KILN_BACKENDS_CUDA_DEVICECOMMON_CUH
 
+#include "Launch.cuh"
 #include "MatVec.h"
 #include "StepKernels.h"
 #include "Warp.cuh"
@@ -67,6 +68,37 @@ __device__ inline float heldF32Dot(const float4 *row, const float4 *x,
     if (valid)
       add(__ldg(row + c), x[c]);
   return sum;
+}
+
+/// One block of a held F32 mat-vec: warp w takes part w % splits of row
+/// blockIdx.x * (warps / splits) + w / splits of `w` (rows of cols4 float4;
+/// rows past `rows` take none), holds its first loads across the
+/// predecessor wait (the step prologue runs here), and the block adds each
+/// row's parts in order into y[row]. Every thread of the block calls it.
+__device__ inline void heldF32Block(const float4 *w, const float4 *x,
+                                    int64_t rows, int64_t cols4, int splits,
+                                    float *partials, float *y) {
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  const int warps = int(blockDim.x) / kWarp;
+  const int64_t row = int64_t(blockIdx.x) * (warps / splits) + warp / splits;
+  const int part = warp % splits;
+  const bool valid = row < rows; // the same for the whole warp
+  const int64_t begin = cols4 * part / splits,
+                end = cols4 * (part + 1) / splits;
+  const float4 *r = w + (valid ? row : 0) * cols4;
+  float4 held[kHeldF32Loads];
+  holdF32Part(r, begin, end, valid, held);
+  stepKernelPrologue();
+  const float sum = warpSum(heldF32Dot(r, x, begin, end, valid, held));
+  if (lane == 0)
+    partials[warp] = sum;
+  __syncthreads();
+  if (valid && part == 0 && lane == 0) {
+    float total = partials[warp];
+    for (int p = 1; p < splits; ++p)
+      total += partials[warp + p];
+    y[row] = total;
+  }
 }
 
 /// Parts per row of a held F32 mat-vec with `warps` warps a block (whole

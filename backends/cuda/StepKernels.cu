@@ -1998,17 +1998,6 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
   }
 }
 
-__global__ void routerSelectKernel(const float *logits, int64_t experts,
-                                   const float *bias, int64_t topK,
-                                   Gating gating, bool normalize,
-                                   float routedScale, int32_t *ids,
-                                   float *weights) {
-  stepKernelPrologue();
-  extern __shared__ float shared[];
-  routerChooseSorted(logits, experts, bias, topK, gating, normalize,
-                     routedScale, ids, weights, shared);
-}
-
 /// The choice for any topK: topK rounds of a warp arg-max over the experts
 /// not yet chosen (routerSelectKernel's result, one expert a round).
 /// Dynamic shared memory: 2 * experts floats, topK ints, experts bytes.
@@ -2058,15 +2047,31 @@ __device__ void routerChooseRounds(const float *logits, int64_t experts,
   }
 }
 
-__global__ void routerSelectRoundsKernel(const float *logits, int64_t experts,
-                                         const float *bias, int64_t topK,
-                                         Gating gating, bool normalize,
-                                         float routedScale, int32_t *ids,
-                                         float *weights) {
+/// The choice by the calling block: by sorting for topK <= 32, else in
+/// rounds (dynamic shared memory: launchMoeRouter's choiceShared).
+__device__ void routerChoose(const float *logits, int64_t experts,
+                             const float *bias, int64_t topK, Gating gating,
+                             bool normalize, float routedScale, int32_t *ids,
+                             float *weights, float *shared) {
+  if (topK <= kWarp)
+    routerChooseSorted(logits, experts, bias, topK, gating, normalize,
+                       routedScale, ids, weights, shared);
+  else
+    routerChooseRounds(logits, experts, bias, topK, gating, normalize,
+                       routedScale, ids, weights, shared);
+}
+
+/// The choice alone, after the logits' mat-vec (gates other than
+/// routerKernel's).
+__global__ void routerSelectKernel(const float *logits, int64_t experts,
+                                   const float *bias, int64_t topK,
+                                   Gating gating, bool normalize,
+                                   float routedScale, int32_t *ids,
+                                   float *weights) {
   stepKernelPrologue();
   extern __shared__ float shared[];
-  routerChooseRounds(logits, experts, bias, topK, gating, normalize,
-                     routedScale, ids, weights, shared);
+  routerChoose(logits, experts, bias, topK, gating, normalize, routedScale, ids,
+               weights, shared);
 }
 
 /// The whole router for an F32 gate of 16-byte aligned rows (GLM-5's) in
@@ -2101,30 +2106,8 @@ __global__ void __launch_bounds__(kRouterThreads) routerKernel(RouterArgs a) {
   extern __shared__ float shared[];
   __shared__ float partials[kRouterThreads / kWarp];
   __shared__ bool last;
-  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int64_t row =
-      int64_t(blockIdx.x) * (kRouterThreads / kWarp / a.splits) +
-      warp / a.splits;
-  const int part = warp % a.splits;
-  const bool valid = row < a.experts; // the same for the whole warp
-  const int64_t begin = a.cols4 * part / a.splits,
-                end = a.cols4 * (part + 1) / a.splits;
-  const float4 *w = a.gate + (valid ? row : 0) * a.cols4;
-  float4 held[kHeldF32Loads];
-  holdF32Part(w, begin, end, valid, held);
-  stepKernelPrologue();
-  float sum = heldF32Dot(w, reinterpret_cast<const float4 *>(a.x), begin, end,
-                         valid, held);
-  sum = warpSum(sum);
-  if (lane == 0)
-    partials[warp] = sum;
-  __syncthreads();
-  if (valid && part == 0 && lane == 0) {
-    float total = partials[warp];
-    for (int p = 1; p < a.splits; ++p)
-      total += partials[warp + p];
-    a.logits[row] = total;
-  }
+  heldF32Block(a.gate, reinterpret_cast<const float4 *>(a.x), a.experts,
+               a.cols4, a.splits, partials, a.logits);
   __syncthreads(); // this block's logits are written
   if (threadIdx.x == 0) {
     __threadfence();
@@ -2134,12 +2117,8 @@ __global__ void __launch_bounds__(kRouterThreads) routerKernel(RouterArgs a) {
   if (!last) // the same for the whole block
     return;
   __threadfence(); // every block's logits are visible
-  if (a.topK <= kWarp)
-    routerChooseSorted(a.logits, a.experts, a.bias, a.topK, a.gating,
-                       a.normalize, a.routedScale, a.ids, a.weights, shared);
-  else
-    routerChooseRounds(a.logits, a.experts, a.bias, a.topK, a.gating,
-                       a.normalize, a.routedScale, a.ids, a.weights, shared);
+  routerChoose(a.logits, a.experts, a.bias, a.topK, a.gating, a.normalize,
+               a.routedScale, a.ids, a.weights, shared);
 }
 
 //===----------------------------------------------------------------------===//
@@ -3106,13 +3085,16 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
   const unsigned threads = unsigned(
       threads64 < kSingleBlockThreads ? threads64 : kSingleBlockThreads);
-  const bool sorting = topK <= kWarp;
-  // p and the choice scores, then the sorting kernel's candidates or the
-  // rounds' chosen ids and marks, in shared memory.
-  const size_t shared =
-      size_t(experts) * 2 * sizeof(float) +
-      (sorting ? size_t(threads / kWarp) * size_t(topK) * sizeof(Best)
-               : size_t(topK) * sizeof(int32_t) + size_t(experts));
+  // The choice's shared memory for a block of `blockThreads`: p and the
+  // choice scores, then the sorting warps' candidates or the rounds' chosen
+  // ids and marks.
+  auto choiceShared = [&](unsigned blockThreads) {
+    return size_t(experts) * 2 * sizeof(float) +
+           (topK <= kWarp
+                ? size_t(blockThreads / kWarp) * size_t(topK) * sizeof(Best)
+                : size_t(topK) * sizeof(int32_t) + size_t(experts));
+  };
+  const size_t shared = choiceShared(threads);
   if (!geometryOf(gate, g) || experts <= 0 || topK < 0 || topK > experts ||
       shared > 48 * 1024 || !logits ||
       (gating != Gating::Sigmoid && gating != Gating::Softmax))
@@ -3138,12 +3120,7 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     a.logits = logits;
     a.ids = ids;
     a.weights = weights;
-    // p and the choice scores, then the candidates of its kRouterThreads
-    // threads or the rounds' ids and marks.
-    const size_t routerShared =
-        size_t(experts) * 2 * sizeof(float) +
-        (sorting ? size_t(kRouterThreads / kWarp) * size_t(topK) * sizeof(Best)
-                 : size_t(topK) * sizeof(int32_t) + size_t(experts));
+    const size_t routerShared = choiceShared(kRouterThreads);
     if (routerShared > 48 * 1024)
       return cudaErrorInvalidValue;
     const int64_t rowsPerBlock = kRouterThreads / kWarp / a.splits;
@@ -3160,9 +3137,8 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
       e != cudaSuccess)
     return e;
   if (cudaError_t e =
-          launchStep(sorting ? routerSelectKernel : routerSelectRoundsKernel, 1,
-                     threads, shared, s, logits, experts, bias, topK, gating,
-                     normalize, routedScale, ids, weights);
+          launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts,
+                     bias, topK, gating, normalize, routedScale, ids, weights);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -241,27 +241,7 @@ struct F32LinearArgs {
 
 __global__ void __launch_bounds__(kThreads) linearF32Kernel(F32LinearArgs a) {
   __shared__ float partials[kWarpsPerBlock];
-  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int64_t row =
-      int64_t(blockIdx.x) * (kWarpsPerBlock / a.splits) + warp / a.splits;
-  const int part = warp % a.splits;
-  const bool valid = row < a.rows; // the same for the whole warp
-  const int64_t begin = a.cols4 * part / a.splits,
-                end = a.cols4 * (part + 1) / a.splits;
-  const float4 *w = a.w + (valid ? row : 0) * a.cols4;
-  float4 held[kHeldF32Loads];
-  holdF32Part(w, begin, end, valid, held);
-  stepKernelPrologue();
-  const float sum = warpSum(heldF32Dot(w, a.x, begin, end, valid, held));
-  if (lane == 0)
-    partials[warp] = sum;
-  __syncthreads();
-  if (valid && part == 0 && lane == 0) {
-    float total = partials[warp];
-    for (int p = 1; p < a.splits; ++p)
-      total += partials[warp + p];
-    a.y[row] = total;
-  }
+  heldF32Block(a.w, a.x, a.rows, a.cols4, a.splits, partials, a.y);
 }
 
 //===----------------------------------------------------------------------===//
