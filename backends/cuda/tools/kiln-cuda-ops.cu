@@ -1294,19 +1294,19 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     DeviceArray<int32_t> dsel(std::vector<int32_t>(size_t(c.topK), -1));
     dpos.upload({c.position});
     Fault fault;
-    run(kc::launchDsaIndexer(dq.get(), c.heads, dim, dw.get(), cache.dev(),
-                             dpos.get(), c.topK, scale, caseScores.get(),
-                             dsel.get(), dcount.get(), fault.sink(), nullptr,
-                             kc::QueryRope{c.neox ? kc::RopeStyle::NeoX
-                                                  : kc::RopeStyle::Interleaved,
-                                           theta, ropeOffset, c.ropeDims},
-                             c.staged ? kc::kMaxStagedKeyBytes : 0));
+    run(kc::launchDsaIndexer(
+        dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
+        scale, caseScores.get(), dsel.get(), dcount.get(), fault.sink(),
+        nullptr,
+        kc::QueryRope{c.neox ? kc::RopeStyle::NeoX : kc::RopeStyle::Interleaved,
+                      theta, ropeOffset, c.ropeDims},
+        c.staged ? kc::kMaxStagedKeyBytes : 0));
     const std::string rope =
-        c.ropeDims > 0 ? fmtText(", %s rope [%lld, %lld)",
-                                 c.neox ? "neox" : "interleaved",
-                                 (long long)ropeOffset,
-                                 (long long)(ropeOffset + c.ropeDims))
-                       : std::string();
+        c.ropeDims > 0
+            ? fmtText(", %s rope [%lld, %lld)", c.neox ? "neox" : "interleaved",
+                      (long long)ropeOffset,
+                      (long long)(ropeOffset + c.ropeDims))
+            : std::string();
     r.line("dsa_indexer",
            fmtText("%s %lldx128, pos %d, top %lld%s%s%s", cacheName(c.type),
                    (long long)c.heads, c.position, (long long)c.topK,
@@ -1344,8 +1344,9 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
 void checkMoeRouter(Report &r, kiln::Rng &rng) {
   const int64_t hidden = 512;
   // GLM-5's 256 experts, and counts that are not a multiple of the
-  // kernel's warps (200, 300) or exceed 512 (600); top 8 (the sorting
-  // choice, up to 32) and top 40 (the choice in rounds).
+  // kernel's warps (200, 201, 300) or exceed 512 (600); top 8 (the sorting
+  // choice, up to 32) and top 40 (the choice in rounds). F32 gates run the
+  // one router kernel, the others a mat-vec and the choice kernel.
   struct Case {
     GGMLType type;
     cpu::Gating cpuGating;
@@ -1370,7 +1371,11 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                         Case{GGMLType::F32, cpu::Gating::Sigmoid,
                              kc::Gating::Sigmoid, true, true, 2.5f, 600, 40},
                         Case{GGMLType::F32, cpu::Gating::Sigmoid,
-                             kc::Gating::Sigmoid, true, true, 2.5f, 256, 32}}) {
+                             kc::Gating::Sigmoid, true, true, 2.5f, 256, 32},
+                        // One router kernel's last block half empty (2 rows
+                        // a block of 512-value rows, 201 experts).
+                        Case{GGMLType::F32, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 2.5f, 201}}) {
     const int64_t experts = c.experts, topK = c.topK;
     Weight gate = randomWeight(c.type, {hidden, experts}, rng.next());
     std::vector<float> dequant(size_t(hidden * experts));
