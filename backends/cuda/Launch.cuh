@@ -142,6 +142,27 @@ cudaError_t allowDynamicShared(void (*kernel)(Params...), size_t bytes) {
   return cudaSuccess;
 }
 
+/// Blocks of host stub `stub`'s kernel, as launchStep resolves it (the
+/// artifact's image when the thread has images), that one multiprocessor
+/// of the current GPU holds with `threads` threads and `shared` dynamic
+/// bytes. allowDynamicShared raises the limit above 48 KiB on what runs,
+/// the image, so that is what is asked (the runtime takes an image's kernel
+/// handle where it takes a stub); should the runtime refuse the handle,
+/// the stub answers, as it did before, which agrees up to 48 KiB.
+inline cudaError_t residentBlocks(const void *stub, int threads, size_t shared,
+                                  int &blocks) {
+  const void *function = resolveKernel(stub);
+  if (!function)
+    return cudaErrorSymbolNotFound;
+  if (function != stub &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, function, threads,
+                                                    shared) == cudaSuccess)
+    return cudaSuccess;
+  cudaGetLastError(); // the image's refusal is not the caller's error
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, stub, threads,
+                                                       shared);
+}
+
 } // namespace kiln::cuda
 
 #endif // KILN_BACKENDS_CUDA_LAUNCH_CUH

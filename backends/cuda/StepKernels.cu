@@ -2901,8 +2901,9 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
             &processors, cudaDevAttrMultiProcessorCount, device);
         e != cudaSuccess)
       return e;
-    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &resident, mlaKernel<Shape>, kMlaThreads, shared);
+    if (cudaError_t e =
+            residentBlocks(reinterpret_cast<const void *>(mlaKernel<Shape>),
+                           kMlaThreads, shared, resident);
         e != cudaSuccess)
       return e;
     if (resident < 1)

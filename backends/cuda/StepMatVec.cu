@@ -1334,8 +1334,7 @@ int64_t waveWarps(const void *kernel) {
   int processors = 0, resident = 0;
   if (cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount,
                              device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads,
-                                                    0) != cudaSuccess) {
+      residentBlocks(kernel, kThreads, 0, resident) != cudaSuccess) {
     cudaGetLastError(); // not the launch's error: the caller falls back
     return 0;
   }
