@@ -81,6 +81,10 @@ compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --contex
 # of them).
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 16640 \
   -o "$m/glm5-16k.cuda.tp8.kiln"
+# And with the model's own context (202,752 positions): caches and MLA's
+# scratch at their largest (MLA's shared memory then passes 48 KiB).
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits \
+  -o "$m/glm5-full.cuda.tp8.kiln"
 # All 78 layers at tp=4 (108.8 GiB of weights per GPU), for a host with
 # four GPUs, when the pack is asked for tp=4.
 case " $pack_tps " in

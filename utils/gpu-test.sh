@@ -92,6 +92,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
     --simulate-rank 0/8 --context 4096 --steps 20
   step bench-glm5-tp8-rank0-graph-16k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 16384 --steps 20
+  # The model's whole context allocated (202,752 positions), 1,024 filled.
+  step bench-glm5-tp8-rank0-graph-fullctx run "$m/glm5-full.cuda.tp8.kiln" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 10
   # What the graph's parallel branches and overlapped launches each buy
   # (docs/cuda.md): the same step with one of them off.
   step bench-glm5-tp8-rank0-graph-serial env KILN_CUDA_BRANCHES=1 \
