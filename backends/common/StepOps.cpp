@@ -184,6 +184,8 @@ private:
   Status param(const Operand &r, uint64_t n, const char *what) const;
   Status cache(const Operand &r, int64_t width, const char *what) const;
   Status addNormOperands();
+  Status rotation(const std::string &prefix, int64_t width,
+                  const char *outside);
   Expected<int64_t> intAttr(const char *name) const;
   Expected<double> floatAttr(const char *name) const;
   Expected<std::string> stringAttr(const char *name) const;
@@ -194,6 +196,26 @@ private:
   uint32_t ranks_;
   StepOp d_;
 };
+
+/// A rotation's attributes (`prefix` style, theta, offset and dims) over
+/// rows of `width` values into d_: the rope op's, a cache row's, the
+/// indexer query's; `outside` is the error when the range leaves the row.
+Status Decoder::rotation(const std::string &prefix, int64_t width,
+                         const char *outside) {
+  KILN_ASSIGN(style, stringAttr((prefix + "style").c_str()));
+  KILN_ASSIGN(theta, floatAttr((prefix + "theta").c_str()));
+  KILN_ASSIGN(offset, intAttr((prefix + "offset").c_str()));
+  KILN_ASSIGN(dims, intAttr((prefix + "dims").c_str()));
+  if (style != "interleaved" && style != "neox")
+    return fail(prefix + "style must be 'interleaved' or 'neox'");
+  if (dims <= 0 || dims % 2 || offset < 0 || offset + dims > width)
+    return fail(outside);
+  d_.neox = style == "neox";
+  d_.theta = theta;
+  d_.ropeOffset = offset;
+  d_.ropeDims = dims;
+  return Status::ok();
+}
 
 Status Decoder::counts(size_t ins, size_t outs) const {
   if (d_.ins.size() != ins || d_.outs.size() != outs)
@@ -450,20 +472,10 @@ Expected<StepOp> Decoder::decode() {
     KILN_TRY(ints(in(1), "position", 1));
     KILN_TRY(floats(out(0), "output"));
     KILN_TRY(same(in(0), out(0)));
-    KILN_ASSIGN(style, stringAttr("style"));
-    KILN_ASSIGN(theta, floatAttr("theta"));
-    KILN_ASSIGN(offset, intAttr("offset"));
-    KILN_ASSIGN(dims, intAttr("dims"));
     d_.n = in(0).inner();
-    if (style != "interleaved" && style != "neox")
-      return fail("style must be 'interleaved' or 'neox'");
-    if (dims <= 0 || dims % 2 || offset < 0 || offset + dims > d_.n)
-      return fail("the rotated range leaves the innermost dimension");
+    KILN_TRY(
+        rotation("", d_.n, "the rotated range leaves the innermost dimension"));
     d_.rows = int64_t(in(0).elements()) / d_.n;
-    d_.neox = style == "neox";
-    d_.theta = theta;
-    d_.ropeOffset = offset;
-    d_.ropeDims = dims;
     break;
   }
   case OpKind::Dequant: {
@@ -579,22 +591,11 @@ Expected<StepOp> Decoder::decode() {
     if (layer)
       KILN_TRY(param(in(2), uint64_t(normDims), "bias"));
     KILN_ASSIGN(eps, floatAttr("epsilon"));
-    KILN_ASSIGN(style, stringAttr("style"));
-    KILN_ASSIGN(theta, floatAttr("theta"));
-    KILN_ASSIGN(offset, intAttr("offset"));
-    KILN_ASSIGN(dims, intAttr("dims"));
-    if (style != "interleaved" && style != "neox")
-      return fail("style must be 'interleaved' or 'neox'");
-    if (dims <= 0 || dims % 2 || offset < 0 || offset + dims > width)
-      return fail("the rotated range leaves the row");
+    KILN_TRY(rotation("", width, "the rotated range leaves the row"));
     d_.n = width;
     d_.k = normDims;
     d_.hasBias = layer;
     d_.epsilon = eps;
-    d_.neox = style == "neox";
-    d_.theta = theta;
-    d_.ropeOffset = offset;
-    d_.ropeDims = dims;
     break;
   }
   case OpKind::MlaAttention: {
@@ -646,20 +647,9 @@ Expected<StepOp> Decoder::decode() {
     d_.scale = scale;
     // The query's rope (kiln-fuse-indexer-rope): all four or none.
     if (op_.attr("rope_dims") || op_.attr("rope_offset") ||
-        op_.attr("rope_style") || op_.attr("rope_theta")) {
-      KILN_ASSIGN(style, stringAttr("rope_style"));
-      KILN_ASSIGN(theta, floatAttr("rope_theta"));
-      KILN_ASSIGN(offset, intAttr("rope_offset"));
-      KILN_ASSIGN(dims, intAttr("rope_dims"));
-      if (style != "interleaved" && style != "neox")
-        return fail("rope_style must be 'interleaved' or 'neox'");
-      if (dims <= 0 || dims % 2 || offset < 0 || offset + dims > q[1])
-        return fail("the query's rotated range leaves its rows");
-      d_.neox = style == "neox";
-      d_.theta = theta;
-      d_.ropeOffset = offset;
-      d_.ropeDims = dims;
-    }
+        op_.attr("rope_style") || op_.attr("rope_theta"))
+      KILN_TRY(rotation("rope_", q[1],
+                        "the query's rotated range leaves its rows"));
     break;
   }
   case OpKind::MoeRouter: {

@@ -13,8 +13,10 @@
 // reads or writes any global memory (so neither a read-after-write nor a
 // write-after-read hazard can cross the overlap), then allows its own
 // dependents to be scheduled. The mat-vec kernels alone touch memory
-// before the wait: an L2 prefetch of their weights (prefetchL2), which no
-// kernel of a step writes; and the routed experts' Q4_K / Q5_K down kernel
+// before the wait, and only their weights, which no kernel of a step
+// writes: an L2 prefetch (prefetchL2), or for F32 rows (the router's gate,
+// linearF32Kernel) loads into registers (DeviceCommon.cuh holdF32Part);
+// and the routed experts' Q4_K / Q5_K down kernel
 // (StepMatVec.cu) reads the chosen ids and starts copying those experts'
 // weights into shared memory, because its predecessor, the gate/up kernel,
 // lets it be scheduled only after its own wait, when the router that wrote

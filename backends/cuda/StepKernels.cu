@@ -1389,21 +1389,12 @@ __device__ inline float ropedQuery(const IndexerArgs &a, const float *qh,
   const int64_t rel = j - a.ropeOffset;
   if (a.ropeDims == 0 || rel < 0 || rel >= a.ropeDims)
     return qh[j];
-  int64_t i, first;
-  bool isFirst;
-  if (a.ropeStyle == RopeStyle::Interleaved) {
-    i = rel / 2;
-    first = a.ropeOffset + 2 * i;
-    isFirst = rel % 2 == 0;
-  } else {
-    const int64_t half = a.ropeDims / 2;
-    i = rel < half ? rel : rel - half;
-    first = a.ropeOffset + i;
-    isFirst = rel < half;
-  }
-  const int64_t second = a.ropeStyle == RopeStyle::Interleaved
-                             ? first + 1
-                             : first + a.ropeDims / 2;
+  const int64_t half = a.ropeDims / 2;
+  const bool interleaved = a.ropeStyle == RopeStyle::Interleaved;
+  const int64_t i = interleaved ? rel / 2 : rel < half ? rel : rel - half;
+  const bool isFirst = interleaved ? rel % 2 == 0 : rel < half;
+  int64_t first, second;
+  ropePair(a.ropeStyle, a.ropeOffset, a.ropeDims, i, first, second);
   float c, s;
   queryRopeAngle(a, i, position, table, cosines, sines, c, s);
   const float x0 = qh[first], x1 = qh[second];
@@ -1592,12 +1583,8 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
     const int pairs = int(a.ropeDims / 2);
     for (int idx = threadIdx.x; idx < heads * pairs; idx += blockDim.x) {
       const int h = idx / pairs, i = idx % pairs;
-      const int64_t first = a.ropeStyle == RopeStyle::Interleaved
-                                ? a.ropeOffset + 2 * i
-                                : a.ropeOffset + i;
-      const int64_t second = a.ropeStyle == RopeStyle::Interleaved
-                                 ? first + 1
-                                 : first + a.ropeDims / 2;
+      int64_t first, second;
+      ropePair(a.ropeStyle, a.ropeOffset, a.ropeDims, i, first, second);
       float c, sn;
       queryRopeAngle(a, i, position, table, cosines, sines, c, sn);
       float *row = q + h * pitch;
@@ -3009,12 +2996,8 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                 rope.offset,
                 rope.dims,
                 RopeFrequencies{}};
-  if (rope.dims > 0 && rope.dims / 2 <= kRopeTablePairs) {
-    a.ropeFreq.pairs = int(rope.dims / 2);
-    for (int i = 0; i < a.ropeFreq.pairs; ++i)
-      a.ropeFreq.inverse[i] =
-          std::pow(double(rope.theta), -2.0 * double(i) / double(rope.dims));
-  }
+  if (rope.dims > 0)
+    a.ropeFreq = ropeFrequencies(rope.theta, rope.dims);
   const unsigned blocks = positionBlocks(cache.positions);
   // Heads across lanes when q fits in shared memory (GLM-5: 32 x 128);
   // one warp per position and head otherwise.
