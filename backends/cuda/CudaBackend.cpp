@@ -757,8 +757,10 @@ Expected<Launch> OpBinder::bind() {
   }
   case OpKind::MlaAttention: {
     DeviceCache c = cache(d.ins[2]);
-    KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(
-                            mlaScratchFloats(d.heads, d.k, c.positions))));
+    KILN_ASSIGN(scores,
+                rank_.scratchFloats(uint64_t(mlaScratchFloats(
+                    d.heads, d.k,
+                    mlaMostEntries(c.positions, d.capacity > 0, d.capacity)))));
     const float *ql = f32In(0), *qr = f32In(1);
     const int32_t *pos = i32In(3);
     const int32_t *sel = d.capacity ? i32In(4) : nullptr;

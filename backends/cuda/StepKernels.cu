@@ -1262,7 +1262,8 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
 ///   1. block b takes chunks b, b + grid, ... (mlaChunk);
 ///   2. the blocks with work wait for every chunk (mlaGridBarrier);
 ///   3. block b takes combine tasks b, b + grid, ... (mlaCombine).
-/// The grid is sized by the cache's capacity when the step is captured, so
+/// The grid is sized by the most entries a call attends (mlaMostEntries)
+/// when the step is captured, so
 /// at short contexts most blocks have neither a chunk nor a task: they
 /// leave at once and are not waited for. The last block reports the first
 /// fault of the inputs (at once when it has no work).
@@ -2847,8 +2848,12 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
   return cudaGetLastError();
 }
 
-int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions) {
-  const int64_t chunks = (positions + kMlaChunk - 1) / kMlaChunk;
+int64_t mlaMostEntries(int64_t positions, bool selection, int64_t capacity) {
+  return selection && capacity < positions ? capacity : positions;
+}
+
+int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries) {
+  const int64_t chunks = (entries + kMlaChunk - 1) / kMlaChunk;
   // The grid's two arrival words (first, 16 bytes, so that any shape
   // called on the same scratch finds them where the last call left them
   // zeroed), then the partial results.
@@ -2922,7 +2927,12 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
     return cudaErrorInvalidValue;
   if (heads == 0)
     return cudaSuccess;
-  const int64_t chunks = (cache.positions + kMlaChunk - 1) / kMlaChunk;
+  // The chunks the most attended entries fill (mlaAttended never exceeds
+  // it), which the scratch was sized for.
+  const int64_t chunks =
+      (mlaMostEntries(cache.positions, selected != nullptr, capacity) +
+       kMlaChunk - 1) /
+      kMlaChunk;
   MlaArgs a{qLatent,
             qRope,
             heads,

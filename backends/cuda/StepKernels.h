@@ -347,11 +347,19 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// a buffer is touched). qLatent [heads][latent], qRope [heads][rope], out
 /// [heads][latent]. Split over positions: each cache row is read once for
 /// all heads; `scratch` holds mlaScratchFloats(heads, latent,
-/// cache.positions) floats: first two words the kernel's blocks count their
-/// arrivals in, which must be zero before the first call (each call leaves
-/// them so, for a call of any shape), then per-chunk partial results.
-/// Kernels compiled for GLM-5's widths (512 + 64) run where they apply.
-int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t positions);
+/// mlaMostEntries(cache.positions, selected != nullptr, capacity)) floats:
+/// first two words the kernel's blocks count their arrivals in, which must
+/// be zero before the first call (each call leaves them so, for a call of
+/// any shape), then per-chunk partial results. Kernels compiled for GLM-5's
+/// widths (512 + 64) run where they apply.
+///
+/// The most entries one call attends: every position of the cache, or with
+/// a selection of `capacity` entries the fewer of the two. With DSA's
+/// selection (GLM-5: 2,048) the scratch, the grid and the combine's shared
+/// weights are sized by it, not by the cache's length (202,752 positions at
+/// GLM-5's whole context).
+int64_t mlaMostEntries(int64_t positions, bool selection, int64_t capacity);
+int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries);
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t heads, int64_t latent, int64_t rope,
                                DeviceCache cache, const int32_t *position,

@@ -44,6 +44,7 @@
 #include "support/Random.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -1034,19 +1035,45 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     int32_t position;
     int32_t count; // -1: no selection
   };
+  // Floats after the scratch that no call may touch, filled with a
+  // pattern no kernel writes (a NaN's bits).
+  static constexpr size_t kGuard = 1024;
+  static constexpr uint32_t kGuardBits = 0x7fc0dead;
+  auto guardedScratch = [](int64_t floats) {
+    std::vector<float> v(size_t(floats) + kGuard, 0.f);
+    const float mark = std::bit_cast<float>(kGuardBits);
+    std::fill(v.begin() + floats, v.end(), mark);
+    return v;
+  };
   // A random query of `heads` heads and the device buffers for a cache of
-  // `positions` and a selection of `capacity` entries.
+  // `positions` and a selection of `capacity` entries; the scratch is of
+  // exactly the size `entries` attended need (mlaMostEntries), then a
+  // guard.
   struct Inputs {
     std::vector<float> ql, qr;
+    int64_t scratchFloats;
     DeviceArray<float> dql, dqr, scores, dout;
     DeviceArray<int32_t> dpos, dsel, dcount;
     Inputs(kiln::Rng &rng, int64_t heads, int64_t latent, int64_t rope,
-           int64_t positions, int64_t capacity)
+           int64_t capacity, int64_t entries,
+           const std::vector<float> &scratch)
         : ql(normals(rng, heads * latent, 1.0)),
-          qr(normals(rng, heads * rope, 1.0)), dql(ql), dqr(qr),
-          scores(size_t(kc::mlaScratchFloats(heads, latent, positions))),
-          dout(size_t(heads * latent)), dpos(size_t(1)), dsel(size_t(capacity)),
-          dcount(size_t(1)) {}
+          qr(normals(rng, heads * rope, 1.0)),
+          scratchFloats(int64_t(scratch.size() - kGuard)), dql(ql), dqr(qr),
+          scores(scratch), dout(size_t(heads * latent)), dpos(size_t(1)),
+          dsel(size_t(capacity)), dcount(size_t(1)) {}
+    /// Guard floats a call overwrote.
+    int64_t guardWrites() const {
+      const std::vector<float> v = scores.download();
+      int64_t n = 0;
+      for (size_t i = size_t(scratchFloats); i < v.size(); ++i)
+        n += std::bit_cast<uint32_t>(v[i]) != kGuardBits;
+      return n;
+    }
+  };
+  auto inputs = [&](int64_t heads, int64_t capacity, int64_t entries) {
+    return Inputs(rng, heads, latent, rope, capacity, entries,
+                  guardedScratch(kc::mlaScratchFloats(heads, latent, entries)));
   };
   // One case of `heads` heads over a cache of `positions` with a selection
   // of `capacity` entries; on its own scratch, or on `sharedScratch` (sized
@@ -1054,8 +1081,10 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   auto check = [&](int64_t heads, int64_t positions, int64_t capacity,
                    const Case &c, float *sharedScratch = nullptr,
                    const char *label = "") {
-    Inputs in(rng, heads, latent, rope, positions, capacity);
-    auto &[ql, qr, dql, dqr, scores, dout, dpos, dsel, dcount] = in;
+    Inputs in = inputs(heads, capacity,
+                       kc::mlaMostEntries(positions, c.count >= 0, capacity));
+    auto &[ql, qr, scratchFloats, dql, dqr, scores, dout, dpos, dsel, dcount] =
+        in;
     Cache cache = randomCache(c.type, positions, width, rng.next());
     std::vector<int32_t> sel(capacity, 0);
     // Entries anywhere in the cache, repeats allowed (the kernel does not
@@ -1091,7 +1120,8 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
                                 cacheName(c.type), (long long)heads, c.position,
                                 (long long)positions, label),
            relError(dout.download(), want) +
-               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
+               double(sharedScratch ? 0 : in.guardWrites()),
            sumTol(double(width)) + sumTol(double(attended)),
            fmtText("dot and softmax order, 1e-6*(sqrt(%lld)+sqrt(%lld))",
                    (long long)width, (long long)attended));
@@ -1112,9 +1142,12 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
         Case{kc::CacheType::F16, 3000, -1}, Case{kc::CacheType::F32, 2500, -1}})
     check(8, 4096, 2048, c);
 
+  // Sized for the largest call made on it below (no selection over every
+  // position: the shared-scratch calls).
   const int64_t heads = 4, positions = 300, capacity = 64;
-  Inputs in(rng, heads, latent, rope, positions, capacity);
-  auto &[ql, qr, dql, dqr, scores, dout, dpos, dsel, dcount] = in;
+  Inputs in = inputs(heads, capacity, positions);
+  auto &[ql, qr, scratchFloats, dql, dqr, scores, dout, dpos, dsel, dcount] =
+      in;
 
   // Faults: nothing out of bounds is read, the first problem is reported.
   Cache cache = randomCache(kc::CacheType::F16, positions, width, rng.next());
@@ -1150,8 +1183,9 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
                                dcount.get(), capacity, scale, scores.get(),
                                dout.get(), fault.sink(), nullptr));
     r.line("mla fault", f.what,
-           faultMismatch(fault.read(), f.code, f.value, f.limit), 0,
-           "first fault reported");
+           faultMismatch(fault.read(), f.code, f.value, f.limit) +
+               double(in.guardWrites()),
+           0, "first fault reported, nothing after the scratch written");
   }
   // One scratch for calls of other shapes in turn, after the faulting calls
   // above left their marks on it: the blocks' arrival words sit where every
@@ -1163,6 +1197,8 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
         std::pair{int64_t(4), Case{kc::CacheType::F16, 150, 40}},
         std::pair{int64_t(2), Case{kc::CacheType::BF16, 77, -1}}})
     check(h, positions, capacity, c, scores.get(), ", shared scratch");
+  r.line("mla shared scratch", "guard after 3 calls of other shapes",
+         double(in.guardWrites()), 0, "nothing after the scratch written");
 }
 
 /// The indexer's scores in double on the host (for choosing inputs whose
@@ -1984,7 +2020,7 @@ void benchOps() {
   DeviceArray<int32_t> dsel(sel), dcount(std::vector<int32_t>{int32_t(at + 1)});
   DeviceArray<float> ql(normals(rng, heads * latent, 1.0)),
       qr(normals(rng, heads * rope, 1.0)), out(heads * latent),
-      scratch(kc::mlaScratchFloats(heads, latent, positions));
+      scratch(kc::mlaScratchFloats(heads, latent, positions)); // no selection
   report("mla_attention 8x(512+64), 1025 of 2048",
          timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchMlaAttention(
