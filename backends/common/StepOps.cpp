@@ -118,6 +118,7 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
       {"linear", OpKind::Linear},
       {"fused_linear", OpKind::FusedLinear},
       {"rms_norm_linear", OpKind::RmsNormLinear},
+      {"swiglu_linear", OpKind::SwigluLinear},
       {"cache_append", OpKind::CacheAppend},
       {"norm_rope_append", OpKind::NormRopeAppend},
       {"mla_attention", OpKind::MlaAttention},
@@ -523,6 +524,25 @@ Expected<StepOp> Decoder::decode() {
     d_.rows = batch;
     d_.n = w.dims[1];
     d_.k = kDim;
+    break;
+  }
+  case OpKind::SwigluLinear: {
+    KILN_TRY(counts(3, 1));
+    KILN_TRY(floats(in(0), "gate"));
+    KILN_TRY(floats(in(1), "up"));
+    KILN_TRY(same(in(0), in(1)));
+    Operand w = in(2);
+    KILN_TRY(weight(w, "weight"));
+    KILN_TRY(floats(out(0), "output"));
+    if (in(0).buffer->shape.size() != 1 || w.dims.size() != 2 ||
+        in(0).elements() != uint64_t(w.dims[0]))
+      return fail("needs vectors gate and up of the weight's ne[0] values "
+                  "and a 2-D weight");
+    if (out(0).elements() != uint64_t(w.dims[1]))
+      return fail("the output is not the weight's ne[1] values");
+    d_.rows = 1;
+    d_.n = w.dims[1];
+    d_.k = w.dims[0];
     break;
   }
   case OpKind::FusedLinear:

@@ -44,6 +44,7 @@ enum class OpKind {
   Linear,
   FusedLinear,
   RmsNormLinear,
+  SwigluLinear,
   CacheAppend,
   NormRopeAppend,
   MlaAttention,

@@ -350,6 +350,19 @@ Expected<std::function<Status()>> OpBinder::bind() {
     float *y = f32Out(0);
     return Fn([=, &pool] { return cpu::linear(x, rows, *w, y, pool); });
   }
+  case OpKind::SwigluLinear: {
+    const cpu::WeightView *w = in(2).weight;
+    const float *gate = f32In(0), *up = f32In(1);
+    float *y = f32Out(0);
+    // The product, as swiglu would write it: the same bits as the two ops
+    // unfused.
+    auto product = std::make_shared<std::vector<float>>(size_t(d.k));
+    int64_t k = d.k;
+    return Fn([=, &pool] {
+      cpu::swiglu(gate, up, k, product->data());
+      return cpu::linear(product->data(), 1, *w, y, pool);
+    });
+  }
   case OpKind::FusedLinear:
   case OpKind::RmsNormLinear: {
     const bool normed = d.kind == OpKind::RmsNormLinear;

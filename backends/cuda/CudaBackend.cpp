@@ -607,10 +607,10 @@ Expected<Launch> OpBinder::bind() {
     if (b.kind == BufferKind::Weight &&
         rank_.weights[b.binding].layout != WeightLayout::Blocks &&
         d.kind != OpKind::Linear && d.kind != OpKind::FusedLinear &&
-        d.kind != OpKind::RmsNormLinear)
+        d.kind != OpKind::RmsNormLinear && d.kind != OpKind::SwigluLinear)
       return Error(d.where, step_.step->buffers[i].name,
-                   "its device layout is read only by linear and "
-                   "fused_linear (the artifact is inconsistent)");
+                   "its device layout is read only by the mat-vec ops "
+                   "(the artifact is inconsistent)");
   }
   switch (d.kind) {
   case OpKind::AllReduce:
@@ -728,6 +728,20 @@ Expected<Launch> OpBinder::bind() {
   case OpKind::FusedLinear:
   case OpKind::RmsNormLinear:
     return Error(d.where, "", "a fused mat-vec is bound run by run");
+  case OpKind::SwigluLinear: {
+    DeviceWeight w = weight(2);
+    const float *gate = f32In(0), *up = f32In(1);
+    float *y = f32Out(0);
+    // The product's scratch, for layouts whose kernel cannot form it.
+    float *scratch = nullptr;
+    if (w.layout != WeightLayout::Q8Split) {
+      KILN_ASSIGN(p, rank_.scratchFloats(uint64_t(d.k)));
+      scratch = p;
+    }
+    return wrap([=](cudaStream_t s) {
+      return launchSwigluLinear(gate, up, w, scratch, y, s);
+    });
+  }
   case OpKind::CacheAppend: {
     DeviceCache c = cache(d.outs[0]);
     const float *x = f32In(0);

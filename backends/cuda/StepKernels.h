@@ -318,6 +318,14 @@ struct InputNorm {
 cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
                                const DeviceWeight &w, float *y, cudaStream_t s);
 
+/// y = W (silu(gate) * up) for one input vector pair of w.cols values each
+/// (step.swiglu_linear). The q8_0-split kernel forms each product value as
+/// it loads it (no kernel, no write of the product); other layouts run
+/// launchSwiglu into `scratch` (w.cols floats), then launchLinear.
+cudaError_t launchSwigluLinear(const float *gate, const float *up,
+                               const DeviceWeight &w, float *scratch, float *y,
+                               cudaStream_t s);
+
 /// Row *position of the cache becomes entry[width], converted (round to
 /// nearest even). A position outside the cache faults (PositionOutOfRange).
 cudaError_t launchCacheAppend(const float *entry, const int32_t *position,

@@ -293,14 +293,20 @@ __device__ inline SplitItem splitItem(int64_t batch, int64_t rowsPerBatch,
   return splitItemOf(R, batch, rowsPerBatch, stacked, splits, passes);
 }
 
+/// What linearQ8SplitKernel dots its rows with: x, x RMS-normalised
+/// (step.rms_norm_linear), or silu(x) * up (step.swiglu_linear).
+enum class Q8Input { Plain, Norm, Swiglu };
+
 struct Q8SplitArgs {
   const int8_t *quants;
   const unsigned short *scales;
   int64_t cols;
   const float *x;
-  /// kNormX: x is first RMS-normalised with these (InputNorm).
+  /// Q8Input::Norm: x is first RMS-normalised with these (InputNorm).
   const float *normWeight;
   float normEps;
+  /// Q8Input::Swiglu: the input is silu(x) * up.
+  const float *up;
   int64_t batch, rowsPerBatch;
   bool stacked;
   int splits;
@@ -356,8 +362,15 @@ storeNormedRowSums(const float (&v)[R], float sq, bool valid, int nrows,
   }
 }
 
-template <int R, bool kAlignedX, bool kNormX = false>
+/// silu(g) * u per value, as launchSwiglu writes them.
+__device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
+  return make_float4(silu(g.x) * u.x, silu(g.y) * u.y, silu(g.z) * u.z,
+                     silu(g.w) * u.w);
+}
+
+template <int R, bool kAlignedX, Q8Input kInput = Q8Input::Plain>
 __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
+  constexpr bool kNormX = kInput == Q8Input::Norm;
   allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
   const int lane = threadIdx.x % kWarp;
@@ -404,6 +417,13 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
       float4 x0 = loadX4<kAlignedX>(x + c), x1 = loadX4<kAlignedX>(x + c + 4),
              x2 = loadX4<kAlignedX>(x + c + 8),
              x3 = loadX4<kAlignedX>(x + c + 12);
+      if constexpr (kInput == Q8Input::Swiglu) {
+        const float *u = a.up + b * a.cols + c;
+        x0 = swiglu4(x0, loadX4<kAlignedX>(u));
+        x1 = swiglu4(x1, loadX4<kAlignedX>(u + 4));
+        x2 = swiglu4(x2, loadX4<kAlignedX>(u + 8));
+        x3 = swiglu4(x3, loadX4<kAlignedX>(u + 12));
+      }
       if constexpr (kNormX) {
         const float *g = a.normWeight + c;
         sq = squares4(x3, squares4(x2, squares4(x1, squares4(x0, sq))));
@@ -1366,11 +1386,12 @@ int splitsForPasses(int64_t items, int64_t passes, const void *kernel) {
 }
 
 /// launchLinear for the q8_0-split layout (with `norm`: of a normalised
-/// input, batch 1).
+/// input; with `up`: of silu(x) * up; either batch 1).
 cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
                                 const DeviceWeight &w, int64_t rowsPerBatch,
                                 bool stacked, float *y, cudaStream_t s,
-                                const InputNorm *norm = nullptr) {
+                                const InputNorm *norm = nullptr,
+                                const float *up = nullptr) {
   if (w.type != GGMLType::Q8_0 || w.cols <= 0 || w.cols % 32 || w.rows < 0 ||
       batch < 0 || rowsPerBatch < 0 || !w.data || !w.scales ||
       (reinterpret_cast<uintptr_t>(w.data) & 15) ||
@@ -1389,18 +1410,29 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   a.stacked = stacked;
   a.y = y;
   if (norm) {
-    if (batch != 1 || !norm->weight)
+    if (batch != 1 || !norm->weight || up)
       return cudaErrorInvalidValue;
     a.normWeight = norm->weight;
     a.normEps = norm->eps;
   }
-  const bool alignedX = (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
-                        (w.cols * int64_t(sizeof(float))) % 16 == 0;
-  const bool alignedG =
-      !norm || (reinterpret_cast<uintptr_t>(norm->weight) & 15) == 0;
+  if (up) {
+    if (batch != 1)
+      return cudaErrorInvalidValue;
+    a.up = up;
+  }
+  // Every vector the kernel reads by float4 (x, the norm's weight, up).
+  const bool alignedX =
+      (w.cols * int64_t(sizeof(float))) % 16 == 0 &&
+      ((reinterpret_cast<uintptr_t>(x) |
+        (norm ? reinterpret_cast<uintptr_t>(norm->weight) : 0) |
+        reinterpret_cast<uintptr_t>(up)) &
+       15) == 0;
+  using enum Q8Input;
   void (*kernel)(Q8SplitArgs) =
-      norm ? (alignedX && alignedG ? linearQ8SplitKernel<kRows, true, true>
-                                   : linearQ8SplitKernel<kRows, false, true>)
+      norm ? (alignedX ? linearQ8SplitKernel<kRows, true, Norm>
+                       : linearQ8SplitKernel<kRows, false, Norm>)
+      : up ? (alignedX ? linearQ8SplitKernel<kRows, true, Swiglu>
+                       : linearQ8SplitKernel<kRows, false, Swiglu>)
            : (alignedX ? linearQ8SplitKernel<kRows, true>
                        : linearQ8SplitKernel<kRows, false>);
   const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
@@ -1577,6 +1609,22 @@ cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
       e != cudaSuccess)
     return e;
   return launchLinear(norm.scratch, 1, w, w.rows, false, y, s);
+}
+
+cudaError_t launchSwigluLinear(const float *gate, const float *up,
+                               const DeviceWeight &w, float *scratch, float *y,
+                               cudaStream_t s) {
+  if (!gate || !up || w.cols <= 0)
+    return cudaErrorInvalidValue;
+  if (w.layout == WeightLayout::Q8Split)
+    return launchLinearQ8Split(gate, 1, w, w.rows, false, y, s, nullptr, up);
+  // Elsewhere the product's own kernel first, into the scratch.
+  if (!scratch)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = launchSwiglu(gate, up, w.cols, scratch, s);
+      e != cudaSuccess)
+    return e;
+  return launchLinear(scratch, 1, w, w.rows, false, y, s);
 }
 
 cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,

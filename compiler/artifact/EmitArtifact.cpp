@@ -32,6 +32,7 @@ const std::vector<std::string> kAllStepOps = {"embed",
                                               "linear",
                                               "fused_linear",
                                               "rms_norm_linear",
+                                              "swiglu_linear",
                                               "rms_norm",
                                               "add_rms_norm",
                                               "all_reduce_add_rms_norm",
@@ -129,11 +130,12 @@ Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
 
 /// The CUDA plugin's split device layouts (backends/cuda/SplitLayout.h's
 /// table, the one the plugin reads them by), for weights read only as
-/// mat-vec weights (linear, fused_linear, rms_norm_linear): each field of the
-/// file's blocks in its own plane (quants, scales, high bits), rows back to
-/// back in every plane, each plane 256-byte aligned. The plugin repacks the
-/// file's blocks into it at load, every byte kept, so each lane of a warp
-/// reads its quants in one aligned 16-byte load (docs/cuda.md). Stacked
+/// mat-vec weights (linear, fused_linear, rms_norm_linear, swiglu_linear):
+/// each field of the file's blocks in its own plane (quants, scales, high
+/// bits), rows back to back in every plane, each plane 256-byte aligned.
+/// The plugin repacks the file's blocks into it at load, every byte kept,
+/// so each lane of a warp reads its quants in one aligned 16-byte load
+/// (docs/cuda.md). Stacked
 /// (3-D) weights, such as attn_k_b's per-head matrices, take it too: the
 /// split kernels read a stacked weight's matrices as the block kernels do.
 /// Any other use (embed, dequant, the routed experts) keeps the file's
@@ -156,10 +158,11 @@ Status assignCudaLayouts(artifact::Artifact &out) {
           if (b.kind != artifact::BufferKind::Weight)
             continue;
           // The weights of a mat-vec (an rms_norm_linear's ins[1] is its
-          // norm's).
+          // norm's; a swiglu_linear's ins[2] is its only weight).
           bool matVec =
               ((op.kind == "linear" || op.kind == "fused_linear") && i >= 1) ||
-              (op.kind == "rms_norm_linear" && i >= 2);
+              ((op.kind == "rms_norm_linear" || op.kind == "swiglu_linear") &&
+               i >= 2);
           ++(matVec ? matVecUses : otherUses)[size_t(b.binding)];
         }
       }

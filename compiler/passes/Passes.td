@@ -113,6 +113,20 @@ def FuseNormLinear : Pass<"kiln-fuse-norm-linear", "::mlir::func::FuncOp"> {
   }];
 }
 
+def FuseSwigluLinear
+    : Pass<"kiln-fuse-swiglu-linear", "::mlir::func::FuncOp"> {
+  let summary = "Fold a swiglu into the mat-vec that reads it";
+  let description = [{
+    On a step function before planning: a `step.swiglu` of two vectors into
+    an arena buffer that only the next compute op reads, a `step.linear`
+    with a 2-D weight, as its input, becomes one `step.swiglu_linear`; the
+    product is never written out, and a backend may form it inside the
+    mat-vec (the CUDA backend does, for the q8_0-split layout). In GLM-5
+    that is the shared expert's down projection, the longer of the two
+    branches after every MoE layer's all-reduce.
+  }];
+}
+
 def FuseCacheAppend : Pass<"kiln-fuse-cache-append", "::mlir::func::FuncOp"> {
   let summary = "Fold the norm, rope and concat that build a cache row into its append";
   let description = [{

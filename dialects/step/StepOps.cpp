@@ -311,6 +311,22 @@ LogicalResult EmbedOp::verify() {
   return expectShape(*this, "output", getOutput(), {dims[0]});
 }
 
+LogicalResult SwiGLULinearOp::verify() {
+  if (failed(verifyBinary(*this, getGate(), getUp(), getGate())))
+    return failure();
+  MemRefType input = bufferOf(getGate());
+  ArrayRef<int64_t> dims = getWeight().getType().getDims();
+  if (input.getRank() != 1)
+    return emitOpError("gate and up must be vectors, got ") << input;
+  if (dims.size() != 2)
+    return emitOpError("weight must have 2 dims");
+  if (input.getShape()[0] != dims[0])
+    return emitOpError("gate and up have ")
+           << input.getShape()[0] << " values but the weight's ne[0] is "
+           << dims[0];
+  return expectShape(*this, "output", getOutput(), {dims[1]});
+}
+
 LogicalResult LinearOp::verify() {
   ArrayRef<int64_t> dims = getWeight().getType().getDims();
   MemRefType input = bufferOf(getInput());

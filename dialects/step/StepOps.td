@@ -489,6 +489,33 @@ def Step_RMSNormLinearOp : Step_ComputeOp<"rms_norm_linear", 1> {
   let hasVerifier = 1;
 }
 
+def Step_SwiGLULinearOp : Step_ComputeOp<"swiglu_linear", 1> {
+  let summary = "silu(gate) * up, then a mat-vec of it";
+  let description = [{
+    `output = linear(swiglu(gate, up), weight)`: the product of
+    `step.swiglu` and the mat-vec of `step.linear` (a vector and a 2-D
+    weight) in one op, so a backend may form each input value inside the
+    mat-vec instead of writing the product out and launching again.
+    Produced by `kiln-fuse-swiglu-linear` from a `swiglu` whose output only
+    the `linear` right after it reads (GLM-5: the shared expert's down
+    projection, on the critical path of every MoE layer).
+
+    Example:
+    ```mlir
+    step.swiglu_linear ins(%g, %u, %down : memref<128xf32>, memref<128xf32>, !kiln.qweight<"blk.3.ffn_down_shexp.weight", "q8_0", [128, 256]>) outs(%y : memref<256xf32>)
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$gate, In<Step_Buffer>:$up,
+                       In<Kiln_QWeightType, "weight">:$weight,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $gate `,` $up `,` $weight `:` type($gate) `,` type($up) `,`
+    qualified(type($weight)) `)` `outs` `(` $output `:` type($output) `)`
+    attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Attention and its state
 //===----------------------------------------------------------------------===//

@@ -2160,9 +2160,6 @@ void benchOps() {
   benchMoe();
 }
 
-/// rms_norm_linear: launchNormedLinear against the CPU's rms_norm then
-/// linear. The q8_0-split kernel normalises in shared memory (the GLM-5 q_b
-/// shape among them); the other layouts run the norm kernel into scratch.
 /// The one-shot all-reduce (launchAllReducePeers) against the CPU
 /// backend's rank-order combine: simulated alone (every rank's slots this
 /// rank's own: x combined with itself once per rank), and, where two GPUs
@@ -2305,6 +2302,9 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
          differ, 0, "bit-identical: the same sums in the same order");
 }
 
+/// rms_norm_linear: launchNormedLinear against the CPU's rms_norm then
+/// linear. The q8_0-split kernel normalises in shared memory (the GLM-5 q_b
+/// shape among them); the other layouts run the norm kernel into scratch.
 void checkNormedLinear(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
   struct Case {
@@ -2350,6 +2350,63 @@ void checkNormedLinear(Report &r, kiln::Rng &rng) {
            sumWhy("norm and dot order, fma, x2", c.k));
     r.line("rms_norm_linear", "again " + what,
            mismatches(again.download(), got), 0, "deterministic");
+  }
+}
+
+/// swiglu_linear: launchSwigluLinear against the CPU's swiglu then linear.
+/// The q8_0-split kernel forms silu(gate) * up as it loads x (GLM-5's
+/// shared expert down at tp=8 among the shapes, and gate and up off 16-byte
+/// alignment for the scalar loads); the other layouts run the swiglu kernel
+/// into scratch.
+void checkSwigluLinear(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  struct Case {
+    GGMLType type;
+    int64_t k, n;
+    bool split, aligned = true;
+  };
+  for (const Case &c : {Case{GGMLType::Q8_0, 256, 6144, true},
+                        Case{GGMLType::Q8_0, 2048, 768, true},
+                        Case{GGMLType::Q8_0, 512, 37, true},
+                        Case{GGMLType::Q8_0, 256, 100, true, false},
+                        Case{GGMLType::Q4_K, 1024, 64, true},
+                        Case{GGMLType::Q8_0, 512, 37, false},
+                        Case{GGMLType::F32, 96, 17, false}}) {
+    Weight w = randomWeight(c.type, {c.k, c.n}, rng.next());
+    const std::string what =
+        fmtText("%s [%lld, %lld]%s%s", typeName(c.type).c_str(), (long long)c.k,
+                (long long)c.n, c.split ? ", split layout" : "",
+                c.aligned ? "" : ", gate and up 4 bytes off 16-byte alignment");
+    std::vector<float> gate = normals(rng, size_t(c.k), 3.0),
+                       up = normals(rng, size_t(c.k), 1.0),
+                       product(size_t(c.k)), want(size_t(c.n));
+    cpu::swiglu(gate.data(), up.data(), c.k, product.data());
+    if (!r.reference(
+            "swiglu_linear",
+            cpu::linear(product.data(), 1, w.view("w"), want.data(), pool)))
+      continue;
+    std::optional<SplitWeight> split;
+    if (c.split)
+      split.emplace(repackSplit(w));
+    const kc::DeviceWeight dw = c.split ? split->dev(w) : w.dev();
+    // Unaligned: the vectors one float into their buffers.
+    const size_t at = c.aligned ? 0 : 1;
+    std::vector<float> g(at, 0.f), u(at, 0.f);
+    g.insert(g.end(), gate.begin(), gate.end());
+    u.insert(u.end(), up.begin(), up.end());
+    DeviceArray<float> dg(g), du(u), scratch(size_t(c.k)), dy(want.size()),
+        again(want.size());
+    run(kc::launchSwigluLinear(dg.get() + at, du.get() + at, dw, scratch.get(),
+                               dy.get(), nullptr));
+    run(kc::launchSwigluLinear(dg.get() + at, du.get() + at, dw, scratch.get(),
+                               again.get(), nullptr));
+    const std::vector<float> got = dy.download();
+    // Each product value within an ulp or two (the device's expf), the
+    // dots in another order with fused multiply-adds: as for the norm.
+    r.line("swiglu_linear", "vs swiglu + linear " + what, relError(got, want),
+           2 * sumTol(double(c.k)), sumWhy("expf, dot order, fma, x2", c.k));
+    r.line("swiglu_linear", "again " + what, mismatches(again.download(), got),
+           0, "deterministic");
   }
 }
 
@@ -2412,6 +2469,7 @@ int main(int argc, char **argv) {
   checkMoeExperts(report, rng);
   checkArgmax(report, rng);
   checkNormedLinear(report, rng);
+  checkSwigluLinear(report, rng);
   checkAllReducePeers(report, rng);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",

@@ -473,6 +473,54 @@ func.func @rms_norm_linear_epsilon() {
 
 // -----
 
+func.func @swiglu_linear_width() {
+  %g = step.buffer "g" : memref<128xf32>
+  %u = step.buffer "u" : memref<128xf32>
+  %y = step.buffer "y" : memref<256xf32>
+  %w = step.weight : !kiln.qweight<"down.weight", "q8_0", [64, 256]>
+  // expected-error @+1 {{'step.swiglu_linear' op gate and up have 128 values but the weight's ne[0] is 64}}
+  step.swiglu_linear ins(%g, %u, %w : memref<128xf32>, memref<128xf32>, !kiln.qweight<"down.weight", "q8_0", [64, 256]>) outs(%y : memref<256xf32>)
+  return
+}
+
+// -----
+
+func.func @swiglu_linear_up_type() {
+  %g = step.buffer "g" : memref<128xf32>
+  %u = step.buffer "u" : memref<64xf32>
+  %y = step.buffer "y" : memref<256xf32>
+  %w = step.weight : !kiln.qweight<"down.weight", "q8_0", [128, 256]>
+  // expected-error @+1 {{'step.swiglu_linear' op operands and output must have one type}}
+  step.swiglu_linear ins(%g, %u, %w : memref<128xf32>, memref<64xf32>, !kiln.qweight<"down.weight", "q8_0", [128, 256]>) outs(%y : memref<256xf32>)
+  return
+}
+
+// -----
+
+func.func @swiglu_linear_output() {
+  %g = step.buffer "g" : memref<128xf32>
+  %u = step.buffer "u" : memref<128xf32>
+  %y = step.buffer "y" : memref<128xf32>
+  %w = step.weight : !kiln.qweight<"down.weight", "q8_0", [128, 256]>
+  // expected-error @+1 {{'step.swiglu_linear' op output must have shape [256]}}
+  step.swiglu_linear ins(%g, %u, %w : memref<128xf32>, memref<128xf32>, !kiln.qweight<"down.weight", "q8_0", [128, 256]>) outs(%y : memref<128xf32>)
+  return
+}
+
+// -----
+
+func.func @swiglu_linear_matrix() {
+  %g = step.buffer "g" : memref<2x64xf32>
+  %u = step.buffer "u" : memref<2x64xf32>
+  %y = step.buffer "y" : memref<2x32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [64, 32, 2]>
+  // expected-error @+1 {{'step.swiglu_linear' op gate and up must be vectors}}
+  step.swiglu_linear ins(%g, %u, %w : memref<2x64xf32>, memref<2x64xf32>, !kiln.qweight<"w.weight", "q8_0", [64, 32, 2]>) outs(%y : memref<2x32xf32>)
+  return
+}
+
+// -----
+
 func.func @norm_rope_append_kind() {
   %x = step.buffer "x" : memref<80xf32>
   %n = step.buffer "n" : memref<64xf32>
