@@ -19,7 +19,7 @@ build=${KILN_BUILD_DIR:-build}
 pack=${1:-gpu-pack}
 bin=$build/bin
 
-for f in kiln-run kiln-gguf kiln-compile kiln-bandwidth kiln-cuda-matvec kiln-cuda-ops kiln-allreduce; do
+for f in kiln-run kiln-serve kiln-gguf kiln-compile kiln-bandwidth kiln-cuda-matvec kiln-cuda-ops kiln-allreduce; do
   [ -x "$bin/$f" ] || { echo "gpu-pack: error: $bin/$f is not built (utils/build.sh with CUDA)" >&2; exit 1; }
 done
 for f in libkiln-backend-cpu.so libkiln-backend-cuda.so; do
@@ -28,11 +28,15 @@ done
 
 rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib" "$pack/models"
-cp "$bin"/{kiln-run,kiln-gguf,kiln-bandwidth,kiln-cuda-matvec,kiln-cuda-ops,kiln-allreduce} "$pack/bin/"
+cp "$bin"/{kiln-run,kiln-serve,kiln-gguf,kiln-bandwidth,kiln-cuda-matvec,kiln-cuda-ops,kiln-allreduce} "$pack/bin/"
 cp "$build"/lib/libkiln-backend-{cpu,cuda}.so "$pack/lib/"
-# The one shared library the binaries need beyond glibc and libstdc++.
-fmt=$(ldd "$bin/kiln-run" | awk '/libfmt/ {print $3}')
-[ -n "$fmt" ] && cp "$fmt" "$pack/lib/"
+# The shared libraries the binaries need that a GPU host without this
+# machine's packages may lack: fmt (every tool), cpp-httplib and brotli
+# (kiln-serve). glibc, libstdc++, OpenSSL and zlib are the host's own.
+for lib in $(ldd "$bin/kiln-run" "$bin/kiln-serve" |
+             awk '/libfmt|libcpp-httplib|libbrotli/ {print $3}' | sort -u); do
+  cp "$lib" "$pack/lib/"
+done
 
 m=$pack/models
 # The artifacts carry the kernel images of the architectures they are

@@ -22,7 +22,12 @@ logits of every position kept):
     the artifacts) vs tp=1: within the same tolerance, same argmax rule;
   * greedy generation on CUDA equals the CPU's up to the first step whose
     CPU decision gap does not clear the rule;
-  * compute-sanitizer memcheck on the tiny model: no errors.
+  * compute-sanitizer memcheck on the tiny model: no errors;
+  * kiln-serve on the CUDA backend answers completions (one, then one
+    whose prompt extends it, so the server evaluates only the new part of
+    the cached prefix) with the text kiln-run generates for the same
+    prompt on the same backend (greedy: the server is a transport, not a
+    second model).
 The tolerances: both backends accumulate in f32 in different orders (warp
 trees vs sequential loops), about 1e-6 relative per dot product; 48 layers
 deep of residual updates and a softmax keep that below 1e-4 with f32
@@ -304,6 +309,67 @@ class Checks:
                            f"{'PASS' if ok else f'FAIL (exit {proc.returncode}): ' + proc.stderr[-300:]} |")
         self.check(ok, "damaged kernel image")
 
+    def serve(self):
+        """kiln-serve on the CUDA backend: /health, then two greedy
+        completions (the second prompt extends the first, so its prefix is
+        reused) whose text and token counts equal kiln-run's."""
+        import json
+        import urllib.request
+        model, n = "tiny-mix", 8
+        art, gguf = self.art(model, "cuda", 1), self.gguf(model)
+        binary = self.pack / "bin" / "kiln-serve"
+        if not binary.exists():
+            self.report.append("| kiln-serve on cuda | - | - | - | FAIL: "
+                               "kiln-serve is not in the pack |")
+            self.failed.append("kiln-serve missing")
+            return
+        proc = subprocess.Popen(
+            [str(binary), str(art), "--weights", str(gguf), "--port", "0",
+             "--model-name", "tiny", "--backend-dir", str(self.pack / "lib")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env(self.pack))
+        results, problem = [], None
+        try:
+            line = proc.stdout.readline()
+            if "serving 'tiny' on http://127.0.0.1:" not in line:
+                raise AssertionError(f"kiln-serve did not start: {line!r} "
+                                     f"{proc.stderr.read()[-300:] if proc.poll() is not None else ''}")
+            url = "http://127.0.0.1:" + line.split("http://127.0.0.1:")[1].split()[0]
+            with urllib.request.urlopen(url + "/health", timeout=60) as r:
+                if json.load(r) != {"status": "ok"}:
+                    raise AssertionError("/health did not answer ok")
+            for prompt in ("Kiln compiles", "Kiln compiles models for"):
+                body = json.dumps({"model": "tiny", "prompt": prompt,
+                                   "max_tokens": n, "temperature": 0}).encode()
+                req = urllib.request.Request(
+                    url + "/v1/completions", data=body,
+                    headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    got = json.load(r)
+                want = json.loads(run(self.pack, [
+                    self.pack / "bin" / "kiln-run", art, "--weights", gguf,
+                    "--backend-dir", self.pack / "lib", "--prompt", prompt,
+                    "-n", n, "--json"]).stdout)
+                results.append(
+                    got["choices"][0]["text"] == want["text"] and
+                    got["usage"]["prompt_tokens"] == want["prompt_tokens"] and
+                    got["usage"]["completion_tokens"] == len(want["tokens"]))
+        except (AssertionError, OSError, ValueError, KeyError) as e:
+            problem = str(e).splitlines()[-1][:300] if str(e) else repr(e)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        ok = problem is None and len(results) == 2 and all(results)
+        detail = problem or f"{sum(results)}/2 completions equal kiln-run's"
+        self.report.append(f"| {model}: kiln-serve on cuda, 2 completions "
+                           f"(the second extends the first) vs kiln-run | - | "
+                           f"identical text and counts | - | "
+                           f"{'PASS' if ok else 'FAIL: ' + detail} |")
+        self.check(ok, "kiln-serve on cuda")
+
     def memcheck(self):
         tool = shutil.which("compute-sanitizer") or \
             "/usr/local/cuda/bin/compute-sanitizer"
@@ -345,6 +411,7 @@ class Checks:
                 self.failed.append(f"{model}: {e}")
         self.architecture_guard()
         self.kernel_images()
+        self.serve()
         self.memcheck()
         header = ["| check | max rel error | tolerance | argmax equal "
                   "(decided positions) | result |", "|---|---|---|---|---|"]
