@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
 #include <map>
 
@@ -580,6 +581,14 @@ Expected<StepOp> Decoder::decode() {
     }
     if (out(0).elements() != uint64_t(offset))
       return fail("the output does not hold the segments");
+    if (const Attr *live = op_.attr("live_from")) {
+      if (live->kind != AttrKind::Ints || live->ints.size() != n)
+        return fail("live_from needs one position per weight");
+      for (int64_t p : live->ints)
+        if (p < 0 || p > INT32_MAX)
+          return fail(fmt::format("live_from position {} is out of range", p));
+      d_.liveFrom = live->ints;
+    }
     d_.k = kDim;
     d_.n = offset;
     break;

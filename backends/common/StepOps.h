@@ -116,6 +116,10 @@ struct StepOp {
   /// is the norm's weight, epsilon its epsilon).
   int64_t outer = 1;
   std::vector<int64_t> runs, segments;
+  /// FusedLinear, RmsNormLinear (optional, one per weight): weight i's rows
+  /// are read only at steps whose position input is >= liveFrom[i]; below,
+  /// a backend may leave them unwritten (step.fused_linear live_from).
+  std::vector<int64_t> liveFrom;
 
   /// MlaAttention: heads, latent (= k), rope; selection capacity (0: none).
   /// DsaIndexer: heads, dim (= k), topK. MoeRouter: hidden (= k), experts,

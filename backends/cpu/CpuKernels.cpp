@@ -588,6 +588,15 @@ Status dsaIndexer(const float *q, int64_t heads, int64_t dim,
     return s;
 
   const int64_t positions = static_cast<int64_t>(position) + 1;
+  if (positions <= topK) {
+    // Every position is selected: no score is needed, and neither the query
+    // nor the head weights are read (step.dsa_indexer; a backend may leave
+    // them unwritten, live_from).
+    for (int64_t t = 0; t < topK; ++t)
+      selected[t] = t < positions ? static_cast<int32_t>(t) : 0;
+    *count = static_cast<int32_t>(positions);
+    return Status::ok();
+  }
   std::vector<float> scores(static_cast<size_t>(positions));
   std::vector<float> key(static_cast<size_t>(dim));
   for (int64_t t = 0; t < positions; ++t) {

@@ -144,7 +144,8 @@ Status mlaAttention(const float *qLatent, const float *qRope, int64_t heads,
 ///   score[t] = scale * sum_h w[h] * relu(q[h] . key[t])
 /// then the topK highest scores (ties to the lower t). Writes the chosen
 /// positions in ascending order into selected[topK], zeros after them, and
-/// count = min(topK, position + 1).
+/// count = min(topK, position + 1). With position + 1 <= topK every
+/// position is selected and q and w are not read.
 Status dsaIndexer(const float *q, int64_t heads, int64_t dim,
                   const float *headWeights, const CacheView &cache,
                   int32_t position, int64_t topK, float scale,

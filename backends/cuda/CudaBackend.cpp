@@ -335,6 +335,11 @@ public:
   struct Run {
     DeviceWeight w;
     int64_t at;
+    /// The run's rows read only from a position on (live_from): every row
+    /// from `liveRows` on has the same live position `liveFrom` > 0, and
+    /// none before it; liveFrom 0 when that is not the run's shape.
+    int64_t liveRows = 0;
+    int64_t liveFrom = 0;
   };
   std::vector<Run> fusedRuns() const;
   /// The launch of one run (of an rms_norm_linear: with the norm).
@@ -342,9 +347,14 @@ public:
     const float *x = f32In(0);
     float *y = f32Out(0) + r.at;
     DeviceWeight w = r.w;
+    LiveRows live;
+    const int32_t *position = positionInput();
+    if (r.liveFrom > 0 && position)
+      live = {position, int32_t(r.liveFrom), r.liveRows};
     if (d_.kind != OpKind::RmsNormLinear)
       return wrap([=](cudaStream_t s) {
-        return launchLinear(x, 1, w, w.rows, false, y, s);
+        return launchLinear(x, 1, w, w.rows, false, y, s,
+                            live.position ? &live : nullptr);
       });
     InputNorm norm;
     KILN_ASSIGN(weight, param(1));
@@ -353,8 +363,19 @@ public:
     // Each run its own scratch: runs may overlap.
     KILN_ASSIGN(scratch, rank_.scratchFloats(uint64_t(d_.k)));
     norm.scratch = scratch;
-    return wrap(
-        [=](cudaStream_t s) { return launchNormedLinear(x, norm, w, y, s); });
+    return wrap([=](cudaStream_t s) {
+      return launchNormedLinear(x, norm, w, y, s,
+                                live.position ? &live : nullptr);
+    });
+  }
+  /// The step's position input slot (live_from counts in it), or null.
+  const int32_t *positionInput() const {
+    const std::vector<Buffer> &buffers = step_.step->buffers;
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i].kind == BufferKind::Input &&
+          buffers[i].name == "position" && buffers[i].dtype == DType::I32)
+        return reinterpret_cast<const int32_t *>(step_.ptrs[i]);
+    return nullptr;
   }
   /// The first weight operand of a fused_linear or rms_norm_linear.
   size_t firstWeight() const {
@@ -433,12 +454,23 @@ std::vector<OpBinder::Run> OpBinder::fusedRuns() const {
       }
       if (w.type == prev.type && w.layout == prev.layout &&
           w.cols == prev.cols && next) {
+        Run &run = runs.back();
+        const int64_t from = d_.liveFrom.empty() ? 0 : d_.liveFrom[i - first];
+        // Live rows stay a suffix of one position; otherwise every row is
+        // computed (liveFrom -1 until the run ends, then 0).
+        if (run.liveFrom == 0 && from == 0)
+          run.liveRows += w.rows;
+        else if (run.liveFrom == 0 || run.liveFrom != from)
+          run.liveFrom = run.liveFrom == 0 && from > 0 ? from : -1;
         prev.rows += w.rows;
         continue;
       }
     }
-    runs.push_back({w, d_.segments[i - first]});
+    const int64_t from = d_.liveFrom.empty() ? 0 : d_.liveFrom[i - first];
+    runs.push_back({w, d_.segments[i - first], from > 0 ? 0 : w.rows, from});
   }
+  for (Run &run : runs)
+    run.liveFrom = run.liveFrom < 0 ? 0 : run.liveFrom;
   return runs;
 }
 

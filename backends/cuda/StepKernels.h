@@ -296,9 +296,21 @@ cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s);
 /// true batch row b uses its own matrix, rows b*rowsPerBatch .. (a 3-D
 /// weight [K, N, B], rowsPerBatch = N, batch = B). x is [batch][w.cols],
 /// y [batch][rowsPerBatch].
+/// Rows of a projection read only from a position on (step.fused_linear
+/// live_from): while *position < from only rows [0, rows) are computed and
+/// the others are left unwritten. `position` must be the step's position
+/// input (written between steps only): kernels read it before their
+/// predecessor wait, to size their work. Honoured by the q8_0-split kernel
+/// (batch 1); every other layout computes every row.
+struct LiveRows {
+  const int32_t *position = nullptr;
+  int32_t from = 0;
+  int64_t rows = 0;
+};
+
 cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
                          int64_t rowsPerBatch, bool stacked, float *y,
-                         cudaStream_t s);
+                         cudaStream_t s, const LiveRows *live = nullptr);
 
 /// An input's RMS norm, folded into a mat-vec (step.rms_norm_linear): x
 /// becomes x / sqrt(mean(x^2) + eps) * weight. `scratch` (cols floats) holds
@@ -316,7 +328,8 @@ struct InputNorm {
 /// write of the normalised vector); other layouts run launchRmsNorm into
 /// norm.scratch, then launchLinear.
 cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
-                               const DeviceWeight &w, float *y, cudaStream_t s);
+                               const DeviceWeight &w, float *y, cudaStream_t s,
+                               const LiveRows *live = nullptr);
 
 /// y = W (silu(gate) * up) for one input vector pair of w.cols values each
 /// (step.swiglu_linear). The q8_0-split kernel forms each product value as

@@ -307,6 +307,12 @@ struct Q8SplitArgs {
   float normEps;
   /// Q8Input::Swiglu: the input is silu(x) * up.
   const float *up;
+  /// LiveRows: while *livePosition < liveFrom, rowsPerBatch is liveRows
+  /// and splits liveSplits (null: every row, always).
+  const int32_t *livePosition;
+  int32_t liveFrom;
+  int64_t liveRows;
+  int liveSplits;
   int64_t batch, rowsPerBatch;
   bool stacked;
   int splits;
@@ -374,9 +380,16 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
   allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
   const int lane = threadIdx.x % kWarp;
-  const SplitItem it =
-      splitItem<R>(a.batch, a.rowsPerBatch, a.stacked, a.splits,
-                   (a.cols + kSplitPass - 1) / kSplitPass);
+  // The rows this step needs: fewer, split further, below the live rows'
+  // position (LiveRows: a step input, read before the wait).
+  int64_t rowsPerBatch = a.rowsPerBatch;
+  int splits = a.splits;
+  if (a.livePosition && *a.livePosition < a.liveFrom) {
+    rowsPerBatch = a.liveRows;
+    splits = a.liveSplits;
+  }
+  const SplitItem it = splitItem<R>(a.batch, rowsPerBatch, a.stacked, splits,
+                                    (a.cols + kSplitPass - 1) / kSplitPass);
   const bool valid = it.valid;
   const int nrows = it.nrows, part = it.part;
   const int64_t b = it.b, row = it.row, out = it.out, first = it.first,
@@ -448,10 +461,10 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
       v[r] = warpSum(v[r]);
   }
   if constexpr (kNormX)
-    storeNormedRowSums<R>(v, warpSum(sq), valid, nrows, out, part, a.splits,
+    storeNormedRowSums<R>(v, warpSum(sq), valid, nrows, out, part, splits,
                           a.cols, a.normEps, partials, a.y);
   else
-    storeRowSums<R>(v, valid, nrows, out, part, a.splits, partials, a.y);
+    storeRowSums<R>(v, valid, nrows, out, part, splits, partials, a.y);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1391,7 +1404,8 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
                                 const DeviceWeight &w, int64_t rowsPerBatch,
                                 bool stacked, float *y, cudaStream_t s,
                                 const InputNorm *norm = nullptr,
-                                const float *up = nullptr) {
+                                const float *up = nullptr,
+                                const LiveRows *live = nullptr) {
   if (w.type != GGMLType::Q8_0 || w.cols <= 0 || w.cols % 32 || w.rows < 0 ||
       batch < 0 || rowsPerBatch < 0 || !w.data || !w.scales ||
       (reinterpret_cast<uintptr_t>(w.data) & 15) ||
@@ -1436,12 +1450,33 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
            : (alignedX ? linearQ8SplitKernel<kRows, true>
                        : linearQ8SplitKernel<kRows, false>);
   const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
-  a.splits = splitsForPasses(items, (w.cols + kSplitPass - 1) / kSplitPass,
-                             reinterpret_cast<const void *>(kernel));
+  const int64_t passes = (w.cols + kSplitPass - 1) / kSplitPass;
+  a.splits =
+      splitsForPasses(items, passes, reinterpret_cast<const void *>(kernel));
   const int warps = warpsPerBlock(a.splits);
-  const unsigned blocks = blocksFor(items, warps / a.splits);
+  unsigned blocks = blocksFor(items, warps / a.splits);
   if (blocks == 0)
     return cudaErrorInvalidValue;
+  if (live && live->position && batch == 1 && !stacked && live->rows >= 0 &&
+      live->rows < rowsPerBatch) {
+    // The live rows' own split, among those of the same block size (the
+    // launch's), and the larger of the two grids.
+    const int64_t liveItems = (live->rows + kRows - 1) / kRows;
+    int splits = liveItems > 0
+                     ? splitsForPasses(liveItems, passes,
+                                       reinterpret_cast<const void *>(kernel))
+                     : 1;
+    while (splits > 1 && warpsPerBlock(splits) != warps)
+      --splits;
+    if (warpsPerBlock(splits) == warps) {
+      a.livePosition = live->position;
+      a.liveFrom = live->from;
+      a.liveRows = live->rows;
+      a.liveSplits = splits;
+      const unsigned liveBlocks = blocksFor(liveItems, warps / splits);
+      blocks = liveBlocks > blocks ? liveBlocks : blocks;
+    }
+  }
   if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
       e != cudaSuccess)
     return e;
@@ -1595,12 +1630,13 @@ cudaError_t launchLinearNibbleSplit(const float *x, int64_t batch,
 } // namespace
 
 cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
-                               const DeviceWeight &w, float *y,
-                               cudaStream_t s) {
+                               const DeviceWeight &w, float *y, cudaStream_t s,
+                               const LiveRows *live) {
   if (!norm.weight || w.cols <= 0)
     return cudaErrorInvalidValue;
   if (w.layout == WeightLayout::Q8Split)
-    return launchLinearQ8Split(x, 1, w, w.rows, false, y, s, &norm);
+    return launchLinearQ8Split(x, 1, w, w.rows, false, y, s, &norm, nullptr,
+                               live);
   // Elsewhere the norm's own kernel first, into the scratch.
   if (!norm.scratch)
     return cudaErrorInvalidValue;
@@ -1629,10 +1665,11 @@ cudaError_t launchSwigluLinear(const float *gate, const float *up,
 
 cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
                          int64_t rowsPerBatch, bool stacked, float *y,
-                         cudaStream_t s) {
+                         cudaStream_t s, const LiveRows *live) {
   switch (w.layout) {
   case WeightLayout::Q8Split:
-    return launchLinearQ8Split(x, batch, w, rowsPerBatch, stacked, y, s);
+    return launchLinearQ8Split(x, batch, w, rowsPerBatch, stacked, y, s,
+                               nullptr, nullptr, live);
   case WeightLayout::Q4KSplit:
   case WeightLayout::Q5KSplit:
   case WeightLayout::Q6KSplit:

@@ -36,10 +36,10 @@ struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
     for (auto [norm, linear] : pairs) {
       Value y = norm.getOutput();
       OpBuilder b(linear);
-      st::RMSNormLinearOp::create(b, linear.getLoc(), norm.getInput(),
-                                  norm.getWeight(), linear.getWeights(),
-                                  norm.getEpsilonAttr(),
-                                  linear.getSegmentsAttr(), linear.getOutput());
+      st::RMSNormLinearOp::create(
+          b, linear.getLoc(), norm.getInput(), norm.getWeight(),
+          linear.getWeights(), norm.getEpsilonAttr(), linear.getSegmentsAttr(),
+          linear.getOutput(), linear.getLiveFromAttr());
       linear.erase();
       norm.erase();
       if (auto buffer = y.getDefiningOp<st::BufferOp>();

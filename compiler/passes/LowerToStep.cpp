@@ -267,7 +267,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
         for (Value w : l.getWeights())
           weights.push_back(buffer(w));
         st::FusedLinearOp::create(b_, loc, buffer(l.getInput()), weights,
-                                  l.getSegments(), out);
+                                  l.getSegments(), out,
+                                  /*live_from=*/nullptr);
         buffers_[l.getResult()] = out;
         return success();
       })

@@ -127,6 +127,23 @@ def FuseSwigluLinear
   }];
 }
 
+def MarkLiveRows : Pass<"kiln-mark-live-rows", "::mlir::func::FuncOp"> {
+  let summary = "Mark the projection rows only a DSA indexer reads";
+  let description = [{
+    On a step function after fusion: a `step.fused_linear` or
+    `step.rms_norm_linear` segment whose rows only a `step.dsa_indexer`
+    reads, as its query or its head weights (through views, nothing else
+    reading those elements), at the step's `position` input, gets
+    `live_from[i] = top_k`: the indexer reads neither while `position + 1 <=
+    top_k`, when it selects every position, so below that a backend may
+    leave the rows unwritten. In GLM-5 the indexer's query, 4,096 of q_b's
+    6,144 rows at tp=8 (8.9 MB of Q8_0 a layer, a ninth of a step's bytes),
+    and its head weights, read by no one below 2,048 positions. The CUDA
+    backend's q8_0-split kernel skips them; the CPU backend computes every
+    row.
+  }];
+}
+
 def FuseCacheAppend : Pass<"kiln-fuse-cache-append", "::mlir::func::FuncOp"> {
   let summary = "Fold the norm, rope and concat that build a cache row into its append";
   let description = [{

@@ -23,6 +23,7 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseCacheAppend());
     pm.addNestedPass<func::FuncOp>(createFuseExpertAdd());
     pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());
+    pm.addNestedPass<func::FuncOp>(createMarkLiveRows());
   }
   PlanMemoryOptions plan;
   plan.alignment = alignment;

@@ -348,13 +348,30 @@ LogicalResult LinearOp::verify() {
   return emitOpError("weight must have 2 dims, or 3 for a stack");
 }
 
+/// A projection's live_from: one position per weight, none negative.
+static LogicalResult verifyLiveFrom(Operation *op,
+                                    std::optional<ArrayRef<int64_t>> liveFrom,
+                                    size_t weights) {
+  if (!liveFrom)
+    return success();
+  if (liveFrom->size() != weights)
+    return op->emitOpError("live_from needs one position per weight (")
+           << weights << "), got " << liveFrom->size();
+  for (int64_t p : *liveFrom)
+    if (p < 0)
+      return op->emitOpError("live_from positions must not be negative, got ")
+             << p;
+  return success();
+}
+
 LogicalResult FusedLinearOp::verify() {
   MemRefType input = bufferOf(getInput());
   if (input.getRank() != 1 || !isFloatBuffer(input))
     return emitOpError("input must be a float vector");
   FailureOr<int64_t> total = kiln::verifySegmentMap(
       *this, input.getDimSize(0), getWeights(), getSegments());
-  if (failed(total))
+  if (failed(total) ||
+      failed(verifyLiveFrom(*this, getLiveFrom(), getWeights().size())))
     return failure();
   return expectShape(*this, "output", getOutput(), {*total});
 }
@@ -368,7 +385,8 @@ LogicalResult RMSNormLinearOp::verify() {
     return failure();
   FailureOr<int64_t> total = kiln::verifySegmentMap(
       *this, input.getDimSize(0), getWeights(), getSegments());
-  if (failed(total))
+  if (failed(total) ||
+      failed(verifyLiveFrom(*this, getLiveFrom(), getWeights().size())))
     return failure();
   return expectShape(*this, "output", getOutput(), {*total});
 }

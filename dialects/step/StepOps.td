@@ -441,6 +441,12 @@ def Step_FusedLinearOp : Step_ComputeOp<"fused_linear", 1> {
     As `kiln.fused_linear`: the output is the segments of `segments`, in
     order, each computed with its own weight and format.
 
+    `live_from` (optional, one entry per segment, set by
+    `kiln-mark-live-rows`): segment i's rows are read only at steps whose
+    `position` input is at least `live_from[i]`, so below that a backend
+    may leave them unwritten (GLM-5: the indexer's query and head weights,
+    which the indexer reads only past its top-k).
+
     Example:
     ```mlir
     step.fused_linear ins(%a, %q_a, %kv_a : memref<256xf32>, !kiln.qweight<...>, !kiln.qweight<...>) outs(%qkv : memref<208xf32>) {segments = [...]}
@@ -450,7 +456,8 @@ def Step_FusedLinearOp : Step_ComputeOp<"fused_linear", 1> {
                        In<Variadic<Kiln_QWeightType>, "weights">:$weights,
                        TypedArrayAttrBase<Kiln_SegmentAttr,
                                           "segment map">:$segments,
-                       Out<Step_Buffer>:$output);
+                       Out<Step_Buffer>:$output,
+                       OptionalAttr<DenseI64ArrayAttr>:$live_from);
   let assemblyFormat = [{
     `ins` `(` $input `,` $weights `:` type($input) `,`
     qualified(type($weights)) `)` `outs` `(` $output `:` type($output) `)`
@@ -468,7 +475,7 @@ def Step_RMSNormLinearOp : Step_ComputeOp<"rms_norm_linear", 1> {
     inside the mat-vec instead of writing it out and launching again.
     Produced by `kiln-fuse-norm-linear` from an `rms_norm` whose output
     only the `fused_linear` right after it reads (GLM-5: the q_a norm and
-    q_b with the indexer's query).
+    q_b with the indexer's query). `live_from` as for `step.fused_linear`.
 
     Example:
     ```mlir
@@ -480,7 +487,8 @@ def Step_RMSNormLinearOp : Step_ComputeOp<"rms_norm_linear", 1> {
                        F32Attr:$epsilon,
                        TypedArrayAttrBase<Kiln_SegmentAttr,
                                           "segment map">:$segments,
-                       Out<Step_Buffer>:$output);
+                       Out<Step_Buffer>:$output,
+                       OptionalAttr<DenseI64ArrayAttr>:$live_from);
   let assemblyFormat = [{
     `ins` `(` $input `,` $norm `,` $weights `:` type($input) `,`
     qualified(type($norm)) `,` qualified(type($weights)) `)`
@@ -615,7 +623,9 @@ def Step_DSAIndexerOp : Step_ComputeOp<"dsa_indexer", 2> {
     first rotated as `step.rope` at `position` would rotate it: produced by
     `kiln-fuse-indexer-rope` from the rope that fed the query, so the
     rotation costs no op of its own (and none at all where every position
-    is selected, when no score is read).
+    is selected, when no score is read). While `position + 1 <= top_k`
+    every attended position is selected and neither the query nor the head
+    weights are read (`kiln-mark-live-rows` relies on it).
 
     Example:
     ```mlir

@@ -2410,6 +2410,75 @@ void checkSwigluLinear(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// live_from: the q8_0-split kernel below a projection's live position
+/// computes its first rows only and leaves the others as they were; at or
+/// past it, every row. GLM-5's q_b at tp=8 (2,048 rows always, the
+/// indexer's 4,096 from position 2,048), plain and with the input's norm,
+/// and a run whose every row is live from a position.
+void checkLiveRows(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  struct Case {
+    int64_t k, n, liveRows;
+    int32_t from, position;
+    bool norm;
+  };
+  for (const Case &c :
+       {Case{2048, 6144, 2048, 2048, 1023, false},
+        Case{2048, 6144, 2048, 2048, 2048, false},
+        Case{2048, 6144, 2048, 2048, 1023, true},
+        Case{2048, 6144, 2048, 2048, 5000, true},
+        Case{512, 100, 37, 64, 63, true}, Case{512, 100, 0, 64, 0, false}}) {
+    Weight w = randomWeight(GGMLType::Q8_0, {c.k, c.n}, rng.next());
+    std::vector<float> x = normals(rng, size_t(c.k), 3.0),
+                       g = normals(rng, size_t(c.k), 1.0), input(size_t(c.k)),
+                       want(size_t(c.n));
+    const float eps = 1e-5f;
+    if (c.norm)
+      cpu::rmsNorm(x.data(), 1, c.k, g.data(), eps, input.data());
+    else
+      input = x;
+    if (!r.reference("live rows", cpu::linear(input.data(), 1, w.view("w"),
+                                              want.data(), pool)))
+      continue;
+    const bool skip = c.position < c.from;
+    // Rows left unwritten keep this mark.
+    constexpr float kMark = -12345.f;
+    if (skip)
+      std::fill(want.begin() + c.liveRows, want.end(), kMark);
+    SplitWeight split = repackSplit(w);
+    const kc::DeviceWeight dw = split.dev(w);
+    DeviceArray<float> dx(x), dg(g), scratch(size_t(c.k)),
+        dy(std::vector<float>(size_t(c.n), kMark));
+    DeviceArray<int32_t> pos(std::vector<int32_t>{c.position});
+    const kc::LiveRows live{pos.get(), c.from, c.liveRows};
+    if (c.norm)
+      run(kc::launchNormedLinear(dx.get(),
+                                 kc::InputNorm{dg.get(), eps, scratch.get()},
+                                 dw, dy.get(), nullptr, &live));
+    else
+      run(kc::launchLinear(dx.get(), 1, dw, c.n, false, dy.get(), nullptr,
+                           &live));
+    const std::vector<float> got = dy.download();
+    // The computed rows as the plain kernel's (the same tolerance), the
+    // others exactly the mark.
+    const std::vector<float> gotLive(got.begin(), got.begin() + c.liveRows),
+        wantLive(want.begin(), want.begin() + c.liveRows),
+        gotRest(got.begin() + c.liveRows, got.end()),
+        wantRest(want.begin() + c.liveRows, want.end());
+    const double err =
+        (c.liveRows > 0 ? relError(gotLive, wantLive) : 0.0) +
+        (skip ? double(mismatches(gotRest, wantRest))
+              : (gotRest.empty() ? 0.0 : relError(gotRest, wantRest)));
+    r.line("live rows",
+           fmtText("Q8_0 [%lld, %lld]%s, rows %lld.. live from %d, at %d: %s",
+                   (long long)c.k, (long long)c.n, c.norm ? " normed" : "",
+                   (long long)c.liveRows, c.from, c.position,
+                   skip ? "first rows only" : "every row"),
+           err, 2 * sumTol(double(c.k)),
+           sumWhy("dot order, fma, x2; skipped rows untouched", c.k));
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -2470,6 +2539,7 @@ int main(int argc, char **argv) {
   checkArgmax(report, rng);
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);
+  checkLiveRows(report, rng);
   checkAllReducePeers(report, rng);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",

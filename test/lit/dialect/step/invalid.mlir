@@ -473,6 +473,31 @@ func.func @rms_norm_linear_epsilon() {
 
 // -----
 
+func.func @live_from_count() {
+  %x = step.buffer "x" : memref<256xf32>
+  %y = step.buffer "y" : memref<192xf32>
+  %w1 = step.weight : !kiln.qweight<"q.weight", "q8_0", [256, 128]>
+  %w2 = step.weight : !kiln.qweight<"iq.weight", "q8_0", [256, 64]>
+  // expected-error @+1 {{'step.fused_linear' op live_from needs one position per weight (2), got 1}}
+  step.fused_linear ins(%x, %w1, %w2 : memref<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"iq.weight", "q8_0", [256, 64]>) outs(%y : memref<192xf32>) {live_from = array<i64: 0>, segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "iq", offset = 128, rows = 64, format = "q8_0">]}
+  return
+}
+
+// -----
+
+func.func @live_from_negative() {
+  %x = step.buffer "x" : memref<256xf32>
+  %y = step.buffer "y" : memref<192xf32>
+  %n = step.weight : !kiln.qweight<"q_a_norm.weight", "f32", [256]>
+  %w1 = step.weight : !kiln.qweight<"q.weight", "q8_0", [256, 128]>
+  %w2 = step.weight : !kiln.qweight<"iq.weight", "q8_0", [256, 64]>
+  // expected-error @+1 {{'step.rms_norm_linear' op live_from positions must not be negative, got -1}}
+  step.rms_norm_linear ins(%x, %n, %w1, %w2 : memref<256xf32>, !kiln.qweight<"q_a_norm.weight", "f32", [256]>, !kiln.qweight<"q.weight", "q8_0", [256, 128]>, !kiln.qweight<"iq.weight", "q8_0", [256, 64]>) outs(%y : memref<192xf32>) {epsilon = 1.0e-05 : f32, live_from = array<i64: 0, -1>, segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "iq", offset = 128, rows = 64, format = "q8_0">]}
+  return
+}
+
+// -----
+
 func.func @swiglu_linear_width() {
   %g = step.buffer "g" : memref<128xf32>
   %u = step.buffer "u" : memref<128xf32>
