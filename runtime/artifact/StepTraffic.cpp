@@ -30,7 +30,9 @@ StepTraffic stepTraffic(const Artifact &a, uint32_t rank, uint64_t context) {
   if (!step)
     return t;
   std::vector<double> share(a.weights.size(), 1.0);
-  std::vector<bool> used(a.weights.size(), false);
+  // Bound by the step, and read at this context.
+  std::vector<bool> used(a.weights.size(), false),
+      read(a.weights.size(), false);
   for (const Op &op : step->ops) {
     auto bindingOf = [&](int32_t operand) {
       const Buffer &b = step->buffers[size_t(operand)];
@@ -53,15 +55,29 @@ StepTraffic stepTraffic(const Artifact &a, uint32_t rank, uint64_t context) {
       t.cacheBytes +=
           std::min<uint64_t>(context + 1, uint64_t(cache.shape[0])) * row;
     }
-    for (int32_t operand : ins)
-      if (int32_t w = bindingOf(operand); w >= 0)
+    // A projection's weights follow its input (and an rms_norm_linear's
+    // norm); live_from gives each the first position it is read at.
+    const size_t first = op.kind == "rms_norm_linear" ? 2
+                         : op.kind == "fused_linear"  ? 1
+                                                      : ins.size();
+    const Attr *live = first < ins.size() ? op.attr("live_from") : nullptr;
+    for (size_t i = 0; i < ins.size(); ++i)
+      if (int32_t w = bindingOf(ins[i]); w >= 0) {
         used[size_t(w)] = true;
+        const bool later = live && live->kind == AttrKind::Ints && i >= first &&
+                           i - first < live->ints.size() &&
+                           live->ints[i - first] > 0 &&
+                           uint64_t(live->ints[i - first]) > context;
+        if (!later)
+          read[size_t(w)] = true;
+      }
   }
   for (size_t w = 0; w < a.weights.size(); ++w)
     if (used[w]) {
       const uint64_t bytes = localBytes(a.weights[w]);
+      const uint64_t shared = uint64_t(double(bytes) * share[w]);
       t.boundBytes += bytes;
-      t.weightBytes += uint64_t(double(bytes) * share[w]);
+      (read[w] ? t.weightBytes : t.notLiveBytes) += shared;
     }
   return t;
 }

@@ -6,8 +6,11 @@
 // whole, except the routed experts, of which only top_k of E experts' rows
 // are read, and the embedding, of which one row is; the caches count the
 // positions attention and the indexer scan (0 .. context, at most the
-// cache's length). One definition for `kiln-run --bench` and `--describe`
-// and `kiln-compile --report`.
+// cache's length). A projection's rows that are live only from a later
+// position (step.fused_linear live_from: GLM-5's indexer query and head
+// weights below the indexer's top-k) are not read at a context before it.
+// One definition for `kiln-run --bench` and `--describe` and
+// `kiln-compile --report`.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_ARTIFACT_STEPTRAFFIC_H
@@ -22,7 +25,9 @@ namespace kiln::artifact {
 struct StepTraffic {
   uint64_t weightBytes = 0; ///< read per step
   uint64_t boundBytes = 0;  ///< bound by the rank (every expert)
-  uint64_t cacheBytes = 0;  ///< read at the context
+  /// Weight bytes read at later contexts but not at this one (live_from).
+  uint64_t notLiveBytes = 0;
+  uint64_t cacheBytes = 0; ///< read at the context
   /// Cache bytes one more attended position adds.
   uint64_t cacheBytesPerPosition = 0;
 };

@@ -428,14 +428,17 @@ int runBench(SessionOptions options, const std::string &simulate,
         "\"step_us_median\": %.3f, \"step_us_min\": %.3f, "
         "\"tokens_per_second\": %.3f, \"load_seconds\": %.3f, "
         "\"weight_bytes_read\": %llu, \"weight_bytes_bound\": %llu, "
-        "\"cache_bytes_read\": %llu, \"achieved_gb_per_s\": %.1f}\n",
+        "\"cache_bytes_read\": %llu, \"weight_bytes_not_live\": %llu, "
+        "\"achieved_gb_per_s\": %.1f}\n",
         jsonString(s.artifact().target).c_str(), mode.c_str(),
         s.artifact().ranks,
         options.flags & KILN_RUN_SIMULATE_RANK ? int(options.simulateRank) : -1,
         (unsigned long long)context, (long long)steps, mean, median, best,
         1e6 / median, load, (unsigned long long)traffic.weightBytes,
         (unsigned long long)traffic.boundBytes,
-        (unsigned long long)traffic.cacheBytes, double(bytes) / (median * 1e3));
+        (unsigned long long)traffic.cacheBytes,
+        (unsigned long long)traffic.notLiveBytes,
+        double(bytes) / (median * 1e3));
     return 0;
   }
   std::printf("bench: %s, %s, %s, context %llu, %lld steps\n",
@@ -449,6 +452,11 @@ int runBench(SessionOptions options, const std::string &simulate,
               bytes / 1e9, traffic.weightBytes / 1e9, traffic.boundBytes / 1e9,
               traffic.cacheBytes / 1e9, (unsigned long long)context,
               double(bytes) / (median * 1e3));
+  if (traffic.notLiveBytes)
+    std::printf("not read at this context: %.3f GB of weights, rows read only "
+                "from a later position (live_from: the indexer's query and "
+                "head weights below its top-k)\n",
+                traffic.notLiveBytes / 1e9);
   std::printf("load: %.3f s (backend %s)\n", load, s.backendPath().c_str());
   return 0;
 }
