@@ -65,8 +65,7 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
           fused.getOutput());
       fused.erase();
       reduce.erase();
-      if (auto buffer = r.getDefiningOp<st::BufferOp>(); buffer && r.use_empty())
-        buffer.erase();
+      st::eraseIfUnusedBuffer(r);
     }
   }
 };

@@ -42,9 +42,7 @@ struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
           linear.getOutput(), linear.getLiveFromAttr());
       linear.erase();
       norm.erase();
-      if (auto buffer = y.getDefiningOp<st::BufferOp>();
-          buffer && y.use_empty())
-        buffer.erase();
+      st::eraseIfUnusedBuffer(y);
     }
   }
 };

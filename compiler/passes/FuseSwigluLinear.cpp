@@ -44,9 +44,7 @@ struct FuseSwigluLinear
                                  linear.getOutput());
       linear.erase();
       swiglu.erase();
-      if (auto buffer = h.getDefiningOp<st::BufferOp>();
-          buffer && h.use_empty())
-        buffer.erase();
+      st::eraseIfUnusedBuffer(h);
     }
   }
 };

@@ -108,6 +108,11 @@ bool mlir::step::unwrittenBetween(Value v, Operation *from, Operation *to) {
   return true;
 }
 
+void mlir::step::eraseIfUnusedBuffer(Value v) {
+  if (auto buffer = v.getDefiningOp<BufferOp>(); buffer && v.use_empty())
+    buffer.erase();
+}
+
 Operation *mlir::step::nextCompute(Operation *op) {
   for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
     if (!isDeclaration(next) && !isa<ViewOp>(next))
