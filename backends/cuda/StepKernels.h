@@ -301,7 +301,7 @@ cudaError_t launchDequant(const DeviceWeight &w, float *out, cudaStream_t s);
 /// the others are left unwritten. `position` must be the step's position
 /// input (written between steps only): kernels read it before their
 /// predecessor wait, to size their work. Honoured by the q8_0-split kernel
-/// (batch 1); every other layout computes every row.
+/// and the F32 one (batch 1); every other layout computes every row.
 struct LiveRows {
   const int32_t *position = nullptr;
   int32_t from = 0;

@@ -237,11 +237,20 @@ struct F32LinearArgs {
   int64_t rows, cols4;
   int splits;
   float *y;
+  /// LiveRows: while *livePosition < liveFrom only rows < liveRows (null:
+  /// every row, always).
+  const int32_t *livePosition;
+  int32_t liveFrom;
+  int64_t liveRows;
 };
 
 __global__ void __launch_bounds__(kThreads) linearF32Kernel(F32LinearArgs a) {
   __shared__ float partials[kWarpsPerBlock];
-  heldF32Block(a.w, a.x, a.rows, a.cols4, a.splits, partials, a.y);
+  // The position is a step input (LiveRows): read before the wait, so rows
+  // not needed hold no loads either.
+  const int64_t rows =
+      a.livePosition && *a.livePosition < a.liveFrom ? a.liveRows : a.rows;
+  heldF32Block(a.w, a.x, rows, a.cols4, a.splits, partials, a.y);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1692,7 +1701,16 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
                     rowsPerBatch,
                     w.cols / 4,
                     heldF32Splits(w.cols / 4, kWarpsPerBlock),
-                    y};
+                    y,
+                    nullptr,
+                    0,
+                    0};
+    if (live && live->position && live->rows >= 0 &&
+        live->rows < rowsPerBatch) {
+      a.livePosition = live->position;
+      a.liveFrom = live->from;
+      a.liveRows = live->rows;
+    }
     const int64_t rowsPerBlock = kWarpsPerBlock / a.splits;
     const int64_t blocks = (rowsPerBatch + rowsPerBlock - 1) / rowsPerBlock;
     if (blocks > INT_MAX)

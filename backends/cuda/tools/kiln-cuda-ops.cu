@@ -2410,25 +2410,30 @@ void checkSwigluLinear(Report &r, kiln::Rng &rng) {
   }
 }
 
-/// live_from: the q8_0-split kernel below a projection's live position
-/// computes its first rows only and leaves the others as they were; at or
-/// past it, every row. GLM-5's q_b at tp=8 (2,048 rows always, the
+/// live_from: the q8_0-split and F32 kernels below a projection's live
+/// position compute its first rows only and leave the others as they were;
+/// at or past it, every row. GLM-5's q_b at tp=8 (2,048 rows always, the
 /// indexer's 4,096 from position 2,048), plain and with the input's norm,
-/// and a run whose every row is live from a position.
+/// runs whose every row is live from a position, and GLM-5's F32 indexer
+/// head weights (6,144 -> 32).
 void checkLiveRows(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
   struct Case {
     int64_t k, n, liveRows;
     int32_t from, position;
     bool norm;
+    GGMLType type = GGMLType::Q8_0;
   };
   for (const Case &c :
        {Case{2048, 6144, 2048, 2048, 1023, false},
         Case{2048, 6144, 2048, 2048, 2048, false},
         Case{2048, 6144, 2048, 2048, 1023, true},
         Case{2048, 6144, 2048, 2048, 5000, true},
-        Case{512, 100, 37, 64, 63, true}, Case{512, 100, 0, 64, 0, false}}) {
-    Weight w = randomWeight(GGMLType::Q8_0, {c.k, c.n}, rng.next());
+        Case{512, 100, 37, 64, 63, true}, Case{512, 100, 0, 64, 0, false},
+        Case{6144, 32, 0, 2048, 1023, false, GGMLType::F32},
+        Case{6144, 32, 0, 2048, 2048, false, GGMLType::F32},
+        Case{96, 17, 5, 64, 10, false, GGMLType::F32}}) {
+    Weight w = randomWeight(c.type, {c.k, c.n}, rng.next());
     std::vector<float> x = normals(rng, size_t(c.k), 3.0),
                        g = normals(rng, size_t(c.k), 1.0), input(size_t(c.k)),
                        want(size_t(c.n));
@@ -2445,8 +2450,11 @@ void checkLiveRows(Report &r, kiln::Rng &rng) {
     constexpr float kMark = -12345.f;
     if (skip)
       std::fill(want.begin() + c.liveRows, want.end(), kMark);
-    SplitWeight split = repackSplit(w);
-    const kc::DeviceWeight dw = split.dev(w);
+    // Q8_0 in its split layout; F32 in the file's (the held-rows kernel).
+    std::optional<SplitWeight> split;
+    if (c.type == GGMLType::Q8_0)
+      split.emplace(repackSplit(w));
+    const kc::DeviceWeight dw = split ? split->dev(w) : w.dev();
     DeviceArray<float> dx(x), dg(g), scratch(size_t(c.k)),
         dy(std::vector<float>(size_t(c.n), kMark));
     DeviceArray<int32_t> pos(std::vector<int32_t>{c.position});
@@ -2470,10 +2478,10 @@ void checkLiveRows(Report &r, kiln::Rng &rng) {
         (skip ? double(mismatches(gotRest, wantRest))
               : (gotRest.empty() ? 0.0 : relError(gotRest, wantRest)));
     r.line("live rows",
-           fmtText("Q8_0 [%lld, %lld]%s, rows %lld.. live from %d, at %d: %s",
-                   (long long)c.k, (long long)c.n, c.norm ? " normed" : "",
-                   (long long)c.liveRows, c.from, c.position,
-                   skip ? "first rows only" : "every row"),
+           fmtText("%s [%lld, %lld]%s, rows %lld.. live from %d, at %d: %s",
+                   typeName(c.type).c_str(), (long long)c.k, (long long)c.n,
+                   c.norm ? " normed" : "", (long long)c.liveRows, c.from,
+                   c.position, skip ? "first rows only" : "every row"),
            err, 2 * sumTol(double(c.k)),
            sumWhy("dot order, fma, x2; skipped rows untouched", c.k));
   }
