@@ -139,8 +139,8 @@ def MarkLiveRows : Pass<"kiln-mark-live-rows", "::mlir::func::FuncOp"> {
     leave the rows unwritten. In GLM-5 the indexer's query, 4,096 of q_b's
     6,144 rows at tp=8 (8.9 MB of Q8_0 a layer, a ninth of a step's bytes),
     and its head weights, read by no one below 2,048 positions. The CUDA
-    backend's q8_0-split kernel skips them; the CPU backend computes every
-    row.
+    backend's q8_0-split and F32 kernels skip them; the CPU backend computes
+    every row.
   }];
 }
 
