@@ -50,10 +50,8 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
       if (!fused || (fused.getLhs() == r) == (fused.getRhs() == r))
         return;
       // The reduced buffer must have no reader but the fused op.
-      for (OpOperand &use : r.getUses())
-        if (use.getOwner() != reduce && use.getOwner() != fused)
-          return;
-      reductions.push_back({reduce, fused});
+      if (st::usedOnlyBy(r, reduce, fused))
+        reductions.push_back({reduce, fused});
     });
     for (auto [reduce, fused] : reductions) {
       Value r = reduce.getOutput();

@@ -28,10 +28,8 @@ struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
       auto linear = dyn_cast_or_null<st::FusedLinearOp>(st::nextCompute(norm));
       if (!linear || linear.getInput() != y)
         return;
-      for (OpOperand &use : y.getUses())
-        if (use.getOwner() != norm && use.getOwner() != linear)
-          return;
-      pairs.push_back({norm, linear});
+      if (st::usedOnlyBy(y, norm, linear))
+        pairs.push_back({norm, linear});
     });
     for (auto [norm, linear] : pairs) {
       Value y = norm.getOutput();

@@ -31,10 +31,8 @@ struct FuseSwigluLinear
       if (!linear || linear.getInput() != h ||
           linear.getWeight().getType().getDims().size() != 2)
         return;
-      for (OpOperand &use : h.getUses())
-        if (use.getOwner() != swiglu && use.getOwner() != linear)
-          return;
-      pairs.push_back({swiglu, linear});
+      if (st::usedOnlyBy(h, swiglu, linear))
+        pairs.push_back({swiglu, linear});
     });
     for (auto [swiglu, linear] : pairs) {
       Value h = swiglu.getOutput();

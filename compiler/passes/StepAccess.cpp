@@ -108,6 +108,12 @@ bool mlir::step::unwrittenBetween(Value v, Operation *from, Operation *to) {
   return true;
 }
 
+bool mlir::step::usedOnlyBy(Value v, Operation *producer, Operation *consumer) {
+  return llvm::all_of(v.getUses(), [&](OpOperand &use) {
+    return use.getOwner() == producer || use.getOwner() == consumer;
+  });
+}
+
 void mlir::step::eraseIfUnusedBuffer(Value v) {
   if (auto buffer = v.getDefiningOp<BufferOp>(); buffer && v.use_empty())
     buffer.erase();

@@ -54,6 +54,10 @@ bool collectAccesses(Operation *op, llvm::SmallVectorImpl<Access> &out);
 /// next op that computes), or null.
 Operation *nextCompute(Operation *op);
 
+/// Whether every use of `v` is by `producer` or `consumer` (a fused
+/// chain's intermediate vector that nothing else reads).
+bool usedOnlyBy(Value v, Operation *producer, Operation *consumer);
+
 /// Erases the step.buffer that declares `v` once nothing uses it (a fused
 /// chain's intermediate vector, after the chain's ops are gone).
 void eraseIfUnusedBuffer(Value v);
