@@ -120,9 +120,12 @@ if [ -f "$generated/artifact/Artifact_generated.h" ] && [ -x "$main_build/bin/ki
   fi
   echo "fuzz: fuzzing the artifact reader for ${seconds}s (log: $build/artifact-fuzz.log)"
   set +e
+  # test/fuzz/artifact-regressions: inputs that once crashed the reader,
+  # run first with the corpus.
   nice "$art_bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$build/artifacts/artifact-" \
-    "$build/artifact-corpus" > "$build/artifact-fuzz.log" 2>&1
+    "$build/artifact-corpus" test/fuzz/artifact-regressions \
+    > "$build/artifact-fuzz.log" 2>&1
   art_status=$?
   set -e
   [ "$art_status" = 0 ] || tail -n 40 "$build/artifact-fuzz.log" >&2

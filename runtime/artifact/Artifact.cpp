@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <type_traits>
 
 namespace kiln::artifact {
 
@@ -51,9 +52,26 @@ std::string str(const flatbuffers::String *s) {
   return s ? std::string(s->string_view()) : std::string();
 }
 
+/// A vector of scalars, element by element through memcpy: the verifier
+/// checks the alignment of a vector's length field, not of its 8-byte
+/// elements, so a damaged file may misalign an int64 vector (found by the
+/// artifact fuzzer; test/fuzz/artifact-regressions).
 template <typename T>
 std::vector<T> vec(const flatbuffers::Vector<T> *v) {
-  return v ? std::vector<T>(v->begin(), v->end()) : std::vector<T>();
+  static_assert(std::is_scalar_v<T>, "vec reads vectors of scalars");
+  std::vector<T> out;
+  if (!v)
+    return out;
+  if constexpr (sizeof(T) == 1)
+    return std::vector<T>(v->begin(), v->end());
+  out.resize(v->size());
+  const uint8_t *p = v->Data();
+  for (size_t i = 0; i < out.size(); ++i) {
+    T value;
+    std::memcpy(&value, p + i * sizeof(T), sizeof(T));
+    out[i] = flatbuffers::EndianScalar(value);
+  }
+  return out;
 }
 
 } // namespace
