@@ -20,7 +20,10 @@
 // (StepMatVec.cu) reads the chosen ids and starts copying those experts'
 // weights into shared memory, because its predecessor, the gate/up kernel,
 // lets it be scheduled only after its own wait, when the router that wrote
-// the ids has finished. A kernel launched without the attribute, or on a
+// the ids has finished. The q8_0-split and F32 mat-vecs with live rows
+// (StepKernels.h LiveRows) also read the step's position input before the
+// wait, to size their work: input slots are written between steps, never
+// by a kernel of the step. A kernel launched without the attribute, or on a
 // GPU before sm_90, runs the prologue as a no-op.
 //
 // launchStep() launches with the attribute unless overlapped launches are
