@@ -370,12 +370,10 @@ public:
   }
   /// The step's position input slot (live_from counts in it), or null.
   const int32_t *positionInput() const {
-    const std::vector<Buffer> &buffers = step_.step->buffers;
-    for (size_t i = 0; i < buffers.size(); ++i)
-      if (buffers[i].kind == BufferKind::Input &&
-          buffers[i].name == "position" && buffers[i].dtype == DType::I32)
-        return reinterpret_cast<const int32_t *>(step_.ptrs[i]);
-    return nullptr;
+    std::optional<int32_t> i = step_.step->slot(BufferKind::Input, "position");
+    if (!i || buffer(*i).dtype != DType::I32)
+      return nullptr;
+    return reinterpret_cast<const int32_t *>(step_.ptrs[size_t(*i)]);
   }
   /// The first weight operand of a fused_linear or rms_norm_linear.
   size_t firstWeight() const {

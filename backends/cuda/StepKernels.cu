@@ -1263,10 +1263,9 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
 ///   2. the blocks with work wait for every chunk (mlaGridBarrier);
 ///   3. block b takes combine tasks b, b + grid, ... (mlaCombine).
 /// The grid is sized by the most entries a call attends (mlaMostEntries)
-/// when the step is captured, so
-/// at short contexts most blocks have neither a chunk nor a task: they
-/// leave at once and are not waited for. The last block reports the first
-/// fault of the inputs (at once when it has no work).
+/// when the step is captured, so at short contexts most blocks have neither
+/// a chunk nor a task: they leave at once and are not waited for. The last
+/// block reports the first fault of the inputs (at once when it has no work).
 /// One kernel, not a chunk kernel and a combine kernel: the second's launch
 /// and wait were most of its 6 us on a GLM-5 layer's critical path.
 template <class Shape>

@@ -1407,6 +1407,11 @@ int splitsForPasses(int64_t items, int64_t passes, const void *kernel) {
   return int(splits > 1 ? splits : 1);
 }
 
+/// Whether `live` cuts a batch-1 matrix of `rows` rows to fewer.
+bool cutsRows(const LiveRows *live, int64_t rows) {
+  return live && live->position && live->rows >= 0 && live->rows < rows;
+}
+
 /// launchLinear for the q8_0-split layout (with `norm`: of a normalised
 /// input; with `up`: of silu(x) * up; either batch 1).
 cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
@@ -1466,8 +1471,7 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   unsigned blocks = blocksFor(items, warps / a.splits);
   if (blocks == 0)
     return cudaErrorInvalidValue;
-  if (live && live->position && batch == 1 && !stacked && live->rows >= 0 &&
-      live->rows < rowsPerBatch) {
+  if (batch == 1 && !stacked && cutsRows(live, rowsPerBatch)) {
     // The live rows' own split, among those of the same block size (the
     // launch's), and the larger of the two grids.
     const int64_t liveItems = (live->rows + kRows - 1) / kRows;
@@ -1705,8 +1709,7 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
                     nullptr,
                     0,
                     0};
-    if (live && live->position && live->rows >= 0 &&
-        live->rows < rowsPerBatch) {
+    if (cutsRows(live, rowsPerBatch)) {
       a.livePosition = live->position;
       a.liveFrom = live->from;
       a.liveRows = live->rows;

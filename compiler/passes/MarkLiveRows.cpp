@@ -66,23 +66,24 @@ struct MarkLiveRows : mlir::kiln::impl::MarkLiveRowsBase<MarkLiveRows> {
         return;
       for (Value operand : {indexer.getQuery(), indexer.getHeadWeights()}) {
         Span span = spanOf(operand);
+        if (!span.root.getDefiningOp<st::BufferOp>())
+          continue;
+        // The projection (either kind) that writes the root.
         Operation *producer = nullptr;
         ArrayAttr segments;
         size_t weights = 0;
-        for (Operation *user : span.root.getUsers()) {
-          if (auto f = dyn_cast<st::FusedLinearOp>(user);
-              f && f.getOutput() == span.root) {
-            producer = f;
-            segments = f.getSegments();
-            weights = f.getWeights().size();
-          } else if (auto f = dyn_cast<st::RMSNormLinearOp>(user);
-                     f && f.getOutput() == span.root) {
+        auto take = [&](auto f) {
+          if (f && f.getOutput() == span.root) {
             producer = f;
             segments = f.getSegments();
             weights = f.getWeights().size();
           }
+        };
+        for (Operation *user : span.root.getUsers()) {
+          take(dyn_cast<st::FusedLinearOp>(user));
+          take(dyn_cast<st::RMSNormLinearOp>(user));
         }
-        if (!producer || !span.root.getDefiningOp<st::BufferOp>())
+        if (!producer)
           continue;
         // Exactly one segment's rows.
         std::optional<size_t> segment;

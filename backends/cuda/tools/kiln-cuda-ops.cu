@@ -755,6 +755,16 @@ SplitWeight repackSplit(const Weight &w) {
   return s;
 }
 
+/// `w` on the device: repacked into its split layout (kept alive in
+/// `held`) when `split`, else the file's blocks.
+kc::DeviceWeight deviceWeight(const Weight &w, bool split,
+                              std::optional<SplitWeight> &held) {
+  if (!split)
+    return w.dev();
+  held.emplace(repackSplit(w));
+  return held->dev(w);
+}
+
 /// The split device layouts (q8_0-split, q4_k-split, q5_k-split,
 /// q6_k-split, iq4_xs-split, iq4_nl-split, q5_0-split, q5_1-split): the
 /// repack keeps every byte (the blocks rebuilt from the
@@ -2334,9 +2344,7 @@ void checkNormedLinear(Report &r, kiln::Rng &rng) {
             cpu::linear(normed.data(), 1, w.view("w"), want.data(), pool)))
       continue;
     std::optional<SplitWeight> split;
-    if (c.split)
-      split.emplace(repackSplit(w));
-    const kc::DeviceWeight dw = c.split ? split->dev(w) : w.dev();
+    const kc::DeviceWeight dw = deviceWeight(w, c.split, split);
     DeviceArray<float> dx(x), dg(g), scratch(size_t(c.k)), dy(want.size()),
         again(want.size());
     const kc::InputNorm norm{dg.get(), eps, scratch.get()};
@@ -2386,9 +2394,7 @@ void checkSwigluLinear(Report &r, kiln::Rng &rng) {
             cpu::linear(product.data(), 1, w.view("w"), want.data(), pool)))
       continue;
     std::optional<SplitWeight> split;
-    if (c.split)
-      split.emplace(repackSplit(w));
-    const kc::DeviceWeight dw = c.split ? split->dev(w) : w.dev();
+    const kc::DeviceWeight dw = deviceWeight(w, c.split, split);
     // Unaligned: the vectors one float into their buffers.
     const size_t at = c.aligned ? 0 : 1;
     std::vector<float> g(at, 0.f), u(at, 0.f);
@@ -2452,9 +2458,8 @@ void checkLiveRows(Report &r, kiln::Rng &rng) {
       std::fill(want.begin() + c.liveRows, want.end(), kMark);
     // Q8_0 in its split layout; F32 in the file's (the held-rows kernel).
     std::optional<SplitWeight> split;
-    if (c.type == GGMLType::Q8_0)
-      split.emplace(repackSplit(w));
-    const kc::DeviceWeight dw = split ? split->dev(w) : w.dev();
+    const kc::DeviceWeight dw =
+        deviceWeight(w, c.type == GGMLType::Q8_0, split);
     DeviceArray<float> dx(x), dg(g), scratch(size_t(c.k)),
         dy(std::vector<float>(size_t(c.n), kMark));
     DeviceArray<int32_t> pos(std::vector<int32_t>{c.position});
