@@ -430,16 +430,27 @@ struct K45X {
   float sumLo, sumHi;
 };
 
-__device__ __forceinline__ K45X loadK45X(const float4 *x4, int t) {
-  K45X v;
+/// The loads of loadK45X alone (the sums left unset), so that a caller can
+/// have them in flight with others before it uses them (sumK45X).
+__device__ __forceinline__ void loadK45Values(const float4 *x4, int t,
+                                              K45X &v) {
   const float4 *p = x4 + 16 * (t / 2) + 4 * (t % 2);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     v.lo[k] = __ldg(p + k);
     v.hi[k] = __ldg(p + 8 + k);
   }
+}
+
+__device__ __forceinline__ void sumK45X(K45X &v) {
   v.sumLo = (sum4(v.lo[0]) + sum4(v.lo[1])) + (sum4(v.lo[2]) + sum4(v.lo[3]));
   v.sumHi = (sum4(v.hi[0]) + sum4(v.hi[1])) + (sum4(v.hi[2]) + sum4(v.hi[3]));
+}
+
+__device__ __forceinline__ K45X loadK45X(const float4 *x4, int t) {
+  K45X v;
+  loadK45Values(x4, t, v);
+  sumK45X(v);
   return v;
 }
 
@@ -725,10 +736,11 @@ struct K45Prescaled {
   float backA, backB;
 };
 
-/// Lane t's share of the 256 values at x (16-aligned), prescaled.
+/// Lane t's share of a 256-value block, loaded by loadK45Values (v's sums
+/// unset), prescaled.
 template <bool kHigh>
-__device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
-  const K45X v = loadK45X(reinterpret_cast<const float4 *>(x), t);
+__device__ inline void prescaleK45(K45X v, K45Prescaled &s) {
+  sumK45X(v);
   s.sumLo = v.sumLo;
   s.sumHi = v.sumHi;
   float m = 0.f;
@@ -759,6 +771,14 @@ __device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
   const int back = e + 22, backA = back >> 1;
   s.backA = pow2(backA);
   s.backB = pow2(back - backA);
+}
+
+/// Lane t's share of the 256 values at x (16-aligned), prescaled.
+template <bool kHigh>
+__device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
+  K45X v;
+  loadK45Values(reinterpret_cast<const float4 *>(x), t, v);
+  prescaleK45<kHigh>(v, s);
 }
 
 /// Lane t's sum for one Q4_K / Q5_K block of a row with the prescaled x:

@@ -802,6 +802,8 @@ normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
 //===----------------------------------------------------------------------===//
 
 constexpr int kMlaChunk = 8;
+static_assert(kMlaChunk % 4 == 0 && kMlaChunk <= 32,
+              "whole float4s of weights; a lane per entry");
 /// Threads of a block: its serial work per thread is what bounds a decode
 /// step's attention (every chunk runs at once), so it is kept short: few
 /// rows per chunk, many threads per chunk.
@@ -824,8 +826,8 @@ struct MlaArgs {
   int64_t capacity;
   float scale;
   float *partM, *partL, *partO; ///< [chunks][heads], [chunks][heads][latent]
-  /// The grid's arrival count and generation (zero before the first call;
-  /// the count is zero again after each).
+  /// The grid's arrival count and generation, one 8-byte aligned 64-bit
+  /// word (zero before the first call; the count is zero again after each).
   uint32_t *arrivals;
   float *out;
   FaultSink fault;
@@ -1099,7 +1101,7 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
     for (int offset = kMlaChunk / 2; offset > 0; offset /= 2)
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
     const float e = lane < n ? expf(s - m) : 0.f;
-    if (lane < n)
+    if (lane < kMlaChunk) // zeros past the chunk's end (read below)
       ph[lane] = e;
     float terms[kMlaChunk];
 #pragma unroll
@@ -1126,12 +1128,18 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
       column[t] = t < n ? rows[t * width + j] : 0.f;
     float *o = a.partO + chunkHeads * latent + j;
     for (int h = 0; h < heads; ++h) {
-      const float *ph = p + h * kMlaChunk;
+      // The head's weights four at a time (zero past the chunk's end, as
+      // the column is, so those terms add zeros).
+      const float4 *ph = reinterpret_cast<const float4 *>(p + h * kMlaChunk);
       float acc = 0.f;
 #pragma unroll
-      for (int t = 0; t < kMlaChunk; ++t)
-        if (t < n)
-          acc += ph[t] * column[t];
+      for (int t = 0; t < kMlaChunk; t += 4) {
+        const float4 w = ph[t / 4];
+        acc += w.x * column[t];
+        acc += w.y * column[t + 1];
+        acc += w.z * column[t + 2];
+        acc += w.w * column[t + 3];
+      }
       o[int64_t(h) * latent] = acc;
     }
   }
@@ -1161,8 +1169,10 @@ __device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
   }
   // Partial outputs are loaded kLoads at a time; the first batch, and
   // this thread's first chunk's m and l, are issued together, before the
-  // reductions that need them.
-  constexpr int kLoads = 8;
+  // reductions that need them. 16 a thread cover 256 chunks (GLM-5's
+  // 2,048 selected entries) in one batch: with 8, a step at 1,025 entries
+  // (129 chunks) waited for a second round trip for its last chunk.
+  constexpr int kLoads = 16;
   const float *partO = a.partO + int64_t(h) * latent + j;
   const int64_t chunkStride = int64_t(heads) * latent;
   auto loadBatch = [&](int c0, float(&v)[kLoads]) {
@@ -1228,22 +1238,42 @@ __device__ inline uint64_t globalNanos() {
 }
 
 /// Blocks 0 .. blocks - 1 have all arrived, and their writes before the
-/// call are visible to the caller's block. A generation barrier: the last
-/// block to arrive clears the count and advances the generation, which the
-/// others wait for (read before arriving, so no block can miss it).
+/// call are visible to the caller's block. A generation barrier in one
+/// 64-bit word (count below, generation above), so that each step is one
+/// atomic: a block's arrival returns the generation it waits to see pass,
+/// and the last to arrive clears the count and advances the generation
+/// together; the others read the word until it has. (With the generation
+/// read first, then the arrival, then the count cleared and the generation
+/// advanced apart, four round trips to the L2 in a row, the barrier took
+/// 2.2 us of MLA's 8.8 at 1,025 entries on an H200; this one 1.6.)
 __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    uint32_t *count = a.arrivals, *generation = a.arrivals + 1;
-    const uint32_t seen = atomicAdd(generation, 0u);
-    __threadfence();
-    if (atomicAdd(count, 1u) == blocks - 1) {
-      atomicExch(count, 0u);
-      __threadfence();
-      atomicAdd(generation, 1u);
+    unsigned long long *word =
+        reinterpret_cast<unsigned long long *>(a.arrivals);
+    // The arrival releases the block's writes (ordered before it by the
+    // block barrier) and acquires those of the blocks before it.
+    unsigned long long ticket;
+    asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;"
+                 : "=l"(ticket)
+                 : "l"(word)
+                 : "memory");
+    const uint32_t generation = uint32_t(ticket >> 32);
+    if (uint32_t(ticket) == blocks - 1) {
+      // The count is `blocks`: back to 0, and the generation one on.
+      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(word),
+                   "l"((1ull << 32) - blocks)
+                   : "memory");
     } else {
       const uint64_t start = globalNanos();
-      while (atomicAdd(generation, 0u) == seen) {
+      for (;;) {
+        unsigned long long now;
+        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
+                     : "=l"(now)
+                     : "l"(word)
+                     : "memory");
+        if (uint32_t(now >> 32) != generation)
+          break;
         if (globalNanos() - start > kDeviceWaitNs) {
           recordFault(a.fault, FaultCode::GridWaitTimeout, blocks, 0);
           break;
@@ -1251,7 +1281,6 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
         __nanosleep(32);
       }
     }
-    __threadfence();
   }
   __syncthreads();
 }
@@ -1271,7 +1300,7 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
 template <class Shape>
 __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   stepKernelPrologue();
-  extern __shared__ float shared[];
+  extern __shared__ __align__(16) float shared[];
   // The first chunk's selection entries (within the selection's capacity,
   // so always readable) in flight with the position and the count.
   const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
@@ -2853,9 +2882,9 @@ int64_t mlaMostEntries(int64_t positions, bool selection, int64_t capacity) {
 
 int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries) {
   const int64_t chunks = (entries + kMlaChunk - 1) / kMlaChunk;
-  // The grid's two arrival words (first, 16 bytes, so that any shape
-  // called on the same scratch finds them where the last call left them
-  // zeroed), then the partial results.
+  // The grid's arrival word (first, in 16 bytes, so that any shape called
+  // on the same scratch finds it where the last call left it, its count
+  // zero), then the partial results.
   return kMlaArrivalFloats + chunks * heads * (latent + 2);
 }
 
@@ -2869,11 +2898,15 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   const size_t shared =
       sizeof(float) *
       std::max(size_t(kMlaChunk * (a.cache.width + a.heads)), size_t(chunks));
-  // At most one wave (the blocks that fit on the GPU at once: GLM-5's
-  // kernel has two a multiprocessor), each block taking every grid-th
-  // chunk: the blocks wait for each other, so all must be resident. The
-  // wave is asked of the runtime once per host thread, device and shared
-  // size, not at every launch (an eager step launches this a layer).
+  // At most one block a multiprocessor, each taking every grid-th chunk:
+  // the blocks wait for each other, so all must be resident, which the
+  // runtime is asked once per host thread, device and shared size (not at
+  // every launch: an eager step launches this a layer). One, not as many
+  // as fit (GLM-5's kernel takes 64 registers a thread, so two of 512
+  // threads would): two blocks on a multiprocessor share its shared-memory
+  // bandwidth, which bounds a chunk's scores and partial sums (the MLA
+  // bench at 1,025 entries: 8.1 us with one a multiprocessor, 10.3 with
+  // two), and the one leaves room for the next kernel's early blocks.
   static thread_local int waveDevice = -1;
   static thread_local size_t waveShared = 0;
   static thread_local int64_t wave = 0;
@@ -2899,7 +2932,7 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
       return e;
     if (resident < 1)
       return cudaErrorInvalidConfiguration;
-    wave = int64_t(processors) * resident;
+    wave = processors;
     waveDevice = device;
     waveShared = shared;
   }
@@ -2922,6 +2955,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
   if (heads < 0 || heads > INT_MAX || latent < 0 || rope < 0 ||
       !validCache(cache) || cache.width != latent + rope ||
       cache.width > kMlaMaxWidth || !position || !scratch ||
+      reinterpret_cast<uintptr_t>(scratch) % 8 != 0 || // the arrival word
       (selected && (!count || capacity < 0)))
     return cudaErrorInvalidValue;
   if (heads == 0)

@@ -368,11 +368,11 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// a buffer is touched). qLatent [heads][latent], qRope [heads][rope], out
 /// [heads][latent]. Split over positions: each cache row is read once for
 /// all heads; `scratch` holds mlaScratchFloats(heads, latent,
-/// mlaMostEntries(cache.positions, selected != nullptr, capacity)) floats:
-/// first two words the kernel's blocks count their arrivals in, which must
-/// be zero before the first call (each call leaves them so, for a call of
-/// any shape), then per-chunk partial results. Kernels compiled for GLM-5's
-/// widths (512 + 64) run where they apply.
+/// mlaMostEntries(cache.positions, selected != nullptr, capacity)) floats,
+/// 8-byte aligned: first a 64-bit word the kernel's blocks count their
+/// arrivals in, which must be zero before the first call (each call leaves
+/// its count so, for a call of any shape), then per-chunk partial results.
+/// Kernels compiled for GLM-5's widths (512 + 64) run where they apply.
 ///
 /// The most entries one call attends: every position of the cache, or with
 /// a selection of `capacity` entries the fewer of the two. With DSA's

@@ -1130,6 +1130,17 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) uint8_t shared[];
   stepKernelPrologue();
   reportFirstBadId(a);
+  // This lane's x first, so that its loads are in flight with the id's (the
+  // copies below wait for the id, and the asm of their barriers keeps any
+  // load after them from moving up).
+  constexpr int kBlockBytes = kHigh ? 176 : 144;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
+            t = lane % 8, b = 4 * warp + lane / 8;
+  const bool active = b < a.blocksPerRow;
+  quantdot::K45X xv;
+  if (active)
+    quantdot::loadK45Values(
+        reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
   const int64_t tiles = (a.ffn + kPairs - 1) / kPairs;
   const int64_t i = blockIdx.x / tiles, f0 = blockIdx.x % tiles * kPairs;
   const int pairs = int(a.ffn - f0 < kPairs ? a.ffn - f0 : kPairs);
@@ -1160,15 +1171,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  // This lane's x, while the id arrives (other warps) and the rows stream
-  // in: x does not depend on the id, so both loads are in flight together.
-  constexpr int kBlockBytes = kHigh ? 176 : 144;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
-            t = lane % 8, b = 4 * warp + lane / 8;
-  const bool active = b < a.blocksPerRow;
+  // Prescaled while the rows stream in.
   quantdot::K45Prescaled xs;
   if (active)
-    quantdot::prescaleK45<kHigh>(a.x + 256 * int64_t(b), t, xs);
+    quantdot::prescaleK45<kHigh>(xv, xs);
   __syncthreads(); // the barriers are initialised
   if (!valid) {
     if (int(threadIdx.x) < pairs)
