@@ -1209,6 +1209,18 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     check(h, positions, capacity, c, scores.get(), ", shared scratch");
   r.line("mla shared scratch", "guard after 3 calls of other shapes",
          double(in.guardWrites()), 0, "nothing after the scratch written");
+  // The blocks arrive by 64-bit atomics on the scratch's first word: a
+  // scratch that is not 8-byte aligned is refused before any launch.
+  {
+    Fault fault;
+    const cudaError_t e = kc::launchMlaAttention(
+        dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
+        nullptr, nullptr, 0, scale, scores.get() + 1, dout.get(),
+        fault.sink(), nullptr);
+    r.line("mla shared scratch", "scratch 4 bytes off 8-byte alignment",
+           double(e != cudaErrorInvalidValue), 0,
+           "refused: cudaErrorInvalidValue");
+  }
 }
 
 /// The indexer's scores in double on the host (for choosing inputs whose
