@@ -12,7 +12,7 @@ The longest stretch with no kernel running is printed too (a stall, such as
 CUPTI handling its buffer, shows there and is left out of the charges).
 
   utils/timeline.py FILE [--device N] [--top K] [--group]
-                    [--schedule SCHED [--chain FROM:TO]]
+                    [--schedule SCHED [--chain FROM:TO] [--units FROM:TO]]
 
 --group folds template arguments (mlaChunkKernel<...> -> mlaChunkKernel).
 
@@ -24,6 +24,12 @@ of its predecessors (the previous unit of its branch, the units it waits
 for) that ended last. Each unit on the path is charged the time from that
 predecessor's end to its own; the charges are printed by op kind, and with
 --chain FROM:TO each link of the path between those units.
+
+--units FROM:TO (with --schedule) lists every kernel of units FROM .. TO,
+in unit order, with its branch, the units it waits for, and its start and
+end in us after unit FROM's end: where a stretch of the step spent its time
+(a layer: from one all-reduce to the next), including the kernels off the
+critical path and how early each was launched.
 """
 import argparse
 import csv
@@ -65,18 +71,26 @@ def op_kind(text):
     return m.group(1) if m else text
 
 
-def critical_path(kernels, units):
-    """The units on the path back from the last one to end, each with its
-    charge in ns, first to last; and each unit's end."""
+def unit_kernels(kernels, units):
+    """Each unit's kernels: the graph's kernel nodes in creation order, a
+    unit's count at a time."""
     by_node = sorted(kernels, key=lambda k: k[3])
     if sum(u[3] for u in units) != len(by_node):
         sys.exit(f"timeline: error: the schedule's units have "
                  f"{sum(u[3] for u in units)} kernels, the timeline "
                  f"{len(by_node)}: not the same run")
-    end, at = [], 0
+    out, at = [], 0
     for _, _, _, count in units:
-        end.append(max((k[1] for k in by_node[at:at + count]), default=None))
+        out.append(by_node[at:at + count])
         at += count
+    return out
+
+
+def critical_path(kernels, units):
+    """The units on the path back from the last one to end, each with its
+    charge in ns, first to last; and each unit's end."""
+    end = [max((k[1] for k in ks), default=None)
+           for ks in unit_kernels(kernels, units)]
     previous, last = [], {}
     for i, (_, branch, waits, _) in enumerate(units):
         previous.append(([last[branch]] if branch in last else []) + waits)
@@ -127,6 +141,35 @@ def print_schedule(kernels, units, chain, stall, stall_at):
                       f"{charge / 1e3:11.2f}  {units[i][0]}")
 
 
+def print_units(kernels, units, lo, hi):
+    per_unit = unit_kernels(kernels, units)
+    if not per_unit[lo]:
+        sys.exit(f"timeline: error: --units: unit {lo} ran no kernel, so "
+                 f"it has no end to time from")
+    zero = max(k[1] for k in per_unit[lo])
+    print(f"\nunits {lo}..{hi}, us after unit {lo}'s end:")
+    print(f"{'unit':>6} {'branch':>6} {'waits for':>12} {'start':>8} "
+          f"{'end':>8} {'run':>7}  op / kernel")
+    for i in range(lo, hi + 1):
+        text, branch, waits, _ = units[i]
+        for start, end, name, _ in per_unit[i]:
+            print(f"{i:6d} {branch:6d} {','.join(map(str, waits)) or '-':>12} "
+                  f"{(start - zero) / 1e3:8.2f} {(end - zero) / 1e3:8.2f} "
+                  f"{(end - start) / 1e3:7.2f}  {op_kind(text)} / {name}")
+
+
+def unit_range(flag, text, units):
+    m = re.fullmatch(r"(\d+):(\d+)", text)
+    if not m:
+        sys.exit(f"timeline: error: {flag} {text}: expected FROM:TO (unit "
+                 f"indices)")
+    lo, hi = int(m.group(1)), int(m.group(2))
+    if units is not None and not lo <= hi < len(units):
+        sys.exit(f"timeline: error: {flag} {text}: the schedule has units "
+                 f"0..{len(units) - 1}")
+    return lo, hi
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("file")
@@ -135,14 +178,11 @@ def main():
     p.add_argument("--group", action="store_true")
     p.add_argument("--schedule")
     p.add_argument("--chain")
+    p.add_argument("--units")
     a = p.parse_args()
-    chain = None
-    if a.chain:
-        m = re.fullmatch(r"(\d+):(\d+)", a.chain)
-        if not m:
-            sys.exit(f"timeline: error: --chain {a.chain}: expected FROM:TO "
-                     f"(unit indices)")
-        chain = (int(m.group(1)), int(m.group(2)))
+    if a.units and not a.schedule:
+        sys.exit("timeline: error: --units needs --schedule")
+    chain = unit_range("--chain", a.chain, None) if a.chain else None
     kernels = load(a.file, a.device)
     if not kernels:
         sys.exit(f"timeline: error: {a.file}: no kernels of device {a.device}")
@@ -177,8 +217,10 @@ def main():
         print(f"{name[:60]:60} {count:6d} {total / 1e3:10.1f} "
               f"{charged / 1e3:11.1f} {100 * charged / span:5.1f}%")
     if a.schedule:
-        print_schedule(kernels, load_schedule(a.schedule), chain, stall,
-                       stall_at)
+        units = load_schedule(a.schedule)
+        print_schedule(kernels, units, chain, stall, stall_at)
+        if a.units:
+            print_units(kernels, units, *unit_range("--units", a.units, units))
 
 
 if __name__ == "__main__":

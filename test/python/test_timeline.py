@@ -104,3 +104,41 @@ def test_schedule_of_another_run_is_refused(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode != 0
     assert "the schedule's units have 2 kernels, the timeline 1" in r.stderr
+
+
+def test_units_list_each_kernel_after_the_first_units_end(tmp_path):
+    # The schedule and timeline of test_critical_path_through_the_schedule:
+    # unit 0 ends at 10 us, so times are printed from there; unit 2's two
+    # kernels both listed, in graph-node order; unit 1 waits for unit 0.
+    t = tmp_path / "t.csv"
+    t.write_text(HEADER +
+                 "k3,1010000,1012000,0,1,3\n"
+                 "k1,1000000,1010000,0,1,1\n"
+                 "k5,1014000,1020000,0,1,5\n"
+                 "k2,1010000,1014000,0,2,2\n"
+                 "k4,1012000,1013000,0,1,4\n")
+    s = tmp_path / "s.tsv"
+    s.write_text(SCHEDULE_HEADER +
+                 "0\tstep 'decode_step' op 0 (rms_norm)\t0\t\t1\n"
+                 "1\tstep 'decode_step' op 1 (linear)\t1\t0\t1\n"
+                 "2\tstep 'decode_step' op 2 (rope)\t0\t\t2\n"
+                 "3\tstep 'decode_step' op 3 (add)\t0\t1\t1\n")
+    out = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
+                          "--units", "0:3"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line.split() for line in
+            out[out.index("units 0..3"):].splitlines()[2:]]
+    assert [(r[0], r[1], r[2], r[3], r[4], r[5], r[-1]) for r in rows] == [
+        ("0", "0", "-", "-10.00", "0.00", "10.00", "k1"),
+        ("1", "1", "0", "0.00", "4.00", "4.00", "k2"),
+        ("2", "0", "-", "0.00", "2.00", "2.00", "k3"),
+        ("2", "0", "-", "2.00", "3.00", "1.00", "k4"),
+        ("3", "0", "1", "4.00", "10.00", "6.00", "k5")]
+    # Outside the schedule's units, or without a schedule: an error.
+    r = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
+                        "--units", "2:4"], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "--units 2:4: the schedule has units 0..3" in r.stderr
+    r = subprocess.run([sys.executable, SCRIPT, t, "--units", "0:1"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "--units needs --schedule" in r.stderr
