@@ -67,13 +67,12 @@ def critical(path, *args):
     return section[0], kinds, links
 
 
-def test_critical_path_through_the_schedule(tmp_path):
-    # Units in enqueue order, kernels in graph-node order (the CSV rows are
-    # shuffled): u0 (branch 0) one kernel 0-10; u1 (branch 1, waits for u0)
-    # one kernel ending at 14; u2 (branch 0, after u0) two kernels ending at
-    # 12 and 13; u3 (branch 0, after u2, waits for u1) ends at 20. u3's
-    # latest predecessor is u1 (14 > 13): the path is u0, u1, u3 with
-    # charges 10, 4, 6; u2 is off it.
+def four_units(tmp_path):
+    """A timeline and its schedule: units in enqueue order, kernels in
+    graph-node order (the CSV rows are shuffled): u0 (branch 0) one kernel
+    0-10 us; u1 (branch 1, waits for u0) one kernel ending at 14; u2 (branch
+    0, after u0) two kernels ending at 12 and 13; u3 (branch 0, after u2,
+    waits for u1) ends at 20."""
     t = tmp_path / "t.csv"
     t.write_text(HEADER +
                  "k3,1010000,1012000,0,1,3\n"
@@ -87,6 +86,13 @@ def test_critical_path_through_the_schedule(tmp_path):
                  "1\tstep 'decode_step' op 1 (linear)\t1\t0\t1\n"
                  "2\tstep 'decode_step' op 2 (rope)\t0\t\t2\n"
                  "3\tstep 'decode_step' op 3 (add)\t0\t1\t1\n")
+    return t, s
+
+
+def test_critical_path_through_the_schedule(tmp_path):
+    # four_units: u3's latest predecessor is u1 (14 > 13), so the path is
+    # u0, u1, u3 with charges 10, 4, 6; u2 is off it.
+    t, s = four_units(tmp_path)
     first, kinds, links = critical(t, "--schedule", s, "--chain", "0:3")
     assert first.startswith("critical path: 3 of 4 launch units, 20.0 us")
     assert kinds == {"rms_norm": (1, 10.0), "linear": (1, 4.0),
@@ -107,22 +113,10 @@ def test_schedule_of_another_run_is_refused(tmp_path):
 
 
 def test_units_list_each_kernel_after_the_first_units_end(tmp_path):
-    # The schedule and timeline of test_critical_path_through_the_schedule:
-    # unit 0 ends at 10 us, so times are printed from there; unit 2's two
-    # kernels both listed, in graph-node order; unit 1 waits for unit 0.
-    t = tmp_path / "t.csv"
-    t.write_text(HEADER +
-                 "k3,1010000,1012000,0,1,3\n"
-                 "k1,1000000,1010000,0,1,1\n"
-                 "k5,1014000,1020000,0,1,5\n"
-                 "k2,1010000,1014000,0,2,2\n"
-                 "k4,1012000,1013000,0,1,4\n")
-    s = tmp_path / "s.tsv"
-    s.write_text(SCHEDULE_HEADER +
-                 "0\tstep 'decode_step' op 0 (rms_norm)\t0\t\t1\n"
-                 "1\tstep 'decode_step' op 1 (linear)\t1\t0\t1\n"
-                 "2\tstep 'decode_step' op 2 (rope)\t0\t\t2\n"
-                 "3\tstep 'decode_step' op 3 (add)\t0\t1\t1\n")
+    # four_units: unit 0 ends at 10 us, so times are printed from there;
+    # unit 2's two kernels both listed, in graph-node order; unit 1 waits
+    # for unit 0.
+    t, s = four_units(tmp_path)
     out = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
                           "--units", "0:3"],
                          capture_output=True, text=True, check=True).stdout
