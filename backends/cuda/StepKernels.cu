@@ -789,15 +789,15 @@ normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
 //      every head, computes the chunk's scores, their max m, p = exp(s -
 //      m), l = sum p, and the partial output o[j] = sum_t p[t] row[t][j],
 //      into scratch;
-//   2. block (h, slice) combines head h's output values [64 slice, 64
-//      slice + 64), chunks ascending: M = max m_c, L = sum_c l_c exp(m_c -
-//      M), out = sum_c o_c exp(m_c - M) / L; the grid's last row checks the
-//      inputs and reports the first fault (the lowest bad entry, as the
-//      CPU); the other kernels skip bad work.
+//   2. after a grid barrier, combine task (h, slice) takes head h's output
+//      values [32 slice, 32 slice + 32), chunks ascending: M = max m_c, L =
+//      sum_c l_c exp(m_c - M), out = sum_c o_c exp(m_c - M) / L; the
+//      grid's last block checks the inputs and reports the first fault
+//      (the lowest bad entry, as the CPU); bad work is skipped.
 // Each cache row is read once per step for all local heads. The same math
 // as the CPU's global softmax, rounded in another order, which depends
-// only on the shapes, never on which block took which chunk. Both kernels
-// are compiled for GLM-5's shape (512 + 64, each cache type: MlaShape) and
+// only on the shapes, never on which block took which chunk. The kernel
+// is compiled for GLM-5's shape (512 + 64, each cache type: MlaShape) and
 // for any shape.
 //===----------------------------------------------------------------------===//
 
@@ -813,7 +813,7 @@ constexpr int kMlaThreads = 512;
 constexpr int kMlaMaxWidth = 24 * kWarp;
 /// A combine block's output values (of one head)...
 constexpr int kMlaCombineColumns = 32;
-/// The scratch's first floats, which hold the grid's arrival words.
+/// The scratch's first floats, which hold the grid's arrival word.
 constexpr int64_t kMlaArrivalFloats = 4;
 /// ...and its groups of threads, which split the chunks.
 constexpr int kMlaCombineGroups = kMlaThreads / kMlaCombineColumns;

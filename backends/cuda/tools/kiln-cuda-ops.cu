@@ -1198,10 +1198,10 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
            0, "first fault reported, nothing after the scratch written");
   }
   // One scratch for calls of other shapes in turn, after the faulting calls
-  // above left their marks on it: the blocks' arrival words sit where every
-  // shape finds them, and each call, faulting or not, leaves them fit for
-  // the next (a call that found them wrong would wait out its timeout and
-  // report a fault).
+  // above left their marks on it: the blocks' arrival word sits where every
+  // shape finds it, and each call, faulting or not, leaves it fit for the
+  // next (a call that found it wrong would wait out its timeout and report
+  // a fault).
   for (const auto &[h, c] :
        {std::pair{int64_t(1), Case{kc::CacheType::F16, 299, -1}},
         std::pair{int64_t(4), Case{kc::CacheType::F16, 150, 40}},
