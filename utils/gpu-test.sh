@@ -111,6 +111,14 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-nccl env KILN_CUDA_ALLREDUCE=nccl \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # attn_v_b projected inside MLA's launch (off by default: docs/perf.md,
+  # eleventh pass), at 1k and at 16k.
+  step bench-glm5-tp8-rank0-graph-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
+  step bench-glm5-tp8-rank0-graph-16k-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \
+    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 16384 --steps 30
   # What each op kind costs on the step's critical path: the step with
   # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
   omit_table() {

@@ -628,10 +628,11 @@ Expected<StepOp> Decoder::decode() {
     break;
   }
   case OpKind::MlaAttention: {
-    // The optional selection is a pair of operands: 6 inputs with it, 4
-    // without.
-    bool hasSelection = d_.ins.size() == 6;
-    KILN_TRY(counts(hasSelection ? 6 : 4, 1));
+    // The optional selection is a pair of operands, the optional output
+    // projection a weight after them: 4 to 7 inputs.
+    d_.projected = !d_.ins.empty() && in(d_.ins.size() - 1).isWeight();
+    bool hasSelection = d_.ins.size() == (d_.projected ? 7u : 6u);
+    KILN_TRY(counts((hasSelection ? 6 : 4) + (d_.projected ? 1 : 0), 1));
     KILN_TRY(floats(in(0), "q_latent"));
     KILN_TRY(floats(in(1), "q_rope"));
     KILN_TRY(ints(in(3), "position", 1));
@@ -639,10 +640,20 @@ Expected<StepOp> Decoder::decode() {
     KILN_ASSIGN(scale, floatAttr("scale"));
     const std::vector<int64_t> &ql = in(0).buffer->shape;
     const std::vector<int64_t> &qr = in(1).buffer->shape;
-    if (ql.size() != 2 || qr.size() != 2 || ql[0] != qr[0] ||
-        out(0).elements() != in(0).elements())
-      return fail("q_latent [H, L], q_rope [H, R] and an [H, L] output are "
-                  "needed");
+    if (ql.size() != 2 || qr.size() != 2 || ql[0] != qr[0])
+      return fail("q_latent [H, L] and q_rope [H, R] are needed");
+    if (d_.projected) {
+      Operand w = in(d_.ins.size() - 1);
+      KILN_TRY(weight(w, "projection"));
+      if (w.dims.size() != 3 || w.dims[0] != ql[1] || w.dims[2] != ql[0])
+        return fail("the projection must be a stack [L, N, H] of the "
+                    "heads' output matrices");
+      if (out(0).elements() != uint64_t(ql[0] * w.dims[1]))
+        return fail("the output is not [H, N]");
+      d_.n = w.dims[1];
+    } else if (out(0).elements() != in(0).elements()) {
+      return fail("the output is not [H, L]");
+    }
     KILN_TRY(cache(in(2), ql[1] + qr[1], "cache"));
     if (hasSelection) {
       Operand sel = in(4);

@@ -98,6 +98,8 @@ struct StepOp {
   int64_t rows = 1, n = 0, k = 0;
   /// Linear: a 3-D weight, one matrix per batch row.
   bool stacked = false;
+  /// MlaAttention: the output projection is fused in (see heads below).
+  bool projected = false;
 
   /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAddRmsNorm, NormRopeAppend.
   double epsilon = 0;
@@ -121,7 +123,9 @@ struct StepOp {
   /// a backend may leave them unwritten (step.fused_linear live_from).
   std::vector<int64_t> liveFrom;
 
-  /// MlaAttention: heads, latent (= k), rope; selection capacity (0: none).
+  /// MlaAttention: heads, latent (= k), rope; selection capacity (0: none);
+  /// with `projected`, the last input is a stack [latent, n, heads] that
+  /// projects each head's output (the output is [heads, n]).
   /// DsaIndexer: heads, dim (= k), topK. MoeRouter: hidden (= k), experts,
   /// topK. MoeExperts: hidden (= n), ffn, experts, chosen (= topK), fused
   /// gate_up (= fusedGateUp).

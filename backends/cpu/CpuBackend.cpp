@@ -430,12 +430,23 @@ Expected<std::function<Status()>> OpBinder::bind() {
     int64_t heads = d.heads, latent = d.k, rope = d.rope, capacity = d.capacity;
     float s = float(d.scale);
     std::string where = d.where;
+    // With the output projection (kiln-fuse-mla-projection): the heads'
+    // latent outputs into a buffer of this op's, then the stacked linear,
+    // the same bits as the two ops unfused.
+    const cpu::WeightView *proj =
+        d.projected ? in(d.ins.size() - 1).weight : nullptr;
+    auto latentOut = std::make_shared<std::vector<float>>(
+        proj ? size_t(heads * latent) : size_t(0));
     return Fn([=, &pool]() -> Status {
       if (count && (*count < 0 || *count > capacity))
         return Error(where, "selected_count",
                      fmt::format("{} is outside 0..{}", *count, capacity));
-      return cpu::mlaAttention(a, b, heads, latent, rope, view, *pos, sel,
-                               count, s, y, pool);
+      float *o = proj ? latentOut->data() : y;
+      KILN_TRY(cpu::mlaAttention(a, b, heads, latent, rope, view, *pos, sel,
+                                 count, s, o, pool));
+      if (!proj)
+        return Status::ok();
+      return cpu::linear(o, heads, *proj, y, pool);
     });
   }
   case OpKind::DsaIndexer: {

@@ -192,7 +192,10 @@ struct CudaRank {
   /// group too (KILN_CUDA_LOCAL_COLLECTIVES=1; measuring only: what the
   /// step costs without NCCL).
   bool localCollectives = false;
-  bool overlap = true;     ///< programmatic dependent launch (Launch.cuh)
+  bool overlap = true; ///< programmatic dependent launch (Launch.cuh)
+  /// An mla_attention's output projection inside MLA's launch where the
+  /// weight allows (else the attention, then the stacked mat-vec).
+  bool mlaProjection = false;
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -632,12 +635,13 @@ Expected<Launch> OpBinder::bind() {
   const StepOp &d = d_;
   int64_t n = d.n, rows = d.rows;
   // A repacked device layout is read by the mat-vec kernels only.
-  for (int32_t i : d.ins) {
+  const std::string &kind = step_.step->ops[size_t(index_)].kind;
+  for (size_t k = 0; k < d.ins.size(); ++k) {
+    const int32_t i = d.ins[k];
     const Buffer &b = buffer(i);
     if (b.kind == BufferKind::Weight &&
         rank_.weights[b.binding].layout != WeightLayout::Blocks &&
-        d.kind != OpKind::Linear && d.kind != OpKind::FusedLinear &&
-        d.kind != OpKind::RmsNormLinear && d.kind != OpKind::SwigluLinear)
+        !readsWeightAsMatVec(kind, k))
       return Error(d.where, step_.step->buffers[i].name,
                    "its device layout is read only by the mat-vec ops "
                    "(the artifact is inconsistent)");
@@ -801,10 +805,26 @@ Expected<Launch> OpBinder::bind() {
   }
   case OpKind::MlaAttention: {
     DeviceCache c = cache(d.ins[2]);
-    KILN_ASSIGN(scores,
-                rank_.scratchFloats(uint64_t(mlaScratchFloats(
-                    d.heads, d.k,
-                    mlaMostEntries(c.positions, d.capacity > 0, d.capacity)))));
+    // The output projection (kiln-fuse-mla-projection): with
+    // KILN_CUDA_MLA_PROJECTION=1 inside MLA's launch for Q8_0 in the
+    // q8_0-split layout of at most 256 rows a head (what launchMlaAttention
+    // takes); otherwise MLA into scratch of this op's, then the stacked
+    // mat-vec (by default: measured faster at 1k, docs/perf.md).
+    std::optional<DeviceWeight> proj;
+    if (d.projected)
+      proj = weight(d.ins.size() - 1);
+    const bool inside =
+        proj && rank_.mlaProjection && proj->type == GGMLType::Q8_0 &&
+        proj->layout == WeightLayout::Q8Split && d.k % 32 == 0 && d.n <= 256;
+    const int64_t entries =
+        mlaMostEntries(c.positions, d.capacity > 0, d.capacity);
+    KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(mlaScratchFloats(
+                            d.heads, d.k, entries, inside ? d.n : 0))));
+    float *latentOut = nullptr;
+    if (proj && !inside) {
+      KILN_ASSIGN(o, rank_.scratchFloats(uint64_t(d.heads * d.k)));
+      latentOut = o;
+    }
     const float *ql = f32In(0), *qr = f32In(1);
     const int32_t *pos = i32In(3);
     const int32_t *sel = d.capacity ? i32In(4) : nullptr;
@@ -814,8 +834,16 @@ Expected<Launch> OpBinder::bind() {
     float scale = float(d.scale);
     FaultSink f = sink();
     return wrap([=](cudaStream_t s) {
-      return launchMlaAttention(ql, qr, heads, latent, rope, c, pos, sel, count,
-                                capacity, scale, scores, y, f, s);
+      if (inside)
+        return launchMlaAttention(ql, qr, heads, latent, rope, c, pos, sel,
+                                  count, capacity, scale, scores, y, f, s,
+                                  &*proj);
+      if (cudaError_t e = launchMlaAttention(
+              ql, qr, heads, latent, rope, c, pos, sel, count, capacity, scale,
+              scores, latentOut ? latentOut : y, f, s);
+          e != cudaSuccess || !latentOut)
+        return e;
+      return launchLinear(latentOut, heads, *proj, n, /*stacked=*/true, y, s);
     });
   }
   case OpKind::DsaIndexer: {
@@ -1119,6 +1147,8 @@ constexpr int kMaxBranches = 8;
 /// then meaningless, its time is what the other ops cost),
 /// KILN_CUDA_LOCAL_COLLECTIVES=1 runs every collective as a simulated rank
 /// does (its ring traffic in a local kernel, no NCCL),
+/// KILN_CUDA_MLA_PROJECTION=1 runs MLA's fused output projection inside
+/// MLA's launch (by default a mat-vec launch of its own follows MLA),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1133,6 +1163,10 @@ struct GraphSwitches {
   /// KILN_CUDA_ALLREDUCE=peers|nccl: the one-shot all-reduce over NVLink
   /// peers (default) or NCCL's.
   bool peerAllReduce = true;
+  /// KILN_CUDA_MLA_PROJECTION=1: MLA's output projection inside its
+  /// launch (off by default: at a GLM-5 tp=8 rank it gains at 16k and
+  /// loses at 1k, docs/perf.md).
+  bool mlaProjection = false;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1177,6 +1211,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   }
   KILN_ASSIGN(overlap, readFlag("KILN_CUDA_PDL", true));
   g.overlap = overlap;
+  KILN_ASSIGN(mlaProjection, readFlag("KILN_CUDA_MLA_PROJECTION", false));
+  g.mlaProjection = mlaProjection;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
   g.stats = stats;
   if (const char *v = std::getenv("KILN_CUDA_TIMELINE"); v && *v)
@@ -1816,6 +1852,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->device = int(first + i);
     rank->simulate = simulate;
     rank->overlap = switches.overlap;
+    rank->mlaProjection = switches.mlaProjection;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

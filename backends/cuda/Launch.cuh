@@ -23,8 +23,11 @@
 // the ids has finished. The q8_0-split and F32 mat-vecs with live rows
 // (StepKernels.h LiveRows) also read the step's position input before the
 // wait, to size their work: input slots are written between steps, never
-// by a kernel of the step. A kernel launched without the attribute, or on a
-// GPU before sm_90, runs the prologue as a no-op.
+// by a kernel of the step. MLA with an output projection asks the L2 for
+// its projection rows before its wait too, and lets its dependents be
+// scheduled only after its grid barrier (StepKernels.cu mlaKernel). A
+// kernel launched without the attribute, or on a GPU before sm_90, runs
+// the prologue as a no-op.
 //
 // launchStep() launches with the attribute unless overlapped launches are
 // switched off for the calling thread (setOverlappedLaunches; the plugin

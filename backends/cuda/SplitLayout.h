@@ -133,6 +133,23 @@ inline void unpackSplitHost(const SplitFormat &f, const uint8_t *const *planes,
                   planes[p] + b * f.plane[p].bytes, f.plane[p].bytes);
 }
 
+/// Whether operand `i` of a step op of kind `kind` (the artifact's op
+/// name), when it is a weight, is read by a mat-vec kernel: the only
+/// kernels that read a split layout. The compiler gives a weight a split
+/// layout only when every use of it is one of these, and the CUDA backend
+/// refuses an artifact that has a split weight anywhere else, so both
+/// decide by this one rule. A linear's and a fused_linear's weights follow
+/// their input; an rms_norm_linear's follow its input and its norm's
+/// weight; a swiglu_linear's follow gate and up; an mla_attention's only
+/// weight is its output projection.
+inline bool readsWeightAsMatVec(std::string_view kind, size_t i) {
+  if (kind == "linear" || kind == "fused_linear")
+    return i >= 1;
+  if (kind == "rms_norm_linear" || kind == "swiglu_linear")
+    return i >= 2;
+  return kind == "mla_attention";
+}
+
 } // namespace kiln::cuda
 
 #endif // KILN_BACKENDS_CUDA_SPLITLAYOUT_H

@@ -831,6 +831,26 @@ struct MlaArgs {
   uint32_t *arrivals;
   float *out;
   FaultSink fault;
+  /// The output projection (launchMlaAttention's `proj`, q8_0-split: quants
+  /// [heads * projRows][latent], scales [heads * projRows][latent / 32]),
+  /// or projQuants null. With it a combine task (h, slice) dots its 32
+  /// values with every row's 32 (one Q8_0 block) into `projPartials`
+  /// [heads][slices][projRows], `headCounts` [heads] counts a head's
+  /// finished tasks (zero between calls), and the last of them adds the
+  /// head's partials in slice order into `out` [heads][projRows].
+  const int8_t *projQuants = nullptr;
+  const uint16_t *projScales = nullptr;
+  int64_t projRows = 0;
+  float *projPartials = nullptr;
+  uint32_t *headCounts = nullptr;
+};
+
+/// A thread's share of a combine task's projection rows: row threadIdx.x /
+/// 2, values 16 (threadIdx.x % 2) .. of the task's 32 (loaded ahead of the
+/// combine, so that the weights' round trip passes under it).
+struct MlaSliceRow {
+  int4 q = {0, 0, 0, 0};
+  uint16_t d = 0;
 };
 
 /// The attended entry count, or -1 when the inputs fault (uniform over the
@@ -1153,7 +1173,7 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
 /// of the head alike.
 template <class Shape>
 __device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
-                           float *weights) {
+                           float *weights, float *values) {
   __shared__ float partials[kWarp];
   __shared__ float sums[kMlaCombineGroups][kMlaCombineColumns];
   const int column = int(threadIdx.x) % kMlaCombineColumns,
@@ -1164,7 +1184,7 @@ __device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
   float *o = a.out + int64_t(h) * latent;
   if (chunks == 0) { // nothing attended: the CPU's zeros
     if (group == 0 && j < latent)
-      o[j] = 0.f;
+      (a.projQuants ? values[column] : o[j]) = 0.f;
     return;
   }
   // Partial outputs are loaded kLoads at a time; the first batch, and
@@ -1221,68 +1241,77 @@ __device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
     float total = sums[0][column];
     for (int g = 1; g < kMlaCombineGroups; ++g)
       total += sums[g][column];
-    o[j] = total / l;
+    (a.projQuants ? values[column] : o[j]) = total / l;
   }
 }
 
-/// How long a kernel waits for other blocks (MLA's grid barrier: the grid
-/// is one wave, so every block is resident unless something else holds the
-/// multiprocessors) or other GPUs (the one-shot all-reduce) before it
-/// reports the wait as a step fault instead of hanging.
-constexpr uint64_t kDeviceWaitNs = 10'000'000'000ull;
-
-__device__ inline uint64_t globalNanos() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
+/// The weights of task (h, slice)'s projection rows this thread dots.
+template <class Shape>
+__device__ MlaSliceRow mlaLoadSliceRow(const MlaArgs &a, int h, int slice) {
+  MlaSliceRow w;
+  const int64_t r = threadIdx.x / 2;
+  if (r < a.projRows) {
+    const int latent = Shape::latent(a);
+    const int64_t row = int64_t(h) * a.projRows + r;
+    w.q = *reinterpret_cast<const int4 *>(a.projQuants + row * latent +
+                                          32 * slice + 16 * (threadIdx.x % 2));
+    w.d = a.projScales[row * (latent / 32) + slice];
+  }
+  return w;
 }
 
-/// Blocks 0 .. blocks - 1 have all arrived, and their writes before the
-/// call are visible to the caller's block. A generation barrier in one
-/// 64-bit word (count below, generation above), so that each step is one
-/// atomic: a block's arrival returns the generation it waits to see pass,
-/// and the last to arrive clears the count and advances the generation
-/// together; the others read the word until it has. (With the generation
-/// read first, then the arrival, then the count cleared and the generation
-/// advanced apart, four round trips to the L2 in a row, the barrier took
-/// 2.2 us of MLA's 8.8 at 1,025 entries on an H200; this one 1.6.)
-__device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
+/// After combine task (h, slice): each row's dot with the task's 32 values
+/// (`values`, shared) into the partials; then the head's count, and in the
+/// last of its task blocks the sums of its partials in slice order into
+/// out. (A separate v_b kernel after MLA ended 2.7-3.5 us later on a GLM-5
+/// layer's path for 1.1 MB; a head's rows projected by one block were
+/// slower than that kernel.)
+template <class Shape>
+__device__ void mlaProjectSlice(const MlaArgs &a, int h, int slice,
+                                const MlaSliceRow &w, const float *values) {
+  __shared__ int last;
+  const int latent = Shape::latent(a), slices = latent / 32;
+  __syncthreads(); // the task's values are in shared memory
+  const int64_t r = threadIdx.x / 2;
+  const int half = threadIdx.x % 2;
+  const uint32_t q[4] = {uint32_t(w.q.x), uint32_t(w.q.y), uint32_t(w.q.z),
+                         uint32_t(w.q.w)};
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      sum += float(int8_t(q[k] >> (8 * i))) * values[16 * half + 4 * k + i];
+  float v = halfBitsToFloat(w.d) * sum;
+  v += __shfl_xor_sync(0xffffffffu, v, 1); // the block's two halves
+  if (half == 0 && r < a.projRows)
+    a.projPartials[(int64_t(h) * slices + slice) * a.projRows + r] = v;
   __syncthreads();
   if (threadIdx.x == 0) {
-    unsigned long long *word =
-        reinterpret_cast<unsigned long long *>(a.arrivals);
-    // The arrival releases the block's writes (ordered before it by the
-    // block barrier) and acquires those of the blocks before it.
-    unsigned long long ticket;
-    asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;"
-                 : "=l"(ticket)
-                 : "l"(word)
-                 : "memory");
-    const uint32_t generation = uint32_t(ticket >> 32);
-    if (uint32_t(ticket) == blocks - 1) {
-      // The count is `blocks`: back to 0, and the generation one on.
-      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(word),
-                   "l"((1ull << 32) - blocks)
-                   : "memory");
-    } else {
-      const uint64_t start = globalNanos();
-      for (;;) {
-        unsigned long long now;
-        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
-                     : "=l"(now)
-                     : "l"(word)
-                     : "memory");
-        if (uint32_t(now >> 32) != generation)
-          break;
-        if (globalNanos() - start > kDeviceWaitNs) {
-          recordFault(a.fault, FaultCode::GridWaitTimeout, blocks, 0);
-          break;
-        }
-        __nanosleep(32);
-      }
+    __threadfence(); // the block's partials before its count
+    last = atomicAdd(a.headCounts + h, 1u) == unsigned(slices) - 1u;
+    if (last) {
+      atomicExch(a.headCounts + h, 0u); // every task of h has counted
+      __threadfence();                  // the others' partials after it
     }
   }
   __syncthreads();
+  if (!last)
+    return;
+  for (int64_t row = threadIdx.x; row < a.projRows; row += blockDim.x) {
+    // Written by other blocks: read from the L2, not this block's L1.
+    const float *p = a.projPartials + int64_t(h) * slices * a.projRows + row;
+    float total = 0.f;
+    for (int s = 0; s < slices; ++s)
+      total += __ldcg(p + int64_t(s) * a.projRows);
+    a.out[int64_t(h) * a.projRows + row] = total;
+  }
+}
+
+/// MLA's grid barrier (DeviceCommon.cuh gridBarrier) on its arrival word.
+__device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
+  gridBarrier(reinterpret_cast<unsigned long long *>(a.arrivals), blocks,
+              a.fault);
 }
 
 /// The whole of MLA in one kernel of at most one wave (the blocks that fit
@@ -1299,7 +1328,32 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
 /// and wait were most of its 6 us on a GLM-5 layer's critical path.
 template <class Shape>
 __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
-  stepKernelPrologue();
+  // The projection's rows are weights (never written in a step): block b
+  // asks the L2 for the rows task b dots, the same share of its head's
+  // rows as the task's share of the slices, before waiting, so that they
+  // come from memory while the predecessor ends and not behind the next
+  // kernel's own early prefetch.
+  if (a.projQuants && threadIdx.x == 0) {
+    const int latent = Shape::latent(a);
+    const int sliceCount =
+        (latent + kMlaCombineColumns - 1) / kMlaCombineColumns;
+    const int64_t task = blockIdx.x;
+    if (task < a.heads * sliceCount) {
+      const int64_t per = (a.projRows + sliceCount - 1) / sliceCount;
+      const int64_t r0 = task % sliceCount * per;
+      const int64_t n =
+          r0 < a.projRows ? (a.projRows - r0 < per ? a.projRows - r0 : per) : 0;
+      const int64_t row = task / sliceCount * a.projRows + r0;
+      if (n > 0) {
+        prefetchL2(a.projQuants + row * latent, uint64_t(n * latent));
+        prefetchL2(a.projScales + row * (latent / 32),
+                   uint64_t(n * (latent / 32)) * sizeof(uint16_t));
+      }
+    }
+  }
+  waitForPredecessor();
+  if (!a.projQuants)
+    allowDependents();
   extern __shared__ __align__(16) float shared[];
   // The first chunk's selection entries (within the selection's capacity,
   // so always readable) in flight with the position and the count.
@@ -1329,12 +1383,29 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
       __syncthreads(); // the previous chunk's rows and scores are read
     mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x);
   }
+  // The first task's projection rows, ahead of the barrier.
+  __shared__ float values[kMlaCombineColumns];
+  MlaSliceRow row;
+  if (a.projQuants && int(blockIdx.x) < tasks)
+    row = mlaLoadSliceRow<Shape>(a, blockIdx.x / slices, blockIdx.x % slices);
   mlaGridBarrier(a, blocks);
+  // With a projection, the next kernel (GLM-5: attn_output, 13 MB that it
+  // asks the L2 for as soon as it starts) is let start only now: started
+  // with this kernel, its prefetch competed with the chunks' reads (1k:
+  // 5.69 ms a step against 5.61 so; at the barrier's start 5.58-5.64).
+  if (a.projQuants)
+    allowDependents();
   if (attended >= 0)
     for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
-      if (task != int(blockIdx.x))
+      if (task != int(blockIdx.x)) {
         __syncthreads(); // the previous task's weights and sums are read
-      mlaCombine<Shape>(a, task / slices, task % slices, attended, shared);
+        if (a.projQuants)
+          row = mlaLoadSliceRow<Shape>(a, task / slices, task % slices);
+      }
+      mlaCombine<Shape>(a, task / slices, task % slices, attended, shared,
+                        values);
+      if (a.projQuants)
+        mlaProjectSlice<Shape>(a, task / slices, task % slices, row, values);
     }
   if (blocks == gridDim.x && blockIdx.x == gridDim.x - 1) {
     __syncthreads();
@@ -2880,12 +2951,23 @@ int64_t mlaMostEntries(int64_t positions, bool selection, int64_t capacity) {
   return selection && capacity < positions ? capacity : positions;
 }
 
-int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries) {
+namespace {
+/// The floats a projecting call's per-head task counts take (whole 16
+/// bytes).
+int64_t mlaCountFloats(int64_t heads) { return (heads + 3) / 4 * 4; }
+} // namespace
+
+int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries,
+                         int64_t projRows) {
   const int64_t chunks = (entries + kMlaChunk - 1) / kMlaChunk;
   // The grid's arrival word (first, in 16 bytes, so that any shape called
   // on the same scratch finds it where the last call left it, its count
-  // zero), then the partial results.
-  return kMlaArrivalFloats + chunks * heads * (latent + 2);
+  // zero), then the partial results; with a projection, the heads' task
+  // counts and the projection's partial sums.
+  return kMlaArrivalFloats + chunks * heads * (latent + 2) +
+         (projRows > 0
+              ? mlaCountFloats(heads) + heads * (latent / 32) * projRows
+              : 0);
 }
 
 namespace {
@@ -2951,12 +3033,24 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                DeviceCache cache, const int32_t *position,
                                const int32_t *selected, const int32_t *count,
                                int64_t capacity, float scale, float *scratch,
-                               float *out, FaultSink fault, cudaStream_t s) {
+                               float *out, FaultSink fault, cudaStream_t s,
+                               const DeviceWeight *proj) {
   if (heads < 0 || heads > INT_MAX || latent < 0 || rope < 0 ||
       !validCache(cache) || cache.width != latent + rope ||
       cache.width > kMlaMaxWidth || !position || !scratch ||
       reinterpret_cast<uintptr_t>(scratch) % 8 != 0 || // the arrival word
       (selected && (!count || capacity < 0)))
+    return cudaErrorInvalidValue;
+  // The projection: q8_0-split rows of `latent` values, the quants 16-byte
+  // aligned (a thread loads 16 at a time), the same count for every head,
+  // one row a pair of the block's threads (at most 256 a head).
+  if (proj &&
+      (proj->type != GGMLType::Q8_0 || proj->layout != WeightLayout::Q8Split ||
+       !proj->data || !proj->scales || proj->cols != latent ||
+       latent % 32 != 0 || heads == 0 || proj->rows <= 0 ||
+       proj->rows % heads != 0 || proj->rows / heads > kMlaThreads / 2 ||
+       reinterpret_cast<uintptr_t>(proj->data) % 16 != 0 ||
+       reinterpret_cast<uintptr_t>(proj->scales) % 2 != 0))
     return cudaErrorInvalidValue;
   if (heads == 0)
     return cudaSuccess;
@@ -2983,6 +3077,14 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
             reinterpret_cast<uint32_t *>(scratch),
             out,
             fault};
+  if (proj) {
+    float *counts = scratch + kMlaArrivalFloats + chunks * heads * (latent + 2);
+    a.projQuants = reinterpret_cast<const int8_t *>(proj->data);
+    a.projScales = reinterpret_cast<const uint16_t *>(proj->scales);
+    a.projRows = proj->rows / heads;
+    a.headCounts = reinterpret_cast<uint32_t *>(counts);
+    a.projPartials = counts + mlaCountFloats(heads);
+  }
   cudaError_t e = cudaSuccess;
   // The specialised kernels load rows 16 bytes at a time.
   if (latent == kGlmLatent && rope == kGlmRope &&

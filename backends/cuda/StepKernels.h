@@ -374,19 +374,31 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// its count so, for a call of any shape), then per-chunk partial results.
 /// Kernels compiled for GLM-5's widths (512 + 64) run where they apply.
 ///
+/// With `proj` (a Q8_0 weight in the q8_0-split layout, heads * N rows of
+/// `latent` values, N <= 256: a stacked [latent, N, heads] weight such as
+/// GLM-5's attn_v_b) the kernel also projects each head's output in the
+/// same launch: out is then [heads][N], head h's values proj's rows h * N
+/// .. h * N + N - 1 times its latent output, and the scratch holds
+/// mlaScratchFloats(heads, latent, entries, N) floats. Anything else as
+/// `proj` is refused (cudaErrorInvalidValue). A step.mla_attention with a
+/// projection (kiln-fuse-mla-projection) runs this way where its weight
+/// qualifies.
+///
 /// The most entries one call attends: every position of the cache, or with
 /// a selection of `capacity` entries the fewer of the two. With DSA's
 /// selection (GLM-5: 2,048) the scratch, the grid and the combine's shared
 /// weights are sized by it, not by the cache's length (202,752 positions at
 /// GLM-5's whole context).
 int64_t mlaMostEntries(int64_t positions, bool selection, int64_t capacity);
-int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries);
+int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries,
+                         int64_t projRows = 0);
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t heads, int64_t latent, int64_t rope,
                                DeviceCache cache, const int32_t *position,
                                const int32_t *selected, const int32_t *count,
                                int64_t capacity, float scale, float *scratch,
-                               float *out, FaultSink fault, cudaStream_t s);
+                               float *out, FaultSink fault, cudaStream_t s,
+                               const DeviceWeight *proj = nullptr);
 
 /// A rotation of the DSA indexer's query rows (launchRope's, by the
 /// position): none when dims is 0.

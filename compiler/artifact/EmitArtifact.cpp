@@ -130,7 +130,8 @@ Status applyCudaOptions(llvm::StringRef options, artifact::Artifact &out) {
 
 /// The CUDA plugin's split device layouts (backends/cuda/SplitLayout.h's
 /// table, the one the plugin reads them by), for weights read only as
-/// mat-vec weights (linear, fused_linear, rms_norm_linear, swiglu_linear):
+/// mat-vec weights (readsWeightAsMatVec: linear, fused_linear,
+/// rms_norm_linear, swiglu_linear, mla_attention's projection):
 /// each field of the file's blocks in its own plane (quants, scales, high
 /// bits), rows back to back in every plane, each plane 256-byte aligned.
 /// The plugin repacks the file's blocks into it at load, every byte kept,
@@ -157,12 +158,7 @@ Status assignCudaLayouts(artifact::Artifact &out) {
           const artifact::Buffer &b = step.buffers[size_t(ins[i])];
           if (b.kind != artifact::BufferKind::Weight)
             continue;
-          // The weights of a mat-vec (an rms_norm_linear's ins[1] is its
-          // norm's; a swiglu_linear's ins[2] is its only weight).
-          bool matVec =
-              ((op.kind == "linear" || op.kind == "fused_linear") && i >= 1) ||
-              ((op.kind == "rms_norm_linear" || op.kind == "swiglu_linear") &&
-               i >= 2);
+          const bool matVec = ::kiln::cuda::readsWeightAsMatVec(op.kind, i);
           ++(matVec ? matVecUses : otherUses)[size_t(b.binding)];
         }
       }

@@ -340,11 +340,10 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
           Value sel = m.getSelected() ? buffer(m.getSelected()) : Value();
           Value count =
               m.getSelectedCount() ? buffer(m.getSelectedCount()) : Value();
-          st::MLAAttentionOp::create(b_, loc, buffer(m.getQLatent()),
-                                     buffer(m.getQRope()),
-                                     buffer(m.getCache()),
-                                     buffer(m.getPosition()), sel, count,
-                                     m.getScaleAttr(), out);
+          st::MLAAttentionOp::create(
+              b_, loc, buffer(m.getQLatent()), buffer(m.getQRope()),
+              buffer(m.getCache()), buffer(m.getPosition()), sel, count,
+              /*projection=*/Value(), m.getScaleAttr(), out);
         });
       })
       .Case([&](kd::DSAIndexerOp d) {

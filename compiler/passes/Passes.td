@@ -127,6 +127,21 @@ def FuseSwigluLinear
   }];
 }
 
+def FuseMlaProjection
+    : Pass<"kiln-fuse-mla-projection", "::mlir::func::FuncOp"> {
+  let summary = "Fold MLA's output projection into the attention";
+  let description = [{
+    On a step function before planning: a `step.mla_attention` into an
+    arena buffer that only the next compute op reads, a `step.linear` of a
+    stacked weight `[latent, N, heads]`, as its input, becomes one
+    `step.mla_attention` with that weight as its `projection`, writing the
+    linear's output; the heads' latent outputs are never written out, and a
+    backend may project each head inside the attention's launch (the CUDA
+    backend does, for Q8_0 in the q8_0-split layout). In GLM-5 that is
+    `attn_v_b`, right after the attention on every layer's critical path.
+  }];
+}
+
 def MarkLiveRows : Pass<"kiln-mark-live-rows", "::mlir::func::FuncOp"> {
   let summary = "Mark the projection rows only a DSA indexer reads";
   let description = [{

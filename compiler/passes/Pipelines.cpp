@@ -20,6 +20,7 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseAddNorm());
     pm.addNestedPass<func::FuncOp>(createFuseNormLinear());
     pm.addNestedPass<func::FuncOp>(createFuseSwigluLinear());
+    pm.addNestedPass<func::FuncOp>(createFuseMlaProjection());
     pm.addNestedPass<func::FuncOp>(createFuseCacheAppend());
     pm.addNestedPass<func::FuncOp>(createFuseExpertAdd());
     pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());

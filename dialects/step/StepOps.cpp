@@ -454,8 +454,21 @@ LogicalResult MLAAttentionOp::verify() {
     if (t.getRank() != 1 || !t.getElementType().isInteger(32))
       return emitOpError("selected must be a vector of i32, got ") << t;
   }
-  if (failed(expectShape(*this, "output", getOutput(), ql.getShape())))
+  if (Value projection = getProjection()) {
+    // [latent, N, heads]: each head's latent output times its N x latent.
+    ArrayRef<int64_t> dims =
+        cast<kiln::QWeightType>(projection.getType()).getDims();
+    if (dims.size() != 3 || dims[0] != ql.getDimSize(1) ||
+        dims[2] != ql.getDimSize(0))
+      return emitOpError("projection must be a stack [latent = ")
+             << ql.getDimSize(1) << ", N, heads = " << ql.getDimSize(0)
+             << "], got " << projection.getType();
+    if (failed(expectShape(*this, "output", getOutput(),
+                           {ql.getDimSize(0), dims[1]})))
+      return failure();
+  } else if (failed(expectShape(*this, "output", getOutput(), ql.getShape()))) {
     return failure();
+  }
   return verifyPositive(*this, "scale", getScale().convertToFloat());
 }
 

@@ -592,10 +592,17 @@ def Step_MLAAttentionOp : Step_ComputeOp<"mla_attention", 1,
   let description = [{
     As `kiln.mla_attention`. The cache row is `[latent | rope]`; the latent
     width is `q_latent`'s innermost dimension and the rope width `q_rope`'s.
+    The output is `[heads x latent]`, or with a `projection` (a stacked
+    weight `[latent, N, heads]`, GLM-5's `attn_v_b`) `[heads x N]`: each
+    head's latent output times that head's `N x latent` matrix, as a
+    `step.linear` of the stack after the attention would give. Produced by
+    `kiln-fuse-mla-projection` from that linear, so a backend can project
+    each head inside the attention's own launch.
 
     Example:
     ```mlir
     step.mla_attention ins(%ql, %qr, %kv, %pos, %sel, %n : memref<8x64xf32>, memref<8x16xf32>, memref<4096x80xf16>, memref<i32>, memref<32xi32>, memref<i32>) outs(%o : memref<8x64xf32>) {scale = 0.144 : f32}
+    step.mla_attention ins(%ql, %qr, %kv, %pos : memref<8x64xf32>, memref<8x16xf32>, memref<4096x80xf16>, memref<i32>) projection(%v_b : !kiln.qweight<"blk.0.attn_v_b.weight", "q8_0", [64, 32, 8]>) outs(%v : memref<8x32xf32>) {scale = 0.144 : f32}
     ```
   }];
   let arguments = (ins In<Step_Buffer>:$q_latent, In<Step_Buffer>:$q_rope,
@@ -603,12 +610,14 @@ def Step_MLAAttentionOp : Step_ComputeOp<"mla_attention", 1,
                        In<Step_I32Scalar>:$position,
                        In<Optional<Step_Buffer>>:$selected,
                        In<Optional<Step_I32Scalar>>:$selected_count,
+                       In<Optional<Kiln_QWeightType>, "weight">:$projection,
                        F32Attr:$scale, Out<Step_Buffer>:$output);
   let assemblyFormat = [{
     `ins` `(` $q_latent `,` $q_rope `,` $cache `,` $position
     (`,` $selected^ `,` $selected_count)? `:` type($q_latent) `,`
     type($q_rope) `,` type($cache) `,` type($position)
     (`,` type($selected)^ `,` type($selected_count))? `)`
+    (`projection` `(` $projection^ `:` qualified(type($projection)) `)`)?
     `outs` `(` $output `:` type($output) `)` attr-dict
   }];
   let hasVerifier = 1;

@@ -183,6 +183,15 @@ class Checks:
                            f"{np.max(np.abs(graph - eager)):.1e} | bit-identical"
                            f" | - | {'PASS' if identical else 'FAIL'} |")
         self.check(identical, f"{model} graph vs eager")
+        # attn_v_b inside MLA's launch (KILN_CUDA_MLA_PROJECTION=1; where
+        # the weight is Q8_0, tiny-mix and small; tiny-f32's runs as a
+        # mat-vec after MLA either way) against the CPU, the same tolerance.
+        inside = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
+                        self.work / f"{model}-mlaproj.npy",
+                        extra_env={"KILN_CUDA_MLA_PROJECTION": "1"})
+        self.check(compare(f"{model}: cuda tp1 graph, v_b inside MLA, vs cpu",
+                           inside, cpu, tol, self.report),
+                   f"{model} cuda v_b inside MLA vs cpu")
         # tp = N on N GPUs against tp = 1, for every N the host has GPUs
         # for and the pack has an artifact for (utils/gpu-pack.sh
         # KILN_PACK_TPS).

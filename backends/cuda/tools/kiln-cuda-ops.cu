@@ -1143,14 +1143,109 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     check(4, 300, 64, c);
   // GLM-5's 8 local heads over long caches: a full selection of 2,048,
   // counts between, and without a selection more chunks than one wave of
-  // the chunk grid takes (two blocks a multiprocessor on an H200: 264
-  // chunks of 8, 2,112 entries), so blocks take several in turn.
+  // the chunk grid takes (one block a multiprocessor on an H200: 132
+  // chunks of 8, 1,056 entries), so blocks take several in turn.
   for (const Case &c :
        {Case{kc::CacheType::F16, 4095, 2048},
         Case{kc::CacheType::BF16, 3000, 1100},
         Case{kc::CacheType::F16, 2000, 1025},
         Case{kc::CacheType::F16, 3000, -1}, Case{kc::CacheType::F32, 2500, -1}})
     check(8, 4096, 2048, c);
+
+  // With the output projection in the same launch (GLM-5's attn_v_b at
+  // tp=8: 256 rows of 512 values a head, Q8_0 in the q8_0-split layout):
+  // against the CPU's MLA, then its stacked linear; then the same call
+  // again (each call leaves the heads' task counts zero), bit for bit.
+  // 32 heads: more combine tasks (512) than blocks, so blocks take several.
+  auto checkProjected = [&](int64_t heads, int64_t positions, int64_t capacity,
+                            const Case &c, int64_t n) {
+    const int64_t entries =
+        kc::mlaMostEntries(positions, c.count >= 0, capacity);
+    Inputs in(rng, heads, latent, rope, capacity, entries,
+              guardedScratch(kc::mlaScratchFloats(heads, latent, entries, n)));
+    Cache cache = randomCache(c.type, positions, width, rng.next());
+    std::vector<int32_t> sel(capacity, 0);
+    for (int32_t &e : sel)
+      e = int32_t(rng.below(uint64_t(positions)));
+    const int32_t count = c.count;
+    Weight w = randomWeight(GGMLType::Q8_0, {latent, n, heads}, rng.next());
+    SplitWeight split = repackSplit(w);
+    const kc::DeviceWeight proj = split.dev(w);
+    const cpu::WeightView view = w.view("attn_v_b");
+    std::vector<float> latentWant(heads * latent), want(heads * n);
+    if (!r.reference("mla_attention",
+                     cpu::mlaAttention(in.ql.data(), in.qr.data(), heads,
+                                       latent, rope, cache.view(), c.position,
+                                       count >= 0 ? sel.data() : nullptr,
+                                       count >= 0 ? &count : nullptr, scale,
+                                       latentWant.data(), pool)) ||
+        !r.reference("mla_attention", cpu::linear(latentWant.data(), heads,
+                                                  view, want.data(), pool)))
+      return;
+    in.dpos.upload({c.position});
+    in.dsel.upload(sel);
+    in.dcount.upload({count});
+    DeviceArray<float> out(size_t(heads * n));
+    Fault fault;
+    auto launch = [&] {
+      return kc::launchMlaAttention(
+          in.dql.get(), in.dqr.get(), heads, latent, rope, cache.dev(),
+          in.dpos.get(), count >= 0 ? in.dsel.get() : nullptr,
+          count >= 0 ? in.dcount.get() : nullptr, capacity, scale,
+          in.scores.get(), out.get(), fault.sink(), nullptr, &proj);
+    };
+    run(launch());
+    const std::vector<float> got = out.download();
+    const int64_t attended = count >= 0 ? count : c.position + 1;
+    const std::string what =
+        fmtText("%s %lldx(512+64) -> %lldx%lld, %lld attended, projected",
+                cacheName(c.type), (long long)heads, (long long)heads,
+                (long long)n, (long long)attended);
+    r.line("mla_attention", what,
+           relError(got, want) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
+               double(in.guardWrites()),
+           sumTol(double(width)) + sumTol(double(attended)) +
+               sumTol(double(latent)),
+           fmtText("MLA's orders, then the projection's dots, "
+                   "1e-6*(sqrt(%lld)+sqrt(%lld)+sqrt(%lld))",
+                   (long long)width, (long long)attended, (long long)latent));
+    run(launch());
+    r.line("mla_attention", what + ", again", mismatches(out.download(), got),
+           0, "deterministic: the heads' counts left zero");
+  };
+  checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 2000, 1025}, 256);
+  checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 3000, -1}, 256);
+  checkProjected(32, 2048, 2048, Case{kc::CacheType::F16, 1500, -1}, 256);
+  checkProjected(3, 300, 64, Case{kc::CacheType::BF16, 200, 40}, 64);
+  {
+    // A projection the kernel does not read is refused before any launch:
+    // the file's blocks instead of the split layout, a width that is not
+    // the latent's, more than 256 rows a head.
+    const int64_t heads = 2, n = 32;
+    Inputs in = inputs(heads, 64, 300);
+    Cache cache = randomCache(kc::CacheType::F16, 300, width, rng.next());
+    Weight w = randomWeight(GGMLType::Q8_0, {latent, n, heads}, rng.next());
+    SplitWeight split = repackSplit(w);
+    const kc::DeviceWeight blocks = w.dev();
+    kc::DeviceWeight narrow = split.dev(w), tall = split.dev(w);
+    narrow.cols = latent / 2;
+    tall.rows = heads * 257;
+    DeviceArray<float> out(size_t(heads * n));
+    Fault fault;
+    double refused = 0;
+    for (const kc::DeviceWeight *p :
+         std::initializer_list<const kc::DeviceWeight *>{&blocks, &narrow,
+                                                         &tall})
+      refused +=
+          kc::launchMlaAttention(
+              in.dql.get(), in.dqr.get(), heads, latent, rope, cache.dev(),
+              in.dpos.get(), nullptr, nullptr, 0, scale, in.scores.get(),
+              out.get(), fault.sink(), nullptr, p) != cudaErrorInvalidValue;
+    r.line("mla_attention",
+           "projection in blocks, half as wide, 257 rows a head: refused",
+           refused, 0, "cudaErrorInvalidValue");
+  }
 
   // Sized for the largest call made on it below (no selection over every
   // position: the shared-scratch calls).
@@ -2069,6 +2164,34 @@ void benchOps() {
                ql.get(), qr.get(), heads, latent, rope, c, early.get(), nullptr,
                nullptr, 0, 0.07f, scratch.get(), out.get(), fault.sink(), s);
          }));
+  // GLM-5's attn_v_b (256 rows of 512 values a head, q8_0-split) in MLA's
+  // launch, against MLA and then the v_b mat-vec as two launches.
+  {
+    Weight vb = randomWeight(GGMLType::Q8_0, {latent, 256, heads}, rng.next());
+    SplitWeight split = repackSplit(vb);
+    const kc::DeviceWeight proj = split.dev(vb);
+    DeviceArray<float> projScratch(
+        size_t(kc::mlaScratchFloats(heads, latent, positions, 256))),
+        projected(size_t(heads * 256));
+    report("mla_attention + v_b 8x(512+64) -> 8x256, 1025 of 2048, one launch",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             return kc::launchMlaAttention(
+                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
+                 dsel.get(), dcount.get(), positions, 0.07f, projScratch.get(),
+                 projected.get(), fault.sink(), s, &proj);
+           }));
+    report("mla_attention, then linear v_b 8x256: two launches",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             const cudaError_t e = kc::launchMlaAttention(
+                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
+                 dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
+                 out.get(), fault.sink(), s);
+             return e != cudaSuccess
+                        ? e
+                        : kc::launchLinear(out.get(), heads, proj, 256, true,
+                                           projected.get(), s);
+           }));
+  }
   // The indexer: 32 heads of 128 over a [2048, 128] f16 key cache.
   DeviceArray<uint16_t> keys(positions * 128);
   kc::DeviceCache k{keys.get(), kc::CacheType::F16, positions, 128};

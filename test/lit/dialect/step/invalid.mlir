@@ -337,6 +337,33 @@ func.func @mla_output() {
 
 // -----
 
+func.func @mla_projection_heads() {
+  %c = step.state "kv" : memref<16x80xf16>
+  %ql = step.buffer "ql" : memref<8x64xf32>
+  %qr = step.buffer "qr" : memref<8x16xf32>
+  %o = step.buffer "o" : memref<8x32xf32>
+  %p = step.input "position" : memref<i32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [64, 32, 4]>
+  // expected-error @+1 {{'step.mla_attention' op projection must be a stack [latent = 64, N, heads = 8], got '!kiln.qweight<"w.weight", "q8_0", [64, 32, 4]>'}}
+  step.mla_attention ins(%ql, %qr, %c, %p : memref<8x64xf32>, memref<8x16xf32>, memref<16x80xf16>, memref<i32>) projection(%w : !kiln.qweight<"w.weight", "q8_0", [64, 32, 4]>) outs(%o : memref<8x32xf32>) {scale = 1.0 : f32}
+  return
+}
+
+// -----
+
+func.func @mla_projection_output() {
+  %c = step.state "kv" : memref<16x80xf16>
+  %ql = step.buffer "ql" : memref<8x64xf32>
+  %qr = step.buffer "qr" : memref<8x16xf32>
+  %p = step.input "position" : memref<i32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [64, 32, 8]>
+  // expected-error @+1 {{'step.mla_attention' op output must have shape [8, 32], got 'memref<8x64xf32>'}}
+  step.mla_attention ins(%ql, %qr, %c, %p : memref<8x64xf32>, memref<8x16xf32>, memref<16x80xf16>, memref<i32>) projection(%w : !kiln.qweight<"w.weight", "q8_0", [64, 32, 8]>) outs(%ql : memref<8x64xf32>) {scale = 1.0 : f32}
+  return
+}
+
+// -----
+
 func.func @dsa_topk() {
   %c = step.state "ic" : memref<16x32xf16>
   %q = step.buffer "q" : memref<4x32xf32>

@@ -74,6 +74,10 @@ func.func @every_op() attributes {step.plan = #step.plan<arena_bytes = 65536, pe
   step.mla_attention ins(%ql, %q_pe, %kv, %pos, %sel, %n : memref<8x64xf32>, memref<8x16xf32>, memref<4096x80xf16>, memref<i32>, memref<32xi32>, memref<i32>) outs(%o : memref<8x64xf32>) {scale = 0.144338 : f32}
   // CHECK: step.mla_attention ins(%ql, %q_pe, %blk.0.kv_cache, %position : memref<8x64xf32>, memref<8x16xf32>, memref<4096x80xf16>, memref<i32>) outs(%o : memref<8x64xf32>)
   step.mla_attention ins(%ql, %q_pe, %kv, %pos : memref<8x64xf32>, memref<8x16xf32>, memref<4096x80xf16>, memref<i32>) outs(%o : memref<8x64xf32>) {scale = 0.144338 : f32}
+  %v_b = step.weight : !kiln.qweight<"blk.0.attn_v_b.weight", "q8_0", [64, 32, 8]>
+  %v = step.buffer "v" : memref<8x32xf32>
+  // CHECK: step.mla_attention ins(%ql, %q_pe, %blk.0.kv_cache, %position, %sel, %n : memref<8x64xf32>, memref<8x16xf32>, memref<4096x80xf16>, memref<i32>, memref<32xi32>, memref<i32>) projection(%blk.0.attn_v_b : !kiln.qweight<"blk.0.attn_v_b.weight", "q8_0", [64, 32, 8]>) outs(%v : memref<8x32xf32>)
+  step.mla_attention ins(%ql, %q_pe, %kv, %pos, %sel, %n : memref<8x64xf32>, memref<8x16xf32>, memref<4096x80xf16>, memref<i32>, memref<32xi32>, memref<i32>) projection(%v_b : !kiln.qweight<"blk.0.attn_v_b.weight", "q8_0", [64, 32, 8]>) outs(%v : memref<8x32xf32>) {scale = 0.144338 : f32}
   %ids = step.buffer "ids" : memref<4xi32>
   %rw = step.buffer "rw" : memref<4xf32>
   %bias = step.buffer "bias" : memref<16xf32>
