@@ -3158,7 +3158,35 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
       reinterpret_cast<uintptr_t>(cache.data) % 16 == 0) {
     const int64_t perBlock = kScoreWarps * kScorePositions;
     const int64_t wanted = (cache.positions + perBlock - 1) / perBlock;
-    const unsigned scoreBlocks = unsigned(wanted < 1024 ? wanted : 1024);
+    // At most one wave (the blocks the GPU holds at once; each warp loops
+    // over its groups of rows, the next group's loads in flight): GLM-5's
+    // kernel takes 86 registers a thread, so two blocks a multiprocessor,
+    // and 16,384 positions in 512 blocks ran as a wave and a half (Nsight
+    // Compute: 24.6 us at base clocks). Asked once per host thread, device
+    // and shared size.
+    static thread_local int scoreDevice = -1;
+    static thread_local size_t scoreShared = 0;
+    static thread_local int64_t scoreWave = 0;
+    int device = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+      return e;
+    if (device != scoreDevice || staged != scoreShared) {
+      int processors = 0, resident = 0;
+      if (cudaError_t e = cudaDeviceGetAttribute(
+              &processors, cudaDevAttrMultiProcessorCount, device);
+          e != cudaSuccess)
+        return e;
+      if (cudaError_t e = residentBlocks(
+              reinterpret_cast<const void *>(indexerScoresByHeadKernel),
+              kScoreWarps * kWarp, staged, resident);
+          e != cudaSuccess)
+        return e;
+      scoreWave = int64_t(processors) * (resident > 0 ? resident : 1);
+      scoreDevice = device;
+      scoreShared = staged;
+    }
+    const int64_t most = scoreWave < 1024 ? scoreWave : 1024;
+    const unsigned scoreBlocks = unsigned(wanted < most ? wanted : most);
     if (cudaError_t e = launchStep(indexerScoresByHeadKernel, scoreBlocks,
                                    kScoreWarps * kWarp, staged, s, a);
         e != cudaSuccess)

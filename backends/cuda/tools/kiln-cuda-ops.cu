@@ -6,6 +6,9 @@
 //   other step ops ("bench op NAME X us")
 // kiln-cuda-ops --bench-moe       times the routed experts alone (L2-warm
 //   and from memory)
+// kiln-cuda-ops --bench-dsa       times GLM-5's indexer at 16k positions
+//   alone, in a graph, then launches it 5 times more outside one (for
+//   Nsight Compute: `ncu -k regex:indexer kiln-cuda-ops --bench-dsa`)
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -2113,6 +2116,39 @@ void benchMoe() {
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
+/// GLM-5's indexer at a tp=8 rank (32 heads of 128, the query's rope) at
+/// 16k positions: the top 2,048 of 16,384, in a graph, then 5 launches
+/// outside one, each waited for (what a kernel profiler attributes one by
+/// one).
+void benchDsa() {
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  kiln::Rng rng(17);
+  Fault fault;
+  constexpr int64_t kLong = 16384;
+  DeviceArray<uint16_t> keys(kLong * 128);
+  kc::DeviceCache cache{keys.get(), kc::CacheType::F16, kLong, 128};
+  CHECK_CUDA(kc::launchFillRandomCache(cache, 9, stream));
+  DeviceArray<float> q(normals(rng, 32 * 128, 1.0)), hw(normals(rng, 32, 1.0)),
+      scores(kLong);
+  DeviceArray<int32_t> last(std::vector<int32_t>{int32_t(kLong - 1)}),
+      chosen(2048), count(1);
+  auto launch = [&](cudaStream_t s) {
+    return kc::launchDsaIndexer(
+        q.get(), 32, 128, hw.get(), cache, last.get(), 2048, 0.1f, scores.get(),
+        chosen.get(), count.get(), fault.sink(), s,
+        kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, 64});
+  };
+  std::printf("bench op %-40s %9.2f us\n",
+              "dsa_indexer 32x128, top 2048 at 16384, rope",
+              timeInGraph(stream, launch));
+  for (int i = 0; i < 5; ++i) {
+    CHECK_CUDA(launch(stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+  }
+  CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
 /// The non-mat-vec ops of a GLM-5 decode step at tp=8 shapes (8 local
 /// heads, context 1024 of a 2048-position f16 cache), each timed in a graph.
 void benchOps() {
@@ -2631,7 +2667,7 @@ void checkLiveRows(Report &r, kiln::Rng &rng) {
 
 int main(int argc, char **argv) {
   uint64_t seed = 1;
-  bool bench = false, benchMoeOnly = false;
+  bool bench = false, benchMoeOnly = false, benchDsaOnly = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
@@ -2639,9 +2675,11 @@ int main(int argc, char **argv) {
       bench = true;
     } else if (std::string(argv[i]) == "--bench-moe") {
       benchMoeOnly = true;
+    } else if (std::string(argv[i]) == "--bench-dsa") {
+      benchDsaOnly = true;
     } else {
-      std::fprintf(stderr,
-                   "usage: kiln-cuda-ops [--seed N] [--bench | --bench-moe]\n");
+      std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench | "
+                           "--bench-moe | --bench-dsa]\n");
       return 2;
     }
   }
@@ -2657,6 +2695,10 @@ int main(int argc, char **argv) {
 
   if (benchMoeOnly) {
     benchMoe();
+    return 0;
+  }
+  if (benchDsaOnly) {
+    benchDsa();
     return 0;
   }
   if (bench) {
