@@ -1615,9 +1615,15 @@ __device__ inline void storeCacheRows(CacheType type, int count,
 /// kScorePositions key rows at a time, then lane l sums w[h] * relu(q[h] .
 /// key) over its heads h = l, l + 32, ... for each of them (each q load
 /// serves every staged row; the key reads are broadcasts) and one
-/// butterfly a position adds the lanes. Per position and head the products
-/// and sums are those of a one-row loop (dims ascending). Needs dim % 8 ==
-/// 0 and q and the cache 16-byte aligned. Dynamic shared memory: heads *
+/// butterfly a position adds the lanes. Per position and head the dot is
+/// a one-row loop's (dims ascending), each product and sum one fused
+/// multiply-add: the dots are most of the kernel's instructions, and this
+/// file is built without contraction (--fmad=false), so a product and its
+/// sum would be two (GLM-5 at 16k: 8.4 M warp instructions, 512 a
+/// position). Scores differ from the CPU's by rounding, as the head sums'
+/// order already makes them; the selection is exact where the scores'
+/// gaps exceed it (GLM5.md section 7). Needs dim % 8 == 0 and q and the
+/// cache 16-byte aligned. Dynamic shared memory: heads *
 /// (dim + 4) + heads rounded up to 4 + warps * kScorePositions * dim
 /// floats.
 __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
@@ -1719,10 +1725,10 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
           const float4 kv = reinterpret_cast<const float4 *>(keys + p * dim)[j];
-          dot[p] += qv.x * kv.x;
-          dot[p] += qv.y * kv.y;
-          dot[p] += qv.z * kv.z;
-          dot[p] += qv.w * kv.w;
+          dot[p] = fmaf(qv.x, kv.x, dot[p]);
+          dot[p] = fmaf(qv.y, kv.y, dot[p]);
+          dot[p] = fmaf(qv.z, kv.z, dot[p]);
+          dot[p] = fmaf(qv.w, kv.w, dot[p]);
         }
       }
       const float wh = w[h];
