@@ -382,7 +382,8 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// mlaScratchFloats(heads, latent, entries, N) floats. Anything else as
 /// `proj` is refused (cudaErrorInvalidValue). A step.mla_attention with a
 /// projection (kiln-fuse-mla-projection) runs this way where its weight
-/// qualifies.
+/// qualifies and KILN_CUDA_MLA_PROJECTION=1 (by default MLA, then the
+/// stacked mat-vec: docs/cuda.md).
 ///
 /// The most entries one call attends: every position of the cache, or with
 /// a selection of `capacity` entries the fewer of the two. With DSA's
