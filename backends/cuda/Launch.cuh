@@ -171,6 +171,40 @@ inline cudaError_t residentBlocks(const void *stub, int threads, size_t shared,
                                                        shared);
 }
 
+/// What one host thread last asked residentWave for one kernel: the
+/// answer holds for a device and a shared size (a kernel's launcher keeps
+/// one, static thread_local, so the runtime is asked once, not at every
+/// launch: an eager step launches each a layer).
+struct WaveCache {
+  int device = -1;
+  size_t shared = 0;
+  int processors = 0, resident = 0;
+};
+
+/// The current device's multiprocessors and how many blocks of `stub` (as
+/// launchStep resolves it) one holds with `threads` threads and `shared`
+/// dynamic bytes, through `cache`.
+inline cudaError_t residentWave(WaveCache &cache, const void *stub, int threads,
+                                size_t shared, int &processors, int &resident) {
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return e;
+  if (device != cache.device || shared != cache.shared) {
+    int p = 0, r = 0;
+    if (cudaError_t e =
+            cudaDeviceGetAttribute(&p, cudaDevAttrMultiProcessorCount, device);
+        e != cudaSuccess)
+      return e;
+    if (cudaError_t e = residentBlocks(stub, threads, shared, r);
+        e != cudaSuccess)
+      return e;
+    cache = WaveCache{device, shared, p, r};
+  }
+  processors = cache.processors;
+  resident = cache.resident;
+  return cudaSuccess;
+}
+
 } // namespace kiln::cuda
 
 #endif // KILN_BACKENDS_CUDA_LAUNCH_CUH

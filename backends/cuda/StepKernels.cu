@@ -2995,35 +2995,22 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   // bandwidth, which bounds a chunk's scores and partial sums (the MLA
   // bench at 1,025 entries: 8.1 us with one a multiprocessor, 10.3 with
   // two), and the one leaves room for the next kernel's early blocks.
-  static thread_local int waveDevice = -1;
-  static thread_local size_t waveShared = 0;
-  static thread_local int64_t wave = 0;
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
-    return e;
   // Beyond the default 48 KiB a kernel must opt in (wide rows, many heads,
   // long contexts); the H200 allows 227 KiB.
   if (shared > 48 * 1024)
     if (cudaError_t e = allowDynamicShared(mlaKernel<Shape>, shared);
         e != cudaSuccess)
       return e;
-  if (device != waveDevice || shared != waveShared) {
-    int processors = 0, resident = 0;
-    if (cudaError_t e = cudaDeviceGetAttribute(
-            &processors, cudaDevAttrMultiProcessorCount, device);
-        e != cudaSuccess)
-      return e;
-    if (cudaError_t e =
-            residentBlocks(reinterpret_cast<const void *>(mlaKernel<Shape>),
-                           kMlaThreads, shared, resident);
-        e != cudaSuccess)
-      return e;
-    if (resident < 1)
-      return cudaErrorInvalidConfiguration;
-    wave = processors;
-    waveDevice = device;
-    waveShared = shared;
-  }
+  static thread_local WaveCache waveCache;
+  int processors = 0, resident = 0;
+  if (cudaError_t e = residentWave(
+          waveCache, reinterpret_cast<const void *>(mlaKernel<Shape>),
+          kMlaThreads, shared, processors, resident);
+      e != cudaSuccess)
+    return e;
+  if (resident < 1)
+    return cudaErrorInvalidConfiguration;
+  const int64_t wave = processors;
   const int64_t grid = chunks < wave ? (chunks > 0 ? chunks : 1) : wave;
   return launchStep(mlaKernel<Shape>, unsigned(grid), kMlaThreads, shared, s,
                     a);
@@ -3168,30 +3155,17 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
     // over its groups of rows, the next group's loads in flight): GLM-5's
     // kernel takes 86 registers a thread, so two blocks a multiprocessor,
     // and 16,384 positions in 512 blocks ran as a wave and a half (Nsight
-    // Compute: 24.6 us at base clocks). Asked once per host thread, device
-    // and shared size.
-    static thread_local int scoreDevice = -1;
-    static thread_local size_t scoreShared = 0;
-    static thread_local int64_t scoreWave = 0;
-    int device = 0;
-    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    // Compute: 24.6 us at base clocks).
+    static thread_local WaveCache waveCache;
+    int processors = 0, resident = 0;
+    if (cudaError_t e = residentWave(
+            waveCache,
+            reinterpret_cast<const void *>(indexerScoresByHeadKernel),
+            kScoreWarps * kWarp, staged, processors, resident);
+        e != cudaSuccess)
       return e;
-    if (device != scoreDevice || staged != scoreShared) {
-      int processors = 0, resident = 0;
-      if (cudaError_t e = cudaDeviceGetAttribute(
-              &processors, cudaDevAttrMultiProcessorCount, device);
-          e != cudaSuccess)
-        return e;
-      if (cudaError_t e = residentBlocks(
-              reinterpret_cast<const void *>(indexerScoresByHeadKernel),
-              kScoreWarps * kWarp, staged, resident);
-          e != cudaSuccess)
-        return e;
-      scoreWave = int64_t(processors) * (resident > 0 ? resident : 1);
-      scoreDevice = device;
-      scoreShared = staged;
-    }
-    const int64_t most = scoreWave < 1024 ? scoreWave : 1024;
+    const int64_t wave = int64_t(processors) * (resident > 0 ? resident : 1);
+    const int64_t most = wave < 1024 ? wave : 1024;
     const unsigned scoreBlocks = unsigned(wanted < most ? wanted : most);
     if (cudaError_t e = launchStep(indexerScoresByHeadKernel, scoreBlocks,
                                    kScoreWarps * kWarp, staged, s, a);
