@@ -1383,10 +1383,13 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
       __syncthreads(); // the previous chunk's rows and scores are read
     mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x);
   }
-  // The first task's projection rows, ahead of the barrier.
+  // The first task's projection rows, ahead of the barrier (for GLM-5's
+  // fixed shape: the kernel for any shape is at its 128 registers, and
+  // holding them across spilled 52 bytes, so it loads them with the task;
+  // 20 remain, from the projection's code in that kernel).
   __shared__ float values[kMlaCombineColumns];
   MlaSliceRow row;
-  if (a.projQuants && int(blockIdx.x) < tasks)
+  if (Shape::kFixed && a.projQuants && int(blockIdx.x) < tasks)
     row = mlaLoadSliceRow<Shape>(a, blockIdx.x / slices, blockIdx.x % slices);
   mlaGridBarrier(a, blocks);
   // With a projection, the next kernel (GLM-5: attn_output, 13 MB that it
@@ -1397,11 +1400,10 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
     allowDependents();
   if (attended >= 0)
     for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
-      if (task != int(blockIdx.x)) {
+      if (task != int(blockIdx.x))
         __syncthreads(); // the previous task's weights and sums are read
-        if (a.projQuants)
-          row = mlaLoadSliceRow<Shape>(a, task / slices, task % slices);
-      }
+      if (a.projQuants && (task != int(blockIdx.x) || !Shape::kFixed))
+        row = mlaLoadSliceRow<Shape>(a, task / slices, task % slices);
       mlaCombine<Shape>(a, task / slices, task % slices, attended, shared,
                         values);
       if (a.projQuants)
