@@ -228,7 +228,9 @@ def test_cuda_artifact_carries_images_and_device_layouts(tiny, tmp_path):
     byte, into the artifact, and names each type's split layout (q8_0-split,
     q4_k-split, q5_k-split, q6_k-split; the tiny mix has none of the types of
     the other split layouts, tested below) for exactly the weights of that type
-    read only by linear / fused_linear; the routed experts' weights (read by
+    read only by mat-vecs (linear, fused_linear, and mla_attention's output
+    projection, attn_v_b after kiln-fuse-mla-projection: the compiler and the
+    plugin share that rule); the routed experts' weights (read by
     moe_experts, Q8_0 down and Q4_K gate/up in the tiny mix) and every other
     type stay in the file's blocks. The cpu target names no device layout."""
     art = tmp_path / "m.kiln"
@@ -261,6 +263,7 @@ def test_cuda_artifact_carries_images_and_device_layouts(tiny, tmp_path):
     assert embedding and " Q8_0 " in embedding[0]
     assert "device layout" not in embedding[0]
     assert any(".attn_q_a." in line for line in binds if "q8_0-split" in line)
+    assert any(".attn_v_b." in line for line in binds if "q8_0-split" in line)
     assert any("output.weight" in line for line in binds
                if "q6_k-split" in line)
     assert any("ffn_gate_shexp" in line for line in binds
