@@ -12,7 +12,8 @@ The longest stretch with no kernel running is printed too (a stall, such as
 CUPTI handling its buffer, shows there and is left out of the charges).
 
   utils/timeline.py FILE [--device N] [--top K] [--group]
-                    [--schedule SCHED [--chain FROM:TO] [--units FROM:TO]]
+                    [--schedule SCHED [--chain FROM:TO] [--units FROM:TO]
+                                      [--layer N]]
 
 --group folds template arguments (mlaChunkKernel<...> -> mlaChunkKernel).
 
@@ -30,6 +31,11 @@ in unit order, with its branch, the units it waits for, and its start and
 end in us after unit FROM's end: where a stretch of the step spent its time
 (a layer: from one all-reduce to the next), including the kernels off the
 critical path and how early each was launched.
+
+--layer N (with --schedule) lists layer N's units so: from the residual add
+and norm that ends layer N - 1 (all_reduce_add_rms_norm, or add_rms_norm on
+one rank; the step's first unit for layer 0) to the one that ends layer N
+(each layer has two: after its attention and after its FFN).
 """
 import argparse
 import csv
@@ -170,6 +176,19 @@ def unit_range(flag, text, units):
     return lo, hi
 
 
+def layer_range(n, units):
+    """Layer n's units: from the boundary that ends layer n - 1 (unit 0 for
+    layer 0) to the one that ends layer n, two boundaries (the residual add
+    and norm after the attention and after the FFN) a layer."""
+    ends = [i for i, (text, *_) in enumerate(units)
+            if op_kind(text) in ("all_reduce_add_rms_norm", "add_rms_norm")]
+    layers = len(ends) // 2
+    if not 0 <= n < layers:
+        sys.exit(f"timeline: error: --layer {n}: the schedule has layers "
+                 f"0..{layers - 1} ({len(ends)} residual adds and norms)")
+    return (ends[2 * n - 1] if n > 0 else 0), ends[2 * n + 1]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("file")
@@ -179,9 +198,12 @@ def main():
     p.add_argument("--schedule")
     p.add_argument("--chain")
     p.add_argument("--units")
+    p.add_argument("--layer", type=int)
     a = p.parse_args()
     if a.units and not a.schedule:
         sys.exit("timeline: error: --units needs --schedule")
+    if a.layer is not None and not a.schedule:
+        sys.exit("timeline: error: --layer needs --schedule")
     chain = unit_range("--chain", a.chain, None) if a.chain else None
     kernels = load(a.file, a.device)
     if not kernels:
@@ -221,6 +243,8 @@ def main():
         print_schedule(kernels, units, chain, stall, stall_at)
         if a.units:
             print_units(kernels, units, *unit_range("--units", a.units, units))
+        if a.layer is not None:
+            print_units(kernels, units, *layer_range(a.layer, units))
 
 
 if __name__ == "__main__":

@@ -136,3 +136,40 @@ def test_units_list_each_kernel_after_the_first_units_end(tmp_path):
     r = subprocess.run([sys.executable, SCRIPT, t, "--units", "0:1"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "--units needs --schedule" in r.stderr
+
+
+def test_layer_lists_the_units_between_its_residual_norms(tmp_path):
+    """Two layers: boundaries (the residual add and norm) at units 1, 3 (one
+    rank's add_rms_norm) and 5, 7 (the all-reduce's); layer 0 runs from the
+    step's first unit to unit 3, layer 1 from unit 3 to unit 7. One kernel a
+    unit, unit u from u to u + 1 us."""
+    t = tmp_path / "t.csv"
+    t.write_text(HEADER + "".join(
+        f"k{u},{1000000 + 1000 * u},{1001000 + 1000 * u},0,1,{u + 1}\n"
+        for u in range(8)))
+    s = tmp_path / "s.tsv"
+    kinds = ["embed", "add_rms_norm", "linear", "add_rms_norm", "linear",
+             "all_reduce_add_rms_norm", "rope", "all_reduce_add_rms_norm"]
+    s.write_text(SCHEDULE_HEADER + "".join(
+        f"{u}\tstep 'decode_step' op {u} ({k})\t0\t\t1\n"
+        for u, k in enumerate(kinds)))
+
+    def listed(layer):
+        out = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
+                              "--layer", str(layer)],
+                             capture_output=True, text=True, check=True).stdout
+        head = out.index("units ")
+        return out[head:].splitlines()[0], [
+            line.split()[0] for line in out[head:].splitlines()[2:]]
+
+    assert listed(0) == ("units 0..3, us after unit 0's end:",
+                         ["0", "1", "2", "3"])
+    assert listed(1) == ("units 3..7, us after unit 3's end:",
+                         ["3", "4", "5", "6", "7"])
+    r = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
+                        "--layer", "2"], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "--layer 2: the schedule has layers 0..1" in r.stderr
+    r = subprocess.run([sys.executable, SCRIPT, t, "--layer", "0"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "--layer needs --schedule" in r.stderr
