@@ -806,16 +806,15 @@ Expected<Launch> OpBinder::bind() {
   case OpKind::MlaAttention: {
     DeviceCache c = cache(d.ins[2]);
     // The output projection (kiln-fuse-mla-projection): with
-    // KILN_CUDA_MLA_PROJECTION=1 inside MLA's launch for Q8_0 in the
-    // q8_0-split layout of at most 256 rows a head (what launchMlaAttention
-    // takes); otherwise MLA into scratch of this op's, then the stacked
-    // mat-vec (by default: measured faster at 1k, docs/perf.md).
+    // KILN_CUDA_MLA_PROJECTION=1 inside MLA's launch where it takes the
+    // weight (mlaProjectionFits: Q8_0 in the q8_0-split layout, at most 256
+    // rows a head); otherwise MLA into scratch of this op's, then the
+    // stacked mat-vec (by default: measured faster at 1k, docs/perf.md).
     std::optional<DeviceWeight> proj;
     if (d.projected)
       proj = weight(d.ins.size() - 1);
     const bool inside =
-        proj && rank_.mlaProjection && proj->type == GGMLType::Q8_0 &&
-        proj->layout == WeightLayout::Q8Split && d.k % 32 == 0 && d.n <= 256;
+        proj && rank_.mlaProjection && mlaProjectionFits(*proj, d.heads, d.k);
     const int64_t entries =
         mlaMostEntries(c.positions, d.capacity > 0, d.capacity);
     KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(mlaScratchFloats(

@@ -1333,6 +1333,8 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   // rows as the task's share of the slices, before waiting, so that they
   // come from memory while the predecessor ends and not behind the next
   // kernel's own early prefetch.
+  // (The slice count is computed here and again below, not kept: the
+  // kernel for any shape is at its 128 registers.)
   if (a.projQuants && threadIdx.x == 0) {
     const int latent = Shape::latent(a);
     const int sliceCount =
@@ -3023,6 +3025,19 @@ constexpr int kGlmLatent = 512, kGlmRope = 64;
 
 } // namespace
 
+bool mlaProjectionFits(const DeviceWeight &proj, int64_t heads,
+                       int64_t latent) {
+  // q8_0-split rows of `latent` values, the quants 16-byte aligned (a thread
+  // loads 16 at a time), the same count for every head, one row a pair of
+  // the block's threads (at most 256 a head).
+  return proj.type == GGMLType::Q8_0 && proj.layout == WeightLayout::Q8Split &&
+         proj.data && proj.scales && proj.cols == latent && latent % 32 == 0 &&
+         heads > 0 && proj.rows > 0 && proj.rows % heads == 0 &&
+         proj.rows / heads <= kMlaThreads / 2 &&
+         reinterpret_cast<uintptr_t>(proj.data) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(proj.scales) % 2 == 0;
+}
+
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t heads, int64_t latent, int64_t rope,
                                DeviceCache cache, const int32_t *position,
@@ -3036,16 +3051,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
       reinterpret_cast<uintptr_t>(scratch) % 8 != 0 || // the arrival word
       (selected && (!count || capacity < 0)))
     return cudaErrorInvalidValue;
-  // The projection: q8_0-split rows of `latent` values, the quants 16-byte
-  // aligned (a thread loads 16 at a time), the same count for every head,
-  // one row a pair of the block's threads (at most 256 a head).
-  if (proj &&
-      (proj->type != GGMLType::Q8_0 || proj->layout != WeightLayout::Q8Split ||
-       !proj->data || !proj->scales || proj->cols != latent ||
-       latent % 32 != 0 || heads == 0 || proj->rows <= 0 ||
-       proj->rows % heads != 0 || proj->rows / heads > kMlaThreads / 2 ||
-       reinterpret_cast<uintptr_t>(proj->data) % 16 != 0 ||
-       reinterpret_cast<uintptr_t>(proj->scales) % 2 != 0))
+  if (proj && !mlaProjectionFits(*proj, heads, latent))
     return cudaErrorInvalidValue;
   if (heads == 0)
     return cudaSuccess;

@@ -401,6 +401,10 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                float *out, FaultSink fault, cudaStream_t s,
                                const DeviceWeight *proj = nullptr);
 
+/// Whether launchMlaAttention takes `proj` as the output projection of
+/// `heads` heads of `latent` values (what it refuses otherwise).
+bool mlaProjectionFits(const DeviceWeight &proj, int64_t heads, int64_t latent);
+
 /// A rotation of the DSA indexer's query rows (launchRope's, by the
 /// position): none when dims is 0.
 struct QueryRope {

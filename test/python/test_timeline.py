@@ -50,6 +50,15 @@ def test_charges_along_a_chain(tmp_path):
 SCHEDULE_HEADER = "unit\top\tbranch\twaits\tkernels\n"
 
 
+def refused(*args):
+    """The script's error output for arguments it must refuse (a non-zero
+    exit)."""
+    r = subprocess.run([sys.executable, SCRIPT, *map(str, args)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    return r.stderr
+
+
 def critical(path, *args):
     """The --schedule section: the total, the per-kind rows and the chain
     links as {unit: (after, charged us)}."""
@@ -106,10 +115,8 @@ def test_schedule_of_another_run_is_refused(tmp_path):
     s = tmp_path / "s.tsv"
     s.write_text(SCHEDULE_HEADER +
                  "0\tstep 'decode_step' op 0 (rms_norm)\t0\t\t2\n")
-    r = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s],
-                       capture_output=True, text=True)
-    assert r.returncode != 0
-    assert "the schedule's units have 2 kernels, the timeline 1" in r.stderr
+    assert ("the schedule's units have 2 kernels, the timeline 1"
+            in refused(t, "--schedule", s))
 
 
 def test_units_list_each_kernel_after_the_first_units_end(tmp_path):
@@ -129,13 +136,9 @@ def test_units_list_each_kernel_after_the_first_units_end(tmp_path):
         ("2", "0", "-", "2.00", "3.00", "1.00", "k4"),
         ("3", "0", "1", "4.00", "10.00", "6.00", "k5")]
     # Outside the schedule's units, or without a schedule: an error.
-    r = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
-                        "--units", "2:4"], capture_output=True, text=True)
-    assert r.returncode != 0
-    assert "--units 2:4: the schedule has units 0..3" in r.stderr
-    r = subprocess.run([sys.executable, SCRIPT, t, "--units", "0:1"],
-                       capture_output=True, text=True)
-    assert r.returncode != 0 and "--units needs --schedule" in r.stderr
+    assert ("--units 2:4: the schedule has units 0..3"
+            in refused(t, "--schedule", s, "--units", "2:4"))
+    assert "--units needs --schedule" in refused(t, "--units", "0:1")
 
 
 def test_layer_lists_the_units_between_its_residual_norms(tmp_path):
@@ -166,10 +169,6 @@ def test_layer_lists_the_units_between_its_residual_norms(tmp_path):
                          ["0", "1", "2", "3"])
     assert listed(1) == ("units 3..7, us after unit 3's end:",
                          ["3", "4", "5", "6", "7"])
-    r = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
-                        "--layer", "2"], capture_output=True, text=True)
-    assert r.returncode != 0
-    assert "--layer 2: the schedule has layers 0..1" in r.stderr
-    r = subprocess.run([sys.executable, SCRIPT, t, "--layer", "0"],
-                       capture_output=True, text=True)
-    assert r.returncode != 0 and "--layer needs --schedule" in r.stderr
+    assert ("--layer 2: the schedule has layers 0..1"
+            in refused(t, "--schedule", s, "--layer", 2))
+    assert "--layer needs --schedule" in refused(t, "--layer", 0)

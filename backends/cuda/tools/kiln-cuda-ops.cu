@@ -2116,11 +2116,11 @@ void benchMoe() {
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
-/// GLM-5's indexer at a tp=8 rank (32 heads of 128, the query's rope) at
-/// 16k positions: the top 2,048 of 16,384, in a graph, then 5 launches
-/// outside one, each waited for (what a kernel profiler attributes one by
-/// one).
-void benchDsa() {
+/// GLM-5's indexer at a tp=8 rank (32 heads of 128, the query's rope, as
+/// the step runs it) at 16k positions: the top 2,048 of 16,384, in a
+/// graph, then `eager` launches outside one, each waited for (what a kernel
+/// profiler attributes one by one).
+void benchDsa(int eager) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   kiln::Rng rng(17);
@@ -2142,7 +2142,7 @@ void benchDsa() {
   std::printf("bench op %-40s %9.2f us\n",
               "dsa_indexer 32x128, top 2048 at 16384, rope",
               timeInGraph(stream, launch));
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < eager; ++i) {
     CHECK_CUDA(launch(stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
   }
@@ -2247,23 +2247,7 @@ void benchOps() {
                                        256, 0.1f, scores.get(), chosen.get(),
                                        count.get(), fault.sink(), s);
          }));
-  {
-    // GLM-5 at 16k positions: the top 2,048 of 16,384.
-    constexpr int64_t kLong = 16384;
-    DeviceArray<uint16_t> longKeys(kLong * 128);
-    kc::DeviceCache lk{longKeys.get(), kc::CacheType::F16, kLong, 128};
-    CHECK_CUDA(kc::launchFillRandomCache(lk, 9, stream));
-    DeviceArray<int32_t> last(std::vector<int32_t>{int32_t(kLong - 1)});
-    DeviceArray<float> longScores(kLong);
-    // With the query's rope, as GLM-5's step runs it.
-    report("dsa_indexer 32x128, top 2048 at 16384, rope",
-           timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchDsaIndexer(
-                 q.get(), 32, 128, hw.get(), lk, last.get(), 2048, 0.1f,
-                 longScores.get(), chosen.get(), count.get(), fault.sink(), s,
-                 kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, 64});
-           }));
-  }
+  benchDsa(0); // GLM-5 at 16k positions
   DeviceArray<float> v(normals(rng, 6144, 1.0)), w(normals(rng, 6144, 1.0)),
       y(6144), sum(6144), ring(2 * 6144), qrow(normals(rng, heads * 192, 1.0));
   report("rope 8x192 (64 rotated)", timeInGraph(stream, [&](cudaStream_t s) {
@@ -2698,7 +2682,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (benchDsaOnly) {
-    benchDsa();
+    benchDsa(5);
     return 0;
   }
   if (bench) {
