@@ -428,6 +428,235 @@ func.func @experts_count() {
 
 // -----
 
+func.func @experts_gate() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 3]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 2]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.moe_experts' op g.weight must be [8, 4, 2], got '!kiln.qweight<"g.weight", "f32", [8, 4, 3]>'}}
+  step.moe_experts ins(%x, %i, %w, %g, %u, %d : memref<8xf32>, memref<2xi32>, memref<2xf32>, !kiln.qweight<"g.weight", "f32", [8, 4, 3]>, !kiln.qweight<"u.weight", "f32", [8, 4, 2]>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) outs(%x : memref<8xf32>)
+  return
+}
+
+// -----
+
+// step.moe_ffn: the router's, the shared expert's and the experts' shapes,
+// checked by the same helpers as moe_router's and moe_experts'.
+
+func.func @moe_ffn_input() {
+  %x = step.buffer "x" : memref<2x4xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op input must be a float vector, got 'memref<2x4xf32>'}}
+  step.moe_ffn ins(%x : memref<2x4xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_router() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [16, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op router must be [hidden, experts] matching the input}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [16, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_bias() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [8]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op bias must have 4 values, got '!kiln.qweight<"b.bias", "f32", [8]>'}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [8]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_top_k() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op top_k must be in 1..4}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 5 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_gating() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op gating must be 'sigmoid' or 'softmax'}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "relu", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_routed_scale() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op routed_scale must be positive and finite, got 0}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 0.0 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_shared_up() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 8]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op shared gate and up must both be [8, Fs], got '!kiln.qweight<"gs.weight", "f32", [8, 4]>' and '!kiln.qweight<"us.weight", "f32", [8, 8]>'}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 8]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_shared_down() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [8, 4]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op shared down must be [4, 8], got '!kiln.qweight<"ds.weight", "f32", [8, 4]>'}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [8, 4]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_expert_count() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op experts are (gate, up, down) or (gate_up, down), got 1 weights}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%d : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_expert_gate() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 2]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op g.weight must be [8, 4, 4], got '!kiln.qweight<"g.weight", "f32", [8, 4, 2]>'}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 2]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_expert_total() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %gu = step.weight : !kiln.qweight<"gu.weight", "f32", [8, 8, 2]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  // expected-error @+1 {{'step.moe_ffn' op the router scores 4 experts but the expert weights hold 2}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%gu, %d : !kiln.qweight<"gu.weight", "f32", [8, 8, 2]>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<8xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @moe_ffn_output() {
+  %x = step.buffer "x" : memref<8xf32>
+  %y = step.buffer "y" : memref<4xf32>
+  %r = step.weight : !kiln.qweight<"r.weight", "f32", [8, 4]>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  %gs = step.weight : !kiln.qweight<"gs.weight", "f32", [8, 4]>
+  %us = step.weight : !kiln.qweight<"us.weight", "f32", [8, 4]>
+  %ds = step.weight : !kiln.qweight<"ds.weight", "f32", [4, 8]>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 4]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 4]>
+  // expected-error @+1 {{'step.moe_ffn' op output must have shape [8], got 'memref<4xf32>'}}
+  step.moe_ffn ins(%x : memref<8xf32>) router(%r : !kiln.qweight<"r.weight", "f32", [8, 4]>) shared(%gs, %us, %ds : !kiln.qweight<"gs.weight", "f32", [8, 4]>, !kiln.qweight<"us.weight", "f32", [8, 4]>, !kiln.qweight<"ds.weight", "f32", [4, 8]>) experts(%g, %u, %d : !kiln.qweight<"g.weight", "f32", [8, 4, 4]>, !kiln.qweight<"u.weight", "f32", [8, 4, 4]>, !kiln.qweight<"d.weight", "f32", [4, 8, 4]>) bias(%b : !kiln.qweight<"b.bias", "f32", [4]>) outs(%y : memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
 func.func @all_reduce_kind() {
   %a = step.buffer "a" : memref<4xf32>
   // expected-error @+1 {{'step.all_reduce' op reduction must be 'sum' or 'max'}}
