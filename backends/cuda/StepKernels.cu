@@ -26,6 +26,7 @@
 #include "GenericQuant.cuh"
 #include "Launch.cuh"
 #include "MatVec.h"
+#include "QuantDot.cuh"
 #include "SplitLayout.h"
 #include "Warp.cuh"
 
@@ -2219,6 +2220,353 @@ __global__ void __launch_bounds__(kRouterThreads) routerKernel(RouterArgs a) {
 }
 
 //===----------------------------------------------------------------------===//
+// The MoE FFN of a layer in one kernel (step.moe_ffn): the router, the
+// shared expert and the routed experts with their sum, which as separate
+// ops take five kernels in a chain (the router; the shared gate/up; its
+// swiglu and down; the routed gate/up; the routed down). One block a
+// multiprocessor, all resident (two grid barriers), in four phases:
+//   A (before the predecessor wait: weights only, which no kernel of a step
+//     writes) thread 0 starts bulk copies into shared memory of the block's
+//     router rows (rows b, b + G, ... of the F32 gate), its shared gate/up
+//     rows (rows b, b + G, ... of the 2 Fs rows, gate then up: both planes
+//     of the q8_0-split layout) and its shared down rows (its output rows
+//     [lo, hi): both planes).
+//   B x into shared memory, then the logits of the router rows and the dots
+//     of the shared gate/up rows (each thread a strided share of the
+//     columns; the block's warps added in warp order), into scratch; grid
+//     barrier.
+//   C every block makes the router's choice itself from the logits (the
+//     same inputs and code in every block: the same ids everywhere, and no
+//     third barrier), starts copying its share of the chosen experts'
+//     gate/up rows (the k * 2F rows in (slot, gate/up, f) order, an even
+//     range a block, one copy barrier a chunk of kMoeChunkRows rows) and
+//     the chosen experts' down rows of its output rows; while they land,
+//     the shared expert's down dots of its output rows (act = silu(gate) *
+//     up from the scratch); then the routed gate/up dots (a team of warps a
+//     row, lane group g of warp w taking 256-value block 4 w + g, as
+//     expertGateUpK45Kernel) into scratch; grid barrier, after which the
+//     block lets its dependents be scheduled.
+//   D act = silu(gate) * up of every chosen expert into shared memory, the
+//     down dots of the block's output rows (8 lanes a row and expert), and
+//     out[r] = the sum over k ascending of weights[k] * dot, plus the
+//     shared expert's row: launchMoeExperts's order with the addend.
+// Every sum has a fixed order: the same bits on every run. out is written
+// only after the second barrier, when no block reads x any more, so it may
+// alias x.
+//===----------------------------------------------------------------------===//
+
+/// Threads of the kernel's block at most: teams of warps, each team one
+/// routed gate/up row at a time (GLM-5: 4 teams of 6 warps).
+constexpr int kMoeFfnThreads = 768;
+/// Phase B's rows a block: router rows in slots [0, 4), shared gate/up rows
+/// in slots [4, 8).
+constexpr int kMoeRouterSlots = 4, kMoeSharedSlots = 4;
+constexpr int kMoeSlots = kMoeRouterSlots + kMoeSharedSlots;
+/// Routed gate/up rows a copy barrier covers, and rows a team takes at most.
+constexpr int kMoeChunkRows = 4, kMoeTeamSlots = 8;
+/// Copy barriers: router and shared gate/up rows, shared down rows, routed
+/// down rows, then one a chunk of routed gate/up rows.
+constexpr int kMoeBarriers = 16, kMoeFixedBarriers = 3;
+
+struct MoeFfnArgs {
+  const float *x;
+  float *out;
+  int hidden, experts, topK, ffn, sharedFfn;
+  const float *router; ///< F32 rows [experts][hidden]
+  const float *bias;   ///< [experts] or null
+  Gating gating;
+  bool normalize;
+  float routedScale;
+  /// The shared expert (q8_0-split): gate and up [Fs][hidden], down
+  /// [hidden][Fs]; quants and f16 scale bits.
+  const uint8_t *sgQ, *suQ, *sdQ;
+  const uint16_t *sgS, *suS, *sdS;
+  /// The routed experts: Q4_K / Q5_K rows; up null when gate is a fused
+  /// gate_up.
+  const uint8_t *gate, *up, *down;
+  uint32_t gateRowBytes, downRowBytes;
+  /// Scratch: the logits [experts], the shared gate/up sums [2 Fs], the
+  /// routed gate/up sums [k][2][F], the grid barrier's word.
+  float *logits, *sharedGu, *routedGu;
+  unsigned long long *barrier;
+  /// The choice, written by block 0 when not null.
+  int32_t *chosenIds;
+  float *chosenWeights;
+  FaultSink fault;
+  int warpsPerRow, teams;
+  /// The most rows of each kind a block takes (router, shared gate/up,
+  /// output, routed gate/up).
+  int maxRouter, maxShared, maxOut, maxRouted;
+  /// Shared-memory offsets (bytes): the small arrays, the choice's scratch,
+  /// x (then the routed act), the shared down rows, the rows of phases A-B
+  /// and, at the same place, the routed gate/up rows, then the down rows.
+  uint32_t offSmall, offChoice, offX, offSd, offBig, offDown;
+};
+
+/// q8 . x for 8 quants (two words) and 8 values: one Q8_0 block's eighth.
+__device__ __forceinline__ float q8Dot8(uint2 q, float4 xa, float4 xb) {
+  return quantdot::dot4(q.x ^ 0x80808080u, quantdot::kMagic + 128.f, xa) +
+         quantdot::dot4(q.y ^ 0x80808080u, quantdot::kMagic + 128.f, xb);
+}
+
+template <bool kGateHigh, bool kDownHigh>
+__global__ void __launch_bounds__(kMoeFfnThreads, 1)
+    moeFfnKernel(MoeFfnArgs a) {
+  extern __shared__ __align__(128) float moeShared[];
+  uint8_t *shared = reinterpret_cast<uint8_t *>(moeShared);
+  const int grid = int(gridDim.x), blk = int(blockIdx.x);
+  const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+  const int warps = int(blockDim.x) / kWarp;
+  const int hidden = a.hidden, F = a.ffn, Fs = a.sharedFfn, k = a.topK;
+  const uint32_t xScaleBytes = uint32_t(hidden / 16),
+                 sdScaleBytes = uint32_t(Fs / 16);
+  uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
+  int32_t *ids = reinterpret_cast<int32_t *>(shared + a.offSmall);
+  float *weights = reinterpret_cast<float *>(ids + kWarp);
+  float *shAct = weights + kWarp;
+  float *shOut = shAct + Fs;
+  float *dots = shOut + a.maxOut;
+  float *partials = dots + k * a.maxOut;
+  float *choice = reinterpret_cast<float *>(shared + a.offChoice);
+  float *xs = reinterpret_cast<float *>(shared + a.offX);
+  uint8_t *sdRows = shared + a.offSd;
+  uint8_t *sdScales = sdRows + size_t(a.maxOut) * Fs;
+  float *routerRows = reinterpret_cast<float *>(shared + a.offBig);
+  uint8_t *sgRows = shared + a.offBig + size_t(a.maxRouter) * hidden * 4;
+  uint8_t *sgScales = sgRows + size_t(a.maxShared) * hidden;
+  uint8_t *routedRows = shared + a.offBig;
+  uint8_t *downRows = shared + a.offDown;
+  // The block's rows of each kind.
+  const int nR = blk < a.experts ? (a.experts - 1 - blk) / grid + 1 : 0;
+  const int nS = blk < 2 * Fs ? (2 * Fs - 1 - blk) / grid + 1 : 0;
+  const int lo = int(int64_t(blk) * hidden / grid);
+  const int nO = int(int64_t(blk + 1) * hidden / grid) - lo;
+  const int routed = k * 2 * F;
+  const int j0 = int(int64_t(blk) * routed / grid);
+  const int nJ = int(int64_t(blk + 1) * routed / grid) - j0;
+
+  // A: the copies of the weights phases B and C read first.
+  if (tid == 0) {
+    for (int i = 0; i < kMoeBarriers; ++i)
+      barrierInit(bars + i);
+    barrierInitFence();
+    barrierArriveExpect(bars, uint32_t(nR * hidden * 4) +
+                                  uint32_t(nS) * (hidden + xScaleBytes));
+    for (int i = 0; i < nR; ++i)
+      bulkCopy(routerRows + size_t(i) * hidden,
+               a.router + size_t(blk + i * grid) * hidden, hidden * 4, bars);
+    for (int i = 0; i < nS; ++i) {
+      const int j = blk + i * grid;
+      const bool up = j >= Fs;
+      const size_t row = size_t(up ? j - Fs : j);
+      bulkCopy(sgRows + size_t(i) * hidden, (up ? a.suQ : a.sgQ) + row * hidden,
+               hidden, bars);
+      bulkCopy(sgScales + size_t(i) * xScaleBytes,
+               (up ? a.suS : a.sgS) + row * (hidden / 32), xScaleBytes, bars);
+    }
+    barrierArriveExpect(bars + 1, uint32_t(nO) * (Fs + sdScaleBytes));
+    if (nO > 0) {
+      bulkCopy(sdRows, a.sdQ + size_t(lo) * Fs, nO * Fs, bars + 1);
+      bulkCopy(sdScales, a.sdS + size_t(lo) * (Fs / 32), nO * sdScaleBytes,
+               bars + 1);
+    }
+  }
+  __syncthreads(); // the barriers are initialised
+  waitForPredecessor();
+
+  // B: the router's logits and the shared gate/up dots of the block's rows.
+  const float4 *xs4 = reinterpret_cast<const float4 *>(xs);
+  for (int c = tid; c < hidden / 4; c += int(blockDim.x))
+    reinterpret_cast<float4 *>(xs)[c] =
+        reinterpret_cast<const float4 *>(a.x)[c];
+  __syncthreads();
+  barrierWait(bars, 0);
+  float v[kMoeSlots];
+#pragma unroll
+  for (int i = 0; i < kMoeSlots; ++i)
+    v[i] = 0.f;
+  for (int c = tid; c < hidden / 4; c += int(blockDim.x)) {
+    const float4 xv = xs4[c];
+#pragma unroll
+    for (int i = 0; i < kMoeRouterSlots; ++i)
+      if (i < nR) {
+        const float4 w = reinterpret_cast<const float4 *>(
+            routerRows + size_t(i) * hidden)[c];
+        v[i] = fmaf(w.x, xv.x, v[i]);
+        v[i] = fmaf(w.y, xv.y, v[i]);
+        v[i] = fmaf(w.z, xv.z, v[i]);
+        v[i] = fmaf(w.w, xv.w, v[i]);
+      }
+  }
+  for (int c = tid; c < hidden / 8; c += int(blockDim.x)) {
+    const float4 xa = xs4[2 * c], xb = xs4[2 * c + 1];
+#pragma unroll
+    for (int i = 0; i < kMoeSharedSlots; ++i)
+      if (i < nS) {
+        const uint2 q = *reinterpret_cast<const uint2 *>(
+            sgRows + size_t(i) * hidden + 8 * c);
+        const float d = quantdot::halfBits(reinterpret_cast<const uint16_t *>(
+            sgScales + size_t(i) * xScaleBytes)[c / 4]);
+        v[kMoeRouterSlots + i] =
+            fmaf(d, q8Dot8(q, xa, xb), v[kMoeRouterSlots + i]);
+      }
+  }
+  constexpr int kSpread = kWarp / kMoeSlots;
+  const float mine = quantdot::spreadSums<kMoeSlots, kWarp / 2>(v, lane);
+  if (lane % kSpread == 0)
+    partials[warp * kMoeSlots + lane / kSpread] = mine;
+  __syncthreads();
+  if (tid < kMoeSlots) {
+    const bool isRouter = tid < kMoeRouterSlots;
+    const int i = isRouter ? tid : tid - kMoeRouterSlots;
+    if (i < (isRouter ? nR : nS)) {
+      float total = partials[tid];
+      for (int w = 1; w < warps; ++w)
+        total += partials[w * kMoeSlots + tid];
+      (isRouter ? a.logits : a.sharedGu)[blk + i * grid] = total;
+    }
+  }
+  gridBarrier(a.barrier, unsigned(grid), a.fault);
+
+  // C: the choice, then the routed rows' copies (over the rows phase B
+  // read: the async proxy's writes ordered after those generic reads).
+  routerChoose(a.logits, a.experts, a.bias, k, a.gating, a.normalize,
+               a.routedScale, ids, weights, choice);
+  __syncthreads();
+  if (blk == 0 && tid < k && a.chosenIds) {
+    a.chosenIds[tid] = ids[tid];
+    a.chosenWeights[tid] = weights[tid];
+  }
+  if (tid == 0) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int q0 = 0, c = 0; q0 < nJ; q0 += kMoeChunkRows, ++c) {
+      const int q1 = nJ < q0 + kMoeChunkRows ? nJ : q0 + kMoeChunkRows;
+      uint64_t *bar = bars + kMoeFixedBarriers + c;
+      barrierArriveExpect(bar, uint32_t(q1 - q0) * a.gateRowBytes);
+      for (int q = q0; q < q1;) {
+        // A run of rows of one expert's gate or up.
+        const int j = j0 + q, s = j / (2 * F), h = j / F % 2, f = j % F;
+        const int run = q1 - q < F - f ? q1 - q : F - f;
+        const uint64_t e = uint64_t(ids[s]);
+        const uint8_t *src =
+            a.up ? (h ? a.up : a.gate) + (e * F + f) * a.gateRowBytes
+                 : a.gate + (e * 2 * F + uint64_t(h) * F + f) * a.gateRowBytes;
+        bulkCopy(routedRows + size_t(q) * a.gateRowBytes, src,
+                 uint32_t(run) * a.gateRowBytes, bar);
+        q += run;
+      }
+    }
+    barrierArriveExpect(bars + 2, uint32_t(k * nO) * a.downRowBytes);
+    if (nO > 0)
+      for (int s = 0; s < k; ++s)
+        bulkCopy(downRows + size_t(s) * a.maxOut * a.downRowBytes,
+                 a.down + (uint64_t(ids[s]) * hidden + lo) * a.downRowBytes,
+                 uint32_t(nO) * a.downRowBytes, bars + 2);
+  }
+  // The shared expert's down rows while the routed rows land.
+  for (int f = tid; f < Fs; f += int(blockDim.x))
+    shAct[f] = silu(__ldcg(a.sharedGu + f)) * __ldcg(a.sharedGu + Fs + f);
+  __syncthreads();
+  barrierWait(bars + 1, 0);
+  for (int r = warp; r < nO; r += warps) {
+    const float4 *act4 = reinterpret_cast<const float4 *>(shAct);
+    const uint16_t *scales =
+        reinterpret_cast<const uint16_t *>(sdScales + size_t(r) * sdScaleBytes);
+    float acc = 0.f;
+    for (int c = lane; c < Fs / 8; c += kWarp) {
+      const uint2 q =
+          *reinterpret_cast<const uint2 *>(sdRows + size_t(r) * Fs + 8 * c);
+      acc = fmaf(quantdot::halfBits(scales[c / 4]),
+                 q8Dot8(q, act4[2 * c], act4[2 * c + 1]), acc);
+    }
+    acc = warpSum(acc);
+    if (lane == 0)
+      shOut[r] = acc;
+  }
+  {
+    // The routed gate/up dots: team `team` takes rows team, team + teams,
+    // ... of the block's range.
+    constexpr int kBlockBytes = kGateHigh ? 176 : 144;
+    const int w = warp % a.warpsPerRow, team = warp / a.warpsPerRow;
+    const int t = lane % 8, b = 4 * w + lane / 8;
+    const bool inTeam = team < a.teams; // the same for the warp
+    const bool active = inTeam && b < hidden / 256;
+    quantdot::K45Prescaled xp;
+    if (active)
+      quantdot::prescaleK45<kGateHigh>(a.x + 256 * b, t, xp);
+    float u[kMoeTeamSlots];
+#pragma unroll
+    for (int slot = 0; slot < kMoeTeamSlots; ++slot) {
+      u[slot] = 0.f;
+      const int q = slot * a.teams + team;
+      if (inTeam && q < nJ) { // the same for the warp
+        barrierWait(bars + kMoeFixedBarriers + q / kMoeChunkRows, 0);
+        if (active)
+          u[slot] = quantdot::k45SharedBlock<kGateHigh>(
+              routedRows + size_t(q) * a.gateRowBytes + b * kBlockBytes, t, xp);
+      }
+    }
+    constexpr int kTeamSpread = kWarp / kMoeTeamSlots;
+    const float sum = quantdot::spreadSums<kMoeTeamSlots, kWarp / 2>(u, lane);
+    if (lane % kTeamSpread == 0)
+      partials[warp * kMoeTeamSlots + lane / kTeamSpread] = sum;
+  }
+  __syncthreads();
+  if (tid < nJ) {
+    const int team = tid % a.teams, slot = tid / a.teams;
+    const int first = team * a.warpsPerRow;
+    float total = partials[first * kMoeTeamSlots + slot];
+    for (int w = 1; w < a.warpsPerRow; ++w)
+      total += partials[(first + w) * kMoeTeamSlots + slot];
+    a.routedGu[j0 + tid] = total;
+  }
+  gridBarrier(a.barrier, unsigned(grid), a.fault);
+  // Every block is resident and past its last barrier: the next kernel's
+  // blocks may take what this one leaves.
+  allowDependents();
+
+  // D: the routed experts' act, their down dots, the sum.
+  float *act = xs; // x's copy is read no more
+  for (int i = tid; i < k * F; i += int(blockDim.x)) {
+    const int s = i / F, f = i % F;
+    const float *gu = a.routedGu + size_t(s) * 2 * F;
+    act[i] = silu(__ldcg(gu + f)) * __ldcg(gu + F + f);
+  }
+  __syncthreads();
+  barrierWait(bars + 2, 0);
+  {
+    const int groups = int(blockDim.x) / 8, perExpert = groups / k;
+    const int group = tid / 8, t = lane % 8, s = group % k, r0 = group / k;
+    const bool used = group < perExpert * k;
+    quantdot::K45Prescaled xp;
+    if (used)
+      quantdot::prescaleK45Plain<kDownHigh>(act + s * F, t, xp);
+    const int rounds = (a.maxOut + perExpert - 1) / perExpert;
+    for (int i = 0; i < rounds; ++i) { // the same for the block
+      const int r = r0 + i * perExpert;
+      const bool valid = used && r < nO;
+      float d =
+          valid ? quantdot::k45SharedBlock<kDownHigh>(
+                      downRows + (size_t(s) * a.maxOut + r) * a.downRowBytes, t,
+                      xp)
+                : 0.f;
+      d += __shfl_xor_sync(kFullMask, d, 4);
+      d += __shfl_xor_sync(kFullMask, d, 2);
+      d += __shfl_xor_sync(kFullMask, d, 1);
+      if (valid && t == 0)
+        dots[s * a.maxOut + r] = d;
+    }
+  }
+  __syncthreads();
+  for (int r = tid; r < nO; r += int(blockDim.x)) {
+    float sum = 0.f;
+    for (int s = 0; s < k; ++s)
+      sum += weights[s] * dots[s * a.maxOut + r];
+    a.out[lo + r] = sum + shOut[r];
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Arg-max: one block.
 //===----------------------------------------------------------------------===//
 
@@ -3284,6 +3632,202 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   if (cudaError_t e =
           launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts,
                      bias, topK, gating, normalize, routedScale, ids, weights);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+namespace {
+
+/// Scratch floats before each of launchMoeFfn's arrays (16-byte aligned).
+int64_t roundFloats(int64_t n) { return (n + 3) / 4 * 4; }
+uint32_t roundShared(uint64_t n) { return uint32_t((n + 127) / 128 * 128); }
+
+/// launchMoeFfn's kernel, threads, grid and arguments for `w` on the
+/// current GPU, or an error when the one kernel does not take it (the
+/// caller then runs the ops it stands for).
+struct MoeFfnLaunch {
+  void (*kernel)(MoeFfnArgs) = nullptr;
+  MoeFfnArgs args{};
+  unsigned grid = 0, threads = 0;
+  size_t shared = 0;
+};
+
+bool q8Split16(const DeviceWeight &w) {
+  return w.type == GGMLType::Q8_0 && w.layout == WeightLayout::Q8Split &&
+         w.data && w.scales &&
+         ((reinterpret_cast<uintptr_t>(w.data) |
+           reinterpret_cast<uintptr_t>(w.scales)) &
+          15) == 0;
+}
+
+bool k45Rows16(const DeviceWeight &w) {
+  return (w.type == GGMLType::Q4_K || w.type == GGMLType::Q5_K) &&
+         w.layout == WeightLayout::Blocks && w.data &&
+         (reinterpret_cast<uintptr_t>(w.data) & 15) == 0;
+}
+
+cudaError_t planMoeFfn(const MoeFfnWeights &w, const MoeRouting &routing,
+                       MoeFfnLaunch &plan) {
+  const int64_t hidden = w.router.cols, experts = w.router.rows,
+                topK = routing.topK, sharedFfn = w.sharedGate.rows;
+  const bool fused = w.up == nullptr;
+  const int64_t ffn = w.down.cols;
+  // The shapes and layouts the kernel reads (GLM-5's): an F32 router of
+  // 16-byte aligned rows, a q8_0-split shared expert, Q4_K / Q5_K routed
+  // experts of one 256-value block a down row, hidden a multiple of 256.
+  if (w.router.type != GGMLType::F32 ||
+      w.router.layout != WeightLayout::Blocks || !w.router.data ||
+      (reinterpret_cast<uintptr_t>(w.router.data) & 15) != 0 || hidden <= 0 ||
+      hidden % 256 != 0 || hidden > 256 * 4 * (kMoeFfnThreads / kWarp) ||
+      experts <= 0 || topK < 1 || topK > kWarp || topK > experts ||
+      !q8Split16(w.sharedGate) || !q8Split16(w.sharedUp) ||
+      !q8Split16(w.sharedDown) || w.sharedGate.cols != hidden ||
+      w.sharedUp.cols != hidden || w.sharedUp.rows != sharedFfn ||
+      sharedFfn <= 0 || sharedFfn % 256 != 0 || w.sharedDown.rows != hidden ||
+      w.sharedDown.cols != sharedFfn || !k45Rows16(w.gate) ||
+      (!fused && !k45Rows16(*w.up)) || (!fused && w.up->type != w.gate.type) ||
+      !k45Rows16(w.down) || ffn != 256 || w.gate.cols != hidden ||
+      w.gate.rows != experts * ffn * (fused ? 2 : 1) ||
+      (!fused && (w.up->cols != hidden || w.up->rows != experts * ffn)) ||
+      w.down.rows != experts * hidden ||
+      (routing.gating != Gating::Sigmoid && routing.gating != Gating::Softmax))
+    return cudaErrorNotSupported;
+  int device = 0, major = 0, sms = 0, optin = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return e;
+  for (auto [attribute, value] :
+       {std::pair{cudaDevAttrComputeCapabilityMajor, &major},
+        std::pair{cudaDevAttrMultiProcessorCount, &sms},
+        std::pair{cudaDevAttrMaxSharedMemoryPerBlockOptin, &optin}})
+    if (cudaError_t e = cudaDeviceGetAttribute(value, attribute, device);
+        e != cudaSuccess)
+      return e;
+  if (major < 9 || sms <= 0) // bulk copies
+    return cudaErrorNotSupported;
+  const int64_t grid = sms;
+  const int warpsPerRow = int((hidden / 256 + 3) / 4);
+  const int teams = kMoeFfnThreads / kWarp / warpsPerRow;
+  const int threads = teams * warpsPerRow * kWarp, warps = threads / kWarp;
+  const auto most = [&](int64_t n) { return (n + grid - 1) / grid; };
+  const int64_t maxRouter = most(experts), maxShared = most(2 * sharedFfn),
+                maxOut = most(hidden), maxRouted = most(topK * 2 * ffn);
+  const uint64_t gateRowBytes =
+      uint64_t(w.gate.cols / 256) * (w.gate.type == GGMLType::Q5_K ? 176 : 144);
+  const uint64_t downRowBytes = w.down.type == GGMLType::Q5_K ? 176 : 144;
+  if (maxRouter > kMoeRouterSlots || maxShared > kMoeSharedSlots ||
+      maxRouted > int64_t(kMoeTeamSlots) * teams ||
+      (maxRouted + kMoeChunkRows - 1) / kMoeChunkRows >
+          kMoeBarriers - kMoeFixedBarriers ||
+      threads / 8 < topK)
+    return cudaErrorNotSupported;
+  MoeFfnArgs &a = plan.args;
+  a.offSmall = roundShared(kMoeBarriers * sizeof(uint64_t));
+  a.offChoice =
+      a.offSmall +
+      roundShared(sizeof(float) * (2 * kWarp + sharedFfn + maxOut +
+                                   topK * maxOut + int64_t(warps) * kMoeSlots));
+  a.offX = a.offChoice + roundShared(sizeof(float) * 2 * experts +
+                                     sizeof(Best) * warps * topK);
+  a.offSd = a.offX + roundShared(sizeof(float) * std::max(hidden, topK * ffn));
+  a.offBig =
+      a.offSd + roundShared(uint64_t(maxOut) * (sharedFfn + sharedFfn / 16));
+  a.offDown = a.offBig + roundShared(uint64_t(maxRouted) * gateRowBytes);
+  const uint64_t phaseB = uint64_t(maxRouter) * hidden * 4 +
+                          uint64_t(maxShared) * (hidden + hidden / 16);
+  const uint64_t end = std::max(
+      a.offBig + phaseB, a.offDown + uint64_t(topK * maxOut) * downRowBytes);
+  if (end > uint64_t(optin))
+    return cudaErrorNotSupported;
+  plan.shared = size_t(end);
+  const bool gateHigh = w.gate.type == GGMLType::Q5_K,
+             downHigh = w.down.type == GGMLType::Q5_K;
+  plan.kernel =
+      gateHigh
+          ? (downHigh ? moeFfnKernel<true, true> : moeFfnKernel<true, false>)
+          : (downHigh ? moeFfnKernel<false, true> : moeFfnKernel<false, false>);
+  if (cudaError_t e = allowDynamicShared(plan.kernel, plan.shared);
+      e != cudaSuccess)
+    return e;
+  // Asked once per host thread, device and shared size (an eager step
+  // launches this a layer).
+  static thread_local WaveCache waves[4];
+  int processors = 0, resident = 0;
+  if (cudaError_t e = residentWave(waves[2 * gateHigh + downHigh],
+                                   reinterpret_cast<const void *>(plan.kernel),
+                                   threads, plan.shared, processors, resident);
+      e != cudaSuccess)
+    return e;
+  if (resident < 1)
+    return cudaErrorNotSupported;
+  a.hidden = int(hidden);
+  a.experts = int(experts);
+  a.topK = int(topK);
+  a.ffn = int(ffn);
+  a.sharedFfn = int(sharedFfn);
+  a.router = reinterpret_cast<const float *>(w.router.data);
+  a.bias = w.bias;
+  a.gating = routing.gating;
+  a.normalize = routing.normalize;
+  a.routedScale = routing.routedScale;
+  a.sgQ = w.sharedGate.data;
+  a.suQ = w.sharedUp.data;
+  a.sdQ = w.sharedDown.data;
+  a.sgS = reinterpret_cast<const uint16_t *>(w.sharedGate.scales);
+  a.suS = reinterpret_cast<const uint16_t *>(w.sharedUp.scales);
+  a.sdS = reinterpret_cast<const uint16_t *>(w.sharedDown.scales);
+  a.gate = w.gate.data;
+  a.up = fused ? nullptr : w.up->data;
+  a.down = w.down.data;
+  a.gateRowBytes = uint32_t(gateRowBytes);
+  a.downRowBytes = uint32_t(downRowBytes);
+  a.warpsPerRow = warpsPerRow;
+  a.teams = teams;
+  a.maxRouter = int(maxRouter);
+  a.maxShared = int(maxShared);
+  a.maxOut = int(maxOut);
+  a.maxRouted = int(maxRouted);
+  plan.grid = unsigned(grid);
+  plan.threads = unsigned(threads);
+  return cudaSuccess;
+}
+
+} // namespace
+
+int64_t moeFfnScratchFloats(int64_t experts, int64_t sharedFfn, int64_t topK,
+                            int64_t ffn) {
+  return 4 + roundFloats(experts) + roundFloats(2 * sharedFfn) +
+         roundFloats(topK * 2 * ffn);
+}
+
+bool moeFfnFits(const MoeFfnWeights &w, const MoeRouting &routing) {
+  MoeFfnLaunch plan;
+  return planMoeFfn(w, routing, plan) == cudaSuccess;
+}
+
+cudaError_t launchMoeFfn(const float *x, const MoeFfnWeights &w,
+                         const MoeRouting &routing, float *scratch, float *out,
+                         int32_t *ids, float *weights, FaultSink fault,
+                         cudaStream_t s) {
+  MoeFfnLaunch plan;
+  if (cudaError_t e = planMoeFfn(w, routing, plan); e != cudaSuccess)
+    return e;
+  if (!x || !out || !scratch || !ids != !weights ||
+      ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(scratch)) &
+       15) != 0)
+    return cudaErrorInvalidValue;
+  MoeFfnArgs a = plan.args;
+  a.x = x;
+  a.out = out;
+  a.barrier = reinterpret_cast<unsigned long long *>(scratch);
+  a.logits = scratch + 4;
+  a.sharedGu = a.logits + roundFloats(a.experts);
+  a.routedGu = a.sharedGu + roundFloats(2 * int64_t(a.sharedFfn));
+  a.chosenIds = ids;
+  a.chosenWeights = weights;
+  a.fault = fault;
+  if (cudaError_t e =
+          launchStep(plan.kernel, plan.grid, plan.threads, plan.shared, s, a);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
