@@ -443,7 +443,7 @@ func.func @experts_gate() {
 // -----
 
 // step.moe_ffn: the router's, the shared expert's and the experts' shapes,
-// checked by the same helpers as moe_router's and moe_experts'.
+// checked by the same functions as moe_router's and moe_experts'.
 
 func.func @moe_ffn_input() {
   %x = step.buffer "x" : memref<2x4xf32>
