@@ -124,7 +124,7 @@ if [ -x "$pack/bin/kiln-run" ]; then
   omit_table() {
     printf '| ops left out | step median (us) |\n|---|---|\n'
     for kinds in none rms_norm rope slice,concat layer_norm,cache_append \
-        fused_linear linear dsa_indexer mla_attention moe_ffn \
+        fused_linear linear dsa_indexer mla_attention moe_router moe_experts \
         all_reduce_add_rms_norm swiglu,add; do
       local t out omit=$kinds
       [ "$kinds" = none ] && omit=
@@ -132,8 +132,8 @@ if [ -x "$pack/bin/kiln-run" ]; then
         "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
         --bench --simulate-rank 0/8 --context 1024 --steps 20 2>&1)
       t=$(sed -n 's/^step: median \([0-9.]*\) us.*/\1/p' <<<"$out")
-      # Without the indexer its selection is never written, and the step
-      # reports the fault it then meets: say which.
+      # Without the router or the indexer their ids or selection are never
+      # written, and the step reports the fault it then meets: say which.
       [ -n "$t" ] || t="failed: $(grep -m1 'error' <<<"$out" | tr '|' '/' | cut -c1-160)"
       printf '| %s | %s |\n' "$kinds" "$t"
     done

@@ -126,7 +126,6 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
       {"dsa_indexer", OpKind::DsaIndexer},
       {"moe_router", OpKind::MoeRouter},
       {"moe_experts", OpKind::MoeExperts},
-      {"moe_ffn", OpKind::MoeFfn},
       {"argmax", OpKind::Argmax},
       {"all_reduce", OpKind::AllReduce},
       {"all_gather", OpKind::AllGather},
@@ -187,8 +186,6 @@ private:
   Status param(const Operand &r, uint64_t n, const char *what) const;
   Status cache(const Operand &r, int64_t width, const char *what) const;
   Status addNormOperands();
-  Status router(size_t gateIn, size_t biasIn);
-  Status experts(size_t first, size_t end);
   Status rotation(const std::string &prefix, int64_t width,
                   const char *outside);
   Expected<int64_t> intAttr(const char *name) const;
@@ -296,65 +293,6 @@ Status Decoder::addNormOperands() {
   KILN_TRY(param(in(2), uint64_t(d_.n), "weight"));
   KILN_ASSIGN(eps, floatAttr("epsilon"));
   d_.epsilon = eps;
-  return Status::ok();
-}
-
-/// A router of in(0) by the gate in(gateIn) ([hidden, experts]), with the
-/// bias in(biasIn) when hasBias, and its attributes, into d_: hidden (= k),
-/// experts, topK and the gating.
-Status Decoder::router(size_t gateIn, size_t biasIn) {
-  KILN_TRY(floats(in(0), "input"));
-  Operand gate = in(gateIn);
-  KILN_TRY(weight(gate, "gate"));
-  KILN_ASSIGN(topK, intAttr("top_k"));
-  KILN_ASSIGN(gating, stringAttr("gating"));
-  KILN_ASSIGN(normalize, intAttr("normalize"));
-  KILN_ASSIGN(routedScale, floatAttr("routed_scale"));
-  if (gate.dims.size() != 2 || in(0).elements() != uint64_t(gate.dims[0]) ||
-      topK <= 0 || topK > gate.dims[1])
-    return fail("gate must be [hidden, experts] with 1 <= top_k <= experts");
-  if (gating != "sigmoid" && gating != "softmax")
-    return fail("gating must be 'sigmoid' or 'softmax'");
-  if (d_.hasBias)
-    KILN_TRY(param(in(biasIn), uint64_t(gate.dims[1]), "bias"));
-  d_.k = gate.dims[0];
-  d_.experts = gate.dims[1];
-  d_.topK = topK;
-  d_.softmax = gating == "softmax";
-  d_.normalize = normalize != 0;
-  d_.routedScale = routedScale;
-  return Status::ok();
-}
-
-/// The routed experts' weights in(first) .. in(end - 1) (gate, up, down or
-/// gate_up, down) for the input in(0) and the output out(0), into d_:
-/// hidden (= n), ffn, experts, fusedGateUp.
-Status Decoder::experts(size_t first, size_t end) {
-  KILN_TRY(floats(in(0), "input"));
-  KILN_TRY(floats(out(0), "output"));
-  std::vector<Operand> experts;
-  for (size_t i = first; i < end; ++i) {
-    Operand w = in(i);
-    KILN_TRY(weight(w, "expert weight"));
-    if (w.dims.size() != 3)
-      return fail("expert weights must be [K, N, experts]");
-    experts.push_back(w);
-  }
-  d_.fusedGateUp = experts.size() == 2;
-  const Operand &down = experts.back();
-  int64_t hidden = int64_t(in(0).elements());
-  d_.ffn = down.dims[0];
-  d_.experts = down.dims[2];
-  if (out(0).elements() != uint64_t(hidden) || down.dims[1] != hidden)
-    return fail(
-        fmt::format("down '{}' is not [F, {}, E]", down.name(), hidden));
-  int64_t rows = d_.fusedGateUp ? 2 * d_.ffn : d_.ffn;
-  for (size_t i = 0; i + 1 < experts.size(); ++i)
-    if (experts[i].dims[0] != hidden || experts[i].dims[1] != rows ||
-        experts[i].dims[2] != d_.experts)
-      return fail(fmt::format("'{}' is not [{}, {}, {}]", experts[i].name(),
-                              hidden, rows, d_.experts));
-  d_.n = hidden;
   return Status::ok();
 }
 
@@ -757,11 +695,31 @@ Expected<StepOp> Decoder::decode() {
   case OpKind::MoeRouter: {
     d_.hasBias = d_.ins.size() == 3; // the optional selection bias
     KILN_TRY(counts(d_.hasBias ? 3 : 2, 2));
-    KILN_TRY(router(1, 2));
-    KILN_TRY(ints(out(0), "ids", uint64_t(d_.topK)));
+    KILN_TRY(floats(in(0), "input"));
+    Operand gate = in(1);
+    KILN_TRY(weight(gate, "gate"));
+    KILN_ASSIGN(topK, intAttr("top_k"));
+    KILN_ASSIGN(gating, stringAttr("gating"));
+    KILN_ASSIGN(normalize, intAttr("normalize"));
+    KILN_ASSIGN(routedScale, floatAttr("routed_scale"));
+    if (gate.dims.size() != 2 ||
+        in(0).elements() != uint64_t(gate.dims[0]) || topK <= 0 ||
+        topK > gate.dims[1])
+      return fail("gate must be [hidden, experts] with 1 <= top_k <= experts");
+    if (gating != "sigmoid" && gating != "softmax")
+      return fail("gating must be 'sigmoid' or 'softmax'");
+    if (d_.hasBias)
+      KILN_TRY(param(in(2), uint64_t(gate.dims[1]), "bias"));
+    KILN_TRY(ints(out(0), "ids", uint64_t(topK)));
     KILN_TRY(floats(out(1), "weights"));
-    if (out(1).elements() != uint64_t(d_.topK))
+    if (out(1).elements() != uint64_t(topK))
       return fail("weights must have top_k values");
+    d_.k = gate.dims[0];
+    d_.experts = gate.dims[1];
+    d_.topK = topK;
+    d_.softmax = gating == "softmax";
+    d_.normalize = normalize != 0;
+    d_.routedScale = routedScale;
     break;
   }
   case OpKind::MoeExperts: {
@@ -772,44 +730,39 @@ Expected<StepOp> Decoder::decode() {
         (d_.ins.size() != first + 2 && d_.ins.size() != first + 3))
       return fail("expects input, ids, weights, an optional addend, 2 or 3 "
                   "expert weights and one output");
+    KILN_TRY(floats(in(0), "input"));
     KILN_TRY(floats(in(2), "weights"));
+    KILN_TRY(floats(out(0), "output"));
     if (d_.hasAddend) {
       KILN_TRY(floats(in(3), "addend"));
       KILN_TRY(same(in(3), out(0)));
     }
     uint64_t chosen = in(2).elements();
     KILN_TRY(ints(in(1), "ids", chosen));
-    KILN_TRY(experts(first, d_.ins.size()));
+    std::vector<Operand> experts;
+    for (size_t i = first; i < d_.ins.size(); ++i) {
+      Operand w = in(i);
+      KILN_TRY(weight(w, "expert weight"));
+      if (w.dims.size() != 3)
+        return fail("expert weights must be [K, N, experts]");
+      experts.push_back(w);
+    }
+    d_.fusedGateUp = experts.size() == 2;
+    const Operand &down = experts.back();
+    int64_t hidden = int64_t(in(0).elements());
+    d_.ffn = down.dims[0];
+    d_.experts = down.dims[2];
+    if (out(0).elements() != uint64_t(hidden) || down.dims[1] != hidden)
+      return fail(fmt::format("down '{}' is not [F, {}, E]", down.name(),
+                              hidden));
+    int64_t rows = d_.fusedGateUp ? 2 * d_.ffn : d_.ffn;
+    for (size_t i = 0; i + 1 < experts.size(); ++i)
+      if (experts[i].dims[0] != hidden || experts[i].dims[1] != rows ||
+          experts[i].dims[2] != d_.experts)
+        return fail(fmt::format("'{}' is not [{}, {}, {}]", experts[i].name(),
+                                hidden, rows, d_.experts));
+    d_.n = hidden;
     d_.topK = int64_t(chosen);
-    break;
-  }
-  case OpKind::MoeFfn: {
-    // input, router, shared gate, up, down, 2 or 3 expert weights, and the
-    // bias (a one-dimensional weight) last when there is one.
-    const size_t n = d_.ins.size();
-    d_.hasBias = n > 0 && in(n - 1).isWeight() && in(n - 1).dims.size() == 1;
-    const size_t end = d_.hasBias ? n - 1 : n;
-    if (d_.outs.size() != 1 || (end != 7 && end != 8))
-      return fail("expects input, router, shared gate, up and down, 2 or 3 "
-                  "expert weights, an optional bias and one output");
-    KILN_TRY(router(1, n - 1));
-    const int64_t scored = d_.experts, hidden = d_.k;
-    Operand gate = in(2), up = in(3), down = in(4);
-    KILN_TRY(weight(gate, "shared gate"));
-    KILN_TRY(weight(up, "shared up"));
-    KILN_TRY(weight(down, "shared down"));
-    if (gate.dims.size() != 2 || gate.dims[0] != hidden || up.dims != gate.dims)
-      return fail(fmt::format("shared gate '{}' and up '{}' are not [{}, Fs]",
-                              gate.name(), up.name(), hidden));
-    if (down.dims != std::vector<int64_t>{gate.dims[1], hidden})
-      return fail(fmt::format("shared down '{}' is not [{}, {}]", down.name(),
-                              gate.dims[1], hidden));
-    KILN_TRY(experts(5, end));
-    if (d_.experts != scored)
-      return fail(fmt::format("the router scores {} experts, the expert "
-                              "weights hold {}",
-                              scored, d_.experts));
-    d_.sharedFfn = gate.dims[1];
     break;
   }
   case OpKind::Argmax: {

@@ -51,7 +51,6 @@ enum class OpKind {
   DsaIndexer,
   MoeRouter,
   MoeExperts,
-  MoeFfn,
   Argmax,
   AllReduce,
   AllGather,
@@ -128,11 +127,8 @@ struct StepOp {
   /// with `projected`, the last input is a stack [latent, n, heads] that
   /// projects each head's output (the output is [heads, n]).
   /// DsaIndexer: heads, dim (= k), topK. MoeRouter: hidden (= k), experts,
-  /// topK, the gating (softmax, normalize, routedScale) and its bias
-  /// (hasBias). MoeExperts: hidden (= n), ffn, experts, chosen (= topK),
-  /// fused gate_up (= fusedGateUp). MoeFfn: all of the router's and the
-  /// experts' (hidden = n = k, chosen = topK), and the shared expert's
-  /// ffn (sharedFfn).
+  /// topK. MoeExperts: hidden (= n), ffn, experts, chosen (= topK), fused
+  /// gate_up (= fusedGateUp).
   int64_t heads = 0, rope = 0, capacity = 0, topK = 0, ffn = 0, experts = 0;
   double scale = 0, routedScale = 0;
   bool softmax = false, normalize = false, hasBias = false,
@@ -140,11 +136,6 @@ struct StepOp {
   /// MoeExperts: ins[3] is an addend (the output is the experts' sum plus
   /// it) and the expert weights follow it.
   bool hasAddend = false;
-  /// MoeFfn: ins are the input, the router's weight, the shared expert's
-  /// gate, up ([hidden, sharedFfn]) and down ([sharedFfn, hidden]), the
-  /// expert weights from ins[5] (2 when fusedGateUp, else 3), then the
-  /// router's bias when hasBias.
-  int64_t sharedFfn = 0;
 
   /// AllReduce: sum (else max). AllGather: outer runs of `inner` values
   /// per rank, gathered on `dim`. DistributedArgmax, AllGather: ranks.

@@ -517,49 +517,6 @@ Expected<std::function<Status()>> OpBinder::bind() {
       return Status::ok();
     });
   }
-  case OpKind::MoeFfn: {
-    // The four ops it stands for, in their order, each into a buffer of
-    // this op's as the unfused step would have written it: the same bits.
-    const float *bias = nullptr;
-    if (d.hasBias) {
-      KILN_ASSIGN(values, param(d.ins.size() - 1));
-      bias = values;
-    }
-    const cpu::WeightView *router = in(1).weight, *sharedGate = in(2).weight,
-                          *sharedUp = in(3).weight, *sharedDown = in(4).weight;
-    std::vector<const cpu::WeightView *> experts;
-    for (size_t i = 5; i < d.ins.size() - (d.hasBias ? 1 : 0); ++i)
-      experts.push_back(in(i).weight);
-    const float *x = f32In(0);
-    float *y = f32Out(0);
-    cpu::Gating g = d.softmax ? cpu::Gating::Softmax : cpu::Gating::Sigmoid;
-    int64_t topK = d.topK, fs = d.sharedFfn;
-    bool norm = d.normalize;
-    float rs = float(d.routedScale);
-    auto ids = std::make_shared<std::vector<int32_t>>(size_t(topK));
-    auto weights = std::make_shared<std::vector<float>>(size_t(topK));
-    auto gateUp = std::make_shared<std::vector<float>>(size_t(2 * fs));
-    auto product = std::make_shared<std::vector<float>>(size_t(fs));
-    auto shared = std::make_shared<std::vector<float>>(size_t(n));
-    auto sum = std::make_shared<std::vector<float>>(size_t(n));
-    return Fn([=, &pool]() -> Status {
-      // moe_router
-      KILN_TRY(cpu::moeRouter(x, n, *router, bias, topK, g, norm, rs,
-                              ids->data(), weights->data()));
-      // fused_linear: the shared expert's gate, then its up
-      KILN_TRY(cpu::linear(x, 1, *sharedGate, gateUp->data(), pool));
-      KILN_TRY(cpu::linear(x, 1, *sharedUp, gateUp->data() + fs, pool));
-      // swiglu_linear
-      cpu::swiglu(gateUp->data(), gateUp->data() + fs, fs, product->data());
-      KILN_TRY(
-          cpu::linear(product->data(), 1, *sharedDown, shared->data(), pool));
-      // moe_experts with the shared output as its addend
-      KILN_TRY(cpu::moeExperts(x, n, ids->data(), weights->data(), topK,
-                               experts, sum->data(), pool));
-      cpu::add(sum->data(), shared->data(), n, y);
-      return Status::ok();
-    });
-  }
   case OpKind::Argmax: {
     const float *x = f32In(0);
     int32_t *y = out(0).i32();

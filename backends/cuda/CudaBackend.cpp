@@ -344,22 +344,11 @@ public:
     int64_t liveRows = 0;
     int64_t liveFrom = 0;
   };
-  std::vector<Run> fusedRuns() const {
-    return matVecRuns(firstWeight(), d_.ins.size(), d_.segments);
-  }
-  /// The runs of the mat-vec parts ins[first, end), part i's rows from
-  /// output value segments[i - first] on (a fused_linear's or an
-  /// rms_norm_linear's weights, or a moe_ffn's shared gate and up).
-  std::vector<Run> matVecRuns(size_t first, size_t end,
-                              const std::vector<int64_t> &segments) const;
-  /// The launch of one run of the op's input into its output (of an
-  /// rms_norm_linear: with the norm).
+  std::vector<Run> fusedRuns() const;
+  /// The launch of one run (of an rms_norm_linear: with the norm).
   Expected<Launch> runLaunch(const Run &r) {
-    return runLaunch(r, f32In(0), f32Out(0));
-  }
-  /// The launch of one run of x into its rows of y.
-  Expected<Launch> runLaunch(const Run &r, const float *x, float *out) {
-    float *y = out + r.at;
+    const float *x = f32In(0);
+    float *y = f32Out(0) + r.at;
     DeviceWeight w = r.w;
     LiveRows live;
     const int32_t *position = positionInput();
@@ -436,23 +425,6 @@ private:
     };
   }
   Expected<Launch> collective();
-  /// The launches of moe_router, swiglu_linear and moe_experts on the
-  /// given buffers (an op's own, or a moe_ffn's scratch), with the scratch
-  /// their kernels need; the router's weight is in(gateIn) and its bias,
-  /// when hasBias, in(biasIn); the expert weights are in(first) ..
-  /// in(end - 1).
-  Expected<Launch> routerLaunch(const float *x, size_t gateIn, size_t biasIn,
-                                int32_t *ids, float *weights);
-  Expected<Launch> swigluLinearLaunch(const float *gate, const float *up,
-                                      size_t weightIn, float *y);
-  Expected<Launch> expertsLaunch(const float *x, const int32_t *ids,
-                                 const float *weights, size_t first, size_t end,
-                                 const float *addend, float *y);
-  /// A moe_ffn as the four ops it stands for, in their order, each launched
-  /// as its own op would be, into scratch of this op's: the router, the
-  /// shared expert's gate and up (the runs of a fused_linear of the two),
-  /// its swiglu_linear, and the experts with the shared output as addend.
-  Expected<Launch> moeFfnAsFourOps();
 
   CudaRank &rank_;
   CudaStep &step_;
@@ -460,11 +432,10 @@ private:
   int32_t index_;
 };
 
-std::vector<OpBinder::Run>
-OpBinder::matVecRuns(size_t first, size_t end,
-                     const std::vector<int64_t> &segments) const {
+std::vector<OpBinder::Run> OpBinder::fusedRuns() const {
   std::vector<Run> runs;
-  for (size_t i = first; i < end; ++i) {
+  const size_t first = firstWeight();
+  for (size_t i = first; i < d_.ins.size(); ++i) {
     const DeviceWeight w = weight(i);
     if (!runs.empty()) {
       DeviceWeight &prev = runs.back().w;
@@ -497,7 +468,7 @@ OpBinder::matVecRuns(size_t first, size_t end,
       }
     }
     const int64_t from = d_.liveFrom.empty() ? 0 : d_.liveFrom[i - first];
-    runs.push_back({w, segments[i - first], from > 0 ? 0 : w.rows, from});
+    runs.push_back({w, d_.segments[i - first], from > 0 ? 0 : w.rows, from});
   }
   for (Run &run : runs)
     run.liveFrom = run.liveFrom < 0 ? 0 : run.liveFrom;
@@ -791,8 +762,20 @@ Expected<Launch> OpBinder::bind() {
   case OpKind::FusedLinear:
   case OpKind::RmsNormLinear:
     return Error(d.where, "", "a fused mat-vec is bound run by run");
-  case OpKind::SwigluLinear:
-    return swigluLinearLaunch(f32In(0), f32In(1), 2, f32Out(0));
+  case OpKind::SwigluLinear: {
+    DeviceWeight w = weight(2);
+    const float *gate = f32In(0), *up = f32In(1);
+    float *y = f32Out(0);
+    // The product's scratch, for layouts whose kernel cannot form it.
+    float *scratch = nullptr;
+    if (w.layout != WeightLayout::Q8Split) {
+      KILN_ASSIGN(p, rank_.scratchFloats(uint64_t(d.k)));
+      scratch = p;
+    }
+    return wrap([=](cudaStream_t s) {
+      return launchSwigluLinear(gate, up, w, scratch, y, s);
+    });
+  }
   case OpKind::CacheAppend: {
     DeviceCache c = cache(d.outs[0]);
     const float *x = f32In(0);
@@ -878,15 +861,46 @@ Expected<Launch> OpBinder::bind() {
                               sel, count, f, s, rope);
     });
   }
-  case OpKind::MoeRouter:
-    return routerLaunch(f32In(0), 1, 2, i32Out(0), f32Out(1));
-  case OpKind::MoeExperts: {
-    const size_t first = d.hasAddend ? 4 : 3;
-    return expertsLaunch(f32In(0), i32In(1), f32In(2), first, d.ins.size(),
-                         d.hasAddend ? f32In(3) : nullptr, f32Out(0));
+  case OpKind::MoeRouter: {
+    const float *bias = nullptr;
+    if (d.hasBias) {
+      KILN_ASSIGN(b, param(2));
+      bias = b;
+    }
+    KILN_ASSIGN(scratch,
+                rank_.scratchFloats(uint64_t(routerScratchFloats(d.experts))));
+    DeviceWeight gate = weight(1);
+    const float *x = f32In(0);
+    int32_t *ids = i32Out(0);
+    float *w = f32Out(1);
+    int64_t topK = d.topK;
+    Gating g = d.softmax ? Gating::Softmax : Gating::Sigmoid;
+    bool norm = d.normalize;
+    float rs = float(d.routedScale);
+    return wrap([=](cudaStream_t s) {
+      return launchMoeRouter(x, gate, bias, topK, g, norm, rs, scratch, ids, w,
+                             s);
+    });
   }
-  case OpKind::MoeFfn:
-    return moeFfnAsFourOps();
+  case OpKind::MoeExperts: {
+    KILN_ASSIGN(act, rank_.scratchFloats(uint64_t(d.topK * d.ffn)));
+    const size_t first = d.hasAddend ? 4 : 3;
+    DeviceWeight gate = weight(first);
+    std::optional<DeviceWeight> up;
+    if (!d.fusedGateUp)
+      up = weight(first + 1);
+    DeviceWeight down = weight(d.ins.size() - 1);
+    const float *x = f32In(0), *w = f32In(2);
+    const float *addend = d.hasAddend ? f32In(3) : nullptr;
+    const int32_t *ids = i32In(1);
+    float *y = f32Out(0);
+    int64_t ffn = d.ffn, experts = d.experts, chosen = d.topK;
+    FaultSink f = sink();
+    return wrap([=](cudaStream_t s) {
+      return launchMoeExperts(x, n, ffn, experts, ids, w, chosen, gate,
+                              up ? &*up : nullptr, down, act, addend, y, f, s);
+    });
+  }
   case OpKind::Argmax: {
     const float *x = f32In(0);
     int32_t *y = i32Out(0);
@@ -894,90 +908,6 @@ Expected<Launch> OpBinder::bind() {
   }
   }
   return Error(d.where, "", "the CUDA backend has no kernel for this op");
-}
-
-Expected<Launch> OpBinder::routerLaunch(const float *x, size_t gateIn,
-                                        size_t biasIn, int32_t *ids,
-                                        float *weights) {
-  const float *bias = nullptr;
-  if (d_.hasBias) {
-    KILN_ASSIGN(b, param(biasIn));
-    bias = b;
-  }
-  KILN_ASSIGN(scratch,
-              rank_.scratchFloats(uint64_t(routerScratchFloats(d_.experts))));
-  DeviceWeight gate = weight(gateIn);
-  int64_t topK = d_.topK;
-  Gating g = d_.softmax ? Gating::Softmax : Gating::Sigmoid;
-  bool norm = d_.normalize;
-  float rs = float(d_.routedScale);
-  return wrap([=](cudaStream_t s) {
-    return launchMoeRouter(x, gate, bias, topK, g, norm, rs, scratch, ids,
-                           weights, s);
-  });
-}
-
-Expected<Launch> OpBinder::swigluLinearLaunch(const float *gate,
-                                              const float *up, size_t weightIn,
-                                              float *y) {
-  DeviceWeight w = weight(weightIn);
-  // The product's scratch, for layouts whose kernel cannot form it.
-  float *scratch = nullptr;
-  if (w.layout != WeightLayout::Q8Split) {
-    KILN_ASSIGN(p, rank_.scratchFloats(uint64_t(w.cols)));
-    scratch = p;
-  }
-  return wrap([=](cudaStream_t s) {
-    return launchSwigluLinear(gate, up, w, scratch, y, s);
-  });
-}
-
-Expected<Launch> OpBinder::expertsLaunch(const float *x, const int32_t *ids,
-                                         const float *weights, size_t first,
-                                         size_t end, const float *addend,
-                                         float *y) {
-  KILN_ASSIGN(act, rank_.scratchFloats(uint64_t(d_.topK * d_.ffn)));
-  DeviceWeight gate = weight(first);
-  std::optional<DeviceWeight> up;
-  if (!d_.fusedGateUp)
-    up = weight(first + 1);
-  DeviceWeight down = weight(end - 1);
-  int64_t hidden = d_.n, ffn = d_.ffn, experts = d_.experts, chosen = d_.topK;
-  FaultSink f = sink();
-  return wrap([=](cudaStream_t s) {
-    return launchMoeExperts(x, hidden, ffn, experts, ids, weights, chosen, gate,
-                            up ? &*up : nullptr, down, act, addend, y, f, s);
-  });
-}
-
-Expected<Launch> OpBinder::moeFfnAsFourOps() {
-  const float *x = f32In(0);
-  const uint64_t topK = uint64_t(d_.topK), fs = uint64_t(d_.sharedFfn);
-  KILN_ASSIGN(idsScratch, rank_.scratchFloats(topK));
-  KILN_ASSIGN(weights, rank_.scratchFloats(topK));
-  KILN_ASSIGN(gateUp, rank_.scratchFloats(2 * fs));
-  KILN_ASSIGN(shared, rank_.scratchFloats(uint64_t(d_.n)));
-  auto *ids = reinterpret_cast<int32_t *>(idsScratch);
-  const size_t bias = d_.ins.size() - 1;
-  const size_t end = d_.hasBias ? bias : d_.ins.size();
-
-  std::vector<Launch> parts;
-  KILN_ASSIGN(router, routerLaunch(x, 1, bias, ids, weights));
-  parts.push_back(std::move(router));
-  for (const Run &r : matVecRuns(2, 4, {0, int64_t(fs)})) {
-    KILN_ASSIGN(run, runLaunch(r, x, gateUp));
-    parts.push_back(std::move(run));
-  }
-  KILN_ASSIGN(down, swigluLinearLaunch(gateUp, gateUp + fs, 4, shared));
-  parts.push_back(std::move(down));
-  KILN_ASSIGN(experts,
-              expertsLaunch(x, ids, weights, 5, end, shared, f32Out(0)));
-  parts.push_back(std::move(experts));
-  return Launch([parts = std::move(parts)](cudaStream_t s) -> Status {
-    for (const Launch &part : parts)
-      KILN_TRY(part(s));
-    return Status::ok();
-  });
 }
 
 /// Places binding `b` on the rank's GPU: the rank's slice of the file's
@@ -1136,8 +1066,7 @@ Status placeWeights(CudaRank &rank, const Artifact &a,
   return Status::ok();
 }
 
-/// The fused_linear and rms_norm_linear parts (and a moe_ffn's shared gate
-/// and up) that can share one matrix:
+/// The fused_linear and rms_norm_linear parts that can share one matrix:
 /// runs of consecutive parts of the same type, layout and width, none bound
 /// twice. Each run of two or more, in segment order.
 std::vector<std::vector<int32_t>> fusedGroups(const Artifact &a,
@@ -1156,22 +1085,12 @@ std::vector<std::vector<int32_t>> fusedGroups(const Artifact &a,
   };
   for (const Step &s : plan.steps)
     for (const Op &op : s.ops) {
-      // The weights follow the input (and an rms_norm_linear's norm); a
-      // moe_ffn's shared gate and up are operands 2 and 3, the parts of the
-      // fused_linear it stands for.
-      size_t first = 0, end = op.ins().size();
-      if (op.kind == "fused_linear") {
-        first = 1;
-      } else if (op.kind == "rms_norm_linear") {
-        first = 2;
-      } else if (op.kind == "moe_ffn" && end >= 4) {
-        first = 2;
-        end = 4;
-      } else {
+      if (op.kind != "fused_linear" && op.kind != "rms_norm_linear")
         continue;
-      }
+      // The weights follow the input (and an rms_norm_linear's norm).
+      const size_t first = op.kind == "rms_norm_linear" ? 2 : 1;
       std::vector<int32_t> run;
-      for (size_t i = first; i < end; ++i) {
+      for (size_t i = first; i < op.ins().size(); ++i) {
         const Buffer &b = s.buffers[op.ins()[i]];
         if (b.kind != BufferKind::Weight || uses[b.binding] != 1) {
           close(run);

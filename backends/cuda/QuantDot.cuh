@@ -781,23 +781,6 @@ __device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
   prescaleK45<kHigh>(v, s);
 }
 
-/// Lane t's share of the 256 values at x (16-aligned, in shared memory or
-/// written earlier by this kernel: plain loads, not the read-only path),
-/// prescaled.
-template <bool kHigh>
-__device__ inline void prescaleK45Plain(const float *x, int t,
-                                        K45Prescaled &s) {
-  const float4 *p = reinterpret_cast<const float4 *>(x) + 16 * (t / 2) +
-                    4 * (t % 2);
-  K45X v;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    v.lo[k] = p[k];
-    v.hi[k] = p[8 + k];
-  }
-  prescaleK45<kHigh>(v, s);
-}
-
 /// Lane t's sum for one Q4_K / Q5_K block of a row with the prescaled x:
 /// head = the block's first 16 bytes (d, dmin, scales), qs = its quant
 /// bytes 16 t .. 16 t + 15, qh (Q5_K) = qh[16 (t % 2) ..].
@@ -868,20 +851,6 @@ k45PrescaledLane(uint4 head, uint4 qs, uint4 qh, int t, const K45Prescaled &s) {
   const float dots = fmaf(dl0, lo[0] + lo[1], dl1 * (hi[0] + hi[1]));
   const float mins = fmaf(ml0, s.sumLo, ml1 * s.sumHi);
   return fmaf(dots * s.backA, s.backB, -mins);
-}
-
-/// Lane t's sum for one Q4_K / Q5_K block in shared memory (the routed
-/// experts' kernels copy their rows there).
-template <bool kHigh>
-__device__ __forceinline__ float
-k45SharedBlock(const uint8_t *block, int t, const K45Prescaled &xs) {
-  constexpr int kQs = kHigh ? 48 : 16;
-  const uint4 head = *reinterpret_cast<const uint4 *>(block);
-  const uint4 qs = *reinterpret_cast<const uint4 *>(block + kQs + 16 * t);
-  const uint4 qh =
-      kHigh ? *reinterpret_cast<const uint4 *>(block + 16 + 16 * (t % 2))
-            : uint4{};
-  return k45PrescaledLane<kHigh>(head, qs, qh, t, xs);
 }
 
 /// Sums each of a lane's N values over the 2 * O lanes that differ from it

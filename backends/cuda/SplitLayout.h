@@ -141,18 +141,12 @@ inline void unpackSplitHost(const SplitFormat &f, const uint8_t *const *planes,
 /// decide by this one rule. A linear's and a fused_linear's weights follow
 /// their input; an rms_norm_linear's follow its input and its norm's
 /// weight; a swiglu_linear's follow gate and up; an mla_attention's only
-/// weight is its output projection. A moe_ffn's operands 2, 3 and 4 are
-/// the shared expert's gate, up and down, the weights of the fused_linear
-/// and swiglu_linear it stands for, and keep their layouts; its router
-/// (operand 1), its experts (5 on) and its bias (last) are not mat-vec
-/// weights.
+/// weight is its output projection.
 inline bool readsWeightAsMatVec(std::string_view kind, size_t i) {
   if (kind == "linear" || kind == "fused_linear")
     return i >= 1;
   if (kind == "rms_norm_linear" || kind == "swiglu_linear")
     return i >= 2;
-  if (kind == "moe_ffn")
-    return i >= 2 && i <= 4;
   return kind == "mla_attention";
 }
 

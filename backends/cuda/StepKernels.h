@@ -464,50 +464,6 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              const float *addend, float *out, FaultSink fault,
                              cudaStream_t s);
 
-/// The weights of a layer's MoE FFN (step.moe_ffn): the router's gate
-/// [hidden, E] and bias (or null), the shared expert's gate and up [hidden,
-/// Fs] and down [Fs, hidden], and the routed experts as launchMoeExperts
-/// takes them (up null for a fused gate_up).
-struct MoeFfnWeights {
-  DeviceWeight router;
-  const float *bias = nullptr;
-  DeviceWeight sharedGate, sharedUp, sharedDown;
-  DeviceWeight gate;
-  const DeviceWeight *up = nullptr;
-  DeviceWeight down;
-};
-
-/// The router's choice, as launchMoeRouter takes it.
-struct MoeRouting {
-  int64_t topK = 0;
-  Gating gating = Gating::Sigmoid;
-  bool normalize = false;
-  float routedScale = 1.f;
-};
-
-/// The whole MoE FFN in one kernel: out = launchMoeExperts(x, the router's
-/// ids and weights) + the shared expert's swiglu FFN of x (its down
-/// projection of silu(gate . x) * (up . x)), as the router, the shared
-/// expert's fused_linear and swiglu_linear and the experts with the shared
-/// output as addend compute it, the sums in other orders (rounding) and the
-/// choice made from logits summed in another order. It takes an F32 router
-/// of 16-byte aligned rows and at most 32 chosen, a q8_0-split shared
-/// expert of Fs a multiple of 256, Q4_K / Q5_K routed experts of F = 256
-/// (GLM-5's tp=8 ranks), and needs sm_90 and every block's rows in shared
-/// memory; moeFfnFits says whether it takes `w` on the current GPU (else
-/// launchMoeFfn returns cudaErrorNotSupported). `scratch` holds
-/// moeFfnScratchFloats floats, zeroed before the first call (each call
-/// leaves its barrier word ready for the next), 16-byte aligned, as x is.
-/// out may alias x. ids[topK] and weights[topK], when given (both or
-/// neither), receive the router's choice.
-int64_t moeFfnScratchFloats(int64_t experts, int64_t sharedFfn, int64_t topK,
-                            int64_t ffn);
-bool moeFfnFits(const MoeFfnWeights &w, const MoeRouting &routing);
-cudaError_t launchMoeFfn(const float *x, const MoeFfnWeights &w,
-                         const MoeRouting &routing, float *scratch, float *out,
-                         int32_t *ids, float *weights, FaultSink fault,
-                         cudaStream_t s);
-
 /// Whether the step launches of the calling host thread ask for an
 /// overlapped start after their predecessor (programmatic dependent launch,
 /// Launch.cuh). On by default.

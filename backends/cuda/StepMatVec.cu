@@ -1111,6 +1111,19 @@ constexpr int kPairHeadBytes = 128;
 constexpr int kDownTile = 16;
 constexpr int kMaxDownTiles = 8;
 
+/// Lane t's sum for one Q4_K / Q5_K block in shared memory.
+template <bool kHigh>
+__device__ __forceinline__ float
+k45SharedBlock(const uint8_t *block, int t, const quantdot::K45Prescaled &xs) {
+  constexpr int kQs = kHigh ? 48 : 16;
+  const uint4 head = *reinterpret_cast<const uint4 *>(block);
+  const uint4 qs = *reinterpret_cast<const uint4 *>(block + kQs + 16 * t);
+  const uint4 qh =
+      kHigh ? *reinterpret_cast<const uint4 *>(block + 16 + 16 * (t % 2))
+            : uint4{};
+  return quantdot::k45PrescaledLane<kHigh>(head, qs, qh, t, xs);
+}
+
 template <bool kHigh>
 __global__ void __launch_bounds__(kThreads)
     expertGateUpK45Kernel(ExpertArgs a) {
@@ -1178,8 +1191,8 @@ __global__ void __launch_bounds__(kThreads)
       barrierWait(bars + q, 0);
       if (active) {
         const uint8_t *block = rows + q * rowBytes + b * kBlockBytes;
-        v[q] = quantdot::k45SharedBlock<kHigh>(block, t, xs);
-        v[kPairs + q] = quantdot::k45SharedBlock<kHigh>(block + kPairs * rowBytes, t, xs);
+        v[q] = k45SharedBlock<kHigh>(block, t, xs);
+        v[kPairs + q] = k45SharedBlock<kHigh>(block + kPairs * rowBytes, t, xs);
       }
     }
   // Lane kSpread r holds row r's sum over the warp's blocks (each of the
@@ -1276,7 +1289,7 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
       for (int u = 0; u < 4; ++u) {
         const int r = 4 * g + u;
         v[u] = j * kDownTile + r < nrows
-                   ? quantdot::k45SharedBlock<kHigh>(tile + r * rowBytes, t, xs)
+                   ? k45SharedBlock<kHigh>(tile + r * rowBytes, t, xs)
                    : 0.f;
       }
       // Lane 2 u of group g holds row 4 g + u's sum over the 8 lanes.

@@ -22,11 +22,9 @@ namespace mlir::kiln {
 /// lower-to-step, fuse-add-norm (the fusions unless `fuse` is false),
 /// plan-memory and verify-capture: a kiln module in, a planned, verified
 /// step module out. `alignment` and `reuseDistance` are the planner's.
-/// `fuseMoeFfn` false leaves out kiln-fuse-moe-ffn alone (for comparing
-/// that fusion's programs).
 void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
                        bool fuse = true, int64_t tp = 1,
-                       int64_t reuseDistance = 0, bool fuseMoeFfn = true);
+                       int64_t reuseDistance = 0);
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

@@ -189,25 +189,6 @@ def FuseExpertAdd : Pass<"kiln-fuse-expert-add", "::mlir::func::FuncOp"> {
   }];
 }
 
-def FuseMoeFfn : Pass<"kiln-fuse-moe-ffn", "::mlir::func::FuncOp"> {
-  let summary = "Make an MoE layer's router, shared expert and experts one op";
-  let description = [{
-    On a step function before planning, after `kiln-fuse-expert-add`: a
-    `step.moe_experts` whose addend is the output of a
-    `step.swiglu_linear`, whose gate and up are the two halves (views, in
-    that order) of a `step.fused_linear` of two weights, and whose ids and
-    weights are the outputs of a `step.moe_router`, becomes one
-    `step.moe_ffn` where the experts op was, when the router, the fused
-    projection and the experts read the same input and nothing else reads
-    the ids, the weights, the projection, its halves or the shared output
-    (arena buffers, which go with the ops). The input must hold the same
-    values from the first of the four ops to the experts, and the router's
-    bias must be a weight (`kiln-fold-dequant`). In GLM-5 that is the FFN
-    half of every MoE layer: four ops become one, so that one kernel can
-    own the whole of it.
-  }];
-}
-
 def FuseIndexerRope : Pass<"kiln-fuse-indexer-rope", "::mlir::func::FuncOp"> {
   let summary = "Fold the rope of the DSA indexer's query into the indexer";
   let description = [{

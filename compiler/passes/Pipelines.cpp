@@ -4,8 +4,8 @@
 using namespace mlir;
 
 void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
-                                   bool fuse, int64_t tp, int64_t reuseDistance,
-                                   bool fuseMoeFfn) {
+                                    bool fuse, int64_t tp,
+                                    int64_t reuseDistance) {
   if (tp > 1) {
     PartitionOptions partition;
     partition.tp = tp;
@@ -23,8 +23,6 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseMlaProjection());
     pm.addNestedPass<func::FuncOp>(createFuseCacheAppend());
     pm.addNestedPass<func::FuncOp>(createFuseExpertAdd());
-    if (fuseMoeFfn)
-      pm.addNestedPass<func::FuncOp>(createFuseMoeFfn());
     pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());
     pm.addNestedPass<func::FuncOp>(createMarkLiveRows());
   }

@@ -513,103 +513,44 @@ LogicalResult DSAIndexerOp::verify() {
 // Mixture of experts
 //===----------------------------------------------------------------------===//
 
-/// A router's gate (`what`: [hidden, E] of the input's hidden), its
-/// optional bias ([E]) and attributes. Returns E.
-static FailureOr<int64_t> verifyRouter(Operation *op, StringRef what,
-                                       MemRefType input, kiln::QWeightType gate,
-                                       Value bias, int64_t topK,
-                                       StringRef gating, float routedScale) {
-  ArrayRef<int64_t> dims = gate.getDims();
-  if (dims.size() != 2 || input.getRank() != 1 || input.getDimSize(0) != dims[0])
-    return op->emitOpError()
-           << what << " must be [hidden, experts] matching the input";
-  if (bias && failed(expectParam(op, "bias", bias, dims[1])))
-    return failure();
-  if (topK <= 0 || topK > dims[1])
-    return op->emitOpError("top_k must be in 1..") << dims[1];
-  if (gating != "sigmoid" && gating != "softmax")
-    return op->emitOpError("gating must be 'sigmoid' or 'softmax'");
-  if (failed(verifyPositive(op, "routed_scale", routedScale)))
-    return failure();
-  return dims[1];
-}
-
-/// The routed experts' weights of a hidden-wide input: (gate, up, down) or
-/// (gate_up, down), down [ff, hidden, E], gate and up [hidden, ff, E]
-/// (gate_up [hidden, 2 ff, E]). Returns E.
-static FailureOr<int64_t> verifyExperts(Operation *op, MemRefType input,
-                                        ValueRange experts) {
-  size_t n = experts.size();
-  if (n != 2 && n != 3)
-    return op->emitOpError(
-               "experts are (gate, up, down) or (gate_up, down), got ")
-           << n << " weights";
-  auto down = cast<kiln::QWeightType>(experts.back().getType());
-  if (input.getRank() != 1 || down.getDims().size() != 3 ||
-      down.getDims()[1] != input.getDimSize(0))
-    return op->emitOpError("down experts must be [ff, hidden, experts] with "
-                           "hidden matching the input");
-  const int64_t hidden = input.getDimSize(0), count = down.getDims()[2];
-  const int64_t rows = n == 3 ? down.getDims()[0] : 2 * down.getDims()[0];
-  for (Value v : experts.drop_back()) {
-    auto w = cast<kiln::QWeightType>(v.getType());
-    if (w.getDims() != ArrayRef<int64_t>{hidden, rows, count})
-      return op->emitOpError() << w.getName() << " must be [" << hidden << ", "
-                               << rows << ", " << count << "], got " << w;
-  }
-  return count;
-}
-
 LogicalResult MoERouterOp::verify() {
-  if (failed(verifyRouter(*this, "gate", bufferOf(getInput()),
-                          getGate().getType(), getBias(), getTopK(),
-                          getGating(), getRoutedScale().convertToFloat())))
+  ArrayRef<int64_t> dims = getGate().getType().getDims();
+  MemRefType input = bufferOf(getInput());
+  if (dims.size() != 2 || input.getRank() != 1 || input.getDimSize(0) != dims[0])
+    return emitOpError("gate must be [hidden, experts] matching the input");
+  if (Value bias = getBias())
+    if (failed(expectParam(*this, "bias", bias, dims[1])))
+      return failure();
+  if (int64_t(getTopK()) <= 0 || int64_t(getTopK()) > dims[1])
+    return emitOpError("top_k must be in 1..") << dims[1];
+  if (getGating() != "sigmoid" && getGating() != "softmax")
+    return emitOpError("gating must be 'sigmoid' or 'softmax'");
+  if (failed(expectI32Vector(*this, "ids", getIds(), getTopK())) ||
+      failed(expectShape(*this, "weights", getWeights(), {int64_t(getTopK())})))
     return failure();
-  if (failed(expectI32Vector(*this, "ids", getIds(), getTopK())))
-    return failure();
-  return expectShape(*this, "weights", getWeights(), {int64_t(getTopK())});
+  return verifyPositive(*this, "routed_scale",
+                        getRoutedScale().convertToFloat());
 }
 
 LogicalResult MoEExpertsOp::verify() {
   MemRefType input = bufferOf(getInput());
+  size_t n = getExperts().size();
+  if (n != 2 && n != 3)
+    return emitOpError("experts are (gate, up, down) or (gate_up, down), got ")
+           << n << " weights";
   int64_t k = bufferOf(getIds()).getNumElements();
-  if (failed(verifyExperts(*this, input, getExperts())) ||
-      failed(expectI32Vector(*this, "ids", getIds(), k)) ||
+  if (failed(expectI32Vector(*this, "ids", getIds(), k)) ||
       failed(expectShape(*this, "weights", getWeights(), {k})))
     return failure();
+  auto down = cast<mlir::kiln::QWeightType>(getExperts().back().getType());
+  if (input.getRank() != 1 || down.getDims().size() != 3 ||
+      down.getDims()[1] != input.getDimSize(0))
+    return emitOpError("down experts must be [ff, hidden, experts] with "
+                       "hidden matching the input");
   if (Value addend = getAddend())
     if (failed(expectShape(*this, "addend", addend, input.getShape())))
       return failure();
   return expectShape(*this, "output", getOutput(), input.getShape());
-}
-
-LogicalResult MoEFfnOp::verify() {
-  MemRefType input = bufferOf(getInput());
-  if (input.getRank() != 1 || !isFloatBuffer(input))
-    return emitOpError("input must be a float vector, got ") << input;
-  const int64_t hidden = input.getDimSize(0);
-  FailureOr<int64_t> scored =
-      verifyRouter(*this, "router", input, getRouter().getType(), getBias(),
-                   getTopK(), getGating(), getRoutedScale().convertToFloat());
-  if (failed(scored))
-    return failure();
-  ArrayRef<int64_t> gate = getSharedGate().getType().getDims();
-  if (gate.size() != 2 || gate[0] != hidden ||
-      getSharedUp().getType().getDims() != gate)
-    return emitOpError("shared gate and up must both be [")
-           << hidden << ", Fs], got " << getSharedGate().getType() << " and "
-           << getSharedUp().getType();
-  if (getSharedDown().getType().getDims() != ArrayRef<int64_t>{gate[1], hidden})
-    return emitOpError("shared down must be [")
-           << gate[1] << ", " << hidden << "], got "
-           << getSharedDown().getType();
-  FailureOr<int64_t> count = verifyExperts(*this, input, getExperts());
-  if (failed(count))
-    return failure();
-  if (*count != *scored)
-    return emitOpError("the router scores ")
-           << *scored << " experts but the expert weights hold " << *count;
-  return expectShape(*this, "output", getOutput(), {hidden});
 }
 
 //===----------------------------------------------------------------------===//

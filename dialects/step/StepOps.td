@@ -721,64 +721,6 @@ def Step_MoEExpertsOp : Step_ComputeOp<"moe_experts", 1,
   let hasVerifier = 1;
 }
 
-def Step_MoEFfnOp : Step_ComputeOp<"moe_ffn", 1,
-    [AttrSizedOperandSegments]> {
-  let summary = "the FFN half of an MoE layer: router, shared expert, experts";
-  let description = [{
-    One op for what a GLM-5 MoE layer does after its FFN norm: `output` is
-    what these four ops, in this order, would write to it:
-
-    ```
-    step.moe_router ins(input, router, bias) outs(ids, weights) {attributes}
-    step.fused_linear ins(input, shared_gate, shared_up) outs(gu)
-    step.swiglu_linear ins(gu[0, Fs), gu[Fs, 2 Fs), shared_down) outs(shared)
-    step.moe_experts ins(input, ids, weights, experts) addend(shared) outs(output)
-    ```
-
-    The router scores the `E` experts with `router` ([hidden, E]) and picks
-    `top_k` of them (`gating`, `normalize`, `routed_scale` and the optional
-    selection `bias` as for `step.moe_router`); the shared expert is a
-    SwiGLU FFN of `shared_gate` and `shared_up` ([hidden, Fs] each) and
-    `shared_down` ([Fs, hidden]); the routed experts are `experts` as
-    `step.moe_experts` takes them (gate, up, down, or a fused gate_up and
-    down, each with E experts), and their weighted sum is added to the
-    shared expert's output. The ids, the weights and the shared expert's
-    vectors are not buffers of the step: a backend keeps them where it
-    likes, so one kernel may own the whole of it. Produced by
-    `kiln-fuse-moe-ffn`.
-
-    The operands are stored in the order input, router, shared gate,
-    shared up, shared down, the expert weights (2 or 3), the bias (when
-    there is one), output: operands 2, 3 and 4 are the shared expert's
-    mat-vec weights.
-
-    Example:
-    ```mlir
-    step.moe_ffn ins(%f : memref<256xf32>) router(%gate_inp : !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>) shared(%gate_sh, %up_sh, %down_sh : !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...>) experts(%gate, %up, %down : !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...>) bias(%exp_probs_b : !kiln.qweight<"blk.1.exp_probs_b.bias", "f32", [16]>) outs(%y : memref<256xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
-    ```
-  }];
-  let arguments = (ins In<Step_Buffer>:$input,
-                       In<Kiln_QWeightType, "router">:$router,
-                       In<Kiln_QWeightType, "weight">:$shared_gate,
-                       In<Kiln_QWeightType, "weight">:$shared_up,
-                       In<Kiln_QWeightType, "weight">:$shared_down,
-                       In<Variadic<Kiln_QWeightType>, "experts">:$experts,
-                       In<Optional<Kiln_QWeightType>, "bias">:$bias,
-                       I64Attr:$top_k, StrAttr:$gating, BoolAttr:$normalize,
-                       F32Attr:$routed_scale, Out<Step_Buffer>:$output);
-  let assemblyFormat = [{
-    `ins` `(` $input `:` type($input) `)`
-    `router` `(` $router `:` qualified(type($router)) `)`
-    `shared` `(` $shared_gate `,` $shared_up `,` $shared_down `:`
-    qualified(type($shared_gate)) `,` qualified(type($shared_up)) `,`
-    qualified(type($shared_down)) `)`
-    `experts` `(` $experts `:` qualified(type($experts)) `)`
-    (`bias` `(` $bias^ `:` qualified(type($bias)) `)`)?
-    `outs` `(` $output `:` type($output) `)` attr-dict
-  }];
-  let hasVerifier = 1;
-}
-
 //===----------------------------------------------------------------------===//
 // Collectives and decisions
 //===----------------------------------------------------------------------===//

@@ -45,16 +45,6 @@ StepTraffic stepTraffic(const Artifact &a, uint32_t rank, uint64_t context) {
         if (int32_t w = bindingOf(ins[i]); w >= 0)
           share[size_t(w)] =
               double(chosen) / double(a.weights[size_t(w)].dims.back());
-    } else if (op.kind == "moe_ffn") {
-      // The expert weights (3-D, from operand 5) as for moe_experts; the
-      // router's weight and bias and the shared expert's three are read
-      // whole.
-      const Attr *topK = op.attr("top_k");
-      for (size_t i = 5; topK && i < ins.size(); ++i)
-        if (int32_t w = bindingOf(ins[i]);
-            w >= 0 && a.weights[size_t(w)].dims.size() == 3)
-          share[size_t(w)] =
-              double(topK->intValue) / double(a.weights[size_t(w)].dims.back());
     } else if (op.kind == "embed") {
       if (int32_t w = bindingOf(ins[0]); w >= 0)
         share[size_t(w)] = 1.0 / double(a.weights[size_t(w)].dims.back());

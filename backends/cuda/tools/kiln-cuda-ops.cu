@@ -5,8 +5,7 @@
 //   "bench linear TYPE KxN: X us, Y GB/s" (weight bytes / time), then the
 //   other step ops ("bench op NAME X us")
 // kiln-cuda-ops --bench-moe       times the routed experts alone (L2-warm
-//   and from memory), then the MoE FFN in one kernel and as its ops'
-//   kernels
+//   and from memory)
 // kiln-cuda-ops --bench-dsa       times GLM-5's indexer at 16k positions
 //   alone, in a graph, then launches it 5 times more outside one (for
 //   Nsight Compute: `ncu -k regex:indexer kiln-cuda-ops --bench-dsa`)
@@ -1498,40 +1497,6 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
 // MoE
 //===----------------------------------------------------------------------===//
 
-/// Whether the router's choice on x (gate values `dequant`, rows of
-/// `hidden`) is separated: its order, computed in double, is not within
-/// rounding of a tie anywhere among the first topK + 1.
-bool routerSeparated(const std::vector<float> &x,
-                     const std::vector<float> &dequant,
-                     const std::vector<float> &bias, int64_t hidden,
-                     int64_t experts, int64_t topK, kc::Gating gating) {
-  std::vector<double> p(static_cast<size_t>(experts));
-  double maxLogit = -1e300, sum = 0;
-  for (int64_t e = 0; e < experts; ++e) {
-    double dot = 0;
-    for (int64_t j = 0; j < hidden; ++j)
-      dot += double(x[j]) * dequant[e * hidden + j];
-    p[e] = dot;
-    maxLogit = std::max(maxLogit, dot);
-  }
-  for (double &v : p) {
-    v = gating == kc::Gating::Sigmoid ? 1 / (1 + std::exp(-v))
-                                      : std::exp(v - maxLogit);
-    sum += v;
-  }
-  if (gating == kc::Gating::Softmax)
-    for (double &v : p)
-      v /= sum;
-  for (int64_t e = 0; e < experts && !bias.empty(); ++e)
-    p[e] += bias[e];
-  std::vector<double> sorted = p;
-  std::sort(sorted.begin(), sorted.end(), std::greater<double>());
-  bool usable = true;
-  for (int64_t k = 0; k < topK; ++k)
-    usable &= sorted[k] - sorted[k + 1] > 1e-4 * std::fabs(sorted[0]);
-  return usable;
-}
-
 void checkMoeRouter(Report &r, kiln::Rng &rng) {
   const int64_t hidden = 512;
   // GLM-5's 256 experts, and counts that are not a multiple of the
@@ -1578,8 +1543,32 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
     for (int attempt = 0; attempt < 20 && !usable; ++attempt) {
       x = normals(rng, hidden, 0.05);
       bias = c.bias ? normals(rng, experts, 0.05) : std::vector<float>();
-      usable = routerSeparated(x, dequant, bias, hidden, experts, topK,
-                               c.gating);
+      // The choice in double: its order must not be within rounding of a
+      // tie anywhere among the first topK + 1.
+      std::vector<double> p(static_cast<size_t>(experts));
+      double maxLogit = -1e300, sum = 0;
+      for (int64_t e = 0; e < experts; ++e) {
+        double dot = 0;
+        for (int64_t j = 0; j < hidden; ++j)
+          dot += double(x[j]) * dequant[e * hidden + j];
+        p[e] = dot;
+        maxLogit = std::max(maxLogit, dot);
+      }
+      for (double &v : p) {
+        v = c.gating == kc::Gating::Sigmoid ? 1 / (1 + std::exp(-v))
+                                            : std::exp(v - maxLogit);
+        sum += v;
+      }
+      if (c.gating == kc::Gating::Softmax)
+        for (double &v : p)
+          v /= sum;
+      for (int64_t e = 0; e < experts && c.bias; ++e)
+        p[e] += bias[e];
+      std::vector<double> sorted = p;
+      std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+      usable = true;
+      for (int64_t k = 0; k < topK; ++k)
+        usable &= sorted[k] - sorted[k + 1] > 1e-4 * std::fabs(sorted[0]);
     }
     const std::string what =
         fmtText("%s [512, %lld] %s%s%s top %lld", typeName(c.type).c_str(),
@@ -1685,172 +1674,6 @@ void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
            2 * sumTol(double(hidden) + double(experts)),
            "logit and softmax sums, 2e-6*sqrt(512+256)");
-  }
-}
-
-/// The MoE FFN in one kernel (launchMoeFfn) against the CPU running the
-/// ops it stands for: the router, the shared expert's gate and up, its
-/// swiglu and down, the routed experts, and the add of the two. The choice
-/// (block 0 writes it out) must equal the CPU's on separated draws; the
-/// output is compared with the tolerance of the sums it chains. A call on
-/// another input first, on the same scratch, then the checked call, then
-/// the same call again: the barrier word is reused, and the result has the
-/// same bits. A shape it does not take must be refused, not run.
-void checkMoeFfn(Report &r, kiln::Rng &rng) {
-  cpu::ThreadPool pool(4);
-  struct Case {
-    int64_t hidden, experts, topK, sharedFfn;
-    GGMLType gateType, downType;
-    bool fused, bias, aliasOut;
-    kc::Gating gating;
-    bool fits = true;
-  };
-  const int64_t ffn = 256;
-  for (const Case &c : {
-           // A GLM-5 tp=8 rank: the router [6144, 256] F32, top 8, sigmoid
-           // with the bias, normalised, scaled 2.5; the shared expert
-           // q8_0-split [6144, 256]; the experts Q4_K, Q5_K down.
-           Case{6144, 256, 8, 256, GGMLType::Q4_K, GGMLType::Q5_K, false,
-                true, false, kc::Gating::Sigmoid},
-           // A fused gate_up of Q5_K, a Q4_K down, softmax without a bias,
-           // out over x.
-           Case{1024, 64, 6, 256, GGMLType::Q5_K, GGMLType::Q4_K, true, false,
-                true, kc::Gating::Softmax},
-           // 17 blocks a row (teams of 5 warps, the last with one lane group
-           // at work); 300 experts (three router rows for some blocks).
-           Case{4352, 300, 8, 256, GGMLType::Q4_K, GGMLType::Q5_K, false, true,
-                false, kc::Gating::Sigmoid},
-           // A shared expert of 2,048 rows (tp=1) is more rows a block than
-           // the kernel holds: refused.
-           Case{1024, 64, 8, 2048, GGMLType::Q4_K, GGMLType::Q5_K, false, true,
-                false, kc::Gating::Sigmoid, false}}) {
-    const int64_t H = c.hidden, E = c.experts, k = c.topK, Fs = c.sharedFfn;
-    const std::string what = fmtText(
-        "H%lld E%lld k%lld Fs%lld %s%s/%s%s%s", (long long)H, (long long)E,
-        (long long)k, (long long)Fs, c.fused ? "gate_up " : "",
-        typeName(c.gateType).c_str(), typeName(c.downType).c_str(),
-        c.gating == kc::Gating::Sigmoid ? " sigmoid" : " softmax",
-        c.aliasOut ? ", out over x" : "");
-    Weight router = randomWeight(GGMLType::F32, {H, E}, rng.next());
-    Weight sg = randomWeight(GGMLType::Q8_0, {H, Fs}, rng.next());
-    Weight su = randomWeight(GGMLType::Q8_0, {H, Fs}, rng.next());
-    Weight sd = randomWeight(GGMLType::Q8_0, {Fs, H}, rng.next());
-    Weight gate = randomWeight(c.gateType, {H, c.fused ? 2 * ffn : ffn, E},
-                               rng.next());
-    std::optional<Weight> up;
-    if (!c.fused)
-      up.emplace(randomWeight(c.gateType, {H, ffn, E}, rng.next()));
-    Weight down = randomWeight(c.downType, {ffn, H, E}, rng.next());
-    std::optional<SplitWeight> sgHeld, suHeld, sdHeld;
-    kc::MoeFfnWeights w;
-    w.router = router.dev();
-    w.sharedGate = deviceWeight(sg, true, sgHeld);
-    w.sharedUp = deviceWeight(su, true, suHeld);
-    w.sharedDown = deviceWeight(sd, true, sdHeld);
-    w.gate = gate.dev();
-    const kc::DeviceWeight upDev = up ? up->dev() : kc::DeviceWeight{};
-    w.up = up ? &upDev : nullptr;
-    w.down = down.dev();
-    const kc::MoeRouting routing{k, c.gating, true, 2.5f};
-    DeviceArray<float> scratch(
-        size_t(kc::moeFfnScratchFloats(E, Fs, k, ffn)));
-    if (!c.fits) {
-      DeviceArray<float> dx(static_cast<size_t>(H)), dout(static_cast<size_t>(H));
-      Fault fault;
-      r.line("moe_ffn", what + " refused",
-             double(kc::moeFfnFits(w, routing)) +
-                 double(kc::launchMoeFfn(dx.get(), w, routing, scratch.get(),
-                                         dout.get(), nullptr, nullptr,
-                                         fault.sink(), nullptr) !=
-                        cudaErrorNotSupported),
-             0, "too many shared rows a block");
-      continue;
-    }
-    if (!kc::moeFfnFits(w, routing)) {
-      r.line("moe_ffn", what + " (refused)", 1, 0, "a shape it takes");
-      continue;
-    }
-    std::vector<float> routerValues(size_t(H * E));
-    if (!r.reference("moe_ffn",
-                     cpu::dequant(router.view("router"), routerValues.data())))
-      continue;
-    std::vector<float> x, bias;
-    bool usable = false;
-    for (int attempt = 0; attempt < 20 && !usable; ++attempt) {
-      x = normals(rng, size_t(H), 0.05);
-      bias = c.bias ? normals(rng, size_t(E), 0.05) : std::vector<float>();
-      usable = routerSeparated(x, routerValues, bias, H, E, k, c.gating);
-    }
-    if (!usable) {
-      r.line("moe_ffn", what + " (no separated draw)", 1, 0, "test input");
-      continue;
-    }
-    // The CPU: the ops moe_ffn stands for, in order.
-    std::vector<int32_t> wantIds(static_cast<size_t>(k));
-    std::vector<float> wantW(static_cast<size_t>(k)), g(static_cast<size_t>(Fs)), u(static_cast<size_t>(Fs)),
-        act(static_cast<size_t>(Fs)), shared(static_cast<size_t>(H)), want(static_cast<size_t>(H));
-    cpu::WeightView gv = gate.view("gate"), dv = down.view("down");
-    std::optional<cpu::WeightView> uv;
-    std::vector<const cpu::WeightView *> ws = {&gv};
-    if (up) {
-      uv = up->view("up");
-      ws.push_back(&*uv);
-    }
-    ws.push_back(&dv);
-    if (!r.reference(
-            "moe_ffn",
-            cpu::moeRouter(x.data(), H, router.view("router"),
-                           c.bias ? bias.data() : nullptr, k,
-                           c.gating == kc::Gating::Sigmoid
-                               ? cpu::Gating::Sigmoid
-                               : cpu::Gating::Softmax,
-                           routing.normalize, routing.routedScale,
-                           wantIds.data(), wantW.data())) ||
-        !r.reference("moe_ffn", cpu::linear(x.data(), 1, sg.view("shared gate"),
-                                            g.data(), pool)) ||
-        !r.reference("moe_ffn", cpu::linear(x.data(), 1, su.view("shared up"),
-                                            u.data(), pool)))
-      continue;
-    cpu::swiglu(g.data(), u.data(), Fs, act.data());
-    if (!r.reference("moe_ffn", cpu::linear(act.data(), 1,
-                                            sd.view("shared down"),
-                                            shared.data(), pool)) ||
-        !r.reference("moe_ffn",
-                     cpu::moeExperts(x.data(), H, wantIds.data(), wantW.data(),
-                                     k, ws, want.data(), pool)))
-      continue;
-    for (int64_t i = 0; i < H; ++i)
-      want[size_t(i)] += shared[size_t(i)];
-
-    DeviceArray<float> dx(x), other(normals(rng, size_t(H), 0.05)),
-        dout(static_cast<size_t>(H)), dw(static_cast<size_t>(k)), dbias(c.bias ? bias : std::vector<float>(1));
-    DeviceArray<int32_t> dids(static_cast<size_t>(k));
-    w.bias = c.bias ? dbias.get() : nullptr;
-    Fault fault;
-    auto call = [&](const float *in, float *out) {
-      run(kc::launchMoeFfn(in, w, routing, scratch.get(), out, dids.get(),
-                           dw.get(), fault.sink(), nullptr));
-    };
-    DeviceArray<float> first(static_cast<size_t>(H));
-    call(other.get(), first.get());
-    float *out = c.aliasOut ? dx.get() : dout.get();
-    call(dx.get(), out);
-    const std::vector<float> got = c.aliasOut ? dx.download() : dout.download();
-    r.line("moe_ffn", what + " ids", mismatches(dids.download(), wantIds), 0,
-           "exact, separated scores");
-    r.line("moe_ffn", what + " weights", relError(dw.download(), wantW),
-           2 * sumTol(double(H + E)), "logit and gating sums, 2e-6*sqrt(H+E)");
-    r.line("moe_ffn", what, relError(got, want),
-           2 * (sumTol(double(H)) + sumTol(double(ffn)) + sumTol(double(Fs)) +
-                sumTol(double(H + E))),
-           "router, shared, routed sums: 2e-6*(sqrt H+sqrt F+sqrt Fs+sqrt(H+E))");
-    if (!c.aliasOut) {
-      call(dx.get(), dout.get());
-      r.line("moe_ffn", what + " again", mismatches(dout.download(), got), 0,
-             "bit-exact: the same sums in the same order");
-    }
-    r.line("moe_ffn", what + " no fault", double(fault.read().code != 0), 0,
-           "no grid wait timed out");
   }
 }
 
@@ -2293,110 +2116,6 @@ void benchMoe() {
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
-/// The MoE FFN of a GLM-5 tp=8 rank in one kernel (launchMoeFfn: the
-/// router, the shared expert and 8 of 256 routed experts), timed in a graph
-/// on one input (its chosen experts' rows stay in the L2) and on 32 inputs
-/// in turn (different experts each launch, mostly from memory); beside it,
-/// the kernels of the ops it stands for, launched one after another (in a
-/// step the router and the shared expert run on parallel branches).
-void benchMoeFfn() {
-  cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  kiln::Rng rng(19);
-  Fault fault;
-  const int64_t experts = 256, ffn = 256, hidden = 6144, k = 8, sharedFfn = 256,
-                inputs = 32;
-  const uint64_t upBytes =
-      *kiln::rowBytes(GGMLType::Q4_K, hidden) * ffn * experts;
-  const uint64_t downBytes =
-      *kiln::rowBytes(GGMLType::Q5_K, ffn) * hidden * experts;
-  const uint64_t routerBytes = uint64_t(hidden) * experts * 4;
-  DeviceArray<uint8_t> gw(upBytes), uw(upBytes), dw(downBytes),
-      rw(routerBytes);
-  for (auto [p, t, b] : {std::tuple{gw.get(), GGMLType::Q4_K, upBytes},
-                         std::tuple{uw.get(), GGMLType::Q4_K, upBytes},
-                         std::tuple{dw.get(), GGMLType::Q5_K, downBytes},
-                         std::tuple{rw.get(), GGMLType::F32, routerBytes}})
-    CHECK_CUDA(kc::launchFillRandomBlocks(t, p, b, 5, stream));
-  // The shared expert: gate and up as one q8_0-split matrix of 512 rows
-  // (as the step places them), down [256, 6144].
-  Weight sgu = randomWeight(GGMLType::Q8_0, {hidden, 2 * sharedFfn}, 21);
-  Weight sd = randomWeight(GGMLType::Q8_0, {sharedFfn, hidden}, 22);
-  std::optional<SplitWeight> sguHeld, sdHeld;
-  const kc::DeviceWeight sguDev = deviceWeight(sgu, true, sguHeld);
-  kc::MoeFfnWeights w;
-  w.router = {GGMLType::F32, experts, hidden, rw.get()};
-  w.sharedGate = sguDev;
-  w.sharedGate.rows = sharedFfn;
-  w.sharedUp = sguDev;
-  w.sharedUp.rows = sharedFfn;
-  w.sharedUp.data += sharedFfn * hidden;
-  w.sharedUp.scales += sharedFfn * hidden / 32 * 2;
-  w.sharedDown = deviceWeight(sd, true, sdHeld);
-  w.gate = {GGMLType::Q4_K, ffn * experts, hidden, gw.get()};
-  const kc::DeviceWeight ud{GGMLType::Q4_K, ffn * experts, hidden, uw.get()};
-  w.up = &ud;
-  w.down = {GGMLType::Q5_K, hidden * experts, ffn, dw.get()};
-  const kc::MoeRouting routing{k, kc::Gating::Sigmoid, true, 2.5f};
-  DeviceArray<float> x(normals(rng, size_t(hidden * inputs), 1.0)),
-      bias(normals(rng, experts, 0.1)), out(hidden),
-      scratch(size_t(kc::moeFfnScratchFloats(experts, sharedFfn, k, ffn))),
-      routerScratch(size_t(kc::routerScratchFloats(experts))), rwts(k),
-      gu(2 * sharedFfn), shared(hidden), act(k * ffn);
-  DeviceArray<int32_t> ids(k);
-  w.bias = bias.get();
-  if (!kc::moeFfnFits(w, routing)) {
-    std::printf("bench op moe_ffn: the one kernel does not take GLM-5's "
-                "shapes on this GPU\n");
-    CHECK_CUDA(cudaStreamDestroy(stream));
-    return;
-  }
-  const double bytes = double(routerBytes) + double(sgu.host.size()) +
-                       double(sd.host.size()) +
-                       double(k) * (2.0 * double(upBytes) + double(downBytes)) /
-                           double(experts);
-  int64_t call = 0;
-  for (bool rotate : {false, true}) {
-    const double us = timeInGraph(stream, [&](cudaStream_t s) {
-      const float *in = x.get() + (rotate ? call++ % inputs : 0) * hidden;
-      return kc::launchMoeFfn(in, w, routing, scratch.get(), out.get(),
-                              nullptr, nullptr, fault.sink(), s);
-    });
-    std::printf("bench op %-40s %9.2f us, %.1f GB/s (%s)\n",
-                "moe_ffn one kernel, GLM-5 tp=8", us, bytes / (us * 1e3),
-                rotate ? "32 inputs in turn: other experts each launch"
-                       : "one input: L2-warm");
-  }
-  for (bool rotate : {false, true}) {
-    const double us = timeInGraph(stream, [&](cudaStream_t s) {
-      const float *in = x.get() + (rotate ? call++ % inputs : 0) * hidden;
-      if (cudaError_t e = kc::launchMoeRouter(
-              in, w.router, bias.get(), k, routing.gating, routing.normalize,
-              routing.routedScale, routerScratch.get(), ids.get(), rwts.get(),
-              s);
-          e != cudaSuccess)
-        return e;
-      if (cudaError_t e = kc::launchLinear(in, 1, sguDev, 2 * sharedFfn, false,
-                                           gu.get(), s);
-          e != cudaSuccess)
-        return e;
-      if (cudaError_t e =
-              kc::launchSwigluLinear(gu.get(), gu.get() + sharedFfn,
-                                     w.sharedDown, nullptr, shared.get(), s);
-          e != cudaSuccess)
-        return e;
-      return kc::launchMoeExperts(in, hidden, ffn, experts, ids.get(),
-                                  rwts.get(), k, w.gate, &ud, w.down,
-                                  act.get(), shared.get(), out.get(),
-                                  fault.sink(), s);
-    });
-    std::printf("bench op %-40s %9.2f us (%s)\n",
-                "moe_ffn as its ops' kernels in a row", us,
-                rotate ? "32 inputs in turn" : "one input: L2-warm");
-  }
-  CHECK_CUDA(cudaStreamDestroy(stream));
-}
-
 /// GLM-5's indexer at a tp=8 rank (32 heads of 128, the query's rope, as
 /// the step runs it) at 16k positions: the top 2,048 of 16,384, in a
 /// graph, then `eager` launches outside one, each waited for (what a kernel
@@ -2604,7 +2323,6 @@ void benchOps() {
       }));
   CHECK_CUDA(cudaStreamDestroy(stream));
   benchMoe();
-  benchMoeFfn();
 }
 
 /// The one-shot all-reduce (launchAllReducePeers) against the CPU
@@ -2961,7 +2679,6 @@ int main(int argc, char **argv) {
 
   if (benchMoeOnly) {
     benchMoe();
-    benchMoeFfn();
     return 0;
   }
   if (benchDsaOnly) {
@@ -2993,7 +2710,6 @@ int main(int argc, char **argv) {
   checkMoeRouter(report, rng);
   checkMoeRouterTies(report, rng);
   checkMoeExperts(report, rng);
-  checkMoeFfn(report, rng);
   checkArgmax(report, rng);
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);

@@ -84,11 +84,6 @@ static cl::opt<bool>
     noFuse(cl::cat(kilnOptions), "no-fuse", cl::init(false),
            cl::desc("Do not fuse projections that share an input (for "
                     "comparisons; the default fuses)"));
-static cl::opt<bool> noFuseMoeFfn(
-    cl::cat(kilnOptions), "no-fuse-moe-ffn", cl::init(false), cl::Hidden,
-    cl::desc("Keep each MoE layer's router, shared expert and experts as "
-             "separate ops while fusing the rest (for comparing that one "
-             "fusion)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
@@ -242,8 +237,7 @@ int main(int argc, char **argv) {
     else
       step = (*module)->clone();
     mlir::PassManager pm(&context);
-    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance,
-                                  !noFuseMoeFfn);
+    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";

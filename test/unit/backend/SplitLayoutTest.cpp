@@ -4,8 +4,7 @@
 // SplitLayout.h) is a permutation of the file's bytes: its planes cover
 // every byte of a block once, and unpacking random blocks gives them back.
 // The device repack is compared with the file's blocks by kiln-cuda-ops on
-// a GPU; this checks the tables and the reference it relies on, and the
-// rule that says which op operands are read in a split layout. The random
+// a GPU; this checks the tables and the reference it relies on. The random
 // case prints its seed.
 //
 //===----------------------------------------------------------------------===//
@@ -131,27 +130,6 @@ TEST(SplitLayout, RandomBlocksRoundTrip) {
       EXPECT_EQ(mismatches, 0u) << rows << " rows of " << perRow << " blocks";
     }
   }
-}
-
-// Which operands of which ops are mat-vec weights, the rule the compiler
-// assigns split layouts by and the plugin checks them by.
-TEST(SplitLayout, MatVecWeightsByOperand) {
-  EXPECT_FALSE(readsWeightAsMatVec("linear", 0));
-  EXPECT_TRUE(readsWeightAsMatVec("linear", 1));
-  EXPECT_TRUE(readsWeightAsMatVec("fused_linear", 3));
-  EXPECT_FALSE(readsWeightAsMatVec("rms_norm_linear", 1));
-  EXPECT_TRUE(readsWeightAsMatVec("rms_norm_linear", 2));
-  EXPECT_TRUE(readsWeightAsMatVec("swiglu_linear", 2));
-  EXPECT_TRUE(readsWeightAsMatVec("mla_attention", 6));
-  // moe_ffn: the shared expert's gate, up and down (2, 3, 4), not the
-  // router (1), the experts (5 on) or the bias (last).
-  const std::vector<bool> moeFfn = {false, false, true,  true, true,
-                                    false, false, false, false};
-  for (size_t i = 0; i < moeFfn.size(); ++i)
-    EXPECT_EQ(readsWeightAsMatVec("moe_ffn", i), moeFfn[i]) << "operand " << i;
-  EXPECT_FALSE(readsWeightAsMatVec("moe_experts", 3));
-  EXPECT_FALSE(readsWeightAsMatVec("moe_router", 1));
-  EXPECT_FALSE(readsWeightAsMatVec("embed", 0));
 }
 
 } // namespace

@@ -1,8 +1,8 @@
 //===- StepOpsTest.cpp - Decoding a step's ops once for every backend -----===//
 //
-// The decoder's checks of the ops the fusion passes add: swiglu_linear,
-// moe_ffn, and a projection's live_from. An artifact is assembled by hand, so
-// each bad field stands alone.
+// The decoder's checks of the ops the fusion passes add: swiglu_linear, and
+// a projection's live_from. An artifact is assembled by hand, so each bad
+// field stands alone.
 //
 //===----------------------------------------------------------------------===//
 #include "common/StepOps.h"
@@ -145,94 +145,6 @@ TEST(StepOps, LiveFromRefusesBadPositions) {
   ASSERT_FALSE(negative);
   EXPECT_NE(negative.error().message().find("out of range"), std::string::npos)
       << negative.error().message();
-}
-
-ka::WeightBinding f32(std::string tensor, std::vector<int64_t> dims) {
-  ka::WeightBinding w = q8(std::move(tensor), std::move(dims));
-  w.type = GGMLType::F32;
-  return w;
-}
-
-ka::Attr intAttr(std::string name, int64_t v) {
-  ka::Attr a;
-  a.name = std::move(name);
-  a.intValue = v;
-  return a;
-}
-
-/// A moe_ffn of hidden 64, 4 experts (2 chosen) of ffn 32, a shared expert
-/// of `sharedFfn` (its down [downRows, 64]), separate or fused expert gate
-/// and up, with or without the router's bias.
-ka::Artifact moeFfn(bool fusedGateUp, bool bias, int64_t sharedFfn = 32,
-                    int64_t downRows = 32, int64_t experts = 4) {
-  std::vector<ka::WeightBinding> w = {f32("router.weight", {64, 4}),
-                                      q8("gate_shexp.weight", {64, sharedFfn}),
-                                      q8("up_shexp.weight", {64, sharedFfn}),
-                                      q8("down_shexp.weight", {downRows, 64})};
-  if (fusedGateUp) {
-    w.push_back(q8("gate_up_exps.weight", {64, 64, experts}));
-  } else {
-    w.push_back(q8("gate_exps.weight", {64, 32, experts}));
-    w.push_back(q8("up_exps.weight", {64, 32, experts}));
-  }
-  w.push_back(q8("down_exps.weight", {32, 64, experts}));
-  if (bias)
-    w.push_back(f32("exp_probs_b.bias", {4}));
-  std::vector<ka::Buffer> buffers = {arena("x", {64})};
-  std::vector<int32_t> operands = {0};
-  for (size_t i = 0; i < w.size(); ++i) {
-    buffers.push_back(weightBuffer(w[i].tensor, int32_t(i)));
-    operands.push_back(int32_t(i + 1));
-  }
-  buffers.push_back(arena("y", {64}));
-  operands.push_back(int32_t(buffers.size() - 1));
-  ka::Attr gating;
-  gating.name = "gating";
-  gating.kind = ka::AttrKind::String;
-  gating.stringValue = "sigmoid";
-  ka::Attr scale;
-  scale.name = "routed_scale";
-  scale.kind = ka::AttrKind::Float;
-  scale.floatValue = 2.5;
-  return withOp(
-      std::move(w), std::move(buffers),
-      opOf("moe_ffn", std::move(operands),
-           {intAttr("top_k", 2), gating, intAttr("normalize", 1), scale}));
-}
-
-TEST(StepOps, MoeFfnDecodes) {
-  for (bool fusedGateUp : {false, true})
-    for (bool bias : {false, true}) {
-      Expected<StepOp> d = decodeOnly(moeFfn(fusedGateUp, bias));
-      ASSERT_TRUE(d) << d.error().message();
-      EXPECT_EQ(d->kind, OpKind::MoeFfn);
-      EXPECT_EQ(d->n, 64);
-      EXPECT_EQ(d->k, 64);
-      EXPECT_EQ(d->experts, 4);
-      EXPECT_EQ(d->topK, 2);
-      EXPECT_EQ(d->ffn, 32);
-      EXPECT_EQ(d->sharedFfn, 32);
-      EXPECT_EQ(d->hasBias, bias);
-      EXPECT_EQ(d->fusedGateUp, fusedGateUp);
-      EXPECT_FALSE(d->softmax);
-      EXPECT_TRUE(d->normalize);
-      EXPECT_EQ(d->routedScale, 2.5);
-    }
-}
-
-TEST(StepOps, MoeFfnRefusesMismatchedShapes) {
-  Expected<StepOp> down = decodeOnly(moeFfn(false, true, 32, 64));
-  ASSERT_FALSE(down);
-  EXPECT_NE(down.error().message().find("shared down 'down_shexp.weight' is "
-                                        "not [32, 64]"),
-            std::string::npos)
-      << down.error().message();
-  Expected<StepOp> experts = decodeOnly(moeFfn(true, false, 32, 32, 8));
-  ASSERT_FALSE(experts);
-  EXPECT_NE(experts.error().message().find("the router scores 4 experts, the "
-                                           "expert weights hold 8"),
-            std::string::npos)
-      << experts.error().message();
 }
 
 } // namespace

@@ -99,25 +99,3 @@ func.func @every_op() attributes {step.plan = #step.plan<arena_bytes = 65536, pe
   step.argmax ins(%logits : memref<1024xf32>) outs(%next : memref<i32>)
   return
 }
-
-// The FFN half of an MoE layer as one op: with separate expert gate and up
-// weights and a selection bias, and with a fused gate_up and no bias.
-// CHECK-LABEL: func.func @moe_ffn()
-func.func @moe_ffn() {
-  %x = step.input "x" : memref<256xf32>
-  %y = step.output "y" : memref<256xf32>
-  %router = step.weight : !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>
-  %bias = step.weight : !kiln.qweight<"blk.1.exp_probs_b.bias", "f32", [16]>
-  %gs = step.weight : !kiln.qweight<"blk.1.ffn_gate_shexp.weight", "q8_0", [256, 64]>
-  %us = step.weight : !kiln.qweight<"blk.1.ffn_up_shexp.weight", "q8_0", [256, 64]>
-  %ds = step.weight : !kiln.qweight<"blk.1.ffn_down_shexp.weight", "q8_0", [64, 256]>
-  %g = step.weight : !kiln.qweight<"blk.1.ffn_gate_exps.weight", "q4_k", [256, 32, 16]>
-  %u = step.weight : !kiln.qweight<"blk.1.ffn_up_exps.weight", "q4_k", [256, 32, 16]>
-  %d = step.weight : !kiln.qweight<"blk.1.ffn_down_exps.weight", "q8_0", [32, 256, 16]>
-  %gu = step.weight : !kiln.qweight<"blk.1.ffn_gate_up_exps.weight", "q4_k", [256, 64, 16]>
-  // CHECK: step.moe_ffn ins(%x : memref<256xf32>) router(%blk.1.ffn_gate_inp : !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>) shared(%blk.1.ffn_gate_shexp, %blk.1.ffn_up_shexp, %blk.1.ffn_down_shexp : !kiln.qweight<"blk.1.ffn_gate_shexp.weight", "q8_0", [256, 64]>, !kiln.qweight<"blk.1.ffn_up_shexp.weight", "q8_0", [256, 64]>, !kiln.qweight<"blk.1.ffn_down_shexp.weight", "q8_0", [64, 256]>) experts(%blk.1.ffn_gate_exps, %blk.1.ffn_up_exps, %blk.1.ffn_down_exps : {{.+}}) bias(%blk.1.exp_probs_b.bias : !kiln.qweight<"blk.1.exp_probs_b.bias", "f32", [16]>) outs(%y : memref<256xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.500000e+00 : f32, top_k = 4 : i64}
-  step.moe_ffn ins(%x : memref<256xf32>) router(%router : !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>) shared(%gs, %us, %ds : !kiln.qweight<"blk.1.ffn_gate_shexp.weight", "q8_0", [256, 64]>, !kiln.qweight<"blk.1.ffn_up_shexp.weight", "q8_0", [256, 64]>, !kiln.qweight<"blk.1.ffn_down_shexp.weight", "q8_0", [64, 256]>) experts(%g, %u, %d : !kiln.qweight<"blk.1.ffn_gate_exps.weight", "q4_k", [256, 32, 16]>, !kiln.qweight<"blk.1.ffn_up_exps.weight", "q4_k", [256, 32, 16]>, !kiln.qweight<"blk.1.ffn_down_exps.weight", "q8_0", [32, 256, 16]>) bias(%bias : !kiln.qweight<"blk.1.exp_probs_b.bias", "f32", [16]>) outs(%y : memref<256xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
-  // CHECK: step.moe_ffn ins(%x : memref<256xf32>) router(%blk.1.ffn_gate_inp : {{.+}}) shared(%blk.1.ffn_gate_shexp, %blk.1.ffn_up_shexp, %blk.1.ffn_down_shexp : {{.+}}) experts(%blk.1.ffn_gate_up_exps, %blk.1.ffn_down_exps : !kiln.qweight<"blk.1.ffn_gate_up_exps.weight", "q4_k", [256, 64, 16]>, !kiln.qweight<"blk.1.ffn_down_exps.weight", "q8_0", [32, 256, 16]>) outs(%y : memref<256xf32>) {gating = "softmax", normalize = false, routed_scale = 1.000000e+00 : f32, top_k = 2 : i64}
-  step.moe_ffn ins(%x : memref<256xf32>) router(%router : !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>) shared(%gs, %us, %ds : !kiln.qweight<"blk.1.ffn_gate_shexp.weight", "q8_0", [256, 64]>, !kiln.qweight<"blk.1.ffn_up_shexp.weight", "q8_0", [256, 64]>, !kiln.qweight<"blk.1.ffn_down_shexp.weight", "q8_0", [64, 256]>) experts(%gu, %d : !kiln.qweight<"blk.1.ffn_gate_up_exps.weight", "q4_k", [256, 64, 16]>, !kiln.qweight<"blk.1.ffn_down_exps.weight", "q8_0", [32, 256, 16]>) outs(%y : memref<256xf32>) {gating = "softmax", normalize = false, routed_scale = 1.0 : f32, top_k = 2 : i64}
-  return
-}
