@@ -26,6 +26,7 @@
 #include "GenericQuant.cuh"
 #include "Launch.cuh"
 #include "MatVec.h"
+#include "QuantDot.cuh"
 #include "SplitLayout.h"
 #include "Warp.cuh"
 
@@ -1584,17 +1585,20 @@ __device__ inline void loadCacheRows(const DeviceCache &c, int64_t first,
 }
 
 /// loadCacheRows' values as floats into dst (16-byte aligned); f16 as
-/// halfBitsToFloat (readCache's rule).
+/// halfBitsToFloat (readCache's rule). With a pitch, the values are rows of
+/// `dim` (a multiple of 8) and row i goes to dst + i * pitch.
 __device__ inline void storeCacheRows(CacheType type, int count,
-                                      const StagedRows &r, float *dst) {
+                                      const StagedRows &r, float *dst,
+                                      int dim = 0, int pitch = 0) {
   const int lane = threadIdx.x % kWarp, per = valuesPerLoad(type);
 #pragma unroll
   for (int i = 0; i < kStageLoads; ++i) {
     const int g = lane + i * kWarp;
     if (g >= count / per)
       continue;
+    const int at = pitch > 0 ? per * g / dim * pitch + per * g % dim : per * g;
     if (type == CacheType::F32) {
-      reinterpret_cast<uint4 *>(dst)[g] = r.v[i];
+      *reinterpret_cast<uint4 *>(dst + at) = r.v[i];
       continue;
     }
     const uint32_t w[4] = {r.v[i].x, r.v[i].y, r.v[i].z, r.v[i].w};
@@ -1607,10 +1611,63 @@ __device__ inline void storeCacheRows(CacheType type, int count,
       out[2 * k + 1] = type == CacheType::F16 ? halfBitsToFloat(uint16_t(hi))
                                               : __uint_as_float(hi << 16);
     }
-    float4 *d = reinterpret_cast<float4 *>(dst + 8 * int64_t(g));
+    float4 *d = reinterpret_cast<float4 *>(dst + at);
     d[0] = make_float4(out[0], out[1], out[2], out[3]);
     d[1] = make_float4(out[4], out[5], out[6], out[7]);
   }
+}
+
+/// Stages the indexer's query for the score kernels that read it from
+/// shared memory: q as heads rows of `pitch` floats (rotated in place by
+/// the step's rope) and the head weights. The whole block calls it; its
+/// last barrier publishes them.
+__device__ void stageIndexerQuery(const IndexerArgs &a, int32_t position,
+                                  float *q, float *w, int pitch) {
+  const int heads = int(a.heads), dim = int(a.dim);
+  // The rotation's angles (double sines and cosines) while q arrives.
+  __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
+  const bool table =
+      a.ropeDims > 0 && queryRopeTable(a, position, cosines, sines);
+  // q by 16-byte loads, four a thread in flight together.
+  {
+    const int quads = heads * dim / 4, rowQuads = dim / 4;
+    const float4 *q4 = reinterpret_cast<const float4 *>(a.q);
+    for (int i0 = 0; i0 < quads; i0 += 4 * int(blockDim.x)) {
+      float4 v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = i0 + int(threadIdx.x) + k * int(blockDim.x);
+        if (i < quads)
+          v[k] = q4[i];
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = i0 + int(threadIdx.x) + k * int(blockDim.x);
+        if (i < quads)
+          *reinterpret_cast<float4 *>(q + (i / rowQuads) * pitch +
+                                      4 * (i % rowQuads)) = v[k];
+      }
+    }
+  }
+  if (a.ropeDims > 0) {
+    // The staged rows rotated in place, one thread a pair.
+    __syncthreads(); // q and the angles are staged
+    const int pairs = int(a.ropeDims / 2);
+    for (int idx = threadIdx.x; idx < heads * pairs; idx += blockDim.x) {
+      const int h = idx / pairs, i = idx % pairs;
+      int64_t first, second;
+      ropePair(a.ropeStyle, a.ropeOffset, a.ropeDims, i, first, second);
+      float c, sn;
+      queryRopeAngle(a, i, position, table, cosines, sines, c, sn);
+      float *row = q + h * pitch;
+      const float x0 = row[first], x1 = row[second];
+      row[first] = x0 * c - x1 * sn;
+      row[second] = x0 * sn + x1 * c;
+    }
+  }
+  for (int h = threadIdx.x; h < heads; h += blockDim.x)
+    w[h] = a.headWeights[h];
+  __syncthreads();
 }
 
 /// The same scores with the heads across the lanes: a block stages q (rows
@@ -1662,50 +1719,7 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   int64_t t0 = (int64_t(blockIdx.x) * warps + warp) * P;
   if (t0 < attended)
     loadCacheRows(a.cache, t0 * dim, rowsOf(t0) * dim, next);
-  // The rotation's angles (double sines and cosines) while q arrives.
-  __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
-  const bool table =
-      a.ropeDims > 0 && queryRopeTable(a, position, cosines, sines);
-  // q by 16-byte loads, four a thread in flight together.
-  {
-    const int quads = heads * dim / 4, rowQuads = dim / 4;
-    const float4 *q4 = reinterpret_cast<const float4 *>(a.q);
-    for (int i0 = 0; i0 < quads; i0 += 4 * int(blockDim.x)) {
-      float4 v[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int i = i0 + int(threadIdx.x) + k * int(blockDim.x);
-        if (i < quads)
-          v[k] = q4[i];
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int i = i0 + int(threadIdx.x) + k * int(blockDim.x);
-        if (i < quads)
-          *reinterpret_cast<float4 *>(q + (i / rowQuads) * pitch +
-                                      4 * (i % rowQuads)) = v[k];
-      }
-    }
-  }
-  if (a.ropeDims > 0) {
-    // The staged rows rotated in place, one thread a pair.
-    __syncthreads(); // q and the angles are staged
-    const int pairs = int(a.ropeDims / 2);
-    for (int idx = threadIdx.x; idx < heads * pairs; idx += blockDim.x) {
-      const int h = idx / pairs, i = idx % pairs;
-      int64_t first, second;
-      ropePair(a.ropeStyle, a.ropeOffset, a.ropeDims, i, first, second);
-      float c, sn;
-      queryRopeAngle(a, i, position, table, cosines, sines, c, sn);
-      float *row = q + h * pitch;
-      const float x0 = row[first], x1 = row[second];
-      row[first] = x0 * c - x1 * sn;
-      row[second] = x0 * sn + x1 * c;
-    }
-  }
-  for (int h = threadIdx.x; h < heads; h += blockDim.x)
-    w[h] = a.headWeights[h];
-  __syncthreads();
+  stageIndexerQuery(a, position, q, w, pitch);
   for (; t0 < attended; t0 += stride) {
     const int n = rowsOf(t0);
     storeCacheRows(a.cache.type, n * dim, next, keys);
@@ -1748,6 +1762,119 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
       for (int p = 0; p < P; ++p)
         if (p == lane)
           a.scores[t0 + p] = a.scale * sum[p];
+    __syncwarp(); // the key rows are rewritten next
+  }
+}
+
+/// Lanes of a group, heads a lane and positions a group of
+/// indexerScoresByGroupKernel: 4 groups of 8 lanes, 4 heads a lane (32
+/// heads: GLM-5's), 2 positions a group, so 8 positions a warp at a time.
+constexpr int kGroupLanes = 8, kGroupHeads = 4, kGroupPositions = 2;
+constexpr int kGroups = kWarp / kGroupLanes;
+constexpr int kGroupRows = kGroups * kGroupPositions;
+
+/// indexerScoresByHeadKernel with each shared-memory read serving more
+/// products: lane l of group g = l / 8 takes heads h = l % 8 + 8 s (s < 4)
+/// and the group's rows g and g + 4 of the warp's 8 staged key rows (rows
+/// padded by four floats, so that the groups' reads of four consecutive
+/// rows, like the lanes' reads of eight q rows 8 apart, hit distinct
+/// banks). A step of four dims is four q reads and two key reads for 32
+/// fused multiply-adds (the kernel by head: five reads for 16, and those
+/// reads its bound). Each lane adds w[h] * relu(dot) over its heads in s
+/// order, then the group's 8 lanes by butterflies: the scores differ from
+/// the by-head kernel's by the order of the head sums (rounding). For heads
+/// == 32, dim % 8 == 0, a warp's 8 rows in kStageLoads loads a lane (f16 /
+/// bf16 rows of up to 128 values), q and the cache 16-byte aligned. Dynamic
+/// shared memory: (heads + warps * 8) * (dim + 4) + heads floats.
+__global__ void indexerScoresByGroupKernel(IndexerArgs a) {
+  stepKernelPrologue();
+  extern __shared__ __align__(16) float staged[];
+  const int32_t position = *a.position;
+  if (position < 0 || position >= a.cache.positions) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      recordFault(a.fault, FaultCode::PositionOutOfRange, position,
+                  a.cache.positions);
+    return;
+  }
+  if (int64_t(position) + 1 <= a.topK) // every position selected, as above
+    return;
+  const int dim = int(a.dim), pitch = dim + 4;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  const int group = lane / kGroupLanes, hq = lane % kGroupLanes;
+  float *q = staged, *w = staged + kWarp * pitch;
+  float *keys = w + kWarp + warp * kGroupRows * pitch;
+  const int64_t attended = int64_t(position) + 1;
+  const int64_t stride = int64_t(gridDim.x) * warps * kGroupRows;
+  auto rowsOf = [&](int64_t t) {
+    return int(attended - t < kGroupRows ? attended - t : kGroupRows);
+  };
+  // The warp's rows (kStageLoads loads a lane at most): the first group's
+  // before q is staged, each next group's while this one's are scored.
+  StagedRows next;
+  auto load = [&](int64_t t) {
+    loadCacheRows(a.cache, t * dim, rowsOf(t) * dim, next);
+  };
+  // Warp w of block b takes group w G + b (G blocks) first: the grid is
+  // sized for the cache's capacity, and this order spreads a shorter
+  // context's groups over every block, not over the first few.
+  int64_t t0 = (int64_t(warp) * gridDim.x + blockIdx.x) * kGroupRows;
+  if (t0 < attended)
+    load(t0);
+  stageIndexerQuery(a, position, q, w, pitch);
+  float wh[kGroupHeads];
+#pragma unroll
+  for (int s = 0; s < kGroupHeads; ++s)
+    wh[s] = w[hq + kGroupLanes * s];
+  for (; t0 < attended; t0 += stride) {
+    const int n = rowsOf(t0);
+    storeCacheRows(a.cache.type, n * dim, next, keys, dim, pitch);
+    if (t0 + stride < attended)
+      load(t0 + stride);
+    __syncwarp();
+    float dot[kGroupHeads][kGroupPositions];
+#pragma unroll
+    for (int s = 0; s < kGroupHeads; ++s)
+#pragma unroll
+      for (int p = 0; p < kGroupPositions; ++p)
+        dot[s][p] = 0.f;
+#pragma unroll 2
+    for (int j = 0; j < dim / 4; ++j) {
+      float4 qv[kGroupHeads], kv[kGroupPositions];
+#pragma unroll
+      for (int s = 0; s < kGroupHeads; ++s)
+        qv[s] = reinterpret_cast<const float4 *>(q + (hq + kGroupLanes * s) *
+                                                         pitch)[j];
+#pragma unroll
+      for (int p = 0; p < kGroupPositions; ++p)
+        kv[p] = reinterpret_cast<const float4 *>(keys + (group + kGroups * p) *
+                                                            pitch)[j];
+#pragma unroll
+      for (int s = 0; s < kGroupHeads; ++s)
+#pragma unroll
+        for (int p = 0; p < kGroupPositions; ++p) {
+          dot[s][p] = fmaf(qv[s].x, kv[p].x, dot[s][p]);
+          dot[s][p] = fmaf(qv[s].y, kv[p].y, dot[s][p]);
+          dot[s][p] = fmaf(qv[s].z, kv[p].z, dot[s][p]);
+          dot[s][p] = fmaf(qv[s].w, kv[p].w, dot[s][p]);
+        }
+    }
+    float sum[kGroupPositions];
+#pragma unroll
+    for (int p = 0; p < kGroupPositions; ++p) {
+      sum[p] = 0.f;
+#pragma unroll
+      for (int s = 0; s < kGroupHeads; ++s) // std::max(dot, 0.f): NaN stays
+        sum[p] += wh[s] * (dot[s][p] < 0.f ? 0.f : dot[s][p]);
+    }
+    // Lanes kSpread p .. kSpread (p + 1) - 1 of the group hold row group +
+    // 4 p's sum.
+    constexpr int kSpread = kGroupLanes / kGroupPositions;
+    const float total =
+        quantdot::spreadSums<kGroupPositions, kGroupLanes / 2>(sum, lane);
+    const int row = group + kGroups * (hq / kSpread);
+    if (hq % kSpread == 0 && row < n)
+      a.scores[t0 + row] = a.scale * total;
     __syncwarp(); // the key rows are rewritten next
   }
 }
@@ -3145,38 +3272,57 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   if (rope.dims > 0)
     a.ropeFreq = ropeFrequencies(rope.theta, rope.dims);
   const unsigned blocks = positionBlocks(cache.positions);
-  // Heads across lanes when q fits in shared memory (GLM-5: 32 x 128);
-  // one warp per position and head otherwise.
+  // Heads across groups of lanes for 32 heads (GLM-5: 32 x 128), across
+  // lanes when q fits in shared memory; one warp per position and head
+  // otherwise. The first two read q and the key rows 16 bytes at a time, a
+  // warp's rows in at most kStageLoads loads a lane.
   constexpr int kScoreWarps = 8;
   const size_t staged =
       sizeof(float) * size_t(heads * (dim + 4) + (heads + 3) / 4 * 4 +
                              kScoreWarps * kScorePositions * dim);
-  // It reads q and the key rows 16 bytes at a time, a warp's rows in at
-  // most kStageLoads loads a lane.
-  if (heads > 0 && dim % 8 == 0 && staged <= 48 * 1024 &&
-      kScorePositions * dim * 4 <= kStageLoads * kWarp * 16 &&
-      reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(cache.data) % 16 == 0) {
-    const int64_t perBlock = kScoreWarps * kScorePositions;
-    const int64_t wanted = (cache.positions + perBlock - 1) / perBlock;
-    // At most one wave (the blocks the GPU holds at once; each warp loops
-    // over its groups of rows, the next group's loads in flight): GLM-5's
-    // kernel takes 86 registers a thread, so two blocks a multiprocessor,
-    // and 16,384 positions in 512 blocks ran as a wave and a half (Nsight
-    // Compute: 24.6 us at base clocks).
-    static thread_local WaveCache waveCache;
+  const size_t grouped =
+      sizeof(float) *
+      size_t((heads + kScoreWarps * kGroupRows) * (dim + 4) + heads);
+  const bool aligned = reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(cache.data) % 16 == 0;
+  // At most one wave of blocks of `perBlock` positions (the blocks the GPU
+  // holds at once; each warp loops over its groups of rows, the next
+  // group's loads in flight): GLM-5's by-head kernel takes 86 registers a
+  // thread, so two blocks a multiprocessor, and 16,384 positions in 512
+  // blocks ran as a wave and a half (Nsight Compute: 24.6 us at base
+  // clocks). The runtime is asked once per host thread, device and size.
+  auto launchScores = [&](void (*kernel)(IndexerArgs), int64_t perBlock,
+                          size_t shared, WaveCache &waves) -> cudaError_t {
+    if (shared > 48 * 1024)
+      if (cudaError_t e = allowDynamicShared(kernel, shared); e != cudaSuccess)
+        return e;
     int processors = 0, resident = 0;
-    if (cudaError_t e = residentWave(
-            waveCache,
-            reinterpret_cast<const void *>(indexerScoresByHeadKernel),
-            kScoreWarps * kWarp, staged, processors, resident);
+    if (cudaError_t e =
+            residentWave(waves, reinterpret_cast<const void *>(kernel),
+                         kScoreWarps * kWarp, shared, processors, resident);
         e != cudaSuccess)
       return e;
+    const int64_t wanted = (cache.positions + perBlock - 1) / perBlock;
     const int64_t wave = int64_t(processors) * (resident > 0 ? resident : 1);
     const int64_t most = wave < 1024 ? wave : 1024;
-    const unsigned scoreBlocks = unsigned(wanted < most ? wanted : most);
-    if (cudaError_t e = launchStep(indexerScoresByHeadKernel, scoreBlocks,
-                                   kScoreWarps * kWarp, staged, s, a);
+    return launchStep(kernel, unsigned(wanted < most ? wanted : most),
+                      kScoreWarps * kWarp, shared, s, a);
+  };
+  if (heads == kGroupLanes * kGroupHeads && dim % 8 == 0 && aligned &&
+      int64_t(kGroupRows) * dim * (cache.type == CacheType::F32 ? 4 : 2) <=
+          kStageLoads * kWarp * 16) {
+    static thread_local WaveCache groupWaves;
+    if (cudaError_t e =
+            launchScores(indexerScoresByGroupKernel, kScoreWarps * kGroupRows,
+                         grouped, groupWaves);
+        e != cudaSuccess)
+      return e;
+  } else if (heads > 0 && dim % 8 == 0 && staged <= 48 * 1024 && aligned &&
+             kScorePositions * dim * 4 <= kStageLoads * kWarp * 16) {
+    static thread_local WaveCache headWaves;
+    if (cudaError_t e =
+            launchScores(indexerScoresByHeadKernel,
+                         kScoreWarps * kScorePositions, staged, headWaves);
         e != cudaSuccess)
       return e;
   } else {

@@ -1376,7 +1376,13 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
         Case{kc::CacheType::F16, 45000, 2048, false, 50000, false},
         Case{kc::CacheType::F16, 1500, 256, false, 2000, true, 8, 64},
         Case{kc::CacheType::BF16, 1999, 300, false, 2000, true, 100, 64,
-             true}}) {
+             true},
+        // 32 heads (GLM-5's): the kernel by groups of lanes. At 15,001 of
+        // 16,384 positions with the rope; 1,991 positions (the last warp's
+        // rows fewer than its 16, the second half short); every score 0.
+        Case{kc::CacheType::F16, 15000, 2048, false, 16384, true, 32, 64},
+        Case{kc::CacheType::BF16, 1990, 300, false, 2000, true, 32},
+        Case{kc::CacheType::F16, 1000, 300, true, 2000, true, 32}}) {
     const int64_t attended = int64_t(c.position) + 1;
     std::vector<float> q, w;
     const int64_t ropeOffset = c.neox ? 32 : 0;
