@@ -24,6 +24,7 @@
 #include "session/Npy.h"
 #include "session/Sampler.h"
 #include "session/Session.h"
+#include "session/SessionFlags.h"
 #include "support/Progress.h"
 #include "tokenizer/Tokenizer.h"
 #include "tokenizer/Unicode.h"
@@ -83,9 +84,9 @@ options:
   --logits-out FILE.npy    write the logits of every evaluated position
                            ([positions, vocab] float32)
   --json                   print one JSON object instead of text
-  --threads N              CPU threads (default: all cores)
-  --device N               first GPU to use (GPU backends; default 0): rank r
-                           runs on GPU N + r
+  --threads N              CPU threads, 0 to 4096 (default 0: all cores)
+  --device N               first GPU to use, 0 to 1024 (GPU backends; default
+                           0): rank r runs on GPU N + r
   --eager                  launch each step op by op instead of replaying the
                            step's captured CUDA graph (debugging; the same
                            bits either way)
@@ -493,11 +494,6 @@ int main(int argc, char **argv) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (arg == "--weights") {
-      while (i + 1 < argc && argv[i + 1][0] != '-')
-        options.weightPaths.push_back(argv[++i]);
-      if (options.weightPaths.empty())
-        return usageError("--weights needs at least one file");
     } else if (arg == "--prompt-tokens") {
       if (!parseTokens(value("--prompt-tokens"), prompt))
         return usageError("--prompt-tokens: expected ids like 1,2,3");
@@ -541,20 +537,12 @@ int main(int argc, char **argv) {
       json = true;
     } else if (arg == "--describe") {
       describeOnly = true;
-    } else if (arg == "--threads") {
-      if (!parseNumber(value("--threads"), options.threads))
-        return usageError("--threads: expected a count");
     } else if (arg == "--chat") {
       chatMode = true;
     } else if (arg == "--system") {
       systemPrompt = value("--system");
-    } else if (arg == "--eager") {
-      options.flags |= KILN_RUN_EAGER;
     } else if (arg == "--profile") {
       options.flags |= KILN_RUN_PROFILE;
-    } else if (arg == "--device") {
-      if (!parseNumber(value("--device"), options.device))
-        return usageError("--device: expected a GPU ordinal");
     } else if (arg == "--bench") {
       bench = true;
     } else if (arg == "--steps") {
@@ -565,14 +553,13 @@ int main(int argc, char **argv) {
         return usageError("--context: expected a position count");
     } else if (arg == "--simulate-rank") {
       simulate = value("--simulate-rank");
-    } else if (arg == "--backend-dir") {
-      options.backendDirs.push_back(value("--backend-dir"));
-    } else if (!arg.empty() && arg[0] == '-') {
-      return usageError("unknown option " + arg);
-    } else if (options.artifactPath.empty()) {
-      options.artifactPath = arg;
     } else {
-      return usageError("more than one artifact given: " + arg);
+      std::string error;
+      const FlagParse parsed = parseSessionFlag(argc, argv, i, options, error);
+      if (parsed == FlagParse::Bad)
+        return usageError(error);
+      if (parsed == FlagParse::NotMine)
+        return usageError("unknown option " + arg);
     }
   }
   if (options.artifactPath.empty())

@@ -18,6 +18,7 @@
 #include "session/Generator.h"
 #include "session/ModelText.h"
 #include "session/Session.h"
+#include "session/SessionFlags.h"
 #include "tokenizer/Tokenizer.h"
 
 #include <fmt/format.h>
@@ -436,11 +437,6 @@ int main(int argc, char **argv) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (arg == "--weights") {
-      while (i + 1 < argc && argv[i + 1][0] != '-')
-        options.weightPaths.push_back(argv[++i]);
-      if (options.weightPaths.empty())
-        return usageError("--weights needs at least one file");
     } else if (arg == "--host") {
       host = value("--host");
     } else if (arg == "--port") {
@@ -449,20 +445,13 @@ int main(int argc, char **argv) {
       modelName = value("--model-name");
     } else if (arg == "--max-context") {
       maxContext = integer("--max-context", 1, uint64_t(1) << 31);
-    } else if (arg == "--threads") {
-      options.threads = uint32_t(integer("--threads", 0, 4096));
-    } else if (arg == "--device") {
-      options.device = uint32_t(integer("--device", 0, 1024));
-    } else if (arg == "--eager") {
-      options.flags |= KILN_RUN_EAGER;
-    } else if (arg == "--backend-dir") {
-      options.backendDirs.push_back(value("--backend-dir"));
-    } else if (!arg.empty() && arg[0] == '-') {
-      return usageError("unknown option " + arg);
-    } else if (options.artifactPath.empty()) {
-      options.artifactPath = arg;
     } else {
-      return usageError("more than one artifact given: " + arg);
+      std::string error;
+      const FlagParse parsed = parseSessionFlag(argc, argv, i, options, error);
+      if (parsed == FlagParse::Bad)
+        return usageError(error);
+      if (parsed == FlagParse::NotMine)
+        return usageError("unknown option " + arg);
     }
   }
   if (options.artifactPath.empty())

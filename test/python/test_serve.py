@@ -219,3 +219,29 @@ def test_fifty_sequential_requests_leak_nothing(server):
     assert fds_after <= fds
     # Within 2 MB: allocator noise, not a per-request leak.
     assert rss_after - rss < 2048
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--threads", "x"], "--threads: expected a thread count (0: every core) "
+                         "from 0 to 4096, not 'x'"),
+    (["--threads", "5000"], "from 0 to 4096, not '5000'"),
+    (["--device", "-1"], "--device: expected a GPU ordinal from 0 to 1024, "
+                         "not '-1'"),
+    (["--backend-dir"], "--backend-dir needs a value"),
+    (["--weights"], "--weights needs at least one file"),
+    (["second.kiln"], "more than one artifact given: second.kiln"),
+])
+def test_session_flags_as_kiln_run(model, args, message):
+    """The flags that open a session are parsed by one function for both
+    tools: the same refusal, word for word, and exit status 2."""
+    gguf, art = model
+    lines = []
+    for name in ("kiln-serve", "kiln-run"):
+        proc = subprocess.run([str(tool(name)), str(art), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (name, proc.stderr)
+        first = proc.stderr.splitlines()[0]
+        assert first.startswith(name + ": error: "), first
+        assert message in first, first
+        lines.append(first.split(": error: ", 1)[1])
+    assert lines[0] == lines[1]

@@ -1,0 +1,87 @@
+//===- SessionFlags.cpp - The flags every session tool takes --------------===//
+#include "session/SessionFlags.h"
+
+#include "backend/KilnBackend.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace kiln::runtime {
+
+namespace {
+
+/// A whole decimal number in [0, most].
+bool parseCount(const char *text, uint64_t most, uint32_t &out) {
+  char *end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > most)
+    return false;
+  out = uint32_t(v);
+  return true;
+}
+
+} // namespace
+
+FlagParse parseSessionFlag(int argc, char **argv, int &i,
+                           SessionOptions &options, std::string &error) {
+  const std::string arg = argv[i];
+  // The value after the flag, or null (error set) when there is none.
+  auto value = [&]() -> const char * {
+    if (i + 1 >= argc) {
+      error = arg + " needs a value";
+      return nullptr;
+    }
+    return argv[++i];
+  };
+  auto count = [&](uint64_t most, const char *what, uint32_t &out) {
+    const char *v = value();
+    if (!v)
+      return FlagParse::Bad;
+    if (!parseCount(v, most, out)) {
+      error = fmt::format("{}: expected {} from 0 to {}, not '{}'", arg, what,
+                          most, v);
+      return FlagParse::Bad;
+    }
+    return FlagParse::Taken;
+  };
+  if (arg == "--weights") {
+    const size_t before = options.weightPaths.size();
+    while (i + 1 < argc && argv[i + 1][0] != '-')
+      options.weightPaths.push_back(argv[++i]);
+    if (options.weightPaths.size() == before) {
+      error = "--weights needs at least one file";
+      return FlagParse::Bad;
+    }
+    return FlagParse::Taken;
+  }
+  if (arg == "--threads")
+    return count(kMaxThreadsFlag, "a thread count (0: every core)",
+                 options.threads);
+  if (arg == "--device")
+    return count(kMaxDeviceFlag, "a GPU ordinal", options.device);
+  if (arg == "--eager") {
+    options.flags |= KILN_RUN_EAGER;
+    return FlagParse::Taken;
+  }
+  if (arg == "--backend-dir") {
+    const char *v = value();
+    if (!v)
+      return FlagParse::Bad;
+    options.backendDirs.push_back(v);
+    return FlagParse::Taken;
+  }
+  if (!arg.empty() && arg[0] == '-')
+    return FlagParse::NotMine;
+  if (!options.artifactPath.empty()) {
+    error = "more than one artifact given: " + arg;
+    return FlagParse::Bad;
+  }
+  options.artifactPath = arg;
+  return FlagParse::Taken;
+}
+
+} // namespace kiln::runtime
