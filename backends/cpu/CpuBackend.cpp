@@ -655,58 +655,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   return group;
 }
 
-CpuGroup *cast(kiln_group *g) { return reinterpret_cast<CpuGroup *>(g); }
-
 Expected<PreparedStep *> findStep(CpuRank &rank, const char *name) {
   return backend::findStep(rank.steps, name);
-}
-
-int cpuOpenGroup(const uint8_t *artifact, uint64_t artifactBytes,
-                 const kiln_weight_bytes *weights, uint32_t weightCount,
-                 const kiln_rank_options *options, kiln_group **out,
-                 char *error, uint64_t errorBytes) {
-  return backend::guarded("cpu backend", error, errorBytes, [&]() -> Status {
-    Expected<std::unique_ptr<CpuGroup>> g =
-        openGroup(std::span<const uint8_t>(artifact, artifactBytes), weights,
-                  weightCount, options);
-    if (!g)
-      return g.error();
-    *out = reinterpret_cast<kiln_group *>(g->release());
-    return Status::ok();
-  });
-}
-
-/// Copies between the caller's bytes and a slot: into the input slot of
-/// every rank, or out of rank 0's output slot.
-int copySlot(kiln_group *group, const char *step, BufferKind kind,
-             const char *slot, void *data, uint64_t bytes, char *error,
-             uint64_t errorBytes) {
-  return backend::guarded("cpu backend", error, errorBytes, [&]() -> Status {
-    for (std::unique_ptr<CpuRank> &rank : cast(group)->ranks) {
-      KILN_ASSIGN(s, findStep(*rank, step));
-      KILN_ASSIGN(index, backend::findSlot(*s->step, kind, slot, bytes));
-      uint8_t *p = s->buffers[index].data;
-      if (kind == BufferKind::Output) {
-        std::memcpy(data, p, bytes);
-        break;
-      }
-      std::memcpy(p, data, bytes);
-    }
-    return Status::ok();
-  });
-}
-
-int cpuWriteSlot(kiln_group *group, const char *step, const char *slot,
-                 const void *data, uint64_t bytes, char *error,
-                 uint64_t errorBytes) {
-  return copySlot(group, step, BufferKind::Input, slot,
-                  const_cast<void *>(data), bytes, error, errorBytes);
-}
-
-int cpuReadSlot(kiln_group *group, const char *step, const char *slot,
-                void *data, uint64_t bytes, char *error, uint64_t errorBytes) {
-  return copySlot(group, step, BufferKind::Output, slot, data, bytes, error,
-                  errorBytes);
 }
 
 /// Runs one rank's ops; on failure it leaves the collectives' barrier so
@@ -720,10 +670,36 @@ Status runRank(CpuRank &rank, PreparedStep &step) {
   return Status::ok();
 }
 
-int cpuRunStep(kiln_group *group, const char *step, char *error,
-               uint64_t errorBytes) {
-  return backend::guarded("cpu backend", error, errorBytes, [&]() -> Status {
-    std::vector<std::unique_ptr<CpuRank>> &ranks = cast(group)->ranks;
+/// The plugin's operations (backend::PluginEntryPoints makes the C ABI).
+struct CpuPlugin {
+  using Group = CpuGroup;
+  static constexpr const char *kName = "cpu backend";
+
+  static Expected<std::unique_ptr<CpuGroup>>
+  open(std::span<const uint8_t> artifact, const kiln_weight_bytes *weights,
+       uint32_t weightCount, const kiln_rank_options *options) {
+    return openGroup(artifact, weights, weightCount, options);
+  }
+
+  /// Into the input slot of every rank, or out of rank 0's output slot.
+  static Status copySlot(CpuGroup &group, const char *step, BufferKind kind,
+                         const char *slot, void *data, uint64_t bytes) {
+    for (std::unique_ptr<CpuRank> &rank : group.ranks) {
+      KILN_ASSIGN(s, findStep(*rank, step));
+      KILN_ASSIGN(index, backend::findSlot(*s->step, kind, slot, bytes));
+      uint8_t *p = s->buffers[index].data;
+      if (kind == BufferKind::Output) {
+        std::memcpy(data, p, bytes);
+        break;
+      }
+      std::memcpy(p, data, bytes);
+    }
+    return Status::ok();
+  }
+
+  /// Every rank on a thread of its own (rank 0 on the caller's).
+  static Status run(CpuGroup &group, const char *step) {
+    std::vector<std::unique_ptr<CpuRank>> &ranks = group.ranks;
     std::vector<PreparedStep *> steps;
     for (std::unique_ptr<CpuRank> &rank : ranks) {
       Expected<PreparedStep *> s = findStep(*rank, step);
@@ -734,7 +710,6 @@ int cpuRunStep(kiln_group *group, const char *step, char *error,
     Communicator comm(std::ptrdiff_t(ranks.size()));
     for (std::unique_ptr<CpuRank> &rank : ranks)
       rank->comm = &comm;
-    // One thread per rank beyond the first, which runs here.
     std::vector<Status> results(ranks.size(), Status::ok());
     std::vector<std::thread> threads;
     for (size_t r = 1; r < ranks.size(); ++r)
@@ -752,32 +727,21 @@ int cpuRunStep(kiln_group *group, const char *step, char *error,
                    : results[r].error().withWhere(fmt::format(
                          "rank {}: {}", r, results[r].error().where()));
     return Status::ok();
-  });
-}
+  }
 
-int cpuReset(kiln_group *group, char *error, uint64_t errorBytes) {
-  return backend::guarded("cpu backend", error, errorBytes, [&]() -> Status {
-    for (std::unique_ptr<CpuRank> &rank : cast(group)->ranks)
+  static Status reset(CpuGroup &group) {
+    for (std::unique_ptr<CpuRank> &rank : group.ranks)
       for (auto &[name, bytes] : rank->states)
         std::fill(bytes.begin(), bytes.end(), 0);
     return Status::ok();
-  });
-}
+  }
 
-void cpuCloseGroup(kiln_group *group) { delete cast(group); }
-
-const kiln_backend_v1 kCpuBackend = {
-    KILN_BACKEND_ABI_VERSION,
-    sizeof(kiln_backend_v1),
-    "cpu",
-    "Kiln reference CPU backend (float32, deterministic)",
-    cpuOpenGroup,
-    cpuWriteSlot,
-    cpuRunStep,
-    cpuReadSlot,
-    cpuReset,
-    cpuCloseGroup,
+  static void close(std::unique_ptr<CpuGroup>) {}
 };
+
+constexpr kiln_backend_v1 kCpuBackend =
+    backend::PluginEntryPoints<CpuPlugin>::table(
+        "cpu", "Kiln reference CPU backend (float32, deterministic)");
 
 } // namespace
 

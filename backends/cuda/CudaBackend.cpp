@@ -1938,34 +1938,26 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   return group;
 }
 
-CudaGroup *cast(kiln_group *g) { return reinterpret_cast<CudaGroup *>(g); }
-
 Expected<CudaStep *> findStep(CudaRank &rank, const char *name) {
   return backend::findStep(rank.steps, name);
 }
 
-int cudaOpenGroup(const uint8_t *artifact, uint64_t artifactBytes,
-                  const kiln_weight_bytes *weights, uint32_t weightCount,
-                  const kiln_rank_options *options, kiln_group **out,
-                  char *error, uint64_t errorBytes) {
-  return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
-    Expected<std::unique_ptr<CudaGroup>> g =
-        openGroup(std::span<const uint8_t>(artifact, artifactBytes), weights,
-                  weightCount, options);
-    if (!g)
-      return g.error();
-    *out = reinterpret_cast<kiln_group *>(g->release());
-    return Status::ok();
-  });
-}
+/// The plugin's operations (backend::PluginEntryPoints makes the C ABI).
+struct CudaPlugin {
+  using Group = CudaGroup;
+  static constexpr const char *kName = "cuda backend";
 
-/// Copies between the caller's bytes and a slot: into the input slot of
-/// every rank, or out of the first rank's output slot.
-int copySlot(kiln_group *group, const char *step, BufferKind kind,
-             const char *slot, void *data, uint64_t bytes, char *error,
-             uint64_t errorBytes) {
-  return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
-    for (std::unique_ptr<CudaRank> &rank : cast(group)->ranks) {
+  static Expected<std::unique_ptr<CudaGroup>>
+  open(std::span<const uint8_t> artifact, const kiln_weight_bytes *weights,
+       uint32_t weightCount, const kiln_rank_options *options) {
+    return openGroup(artifact, weights, weightCount, options);
+  }
+
+  /// Into the input slot of every rank, or out of the first rank's output
+  /// slot.
+  static Status copySlot(CudaGroup &group, const char *step, BufferKind kind,
+                         const char *slot, void *data, uint64_t bytes) {
+    for (std::unique_ptr<CudaRank> &rank : group.ranks) {
       KILN_ASSIGN(s, findStep(*rank, step));
       KILN_ASSIGN(index, backend::findSlot(*s->step, kind, slot, bytes));
       uint8_t *p = s->ptrs[index];
@@ -1978,64 +1970,35 @@ int copySlot(kiln_group *group, const char *step, BufferKind kind,
       CUDA_TRY(rank->where, cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice));
     }
     return Status::ok();
-  });
-}
+  }
 
-int cudaWriteSlot(kiln_group *group, const char *step, const char *slot,
-                  const void *data, uint64_t bytes, char *error,
-                  uint64_t errorBytes) {
-  return copySlot(group, step, BufferKind::Input, slot,
-                  const_cast<void *>(data), bytes, error, errorBytes);
-}
-
-int cudaReadSlot(kiln_group *group, const char *step, const char *slot,
-                 void *data, uint64_t bytes, char *error, uint64_t errorBytes) {
-  return copySlot(group, step, BufferKind::Output, slot, data, bytes, error,
-                  errorBytes);
-}
-
-int cudaRunStep(kiln_group *group, const char *step, char *error,
-                uint64_t errorBytes) {
-  return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
-    CudaGroup &g = *cast(group);
-    bool eager = g.eager, profile = g.profile;
+  static Status run(CudaGroup &group, const char *step) {
+    bool eager = group.eager, profile = group.profile;
     std::string name = step ? step : "";
-    return onEveryRank(g, [&](CudaRank &rank) -> Status {
+    return onEveryRank(group, [&](CudaRank &rank) -> Status {
       KILN_ASSIGN(s, findStep(rank, name.c_str()));
       return runRank(rank, *s, eager, profile);
     });
-  });
-}
+  }
 
-int cudaReset(kiln_group *group, char *error, uint64_t errorBytes) {
-  return backend::guarded("cuda backend", error, errorBytes, [&]() -> Status {
-    CudaGroup &g = *cast(group);
-    return onEveryRank(g, [&](CudaRank &rank) -> Status {
+  static Status reset(CudaGroup &group) {
+    return onEveryRank(group, [&](CudaRank &rank) -> Status {
       KILN_TRY(enter(rank));
-      return fillStates(rank, g.fillPositions, g.seed);
+      return fillStates(rank, group.fillPositions, group.seed);
     });
-  });
-}
+  }
 
-void cudaCloseGroup(kiln_group *group) {
-  setKernelImages(nullptr);
-  if (cast(group)->profile)
-    printProfile(*cast(group));
-  delete cast(group);
-}
-
-const kiln_backend_v1 kCudaBackend = {
-    KILN_BACKEND_ABI_VERSION,
-    sizeof(kiln_backend_v1),
-    "cuda",
-    "Kiln CUDA backend (one captured graph per rank per step, NCCL)",
-    cudaOpenGroup,
-    cudaWriteSlot,
-    cudaRunStep,
-    cudaReadSlot,
-    cudaReset,
-    cudaCloseGroup,
+  static void close(std::unique_ptr<CudaGroup> group) {
+    setKernelImages(nullptr);
+    if (group->profile)
+      printProfile(*group);
+  }
 };
+
+constexpr kiln_backend_v1 kCudaBackend =
+    backend::PluginEntryPoints<CudaPlugin>::table(
+        "cuda",
+        "Kiln CUDA backend (one captured graph per rank per step, NCCL)");
 
 } // namespace
 
