@@ -1509,21 +1509,29 @@ __device__ inline float ropedQuery(const IndexerArgs &a, const float *qh,
 /// NaN ranks below everything (the CPU's rankable()).
 __device__ inline float rankable(float v) { return isnan(v) ? -INFINITY : v; }
 
+/// The step's position for a score kernel, or false when it has nothing to
+/// do: a position outside the cache (block 0 reports it: PositionOutOfRange)
+/// or every attended position selected (position + 1 <= topK: the
+/// selection writes them in order and reads no score).
+__device__ inline bool positionToScore(const IndexerArgs &a,
+                                       int32_t &position) {
+  position = *a.position;
+  if (position < 0 || position >= a.cache.positions) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      recordFault(a.fault, FaultCode::PositionOutOfRange, position,
+                  a.cache.positions);
+    return false;
+  }
+  return int64_t(position) + 1 > a.topK;
+}
+
 /// score[t] = scale * sum_h w[h] * relu(q[h] . key[t]), heads ascending;
 /// warps grid-stride over t <= position. Each warp reads one key row per
 /// head (cached after the first) and q.
 __global__ void indexerScoresKernel(IndexerArgs a) {
   stepKernelPrologue();
-  const int32_t position = *a.position;
-  if (position < 0 || position >= a.cache.positions) {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-      recordFault(a.fault, FaultCode::PositionOutOfRange, position,
-                  a.cache.positions);
-    return;
-  }
-  // Every position is selected (compaction writes them in order): no
-  // score is read.
-  if (int64_t(position) + 1 <= a.topK)
+  int32_t position;
+  if (!positionToScore(a, position))
     return;
   __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
   const bool table =
@@ -1690,14 +1698,8 @@ __device__ void stageIndexerQuery(const IndexerArgs &a, int32_t position,
 __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
   stepKernelPrologue();
   extern __shared__ __align__(16) float staged[];
-  const int32_t position = *a.position;
-  if (position < 0 || position >= a.cache.positions) {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-      recordFault(a.fault, FaultCode::PositionOutOfRange, position,
-                  a.cache.positions);
-    return;
-  }
-  if (int64_t(position) + 1 <= a.topK) // every position selected, as above
+  int32_t position;
+  if (!positionToScore(a, position))
     return;
   constexpr int P = kScorePositions;
   const int heads = int(a.heads), dim = int(a.dim), pitch = dim + 4;
@@ -1789,14 +1791,8 @@ constexpr int kGroupRows = kGroups * kGroupPositions;
 __global__ void indexerScoresByGroupKernel(IndexerArgs a) {
   stepKernelPrologue();
   extern __shared__ __align__(16) float staged[];
-  const int32_t position = *a.position;
-  if (position < 0 || position >= a.cache.positions) {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-      recordFault(a.fault, FaultCode::PositionOutOfRange, position,
-                  a.cache.positions);
-    return;
-  }
-  if (int64_t(position) + 1 <= a.topK) // every position selected, as above
+  int32_t position;
+  if (!positionToScore(a, position))
     return;
   const int dim = int(a.dim), pitch = dim + 4;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;

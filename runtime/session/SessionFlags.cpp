@@ -26,8 +26,8 @@ bool parseCount(const char *text, uint64_t most, uint32_t &out) {
 
 } // namespace
 
-FlagParse parseSessionFlag(int argc, char **argv, int &i,
-                           SessionOptions &options, std::string &error) {
+bool parseSessionFlag(int argc, char **argv, int &i, SessionOptions &options,
+                      std::string &error) {
   const std::string arg = argv[i];
   // The value after the flag, or null (error set) when there is none.
   auto value = [&]() -> const char * {
@@ -40,13 +40,13 @@ FlagParse parseSessionFlag(int argc, char **argv, int &i,
   auto count = [&](uint64_t most, const char *what, uint32_t &out) {
     const char *v = value();
     if (!v)
-      return FlagParse::Bad;
+      return false;
     if (!parseCount(v, most, out)) {
       error = fmt::format("{}: expected {} from 0 to {}, not '{}'", arg, what,
                           most, v);
-      return FlagParse::Bad;
+      return false;
     }
-    return FlagParse::Taken;
+    return true;
   };
   if (arg == "--weights") {
     const size_t before = options.weightPaths.size();
@@ -54,9 +54,9 @@ FlagParse parseSessionFlag(int argc, char **argv, int &i,
       options.weightPaths.push_back(argv[++i]);
     if (options.weightPaths.size() == before) {
       error = "--weights needs at least one file";
-      return FlagParse::Bad;
+      return false;
     }
-    return FlagParse::Taken;
+    return true;
   }
   if (arg == "--threads")
     return count(kMaxThreadsFlag, "a thread count (0: every core)",
@@ -65,23 +65,25 @@ FlagParse parseSessionFlag(int argc, char **argv, int &i,
     return count(kMaxDeviceFlag, "a GPU ordinal", options.device);
   if (arg == "--eager") {
     options.flags |= KILN_RUN_EAGER;
-    return FlagParse::Taken;
+    return true;
   }
   if (arg == "--backend-dir") {
     const char *v = value();
     if (!v)
-      return FlagParse::Bad;
+      return false;
     options.backendDirs.push_back(v);
-    return FlagParse::Taken;
+    return true;
   }
-  if (!arg.empty() && arg[0] == '-')
-    return FlagParse::NotMine;
+  if (!arg.empty() && arg[0] == '-') {
+    error = "unknown option " + arg;
+    return false;
+  }
   if (!options.artifactPath.empty()) {
     error = "more than one artifact given: " + arg;
-    return FlagParse::Bad;
+    return false;
   }
   options.artifactPath = arg;
-  return FlagParse::Taken;
+  return true;
 }
 
 } // namespace kiln::runtime

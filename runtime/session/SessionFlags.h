@@ -15,19 +15,12 @@
 
 namespace kiln::runtime {
 
-/// What parseSessionFlag made of an argument.
-enum class FlagParse {
-  NotMine, ///< another flag: the tool's own, or unknown
-  Taken,   ///< a session flag (with its values) or the artifact
-  Bad,     ///< a session flag with a bad or missing value, or a second
-           ///< artifact: `error` says which
-};
-
-/// Parses argv[i] into `options` when it is a session flag or the artifact,
-/// advancing i past the values it takes. Tools call it after their own
-/// flags, and report what it leaves (NotMine) as an unknown option.
-FlagParse parseSessionFlag(int argc, char **argv, int &i,
-                           SessionOptions &options, std::string &error);
+/// Parses argv[i] into `options` as a session flag (advancing i past the
+/// values it takes) or as the artifact. Tools call it for each argument
+/// their own flags do not take: false, with `error` saying why, for a bad or
+/// missing value, a second artifact or an unknown option.
+bool parseSessionFlag(int argc, char **argv, int &i, SessionOptions &options,
+                      std::string &error);
 
 /// The largest --threads and --device values taken.
 constexpr uint32_t kMaxThreadsFlag = 4096, kMaxDeviceFlag = 1024;

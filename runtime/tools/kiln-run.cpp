@@ -553,13 +553,9 @@ int main(int argc, char **argv) {
         return usageError("--context: expected a position count");
     } else if (arg == "--simulate-rank") {
       simulate = value("--simulate-rank");
-    } else {
-      std::string error;
-      const FlagParse parsed = parseSessionFlag(argc, argv, i, options, error);
-      if (parsed == FlagParse::Bad)
-        return usageError(error);
-      if (parsed == FlagParse::NotMine)
-        return usageError("unknown option " + arg);
+    } else if (std::string error;
+               !parseSessionFlag(argc, argv, i, options, error)) {
+      return usageError(error);
     }
   }
   if (options.artifactPath.empty())

@@ -445,13 +445,9 @@ int main(int argc, char **argv) {
       modelName = value("--model-name");
     } else if (arg == "--max-context") {
       maxContext = integer("--max-context", 1, uint64_t(1) << 31);
-    } else {
-      std::string error;
-      const FlagParse parsed = parseSessionFlag(argc, argv, i, options, error);
-      if (parsed == FlagParse::Bad)
-        return usageError(error);
-      if (parsed == FlagParse::NotMine)
-        return usageError("unknown option " + arg);
+    } else if (std::string error;
+               !parseSessionFlag(argc, argv, i, options, error)) {
+      return usageError(error);
     }
   }
   if (options.artifactPath.empty())
