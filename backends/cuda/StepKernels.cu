@@ -1774,6 +1774,7 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
 constexpr int kGroupLanes = 8, kGroupHeads = 4, kGroupPositions = 2;
 constexpr int kGroups = kWarp / kGroupLanes;
 constexpr int kGroupRows = kGroups * kGroupPositions;
+constexpr int kGroupedHeads = kGroupLanes * kGroupHeads;
 
 /// indexerScoresByHeadKernel with each shared-memory read serving more
 /// products: lane l of group g = l / 8 takes heads h = l % 8 + 8 s (s < 4)
@@ -1798,8 +1799,8 @@ __global__ void indexerScoresByGroupKernel(IndexerArgs a) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
   const int group = lane / kGroupLanes, hq = lane % kGroupLanes;
-  float *q = staged, *w = staged + kWarp * pitch;
-  float *keys = w + kWarp + warp * kGroupRows * pitch;
+  float *q = staged, *w = staged + kGroupedHeads * pitch;
+  float *keys = w + kGroupedHeads + warp * kGroupRows * pitch;
   const int64_t attended = int64_t(position) + 1;
   const int64_t stride = int64_t(gridDim.x) * warps * kGroupRows;
   auto rowsOf = [&](int64_t t) {
@@ -3304,7 +3305,7 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
     return launchStep(kernel, unsigned(wanted < most ? wanted : most),
                       kScoreWarps * kWarp, shared, s, a);
   };
-  if (heads == kGroupLanes * kGroupHeads && dim % 8 == 0 && aligned &&
+  if (heads == kGroupedHeads && dim % 8 == 0 && aligned &&
       int64_t(kGroupRows) * dim * (cache.type == CacheType::F32 ? 4 : 2) <=
           kStageLoads * kWarp * 16) {
     static thread_local WaveCache groupWaves;

@@ -11,20 +11,17 @@
 
 namespace kiln::runtime {
 
-namespace {
-
-/// A whole decimal number in [0, most].
-bool parseCount(const char *text, uint64_t most, uint32_t &out) {
+bool parseUnsigned(const char *text, uint64_t low, uint64_t high,
+                   uint64_t &out) {
   char *end = nullptr;
   errno = 0;
   const unsigned long long v = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v > most)
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v < low ||
+      v > high)
     return false;
-  out = uint32_t(v);
+  out = uint64_t(v);
   return true;
 }
-
-} // namespace
 
 bool parseSessionFlag(int argc, char **argv, int &i, SessionOptions &options,
                       std::string &error) {
@@ -41,11 +38,13 @@ bool parseSessionFlag(int argc, char **argv, int &i, SessionOptions &options,
     const char *v = value();
     if (!v)
       return false;
-    if (!parseCount(v, most, out)) {
+    uint64_t parsed = 0;
+    if (!parseUnsigned(v, 0, most, parsed)) {
       error = fmt::format("{}: expected {} from 0 to {}, not '{}'", arg, what,
                           most, v);
       return false;
     }
+    out = uint32_t(parsed);
     return true;
   };
   if (arg == "--weights") {

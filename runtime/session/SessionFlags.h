@@ -22,6 +22,11 @@ namespace kiln::runtime {
 bool parseSessionFlag(int argc, char **argv, int &i, SessionOptions &options,
                       std::string &error);
 
+/// A whole decimal number in [low, high] (no sign, nothing after it): the
+/// value of a numeric flag.
+bool parseUnsigned(const char *text, uint64_t low, uint64_t high,
+                   uint64_t &out);
+
 /// The largest --threads and --device values taken.
 constexpr uint32_t kMaxThreadsFlag = 4096, kMaxDeviceFlag = 1024;
 

@@ -424,15 +424,13 @@ int main(int argc, char **argv) {
       return argv[++i];
     };
     auto integer = [&](const char *flag, uint64_t low, uint64_t high) {
-      std::string v = value(flag);
-      char *end = nullptr;
-      unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || *end || x < low || x > high) {
+      uint64_t x = 0;
+      if (!parseUnsigned(value(flag).c_str(), low, high, x)) {
         usageError(fmt::format("{}: expected a number in [{}, {}]", flag, low,
                                high));
         std::exit(2);
       }
-      return uint64_t(x);
+      return x;
     };
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
