@@ -74,6 +74,9 @@ step matvec "$bin/kiln-cuda-matvec"
 [ -x "$bin/kiln-cuda-ops" ] && step ops "$bin/kiln-cuda-ops"
 # The kernel table at GLM-5 tp=8 shapes (docs/perf.md).
 [ -x "$bin/kiln-cuda-ops" ] && step ops-bench "$bin/kiln-cuda-ops" --bench
+# A chain of dependent mat-vecs as kernels and as one persistent kernel
+# (docs/perf.md, thirteenth pass).
+[ -x "$bin/kiln-cuda-ops" ] && step chain-bench "$bin/kiln-cuda-ops" --bench-chain
 
 if [ -x "$pack/bin/kiln-run" ]; then
   m=$pack/models

@@ -9,6 +9,9 @@
 // kiln-cuda-ops --bench-dsa       times GLM-5's indexer at 16k positions
 //   alone, in a graph, then launches it 5 times more outside one (for
 //   Nsight Compute: `ncu -k regex:indexer kiln-cuda-ops --bench-dsa`)
+// kiln-cuda-ops --bench-chain     times a chain of dependent mat-vecs as the
+//   step's kernels and as one persistent kernel (a measurement of that
+//   design, not a step kernel; docs/perf.md, thirteenth pass)
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -38,6 +41,8 @@
 // Exit 1 when any case fails.
 //
 //===----------------------------------------------------------------------===//
+#include "DeviceCommon.cuh"
+#include "QuantDot.cuh"
 #include "SplitLayout.h"
 #include "StepKernels.h"
 
@@ -2122,6 +2127,301 @@ void benchMoe() {
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
+
+//===----------------------------------------------------------------------===//
+// --bench-chain: 40 dependent q8_0-split mat-vecs (6144 -> 2048, 2048 ->
+// 6144 in turn, 13.4 MB each, each op's output the next op's input) timed
+// two ways: as the step runs them (launchLinear's kernels in a graph), and
+// as one persistent kernel of one block a multiprocessor. There each block
+// owns a fixed share of every op's rows: while it computes op l, its rows
+// of op l + 1 are already being bulk-copied into its shared memory (two
+// buffers), and it waits for op l's input by a count that every block
+// raises once its rows of op l - 1 are written, not by a kernel boundary.
+// This measures the design (docs/perf.md, thirteenth pass), with three
+// kinds of dots: none (copies, counts and writes only), f32 x (checked
+// against the kernels' outputs), and int8 x with dp4a (one fixed x vector
+// for every op: timing only, its outputs are not the chain's).
+//===----------------------------------------------------------------------===//
+
+namespace chain {
+
+using kc::kWarp;
+constexpr int kThreads = 512, kWarps = kThreads / kWarp;
+/// Rows of a block's share: 6144 -> 2048 gives at most 16 rows of 6144
+/// bytes, 2048 -> 6144 47 of 2048; with their Q8_0 scales.
+constexpr uint32_t kBuffer = 16 * 6144 + 16 * 6144 / 16;
+constexpr int kMaxRows = 48;
+/// Rows a warp dots together.
+constexpr int kGroup = 8;
+
+enum class Dots { None, F32, Int8 };
+
+struct Op {
+  const int8_t *quants;     ///< q8_0-split plane 0: rows x cols
+  const uint8_t *scales;    ///< plane 1: rows x cols / 32 f16
+  int rows, cols;
+  const float *x;
+  float *y;
+};
+
+struct Args {
+  const Op *ops;
+  int count;
+  unsigned *counts; ///< per op: blocks that have written their rows
+  Dots dots;
+  const int8_t *xq; ///< Dots::Int8: the x every op reads, and its
+  const float *xd;  ///< scales (one per 32 values)
+};
+
+/// A block's share of an op's rows: [first, first + n).
+__device__ inline int shareOf(const Op &o, int &first) {
+  const int per = (o.rows + int(gridDim.x) - 1) / int(gridDim.x);
+  first = int(blockIdx.x) * per;
+  return max(0, min(per, o.rows - first));
+}
+
+/// The dots of a block's n rows (kCols values each, in shared memory:
+/// quants q, f16 scales d), split over the block's warps by columns: warp
+/// w takes columns [w kCols / kWarps, (w + 1) kCols / kWarps), four a lane
+/// a pass, and kGroup rows at a time; each warp's row sums go to partial.
+template <Dots kDots, int kCols>
+__device__ inline void dots(const Args &a, const int8_t *q,
+                            const unsigned short *d, const float *x, int n,
+                            float (&partial)[kWarps][kMaxRows]) {
+  constexpr int kSpan = kCols / kWarps, kPasses = kSpan / (4 * kWarp);
+  static_assert(kSpan % (4 * kWarp) == 0, "whole passes a warp");
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int first = warp * kSpan;
+  float4 xf[kPasses];
+  int xw[kPasses];
+  float xs[kPasses];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int c = first + 4 * kWarp * p + 4 * lane;
+    if constexpr (kDots == Dots::F32) {
+      xf[p] = __ldcg(reinterpret_cast<const float4 *>(x + c));
+    } else {
+      xw[p] = __ldcg(reinterpret_cast<const int *>(a.xq + c));
+      xs[p] = __ldcg(a.xd + c / 32);
+    }
+  }
+  for (int g = 0; g < n; g += kGroup) {
+    uint32_t w[kGroup][kPasses];
+    unsigned short s[kGroup][kPasses];
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      const int r = g + u < n ? g + u : n - 1;
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+        const int c = first + 4 * kWarp * p + 4 * lane;
+        w[u][p] = *reinterpret_cast<const uint32_t *>(q + r * kCols + c);
+        s[u][p] = d[r * (kCols / 32) + c / 32];
+      }
+    }
+    float acc[kGroup] = {};
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u)
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+        const float scale = kc::quantdot::halfBits(s[u][p]);
+        if constexpr (kDots == Dots::F32)
+          acc[u] = fmaf(scale,
+                        kc::quantdot::dot4(w[u][p] ^ 0x80808080u,
+                                           kc::quantdot::kMagic + 128.f, xf[p]),
+                        acc[u]);
+        else
+          acc[u] = fmaf(scale * xs[p], float(__dp4a(int(w[u][p]), xw[p], 0)),
+                        acc[u]);
+      }
+    // Lane l ends with row g + l / 4's sum over the warp's columns.
+    const float total = kc::quantdot::spreadSums<kGroup, kWarp / 2>(acc, lane);
+    if (lane % 4 == 0 && g + lane / 4 < n)
+      partial[warp][g + lane / 4] = total;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) chainKernel(Args a) {
+  extern __shared__ __align__(128) uint8_t shared[];
+  __shared__ float partial[kWarps][kMaxRows];
+  uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
+  auto buffer = [&](int l) { return shared + 128 + (l & 1) * kBuffer; };
+  // Thread 0: op l's rows of this block into buffer l % 2.
+  auto copy = [&](int l) {
+    const Op o = a.ops[l];
+    int first = 0;
+    const int n = shareOf(o, first);
+    const uint32_t quantBytes = uint32_t(n) * uint32_t(o.cols),
+                   scaleBytes = uint32_t(n) * uint32_t(o.cols / 16);
+    uint64_t *bar = &bars[l & 1];
+    kc::barrierArriveExpect(bar, quantBytes + scaleBytes);
+    if (n > 0) {
+      kc::bulkCopy(buffer(l), o.quants + size_t(first) * o.cols, quantBytes,
+                   bar);
+      kc::bulkCopy(buffer(l) + quantBytes,
+                   o.scales + size_t(first) * (o.cols / 16), scaleBytes, bar);
+    }
+  };
+  if (threadIdx.x == 0) {
+    kc::barrierInit(&bars[0]);
+    kc::barrierInit(&bars[1]);
+    kc::barrierInitFence();
+    copy(0);
+  }
+  __syncthreads();
+  for (int l = 0; l < a.count; ++l) {
+    const Op o = a.ops[l]; // constant: read before the wait
+    if (threadIdx.x == 0) {
+      if (l + 1 < a.count) // buffer (l + 1) % 2 was op l - 1's: done
+        copy(l + 1);
+      // Op l's input: every block's rows of op l - 1.
+      while (l > 0) {
+        unsigned now;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                     : "=r"(now)
+                     : "l"(a.counts + l - 1)
+                     : "memory");
+        if (now >= gridDim.x)
+          break;
+        __nanosleep(20);
+      }
+    }
+    __syncthreads();
+    kc::barrierWait(&bars[l & 1], uint32_t((l >> 1) & 1));
+    int first = 0;
+    const int n = shareOf(o, first);
+    const int8_t *q = reinterpret_cast<const int8_t *>(buffer(l));
+    const unsigned short *d = reinterpret_cast<const unsigned short *>(
+        buffer(l) + size_t(n) * o.cols);
+    if (a.dots == Dots::None) {
+      if (int(threadIdx.x) < n)
+        o.y[first + threadIdx.x] = 0.f;
+    } else {
+      if (a.dots == Dots::F32)
+        o.cols == 6144 ? dots<Dots::F32, 6144>(a, q, d, o.x, n, partial)
+                       : dots<Dots::F32, 2048>(a, q, d, o.x, n, partial);
+      else
+        o.cols == 6144 ? dots<Dots::Int8, 6144>(a, q, d, o.x, n, partial)
+                       : dots<Dots::Int8, 2048>(a, q, d, o.x, n, partial);
+      __syncthreads();
+      if (int(threadIdx.x) < n) {
+        float sum = 0.f;
+        for (int w = 0; w < kWarps; ++w)
+          sum += partial[w][threadIdx.x];
+        o.y[first + threadIdx.x] = sum;
+      }
+    }
+    // The block's rows are written (ordered before thread 0's release by
+    // the barrier), and its buffer l % 2 is free for op l + 2.
+    __syncthreads();
+    if (threadIdx.x == 0)
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.counts +
+                                                                   l)
+                   : "memory");
+  }
+}
+
+} // namespace chain
+
+void benchChain() {
+  using namespace chain;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  kiln::Rng rng(21);
+  constexpr int kCount = 40;
+  const kc::SplitFormat *f = kc::splitFormatOf(GGMLType::Q8_0);
+  std::vector<DeviceArray<uint8_t>> planes;
+  std::vector<DeviceArray<float>> acts;
+  std::vector<kc::DeviceWeight> weights;
+  acts.emplace_back(normals(rng, 6144, 1.0));
+  double bytes = 0;
+  for (int l = 0; l < kCount; ++l) {
+    const int cols = l % 2 == 0 ? 6144 : 2048, rows = 8192 * 1536 / cols;
+    const uint64_t blocks = uint64_t(rows) * uint64_t(cols / 32);
+    DeviceArray<uint8_t> file(blocks * 34);
+    CHECK_CUDA(kc::launchFillRandomBlocks(GGMLType::Q8_0, file.get(),
+                                          blocks * 34, 100 + l, stream));
+    planes.emplace_back(kc::splitPlaneStart(*f, f->planes, blocks));
+    kc::DeviceWeight w{GGMLType::Q8_0, rows, cols, nullptr,
+                       kc::splitLayoutOf(GGMLType::Q8_0)};
+    for (int p = 0; p < f->planes; ++p)
+      w.setPlane(p, planes.back().get() + kc::splitPlaneStart(*f, p, blocks));
+    CHECK_CUDA(kc::launchRepackSplit(file.get(), w, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream)); // before `file` is freed
+    weights.push_back(w);
+    acts.emplace_back(std::vector<float>(size_t(rows), 0.f));
+    bytes += double(blocks) * 34;
+  }
+  std::vector<Op> ops;
+  for (int l = 0; l < kCount; ++l)
+    ops.push_back(Op{reinterpret_cast<const int8_t *>(weights[l].plane(0)),
+                     weights[l].plane(1), int(weights[l].rows),
+                     int(weights[l].cols), acts[l].get(), acts[l + 1].get()});
+  DeviceArray<Op> deviceOps(ops);
+  DeviceArray<unsigned> counts(std::vector<unsigned>(kCount, 0u));
+  std::vector<int8_t> xq(6144);
+  for (int8_t &v : xq)
+    v = int8_t(int(rng.next() % 255) - 127);
+  DeviceArray<int8_t> deviceXq(xq);
+  DeviceArray<float> deviceXd(std::vector<float>(6144 / 32, 0.01f));
+
+  const double kernelsUs = timeInGraph(stream, [&](cudaStream_t s) {
+    cudaError_t e = cudaSuccess;
+    for (int l = 0; l < kCount && e == cudaSuccess; ++l)
+      e = kc::launchLinear(acts[l].get(), 1, weights[l], weights[l].rows,
+                           false, acts[l + 1].get(), s);
+    return e;
+  });
+  // The first two ops' outputs, for the check of the f32 chain below (the
+  // later ones grow past f32's range: 40 random mat-vecs in a row).
+  const std::vector<float> want1 = acts[1].download(),
+                           want2 = acts[2].download();
+  int processors = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&processors,
+                                    cudaDevAttrMultiProcessorCount, 0));
+  const size_t sharedBytes = 128 + 2 * size_t(kBuffer);
+  CHECK_CUDA(cudaFuncSetAttribute(
+      chainKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      int(sharedBytes)));
+  auto persistent = [&](Dots kind) {
+    const Args args{deviceOps.get(), kCount,         counts.get(),
+                    kind,            deviceXq.get(), deviceXd.get()};
+    return timeInGraph(stream, [&](cudaStream_t s) {
+      if (cudaError_t e =
+              cudaMemsetAsync(counts.get(), 0, kCount * sizeof(unsigned), s);
+          e != cudaSuccess)
+        return e;
+      chainKernel<<<processors, kThreads, sharedBytes, s>>>(args);
+      return cudaGetLastError();
+    });
+  };
+  const double noneUs = persistent(Dots::None);
+  const double f32Us = persistent(Dots::F32);
+  double worst = 0, scale = 0;
+  for (const auto &[want, got] :
+       {std::pair{&want1, acts[1].download()},
+        std::pair{&want2, acts[2].download()}})
+    for (size_t i = 0; i < want->size(); ++i) {
+      worst = std::max(worst, double(std::fabs((*want)[i] - got[i])));
+      scale = std::max(scale, double(std::fabs((*want)[i])));
+    }
+  const double int8Us = persistent(Dots::Int8);
+  auto line = [&](const char *what, double us) {
+    std::printf("bench chain %-46s %6.2f us an op, %6.1f GB/s\n", what,
+                us / kCount, bytes / kCount / (us / kCount * 1e3));
+  };
+  std::printf("bench chain: %d dependent q8_0-split mat-vecs, %.0f MB\n",
+              kCount, bytes / 1e6);
+  line("kernels in a graph (launchLinear)", kernelsUs);
+  line("persistent, no dots (copies, counts, writes)", noneUs);
+  line("persistent, f32 dots", f32Us);
+  line("persistent, int8 x and dp4a (timing only)", int8Us);
+  std::printf("bench chain check: the f32 chain's first two outputs within "
+              "%.2g of the kernels' (largest |value| %.3g; sums in another "
+              "order)\n",
+              worst, scale);
+  CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
 /// GLM-5's indexer at a tp=8 rank (32 heads of 128, the query's rope, as
 /// the step runs it) at 16k positions: the top 2,048 of 16,384, in a
 /// graph, then `eager` launches outside one, each waited for (what a kernel
@@ -2657,7 +2957,8 @@ void checkLiveRows(Report &r, kiln::Rng &rng) {
 
 int main(int argc, char **argv) {
   uint64_t seed = 1;
-  bool bench = false, benchMoeOnly = false, benchDsaOnly = false;
+  bool bench = false, benchMoeOnly = false, benchDsaOnly = false,
+       benchChainOnly = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
@@ -2667,9 +2968,11 @@ int main(int argc, char **argv) {
       benchMoeOnly = true;
     } else if (std::string(argv[i]) == "--bench-dsa") {
       benchDsaOnly = true;
+    } else if (std::string(argv[i]) == "--bench-chain") {
+      benchChainOnly = true;
     } else {
       std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench | "
-                           "--bench-moe | --bench-dsa]\n");
+                           "--bench-moe | --bench-dsa | --bench-chain]\n");
       return 2;
     }
   }
@@ -2689,6 +2992,10 @@ int main(int argc, char **argv) {
   }
   if (benchDsaOnly) {
     benchDsa(5);
+    return 0;
+  }
+  if (benchChainOnly) {
+    benchChain();
     return 0;
   }
   if (bench) {
