@@ -2375,10 +2375,27 @@ void benchChain() {
   // later ones grow past f32's range: 40 random mat-vecs in a row).
   const std::vector<float> want1 = acts[1].download(),
                            want2 = acts[2].download();
-  int processors = 0;
+  int processors = 0, major = 0, sharedOptin = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&processors,
                                     cudaDevAttrMultiProcessorCount, 0));
+  CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                    0));
+  CHECK_CUDA(cudaDeviceGetAttribute(
+      &sharedOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   const size_t sharedBytes = 128 + 2 * size_t(kBuffer);
+  // The persistent kernel needs bulk copies (sm_90+), its two buffers in
+  // one block's shared memory, and every block resident at once (one a
+  // multiprocessor, nothing else on the GPU), as its blocks wait for each
+  // other.
+  if (major < 9 || size_t(sharedOptin) < sharedBytes + sizeof(float) * kWarps *
+                                                            kMaxRows) {
+    std::printf("bench chain: kernels in a graph %.2f us an op; the persistent "
+                "kernel needs sm_90+ and %zu bytes of shared memory a block "
+                "(this GPU: sm_%d0, %d): skipped\n",
+                kernelsUs / kCount, sharedBytes, major, sharedOptin);
+    CHECK_CUDA(cudaStreamDestroy(stream));
+    return;
+  }
   CHECK_CUDA(cudaFuncSetAttribute(
       chainKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
       int(sharedBytes)));
