@@ -2384,15 +2384,24 @@ void benchChain() {
       &sharedOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   const size_t sharedBytes = 128 + 2 * size_t(kBuffer);
   // The persistent kernel needs bulk copies (sm_90+), its two buffers in
-  // one block's shared memory, and every block resident at once (one a
-  // multiprocessor, nothing else on the GPU), as its blocks wait for each
-  // other.
-  if (major < 9 || size_t(sharedOptin) < sharedBytes + sizeof(float) * kWarps *
-                                                            kMaxRows) {
+  // one block's shared memory, each block's share of every op within a
+  // buffer (so enough multiprocessors: 128 or more), and every block
+  // resident at once (one a multiprocessor, nothing else on the GPU), as
+  // its blocks wait for each other.
+  bool sharesFit = processors > 0;
+  for (const Op &o : ops) {
+    const int64_t per = (o.rows + processors - 1) / std::max(processors, 1);
+    sharesFit = sharesFit && per <= kMaxRows &&
+                per * o.cols + per * (o.cols / 16) <= int64_t(kBuffer);
+  }
+  if (major < 9 || !sharesFit ||
+      size_t(sharedOptin) < sharedBytes + sizeof(float) * kWarps * kMaxRows) {
     std::printf("bench chain: kernels in a graph %.2f us an op; the persistent "
-                "kernel needs sm_90+ and %zu bytes of shared memory a block "
-                "(this GPU: sm_%d0, %d): skipped\n",
-                kernelsUs / kCount, sharedBytes, major, sharedOptin);
+                "kernel needs sm_90+, 128 or more multiprocessors and %zu "
+                "bytes of shared memory a block (this GPU: sm_%d0, %d, %d): "
+                "skipped\n",
+                kernelsUs / kCount, sharedBytes, major, processors,
+                sharedOptin);
     CHECK_CUDA(cudaStreamDestroy(stream));
     return;
   }
