@@ -13,7 +13,7 @@ CUPTI handling its buffer, shows there and is left out of the charges).
 
   utils/timeline.py FILE [--device N] [--top K] [--group]
                     [--schedule SCHED [--chain FROM:TO] [--units FROM:TO]
-                                      [--layer N]]
+                                      [--layer N] [--links]]
 
 --group folds template arguments (mlaChunkKernel<...> -> mlaChunkKernel).
 
@@ -31,6 +31,11 @@ in unit order, with its branch, the units it waits for, and its start and
 end in us after unit FROM's end: where a stretch of the step spent its time
 (a layer: from one all-reduce to the next), including the kernels off the
 critical path and how early each was launched.
+
+--links (with --schedule) groups the critical path's links by the op kinds
+they join (predecessor -> unit), with how often the path takes each and
+what it is charged: which branch gated an op across the step (for GLM-5's
+MLA, whether the indexer's branch or the query rope's ended last).
 
 --layer N (with --schedule) lists layer N's units so: from the residual add
 and norm that ends layer N - 1 (all_reduce_add_rms_norm, or add_rms_norm on
@@ -119,7 +124,25 @@ def critical_path(kernels, units):
     return path, end
 
 
-def print_schedule(kernels, units, chain, stall, stall_at):
+def print_links(path, units):
+    """The path's links grouped by (predecessor kind, unit kind), most
+    charged first."""
+    links = defaultdict(lambda: [0, 0])
+    for i, charge, before in path:
+        if before is None:
+            continue
+        link = links[(op_kind(units[before][0]), op_kind(units[i][0]))]
+        link[0] += 1
+        link[1] += charge
+    print(f"\n{'critical links (predecessor -> unit)':60} {'count':>6} "
+          f"{'charged us':>11} {'mean us':>8}")
+    for (a, b), (count, charge) in sorted(links.items(),
+                                          key=lambda kv: -kv[1][1]):
+        print(f"{a + ' -> ' + b:60} {count:6d} {charge / 1e3:11.1f} "
+              f"{charge / count / 1e3:8.2f}")
+
+
+def print_schedule(kernels, units, chain, stall, stall_at, links=False):
     path, end = critical_path(kernels, units)
     # The longest stall, where a link spans it, is left out as above.
     path = [(i, charge - stall
@@ -138,6 +161,8 @@ def print_schedule(kernels, units, chain, stall, stall_at):
     for kind, (count, charge) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
         print(f"{kind:32} {count:8d} {charge / 1e3:11.1f} "
               f"{100 * charge / total:5.1f}%")
+    if links:
+        print_links(path, units)
     if chain:
         lo, hi = chain
         print(f"\n{'unit':>6} {'after':>6} {'charged us':>11}  op")
@@ -199,9 +224,12 @@ def main():
     p.add_argument("--chain")
     p.add_argument("--units")
     p.add_argument("--layer", type=int)
+    p.add_argument("--links", action="store_true")
     a = p.parse_args()
     if a.units and not a.schedule:
         sys.exit("timeline: error: --units needs --schedule")
+    if a.links and not a.schedule:
+        sys.exit("timeline: error: --links needs --schedule")
     if a.layer is not None and not a.schedule:
         sys.exit("timeline: error: --layer needs --schedule")
     chain = unit_range("--chain", a.chain, None) if a.chain else None
@@ -240,7 +268,7 @@ def main():
               f"{charged / 1e3:11.1f} {100 * charged / span:5.1f}%")
     if a.schedule:
         units = load_schedule(a.schedule)
-        print_schedule(kernels, units, chain, stall, stall_at)
+        print_schedule(kernels, units, chain, stall, stall_at, a.links)
         if a.units:
             print_units(kernels, units, *unit_range("--units", a.units, units))
         if a.layer is not None:

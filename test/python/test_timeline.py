@@ -172,3 +172,23 @@ def test_layer_lists_the_units_between_its_residual_norms(tmp_path):
     assert ("--layer 2: the schedule has layers 0..1"
             in refused(t, "--schedule", s, "--layer", 2))
     assert "--layer needs --schedule" in refused(t, "--layer", 0)
+
+
+def test_links_group_the_path_by_the_kinds_they_join(tmp_path):
+    # four_units: the path u0 (rms_norm), u1 (linear, after u0), u3 (add,
+    # after u1): two links, charged 4 and 6 us; the first unit has none.
+    t, s = four_units(tmp_path)
+    out = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
+                          "--links"],
+                         capture_output=True, text=True, check=True).stdout
+    section = out[out.index("critical links"):].splitlines()[1:]
+    rows = {}
+    for line in section:
+        if not line.strip():
+            break
+        name, count, charged, mean = line.rsplit(None, 3)
+        rows[name] = (int(count), float(charged), float(mean))
+    assert rows == {"linear -> add": (1, 6.0, 6.0),
+                    "rms_norm -> linear": (1, 4.0, 4.0)}
+    assert list(rows) == ["linear -> add", "rms_norm -> linear"]
+    assert "--links needs --schedule" in refused(t, "--links")
