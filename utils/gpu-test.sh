@@ -144,7 +144,8 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step omit-glm5-tp8-rank0 omit_table
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 3 --profile
-  # The step's critical path by op kind: one replay's kernels from CUPTI
+  # The step's critical path by op kind and its links by the kinds they
+  # join: one replay's kernels from CUPTI
   # (KILN_CUDA_TIMELINE) and the captured schedule (KILN_CUDA_SCHEDULE),
   # read by utils/timeline.py. CUPTI comes with the CUDA toolkit.
   cupti=$(ls /usr/local/cuda*/lib64/libcupti.so* 2>/dev/null | sort | head -1)
@@ -154,7 +155,7 @@ if [ -x "$pack/bin/kiln-run" ]; then
     KILN_CUPTI_LIBRARY=$cupti KILN_CUDA_TIMELINE=$t KILN_CUDA_SCHEDULE=$s \
       "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
       --bench --simulate-rank 0/8 --context 1024 --steps 10 &&
-      python3 utils/timeline.py "$t" --group --top 20 --schedule "$s"
+      python3 utils/timeline.py "$t" --group --top 20 --schedule "$s" --links
   }
   if [ -n "$cupti" ]; then
     step critical-path-glm5-tp8-rank0 critical_path
