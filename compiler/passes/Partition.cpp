@@ -1,13 +1,15 @@
-//===- Partition.cpp - Tensor-parallel partitioning of kiln programs -------===//
+//===- Partition.cpp - Tensor-parallel partitioning of kiln programs
+//-------===//
 //
 // A forward walk that knows, for every value, whether each rank holds all of
 // it (replicated), its part along one dimension (split) or a partial sum
-// (partial). Weights are split by rule (their role in GLM-5), each op maps
-// the states of its operands to the state of its results and rewrites its
-// types to the local shapes, and a value in the wrong state for its user is
-// made whole there: an all_reduce for a partial sum, an all_gather for a
-// split. The rules that matter for cost are the ones that keep values split
-// (heads through attention, the intermediate dimension through FFNs) so
+// (partial). Each weight is split as its kiln.weight says (tp_split and
+// tp_groups, the model builder's choice: this pass knows no tensor names),
+// each op maps the states of its operands to the state of its results and
+// rewrites its types to the local shapes, and a value in the wrong state for
+// its user is made whole there: an all_reduce for a partial sum, an all_gather
+// for a split. The rules that matter for cost are the ones that keep values
+// split (heads through attention, the intermediate dimension through FFNs) so
 // only two partial sums per layer need a collective.
 //
 //===----------------------------------------------------------------------===//
@@ -39,26 +41,6 @@ struct Sharding {
   static Sharding split(int64_t d) { return {Kind::Split, d}; }
   static Sharding partial() { return {Kind::Partial, -1}; }
 };
-
-/// The dim of a GLM-5 weight that tensor parallelism splits, by the
-/// tensor's role (its name without "blk.N." and ".weight"); none when the
-/// weight is replicated.
-std::optional<int64_t> splitDimOf(StringRef tensor) {
-  StringRef role = tensor;
-  role.consume_back(".weight");
-  if (role.starts_with("blk.")) {
-    role = role.drop_front(4);
-    role = role.drop_while([](char c) { return c >= '0' && c <= '9'; });
-    role.consume_front(".");
-  }
-  return llvm::StringSwitch<std::optional<int64_t>>(role)
-      .Cases("attn_q_b", "ffn_gate", "ffn_up", 1)
-      .Cases("ffn_gate_shexp", "ffn_up_shexp", 1)
-      .Cases("ffn_gate_exps", "ffn_up_exps", "ffn_gate_up_exps", "output", 1)
-      .Cases("attn_k_b", "attn_v_b", 2)
-      .Cases("attn_output", "ffn_down", "ffn_down_shexp", "ffn_down_exps", 0)
-      .Default(std::nullopt);
-}
 
 RankedTensorType withDim(Type type, int64_t dim, int64_t size) {
   auto t = cast<RankedTensorType>(type);
@@ -119,13 +101,15 @@ LogicalResult Partitioner::replicateOperand(Operation *user, unsigned index) {
 
 LogicalResult Partitioner::visitWeight(kd::WeightOp op) {
   kd::QWeightType type = op.getType();
-  std::optional<int64_t> dim = splitDimOf(type.getName());
+  std::optional<int64_t> dim = op.getTpSplit();
   if (!dim)
     return success();
-  // A fused gate/up holds each expert's gate rows, then its up rows: each
-  // rank takes its part of both halves (two groups cut alike).
-  int64_t groups =
-      type.getName().ends_with("ffn_gate_up_exps.weight") ? 2 : 1;
+  // Groups of the dim cut alike (a fused gate/up: each rank takes its part
+  // of the gate half and of the up half).
+  const int64_t groups = op.getTpGroups().value_or(1);
+  // The split is recorded in the type from here on.
+  op.removeTpSplitAttr();
+  op.removeTpGroupsAttr();
   SmallVector<int64_t> dims(type.getDims());
   if (*dim >= static_cast<int64_t>(dims.size()) ||
       dims[*dim] % (n_ * groups) != 0)

@@ -98,6 +98,28 @@ void WeightOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
   setNameFn(getResult(), weightValueName(getResult().getType()));
 }
 
+LogicalResult WeightOp::verify() {
+  QWeightType type = getType();
+  std::optional<int64_t> split = getTpSplit(), groups = getTpGroups();
+  if (groups && !split)
+    return emitOpError("tp_groups without tp_split");
+  if (!split)
+    return success();
+  if (type.getShardDim() >= 0)
+    return emitOpError("tensor '")
+           << type.getName()
+           << "' is already split (shard = " << type.getShardDim() << " of "
+           << type.getShardParts() << ") and still carries tp_split";
+  const int64_t rank = static_cast<int64_t>(type.getDims().size());
+  if (*split < 0 || *split >= rank)
+    return emitOpError("tensor '") << type.getName() << "': tp_split " << *split
+                                   << " is not one of its " << rank << " dims";
+  if (groups && *groups < 1)
+    return emitOpError("tensor '") << type.getName() << "': tp_groups "
+                                   << *groups << " is not a positive count";
+  return success();
+}
+
 void StateOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
   setNameFn(getResult(), getStateName());
 }

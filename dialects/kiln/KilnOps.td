@@ -123,13 +123,24 @@ def Kiln_WeightOp : Kiln_Op<"weight",
     The handle is bound to the file's bytes when the program is loaded; the
     printer names the result after the tensor.
 
+    `tp_split`, set by the model's builder, is the dim along which tensor
+    parallelism splits the tensor (absent: every rank holds all of it), and
+    `tp_groups` how many groups that dim holds that are cut alike (a fused
+    gate/up: 2; default 1). `--kiln-partition` reads them, records the
+    split in the result's type (`shard = i of n`, `groups = g`) and drops
+    them; it knows no tensor names itself.
+
     Example:
     ```mlir
     %blk.0.attn_q_a = kiln.weight : !kiln.qweight<"blk.0.attn_q_a.weight", "q8_0", [6144, 2048]>
+    %blk.0.attn_output = kiln.weight {tp_split = 0 : i64} : !kiln.qweight<"blk.0.attn_output.weight", "q8_0", [16384, 6144]>
     ```
   }];
+  let arguments = (ins OptionalAttr<I64Attr>:$tp_split,
+                       OptionalAttr<I64Attr>:$tp_groups);
   let results = (outs Kiln_QWeightType:$result);
   let assemblyFormat = "attr-dict `:` qualified(type($result))";
+  let hasVerifier = 1;
 }
 
 def Kiln_StateOp : Kiln_Op<"state",

@@ -15,6 +15,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <set>
 
 using namespace mlir;
@@ -22,6 +23,43 @@ namespace kd = mlir::kiln;
 
 namespace kiln::glm5 {
 namespace {
+
+/// How tensor parallelism splits a GLM-5 weight (kiln.weight's tp_split
+/// and tp_groups): the Megatron layout of docs/parallel.md. Heads through
+/// attention (attn_q_b's rows, attn_k_b's and attn_v_b's stacks) and the
+/// intermediate dim through the FFNs (gate and up rows) stay split, so
+/// only attn_output and the down projections, split on ne[0], end in
+/// partial sums; the output head is split by vocabulary.
+struct TensorSplit {
+  int64_t dim;
+  int64_t groups = 1;
+};
+
+/// The split of a tensor by its role (its name without "blk.N." and
+/// ".weight"); none when every rank holds all of it.
+std::optional<TensorSplit> tensorSplitOf(llvm::StringRef tensor) {
+  llvm::StringRef role = tensor;
+  role.consume_back(".weight");
+  if (role.starts_with("blk.")) {
+    role = role.drop_front(4);
+    role = role.drop_while([](char c) { return c >= '0' && c <= '9'; });
+    role.consume_front(".");
+  }
+  if (role == "attn_q_b" || role == "ffn_gate" || role == "ffn_up" ||
+      role == "ffn_gate_shexp" || role == "ffn_up_shexp" ||
+      role == "ffn_gate_exps" || role == "ffn_up_exps" || role == "output")
+    return TensorSplit{1};
+  // Each expert's gate rows, then its up rows: each rank takes its part of
+  // both halves.
+  if (role == "ffn_gate_up_exps")
+    return TensorSplit{1, 2};
+  if (role == "attn_k_b" || role == "attn_v_b")
+    return TensorSplit{2};
+  if (role == "attn_output" || role == "ffn_down" || role == "ffn_down_shexp" ||
+      role == "ffn_down_exps")
+    return TensorSplit{0};
+  return std::nullopt;
+}
 
 std::string lowerName(GGMLType type) {
   std::string s(nameOf(type));
@@ -107,7 +145,13 @@ private:
     SmallVector<int64_t> dims(t.dims.begin(), t.dims.end());
     auto type = kd::QWeightType::get(b_.getContext(), name,
                                        lowerName(t.type), dims);
-    return kd::WeightOp::create(b_, loc_, type);
+    IntegerAttr split, groups;
+    if (std::optional<TensorSplit> s = tensorSplitOf(name)) {
+      split = b_.getI64IntegerAttr(s->dim);
+      if (s->groups != 1)
+        groups = b_.getI64IntegerAttr(s->groups);
+    }
+    return kd::WeightOp::create(b_, loc_, type, split, groups);
   }
   /// A small tensor (norm weight, bias) dequantised whole.
   Value vector(const std::string &name) {

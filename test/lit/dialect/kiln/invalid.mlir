@@ -600,3 +600,37 @@ func.func @router_negative_top_k(%x: tensor<256xf32>, %g: !kiln.qweight<"g.weigh
   %ids, %w = kiln.moe_router %x, %g {gating = "sigmoid", normalize = true, routed_scale = 1.0 : f32, top_k = -1 : i64} : tensor<256xf32>, !kiln.qweight<"g.weight", "f32", [256, 16]> -> tensor<4xi32>, tensor<4xf32>
   return %ids, %w : tensor<4xi32>, tensor<4xf32>
 }
+
+// -----
+
+// tp_split names one of the tensor's dims.
+func.func @weight_split_dim() {
+  // expected-error @+1 {{'kiln.weight' op tensor 'w.weight': tp_split 2 is not one of its 2 dims}}
+  %w = kiln.weight {tp_split = 2 : i64} : !kiln.qweight<"w.weight", "q8_0", [256, 128]>
+  return
+}
+
+// -----
+
+func.func @weight_groups_without_split() {
+  // expected-error @+1 {{'kiln.weight' op tp_groups without tp_split}}
+  %w = kiln.weight {tp_groups = 2 : i64} : !kiln.qweight<"w.weight", "q8_0", [256, 128]>
+  return
+}
+
+// -----
+
+func.func @weight_groups_positive() {
+  // expected-error @+1 {{'kiln.weight' op tensor 'w.weight': tp_groups 0 is not a positive count}}
+  %w = kiln.weight {tp_split = 1 : i64, tp_groups = 0 : i64} : !kiln.qweight<"w.weight", "q8_0", [256, 128]>
+  return
+}
+
+// -----
+
+// A part already split carries no split still to make.
+func.func @weight_split_twice() {
+  // expected-error @+1 {{'kiln.weight' op tensor 'w.weight' is already split (shard = 1 of 2) and still carries tp_split}}
+  %w = kiln.weight {tp_split = 1 : i64} : !kiln.qweight<"w.weight", "q8_0", [256, 64], shard = 1 of 2>
+  return
+}
