@@ -20,7 +20,6 @@
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "llvm/ADT/TypeSwitch.h"
-#include "llvm/Support/Regex.h"
 
 namespace mlir::kiln {
 #define GEN_PASS_DEF_PARTITION

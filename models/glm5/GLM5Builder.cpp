@@ -37,8 +37,8 @@ struct TensorSplit {
 
 /// The split of a tensor by its role (its name without "blk.N." and
 /// ".weight"); none when every rank holds all of it.
-std::optional<TensorSplit> tensorSplitOf(llvm::StringRef tensor) {
-  llvm::StringRef role = tensor;
+std::optional<TensorSplit> tensorSplitOf(StringRef tensor) {
+  StringRef role = tensor;
   role.consume_back(".weight");
   if (role.starts_with("blk.")) {
     role = role.drop_front(4);

@@ -2328,28 +2328,18 @@ void benchChain() {
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   kiln::Rng rng(21);
   constexpr int kCount = 40;
-  const kc::SplitFormat *f = kc::splitFormatOf(GGMLType::Q8_0);
-  std::vector<DeviceArray<uint8_t>> planes;
+  std::vector<SplitWeight> planes; // the weights' split layouts, kept alive
   std::vector<DeviceArray<float>> acts;
   std::vector<kc::DeviceWeight> weights;
   acts.emplace_back(normals(rng, 6144, 1.0));
   double bytes = 0;
   for (int l = 0; l < kCount; ++l) {
-    const int cols = l % 2 == 0 ? 6144 : 2048, rows = 8192 * 1536 / cols;
-    const uint64_t blocks = uint64_t(rows) * uint64_t(cols / 32);
-    DeviceArray<uint8_t> file(blocks * 34);
-    CHECK_CUDA(kc::launchFillRandomBlocks(GGMLType::Q8_0, file.get(),
-                                          blocks * 34, 100 + l, stream));
-    planes.emplace_back(kc::splitPlaneStart(*f, f->planes, blocks));
-    kc::DeviceWeight w{GGMLType::Q8_0, rows, cols, nullptr,
-                       kc::splitLayoutOf(GGMLType::Q8_0)};
-    for (int p = 0; p < f->planes; ++p)
-      w.setPlane(p, planes.back().get() + kc::splitPlaneStart(*f, p, blocks));
-    CHECK_CUDA(kc::launchRepackSplit(file.get(), w, stream));
-    CHECK_CUDA(cudaStreamSynchronize(stream)); // before `file` is freed
-    weights.push_back(w);
+    const int64_t cols = l % 2 == 0 ? 6144 : 2048, rows = 8192 * 1536 / cols;
+    const Weight file = randomWeight(GGMLType::Q8_0, {cols, rows}, 100 + l);
+    planes.push_back(repackSplit(file));
+    weights.push_back(planes.back().dev(file));
     acts.emplace_back(std::vector<float>(size_t(rows), 0.f));
-    bytes += double(blocks) * 34;
+    bytes += double(file.device.size());
   }
   std::vector<Op> ops;
   for (int l = 0; l < kCount; ++l)
