@@ -2137,28 +2137,35 @@ void benchMoe() {
 // of op l + 1 are already being bulk-copied into its shared memory (two
 // buffers), and it waits for op l's input by a count that every block
 // raises once its rows of op l - 1 are written, not by a kernel boundary.
-// This measures the design (docs/perf.md, thirteenth pass), with three
-// kinds of dots: none (copies, counts and writes only), f32 x (checked
-// against the kernels' outputs), and int8 x with dp4a (one fixed x vector
-// for every op: timing only, its outputs are not the chain's).
+// This measures the design (docs/perf.md, thirteenth and fourteenth
+// passes), with three kinds of dots: none (copies, counts and writes
+// only), f32 x (checked against the kernels' outputs), and int8 x with
+// dp4a (one fixed x vector for every op: timing only, its outputs are not
+// the chain's); and three probes that take the f32 chain's time apart:
+// its dots without the wait, the wait and x without the dots, and the
+// count alone (no copies).
 //===----------------------------------------------------------------------===//
 
 namespace chain {
 
 using kc::kWarp;
-constexpr int kThreads = 512, kWarps = kThreads / kWarp;
+constexpr int kWarps = 16, kThreads = kWarps * kWarp;
 /// Rows of a block's share: 6144 -> 2048 gives at most 16 rows of 6144
 /// bytes, 2048 -> 6144 47 of 2048; with their Q8_0 scales.
 constexpr uint32_t kBuffer = 16 * 6144 + 16 * 6144 / 16;
 constexpr int kMaxRows = 48;
 /// Rows a warp dots together.
 constexpr int kGroup = 8;
+/// Ops a chain: the kernel keeps their table in shared memory.
+constexpr int kMaxOps = 64;
 
-enum class Dots { None, F32, Int8 };
+/// F32NoWait (f32 dots, no wait for the input) and XOnly (the wait and the
+/// loads of x, no dots) are probes: timing only.
+enum class Dots { None, F32, Int8, F32NoWait, XOnly };
 
 struct Op {
-  const int8_t *quants;     ///< q8_0-split plane 0: rows x cols
-  const uint8_t *scales;    ///< plane 1: rows x cols / 32 f16
+  const int8_t *quants;  ///< q8_0-split plane 0: rows x cols
+  const uint8_t *scales; ///< plane 1: rows x cols / 32 f16
   int rows, cols;
   const float *x;
   float *y;
@@ -2171,6 +2178,7 @@ struct Args {
   Dots dots;
   const int8_t *xq; ///< Dots::Int8: the x every op reads, and its
   const float *xd;  ///< scales (one per 32 values)
+  bool copies;      ///< false: no weight copies (the count alone)
 };
 
 /// A block's share of an op's rows: [first, first + n).
@@ -2192,67 +2200,94 @@ __device__ inline void dots(const Args &a, const int8_t *q,
   static_assert(kSpan % (4 * kWarp) == 0, "whole passes a warp");
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int first = warp * kSpan;
-  float4 xf[kPasses];
+  // Rows a group: more where a row is one pass (more loads in flight
+  // before the sums), within the registers where it is three.
+  constexpr int kRowsAGroup = kPasses == 1 ? 2 * kGroup : kGroup;
+  constexpr int kLanesARow = kWarp / kRowsAGroup;
+  float4 xf4[kPasses];
   int xw[kPasses];
   float xs[kPasses];
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     const int c = first + 4 * kWarp * p + 4 * lane;
-    if constexpr (kDots == Dots::F32) {
-      xf[p] = __ldcg(reinterpret_cast<const float4 *>(x + c));
+    if constexpr (kDots == Dots::F32 || kDots == Dots::XOnly) {
+      xf4[p] = __ldcg(reinterpret_cast<const float4 *>(x + c));
     } else {
       xw[p] = __ldcg(reinterpret_cast<const int *>(a.xq + c));
       xs[p] = __ldcg(a.xd + c / 32);
     }
   }
-  for (int g = 0; g < n; g += kGroup) {
-    uint32_t w[kGroup][kPasses];
-    unsigned short s[kGroup][kPasses];
+  if constexpr (kDots == Dots::XOnly) { // a use of x, in every row
+    float t = 0.f;
 #pragma unroll
-    for (int u = 0; u < kGroup; ++u) {
-      const int r = g + u < n ? g + u : n - 1;
+    for (int p = 0; p < kPasses; ++p)
+      t += xf4[p].x + xf4[p].y + xf4[p].z + xf4[p].w;
+    for (int r = lane; r < n; r += kWarp)
+      partial[warp][r] = t;
+    return;
+  }
+  // Rows past n in the last group read other bytes of the buffer (its
+  // scales, or the rest of it); their sums are never written.
+  const int8_t *qLane = q + first + 4 * lane;
+  const unsigned short *dLane = d + (first + 4 * lane) / 32;
+  for (int g = 0; g < n; g += kRowsAGroup) {
+    uint32_t w[kRowsAGroup][kPasses];
+    unsigned short s[kRowsAGroup][kPasses];
+    const int8_t *qg = qLane + g * kCols;
+    const unsigned short *dg = dLane + g * (kCols / 32);
+#pragma unroll
+    for (int u = 0; u < kRowsAGroup; ++u)
 #pragma unroll
       for (int p = 0; p < kPasses; ++p) {
-        const int c = first + 4 * kWarp * p + 4 * lane;
-        w[u][p] = *reinterpret_cast<const uint32_t *>(q + r * kCols + c);
-        s[u][p] = d[r * (kCols / 32) + c / 32];
+        w[u][p] = *reinterpret_cast<const uint32_t *>(qg + u * kCols +
+                                                      4 * kWarp * p);
+        s[u][p] = dg[u * (kCols / 32) + kWarp / 8 * p];
       }
-    }
-    float acc[kGroup] = {};
+    float acc[kRowsAGroup] = {};
 #pragma unroll
-    for (int u = 0; u < kGroup; ++u)
+    for (int u = 0; u < kRowsAGroup; ++u)
 #pragma unroll
       for (int p = 0; p < kPasses; ++p) {
         const float scale = kc::quantdot::halfBits(s[u][p]);
-        if constexpr (kDots == Dots::F32)
+        if constexpr (kDots != Dots::Int8)
           acc[u] = fmaf(scale,
                         kc::quantdot::dot4(w[u][p] ^ 0x80808080u,
-                                           kc::quantdot::kMagic + 128.f, xf[p]),
+                                           kc::quantdot::kMagic + 128.f, xf4[p]),
                         acc[u]);
         else
           acc[u] = fmaf(scale * xs[p], float(__dp4a(int(w[u][p]), xw[p], 0)),
                         acc[u]);
       }
-    // Lane l ends with row g + l / 4's sum over the warp's columns.
-    const float total = kc::quantdot::spreadSums<kGroup, kWarp / 2>(acc, lane);
-    if (lane % 4 == 0 && g + lane / 4 < n)
-      partial[warp][g + lane / 4] = total;
+    // Lane l ends with row g + l / kLanesARow's sum over the warp's
+    // columns.
+    const float total =
+        kc::quantdot::spreadSums<kRowsAGroup, kWarp / 2>(acc, lane);
+    if (lane % kLanesARow == 0 && g + lane / kLanesARow < n)
+      partial[warp][g + lane / kLanesARow] = total;
   }
 }
 
 __global__ void __launch_bounds__(kThreads, 1) chainKernel(Args a) {
   extern __shared__ __align__(128) uint8_t shared[];
   __shared__ float partial[kWarps][kMaxRows];
+  __shared__ Op table[kMaxOps]; // the ops, read once from global
+  for (int i = threadIdx.x; i < a.count; i += blockDim.x)
+    table[i] = a.ops[i];
+  __syncthreads();
   uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
   auto buffer = [&](int l) { return shared + 128 + (l & 1) * kBuffer; };
   // Thread 0: op l's rows of this block into buffer l % 2.
   auto copy = [&](int l) {
-    const Op o = a.ops[l];
+    const Op &o = table[l];
     int first = 0;
     const int n = shareOf(o, first);
     const uint32_t quantBytes = uint32_t(n) * uint32_t(o.cols),
                    scaleBytes = uint32_t(n) * uint32_t(o.cols / 16);
     uint64_t *bar = &bars[l & 1];
+    if (!a.copies) {
+      kc::barrierArriveExpect(bar, 0);
+      return;
+    }
     kc::barrierArriveExpect(bar, quantBytes + scaleBytes);
     if (n > 0) {
       kc::bulkCopy(buffer(l), o.quants + size_t(first) * o.cols, quantBytes,
@@ -2269,12 +2304,12 @@ __global__ void __launch_bounds__(kThreads, 1) chainKernel(Args a) {
   }
   __syncthreads();
   for (int l = 0; l < a.count; ++l) {
-    const Op o = a.ops[l]; // constant: read before the wait
+    const Op o = table[l];
     if (threadIdx.x == 0) {
       if (l + 1 < a.count) // buffer (l + 1) % 2 was op l - 1's: done
         copy(l + 1);
       // Op l's input: every block's rows of op l - 1.
-      while (l > 0) {
+      while (l > 0 && a.dots != Dots::F32NoWait) {
         unsigned now;
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
                      : "=r"(now)
@@ -2296,7 +2331,10 @@ __global__ void __launch_bounds__(kThreads, 1) chainKernel(Args a) {
       if (int(threadIdx.x) < n)
         o.y[first + threadIdx.x] = 0.f;
     } else {
-      if (a.dots == Dots::F32)
+      if (a.dots == Dots::XOnly)
+        o.cols == 6144 ? dots<Dots::XOnly, 6144>(a, q, d, o.x, n, partial)
+                       : dots<Dots::XOnly, 2048>(a, q, d, o.x, n, partial);
+      else if (a.dots == Dots::F32 || a.dots == Dots::F32NoWait)
         o.cols == 6144 ? dots<Dots::F32, 6144>(a, q, d, o.x, n, partial)
                        : dots<Dots::F32, 2048>(a, q, d, o.x, n, partial);
       else
@@ -2304,9 +2342,11 @@ __global__ void __launch_bounds__(kThreads, 1) chainKernel(Args a) {
                        : dots<Dots::Int8, 2048>(a, q, d, o.x, n, partial);
       __syncthreads();
       if (int(threadIdx.x) < n) {
-        float sum = 0.f;
+        float part[4] = {};
+#pragma unroll
         for (int w = 0; w < kWarps; ++w)
-          sum += partial[w][threadIdx.x];
+          part[w % 4] += partial[w][threadIdx.x];
+        const float sum = (part[0] + part[1]) + (part[2] + part[3]);
         o.y[first + threadIdx.x] = sum;
       }
     }
@@ -2322,12 +2362,14 @@ __global__ void __launch_bounds__(kThreads, 1) chainKernel(Args a) {
 
 } // namespace chain
 
-void benchChain() {
+/// False where the f32 chain's outputs differ from the kernels'.
+bool benchChain() {
   using namespace chain;
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   kiln::Rng rng(21);
   constexpr int kCount = 40;
+  static_assert(kCount <= kMaxOps, "the kernel keeps the ops in shared memory");
   std::vector<SplitWeight> planes; // the weights' split layouts, kept alive
   std::vector<DeviceArray<float>> acts;
   std::vector<kc::DeviceWeight> weights;
@@ -2385,7 +2427,8 @@ void benchChain() {
                 per * o.cols + per * (o.cols / 16) <= int64_t(kBuffer);
   }
   if (major < 9 || !sharesFit ||
-      size_t(sharedOptin) < sharedBytes + sizeof(float) * kWarps * kMaxRows) {
+      size_t(sharedOptin) < sharedBytes + sizeof(float) * kWarps * kMaxRows +
+                                sizeof(Op) * kMaxOps) {
     std::printf("bench chain: kernels in a graph %.2f us an op; the persistent "
                 "kernel needs sm_90+, 128 or more multiprocessors and %zu "
                 "bytes of shared memory a block (this GPU: sm_%d0, %d, %d): "
@@ -2393,14 +2436,15 @@ void benchChain() {
                 kernelsUs / kCount, sharedBytes, major, processors,
                 sharedOptin);
     CHECK_CUDA(cudaStreamDestroy(stream));
-    return;
+    return true;
   }
   CHECK_CUDA(cudaFuncSetAttribute(
       chainKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
       int(sharedBytes)));
-  auto persistent = [&](Dots kind) {
+  auto persistent = [&](Dots kind, bool copies = true) {
     const Args args{deviceOps.get(), kCount,         counts.get(),
-                    kind,            deviceXq.get(), deviceXd.get()};
+                    kind,            deviceXq.get(), deviceXd.get(),
+                    copies};
     return timeInGraph(stream, [&](cudaStream_t s) {
       if (cudaError_t e =
               cudaMemsetAsync(counts.get(), 0, kCount * sizeof(unsigned), s);
@@ -2421,6 +2465,9 @@ void benchChain() {
       scale = std::max(scale, double(std::fabs((*want)[i])));
     }
   const double int8Us = persistent(Dots::Int8);
+  const double noWaitUs = persistent(Dots::F32NoWait);
+  const double xOnlyUs = persistent(Dots::XOnly);
+  const double countUs = persistent(Dots::None, false);
   auto line = [&](const char *what, double us) {
     std::printf("bench chain %-46s %6.2f us an op, %6.1f GB/s\n", what,
                 us / kCount, bytes / kCount / (us / kCount * 1e3));
@@ -2431,11 +2478,20 @@ void benchChain() {
   line("persistent, no dots (copies, counts, writes)", noneUs);
   line("persistent, f32 dots", f32Us);
   line("persistent, int8 x and dp4a (timing only)", int8Us);
+  line("probe: f32 dots, no wait (timing only)", noWaitUs);
+  line("probe: wait and x, no dots (timing only)", xOnlyUs);
+  std::printf("bench chain %-46s %6.2f us an op\n",
+              "probe: the count alone (no copies, no dots)", countUs / kCount);
+  // The same products summed in another order: 6,144 terms in f32 differ
+  // by far less than 1e-5 of the largest value (2e-7 measured); a wrong
+  // row, scale or x is off by the value's own size.
+  const bool agrees = worst <= 1e-5 * scale;
   std::printf("bench chain check: the f32 chain's first two outputs within "
               "%.2g of the kernels' (largest |value| %.3g; sums in another "
-              "order)\n",
-              worst, scale);
+              "order; tolerance 1e-5 of it): %s\n",
+              worst, scale, agrees ? "ok" : "FAILED");
   CHECK_CUDA(cudaStreamDestroy(stream));
+  return agrees;
 }
 
 /// GLM-5's indexer at a tp=8 rank (32 heads of 128, the query's rope, as
@@ -3010,10 +3066,8 @@ int main(int argc, char **argv) {
     benchDsa(5);
     return 0;
   }
-  if (benchChainOnly) {
-    benchChain();
-    return 0;
-  }
+  if (benchChainOnly)
+    return benchChain() ? 0 : 1;
   if (bench) {
     benchLinear();
     benchOps();
