@@ -11,7 +11,8 @@
 //   Nsight Compute: `ncu -k regex:indexer kiln-cuda-ops --bench-dsa`)
 // kiln-cuda-ops --bench-chain     times a chain of dependent mat-vecs as the
 //   step's kernels and as one persistent kernel (a measurement of that
-//   design, not a step kernel; docs/perf.md, thirteenth pass)
+//   design, not a step kernel; docs/perf.md, thirteenth and fourteenth
+//   passes); exits 1 where its f32 outputs differ from the kernels'
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -2468,6 +2469,7 @@ bool benchChain() {
   const double noWaitUs = persistent(Dots::F32NoWait);
   const double xOnlyUs = persistent(Dots::XOnly);
   const double countUs = persistent(Dots::None, false);
+  const double xNoCopiesUs = persistent(Dots::XOnly, false);
   auto line = [&](const char *what, double us) {
     std::printf("bench chain %-46s %6.2f us an op, %6.1f GB/s\n", what,
                 us / kCount, bytes / kCount / (us / kCount * 1e3));
@@ -2482,6 +2484,9 @@ bool benchChain() {
   line("probe: wait and x, no dots (timing only)", xOnlyUs);
   std::printf("bench chain %-46s %6.2f us an op\n",
               "probe: the count alone (no copies, no dots)", countUs / kCount);
+  std::printf("bench chain %-46s %6.2f us an op\n",
+              "probe: the count and x (no copies, no dots)",
+              xNoCopiesUs / kCount);
   // The same products summed in another order: 6,144 terms in f32 differ
   // by far less than 1e-5 of the largest value (2e-7 measured); a wrong
   // row, scale or x is off by the value's own size.
