@@ -112,6 +112,24 @@ StepSchedule scheduleStep(const std::vector<OpFootprint> &ops,
   return s;
 }
 
+std::vector<bool> followsOrdered(const StepSchedule &s,
+                                 const std::vector<OpFootprint> &ops) {
+  const size_t n = std::min(s.branch.size(), ops.size());
+  std::vector<bool> out(n, false);
+  std::vector<int32_t> last(size_t(std::max(s.branches, 1)), -1);
+  for (size_t j = 0; j < n; ++j) {
+    const size_t b = size_t(s.branch[j]);
+    if (b >= last.size())
+      last.resize(b + 1, -1);
+    bool follows = last[b] >= 0 && ops[size_t(last[b])].ordered;
+    for (int32_t d : s.waits[j])
+      follows = follows || (d >= 0 && size_t(d) < n && ops[size_t(d)].ordered);
+    out[j] = follows;
+    last[b] = int32_t(j);
+  }
+  return out;
+}
+
 bool scheduleOrders(const StepSchedule &s, int32_t earlier, int32_t later) {
   const size_t n = s.branch.size();
   if (earlier < 0 || later < 0 || size_t(later) >= n || earlier >= later)

@@ -59,6 +59,14 @@ bool conflicts(const OpFootprint &a, const OpFootprint &b);
 StepSchedule scheduleStep(const std::vector<OpFootprint> &ops,
                           int maxBranches);
 
+/// Per op: whether one of its direct predecessors in `s` (the op before it
+/// on its branch, or an op it waits for) is ordered (a collective). The
+/// CUDA backend starts such ops without an early prefetch of their weights:
+/// bytes in flight beside a latency-bound collective slow the collective
+/// more than they save (docs/perf.md, fourteenth pass).
+std::vector<bool> followsOrdered(const StepSchedule &s,
+                                 const std::vector<OpFootprint> &ops);
+
 /// For checks: whether op `earlier` is ordered before op `later` by the
 /// schedule (through branch order and waits). O(ops) per call.
 bool scheduleOrders(const StepSchedule &s, int32_t earlier, int32_t later);

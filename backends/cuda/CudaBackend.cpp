@@ -164,6 +164,10 @@ struct CudaStep {
   /// The graph's dataflow: which units may overlap (StepSchedule.h), with
   /// an event per signalling unit. The eager mode ignores it.
   backend::StepSchedule schedule;
+  /// Per unit: whether it follows a collective in the graph (schedule) and
+  /// in list order (eager); its mat-vecs then skip their early prefetch
+  /// (setEarlyPrefetch).
+  std::vector<bool> quietStart, quietStartEager;
   std::vector<cudaEvent_t> done; ///< per unit, null unless it signals
   /// KILN_CUDA_SCHEDULE: the graph's kernel nodes after each unit was
   /// captured (a unit added the difference from the one before).
@@ -196,6 +200,7 @@ struct CudaRank {
   /// An mla_attention's output projection inside MLA's launch where the
   /// weight allows (else the attention, then the stacked mat-vec).
   bool mlaProjection = false;
+  bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -1148,6 +1153,8 @@ constexpr int kMaxBranches = 8;
 /// does (its ring traffic in a local kernel, no NCCL),
 /// KILN_CUDA_MLA_PROJECTION=1 runs MLA's fused output projection inside
 /// MLA's launch (by default a mat-vec launch of its own follows MLA),
+/// KILN_CUDA_QUIET_START=0 lets the mat-vecs after a collective prefetch
+/// their weights early as the others do (by default they do not),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1166,6 +1173,9 @@ struct GraphSwitches {
   /// launch (off by default: at a GLM-5 tp=8 rank it gains at 16k and
   /// loses at 1k, docs/perf.md).
   bool mlaProjection = false;
+  /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
+  /// too (on by default: docs/perf.md, fourteenth pass).
+  bool quietStart = true;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1212,6 +1222,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.overlap = overlap;
   KILN_ASSIGN(mlaProjection, readFlag("KILN_CUDA_MLA_PROJECTION", false));
   g.mlaProjection = mlaProjection;
+  KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
+  g.quietStart = quietStart;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
   g.stats = stats;
   if (const char *v = std::getenv("KILN_CUDA_TIMELINE"); v && *v)
@@ -1336,6 +1348,13 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     }
   }
   s.schedule = backend::scheduleStep(unitPrints, rank.maxBranches);
+  s.quietStart = backend::followsOrdered(s.schedule, unitPrints);
+  s.quietStartEager =
+      backend::followsOrdered(backend::scheduleStep(unitPrints, 1), unitPrints);
+  if (!rank.quietStart) {
+    s.quietStart.assign(s.quietStart.size(), false);
+    s.quietStartEager.assign(s.quietStartEager.size(), false);
+  }
   return Status::ok();
 }
 
@@ -1386,8 +1405,11 @@ Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
   for (size_t i = 0; i < s.units.size(); ++i) {
     if (profile)
       CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
-    if (!omitted(rank, s, i))
-      KILN_TRY(s.units[i](rank.stream));
+    setEarlyPrefetch(!s.quietStartEager[i]);
+    const Status launched =
+        omitted(rank, s, i) ? Status::ok() : s.units[i](rank.stream);
+    setEarlyPrefetch(true);
+    KILN_TRY(launched);
   }
   if (profile)
     CUDA_TRY(rank.where, cudaEventRecord(s.events.back(), rank.stream));
@@ -1507,8 +1529,11 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
     const std::string &where = s.where[size_t(s.unitOp[i])];
     for (int32_t d : plan.waits[i])
       CUDA_TRY(where, cudaStreamWaitEvent(stream, s.done[size_t(d)], 0));
-    if (!omitted(rank, s, i))
-      KILN_TRY(s.units[i](stream));
+    setEarlyPrefetch(!s.quietStart[i]);
+    const Status launched =
+        omitted(rank, s, i) ? Status::ok() : s.units[i](stream);
+    setEarlyPrefetch(true);
+    KILN_TRY(launched);
     if (!rank.scheduleFile.empty() && rank.index == 0) {
       KILN_ASSIGN(kernels, capturedKernels(stream, where));
       s.unitKernels.push_back(kernels);
@@ -1852,6 +1877,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->simulate = simulate;
     rank->overlap = switches.overlap;
     rank->mlaProjection = switches.mlaProjection;
+    rank->quietStart = switches.quietStart;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

@@ -3439,6 +3439,13 @@ thread_local bool overlapped = true;
 void setOverlappedLaunches(bool on) { overlapped = on; }
 bool overlappedLaunches() { return overlapped; }
 
+namespace {
+thread_local bool prefetchEarly = true;
+} // namespace
+
+void setEarlyPrefetch(bool on) { prefetchEarly = on; }
+bool earlyPrefetch() { return prefetchEarly; }
+
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
                          cudaStream_t s) {
   if (n > INT32_MAX || !out)

@@ -470,6 +470,15 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
 void setOverlappedLaunches(bool on);
 bool overlappedLaunches();
 
+/// Whether the mat-vecs the calling host thread launches ask the L2 for
+/// their weights before waiting for their predecessor. On by default; the
+/// CUDA plugin turns it off for the ops that follow a collective
+/// (backend::followsOrdered): those bytes in flight slow the collective,
+/// which is latency-bound, more than they save (docs/perf.md, fourteenth
+/// pass).
+void setEarlyPrefetch(bool on);
+bool earlyPrefetch();
+
 /// *out = the index of the largest of n values (ties to the lowest index).
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
                          cudaStream_t s);

@@ -144,6 +144,7 @@ struct LinearArgs {
   bool stacked;
   int splits;
   float *y;
+  bool prefetch; ///< the weights' early prefetch (earlyPrefetch())
 };
 
 /// The end of a row group's dots (every thread of the block calls it): an
@@ -195,7 +196,8 @@ __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
   const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
   const int part = warp % a.splits;
   const bool valid = item < a.batch * groups;
-  if (valid) { // this warp's weight bytes, while the predecessor finishes
+  if (valid && a.prefetch) { // this warp's weight bytes, while the
+                             // predecessor finishes
     const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
     const int rows = int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R);
     const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
@@ -326,6 +328,7 @@ struct Q8SplitArgs {
   bool stacked;
   int splits;
   float *y;
+  bool prefetch; ///< the weights' early prefetch (earlyPrefetch())
 };
 
 template <bool kAlignedX>
@@ -405,7 +408,8 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
                 last = it.last;
   const int8_t *q0 = a.quants + row * a.cols;
   const unsigned short *d0 = a.scales + row * (a.cols / 32);
-  { // this warp's quants and scales, while the predecessor finishes
+  if (a.prefetch) { // this warp's quants and scales, while the predecessor
+                    // finishes
     const int64_t from = first * kSplitPass,
                   to = last * kSplitPass < a.cols ? last * kSplitPass : a.cols;
     prefetchRows(reinterpret_cast<const uint8_t *>(q0), uint64_t(a.cols), nrows,
@@ -515,6 +519,7 @@ struct KSplitArgs {
   bool stacked;
   int splits;
   float *y;
+  bool prefetch; ///< the weights' early prefetch (earlyPrefetch())
 };
 
 /// A lane's 32 x values: lo = x[A .. A + 15], hi = x[B .. B + 15] of the
@@ -584,7 +589,8 @@ __global__ void __launch_bounds__(kThreads) linearKSplitKernel(KSplitArgs a) {
   const uint8_t *s0 = a.scales + row * a.blocks * 16;
   const uint8_t *h0 = kHigh ? a.high + row * a.blocks * kHighBytes : nullptr;
   const unsigned short *d0 = kQ6 ? a.d + row * a.blocks : nullptr;
-  { // this warp's share of every plane, while the predecessor finishes
+  if (a.prefetch) { // this warp's share of every plane, while the
+                    // predecessor finishes
     const uint64_t from = uint64_t(first * kKSplitPassBlocks);
     const uint64_t to =
         uint64_t(last * kKSplitPassBlocks < a.blocks ? last * kKSplitPassBlocks
@@ -697,6 +703,7 @@ struct NibbleSplitArgs {
   bool stacked;
   int splits;
   float *y;
+  bool prefetch; ///< the weights' early prefetch (earlyPrefetch())
 };
 
 /// The IQ4_NL / IQ4_XS levels (kvalues_iq4nl) plus 128, as bytes: byte n
@@ -836,7 +843,8 @@ __global__ void __launch_bounds__(kThreads)
                                    a.stacked, a.splits, (a.units + L - 1) / L);
   const bool valid = it.valid;
   const int nrows = it.nrows;
-  { // this warp's share of every plane, while the predecessor finishes
+  if (a.prefetch) { // this warp's share of every plane, while the
+                    // predecessor finishes
     const int64_t from = it.first * L,
                   to = it.last * L < a.units ? it.last * L : a.units;
     prefetchUnits(a.quants, 16, a.units, it.row, nrows, from, to);
@@ -1435,6 +1443,7 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   if (batch * rowsPerBatch == 0)
     return cudaGetLastError();
   Q8SplitArgs a{};
+  a.prefetch = earlyPrefetch();
   a.quants = reinterpret_cast<const int8_t *>(w.data);
   a.scales = reinterpret_cast<const unsigned short *>(w.scales);
   a.cols = w.cols;
@@ -1537,6 +1546,7 @@ cudaError_t launchLinearKSplit(const float *x, int64_t batch,
   if (batch * rowsPerBatch == 0)
     return cudaGetLastError();
   KSplitArgs a{};
+  a.prefetch = earlyPrefetch();
   a.quants = w.data;
   a.scales = w.scales;
   a.high = w.high;
@@ -1597,6 +1607,7 @@ cudaError_t launchLinearNibbleSplit(const float *x, int64_t batch,
   if (batch * rowsPerBatch == 0)
     return cudaGetLastError();
   NibbleSplitArgs a{};
+  a.prefetch = earlyPrefetch();
   a.quants = w.data;
   a.scales = w.scales;
   a.high = w.high;
@@ -1731,6 +1742,7 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
     return cudaGetLastError();
   }
   LinearArgs a{};
+  a.prefetch = earlyPrefetch();
   if (!geometryOf(w, a.w) || batch < 0 || rowsPerBatch < 0 ||
       w.rows != (stacked ? batch * rowsPerBatch : rowsPerBatch))
     return cudaErrorInvalidValue;

@@ -136,3 +136,29 @@ TEST(StepSchedule, RandomFootprints) {
 }
 
 } // namespace
+
+// An op right after a collective, on the collective's branch or waiting for
+// it, follows it; an op that depends on it only through another op, or not
+// at all, does not.
+TEST(StepSchedule, FollowsOrderedMarksDirectSuccessorsOfCollectives) {
+  std::vector<OpFootprint> ops = {
+      touch({writes(0, 8)}, /*ordered=*/true),    // 0: the collective
+      touch({reads(0, 8), writes(8, 16)}),        // 1: reads its output
+      touch({reads(100, 108), writes(200, 208)}), // 2: independent
+      touch({reads(8, 16), writes(16, 24)}),      // 3: after 1 only
+      touch({reads(0, 8), writes(300, 308)}),     // 4: reads it too
+  };
+  StepSchedule s = scheduleStep(ops, 4);
+  expectValid(ops, s);
+  const std::vector<bool> f = followsOrdered(s, ops);
+  ASSERT_EQ(f.size(), ops.size());
+  EXPECT_FALSE(f[0]);
+  EXPECT_TRUE(f[1]);
+  EXPECT_FALSE(f[2]);
+  EXPECT_FALSE(f[3]);
+  EXPECT_TRUE(f[4]);
+  // In list order on one branch each op follows the one before it.
+  StepSchedule serial = scheduleStep(ops, 1);
+  const std::vector<bool> g = followsOrdered(serial, ops);
+  EXPECT_EQ(g, (std::vector<bool>{false, true, false, false, false}));
+}
