@@ -196,8 +196,9 @@ __global__ void __launch_bounds__(kThreads) linearKernel(LinearArgs a) {
   const int64_t item = int64_t(blockIdx.x) * itemsPerBlock + warp / a.splits;
   const int part = warp % a.splits;
   const bool valid = item < a.batch * groups;
-  if (valid && a.prefetch) { // this warp's weight bytes, while the
-                             // predecessor finishes
+  // This warp's weight bytes, while the predecessor finishes (not after a
+  // collective: earlyPrefetch()).
+  if (valid && a.prefetch) {
     const int64_t gi = item / a.batch, b = item % a.batch, n0 = gi * R;
     const int rows = int(a.rowsPerBatch - n0 < R ? a.rowsPerBatch - n0 : R);
     const int64_t row = a.stacked ? b * a.rowsPerBatch + n0 : n0;
@@ -408,8 +409,9 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
                 last = it.last;
   const int8_t *q0 = a.quants + row * a.cols;
   const unsigned short *d0 = a.scales + row * (a.cols / 32);
-  if (a.prefetch) { // this warp's quants and scales, while the predecessor
-                    // finishes
+  // This warp's quants and scales, while the predecessor finishes (not after
+  // a collective: earlyPrefetch()).
+  if (a.prefetch) {
     const int64_t from = first * kSplitPass,
                   to = last * kSplitPass < a.cols ? last * kSplitPass : a.cols;
     prefetchRows(reinterpret_cast<const uint8_t *>(q0), uint64_t(a.cols), nrows,
@@ -589,8 +591,9 @@ __global__ void __launch_bounds__(kThreads) linearKSplitKernel(KSplitArgs a) {
   const uint8_t *s0 = a.scales + row * a.blocks * 16;
   const uint8_t *h0 = kHigh ? a.high + row * a.blocks * kHighBytes : nullptr;
   const unsigned short *d0 = kQ6 ? a.d + row * a.blocks : nullptr;
-  if (a.prefetch) { // this warp's share of every plane, while the
-                    // predecessor finishes
+  // This warp's share of every plane, while the predecessor finishes (not
+  // after a collective: earlyPrefetch()).
+  if (a.prefetch) {
     const uint64_t from = uint64_t(first * kKSplitPassBlocks);
     const uint64_t to =
         uint64_t(last * kKSplitPassBlocks < a.blocks ? last * kKSplitPassBlocks
@@ -843,8 +846,9 @@ __global__ void __launch_bounds__(kThreads)
                                    a.stacked, a.splits, (a.units + L - 1) / L);
   const bool valid = it.valid;
   const int nrows = it.nrows;
-  if (a.prefetch) { // this warp's share of every plane, while the
-                    // predecessor finishes
+  // This warp's share of every plane, while the predecessor finishes (not
+  // after a collective: earlyPrefetch()).
+  if (a.prefetch) {
     const int64_t from = it.first * L,
                   to = it.last * L < a.units ? it.last * L : a.units;
     prefetchUnits(a.quants, 16, a.units, it.row, nrows, from, to);
