@@ -1586,7 +1586,7 @@ Expected<GraphCounts> countGraph(cudaGraph_t graph, const std::string &where) {
 /// graph's, in creation order, as CUPTI numbers them), as TSV; the file is
 /// written whole or not at all.
 Status writeSchedule(const CudaStep &s, const std::string &path) {
-  std::string text = "unit\top\tbranch\twaits\tkernels\n";
+  std::string text = "unit\top\tbranch\twaits\tkernels\tquiet\n";
   for (size_t i = 0; i < s.units.size(); ++i) {
     std::string waits;
     for (int32_t d : s.schedule.waits[i]) {
@@ -1595,8 +1595,10 @@ Status writeSchedule(const CudaStep &s, const std::string &path) {
       waits += std::to_string(d);
     }
     const size_t before = i == 0 ? 0 : s.unitKernels[i - 1];
-    text += fmt::format("{}\t{}\t{}\t{}\t{}\n", i, s.where[size_t(s.unitOp[i])],
-                        s.schedule.branch[i], waits, s.unitKernels[i] - before);
+    text +=
+        fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", i, s.where[size_t(s.unitOp[i])],
+                    s.schedule.branch[i], waits, s.unitKernels[i] - before,
+                    s.quietStart[i] ? 1 : 0);
   }
   AtomicFile file;
   KILN_TRY(file.create(path));

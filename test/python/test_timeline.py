@@ -109,6 +109,21 @@ def test_critical_path_through_the_schedule(tmp_path):
     assert links == {0: (None, 10.0), 1: (0, 4.0), 3: (1, 6.0)}
 
 
+def test_schedule_with_the_quiet_column_reads_the_same(tmp_path):
+    # The plugin now writes a sixth column (quiet: the unit follows a
+    # collective and starts without its early prefetch); the path is the
+    # same as without it.
+    t, s = four_units(tmp_path)
+    lines = s.read_text().splitlines()
+    quiet = [lines[0] + "\tquiet"] + [
+        line + ("\t1" if i == 1 else "\t0")
+        for i, line in enumerate(lines[1:])]
+    s.write_text("\n".join(quiet) + "\n")
+    first, kinds, links = critical(t, "--schedule", s, "--chain", "0:3")
+    assert first.startswith("critical path: 3 of 4 launch units, 20.0 us")
+    assert links == {0: (None, 10.0), 1: (0, 4.0), 3: (1, 6.0)}
+
+
 def test_schedule_of_another_run_is_refused(tmp_path):
     t = tmp_path / "t.csv"
     t.write_text(HEADER + "k1,1000000,1010000,0,1,1\n")
