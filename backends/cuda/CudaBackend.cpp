@@ -1348,12 +1348,13 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     }
   }
   s.schedule = backend::scheduleStep(unitPrints, rank.maxBranches);
-  s.quietStart = backend::followsOrdered(s.schedule, unitPrints);
-  s.quietStartEager =
-      backend::followsOrdered(backend::scheduleStep(unitPrints, 1), unitPrints);
-  if (!rank.quietStart) {
-    s.quietStart.assign(s.quietStart.size(), false);
-    s.quietStartEager.assign(s.quietStartEager.size(), false);
+  if (rank.quietStart) {
+    s.quietStart = backend::followsOrdered(s.schedule, unitPrints);
+    s.quietStartEager = backend::followsOrdered(
+        backend::scheduleStep(unitPrints, 1), unitPrints);
+  } else {
+    s.quietStart.assign(s.units.size(), false);
+    s.quietStartEager.assign(s.units.size(), false);
   }
   return Status::ok();
 }
@@ -1396,6 +1397,18 @@ bool omitted(const CudaRank &rank, const CudaStep &s, size_t i) {
          rank.omit.count(s.step->ops[size_t(s.unitOp[i])].kind);
 }
 
+/// Enqueues unit i on `stream` (nothing when its kind is omitted), its
+/// mat-vecs without their early prefetch when `quiet`.
+Status enqueueUnit(const CudaRank &rank, CudaStep &s, size_t i,
+                   cudaStream_t stream, bool quiet) {
+  if (omitted(rank, s, i))
+    return Status::ok();
+  setEarlyPrefetch(!quiet);
+  Status launched = s.units[i](stream);
+  setEarlyPrefetch(true);
+  return launched;
+}
+
 /// The step's work on a stream: clear the fault word, then every op (with
 /// an event before each and after the last when profiling).
 Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
@@ -1405,11 +1418,7 @@ Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
   for (size_t i = 0; i < s.units.size(); ++i) {
     if (profile)
       CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
-    setEarlyPrefetch(!s.quietStartEager[i]);
-    const Status launched =
-        omitted(rank, s, i) ? Status::ok() : s.units[i](rank.stream);
-    setEarlyPrefetch(true);
-    KILN_TRY(launched);
+    KILN_TRY(enqueueUnit(rank, s, i, rank.stream, s.quietStartEager[i]));
   }
   if (profile)
     CUDA_TRY(rank.where, cudaEventRecord(s.events.back(), rank.stream));
@@ -1529,11 +1538,7 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
     const std::string &where = s.where[size_t(s.unitOp[i])];
     for (int32_t d : plan.waits[i])
       CUDA_TRY(where, cudaStreamWaitEvent(stream, s.done[size_t(d)], 0));
-    setEarlyPrefetch(!s.quietStart[i]);
-    const Status launched =
-        omitted(rank, s, i) ? Status::ok() : s.units[i](stream);
-    setEarlyPrefetch(true);
-    KILN_TRY(launched);
+    KILN_TRY(enqueueUnit(rank, s, i, stream, s.quietStart[i]));
     if (!rank.scheduleFile.empty() && rank.index == 0) {
       KILN_ASSIGN(kernels, capturedKernels(stream, where));
       s.unitKernels.push_back(kernels);

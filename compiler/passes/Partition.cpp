@@ -1,5 +1,4 @@
-//===- Partition.cpp - Tensor-parallel partitioning of kiln programs
-//-------===//
+//===- Partition.cpp - Tensor-parallel partitioning of kiln programs -----===//
 //
 // A forward walk that knows, for every value, whether each rank holds all of
 // it (replicated), its part along one dimension (split) or a partial sum
