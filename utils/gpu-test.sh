@@ -122,6 +122,16 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 30
+  # The q8_0 mat-vecs in the kernels compiled for GLM-5's widths
+  # (KILN_CUDA_SPECIALISED=1, off by default until measured: docs/cuda.md),
+  # at 1k with the count of such launches in the graph, and at 16k.
+  step bench-glm5-tp8-rank0-graph-specialised env KILN_CUDA_SPECIALISED=1 \
+    KILN_CUDA_GRAPH_STATS=1 "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" \
+    --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
+    --steps 30
+  step bench-glm5-tp8-rank0-graph-16k-specialised env KILN_CUDA_SPECIALISED=1 \
+    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 16384 --steps 20
   # What each op kind costs on the step's critical path: the step with
   # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
   omit_table() {

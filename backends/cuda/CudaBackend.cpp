@@ -201,6 +201,9 @@ struct CudaRank {
   /// weight allows (else the attention, then the stacked mat-vec).
   bool mlaProjection = false;
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
+  /// KILN_CUDA_SPECIALISED=1: the mat-vecs of a width ModelShapes.h lists
+  /// run the kernels compiled for it (setShapeSpecialised).
+  bool shapeSpecialised = false;
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -1155,6 +1158,8 @@ constexpr int kMaxBranches = 8;
 /// MLA's launch (by default a mat-vec launch of its own follows MLA),
 /// KILN_CUDA_QUIET_START=0 lets the mat-vecs after a collective prefetch
 /// their weights early as the others do (by default they do not),
+/// KILN_CUDA_SPECIALISED=1 runs the kernels compiled for GLM-5's widths
+/// where a mat-vec has one (ModelShapes.h; off by default until measured),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1176,6 +1181,8 @@ struct GraphSwitches {
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
+  /// KILN_CUDA_SPECIALISED=1: the fixed-width kernels where they apply.
+  bool shapeSpecialised = false;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1224,6 +1231,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.mlaProjection = mlaProjection;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
+  KILN_ASSIGN(specialised, readFlag("KILN_CUDA_SPECIALISED", false));
+  g.shapeSpecialised = specialised;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
   g.stats = stats;
   if (const char *v = std::getenv("KILN_CUDA_TIMELINE"); v && *v)
@@ -1365,6 +1374,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
 Status enter(CudaRank &rank) {
   CUDA_TRY(rank.where, cudaSetDevice(rank.device));
   setKernelImages(rank.images.get());
+  setShapeSpecialised(rank.shapeSpecialised);
   return Status::ok();
 }
 
@@ -1621,7 +1631,9 @@ Status capture(CudaRank &rank, CudaStep &s) {
   CUDA_TRY(where, cudaStreamBeginCapture(rank.stream,
                                          cudaStreamCaptureModeThreadLocal));
   s.unitKernels.clear();
+  const uint64_t widthBefore = shapeSpecialisedLaunches();
   Status enqueued = enqueueBranches(rank, s);
+  const uint64_t widthKernels = shapeSpecialisedLaunches() - widthBefore;
   cudaGraph_t graph = nullptr;
   cudaError_t ended = cudaStreamEndCapture(rank.stream, &graph);
   if (!enqueued)
@@ -1632,9 +1644,10 @@ Status capture(CudaRank &rank, CudaStep &s) {
     KILN_ASSIGN(c, countGraph(graph, where));
     std::fprintf(stderr,
                  "graph: %s, step '%s': %zu kernel nodes, %zu other nodes, "
-                 "%zu edges, %zu of them programmatic\n",
+                 "%zu edges, %zu of them programmatic; %llu mat-vecs in "
+                 "kernels compiled for their width (KILN_CUDA_SPECIALISED)\n",
                  rank.where.c_str(), s.step->name.c_str(), c.kernels, c.others,
-                 c.edges, c.programmatic);
+                 c.edges, c.programmatic, (unsigned long long)widthKernels);
   }
   if (!rank.scheduleFile.empty() && rank.index == 0 &&
       s.unitKernels.size() == s.units.size())
@@ -1885,6 +1898,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->overlap = switches.overlap;
     rank->mlaProjection = switches.mlaProjection;
     rank->quietStart = switches.quietStart;
+    rank->shapeSpecialised = switches.shapeSpecialised;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

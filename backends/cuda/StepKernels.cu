@@ -26,6 +26,7 @@
 #include "GenericQuant.cuh"
 #include "Launch.cuh"
 #include "MatVec.h"
+#include "ModelShapes.h"
 #include "QuantDot.cuh"
 #include "SplitLayout.h"
 #include "Warp.cuh"
@@ -3145,7 +3146,7 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
 }
 
 /// GLM-5's latent and rope widths, which the specialised kernels fix.
-constexpr int kGlmLatent = 512, kGlmRope = 64;
+constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 
 } // namespace
 
@@ -3445,6 +3446,16 @@ thread_local bool prefetchEarly = true;
 
 void setEarlyPrefetch(bool on) { prefetchEarly = on; }
 bool earlyPrefetch() { return prefetchEarly; }
+
+namespace {
+thread_local bool widthKernels = false;
+thread_local uint64_t widthLaunches = 0;
+} // namespace
+
+void setShapeSpecialised(bool on) { widthKernels = on; }
+bool shapeSpecialised() { return widthKernels; }
+uint64_t shapeSpecialisedLaunches() { return widthLaunches; }
+void noteShapeSpecialised() { ++widthLaunches; }
 
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
                          cudaStream_t s) {

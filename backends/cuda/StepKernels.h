@@ -479,6 +479,18 @@ bool overlappedLaunches();
 void setEarlyPrefetch(bool on);
 bool earlyPrefetch();
 
+/// Whether the mat-vecs the calling host thread launches run the kernels
+/// compiled for their width where there is one (ModelShapes.h: GLM-5's
+/// q8_0 widths). Off by default (KILN_CUDA_SPECIALISED=1 in the plugin):
+/// the fixed-width kernels give the general kernels' bits, but have not
+/// yet been measured on a GPU (docs/cuda.md).
+void setShapeSpecialised(bool on);
+bool shapeSpecialised();
+/// Launches of a fixed-width kernel by the calling host thread so far.
+uint64_t shapeSpecialisedLaunches();
+/// Counts one such launch (the launch functions call it).
+void noteShapeSpecialised();
+
 /// *out = the index of the largest of n values (ties to the lowest index).
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
                          cudaStream_t s);

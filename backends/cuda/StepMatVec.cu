@@ -34,6 +34,7 @@
 #include "DeviceCommon.cuh"
 #include "Launch.cuh"
 #include "MatVec.h"
+#include "ModelShapes.h"
 #include "QuantDot.cuh"
 #include "SplitLayout.h"
 #include "Warp.cuh"
@@ -387,9 +388,18 @@ __device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
                      silu(g.w) * u.w);
 }
 
-template <int R, bool kAlignedX, Q8Input kInput = Q8Input::Plain>
+/// kCols > 0: the kernel for one width (ModelShapes.h), launched only where
+/// cols == kCols, x is 16-byte aligned and every item has R rows (the rows,
+/// and the live rows, a multiple of R), so that a row's offsets are
+/// constants and no row is checked: the same products in the same order as
+/// the general kernel (kCols = 0), the same bits.
+template <int R, bool kAlignedX, Q8Input kInput = Q8Input::Plain,
+          int kCols = 0>
 __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
   constexpr bool kNormX = kInput == Q8Input::Norm;
+  constexpr bool kFixed = kCols > 0;
+  static_assert(!kFixed || (kAlignedX && kCols % 32 == 0));
+  const int64_t cols = kFixed ? int64_t(kCols) : a.cols;
   allowDependents();
   __shared__ float partials[kWarpsPerBlock][R];
   const int lane = threadIdx.x % kWarp;
@@ -402,21 +412,24 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
     splits = a.liveSplits;
   }
   const SplitItem it = splitItem<R>(a.batch, rowsPerBatch, a.stacked, splits,
-                                    (a.cols + kSplitPass - 1) / kSplitPass);
+                                    (cols + kSplitPass - 1) / kSplitPass);
   const bool valid = it.valid;
   const int nrows = it.nrows, part = it.part;
+  // Whether row r of the item is in the matrix (kFixed: all R of a valid
+  // item are).
+  const auto rowIn = [&](int r) { return kFixed ? valid : r < nrows; };
   const int64_t b = it.b, row = it.row, out = it.out, first = it.first,
                 last = it.last;
-  const int8_t *q0 = a.quants + row * a.cols;
-  const unsigned short *d0 = a.scales + row * (a.cols / 32);
+  const int8_t *q0 = a.quants + row * cols;
+  const unsigned short *d0 = a.scales + row * (cols / 32);
   // This warp's quants and scales, while the predecessor finishes (not after
   // a collective: earlyPrefetch()).
   if (a.prefetch) {
     const int64_t from = first * kSplitPass,
-                  to = last * kSplitPass < a.cols ? last * kSplitPass : a.cols;
-    prefetchRows(reinterpret_cast<const uint8_t *>(q0), uint64_t(a.cols), nrows,
+                  to = last * kSplitPass < cols ? last * kSplitPass : cols;
+    prefetchRows(reinterpret_cast<const uint8_t *>(q0), uint64_t(cols), nrows,
                  uint64_t(from), uint64_t(to));
-    prefetchRows(reinterpret_cast<const uint8_t *>(d0), uint64_t(a.cols / 16),
+    prefetchRows(reinterpret_cast<const uint8_t *>(d0), uint64_t(cols / 16),
                  nrows, uint64_t(from / 16), uint64_t(to / 16));
   }
   waitForPredecessor();
@@ -428,25 +441,27 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
   // item, whether its rows are valid or not, reads its part of x).
   float sq = 0.f;
   if (valid || kNormX) {
-    const float *x = a.x + b * a.cols;
+    const float *x = a.x + b * cols;
 #pragma unroll 2
     for (int64_t p = first; p < last; ++p) {
       const int64_t c = p * kSplitPass + 16 * lane;
-      if (c >= a.cols) // cols is a multiple of 32: c + 16 <= cols otherwise
+      // cols is a multiple of 32: c + 16 <= cols otherwise (kFixed: known
+      // false for every lane where the width is whole passes).
+      if ((!kFixed || kCols % kSplitPass != 0) && c >= cols)
         continue;
       int4 q[R];
       unsigned short d[R];
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (r < nrows) {
-          q[r] = __ldg(reinterpret_cast<const int4 *>(q0 + r * a.cols + c));
-          d[r] = __ldg(d0 + r * (a.cols / 32) + c / 32);
+        if (rowIn(r)) {
+          q[r] = __ldg(reinterpret_cast<const int4 *>(q0 + r * cols + c));
+          d[r] = __ldg(d0 + r * (cols / 32) + c / 32);
         }
       float4 x0 = loadX4<kAlignedX>(x + c), x1 = loadX4<kAlignedX>(x + c + 4),
              x2 = loadX4<kAlignedX>(x + c + 8),
              x3 = loadX4<kAlignedX>(x + c + 12);
       if constexpr (kInput == Q8Input::Swiglu) {
-        const float *u = a.up + b * a.cols + c;
+        const float *u = a.up + b * cols + c;
         x0 = swiglu4(x0, loadX4<kAlignedX>(u));
         x1 = swiglu4(x1, loadX4<kAlignedX>(u + 4));
         x2 = swiglu4(x2, loadX4<kAlignedX>(u + 8));
@@ -463,7 +478,7 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
       constexpr float bias = quantdot::kMagic + 128.f;
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (r < nrows) {
+        if (rowIn(r)) {
           float sum = quantdot::dot4(uint32_t(q[r].x) ^ 0x80808080u, bias, x0);
           sum += quantdot::dot4(uint32_t(q[r].y) ^ 0x80808080u, bias, x1);
           sum += quantdot::dot4(uint32_t(q[r].z) ^ 0x80808080u, bias, x2);
@@ -477,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
   }
   if constexpr (kNormX)
     storeNormedRowSums<R>(v, warpSum(sq), valid, nrows, out, part, splits,
-                          a.cols, a.normEps, partials, a.y);
+                          cols, a.normEps, partials, a.y);
   else
     storeRowSums<R>(v, valid, nrows, out, part, splits, partials, a.y);
 }
@@ -1430,6 +1445,19 @@ bool cutsRows(const LiveRows *live, int64_t rows) {
   return live && live->position && live->rows >= 0 && live->rows < rows;
 }
 
+/// The q8_0-split kernel compiled for width `cols`, of those in `kWidths`,
+/// or null.
+template <Q8Input kInput, int... kWidths>
+void (*q8WidthKernel(int64_t cols, std::integer_sequence<int, kWidths...>))(
+    Q8SplitArgs) {
+  void (*kernel)(Q8SplitArgs) = nullptr;
+  ((cols == kWidths
+        ? (kernel = linearQ8SplitKernel<kRows, true, kInput, kWidths>, 0)
+        : 0),
+   ...);
+  return kernel;
+}
+
 /// launchLinear for the q8_0-split layout (with `norm`: of a normalised
 /// input; with `up`: of silu(x) * up; either batch 1).
 cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
@@ -1475,28 +1503,48 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
         reinterpret_cast<uintptr_t>(up)) &
        15) == 0;
   using enum Q8Input;
-  void (*kernel)(Q8SplitArgs) =
+  void (*const general)(Q8SplitArgs) =
       norm ? (alignedX ? linearQ8SplitKernel<kRows, true, Norm>
                        : linearQ8SplitKernel<kRows, false, Norm>)
       : up ? (alignedX ? linearQ8SplitKernel<kRows, true, Swiglu>
                        : linearQ8SplitKernel<kRows, false, Swiglu>)
            : (alignedX ? linearQ8SplitKernel<kRows, true>
                        : linearQ8SplitKernel<kRows, false>);
+  void (*kernel)(Q8SplitArgs) = general;
+  const bool liveCut = batch == 1 && !stacked && cutsRows(live, rowsPerBatch);
+  // The kernel compiled for this width (KILN_CUDA_SPECIALISED=1), where
+  // there is one and every item the launch may take (all rows, or the live
+  // rows) is whole.
+  if (shapeSpecialised() && alignedX && rowsPerBatch % kRows == 0 &&
+      (!liveCut || live->rows % kRows == 0)) {
+    void (*fixed)(Q8SplitArgs) =
+        norm ? q8WidthKernel<Norm>(w.cols, glm5::Q8NormWidths{})
+        : up ? q8WidthKernel<Swiglu>(w.cols, glm5::Q8SwigluWidths{})
+             : q8WidthKernel<Plain>(w.cols, glm5::Q8PlainWidths{});
+    // Not where it holds fewer warps at once than the general kernel,
+    // whose wave sizes the grid (more registers on some architecture).
+    if (fixed && waveWarps(reinterpret_cast<const void *>(fixed)) >=
+                     waveWarps(reinterpret_cast<const void *>(general))) {
+      kernel = fixed;
+      noteShapeSpecialised();
+    }
+  }
+  // Sized by the general kernel's wave, fixed width or not: the two then
+  // split alike, so they add in the same order.
+  const void *sizing = reinterpret_cast<const void *>(general);
   const int64_t items = batch * ((rowsPerBatch + kRows - 1) / kRows);
   const int64_t passes = (w.cols + kSplitPass - 1) / kSplitPass;
-  a.splits =
-      splitsForPasses(items, passes, reinterpret_cast<const void *>(kernel));
+  a.splits = splitsForPasses(items, passes, sizing);
   const int warps = warpsPerBlock(a.splits);
   unsigned blocks = blocksFor(items, warps / a.splits);
   if (blocks == 0)
     return cudaErrorInvalidValue;
-  if (batch == 1 && !stacked && cutsRows(live, rowsPerBatch)) {
+  if (liveCut) {
     // The live rows' own split, among those of the same block size (the
     // launch's), and the larger of the two grids.
     const int64_t liveItems = (live->rows + kRows - 1) / kRows;
     int splits = liveItems > 0
-                     ? splitsForPasses(liveItems, passes,
-                                       reinterpret_cast<const void *>(kernel))
+                     ? splitsForPasses(liveItems, passes, sizing)
                      : 1;
     while (splits > 1 && warpsPerBlock(splits) != warps)
       --splits;

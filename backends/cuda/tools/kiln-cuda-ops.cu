@@ -43,6 +43,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "DeviceCommon.cuh"
+#include "ModelShapes.h"
 #include "QuantDot.cuh"
 #include "SplitLayout.h"
 #include "StepKernels.h"
@@ -3047,6 +3048,132 @@ void checkLiveRows(Report &r, kiln::Rng &rng) {
   }
 }
 
+template <int... kWidths>
+std::vector<int64_t> widthList(std::integer_sequence<int, kWidths...>) {
+  return {int64_t(kWidths)...};
+}
+
+/// The q8_0-split kernels compiled for GLM-5's widths (ModelShapes.h, run
+/// with KILN_CUDA_SPECIALISED=1): at every width of the three lists, with
+/// the switch on, the fixed-width kernel ran (the launch count the
+/// plugin reports went up by one) and gave the general kernel's bits (the
+/// same products in the same order) and the CPU's values within the
+/// general kernel's tolerance; live rows below and past their position
+/// likewise; and where it must not run (a row count off the rows a warp
+/// takes, a width not in the lists) the general kernel did.
+void checkWidthKernels(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  enum class Input { Plain, Norm, Swiglu };
+  struct Case {
+    Input input;
+    int64_t k, n, batch = 1;
+    bool fixed = true; ///< the fixed-width kernel must run
+    int64_t liveRows = -1;
+    int32_t from = 0, position = 0;
+  };
+  std::vector<Case> cases;
+  // attn_k_b and attn_v_b as GLM-5's tp=8 rank has them: 8 heads stacked,
+  // 512 latent rows of 192 nope values, 256 value rows of 512 latent ones.
+  for (int64_t k : widthList(kc::glm5::Q8PlainWidths{}))
+    cases.push_back(k == kc::glm5::kNope     ? Case{Input::Plain, k, 512, 8}
+                    : k == kc::glm5::kLatent ? Case{Input::Plain, k, 256, 8}
+                                             : Case{Input::Plain, k, 64});
+  for (int64_t k : widthList(kc::glm5::Q8NormWidths{}))
+    cases.push_back(Case{Input::Norm, k, 64});
+  for (int64_t k : widthList(kc::glm5::Q8SwigluWidths{}))
+    cases.push_back(Case{Input::Swiglu, k, 64});
+  // q_b with the indexer's rows at tp=8: 2,048 live rows of 6,144 below
+  // position 2,048, every row from it.
+  cases.push_back(Case{Input::Norm, 2048, 6144, 1, true, 2048, 2048, 1023});
+  cases.push_back(Case{Input::Norm, 2048, 6144, 1, true, 2048, 2048, 2048});
+  // The general kernel: 37 rows (the last warp's item short), live rows
+  // off the rows a warp takes, a width not in the lists.
+  cases.push_back(Case{Input::Plain, 2048, 37, 1, false});
+  cases.push_back(Case{Input::Norm, 2048, 64, 1, false, 30, 2048, 1023});
+  cases.push_back(Case{Input::Plain, 3072, 64, 1, false});
+  for (const Case &c : cases) {
+    const bool stacked = c.batch > 1;
+    const std::vector<int64_t> dims =
+        stacked ? std::vector<int64_t>{c.k, c.n, c.batch}
+                : std::vector<int64_t>{c.k, c.n};
+    Weight w = randomWeight(GGMLType::Q8_0, dims, rng.next());
+    const int64_t outs = c.batch * c.n;
+    std::vector<float> x = normals(rng, size_t(c.batch * c.k), 3.0),
+                       g = normals(rng, size_t(c.k), 1.0), input(x.size()),
+                       want(static_cast<size_t>(outs));
+    const float eps = 1e-5f;
+    if (c.input == Input::Norm)
+      cpu::rmsNorm(x.data(), 1, c.k, g.data(), eps, input.data());
+    else if (c.input == Input::Swiglu)
+      cpu::swiglu(x.data(), g.data(), c.k, input.data());
+    else
+      input = x;
+    if (!r.reference("fixed width", cpu::linear(input.data(), c.batch,
+                                                w.view("w"), want.data(), pool)))
+      continue;
+    const bool skip = c.liveRows >= 0 && c.position < c.from;
+    constexpr float kMark = -12345.f; // rows left unwritten keep it
+    if (skip)
+      std::fill(want.begin() + c.liveRows, want.end(), kMark);
+    SplitWeight split = repackSplit(w);
+    const kc::DeviceWeight dw = split.dev(w);
+    DeviceArray<float> dx(x), dg(g), scratch(size_t(c.k));
+    DeviceArray<int32_t> pos(std::vector<int32_t>{c.position});
+    const kc::LiveRows live{pos.get(), c.from, c.liveRows};
+    const kc::LiveRows *liveArg = c.liveRows >= 0 ? &live : nullptr;
+    // One launch with the switch as given: its output, and how many
+    // fixed-width kernels it ran.
+    const auto launch = [&](bool on) {
+      DeviceArray<float> dy(std::vector<float>(size_t(outs), kMark));
+      kc::setShapeSpecialised(on);
+      const uint64_t before = kc::shapeSpecialisedLaunches();
+      if (c.input == Input::Norm)
+        run(kc::launchNormedLinear(dx.get(),
+                                   kc::InputNorm{dg.get(), eps, scratch.get()},
+                                   dw, dy.get(), nullptr, liveArg));
+      else if (c.input == Input::Swiglu)
+        run(kc::launchSwigluLinear(dx.get(), dg.get(), dw, scratch.get(),
+                                   dy.get(), nullptr));
+      else
+        run(kc::launchLinear(dx.get(), c.batch, dw, c.n, stacked, dy.get(),
+                             nullptr, liveArg));
+      const uint64_t ran = kc::shapeSpecialisedLaunches() - before;
+      kc::setShapeSpecialised(false);
+      return std::pair{dy.download(), ran};
+    };
+    const auto [general, generalRan] = launch(false);
+    const auto [got, ran] = launch(true);
+    std::string what = fmtText(
+        "Q8_0 [%lld, %lld", (long long)c.k, (long long)c.n);
+    what += stacked ? fmtText(", %lld] stacked", (long long)c.batch) : "]";
+    what += c.input == Input::Norm     ? " normed"
+            : c.input == Input::Swiglu ? " swiglu"
+                                       : "";
+    if (c.liveRows >= 0)
+      what += fmtText(", rows %lld.. live from %d, at %d", (long long)c.liveRows,
+                      c.from, c.position);
+    r.line("fixed width",
+           fmtText("%s: %s", what.c_str(),
+                   c.fixed ? "the fixed-width kernel ran"
+                           : "the general kernel ran"),
+           double(generalRan) + std::fabs(double(ran) - (c.fixed ? 1.0 : 0.0)),
+           0, "launch count");
+    r.line("fixed width", what + ": the general kernel's bits",
+           mismatches(got, general), 0, "same products, same order");
+    // Computed rows as the general kernel's tolerance allows; rows left
+    // out below their live position exactly the mark.
+    const size_t live0 = skip ? size_t(c.liveRows) : want.size();
+    const std::vector<float> gotLive(got.begin(), got.begin() + live0),
+        wantLive(want.begin(), want.begin() + live0),
+        gotRest(got.begin() + live0, got.end()),
+        wantRest(want.begin() + live0, want.end());
+    r.line("fixed width", what + ": vs the CPU",
+           relError(gotLive, wantLive) + mismatches(gotRest, wantRest),
+           2 * sumTol(double(c.k)),
+           sumWhy("norm/swiglu and dot order, fma, x2", c.k));
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -3119,6 +3246,7 @@ int main(int argc, char **argv) {
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);
   checkLiveRows(report, rng);
+  checkWidthKernels(report, rng);
   checkAllReducePeers(report, rng);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",

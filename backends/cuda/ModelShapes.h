@@ -1,0 +1,56 @@
+//===- ModelShapes.h - The shapes the kernels are compiled for --*- C++ -*-===//
+//
+// Kiln's kernels take a model's shapes as launch arguments, and some are
+// also compiled for fixed shapes: GLM-5's, at the tensor-parallel degrees
+// its deployments use (docs/cuda.md, "Kernels compiled for GLM-5's shapes").
+// A launch whose shape is in these lists runs the fixed-shape kernel, whose
+// offsets are constants and whose rows need no bounds checks; any other
+// shape runs the general kernel. Both add the same products in the same
+// order, so the two give the same bits (kiln-cuda-ops checks it).
+//
+// The values are GLM-5's configuration (GLM5.md section 1). Host and
+// device code include this header; it has no CUDA dependency.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_BACKENDS_CUDA_MODELSHAPES_H
+#define KILN_BACKENDS_CUDA_MODELSHAPES_H
+
+#include <utility>
+
+namespace kiln::cuda::glm5 {
+
+inline constexpr int kHidden = 6144;
+inline constexpr int kQLoraRank = 2048;
+inline constexpr int kLatent = 512; ///< kv_lora_rank
+inline constexpr int kRope = 64;    ///< qk_rope_head_dim
+inline constexpr int kNope = 192;   ///< qk_nope_head_dim
+inline constexpr int kHeads = 64;
+inline constexpr int kVHead = 256;
+inline constexpr int kSharedFfn = 2048; ///< the shared expert's width
+
+/// attn_output's input at tensor-parallel degree `tp`: the rank's heads'
+/// values.
+constexpr int attnOutputWidth(int tp) { return kHeads * kVHead / tp; }
+/// The shared expert's down projection's input at degree `tp`.
+constexpr int sharedDownWidth(int tp) { return kSharedFfn / tp; }
+
+/// The widths (values a row) of GLM-5's q8_0 mat-vecs at tp = 1, 2, 4 and
+/// 8, by what the kernel dots the rows with (StepMatVec.cu's Q8Input):
+/// - the input as it is: attn_k_b (a head's nope values), attn_v_b (a
+///   head's latent values, after MLA), the q_a run and the shared expert's
+///   gate/up (hidden), attn_output (every degree);
+using Q8PlainWidths =
+    std::integer_sequence<int, kNope, kLatent, attnOutputWidth(8),
+                          attnOutputWidth(4), kHidden, attnOutputWidth(2),
+                          attnOutputWidth(1)>;
+/// - the input RMS-normalised on the fly: q_b and the indexer's q_b (after
+///   q_a's norm), and the first layer's q_a run (after the embedding);
+using Q8NormWidths = std::integer_sequence<int, kQLoraRank, kHidden>;
+/// - silu(gate) * up: the shared expert's down projection.
+using Q8SwigluWidths =
+    std::integer_sequence<int, sharedDownWidth(8), sharedDownWidth(4),
+                          sharedDownWidth(2), sharedDownWidth(1)>;
+
+} // namespace kiln::cuda::glm5
+
+#endif // KILN_BACKENDS_CUDA_MODELSHAPES_H
