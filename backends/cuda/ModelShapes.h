@@ -27,6 +27,7 @@ inline constexpr int kNope = 192;   ///< qk_nope_head_dim
 inline constexpr int kHeads = 64;
 inline constexpr int kVHead = 256;
 inline constexpr int kSharedFfn = 2048; ///< the shared expert's width
+inline constexpr int kExpertFfn = 2048; ///< a routed expert's width
 
 /// attn_output's input at tensor-parallel degree `tp`: the rank's heads'
 /// values.
@@ -50,6 +51,12 @@ using Q8NormWidths = std::integer_sequence<int, kQLoraRank, kHidden>;
 using Q8SwigluWidths =
     std::integer_sequence<int, sharedDownWidth(8), sharedDownWidth(4),
                           sharedDownWidth(2), sharedDownWidth(1)>;
+
+/// A routed expert's width at tp = 8, 4, 2 and 1 (each expert split on
+/// it): the routed gate/up kernel for Q4_K and Q5_K rows of kHidden values.
+using ExpertFfnWidths =
+    std::integer_sequence<int, kExpertFfn / 8, kExpertFfn / 4, kExpertFfn / 2,
+                          kExpertFfn>;
 
 } // namespace kiln::cuda::glm5
 

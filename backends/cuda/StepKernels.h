@@ -481,9 +481,10 @@ bool earlyPrefetch();
 
 /// Whether the mat-vecs the calling host thread launches run the kernels
 /// compiled for their width where there is one (ModelShapes.h: GLM-5's
-/// q8_0 widths). Off by default (KILN_CUDA_SPECIALISED=1 in the plugin):
-/// the fixed-width kernels give the general kernels' bits, but have not
-/// yet been measured on a GPU (docs/cuda.md).
+/// q8_0 widths, and its routed experts' Q4_K / Q5_K gate/up). Off by default
+/// (KILN_CUDA_SPECIALISED=1 in the plugin): the fixed-width kernels give the
+/// general kernels' bits, but have not yet been measured on a GPU
+/// (docs/cuda.md).
 void setShapeSpecialised(bool on);
 bool shapeSpecialised();
 /// Launches of a fixed-width kernel by the calling host thread so far.

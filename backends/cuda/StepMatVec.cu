@@ -1151,9 +1151,17 @@ k45SharedBlock(const uint8_t *block, int t, const quantdot::K45Prescaled &xs) {
   return quantdot::k45PrescaledLane<kHigh>(head, qs, qh, t, xs);
 }
 
-template <bool kHigh>
+/// kHidden > 0: the kernel for one hidden width and one expert width kFfn
+/// (ModelShapes.h), launched only where hidden == kHidden and ffn == kFfn,
+/// with (kHidden / 256 + 3) / 4 warps a block: a row's offsets are
+/// constants and every block's pairs are whole. The same products in the
+/// same order as the general kernel (kHidden = 0), the same bits.
+template <bool kHigh, int kHidden = 0, int kFfn = 0>
 __global__ void __launch_bounds__(kThreads)
     expertGateUpK45Kernel(ExpertArgs a) {
+  constexpr bool kFixed = kHidden > 0;
+  static_assert(!kFixed || (kHidden % 256 == 0 && kFfn > 0 &&
+                            kFfn % kPairs == 0));
   extern __shared__ __align__(128) uint8_t shared[];
   stepKernelPrologue();
   reportFirstBadId(a);
@@ -1161,19 +1169,25 @@ __global__ void __launch_bounds__(kThreads)
   // copies below wait for the id, and the asm of their barriers keeps any
   // load after them from moving up).
   constexpr int kBlockBytes = kHigh ? 176 : 144;
+  const int blocksPerRow = kFixed ? kHidden / 256 : a.blocksPerRow;
+  const int64_t ffn = kFixed ? int64_t(kFfn) : a.ffn;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
             t = lane % 8, b = 4 * warp + lane / 8;
-  const bool active = b < a.blocksPerRow;
+  // kFixed with whole warps of blocks: every lane has one.
+  const bool active =
+      (kFixed && (kHidden / 256) % 4 == 0) || b < blocksPerRow;
   quantdot::K45X xv;
   if (active)
     quantdot::loadK45Values(
         reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
-  const int64_t tiles = (a.ffn + kPairs - 1) / kPairs;
+  const int64_t tiles = (ffn + kPairs - 1) / kPairs;
   const int64_t i = blockIdx.x / tiles, f0 = blockIdx.x % tiles * kPairs;
-  const int pairs = int(a.ffn - f0 < kPairs ? a.ffn - f0 : kPairs);
+  const int pairs =
+      kFixed ? kPairs : int(ffn - f0 < kPairs ? ffn - f0 : kPairs);
   const int64_t e = a.ids[i];
   const bool valid = e >= 0 && e < a.experts; // the same for the whole block
-  const uint32_t rowBytes = uint32_t(a.gate.rowBytes);
+  const uint32_t rowBytes =
+      kFixed ? uint32_t(blocksPerRow * kBlockBytes) : uint32_t(a.gate.rowBytes);
   uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
   // Gate rows f0 .. f0 + kPairs - 1, then the up rows, then warp sums.
   uint8_t *rows = shared + kPairHeadBytes;
@@ -1184,11 +1198,11 @@ __global__ void __launch_bounds__(kThreads)
     barrierInitFence();
     if (valid) {
       // Fused: expert e's rows are its F gate rows, then its F up rows.
-      const int64_t gateRow = a.fused ? e * 2 * a.ffn + f0 : e * a.ffn + f0;
+      const int64_t gateRow = a.fused ? e * 2 * ffn + f0 : e * ffn + f0;
       const uint8_t *gate = a.gateData + uint64_t(gateRow) * rowBytes;
       const uint8_t *up = a.fused
-                              ? gate + uint64_t(a.ffn) * rowBytes
-                              : a.upData + uint64_t(e * a.ffn + f0) * rowBytes;
+                              ? gate + uint64_t(ffn) * rowBytes
+                              : a.upData + uint64_t(e * ffn + f0) * rowBytes;
       for (int q = 0; q < pairs; ++q) {
         barrierArriveExpect(bars + q, 2 * rowBytes);
         bulkCopy(rows + q * rowBytes, gate + uint64_t(q) * rowBytes, rowBytes,
@@ -1205,7 +1219,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads(); // the barriers are initialised
   if (!valid) {
     if (int(threadIdx.x) < pairs)
-      a.act[i * a.ffn + f0 + threadIdx.x] = 0.f;
+      a.act[i * ffn + f0 + threadIdx.x] = 0.f;
     return;
   }
   float v[2 * kPairs];
@@ -1230,13 +1244,14 @@ __global__ void __launch_bounds__(kThreads)
     sums[warp * 2 * kPairs + lane / kSpread] = sum;
   __syncthreads();
   if (int(threadIdx.x) < pairs) {
-    const int warps = int(blockDim.x / kWarp), q = int(threadIdx.x);
+    const int warps = kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp),
+              q = int(threadIdx.x);
     float g = sums[q], u = sums[kPairs + q];
     for (int w = 1; w < warps; ++w) {
       g += sums[w * 2 * kPairs + q];
       u += sums[w * 2 * kPairs + kPairs + q];
     }
-    a.act[i * a.ffn + f0 + q] = silu(g) * u;
+    a.act[i * ffn + f0 + q] = silu(g) * u;
   }
 }
 
@@ -1821,6 +1836,62 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
   return cudaGetLastError();
 }
 
+namespace {
+
+/// The routed gate/up kernel for Q4_K (kHigh false) or Q5_K rows of
+/// glm5::kHidden values compiled for expert width `ffn`, of those in
+/// `kWidths`, or null.
+template <bool kHigh, int... kWidths>
+void (*expertWidthKernel(int64_t ffn, std::integer_sequence<int, kWidths...>))(
+    ExpertArgs) {
+  void (*kernel)(ExpertArgs) = nullptr;
+  ((ffn == kWidths
+        ? (kernel = expertGateUpK45Kernel<kHigh, glm5::kHidden, kWidths>, 0)
+        : 0),
+   ...);
+  return kernel;
+}
+
+/// Whether one multiprocessor holds at least as many blocks of `fixed` as
+/// of `general`, at `threads` threads and `shared` dynamic bytes (each
+/// allowed them first); asked once per host thread, pair, device and size.
+template <typename Params>
+bool holdsAsMany(void (*fixed)(Params), void (*general)(Params), int threads,
+                 size_t shared) {
+  struct Known {
+    const void *fixed;
+    int device, threads;
+    size_t shared;
+    bool holds;
+  };
+  static thread_local std::vector<Known> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  for (const Known &k : known)
+    if (k.fixed == reinterpret_cast<const void *>(fixed) &&
+        k.device == device && k.threads == threads && k.shared == shared)
+      return k.holds;
+  int a = 0, b = 0;
+  const bool holds =
+      allowDynamicShared(fixed, shared) == cudaSuccess &&
+      allowDynamicShared(general, shared) == cudaSuccess &&
+      residentBlocks(reinterpret_cast<const void *>(fixed), threads, shared,
+                     a) == cudaSuccess &&
+      residentBlocks(reinterpret_cast<const void *>(general), threads, shared,
+                     b) == cudaSuccess &&
+      a >= b;
+  if (!holds)
+    cudaGetLastError(); // not the launch's error: the general kernel runs
+  known.push_back({reinterpret_cast<const void *>(fixed), device, threads,
+                   shared, holds});
+  return holds;
+}
+
+} // namespace
+
 cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              int64_t experts, const int32_t *ids,
                              const float *weights, int64_t k,
@@ -1915,11 +1986,24 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   }
 
   if (k > 0) {
-    void (*gateUp)(ExpertArgs) = gateFast ? (a.gate.type == GGMLType::Q5_K
-                                                 ? expertGateUpK45Kernel<true>
-                                                 : expertGateUpK45Kernel<false>)
+    const bool q5 = a.gate.type == GGMLType::Q5_K;
+    void (*gateUp)(ExpertArgs) = gateFast ? (q5 ? expertGateUpK45Kernel<true>
+                                                : expertGateUpK45Kernel<false>)
                                  : rows == kRows ? expertGateUpKernel<kRows>
                                                  : expertGateUpKernel<1>;
+    // The kernel compiled for GLM-5's hidden width and this expert width
+    // (KILN_CUDA_SPECIALISED=1), where it holds as many blocks at once.
+    if (gateFast && shapeSpecialised() && hidden == glm5::kHidden &&
+        a.gate.rowBytes == uint64_t(a.blocksPerRow) * (q5 ? 176 : 144)) {
+      void (*fixed)(ExpertArgs) =
+          q5 ? expertWidthKernel<true>(ffn, glm5::ExpertFfnWidths{})
+             : expertWidthKernel<false>(ffn, glm5::ExpertFfnWidths{});
+      if (fixed && holdsAsMany(fixed, gateUp, gateFastWarps * kWarp,
+                               gateFastShared)) {
+        gateUp = fixed;
+        noteShapeSpecialised();
+      }
+    }
     if (gateFast)
       if (cudaError_t e = allowDynamicShared(gateUp, gateFastShared);
           e != cudaSuccess)

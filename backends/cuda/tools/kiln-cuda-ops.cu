@@ -65,6 +65,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -3174,6 +3175,98 @@ void checkWidthKernels(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// The routed gate/up kernels compiled for GLM-5's hidden width and each
+/// expert width (ModelShapes.h, KILN_CUDA_SPECIALISED=1): Q4_K and Q5_K
+/// gate/up (fused and not), 16 experts, 8 chosen with a repeat; the
+/// fixed-width kernel ran, the whole op gave the general kernels' bits and
+/// the CPU's values within moe_experts' tolerance; at a hidden width not in
+/// the list, the general kernel ran.
+void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  struct Case {
+    GGMLType gateType, downType;
+    bool fused;
+    int64_t hidden, ffn;
+    bool fixed = true;
+  };
+  std::vector<Case> cases;
+  for (int64_t ffn : widthList(kc::glm5::ExpertFfnWidths{})) {
+    cases.push_back(
+        Case{GGMLType::Q4_K, GGMLType::Q5_K, false, kc::glm5::kHidden, ffn});
+    cases.push_back(
+        Case{GGMLType::Q5_K, GGMLType::Q4_K, true, kc::glm5::kHidden, ffn});
+  }
+  cases.push_back(Case{GGMLType::Q4_K, GGMLType::Q5_K, false, 4096, 256, false});
+  const int64_t experts = 16, k = 8;
+  for (const Case &c : cases) {
+    Weight gate = randomWeight(
+        c.gateType, {c.hidden, c.fused ? 2 * c.ffn : c.ffn, experts},
+        rng.next());
+    std::optional<Weight> up;
+    if (!c.fused)
+      up.emplace(
+          randomWeight(c.gateType, {c.hidden, c.ffn, experts}, rng.next()));
+    Weight down =
+        randomWeight(c.downType, {c.ffn, c.hidden, experts}, rng.next());
+    std::vector<float> x = normals(rng, c.hidden, 1.0);
+    std::vector<int32_t> ids(static_cast<size_t>(k));
+    for (int32_t &id : ids)
+      id = int32_t(rng.below(uint64_t(experts)));
+    ids.back() = ids.front(); // a repeat is allowed
+    std::vector<float> weights = normals(rng, k, 0.3, 0.5);
+    cpu::WeightView gv = gate.view("gate"), dv = down.view("down");
+    std::optional<cpu::WeightView> uv;
+    std::vector<const cpu::WeightView *> ws = {&gv};
+    if (up) {
+      uv = up->view("up");
+      ws.push_back(&*uv);
+    }
+    ws.push_back(&dv);
+    std::vector<float> want(static_cast<size_t>(c.hidden));
+    if (!r.reference("fixed width", cpu::moeExperts(x.data(), c.hidden,
+                                                    ids.data(), weights.data(),
+                                                    k, ws, want.data(), pool)))
+      continue;
+    DeviceArray<float> dx(x), dw(weights), act(size_t(k * c.ffn));
+    DeviceArray<int32_t> dids(ids);
+    const kc::DeviceWeight gd = gate.dev(), dd = down.dev(),
+                           ud = up ? up->dev() : kc::DeviceWeight{};
+    const auto launch = [&](bool on) {
+      DeviceArray<float> dout(size_t(c.hidden));
+      Fault fault;
+      kc::setShapeSpecialised(on);
+      const uint64_t before = kc::shapeSpecialisedLaunches();
+      run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, experts, dids.get(),
+                               dw.get(), k, gd, up ? &ud : nullptr, dd,
+                               act.get(), nullptr, dout.get(), fault.sink(),
+                               nullptr));
+      const uint64_t ran = kc::shapeSpecialisedLaunches() - before;
+      kc::setShapeSpecialised(false);
+      return std::tuple{dout.download(), ran,
+                        faultMismatch(fault.read(), kc::FaultCode::None, 0, 0)};
+    };
+    const auto [general, generalRan, generalFault] = launch(false);
+    const auto [got, ran, fault] = launch(true);
+    const std::string what = fmtText(
+        "%s %s + down %s, H%lld F%lld E%lld k%lld",
+        c.fused ? "gate_up" : "gate/up", typeName(c.gateType).c_str(),
+        typeName(c.downType).c_str(), (long long)c.hidden, (long long)c.ffn,
+        (long long)experts, (long long)k);
+    r.line("fixed width",
+           what + (c.fixed ? ": the fixed-width gate/up kernel ran"
+                           : ": the general kernel ran"),
+           double(generalRan) + std::fabs(double(ran) - (c.fixed ? 1.0 : 0.0)),
+           0, "launch count");
+    r.line("fixed width", what + ": the general kernels' bits",
+           mismatches(got, general) + generalFault + fault, 0,
+           "same products, same order; no fault");
+    r.line("fixed width", what + ": vs the CPU", relError(got, want),
+           2 * (sumTol(double(c.hidden)) + sumTol(double(c.ffn))),
+           fmtText("as moe_experts, 2e-6*(sqrt(%lld)+sqrt(%lld))",
+                   (long long)c.hidden, (long long)c.ffn));
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -3247,6 +3340,7 @@ int main(int argc, char **argv) {
   checkSwigluLinear(report, rng);
   checkLiveRows(report, rng);
   checkWidthKernels(report, rng);
+  checkExpertWidthKernels(report, rng);
   checkAllReducePeers(report, rng);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",
