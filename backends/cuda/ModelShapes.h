@@ -28,6 +28,7 @@ inline constexpr int kHeads = 64;
 inline constexpr int kVHead = 256;
 inline constexpr int kSharedFfn = 2048; ///< the shared expert's width
 inline constexpr int kExpertFfn = 2048; ///< a routed expert's width
+inline constexpr int kTopK = 8;         ///< routed experts a token
 
 /// attn_output's input at tensor-parallel degree `tp`: the rank's heads'
 /// values.
@@ -54,6 +55,8 @@ using Q8SwigluWidths =
 
 /// A routed expert's width at tp = 8, 4, 2 and 1 (each expert split on
 /// it): the routed gate/up kernel for Q4_K and Q5_K rows of kHidden values.
+/// (The routed down kernel for Q4_K / Q5_K rows is compiled for kHidden
+/// and kTopK; it runs only where the width is 256, tp = 8.)
 using ExpertFfnWidths =
     std::integer_sequence<int, kExpertFfn / 8, kExpertFfn / 4, kExpertFfn / 2,
                           kExpertFfn>;

@@ -481,7 +481,7 @@ bool earlyPrefetch();
 
 /// Whether the mat-vecs the calling host thread launches run the kernels
 /// compiled for their width where there is one (ModelShapes.h: GLM-5's
-/// q8_0 widths, and its routed experts' Q4_K / Q5_K gate/up). Off by default
+/// q8_0 widths, and its routed experts' Q4_K / Q5_K gate/up and down). Off by default
 /// (KILN_CUDA_SPECIALISED=1 in the plugin): the fixed-width kernels give the
 /// general kernels' bits, but have not yet been measured on a GPU
 /// (docs/cuda.md).

@@ -1255,18 +1255,31 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <bool kHigh>
+/// kHidden > 0: the kernel for one hidden width (a multiple of kDownTile)
+/// and kK chosen experts (ModelShapes.h), launched only where hidden ==
+/// kHidden, k == kK and a block takes one tile: every block's tile is whole
+/// and its rows' offsets are constants. The same products in the same
+/// order as the general kernel (kHidden = 0), the same bits.
+template <bool kHigh, int kHidden = 0, int kK = 0>
 __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
+  constexpr bool kFixed = kHidden > 0;
+  static_assert(!kFixed || (kHidden % kDownTile == 0 && kK > 0));
   extern __shared__ __align__(128) uint8_t shared[];
-  const int tilesPer = a.downTiles, k = int(a.k);
-  const int64_t tiles = (a.hidden + kDownTile - 1) / kDownTile;
+  const int tilesPer = kFixed ? 1 : a.downTiles, k = kFixed ? kK : int(a.k);
+  const int64_t hidden = kFixed ? int64_t(kHidden) : a.hidden;
+  const int64_t tiles = (hidden + kDownTile - 1) / kDownTile;
   const int64_t tile0 = int64_t(blockIdx.x) * tilesPer;
-  const int nt = int(tiles - tile0 < tilesPer ? tiles - tile0 : tilesPer);
+  const int nt =
+      kFixed ? 1 : int(tiles - tile0 < tilesPer ? tiles - tile0 : tilesPer);
   const int64_t h0 = tile0 * kDownTile;
   const int nrows =
-      int(a.hidden - h0 < int64_t(nt) * kDownTile ? a.hidden - h0
-                                                  : int64_t(nt) * kDownTile);
-  const uint32_t rowBytes = uint32_t(a.down.rowBytes),
+      kFixed ? kDownTile
+             : int(hidden - h0 < int64_t(nt) * kDownTile
+                       ? hidden - h0
+                       : int64_t(nt) * kDownTile);
+  constexpr int kRowBytes = kHigh ? 176 : 144; // the 256 values of a row
+  const uint32_t rowBytes = kFixed ? uint32_t(kRowBytes)
+                                   : uint32_t(a.down.rowBytes),
                  tileBytes = kDownTile * rowBytes;
   // Barriers, then the chosen experts (-1: a bad id) and their weights,
   // then rows [tile][slot][kDownTile rows] and dots [slot][tile * rows].
@@ -1298,14 +1311,14 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
       for (int j = 0; j < nt; ++j) {
         const int64_t r0 = h0 + int64_t(j) * kDownTile;
         const uint32_t bytes =
-            uint32_t(a.hidden - r0 < kDownTile ? a.hidden - r0 : kDownTile) *
+            uint32_t(hidden - r0 < kDownTile ? hidden - r0 : kDownTile) *
             rowBytes;
         barrierArriveExpect(bars + j, valid * bytes);
         for (int s = 0; s < k; ++s)
           if (chosen[s] >= 0)
             bulkCopy(rows + (j * k + s) * tileBytes,
                      a.downData +
-                         (uint64_t(chosen[s]) * a.hidden + r0) * rowBytes,
+                         (uint64_t(chosen[s]) * hidden + r0) * rowBytes,
                      bytes, bars + j);
       }
     }
@@ -2017,9 +2030,21 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
       return e;
   }
   if (downFast) {
-    void (*kernel)(ExpertArgs) = a.down.type == GGMLType::Q5_K
-                                     ? expertDownK45Kernel<true>
-                                     : expertDownK45Kernel<false>;
+    const bool q5 = a.down.type == GGMLType::Q5_K;
+    void (*kernel)(ExpertArgs) =
+        q5 ? expertDownK45Kernel<true> : expertDownK45Kernel<false>;
+    // The kernel compiled for GLM-5's hidden width and top-k
+    // (KILN_CUDA_SPECIALISED=1), where it holds as many blocks at once.
+    if (shapeSpecialised() && hidden == glm5::kHidden && k == glm5::kTopK &&
+        a.downTiles == 1) {
+      void (*fixed)(ExpertArgs) =
+          q5 ? expertDownK45Kernel<true, glm5::kHidden, glm5::kTopK>
+             : expertDownK45Kernel<false, glm5::kHidden, glm5::kTopK>;
+      if (holdsAsMany(fixed, kernel, a.per * kWarp, downFastShared)) {
+        kernel = fixed;
+        noteShapeSpecialised();
+      }
+    }
     if (cudaError_t e = allowDynamicShared(kernel, downFastShared);
         e != cudaSuccess)
       return e;
