@@ -1691,6 +1691,41 @@ void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// Random routed experts: gate and up (or gate_up fused, up empty), each
+/// [hidden, ffn (2 ffn fused), experts], and down [ffn, hidden, experts].
+struct Experts {
+  Weight gate;
+  std::optional<Weight> up;
+  Weight down;
+};
+
+Experts randomExperts(GGMLType gateType, GGMLType downType, bool fused,
+                      int64_t hidden, int64_t ffn, int64_t experts,
+                      kiln::Rng &rng) {
+  Weight gate = randomWeight(gateType, {hidden, fused ? 2 * ffn : ffn, experts},
+                             rng.next());
+  std::optional<Weight> up;
+  if (!fused)
+    up.emplace(randomWeight(gateType, {hidden, ffn, experts}, rng.next()));
+  Weight down = randomWeight(downType, {ffn, hidden, experts}, rng.next());
+  return {std::move(gate), std::move(up), std::move(down)};
+}
+
+/// The CPU's moe_experts over `e`.
+kiln::Status cpuExperts(const Experts &e, const float *x, int64_t hidden,
+                        const int32_t *ids, const float *weights, int64_t k,
+                        float *out, cpu::ThreadPool &pool) {
+  cpu::WeightView gv = e.gate.view("gate"), dv = e.down.view("down");
+  std::optional<cpu::WeightView> uv;
+  std::vector<const cpu::WeightView *> ws = {&gv};
+  if (e.up) {
+    uv = e.up->view("up");
+    ws.push_back(&*uv);
+  }
+  ws.push_back(&dv);
+  return cpu::moeExperts(x, hidden, ids, weights, k, ws, out, pool);
+}
+
 void checkMoeExperts(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
   const int64_t hidden = 512, ffn = 256, experts = 8, k = 4;
@@ -1721,15 +1756,10 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
         // Q5_K gate/up, Q4_K down, 10 experts: down warps take two each.
         Case{GGMLType::Q5_K, GGMLType::Q4_K, false, false, 1024, 256, 16,
              10}}) {
-    Weight gate = randomWeight(
-        c.gateType, {c.hidden, c.fused ? 2 * c.ffn : c.ffn, c.experts},
-        rng.next());
-    std::optional<Weight> up;
-    if (!c.fused)
-      up.emplace(
-          randomWeight(c.gateType, {c.hidden, c.ffn, c.experts}, rng.next()));
-    Weight down =
-        randomWeight(c.downType, {c.ffn, c.hidden, c.experts}, rng.next());
+    const Experts set = randomExperts(c.gateType, c.downType, c.fused,
+                                      c.hidden, c.ffn, c.experts, rng);
+    const Weight &gate = set.gate, &down = set.down;
+    const std::optional<Weight> &up = set.up;
     std::vector<float> x = normals(rng, c.hidden, 1.0);
     std::vector<int32_t> ids = {5, 2, 7, 2}; // a repeat is allowed
     if (c.k != 4) {
@@ -1739,20 +1769,10 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
       ids.back() = ids.front();
     }
     std::vector<float> weights = normals(rng, c.k, 0.3, 0.5);
-
-    cpu::WeightView gv = gate.view("gate"), dv = down.view("down");
-    std::optional<cpu::WeightView> uv;
-    std::vector<const cpu::WeightView *> ws = {&gv};
-    if (up) {
-      uv = up->view("up");
-      ws.push_back(&*uv);
-    }
-    ws.push_back(&dv);
     std::vector<float> want(c.hidden);
     if (!r.reference("moe_experts",
-                     cpu::moeExperts(x.data(), c.hidden, ids.data(),
-                                     weights.data(), c.k, ws, want.data(),
-                                     pool)))
+                     cpuExperts(set, x.data(), c.hidden, ids.data(),
+                                weights.data(), c.k, want.data(), pool)))
       continue;
 
     DeviceArray<float> dx(x), dw(weights), act(c.k * c.ffn), dout(c.hidden);
@@ -3200,37 +3220,23 @@ void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
   cases.push_back(Case{GGMLType::Q4_K, GGMLType::Q5_K, false, 4096, 256, false});
   const int64_t experts = 16, k = 8;
   for (const Case &c : cases) {
-    Weight gate = randomWeight(
-        c.gateType, {c.hidden, c.fused ? 2 * c.ffn : c.ffn, experts},
-        rng.next());
-    std::optional<Weight> up;
-    if (!c.fused)
-      up.emplace(
-          randomWeight(c.gateType, {c.hidden, c.ffn, experts}, rng.next()));
-    Weight down =
-        randomWeight(c.downType, {c.ffn, c.hidden, experts}, rng.next());
+    const Experts set = randomExperts(c.gateType, c.downType, c.fused,
+                                      c.hidden, c.ffn, experts, rng);
+    const std::optional<Weight> &up = set.up;
     std::vector<float> x = normals(rng, c.hidden, 1.0);
     std::vector<int32_t> ids(static_cast<size_t>(k));
     for (int32_t &id : ids)
       id = int32_t(rng.below(uint64_t(experts)));
     ids.back() = ids.front(); // a repeat is allowed
     std::vector<float> weights = normals(rng, k, 0.3, 0.5);
-    cpu::WeightView gv = gate.view("gate"), dv = down.view("down");
-    std::optional<cpu::WeightView> uv;
-    std::vector<const cpu::WeightView *> ws = {&gv};
-    if (up) {
-      uv = up->view("up");
-      ws.push_back(&*uv);
-    }
-    ws.push_back(&dv);
     std::vector<float> want(static_cast<size_t>(c.hidden));
-    if (!r.reference("fixed width", cpu::moeExperts(x.data(), c.hidden,
-                                                    ids.data(), weights.data(),
-                                                    k, ws, want.data(), pool)))
+    if (!r.reference("fixed width",
+                     cpuExperts(set, x.data(), c.hidden, ids.data(),
+                                weights.data(), k, want.data(), pool)))
       continue;
     DeviceArray<float> dx(x), dw(weights), act(size_t(k * c.ffn));
     DeviceArray<int32_t> dids(ids);
-    const kc::DeviceWeight gd = gate.dev(), dd = down.dev(),
+    const kc::DeviceWeight gd = set.gate.dev(), dd = set.down.dev(),
                            ud = up ? up->dev() : kc::DeviceWeight{};
     const auto launch = [&](bool on) {
       DeviceArray<float> dout(size_t(c.hidden));
