@@ -137,6 +137,13 @@ environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_SCHEDULE=FILE  write rank 0's captured step as launch units in
                            order (op, branch, the units it waits for) to
                            FILE as TSV
+  KILN_CUDA_QUIET_START=0  the mat-vecs after a collective prefetch their
+                           weights early too (by default they do not)
+  KILN_CUDA_MLA_PROJECTION=1
+                           attn_v_b inside MLA's launch (off by default)
+  KILN_CUDA_SPECIALISED=1  mat-vecs and expert kernels of GLM-5's widths run
+                           the kernels compiled for them (off by default
+                           until measured)
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 
