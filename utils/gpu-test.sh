@@ -175,9 +175,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # GLM-5 at tp=N on N GPUs (all 78 layers), the collectives in the graph
   # (all-reduces by the one-shot kernel over NVLink peers): the all-reduce
   # alone (NCCL's and the one-shot kernel's), graph and eager at 1k, graph
-  # at 16k (and eager, when asked), the step with NCCL's all-reduce, and
-  # the step with every collective local, whose difference is the share
-  # the collectives take.
+  # at 16k (and eager, when asked), the step with NCCL's all-reduce, the
+  # step with every collective local, whose difference is the share the
+  # collectives take, and the step with the fixed-width kernels.
   group_benches() { # TP [16k-eager]
     local tp=$1 a="$m/glm5.cuda.tp$1.kiln" long="$m/glm5-16k.cuda.tp$1.kiln"
     step "allreduce-$tp" "$bin/kiln-allreduce" --gpus "$tp"
@@ -194,6 +194,10 @@ if [ -x "$pack/bin/kiln-run" ]; then
       "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
       --steps 30
     step "bench-glm5-tp$tp-graph-nonccl" env KILN_CUDA_LOCAL_COLLECTIVES=1 \
+      "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
+      --steps 30
+    # The kernels compiled for GLM-5's widths (off by default until measured).
+    step "bench-glm5-tp$tp-graph-specialised" env KILN_CUDA_SPECIALISED=1 \
       "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
       --steps 30
   }
