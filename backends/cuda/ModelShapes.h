@@ -61,6 +61,11 @@ using ExpertFfnWidths =
     std::integer_sequence<int, kExpertFfn / 8, kExpertFfn / 4, kExpertFfn / 2,
                           kExpertFfn>;
 
+/// A rank's attention heads at tp = 8, 4, 2 and 1: the MLA kernel for
+/// kLatent and kRope over an f16 cache.
+using MlaHeadCounts =
+    std::integer_sequence<int, kHeads / 8, kHeads / 4, kHeads / 2, kHeads>;
+
 } // namespace kiln::cuda::glm5
 
 #endif // KILN_BACKENDS_CUDA_MODELSHAPES_H

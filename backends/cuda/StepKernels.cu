@@ -908,10 +908,17 @@ __device__ void mlaReportFault(const MlaArgs &a) {
 /// rope widths and kCacheType the cache's element type (GLM-5: 512, 64, f16),
 /// so every loop over a row has a fixed trip count and every branch on a
 /// width or a type is decided at compile time; kLatent = 0 reads them
-/// from the arguments (any model).
+/// from the arguments (any model). kHeads > 0 also fixes the rank's heads
+/// (ModelShapes.h: GLM-5's at tp = 8, 4, 2, 1; KILN_CUDA_SPECIALISED=1),
+/// so the loops over heads have fixed trip counts too.
 constexpr int kAnyCache = -1;
-template <int kLatent, int kRope, int kCacheType> struct MlaShape {
+template <int kLatent, int kRope, int kCacheType, int kHeads = 0>
+struct MlaShape {
   static constexpr bool kFixed = kLatent > 0;
+  static_assert(kHeads == 0 || kFixed);
+  __device__ static int heads(const MlaArgs &a) {
+    return kHeads > 0 ? kHeads : int(a.heads);
+  }
   static constexpr int kCache = kCacheType;
   /// A fixed shape's row width (0 for any shape).
   static constexpr int kWidth = kLatent + kRope;
@@ -1026,7 +1033,7 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   const int n =
       int(attended - first < kMlaChunk ? attended - first : kMlaChunk);
   const int width = Shape::width(a), latent = Shape::latent(a);
-  const int heads = int(a.heads);
+  const int heads = Shape::heads(a);
   float *rows = shared;                  // [kMlaChunk][width]
   float *p = shared + kMlaChunk * width; // [heads][kMlaChunk]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -1180,7 +1187,7 @@ __device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
   __shared__ float sums[kMlaCombineGroups][kMlaCombineColumns];
   const int column = int(threadIdx.x) % kMlaCombineColumns,
             group = int(threadIdx.x) / kMlaCombineColumns;
-  const int heads = int(a.heads), latent = Shape::latent(a);
+  const int heads = Shape::heads(a), latent = Shape::latent(a);
   const int j = slice * kMlaCombineColumns + column;
   const int chunks = int((attended + kMlaChunk - 1) / kMlaChunk);
   float *o = a.out + int64_t(h) * latent;
@@ -1342,7 +1349,7 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
     const int sliceCount =
         (latent + kMlaCombineColumns - 1) / kMlaCombineColumns;
     const int64_t task = blockIdx.x;
-    if (task < a.heads * sliceCount) {
+    if (task < Shape::heads(a) * sliceCount) {
       const int64_t per = (a.projRows + sliceCount - 1) / sliceCount;
       const int64_t r0 = task % sliceCount * per;
       const int64_t n =
@@ -1370,7 +1377,7 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
       attended > 0 ? (attended + kMlaChunk - 1) / kMlaChunk : 0;
   const int slices =
       (Shape::latent(a) + kMlaCombineColumns - 1) / kMlaCombineColumns;
-  const int tasks = int(a.heads) * slices;
+  const int tasks = Shape::heads(a) * slices;
   // The same for every block (the same scalars).
   const int64_t wanted =
       attended >= 0 ? (chunks > tasks ? chunks : int64_t(tasks)) : 1;
@@ -3148,6 +3155,22 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
 /// GLM-5's latent and rope widths, which the specialised kernels fix.
 constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 
+/// launchMla for GLM-5's widths, an f16 cache and the kernel compiled for
+/// `heads` of those in `kHeadCounts`; cudaErrorNotSupported where there is
+/// none.
+template <int... kHeadCounts>
+cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s,
+                           std::integer_sequence<int, kHeadCounts...>) {
+  cudaError_t e = cudaErrorNotSupported;
+  ((a.heads == kHeadCounts
+        ? (e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
+                                  kHeadCounts>>(a, chunks, s),
+           0)
+        : 0),
+   ...);
+  return e;
+}
+
 } // namespace
 
 bool mlaProjectionFits(const DeviceWeight &proj, int64_t heads,
@@ -3217,8 +3240,15 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
       reinterpret_cast<uintptr_t>(cache.data) % 16 == 0) {
     switch (cache.type) {
     case CacheType::F16:
-      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
-          a, chunks, s);
+      // The rank's heads fixed too where the kernel is compiled for them.
+      e = shapeSpecialised()
+              ? launchMlaHeads(a, chunks, s, glm5::MlaHeadCounts{})
+              : cudaErrorNotSupported;
+      if (e == cudaErrorNotSupported)
+        e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
+            a, chunks, s);
+      else if (e == cudaSuccess)
+        noteShapeSpecialised();
       break;
     case CacheType::BF16:
       e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(

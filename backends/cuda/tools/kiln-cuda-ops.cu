@@ -215,6 +215,12 @@ std::vector<float> normals(kiln::Rng &rng, size_t n, double sigma,
   return v;
 }
 
+/// The values of one of ModelShapes.h's lists.
+template <int... kWidths>
+std::vector<int64_t> widthList(std::integer_sequence<int, kWidths...>) {
+  return {int64_t(kWidths)...};
+}
+
 //===----------------------------------------------------------------------===//
 // Weights and caches: random on the device (the fillers under test), the
 // same bytes copied to the host for the reference.
@@ -1098,10 +1104,12 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   };
   // One case of `heads` heads over a cache of `positions` with a selection
   // of `capacity` entries; on its own scratch, or on `sharedScratch` (sized
-  // for at least this shape) with `label` in the case's name.
+  // for at least this shape) with `label` in the case's name. `fixedHeads`:
+  // then again with KILN_CUDA_SPECIALISED's kernels, which must run the
+  // kernel compiled for these heads and give the same bits.
   auto check = [&](int64_t heads, int64_t positions, int64_t capacity,
                    const Case &c, float *sharedScratch = nullptr,
-                   const char *label = "") {
+                   const char *label = "", bool fixedHeads = false) {
     Inputs in = inputs(heads, capacity,
                        kc::mlaMostEntries(positions, c.count >= 0, capacity));
     auto &[ql, qr, scratchFloats, dql, dqr, scores, dout, dpos, dsel, dcount] =
@@ -1146,6 +1154,32 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
            sumTol(double(width)) + sumTol(double(attended)),
            fmtText("dot and softmax order, 1e-6*(sqrt(%lld)+sqrt(%lld))",
                    (long long)width, (long long)attended));
+    if (!fixedHeads)
+      return;
+    const std::vector<float> general = dout.download();
+    DeviceArray<float> fixedOut(general.size());
+    Fault fixedFault;
+    kc::setShapeSpecialised(true);
+    const uint64_t before = kc::shapeSpecialisedLaunches();
+    run(kc::launchMlaAttention(
+        dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
+        count >= 0 ? dsel.get() : nullptr, count >= 0 ? dcount.get() : nullptr,
+        capacity, scale, scores.get(), fixedOut.get(), fixedFault.sink(),
+        nullptr));
+    const uint64_t ran = kc::shapeSpecialisedLaunches() - before;
+    kc::setShapeSpecialised(false);
+    const std::string what =
+        fmtText("%s %lldx(512+64), %lld entries: the kernel compiled for %lld "
+                "heads",
+                cacheName(c.type), (long long)heads, (long long)attended,
+                (long long)heads);
+    r.line("fixed width", what + " ran", std::fabs(double(ran) - 1.0), 0,
+           "launch count");
+    r.line("fixed width", what + ": the general kernel's bits",
+           mismatches(fixedOut.download(), general) +
+               faultMismatch(fixedFault.read(), kc::FaultCode::None, 0, 0) +
+               double(in.guardWrites()),
+           0, "same products, same order; no fault, guard kept");
   };
   for (const Case &c :
        {Case{kc::CacheType::F16, 250, -1}, Case{kc::CacheType::F16, 299, 37},
@@ -1162,6 +1196,19 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
         Case{kc::CacheType::F16, 2000, 1025},
         Case{kc::CacheType::F16, 3000, -1}, Case{kc::CacheType::F32, 2500, -1}})
     check(8, 4096, 2048, c);
+  // The kernels compiled for GLM-5's heads at tp = 8, 4, 2, 1 (f16 cache,
+  // KILN_CUDA_SPECIALISED=1): a full selection, and for 8 heads also a
+  // partial one and none.
+  for (int64_t heads : widthList(kc::glm5::MlaHeadCounts{})) {
+    check(heads, 4096, 2048, Case{kc::CacheType::F16, 4095, 2048}, nullptr, "",
+          true);
+    if (heads == 8) {
+      check(heads, 4096, 2048, Case{kc::CacheType::F16, 2000, 1025}, nullptr,
+            "", true);
+      check(heads, 4096, 2048, Case{kc::CacheType::F16, 1500, -1}, nullptr,
+            "", true);
+    }
+  }
 
   // With the output projection in the same launch (GLM-5's attn_v_b at
   // tp=8: 256 rows of 512 values a head, Q8_0 in the q8_0-split layout):
@@ -3067,11 +3114,6 @@ void checkLiveRows(Report &r, kiln::Rng &rng) {
            err, 2 * sumTol(double(c.k)),
            sumWhy("dot order, fma, x2; skipped rows untouched", c.k));
   }
-}
-
-template <int... kWidths>
-std::vector<int64_t> widthList(std::integer_sequence<int, kWidths...>) {
-  return {int64_t(kWidths)...};
 }
 
 /// The q8_0-split kernels compiled for GLM-5's widths (ModelShapes.h, run
