@@ -29,6 +29,7 @@ inline constexpr int kVHead = 256;
 inline constexpr int kSharedFfn = 2048; ///< the shared expert's width
 inline constexpr int kExpertFfn = 2048; ///< a routed expert's width
 inline constexpr int kTopK = 8;         ///< routed experts a token
+inline constexpr int kIndexDim = 128;   ///< the DSA indexer's head dim
 
 /// attn_output's input at tensor-parallel degree `tp`: the rank's heads'
 /// values.

@@ -1796,14 +1796,17 @@ constexpr int kGroupedHeads = kGroupLanes * kGroupHeads;
 /// the by-head kernel's by the order of the head sums (rounding). For heads
 /// == 32, dim % 8 == 0, a warp's 8 rows in kStageLoads loads a lane (f16 /
 /// bf16 rows of up to 128 values), q and the cache 16-byte aligned. Dynamic
-/// shared memory: (heads + warps * 8) * (dim + 4) + heads floats.
+/// shared memory: (heads + warps * 8) * (dim + 4) + heads floats. kDim > 0:
+/// compiled for that dim (ModelShapes.h: GLM-5's 128; KILN_CUDA_SPECIALISED
+/// =1), the same products in the same order.
+template <int kDim = 0>
 __global__ void indexerScoresByGroupKernel(IndexerArgs a) {
   stepKernelPrologue();
   extern __shared__ __align__(16) float staged[];
   int32_t position;
   if (!positionToScore(a, position))
     return;
-  const int dim = int(a.dim), pitch = dim + 4;
+  const int dim = kDim > 0 ? kDim : int(a.dim), pitch = dim + 4;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
   const int group = lane / kGroupLanes, hq = lane % kGroupLanes;
@@ -3339,12 +3342,18 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   if (heads == kGroupedHeads && dim % 8 == 0 && aligned &&
       int64_t(kGroupRows) * dim * (cache.type == CacheType::F32 ? 4 : 2) <=
           kStageLoads * kWarp * 16) {
-    static thread_local WaveCache groupWaves;
+    // Compiled for GLM-5's dim where asked (KILN_CUDA_SPECIALISED=1).
+    const bool fixed = shapeSpecialised() && dim == glm5::kIndexDim;
+    static thread_local WaveCache groupWaves, fixedWaves;
     if (cudaError_t e =
-            launchScores(indexerScoresByGroupKernel, kScoreWarps * kGroupRows,
-                         grouped, groupWaves);
+            fixed ? launchScores(indexerScoresByGroupKernel<glm5::kIndexDim>,
+                                 kScoreWarps * kGroupRows, grouped, fixedWaves)
+                  : launchScores(indexerScoresByGroupKernel<>,
+                                 kScoreWarps * kGroupRows, grouped, groupWaves);
         e != cudaSuccess)
       return e;
+    if (fixed)
+      noteShapeSpecialised();
   } else if (heads > 0 && dim % 8 == 0 && staged <= 48 * 1024 && aligned &&
              kScorePositions * dim * 4 <= kStageLoads * kWarp * 16) {
     static thread_local WaveCache headWaves;

@@ -481,8 +481,8 @@ bool earlyPrefetch();
 
 /// Whether the mat-vecs the calling host thread launches run the kernels
 /// compiled for their width where there is one (ModelShapes.h: GLM-5's
-/// q8_0 widths, its routed experts' Q4_K / Q5_K gate/up and down, and MLA
-/// for a rank's heads). Off by default
+/// q8_0 widths, its routed experts' Q4_K / Q5_K gate/up and down, MLA for
+/// a rank's heads, the indexer's scores for its 128 values a head). Off by default
 /// (KILN_CUDA_SPECIALISED=1 in the plugin): the fixed-width kernels give the
 /// general kernels' bits, but have not yet been measured on a GPU
 /// (docs/cuda.md).

@@ -1524,15 +1524,47 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
                       (long long)ropeOffset,
                       (long long)(ropeOffset + c.ropeDims))
             : std::string();
-    r.line("dsa_indexer",
-           fmtText("%s %lldx128, pos %d, top %lld%s%s%s", cacheName(c.type),
-                   (long long)c.heads, c.position, (long long)c.topK,
-                   note.c_str(), c.staged ? "" : ", keys unstaged",
-                   rope.c_str()),
-           mismatches(dsel.download(), want) +
+    const std::string what =
+        fmtText("%s %lldx128, pos %d, top %lld%s%s%s", cacheName(c.type),
+                (long long)c.heads, c.position, (long long)c.topK,
+                note.c_str(), c.staged ? "" : ", keys unstaged", rope.c_str());
+    const std::vector<int32_t> selection = dsel.download();
+    r.line("dsa_indexer", what,
+           mismatches(selection, want) +
                mismatches(dcount.download(), std::vector<int32_t>{wantCount}) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
            0, "selection and count exact");
+    if (c.heads != 32)
+      continue;
+    // GLM-5's 32 x 128: the scores kernel compiled for dim 128
+    // (KILN_CUDA_SPECIALISED=1) ran, with the general kernel's scores and
+    // selection bit for bit.
+    const std::vector<float> generalScores = caseScores.download();
+    DeviceArray<float> fixedScores(size_t(c.cachePositions));
+    DeviceArray<int32_t> fixedSel(std::vector<int32_t>(size_t(c.topK), -1));
+    Fault fixedFault;
+    kc::setShapeSpecialised(true);
+    const uint64_t before = kc::shapeSpecialisedLaunches();
+    run(kc::launchDsaIndexer(
+        dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
+        scale, fixedScores.get(), fixedSel.get(), dcount.get(),
+        fixedFault.sink(), nullptr,
+        kc::QueryRope{c.neox ? kc::RopeStyle::NeoX : kc::RopeStyle::Interleaved,
+                      theta, ropeOffset, c.ropeDims},
+        c.staged ? kc::kMaxStagedKeyBytes : 0));
+    const uint64_t ran = kc::shapeSpecialisedLaunches() - before;
+    kc::setShapeSpecialised(false);
+    const std::vector<float> gotScores = fixedScores.download();
+    r.line("fixed width", what + ": the scores kernel compiled for dim 128 ran",
+           std::fabs(double(ran) - 1.0), 0, "launch count");
+    r.line("fixed width", what + ": the general kernel's scores and selection",
+           mismatches(std::vector<float>(gotScores.begin(),
+                                         gotScores.begin() + attended),
+                      std::vector<float>(generalScores.begin(),
+                                         generalScores.begin() + attended)) +
+               mismatches(fixedSel.download(), selection) +
+               faultMismatch(fixedFault.read(), kc::FaultCode::None, 0, 0),
+           0, "same products, same order");
   }
 
   // A position past the cache: fault, nothing selected.
