@@ -132,6 +132,25 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-specialised env KILN_CUDA_SPECIALISED=1 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 20
+  # The same bits however the step is launched: the digests of the 1k
+  # benches' results (graph, one branch, no programmatic launch, eager, the
+  # fixed-width kernels) agree, and the 16k ones with and without the
+  # fixed-width kernels.
+  same_result() { # RESULT-NAME...
+    local first="" name line
+    for name in "$@"; do
+      line=$(grep '^result:' "$results/$name.txt") ||
+        { echo "$name: no result line"; return 1; }
+      echo "$name: $line"
+      [ -n "$first" ] || first=$line
+      [ "$line" = "$first" ] || { echo "$name: differs from $1"; return 1; }
+    done
+  }
+  step same-result-glm5-tp8-rank0 same_result bench-glm5-tp8-rank0-graph \
+    bench-glm5-tp8-rank0-graph-serial bench-glm5-tp8-rank0-graph-nopdl \
+    bench-glm5-tp8-rank0-eager bench-glm5-tp8-rank0-graph-specialised
+  step same-result-glm5-tp8-rank0-16k same_result \
+    bench-glm5-tp8-rank0-graph-16k bench-glm5-tp8-rank0-graph-16k-specialised
   # What each op kind costs on the step's critical path: the step with
   # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
   omit_table() {

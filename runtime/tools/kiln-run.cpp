@@ -98,7 +98,9 @@ options:
 benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
   --bench                  time the decode step on random weights (random
                            valid blocks of each binding's type, made on the
-                           device), printing the step time and tok/s
+                           device), printing the step time and tok/s, and
+                           its result (token and a digest of the logits),
+                           the same for runs that compute the same bits
   --simulate-rank R/N      run only rank R of the artifact's N ranks, alone on
                            one GPU, each collective replaced by a local copy
                            of its memory traffic: the per-GPU work of an
@@ -412,6 +414,25 @@ int runBench(SessionOptions options, const std::string &simulate,
       times.push_back(std::chrono::duration<double>(Clock::now() - a).count() *
                       1e6);
   }
+  // The step's result once more, untimed, for comparing runs: the weights
+  // and caches are seeded, so two runs that compute the same bits (graph
+  // or eager, a switch that keeps the bits) print the same digest.
+  std::vector<float> logits(s.hasLogits() ? size_t(s.vocab()) : 0);
+  if (Status st = s.decode(1, int32_t(context), logits, &next); !st)
+    return fail(st.error());
+  uint64_t digest = 0xcbf29ce484222325ull; // FNV-1a, 64 bits
+  for (float v : logits) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &v, sizeof bits);
+    for (int b = 0; b < 4; ++b) {
+      digest ^= (bits >> (8 * b)) & 0xffu;
+      digest *= 0x100000001b3ull;
+    }
+  }
+  const std::string result =
+      logits.empty() ? fmt::format("token {} (no logits: --no-logits)", next)
+                     : fmt::format("token {}, logits FNV-1a {:016x}", next,
+                                   digest);
   std::vector<double> sorted(times);
   std::sort(sorted.begin(), sorted.end());
   double mean = 0;
@@ -437,7 +458,8 @@ int runBench(SessionOptions options, const std::string &simulate,
         "\"tokens_per_second\": %.3f, \"load_seconds\": %.3f, "
         "\"weight_bytes_read\": %llu, \"weight_bytes_bound\": %llu, "
         "\"cache_bytes_read\": %llu, \"weight_bytes_not_live\": %llu, "
-        "\"achieved_gb_per_s\": %.1f}\n",
+        "\"achieved_gb_per_s\": %.1f, \"next_token\": %d, "
+        "\"logits_fnv1a\": %s}\n",
         jsonString(s.artifact().target).c_str(), mode.c_str(),
         s.artifact().ranks,
         options.flags & KILN_RUN_SIMULATE_RANK ? int(options.simulateRank) : -1,
@@ -446,7 +468,9 @@ int runBench(SessionOptions options, const std::string &simulate,
         (unsigned long long)traffic.boundBytes,
         (unsigned long long)traffic.cacheBytes,
         (unsigned long long)traffic.notLiveBytes,
-        double(bytes) / (median * 1e3));
+        double(bytes) / (median * 1e3), next,
+        logits.empty() ? "null"
+                       : jsonString(fmt::format("{:016x}", digest)).c_str());
     return 0;
   }
   std::printf("bench: %s, %s, %s, context %llu, %lld steps\n",
@@ -465,6 +489,7 @@ int runBench(SessionOptions options, const std::string &simulate,
                 "from a later position (live_from: the indexer's query and "
                 "head weights below its top-k)\n",
                 traffic.notLiveBytes / 1e9);
+  std::printf("result: %s\n", result.c_str());
   std::printf("load: %.3f s (backend %s)\n", load, s.backendPath().c_str());
   return 0;
 }
