@@ -85,6 +85,11 @@ compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --contex
 # of them).
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 16640 \
   -o "$m/glm5-16k.cuda.tp8.kiln"
+# With its logits (gathered over the vocabulary), for comparing the bits of
+# runs launched different ways (gpu-test.sh's same-result steps: the bench
+# prints a digest of the logits); the timed benches leave them out.
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --context 16640 \
+  -o "$m/glm5-logits.cuda.tp8.kiln"
 # And with the model's own context (202,752 positions): caches and MLA's
 # scratch at their largest (MLA's shared memory then passes 48 KiB).
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits \

@@ -132,25 +132,36 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-specialised env KILN_CUDA_SPECIALISED=1 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 20
-  # The same bits however the step is launched: the digests of the 1k
-  # benches' results (graph, one branch, no programmatic launch, eager, the
-  # fixed-width kernels) agree, and the 16k ones with and without the
-  # fixed-width kernels.
-  same_result() { # RESULT-NAME...
-    local first="" name line
-    for name in "$@"; do
-      line=$(grep '^result:' "$results/$name.txt") ||
-        { echo "$name: no result line"; return 1; }
-      echo "$name: $line"
+  # The same bits however the step is launched, at GLM-5's real shapes: the
+  # bench's result line (its token and a digest of its logits; the weights
+  # and caches are seeded) for the rank's step as a graph, on one branch,
+  # without programmatic launch, eagerly, with the early prefetch after
+  # collectives, and with the fixed-width kernels, at 1k; and at 16k with
+  # and without the fixed-width kernels. A short run each.
+  same_result() { # CONTEXT [ENV=VALUE|--eager]...: each run's line, all equal
+    local context=$1 first="" line variant
+    shift
+    for variant in default "$@"; do
+      local env_args=() flags=()
+      case $variant in
+        default) ;;
+        --eager) flags=(--eager) ;;
+        *) env_args=("$variant") ;;
+      esac
+      line=$(env ${env_args[@]+"${env_args[@]}"} "$bin/kiln-run" \
+               "$m/glm5-logits.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+               --bench --simulate-rank 0/8 --context "$context" --steps 2 \
+               ${flags[@]+"${flags[@]}"} 2>&1 | grep '^result:') ||
+        { echo "$variant: no result line"; return 1; }
+      echo "$variant: $line"
+      case $line in *"no logits"*) echo "$variant: no logits to compare"; return 1 ;; esac
       [ -n "$first" ] || first=$line
-      [ "$line" = "$first" ] || { echo "$name: differs from $1"; return 1; }
+      [ "$line" = "$first" ] || { echo "$variant: differs from the default"; return 1; }
     done
   }
-  step same-result-glm5-tp8-rank0 same_result bench-glm5-tp8-rank0-graph \
-    bench-glm5-tp8-rank0-graph-serial bench-glm5-tp8-rank0-graph-nopdl \
-    bench-glm5-tp8-rank0-eager bench-glm5-tp8-rank0-graph-specialised
-  step same-result-glm5-tp8-rank0-16k same_result \
-    bench-glm5-tp8-rank0-graph-16k bench-glm5-tp8-rank0-graph-16k-specialised
+  step same-result-glm5-tp8-rank0 same_result 1024 KILN_CUDA_BRANCHES=1 \
+    KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 KILN_CUDA_SPECIALISED=1
+  step same-result-glm5-tp8-rank0-16k same_result 16384 KILN_CUDA_SPECIALISED=1
   # What each op kind costs on the step's critical path: the step with
   # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
   omit_table() {
