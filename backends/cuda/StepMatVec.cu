@@ -2007,7 +2007,8 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     // The kernel compiled for GLM-5's hidden width and this expert width
     // (KILN_CUDA_SPECIALISED=1), where it holds as many blocks at once.
     if (gateFast && shapeSpecialised() && hidden == glm5::kHidden &&
-        a.gate.rowBytes == uint64_t(a.blocksPerRow) * (q5 ? 176 : 144)) {
+        a.gate.rowBytes ==
+            uint64_t(a.blocksPerRow) * uint64_t(a.gate.blockBytes)) {
       void (*fixed)(ExpertArgs) =
           q5 ? expertWidthKernel<true>(ffn, glm5::ExpertFfnWidths{})
              : expertWidthKernel<false>(ffn, glm5::ExpertFfnWidths{});
