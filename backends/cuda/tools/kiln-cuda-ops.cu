@@ -2036,13 +2036,21 @@ void benchLinear() {
     const char *what;
     bool split = false; ///< the type's split device layout
     int64_t heads = 1;  ///< > 1: a stacked weight [k, n, heads], batch heads
+    /// The kernel compiled for the width (KILN_CUDA_SPECIALISED=1).
+    bool fixed = false;
   };
   const Case cases[] = {
       {GGMLType::Q8_0, 6144, 2048, "q_a-like"},
       {GGMLType::Q8_0, 6144, 2048, "q_a-like, q8_0-split", true},
+      {GGMLType::Q8_0, 6144, 2048, "q_a-like, q8_0-split, fixed width", true, 1,
+       true},
       {GGMLType::Q8_0, 2048, 6144, "attn_output slice"},
       {GGMLType::Q8_0, 2048, 6144, "attn_output slice, q8_0-split", true},
+      {GGMLType::Q8_0, 2048, 6144,
+       "attn_output slice, q8_0-split, fixed width", true, 1, true},
       {GGMLType::Q8_0, 6144, 2752, "q_a + kv_a + indexer k, q8_0-split", true},
+      {GGMLType::Q8_0, 6144, 2752,
+       "q_a + kv_a + indexer k, q8_0-split, fixed width", true, 1, true},
       {GGMLType::Q4_K, 6144, 2048, "expert gate/up rows"},
       {GGMLType::Q4_K, 6144, 2048, "q_a-like, q4_k-split", true},
       {GGMLType::Q5_K, 2048, 6144, "dense down slice"},
@@ -2101,6 +2109,8 @@ void benchLinear() {
     DeviceArray<float> x(normals(rng, c.k * c.heads, 1.0)), y(rows);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    kc::setShapeSpecialised(c.fixed);
+    const uint64_t fixedBefore = kc::shapeSpecialisedLaunches();
     CHECK_CUDA(
         cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     const int runs = int(std::max<uint64_t>(kRuns, copies));
@@ -2116,6 +2126,14 @@ void benchLinear() {
                                   y.get(), stream));
     }
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    kc::setShapeSpecialised(false);
+    // A fixed-width row that ran the general kernel would time the wrong
+    // thing: say so instead.
+    if (c.fixed && kc::shapeSpecialisedLaunches() - fixedBefore != uint64_t(runs))
+      std::printf("bench linear %s %lldx%lld: the fixed-width kernel did not "
+                  "run (%s)\n",
+                  typeName(c.type).c_str(), (long long)c.k, (long long)c.n,
+                  c.what);
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     CHECK_CUDA(cudaGraphLaunch(exec, stream)); // warm-up
     CHECK_CUDA(cudaStreamSynchronize(stream));
