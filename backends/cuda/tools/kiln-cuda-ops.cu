@@ -2222,28 +2222,37 @@ void benchMoe() {
   const double moeBytes =
       double(k) * (2.0 * double(upBytes) + double(downBytes)) / double(experts);
   // With the shared expert's output added in the down kernel, as GLM-5's
-  // step runs it (kiln-fuse-expert-add).
+  // step runs it (kiln-fuse-expert-add); then the same with the kernels
+  // compiled for GLM-5's shapes (KILN_CUDA_SPECIALISED=1).
   DeviceArray<float> shared(normals(rng, hidden, 1.0));
-  const double warmUs = timeInGraph(stream, [&](cudaStream_t s) {
-    return kc::launchMoeExperts(x.get(), hidden, ffn, experts, dids.get(),
-                                rw.get(), k, gd, &ud, dd, act.get(),
-                                shared.get(), xo.get(), fault.sink(), s);
-  });
-  std::printf("bench op %-40s %9.2f us, %.1f GB/s (the chosen experts' bytes, "
-              "L2-warm: one set of 8)\n",
-              "moe_experts Q4_K/Q5_K 6144x256, 8 of 256", warmUs,
-              moeBytes / (warmUs * 1e3));
-  int64_t call = 0;
-  const double coldUs = timeInGraph(stream, [&](cudaStream_t s) {
-    const int32_t *set = dids.get() + (call++ % sets) * k;
-    return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(), k,
-                                gd, &ud, dd, act.get(), shared.get(), xo.get(),
-                                fault.sink(), s);
-  });
-  std::printf("bench op %-40s %9.2f us, %.1f GB/s (from memory: 32 disjoint "
-              "sets of 8 in turn)\n",
-              "moe_experts Q4_K/Q5_K 6144x256, 8 of 256", coldUs,
-              moeBytes / (coldUs * 1e3));
+  for (bool fixed : {false, true}) {
+    kc::setShapeSpecialised(fixed);
+    const uint64_t before = kc::shapeSpecialisedLaunches();
+    const char *kernels = fixed ? ", fixed shapes" : "";
+    const double warmUs = timeInGraph(stream, [&](cudaStream_t s) {
+      return kc::launchMoeExperts(x.get(), hidden, ffn, experts, dids.get(),
+                                  rw.get(), k, gd, &ud, dd, act.get(),
+                                  shared.get(), xo.get(), fault.sink(), s);
+    });
+    std::printf("bench op moe_experts Q4_K/Q5_K 6144x256, 8 of 256%-14s "
+                "%9.2f us, %.1f GB/s (the chosen experts' bytes, L2-warm: one "
+                "set of 8)\n",
+                kernels, warmUs, moeBytes / (warmUs * 1e3));
+    int64_t call = 0;
+    const double coldUs = timeInGraph(stream, [&](cudaStream_t s) {
+      const int32_t *set = dids.get() + (call++ % sets) * k;
+      return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(),
+                                  k, gd, &ud, dd, act.get(), shared.get(),
+                                  xo.get(), fault.sink(), s);
+    });
+    std::printf("bench op moe_experts Q4_K/Q5_K 6144x256, 8 of 256%-14s "
+                "%9.2f us, %.1f GB/s (from memory: 32 disjoint sets of 8 in "
+                "turn)\n",
+                kernels, coldUs, moeBytes / (coldUs * 1e3));
+    kc::setShapeSpecialised(false);
+    if (fixed && kc::shapeSpecialisedLaunches() == before)
+      std::printf("bench op moe_experts: the fixed-shape kernels did not run\n");
+  }
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
