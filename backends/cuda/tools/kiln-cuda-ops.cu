@@ -2709,6 +2709,16 @@ void benchOps() {
                dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
                out.get(), fault.sink(), s);
          }));
+  // The same with the kernel compiled for 8 heads (KILN_CUDA_SPECIALISED=1).
+  kc::setShapeSpecialised(true);
+  report("mla_attention 8x(512+64), 1025 of 2048, fixed heads",
+         timeInGraph(stream, [&](cudaStream_t s) {
+           return kc::launchMlaAttention(
+               ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
+               dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
+               out.get(), fault.sink(), s);
+         }));
+  kc::setShapeSpecialised(false);
   report("mla_attention 8x(512+64), 0..1024, no selection",
          timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchMlaAttention(
