@@ -183,6 +183,29 @@ class Checks:
                            f"{np.max(np.abs(graph - eager)):.1e} | bit-identical"
                            f" | - | {'PASS' if identical else 'FAIL'} |")
         self.check(identical, f"{model} graph vs eager")
+        # The kernels compiled for GLM-5's shapes (KILN_CUDA_SPECIALISED=1):
+        # the same bits as the general kernels. Of these models only small
+        # has such shapes (attn_k_b's 192 and attn_v_b's 512 values a head,
+        # attn_output's 4,096, the shared expert's down 2,048), so there
+        # the captured step must also have run some.
+        out = self.work / f"{model}-fixed.npy"
+        proc = run(self.pack, [self.pack / "bin" / "kiln-run",
+                               self.art(model, "cuda", 1), "--weights", gguf,
+                               "--backend-dir", self.pack / "lib",
+                               "--prompt-tokens", ",".join(map(str, toks)),
+                               "-n", 0, "--logits-out", out],
+                   extra_env={"KILN_CUDA_SPECIALISED": "1",
+                              "KILN_CUDA_GRAPH_STATS": "1"})
+        fixed = np.load(out)
+        launched = re.findall(r"(\d+) mat-vecs in kernels compiled for their "
+                              r"width", proc.stderr)
+        ran = sum(int(n) for n in launched)
+        same = np.array_equal(graph, fixed) and (ran > 0 or model != "small")
+        self.report.append(f"| {model}: fixed-shape kernels vs general "
+                           f"({ran} launches a step) | "
+                           f"{np.max(np.abs(graph - fixed)):.1e} | "
+                           f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
+        self.check(same, f"{model} fixed-shape kernels vs general")
         # attn_v_b inside MLA's launch (KILN_CUDA_MLA_PROJECTION=1; where
         # the weight is Q8_0, tiny-mix and small; tiny-f32's runs as a
         # mat-vec after MLA either way) against the CPU, the same tolerance.
