@@ -1644,8 +1644,8 @@ Status capture(CudaRank &rank, CudaStep &s) {
     KILN_ASSIGN(c, countGraph(graph, where));
     std::fprintf(stderr,
                  "graph: %s, step '%s': %zu kernel nodes, %zu other nodes, "
-                 "%zu edges, %zu of them programmatic; %llu mat-vecs in "
-                 "kernels compiled for their width (KILN_CUDA_SPECIALISED)\n",
+                 "%zu edges, %zu of them programmatic; %llu launches of "
+                 "kernels compiled for their shapes (KILN_CUDA_SPECIALISED)\n",
                  rank.where.c_str(), s.step->name.c_str(), c.kernels, c.others,
                  c.edges, c.programmatic, (unsigned long long)widthKernels);
   }

@@ -197,8 +197,8 @@ class Checks:
                    extra_env={"KILN_CUDA_SPECIALISED": "1",
                               "KILN_CUDA_GRAPH_STATS": "1"})
         fixed = np.load(out)
-        launched = re.findall(r"(\d+) mat-vecs in kernels compiled for their "
-                              r"width", proc.stderr)
+        launched = re.findall(r"(\d+) launches of kernels compiled for "
+                              r"their shapes", proc.stderr)
         ran = sum(int(n) for n in launched)
         same = np.array_equal(graph, fixed) and (ran > 0 or model != "small")
         self.report.append(f"| {model}: fixed-shape kernels vs general "
