@@ -26,6 +26,7 @@
 #include "session/Session.h"
 #include "session/SessionFlags.h"
 #include "support/Progress.h"
+#include "support/Random.h"
 #include "tokenizer/Tokenizer.h"
 #include "tokenizer/Unicode.h"
 
@@ -420,15 +421,11 @@ int runBench(SessionOptions options, const std::string &simulate,
   std::vector<float> logits(s.hasLogits() ? size_t(s.vocab()) : 0);
   if (Status st = s.decode(1, int32_t(context), logits, &next); !st)
     return fail(st.error());
-  uint64_t digest = 0xcbf29ce484222325ull; // FNV-1a, 64 bits
-  for (float v : logits) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, &v, sizeof bits);
-    for (int b = 0; b < 4; ++b) {
-      digest ^= (bits >> (8 * b)) & 0xffu;
-      digest *= 0x100000001b3ull;
-    }
-  }
+  // FNV-1a over the logits' float32 bytes as memory holds them
+  // (little-endian), the bytes --logits-out writes: numpy can compute the
+  // same digest from such a file.
+  const uint64_t digest = fnv1a(std::string_view(
+      reinterpret_cast<const char *>(logits.data()), logits.size() * 4));
   const std::string result =
       logits.empty() ? fmt::format("token {} (no logits: --no-logits)", next)
                      : fmt::format("token {}, logits FNV-1a {:016x}", next,
