@@ -15,6 +15,8 @@
 #ifndef KILN_BACKENDS_CUDA_MODELSHAPES_H
 #define KILN_BACKENDS_CUDA_MODELSHAPES_H
 
+#include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace kiln::cuda::glm5 {
@@ -66,6 +68,18 @@ using ExpertFfnWidths =
 /// kLatent and kRope over an f16 cache.
 using MlaHeadCounts =
     std::integer_sequence<int, kHeads / 8, kHeads / 4, kHeads / 2, kHeads>;
+
+/// What `make` returns for the value of `values` equal to `v`, `none` where
+/// none is: make(std::integral_constant<int, value>{}) names the kernel or
+/// launch compiled for that value (a width, a head count).
+template <typename R, int... kValues, typename Make>
+R pickShape(int64_t v, std::integer_sequence<int, kValues...>, R none,
+            Make make) {
+  R out = none;
+  ((v == kValues ? (out = make(std::integral_constant<int, kValues>{}), 0) : 0),
+   ...);
+  return out;
+}
 
 } // namespace kiln::cuda::glm5
 

@@ -3159,19 +3159,14 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
 constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 
 /// launchMla for GLM-5's widths, an f16 cache and the kernel compiled for
-/// `heads` of those in `kHeadCounts`; cudaErrorNotSupported where there is
-/// none.
-template <int... kHeadCounts>
-cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s,
-                           std::integer_sequence<int, kHeadCounts...>) {
-  cudaError_t e = cudaErrorNotSupported;
-  ((a.heads == kHeadCounts
-        ? (e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
-                                  kHeadCounts>>(a, chunks, s),
-           0)
-        : 0),
-   ...);
-  return e;
+/// the call's heads (glm5::MlaHeadCounts); cudaErrorNotSupported where
+/// there is none.
+cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
+  return glm5::pickShape(
+      a.heads, glm5::MlaHeadCounts{}, cudaErrorNotSupported, [&](auto heads) {
+        return launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
+                                  heads.value>>(a, chunks, s);
+      });
 }
 
 } // namespace
@@ -3245,7 +3240,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
     case CacheType::F16:
       // The rank's heads fixed too where the kernel is compiled for them.
       e = shapeSpecialised()
-              ? launchMlaHeads(a, chunks, s, glm5::MlaHeadCounts{})
+              ? launchMlaHeads(a, chunks, s)
               : cudaErrorNotSupported;
       if (e == cudaErrorNotSupported)
         e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(

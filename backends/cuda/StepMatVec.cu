@@ -1473,17 +1473,14 @@ bool cutsRows(const LiveRows *live, int64_t rows) {
   return live && live->position && live->rows >= 0 && live->rows < rows;
 }
 
-/// The q8_0-split kernel compiled for width `cols`, of those in `kWidths`,
-/// or null.
-template <Q8Input kInput, int... kWidths>
-void (*q8WidthKernel(int64_t cols, std::integer_sequence<int, kWidths...>))(
-    Q8SplitArgs) {
-  void (*kernel)(Q8SplitArgs) = nullptr;
-  ((cols == kWidths
-        ? (kernel = linearQ8SplitKernel<kRows, true, kInput, kWidths>, 0)
-        : 0),
-   ...);
-  return kernel;
+/// The q8_0-split kernel compiled for width `cols`, of the widths in
+/// `Widths` (ModelShapes.h), or null.
+template <Q8Input kInput, typename Widths>
+void (*q8WidthKernel(int64_t cols, Widths widths))(Q8SplitArgs) {
+  using Kernel = void (*)(Q8SplitArgs);
+  return glm5::pickShape<Kernel>(cols, widths, nullptr, [](auto width) {
+    return Kernel(linearQ8SplitKernel<kRows, true, kInput, width.value>);
+  });
 }
 
 /// launchLinear for the q8_0-split layout (with `norm`: of a normalised
@@ -1853,16 +1850,13 @@ namespace {
 
 /// The routed gate/up kernel for Q4_K (kHigh false) or Q5_K rows of
 /// glm5::kHidden values compiled for expert width `ffn`, of those in
-/// `kWidths`, or null.
-template <bool kHigh, int... kWidths>
-void (*expertWidthKernel(int64_t ffn, std::integer_sequence<int, kWidths...>))(
-    ExpertArgs) {
-  void (*kernel)(ExpertArgs) = nullptr;
-  ((ffn == kWidths
-        ? (kernel = expertGateUpK45Kernel<kHigh, glm5::kHidden, kWidths>, 0)
-        : 0),
-   ...);
-  return kernel;
+/// glm5::ExpertFfnWidths, or null.
+template <bool kHigh> void (*expertWidthKernel(int64_t ffn))(ExpertArgs) {
+  using Kernel = void (*)(ExpertArgs);
+  return glm5::pickShape<Kernel>(
+      ffn, glm5::ExpertFfnWidths{}, nullptr, [](auto width) {
+        return Kernel(expertGateUpK45Kernel<kHigh, glm5::kHidden, width.value>);
+      });
 }
 
 /// Whether one multiprocessor holds at least as many blocks of `fixed` as
@@ -2010,8 +2004,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
         a.gate.rowBytes ==
             uint64_t(a.blocksPerRow) * uint64_t(a.gate.blockBytes)) {
       void (*fixed)(ExpertArgs) =
-          q5 ? expertWidthKernel<true>(ffn, glm5::ExpertFfnWidths{})
-             : expertWidthKernel<false>(ffn, glm5::ExpertFfnWidths{});
+          q5 ? expertWidthKernel<true>(ffn) : expertWidthKernel<false>(ffn);
       if (fixed && holdsAsMany(fixed, gateUp, gateFastWarps * kWarp,
                                gateFastShared)) {
         gateUp = fixed;
