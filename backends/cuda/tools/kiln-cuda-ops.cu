@@ -221,6 +221,23 @@ std::vector<int64_t> widthList(std::integer_sequence<int, kWidths...>) {
   return {int64_t(kWidths)...};
 }
 
+/// KILN_CUDA_SPECIALISED's switch for the launches of this thread while
+/// the scope lives (off again after), and how many kernels compiled for
+/// fixed shapes those launches ran.
+class FixedShapes {
+public:
+  explicit FixedShapes(bool on) : before_(kc::shapeSpecialisedLaunches()) {
+    kc::setShapeSpecialised(on);
+  }
+  ~FixedShapes() { kc::setShapeSpecialised(false); }
+  FixedShapes(const FixedShapes &) = delete;
+  FixedShapes &operator=(const FixedShapes &) = delete;
+  uint64_t ran() const { return kc::shapeSpecialisedLaunches() - before_; }
+
+private:
+  uint64_t before_;
+};
+
 //===----------------------------------------------------------------------===//
 // Weights and caches: random on the device (the fillers under test), the
 // same bytes copied to the host for the reference.
@@ -1159,15 +1176,16 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     const std::vector<float> general = dout.download();
     DeviceArray<float> fixedOut(general.size());
     Fault fixedFault;
-    kc::setShapeSpecialised(true);
-    const uint64_t before = kc::shapeSpecialisedLaunches();
-    run(kc::launchMlaAttention(
-        dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
-        count >= 0 ? dsel.get() : nullptr, count >= 0 ? dcount.get() : nullptr,
-        capacity, scale, scores.get(), fixedOut.get(), fixedFault.sink(),
-        nullptr));
-    const uint64_t ran = kc::shapeSpecialisedLaunches() - before;
-    kc::setShapeSpecialised(false);
+    uint64_t ran = 0;
+    {
+      const FixedShapes fixed(true);
+      run(kc::launchMlaAttention(
+          dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
+          count >= 0 ? dsel.get() : nullptr,
+          count >= 0 ? dcount.get() : nullptr, capacity, scale, scores.get(),
+          fixedOut.get(), fixedFault.sink(), nullptr));
+      ran = fixed.ran();
+    }
     const std::string what =
         fmtText("%s %lldx(512+64), %lld entries: the kernel compiled for %lld "
                 "heads",
@@ -1543,17 +1561,19 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     DeviceArray<float> fixedScores(size_t(c.cachePositions));
     DeviceArray<int32_t> fixedSel(std::vector<int32_t>(size_t(c.topK), -1));
     Fault fixedFault;
-    kc::setShapeSpecialised(true);
-    const uint64_t before = kc::shapeSpecialisedLaunches();
-    run(kc::launchDsaIndexer(
-        dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
-        scale, fixedScores.get(), fixedSel.get(), dcount.get(),
-        fixedFault.sink(), nullptr,
-        kc::QueryRope{c.neox ? kc::RopeStyle::NeoX : kc::RopeStyle::Interleaved,
-                      theta, ropeOffset, c.ropeDims},
-        c.staged ? kc::kMaxStagedKeyBytes : 0));
-    const uint64_t ran = kc::shapeSpecialisedLaunches() - before;
-    kc::setShapeSpecialised(false);
+    uint64_t ran = 0;
+    {
+      const FixedShapes fixed(true);
+      run(kc::launchDsaIndexer(
+          dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
+          scale, fixedScores.get(), fixedSel.get(), dcount.get(),
+          fixedFault.sink(), nullptr,
+          kc::QueryRope{c.neox ? kc::RopeStyle::NeoX
+                               : kc::RopeStyle::Interleaved,
+                        theta, ropeOffset, c.ropeDims},
+          c.staged ? kc::kMaxStagedKeyBytes : 0));
+      ran = fixed.ran();
+    }
     const std::vector<float> gotScores = fixedScores.download();
     r.line("fixed width", what + ": the scores kernel compiled for dim 128 ran",
            std::fabs(double(ran) - 1.0), 0, "launch count");
@@ -2109,27 +2129,29 @@ void benchLinear() {
     DeviceArray<float> x(normals(rng, c.k * c.heads, 1.0)), y(rows);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    kc::setShapeSpecialised(c.fixed);
-    const uint64_t fixedBefore = kc::shapeSpecialisedLaunches();
-    CHECK_CUDA(
-        cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     const int runs = int(std::max<uint64_t>(kRuns, copies));
-    for (int i = 0; i < runs; ++i) {
-      const uint64_t copy = uint64_t(i) % copies;
-      kc::DeviceWeight dw{c.type, rows, c.k, w.get() + copy * bytes};
-      if (c.split) {
-        dw.layout = all.layout;
-        for (int p = 0; p < f->planes; ++p)
-          dw.setPlane(p, planeOf(p, copy));
+    uint64_t fixedRan = 0;
+    {
+      const FixedShapes fixed(c.fixed);
+      CHECK_CUDA(
+          cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < runs; ++i) {
+        const uint64_t copy = uint64_t(i) % copies;
+        kc::DeviceWeight dw{c.type, rows, c.k, w.get() + copy * bytes};
+        if (c.split) {
+          dw.layout = all.layout;
+          for (int p = 0; p < f->planes; ++p)
+            dw.setPlane(p, planeOf(p, copy));
+        }
+        CHECK_CUDA(kc::launchLinear(x.get(), c.heads, dw, c.n, c.heads > 1,
+                                    y.get(), stream));
       }
-      CHECK_CUDA(kc::launchLinear(x.get(), c.heads, dw, c.n, c.heads > 1,
-                                  y.get(), stream));
+      CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+      fixedRan = fixed.ran();
     }
-    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-    kc::setShapeSpecialised(false);
     // A fixed-width row that ran the general kernel would time the wrong
     // thing: say so instead.
-    if (c.fixed && kc::shapeSpecialisedLaunches() - fixedBefore != uint64_t(runs))
+    if (c.fixed && fixedRan != uint64_t(runs))
       std::printf("bench linear %s %lldx%lld: the fixed-width kernel did not "
                   "run (%s)\n",
                   typeName(c.type).c_str(), (long long)c.k, (long long)c.n,
@@ -2226,8 +2248,7 @@ void benchMoe() {
   // compiled for GLM-5's shapes (KILN_CUDA_SPECIALISED=1).
   DeviceArray<float> shared(normals(rng, hidden, 1.0));
   for (bool fixed : {false, true}) {
-    kc::setShapeSpecialised(fixed);
-    const uint64_t before = kc::shapeSpecialisedLaunches();
+    const FixedShapes scope(fixed);
     const char *kernels = fixed ? ", fixed shapes" : "";
     const double warmUs = timeInGraph(stream, [&](cudaStream_t s) {
       return kc::launchMoeExperts(x.get(), hidden, ffn, experts, dids.get(),
@@ -2249,8 +2270,7 @@ void benchMoe() {
                 "%9.2f us, %.1f GB/s (from memory: 32 disjoint sets of 8 in "
                 "turn)\n",
                 kernels, coldUs, moeBytes / (coldUs * 1e3));
-    kc::setShapeSpecialised(false);
-    if (fixed && kc::shapeSpecialisedLaunches() == before)
+    if (fixed && scope.ran() == 0)
       std::printf("bench op moe_experts: the fixed-shape kernels did not run\n");
   }
   CHECK_CUDA(cudaStreamDestroy(stream));
@@ -2705,7 +2725,7 @@ void benchOps() {
   // As the general kernel, then as the kernel compiled for 8 heads
   // (KILN_CUDA_SPECIALISED=1).
   for (bool fixed : {false, true}) {
-    kc::setShapeSpecialised(fixed);
+    const FixedShapes scope(fixed);
     report(fixed ? "mla_attention 8x(512+64), 1025 of 2048, fixed heads"
                  : "mla_attention 8x(512+64), 1025 of 2048",
            timeInGraph(stream, [&](cudaStream_t s) {
@@ -2715,7 +2735,6 @@ void benchOps() {
                  out.get(), fault.sink(), s);
            }));
   }
-  kc::setShapeSpecialised(false);
   report("mla_attention 8x(512+64), 0..1024, no selection",
          timeInGraph(stream, [&](cudaStream_t s) {
            return kc::launchMlaAttention(
@@ -3254,8 +3273,7 @@ void checkWidthKernels(Report &r, kiln::Rng &rng) {
     // fixed-width kernels it ran.
     const auto launch = [&](bool on) {
       DeviceArray<float> dy(std::vector<float>(size_t(outs), kMark));
-      kc::setShapeSpecialised(on);
-      const uint64_t before = kc::shapeSpecialisedLaunches();
+      const FixedShapes fixed(on);
       if (c.input == Input::Norm)
         run(kc::launchNormedLinear(dx.get(),
                                    kc::InputNorm{dg.get(), eps, scratch.get()},
@@ -3266,9 +3284,7 @@ void checkWidthKernels(Report &r, kiln::Rng &rng) {
       else
         run(kc::launchLinear(dx.get(), c.batch, dw, c.n, stacked, dy.get(),
                              nullptr, liveArg));
-      const uint64_t ran = kc::shapeSpecialisedLaunches() - before;
-      kc::setShapeSpecialised(false);
-      return std::pair{dy.download(), ran};
+      return std::pair{dy.download(), fixed.ran()};
     };
     const auto [general, generalRan] = launch(false);
     const auto [got, ran] = launch(true);
@@ -3349,15 +3365,12 @@ void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
     const auto launch = [&](bool on) {
       DeviceArray<float> dout(size_t(c.hidden));
       Fault fault;
-      kc::setShapeSpecialised(on);
-      const uint64_t before = kc::shapeSpecialisedLaunches();
+      const FixedShapes fixed(on);
       run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, experts, dids.get(),
                                dw.get(), k, gd, up ? &ud : nullptr, dd,
                                act.get(), nullptr, dout.get(), fault.sink(),
                                nullptr));
-      const uint64_t ran = kc::shapeSpecialisedLaunches() - before;
-      kc::setShapeSpecialised(false);
-      return std::tuple{dout.download(), ran,
+      return std::tuple{dout.download(), fixed.ran(),
                         faultMismatch(fault.read(), kc::FaultCode::None, 0, 0)};
     };
     const auto [general, generalRan, generalFault] = launch(false);
