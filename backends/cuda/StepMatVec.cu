@@ -1473,6 +1473,45 @@ bool cutsRows(const LiveRows *live, int64_t rows) {
   return live && live->position && live->rows >= 0 && live->rows < rows;
 }
 
+/// Whether one multiprocessor holds at least as many blocks of `fixed` as
+/// of `general`, at `threads` threads and `shared` dynamic bytes (each
+/// allowed them first, where there are any); asked once per host thread,
+/// pair, device and size. A fixed-shape kernel runs only where it does.
+template <typename Params>
+bool holdsAsMany(void (*fixed)(Params), void (*general)(Params), int threads,
+                 size_t shared) {
+  struct Known {
+    const void *fixed;
+    int device, threads;
+    size_t shared;
+    bool holds;
+  };
+  static thread_local std::vector<Known> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  for (const Known &k : known)
+    if (k.fixed == reinterpret_cast<const void *>(fixed) &&
+        k.device == device && k.threads == threads && k.shared == shared)
+      return k.holds;
+  int a = 0, b = 0;
+  const bool holds =
+      (shared == 0 || (allowDynamicShared(fixed, shared) == cudaSuccess &&
+                       allowDynamicShared(general, shared) == cudaSuccess)) &&
+      residentBlocks(reinterpret_cast<const void *>(fixed), threads, shared,
+                     a) == cudaSuccess &&
+      residentBlocks(reinterpret_cast<const void *>(general), threads, shared,
+                     b) == cudaSuccess &&
+      a >= b;
+  if (!holds)
+    cudaGetLastError(); // not the launch's error: the general kernel runs
+  known.push_back({reinterpret_cast<const void *>(fixed), device, threads,
+                   shared, holds});
+  return holds;
+}
+
 /// The q8_0-split kernel compiled for width `cols`, of the widths in
 /// `Widths` (ModelShapes.h), or null.
 template <Q8Input kInput, typename Widths>
@@ -1546,10 +1585,9 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
         norm ? q8WidthKernel<Norm>(w.cols, glm5::Q8NormWidths{})
         : up ? q8WidthKernel<Swiglu>(w.cols, glm5::Q8SwigluWidths{})
              : q8WidthKernel<Plain>(w.cols, glm5::Q8PlainWidths{});
-    // Not where it holds fewer warps at once than the general kernel,
+    // Not where it holds fewer blocks at once than the general kernel,
     // whose wave sizes the grid (more registers on some architecture).
-    if (fixed && waveWarps(reinterpret_cast<const void *>(fixed)) >=
-                     waveWarps(reinterpret_cast<const void *>(general))) {
+    if (fixed && holdsAsMany(fixed, general, kThreads, 0)) {
       kernel = fixed;
       noteShapeSpecialised();
     }
@@ -1857,44 +1895,6 @@ template <bool kHigh> void (*expertWidthKernel(int64_t ffn))(ExpertArgs) {
       ffn, glm5::ExpertFfnWidths{}, nullptr, [](auto width) {
         return Kernel(expertGateUpK45Kernel<kHigh, glm5::kHidden, width.value>);
       });
-}
-
-/// Whether one multiprocessor holds at least as many blocks of `fixed` as
-/// of `general`, at `threads` threads and `shared` dynamic bytes (each
-/// allowed them first); asked once per host thread, pair, device and size.
-template <typename Params>
-bool holdsAsMany(void (*fixed)(Params), void (*general)(Params), int threads,
-                 size_t shared) {
-  struct Known {
-    const void *fixed;
-    int device, threads;
-    size_t shared;
-    bool holds;
-  };
-  static thread_local std::vector<Known> known;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  for (const Known &k : known)
-    if (k.fixed == reinterpret_cast<const void *>(fixed) &&
-        k.device == device && k.threads == threads && k.shared == shared)
-      return k.holds;
-  int a = 0, b = 0;
-  const bool holds =
-      allowDynamicShared(fixed, shared) == cudaSuccess &&
-      allowDynamicShared(general, shared) == cudaSuccess &&
-      residentBlocks(reinterpret_cast<const void *>(fixed), threads, shared,
-                     a) == cudaSuccess &&
-      residentBlocks(reinterpret_cast<const void *>(general), threads, shared,
-                     b) == cudaSuccess &&
-      a >= b;
-  if (!holds)
-    cudaGetLastError(); // not the launch's error: the general kernel runs
-  known.push_back({reinterpret_cast<const void *>(fixed), device, threads,
-                   shared, holds});
-  return holds;
 }
 
 } // namespace
