@@ -122,22 +122,28 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 30
-  # The q8_0 mat-vecs in the kernels compiled for GLM-5's widths
-  # (KILN_CUDA_SPECIALISED=1, off by default until measured: docs/cuda.md),
-  # at 1k with the count of such launches in the graph, and at 16k.
-  step bench-glm5-tp8-rank0-graph-specialised env KILN_CUDA_SPECIALISED=1 \
+  # The kernels compiled for GLM-5's shapes: the default runs the experts'
+  # and MLA's (docs/cuda.md); here none (KILN_CUDA_SPECIALISED=0) at 1k and
+  # 16k, and every family (=1) at 1k, with the count of such launches in
+  # each graph.
+  step bench-glm5-tp8-rank0-graph-general env KILN_CUDA_SPECIALISED=0 \
     KILN_CUDA_GRAPH_STATS=1 "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" \
     --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
     --steps 30
-  step bench-glm5-tp8-rank0-graph-16k-specialised env KILN_CUDA_SPECIALISED=1 \
+  step bench-glm5-tp8-rank0-graph-16k-general env KILN_CUDA_SPECIALISED=0 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 20
+  step bench-glm5-tp8-rank0-graph-specialised-all env KILN_CUDA_SPECIALISED=1 \
+    KILN_CUDA_GRAPH_STATS=1 "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" \
+    --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
+    --steps 30
   # The same bits however the step is launched, at GLM-5's real shapes: the
   # bench's result line (its token and a digest of its logits; the weights
   # and caches are seeded) for the rank's step as a graph, on one branch,
   # without programmatic launch, eagerly, with the early prefetch after
-  # collectives, and with the fixed-width kernels, at 1k; and at 16k with
-  # and without the fixed-width kernels. A short run each.
+  # collectives, and with none and every family of the fixed-shape
+  # kernels, at 1k; and at 16k with none and every family. A short run
+  # each.
   same_result() { # CONTEXT [ENV=VALUE|--eager]...: each run's line, all equal
     local context=$1 first="" line variant
     shift
@@ -160,8 +166,10 @@ if [ -x "$pack/bin/kiln-run" ]; then
     done
   }
   step same-result-glm5-tp8-rank0 same_result 1024 KILN_CUDA_BRANCHES=1 \
-    KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 KILN_CUDA_SPECIALISED=1
-  step same-result-glm5-tp8-rank0-16k same_result 16384 KILN_CUDA_SPECIALISED=1
+    KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 KILN_CUDA_SPECIALISED=0 \
+    KILN_CUDA_SPECIALISED=1
+  step same-result-glm5-tp8-rank0-16k same_result 16384 \
+    KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1
   # What each op kind costs on the step's critical path: the step with
   # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
   omit_table() {
@@ -226,8 +234,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
     step "bench-glm5-tp$tp-graph-nonccl" env KILN_CUDA_LOCAL_COLLECTIVES=1 \
       "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
       --steps 30
-    # The kernels compiled for GLM-5's widths (off by default until measured).
-    step "bench-glm5-tp$tp-graph-specialised" env KILN_CUDA_SPECIALISED=1 \
+    # Without the kernels compiled for GLM-5's shapes (by default the
+    # experts' and MLA's run).
+    step "bench-glm5-tp$tp-graph-general" env KILN_CUDA_SPECIALISED=0 \
       "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
       --steps 30
   }

@@ -201,9 +201,10 @@ struct CudaRank {
   /// weight allows (else the attention, then the stacked mat-vec).
   bool mlaProjection = false;
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
-  /// KILN_CUDA_SPECIALISED=1: the mat-vecs of a width ModelShapes.h lists
-  /// run the kernels compiled for it (setShapeSpecialised).
-  bool shapeSpecialised = false;
+  /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
+  /// of a shape ModelShapes.h lists run the kernels compiled for it
+  /// (setShapeSpecialised).
+  unsigned shapeSpecialised = 0;
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -1146,6 +1147,14 @@ Status fillStates(CudaRank &rank, uint64_t positions, uint64_t seed) {
 /// (with the compiler's reuse distance 16, docs/perf.md).
 constexpr int kMaxBranches = 8;
 
+/// The families of kernels compiled for GLM-5's shapes that run unless
+/// KILN_CUDA_SPECIALISED says otherwise: the routed experts' and MLA's. At
+/// a GLM-5 tp=8 rank (docs/perf.md, sixteenth pass) they take 0.20 ms off
+/// the step at 1k and 0.35 ms at 16k; the q8_0 mat-vecs' add 0.28 ms at
+/// 1k, and the indexer's take 0.03 ms off at 1k but add 0.12 ms at 16k.
+constexpr unsigned kDefaultShapeFamilies =
+    unsigned(ShapeFamily::Experts) | unsigned(ShapeFamily::Mla);
+
 /// Switches for measuring what each graph feature, op kind and NCCL costs
 /// (docs/cuda.md): KILN_CUDA_PDL=0 turns overlapped launches off,
 /// KILN_CUDA_BRANCHES=N caps the parallel branches (1: the step in list
@@ -1158,8 +1167,9 @@ constexpr int kMaxBranches = 8;
 /// MLA's launch (by default a mat-vec launch of its own follows MLA),
 /// KILN_CUDA_QUIET_START=0 lets the mat-vecs after a collective prefetch
 /// their weights early as the others do (by default they do not),
-/// KILN_CUDA_SPECIALISED=1 runs the kernels compiled for GLM-5's widths
-/// where a mat-vec has one (ModelShapes.h; off by default until measured),
+/// KILN_CUDA_SPECIALISED=q8,experts,mla,indexer (1: all, 0: none) runs
+/// the kernels compiled for GLM-5's shapes of those families where a launch
+/// has one (ModelShapes.h; readShapeFamilies),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1181,8 +1191,9 @@ struct GraphSwitches {
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
-  /// KILN_CUDA_SPECIALISED=1: the fixed-width kernels where they apply.
-  bool shapeSpecialised = false;
+  /// KILN_CUDA_SPECIALISED: the families of fixed-shape kernels that run
+  /// where they apply (ShapeFamily bits).
+  unsigned shapeSpecialised = 0;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1194,6 +1205,44 @@ Expected<bool> readFlag(const char *name, bool unset) {
   if (t != "0" && t != "1")
     return Error(name, t, "expected 0 or 1");
   return t == "1";
+}
+
+/// The families of kernels compiled for GLM-5's shapes and their names in
+/// KILN_CUDA_SPECIALISED.
+constexpr std::pair<const char *, ShapeFamily> kShapeFamilyNames[] = {
+    {"q8", ShapeFamily::Q8},
+    {"experts", ShapeFamily::Experts},
+    {"mla", ShapeFamily::Mla},
+    {"indexer", ShapeFamily::Indexer}};
+
+/// KILN_CUDA_SPECIALISED as ShapeFamily bits: 1 (all), 0 (none), or a
+/// comma list of family names; `unset` when it is not set.
+Expected<unsigned> readShapeFamilies(unsigned unset) {
+  const char *v = std::getenv("KILN_CUDA_SPECIALISED");
+  if (!v)
+    return unset;
+  std::string_view t = v;
+  if (t == "1")
+    return kAllShapeFamilies;
+  if (t == "0")
+    return 0u;
+  unsigned families = 0;
+  for (;;) {
+    const size_t comma = t.find(',');
+    const std::string_view name = t.substr(0, comma);
+    unsigned bit = 0;
+    for (const auto &[known, family] : kShapeFamilyNames)
+      if (name == known)
+        bit = unsigned(family);
+    if (bit == 0)
+      return Error("KILN_CUDA_SPECIALISED", std::string(name),
+                   "expected 1, 0 or a comma list of q8, experts, mla, "
+                   "indexer");
+    families |= bit;
+    if (comma == std::string_view::npos)
+      return families;
+    t = t.substr(comma + 1);
+  }
 }
 
 Expected<GraphSwitches> readGraphSwitches() {
@@ -1231,7 +1280,7 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.mlaProjection = mlaProjection;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
-  KILN_ASSIGN(specialised, readFlag("KILN_CUDA_SPECIALISED", false));
+  KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
   g.shapeSpecialised = specialised;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
   g.stats = stats;

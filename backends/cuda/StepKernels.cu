@@ -3239,7 +3239,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
     switch (cache.type) {
     case CacheType::F16:
       // The rank's heads fixed too where the kernel is compiled for them.
-      e = shapeSpecialised()
+      e = shapeSpecialised(ShapeFamily::Mla)
               ? launchMlaHeads(a, chunks, s)
               : cudaErrorNotSupported;
       if (e == cudaErrorNotSupported)
@@ -3338,7 +3338,8 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
       int64_t(kGroupRows) * dim * (cache.type == CacheType::F32 ? 4 : 2) <=
           kStageLoads * kWarp * 16) {
     // Compiled for GLM-5's dim where asked (KILN_CUDA_SPECIALISED=1).
-    const bool fixed = shapeSpecialised() && dim == glm5::kIndexDim;
+    const bool fixed =
+        shapeSpecialised(ShapeFamily::Indexer) && dim == glm5::kIndexDim;
     static thread_local WaveCache groupWaves, fixedWaves;
     if (cudaError_t e =
             fixed ? launchScores(indexerScoresByGroupKernel<glm5::kIndexDim>,
@@ -3482,12 +3483,14 @@ void setEarlyPrefetch(bool on) { prefetchEarly = on; }
 bool earlyPrefetch() { return prefetchEarly; }
 
 namespace {
-thread_local bool widthKernels = false;
+thread_local unsigned widthKernels = 0;
 thread_local uint64_t widthLaunches = 0;
 } // namespace
 
-void setShapeSpecialised(bool on) { widthKernels = on; }
-bool shapeSpecialised() { return widthKernels; }
+void setShapeSpecialised(unsigned families) { widthKernels = families; }
+bool shapeSpecialised(ShapeFamily family) {
+  return (widthKernels & unsigned(family)) != 0;
+}
 uint64_t shapeSpecialisedLaunches() { return widthLaunches; }
 void noteShapeSpecialised() { ++widthLaunches; }
 

@@ -479,15 +479,20 @@ bool overlappedLaunches();
 void setEarlyPrefetch(bool on);
 bool earlyPrefetch();
 
-/// Whether the mat-vecs the calling host thread launches run the kernels
-/// compiled for their width where there is one (ModelShapes.h: GLM-5's
-/// q8_0 widths, its routed experts' Q4_K / Q5_K gate/up and down, MLA for
-/// a rank's heads, the indexer's scores for its 128 values a head). Off by default
-/// (KILN_CUDA_SPECIALISED=1 in the plugin): the fixed-width kernels give the
-/// general kernels' bits, but have not yet been measured on a GPU
-/// (docs/cuda.md).
-void setShapeSpecialised(bool on);
-bool shapeSpecialised();
+/// The families of kernels compiled for GLM-5's shapes (ModelShapes.h), as
+/// bits of the mask setShapeSpecialised takes: the q8_0 mat-vecs of its
+/// widths (plain, normalised, swiglu), its routed experts' Q4_K / Q5_K
+/// gate/up and down, MLA for a rank's heads, the indexer's scores for its
+/// 128 values a head. Each gives the general kernels' bits; which of them
+/// run by default is a measured choice (KILN_CUDA_SPECIALISED, docs/cuda.md).
+enum class ShapeFamily : unsigned { Q8 = 1, Experts = 2, Mla = 4, Indexer = 8 };
+constexpr unsigned kAllShapeFamilies = 15;
+
+/// Whether the launches of the calling host thread run the kernels compiled
+/// for their shapes where there is one, for each family whose bit `families`
+/// holds (none unless set; the plugin sets its switch's in enter()).
+void setShapeSpecialised(unsigned families);
+bool shapeSpecialised(ShapeFamily family);
 /// Launches of a fixed-width kernel by the calling host thread so far.
 uint64_t shapeSpecialisedLaunches();
 /// Counts one such launch (the launch functions call it).

@@ -1579,7 +1579,8 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   // The kernel compiled for this width (KILN_CUDA_SPECIALISED=1), where
   // there is one and every item the launch may take (all rows, or the live
   // rows) is whole.
-  if (shapeSpecialised() && alignedX && rowsPerBatch % kRows == 0 &&
+  if (shapeSpecialised(ShapeFamily::Q8) && alignedX &&
+      rowsPerBatch % kRows == 0 &&
       (!liveCut || live->rows % kRows == 0)) {
     void (*fixed)(Q8SplitArgs) =
         norm ? q8WidthKernel<Norm>(w.cols, glm5::Q8NormWidths{})
@@ -2000,7 +2001,8 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                                                  : expertGateUpKernel<1>;
     // The kernel compiled for GLM-5's hidden width and this expert width
     // (KILN_CUDA_SPECIALISED=1), where it holds as many blocks at once.
-    if (gateFast && shapeSpecialised() && hidden == glm5::kHidden &&
+    if (gateFast && shapeSpecialised(ShapeFamily::Experts) &&
+        hidden == glm5::kHidden &&
         a.gate.rowBytes ==
             uint64_t(a.blocksPerRow) * uint64_t(a.gate.blockBytes)) {
       void (*fixed)(ExpertArgs) =
@@ -2029,7 +2031,8 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
         q5 ? expertDownK45Kernel<true> : expertDownK45Kernel<false>;
     // The kernel compiled for GLM-5's hidden width and top-k
     // (KILN_CUDA_SPECIALISED=1), where it holds as many blocks at once.
-    if (shapeSpecialised() && hidden == glm5::kHidden && k == glm5::kTopK &&
+    if (shapeSpecialised(ShapeFamily::Experts) && hidden == glm5::kHidden &&
+        k == glm5::kTopK &&
         a.downTiles == 1) {
       void (*fixed)(ExpertArgs) =
           q5 ? expertDownK45Kernel<true, glm5::kHidden, glm5::kTopK>

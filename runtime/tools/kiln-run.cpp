@@ -144,9 +144,12 @@ environment (CUDA backend, for measuring; the same bits either way):
                            weights early too (by default they do not)
   KILN_CUDA_MLA_PROJECTION=1
                            attn_v_b inside MLA's launch (off by default)
-  KILN_CUDA_SPECIALISED=1  mat-vecs and expert kernels of GLM-5's widths run
-                           the kernels compiled for them (off by default
-                           until measured)
+  KILN_CUDA_SPECIALISED=LIST
+                           the kernels compiled for GLM-5's shapes, by
+                           family: a comma list of q8 (the q8_0 mat-vecs),
+                           experts (routed gate/up and down), mla, indexer;
+                           1 for all, 0 for none (default: experts,mla,
+                           the two that measured faster)
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 

@@ -221,15 +221,15 @@ std::vector<int64_t> widthList(std::integer_sequence<int, kWidths...>) {
   return {int64_t(kWidths)...};
 }
 
-/// KILN_CUDA_SPECIALISED's switch for the launches of this thread while
-/// the scope lives (off again after), and how many kernels compiled for
-/// fixed shapes those launches ran.
+/// KILN_CUDA_SPECIALISED's switch, every family on or all off, for the
+/// launches of this thread while the scope lives (all off again after), and
+/// how many kernels compiled for fixed shapes those launches ran.
 class FixedShapes {
 public:
   explicit FixedShapes(bool on) : before_(kc::shapeSpecialisedLaunches()) {
-    kc::setShapeSpecialised(on);
+    kc::setShapeSpecialised(on ? kc::kAllShapeFamilies : 0);
   }
-  ~FixedShapes() { kc::setShapeSpecialised(false); }
+  ~FixedShapes() { kc::setShapeSpecialised(0); }
   FixedShapes(const FixedShapes &) = delete;
   FixedShapes &operator=(const FixedShapes &) = delete;
   uint64_t ran() const { return kc::shapeSpecialisedLaunches() - before_; }
