@@ -2183,8 +2183,8 @@ void benchLinear() {
 
 /// Times one op's launch sequence: kRuns of it captured in a graph, after a
 /// warm-up replay. What a step's graph pays per op (memory and node cost).
-template <typename Fn> double timeInGraph(cudaStream_t stream, Fn &&launch) {
-  constexpr int kRuns = 50;
+template <typename Fn>
+double timeInGraph(cudaStream_t stream, Fn &&launch, int kRuns = 50) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   cudaEvent_t start, stop;
@@ -2208,6 +2208,90 @@ template <typename Fn> double timeInGraph(cudaStream_t stream, Fn &&launch) {
   CHECK_CUDA(cudaEventDestroy(start));
   CHECK_CUDA(cudaEventDestroy(stop));
   return double(ms) * 1e3 / kRuns;
+}
+
+/// The q8_0-split mat-vecs of a GLM-5 tp=8 layer one after another, as a
+/// step runs them (the q_a run, q_b, an attn_v_b-sized one, attn_output, the
+/// shared expert's gate/up), rounds of them in one graph, rotating over
+/// copies of the weights that exceed the L2: with the general kernel (one
+/// image for every width) and with the kernels compiled for each width
+/// (three images, each run once a round). Alone, each fixed-width kernel is
+/// the faster (benchLinear); in a GLM-5 step they were slower (docs/perf.md,
+/// sixteenth pass). This separates the kernels' own speed from their
+/// images taking turns.
+void benchQ8Mix() {
+  struct Shape {
+    int64_t k, n;
+  };
+  const Shape shapes[] = {
+      {6144, 2752}, {2048, 2048}, {512, 2048}, {2048, 6144}, {6144, 512}};
+  constexpr int kShapes = std::size(shapes);
+  constexpr uint64_t kCopies = 4;
+  constexpr int kRounds = 25;
+  const kc::SplitFormat *f = kc::splitFormatOf(GGMLType::Q8_0);
+  kiln::Rng rng(11);
+  std::vector<DeviceArray<uint8_t>> planes;
+  std::vector<kc::DeviceWeight> weights; // shape s, copy c: s * kCopies + c
+  std::vector<DeviceArray<float>> xs, ys;
+  for (const Shape &sh : shapes) {
+    const uint64_t bytes = *kiln::rowBytes(GGMLType::Q8_0, uint64_t(sh.k)) *
+                           uint64_t(sh.n);
+    const uint64_t blocks = uint64_t(sh.k * sh.n) / f->blockValues;
+    DeviceArray<uint8_t> w(bytes * kCopies);
+    run(kc::launchFillRandomBlocks(GGMLType::Q8_0, w.get(), bytes * kCopies,
+                                   rng.next(), nullptr));
+    planes.emplace_back(kc::splitPlaneStart(*f, f->planes, blocks * kCopies));
+    uint8_t *base = planes.back().get();
+    const auto planeOf = [&](int p, uint64_t copy) {
+      return base + kc::splitPlaneStart(*f, p, blocks * kCopies) +
+             kc::splitPlaneBytes(*f, p, blocks * copy);
+    };
+    kc::DeviceWeight all{GGMLType::Q8_0, sh.n * int64_t(kCopies), sh.k,
+                         nullptr, kc::splitLayoutOf(GGMLType::Q8_0)};
+    for (int p = 0; p < f->planes; ++p)
+      all.setPlane(p, planeOf(p, 0));
+    run(kc::launchRepackSplit(w.get(), all, nullptr));
+    for (uint64_t c = 0; c < kCopies; ++c) {
+      kc::DeviceWeight dw{GGMLType::Q8_0, sh.n, sh.k, nullptr, all.layout};
+      for (int p = 0; p < f->planes; ++p)
+        dw.setPlane(p, planeOf(p, c));
+      weights.push_back(dw);
+    }
+    xs.emplace_back(normals(rng, sh.k, 1.0));
+    ys.emplace_back(sh.n);
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const bool fixedWidths : {false, true}) {
+    uint64_t ran = 0;
+    int round = 0;
+    const double us = timeInGraph(
+        stream,
+        [&](cudaStream_t st) {
+          const FixedShapes scope(fixedWidths);
+          const uint64_t copy = uint64_t(round++) % kCopies;
+          for (int i = 0; i < kShapes; ++i)
+            if (cudaError_t e = kc::launchLinear(
+                    xs[i].get(), 1, weights[i * kCopies + copy], shapes[i].n,
+                    false, ys[i].get(), st);
+                e != cudaSuccess)
+              return e;
+          ran += scope.ran();
+          return cudaSuccess;
+        },
+        kRounds);
+    std::printf("bench q8_0-split, a layer's %d widths in turn (%s): %.2f us "
+                "a round, %.2f us a mat-vec%s\n",
+                kShapes,
+                fixedWidths ? "the kernels compiled for each width"
+                            : "the general kernel",
+                us, us / kShapes,
+                fixedWidths && ran != uint64_t(kShapes) * kRounds
+                    ? " (some fixed-width kernels did not run)"
+                    : "");
+  }
+  CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
 /// The routed experts of a GLM-5 tp=8 rank (Q4_K gate/up [6144, 256, 256],
@@ -3443,6 +3527,7 @@ int main(int argc, char **argv) {
     return benchChain() ? 0 : 1;
   if (bench) {
     benchLinear();
+    benchQ8Mix();
     benchOps();
     return 0;
   }
