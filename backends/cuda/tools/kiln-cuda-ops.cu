@@ -54,6 +54,7 @@
 #include "support/Random.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdarg>
@@ -2783,6 +2784,113 @@ void benchDsa(int eager) {
 
 /// The non-mat-vec ops of a GLM-5 decode step at tp=8 shapes (8 local
 /// heads, context 1024 of a 2048-position f16 cache), each timed in a graph.
+//===----------------------------------------------------------------------===//
+// --bench: kernel images taking turns
+//===----------------------------------------------------------------------===//
+
+/// A probe of straight-line code: kProbeFmas dependent multiply-adds whose
+/// constants depend on kImage, so that each instance is an image of its own
+/// of ~8 KB (16 bytes an instruction), about the size of a mat-vec's loop.
+/// Launched as the step launches (programmatic: waits for its predecessor,
+/// then lets the next start). Its result is kept only behind a test that
+/// never holds, so nothing is written.
+constexpr int kProbeFmas = 512;
+constexpr int kProbeImages = 32;
+
+template <int kImage>
+__global__ void __launch_bounds__(256) imageProbeKernel(const float *x,
+                                                        float *y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  float v = x[threadIdx.x];
+#pragma unroll
+  for (int i = 0; i < kProbeFmas; ++i)
+    v = fmaf(v, 1.f + float(kImage * kProbeFmas + i) * 1e-9f, 0.25f);
+  if (v == 12345.f)
+    y[blockIdx.x] = v;
+}
+
+template <int... kImages>
+constexpr std::array<void (*)(const float *, float *), sizeof...(kImages)>
+probeImages(std::integer_sequence<int, kImages...>) {
+  return {imageProbeKernel<kImages>...};
+}
+
+/// What a kernel boundary costs when the kernels' images take turns, as a
+/// step's ~20 kernels a layer do, against one image over and over: chains of
+/// 64 probes in a graph, one image or 32 in turn; each again with a 64 MB
+/// device copy between probes (copy engines: the SMs' instruction caches
+/// stay, the L2 is turned over as a step's weights turn it over), the
+/// copies timed alone and taken off. The difference is the image fetch: a
+/// cost the step's chain pays at every boundary where the image is not
+/// already at hand.
+void benchImages() {
+  constexpr int kChain = 64;
+  const auto images = probeImages(std::make_integer_sequence<int, kProbeImages>{});
+  kiln::Rng rng(13);
+  DeviceArray<float> x(normals(rng, 256, 1.0)), y(132);
+  constexpr uint64_t kFlush = uint64_t(64) << 20;
+  DeviceArray<uint8_t> from(kFlush), to(kFlush);
+  CHECK_CUDA(cudaMemset(from.get(), 1, kFlush));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int sms = 0, device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                    device));
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  // One graph: kChain probes (image i % turns), each after a copy if asked.
+  const auto chain = [&](int turns, bool copies, bool probes) {
+    return timeInGraph(
+        stream,
+        [&](cudaStream_t s) {
+          for (int i = 0; i < kChain; ++i) {
+            if (copies)
+              if (cudaError_t e = cudaMemcpyAsync(to.get(), from.get(), kFlush,
+                                                  cudaMemcpyDeviceToDevice, s);
+                  e != cudaSuccess)
+                return e;
+            if (!probes)
+              continue;
+            cudaLaunchConfig_t config = {};
+            config.gridDim = dim3(unsigned(sms));
+            config.blockDim = dim3(256);
+            config.stream = s;
+            config.attrs = overlap;
+            config.numAttrs = 1;
+            if (cudaError_t e = cudaLaunchKernelEx(
+                    &config, images[size_t(i % turns)], x.get(), y.get());
+                e != cudaSuccess)
+              return e;
+          }
+          return cudaSuccess;
+        },
+        5);
+  };
+  const double copiesUs = chain(1, true, false);
+  const double oneUs = chain(1, false, true), turnUs = chain(kProbeImages, false, true);
+  const double oneCopiedUs = chain(1, true, true) - copiesUs,
+               turnCopiedUs = chain(kProbeImages, true, true) - copiesUs;
+  const auto line = [&](const char *what, double us) {
+    std::printf("bench images: %-50s %6.2f us a probe\n", what, us);
+  };
+  // timeInGraph gives the time of one capture call: kChain probes.
+  line("one image over and over", oneUs / kChain);
+  line("32 images in turn (in the L2)", turnUs / kChain);
+  line("one image, a 64 MB copy between probes", oneCopiedUs / kChain);
+  line("32 images in turn, a 64 MB copy between probes", turnCopiedUs / kChain);
+  std::printf("bench images: an image fetched costs %.2f us a boundary from "
+              "the L2, %.2f us after the L2 turned over (%d dependent "
+              "multiply-adds a probe, ~%d KB an image)\n",
+              (turnUs - oneUs) / kChain, (turnCopiedUs - oneCopiedUs) / kChain,
+              kProbeFmas, kProbeFmas * 16 / 1024);
+  CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
 void benchOps() {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -3528,6 +3636,7 @@ int main(int argc, char **argv) {
   if (bench) {
     benchLinear();
     benchQ8Mix();
+    benchImages();
     benchOps();
     return 0;
   }
