@@ -1207,42 +1207,16 @@ Expected<bool> readFlag(const char *name, bool unset) {
   return t == "1";
 }
 
-/// The families of kernels compiled for GLM-5's shapes and their names in
-/// KILN_CUDA_SPECIALISED.
-constexpr std::pair<const char *, ShapeFamily> kShapeFamilyNames[] = {
-    {"q8", ShapeFamily::Q8},
-    {"experts", ShapeFamily::Experts},
-    {"mla", ShapeFamily::Mla},
-    {"indexer", ShapeFamily::Indexer}};
-
-/// KILN_CUDA_SPECIALISED as ShapeFamily bits: 1 (all), 0 (none), or a
-/// comma list of family names; `unset` when it is not set.
+/// KILN_CUDA_SPECIALISED as ShapeFamily bits (parseShapeFamilies);
+/// `unset` when it is not set.
 Expected<unsigned> readShapeFamilies(unsigned unset) {
   const char *v = std::getenv("KILN_CUDA_SPECIALISED");
   if (!v)
     return unset;
-  std::string_view t = v;
-  if (t == "1")
-    return kAllShapeFamilies;
-  if (t == "0")
-    return 0u;
-  unsigned families = 0;
-  for (;;) {
-    const size_t comma = t.find(',');
-    const std::string_view name = t.substr(0, comma);
-    unsigned bit = 0;
-    for (const auto &[known, family] : kShapeFamilyNames)
-      if (name == known)
-        bit = unsigned(family);
-    if (bit == 0)
-      return Error("KILN_CUDA_SPECIALISED", std::string(name),
-                   "expected 1, 0 or a comma list of q8, experts, mla, "
-                   "indexer");
-    families |= bit;
-    if (comma == std::string_view::npos)
-      return families;
-    t = t.substr(comma + 1);
-  }
+  if (std::optional<unsigned> families = parseShapeFamilies(v))
+    return *families;
+  return Error("KILN_CUDA_SPECIALISED", v,
+               "expected 1, 0 or a comma list of q8, experts, mla, indexer");
 }
 
 Expected<GraphSwitches> readGraphSwitches() {

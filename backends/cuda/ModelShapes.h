@@ -16,8 +16,53 @@
 #define KILN_BACKENDS_CUDA_MODELSHAPES_H
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <type_traits>
 #include <utility>
+
+namespace kiln::cuda {
+
+/// The families of kernels compiled for GLM-5's shapes, as bits of one
+/// mask (setShapeSpecialised, StepKernels.h): the q8_0 mat-vecs of its
+/// widths (plain, normalised, swiglu), its routed experts' Q4_K / Q5_K
+/// gate/up and down, MLA for a rank's heads, the indexer's scores for its
+/// 128 values a head. Each gives the general kernels' bits; which of them
+/// run by default is a measured choice (docs/cuda.md).
+enum class ShapeFamily : unsigned { Q8 = 1, Experts = 2, Mla = 4, Indexer = 8 };
+constexpr unsigned kAllShapeFamilies = 15;
+
+/// The families KILN_CUDA_SPECIALISED names: "1" all, "0" none, or a comma
+/// list of q8, experts, mla and indexer. nullopt for anything else (an
+/// unknown or empty name).
+inline std::optional<unsigned> parseShapeFamilies(std::string_view text) {
+  if (text == "1")
+    return kAllShapeFamilies;
+  if (text == "0")
+    return 0u;
+  constexpr std::pair<std::string_view, ShapeFamily> kNames[] = {
+      {"q8", ShapeFamily::Q8},
+      {"experts", ShapeFamily::Experts},
+      {"mla", ShapeFamily::Mla},
+      {"indexer", ShapeFamily::Indexer}};
+  unsigned families = 0;
+  for (;;) {
+    const size_t comma = text.find(',');
+    const std::string_view name = text.substr(0, comma);
+    unsigned bit = 0;
+    for (const auto &[known, family] : kNames)
+      if (name == known)
+        bit = unsigned(family);
+    if (bit == 0)
+      return std::nullopt;
+    families |= bit;
+    if (comma == std::string_view::npos)
+      return families;
+    text = text.substr(comma + 1);
+  }
+}
+
+} // namespace kiln::cuda
 
 namespace kiln::cuda::glm5 {
 

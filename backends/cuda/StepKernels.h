@@ -26,6 +26,7 @@
 #ifndef KILN_BACKENDS_CUDA_STEPKERNELS_H
 #define KILN_BACKENDS_CUDA_STEPKERNELS_H
 
+#include "ModelShapes.h"
 #include "quant/QuantTypes.h"
 
 #include <cuda_runtime.h>
@@ -478,15 +479,6 @@ bool overlappedLaunches();
 /// pass).
 void setEarlyPrefetch(bool on);
 bool earlyPrefetch();
-
-/// The families of kernels compiled for GLM-5's shapes (ModelShapes.h), as
-/// bits of the mask setShapeSpecialised takes: the q8_0 mat-vecs of its
-/// widths (plain, normalised, swiglu), its routed experts' Q4_K / Q5_K
-/// gate/up and down, MLA for a rank's heads, the indexer's scores for its
-/// 128 values a head. Each gives the general kernels' bits; which of them
-/// run by default is a measured choice (KILN_CUDA_SPECIALISED, docs/cuda.md).
-enum class ShapeFamily : unsigned { Q8 = 1, Experts = 2, Mla = 4, Indexer = 8 };
-constexpr unsigned kAllShapeFamilies = 15;
 
 /// Whether the launches of the calling host thread run the kernels compiled
 /// for their shapes where there is one, for each family whose bit `families`

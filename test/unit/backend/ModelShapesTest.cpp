@@ -66,3 +66,22 @@ TEST(ModelShapes, ListEveryDegreesWidths) {
   EXPECT_TRUE(norm.count(d->qLoraRank));
   EXPECT_TRUE(norm.count(d->hidden));
 }
+
+// KILN_CUDA_SPECIALISED's values: the plugin turns nullopt into an error
+// naming the variable, so every malformed list must give nullopt, not a
+// partial mask.
+TEST(ModelShapes, ShapeFamilyLists) {
+  using kiln::cuda::parseShapeFamilies;
+  using kiln::cuda::ShapeFamily;
+  EXPECT_EQ(parseShapeFamilies("1"), kiln::cuda::kAllShapeFamilies);
+  EXPECT_EQ(parseShapeFamilies("0"), 0u);
+  EXPECT_EQ(parseShapeFamilies("experts,mla"),
+            unsigned(ShapeFamily::Experts) | unsigned(ShapeFamily::Mla));
+  EXPECT_EQ(parseShapeFamilies("indexer"), unsigned(ShapeFamily::Indexer));
+  EXPECT_EQ(parseShapeFamilies("q8,experts,mla,indexer"),
+            kiln::cuda::kAllShapeFamilies);
+  EXPECT_EQ(parseShapeFamilies("mla,mla"), unsigned(ShapeFamily::Mla));
+  for (const char *bad : {"", "2", "yes", "q8,", ",q8", "q8,,mla", "Q8",
+                          "experts mla", "experts;mla", "mla,bogus"})
+    EXPECT_EQ(parseShapeFamilies(bad), std::nullopt) << "'" << bad << "'";
+}
