@@ -3317,22 +3317,14 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   // thread, so two blocks a multiprocessor, and 16,384 positions in 512
   // blocks ran as a wave and a half (Nsight Compute: 24.6 us at base
   // clocks). The runtime is asked once per host thread, device and size.
-  // `sizing`: the kernel whose wave sizes the grid (`waves` caches its
-  // residency), the launched one's or, for a kernel compiled for fixed
-  // shapes, the general kernel's, so that both take the same positions a
-  // block (the kernel compiled for dim 128 fits more blocks a
-  // multiprocessor, and more blocks of a kernel bound by shared-memory
-  // reads only stage q more often).
-  auto launchScores = [&](void (*kernel)(IndexerArgs),
-                          void (*sizing)(IndexerArgs), int64_t perBlock,
+  auto launchScores = [&](void (*kernel)(IndexerArgs), int64_t perBlock,
                           size_t shared, WaveCache &waves) -> cudaError_t {
     if (shared > 48 * 1024)
-      for (void (*k)(IndexerArgs) : {kernel, sizing})
-        if (cudaError_t e = allowDynamicShared(k, shared); e != cudaSuccess)
-          return e;
+      if (cudaError_t e = allowDynamicShared(kernel, shared); e != cudaSuccess)
+        return e;
     int processors = 0, resident = 0;
     if (cudaError_t e =
-            residentWave(waves, reinterpret_cast<const void *>(sizing),
+            residentWave(waves, reinterpret_cast<const void *>(kernel),
                          kScoreWarps * kWarp, shared, processors, resident);
         e != cudaSuccess)
       return e;
@@ -3345,16 +3337,15 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   if (heads == kGroupedHeads && dim % 8 == 0 && aligned &&
       int64_t(kGroupRows) * dim * (cache.type == CacheType::F32 ? 4 : 2) <=
           kStageLoads * kWarp * 16) {
-    // Compiled for GLM-5's dim where asked (KILN_CUDA_SPECIALISED's
-    // indexer family), with the general kernel's grid.
+    // Compiled for GLM-5's dim where asked (KILN_CUDA_SPECIALISED=1).
     const bool fixed =
         shapeSpecialised(ShapeFamily::Indexer) && dim == glm5::kIndexDim;
-    static thread_local WaveCache groupWaves;
-    if (cudaError_t e = launchScores(
-            fixed ? indexerScoresByGroupKernel<glm5::kIndexDim>
-                  : indexerScoresByGroupKernel<>,
-            indexerScoresByGroupKernel<>, kScoreWarps * kGroupRows, grouped,
-            groupWaves);
+    static thread_local WaveCache groupWaves, fixedWaves;
+    if (cudaError_t e =
+            fixed ? launchScores(indexerScoresByGroupKernel<glm5::kIndexDim>,
+                                 kScoreWarps * kGroupRows, grouped, fixedWaves)
+                  : launchScores(indexerScoresByGroupKernel<>,
+                                 kScoreWarps * kGroupRows, grouped, groupWaves);
         e != cudaSuccess)
       return e;
     if (fixed)
@@ -3363,7 +3354,7 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
              kScorePositions * dim * 4 <= kStageLoads * kWarp * 16) {
     static thread_local WaveCache headWaves;
     if (cudaError_t e =
-            launchScores(indexerScoresByHeadKernel, indexerScoresByHeadKernel,
+            launchScores(indexerScoresByHeadKernel,
                          kScoreWarps * kScorePositions, staged, headWaves);
         e != cudaSuccess)
       return e;
