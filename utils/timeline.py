@@ -13,7 +13,7 @@ CUPTI handling its buffer, shows there and is left out of the charges).
 
   utils/timeline.py FILE [--device N] [--top K] [--group]
                     [--schedule SCHED [--chain FROM:TO] [--units FROM:TO]
-                                      [--layer N] [--links]]
+                                      [--layer N] [--links] [--compare OTHER]]
 
 --group folds template arguments (mlaChunkKernel<...> -> mlaChunkKernel).
 
@@ -36,6 +36,15 @@ critical path and how early each was launched.
 they join (predecessor -> unit), with how often the path takes each and
 what it is charged: which branch gated an op across the step (for GLM-5's
 MLA, whether the indexer's branch or the query rope's ended last).
+
+--compare OTHER (with --schedule) reads a second timeline of the same step
+(another run of the same artifact, with a switch changed: its kernels in the
+same graph positions) and prints, for each unit, how long after its latest
+predecessor it ended in each run, grouped by op kind and the units' kernels
+in each run, with the mean and the total change, most changed first: where a
+switch moved the step's time, whether or not the unit is on the critical
+path (KILN_CUDA_SPECIALISED's families, for example, are told apart by the
+kernels' template arguments).
 
 --layer N (with --schedule) lists layer N's units so: from the residual add
 and norm that ends layer N - 1 (all_reduce_add_rms_norm, or add_rms_norm on
@@ -172,6 +181,64 @@ def print_schedule(kernels, units, chain, stall, stall_at, links=False):
                       f"{charge / 1e3:11.2f}  {units[i][0]}")
 
 
+def unit_ends(kernels, units):
+    """Each unit's end and the latest end of its predecessors (the previous
+    unit of its branch and the units it waits for; the step's first start
+    for a unit with none)."""
+    _, end = critical_path(kernels, units)
+    first = min(k[0] for k in kernels)
+    ready, last = [], {}
+    for i, (_, branch, waits, _) in enumerate(units):
+        before = ([last[branch]] if branch in last else []) + waits
+        ready.append(max((end[p] for p in before), default=first))
+        last[branch] = i
+    return end, ready
+
+
+def longest_stall(kernels):
+    """The longest stretch with no kernel running: (its length, its
+    start)."""
+    by_start = sorted(kernels)
+    stall, stall_at, reach = 0, 0, by_start[0][1]
+    for s, e, *_ in by_start[1:]:
+        if s - reach > stall:
+            stall, stall_at = s - reach, reach
+        reach = max(reach, e)
+    return stall, stall_at
+
+
+def print_compare(kernels, other, units, top):
+    """Unit by unit, the time from its predecessors' end to its own in two
+    runs of one step (less each run's longest stall where it falls inside),
+    grouped by op kind and the units' kernels."""
+    a, b = unit_kernels(kernels, units), unit_kernels(other, units)
+    runs = []
+    for ks in (kernels, other):
+        end, ready = unit_ends(ks, units)
+        stall, at = longest_stall(ks)
+        runs.append([e - r - (stall if stall and r <= at and e >= at + stall
+                              else 0) for e, r in zip(end, ready)])
+    groups = defaultdict(lambda: [0, 0, 0])
+    for i, (text, *_) in enumerate(units):
+        if not a[i] or not b[i]:
+            continue
+        key = (op_kind(text), " + ".join(k[2] for k in a[i]),
+               " + ".join(k[2] for k in b[i]))
+        g = groups[key]
+        g[0] += 1
+        g[1] += runs[0][i]
+        g[2] += runs[1][i]
+    print(f"\nafter its predecessors, unit by unit (mean us): this run -> the "
+          f"other")
+    print(f"{'op kind':24} {'units':>6} {'this':>8} {'other':>8} "
+          f"{'change':>8} {'total us':>9}  kernels (this -> other)")
+    rows = sorted(groups.items(), key=lambda kv: -abs(kv[1][2] - kv[1][1]))
+    for (kind, ka, kb), (n, ta, tb) in rows[:top]:
+        names = ka if ka == kb else f"{ka} -> {kb}"
+        print(f"{kind:24} {n:6d} {ta / n / 1e3:8.2f} {tb / n / 1e3:8.2f} "
+              f"{(tb - ta) / n / 1e3:+8.2f} {(tb - ta) / 1e3:+9.1f}  {names}")
+
+
 def print_units(kernels, units, lo, hi):
     per_unit = unit_kernels(kernels, units)
     if not per_unit[lo]:
@@ -225,6 +292,7 @@ def main():
     p.add_argument("--units")
     p.add_argument("--layer", type=int)
     p.add_argument("--links", action="store_true")
+    p.add_argument("--compare")
     a = p.parse_args()
     if a.units and not a.schedule:
         sys.exit("timeline: error: --units needs --schedule")
@@ -232,17 +300,13 @@ def main():
         sys.exit("timeline: error: --links needs --schedule")
     if a.layer is not None and not a.schedule:
         sys.exit("timeline: error: --layer needs --schedule")
+    if a.compare and not a.schedule:
+        sys.exit("timeline: error: --compare needs --schedule")
     chain = unit_range("--chain", a.chain, None) if a.chain else None
     kernels = load(a.file, a.device)
     if not kernels:
         sys.exit(f"timeline: error: {a.file}: no kernels of device {a.device}")
-    # The longest stretch with no kernel running.
-    by_start = sorted(kernels)
-    stall, stall_at, reach = 0, 0, by_start[0][1]
-    for s, e, *_ in by_start[1:]:
-        if s - reach > stall:
-            stall, stall_at = s - reach, reach
-        reach = max(reach, e)
+    stall, stall_at = longest_stall(kernels)
     by_end = sorted(kernels, key=lambda k: k[1])
     rows = defaultdict(lambda: [0, 0, 0])
     previous = by_end[0][0]
@@ -273,6 +337,12 @@ def main():
             print_units(kernels, units, *unit_range("--units", a.units, units))
         if a.layer is not None:
             print_units(kernels, units, *layer_range(a.layer, units))
+        if a.compare:
+            other = load(a.compare, a.device)
+            if not other:
+                sys.exit(f"timeline: error: {a.compare}: no kernels of "
+                         f"device {a.device}")
+            print_compare(kernels, other, units, a.top)
 
 
 if __name__ == "__main__":

@@ -207,3 +207,43 @@ def test_links_group_the_path_by_the_kinds_they_join(tmp_path):
                     "rms_norm -> linear": (1, 4.0, 4.0)}
     assert list(rows) == ["linear -> add", "rms_norm -> linear"]
     assert "--links needs --schedule" in refused(t, "--links")
+
+
+def test_compare_two_runs_unit_by_unit(tmp_path):
+    # four_units as the first run. The other run: u0 as before (0-10 us),
+    # then no kernel for 500 us (a stall, as CUPTI's buffer handling
+    # makes: not charged), then u1's kernel renamed k2<512> and ending 6
+    # us after u0's end (4 before); u2's two kernels 2 us after it (3
+    # before); u3 6 us after u1, as before.
+    t, s = four_units(tmp_path)
+    o = tmp_path / "o.csv"
+    o.write_text(HEADER +
+                 "k1,1000000,1010000,0,1,1\n"
+                 "k2<512>,1510000,1516000,0,2,2\n"
+                 "k3,1510000,1511000,0,1,3\n"
+                 "k4,1511000,1512000,0,1,4\n"
+                 "k5,1516000,1522000,0,1,5\n")
+    out = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
+                          "--compare", o],
+                         capture_output=True, text=True, check=True).stdout
+    section = out[out.index("after its predecessors"):].splitlines()[2:]
+    rows = {}
+    for line in section:
+        f = line.split(None, 6)
+        rows[(f[0], f[6])] = (int(f[1]), float(f[2]), float(f[3]),
+                              float(f[4]), float(f[5]))
+    assert rows == {
+        ("linear", "k2 -> k2<512>"): (1, 4.0, 6.0, 2.0, 2.0),
+        ("rope", "k3 + k4"): (1, 3.0, 2.0, -1.0, -1.0),
+        ("rms_norm", "k1"): (1, 10.0, 10.0, 0.0, 0.0),
+        ("add", "k5"): (1, 6.0, 6.0, 0.0, 0.0)}
+    # Most changed first.
+    assert list(rows)[:2] == [("linear", "k2 -> k2<512>"), ("rope", "k3 + k4")]
+    # A timeline of another step (unit 2 short of a kernel): refused.
+    o.write_text(HEADER +
+                 "k1,1000000,1010000,0,1,1\n"
+                 "k2,1010000,1014000,0,2,2\n"
+                 "k3,1010000,1012000,0,1,3\n"
+                 "k5,1014000,1020000,0,1,5\n")
+    assert "not the same run" in refused(t, "--schedule", s, "--compare", o)
+    assert "--compare needs --schedule" in refused(t, "--compare", o)
