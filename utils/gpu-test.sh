@@ -205,8 +205,21 @@ if [ -x "$pack/bin/kiln-run" ]; then
       --bench --simulate-rank 0/8 --context 1024 --steps 10 &&
       python3 utils/timeline.py "$t" --group --top 20 --schedule "$s" --links
   }
+  # Where the default's kernels compiled for GLM-5's shapes move the step's
+  # time: a second replay without them (KILN_CUDA_SPECIALISED=0), unit by
+  # unit against the first (timeline.py --compare).
+  compare_general() {
+    local t="$results/timeline-glm5-tp8-rank0.csv"
+    local s="$results/schedule-glm5-tp8-rank0.tsv"
+    local g="$results/timeline-glm5-tp8-rank0-general.csv"
+    KILN_CUDA_SPECIALISED=0 KILN_CUPTI_LIBRARY=$cupti KILN_CUDA_TIMELINE=$g \
+      "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+      --bench --simulate-rank 0/8 --context 1024 --steps 10 &&
+      python3 utils/timeline.py "$t" --schedule "$s" --compare "$g" --top 12
+  }
   if [ -n "$cupti" ]; then
     step critical-path-glm5-tp8-rank0 critical_path
+    step compare-glm5-tp8-rank0-general compare_general
   else
     echo "critical path: skipped (no libcupti under /usr/local/cuda*/lib64)"
   fi
