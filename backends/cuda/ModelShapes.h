@@ -3,9 +3,10 @@
 // Kiln's kernels take a model's shapes as launch arguments, and some are
 // also compiled for fixed shapes: GLM-5's, at the tensor-parallel degrees
 // its deployments use (docs/cuda.md, "Kernels compiled for GLM-5's shapes").
-// A launch whose shape is in these lists runs the fixed-shape kernel, whose
-// offsets are constants and whose rows need no bounds checks; any other
-// shape runs the general kernel. Both add the same products in the same
+// A launch whose shape is in these lists runs the fixed-shape kernel where
+// its family is switched on (ShapeFamily below), whose offsets are constants
+// and whose rows need no bounds checks; any other launch runs the general
+// kernel. Both add the same products in the same
 // order, so the two give the same bits (kiln-cuda-ops checks it).
 //
 // The values are GLM-5's configuration (GLM5.md section 1). Host and
