@@ -1372,6 +1372,22 @@ unsigned blocksFor(int64_t items, int64_t perBlock) {
   return blocks <= INT_MAX ? unsigned(blocks) : 0u;
 }
 
+/// Launches a split-K mat-vec `kernel` over `items` items, each split
+/// a.splits ways: blocks of warpsPerBlock(a.splits) warps, as many as the
+/// items need (cudaErrorInvalidValue where that does not fit a grid).
+template <typename Args>
+cudaError_t launchSplitItems(void (*kernel)(Args), int64_t items,
+                             const Args &a, cudaStream_t s) {
+  const int warps = warpsPerBlock(a.splits);
+  const unsigned blocks = blocksFor(items, warps / a.splits);
+  if (blocks == 0)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
 /// What the Q4_K / Q5_K expert kernels need of the current device: sm_90+
 /// (bulk copies), its multiprocessor count and the shared memory a block
 /// may opt into (granted per launch by allowDynamicShared). Attribute
@@ -1687,14 +1703,7 @@ cudaError_t launchLinearKSplit(const float *x, int64_t batch,
   a.splits = splitsForPasses(
       items, (a.blocks + kKSplitPassBlocks - 1) / kKSplitPassBlocks,
       reinterpret_cast<const void *>(kernel));
-  const int warps = warpsPerBlock(a.splits);
-  const unsigned blocks = blocksFor(items, warps / a.splits);
-  if (blocks == 0)
-    return cudaErrorInvalidValue;
-  if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
-      e != cudaSuccess)
-    return e;
-  return cudaGetLastError();
+  return launchSplitItems(kernel, items, a, s);
 }
 
 static_assert(planesAre(GGMLType::IQ4_XS, {128, 8}));
@@ -1764,14 +1773,7 @@ cudaError_t launchLinearNibbleSplit(const float *x, int64_t batch,
                  ? splitsForPasses(items, (a.units + kWarp - 1) / kWarp,
                                    reinterpret_cast<const void *>(kernel))
                  : 1;
-  const int warps = warpsPerBlock(a.splits);
-  const unsigned blocks = blocksFor(items, warps / a.splits);
-  if (blocks == 0)
-    return cudaErrorInvalidValue;
-  if (cudaError_t e = launchStep(kernel, blocks, warps * kWarp, 0, s, a);
-      e != cudaSuccess)
-    return e;
-  return cudaGetLastError();
+  return launchSplitItems(kernel, items, a, s);
 }
 } // namespace
 
@@ -1873,16 +1875,8 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
   const int rows = rowsPerWarp(w.type);
   const int64_t items = batch * ((rowsPerBatch + rows - 1) / rows);
   a.splits = splitsFor(items, a.w, kWarpsPerBlock);
-  const int warps = warpsPerBlock(a.splits);
-  const unsigned blocks = blocksFor(items, warps / a.splits);
-  if (blocks == 0)
-    return cudaErrorInvalidValue;
-  if (cudaError_t e =
-          launchStep(rows == kRows ? linearKernel<kRows> : linearKernel<1>,
-                     blocks, warps * kWarp, 0, s, a);
-      e != cudaSuccess)
-    return e;
-  return cudaGetLastError();
+  return launchSplitItems(rows == kRows ? linearKernel<kRows> : linearKernel<1>,
+                          items, a, s);
 }
 
 namespace {
