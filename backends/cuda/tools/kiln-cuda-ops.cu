@@ -2788,34 +2788,67 @@ void benchDsa(int eager) {
 // --bench: kernel images taking turns
 //===----------------------------------------------------------------------===//
 
-/// A probe of straight-line code: kProbeFmas dependent multiply-adds whose
-/// constants depend on kImage, so that each instance is an image of its own
-/// of ~8 KB (16 bytes an instruction), about the size of a mat-vec's loop.
+/// Probes of ~8 KB of code each (16 bytes an instruction, about a mat-vec
+/// kernel's size), kProbeFmas dependent multiply-adds in all whose constants
+/// depend on kImage, so that each instance is an image of its own. Straight
+/// (kBranching false): one run of code, as the instruction prefetch likes
+/// it. Branching: kProbeBlocks blocks of the multiply-adds, run in the
+/// order `order` gives (a permutation read from memory, so the compiler
+/// cannot lay them out in it): each block is reached by a jump into code
+/// not run just before, as a kernel's peeled pass, loop and reduction are.
 /// Launched as the step launches (programmatic: waits for its predecessor,
-/// then lets the next start). Its result is kept only behind a test that
+/// then lets the next start). The result is kept only behind a test that
 /// never holds, so nothing is written.
 constexpr int kProbeFmas = 512;
+constexpr int kProbeBlocks = 16;
 constexpr int kProbeImages = 32;
 
-template <int kImage>
-__global__ void __launch_bounds__(256) imageProbeKernel(const float *x,
-                                                        float *y) {
+template <int kImage, int kBlock>
+__device__ __forceinline__ float probeBlock(float v) {
+#pragma unroll
+  for (int i = 0; i < kProbeFmas / kProbeBlocks; ++i)
+    v = fmaf(v,
+             1.f + float((kImage * kProbeBlocks + kBlock) * 64 + i) * 1e-9f,
+             0.25f);
+  return v;
+}
+
+template <int kImage, int... kBlocks>
+__device__ __forceinline__ float probeBlockOf(int b, float v,
+                                              std::integer_sequence<int,
+                                                                    kBlocks...>) {
+  ((b == kBlocks ? (v = probeBlock<kImage, kBlocks>(v), 0) : 0), ...);
+  return v;
+}
+
+template <int kImage, bool kBranching>
+__global__ void __launch_bounds__(256)
+    imageProbeKernel(const int *order, const float *x, float *y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
   float v = x[threadIdx.x];
+  if constexpr (kBranching) {
+#pragma unroll 1
+    for (int i = 0; i < kProbeBlocks; ++i)
+      v = probeBlockOf<kImage>(order[i], v,
+                               std::make_integer_sequence<int, kProbeBlocks>{});
+  } else {
 #pragma unroll
-  for (int i = 0; i < kProbeFmas; ++i)
-    v = fmaf(v, 1.f + float(kImage * kProbeFmas + i) * 1e-9f, 0.25f);
+    for (int i = 0; i < kProbeFmas; ++i)
+      v = fmaf(v, 1.f + float(kImage * kProbeFmas + i) * 1e-9f, 0.25f);
+  }
   if (v == 12345.f)
     y[blockIdx.x] = v;
 }
 
-template <int... kImages>
-constexpr std::array<void (*)(const float *, float *), sizeof...(kImages)>
+using ProbeKernel = void (*)(const int *, const float *, float *);
+
+template <bool kBranching, int... kImages>
+constexpr std::array<ProbeKernel, sizeof...(kImages)>
 probeImages(std::integer_sequence<int, kImages...>) {
-  return {imageProbeKernel<kImages>...};
+  return {imageProbeKernel<kImages, kBranching>...};
 }
 
 /// What a kernel boundary costs when the kernels' images take turns, as a
@@ -2825,12 +2858,19 @@ probeImages(std::integer_sequence<int, kImages...>) {
 /// stay, the L2 is turned over as a step's weights turn it over), the
 /// copies timed alone and taken off. The difference is the image fetch: a
 /// cost the step's chain pays at every boundary where the image is not
-/// already at hand.
+/// already at hand. Both kinds of probe: straight and branching code.
 void benchImages() {
   constexpr int kChain = 64;
-  const auto images = probeImages(std::make_integer_sequence<int, kProbeImages>{});
+  const auto straight =
+      probeImages<false>(std::make_integer_sequence<int, kProbeImages>{});
+  const auto branching =
+      probeImages<true>(std::make_integer_sequence<int, kProbeImages>{});
   kiln::Rng rng(13);
   DeviceArray<float> x(normals(rng, 256, 1.0)), y(132);
+  // Every block once, each far from the one before it in the image.
+  DeviceArray<int32_t> order(std::vector<int32_t>{
+      0, 9, 3, 12, 6, 15, 1, 10, 4, 13, 7, 2, 11, 5, 14, 8});
+  static_assert(kProbeBlocks == 16);
   constexpr uint64_t kFlush = uint64_t(64) << 20;
   DeviceArray<uint8_t> from(kFlush), to(kFlush);
   CHECK_CUDA(cudaMemset(from.get(), 1, kFlush));
@@ -2843,51 +2883,63 @@ void benchImages() {
   cudaLaunchAttribute overlap[1] = {};
   overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap[0].val.programmaticStreamSerializationAllowed = 1;
-  // One graph: kChain probes (image i % turns), each after a copy if asked.
-  const auto chain = [&](int turns, bool copies, bool probes) {
+  // One graph: kChain probes (image i % turns), each after a copy if asked;
+  // the time of one probe (timeInGraph times one capture call: kChain).
+  const auto chain = [&](const std::array<ProbeKernel, kProbeImages> &images,
+                         int turns, bool copies, bool probes) {
     return timeInGraph(
-        stream,
-        [&](cudaStream_t s) {
-          for (int i = 0; i < kChain; ++i) {
-            if (copies)
-              if (cudaError_t e = cudaMemcpyAsync(to.get(), from.get(), kFlush,
-                                                  cudaMemcpyDeviceToDevice, s);
-                  e != cudaSuccess)
-                return e;
-            if (!probes)
-              continue;
-            cudaLaunchConfig_t config = {};
-            config.gridDim = dim3(unsigned(sms));
-            config.blockDim = dim3(256);
-            config.stream = s;
-            config.attrs = overlap;
-            config.numAttrs = 1;
-            if (cudaError_t e = cudaLaunchKernelEx(
-                    &config, images[size_t(i % turns)], x.get(), y.get());
-                e != cudaSuccess)
-              return e;
-          }
-          return cudaSuccess;
-        },
-        5);
+               stream,
+               [&](cudaStream_t s) {
+                 for (int i = 0; i < kChain; ++i) {
+                   if (copies)
+                     if (cudaError_t e =
+                             cudaMemcpyAsync(to.get(), from.get(), kFlush,
+                                             cudaMemcpyDeviceToDevice, s);
+                         e != cudaSuccess)
+                       return e;
+                   if (!probes)
+                     continue;
+                   cudaLaunchConfig_t config = {};
+                   config.gridDim = dim3(unsigned(sms));
+                   config.blockDim = dim3(256);
+                   config.stream = s;
+                   config.attrs = overlap;
+                   config.numAttrs = 1;
+                   if (cudaError_t e = cudaLaunchKernelEx(
+                           &config, images[size_t(i % turns)],
+                           static_cast<const int *>(order.get()),
+                           static_cast<const float *>(x.get()), y.get());
+                       e != cudaSuccess)
+                     return e;
+                 }
+                 return cudaSuccess;
+               },
+               5) /
+           kChain;
   };
-  const double copiesUs = chain(1, true, false);
-  const double oneUs = chain(1, false, true), turnUs = chain(kProbeImages, false, true);
-  const double oneCopiedUs = chain(1, true, true) - copiesUs,
-               turnCopiedUs = chain(kProbeImages, true, true) - copiesUs;
-  const auto line = [&](const char *what, double us) {
-    std::printf("bench images: %-50s %6.2f us a probe\n", what, us);
-  };
-  // timeInGraph gives the time of one capture call: kChain probes.
-  line("one image over and over", oneUs / kChain);
-  line("32 images in turn (in the L2)", turnUs / kChain);
-  line("one image, a 64 MB copy between probes", oneCopiedUs / kChain);
-  line("32 images in turn, a 64 MB copy between probes", turnCopiedUs / kChain);
-  std::printf("bench images: an image fetched costs %.2f us a boundary from "
-              "the L2, %.2f us after the L2 turned over (%d dependent "
-              "multiply-adds a probe, ~%d KB an image)\n",
-              (turnUs - oneUs) / kChain, (turnCopiedUs - oneCopiedUs) / kChain,
-              kProbeFmas, kProbeFmas * 16 / 1024);
+  const double copiesUs = chain(straight, 1, true, false);
+  for (const bool jumps : {false, true}) {
+    const auto &images = jumps ? branching : straight;
+    const char *kind = jumps ? "branching" : "straight";
+    const double one = chain(images, 1, false, true),
+                 turn = chain(images, kProbeImages, false, true),
+                 oneCopied = chain(images, 1, true, true) - copiesUs,
+                 turnCopied = chain(images, kProbeImages, true, true) - copiesUs;
+    const auto line = [&](const char *what, double us) {
+      std::printf("bench images: %s code, %-48s %6.2f us a probe\n", kind,
+                  what, us);
+    };
+    line("one image over and over", one);
+    line("32 images in turn (in the L2)", turn);
+    line("one image, a 64 MB copy between probes", oneCopied);
+    line("32 images in turn, a 64 MB copy between probes", turnCopied);
+    std::printf("bench images: %s code: an image fetched costs %.2f us a "
+                "boundary from the L2, %.2f us after the L2 turned over (%d "
+                "dependent multiply-adds a probe%s, ~%d KB an image)\n",
+                kind, turn - one, turnCopied - oneCopied, kProbeFmas,
+                jumps ? ", in 16 blocks run out of order" : "",
+                kProbeFmas * 16 / 1024);
+  }
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
