@@ -106,9 +106,10 @@ def unit_kernels(kernels, units):
     return out
 
 
-def critical_path(kernels, units):
-    """The units on the path back from the last one to end, each with its
-    charge in ns, first to last; and each unit's end."""
+def unit_ends(kernels, units):
+    """Each unit's end, its predecessors (the previous unit of its branch
+    and the units it waits for) and the latest of their ends (the step's
+    first start for a unit with none)."""
     end = [max((k[1] for k in ks), default=None)
            for ks in unit_kernels(kernels, units)]
     previous, last = [], {}
@@ -120,12 +121,21 @@ def critical_path(kernels, units):
     for i in range(len(units)):
         if end[i] is None:
             end[i] = max((end[p] for p in previous[i]), default=0)
+    first = min(k[0] for k in kernels)
+    ready = [max((end[p] for p in before), default=first)
+             for before in previous]
+    return end, previous, ready
+
+
+def critical_path(kernels, units):
+    """The units on the path back from the last one to end, each with its
+    charge in ns, first to last; and each unit's end."""
+    end, previous, ready = unit_ends(kernels, units)
     path = []
     i = max(range(len(units)), key=lambda j: end[j])
     while True:
         before = max(previous[i], key=lambda p: end[p], default=None)
-        start = end[before] if before is not None else min(k[0] for k in kernels)
-        path.append((i, end[i] - start, before))
+        path.append((i, end[i] - ready[i], before))
         if before is None:
             break
         i = before
@@ -181,20 +191,6 @@ def print_schedule(kernels, units, chain, stall, stall_at, links=False):
                       f"{charge / 1e3:11.2f}  {units[i][0]}")
 
 
-def unit_ends(kernels, units):
-    """Each unit's end and the latest end of its predecessors (the previous
-    unit of its branch and the units it waits for; the step's first start
-    for a unit with none)."""
-    _, end = critical_path(kernels, units)
-    first = min(k[0] for k in kernels)
-    ready, last = [], {}
-    for i, (_, branch, waits, _) in enumerate(units):
-        before = ([last[branch]] if branch in last else []) + waits
-        ready.append(max((end[p] for p in before), default=first))
-        last[branch] = i
-    return end, ready
-
-
 def longest_stall(kernels):
     """The longest stretch with no kernel running: (its length, its
     start)."""
@@ -214,7 +210,7 @@ def print_compare(kernels, other, units, top):
     a, b = unit_kernels(kernels, units), unit_kernels(other, units)
     runs = []
     for ks in (kernels, other):
-        end, ready = unit_ends(ks, units)
+        end, _, ready = unit_ends(ks, units)
         stall, at = longest_stall(ks)
         runs.append([e - r - (stall if stall and r <= at and e >= at + stall
                               else 0) for e, r in zip(end, ready)])
