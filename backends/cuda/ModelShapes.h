@@ -31,7 +31,9 @@ namespace kiln::cuda {
 /// 128 values a head. Each gives the general kernels' bits; which of them
 /// run by default is a measured choice (docs/cuda.md).
 enum class ShapeFamily : unsigned { Q8 = 1, Experts = 2, Mla = 4, Indexer = 8 };
-constexpr unsigned kAllShapeFamilies = 15;
+constexpr unsigned kAllShapeFamilies =
+    unsigned(ShapeFamily::Q8) | unsigned(ShapeFamily::Experts) |
+    unsigned(ShapeFamily::Mla) | unsigned(ShapeFamily::Indexer);
 
 /// The families KILN_CUDA_SPECIALISED names: "1" all, "0" none, or a comma
 /// list of q8, experts, mla and indexer. nullopt for anything else (an

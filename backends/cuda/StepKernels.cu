@@ -909,7 +909,7 @@ __device__ void mlaReportFault(const MlaArgs &a) {
 /// so every loop over a row has a fixed trip count and every branch on a
 /// width or a type is decided at compile time; kLatent = 0 reads them
 /// from the arguments (any model). kHeads > 0 also fixes the rank's heads
-/// (ModelShapes.h: GLM-5's at tp = 8, 4, 2, 1; KILN_CUDA_SPECIALISED=1),
+/// (ModelShapes.h: GLM-5's at tp = 8, 4, 2, 1; family mla),
 /// so the loops over heads have fixed trip counts too.
 constexpr int kAnyCache = -1;
 template <int kLatent, int kRope, int kCacheType, int kHeads = 0>
@@ -1797,8 +1797,8 @@ constexpr int kGroupedHeads = kGroupLanes * kGroupHeads;
 /// == 32, dim % 8 == 0, a warp's 8 rows in kStageLoads loads a lane (f16 /
 /// bf16 rows of up to 128 values), q and the cache 16-byte aligned. Dynamic
 /// shared memory: (heads + warps * 8) * (dim + 4) + heads floats. kDim > 0:
-/// compiled for that dim (ModelShapes.h: GLM-5's 128; KILN_CUDA_SPECIALISED
-/// =1), the same products in the same order.
+/// compiled for that dim (ModelShapes.h: GLM-5's 128; family indexer), the
+/// same products in the same order.
 template <int kDim = 0>
 __global__ void indexerScoresByGroupKernel(IndexerArgs a) {
   stepKernelPrologue();
@@ -3337,7 +3337,7 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   if (heads == kGroupedHeads && dim % 8 == 0 && aligned &&
       int64_t(kGroupRows) * dim * (cache.type == CacheType::F32 ? 4 : 2) <=
           kStageLoads * kWarp * 16) {
-    // Compiled for GLM-5's dim where asked (KILN_CUDA_SPECIALISED=1).
+    // Compiled for GLM-5's dim where asked (family indexer).
     const bool fixed =
         shapeSpecialised(ShapeFamily::Indexer) && dim == glm5::kIndexDim;
     static thread_local WaveCache groupWaves, fixedWaves;

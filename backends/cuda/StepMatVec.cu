@@ -1592,7 +1592,7 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
                        : linearQ8SplitKernel<kRows, false>);
   void (*kernel)(Q8SplitArgs) = general;
   const bool liveCut = batch == 1 && !stacked && cutsRows(live, rowsPerBatch);
-  // The kernel compiled for this width (KILN_CUDA_SPECIALISED=1), where
+  // The kernel compiled for this width (family q8), where
   // there is one and every item the launch may take (all rows, or the live
   // rows) is whole.
   if (shapeSpecialised(ShapeFamily::Q8) && alignedX &&
@@ -1994,7 +1994,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                                  : rows == kRows ? expertGateUpKernel<kRows>
                                                  : expertGateUpKernel<1>;
     // The kernel compiled for GLM-5's hidden width and this expert width
-    // (KILN_CUDA_SPECIALISED=1), where it holds as many blocks at once.
+    // (family experts), where it holds as many blocks at once.
     if (gateFast && shapeSpecialised(ShapeFamily::Experts) &&
         hidden == glm5::kHidden &&
         a.gate.rowBytes ==
@@ -2024,7 +2024,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     void (*kernel)(ExpertArgs) =
         q5 ? expertDownK45Kernel<true> : expertDownK45Kernel<false>;
     // The kernel compiled for GLM-5's hidden width and top-k
-    // (KILN_CUDA_SPECIALISED=1), where it holds as many blocks at once.
+    // (family experts), where it holds as many blocks at once.
     if (shapeSpecialised(ShapeFamily::Experts) && hidden == glm5::kHidden &&
         k == glm5::kTopK &&
         a.downTiles == 1) {
