@@ -197,9 +197,10 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # (KILN_CUDA_TIMELINE) and the captured schedule (KILN_CUDA_SCHEDULE),
   # read by utils/timeline.py. CUPTI comes with the CUDA toolkit.
   cupti=$(ls /usr/local/cuda*/lib64/libcupti.so* 2>/dev/null | sort | head -1)
+  timeline="$results/timeline-glm5-tp8-rank0.csv"
+  schedule="$results/schedule-glm5-tp8-rank0.tsv"
   critical_path() {
-    local t="$results/timeline-glm5-tp8-rank0.csv"
-    local s="$results/schedule-glm5-tp8-rank0.tsv"
+    local t=$timeline s=$schedule
     KILN_CUPTI_LIBRARY=$cupti KILN_CUDA_TIMELINE=$t KILN_CUDA_SCHEDULE=$s \
       "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
       --bench --simulate-rank 0/8 --context 1024 --steps 10 &&
@@ -209,8 +210,7 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # time: a second replay without them (KILN_CUDA_SPECIALISED=0), unit by
   # unit against the first (timeline.py --compare).
   compare_general() {
-    local t="$results/timeline-glm5-tp8-rank0.csv"
-    local s="$results/schedule-glm5-tp8-rank0.tsv"
+    local t=$timeline s=$schedule
     local g="$results/timeline-glm5-tp8-rank0-general.csv"
     KILN_CUDA_SPECIALISED=0 KILN_CUPTI_LIBRARY=$cupti KILN_CUDA_TIMELINE=$g \
       "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \

@@ -427,12 +427,16 @@ int runBench(SessionOptions options, const std::string &simulate,
   // FNV-1a over the logits' float32 bytes as memory holds them
   // (little-endian), the bytes --logits-out writes: numpy can compute the
   // same digest from such a file.
-  const uint64_t digest = fnv1a(std::string_view(
-      reinterpret_cast<const char *>(logits.data()), logits.size() * 4));
+  const std::string digest =
+      logits.empty()
+          ? std::string()
+          : fmt::format("{:016x}",
+                        fnv1a(std::string_view(
+                            reinterpret_cast<const char *>(logits.data()),
+                            logits.size() * 4)));
   const std::string result =
-      logits.empty() ? fmt::format("token {} (no logits: --no-logits)", next)
-                     : fmt::format("token {}, logits FNV-1a {:016x}", next,
-                                   digest);
+      digest.empty() ? fmt::format("token {} (no logits: --no-logits)", next)
+                     : fmt::format("token {}, logits FNV-1a {}", next, digest);
   std::vector<double> sorted(times);
   std::sort(sorted.begin(), sorted.end());
   double mean = 0;
@@ -469,8 +473,7 @@ int runBench(SessionOptions options, const std::string &simulate,
         (unsigned long long)traffic.cacheBytes,
         (unsigned long long)traffic.notLiveBytes,
         double(bytes) / (median * 1e3), next,
-        logits.empty() ? "null"
-                       : jsonString(fmt::format("{:016x}", digest)).c_str());
+        digest.empty() ? "null" : jsonString(digest).c_str());
     return 0;
   }
   std::printf("bench: %s, %s, %s, context %llu, %lld steps\n",
