@@ -2044,6 +2044,62 @@ void checkArgmax(Report &r, kiln::Rng &rng) {
 // --bench: launchLinear at GLM-5 tensor-parallel (8 ranks) shapes
 //===----------------------------------------------------------------------===//
 
+/// `copies` copies of one random weight (`rows` x `cols` of `type`, random
+/// valid blocks from `seed`), each its own DeviceWeight: in the file's
+/// block layout, or with `split` repacked into the type's split layout,
+/// each plane holding every copy's rows copy after copy, so that copy i's
+/// rows form one weight in every plane. The benches rotate over copies
+/// that together exceed the L2, so each launch reads its weight from memory.
+class WeightCopies {
+public:
+  WeightCopies(GGMLType type, int64_t rows, int64_t cols, uint64_t copies,
+               bool split, uint64_t seed)
+      : type_(type), rows_(rows), cols_(cols), copies_(copies),
+        bytes_(*kiln::rowBytes(type, uint64_t(cols)) * uint64_t(rows)),
+        format_(split ? kc::splitFormatOf(type) : nullptr),
+        blocks_(format_ ? uint64_t(cols * rows) / format_->blockValues : 0),
+        data_(bytes_ * copies),
+        planes_(format_ ? kc::splitPlaneStart(*format_, format_->planes,
+                                              blocks_ * copies)
+                        : 0) {
+    run(kc::launchFillRandomBlocks(type, data_.get(), bytes_ * copies,
+                                   seed, nullptr));
+    if (format_) {
+      kc::DeviceWeight all{type, rows * int64_t(copies), cols, nullptr,
+                           kc::splitLayoutOf(type)};
+      for (int p = 0; p < format_->planes; ++p)
+        all.setPlane(p, plane(p, 0));
+      run(kc::launchRepackSplit(data_.get(), all, nullptr));
+    }
+  }
+
+  /// Copy `copy`'s weight.
+  kc::DeviceWeight operator[](uint64_t copy) const {
+    kc::DeviceWeight w{type_, rows_, cols_,
+                       data_.get() + copy * bytes_};
+    if (format_) {
+      w.layout = kc::splitLayoutOf(type_);
+      for (int p = 0; p < format_->planes; ++p)
+        w.setPlane(p, plane(p, copy));
+    }
+    return w;
+  }
+  uint64_t bytes() const { return bytes_; } ///< a copy's, in blocks
+
+private:
+  uint8_t *plane(int p, uint64_t copy) const {
+    return planes_.get() + kc::splitPlaneStart(*format_, p, blocks_ * copies_) +
+           kc::splitPlaneBytes(*format_, p, blocks_ * copy);
+  }
+
+  GGMLType type_;
+  int64_t rows_, cols_;
+  uint64_t copies_, bytes_;
+  const kc::SplitFormat *format_;
+  uint64_t blocks_;
+  DeviceArray<uint8_t> data_, planes_;
+};
+
 /// Times launchLinear on random valid blocks: kRuns launches captured in a
 /// CUDA graph (no launch gaps), rotating over copies of the weight that
 /// together exceed the L2 many times over, so every launch reads its weight
@@ -2107,26 +2163,7 @@ void benchLinear() {
     const uint64_t bytes = *kiln::rowBytes(c.type, uint64_t(c.k)) * rows;
     const uint64_t copies =
         std::max<uint64_t>(2, (kRotateBytes + bytes - 1) / bytes);
-    DeviceArray<uint8_t> w(bytes * copies);
-    run(kc::launchFillRandomBlocks(c.type, w.get(), bytes * copies, rng.next(),
-                                   nullptr));
-    // The split layout: each plane holds every copy's rows, copy after
-    // copy, so copy i's rows form one weight in every plane.
-    const kc::SplitFormat *f = kc::splitFormatOf(c.type);
-    const uint64_t blocks = uint64_t(c.k * rows) / (f ? f->blockValues : 1);
-    DeviceArray<uint8_t> planes(
-        c.split ? kc::splitPlaneStart(*f, f->planes, blocks * copies) : 0);
-    kc::DeviceWeight all{c.type, rows * int64_t(copies), c.k, nullptr,
-                         kc::splitLayoutOf(c.type)};
-    const auto planeOf = [&](int p, uint64_t copy) {
-      return planes.get() + kc::splitPlaneStart(*f, p, blocks * copies) +
-             kc::splitPlaneBytes(*f, p, blocks * copy);
-    };
-    if (c.split) {
-      for (int p = 0; p < f->planes; ++p)
-        all.setPlane(p, planeOf(p, 0));
-      run(kc::launchRepackSplit(w.get(), all, nullptr));
-    }
+    const WeightCopies w(c.type, rows, c.k, copies, c.split, rng.next());
     DeviceArray<float> x(normals(rng, c.k * c.heads, 1.0)), y(rows);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -2137,13 +2174,7 @@ void benchLinear() {
       CHECK_CUDA(
           cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
       for (int i = 0; i < runs; ++i) {
-        const uint64_t copy = uint64_t(i) % copies;
-        kc::DeviceWeight dw{c.type, rows, c.k, w.get() + copy * bytes};
-        if (c.split) {
-          dw.layout = all.layout;
-          for (int p = 0; p < f->planes; ++p)
-            dw.setPlane(p, planeOf(p, copy));
-        }
+        const kc::DeviceWeight dw = w[uint64_t(i) % copies];
         CHECK_CUDA(kc::launchLinear(x.get(), c.heads, dw, c.n, c.heads > 1,
                                     y.get(), stream));
       }
@@ -2229,35 +2260,12 @@ void benchQ8Mix() {
   constexpr int kShapes = std::size(shapes);
   constexpr uint64_t kCopies = 4;
   constexpr int kRounds = 25;
-  const kc::SplitFormat *f = kc::splitFormatOf(GGMLType::Q8_0);
   kiln::Rng rng(11);
-  std::vector<DeviceArray<uint8_t>> planes;
-  std::vector<kc::DeviceWeight> weights; // shape s, copy c: s * kCopies + c
+  std::vector<WeightCopies> weights;
   std::vector<DeviceArray<float>> xs, ys;
   for (const Shape &sh : shapes) {
-    const uint64_t bytes = *kiln::rowBytes(GGMLType::Q8_0, uint64_t(sh.k)) *
-                           uint64_t(sh.n);
-    const uint64_t blocks = uint64_t(sh.k * sh.n) / f->blockValues;
-    DeviceArray<uint8_t> w(bytes * kCopies);
-    run(kc::launchFillRandomBlocks(GGMLType::Q8_0, w.get(), bytes * kCopies,
-                                   rng.next(), nullptr));
-    planes.emplace_back(kc::splitPlaneStart(*f, f->planes, blocks * kCopies));
-    uint8_t *base = planes.back().get();
-    const auto planeOf = [&](int p, uint64_t copy) {
-      return base + kc::splitPlaneStart(*f, p, blocks * kCopies) +
-             kc::splitPlaneBytes(*f, p, blocks * copy);
-    };
-    kc::DeviceWeight all{GGMLType::Q8_0, sh.n * int64_t(kCopies), sh.k,
-                         nullptr, kc::splitLayoutOf(GGMLType::Q8_0)};
-    for (int p = 0; p < f->planes; ++p)
-      all.setPlane(p, planeOf(p, 0));
-    run(kc::launchRepackSplit(w.get(), all, nullptr));
-    for (uint64_t c = 0; c < kCopies; ++c) {
-      kc::DeviceWeight dw{GGMLType::Q8_0, sh.n, sh.k, nullptr, all.layout};
-      for (int p = 0; p < f->planes; ++p)
-        dw.setPlane(p, planeOf(p, c));
-      weights.push_back(dw);
-    }
+    weights.emplace_back(GGMLType::Q8_0, sh.n, sh.k, kCopies, true,
+                         rng.next());
     xs.emplace_back(normals(rng, sh.k, 1.0));
     ys.emplace_back(sh.n);
   }
@@ -2274,7 +2282,7 @@ void benchQ8Mix() {
           const uint64_t copy = uint64_t(round++) % kCopies;
           for (int i = 0; i < kShapes; ++i)
             if (cudaError_t e = kc::launchLinear(
-                    xs[i].get(), 1, weights[i * kCopies + copy], shapes[i].n,
+                    xs[i].get(), 1, weights[i][copy], shapes[i].n,
                     false, ys[i].get(), st);
                 e != cudaSuccess)
               return e;
