@@ -133,6 +133,14 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-general env KILN_CUDA_SPECIALISED=0 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 20
+  # The indexer's top-k as before the seventeenth pass (docs/perf.md): by
+  # its cluster of blocks at every count, four radix passes always.
+  step bench-glm5-tp8-rank0-graph-4k-cluster env KILN_CUDA_CLUSTER_SELECT=1 \
+    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 4096 --steps 20
+  step bench-glm5-tp8-rank0-graph-16k-cluster env KILN_CUDA_CLUSTER_SELECT=1 \
+    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 16384 --steps 20
   step bench-glm5-tp8-rank0-graph-specialised-all env KILN_CUDA_SPECIALISED=1 \
     KILN_CUDA_GRAPH_STATS=1 "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" \
     --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
@@ -142,7 +150,8 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # and caches are seeded) for the rank's step as a graph, on one branch,
   # without programmatic launch, eagerly, with the early prefetch after
   # collectives, and with none and every family of the fixed-shape
-  # kernels, at 1k; and at 16k with none and every family. A short run
+  # kernels, at 1k; at 16k with none and every family and the indexer's
+  # top-k as before the seventeenth pass; at 4k with that too. A short run
   # each.
   same_result() { # CONTEXT [ENV=VALUE|--eager]...: each run's line, all equal
     local context=$1 first="" line variant
@@ -169,7 +178,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
     KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 KILN_CUDA_SPECIALISED=0 \
     KILN_CUDA_SPECIALISED=1
   step same-result-glm5-tp8-rank0-16k same_result 16384 \
-    KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1
+    KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1 KILN_CUDA_CLUSTER_SELECT=1
+  step same-result-glm5-tp8-rank0-4k same_result 4096 \
+    KILN_CUDA_CLUSTER_SELECT=1
   # What each op kind costs on the step's critical path: the step with
   # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
   omit_table() {

@@ -200,6 +200,9 @@ struct CudaRank {
   /// An mla_attention's output projection inside MLA's launch where the
   /// weight allows (else the attention, then the stacked mat-vec).
   bool mlaProjection = false;
+  /// KILN_CUDA_CLUSTER_SELECT=1: the indexer's selection as before the
+  /// seventeenth pass (GraphSwitches).
+  bool clusterSelect = false;
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
@@ -865,9 +868,12 @@ Expected<Launch> OpBinder::bind() {
     QueryRope rope{d.neox ? RopeStyle::NeoX : RopeStyle::Interleaved,
                    float(d.theta), d.ropeOffset, d.ropeDims};
     FaultSink f = sink();
+    const IndexerSelect select =
+        rank_.clusterSelect ? kClusterSelect : IndexerSelect{};
     return wrap([=](cudaStream_t s) {
       return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
-                              sel, count, f, s, rope);
+                              sel, count, f, s, rope, kMaxStagedKeyBytes,
+                              select);
     });
   }
   case OpKind::MoeRouter: {
@@ -1188,6 +1194,11 @@ struct GraphSwitches {
   /// launch (off by default: at a GLM-5 tp=8 rank it gains at 16k and
   /// loses at 1k, docs/perf.md).
   bool mlaProjection = false;
+  /// KILN_CUDA_CLUSTER_SELECT=1: the indexer's top-k as before the
+  /// seventeenth pass (docs/perf.md): by the cluster of blocks at every
+  /// count, four radix passes always (kClusterSelect), for comparisons; the
+  /// same selection.
+  bool clusterSelect = false;
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
@@ -1252,6 +1263,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.overlap = overlap;
   KILN_ASSIGN(mlaProjection, readFlag("KILN_CUDA_MLA_PROJECTION", false));
   g.mlaProjection = mlaProjection;
+  KILN_ASSIGN(clusterSelect, readFlag("KILN_CUDA_CLUSTER_SELECT", false));
+  g.clusterSelect = clusterSelect;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -1920,6 +1933,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->simulate = simulate;
     rank->overlap = switches.overlap;
     rank->mlaProjection = switches.mlaProjection;
+    rank->clusterSelect = switches.clusterSelect;
     rank->quietStart = switches.quietStart;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->maxBranches = switches.branches;

@@ -35,6 +35,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -1450,6 +1451,11 @@ struct IndexerArgs {
   float ropeTheta;
   int64_t ropeOffset, ropeDims;
   RopeFrequencies ropeFreq;
+  /// The selection by one block up to this many attended positions (its
+  /// keys in the launch's dynamic shared memory); 0: always the cluster's.
+  int64_t oneBlockPositions = 0;
+  /// The radix passes stop once T is known by its top bits.
+  bool earlyStop = true;
 };
 
 /// The cosines and sines of the query's rope pairs at `position`, into
@@ -1898,6 +1904,192 @@ __device__ inline uint32_t rankKey(float v) {
   return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
+/// Warp 0 of a radix select's pass: the digit (of 256, at `shift`) where
+/// the count of keys from the top, by the pass's counts[digit], reaches
+/// `need`; the prefix extended by it, the number still needed within it
+/// and the number of keys in it (after the last pass: the keys equal to
+/// T). Lane l holds digits 255 - 8 l down to 248 - 8 l; the lanes below it
+/// hold the higher digits.
+__device__ inline void findDigit(const unsigned *counts, int64_t need,
+                                 uint32_t prefix, int shift,
+                                 uint32_t &foundPrefix, int64_t &foundNeed,
+                                 int64_t &foundEqual) {
+  const int lane = threadIdx.x % kWarp;
+  unsigned c[8], sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    c[j] = counts[255 - 8 * lane - j];
+    sum += c[j];
+  }
+  unsigned inclusive = sum;
+  for (int d = 1; d < kWarp; d *= 2) {
+    const unsigned below = __shfl_up_sync(kFullMask, inclusive, d);
+    if (lane >= d)
+      inclusive += below;
+  }
+  const int64_t above = int64_t(inclusive - sum);
+  if (above < need && need <= above + int64_t(sum)) {
+    int64_t acc = above;
+    for (int j = 0; j < 8; ++j) {
+      if (acc + int64_t(c[j]) >= need) {
+        foundPrefix = prefix | uint32_t(255 - 8 * lane - j) << shift;
+        foundNeed = need - acc;
+        foundEqual = int64_t(c[j]);
+        break;
+      }
+      acc += c[j];
+    }
+  }
+}
+
+/// Copies of the one-block selection's histogram (warp w counts into copy
+/// w % kSelectCopies), so that the 32 warps' counts of the digits most keys
+/// share do not all land on one shared-memory word.
+constexpr int kSelectCopies = 8;
+/// Keys a thread takes a round of the one-block selection's sweeps, their
+/// loads issued together.
+constexpr int kSweepUnroll = 4;
+
+/// Calls fn(key, valid, index) for the `n` keys load(0 .. n - 1),
+/// kSweepUnroll a thread a round (invalid: past n, valid false).
+template <typename Load, typename Fn>
+__device__ __forceinline__ void sweepKeys(int n, Load load, Fn fn) {
+  const int threads = int(blockDim.x);
+  for (int start = 0; start < n; start += kSweepUnroll * threads) {
+    uint32_t k[kSweepUnroll];
+#pragma unroll
+    for (int j = 0; j < kSweepUnroll; ++j) {
+      const int t = start + j * threads + int(threadIdx.x);
+      k[j] = t < n ? load(t) : 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < kSweepUnroll; ++j) {
+      const int t = start + j * threads + int(threadIdx.x);
+      fn(k[j], t < n, t);
+    }
+  }
+}
+
+/// The selection by one block of 1024 threads (indexerSelectKernel's first
+/// block alone, for at most IndexerArgs::oneBlockPositions attended
+/// positions): the cluster's result without its cluster barriers and reads
+/// of other blocks' shared memory, which are most of what a pass costs
+/// there. One block counts every key on its own multiprocessor, though (a
+/// shared-memory atomic each, ~4 a cycle), so above a few thousand
+/// positions the cluster is the faster (docs/perf.md, seventeenth pass).
+/// `keys` (dynamic shared memory) takes the attended positions' keys.
+///   1. Radix select, 8 bits a pass from the top, as the cluster's, each
+///      warp counting into its copy of the histogram; the first pass
+///      counts as the keys are staged. It stops once the digit's keys are
+///      exactly the number still needed (T then known by its top bits).
+///   2. Warp w takes positions [w S, w S + S) (S a multiple of 32), counts
+///      its keys above T and equal to T (ballots), every warp sums the
+///      counts of the warps before it, and each warp writes its chosen
+///      positions in order, 32 a round (a ballot's prefix places a lane).
+__device__ void selectInOneBlock(const IndexerArgs &a, int attended,
+                                 uint32_t *keys) {
+  constexpr int kStride = 257; // each copy's bins a bank over from the last
+  __shared__ unsigned hist[kSelectCopies * kStride];
+  __shared__ int warpAbove[kWarp], warpEqual[kWarp];
+  __shared__ uint32_t foundPrefix;
+  __shared__ int64_t foundNeed, foundEqual;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp,
+            threads = int(blockDim.x), warps = threads / kWarp;
+  const unsigned lower = (1u << lane) - 1u; // the lanes below this one
+  unsigned *mineHist = hist + warp % kSelectCopies * kStride;
+  const auto clearCounts = [&] {
+    for (int i = threadIdx.x; i < kSelectCopies * kStride; i += threads)
+      hist[i] = 0;
+  };
+  // A key's digit at `shift`, counted where its bits above are `prefix`.
+  const auto count = [&](uint32_t k, bool valid, uint32_t mask,
+                         uint32_t prefix, int shift) {
+    if (valid && (k & mask) == prefix)
+      atomicAdd(&mineHist[(k >> shift) & 255u], 1u);
+  };
+  clearCounts();
+  __syncthreads();
+  // Staged, and the first digit counted.
+  sweepKeys(
+      attended, [&](int t) { return rankKey(a.scores[t]); },
+      [&](uint32_t k, bool valid, int t) {
+        if (valid)
+          keys[t] = k;
+        count(k, valid, 0u, 0u, 24);
+      });
+  uint32_t prefix = 0, mask = 0;
+  int64_t need = a.topK;
+  for (int pass = 0;; ++pass) {
+    const int shift = 24 - 8 * pass;
+    __syncthreads(); // this pass's counts are in
+    for (int i = threadIdx.x; i < 256; i += threads) {
+      unsigned sum = 0;
+#pragma unroll
+      for (int c = 0; c < kSelectCopies; ++c)
+        sum += hist[c * kStride + i];
+      hist[i] = sum;
+    }
+    __syncthreads();
+    if (warp == 0)
+      findDigit(hist, need, prefix, shift, foundPrefix, foundNeed,
+                foundEqual);
+    __syncthreads();
+    prefix = foundPrefix;
+    need = foundNeed;
+    mask |= 255u << shift;
+    if (pass == 3 || (a.earlyStop && need == foundEqual)) // uniform
+      break;
+    clearCounts();
+    __syncthreads();
+    sweepKeys(
+        attended, [&](int t) { return keys[t]; },
+        [&](uint32_t k, bool valid, int) {
+          count(k, valid, mask, prefix, shift - 8);
+        });
+  }
+  // Keys above T by their top bits (mask), and keys equal to T there; of
+  // the equal ones the first `need` by position are chosen.
+  const int span = (attended + 32 * warps - 1) / (32 * warps) * 32;
+  const int begin = warp * span < attended ? warp * span : attended;
+  const int end = begin + span < attended ? begin + span : attended;
+  int above = 0, equals = 0;
+  for (int t0 = begin; t0 < end; t0 += kWarp) {
+    const int t = t0 + lane;
+    const uint32_t k = t < end ? keys[t] & mask : 0u;
+    above += __popc(__ballot_sync(kFullMask, t < end && k > prefix));
+    equals += __popc(__ballot_sync(kFullMask, t < end && k == prefix));
+  }
+  if (lane == 0) {
+    warpAbove[warp] = above;
+    warpEqual[warp] = equals;
+  }
+  __syncthreads();
+  int aboveBefore = 0, equalSeen = 0;
+  for (int w = 0; w < warp; ++w) {
+    aboveBefore += warpAbove[w];
+    equalSeen += warpEqual[w];
+  }
+  int written = aboveBefore + int(equalSeen < need ? equalSeen : need);
+  for (int t0 = begin; t0 < end; t0 += kWarp) {
+    const int t = t0 + lane;
+    const uint32_t k = t < end ? keys[t] & mask : 0u;
+    const bool isEqual = t < end && k == prefix;
+    const unsigned equalBallot = __ballot_sync(kFullMask, isEqual);
+    const bool chosen =
+        t < end &&
+        (k > prefix ||
+         (isEqual && equalSeen + __popc(equalBallot & lower) < need));
+    const unsigned chosenBallot = __ballot_sync(kFullMask, chosen);
+    if (chosen)
+      a.selected[written + __popc(chosenBallot & lower)] = int32_t(t);
+    written += __popc(chosenBallot);
+    equalSeen += __popc(equalBallot);
+  }
+  // Exactly topK are chosen (attended > topK).
+  if (threadIdx.x == 0)
+    *a.count = int32_t(a.topK);
+}
+
 /// Blocks of the selection: one cluster, each block a slice of the
 /// positions (its keys staged in its own shared memory), the histograms and
 /// the slices' counts read across the cluster's shared memory.
@@ -1915,7 +2107,10 @@ constexpr int kSelectBlocks = 8;
 ///      blocks' counts and its warp 0 finds the digit where the count from
 ///      the top reaches the number still needed (every block alike). After
 ///      4 passes T is the topK-th largest key and `need` the number of keys
-///      equal to T that are selected.
+///      equal to T that are selected; sooner, where a digit holds exactly
+///      the keys still needed, T is known by the bits found so far, and
+///      the keys are compared by those (the bench's random scores: after
+///      two passes at 4k positions, three at 16k).
 ///   2. Each block counts its keys above T and equal to T; after a barrier
 ///      it sums the counts of the blocks before it, which place its slice:
 ///      its keys above T, and those equal to T among the first `need` of
@@ -1948,6 +2143,11 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
         *a.count = int32_t(attended);
     }
     return; // uniform over the cluster: no block waits at a barrier
+  }
+  if (attended <= a.oneBlockPositions) { // uniform over the cluster
+    if (cluster.block_rank() == 0)
+      selectInOneBlock(a, int(attended), stagedKeys);
+    return;
   }
   const int lane = threadIdx.x % kWarp;
   const int rank = int(cluster.block_rank());
@@ -1998,45 +2198,25 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
       merged[i] = sum;
     }
     __syncthreads();
-    if (threadIdx.x < kWarp) {
-      // Lane l holds digits 255 - 8 l down to 248 - 8 l; the lanes below it
-      // hold the higher digits.
-      unsigned c[8], sum = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        c[j] = merged[255 - 8 * lane - j];
-        sum += c[j];
-      }
-      unsigned inclusive = sum;
-      for (int d = 1; d < kWarp; d *= 2) {
-        const unsigned below = __shfl_up_sync(kFullMask, inclusive, d);
-        if (lane >= d)
-          inclusive += below;
-      }
-      const int64_t above = int64_t(inclusive - sum);
-      if (above < need && need <= above + int64_t(sum)) {
-        int64_t acc = above;
-        for (int j = 0; j < 8; ++j) {
-          if (acc + int64_t(c[j]) >= need) {
-            foundPrefix = prefix | uint32_t(255 - 8 * lane - j) << shift;
-            foundNeed = need - acc;
-            foundEqual = int64_t(c[j]); // after the last pass: keys == T
-            break;
-          }
-          acc += c[j];
-        }
-      }
-    }
+    if (threadIdx.x < kWarp)
+      findDigit(merged, need, prefix, shift, foundPrefix, foundNeed,
+                foundEqual);
     __syncthreads();
     prefix = foundPrefix;
     need = foundNeed;
     mask |= 255u << shift;
+    // The digit's keys are exactly the number still needed: T is known by
+    // its top bits (uniform over the cluster: every block merged the same
+    // counts).
+    if (a.earlyStop && need == foundEqual)
+      break;
   }
-  // This slice's keys above T and equal to T, then the slices before it.
+  // This slice's keys above T and equal to T (by the bits found), then the
+  // slices before it.
   int64_t above = 0, equal = 0;
   for (int64_t start = 0; start < mine; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;
-    const uint32_t k = t < mine ? keyAt(t) : 0u;
+    const uint32_t k = t < mine ? keyAt(t) & mask : 0u;
     above += __syncthreads_count(t < mine && k > prefix);
     equal += __syncthreads_count(t < mine && k == prefix);
   }
@@ -2059,7 +2239,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   int64_t written = aboveBefore + (equalSeen < need ? equalSeen : need);
   for (int64_t start = 0; start < mine; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;
-    const uint32_t k = t < mine ? keyAt(t) : 0u;
+    const uint32_t k = t < mine ? keyAt(t) & mask : 0u;
     const int isEqual = t < mine && k == prefix;
     int equalTotal = 0, equalBefore = 0;
     if (!allEqual) // uniform over the block
@@ -3270,7 +3450,8 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const int32_t *position, int64_t topK, float scale,
                              float *scores, int32_t *selected, int32_t *count,
                              FaultSink fault, cudaStream_t s,
-                             const QueryRope &rope, size_t maxStagedBytes) {
+                             const QueryRope &rope, size_t maxStagedBytes,
+                             IndexerSelect select) {
   if (heads < 0 || dim <= 0 || (heads > 0 && (!q || !headWeights)) ||
       !validCache(cache) || cache.width != dim || !position || topK < 0 ||
       topK > INT32_MAX || !scores || (topK > 0 && !selected) || !count ||
@@ -3366,26 +3547,33 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   }
   // The selection: one cluster; each block's keys in its shared memory
   // when its slice of a cache's worth fits (GLM-5 at 16k positions: 8 KiB).
+  // Up to oneBlockPositions attended positions the first block selects
+  // alone, its keys in the same dynamic shared memory (24 KiB), so that
+  // takes the larger of the two.
   const int64_t slice = (cache.positions + kSelectBlocks - 1) / kSelectBlocks;
   const size_t keyBytes = sizeof(uint32_t) * size_t(slice);
-  if (keyBytes <= maxStagedBytes && keyBytes <= kMaxStagedKeyBytes) {
-    // Beyond the default 48 KiB (the kernel's own histograms take about 3
-    // KiB) it must opt in; below, no attribute is set at each launch.
-    if (keyBytes > 40 * 1024)
-      if (cudaError_t e =
-              allowDynamicShared(indexerSelectKernel<true>, keyBytes);
-          e != cudaSuccess)
-        return e;
-    if (cudaError_t e = launchStep(indexerSelectKernel<true>, kSelectBlocks,
-                                   kSingleBlockThreads, keyBytes, s, a);
+  const bool slicesStaged =
+      keyBytes <= maxStagedBytes && keyBytes <= kMaxStagedKeyBytes;
+  a.oneBlockPositions = std::min(
+      {select.oneBlockPositions, cache.positions, kMaxOneBlockPositions});
+  if (a.oneBlockPositions < 0)
+    return cudaErrorInvalidValue;
+  a.earlyStop = select.earlyStop;
+  const size_t selectBytes =
+      std::max(slicesStaged ? keyBytes : size_t(0),
+               sizeof(uint32_t) * size_t(a.oneBlockPositions));
+  void (*selectKernel)(IndexerArgs) =
+      slicesStaged ? &indexerSelectKernel<true> : &indexerSelectKernel<false>;
+  // Beyond the default 48 KiB with the kernel's own histograms (about 11
+  // KiB) it must opt in; below, no attribute is set at each launch.
+  if (selectBytes > 32 * 1024)
+    if (cudaError_t e = allowDynamicShared(selectKernel, selectBytes);
         e != cudaSuccess)
       return e;
-  } else if (cudaError_t e =
-                 launchStep(indexerSelectKernel<false>, kSelectBlocks,
-                            kSingleBlockThreads, 0, s, a);
-             e != cudaSuccess) {
+  if (cudaError_t e = launchStep(selectKernel, kSelectBlocks,
+                                 kSingleBlockThreads, selectBytes, s, a);
+      e != cudaSuccess)
     return e;
-  }
   return cudaGetLastError();
 }
 

@@ -421,15 +421,30 @@ struct QueryRope {
 /// rotated as launchRope would rotate it (the same bits), by the score
 /// kernel itself. `scores` is scratch of cache.positions floats. The
 /// selection keeps each block's slice of the keys in shared memory when it
-/// takes at most maxStagedBytes (tests pass 0 to run the other path).
+/// takes at most maxStagedBytes (tests pass 0 to run the other path); how
+/// it selects, `select`.
 constexpr size_t kMaxStagedKeyBytes = 160 * 1024;
+constexpr int64_t kMaxOneBlockPositions = 6144;
+struct IndexerSelect {
+  /// Up to this many attended positions (and at most kMaxOneBlockPositions,
+  /// where the two measured level) one block selects alone, without the
+  /// cluster's barriers; 0: the cluster always.
+  int64_t oneBlockPositions = kMaxOneBlockPositions;
+  /// The radix passes stop once the threshold is known by its top bits;
+  /// false: all four always. The same selection either way.
+  bool earlyStop = true;
+};
+/// The selection as before the seventeenth pass (docs/perf.md): by the
+/// cluster at every count, four passes always (KILN_CUDA_CLUSTER_SELECT=1).
+constexpr IndexerSelect kClusterSelect{0, false};
 cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
                              const int32_t *position, int64_t topK, float scale,
                              float *scores, int32_t *selected, int32_t *count,
                              FaultSink fault, cudaStream_t s,
                              const QueryRope &rope = {},
-                             size_t maxStagedBytes = kMaxStagedKeyBytes);
+                             size_t maxStagedBytes = kMaxStagedKeyBytes,
+                             IndexerSelect select = {});
 
 /// MoE router (CpuKernels.h moeRouter): logits[e] = x . gate row e (gate
 /// [hidden, E]: gate.cols = hidden, gate.rows = E), then sigmoid or

@@ -144,6 +144,12 @@ environment (CUDA backend, for measuring; the same bits either way):
                            weights early too (by default they do not)
   KILN_CUDA_MLA_PROJECTION=1
                            attn_v_b inside MLA's launch (off by default)
+  KILN_CUDA_CLUSTER_SELECT=1
+                           the indexer's top-k as before: by its cluster of
+                           blocks at every count, four radix passes always
+                           (by default one block selects up to 6,144
+                           attended positions, and the passes stop once the
+                           threshold is known); the same result
   KILN_CUDA_SPECIALISED=LIST
                            the kernels compiled for GLM-5's shapes, by
                            family: a comma list of q8 (the q8_0 mat-vecs),

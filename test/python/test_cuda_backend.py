@@ -212,6 +212,21 @@ class Checks:
                            f"{np.max(np.abs(general - fixed)):.1e} | "
                            f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
         self.check(same, f"{model} fixed-shape kernels vs general")
+        # The indexer's top-k as before the seventeenth pass
+        # (KILN_CUDA_CLUSTER_SELECT=1: its cluster of blocks, four radix
+        # passes) against the default (one block at these counts, stopping
+        # once the threshold is known): the same selection, so the same
+        # bits. tiny-f32 (top 8) and small (top 4) select from up to 48
+        # positions; tiny-mix's top 64 takes them all either way.
+        clustered = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
+                           self.work / f"{model}-cluster.npy",
+                           extra_env={"KILN_CUDA_CLUSTER_SELECT": "1"})
+        same = np.array_equal(clustered, graph)
+        self.report.append(f"| {model}: indexer top-k by the cluster, four "
+                           f"passes, vs the default | "
+                           f"{np.max(np.abs(clustered - graph)):.1e} | "
+                           f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
+        self.check(same, f"{model} cluster selection vs default")
         # attn_v_b inside MLA's launch (KILN_CUDA_MLA_PROJECTION=1; where
         # the weight is Q8_0, tiny-mix and small; tiny-f32's runs as a
         # mat-vec after MLA either way) against the CPU, the same tolerance.

@@ -13,6 +13,9 @@
 //   step's kernels and as one persistent kernel (a measurement of that
 //   design, not a step kernel; docs/perf.md, thirteenth and fourteenth
 //   passes); exits 1 where its f32 outputs differ from the kernels'
+// kiln-cuda-ops --bench-images    only --bench's probe of kernel images
+//   taking turns (straight and branching code, the L2 turned over between
+//   probes by a copy or by weight-like reads, normal or evict-first)
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -1435,6 +1438,9 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     // position kernel).
     int64_t ropeDims = 0;
     bool neox = false;
+    // An exact tie built across the cut (else the scores as drawn: the
+    // selections then find T in fewer than four passes, by its top bits).
+    bool tie = true;
   };
   // The eighth case's selection reads its keys from the scores in global
   // memory (launchDsaIndexer's path for caches too long to stage), and
@@ -1446,6 +1452,13 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
         Case{kc::CacheType::F16, 100, 256, false},
         Case{kc::CacheType::F16, 1000, 300, true},
         Case{kc::CacheType::F16, 15000, 2048, false, 16384},
+        // kMaxOneBlockPositions attended: the most one block selects.
+        Case{kc::CacheType::F16, 6143, 2048, false, 8192},
+        // No tie: T found early, by one block and by the cluster.
+        Case{kc::CacheType::F16, 4095, 2048, false, 8192, true, 8, 0, false,
+             false},
+        Case{kc::CacheType::F16, 15000, 2048, false, 16384, true, 8, 0, false,
+             false},
         Case{kc::CacheType::F16, 1500, 256, false, 2000, true, 40},
         Case{kc::CacheType::F16, 45000, 2048, false, 50000, false},
         Case{kc::CacheType::F16, 1500, 256, false, 2000, true, 8, 64},
@@ -1497,6 +1510,10 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
       if (gapAbove <= 2e-5 * top || gapIn <= 2e-5 * top || gapOut <= 2e-5 * top)
         continue;
       usable = true;
+      if (!c.tie) {
+        note = ", no tie";
+        continue;
+      }
       // An exact tie across the boundary: the position ranked just outside
       // gets the key of the one ranked last inside; the lower of the two
       // positions must win on both sides.
@@ -1553,6 +1570,33 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
                mismatches(dcount.download(), std::vector<int32_t>{wantCount}) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
            0, "selection and count exact");
+    // The same selection by the cluster alone, with the radix passes'
+    // early stop (the default above kMaxOneBlockPositions attended
+    // positions) and with all four (KILN_CUDA_CLUSTER_SELECT=1); the launch
+    // above selected by one block up to kMaxOneBlockPositions.
+    for (const kc::IndexerSelect select :
+         {kc::IndexerSelect{0, true}, kc::kClusterSelect}) {
+      DeviceArray<int32_t> clusterSel(
+          std::vector<int32_t>(size_t(c.topK), -1));
+      DeviceArray<int32_t> clusterCount(std::vector<int32_t>{-1});
+      Fault clusterFault;
+      run(kc::launchDsaIndexer(
+          dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
+          scale, caseScores.get(), clusterSel.get(), clusterCount.get(),
+          clusterFault.sink(), nullptr,
+          kc::QueryRope{c.neox ? kc::RopeStyle::NeoX
+                               : kc::RopeStyle::Interleaved,
+                        theta, ropeOffset, c.ropeDims},
+          c.staged ? kc::kMaxStagedKeyBytes : 0, select));
+      r.line("dsa_indexer",
+             what + (select.earlyStop ? ", by the cluster"
+                                      : ", by the cluster, four passes"),
+             mismatches(clusterSel.download(), want) +
+                 mismatches(clusterCount.download(),
+                            std::vector<int32_t>{wantCount}) +
+                 faultMismatch(clusterFault.read(), kc::FaultCode::None, 0, 0),
+             0, "selection and count exact");
+    }
     if (c.heads != 32)
       continue;
     // GLM-5's 32 x 128: the scores kernel compiled for dim 128
@@ -2084,7 +2128,6 @@ public:
     }
     return w;
   }
-  uint64_t bytes() const { return bytes_; } ///< a copy's, in blocks
 
 private:
   uint8_t *plane(int p, uint64_t copy) const {
@@ -2773,16 +2816,32 @@ void benchDsa(int eager) {
   DeviceArray<float> q(normals(rng, 32 * 128, 1.0)), hw(normals(rng, 32, 1.0)),
       scores(kLong);
   DeviceArray<int32_t> last(std::vector<int32_t>{int32_t(kLong - 1)}),
-      chosen(2048), count(1);
-  auto launch = [&](cudaStream_t s) {
-    return kc::launchDsaIndexer(
-        q.get(), 32, 128, hw.get(), cache, last.get(), 2048, 0.1f, scores.get(),
-        chosen.get(), count.get(), fault.sink(), s,
-        kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, 64});
+      at4k(std::vector<int32_t>{4095}), chosen(2048), count(1);
+  auto launchAt = [&](const int32_t *position, kc::IndexerSelect select) {
+    return [&, position, select](cudaStream_t s) {
+      return kc::launchDsaIndexer(
+          q.get(), 32, 128, hw.get(), cache, position, 2048, 0.1f,
+          scores.get(), chosen.get(), count.get(), fault.sink(), s,
+          kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, 64},
+          kc::kMaxStagedKeyBytes, select);
+    };
   };
-  std::printf("bench op %-40s %9.2f us\n",
-              "dsa_indexer 32x128, top 2048 at 16384, rope",
-              timeInGraph(stream, launch));
+  const auto launch = launchAt(last.get(), {});
+  // The selection at 16,384 of the 16,384-position cache (by the cluster)
+  // and at 4,096 (by one block), the default's and as before the
+  // seventeenth pass (KILN_CUDA_CLUSTER_SELECT=1: the cluster, four passes).
+  const struct {
+    const int32_t *position;
+    kc::IndexerSelect select;
+    const char *what;
+  } rows[] = {{last.get(), {}, "at 16384, rope"},
+              {last.get(), kc::kClusterSelect, "at 16384, rope, as before"},
+              {at4k.get(), {}, "at 4096, rope"},
+              {at4k.get(), kc::kClusterSelect, "at 4096, rope, as before"}};
+  for (const auto &row : rows)
+    std::printf("bench op %-52s %9.2f us\n",
+                fmtText("dsa_indexer 32x128, top 2048 %s", row.what).c_str(),
+                timeInGraph(stream, launchAt(row.position, row.select)));
   for (int i = 0; i < eager; ++i) {
     CHECK_CUDA(launch(stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -2853,6 +2912,42 @@ __global__ void __launch_bounds__(256)
 
 using ProbeKernel = void (*)(const int *, const float *, float *);
 
+/// Reads `words` 16-byte words as the step's mat-vecs read their weights
+/// (non-coherent, not kept in L1), with the L2's normal eviction priority
+/// or, kEvictFirst, marked first to go (`createpolicy` evict_first): a
+/// stand-in for a layer's weight stream between two probes. The sum is kept
+/// only behind a test that never holds.
+template <bool kEvictFirst>
+__global__ void __launch_bounds__(256)
+    streamReadKernel(const uint4 *data, uint64_t words, float *y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  uint32_t acc = 0;
+  uint64_t policy = 0;
+  if constexpr (kEvictFirst)
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;"
+        : "=l"(policy));
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x;
+       i < words; i += uint64_t(gridDim.x) * blockDim.x) {
+    uint4 v;
+    if constexpr (kEvictFirst)
+      asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 "
+                   "{%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(data + i), "l"(policy));
+    else
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 "
+                   "{%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "l"(data + i));
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u)
+    y[blockIdx.x] = float(acc);
+}
+
 template <bool kBranching, int... kImages>
 constexpr std::array<ProbeKernel, sizeof...(kImages)>
 probeImages(std::integer_sequence<int, kImages...>) {
@@ -2861,12 +2956,14 @@ probeImages(std::integer_sequence<int, kImages...>) {
 
 /// What a kernel boundary costs when the kernels' images take turns, as a
 /// step's ~20 kernels a layer do, against one image over and over: chains of
-/// 64 probes in a graph, one image or 32 in turn; each again with a 64 MB
-/// device copy between probes (copy engines: the SMs' instruction caches
-/// stay, the L2 is turned over as a step's weights turn it over), the
-/// copies timed alone and taken off. The difference is the image fetch: a
-/// cost the step's chain pays at every boundary where the image is not
-/// already at hand. Both kinds of probe: straight and branching code.
+/// 64 probes in a graph, one image or 32 in turn; each again with 64 MB
+/// moved between probes, timed alone and taken off: by a device copy (copy
+/// engines: the SMs' instruction caches stay, the L2 is turned over as a
+/// step's weights turn it over), and by a kernel reading 64 MB as the
+/// mat-vecs read weights, with the L2's normal eviction priority and with
+/// evict-first. The difference is the image fetch: a cost the step's chain
+/// pays at every boundary where the image is not already at hand. Both
+/// kinds of probe: straight and branching code.
 void benchImages() {
   constexpr int kChain = 64;
   const auto straight =
@@ -2874,7 +2971,7 @@ void benchImages() {
   const auto branching =
       probeImages<true>(std::make_integer_sequence<int, kProbeImages>{});
   kiln::Rng rng(13);
-  DeviceArray<float> x(normals(rng, 256, 1.0)), y(132);
+  DeviceArray<float> x(normals(rng, 256, 1.0)), y(4096);
   // Every block once, each far from the one before it in the image.
   DeviceArray<int32_t> order(std::vector<int32_t>{
       0, 9, 3, 12, 6, 15, 1, 10, 4, 13, 7, 2, 11, 5, 14, 8});
@@ -2891,32 +2988,47 @@ void benchImages() {
   cudaLaunchAttribute overlap[1] = {};
   overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap[0].val.programmaticStreamSerializationAllowed = 1;
-  // One graph: kChain probes (image i % turns), each after a copy if asked;
+  enum class Flush { None, Copy, Read, ReadEvictFirst };
+  const auto launch = [&](cudaStream_t s, unsigned blocks, auto kernel,
+                          auto... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(256);
+    config.stream = s;
+    config.attrs = overlap;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, args...);
+  };
+  // One graph: kChain probes (image i % turns), each after a flush if asked;
   // the time of one probe (timeInGraph times one capture call: kChain).
   const auto chain = [&](const std::array<ProbeKernel, kProbeImages> &images,
-                         int turns, bool copies, bool probes) {
+                         int turns, Flush flush, bool probes) {
     return timeInGraph(
                stream,
                [&](cudaStream_t s) {
+                 const auto *words =
+                     reinterpret_cast<const uint4 *>(from.get());
+                 const uint64_t count = kFlush / sizeof(uint4);
                  for (int i = 0; i < kChain; ++i) {
-                   if (copies)
-                     if (cudaError_t e =
-                             cudaMemcpyAsync(to.get(), from.get(), kFlush,
-                                             cudaMemcpyDeviceToDevice, s);
-                         e != cudaSuccess)
-                       return e;
+                   cudaError_t e = cudaSuccess;
+                   if (flush == Flush::Copy)
+                     e = cudaMemcpyAsync(to.get(), from.get(), kFlush,
+                                         cudaMemcpyDeviceToDevice, s);
+                   else if (flush == Flush::Read)
+                     e = launch(s, unsigned(4 * sms),
+                                streamReadKernel<false>, words, count,
+                                y.get());
+                   else if (flush == Flush::ReadEvictFirst)
+                     e = launch(s, unsigned(4 * sms), streamReadKernel<true>,
+                                words, count, y.get());
+                   if (e != cudaSuccess)
+                     return e;
                    if (!probes)
                      continue;
-                   cudaLaunchConfig_t config = {};
-                   config.gridDim = dim3(unsigned(sms));
-                   config.blockDim = dim3(256);
-                   config.stream = s;
-                   config.attrs = overlap;
-                   config.numAttrs = 1;
-                   if (cudaError_t e = cudaLaunchKernelEx(
-                           &config, images[size_t(i % turns)],
-                           static_cast<const int *>(order.get()),
-                           static_cast<const float *>(x.get()), y.get());
+                   if (e = launch(s, unsigned(sms), images[size_t(i % turns)],
+                                  static_cast<const int *>(order.get()),
+                                  static_cast<const float *>(x.get()),
+                                  y.get());
                        e != cudaSuccess)
                      return e;
                  }
@@ -2925,28 +3037,42 @@ void benchImages() {
                5) /
            kChain;
   };
-  const double copiesUs = chain(straight, 1, true, false);
+  const struct {
+    Flush flush;
+    const char *what;
+  } flushes[] = {{Flush::Copy, "a 64 MB copy"},
+                 {Flush::Read, "a 64 MB read by a kernel"},
+                 {Flush::ReadEvictFirst, "a 64 MB read by a kernel, evict-first"}};
   for (const bool jumps : {false, true}) {
     const auto &images = jumps ? branching : straight;
     const char *kind = jumps ? "branching" : "straight";
-    const double one = chain(images, 1, false, true),
-                 turn = chain(images, kProbeImages, false, true),
-                 oneCopied = chain(images, 1, true, true) - copiesUs,
-                 turnCopied = chain(images, kProbeImages, true, true) - copiesUs;
-    const auto line = [&](const char *what, double us) {
-      std::printf("bench images: %s code, %-48s %6.2f us a probe\n", kind,
-                  what, us);
+    const double one = chain(images, 1, Flush::None, true),
+                 turn = chain(images, kProbeImages, Flush::None, true);
+    const auto line = [&](const std::string &what, double us) {
+      std::printf("bench images: %s code, %-62s %6.2f us a probe\n", kind,
+                  what.c_str(), us);
     };
     line("one image over and over", one);
     line("32 images in turn (in the L2)", turn);
-    line("one image, a 64 MB copy between probes", oneCopied);
-    line("32 images in turn, a 64 MB copy between probes", turnCopied);
     std::printf("bench images: %s code: an image fetched costs %.2f us a "
-                "boundary from the L2, %.2f us after the L2 turned over (%d "
-                "dependent multiply-adds a probe%s, ~%d KB an image)\n",
-                kind, turn - one, turnCopied - oneCopied, kProbeFmas,
+                "boundary from the L2 (%d dependent multiply-adds a "
+                "probe%s, ~%d KB an image)\n",
+                kind, turn - one, kProbeFmas,
                 jumps ? ", in 16 blocks run out of order" : "",
                 kProbeFmas * 16 / 1024);
+    for (const auto &f : flushes) {
+      const double alone = chain(images, 1, f.flush, false),
+                   oneFlushed = chain(images, 1, f.flush, true) - alone,
+                   turnFlushed =
+                       chain(images, kProbeImages, f.flush, true) - alone;
+      line(std::string("one image, ") + f.what + " between probes",
+           oneFlushed);
+      line(std::string("32 images in turn, ") + f.what + " between probes",
+           turnFlushed);
+      std::printf("bench images: %s code: an image fetched costs %.2f us a "
+                  "boundary after %s (the flush alone %.2f us)\n",
+                  kind, turnFlushed - oneFlushed, f.what, alone);
+    }
   }
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
@@ -3655,7 +3781,7 @@ void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
 int main(int argc, char **argv) {
   uint64_t seed = 1;
   bool bench = false, benchMoeOnly = false, benchDsaOnly = false,
-       benchChainOnly = false;
+       benchChainOnly = false, benchImagesOnly = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
@@ -3667,9 +3793,12 @@ int main(int argc, char **argv) {
       benchDsaOnly = true;
     } else if (std::string(argv[i]) == "--bench-chain") {
       benchChainOnly = true;
+    } else if (std::string(argv[i]) == "--bench-images") {
+      benchImagesOnly = true;
     } else {
       std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench | "
-                           "--bench-moe | --bench-dsa | --bench-chain]\n");
+                           "--bench-moe | --bench-dsa | --bench-chain | "
+                           "--bench-images]\n");
       return 2;
     }
   }
@@ -3693,6 +3822,10 @@ int main(int argc, char **argv) {
   }
   if (benchChainOnly)
     return benchChain() ? 0 : 1;
+  if (benchImagesOnly) {
+    benchImages();
+    return 0;
+  }
   if (bench) {
     benchLinear();
     benchQ8Mix();
