@@ -1904,42 +1904,58 @@ __device__ inline uint32_t rankKey(float v) {
   return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
-/// Warp 0 of a radix select's pass: the digit (of 256, at `shift`) where
-/// the count of keys from the top, by the pass's counts[digit], reaches
-/// `need`; the prefix extended by it, the number still needed within it
-/// and the number of keys in it (after the last pass: the keys equal to
-/// T). Lane l holds digits 255 - 8 l down to 248 - 8 l; the lanes below it
-/// hold the higher digits.
-__device__ inline void findDigit(const unsigned *counts, int64_t need,
-                                 uint32_t prefix, int shift,
-                                 uint32_t &foundPrefix, int64_t &foundNeed,
-                                 int64_t &foundEqual) {
-  const int lane = threadIdx.x % kWarp;
-  unsigned c[8], sum = 0;
+/// A radix select's place between passes, the same in every thread of a
+/// block: the top bits of T found so far (prefix, under mask), the number
+/// of keys still needed among those that have them, and how many keys have
+/// them (after the last pass: the keys equal to T).
+struct RadixState {
+  uint32_t prefix, mask;
+  int64_t need, equal;
+};
+
+/// Ends a pass of a radix select whose counts of the digit at `shift` are
+/// in counts[256] once the block reaches the barrier: warp 0 finds the
+/// digit where the count of keys from the top reaches `need` (lane l holds
+/// digits 255 - 8 l down to 248 - 8 l; the lanes below it hold the higher
+/// ones) into `found` (shared memory), and after another barrier every
+/// thread takes it into its state.
+__device__ inline void takeDigit(const unsigned *counts, int shift,
+                                 RadixState &found, RadixState &state) {
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    const int lane = threadIdx.x;
+    unsigned c[8], sum = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    c[j] = counts[255 - 8 * lane - j];
-    sum += c[j];
-  }
-  unsigned inclusive = sum;
-  for (int d = 1; d < kWarp; d *= 2) {
-    const unsigned below = __shfl_up_sync(kFullMask, inclusive, d);
-    if (lane >= d)
-      inclusive += below;
-  }
-  const int64_t above = int64_t(inclusive - sum);
-  if (above < need && need <= above + int64_t(sum)) {
-    int64_t acc = above;
     for (int j = 0; j < 8; ++j) {
-      if (acc + int64_t(c[j]) >= need) {
-        foundPrefix = prefix | uint32_t(255 - 8 * lane - j) << shift;
-        foundNeed = need - acc;
-        foundEqual = int64_t(c[j]);
-        break;
+      c[j] = counts[255 - 8 * lane - j];
+      sum += c[j];
+    }
+    unsigned inclusive = sum;
+    for (int d = 1; d < kWarp; d *= 2) {
+      const unsigned below = __shfl_up_sync(kFullMask, inclusive, d);
+      if (lane >= d)
+        inclusive += below;
+    }
+    const int64_t above = int64_t(inclusive - sum);
+    if (above < state.need && state.need <= above + int64_t(sum)) {
+      int64_t acc = above;
+      for (int j = 0; j < 8; ++j) {
+        if (acc + int64_t(c[j]) >= state.need) {
+          found.prefix =
+              state.prefix | uint32_t(255 - 8 * lane - j) << shift;
+          found.need = state.need - acc;
+          found.equal = int64_t(c[j]);
+          break;
+        }
+        acc += c[j];
       }
-      acc += c[j];
     }
   }
+  __syncthreads();
+  state.prefix = found.prefix;
+  state.need = found.need;
+  state.equal = found.equal;
+  state.mask |= 255u << shift;
 }
 
 /// Copies of the one-block selection's histogram (warp w counts into copy
@@ -1991,8 +2007,7 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
   constexpr int kStride = 257; // each copy's bins a bank over from the last
   __shared__ unsigned hist[kSelectCopies * kStride];
   __shared__ int warpAbove[kWarp], warpEqual[kWarp];
-  __shared__ uint32_t foundPrefix;
-  __shared__ int64_t foundNeed, foundEqual;
+  __shared__ RadixState found;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp,
             threads = int(blockDim.x), warps = threads / kWarp;
   const unsigned lower = (1u << lane) - 1u; // the lanes below this one
@@ -2017,8 +2032,7 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
           keys[t] = k;
         count(k, valid, 0u, 0u, 24);
       });
-  uint32_t prefix = 0, mask = 0;
-  int64_t need = a.topK;
+  RadixState st{0u, 0u, a.topK, 0};
   for (int pass = 0;; ++pass) {
     const int shift = 24 - 8 * pass;
     __syncthreads(); // this pass's counts are in
@@ -2029,24 +2043,19 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
         sum += hist[c * kStride + i];
       hist[i] = sum;
     }
-    __syncthreads();
-    if (warp == 0)
-      findDigit(hist, need, prefix, shift, foundPrefix, foundNeed,
-                foundEqual);
-    __syncthreads();
-    prefix = foundPrefix;
-    need = foundNeed;
-    mask |= 255u << shift;
-    if (pass == 3 || (a.earlyStop && need == foundEqual)) // uniform
+    takeDigit(hist, shift, found, st);
+    if (pass == 3 || (a.earlyStop && st.need == st.equal)) // uniform
       break;
     clearCounts();
     __syncthreads();
     sweepKeys(
         attended, [&](int t) { return keys[t]; },
         [&](uint32_t k, bool valid, int) {
-          count(k, valid, mask, prefix, shift - 8);
+          count(k, valid, st.mask, st.prefix, shift - 8);
         });
   }
+  const uint32_t prefix = st.prefix, mask = st.mask;
+  const int64_t need = st.need;
   // Keys above T by their top bits (mask), and keys equal to T there; of
   // the equal ones the first `need` by position are chosen.
   const int span = (attended + 32 * warps - 1) / (32 * warps) * 32;
@@ -2105,7 +2114,8 @@ constexpr int kSelectBlocks = 8;
 ///      bits (a warp's lanes with the same digit add once:
 ///      __match_any_sync); after a cluster barrier every block sums the
 ///      blocks' counts and its warp 0 finds the digit where the count from
-///      the top reaches the number still needed (every block alike). After
+///      the top reaches the number still needed (takeDigit; every block
+///      alike). After
 ///      4 passes T is the topK-th largest key and `need` the number of keys
 ///      equal to T that are selected; sooner, where a digit holds exactly
 ///      the keys still needed, T is known by the bits found so far, and
@@ -2130,8 +2140,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   __shared__ int warpTotals[kWarp];
   __shared__ unsigned hist[2][256], merged[256];
   __shared__ int64_t sliceCounts[2]; // keys above T, keys equal to T
-  __shared__ uint32_t foundPrefix;
-  __shared__ int64_t foundNeed, foundEqual;
+  __shared__ RadixState found;
   const int32_t position = *a.position;
   const bool valid = position >= 0 && position < a.cache.positions;
   const int64_t attended = valid ? int64_t(position) + 1 : 0;
@@ -2167,8 +2176,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
     else
       return rankKey(a.scores[begin + t]);
   };
-  uint32_t prefix = 0, mask = 0;
-  int64_t need = a.topK;
+  RadixState st{0u, 0u, a.topK, 0};
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     // Two histograms in turn: another block may still be reading the one
@@ -2183,7 +2191,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
       unsigned digit = 256; // not a candidate
       if (t < mine) {
         const uint32_t k = keyAt(t);
-        if ((k & mask) == prefix)
+        if ((k & st.mask) == st.prefix)
           digit = (k >> shift) & 255u;
       }
       const unsigned peers = __match_any_sync(kFullMask, digit);
@@ -2197,20 +2205,15 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
         sum += cluster.map_shared_rank(mineHist, r)[i];
       merged[i] = sum;
     }
-    __syncthreads();
-    if (threadIdx.x < kWarp)
-      findDigit(merged, need, prefix, shift, foundPrefix, foundNeed,
-                foundEqual);
-    __syncthreads();
-    prefix = foundPrefix;
-    need = foundNeed;
-    mask |= 255u << shift;
+    takeDigit(merged, shift, found, st);
     // The digit's keys are exactly the number still needed: T is known by
     // its top bits (uniform over the cluster: every block merged the same
     // counts).
-    if (a.earlyStop && need == foundEqual)
+    if (a.earlyStop && st.need == st.equal)
       break;
   }
+  const uint32_t prefix = st.prefix, mask = st.mask;
+  const int64_t need = st.need;
   // This slice's keys above T and equal to T (by the bits found), then the
   // slices before it.
   int64_t above = 0, equal = 0;
@@ -2235,7 +2238,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   // case) a key is chosen when it is at least T, and one prefix sum a
   // block of positions places them; with one, a first prefix sum counts
   // the equal keys before each.
-  const bool allEqual = need == foundEqual;
+  const bool allEqual = need == st.equal;
   int64_t written = aboveBefore + (equalSeen < need ? equalSeen : need);
   for (int64_t start = 0; start < mine; start += blockDim.x) {
     const int64_t t = start + threadIdx.x;

@@ -167,6 +167,13 @@ class Checks:
         if not ok:
             self.failed.append(what)
 
+    def identical(self, label, got, want, what, ok=True):
+        """A row requiring got == want bit for bit (and `ok`)."""
+        same = np.array_equal(got, want) and ok
+        self.report.append(f"| {label} | {np.max(np.abs(got - want)):.1e} | "
+                           f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
+        self.check(same, what)
+
     def teacher_forced(self, model):
         tol = MODELS[model][1]
         gguf, toks = self.gguf(model), tokens_for()
@@ -178,11 +185,8 @@ class Checks:
                        self.work / f"{model}-eager.npy", ["--eager"])
         self.check(compare(f"{model}: cuda tp1 graph vs cpu", graph, cpu, tol,
                            self.report), f"{model} cuda vs cpu")
-        identical = np.array_equal(graph, eager)
-        self.report.append(f"| {model}: graph vs --eager | "
-                           f"{np.max(np.abs(graph - eager)):.1e} | bit-identical"
-                           f" | - | {'PASS' if identical else 'FAIL'} |")
-        self.check(identical, f"{model} graph vs eager")
+        self.identical(f"{model}: graph vs --eager", graph, eager,
+                       f"{model} graph vs eager")
         # The kernels compiled for GLM-5's shapes, every family
         # (KILN_CUDA_SPECIALISED=1), against none (=0): the same bits, and
         # the default's (some families) too. Of these models only small
@@ -204,14 +208,11 @@ class Checks:
         launched = re.findall(r"(\d+) launches of kernels compiled for "
                               r"their shapes", proc.stderr)
         ran = sum(int(n) for n in launched)
-        same = (np.array_equal(general, fixed) and
-                np.array_equal(general, graph) and
-                (ran > 0 or model != "small"))
-        self.report.append(f"| {model}: fixed-shape kernels (all, and the "
-                           f"default's) vs general ({ran} launches a step) | "
-                           f"{np.max(np.abs(general - fixed)):.1e} | "
-                           f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
-        self.check(same, f"{model} fixed-shape kernels vs general")
+        self.identical(f"{model}: fixed-shape kernels (all, and the "
+                       f"default's) vs general ({ran} launches a step)",
+                       fixed, general, f"{model} fixed-shape kernels vs general",
+                       ok=(np.array_equal(general, graph) and
+                           (ran > 0 or model != "small")))
         # The indexer's top-k as before the seventeenth pass
         # (KILN_CUDA_CLUSTER_SELECT=1: its cluster of blocks, four radix
         # passes) against the default (one block at these counts, stopping
@@ -221,12 +222,9 @@ class Checks:
         clustered = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
                            self.work / f"{model}-cluster.npy",
                            extra_env={"KILN_CUDA_CLUSTER_SELECT": "1"})
-        same = np.array_equal(clustered, graph)
-        self.report.append(f"| {model}: indexer top-k by the cluster, four "
-                           f"passes, vs the default | "
-                           f"{np.max(np.abs(clustered - graph)):.1e} | "
-                           f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
-        self.check(same, f"{model} cluster selection vs default")
+        self.identical(f"{model}: indexer top-k by the cluster, four passes, "
+                       f"vs the default", clustered, graph,
+                       f"{model} cluster selection vs default")
         # attn_v_b inside MLA's launch (KILN_CUDA_MLA_PROJECTION=1; where
         # the weight is Q8_0, tiny-mix and small; tiny-f32's runs as a
         # mat-vec after MLA either way) against the CPU, the same tolerance.
@@ -250,12 +248,8 @@ class Checks:
                        f"{model} tp{tp}")
             parte = logits(self.pack, art, gguf, toks,
                            self.work / f"{model}-tp{tp}e.npy", ["--eager"])
-            same = np.array_equal(part, parte)
-            self.report.append(f"| {model}: tp{tp} graph vs --eager | "
-                               f"{np.max(np.abs(part - parte)):.1e} | "
-                               f"bit-identical | - | "
-                               f"{'PASS' if same else 'FAIL'} |")
-            self.check(same, f"{model} tp{tp} graph vs eager")
+            self.identical(f"{model}: tp{tp} graph vs --eager", part, parte,
+                           f"{model} tp{tp} graph vs eager")
             # The same with NCCL's all-reduce instead of the one-shot
             # kernel over NVLink peers (the default).
             nccl = logits(self.pack, art, gguf, toks,

@@ -1546,14 +1546,20 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     DeviceArray<float> dq(q), dw(w);
     DeviceArray<int32_t> dsel(std::vector<int32_t>(size_t(c.topK), -1));
     dpos.upload({c.position});
+    // The case's indexer into the given scores, selection, count and fault.
+    const auto launchCase = [&](float *scoresOut, int32_t *selectedOut,
+                                int32_t *countOut, Fault &caseFault,
+                                kc::IndexerSelect select = {}) {
+      run(kc::launchDsaIndexer(
+          dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
+          scale, scoresOut, selectedOut, countOut, caseFault.sink(), nullptr,
+          kc::QueryRope{c.neox ? kc::RopeStyle::NeoX
+                               : kc::RopeStyle::Interleaved,
+                        theta, ropeOffset, c.ropeDims},
+          c.staged ? kc::kMaxStagedKeyBytes : 0, select));
+    };
     Fault fault;
-    run(kc::launchDsaIndexer(
-        dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
-        scale, caseScores.get(), dsel.get(), dcount.get(), fault.sink(),
-        nullptr,
-        kc::QueryRope{c.neox ? kc::RopeStyle::NeoX : kc::RopeStyle::Interleaved,
-                      theta, ropeOffset, c.ropeDims},
-        c.staged ? kc::kMaxStagedKeyBytes : 0));
+    launchCase(caseScores.get(), dsel.get(), dcount.get(), fault);
     const std::string rope =
         c.ropeDims > 0
             ? fmtText(", %s rope [%lld, %lld)", c.neox ? "neox" : "interleaved",
@@ -1580,14 +1586,8 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
           std::vector<int32_t>(size_t(c.topK), -1));
       DeviceArray<int32_t> clusterCount(std::vector<int32_t>{-1});
       Fault clusterFault;
-      run(kc::launchDsaIndexer(
-          dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
-          scale, caseScores.get(), clusterSel.get(), clusterCount.get(),
-          clusterFault.sink(), nullptr,
-          kc::QueryRope{c.neox ? kc::RopeStyle::NeoX
-                               : kc::RopeStyle::Interleaved,
-                        theta, ropeOffset, c.ropeDims},
-          c.staged ? kc::kMaxStagedKeyBytes : 0, select));
+      launchCase(caseScores.get(), clusterSel.get(), clusterCount.get(),
+                 clusterFault, select);
       r.line("dsa_indexer",
              what + (select.earlyStop ? ", by the cluster"
                                       : ", by the cluster, four passes"),
@@ -1609,14 +1609,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     uint64_t ran = 0;
     {
       const FixedShapes fixed(true);
-      run(kc::launchDsaIndexer(
-          dq.get(), c.heads, dim, dw.get(), cache.dev(), dpos.get(), c.topK,
-          scale, fixedScores.get(), fixedSel.get(), dcount.get(),
-          fixedFault.sink(), nullptr,
-          kc::QueryRope{c.neox ? kc::RopeStyle::NeoX
-                               : kc::RopeStyle::Interleaved,
-                        theta, ropeOffset, c.ropeDims},
-          c.staged ? kc::kMaxStagedKeyBytes : 0));
+      launchCase(fixedScores.get(), fixedSel.get(), dcount.get(), fixedFault);
       ran = fixed.ran();
     }
     const std::vector<float> gotScores = fixedScores.download();
