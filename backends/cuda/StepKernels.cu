@@ -2115,18 +2115,19 @@ constexpr int kSelectBlocks = 8;
 ///      __match_any_sync); after a cluster barrier every block sums the
 ///      blocks' counts and its warp 0 finds the digit where the count from
 ///      the top reaches the number still needed (takeDigit; every block
-///      alike). After
-///      4 passes T is the topK-th largest key and `need` the number of keys
-///      equal to T that are selected; sooner, where a digit holds exactly
-///      the keys still needed, T is known by the bits found so far, and
-///      the keys are compared by those (the bench's random scores: after
-///      two passes at 4k positions, three at 16k).
+///      alike). After 4 passes T is the topK-th largest key and `need` the
+///      number of keys equal to T that are selected; sooner, where a digit
+///      holds exactly the keys still needed, T is known by the bits found
+///      so far, and the keys are compared by those (the bench's random
+///      scores: after two passes at 4k positions, three at 16k).
 ///   2. Each block counts its keys above T and equal to T; after a barrier
 ///      it sums the counts of the blocks before it, which place its slice:
 ///      its keys above T, and those equal to T among the first `need` of
 ///      them overall, go to the next slots, positions ascending (block
 ///      prefix sums; one when no tie crosses the cut).
-/// Exact: the same positions as the CPU's sort, in O(positions) a pass.
+/// Exact: the same positions as the CPU's sort, in O(positions) a pass. Up
+/// to a.oneBlockPositions attended positions the first block selects alone
+/// (selectInOneBlock) and the others leave at once.
 /// kStaged: each block's keys are computed once into dynamic shared memory
 /// (one uint32 a position of its slice, launchDsaIndexer's choice when they
 /// fit) and every pass reads them there instead of the scores in the L2.
