@@ -13,6 +13,10 @@
 # KILN_PACK_ARCH=sm_XX: the GPU host's architecture (default sm_90).
 # KILN_PACK_TPS="2 4 8": the small models' tensor-parallel artifacts
 # besides tp=1 (default 2).
+# KILN_PACK_BENCH=1: only what utils/gpu-ab.sh needs to bench GLM-5's tp=8
+# rank (kiln-run, the plugins, glm5.cuda.tp8.kiln and glm5-16k.cuda.tp8.kiln):
+# a second pack small enough to carry beside a whole one, for an A/B of two
+# builds whose artifacts differ (another compiler pass, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KILN_BUILD_DIR:-build}
@@ -26,9 +30,16 @@ for f in libkiln-backend-cpu.so libkiln-backend-cuda.so; do
   [ -f "$build/lib/$f" ] || { echo "gpu-pack: error: $build/lib/$f is not built" >&2; exit 1; }
 done
 
+bench_only=${KILN_PACK_BENCH:-0}
+case $bench_only in 0|1) ;; *) echo "gpu-pack: error: KILN_PACK_BENCH=$bench_only: expected 0 or 1" >&2; exit 1 ;; esac
+
 rm -rf "$pack"
 mkdir -p "$pack/bin" "$pack/lib" "$pack/models"
-cp "$bin"/{kiln-run,kiln-serve,kiln-gguf,kiln-bandwidth,kiln-cuda-matvec,kiln-cuda-ops,kiln-allreduce} "$pack/bin/"
+if [ "$bench_only" = 1 ]; then
+  cp "$bin/kiln-run" "$pack/bin/"
+else
+  cp "$bin"/{kiln-run,kiln-serve,kiln-gguf,kiln-bandwidth,kiln-cuda-matvec,kiln-cuda-ops,kiln-allreduce} "$pack/bin/"
+fi
 cp "$build"/lib/libkiln-backend-{cpu,cuda}.so "$pack/lib/"
 # The shared libraries the binaries need that a GPU host without this
 # machine's packages may lack: fmt (every tool), cpp-httplib and brotli
@@ -47,6 +58,23 @@ pack_arch=${KILN_PACK_ARCH:-sm_90}
 pack_tps="1 ${KILN_PACK_TPS:-2}"
 synth() { "$bin/kiln-gguf" synth "$@" --quiet; }
 compile() { "$bin/kiln-compile" "$@" 2>/dev/null; }
+
+# GLM-5's tp=8 rank as the benches of utils/gpu-ab.sh run it (the same
+# commands as below).
+glm5_bench_artifacts() {
+  compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
+    -o "$m/glm5.cuda.tp8.kiln"
+  compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 16640 \
+    -o "$m/glm5-16k.cuda.tp8.kiln"
+}
+if [ "$bench_only" = 1 ]; then
+  synth "$m/glm5-meta.gguf" --preset glm5 --metadata-only
+  glm5_bench_artifacts
+  rm -f "$m/glm5-meta.gguf"
+  du -sh "$pack"
+  echo "gpu-pack: $pack ready (benches only); on the GPU host run utils/gpu-ab.sh"
+  exit 0
+fi
 
 # tiny, f32 weights and caches: the tightest comparison (seed 4, as the CPU
 # tests' greedy case); tiny mix with f16 caches (seed 6); small (GLM-5's head
@@ -79,12 +107,9 @@ model small f32 --preset small --seed 2 --indexer-top-k 4
 # random weights: tp=8 (one rank simulated on one GPU) and, on two GPUs,
 # tp=2 with 40 of the 78 layers (106.6 GiB of weights per GPU).
 synth "$m/glm5-meta.gguf" --preset glm5 --metadata-only
-compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
-  -o "$m/glm5.cuda.tp8.kiln"
-# The same rank with room for 16k positions (the indexer then selects 2,048
-# of them).
-compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 16640 \
-  -o "$m/glm5-16k.cuda.tp8.kiln"
+# The rank with room for 2k positions, and with room for 16k (the indexer
+# then selects 2,048 of them).
+glm5_bench_artifacts
 # With its logits (gathered over the vocabulary), for comparing the bits of
 # runs launched different ways (gpu-test.sh's same-result steps: the bench
 # prints a digest of the logits); the timed benches leave them out.
