@@ -1570,12 +1570,19 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
         fmtText("%s %lldx128, pos %d, top %lld%s%s%s", cacheName(c.type),
                 (long long)c.heads, c.position, (long long)c.topK,
                 note.c_str(), c.staged ? "" : ", keys unstaged", rope.c_str());
+    // A launch's selection, count and fault against the CPU's.
+    const auto exact = [&](const std::string &label,
+                           const std::vector<int32_t> &got,
+                           DeviceArray<int32_t> &gotCount, Fault &gotFault) {
+      r.line("dsa_indexer", label,
+             mismatches(got, want) +
+                 mismatches(gotCount.download(),
+                            std::vector<int32_t>{wantCount}) +
+                 faultMismatch(gotFault.read(), kc::FaultCode::None, 0, 0),
+             0, "selection and count exact");
+    };
     const std::vector<int32_t> selection = dsel.download();
-    r.line("dsa_indexer", what,
-           mismatches(selection, want) +
-               mismatches(dcount.download(), std::vector<int32_t>{wantCount}) +
-               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
-           0, "selection and count exact");
+    exact(what, selection, dcount, fault);
     // The same selection by the cluster alone, with the radix passes'
     // early stop (the default above kMaxOneBlockPositions attended
     // positions) and with all four (KILN_CUDA_CLUSTER_SELECT=1); the launch
@@ -1588,14 +1595,9 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
       Fault clusterFault;
       launchCase(caseScores.get(), clusterSel.get(), clusterCount.get(),
                  clusterFault, select);
-      r.line("dsa_indexer",
-             what + (select.earlyStop ? ", by the cluster"
-                                      : ", by the cluster, four passes"),
-             mismatches(clusterSel.download(), want) +
-                 mismatches(clusterCount.download(),
-                            std::vector<int32_t>{wantCount}) +
-                 faultMismatch(clusterFault.read(), kc::FaultCode::None, 0, 0),
-             0, "selection and count exact");
+      exact(what + (select.earlyStop ? ", by the cluster"
+                                     : ", by the cluster, four passes"),
+            clusterSel.download(), clusterCount, clusterFault);
     }
     if (c.heads != 32)
       continue;
