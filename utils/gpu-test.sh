@@ -114,6 +114,11 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-nccl env KILN_CUDA_ALLREDUCE=nccl \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # Two graphs (KILN_CUDA_SHORT_GRAPH=1): at 1k the step then replays the
+  # graph without the indexers (docs/cuda.md).
+  step bench-glm5-tp8-rank0-graph-twographs env KILN_CUDA_SHORT_GRAPH=1 \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
   # attn_v_b projected inside MLA's launch (off by default: docs/perf.md,
   # eleventh pass), at 1k and at 16k.
   step bench-glm5-tp8-rank0-graph-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \
@@ -176,7 +181,7 @@ if [ -x "$pack/bin/kiln-run" ]; then
   }
   step same-result-glm5-tp8-rank0 same_result 1024 KILN_CUDA_BRANCHES=1 \
     KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 KILN_CUDA_SPECIALISED=0 \
-    KILN_CUDA_SPECIALISED=1
+    KILN_CUDA_SPECIALISED=1 KILN_CUDA_SHORT_GRAPH=1
   step same-result-glm5-tp8-rank0-16k same_result 16384 \
     KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1 KILN_CUDA_CLUSTER_SELECT=1
   step same-result-glm5-tp8-rank0-4k same_result 4096 \

@@ -112,12 +112,52 @@ StepSchedule scheduleStep(const std::vector<OpFootprint> &ops,
   return s;
 }
 
+StepSchedule scheduleOnBranches(const std::vector<OpFootprint> &ops,
+                                const StepSchedule &layout,
+                                const std::vector<bool> &skip) {
+  const size_t n = ops.size();
+  // Not this step's layout, or too long: list order is always valid.
+  if (layout.branch.size() != n || skip.size() != n || n > kMaxScheduledOps)
+    return serial(n);
+  StepSchedule s = serial(n);
+  s.branches = std::max(layout.branches, 1);
+  std::vector<OpSet> ancestors(n, OpSet(n));
+  std::vector<int32_t> tails(size_t(s.branches), -1);
+  for (size_t j = 0; j < n; ++j) {
+    const int chosen = layout.branch[j];
+    s.branch[j] = chosen;
+    if (skip[j])
+      continue;
+    OpSet &reach = ancestors[j];
+    if (const int32_t t = tails[size_t(chosen)]; t >= 0) {
+      reach.merge(ancestors[size_t(t)]);
+      reach.add(size_t(t));
+    }
+    // As scheduleStep: the nearest conflicting ops first.
+    for (size_t i = j; i-- > 0;) {
+      if (skip[i] || reach.has(i) || !conflicts(ops[i], ops[j]))
+        continue;
+      reach.merge(ancestors[i]);
+      reach.add(i);
+      if (s.branch[i] != chosen) {
+        s.waits[j].push_back(int32_t(i));
+        s.signals[i] = true;
+      }
+    }
+    tails[size_t(chosen)] = int32_t(j);
+  }
+  return s;
+}
+
 std::vector<bool> followsOrdered(const StepSchedule &s,
-                                 const std::vector<OpFootprint> &ops) {
+                                 const std::vector<OpFootprint> &ops,
+                                 const std::vector<bool> &skip) {
   const size_t n = std::min(s.branch.size(), ops.size());
   std::vector<bool> out(n, false);
   std::vector<int32_t> last(size_t(std::max(s.branches, 1)), -1);
   for (size_t j = 0; j < n; ++j) {
+    if (j < skip.size() && skip[j])
+      continue;
     const size_t b = size_t(s.branch[j]);
     if (b >= last.size())
       last.resize(b + 1, -1);

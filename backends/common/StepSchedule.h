@@ -59,13 +59,27 @@ bool conflicts(const OpFootprint &a, const OpFootprint &b);
 StepSchedule scheduleStep(const std::vector<OpFootprint> &ops,
                           int maxBranches);
 
+/// The same step with some ops left out (`skip`, per op) on `layout`'s
+/// branches (a schedule of `ops` with every op, from scheduleStep): each
+/// kept op stays on its branch, and waits for the ops it conflicts with
+/// that its branch does not already order before it. A left-out op is
+/// nobody's predecessor: it has no waits, does not signal, and the op after
+/// it on its branch follows the kept op before it. A step that leaves a few
+/// ops out keeps the layout it was measured with; scheduling the rest
+/// afresh would move ops to other branches.
+StepSchedule scheduleOnBranches(const std::vector<OpFootprint> &ops,
+                                const StepSchedule &layout,
+                                const std::vector<bool> &skip);
+
 /// Per op: whether one of its direct predecessors in `s` (the op before it
 /// on its branch, or an op it waits for) is ordered (a collective). The
 /// CUDA backend starts such ops without an early prefetch of their weights:
 /// bytes in flight beside a latency-bound collective slow the collective
-/// more than they save (docs/perf.md, fourteenth pass).
+/// more than they save (docs/perf.md, fourteenth pass). Ops `skip` marks
+/// (scheduleOnBranches) are nobody's predecessor and are marked false.
 std::vector<bool> followsOrdered(const StepSchedule &s,
-                                 const std::vector<OpFootprint> &ops);
+                                 const std::vector<OpFootprint> &ops,
+                                 const std::vector<bool> &skip = {});
 
 /// For checks: whether op `earlier` is ordered before op `later` by the
 /// schedule (through branch order and waits). O(ops) per call.

@@ -151,16 +151,13 @@ private:
 
 using Launch = std::function<Status(cudaStream_t)>;
 
-struct CudaStep {
-  const Step *step = nullptr;
-  std::vector<uint8_t *> ptrs; ///< each buffer's device address (not weights)
-  std::vector<DeviceMemory> slots;
-  /// What a step enqueues: one unit per op, except a fused_linear, which
-  /// has one per run of parts (below), so runs of different types can
-  /// overlap. unitOp[u] is unit u's op.
-  std::vector<Launch> units;
-  std::vector<int32_t> unitOp;
-  std::vector<std::string> where; ///< per op, for errors
+/// One way to run a step's launch units: which it leaves out and which run
+/// another launch, their schedule, and the graph captured from it.
+struct StepGraph {
+  /// Per unit: left out (empty: none).
+  std::vector<bool> skip;
+  /// Per unit: the launch run instead of the unit's own (empty: none).
+  std::vector<std::optional<Launch>> instead;
   /// The graph's dataflow: which units may overlap (StepSchedule.h), with
   /// an event per signalling unit. The eager mode ignores it.
   backend::StepSchedule schedule;
@@ -172,14 +169,48 @@ struct CudaStep {
   /// KILN_CUDA_SCHEDULE: the graph's kernel nodes after each unit was
   /// captured (a unit added the difference from the one before).
   std::vector<size_t> unitKernels;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  bool skips(size_t i) const { return !skip.empty() && skip[i]; }
+};
+
+struct CudaStep {
+  const Step *step = nullptr;
+  std::vector<uint8_t *> ptrs; ///< each buffer's device address (not weights)
+  std::vector<DeviceMemory> slots;
+  /// What a step enqueues: one unit per op, except a fused_linear, which
+  /// has one per run of parts (below), so runs of different types can
+  /// overlap. unitOp[u] is unit u's op.
+  std::vector<Launch> units;
+  std::vector<int32_t> unitOp;
+  std::vector<std::string> where; ///< per op, for errors
+  /// Every unit, as the step's ops say.
+  StepGraph whole;
+  /// A step with DSA indexers, at a position where each selects every
+  /// attended position (position + 1 <= selectsAll, the smallest top-k):
+  /// without the indexers' launches, each MLA attending positions 0 ..
+  /// position without reading the selection (the same entries in the same
+  /// order, so the same bits), so that MLA does not wait for them. Only
+  /// with KILN_CUDA_SHORT_GRAPH=1, and a step with indexers.
+  std::optional<StepGraph> allSelected;
+  int64_t selectsAll = 0;
+  /// The position input as last written from the host (-1: not yet), which
+  /// picks the graph a run replays.
+  int64_t position = -1;
   /// KILN_RUN_PROFILE: an event before each op and after the last, and the
   /// time each op took, summed over the profiled runs.
   std::vector<cudaEvent_t> events;
   std::vector<double> opMs;
   uint64_t profiledRuns = 0;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
   uint64_t replays = 0; ///< graph launches so far (KILN_CUDA_TIMELINE)
+
+  /// The graph a run at the last written position takes.
+  StepGraph &current() {
+    return allSelected && position >= 0 && position + 1 <= selectsAll
+               ? *allSelected
+               : whole;
+  }
 };
 
 struct State {
@@ -204,6 +235,7 @@ struct CudaRank {
   /// seventeenth pass (GraphSwitches).
   bool clusterSelect = false;
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
+  bool shortGraph = false; ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
   /// (setShapeSpecialised).
@@ -263,13 +295,18 @@ struct CudaRank {
     for (auto &[name, s] : steps) {
       for (cudaEvent_t e : s.events)
         cudaEventDestroy(e);
-      for (cudaEvent_t e : s.done)
-        if (e)
-          cudaEventDestroy(e);
-      if (s.exec)
-        cudaGraphExecDestroy(s.exec);
-      if (s.graph)
-        cudaGraphDestroy(s.graph);
+      for (StepGraph *g :
+           {&s.whole, s.allSelected ? &*s.allSelected : nullptr}) {
+        if (!g)
+          continue;
+        for (cudaEvent_t e : g->done)
+          if (e)
+            cudaEventDestroy(e);
+        if (g->exec)
+          cudaGraphExecDestroy(g->exec);
+        if (g->graph)
+          cudaGraphDestroy(g->graph);
+      }
     }
     if (comm && nccl)
       nccl->commDestroy(comm);
@@ -390,6 +427,10 @@ public:
       return nullptr;
     return reinterpret_cast<const int32_t *>(step_.ptrs[size_t(*i)]);
   }
+  /// An mla_attention with a selection: its launch for a step at which
+  /// the selection is every attended position (StepGraph), which reads
+  /// neither the selection nor its count. Set by bind().
+  std::optional<Launch> everySelected;
   /// The first weight operand of a fused_linear or rms_norm_linear.
   size_t firstWeight() const {
     return d_.kind == OpKind::RmsNormLinear ? 2 : 1;
@@ -827,8 +868,7 @@ Expected<Launch> OpBinder::bind() {
       proj = weight(d.ins.size() - 1);
     const bool inside =
         proj && rank_.mlaProjection && mlaProjectionFits(*proj, d.heads, d.k);
-    const int64_t entries =
-        mlaMostEntries(c.positions, d.capacity > 0, d.capacity);
+    const int64_t entries = mlaMostEntries(c.positions, d.capacity);
     KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(mlaScratchFloats(
                             d.heads, d.k, entries, inside ? d.n : 0))));
     float *latentOut = nullptr;
@@ -844,18 +884,26 @@ Expected<Launch> OpBinder::bind() {
     int64_t heads = d.heads, latent = d.k, rope = d.rope, capacity = d.capacity;
     float scale = float(d.scale);
     FaultSink f = sink();
-    return wrap([=](cudaStream_t s) {
-      if (inside)
-        return launchMlaAttention(ql, qr, heads, latent, rope, c, pos, sel,
-                                  count, capacity, scale, scores, y, f, s,
-                                  &*proj);
-      if (cudaError_t e = launchMlaAttention(
-              ql, qr, heads, latent, rope, c, pos, sel, count, capacity, scale,
-              scores, latentOut ? latentOut : y, f, s);
-          e != cudaSuccess || !latentOut)
-        return e;
-      return launchLinear(latentOut, heads, *proj, n, /*stacked=*/true, y, s);
-    });
+    auto launch = [=, this](const int32_t *sel, const int32_t *count) {
+      return wrap([=](cudaStream_t s) {
+        if (inside)
+          return launchMlaAttention(ql, qr, heads, latent, rope, c, pos, sel,
+                                    count, capacity, scale, scores, y, f, s,
+                                    &*proj);
+        if (cudaError_t e = launchMlaAttention(
+                ql, qr, heads, latent, rope, c, pos, sel, count, capacity,
+                scale, scores, latentOut ? latentOut : y, f, s);
+            e != cudaSuccess || !latentOut)
+          return e;
+        return launchLinear(latentOut, heads, *proj, n, /*stacked=*/true, y, s);
+      });
+    };
+    // Below the selection's size every position is selected: positions 0
+    // .. position, at most `capacity`, without reading the selection (the
+    // same entries in the same order, so the same bits).
+    if (capacity > 0)
+      everySelected = launch(nullptr, nullptr);
+    return launch(sel, count);
   }
   case OpKind::DsaIndexer: {
     DeviceCache c = cache(d.ins[2]);
@@ -1202,6 +1250,11 @@ struct GraphSwitches {
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
+  /// KILN_CUDA_SHORT_GRAPH=1: a step with DSA indexers has a second graph,
+  /// without them, for the positions where they select every attended one
+  /// (CudaStep::allSelected); off by default until it measures faster
+  /// (docs/perf.md, eighteenth pass).
+  bool shortGraph = false;
   /// KILN_CUDA_SPECIALISED: the families of fixed-shape kernels that run
   /// where they apply (ShapeFamily bits).
   unsigned shapeSpecialised = 0;
@@ -1267,6 +1320,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.clusterSelect = clusterSelect;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
+  KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", false));
+  g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
   g.shapeSpecialised = specialised;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
@@ -1319,6 +1374,99 @@ std::vector<backend::OpFootprint> footprints(const CudaStep &s,
   return out;
 }
 
+/// A graph's schedule over the units' footprints and which units start
+/// quiet: the whole step laid out afresh; a graph that leaves units out on
+/// the whole step's branches (`layout`).
+void planGraph(const CudaRank &rank, StepGraph &g,
+               std::vector<backend::OpFootprint> prints,
+               const backend::StepSchedule *layout = nullptr) {
+  std::vector<bool> skip = g.skip;
+  skip.resize(prints.size(), false);
+  for (size_t i = 0; i < prints.size(); ++i)
+    if (skip[i])
+      prints[i] = {};
+  g.schedule = layout ? backend::scheduleOnBranches(prints, *layout, skip)
+                      : backend::scheduleStep(prints, rank.maxBranches);
+  if (rank.quietStart) {
+    g.quietStart = backend::followsOrdered(g.schedule, prints, skip);
+    g.quietStartEager =
+        backend::followsOrdered(backend::scheduleStep(prints, 1), prints, skip);
+  } else {
+    g.quietStart.assign(prints.size(), false);
+    g.quietStartEager.assign(prints.size(), false);
+  }
+}
+
+/// What an op reads, kept for planning graphs after the op is bound.
+struct OpReads {
+  OpKind kind;
+  std::vector<int32_t> ins;
+};
+
+/// The graph of the positions where every DSA indexer selects all attended
+/// positions (CudaStep::allSelected): the indexers left out, and each MLA
+/// that reads a selection run by its launch without it (`everySelected`,
+/// by unit), its footprint then with its indexer's reads in place of the
+/// selection's buffers. None when
+/// another op reads what an indexer writes (`selections`), or such an MLA
+/// has no launch without it.
+std::optional<StepGraph>
+allSelectedGraph(const CudaRank &rank, const CudaStep &s,
+                 const std::vector<OpReads> &reads,
+                 std::vector<backend::OpFootprint> prints,
+                 std::vector<std::optional<Launch>> &everySelected,
+                 const std::set<int32_t> &selections) {
+  StepGraph g;
+  g.skip.assign(s.units.size(), false);
+  g.instead.resize(s.units.size());
+  std::vector<backend::OpFootprint> whole = prints;
+  // Each selection buffer's latest writer so far (the buffer is the same
+  // one in every layer when the arena reuses it).
+  std::map<int32_t, size_t> writer;
+  for (size_t i = 0; i < s.units.size(); ++i) {
+    const OpReads &op = reads[size_t(s.unitOp[i])];
+    if (op.kind == OpKind::DsaIndexer) {
+      g.skip[i] = true;
+      for (const backend::MemoryRange &m : whole[i].ranges)
+        for (int32_t b : selections)
+          if (m.write &&
+              m.begin == reinterpret_cast<uintptr_t>(s.ptrs[size_t(b)]))
+            writer[b] = i;
+      continue;
+    }
+    if (std::none_of(op.ins.begin(), op.ins.end(),
+                     [&](int32_t b) { return selections.count(b) > 0; }))
+      continue;
+    if (op.kind != OpKind::MlaAttention || !everySelected[i])
+      return std::nullopt;
+    g.instead[i] = std::move(everySelected[i]);
+    // MLA reads what its indexer read instead of what it wrote: it still
+    // follows the indexer's inputs (the key's append among them), and
+    // whatever later overwrites those still follows MLA, as the indexer
+    // ordered both before; a later kernel would otherwise wait across
+    // branches for the key's append, which costs its early launch.
+    auto &rs = prints[i].ranges;
+    for (int32_t b : op.ins) {
+      if (!selections.count(b))
+        continue;
+      const uint64_t at = reinterpret_cast<uintptr_t>(s.ptrs[size_t(b)]);
+      rs.erase(std::remove_if(rs.begin(), rs.end(),
+                              [&](const backend::MemoryRange &m) {
+                                return !m.write && m.begin == at;
+                              }),
+               rs.end());
+      auto w = writer.find(b);
+      if (w == writer.end())
+        return std::nullopt;
+      for (const backend::MemoryRange &m : whole[w->second].ranges)
+        if (!m.write)
+          rs.push_back(m);
+    }
+  }
+  planGraph(rank, g, std::move(prints), &s.whole.schedule);
+  return g;
+}
+
 Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   CudaStep &s = rank.steps[step.name];
   s.step = &step;
@@ -1358,6 +1506,20 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   }
   KILN_ASSIGN(ops, backend::decodeStep(a, step, rank.ranks));
   std::vector<backend::OpFootprint> prints = footprints(s, ops), unitPrints;
+  // For the graph of the positions where every indexer selects all
+  // (StepGraph allSelected): each MLA's launch without the selection, and
+  // the buffers the indexers write.
+  std::vector<std::optional<Launch>> everySelected;
+  std::set<int32_t> selections;
+  int64_t selectsAll = 0;
+  std::vector<OpReads> reads;
+  for (const StepOp &op : ops) {
+    reads.push_back({op.kind, op.ins});
+    if (op.kind == OpKind::DsaIndexer) {
+      selections.insert(op.outs.begin(), op.outs.end());
+      selectsAll = selectsAll ? std::min(selectsAll, op.topK) : op.topK;
+    }
+  }
   for (size_t i = 0; i < ops.size(); ++i) {
     s.where.push_back(ops[i].where);
     const bool fused = ops[i].kind == OpKind::FusedLinear ||
@@ -1369,6 +1531,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
       s.units.push_back(std::move(launch));
       s.unitOp.push_back(int32_t(i));
       unitPrints.push_back(prints[i]);
+      everySelected.push_back(std::move(binder.everySelected));
       continue;
     }
     // Each run reads x and writes its own rows of y: runs overlap.
@@ -1390,17 +1553,14 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
             {at, at + step.buffers[size_t(norm)].bytes(), false});
       }
       unitPrints.push_back(std::move(print));
+      everySelected.emplace_back();
     }
   }
-  s.schedule = backend::scheduleStep(unitPrints, rank.maxBranches);
-  if (rank.quietStart) {
-    s.quietStart = backend::followsOrdered(s.schedule, unitPrints);
-    s.quietStartEager = backend::followsOrdered(
-        backend::scheduleStep(unitPrints, 1), unitPrints);
-  } else {
-    s.quietStart.assign(s.units.size(), false);
-    s.quietStartEager.assign(s.units.size(), false);
-  }
+  planGraph(rank, s.whole, unitPrints);
+  if (rank.shortGraph && !selections.empty() && selectsAll > 0)
+    s.allSelected = allSelectedGraph(rank, s, reads, std::move(unitPrints),
+                                     everySelected, selections);
+  s.selectsAll = s.allSelected ? selectsAll : 0;
   return Status::ok();
 }
 
@@ -1443,28 +1603,32 @@ bool omitted(const CudaRank &rank, const CudaStep &s, size_t i) {
          rank.omit.count(s.step->ops[size_t(s.unitOp[i])].kind);
 }
 
-/// Enqueues unit i on `stream` (nothing when its kind is omitted), its
-/// mat-vecs without their early prefetch when `quiet`.
-Status enqueueUnit(const CudaRank &rank, CudaStep &s, size_t i,
-                   cudaStream_t stream, bool quiet) {
-  if (omitted(rank, s, i))
+/// Enqueues unit i of graph `g` on `stream` (nothing when its kind is
+/// omitted or the graph leaves it out), its mat-vecs without their early
+/// prefetch when `quiet`.
+Status enqueueUnit(const CudaRank &rank, CudaStep &s, const StepGraph &g,
+                   size_t i, cudaStream_t stream, bool quiet) {
+  if (omitted(rank, s, i) || g.skips(i))
     return Status::ok();
   setEarlyPrefetch(!quiet);
-  Status launched = s.units[i](stream);
+  const bool instead = !g.instead.empty() && g.instead[i];
+  Status launched = instead ? (*g.instead[i])(stream) : s.units[i](stream);
   setEarlyPrefetch(true);
   return launched;
 }
 
-/// The step's work on a stream: clear the fault word, then every op (with
-/// an event before each and after the last when profiling).
-Status enqueueStep(CudaRank &rank, CudaStep &s, bool profile = false) {
+/// The step's work on a stream as graph `g` runs it: clear the fault word,
+/// then every op (with an event before each and after the last when
+/// profiling).
+Status enqueueStep(CudaRank &rank, CudaStep &s, const StepGraph &g,
+                   bool profile = false) {
   setOverlappedLaunches(rank.overlap && !profile);
   CUDA_TRY(rank.where, cudaMemsetAsync(rank.firstFault(), 0xff,
                                        sizeof(uint32_t), rank.stream));
   for (size_t i = 0; i < s.units.size(); ++i) {
     if (profile)
       CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
-    KILN_TRY(enqueueUnit(rank, s, i, rank.stream, s.quietStartEager[i]));
+    KILN_TRY(enqueueUnit(rank, s, g, i, rank.stream, g.quietStartEager[i]));
   }
   if (profile)
     CUDA_TRY(rank.where, cudaEventRecord(s.events.back(), rank.stream));
@@ -1552,8 +1716,8 @@ Expected<size_t> capturedKernels(cudaStream_t stream,
 /// stream, the others fork from it after the fault word is cleared and
 /// join it at the end; an op waits for the events of the ops on other
 /// branches it depends on. Under capture the events become graph edges.
-Status enqueueBranches(CudaRank &rank, CudaStep &s) {
-  const backend::StepSchedule &plan = s.schedule;
+Status enqueueBranches(CudaRank &rank, CudaStep &s, StepGraph &g) {
+  const backend::StepSchedule &plan = g.schedule;
   const size_t extra = size_t(plan.branches - 1);
   while (rank.branches.size() < extra) {
     cudaStream_t b = nullptr;
@@ -1565,11 +1729,11 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
     CUDA_TRY(rank.where, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     rank.joins.push_back(e);
   }
-  s.done.resize(s.units.size(), nullptr);
+  g.done.resize(s.units.size(), nullptr);
   for (size_t i = 0; i < s.units.size(); ++i)
-    if (plan.signals[i] && !s.done[i])
+    if (plan.signals[i] && !g.done[i])
       CUDA_TRY(rank.where,
-               cudaEventCreateWithFlags(&s.done[i], cudaEventDisableTiming));
+               cudaEventCreateWithFlags(&g.done[i], cudaEventDisableTiming));
   auto streamOf = [&](int branch) {
     return branch == 0 ? rank.stream : rank.branches[size_t(branch - 1)];
   };
@@ -1583,14 +1747,14 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s) {
     cudaStream_t stream = streamOf(plan.branch[i]);
     const std::string &where = s.where[size_t(s.unitOp[i])];
     for (int32_t d : plan.waits[i])
-      CUDA_TRY(where, cudaStreamWaitEvent(stream, s.done[size_t(d)], 0));
-    KILN_TRY(enqueueUnit(rank, s, i, stream, s.quietStart[i]));
+      CUDA_TRY(where, cudaStreamWaitEvent(stream, g.done[size_t(d)], 0));
+    KILN_TRY(enqueueUnit(rank, s, g, i, stream, g.quietStart[i]));
     if (!rank.scheduleFile.empty() && rank.index == 0) {
       KILN_ASSIGN(kernels, capturedKernels(stream, where));
-      s.unitKernels.push_back(kernels);
+      g.unitKernels.push_back(kernels);
     }
     if (plan.signals[i])
-      CUDA_TRY(where, cudaEventRecord(s.done[i], stream));
+      CUDA_TRY(where, cudaEventRecord(g.done[i], stream));
   }
   for (size_t b = 0; b < extra; ++b) {
     CUDA_TRY(rank.where, cudaEventRecord(rank.joins[b + 1], rank.branches[b]));
@@ -1636,60 +1800,68 @@ Expected<GraphCounts> countGraph(cudaGraph_t graph, const std::string &where) {
 /// kernel nodes it added (a unit's kernels are the next ones of the
 /// graph's, in creation order, as CUPTI numbers them), as TSV; the file is
 /// written whole or not at all.
-Status writeSchedule(const CudaStep &s, const std::string &path) {
+Status writeSchedule(const CudaStep &s, const StepGraph &g,
+                     const std::string &path) {
   std::string text = "unit\top\tbranch\twaits\tkernels\tquiet\n";
   for (size_t i = 0; i < s.units.size(); ++i) {
     std::string waits;
-    for (int32_t d : s.schedule.waits[i]) {
+    for (int32_t d : g.schedule.waits[i]) {
       if (!waits.empty())
         waits += ',';
       waits += std::to_string(d);
     }
-    const size_t before = i == 0 ? 0 : s.unitKernels[i - 1];
+    const size_t before = i == 0 ? 0 : g.unitKernels[i - 1];
     text +=
         fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", i, s.where[size_t(s.unitOp[i])],
-                    s.schedule.branch[i], waits, s.unitKernels[i] - before,
-                    s.quietStart[i] ? 1 : 0);
+                    g.schedule.branch[i], waits, g.unitKernels[i] - before,
+                    g.quietStart[i] ? 1 : 0);
   }
   AtomicFile file;
   KILN_TRY(file.create(path));
   KILN_TRY(file.writeAt(text.data(), text.size(), 0));
   KILN_TRY(file.commit());
-  std::fprintf(stderr, "schedule: step '%s', %zu launch units: %s\n",
-               s.step->name.c_str(), s.units.size(), path.c_str());
+  std::fprintf(stderr, "schedule: step '%s'%s, %zu launch units: %s\n",
+               s.step->name.c_str(),
+               &g == &s.whole ? "" : " (the graph without its indexers)",
+               s.units.size(), path.c_str());
   return Status::ok();
 }
 
-Status capture(CudaRank &rank, CudaStep &s) {
+Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
+  const bool whole = &g == &s.whole;
   std::string where =
-      fmt::format("{}: capturing step '{}'", rank.where, s.step->name);
+      fmt::format("{}: capturing step '{}'{}", rank.where, s.step->name,
+                  whole ? "" : " (without its indexers)");
   setOverlappedLaunches(rank.overlap);
   CUDA_TRY(where, cudaStreamBeginCapture(rank.stream,
                                          cudaStreamCaptureModeThreadLocal));
-  s.unitKernels.clear();
+  g.unitKernels.clear();
   const uint64_t widthBefore = shapeSpecialisedLaunches();
-  Status enqueued = enqueueBranches(rank, s);
+  Status enqueued = enqueueBranches(rank, s, g);
   const uint64_t widthKernels = shapeSpecialisedLaunches() - widthBefore;
   cudaGraph_t graph = nullptr;
   cudaError_t ended = cudaStreamEndCapture(rank.stream, &graph);
   if (!enqueued)
     return enqueued;
   CUDA_TRY(where, ended);
-  s.graph = graph;
+  g.graph = graph;
   if (rank.graphStats) {
     KILN_ASSIGN(c, countGraph(graph, where));
     std::fprintf(stderr,
-                 "graph: %s, step '%s': %zu kernel nodes, %zu other nodes, "
+                 "graph: %s, step '%s'%s: %zu kernel nodes, %zu other nodes, "
                  "%zu edges, %zu of them programmatic; %llu launches of "
                  "kernels compiled for their shapes (KILN_CUDA_SPECIALISED)\n",
-                 rank.where.c_str(), s.step->name.c_str(), c.kernels, c.others,
-                 c.edges, c.programmatic, (unsigned long long)widthKernels);
+                 rank.where.c_str(), s.step->name.c_str(),
+                 whole ? ""
+                       : fmt::format(" below {} positions, without its "
+                                     "indexers",
+                                     s.selectsAll + 1)
+                             .c_str(),
+                 c.kernels, c.others, c.edges, c.programmatic,
+                 (unsigned long long)widthKernels);
   }
-  if (!rank.scheduleFile.empty() && rank.index == 0 &&
-      s.unitKernels.size() == s.units.size())
-    KILN_TRY(writeSchedule(s, rank.scheduleFile));
-  CUDA_TRY(where, cudaGraphInstantiate(&s.exec, graph, 0));
-  CUDA_TRY(where, cudaGraphUpload(s.exec, rank.stream));
+  CUDA_TRY(where, cudaGraphInstantiate(&g.exec, graph, 0));
+  CUDA_TRY(where, cudaGraphUpload(g.exec, rank.stream));
   return Status::ok();
 }
 
@@ -1734,17 +1906,25 @@ Status runRank(CudaRank &rank, CudaStep &s, bool eager, bool profile) {
   }
   // One replay's kernels on a timeline: rank 0's (CUPTI records the whole
   // process; the file names each kernel's device).
-  const bool record = !eager && !profile && !rank.timeline.empty() &&
-                      rank.index == 0 &&
-                      ++s.replays == uint64_t(kTimelineReplay);
+  StepGraph &g = s.current();
+  const bool replay = !eager && !profile;
+  const uint64_t replays = replay ? ++s.replays : s.replays;
+  const bool record = replay && !rank.timeline.empty() && rank.index == 0 &&
+                      replays == uint64_t(kTimelineReplay);
+  // The schedule of the graph replayed first, or of the one the timeline
+  // records.
+  if (replay && !rank.scheduleFile.empty() && rank.index == 0 &&
+      g.unitKernels.size() == s.units.size() &&
+      (record || (rank.timeline.empty() && replays == 1)))
+    KILN_TRY(writeSchedule(s, g, rank.scheduleFile));
   if (record) {
     CUDA_TRY(rank.where, cudaDeviceSynchronize());
     KILN_TRY(beginTimeline());
   }
   if (eager || profile)
-    KILN_TRY(enqueueStep(rank, s, profile));
+    KILN_TRY(enqueueStep(rank, s, g, profile));
   else
-    CUDA_TRY(rank.where, cudaGraphLaunch(s.exec, rank.stream));
+    CUDA_TRY(rank.where, cudaGraphLaunch(g.exec, rank.stream));
   if (record) {
     CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
     KILN_TRY(endTimeline(rank.timeline));
@@ -1935,6 +2115,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->mlaProjection = switches.mlaProjection;
     rank->clusterSelect = switches.clusterSelect;
     rank->quietStart = switches.quietStart;
+    rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
@@ -2007,13 +2188,16 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     // caches afresh.
     if (nccl) {
       for (auto &[name, s] : rank.steps)
-        KILN_TRY(enqueueStep(rank, s));
+        KILN_TRY(enqueueStep(rank, s, s.whole));
       CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
       KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
     }
     if (!group->eager)
-      for (auto &[name, s] : rank.steps)
-        KILN_TRY(capture(rank, s));
+      for (auto &[name, s] : rank.steps) {
+        KILN_TRY(capture(rank, s, s.whole));
+        if (s.allSelected)
+          KILN_TRY(capture(rank, s, *s.allSelected));
+      }
     CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
     return Status::ok();
   });
@@ -2052,6 +2236,12 @@ struct CudaPlugin {
         break;
       }
       CUDA_TRY(rank->where, cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice));
+      // The position picks the graph a run replays (CudaStep::current).
+      if (std::string_view(slot) == "position" && bytes == sizeof(int32_t)) {
+        int32_t position = 0;
+        std::memcpy(&position, data, sizeof position);
+        s->position = position;
+      }
     }
     return Status::ok();
   }

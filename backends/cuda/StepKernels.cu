@@ -864,10 +864,11 @@ __device__ int64_t mlaAttended(const MlaArgs &a) {
   const int32_t count = a.selected ? *a.count : 0;
   if (position < 0 || position >= a.cache.positions)
     return -1;
-  if (!a.selected)
-    return int64_t(position) + 1;
-  const int64_t limit =
-      a.capacity < a.cache.positions ? a.capacity : a.cache.positions;
+  const int64_t limit = a.capacity > 0 && a.capacity < a.cache.positions
+                            ? a.capacity
+                            : a.cache.positions;
+  if (!a.selected) // positions 0 .. position, at most `limit` of them
+    return int64_t(position) + 1 > limit ? -1 : int64_t(position) + 1;
   return count < 0 || count > limit ? -1 : count;
 }
 
@@ -882,15 +883,16 @@ __device__ void mlaReportFault(const MlaArgs &a) {
       recordFault(a.fault, FaultCode::PositionOutOfRange, position, positions);
     return;
   }
-  if (!a.selected)
-    return;
-  const int32_t count = *a.count;
-  const int64_t limit = a.capacity < positions ? a.capacity : positions;
+  const int64_t limit =
+      a.capacity > 0 && a.capacity < positions ? a.capacity : positions;
+  const int32_t count = a.selected ? *a.count : position + 1;
   if (count < 0 || count > limit) {
     if (threadIdx.x == 0)
       recordFault(a.fault, FaultCode::CountOutOfRange, count, limit);
     return;
   }
+  if (!a.selected)
+    return;
   if (threadIdx.x == 0)
     firstBad = INT_MAX;
   __syncthreads();
@@ -3276,8 +3278,8 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
   return cudaGetLastError();
 }
 
-int64_t mlaMostEntries(int64_t positions, bool selection, int64_t capacity) {
-  return selection && capacity < positions ? capacity : positions;
+int64_t mlaMostEntries(int64_t positions, int64_t capacity) {
+  return capacity > 0 && capacity < positions ? capacity : positions;
 }
 
 namespace {
@@ -3379,7 +3381,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
       !validCache(cache) || cache.width != latent + rope ||
       cache.width > kMlaMaxWidth || !position || !scratch ||
       reinterpret_cast<uintptr_t>(scratch) % 8 != 0 || // the arrival word
-      (selected && (!count || capacity < 0)))
+      capacity < 0 || (selected && (!count || capacity == 0)))
     return cudaErrorInvalidValue;
   if (proj && !mlaProjectionFits(*proj, heads, latent))
     return cudaErrorInvalidValue;
@@ -3388,7 +3390,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
   // The chunks the most attended entries fill (mlaAttended never exceeds
   // it), which the scratch was sized for.
   const int64_t chunks =
-      (mlaMostEntries(cache.positions, selected != nullptr, capacity) +
+      (mlaMostEntries(cache.positions, capacity) +
        kMlaChunk - 1) /
       kMlaChunk;
   MlaArgs a{qLatent,

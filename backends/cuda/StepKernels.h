@@ -363,13 +363,18 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// Absorbed MLA decode attention (CpuKernels.h mlaAttention): cache rows
 /// are [latent | rope]; attended positions are 0..*position, or, when
 /// `selected` is non-null, selected[0 .. *count) (capacity = the length of
-/// `selected`; a count outside [0, capacity] faults CountOutOfRange, an
-/// entry outside the cache SelectionOutOfRange, a position outside it
-/// PositionOutOfRange; the output is then unspecified but no byte outside
-/// a buffer is touched). qLatent [heads][latent], qRope [heads][rope], out
-/// [heads][latent]. Split over positions: each cache row is read once for
-/// all heads; `scratch` holds mlaScratchFloats(heads, latent,
-/// mlaMostEntries(cache.positions, selected != nullptr, capacity)) floats,
+/// `selected`, at least 1; a count outside [0, capacity] faults
+/// CountOutOfRange, an entry outside the cache SelectionOutOfRange, a
+/// position outside it PositionOutOfRange; the output is then unspecified
+/// but no byte outside a buffer is touched). Without a selection a
+/// capacity above 0 bounds the attended positions the same way (position
+/// + 1 above it faults CountOutOfRange): the same entries in the same
+/// order as a selection of 0..*position, for a step that knows every
+/// position is selected (a DSA layer below its top-k) and sizes its grid
+/// by the selection's length. qLatent [heads][latent], qRope [heads][rope],
+/// out [heads][latent]. Split over positions: each cache row is read once
+/// for all heads; `scratch` holds mlaScratchFloats(heads, latent,
+/// mlaMostEntries(cache.positions, capacity)) floats,
 /// 8-byte aligned: first a 64-bit word the kernel's blocks count their
 /// arrivals in, which must be zero before the first call (each call leaves
 /// its count so, for a call of any shape), then per-chunk partial results.
@@ -387,11 +392,11 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// stacked mat-vec: docs/cuda.md).
 ///
 /// The most entries one call attends: every position of the cache, or with
-/// a selection of `capacity` entries the fewer of the two. With DSA's
-/// selection (GLM-5: 2,048) the scratch, the grid and the combine's shared
-/// weights are sized by it, not by the cache's length (202,752 positions at
-/// GLM-5's whole context).
-int64_t mlaMostEntries(int64_t positions, bool selection, int64_t capacity);
+/// a capacity above 0 the fewer of the two. With DSA's selection (GLM-5:
+/// 2,048) the scratch, the grid and the combine's shared weights are sized
+/// by it, not by the cache's length (202,752 positions at GLM-5's whole
+/// context).
+int64_t mlaMostEntries(int64_t positions, int64_t capacity);
 int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries,
                          int64_t projRows = 0);
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,

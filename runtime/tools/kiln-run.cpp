@@ -150,6 +150,11 @@ environment (CUDA backend, for measuring; the same bits either way):
                            (by default one block selects up to 6,144
                            attended positions, and the passes stop once the
                            threshold is known); the same result
+  KILN_CUDA_SHORT_GRAPH=1  a step with DSA indexers also replays a second
+                           graph, without them, while each selects every
+                           attended position (MLA then does not wait for
+                           them; off by default: not yet measured faster);
+                           the same result
   KILN_CUDA_SPECIALISED=LIST
                            the kernels compiled for GLM-5's shapes, by
                            family: a comma list of q8 (the q8_0 mat-vecs),

@@ -225,6 +225,18 @@ class Checks:
         self.identical(f"{model}: indexer top-k by the cluster, four passes, "
                        f"vs the default", clustered, graph,
                        f"{model} cluster selection vs default")
+        # Two graphs (KILN_CUDA_SHORT_GRAPH=1: the steps below the indexers'
+        # top-k replay a graph without them, MLA attending every position
+        # without reading the selection) against the default's one: the
+        # same entries in the same order, so the same bits. The prompt runs
+        # past tiny-f32's top 8 and small's top 4 (both graphs replayed);
+        # tiny-mix's top 64 keeps every step in the second.
+        two = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
+                     self.work / f"{model}-twographs.npy",
+                     extra_env={"KILN_CUDA_SHORT_GRAPH": "1"})
+        self.identical(f"{model}: two graphs (without the indexers below "
+                       f"their top-k) vs one", two, graph,
+                       f"{model} two graphs vs one")
         # attn_v_b inside MLA's launch (KILN_CUDA_MLA_PROJECTION=1; where
         # the weight is Q8_0, tiny-mix and small; tiny-f32's runs as a
         # mat-vec after MLA either way) against the CPU, the same tolerance.

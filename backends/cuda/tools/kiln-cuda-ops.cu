@@ -1078,10 +1078,20 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   const int64_t latent = 512, rope = 64, width = latent + rope;
   const float scale = 1.f / std::sqrt(float(width));
 
+  // A case's count: the selection's, or no selection over the whole
+  // cache (kAll), or no selection with the selection's length as the most
+  // positions attended (kBounded: a step's MLA below DSA's top-k, where
+  // every position is selected).
+  static constexpr int32_t kAll = -1, kBounded = -2;
   struct Case {
     kc::CacheType type;
     int32_t position;
-    int32_t count; // -1: no selection
+    int32_t count;
+  };
+  // The capacity a case's launch passes: the selection's length, also as
+  // the bound of kBounded; none for kAll.
+  auto launchCapacity = [](const Case &c, int64_t capacity) {
+    return c.count == kAll ? int64_t(0) : capacity;
   };
   // Floats after the scratch that no call may touch, filled with a
   // pattern no kernel writes (a NaN's bits).
@@ -1131,8 +1141,9 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   auto check = [&](int64_t heads, int64_t positions, int64_t capacity,
                    const Case &c, float *sharedScratch = nullptr,
                    const char *label = "", bool fixedHeads = false) {
-    Inputs in = inputs(heads, capacity,
-                       kc::mlaMostEntries(positions, c.count >= 0, capacity));
+    const int64_t bound = launchCapacity(c, capacity);
+    Inputs in =
+        inputs(heads, capacity, kc::mlaMostEntries(positions, bound));
     auto &[ql, qr, scratchFloats, dql, dqr, scores, dout, dpos, dsel, dcount] =
         in;
     Cache cache = randomCache(c.type, positions, width, rng.next());
@@ -1159,22 +1170,52 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     run(kc::launchMlaAttention(
         dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
         count >= 0 ? dsel.get() : nullptr, count >= 0 ? dcount.get() : nullptr,
-        capacity, scale, sharedScratch ? sharedScratch : scores.get(),
+        bound, scale, sharedScratch ? sharedScratch : scores.get(),
         dout.get(), fault.sink(), nullptr));
     const int64_t attended = count >= 0 ? count : c.position + 1;
     r.line("mla_attention",
-           count >= 0 ? fmtText("%s %lldx(512+64), %d selected of %lld%s",
-                                cacheName(c.type), (long long)heads, count,
-                                (long long)positions, label)
-                      : fmtText("%s %lldx(512+64), positions 0..%d of %lld%s",
-                                cacheName(c.type), (long long)heads, c.position,
-                                (long long)positions, label),
+           count >= 0
+               ? fmtText("%s %lldx(512+64), %d selected of %lld%s",
+                         cacheName(c.type), (long long)heads, count,
+                         (long long)positions, label)
+               : fmtText("%s %lldx(512+64), positions 0..%d of %lld%s%s",
+                         cacheName(c.type), (long long)heads, c.position,
+                         (long long)positions,
+                         count == kBounded
+                             ? fmtText(", at most %lld", (long long)capacity)
+                                   .c_str()
+                             : "",
+                         label),
            relError(dout.download(), want) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
                double(sharedScratch ? 0 : in.guardWrites()),
            sumTol(double(width)) + sumTol(double(attended)),
            fmtText("dot and softmax order, 1e-6*(sqrt(%lld)+sqrt(%lld))",
                    (long long)width, (long long)attended));
+    // Bounded: the bits of a selection of every position 0 .. position,
+    // which the indexer writes there (same entries, same order).
+    if (count == kBounded) {
+      std::vector<int32_t> every(size_t(capacity), 0);
+      for (int32_t i = 0; i <= c.position; ++i)
+        every[size_t(i)] = i;
+      dsel.upload(every);
+      dcount.upload({c.position + 1});
+      const std::vector<float> bounded = dout.download();
+      Fault selFault;
+      run(kc::launchMlaAttention(
+          dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
+          dsel.get(), dcount.get(), capacity, scale,
+          sharedScratch ? sharedScratch : scores.get(), dout.get(),
+          selFault.sink(), nullptr));
+      r.line("mla_attention",
+             fmtText("%s %lldx(512+64), positions 0..%d at most %lld: a "
+                     "selection of all of them's bits",
+                     cacheName(c.type), (long long)heads, c.position,
+                     (long long)capacity),
+             mismatches(dout.download(), bounded) +
+                 faultMismatch(selFault.read(), kc::FaultCode::None, 0, 0),
+             0, "same entries, same order");
+    }
     if (!fixedHeads)
       return;
     const std::vector<float> general = dout.download();
@@ -1186,7 +1227,7 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
       run(kc::launchMlaAttention(
           dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
           count >= 0 ? dsel.get() : nullptr,
-          count >= 0 ? dcount.get() : nullptr, capacity, scale, scores.get(),
+          count >= 0 ? dcount.get() : nullptr, bound, scale, scores.get(),
           fixedOut.get(), fixedFault.sink(), nullptr));
       ran = fixed.ran();
     }
@@ -1206,7 +1247,9 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   for (const Case &c :
        {Case{kc::CacheType::F16, 250, -1}, Case{kc::CacheType::F16, 299, 37},
         Case{kc::CacheType::F16, 0, -1}, Case{kc::CacheType::F16, 10, 0},
-        Case{kc::CacheType::BF16, 200, 64}, Case{kc::CacheType::F32, 120, -1}})
+        Case{kc::CacheType::BF16, 200, 64}, Case{kc::CacheType::F32, 120, -1},
+        Case{kc::CacheType::F16, 63, kBounded},
+        Case{kc::CacheType::BF16, 20, kBounded}})
     check(4, 300, 64, c);
   // GLM-5's 8 local heads over long caches: a full selection of 2,048,
   // counts between, and without a selection more chunks than one wave of
@@ -1216,7 +1259,9 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
        {Case{kc::CacheType::F16, 4095, 2048},
         Case{kc::CacheType::BF16, 3000, 1100},
         Case{kc::CacheType::F16, 2000, 1025},
-        Case{kc::CacheType::F16, 3000, -1}, Case{kc::CacheType::F32, 2500, -1}})
+        Case{kc::CacheType::F16, 3000, -1}, Case{kc::CacheType::F32, 2500, -1},
+        Case{kc::CacheType::F16, 1023, kBounded},
+        Case{kc::CacheType::F16, 2047, kBounded}})
     check(8, 4096, 2048, c);
   // The kernels compiled for GLM-5's heads at tp = 8, 4, 2, 1 (f16 cache,
   // KILN_CUDA_SPECIALISED=1): a full selection, and for 8 heads also a
@@ -1229,6 +1274,8 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
             "", true);
       check(heads, 4096, 2048, Case{kc::CacheType::F16, 1500, -1}, nullptr,
             "", true);
+      check(heads, 4096, 2048, Case{kc::CacheType::F16, 1500, kBounded},
+            nullptr, "", true);
     }
   }
 
@@ -1239,8 +1286,8 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   // 32 heads: more combine tasks (512) than blocks, so blocks take several.
   auto checkProjected = [&](int64_t heads, int64_t positions, int64_t capacity,
                             const Case &c, int64_t n) {
-    const int64_t entries =
-        kc::mlaMostEntries(positions, c.count >= 0, capacity);
+    const int64_t bound = launchCapacity(c, capacity);
+    const int64_t entries = kc::mlaMostEntries(positions, bound);
     Inputs in(rng, heads, latent, rope, capacity, entries,
               guardedScratch(kc::mlaScratchFloats(heads, latent, entries, n)));
     Cache cache = randomCache(c.type, positions, width, rng.next());
@@ -1271,7 +1318,7 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
       return kc::launchMlaAttention(
           in.dql.get(), in.dqr.get(), heads, latent, rope, cache.dev(),
           in.dpos.get(), count >= 0 ? in.dsel.get() : nullptr,
-          count >= 0 ? in.dcount.get() : nullptr, capacity, scale,
+          count >= 0 ? in.dcount.get() : nullptr, bound, scale,
           in.scores.get(), out.get(), fault.sink(), nullptr, &proj);
     };
     run(launch());
@@ -1338,7 +1385,7 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   Cache cache = randomCache(kc::CacheType::F16, positions, width, rng.next());
   struct FaultCase {
     const char *what;
-    int32_t position, count;
+    int32_t position, count; // count kBounded: no selection, capacity bounds
     bool badEntry;
     kc::FaultCode code;
     int64_t value, limit;
@@ -1351,7 +1398,9 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
         FaultCase{"count -1", 299, -1, false, kc::FaultCode::CountOutOfRange,
                   -1, capacity},
         FaultCase{"position 300 of 300", 300, 4, false,
-                  kc::FaultCode::PositionOutOfRange, 300, positions}}) {
+                  kc::FaultCode::PositionOutOfRange, 300, positions},
+        FaultCase{"no selection, position 64 beyond at most 64", 64, kBounded,
+                  false, kc::FaultCode::CountOutOfRange, 65, capacity}}) {
     std::vector<int32_t> sel(capacity);
     for (int32_t &s : sel)
       s = int32_t(rng.below(uint64_t(positions)));
@@ -1363,10 +1412,11 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     dsel.upload(sel);
     dcount.upload({f.count});
     Fault fault;
-    run(kc::launchMlaAttention(dql.get(), dqr.get(), heads, latent, rope,
-                               cache.dev(), dpos.get(), dsel.get(),
-                               dcount.get(), capacity, scale, scores.get(),
-                               dout.get(), fault.sink(), nullptr));
+    const bool selection = f.count != kBounded;
+    run(kc::launchMlaAttention(
+        dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
+        selection ? dsel.get() : nullptr, selection ? dcount.get() : nullptr,
+        capacity, scale, scores.get(), dout.get(), fault.sink(), nullptr));
     r.line("mla fault", f.what,
            faultMismatch(fault.read(), f.code, f.value, f.limit) +
                double(in.guardWrites()),

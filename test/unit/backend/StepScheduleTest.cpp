@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 using namespace kiln::backend;
@@ -133,6 +134,75 @@ TEST(StepSchedule, RandomFootprints) {
       expectValid(ops, s);
     }
   }
+}
+
+// A step with some ops left out, on the whole step's branches: every kept
+// op keeps its branch, every conflicting pair of kept ops stays ordered,
+// and a left-out op neither waits nor is waited for.
+TEST(StepSchedule, OnBranchesLeavesOpsOut) {
+  const uint32_t seed = 20261202;
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + rng() % 60;
+    std::vector<OpFootprint> ops(n);
+    std::vector<bool> skip(n);
+    for (size_t j = 0; j < n; ++j) {
+      ops[j].ordered = rng() % 10 == 0;
+      for (uint32_t r = 0, count = 1 + rng() % 3; r < count; ++r) {
+        uint64_t begin = rng() % 256, length = rng() % 24;
+        ops[j].ranges.push_back({begin, begin + length, rng() % 2 == 0});
+      }
+      skip[j] = rng() % 4 == 0;
+    }
+    for (int branches : {1, 3, 8}) {
+      SCOPED_TRACE("round " + std::to_string(round) + ", " +
+                   std::to_string(branches) + " branches");
+      const StepSchedule layout = scheduleStep(ops, branches);
+      std::vector<OpFootprint> kept = ops;
+      for (size_t j = 0; j < n; ++j)
+        if (skip[j])
+          kept[j] = {};
+      const StepSchedule s = scheduleOnBranches(kept, layout, skip);
+      expectValid(kept, s);
+      EXPECT_EQ(s.branches, layout.branches);
+      for (size_t j = 0; j < n; ++j) {
+        EXPECT_EQ(s.branch[j], layout.branch[j]);
+        if (skip[j]) {
+          EXPECT_TRUE(s.waits[j].empty());
+          EXPECT_FALSE(s.signals[j]);
+        }
+        for (int32_t d : s.waits[j])
+          EXPECT_FALSE(skip[size_t(d)]);
+      }
+    }
+  }
+}
+
+// The indexer's case: X (after A) writes what B reads, B also reads C's
+// output; with X left out and B no longer reading X's, B waits for C alone
+// and nothing waits for X.
+TEST(StepSchedule, OnBranchesDropsTheLeftOutOpsEdges) {
+  std::vector<OpFootprint> ops = {
+      touch({writes(0, 8)}),                  // 0: A
+      touch({writes(100, 108)}),              // 1: C, another branch
+      touch({reads(0, 8), writes(16, 24)}),   // 2: X, after A
+      touch({reads(100, 108), reads(16, 24)}) // 3: B
+  };
+  const StepSchedule layout = scheduleStep(ops, 4);
+  ASSERT_NE(layout.branch[2], layout.branch[1]);
+  std::vector<OpFootprint> kept = ops;
+  kept[2] = {};
+  kept[3] = touch({reads(100, 108)}); // B without X's output
+  const StepSchedule s =
+      scheduleOnBranches(kept, layout, {false, false, true, false});
+  expectValid(kept, s);
+  EXPECT_FALSE(s.signals[2]);
+  EXPECT_EQ(std::count(s.waits[3].begin(), s.waits[3].end(), 2), 0);
+  EXPECT_TRUE(scheduleOrders(s, 1, 3));
+  // B's only wait, where it is on another branch than C.
+  EXPECT_EQ(s.waits[3].size(),
+            size_t(layout.branch[3] != layout.branch[1] ? 1 : 0));
 }
 
 } // namespace
