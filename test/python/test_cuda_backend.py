@@ -213,30 +213,32 @@ class Checks:
                        fixed, general, f"{model} fixed-shape kernels vs general",
                        ok=(np.array_equal(general, graph) and
                            (ran > 0 or model != "small")))
+        # A switch (VAR=1) that must leave the logits bit for bit as the
+        # default graph's.
+        def same_bits(var, name, label, what):
+            got = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
+                         self.work / f"{model}-{name}.npy",
+                         extra_env={var: "1"})
+            self.identical(f"{model}: {label}", got, graph, f"{model} {what}")
+
         # The indexer's top-k as before the seventeenth pass
         # (KILN_CUDA_CLUSTER_SELECT=1: its cluster of blocks, four radix
         # passes) against the default (one block at these counts, stopping
         # once the threshold is known): the same selection, so the same
         # bits. tiny-f32 (top 8) and small (top 4) select from up to 48
         # positions; tiny-mix's top 64 takes them all either way.
-        clustered = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
-                           self.work / f"{model}-cluster.npy",
-                           extra_env={"KILN_CUDA_CLUSTER_SELECT": "1"})
-        self.identical(f"{model}: indexer top-k by the cluster, four passes, "
-                       f"vs the default", clustered, graph,
-                       f"{model} cluster selection vs default")
+        same_bits("KILN_CUDA_CLUSTER_SELECT", "cluster",
+                  "indexer top-k by the cluster, four passes, vs the default",
+                  "cluster selection vs default")
         # Two graphs (KILN_CUDA_SHORT_GRAPH=1: the steps below the indexers'
         # top-k replay a graph without them, MLA attending every position
         # without reading the selection) against the default's one: the
         # same entries in the same order, so the same bits. The prompt runs
         # past tiny-f32's top 8 and small's top 4 (both graphs replayed);
         # tiny-mix's top 64 keeps every step in the second.
-        two = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
-                     self.work / f"{model}-twographs.npy",
-                     extra_env={"KILN_CUDA_SHORT_GRAPH": "1"})
-        self.identical(f"{model}: two graphs (without the indexers below "
-                       f"their top-k) vs one", two, graph,
-                       f"{model} two graphs vs one")
+        same_bits("KILN_CUDA_SHORT_GRAPH", "twographs",
+                  "two graphs (without the indexers below their top-k) vs "
+                  "one", "two graphs vs one")
         # attn_v_b inside MLA's launch (KILN_CUDA_MLA_PROJECTION=1; where
         # the weight is Q8_0, tiny-mix and small; tiny-f32's runs as a
         # mat-vec after MLA either way) against the CPU, the same tolerance.

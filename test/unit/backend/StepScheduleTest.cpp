@@ -112,20 +112,25 @@ TEST(StepSchedule, OneBranchIsListOrder) {
   EXPECT_TRUE(scheduleOrders(s, 0, 1));
 }
 
+/// 1 to 60 ops, each of 1 to 3 ranges in 280 bytes, one in ten ordered.
+std::vector<OpFootprint> randomOps(std::mt19937 &rng) {
+  std::vector<OpFootprint> ops(1 + rng() % 60);
+  for (OpFootprint &op : ops) {
+    op.ordered = rng() % 10 == 0;
+    for (uint32_t r = 0, count = 1 + rng() % 3; r < count; ++r) {
+      uint64_t begin = rng() % 256, length = rng() % 24;
+      op.ranges.push_back({begin, begin + length, rng() % 2 == 0});
+    }
+  }
+  return ops;
+}
+
 TEST(StepSchedule, RandomFootprints) {
   const uint32_t seed = 20261130;
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
   for (int round = 0; round < 200; ++round) {
-    const size_t n = 1 + rng() % 60;
-    std::vector<OpFootprint> ops(n);
-    for (OpFootprint &op : ops) {
-      op.ordered = rng() % 10 == 0;
-      for (uint32_t r = 0, count = 1 + rng() % 3; r < count; ++r) {
-        uint64_t begin = rng() % 256, length = rng() % 24;
-        op.ranges.push_back({begin, begin + length, rng() % 2 == 0});
-      }
-    }
+    const std::vector<OpFootprint> ops = randomOps(rng);
     for (int branches : {1, 2, 3, 8}) {
       SCOPED_TRACE("round " + std::to_string(round) + ", " +
                    std::to_string(branches) + " branches");
@@ -144,17 +149,11 @@ TEST(StepSchedule, OnBranchesLeavesOpsOut) {
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
   for (int round = 0; round < 200; ++round) {
-    const size_t n = 1 + rng() % 60;
-    std::vector<OpFootprint> ops(n);
+    const std::vector<OpFootprint> ops = randomOps(rng);
+    const size_t n = ops.size();
     std::vector<bool> skip(n);
-    for (size_t j = 0; j < n; ++j) {
-      ops[j].ordered = rng() % 10 == 0;
-      for (uint32_t r = 0, count = 1 + rng() % 3; r < count; ++r) {
-        uint64_t begin = rng() % 256, length = rng() % 24;
-        ops[j].ranges.push_back({begin, begin + length, rng() % 2 == 0});
-      }
+    for (size_t j = 0; j < n; ++j)
       skip[j] = rng() % 4 == 0;
-    }
     for (int branches : {1, 3, 8}) {
       SCOPED_TRACE("round " + std::to_string(round) + ", " +
                    std::to_string(branches) + " branches");
