@@ -16,6 +16,9 @@
 // kiln-cuda-ops --bench-images    only --bench's probe of kernel images
 //   taking turns (straight and branching code, the L2 turned over between
 //   probes by a copy or by weight-like reads, normal or evict-first)
+// kiln-cuda-ops --bench-edges     what a second dependency of a kernel in
+//   a programmatic chain costs in a graph, when the kernel it names has
+//   long finished (a step's cross-branch waits)
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -3009,6 +3012,75 @@ probeImages(std::integer_sequence<int, kImages...>) {
 /// evict-first. The difference is the image fetch: a cost the step's chain
 /// pays at every boundary where the image is not already at hand. Both
 /// kinds of probe: straight and branching code.
+/// --bench-edges: chains of 64 swiglu kernels of 2,048 values (each link
+/// launched with programmatic serialization, as a step's are) in a graph,
+/// per link: alone; each link also waiting for an event recorded after one
+/// kernel on a second stream at the start (an edge from a kernel that has
+/// long finished, as a step's waits across branches mostly are); and only
+/// every eighth link so. The difference is what such an edge costs a link:
+/// in GLM-5's step a kernel with one lost its early start (docs/perf.md,
+/// eighteenth pass).
+void benchEdges() {
+  constexpr int kChain = 64;
+  constexpr int64_t n = 2048;
+  kiln::Rng rng(11);
+  const size_t values = size_t(n);
+  DeviceArray<float> g(normals(rng, n, 1.0)), u(normals(rng, n, 1.0)),
+      y(values), side(values);
+  cudaStream_t links, other;
+  cudaEvent_t fork, sideDone;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&links, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventCreateWithFlags(&sideDone, cudaEventDisableTiming));
+  // every: each `every`-th link also waits for the side kernel (0: none).
+  auto chain = [&](int every) {
+    return timeInGraph(
+        links,
+        [&](cudaStream_t s) -> cudaError_t {
+          if (cudaError_t e = cudaEventRecord(fork, s); e != cudaSuccess)
+            return e;
+          if (cudaError_t e = cudaStreamWaitEvent(other, fork, 0);
+              e != cudaSuccess)
+            return e;
+          if (cudaError_t e =
+                  kc::launchSwiglu(g.get(), u.get(), n, side.get(), other);
+              e != cudaSuccess)
+            return e;
+          if (cudaError_t e = cudaEventRecord(sideDone, other);
+              e != cudaSuccess)
+            return e;
+          for (int i = 0; i < kChain; ++i) {
+            if (every > 0 && i % every == every - 1)
+              if (cudaError_t e = cudaStreamWaitEvent(s, sideDone, 0);
+                  e != cudaSuccess)
+                return e;
+            if (cudaError_t e =
+                    kc::launchSwiglu(g.get(), u.get(), n, y.get(), s);
+                e != cudaSuccess)
+              return e;
+          }
+          // The side stream joins the chain's end where no link waited.
+          return cudaStreamWaitEvent(s, sideDone, 0);
+        },
+        10) /
+           kChain;
+  };
+  const double alone = chain(0), each = chain(1), eighth = chain(8);
+  std::printf("bench edges: a link of a programmatic chain (swiglu of %lld "
+              "values) %.2f us\n",
+              (long long)n, alone);
+  std::printf("bench edges: every link also waiting for a finished kernel on "
+              "another stream %.2f us (+%.2f us an edge)\n",
+              each, each - alone);
+  std::printf("bench edges: every eighth link so %.2f us (+%.2f us an edge)\n",
+              eighth, (eighth - alone) * 8);
+  CHECK_CUDA(cudaEventDestroy(fork));
+  CHECK_CUDA(cudaEventDestroy(sideDone));
+  CHECK_CUDA(cudaStreamDestroy(links));
+  CHECK_CUDA(cudaStreamDestroy(other));
+}
+
 void benchImages() {
   constexpr int kChain = 64;
   const auto straight =
@@ -3826,7 +3898,8 @@ void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
 int main(int argc, char **argv) {
   uint64_t seed = 1;
   bool bench = false, benchMoeOnly = false, benchDsaOnly = false,
-       benchChainOnly = false, benchImagesOnly = false;
+       benchChainOnly = false, benchImagesOnly = false,
+       benchEdgesOnly = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
@@ -3840,10 +3913,12 @@ int main(int argc, char **argv) {
       benchChainOnly = true;
     } else if (std::string(argv[i]) == "--bench-images") {
       benchImagesOnly = true;
+    } else if (std::string(argv[i]) == "--bench-edges") {
+      benchEdgesOnly = true;
     } else {
       std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench | "
                            "--bench-moe | --bench-dsa | --bench-chain | "
-                           "--bench-images]\n");
+                           "--bench-images | --bench-edges]\n");
       return 2;
     }
   }
@@ -3871,10 +3946,15 @@ int main(int argc, char **argv) {
     benchImages();
     return 0;
   }
+  if (benchEdgesOnly) {
+    benchEdges();
+    return 0;
+  }
   if (bench) {
     benchLinear();
     benchQ8Mix();
     benchImages();
+    benchEdges();
     benchOps();
     return 0;
   }
