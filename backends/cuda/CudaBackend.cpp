@@ -1374,6 +1374,12 @@ std::vector<backend::OpFootprint> footprints(const CudaStep &s,
   return out;
 }
 
+/// Whether unit `i` of `s` is of an op kind KILN_CUDA_OMIT leaves out.
+bool omitted(const CudaRank &rank, const CudaStep &s, size_t i) {
+  return !rank.omit.empty() &&
+         rank.omit.count(s.step->ops[size_t(s.unitOp[i])].kind);
+}
+
 /// A graph's schedule over the units' footprints and which units start
 /// quiet: the whole step laid out afresh; a graph that leaves units out on
 /// the whole step's branches (`layout`).
@@ -1417,7 +1423,8 @@ allSelectedGraph(const CudaRank &rank, const CudaStep &s,
                  std::vector<std::optional<Launch>> &everySelected,
                  const std::set<int32_t> &selections) {
   StepGraph g;
-  g.skip.assign(s.units.size(), false);
+  g.skip = s.whole.skip; // KILN_CUDA_OMIT's units stay out too
+  g.skip.resize(s.units.size(), false);
   g.instead.resize(s.units.size());
   std::vector<backend::OpFootprint> whole = prints;
   // Each selection buffer's latest writer so far (the buffer is the same
@@ -1557,6 +1564,21 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     }
   }
   planGraph(rank, s.whole, unitPrints);
+  // KILN_CUDA_OMIT: the omitted units left out on the same branches (no
+  // waits, no signals), as the second graph leaves the indexers out. An
+  // omitted unit that still recorded its event, with nothing captured on
+  // its branch since, stalled the kernels that waited for it (docs/perf.md,
+  // eighteenth pass).
+  if (!rank.omit.empty()) {
+    std::vector<bool> skip(s.units.size(), false);
+    for (size_t i = 0; i < s.units.size(); ++i)
+      skip[i] = omitted(rank, s, i);
+    if (std::find(skip.begin(), skip.end(), true) != skip.end()) {
+      const backend::StepSchedule layout = s.whole.schedule;
+      s.whole.skip = std::move(skip);
+      planGraph(rank, s.whole, unitPrints, &layout);
+    }
+  }
   if (rank.shortGraph && !selections.empty() && selectsAll > 0)
     s.allSelected = allSelectedGraph(rank, s, reads, std::move(unitPrints),
                                      everySelected, selections);
@@ -1595,12 +1617,6 @@ Status loadKernelImages(CudaRank &rank, const Artifact &a) {
                              "kiln-compile --target=cuda:{}",
                              rank.arch, rank.where, rank.arch));
   return Status::ok();
-}
-
-/// Whether unit `i` of `s` is of an op kind KILN_CUDA_OMIT leaves out.
-bool omitted(const CudaRank &rank, const CudaStep &s, size_t i) {
-  return !rank.omit.empty() &&
-         rank.omit.count(s.step->ops[size_t(s.unitOp[i])].kind);
 }
 
 /// Enqueues unit i of graph `g` on `stream` (nothing when its kind is
