@@ -13,7 +13,8 @@ CUPTI handling its buffer, shows there and is left out of the charges).
 
   utils/timeline.py FILE [--device N] [--top K] [--group]
                     [--schedule SCHED [--chain FROM:TO] [--units FROM:TO]
-                                      [--layer N] [--links] [--compare OTHER]]
+                                      [--layer N] [--links] [--compare OTHER]
+                                      [--starts]]
 
 --group folds template arguments (mlaChunkKernel<...> -> mlaChunkKernel).
 
@@ -45,6 +46,12 @@ in each run, with the mean and the total change, most changed first: where a
 switch moved the step's time, whether or not the unit is on the critical
 path (KILN_CUDA_SPECIALISED's families, for example, are told apart by the
 kernels' template arguments).
+
+--starts (with --schedule) prints, by op kind, when each unit's first kernel
+started against the end of its latest predecessor (negative: launched early,
+waiting inside), for units that wait for another branch and for units whose
+predecessors are all on their own branch, with counts and medians: what a
+wait across branches costs a kernel's start.
 
 --layer N (with --schedule) lists layer N's units so: from the residual add
 and norm that ends layer N - 1 (all_reduce_add_rms_norm, or add_rms_norm on
@@ -235,6 +242,36 @@ def print_compare(kernels, other, units, top):
               f"{(tb - ta) / n / 1e3:+8.2f} {(tb - ta) / 1e3:+9.1f}  {names}")
 
 
+def print_starts(kernels, units):
+    """By op kind: the first kernel's start minus the latest predecessor's
+    end, for units with a wait across branches and units without."""
+    _, previous, ready = unit_ends(kernels, units)
+    rows = defaultdict(lambda: ([], []))
+    for i, ks in enumerate(unit_kernels(kernels, units)):
+        if not ks or not previous[i]:
+            continue
+        across = bool(units[i][2])
+        start = min(k[0] for k in ks)
+        rows[op_kind(units[i][0])][1 if across else 0].append(
+            (start - ready[i]) / 1e3)
+
+    def median(v):
+        v = sorted(v)
+        return v[len(v) // 2] if v else None
+
+    def cell(v):
+        m = median(v)
+        return f"{len(v):5d} {m:8.2f}" if v else f"{0:5d} {'-':>8}"
+
+    print("\nstart after the latest predecessor's end, us (median; negative: "
+          "launched early)")
+    print(f"{'op kind':28} {'own branch':>14} {'across branches':>15}")
+    print(f"{'':28} {'units':>5} {'median':>8} {'units':>6} {'median':>8}")
+    for kind, (own, across) in sorted(rows.items(),
+                                      key=lambda kv: -len(kv[1][1])):
+        print(f"{kind:28} {cell(own)}  {cell(across)}")
+
+
 def print_units(kernels, units, lo, hi):
     per_unit = unit_kernels(kernels, units)
     if not per_unit[lo]:
@@ -289,7 +326,10 @@ def main():
     p.add_argument("--layer", type=int)
     p.add_argument("--links", action="store_true")
     p.add_argument("--compare")
+    p.add_argument("--starts", action="store_true")
     a = p.parse_args()
+    if a.starts and not a.schedule:
+        sys.exit("timeline: error: --starts needs --schedule")
     if a.units and not a.schedule:
         sys.exit("timeline: error: --units needs --schedule")
     if a.links and not a.schedule:
@@ -333,6 +373,8 @@ def main():
             print_units(kernels, units, *unit_range("--units", a.units, units))
         if a.layer is not None:
             print_units(kernels, units, *layer_range(a.layer, units))
+        if a.starts:
+            print_starts(kernels, units)
         if a.compare:
             other = load(a.compare, a.device)
             if not other:

@@ -247,3 +247,32 @@ def test_compare_two_runs_unit_by_unit(tmp_path):
                  "k5,1014000,1020000,0,1,5\n")
     assert "not the same run" in refused(t, "--schedule", s, "--compare", o)
     assert "--compare needs --schedule" in refused(t, "--compare", o)
+
+
+def test_starts_split_own_branch_from_across(tmp_path):
+    # u0 (branch 0) 0-10 us; u1 (branch 1, waits for u0) starts at 11, ends
+    # at 14: 1 us after its predecessor; u2 (branch 0, after u0) launched
+    # early at 6, ends at 13: -4; u3 (branch 0, after u2, waits for u1)
+    # starts at 14.5: 0.5 after the later of 13 and 14. u0 has no
+    # predecessor and is not listed.
+    t = tmp_path / "t.csv"
+    t.write_text(HEADER +
+                 "k1,1000000,1010000,0,1,1\n"
+                 "k2,1011000,1014000,0,2,2\n"
+                 "k3,1006000,1013000,0,1,3\n"
+                 "k4,1014500,1020000,0,1,4\n")
+    s = tmp_path / "s.tsv"
+    s.write_text(SCHEDULE_HEADER +
+                 "0\tstep 'decode_step' op 0 (rms_norm)\t0\t\t1\n"
+                 "1\tstep 'decode_step' op 1 (linear)\t1\t0\t1\n"
+                 "2\tstep 'decode_step' op 2 (linear)\t0\t\t1\n"
+                 "3\tstep 'decode_step' op 3 (add)\t0\t1\t1\n")
+    out = subprocess.run([sys.executable, SCRIPT, t, "--schedule", s,
+                          "--starts"], capture_output=True, text=True,
+                         check=True).stdout
+    section = out[out.index("start after"):].splitlines()[3:]
+    rows = {f[0]: f[1:] for f in (line.split() for line in section)}
+    assert rows["linear"] == ["1", "-4.00", "1", "1.00"]
+    assert rows["add"] == ["0", "-", "1", "0.50"]
+    assert "rms_norm" not in rows
+    assert "needs --schedule" in refused(t, "--starts")
