@@ -137,7 +137,7 @@ environment (CUDA backend, for measuring; the same bits either way):
                            pair of the group's GPUs can read each other's
                            memory; a simulated rank then reads its own part
                            once per rank)
-  KILN_CUDA_SCHEDULE=FILE  write rank 0's captured step as launch units in
+  KILN_CUDA_SCHEDULE=FILE  write rank 0's replayed step as launch units in
                            order (op, branch, the units it waits for) to
                            FILE as TSV
   KILN_CUDA_QUIET_START=0  the mat-vecs after a collective prefetch their
