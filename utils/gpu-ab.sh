@@ -1,32 +1,40 @@
 #!/usr/bin/env bash
 # A/B of two packs (utils/gpu-pack.sh), or of one pack with and without an
 # environment switch, on one GPU host: the same benchmark from each side, in
-# turn, several rounds, so that both see the same machine (machines of one
-# kind differ by 0.1-0.4 ms a GLM-5 step, more than many single changes
-# move it). Prints each round's medians and the medians of them.
+# turn, several rounds, so that all sides see the same machine (machines of
+# one kind differ by 0.1-0.4 ms a GLM-5 step, more than many single changes
+# move it). More than two sides take turns the same way (an A/B/C of a
+# baseline and two changes in one call). Prints each round's medians and the
+# medians of them.
 #
-#   utils/gpu-ab.sh SIDE_A SIDE_B [ROUNDS] -- BENCH-ARGS...
+#   utils/gpu-ab.sh SIDE_A SIDE_B [SIDE_C...] [ROUNDS] -- BENCH-ARGS...
 #   e.g. utils/gpu-ab.sh gpu-pack-base gpu-pack 3 -- glm5.cuda.tp8.kiln \
 #          --simulate-rank 0/8 --context 1024 --steps 30
 #        utils/gpu-ab.sh gpu-pack gpu-pack+KILN_CUDA_SPECIALISED=0 3 -- ...
 # A side is a pack's folder, optionally followed by +VAR=VALUE settings for
-# the benchmark's environment. The artifact is named as it is inside each
-# pack's models/ folder.
+# the benchmark's environment; ROUNDS, a count, is the last word before --
+# (default 3). The artifact is named as it is inside each pack's models/
+# folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { echo "usage: utils/gpu-ab.sh SIDE_A SIDE_B [ROUNDS] -- ARTIFACT BENCH-ARGS... (a side: PACK[+VAR=VALUE...])" >&2; exit 2; }
-[ $# -ge 4 ] || usage
-a=$1 b=$2; shift 2
-rounds=3
-if [ "$1" != -- ]; then rounds=$1; shift; fi
-[ "$1" = -- ] || usage
+usage() { echo "usage: utils/gpu-ab.sh SIDE_A SIDE_B [SIDE_C...] [ROUNDS] -- ARTIFACT BENCH-ARGS... (a side: PACK[+VAR=VALUE...])" >&2; exit 2; }
+sides=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do sides+=("$1"); shift; done
+[ $# -ge 2 ] || usage # --, then the artifact
 shift
-[ $# -ge 1 ] || usage
+rounds=3
+last=${sides[${#sides[@]}-1]:-}
+if [[ $last =~ ^[0-9]+$ ]]; then rounds=$last; unset 'sides[${#sides[@]}-1]'; fi
+[ ${#sides[@]} -ge 2 ] || usage
 artifact=$1; shift
-case $rounds in ''|*[!0-9]*) echo "gpu-ab: error: ROUNDS: expected a count, not '$rounds'" >&2; exit 2 ;; esac
-[ "$a" != "$b" ] || { echo "gpu-ab: error: both sides are '$a'" >&2; exit 2; }
+[ "$rounds" -ge 1 ] || { echo "gpu-ab: error: ROUNDS: expected a count of at least 1, not '$rounds'" >&2; exit 2; }
+declare -A seen
+for side in "${sides[@]}"; do
+  [ -z "${seen[$side]:-}" ] || { echo "gpu-ab: error: two sides are '$side'" >&2; exit 2; }
+  seen[$side]=1
+done
 declare -A pack settings
-for side in "$a" "$b"; do
+for side in "${sides[@]}"; do
   p=${side%%+*}
   pack[$side]=$p
   settings[$side]=
@@ -44,7 +52,7 @@ done
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 declare -A got
 for ((r = 1; r <= rounds; r++)); do
-  for side in "$a" "$b"; do
+  for side in "${sides[@]}"; do
     p=${pack[$side]}
     env_args=()
     [ -z "${settings[$side]}" ] || IFS=+ read -r -a env_args <<<"${settings[$side]}"
@@ -56,7 +64,7 @@ for ((r = 1; r <= rounds; r++)); do
     got[$side]="${got[$side]:-} $us"
   done
 done
-for side in "$a" "$b"; do
+for side in "${sides[@]}"; do
   median=$(tr ' ' '\n' <<<"${got[$side]}" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
   echo "$side: median of $rounds rounds $median us"
 done

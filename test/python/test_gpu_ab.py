@@ -1,7 +1,8 @@
 """utils/gpu-ab.sh without a GPU: packs whose kiln-run is a script that
 prints a step line built from its environment, so the medians show which
-side ran with which settings and in which order; and the refusals (two
-identical sides, a setting that is not VAR=VALUE, a missing artifact)."""
+side ran with which settings and in which order, with two sides and three;
+and the refusals (two identical sides, one side, no rounds, a setting that is
+not VAR=VALUE, a missing artifact)."""
 import stat
 import subprocess
 
@@ -56,10 +57,30 @@ def test_one_pack_with_and_without_a_switch(tmp_path):
             "90.5 us") in out.stdout
 
 
+def test_three_sides_take_turns(tmp_path):
+    a, b = fake_pack(tmp_path, "a"), fake_pack(tmp_path, "b")
+    out = ab(a, b, f"{b}+MEDIAN_US=80", 2, "--", "m.kiln", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert [c.split()[0] for c in calls] == ["a", "b", "b"] * 2
+    assert f"{a}: median of 2 rounds 100 us" in out.stdout
+    assert f"{b}: median of 2 rounds 100 us" in out.stdout
+    assert f"{b}+MEDIAN_US=80: median of 2 rounds 80 us" in out.stdout
+    # Without a count before --, three rounds.
+    (tmp_path / "calls.txt").unlink()
+    out = ab(a, b, f"{b}+MEDIAN_US=80", "--", "m.kiln", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert len((tmp_path / "calls.txt").read_text().splitlines()) == 9
+
+
 def test_refusals(tmp_path):
     a = fake_pack(tmp_path, "a")
     same = ab(a, a, "--", "m.kiln", cwd=tmp_path)
-    assert same.returncode == 2 and "both sides are" in same.stderr
+    assert same.returncode == 2 and "two sides are" in same.stderr
+    one = ab(a, 3, "--", "m.kiln", cwd=tmp_path)
+    assert one.returncode == 2 and "usage" in one.stderr
+    zero = ab(a, f"{a}+X=1", 0, "--", "m.kiln", cwd=tmp_path)
+    assert zero.returncode == 2 and "at least 1" in zero.stderr
     bad = ab(a, f"{a}+NOTASETTING", "--", "m.kiln", cwd=tmp_path)
     assert bad.returncode == 2 and "'NOTASETTING' is not VAR=VALUE" in bad.stderr
     missing = ab(a, f"{a}+X=1", "--", "other.kiln", cwd=tmp_path)
