@@ -1413,9 +1413,8 @@ struct OpReads {
 /// positions (CudaStep::allSelected): the indexers left out, and each MLA
 /// that reads a selection run by its launch without it (`everySelected`,
 /// by unit), its footprint then with its indexer's reads in place of the
-/// selection's buffers. None when
-/// another op reads what an indexer writes (`selections`), or such an MLA
-/// has no launch without it.
+/// selection's buffers. None when another op reads what an indexer writes
+/// (`selections`), or such an MLA has no launch without it.
 std::optional<StepGraph>
 allSelectedGraph(const CudaRank &rank, const CudaStep &s,
                  const std::vector<OpReads> &reads,
