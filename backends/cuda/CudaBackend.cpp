@@ -1403,12 +1403,6 @@ void planGraph(const CudaRank &rank, StepGraph &g,
   }
 }
 
-/// What an op reads, kept for planning graphs after the op is bound.
-struct OpReads {
-  OpKind kind;
-  std::vector<int32_t> ins;
-};
-
 /// The graph of the positions where every DSA indexer selects all attended
 /// positions (CudaStep::allSelected): the indexers left out, and each MLA
 /// that reads a selection run by its launch without it (`everySelected`,
@@ -1417,7 +1411,7 @@ struct OpReads {
 /// (`selections`), or such an MLA has no launch without it.
 std::optional<StepGraph>
 allSelectedGraph(const CudaRank &rank, const CudaStep &s,
-                 const std::vector<OpReads> &reads,
+                 const std::vector<StepOp> &ops,
                  std::vector<backend::OpFootprint> prints,
                  std::vector<std::optional<Launch>> &everySelected,
                  const std::set<int32_t> &selections) {
@@ -1425,19 +1419,16 @@ allSelectedGraph(const CudaRank &rank, const CudaStep &s,
   g.skip = s.whole.skip; // KILN_CUDA_OMIT's units stay out too
   g.skip.resize(s.units.size(), false);
   g.instead.resize(s.units.size());
-  std::vector<backend::OpFootprint> whole = prints;
   // Each selection buffer's latest writer so far (the buffer is the same
-  // one in every layer when the arena reuses it).
+  // one in every layer when the arena reuses it). An indexer's footprint
+  // stays as it is: only MLA's change below.
   std::map<int32_t, size_t> writer;
   for (size_t i = 0; i < s.units.size(); ++i) {
-    const OpReads &op = reads[size_t(s.unitOp[i])];
+    const StepOp &op = ops[size_t(s.unitOp[i])];
     if (op.kind == OpKind::DsaIndexer) {
       g.skip[i] = true;
-      for (const backend::MemoryRange &m : whole[i].ranges)
-        for (int32_t b : selections)
-          if (m.write &&
-              m.begin == reinterpret_cast<uintptr_t>(s.ptrs[size_t(b)]))
-            writer[b] = i;
+      for (int32_t b : op.outs)
+        writer[b] = i;
       continue;
     }
     if (std::none_of(op.ins.begin(), op.ins.end(),
@@ -1464,7 +1455,7 @@ allSelectedGraph(const CudaRank &rank, const CudaStep &s,
       auto w = writer.find(b);
       if (w == writer.end())
         return std::nullopt;
-      for (const backend::MemoryRange &m : whole[w->second].ranges)
+      for (const backend::MemoryRange &m : prints[w->second].ranges)
         if (!m.write)
           rs.push_back(m);
     }
@@ -1518,9 +1509,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   std::vector<std::optional<Launch>> everySelected;
   std::set<int32_t> selections;
   int64_t selectsAll = 0;
-  std::vector<OpReads> reads;
   for (const StepOp &op : ops) {
-    reads.push_back({op.kind, op.ins});
     if (op.kind == OpKind::DsaIndexer) {
       selections.insert(op.outs.begin(), op.outs.end());
       selectsAll = selectsAll ? std::min(selectsAll, op.topK) : op.topK;
@@ -1531,7 +1520,8 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     const bool fused = ops[i].kind == OpKind::FusedLinear ||
                        ops[i].kind == OpKind::RmsNormLinear;
     const int32_t x = ops[i].ins[0], y = ops[i].outs[0];
-    OpBinder binder(rank, s, std::move(ops[i]), int32_t(i));
+    // A copy: the ops plan the second graph after binding.
+    OpBinder binder(rank, s, ops[i], int32_t(i));
     if (!fused) {
       KILN_ASSIGN(launch, binder.bind());
       s.units.push_back(std::move(launch));
@@ -1579,7 +1569,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     }
   }
   if (rank.shortGraph && !selections.empty() && selectsAll > 0)
-    s.allSelected = allSelectedGraph(rank, s, reads, std::move(unitPrints),
+    s.allSelected = allSelectedGraph(rank, s, ops, std::move(unitPrints),
                                      everySelected, selections);
   s.selectsAll = s.allSelected ? selectsAll : 0;
   return Status::ok();
@@ -1618,12 +1608,12 @@ Status loadKernelImages(CudaRank &rank, const Artifact &a) {
   return Status::ok();
 }
 
-/// Enqueues unit i of graph `g` on `stream` (nothing when its kind is
-/// omitted or the graph leaves it out), its mat-vecs without their early
-/// prefetch when `quiet`.
-Status enqueueUnit(const CudaRank &rank, CudaStep &s, const StepGraph &g,
-                   size_t i, cudaStream_t stream, bool quiet) {
-  if (omitted(rank, s, i) || g.skips(i))
+/// Enqueues unit i of graph `g` on `stream` (nothing when the graph leaves
+/// it out: KILN_CUDA_OMIT's units, the second graph's indexers), its
+/// mat-vecs without their early prefetch when `quiet`.
+Status enqueueUnit(CudaStep &s, const StepGraph &g, size_t i,
+                   cudaStream_t stream, bool quiet) {
+  if (g.skips(i))
     return Status::ok();
   setEarlyPrefetch(!quiet);
   const bool instead = !g.instead.empty() && g.instead[i];
@@ -1643,7 +1633,7 @@ Status enqueueStep(CudaRank &rank, CudaStep &s, const StepGraph &g,
   for (size_t i = 0; i < s.units.size(); ++i) {
     if (profile)
       CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
-    KILN_TRY(enqueueUnit(rank, s, g, i, rank.stream, g.quietStartEager[i]));
+    KILN_TRY(enqueueUnit(s, g, i, rank.stream, g.quietStartEager[i]));
   }
   if (profile)
     CUDA_TRY(rank.where, cudaEventRecord(s.events.back(), rank.stream));
@@ -1763,7 +1753,7 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s, StepGraph &g) {
     const std::string &where = s.where[size_t(s.unitOp[i])];
     for (int32_t d : plan.waits[i])
       CUDA_TRY(where, cudaStreamWaitEvent(stream, g.done[size_t(d)], 0));
-    KILN_TRY(enqueueUnit(rank, s, g, i, stream, g.quietStart[i]));
+    KILN_TRY(enqueueUnit(s, g, i, stream, g.quietStart[i]));
     if (!rank.scheduleFile.empty() && rank.index == 0) {
       KILN_ASSIGN(kernels, capturedKernels(stream, where));
       g.unitKernels.push_back(kernels);
