@@ -856,6 +856,13 @@ struct MlaSliceRow {
   uint16_t d = 0;
 };
 
+/// mlaMostEntries, on both sides: every position of the cache, or with a
+/// capacity above 0 the fewer of the two.
+__host__ __device__ inline int64_t mlaEntryLimit(int64_t positions,
+                                                 int64_t capacity) {
+  return capacity > 0 && capacity < positions ? capacity : positions;
+}
+
 /// The attended entry count, or -1 when the inputs fault (uniform over the
 /// grid: every thread reads the same scalars).
 __device__ int64_t mlaAttended(const MlaArgs &a) {
@@ -864,9 +871,7 @@ __device__ int64_t mlaAttended(const MlaArgs &a) {
   const int32_t count = a.selected ? *a.count : 0;
   if (position < 0 || position >= a.cache.positions)
     return -1;
-  const int64_t limit = a.capacity > 0 && a.capacity < a.cache.positions
-                            ? a.capacity
-                            : a.cache.positions;
+  const int64_t limit = mlaEntryLimit(a.cache.positions, a.capacity);
   if (!a.selected) // positions 0 .. position, at most `limit` of them
     return int64_t(position) + 1 > limit ? -1 : int64_t(position) + 1;
   return count < 0 || count > limit ? -1 : count;
@@ -883,8 +888,7 @@ __device__ void mlaReportFault(const MlaArgs &a) {
       recordFault(a.fault, FaultCode::PositionOutOfRange, position, positions);
     return;
   }
-  const int64_t limit =
-      a.capacity > 0 && a.capacity < positions ? a.capacity : positions;
+  const int64_t limit = mlaEntryLimit(positions, a.capacity);
   const int32_t count = a.selected ? *a.count : position + 1;
   if (count < 0 || count > limit) {
     if (threadIdx.x == 0)
@@ -3279,7 +3283,7 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 }
 
 int64_t mlaMostEntries(int64_t positions, int64_t capacity) {
-  return capacity > 0 && capacity < positions ? capacity : positions;
+  return mlaEntryLimit(positions, capacity);
 }
 
 namespace {
