@@ -17,6 +17,8 @@
 # rank (kiln-run, the plugins, glm5.cuda.tp8.kiln and glm5-16k.cuda.tp8.kiln):
 # a second pack small enough to carry beside a whole one, for an A/B of two
 # builds whose artifacts differ (another compiler pass, say).
+# KILN_PACK_COMPILE="FLAGS": more kiln-compile flags for those two bench
+# artifacts (an A/B of a compiler switch: --fuse-shared-expert=false, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KILN_BUILD_DIR:-build}
@@ -61,11 +63,12 @@ compile() { "$bin/kiln-compile" "$@" 2>/dev/null; }
 
 # GLM-5's tp=8 rank as the benches of utils/gpu-ab.sh run it (the same
 # commands as below).
+read -r -a bench_flags <<<"${KILN_PACK_COMPILE:-}"
 glm5_bench_artifacts() {
   compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
-    -o "$m/glm5.cuda.tp8.kiln"
+    ${bench_flags[@]+"${bench_flags[@]}"} -o "$m/glm5.cuda.tp8.kiln"
   compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 16640 \
-    -o "$m/glm5-16k.cuda.tp8.kiln"
+    ${bench_flags[@]+"${bench_flags[@]}"} -o "$m/glm5-16k.cuda.tp8.kiln"
 }
 if [ "$bench_only" = 1 ]; then
   synth "$m/glm5-meta.gguf" --preset glm5 --metadata-only
@@ -102,6 +105,18 @@ done
 rm -f "$m/arch-meta.gguf"
 model tiny-mix f16 --preset tiny --seed 6 --indexer-top-k 64
 model small f32 --preset small --seed 2 --indexer-top-k 4
+# Small with 256-wide experts (and shared expert): the width at which the
+# CUDA backend runs the shared expert inside the routed experts' Q4_K / Q5_K
+# kernels (GLM-5's at tp=8; the models above run it as its own launches).
+# test_cuda_backend.py's SHARED_MODELS hold the same synth arguments.
+synth "$m/small-ff256-meta.gguf" --preset small --seed 3 --indexer-top-k 4 --expert-ff 256 \
+  --metadata-only
+for target in cpu cuda; do
+  t=$target; [ "$target" = cuda ] && t=cuda:$pack_arch
+  compile "$m/small-ff256-meta.gguf" --target=$t --context 64 --cache-type f32 \
+    -o "$m/small-ff256.$target.tp1.kiln"
+done
+rm -f "$m/small-ff256-meta.gguf"
 
 # GLM-5 at full width (78 layers, UD-Q4_K_XL-like mix) for benchmarks on
 # random weights: tp=8 (one rank simulated on one GPU) and, on two GPUs,
@@ -110,6 +125,11 @@ synth "$m/glm5-meta.gguf" --preset glm5 --metadata-only
 # The rank with room for 2k positions, and with room for 16k (the indexer
 # then selects 2,048 of them).
 glm5_bench_artifacts
+# With the shared expert's own ops (--fuse-shared-expert=false: its gate/up
+# and down kernels beside the router, as before it moved inside the routed
+# experts' kernels), for its bench row.
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
+  --fuse-shared-expert=false -o "$m/glm5-apart.cuda.tp8.kiln"
 # With its logits (gathered over the vocabulary), for comparing the bits of
 # runs launched different ways (gpu-test.sh's same-result steps: the bench
 # prints a digest of the logits); the timed benches leave them out.

@@ -119,6 +119,11 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-twographs env KILN_CUDA_SHORT_GRAPH=1 \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # The shared expert's own ops beside the router (kiln-compile
+  # --fuse-shared-expert=false; by default it runs inside the routed
+  # experts' kernels: docs/perf.md), at 1k.
+  step bench-glm5-tp8-rank0-graph-apart run "$m/glm5-apart.cuda.tp8.kiln" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
   # attn_v_b projected inside MLA's launch (off by default: docs/perf.md,
   # eleventh pass), at 1k and at 16k.
   step bench-glm5-tp8-rank0-graph-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \

@@ -726,10 +726,23 @@ Expected<StepOp> Decoder::decode() {
     // An addend, when there is one, is the buffer before the weights.
     d_.hasAddend = d_.ins.size() > 3 && !in(3).isWeight();
     const size_t first = d_.hasAddend ? 4 : 3;
-    if (d_.outs.size() != 1 ||
-        (d_.ins.size() != first + 2 && d_.ins.size() != first + 3))
+    // The routed experts' weights are 3-D; 2-D weights after them are the
+    // shared expert's (kiln-fuse-shared-expert).
+    size_t end = first;
+    while (end < d_.ins.size() && in(end).isWeight() &&
+           in(end).dims.size() == 3)
+      ++end;
+    if (d_.outs.size() != 1 || (end - first != 2 && end - first != 3))
       return fail("expects input, ids, weights, an optional addend, 2 or 3 "
-                  "expert weights and one output");
+                  "expert weights [K, N, experts], an optional shared expert "
+                  "and one output");
+    d_.hasShared = end < d_.ins.size();
+    if (d_.hasShared && d_.ins.size() - end != 3)
+      return fail(fmt::format("the shared expert is (gate, up, down) 2-D "
+                              "weights after the experts', got {} operands",
+                              d_.ins.size() - end));
+    if (d_.hasShared && d_.hasAddend)
+      return fail("takes an addend or a shared expert, not both");
     KILN_TRY(floats(in(0), "input"));
     KILN_TRY(floats(in(2), "weights"));
     KILN_TRY(floats(out(0), "output"));
@@ -740,13 +753,8 @@ Expected<StepOp> Decoder::decode() {
     uint64_t chosen = in(2).elements();
     KILN_TRY(ints(in(1), "ids", chosen));
     std::vector<Operand> experts;
-    for (size_t i = first; i < d_.ins.size(); ++i) {
-      Operand w = in(i);
-      KILN_TRY(weight(w, "expert weight"));
-      if (w.dims.size() != 3)
-        return fail("expert weights must be [K, N, experts]");
-      experts.push_back(w);
-    }
+    for (size_t i = first; i < end; ++i)
+      experts.push_back(in(i));
     d_.fusedGateUp = experts.size() == 2;
     const Operand &down = experts.back();
     int64_t hidden = int64_t(in(0).elements());
@@ -761,6 +769,25 @@ Expected<StepOp> Decoder::decode() {
           experts[i].dims[2] != d_.experts)
         return fail(fmt::format("'{}' is not [{}, {}, {}]", experts[i].name(),
                                 hidden, rows, d_.experts));
+    if (d_.hasShared) {
+      // Dims are ne[0] (a row's length) first: gate and up [hidden, F_s],
+      // down [F_s, hidden], each this rank's part.
+      d_.sharedIndex = end;
+      Operand gate = in(end), up = in(end + 1), sharedDown = in(end + 2);
+      for (const Operand &w : {gate, up, sharedDown})
+        if (!w.isWeight() || w.dims.size() != 2)
+          return fail(fmt::format("shared expert weight '{}' must be a 2-D "
+                                  "weight",
+                                  w.name()));
+      d_.sharedFfn = gate.dims[1];
+      for (const Operand &w : {gate, up})
+        if (w.dims[0] != hidden || w.dims[1] != d_.sharedFfn)
+          return fail(fmt::format("shared '{}' is not [{}, {}]", w.name(),
+                                  hidden, d_.sharedFfn));
+      if (sharedDown.dims[0] != d_.sharedFfn || sharedDown.dims[1] != hidden)
+        return fail(fmt::format("shared down '{}' is not [{}, {}]",
+                                sharedDown.name(), d_.sharedFfn, hidden));
+    }
     d_.n = hidden;
     d_.topK = int64_t(chosen);
     break;

@@ -136,6 +136,15 @@ struct StepOp {
   /// MoeExperts: ins[3] is an addend (the output is the experts' sum plus
   /// it) and the expert weights follow it.
   bool hasAddend = false;
+  /// MoeExperts: the shared expert is inside the op
+  /// (kiln-fuse-shared-expert): ins[sharedIndex], [sharedIndex + 1] and
+  /// [sharedIndex + 2] are its gate [hidden, sharedFfn], up [hidden,
+  /// sharedFfn] and down [sharedFfn, hidden] (2-D, after the routed
+  /// experts' 3-D weights), and the output is the routed experts' sum plus
+  /// its output, added last.
+  bool hasShared = false;
+  size_t sharedIndex = 0;
+  int64_t sharedFfn = 0;
 
   /// AllReduce: sum (else max). AllGather: outer runs of `inner` values
   /// per rank, gathered on `dim`. DistributedArgmax, AllGather: ranks.

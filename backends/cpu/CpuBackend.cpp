@@ -359,8 +359,7 @@ Expected<std::function<Status()>> OpBinder::bind() {
     auto product = std::make_shared<std::vector<float>>(size_t(d.k));
     int64_t k = d.k;
     return Fn([=, &pool] {
-      cpu::swiglu(gate, up, k, product->data());
-      return cpu::linear(product->data(), 1, *w, y, pool);
+      return cpu::swigluLinear(gate, up, k, *w, product->data(), y, pool);
     });
   }
   case OpKind::FusedLinear:
@@ -494,26 +493,53 @@ Expected<std::function<Status()>> OpBinder::bind() {
     });
   }
   case OpKind::MoeExperts: {
+    const size_t first = d.hasAddend ? 4 : 3;
+    const size_t end = d.hasShared ? d.sharedIndex : d.ins.size();
     std::vector<const cpu::WeightView *> experts;
-    for (size_t i = d.hasAddend ? 4 : 3; i < d.ins.size(); ++i)
+    for (size_t i = first; i < end; ++i)
       experts.push_back(in(i).weight);
     const float *x = f32In(0), *w = f32In(2);
     const float *addend = d.hasAddend ? f32In(3) : nullptr;
     const int32_t *ids = in(1).i32();
     float *y = f32Out(0);
     int64_t chosen = d.topK;
+    const cpu::WeightView *sharedGate = nullptr, *sharedUp = nullptr,
+                          *sharedDown = nullptr;
+    if (d.hasShared) {
+      sharedGate = in(d.sharedIndex).weight;
+      sharedUp = in(d.sharedIndex + 1).weight;
+      sharedDown = in(d.sharedIndex + 2).weight;
+    }
     // The experts' sum into a buffer of this op's (the output may be the
-    // addend's bytes), then the add as step.add would do it.
-    auto sum =
-        std::make_shared<std::vector<float>>(addend ? size_t(n) : size_t(0));
+    // addend's bytes), then the add as step.add would do it. A shared
+    // expert's output is computed into buffers of this op's as the
+    // fused_linear and swiglu_linear it replaces computed it, then added
+    // as that addend was: the same bits as the ops unfused.
+    const bool adds = addend || d.hasShared;
+    auto sum = std::make_shared<std::vector<float>>(adds ? size_t(n) : 0);
+    const bool shared = d.hasShared;
+    const int64_t sharedFfn = d.sharedFfn;
+    auto sharedScratch = std::make_shared<std::vector<float>>(
+        d.hasShared ? size_t(3 * sharedFfn + n) : 0);
     return Fn([=, &pool]() -> Status {
-      float *into = addend ? sum->data() : y;
+      const float *extra = addend;
+      if (shared) {
+        float *gateUp = sharedScratch->data();
+        float *product = gateUp + 2 * sharedFfn;
+        float *out = product + sharedFfn;
+        if (Status st = cpu::swigluFfn(x, *sharedGate, *sharedUp, *sharedDown,
+                                       gateUp, product, out, pool);
+            !st)
+          return st;
+        extra = out;
+      }
+      float *into = adds ? sum->data() : y;
       if (Status st =
               cpu::moeExperts(x, n, ids, w, chosen, experts, into, pool);
           !st)
         return st;
-      if (addend)
-        cpu::add(into, addend, n, y);
+      if (extra)
+        cpu::add(into, extra, n, y);
       return Status::ok();
     });
   }

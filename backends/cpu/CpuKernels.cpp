@@ -444,6 +444,32 @@ void swiglu(const float *g, const float *u, int64_t n, float *y) {
     y[i] = silu(g[i]) * u[i];
 }
 
+Status swigluLinear(const float *g, const float *u, int64_t k,
+                    const WeightView &w, float *product, float *y,
+                    ThreadPool &pool) {
+  swiglu(g, u, k, product);
+  return linear(product, 1, w, y, pool);
+}
+
+Status swigluFfn(const float *x, const WeightView &gate, const WeightView &up,
+                 const WeightView &down, float *gateUp, float *product,
+                 float *y, ThreadPool &pool) {
+  const char *op = "shared expert";
+  if (gate.dims.size() != 2 || up.dims != gate.dims || down.dims.size() != 2 ||
+      down.dims[0] != gate.dims[1])
+    return Error(where(op), down.name,
+                 fmt::format("gate {}, up {} and down {} are not [K, F], "
+                             "[K, F] and [F, N]",
+                             dimsText(gate.dims), dimsText(up.dims),
+                             dimsText(down.dims)));
+  const int64_t ffn = gate.dims[1];
+  if (Status st = linear(x, 1, gate, gateUp, pool); !st)
+    return st;
+  if (Status st = linear(x, 1, up, gateUp + ffn, pool); !st)
+    return st;
+  return swigluLinear(gateUp, gateUp + ffn, ffn, down, product, y, pool);
+}
+
 int32_t argmax(const float *x, int64_t n) {
   if (n <= 0)
     return -1;

@@ -108,6 +108,21 @@ void rope(const float *x, int64_t rows, int64_t n, int32_t position,
 void add(const float *a, const float *b, int64_t n, float *y);
 void swiglu(const float *g, const float *u, int64_t n, float *y);
 
+/// y = w . (silu(g) * u) with w [k, N]: the product into `product` (k
+/// values), then the mat-vec, as step.swiglu then step.linear write them.
+Status swigluLinear(const float *g, const float *u, int64_t k,
+                    const WeightView &w, float *product, float *y,
+                    ThreadPool &pool);
+
+/// A dense SwiGLU FFN (a MoE layer's shared expert): y = down .
+/// (silu(gate . x) * (up . x)) with gate and up [K, F] and down [F, N],
+/// computed as step.fused_linear of gate and up (into gateUp, 2F values:
+/// gate's rows then up's) then step.swiglu_linear (the product into
+/// `product`, F values) compute it, so the same bits as those two ops.
+Status swigluFfn(const float *x, const WeightView &gate, const WeightView &up,
+                 const WeightView &down, float *gateUp, float *product,
+                 float *y, ThreadPool &pool);
+
 /// Index of the largest of n values; ties go to the lowest index.
 int32_t argmax(const float *x, int64_t n);
 

@@ -692,9 +692,14 @@ Expected<Launch> OpBinder::bind() {
   for (size_t k = 0; k < d.ins.size(); ++k) {
     const int32_t i = d.ins[k];
     const Buffer &b = buffer(i);
+    // Only a moe_experts' shared expert weights are 2-D there.
+    const size_t dims =
+        d.kind == OpKind::MoeExperts && !(d.hasShared && k >= d.sharedIndex)
+            ? 3
+            : 2;
     if (b.kind == BufferKind::Weight &&
         rank_.weights[b.binding].layout != WeightLayout::Blocks &&
-        !readsWeightAsMatVec(kind, k))
+        !readsWeightAsMatVec(kind, k, dims))
       return Error(d.where, step_.step->buffers[i].name,
                    "its device layout is read only by the mat-vec ops "
                    "(the artifact is inconsistent)");
@@ -946,13 +951,18 @@ Expected<Launch> OpBinder::bind() {
     });
   }
   case OpKind::MoeExperts: {
-    KILN_ASSIGN(act, rank_.scratchFloats(uint64_t(d.topK * d.ffn)));
     const size_t first = d.hasAddend ? 4 : 3;
     DeviceWeight gate = weight(first);
     std::optional<DeviceWeight> up;
     if (!d.fusedGateUp)
       up = weight(first + 1);
-    DeviceWeight down = weight(d.ins.size() - 1);
+    DeviceWeight down = weight(first + (d.fusedGateUp ? 1 : 2));
+    std::optional<SharedExpert> shared;
+    if (d.hasShared)
+      shared = SharedExpert{weight(d.sharedIndex), weight(d.sharedIndex + 1),
+                            weight(d.sharedIndex + 2)};
+    KILN_ASSIGN(act, rank_.scratchFloats(uint64_t(moeExpertsActFloats(
+                         d.topK, d.ffn, n, shared ? &*shared : nullptr))));
     const float *x = f32In(0), *w = f32In(2);
     const float *addend = d.hasAddend ? f32In(3) : nullptr;
     const int32_t *ids = i32In(1);
@@ -961,7 +971,8 @@ Expected<Launch> OpBinder::bind() {
     FaultSink f = sink();
     return wrap([=](cudaStream_t s) {
       return launchMoeExperts(x, n, ffn, experts, ids, w, chosen, gate,
-                              up ? &*up : nullptr, down, act, addend, y, f, s);
+                              up ? &*up : nullptr, down, act, addend, y, f, s,
+                              shared ? &*shared : nullptr);
     });
   }
   case OpKind::Argmax: {
@@ -1841,9 +1852,11 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
   CUDA_TRY(where, cudaStreamBeginCapture(rank.stream,
                                          cudaStreamCaptureModeThreadLocal));
   g.unitKernels.clear();
-  const uint64_t widthBefore = shapeSpecialisedLaunches();
+  const uint64_t widthBefore = shapeSpecialisedLaunches(),
+                 sharedBefore = moeSharedInsideLaunches();
   Status enqueued = enqueueBranches(rank, s, g);
-  const uint64_t widthKernels = shapeSpecialisedLaunches() - widthBefore;
+  const uint64_t widthKernels = shapeSpecialisedLaunches() - widthBefore,
+                 sharedInside = moeSharedInsideLaunches() - sharedBefore;
   cudaGraph_t graph = nullptr;
   cudaError_t ended = cudaStreamEndCapture(rank.stream, &graph);
   if (!enqueued)
@@ -1855,7 +1868,9 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
     std::fprintf(stderr,
                  "graph: %s, step '%s'%s: %zu kernel nodes, %zu other nodes, "
                  "%zu edges, %zu of them programmatic; %llu launches of "
-                 "kernels compiled for their shapes (KILN_CUDA_SPECIALISED)\n",
+                 "kernels compiled for their shapes (KILN_CUDA_SPECIALISED); "
+                 "%llu moe_experts with the shared expert inside the routed "
+                 "experts' kernels\n",
                  rank.where.c_str(), s.step->name.c_str(),
                  whole ? ""
                        : fmt::format(" below {} positions, without its "
@@ -1863,7 +1878,8 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
                                      s.selectsAll + 1)
                              .c_str(),
                  c.kernels, c.others, c.edges, c.programmatic,
-                 (unsigned long long)widthKernels);
+                 (unsigned long long)widthKernels,
+                 (unsigned long long)sharedInside);
   }
   CUDA_TRY(where, cudaGraphInstantiate(&g.exec, graph, 0));
   CUDA_TRY(where, cudaGraphUpload(g.exec, rank.stream));

@@ -141,12 +141,16 @@ inline void unpackSplitHost(const SplitFormat &f, const uint8_t *const *planes,
 /// decide by this one rule. A linear's and a fused_linear's weights follow
 /// their input; an rms_norm_linear's follow its input and its norm's
 /// weight; a swiglu_linear's follow gate and up; an mla_attention's only
-/// weight is its output projection.
-inline bool readsWeightAsMatVec(std::string_view kind, size_t i) {
+/// weight is its output projection; a moe_experts' shared expert
+/// (kiln-fuse-shared-expert) is its 2-D weights (`dims`, the weight's
+/// rank; the routed experts' are 3-D and keep the file's blocks).
+inline bool readsWeightAsMatVec(std::string_view kind, size_t i, size_t dims) {
   if (kind == "linear" || kind == "fused_linear")
     return i >= 1;
   if (kind == "rms_norm_linear" || kind == "swiglu_linear")
     return i >= 2;
+  if (kind == "moe_experts")
+    return dims == 2;
   return kind == "mla_attention";
 }
 

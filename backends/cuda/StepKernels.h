@@ -476,14 +476,35 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
 /// e = ids[k], plus addend[hidden] when it is given (added last, as an add
 /// op after the experts would). An id outside [0, E) faults
 /// (ExpertOutOfRange) and that expert contributes nothing. `act` is scratch
-/// of k * F floats; out may alias x or the addend.
+/// of moeExpertsActFloats(k, F, hidden, shared) floats; out may alias x or
+/// the addend.
+///
+/// With `shared` (kiln-fuse-shared-expert; no addend then), the output
+/// also has the shared expert's down_s(silu(gate_s . x) * (up_s . x)) added
+/// last, as the addend it replaces. Where the routed experts take the Q4_K /
+/// Q5_K kernels and the shared expert is Q8_0 in its split layout with
+/// F_s = 256 (GLM-5 at tp=8), it is a ninth expert of weight 1 inside
+/// them: its gate/up rows in blocks after the routed ones, its down rows in
+/// each down block beside theirs. Otherwise it runs first as the unfused
+/// ops' kernels (two mat-vecs, then the swiglu mat-vec) and its output is
+/// the addend.
+struct SharedExpert {
+  DeviceWeight gate, up, down;
+};
+int64_t moeExpertsActFloats(int64_t k, int64_t ffn, int64_t hidden,
+                            const SharedExpert *shared);
+/// How many of the calling host thread's launchMoeExperts calls ran a
+/// shared expert inside the routed kernels (for the checks and
+/// KILN_CUDA_GRAPH_STATS).
+uint64_t moeSharedInsideLaunches();
 cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              int64_t experts, const int32_t *ids,
                              const float *weights, int64_t k,
                              const DeviceWeight &gate, const DeviceWeight *up,
                              const DeviceWeight &down, float *act,
                              const float *addend, float *out, FaultSink fault,
-                             cudaStream_t s);
+                             cudaStream_t s,
+                             const SharedExpert *shared = nullptr);
 
 /// Whether the step launches of the calling host thread ask for an
 /// overlapped start after their predecessor (programmatic dependent launch,

@@ -958,6 +958,14 @@ struct ExpertArgs {
   /// The Q4_K / Q5_K kernels: 256-value blocks per gate/up row; tiles per
   /// block of the down kernel and the shared bytes before its rows.
   int blocksPerRow, downTiles, downHeadBytes;
+  /// The shared expert inside the Q4_K / Q5_K kernels (sharedFfn > 0;
+  /// kiln-fuse-shared-expert): its gate, up and down weights in Q8_0's
+  /// split layout (quants, then f16 scales, rows back to back), and its act
+  /// (sharedFfn values) between the two kernels.
+  int64_t sharedFfn;
+  const uint8_t *sharedGate, *sharedGateScales, *sharedUp, *sharedUpScales,
+      *sharedDown, *sharedDownScales;
+  float *sharedAct;
 };
 
 /// Block 0's first warp reports the first id outside [0, experts) in k
@@ -1151,6 +1159,112 @@ k45SharedBlock(const uint8_t *block, int t, const quantdot::K45Prescaled &xs) {
   return quantdot::k45PrescaledLane<kHigh>(head, qs, qh, t, xs);
 }
 
+/// Row pairs per block of the shared expert's gate/up rows in the gate/up
+/// kernel: a Q8_0 row takes 1.06 bytes a value against a Q4_K row's 0.56
+/// (Q5_K's 0.69), so 2 pairs fit where the routed blocks' 4 do.
+constexpr int kSharedPairs = 2;
+
+/// Shared bytes of the shared expert's rows in a gate/up block (quants and
+/// scales of its kSharedPairs gate and up rows of `hidden` values).
+__host__ __device__ constexpr uint64_t sharedPairBytes(int64_t hidden) {
+  return uint64_t(2 * kSharedPairs) * uint64_t(hidden + hidden / 16);
+}
+
+/// Lane t's sum for one 256-value block of a Q8_0 row in the split layout,
+/// with the x share of a Q4_K / Q5_K lane (loadK45Values): its two runs of
+/// 16 values lie in Q8_0 blocks 2c and 2c + 1 (c = t / 2), at byte 16 (t %
+/// 2) of each. q: the row's quants at the 256-value block; d: its scales.
+__device__ __forceinline__ float q8SplitK45Lane(const uint8_t *q,
+                                                const uint8_t *d, int t,
+                                                const quantdot::K45X &x) {
+  const int c = t / 2;
+  const uint4 lo = *reinterpret_cast<const uint4 *>(q + 64 * c + 16 * (t % 2));
+  const uint4 hi =
+      *reinterpret_cast<const uint4 *>(q + 64 * c + 32 + 16 * (t % 2));
+  const uint32_t scales = *reinterpret_cast<const uint32_t *>(d + 4 * c);
+  const float bias = quantdot::kMagic + 128.f;
+  const uint32_t l[4] = {lo.x, lo.y, lo.z, lo.w}, h[4] = {hi.x, hi.y, hi.z,
+                                                         hi.w};
+  float sumLo = 0.f, sumHi = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    sumLo += quantdot::dot4(l[k] ^ 0x80808080u, bias, x.lo[k]);
+    sumHi += quantdot::dot4(h[k] ^ 0x80808080u, bias, x.hi[k]);
+  }
+  return quantdot::halfBits(scales & 0xFFFFu) * sumLo +
+         quantdot::halfBits(scales >> 16) * sumHi;
+}
+
+/// A block of the gate/up kernel past the routed experts' (kiln-fuse-
+/// shared-expert): shared expert rows f0 .. f0 + kSharedPairs - 1 of gate
+/// and up, copied as the routed rows are (quants, then scales), dotted with
+/// this lane's x and summed in the routed blocks' order; act = silu(gate) *
+/// up into a.sharedAct. `warps` as the routed blocks', `active` whether
+/// this lane has a 256-value block.
+__device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0,
+                                  const quantdot::K45X &xv, bool active,
+                                  int warps, uint8_t *shared) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
+            t = lane % 8, b = 4 * warp + lane / 8;
+  const int pairs = int(a.sharedFfn - f0 < kSharedPairs ? a.sharedFfn - f0
+                                                        : kSharedPairs);
+  const uint32_t quantBytes = uint32_t(a.hidden),
+                 scaleBytes = uint32_t(a.hidden / 16);
+  uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
+  // Gate quants, up quants, gate scales, up scales, then warp sums.
+  uint8_t *quants = shared + kPairHeadBytes,
+          *scales = quants + 2 * kSharedPairs * quantBytes;
+  float *sums = reinterpret_cast<float *>(scales + 2 * kSharedPairs * scaleBytes);
+  if (threadIdx.x == 0) {
+    for (int q = 0; q < pairs; ++q)
+      barrierInit(bars + q);
+    barrierInitFence();
+    for (int q = 0; q < pairs; ++q) {
+      const uint64_t row = uint64_t(f0 + q);
+      barrierArriveExpect(bars + q, 2 * (quantBytes + scaleBytes));
+      bulkCopy(quants + q * quantBytes, a.sharedGate + row * quantBytes,
+               quantBytes, bars + q);
+      bulkCopy(quants + (kSharedPairs + q) * quantBytes,
+               a.sharedUp + row * quantBytes, quantBytes, bars + q);
+      bulkCopy(scales + q * scaleBytes, a.sharedGateScales + row * scaleBytes,
+               scaleBytes, bars + q);
+      bulkCopy(scales + (kSharedPairs + q) * scaleBytes,
+               a.sharedUpScales + row * scaleBytes, scaleBytes, bars + q);
+    }
+  }
+  __syncthreads(); // the barriers are initialised
+  float v[2 * kPairs];
+#pragma unroll
+  for (int q = 0; q < 2 * kPairs; ++q)
+    v[q] = 0.f;
+#pragma unroll
+  for (int q = 0; q < kSharedPairs; ++q)
+    if (q < pairs) {
+      barrierWait(bars + q, 0);
+      if (active) {
+        v[q] = q8SplitK45Lane(quants + q * quantBytes + 256 * b,
+                              scales + q * scaleBytes + 16 * b, t, xv);
+        v[kPairs + q] = q8SplitK45Lane(
+            quants + (kSharedPairs + q) * quantBytes + 256 * b,
+            scales + (kSharedPairs + q) * scaleBytes + 16 * b, t, xv);
+      }
+    }
+  constexpr int kSpread = kWarp / (2 * kPairs);
+  const float sum = quantdot::spreadSums<2 * kPairs, kWarp / 2>(v, lane);
+  if (lane % kSpread == 0)
+    sums[warp * 2 * kPairs + lane / kSpread] = sum;
+  __syncthreads();
+  if (int(threadIdx.x) < pairs) {
+    const int q = int(threadIdx.x);
+    float g = sums[q], u = sums[kPairs + q];
+    for (int w = 1; w < warps; ++w) {
+      g += sums[w * 2 * kPairs + q];
+      u += sums[w * 2 * kPairs + kPairs + q];
+    }
+    a.sharedAct[f0 + q] = silu(g) * u;
+  }
+}
+
 /// kHidden > 0: the kernel for one hidden width and one expert width kFfn
 /// (ModelShapes.h), launched only where hidden == kHidden and ffn == kFfn,
 /// with (kHidden / 256 + 3) / 4 warps a block: a row's offsets are
@@ -1181,6 +1295,13 @@ __global__ void __launch_bounds__(kThreads)
     quantdot::loadK45Values(
         reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
   const int64_t tiles = (ffn + kPairs - 1) / kPairs;
+  // The blocks past the routed experts' take the shared expert's rows.
+  if (a.sharedFfn > 0 && int64_t(blockIdx.x) >= a.k * tiles) {
+    const int warps = kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp);
+    sharedGateUpBlock(a, (int64_t(blockIdx.x) - a.k * tiles) * kSharedPairs,
+                      xv, active, warps, shared);
+    return;
+  }
   const int64_t i = blockIdx.x / tiles, f0 = blockIdx.x % tiles * kPairs;
   const int pairs =
       kFixed ? kPairs : int(ffn - f0 < kPairs ? ffn - f0 : kPairs);
@@ -1281,13 +1402,22 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   const uint32_t rowBytes = kFixed ? uint32_t(kRowBytes)
                                    : uint32_t(a.down.rowBytes),
                  tileBytes = kDownTile * rowBytes;
-  // Barriers, then the chosen experts (-1: a bad id) and their weights,
-  // then rows [tile][slot][kDownTile rows] and dots [slot][tile * rows].
+  // Barriers (a tile's each, then the shared expert's), then the chosen
+  // experts (-1: a bad id) and their weights, then rows [tile][slot]
+  // [kDownTile rows] and dots [slot][tile * rows]; with the shared expert,
+  // then its rows' quants and scales and its dots.
   uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
-  int32_t *chosen = reinterpret_cast<int32_t *>(shared + 8 * kMaxDownTiles);
+  int32_t *chosen =
+      reinterpret_cast<int32_t *>(shared + 8 * (kMaxDownTiles + 1));
   float *weights = reinterpret_cast<float *>(chosen + k);
   uint8_t *rows = shared + a.downHeadBytes;
   float *dots = reinterpret_cast<float *>(rows + k * tilesPer * tileBytes);
+  const bool withShared = a.sharedFfn > 0; // the same for the whole grid
+  uint8_t *sharedQuants =
+      reinterpret_cast<uint8_t *>(dots + k * tilesPer * kDownTile);
+  uint8_t *sharedScales = sharedQuants + tilesPer * kDownTile * 256;
+  float *sharedDots =
+      reinterpret_cast<float *>(sharedScales + tilesPer * kDownTile * 16);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
             g = lane / 8, t = lane % 8, warps = int(blockDim.x / kWarp);
   if (warp == 0) {
@@ -1321,6 +1451,18 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
                          (uint64_t(chosen[s]) * hidden + r0) * rowBytes,
                      bytes, bars + j);
       }
+      if (withShared) {
+        // The shared expert's rows h0 .. of 256 values (Q8_0 split):
+        // back to back in both planes, one copy each.
+        uint64_t *bar = bars + kMaxDownTiles;
+        barrierInit(bar);
+        barrierInitFence();
+        barrierArriveExpect(bar, uint32_t(nrows) * (256 + 16));
+        bulkCopy(sharedQuants, a.sharedDown + uint64_t(h0) * 256,
+                 uint32_t(nrows) * 256, bar);
+        bulkCopy(sharedScales, a.sharedDownScales + uint64_t(h0) * 16,
+                 uint32_t(nrows) * 16, bar);
+      }
     }
   }
   __syncthreads(); // the barriers and chosen ids are in place
@@ -1353,12 +1495,36 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
         dots[(s * tilesPer + j) * kDownTile + 4 * g + t / 2] = sum;
     }
   }
+  if (withShared) {
+    // The shared expert's rows, warp w taking rows w, w + warps, ...: lane
+    // l the values 8 l .. 8 l + 7 (half of Q8_0 block l / 4), then the
+    // warp's sum in a fixed tree.
+    const float4 *act4 = reinterpret_cast<const float4 *>(a.sharedAct);
+    const float4 x0 = act4[2 * lane], x1 = act4[2 * lane + 1];
+    const float bias = quantdot::kMagic + 128.f;
+    barrierWait(bars + kMaxDownTiles, 0);
+    for (int r = warp; r < nrows; r += warps) {
+      const uint2 q =
+          *reinterpret_cast<const uint2 *>(sharedQuants + r * 256 + 8 * lane);
+      const float d = quantdot::halfBits(*reinterpret_cast<const uint16_t *>(
+          sharedScales + r * 16 + 2 * (lane / 4)));
+      float v = d * (quantdot::dot4(q.x ^ 0x80808080u, bias, x0) +
+                     quantdot::dot4(q.y ^ 0x80808080u, bias, x1));
+      for (int offset = kWarp / 2; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0)
+        sharedDots[r] = v;
+    }
+  }
   __syncthreads();
   for (int r = threadIdx.x; r < nrows; r += blockDim.x) {
     float sum = 0.f;
     for (int s = 0; s < k; ++s)
       if (chosen[s] >= 0)
         sum += weights[s] * dots[s * tilesPer * kDownTile + r];
+    // The shared expert's output last, as the add it replaces.
+    if (withShared)
+      sum += sharedDots[r];
     if (a.addend)
       sum += r == int(threadIdx.x) ? extra : a.addend[h0 + r];
     a.out[h0 + r] = sum;
@@ -1894,13 +2060,27 @@ template <bool kHigh> void (*expertWidthKernel(int64_t ffn))(ExpertArgs) {
 
 } // namespace
 
+namespace {
+thread_local uint64_t sharedInside = 0;
+} // namespace
+
+uint64_t moeSharedInsideLaunches() { return sharedInside; }
+
+int64_t moeExpertsActFloats(int64_t k, int64_t ffn, int64_t hidden,
+                            const SharedExpert *shared) {
+  // The routed experts' act, then the shared expert's: its act inside the
+  // Q4_K / Q5_K kernels, or gate, up, the swiglu's scratch and its output
+  // for the separate launches.
+  return k * ffn + (shared ? 3 * shared->gate.rows + hidden : 0);
+}
+
 cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              int64_t experts, const int32_t *ids,
                              const float *weights, int64_t k,
                              const DeviceWeight &gate, const DeviceWeight *up,
                              const DeviceWeight &down, float *act,
                              const float *addend, float *out, FaultSink fault,
-                             cudaStream_t s) {
+                             cudaStream_t s, const SharedExpert *shared) {
   ExpertArgs a{};
   a.fused = up == nullptr;
   if (hidden <= 0 || ffn <= 0 || experts <= 0 || k < 0 ||
@@ -1911,6 +2091,15 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
       down.cols != ffn || down.rows != experts * hidden ||
       (k > 0 && (!ids || !weights || !act)))
     return cudaErrorInvalidValue;
+  if (shared) {
+    // The shared expert: gate and up [hidden -> F_s], down [F_s -> hidden];
+    // its output is added last, so it takes the addend's place.
+    const int64_t sffn = shared->gate.rows;
+    if (addend || !act || sffn <= 0 || shared->gate.cols != hidden ||
+        shared->up.cols != hidden || shared->up.rows != sffn ||
+        shared->down.cols != sffn || shared->down.rows != hidden)
+      return cudaErrorInvalidValue;
+  }
   a.x = x;
   a.hidden = hidden;
   a.ffn = ffn;
@@ -1951,7 +2140,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   a.blocksPerRow = int(hidden / 256);
   const int gateFastWarps = (a.blocksPerRow + 3) / 4;
   const int64_t pairTiles = (ffn + kPairs - 1) / kPairs;
-  const uint64_t gateFastShared =
+  uint64_t gateFastShared =
       kPairHeadBytes + 2 * kPairs * a.gate.rowBytes +
       uint64_t(gateFastWarps) * 2 * kPairs * sizeof(float);
   const bool gateFast = device.bulk && k45Gate &&
@@ -1969,7 +2158,8 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     // expert. (The bound on k above only keeps these sizes in range; the
     // shared memory decides.)
     const int64_t tiles = (hidden + kDownTile - 1) / kDownTile;
-    a.downHeadBytes = int((8 * kMaxDownTiles + 8 * k + 127) / 128 * 128);
+    a.downHeadBytes =
+        int((8 * (kMaxDownTiles + 1) + 8 * k + 127) / 128 * 128);
     const auto sharedFor = [&](int64_t tilesPer) {
       return uint64_t(a.downHeadBytes) + uint64_t(k * tilesPer * kDownTile) *
                                              (a.down.rowBytes + sizeof(float));
@@ -1987,6 +2177,57 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     }
   }
 
+  if (shared) {
+    // Inside the Q4_K / Q5_K kernels where both apply and the shared expert
+    // is Q8_0 in its split layout with F_s = 256 (the down kernel's rows of
+    // one 256-value block): its gate/up rows in blocks past the routed
+    // experts', its down rows beside theirs. Else its own launches first
+    // (the unfused ops' kernels), their output then the addend.
+    const auto q8Split = [](const DeviceWeight &w) {
+      return w.type == GGMLType::Q8_0 && w.layout == WeightLayout::Q8Split &&
+             aligned16(w.data) && aligned16(w.scales);
+    };
+    const int64_t sffn = shared->gate.rows;
+    const uint64_t sharedGateBytes =
+        kPairHeadBytes + sharedPairBytes(hidden) +
+        uint64_t(gateFastWarps) * 2 * kPairs * sizeof(float);
+    const bool inside =
+        k > 0 && gateFast && downFast && sffn == 256 && hidden % 256 == 0 &&
+        q8Split(shared->gate) && q8Split(shared->up) &&
+        q8Split(shared->down) && aligned16(act + k * ffn) &&
+        sharedGateBytes <= uint64_t(device.sharedOptin) &&
+        downFastShared + uint64_t(a.downTiles) * kDownTile *
+                                 (256 + 16 + sizeof(float)) <=
+            uint64_t(device.sharedOptin);
+    if (inside) {
+      ++sharedInside;
+      a.sharedFfn = sffn;
+      a.sharedGate = shared->gate.data;
+      a.sharedGateScales = shared->gate.scales;
+      a.sharedUp = shared->up.data;
+      a.sharedUpScales = shared->up.scales;
+      a.sharedDown = shared->down.data;
+      a.sharedDownScales = shared->down.scales;
+      a.sharedAct = act + k * ffn;
+      gateFastShared = std::max(gateFastShared, sharedGateBytes);
+      downFastShared +=
+          uint64_t(a.downTiles) * kDownTile * (256 + 16 + sizeof(float));
+    } else {
+      float *g = act + k * ffn, *u = g + sffn, *scratch = u + sffn,
+            *y = scratch + sffn;
+      if (cudaError_t e = launchLinear(x, 1, shared->gate, sffn, false, g, s);
+          e != cudaSuccess)
+        return e;
+      if (cudaError_t e = launchLinear(x, 1, shared->up, sffn, false, u, s);
+          e != cudaSuccess)
+        return e;
+      if (cudaError_t e =
+              launchSwigluLinear(g, u, shared->down, scratch, y, s);
+          e != cudaSuccess)
+        return e;
+      a.addend = y;
+    }
+  }
   if (k > 0) {
     const bool q5 = a.gate.type == GGMLType::Q5_K;
     void (*gateUp)(ExpertArgs) = gateFast ? (q5 ? expertGateUpK45Kernel<true>
@@ -2013,7 +2254,10 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
         return e;
     if (cudaError_t e =
             gateFast
-                ? launchStep(gateUp, unsigned(k * pairTiles),
+                ? launchStep(gateUp,
+                             unsigned(k * pairTiles +
+                                      (a.sharedFfn + kSharedPairs - 1) /
+                                          kSharedPairs),
                              gateFastWarps * kWarp, gateFastShared, s, a)
                 : launchStep(gateUp, gateBlocks, gateWarps * kWarp, 0, s, a);
         e != cudaSuccess)

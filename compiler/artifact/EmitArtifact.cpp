@@ -158,7 +158,8 @@ Status assignCudaLayouts(artifact::Artifact &out) {
           const artifact::Buffer &b = step.buffers[size_t(ins[i])];
           if (b.kind != artifact::BufferKind::Weight)
             continue;
-          const bool matVec = ::kiln::cuda::readsWeightAsMatVec(op.kind, i);
+          const bool matVec = ::kiln::cuda::readsWeightAsMatVec(
+              op.kind, i, out.weights[size_t(b.binding)].dims.size());
           ++(matVec ? matVecUses : otherUses)[size_t(b.binding)];
         }
       }

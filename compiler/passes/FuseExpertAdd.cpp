@@ -39,6 +39,7 @@ struct FuseExpertAdd : mlir::kiln::impl::FuseExpertAddBase<FuseExpertAdd> {
             experts = m;
         }
         if (!onlyThese || !experts || experts.getAddend() ||
+            !experts.getShared().empty() ||
             experts->getBlock() != add->getBlock() ||
             !experts->isBeforeInBlock(add))
           continue;
@@ -60,7 +61,7 @@ struct FuseExpertAdd : mlir::kiln::impl::FuseExpertAddBase<FuseExpertAdd> {
       st::MoEExpertsOp::create(b, m.add.getLoc(), m.experts.getInput(),
                                m.experts.getIds(), m.experts.getWeights(),
                                m.addend, m.experts.getExperts(),
-                               m.add.getOutput());
+                               /*shared=*/ValueRange(), m.add.getOutput());
       m.add.erase();
       m.experts.erase();
       if (sum.use_empty())

@@ -380,7 +380,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
             experts.push_back(buffer(w));
           st::MoEExpertsOp::create(b_, loc, buffer(m.getInput()),
                                    buffer(m.getIds()), buffer(m.getWeights()),
-                                   /*addend=*/Value(), experts, out);
+                                   /*addend=*/Value(), experts,
+                                   /*shared=*/ValueRange(), out);
         });
       })
       .Case([&](kd::LayerOp layer) {

@@ -22,9 +22,12 @@ namespace mlir::kiln {
 /// lower-to-step, fuse-add-norm (the fusions unless `fuse` is false),
 /// plan-memory and verify-capture: a kiln module in, a planned, verified
 /// step module out. `alignment` and `reuseDistance` are the planner's.
+/// `fuseSharedExpert` adds fuse-shared-expert after fuse-expert-add (when
+/// `fuse` is on; the default).
 void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
                        bool fuse = true, int64_t tp = 1,
-                       int64_t reuseDistance = 0);
+                       int64_t reuseDistance = 0,
+                       bool fuseSharedExpert = true);
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

@@ -189,6 +189,26 @@ def FuseExpertAdd : Pass<"kiln-fuse-expert-add", "::mlir::func::FuncOp"> {
   }];
 }
 
+def FuseSharedExpert
+    : Pass<"kiln-fuse-shared-expert", "::mlir::func::FuncOp"> {
+  let summary = "Move a MoE layer's shared expert inside its routed experts' op";
+  let description = [{
+    On a step function before planning, after `kiln-fuse-expert-add`: a
+    `step.moe_experts` whose `addend` is the output of a
+    `step.swiglu_linear` (the shared expert's down) whose gate and up are
+    the two halves of a `step.fused_linear` of two 2-D weights over the
+    experts' own input (or two `step.linear`s of it) becomes that op with
+    `shared(gate, up, down)` in place of the addend, where it was; the
+    fused_linear, its views, the swiglu_linear and their buffers go. The
+    intermediate buffers must be read by nothing else and the input must
+    not be written in between. In the default pipeline
+    (`kiln-compile --fuse-shared-expert=false` leaves it out): the CUDA
+    backend runs the shared expert as one more expert of weight 1 in the
+    routed experts' launches; the CPU backend computes it exactly as the
+    three ops did.
+  }];
+}
+
 def FuseIndexerRope : Pass<"kiln-fuse-indexer-rope", "::mlir::func::FuncOp"> {
   let summary = "Fold the rope of the DSA indexer's query into the indexer";
   let description = [{

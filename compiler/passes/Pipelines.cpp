@@ -4,8 +4,8 @@
 using namespace mlir;
 
 void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
-                                    bool fuse, int64_t tp,
-                                    int64_t reuseDistance) {
+                                   bool fuse, int64_t tp, int64_t reuseDistance,
+                                   bool fuseSharedExpert) {
   if (tp > 1) {
     PartitionOptions partition;
     partition.tp = tp;
@@ -23,6 +23,8 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseMlaProjection());
     pm.addNestedPass<func::FuncOp>(createFuseCacheAppend());
     pm.addNestedPass<func::FuncOp>(createFuseExpertAdd());
+    if (fuseSharedExpert)
+      pm.addNestedPass<func::FuncOp>(createFuseSharedExpert());
     pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());
     pm.addNestedPass<func::FuncOp>(createMarkLiveRows());
   }

@@ -532,6 +532,35 @@ LogicalResult MoERouterOp::verify() {
                         getRoutedScale().convertToFloat());
 }
 
+/// The shared expert's weights, when there are some (kiln-fuse-shared-expert).
+static LogicalResult verifySharedExpert(MoEExpertsOp op, int64_t hidden) {
+  ValueRange shared = op.getShared();
+  if (shared.empty())
+    return success();
+  if (shared.size() != 3)
+    return op.emitOpError("shared is (gate, up, down), got ")
+           << shared.size() << " weights";
+  // Both add a vector to the experts' sum last: one op holds one of them.
+  if (op.getAddend())
+    return op.emitOpError("takes an addend or a shared expert, not both");
+  // Weight dims are ggml's: ne[0] (a row's length, the input) first.
+  auto dims = [&](int i) {
+    return cast<mlir::kiln::QWeightType>(shared[i].getType()).getDims();
+  };
+  ArrayRef<int64_t> gate = dims(0), up = dims(1), down = dims(2);
+  if (gate.size() != 2 || up.size() != 2 || down.size() != 2)
+    return op.emitOpError("shared weights must be 2-D");
+  if (gate[0] != hidden || up != gate)
+    return op.emitOpError("shared gate and up must both be [")
+           << hidden << ", ffn] (hidden matching the input), got [" << gate[0]
+           << ", " << gate[1] << "] and [" << up[0] << ", " << up[1] << "]";
+  if (down[0] != gate[1] || down[1] != hidden)
+    return op.emitOpError("shared down must be [")
+           << gate[1] << ", " << hidden << "] (ffn, hidden), got [" << down[0]
+           << ", " << down[1] << "]";
+  return success();
+}
+
 LogicalResult MoEExpertsOp::verify() {
   MemRefType input = bufferOf(getInput());
   size_t n = getExperts().size();
@@ -550,6 +579,8 @@ LogicalResult MoEExpertsOp::verify() {
   if (Value addend = getAddend())
     if (failed(expectShape(*this, "addend", addend, input.getShape())))
       return failure();
+  if (failed(verifySharedExpert(*this, input.getDimSize(0))))
+    return failure();
   return expectShape(*this, "output", getOutput(), input.getShape());
 }
 

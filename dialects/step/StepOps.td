@@ -698,24 +698,35 @@ def Step_MoEExpertsOp : Step_ComputeOp<"moe_experts", 1,
     the output is the experts' sum plus `addend`, as a `step.add` of the
     two would write it (`kiln-fuse-expert-add`, from
     the add of the shared expert's output that follows the experts in
-    GLM-5's MoE layers). The operands are stored in the order input, ids,
-    weights, addend (when there is one), the expert weights, output.
+    GLM-5's MoE layers). With `shared` (gate and up `[hidden, F_s]`, down
+    `[F_s, hidden]`, 2-D, any type) the op computes that shared expert too:
+    the output is the experts' sum plus `down_s(silu(gate_s . x) *
+    (up_s . x))`, added last, exactly as the addend would be
+    (`kiln-fuse-shared-expert`, from the `step.fused_linear` and
+    `step.swiglu_linear` that computed the addend), so a backend may run it
+    as one more expert of weight 1. `shared` and `addend` exclude each
+    other. The operands are stored in the order input, ids, weights, addend
+    (when there is one), the expert weights, the shared expert's weights
+    (when there are some), output.
 
     Example:
     ```mlir
     step.moe_experts ins(%f, %ids, %w, %gate, %up, %down : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...>) outs(%y : memref<256xf32>)
     step.moe_experts ins(%f, %ids, %w, %gate, %up, %down : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...>) addend(%shared : memref<256xf32>) outs(%y : memref<256xf32>)
+    step.moe_experts ins(%f, %ids, %w, %gate, %up, %down : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<...>, !kiln.qweight<...>, !kiln.qweight<...>) shared(%gate_s, %up_s, %down_s : !kiln.qweight<"blk.1.ffn_gate_shexp.weight", "q5_k", [256, 128]>, !kiln.qweight<"blk.1.ffn_up_shexp.weight", "q5_k", [256, 128]>, !kiln.qweight<"blk.1.ffn_down_shexp.weight", "q8_0", [128, 256]>) outs(%y : memref<256xf32>)
     ```
   }];
   let arguments = (ins In<Step_Buffer>:$input, In<Step_Buffer>:$ids,
                        In<Step_Buffer>:$weights,
                        In<Optional<Step_Buffer>>:$addend,
                        In<Variadic<Kiln_QWeightType>, "experts">:$experts,
+                       In<Variadic<Kiln_QWeightType>, "shared">:$shared,
                        Out<Step_Buffer>:$output);
   let assemblyFormat = [{
     `ins` `(` $input `,` $ids `,` $weights `,` $experts `:` type($input) `,`
     type($ids) `,` type($weights) `,` qualified(type($experts)) `)`
     (`addend` `(` $addend^ `:` type($addend) `)`)?
+    (`shared` `(` $shared^ `:` qualified(type($shared)) `)`)?
     `outs` `(` $output `:` type($output) `)` attr-dict
   }];
   let hasVerifier = 1;

@@ -40,9 +40,12 @@ StepTraffic stepTraffic(const Artifact &a, uint32_t rank, uint64_t context) {
     };
     std::span<const int32_t> ins = op.ins();
     if (op.kind == "moe_experts") {
+      // The routed experts' [K, N, experts] weights are read for the
+      // chosen ones only; a shared expert's 2-D weights whole.
       const uint64_t chosen = step->buffers[size_t(ins[2])].elements();
       for (size_t i = 3; i < ins.size(); ++i)
-        if (int32_t w = bindingOf(ins[i]); w >= 0)
+        if (int32_t w = bindingOf(ins[i]);
+            w >= 0 && a.weights[size_t(w)].dims.size() == 3)
           share[size_t(w)] =
               double(chosen) / double(a.weights[size_t(w)].dims.back());
     } else if (op.kind == "embed") {

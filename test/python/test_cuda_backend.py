@@ -18,6 +18,9 @@ logits of every position kept):
     top-2, relative to max |logit|) exceeds twice that tolerance (GLM5.md
     section 7: a smaller gap may flip on rounding alone);
   * graph replay vs --eager: bit-identical;
+  * the shared expert inside the routed experts' kernels (small with
+    256-wide experts, where the CUDA backend runs it there; the models
+    above run it as its own launches) vs the CPU, and graph vs --eager;
   * tp=N on N GPUs (2, and 4 and 8 where the host has the GPUs and the pack
     the artifacts) vs tp=1: within the same tolerance, same argmax rule;
   * greedy generation on CUDA equals the CPU's up to the first step whose
@@ -67,6 +70,14 @@ MODELS = {
     "small": (["--preset", "small", "--seed", 2, "--indexer-top-k", 4],
               TOL_F32),
 }
+# Models of the shared-expert check alone (Checks.shared_expert): small
+# with experts (and so the shared expert) 256 wide, the width at which the
+# CUDA backend runs the shared expert inside the routed experts' Q4_K /
+# Q5_K kernels (GLM-5's at tp=8).
+SHARED_MODELS = {
+    "small-ff256": (["--preset", "small", "--seed", 3, "--indexer-top-k", 4,
+                     "--expert-ff", 256], TOL_F32),
+}
 
 
 def pack_dir():
@@ -111,7 +122,7 @@ def ensure_model(pack, name):
     path = pack / "models" / f"{name}.gguf"
     if not path.exists():
         run(pack, [pack / "bin" / "kiln-gguf", "synth", path,
-                   *MODELS[name][0], "--quiet"])
+                   *{**MODELS, **SHARED_MODELS}[name][0], "--quiet"])
     return path
 
 
@@ -273,6 +284,37 @@ class Checks:
                                f"all-reduce) vs cuda tp1", nccl, graph, tol,
                                self.report), f"{model} tp{tp} nccl")
         return cpu
+
+    def shared_expert(self):
+        """The shared expert inside the routed experts' Q4_K / Q5_K kernels
+        as a ninth expert of weight 1 (kiln-fuse-shared-expert, the
+        default; the CUDA backend runs it there for a Q8_0 shared expert
+        256 wide, small-ff256's) against the CPU, which computes it as the
+        unfused ops do (test_fuse_shared_expert.py): the same tolerance and
+        argmax rule, and graph vs --eager bit for bit."""
+        for model, (_, tol) in SHARED_MODELS.items():
+            gguf, toks = self.gguf(model), tokens_for()
+            cpu = logits(self.pack, self.art(model, "cpu", 1), gguf, toks,
+                         self.work / f"{model}-cpu.npy")
+            out = self.work / f"{model}-cuda.npy"
+            proc = run(self.pack, [self.pack / "bin" / "kiln-run",
+                                   self.art(model, "cuda", 1), "--weights",
+                                   gguf, "--backend-dir", self.pack / "lib",
+                                   "--prompt-tokens", ",".join(map(str, toks)),
+                                   "-n", 0, "--logits-out", out],
+                       extra_env={"KILN_CUDA_GRAPH_STATS": "1"})
+            got = np.load(out)
+            inside = sum(int(n) for n in re.findall(
+                r"(\d+) moe_experts with the shared expert inside",
+                proc.stderr))
+            eager = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
+                           self.work / f"{model}-eager.npy", ["--eager"])
+            ok = compare(f"{model}: cuda tp1 graph (shared expert inside "
+                         f"the routed kernels: {inside} ops a step) vs cpu",
+                         got, cpu, tol, self.report)
+            self.check(ok and inside > 0, f"{model} shared expert vs cpu")
+            self.identical(f"{model}: graph vs --eager", got, eager,
+                           f"{model} shared expert graph vs eager")
 
     def greedy(self, model):
         """32 greedy tokens on each backend, the CPU's logits kept. The CUDA
@@ -470,6 +512,12 @@ class Checks:
                 self.report.append(f"| {model} | - | - | - | FAIL: "
                                    f"{str(e).splitlines()[-1][:300]} |")
                 self.failed.append(f"{model}: {e}")
+        try:
+            self.shared_expert()
+        except AssertionError as e:
+            self.report.append(f"| shared expert | - | - | - | FAIL: "
+                               f"{str(e).splitlines()[-1][:300]} |")
+            self.failed.append(f"shared expert: {e}")
         self.architecture_guard()
         self.kernel_images()
         self.serve()

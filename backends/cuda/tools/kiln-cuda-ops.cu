@@ -2062,6 +2062,112 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// moe_experts with the shared expert inside (kiln-fuse-shared-expert):
+/// the routed sum plus down_s(silu(gate_s . x) * (up_s . x)), added last,
+/// against the CPU's experts and mat-vecs. The Q4_K / Q5_K routed kernels
+/// with a Q8_0 shared expert in its split layout and F_s = 256 take it
+/// inside (checked by moeSharedInside); the other cases run it first.
+void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  struct Case {
+    GGMLType gateType, downType, sharedType;
+    bool split, fused, aliasOut;
+    int64_t hidden, ffn, experts, k, sharedFfn;
+    bool inside;
+  };
+  for (const Case &c : {
+           // A GLM-5 tp=8 rank: 8 of 256 experts, the shared expert's
+           // 256 rows of each.
+           Case{GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q8_0, true, false,
+                false, 6144, 256, 256, 8, 256, true},
+           // 17 blocks a row, fused gate_up, out = x.
+           Case{GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q8_0, true, true,
+                true, 4352, 256, 16, 8, 256, true},
+           // Q5_K gate/up, Q4_K down, 10 experts.
+           Case{GGMLType::Q5_K, GGMLType::Q4_K, GGMLType::Q8_0, true, false,
+                false, 1024, 256, 16, 10, 256, true},
+           // F_s = 128: its own launches.
+           Case{GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q8_0, true, false,
+                false, 1024, 256, 16, 8, 128, false},
+           // Q8_0 routed experts (the generic kernels).
+           Case{GGMLType::Q8_0, GGMLType::Q8_0, GGMLType::Q8_0, true, true,
+                false, 512, 256, 8, 4, 256, false},
+           // A shared expert in the file's blocks (Q5_K).
+           Case{GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q5_K, false, false,
+                false, 1024, 256, 16, 8, 256, false}}) {
+    const Experts set = randomExperts(c.gateType, c.downType, c.fused,
+                                      c.hidden, c.ffn, c.experts, rng);
+    const Weight sg = randomWeight(c.sharedType, {c.hidden, c.sharedFfn},
+                                   rng.next()),
+                 su = randomWeight(c.sharedType, {c.hidden, c.sharedFfn},
+                                   rng.next()),
+                 sd = randomWeight(c.sharedType, {c.sharedFfn, c.hidden},
+                                   rng.next());
+    std::vector<float> x = normals(rng, c.hidden, 1.0);
+    std::vector<int32_t> ids(size_t(c.k));
+    for (int32_t &id : ids)
+      id = int32_t(rng.below(uint64_t(c.experts)));
+    std::vector<float> weights = normals(rng, c.k, 0.3, 0.5);
+
+    // The CPU: the routed sum, the shared expert's mat-vecs, the add.
+    std::vector<float> routed(size_t(c.hidden)), g(size_t(c.sharedFfn)),
+        u(size_t(c.sharedFfn)), act(size_t(c.sharedFfn)),
+        sharedOut(size_t(c.hidden)), want(size_t(c.hidden));
+    const cpu::WeightView sgv = sg.view("shared gate"),
+                          suv = su.view("shared up"),
+                          sdv = sd.view("shared down");
+    kiln::Status st = cpuExperts(set, x.data(), c.hidden, ids.data(),
+                                 weights.data(), c.k, routed.data(), pool);
+    if (st)
+      st = cpu::linear(x.data(), 1, sgv, g.data(), pool);
+    if (st)
+      st = cpu::linear(x.data(), 1, suv, u.data(), pool);
+    if (st) {
+      cpu::swiglu(g.data(), u.data(), c.sharedFfn, act.data());
+      st = cpu::linear(act.data(), 1, sdv, sharedOut.data(), pool);
+    }
+    if (!r.reference("moe_experts", std::move(st)))
+      continue;
+    cpu::add(routed.data(), sharedOut.data(), c.hidden, want.data());
+
+    std::optional<SplitWeight> hg, hu, hd;
+    const kc::SharedExpert shared{deviceWeight(sg, c.split, hg),
+                                  deviceWeight(su, c.split, hu),
+                                  deviceWeight(sd, c.split, hd)};
+    DeviceArray<float> dx(x), dw(weights), dout(c.hidden),
+        dact(kc::moeExpertsActFloats(c.k, c.ffn, c.hidden, &shared));
+    DeviceArray<int32_t> dids(ids);
+    const Weight &gate = set.gate, &down = set.down;
+    kc::DeviceWeight ud = set.up ? set.up->dev() : kc::DeviceWeight{};
+    Fault fault;
+    float *out = c.aliasOut ? dx.get() : dout.get();
+    const uint64_t before = kc::moeSharedInsideLaunches();
+    run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, c.experts, dids.get(),
+                             dw.get(), c.k, gate.dev(),
+                             set.up ? &ud : nullptr, down.dev(), dact.get(),
+                             nullptr, out, fault.sink(), nullptr, &shared));
+    const bool inside = kc::moeSharedInsideLaunches() != before;
+    std::vector<float> got = c.aliasOut ? dx.download() : dout.download();
+    const std::string what = fmtText(
+        "%s %s + down %s, shared %s%s F%lld, H%lld F%lld k%lld%s%s",
+        c.fused ? "gate_up" : "gate/up", typeName(c.gateType).c_str(),
+        typeName(c.downType).c_str(), typeName(c.sharedType).c_str(),
+        c.split ? "-split" : "", (long long)c.sharedFfn, (long long)c.hidden,
+        (long long)c.ffn, (long long)c.k, c.aliasOut ? ", out=x" : "",
+        c.inside ? ", inside" : ", own launches");
+    r.line("moe_experts shared", what,
+           relError(got, want) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
+               (inside == c.inside ? 0.0 : 1.0),
+           2 * (sumTol(double(c.hidden)) + sumTol(double(c.ffn)) +
+                sumTol(double(c.sharedFfn))),
+           fmtText("three chains of dots, 2e-6*(sqrt(%lld)+sqrt(%lld)+"
+                   "sqrt(%lld)); the path as stated",
+                   (long long)c.hidden, (long long)c.ffn,
+                   (long long)c.sharedFfn));
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Arg-max
 //===----------------------------------------------------------------------===//
@@ -2456,6 +2562,50 @@ void benchMoe() {
                 kernels, coldUs, moeBytes / (coldUs * 1e3));
     if (fixed && scope.ran() == 0)
       std::printf("bench op moe_experts: the fixed-shape kernels did not run\n");
+  }
+  // The shared expert inside (kiln-fuse-shared-expert): its gate, up and
+  // down (Q8_0 in the split layout, 256 rows at tp=8) as a ninth expert of
+  // weight 1, in place of the addend.
+  const int64_t sffn = 256;
+  const uint64_t sharedBlocks = uint64_t(sffn * hidden / 32);
+  std::vector<DeviceArray<uint8_t>> file, planes;
+  std::vector<kc::DeviceWeight> sharedWeights;
+  for (auto [rows, cols] : {std::pair{sffn, hidden}, std::pair{sffn, hidden},
+                            std::pair{hidden, sffn}}) {
+    file.emplace_back(sharedBlocks * 34);
+    planes.emplace_back(sharedBlocks * 34 + 512);
+    CHECK_CUDA(kc::launchFillRandomBlocks(GGMLType::Q8_0, file.back().get(),
+                                          sharedBlocks * 34, 5, stream));
+    uint8_t *q = planes.back().get(),
+            *d = q + (sharedBlocks * 32 + 255) / 256 * 256;
+    CHECK_CUDA(kc::launchRepackQ8Split(file.back().get(), rows, cols, q, d,
+                                       stream));
+    kc::DeviceWeight w{GGMLType::Q8_0, rows, cols, q,
+                       kc::WeightLayout::Q8Split};
+    w.scales = d;
+    sharedWeights.push_back(w);
+  }
+  const kc::SharedExpert sharedExpert{sharedWeights[0], sharedWeights[1],
+                                      sharedWeights[2]};
+  DeviceArray<float> sharedAct(
+      kc::moeExpertsActFloats(k, ffn, hidden, &sharedExpert));
+  const double sharedBytes = double(3 * sharedBlocks * 34);
+  for (bool fixed : {false, true}) {
+    const FixedShapes scope(fixed);
+    const char *kernels = fixed ? ", fixed shapes" : "";
+    int64_t call = 0;
+    const double coldUs = timeInGraph(stream, [&](cudaStream_t s) {
+      const int32_t *set = dids.get() + (call++ % sets) * k;
+      return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(),
+                                  k, gd, &ud, dd, sharedAct.get(), nullptr,
+                                  xo.get(), fault.sink(), s, &sharedExpert);
+    });
+    std::printf("bench op moe_experts Q4_K/Q5_K 6144x256, 8 of 256 + shared "
+                "Q8_0 %s%-14s %9.2f us, %.1f GB/s (from memory: 32 disjoint "
+                "sets of 8 in turn)\n",
+                kc::moeSharedInsideLaunches() > 0 ? "inside" : "apart",
+                kernels, coldUs,
+                (moeBytes + sharedBytes) / (coldUs * 1e3));
   }
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
@@ -3978,6 +4128,7 @@ int main(int argc, char **argv) {
   checkMoeRouter(report, rng);
   checkMoeRouterTies(report, rng);
   checkMoeExperts(report, rng);
+  checkMoeSharedExpert(report, rng);
   checkArgmax(report, rng);
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);

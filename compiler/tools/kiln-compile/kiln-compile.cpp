@@ -84,6 +84,12 @@ static cl::opt<bool>
     noFuse(cl::cat(kilnOptions), "no-fuse", cl::init(false),
            cl::desc("Do not fuse projections that share an input (for "
                     "comparisons; the default fuses)"));
+static cl::opt<bool> fuseSharedExpert(
+    cl::cat(kilnOptions), "fuse-shared-expert", cl::init(true),
+    cl::desc("Move each MoE layer's shared expert inside its routed experts' "
+             "op (moe_experts shared(...)): the CUDA backend runs it as a "
+             "ninth expert of weight 1 (default on, measured faster: "
+             "docs/perf.md; =false keeps the shared expert's own ops)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
@@ -237,7 +243,8 @@ int main(int argc, char **argv) {
     else
       step = (*module)->clone();
     mlir::PassManager pm(&context);
-    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance);
+    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance,
+                                  fuseSharedExpert);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";

@@ -1,8 +1,8 @@
 //===- StepOpsTest.cpp - Decoding a step's ops once for every backend -----===//
 //
-// The decoder's checks of the ops the fusion passes add: swiglu_linear, and
-// a projection's live_from. An artifact is assembled by hand, so each bad
-// field stands alone.
+// The decoder's checks of the ops the fusion passes add: swiglu_linear, a
+// projection's live_from, and moe_experts' shared expert. An artifact is
+// assembled by hand, so each bad field stands alone.
 //
 //===----------------------------------------------------------------------===//
 #include "common/StepOps.h"
@@ -145,6 +145,64 @@ TEST(StepOps, LiveFromRefusesBadPositions) {
   ASSERT_FALSE(negative);
   EXPECT_NE(negative.error().message().find("out of range"), std::string::npos)
       << negative.error().message();
+}
+
+/// moe_experts over x [64] with 2 chosen of 4 experts (gate, up [64, 32,
+/// 4], down [32, 64, 4]), then `shared` (bindings 3.., each [ne0, ne1]),
+/// with an addend first when `addend`.
+ka::Artifact experts(std::vector<std::vector<int64_t>> shared,
+                     bool addend = false) {
+  std::vector<ka::WeightBinding> weights = {q8("gate.weight", {64, 32, 4}),
+                                            q8("up.weight", {64, 32, 4}),
+                                            q8("down.weight", {32, 64, 4})};
+  ka::Buffer ids = arena("ids", {2});
+  ids.dtype = ka::DType::I32;
+  std::vector<ka::Buffer> buffers = {arena("x", {64}), ids, arena("w", {2})};
+  std::vector<int32_t> operands = {0, 1, 2};
+  if (addend) {
+    operands.push_back(int32_t(buffers.size()));
+    buffers.push_back(arena("addend", {64}));
+  }
+  const char *names[] = {"gate", "up", "down", "gate_s", "up_s", "down_s"};
+  for (size_t i = 0; i < 3 + shared.size(); ++i) {
+    if (i >= 3)
+      weights.push_back(q8(std::string(names[i]) + ".weight", shared[i - 3]));
+    operands.push_back(int32_t(buffers.size()));
+    buffers.push_back(weightBuffer(names[i], int32_t(i)));
+  }
+  operands.push_back(int32_t(buffers.size()));
+  buffers.push_back(arena("y", {64}));
+  return withOp(std::move(weights), std::move(buffers),
+                opOf("moe_experts", std::move(operands)));
+}
+
+TEST(StepOps, MoeExpertsSharedDecodes) {
+  Expected<StepOp> plain = decodeOnly(experts({}));
+  ASSERT_TRUE(plain) << plain.error().message();
+  EXPECT_FALSE(plain->hasShared);
+  Expected<StepOp> d = decodeOnly(experts({{64, 48}, {64, 48}, {48, 64}}));
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_TRUE(d->hasShared);
+  EXPECT_EQ(d->sharedIndex, 6u);
+  EXPECT_EQ(d->sharedFfn, 48);
+  EXPECT_EQ(d->ffn, 32);
+  EXPECT_EQ(d->experts, 4);
+  EXPECT_FALSE(d->fusedGateUp);
+}
+
+TEST(StepOps, MoeExpertsSharedRefusesBadWeights) {
+  auto fails = [](const ka::Artifact &a, const char *message) {
+    Expected<StepOp> d = decodeOnly(a);
+    ASSERT_FALSE(d) << message;
+    EXPECT_NE(d.error().message().find(message), std::string::npos)
+        << d.error().message();
+  };
+  fails(experts({{64, 48}, {64, 48}}), "(gate, up, down) 2-D weights");
+  fails(experts({{64, 48}, {64, 48}, {48, 64}}, /*addend=*/true),
+        "an addend or a shared expert, not both");
+  fails(experts({{64, 48}, {64, 40}, {48, 64}}), "shared 'up_s.weight'");
+  fails(experts({{32, 48}, {32, 48}, {48, 64}}), "shared 'gate_s.weight'");
+  fails(experts({{64, 48}, {64, 48}, {64, 48}}), "shared down");
 }
 
 } // namespace

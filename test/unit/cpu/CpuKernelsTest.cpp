@@ -516,6 +516,36 @@ TEST(Elementwise, SwigluMatchesSiluTimesUp) {
   EXPECT_EQ(g, y);
 }
 
+TEST(SwigluFfn, SameBitsAsFusedLinearThenSwigluLinear) {
+  // A shared expert inside moe_experts must give what the fused_linear of
+  // gate and up, then the swiglu_linear, gave.
+  SCOPED_TRACE(seedText(26));
+  std::mt19937 gen = generator(26);
+  ThreadPool pool(3);
+  const int64_t hidden = 64, ffn = 40;
+  TestWeight gate = randomWeight(gen, GGMLType::Q8_0, {hidden, ffn}, "gate");
+  TestWeight up = randomWeight(gen, GGMLType::F16, {hidden, ffn}, "up");
+  TestWeight down = randomWeight(gen, GGMLType::F16, {ffn, hidden}, "down");
+  std::vector<float> x = randomVector(gen, hidden);
+  std::vector<float> gu(2 * ffn), product(ffn), want(hidden);
+  ASSERT_TRUE(linear(x.data(), 1, gate.view(), gu.data(), pool).isOk());
+  ASSERT_TRUE(linear(x.data(), 1, up.view(), gu.data() + ffn, pool).isOk());
+  swiglu(gu.data(), gu.data() + ffn, ffn, product.data());
+  ASSERT_TRUE(linear(product.data(), 1, down.view(), want.data(), pool).isOk());
+
+  std::vector<float> scratch(3 * ffn, -99.0f), y(hidden, -99.0f);
+  Status s =
+      swigluFfn(x.data(), gate.view(), up.view(), down.view(), scratch.data(),
+                scratch.data() + 2 * ffn, y.data(), pool);
+  ASSERT_TRUE(s.isOk()) << errorText(s);
+  EXPECT_EQ(y, want);
+
+  expectError(swigluFfn(x.data(), gate.view(), up.view(), gate.view(),
+                        scratch.data(), scratch.data() + 2 * ffn, y.data(),
+                        pool),
+              {"shared expert", "[64, 40]"});
+}
+
 TEST(Argmax, TiesGoToTheLowestIndex) {
   const float a[] = {1, 3, 3, 2};
   EXPECT_EQ(argmax(a, 4), 1);

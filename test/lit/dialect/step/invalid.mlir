@@ -428,6 +428,108 @@ func.func @experts_count() {
 
 // -----
 
+func.func @shared_count() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 2]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 2]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  %sg = step.weight : !kiln.qweight<"sg.weight", "f32", [8, 6]>
+  %su = step.weight : !kiln.qweight<"su.weight", "f32", [8, 6]>
+  // expected-error @+1 {{'step.moe_experts' op shared is (gate, up, down), got 2 weights}}
+  step.moe_experts ins(%x, %i, %w, %g, %u, %d : memref<8xf32>, memref<2xi32>, memref<2xf32>, !kiln.qweight<"g.weight", "f32", [8, 4, 2]>, !kiln.qweight<"u.weight", "f32", [8, 4, 2]>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) shared(%sg, %su : !kiln.qweight<"sg.weight", "f32", [8, 6]>, !kiln.qweight<"su.weight", "f32", [8, 6]>) outs(%x : memref<8xf32>)
+  return
+}
+
+// -----
+
+func.func @shared_and_addend() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 2]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 2]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  %sg = step.weight : !kiln.qweight<"sg.weight", "f32", [8, 6]>
+  %su = step.weight : !kiln.qweight<"su.weight", "f32", [8, 6]>
+  %sd = step.weight : !kiln.qweight<"sd.weight", "f32", [6, 8]>
+  %a = step.buffer "a" : memref<8xf32>
+  // expected-error @+1 {{'step.moe_experts' op takes an addend or a shared expert, not both}}
+  step.moe_experts ins(%x, %i, %w, %g, %u, %d : memref<8xf32>, memref<2xi32>, memref<2xf32>, !kiln.qweight<"g.weight", "f32", [8, 4, 2]>, !kiln.qweight<"u.weight", "f32", [8, 4, 2]>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) addend(%a : memref<8xf32>) shared(%sg, %su, %sd : !kiln.qweight<"sg.weight", "f32", [8, 6]>, !kiln.qweight<"su.weight", "f32", [8, 6]>, !kiln.qweight<"sd.weight", "f32", [6, 8]>) outs(%x : memref<8xf32>)
+  return
+}
+
+// -----
+
+func.func @shared_rank() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 2]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 2]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  %sg = step.weight : !kiln.qweight<"sg.weight", "f32", [8, 6]>
+  %su = step.weight : !kiln.qweight<"su.weight", "f32", [8, 6]>
+  %s3 = step.weight : !kiln.qweight<"s3.weight", "f32", [8, 6, 2]>
+  // expected-error @+1 {{'step.moe_experts' op shared weights must be 2-D}}
+  step.moe_experts ins(%x, %i, %w, %g, %u, %d : memref<8xf32>, memref<2xi32>, memref<2xf32>, !kiln.qweight<"g.weight", "f32", [8, 4, 2]>, !kiln.qweight<"u.weight", "f32", [8, 4, 2]>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) shared(%sg, %su, %s3 : !kiln.qweight<"sg.weight", "f32", [8, 6]>, !kiln.qweight<"su.weight", "f32", [8, 6]>, !kiln.qweight<"s3.weight", "f32", [8, 6, 2]>) outs(%x : memref<8xf32>)
+  return
+}
+
+// -----
+
+func.func @shared_up_rows() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 2]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 2]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  %sg = step.weight : !kiln.qweight<"sg.weight", "f32", [8, 6]>
+  %uw = step.weight : !kiln.qweight<"uw.weight", "f32", [8, 5]>
+  %sd = step.weight : !kiln.qweight<"sd.weight", "f32", [6, 8]>
+  // expected-error @+1 {{'step.moe_experts' op shared gate and up must both be [8, ffn] (hidden matching the input), got [8, 6] and [8, 5]}}
+  step.moe_experts ins(%x, %i, %w, %g, %u, %d : memref<8xf32>, memref<2xi32>, memref<2xf32>, !kiln.qweight<"g.weight", "f32", [8, 4, 2]>, !kiln.qweight<"u.weight", "f32", [8, 4, 2]>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) shared(%sg, %uw, %sd : !kiln.qweight<"sg.weight", "f32", [8, 6]>, !kiln.qweight<"uw.weight", "f32", [8, 5]>, !kiln.qweight<"sd.weight", "f32", [6, 8]>) outs(%x : memref<8xf32>)
+  return
+}
+
+// -----
+
+func.func @shared_gate_hidden() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 2]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 2]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  %gh = step.weight : !kiln.qweight<"gh.weight", "f32", [4, 6]>
+  %su = step.weight : !kiln.qweight<"su.weight", "f32", [8, 6]>
+  %sd = step.weight : !kiln.qweight<"sd.weight", "f32", [6, 8]>
+  // expected-error @+1 {{'step.moe_experts' op shared gate and up must both be [8, ffn] (hidden matching the input), got [4, 6] and [8, 6]}}
+  step.moe_experts ins(%x, %i, %w, %g, %u, %d : memref<8xf32>, memref<2xi32>, memref<2xf32>, !kiln.qweight<"g.weight", "f32", [8, 4, 2]>, !kiln.qweight<"u.weight", "f32", [8, 4, 2]>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) shared(%gh, %su, %sd : !kiln.qweight<"gh.weight", "f32", [4, 6]>, !kiln.qweight<"su.weight", "f32", [8, 6]>, !kiln.qweight<"sd.weight", "f32", [6, 8]>) outs(%x : memref<8xf32>)
+  return
+}
+
+// -----
+
+func.func @shared_down() {
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4, 2]>
+  %u = step.weight : !kiln.qweight<"u.weight", "f32", [8, 4, 2]>
+  %d = step.weight : !kiln.qweight<"d.weight", "f32", [4, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  %sg = step.weight : !kiln.qweight<"sg.weight", "f32", [8, 6]>
+  %su = step.weight : !kiln.qweight<"su.weight", "f32", [8, 6]>
+  %dt = step.weight : !kiln.qweight<"dt.weight", "f32", [8, 6]>
+  // expected-error @+1 {{'step.moe_experts' op shared down must be [6, 8] (ffn, hidden), got [8, 6]}}
+  step.moe_experts ins(%x, %i, %w, %g, %u, %d : memref<8xf32>, memref<2xi32>, memref<2xf32>, !kiln.qweight<"g.weight", "f32", [8, 4, 2]>, !kiln.qweight<"u.weight", "f32", [8, 4, 2]>, !kiln.qweight<"d.weight", "f32", [4, 8, 2]>) shared(%sg, %su, %dt : !kiln.qweight<"sg.weight", "f32", [8, 6]>, !kiln.qweight<"su.weight", "f32", [8, 6]>, !kiln.qweight<"dt.weight", "f32", [8, 6]>) outs(%x : memref<8xf32>)
+  return
+}
+
+// -----
+
 func.func @all_reduce_kind() {
   %a = step.buffer "a" : memref<4xf32>
   // expected-error @+1 {{'step.all_reduce' op reduction must be 'sum' or 'max'}}

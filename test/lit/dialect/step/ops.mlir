@@ -87,6 +87,16 @@ func.func @every_op() attributes {step.plan = #step.plan<arena_bytes = 65536, pe
   step.moe_router ins(%x, %gate : memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "softmax", normalize = false, routed_scale = 1.0 : f32, top_k = 4 : i64}
   // CHECK: step.moe_experts ins(%x, %ids, %rw, %blk.1.ffn_gate_exps, %blk.1.ffn_up_exps, %blk.1.ffn_down_exps : memref<256xf32>, memref<4xi32>, memref<4xf32>, {{.+}}) outs(%y : memref<256xf32>)
   step.moe_experts ins(%x, %ids, %rw, %g, %u, %d : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<"blk.1.ffn_gate_exps.weight", "q4_k", [256, 256, 16]>, !kiln.qweight<"blk.1.ffn_up_exps.weight", "q4_k", [256, 256, 16]>, !kiln.qweight<"blk.1.ffn_down_exps.weight", "q8_0", [256, 256, 16]>) outs(%y : memref<256xf32>)
+  %sh = step.buffer "sh" : memref<256xf32>
+  // CHECK: step.moe_experts ins(%x, %ids, %rw, %blk.1.ffn_gate_exps, %blk.1.ffn_up_exps, %blk.1.ffn_down_exps : memref<256xf32>, memref<4xi32>, memref<4xf32>, {{.+}}) addend(%sh : memref<256xf32>) outs(%y : memref<256xf32>)
+  step.moe_experts ins(%x, %ids, %rw, %g, %u, %d : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<"blk.1.ffn_gate_exps.weight", "q4_k", [256, 256, 16]>, !kiln.qweight<"blk.1.ffn_up_exps.weight", "q4_k", [256, 256, 16]>, !kiln.qweight<"blk.1.ffn_down_exps.weight", "q8_0", [256, 256, 16]>) addend(%sh : memref<256xf32>) outs(%y : memref<256xf32>)
+  // A shared expert inside (kiln-fuse-shared-expert), as one rank of two
+  // holds it: gate and up split by rows, down by columns.
+  %sg = step.weight : !kiln.qweight<"blk.1.ffn_gate_shexp.weight", "q5_k", [256, 128], shard = 1 of 2>
+  %su = step.weight : !kiln.qweight<"blk.1.ffn_up_shexp.weight", "q5_k", [256, 128], shard = 1 of 2>
+  %sd = step.weight : !kiln.qweight<"blk.1.ffn_down_shexp.weight", "q8_0", [128, 256], shard = 0 of 2>
+  // CHECK: step.moe_experts ins(%x, %ids, %rw, %blk.1.ffn_gate_exps, %blk.1.ffn_up_exps, %blk.1.ffn_down_exps : memref<256xf32>, memref<4xi32>, memref<4xf32>, {{.+}}) shared(%blk.1.ffn_gate_shexp, %blk.1.ffn_up_shexp, %blk.1.ffn_down_shexp : !kiln.qweight<"blk.1.ffn_gate_shexp.weight", "q5_k", [256, 128], shard = 1 of 2>, !kiln.qweight<"blk.1.ffn_up_shexp.weight", "q5_k", [256, 128], shard = 1 of 2>, !kiln.qweight<"blk.1.ffn_down_shexp.weight", "q8_0", [128, 256], shard = 0 of 2>) outs(%y : memref<256xf32>)
+  step.moe_experts ins(%x, %ids, %rw, %g, %u, %d : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<"blk.1.ffn_gate_exps.weight", "q4_k", [256, 256, 16]>, !kiln.qweight<"blk.1.ffn_up_exps.weight", "q4_k", [256, 256, 16]>, !kiln.qweight<"blk.1.ffn_down_exps.weight", "q8_0", [256, 256, 16]>) shared(%sg, %su, %sd : !kiln.qweight<"blk.1.ffn_gate_shexp.weight", "q5_k", [256, 128], shard = 1 of 2>, !kiln.qweight<"blk.1.ffn_up_shexp.weight", "q5_k", [256, 128], shard = 1 of 2>, !kiln.qweight<"blk.1.ffn_down_shexp.weight", "q8_0", [128, 256], shard = 0 of 2>) outs(%y : memref<256xf32>)
   // CHECK: step.add ins(%x, %y : memref<256xf32>, memref<256xf32>) outs(%x : memref<256xf32>)
   step.add ins(%x, %y : memref<256xf32>, memref<256xf32>) outs(%x : memref<256xf32>)
   // CHECK: step.swiglu ins(%x, %y : memref<256xf32>, memref<256xf32>) outs(%y : memref<256xf32>)
