@@ -1195,6 +1195,31 @@ __device__ __forceinline__ float q8SplitK45Lane(const uint8_t *q,
          quantdot::halfBits(scales >> 16) * sumHi;
 }
 
+/// The end of a gate/up block: each lane's sums v of its 2 kPairs rows (gate
+/// rows, then up rows) over its 256-value block, added over the warp's lanes
+/// (lane kSpread r ends with row r's) and then over the block's `warps`
+/// warps in order through `sums`; act[q] = silu(gate q) * up q for the
+/// block's `pairs` pairs.
+__device__ __forceinline__ void pairSumsToAct(const float (&v)[2 * kPairs],
+                                              float *sums, int warps,
+                                              int pairs, float *act) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  constexpr int kSpread = kWarp / (2 * kPairs);
+  const float sum = quantdot::spreadSums<2 * kPairs, kWarp / 2>(v, lane);
+  if (lane % kSpread == 0)
+    sums[warp * 2 * kPairs + lane / kSpread] = sum;
+  __syncthreads();
+  if (int(threadIdx.x) < pairs) {
+    const int q = int(threadIdx.x);
+    float g = sums[q], u = sums[kPairs + q];
+    for (int w = 1; w < warps; ++w) {
+      g += sums[w * 2 * kPairs + q];
+      u += sums[w * 2 * kPairs + kPairs + q];
+    }
+    act[q] = silu(g) * u;
+  }
+}
+
 /// A block of the gate/up kernel past the routed experts' (kiln-fuse-
 /// shared-expert): shared expert rows f0 .. f0 + kSharedPairs - 1 of gate
 /// and up, copied as the routed rows are (quants, then scales), dotted with
@@ -1249,20 +1274,7 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0,
             scales + (kSharedPairs + q) * scaleBytes + 16 * b, t, xv);
       }
     }
-  constexpr int kSpread = kWarp / (2 * kPairs);
-  const float sum = quantdot::spreadSums<2 * kPairs, kWarp / 2>(v, lane);
-  if (lane % kSpread == 0)
-    sums[warp * 2 * kPairs + lane / kSpread] = sum;
-  __syncthreads();
-  if (int(threadIdx.x) < pairs) {
-    const int q = int(threadIdx.x);
-    float g = sums[q], u = sums[kPairs + q];
-    for (int w = 1; w < warps; ++w) {
-      g += sums[w * 2 * kPairs + q];
-      u += sums[w * 2 * kPairs + kPairs + q];
-    }
-    a.sharedAct[f0 + q] = silu(g) * u;
-  }
+  pairSumsToAct(v, sums, warps, pairs, a.sharedAct + f0);
 }
 
 /// kHidden > 0: the kernel for one hidden width and one expert width kFfn
@@ -1357,23 +1369,9 @@ __global__ void __launch_bounds__(kThreads)
         v[kPairs + q] = k45SharedBlock<kHigh>(block + kPairs * rowBytes, t, xs);
       }
     }
-  // Lane kSpread r holds row r's sum over the warp's blocks (each of the
-  // 2 kPairs rows ends in kSpread lanes).
-  constexpr int kSpread = kWarp / (2 * kPairs);
-  const float sum = quantdot::spreadSums<2 * kPairs, kWarp / 2>(v, lane);
-  if (lane % kSpread == 0)
-    sums[warp * 2 * kPairs + lane / kSpread] = sum;
-  __syncthreads();
-  if (int(threadIdx.x) < pairs) {
-    const int warps = kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp),
-              q = int(threadIdx.x);
-    float g = sums[q], u = sums[kPairs + q];
-    for (int w = 1; w < warps; ++w) {
-      g += sums[w * 2 * kPairs + q];
-      u += sums[w * 2 * kPairs + kPairs + q];
-    }
-    a.act[i * ffn + f0 + q] = silu(g) * u;
-  }
+  pairSumsToAct(v, sums,
+                kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp),
+                pairs, a.act + i * ffn + f0);
 }
 
 /// kHidden > 0: the kernel for one hidden width (a multiple of kDownTile)
