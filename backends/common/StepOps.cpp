@@ -126,6 +126,8 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
       {"dsa_indexer", OpKind::DsaIndexer},
       {"moe_router", OpKind::MoeRouter},
       {"moe_experts", OpKind::MoeExperts},
+      {"router_partial", OpKind::RouterPartial},
+      {"moe_choose", OpKind::MoeChoose},
       {"argmax", OpKind::Argmax},
       {"all_reduce", OpKind::AllReduce},
       {"all_gather", OpKind::AllGather},
@@ -186,6 +188,8 @@ private:
   Status param(const Operand &r, uint64_t n, const char *what) const;
   Status cache(const Operand &r, int64_t width, const char *what) const;
   Status addNormOperands();
+  Status routerTail();
+  Status choice(int64_t experts, const Operand *bias);
   Status rotation(const std::string &prefix, int64_t width,
                   const char *outside);
   Expected<int64_t> intAttr(const char *name) const;
@@ -296,6 +300,66 @@ Status Decoder::addNormOperands() {
   return Status::ok();
 }
 
+/// An all_reduce_add_rms_norm with a router tail (kiln-fold-router):
+/// partial [n + tail], residual, weight; sum and output [n], logits [tail].
+Status Decoder::routerTail() {
+  KILN_ASSIGN(tail, intAttr("tail"));
+  if (tail <= 0)
+    return fail(fmt::format("tail must be positive, got {}", tail));
+  KILN_TRY(counts(3, 3));
+  KILN_TRY(floats(in(0), "partial"));
+  KILN_TRY(floats(in(1), "residual"));
+  KILN_TRY(floats(out(0), "sum"));
+  KILN_TRY(floats(out(1), "output"));
+  KILN_TRY(floats(out(2), "logits"));
+  KILN_TRY(same(in(1), out(0)));
+  KILN_TRY(same(out(0), out(1)));
+  if (out(0).buffer->shape.size() != 1)
+    return fail("with a tail the sum must be one vector");
+  d_.n = int64_t(out(0).elements());
+  d_.rows = 1;
+  d_.tail = tail;
+  if (in(0).elements() != uint64_t(d_.n + tail))
+    return fail(fmt::format("partial '{}' must hold the sum's {} values and "
+                            "the tail's {}, has {}",
+                            in(0).name(), d_.n, tail, in(0).elements()));
+  if (out(2).elements() != uint64_t(tail))
+    return fail(fmt::format("logits '{}' must have the tail's {} values",
+                            out(2).name(), tail));
+  KILN_TRY(param(in(2), uint64_t(d_.n), "weight"));
+  KILN_ASSIGN(eps, floatAttr("epsilon"));
+  d_.epsilon = eps;
+  return Status::ok();
+}
+
+/// The router's choice from `experts` logits (moe_router, moe_choose):
+/// top_k, gating, normalize, routed_scale, the bias when there is one, ids
+/// and weights outs(0) and outs(1).
+Status Decoder::choice(int64_t experts, const Operand *bias) {
+  KILN_ASSIGN(topK, intAttr("top_k"));
+  KILN_ASSIGN(gating, stringAttr("gating"));
+  KILN_ASSIGN(normalize, intAttr("normalize"));
+  KILN_ASSIGN(routedScale, floatAttr("routed_scale"));
+  if (topK <= 0 || topK > experts)
+    return fail(
+        fmt::format("top_k {} is outside 1..{} experts", topK, experts));
+  if (gating != "sigmoid" && gating != "softmax")
+    return fail("gating must be 'sigmoid' or 'softmax'");
+  d_.hasBias = bias != nullptr;
+  if (bias)
+    KILN_TRY(param(*bias, uint64_t(experts), "bias"));
+  KILN_TRY(ints(out(0), "ids", uint64_t(topK)));
+  KILN_TRY(floats(out(1), "weights"));
+  if (out(1).elements() != uint64_t(topK))
+    return fail("weights must have top_k values");
+  d_.experts = experts;
+  d_.topK = topK;
+  d_.softmax = gating == "softmax";
+  d_.normalize = normalize != 0;
+  d_.routedScale = routedScale;
+  return Status::ok();
+}
+
 Expected<int64_t> Decoder::intAttr(const char *name) const {
   const Attr *a = op_.attr(name);
   if (!a || (a->kind != AttrKind::Int && a->kind != AttrKind::Bool))
@@ -342,7 +406,10 @@ Expected<StepOp> Decoder::decode() {
     break;
   }
   case OpKind::AllReduceAddRmsNorm: {
-    KILN_TRY(addNormOperands());
+    if (op_.attr("tail"))
+      KILN_TRY(routerTail());
+    else
+      KILN_TRY(addNormOperands());
     KILN_ASSIGN(reduction, stringAttr("reduction"));
     if (reduction != "sum")
       return fail("reduction must be 'sum'");
@@ -693,33 +760,55 @@ Expected<StepOp> Decoder::decode() {
     break;
   }
   case OpKind::MoeRouter: {
-    d_.hasBias = d_.ins.size() == 3; // the optional selection bias
-    KILN_TRY(counts(d_.hasBias ? 3 : 2, 2));
+    const bool hasBias = d_.ins.size() == 3; // the optional selection bias
+    KILN_TRY(counts(hasBias ? 3 : 2, 2));
     KILN_TRY(floats(in(0), "input"));
     Operand gate = in(1);
     KILN_TRY(weight(gate, "gate"));
     KILN_ASSIGN(topK, intAttr("top_k"));
-    KILN_ASSIGN(gating, stringAttr("gating"));
-    KILN_ASSIGN(normalize, intAttr("normalize"));
-    KILN_ASSIGN(routedScale, floatAttr("routed_scale"));
     if (gate.dims.size() != 2 ||
         in(0).elements() != uint64_t(gate.dims[0]) || topK <= 0 ||
         topK > gate.dims[1])
       return fail("gate must be [hidden, experts] with 1 <= top_k <= experts");
-    if (gating != "sigmoid" && gating != "softmax")
-      return fail("gating must be 'sigmoid' or 'softmax'");
-    if (d_.hasBias)
-      KILN_TRY(param(in(2), uint64_t(gate.dims[1]), "bias"));
-    KILN_TRY(ints(out(0), "ids", uint64_t(topK)));
-    KILN_TRY(floats(out(1), "weights"));
-    if (out(1).elements() != uint64_t(topK))
-      return fail("weights must have top_k values");
+    const Operand bias = hasBias ? in(2) : Operand();
+    KILN_TRY(choice(gate.dims[1], hasBias ? &bias : nullptr));
     d_.k = gate.dims[0];
+    break;
+  }
+  case OpKind::RouterPartial: {
+    // partial, residual [n]; gate F32 [n, E]; norm [n]; output [E].
+    KILN_TRY(counts(4, 1));
+    KILN_TRY(floats(in(0), "partial"));
+    KILN_TRY(floats(in(1), "residual"));
+    KILN_TRY(same(in(0), in(1)));
+    if (in(0).buffer->shape.size() != 1)
+      return fail("partial and residual must be vectors");
+    const int64_t hidden = int64_t(in(0).elements());
+    Operand gate = in(2);
+    KILN_TRY(weight(gate, "gate"));
+    if (gate.binding->type != GGMLType::F32 || gate.dims.size() != 2 ||
+        gate.dims[0] != hidden)
+      return fail(fmt::format("gate '{}' must be an F32 [{}, experts] weight",
+                              gate.name(), hidden));
+    KILN_TRY(param(in(3), uint64_t(hidden), "norm"));
+    KILN_TRY(floats(out(0), "output"));
+    if (out(0).elements() != uint64_t(gate.dims[1]))
+      return fail(fmt::format("output '{}' must have the gate's {} experts",
+                              out(0).name(), gate.dims[1]));
+    KILN_ASSIGN(residualScale, floatAttr("residual_scale"));
+    d_.n = hidden;
     d_.experts = gate.dims[1];
-    d_.topK = topK;
-    d_.softmax = gating == "softmax";
-    d_.normalize = normalize != 0;
-    d_.routedScale = routedScale;
+    d_.residualScale = residualScale;
+    break;
+  }
+  case OpKind::MoeChoose: {
+    const bool hasBias = d_.ins.size() == 2;
+    KILN_TRY(counts(hasBias ? 2 : 1, 2));
+    KILN_TRY(floats(in(0), "logits"));
+    if (in(0).buffer->shape.size() != 1)
+      return fail("logits must be a vector");
+    const Operand bias = hasBias ? in(1) : Operand();
+    KILN_TRY(choice(int64_t(in(0).elements()), hasBias ? &bias : nullptr));
     break;
   }
   case OpKind::MoeExperts: {

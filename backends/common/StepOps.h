@@ -51,6 +51,8 @@ enum class OpKind {
   DsaIndexer,
   MoeRouter,
   MoeExperts,
+  RouterPartial,
+  MoeChoose,
   Argmax,
   AllReduce,
   AllGather,
@@ -145,6 +147,21 @@ struct StepOp {
   bool hasShared = false;
   size_t sharedIndex = 0;
   int64_t sharedFfn = 0;
+
+  /// AllReduceAddRmsNorm with a router tail (kiln-fold-router): the
+  /// partial holds n + tail values; all are summed over the ranks, the
+  /// first n added to the residual and normalised as without it, and the
+  /// last `tail` divided by that norm's rms into outs[2] (the router's
+  /// logits). 0: no tail.
+  int64_t tail = 0;
+  /// RouterPartial (kiln-fold-router): outs[0][e] = sum over h of gate[e][h]
+  /// * norm[h] * (ins[0][h] + residualScale * ins[1][h]); ins: this rank's
+  /// partial (n = hidden), the residual (n), the F32 gate [hidden, experts]
+  /// and the norm's weight [hidden]; experts = E.
+  /// MoeChoose: the router's choice from its logits ins[0] (experts
+  /// values) and an optional bias ins[1] (hasBias): topK, softmax,
+  /// normalize and routedScale as MoeRouter.
+  double residualScale = 0;
 
   /// AllReduce: sum (else max). AllGather: outer runs of `inner` values
   /// per rank, gathered on `dim`. DistributedArgmax, AllGather: ranks.

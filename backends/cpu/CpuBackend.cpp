@@ -188,14 +188,22 @@ Expected<std::function<Status()>> OpBinder::bind() {
     KILN_ASSIGN(w, param(2));
     const float *partial = f32In(0), *residual = f32In(1);
     float *sum = f32Out(0), *y = f32Out(1);
+    // A router tail (kiln-fold-router; rows = 1): the partial's last `tail`
+    // values are reduced with the rest and divided by the norm's rms.
+    const int64_t tail = d.tail;
+    float *logits = tail > 0 ? f32Out(2) : nullptr;
     float e = float(d.epsilon);
     return Fn([=] {
       // The same rank-order sum as all_reduce, then the same add and norm
       // as add_rms_norm: bit-identical to the three ops unfused.
       const std::vector<float> &acc = combineInRankOrder(
-          *rank->comm, rank->index, partial, uint64_t(rows * n), true);
+          *rank->comm, rank->index, partial, uint64_t(rows * n + tail), true);
       cpu::add(residual, acc.data(), rows * n, sum);
+      // Before the norm, which may write over the sum.
+      const float rms = tail > 0 ? cpu::rms(sum, n, e) : 0.0f;
       cpu::rmsNorm(sum, rows, n, w, e, y);
+      for (int64_t i = 0; i < tail; ++i)
+        logits[i] = acc[size_t(n + i)] / rms;
       return Status::ok();
     });
   }
@@ -490,6 +498,33 @@ Expected<std::function<Status()>> OpBinder::bind() {
     float rs = float(d.routedScale);
     return Fn([=] {
       return cpu::moeRouter(x, hidden, *gate, bias, topK, g, norm, rs, ids, w);
+    });
+  }
+  case OpKind::MoeChoose: {
+    const float *bias = nullptr;
+    if (d.hasBias) {
+      KILN_ASSIGN(values, param(1));
+      bias = values;
+    }
+    const float *logits = f32In(0);
+    int32_t *ids = out(0).i32();
+    float *w = f32Out(1);
+    cpu::Gating g = d.softmax ? cpu::Gating::Softmax : cpu::Gating::Sigmoid;
+    int64_t experts = d.experts, topK = d.topK;
+    bool norm = d.normalize;
+    float rs = float(d.routedScale);
+    return Fn([=] {
+      return cpu::moeChoose(logits, experts, bias, topK, g, norm, rs, ids, w);
+    });
+  }
+  case OpKind::RouterPartial: {
+    KILN_ASSIGN(norm, param(3));
+    const cpu::WeightView *gate = in(2).weight;
+    const float *partial = f32In(0), *residual = f32In(1);
+    float *y = f32Out(0);
+    float scale = float(d.residualScale);
+    return Fn([=] {
+      return cpu::routerPartial(partial, residual, n, *gate, norm, scale, y);
     });
   }
   case OpKind::MoeExperts: {

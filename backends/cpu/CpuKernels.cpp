@@ -362,17 +362,21 @@ Status linear(const float *x, int64_t batch, const WeightView &w, float *y,
   return error.status();
 }
 
+float rms(const float *x, int64_t n, float eps) {
+  float sumSq = 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    sumSq += x[i] * x[i];
+  return std::sqrt(sumSq / static_cast<float>(n) + eps);
+}
+
 void rmsNorm(const float *x, int64_t rows, int64_t n, const float *w, float eps,
              float *y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = x + r * n;
     float *yr = y + r * n;
-    float sumSq = 0.0f;
+    const float divisor = rms(xr, n, eps);
     for (int64_t i = 0; i < n; ++i)
-      sumSq += xr[i] * xr[i];
-    const float rms = std::sqrt(sumSq / static_cast<float>(n) + eps);
-    for (int64_t i = 0; i < n; ++i)
-      yr[i] = xr[i] / rms * w[i];
+      yr[i] = xr[i] / divisor * w[i];
   }
 }
 
@@ -658,13 +662,25 @@ Status moeRouter(const float *x, int64_t hidden, const WeightView &gate,
         where(op), gate.name,
         fmt::format("top k {} is outside [0, {}] experts", topK, experts));
 
-  std::vector<float> p(static_cast<size_t>(experts));
+  std::vector<float> logits(static_cast<size_t>(experts));
   std::vector<float> row(static_cast<size_t>(hidden));
   for (int64_t e = 0; e < experts; ++e) {
     if (Status s = dequantRow(gate, *shape, e, row.data(), op); !s)
       return s;
-    p[e] = dot(x, row.data(), hidden);
+    logits[e] = dot(x, row.data(), hidden);
   }
+  return moeChoose(logits.data(), experts, bias, topK, gating, normalize,
+                   routedScale, ids, weights);
+}
+
+Status moeChoose(const float *logits, int64_t experts, const float *bias,
+                 int64_t topK, Gating gating, bool normalize, float routedScale,
+                 int32_t *ids, float *weights) {
+  if (experts <= 0 || topK < 0 || topK > experts)
+    return Error(
+        where("moe_choose"), "top_k",
+        fmt::format("top k {} is outside [0, {}] experts", topK, experts));
+  std::vector<float> p(logits, logits + experts);
   if (gating == Gating::Sigmoid) {
     for (float &v : p)
       v = 1.0f / (1.0f + std::exp(-v));
@@ -697,6 +713,30 @@ Status moeRouter(const float *x, int64_t hidden, const WeightView &gate,
   for (int64_t k = 0; k < topK; ++k)
     weights[k] =
         (normalize ? weights[k] / denominator : weights[k]) * routedScale;
+  return Status::ok();
+}
+
+Status routerPartial(const float *partial, const float *residual,
+                     int64_t hidden, const WeightView &gate, const float *norm,
+                     float residualScale, float *out) {
+  const char *op = "router_partial";
+  Expected<WeightRows> shape = rowsOf(gate, 2, op);
+  if (!shape)
+    return shape.status();
+  if (shape->cols != hidden)
+    return Error(where(op), gate.name,
+                 fmt::format("rows hold {} values, hidden size is {}",
+                             shape->cols, hidden));
+  // This rank's part of the normalised sum, before the division by its rms.
+  std::vector<float> v(static_cast<size_t>(hidden));
+  for (int64_t h = 0; h < hidden; ++h)
+    v[h] = norm[h] * (partial[h] + residualScale * residual[h]);
+  std::vector<float> row(static_cast<size_t>(hidden));
+  for (int64_t e = 0; e < shape->rows; ++e) {
+    if (Status s = dequantRow(gate, *shape, e, row.data(), op); !s)
+      return s;
+    out[e] = dot(row.data(), v.data(), hidden);
+  }
   return Status::ok();
 }
 

@@ -89,6 +89,10 @@ Status linear(const float *x, int64_t batch, const WeightView &w, float *y,
 void rmsNorm(const float *x, int64_t rows, int64_t n, const float *w,
              float eps, float *y);
 
+/// sqrt(sum(x^2) / n + eps) over n values, the squares summed in f32 with
+/// i ascending: what rmsNorm divides a row by, bit for bit.
+float rms(const float *x, int64_t n, float eps);
+
 /// y = (x - mean) / sqrt(var + eps) * w + b per row (population variance).
 /// y may be x.
 void layerNorm(const float *x, int64_t rows, int64_t n, const float *w,
@@ -175,6 +179,23 @@ Status moeRouter(const float *x, int64_t hidden, const WeightView &gate,
                  const float *bias, int64_t topK, Gating gating,
                  bool normalize, float routedScale, int32_t *ids,
                  float *weights);
+
+/// The router's choice from its logits (step.moe_choose; moeRouter after
+/// its dots): p = sigmoid(logits) or softmax(logits), then the topK and
+/// their weights exactly as moeRouter chooses them. A topK outside [0,
+/// experts] is an error.
+Status moeChoose(const float *logits, int64_t experts, const float *bias,
+                 int64_t topK, Gating gating, bool normalize, float routedScale,
+                 int32_t *ids, float *weights);
+
+/// One rank's share of the router's logits (step.router_partial), gate
+/// [hidden, E]: v[h] = norm[h] * (partial[h] + residualScale *
+/// residual[h]), each product and sum rounded to f32 in that order, then
+/// out[e] = sum over h ascending of gate[e][h] * v[h], accumulated in f32
+/// from 0. The gate's rows are read as f32 (exact for an F32 gate).
+Status routerPartial(const float *partial, const float *residual,
+                     int64_t hidden, const WeightView &gate, const float *norm,
+                     float residualScale, float *out);
 
 /// Routed experts: out[hidden] = sum_k weights[k] * down_e(silu(gate_e . x)
 /// * (up_e . x)), e = ids[k], k ascending. `experts` is (gate [H, F, E],

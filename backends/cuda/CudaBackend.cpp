@@ -560,7 +560,10 @@ Expected<Launch> OpBinder::collective() {
   case OpKind::AllReduce:
   case OpKind::AllReduceAddRmsNorm: {
     bool fused = d_.kind == OpKind::AllReduceAddRmsNorm;
-    uint64_t n = uint64_t(d_.rows * d_.n);
+    // With a router tail (kiln-fold-router) the partial's last `tail`
+    // values are reduced with the rest and divided by the norm's rms.
+    int64_t tail = d_.tail;
+    uint64_t n = uint64_t(d_.rows * d_.n + tail);
     bool simulate = rank_.simulate || rank_.localCollectives;
     const float *x = f32In(0);
     const float *w = nullptr;
@@ -570,11 +573,12 @@ Expected<Launch> OpBinder::collective() {
     }
     const float *residual = fused ? f32In(1) : nullptr;
     float *sum = f32Out(0), *y = fused ? f32Out(1) : nullptr;
+    float *logits = tail > 0 ? f32Out(2) : nullptr;
     int64_t rows = d_.rows, cols = d_.n;
     float eps = float(d_.epsilon);
     bool isSum = d_.sum;
     uint64_t traffic = simulate ? ringBytes(n * sizeof(float)) : 0;
-    if (rank_.usePeers && allReducePeersFits(rank_.peers, rows, cols)) {
+    if (rank_.usePeers && allReducePeersFits(rank_.peers, rows, cols, tail)) {
       // One kernel: every rank's part read over NVLink (a simulated rank:
       // its own, once for every rank), combined in rank order, and for the
       // fused op added and normalised.
@@ -583,7 +587,7 @@ Expected<Launch> OpBinder::collective() {
       float *out = fused ? sum : f32Out(0);
       return wrap([=](cudaStream_t s) {
         return launchAllReducePeers(peers, x, rows, cols, isSum, residual, w,
-                                    eps, out, y, f, s);
+                                    eps, out, y, f, s, tail, logits);
       });
     }
     // The fused op reduces into scratch (its input is read-only).
@@ -613,9 +617,10 @@ Expected<Launch> OpBinder::collective() {
                                           cudaMemcpyDeviceToDevice, s));
       }
       if (fused)
-        return check(
-            launchAddRmsNorm(residual, reduced, rows, cols, w, eps, sum, y, s),
-            where, "launchAddRmsNorm");
+        return check(launchAddRmsNorm(residual, reduced, rows, cols, w, eps,
+                                      sum, y, s, reduced + rows * cols, tail,
+                                      logits),
+                     where, "launchAddRmsNorm");
       if (reduced != sum)
         CUDA_TRY(where, cudaMemcpyAsync(sum, reduced, n * sizeof(float),
                                         cudaMemcpyDeviceToDevice, s));
@@ -927,6 +932,34 @@ Expected<Launch> OpBinder::bind() {
       return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
                               sel, count, f, s, rope, kMaxStagedKeyBytes,
                               select);
+    });
+  }
+  case OpKind::RouterPartial: {
+    DeviceWeight gate = weight(2);
+    KILN_ASSIGN(g, param(3));
+    const float *p = f32In(0), *x = f32In(1);
+    float *t = f32Out(0);
+    float scale = float(d.residualScale);
+    return wrap([=](cudaStream_t s) {
+      return launchRouterPartial(p, x, gate, g, scale, t, s);
+    });
+  }
+  case OpKind::MoeChoose: {
+    const float *bias = nullptr;
+    if (d.hasBias) {
+      KILN_ASSIGN(b, param(1));
+      bias = b;
+    }
+    const float *logits = f32In(0);
+    int32_t *ids = i32Out(0);
+    float *w = f32Out(1);
+    int64_t experts = d.experts, topK = d.topK;
+    Gating g = d.softmax ? Gating::Softmax : Gating::Sigmoid;
+    bool norm = d.normalize;
+    float rs = float(d.routedScale);
+    return wrap([=](cudaStream_t s) {
+      return launchMoeChoose(logits, experts, bias, topK, g, norm, rs, ids, w,
+                             s);
     });
   }
   case OpKind::MoeRouter: {

@@ -46,7 +46,9 @@ __device__ inline void holdF32Part(const float4 *row, int64_t begin,
   }
 }
 
-__device__ inline float heldF32Dot(const float4 *row, const float4 *x,
+/// xAt(c): float4 c of the input vector (loaded after the wait).
+template <typename XAt>
+__device__ inline float heldF32Dot(const float4 *row, XAt &&xAt,
                                    int64_t begin, int64_t end, bool valid,
                                    const float4 (&held)[kHeldF32Loads]) {
   const int lane = int(threadIdx.x) % kWarp;
@@ -61,13 +63,20 @@ __device__ inline float heldF32Dot(const float4 *row, const float4 *x,
   for (int k = 0; k < kHeldF32Loads; ++k) {
     const int64_t c = begin + lane + int64_t(k) * kWarp;
     if (valid && c < end)
-      add(held[k], x[c]);
+      add(held[k], xAt(c));
   }
   for (int64_t c = begin + lane + int64_t(kHeldF32Loads) * kWarp; c < end;
        c += kWarp)
     if (valid)
-      add(__ldg(row + c), x[c]);
+      add(__ldg(row + c), xAt(c));
   return sum;
+}
+
+__device__ inline float heldF32Dot(const float4 *row, const float4 *x,
+                                   int64_t begin, int64_t end, bool valid,
+                                   const float4 (&held)[kHeldF32Loads]) {
+  return heldF32Dot(
+      row, [x](int64_t c) { return x[c]; }, begin, end, valid, held);
 }
 
 /// One block of a held F32 mat-vec: warp w takes part w % splits of row
@@ -75,9 +84,11 @@ __device__ inline float heldF32Dot(const float4 *row, const float4 *x,
 /// rows past `rows` take none), holds its first loads across the
 /// predecessor wait (the step prologue runs here), and the block adds each
 /// row's parts in order into y[row]. Every thread of the block calls it.
-__device__ inline void heldF32Block(const float4 *w, const float4 *x,
-                                    int64_t rows, int64_t cols4, int splits,
-                                    float *partials, float *y) {
+/// xAt(c): float4 c of the input vector (loaded after the wait).
+template <typename XAt>
+__device__ inline void heldF32Block(const float4 *w, XAt &&xAt, int64_t rows,
+                                    int64_t cols4, int splits, float *partials,
+                                    float *y) {
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
   const int warps = int(blockDim.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * (warps / splits) + warp / splits;
@@ -89,7 +100,7 @@ __device__ inline void heldF32Block(const float4 *w, const float4 *x,
   float4 held[kHeldF32Loads];
   holdF32Part(r, begin, end, valid, held);
   stepKernelPrologue();
-  const float sum = warpSum(heldF32Dot(r, x, begin, end, valid, held));
+  const float sum = warpSum(heldF32Dot(r, xAt, begin, end, valid, held));
   if (lane == 0)
     partials[warp] = sum;
   __syncthreads();
@@ -99,6 +110,13 @@ __device__ inline void heldF32Block(const float4 *w, const float4 *x,
       total += partials[warp + p];
     y[row] = total;
   }
+}
+
+__device__ inline void heldF32Block(const float4 *w, const float4 *x,
+                                    int64_t rows, int64_t cols4, int splits,
+                                    float *partials, float *y) {
+  heldF32Block(
+      w, [x](int64_t c) { return x[c]; }, rows, cols4, splits, partials, y);
 }
 
 /// Parts per row of a held F32 mat-vec with `warps` warps a block (whole

@@ -400,10 +400,18 @@ __global__ void rmsNormRegsKernel(const float *x, int64_t n, const float *w,
   }
 }
 
+/// A router tail (kiln-fold-router): `n` values divided by a row's rms
+/// (rows = 1) into `out`. n = 0: none.
+struct RmsTail {
+  const float *in = nullptr;
+  int64_t n = 0;
+  float *out = nullptr;
+};
+
 template <int kPer>
 __global__ void addRmsNormRegsKernel(const float *a, const float *b, int64_t n,
                                      const float *w, float eps, float *sum,
-                                     float *y) {
+                                     float *y, RmsTail tail) {
   stepKernelPrologue();
   __shared__ float partials[kWarp];
   const int64_t base = int64_t(blockIdx.x) * n;
@@ -432,6 +440,8 @@ __global__ void addRmsNormRegsKernel(const float *a, const float *b, int64_t n,
     if (i < count)
       y[base + i] = v[k] / rms * g[k];
   }
+  for (int64_t i = threadIdx.x; i < tail.n; i += blockDim.x)
+    tail.out[i] = tail.in[i] / rms;
 }
 
 __global__ void layerNormKernel(const float *x, int64_t n, const float *w,
@@ -2470,7 +2480,7 @@ __device__ void routerChooseRounds(const float *logits, int64_t experts,
 }
 
 /// The choice by the calling block: by sorting for topK <= 32, else in
-/// rounds (dynamic shared memory: launchMoeRouter's choiceShared).
+/// rounds (dynamic shared memory: routerChoiceShared).
 __device__ void routerChoose(const float *logits, int64_t experts,
                              const float *bias, int64_t topK, Gating gating,
                              bool normalize, float routedScale, int32_t *ids,
@@ -2766,14 +2776,18 @@ cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
 
 cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
                              int64_t n, const float *w, float eps, float *sum,
-                             float *y, cudaStream_t s) {
-  if (rows < 0 || n <= 0 || rows > INT_MAX || !w)
+                             float *y, cudaStream_t s, const float *tailIn,
+                             int64_t tailN, float *tailOut) {
+  if (rows < 0 || n <= 0 || rows > INT_MAX || !w || tailN < 0 ||
+      (tailN > 0 &&
+       (rows != 1 || !tailIn || !tailOut || n > kNormRegs * kNormThreads)))
     return cudaErrorInvalidValue;
   if (rows > 0) {
+    const RmsTail tail{tailIn, tailN, tailOut};
     const cudaError_t e =
         n <= kNormRegs * kNormThreads
             ? launchStep(addRmsNormRegsKernel<kNormRegs>, unsigned(rows),
-                         normThreads(n), 0, s, a, b, n, w, eps, sum, y)
+                         normThreads(n), 0, s, a, b, n, w, eps, sum, y, tail)
             : launchStep(addRmsNormKernel, unsigned(rows), kNormThreads, 0, s,
                          a, b, n, w, eps, sum, y);
     if (e != cudaSuccess)
@@ -2828,6 +2842,10 @@ struct PeerArgs {
   float eps;
   float *out, *y;
   FaultSink fault;
+  /// The router tail (kiln-fold-router; rows = 1): x's `tail` values after
+  /// its n, reduced with them, then divided by the rms into `logits`.
+  int64_t tail;
+  float *logits;
 };
 
 /// One cluster of kPeerBlocks blocks; block b takes values [b * chunk,
@@ -2848,7 +2866,7 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   if (fused)
     cluster.barrier_arrive();
   const int b = int(blockIdx.x);
-  const int64_t total = a.rows * a.n;
+  const int64_t body = a.rows * a.n, total = body + a.tail;
   const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
   const int64_t first = int64_t(b) * chunk;
   const int64_t last = first + chunk < total ? first + chunk : total;
@@ -2860,10 +2878,10 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    const bool in = f < last;
+    const bool in = f < last, normed = fused && f < body;
     v[k] = in ? a.x[f] : 0.f;
-    r[k] = fused && in ? a.residual[f] : 0.f;
-    g[k] = fused && in ? a.w[f % a.n] : 0.f;
+    r[k] = normed ? a.residual[f] : 0.f;
+    g[k] = normed ? a.w[f % a.n] : 0.f;
   }
   __syncthreads();
   const uint32_t e = epochShared;
@@ -2937,7 +2955,7 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    if (f >= last)
+    if (f >= last || f >= body) // the tail is neither added nor squared
       continue;
     v[k] = r[k] + v[k];
     a.out[f] = v[k];
@@ -2967,8 +2985,10 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    if (f < last)
+    if (f < last && f < body)
       a.y[f] = v[k] / rms[f / a.n] * g[k];
+    else if (f < last)
+      a.logits[f - body] = v[k] / rms[0];
   }
 }
 
@@ -3009,10 +3029,13 @@ cudaError_t enablePeerAccess(int peer) {
   cudaGetLastError(); // taken off the thread's last-error slot
   return cudaSuccess;
 }
-bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n) {
-  return rows > 0 && rows <= kMaxPeerRows && n > 0 &&
-         rows * n <= int64_t(kPeerBlocks) * kPeerThreads * kPeerPer &&
-         rows * n <= p.capacity && p.ranks >= 1 && p.ranks <= kMaxPeers &&
+bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,
+                        int64_t tail) {
+  const int64_t total = rows * n + tail;
+  return rows > 0 && rows <= kMaxPeerRows && n > 0 && tail >= 0 &&
+         (tail == 0 || rows == 1) &&
+         total <= int64_t(kPeerBlocks) * kPeerThreads * kPeerPer &&
+         total <= p.capacity && p.ranks >= 1 && p.ranks <= kMaxPeers &&
          p.me >= 0 && p.me < p.ranks && p.epochs;
 }
 
@@ -3020,13 +3043,16 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  int64_t rows, int64_t n, bool sum,
                                  const float *residual, const float *w,
                                  float eps, float *out, float *y,
-                                 FaultSink fault, cudaStream_t s) {
-  if (!allReducePeersFits(p, rows, n) || !x || !out || (w && (!residual || !y)))
+                                 FaultSink fault, cudaStream_t s, int64_t tail,
+                                 float *logits) {
+  if (!allReducePeersFits(p, rows, n, tail) || !x || !out ||
+      (w && (!residual || !y)) || (tail > 0 && (!w || !logits)))
     return cudaErrorInvalidValue;
   for (int q = 0; q < p.ranks; ++q)
     if (!p.slots[q] || (!p.local && !p.flags[q]))
       return cudaErrorInvalidValue;
-  const PeerArgs args{p, x, rows, n, sum, residual, w, eps, out, y, fault};
+  const PeerArgs args{p,   x, rows, n, sum,   residual, w,
+                      eps, out, y,  fault, tail,  logits};
   if (cudaError_t e = launchStep(allReducePeersKernel, kPeerBlocks,
                                  kPeerThreads, 0, s, args);
       e != cudaSuccess)
@@ -3587,6 +3613,29 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
   return cudaGetLastError();
 }
 
+namespace {
+
+/// The router choice's shared memory for a block of `blockThreads`: p and
+/// the choice scores, then the sorting warps' candidates or the rounds'
+/// chosen ids and marks.
+size_t routerChoiceShared(int64_t experts, int64_t topK,
+                          unsigned blockThreads) {
+  return size_t(experts) * 2 * sizeof(float) +
+         (topK <= kWarp
+              ? size_t(blockThreads / kWarp) * size_t(topK) * sizeof(Best)
+              : size_t(topK) * sizeof(int32_t) + size_t(experts));
+}
+
+/// One block of threads for the choice: one a expert, whole warps, up to a
+/// full block (the sorting kernel's warps each take chunks of 32 experts).
+unsigned routerChoiceThreads(int64_t experts) {
+  const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
+  return unsigned(threads64 < kSingleBlockThreads ? threads64
+                                                  : kSingleBlockThreads);
+}
+
+} // namespace
+
 /// routerKernel's arrival count, ahead of the logits in the router's
 /// scratch (16 bytes, so the logits stay aligned).
 constexpr int64_t kRouterArrivalFloats = 4;
@@ -3602,19 +3651,9 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   Geometry g;
   const int64_t experts = gate.rows;
   float *logits = scratch ? scratch + kRouterArrivalFloats : nullptr;
-  // One thread per expert (up to a full block): the sorting kernel's warps
-  // each take chunks of 32 experts.
-  const int64_t threads64 = (experts + kWarp - 1) / kWarp * kWarp;
-  const unsigned threads = unsigned(
-      threads64 < kSingleBlockThreads ? threads64 : kSingleBlockThreads);
-  // The choice's shared memory for a block of `blockThreads`: p and the
-  // choice scores, then the sorting warps' candidates or the rounds' chosen
-  // ids and marks.
+  const unsigned threads = routerChoiceThreads(experts);
   auto choiceShared = [&](unsigned blockThreads) {
-    return size_t(experts) * 2 * sizeof(float) +
-           (topK <= kWarp
-                ? size_t(blockThreads / kWarp) * size_t(topK) * sizeof(Best)
-                : size_t(topK) * sizeof(int32_t) + size_t(experts));
+    return routerChoiceShared(experts, topK, blockThreads);
   };
   const size_t shared = choiceShared(threads);
   if (!geometryOf(gate, g) || experts <= 0 || topK < 0 || topK > experts ||
@@ -3658,6 +3697,90 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
       e != cudaSuccess)
     return e;
+  if (cudaError_t e =
+          launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts,
+                     bias, topK, gating, normalize, routedScale, ids, weights);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+namespace {
+
+/// kiln-fold-router: one rank's share of the router's logits, t[e] = gate
+/// row e . (g * (p + scale * x)), with the gate's rows held in registers
+/// across the wait as routerKernel's (heldF32Block); the input is formed
+/// as it is read, p + scale * x by one fused multiply-add (scale = 1 / tp
+/// is a power of two at tp = 2, 4, 8, so that is p + exact(scale * x)).
+struct RouterPartialArgs {
+  const float4 *gate, *p, *x, *g;
+  float scale;
+  int64_t experts, cols4;
+  int splits;
+  float *out;
+};
+
+__global__ void __launch_bounds__(kRouterThreads)
+    routerPartialKernel(RouterPartialArgs a) {
+  __shared__ float partials[kRouterThreads / kWarp];
+  heldF32Block(
+      a.gate,
+      [&a](int64_t c) {
+        const float4 p = a.p[c], x = a.x[c], g = a.g[c];
+        return make_float4(g.x * fmaf(a.scale, x.x, p.x),
+                           g.y * fmaf(a.scale, x.y, p.y),
+                           g.z * fmaf(a.scale, x.z, p.z),
+                           g.w * fmaf(a.scale, x.w, p.w));
+      },
+      a.experts, a.cols4, a.splits, partials, a.out);
+}
+
+bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+} // namespace
+
+cudaError_t launchRouterPartial(const float *p, const float *x,
+                                const DeviceWeight &gate, const float *g,
+                                float scale, float *out, cudaStream_t s) {
+  const int64_t experts = gate.rows, cols = gate.cols;
+  if (gate.type != GGMLType::F32 || gate.layout != WeightLayout::Blocks ||
+      experts <= 0 || cols <= 0 || cols % 4 != 0 || !p || !x || !g || !out ||
+      !aligned16(gate.data) || !aligned16(p) || !aligned16(x) ||
+      !aligned16(g))
+    return cudaErrorInvalidValue;
+  RouterPartialArgs a{};
+  a.gate = reinterpret_cast<const float4 *>(gate.data);
+  a.p = reinterpret_cast<const float4 *>(p);
+  a.x = reinterpret_cast<const float4 *>(x);
+  a.g = reinterpret_cast<const float4 *>(g);
+  a.scale = scale;
+  a.experts = experts;
+  a.cols4 = cols / 4;
+  a.splits = heldF32Splits(a.cols4, kRouterThreads / kWarp);
+  a.out = out;
+  const int64_t rowsPerBlock = kRouterThreads / kWarp / a.splits;
+  const int64_t blocks = (experts + rowsPerBlock - 1) / rowsPerBlock;
+  if (blocks > INT_MAX)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = launchStep(routerPartialKernel, unsigned(blocks),
+                                 kRouterThreads, 0, s, a);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeChoose(const float *logits, int64_t experts,
+                            const float *bias, int64_t topK, Gating gating,
+                            bool normalize, float routedScale, int32_t *ids,
+                            float *weights, cudaStream_t s) {
+  const unsigned threads = routerChoiceThreads(experts);
+  const size_t shared = routerChoiceShared(experts, topK, threads);
+  if (!logits || experts <= 0 || topK < 0 || topK > experts ||
+      shared > 48 * 1024 || (topK > 0 && (!ids || !weights)) ||
+      (gating != Gating::Sigmoid && gating != Gating::Softmax))
+    return cudaErrorInvalidValue;
   if (cudaError_t e =
           launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts,
                      bias, topK, gating, normalize, routedScale, ids, weights);

@@ -225,24 +225,32 @@ cudaError_t enablePeerAccess(int peer);
 /// or max as std::max), in kPeerBlocks blocks; with `w`, the fused
 /// all_reduce_add_rms_norm instead: out = residual + reduced, y =
 /// rms_norm(out) * w per row. A peer that does not arrive within 10 s is
-/// reported through `fault` and not waited for.
+/// reported through `fault` and not waited for. With a `tail` (the fused
+/// op, rows = 1; kiln-fold-router): x has n + tail values, all reduced,
+/// the last tail divided by the norm's rms into `logits`.
 cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  int64_t rows, int64_t n, bool sum,
                                  const float *residual, const float *w,
                                  float eps, float *out, float *y,
-                                 FaultSink fault, cudaStream_t s);
-/// Whether launchAllReducePeers takes rows x n: at most kMaxPeerRows rows
-/// and 8,192 values, within the capacity.
-bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n);
+                                 FaultSink fault, cudaStream_t s,
+                                 int64_t tail = 0, float *logits = nullptr);
+/// Whether launchAllReducePeers takes rows x n (+ tail): at most
+/// kMaxPeerRows rows and 8,192 values, within the capacity.
+bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,
+                        int64_t tail = 0);
 
 /// y = x / sqrt(mean(x^2) + eps) * w per row of n; y may be x.
 cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,
                           const float *w, float eps, float *y, cudaStream_t s);
 
 /// sum = a + b, then y = rms_norm(sum) * w, per row of n. sum may be a or b.
+/// With a tail (rows = 1, n <= 8,192; kiln-fold-router): tailOut[i] =
+/// tailIn[i] / that row's rms for i < tailN.
 cudaError_t launchAddRmsNorm(const float *a, const float *b, int64_t rows,
                              int64_t n, const float *w, float eps, float *sum,
-                             float *y, cudaStream_t s);
+                             float *y, cudaStream_t s,
+                             const float *tailIn = nullptr, int64_t tailN = 0,
+                             float *tailOut = nullptr);
 
 /// y = (x - mean) / sqrt(var + eps) * w + bias per row (population
 /// variance, two passes); y may be x.
@@ -462,6 +470,21 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
 /// (GLM-5's) runs as one kernel; any other as a mat-vec and a one-block
 /// choice.
 int64_t routerScratchFloats(int64_t experts);
+
+/// kiln-fold-router: one rank's share of the router's logits, out[e] =
+/// sum over h of gate[e][h] * g[h] * (p[h] + scale * x[h]) (gate F32 [hidden,
+/// E], rows 16-byte aligned; p, x, g 16-byte aligned), one kernel whose
+/// gate rows are held in registers across the wait.
+cudaError_t launchRouterPartial(const float *p, const float *x,
+                                const DeviceWeight &gate, const float *g,
+                                float scale, float *out, cudaStream_t s);
+
+/// The router's choice alone from its logits (step.moe_choose), as
+/// launchMoeRouter makes it after them: one block.
+cudaError_t launchMoeChoose(const float *logits, int64_t experts,
+                            const float *bias, int64_t topK, Gating gating,
+                            bool normalize, float routedScale, int32_t *ids,
+                            float *weights, cudaStream_t s);
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, float *scratch,

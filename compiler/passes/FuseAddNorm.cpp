@@ -59,8 +59,9 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
       OpBuilder b(fused);
       st::AllReduceAddRMSNormOp::create(
           b, fused.getLoc(), reduce.getInput(), residual, fused.getWeight(),
-          fused.getEpsilonAttr(), reduce.getReductionAttr(), fused.getSum(),
-          fused.getOutput());
+          fused.getEpsilonAttr(), reduce.getReductionAttr(),
+          /*tail=*/IntegerAttr(), fused.getSum(), fused.getOutput(),
+          /*logits=*/Value());
       fused.erase();
       reduce.erase();
       st::eraseIfUnusedBuffer(r);

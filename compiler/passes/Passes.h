@@ -23,11 +23,12 @@ namespace mlir::kiln {
 /// plan-memory and verify-capture: a kiln module in, a planned, verified
 /// step module out. `alignment` and `reuseDistance` are the planner's.
 /// `fuseSharedExpert` adds fuse-shared-expert after fuse-expert-add (when
-/// `fuse` is on; the default).
+/// `fuse` is on; the default). `foldRouter` adds fold-router after it
+/// (when `fuse` is on; off by default).
 void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
                        bool fuse = true, int64_t tp = 1,
-                       int64_t reuseDistance = 0,
-                       bool fuseSharedExpert = true);
+                       int64_t reuseDistance = 0, bool fuseSharedExpert = true,
+                       bool foldRouter = false);
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

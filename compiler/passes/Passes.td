@@ -209,6 +209,28 @@ def FuseSharedExpert
   }];
 }
 
+def FoldRouter : Pass<"kiln-fold-router", "::mlir::func::FuncOp"> {
+  let summary = "Fold a MoE router's dots into the all-reduce before it";
+  let description = [{
+    On a tensor-parallel step function (`kiln.tp` > 1) before planning,
+    after `kiln-fuse-add-norm`: a `step.all_reduce_add_rms_norm` whose
+    output `y = rms_norm(h) * g` (`h = x + sum_r p_r`) a `step.moe_router`
+    with an F32 gate `[n, E]` reads, whose partial `p` is an arena buffer
+    that one op writes before it and nothing else reads. The partial grows
+    to `n + E` values: its producer writes the first `n` (a view), a
+    `step.router_partial` right after it the last `E`, `G (g * (p_r + x /
+    tp))`; the all-reduce, with `tail = E`, sums all `n + E` and writes
+    the tail divided by its rms into a new `logits` buffer, and a
+    `step.moe_choose` of those logits replaces the router where it was.
+    Equal to the router's logits in real arithmetic; in f32 the sums run
+    in another order. The residual and the norm's weight must not be
+    written between the producer and the all-reduce, nor `y` between the
+    all-reduce and the router. Opt-in (`kiln-compile --fold-router`): the
+    router's dots leave the path after the all-reduce, but each rank does
+    them all, and the all-reduce carries `E` more values.
+  }];
+}
+
 def FuseIndexerRope : Pass<"kiln-fuse-indexer-rope", "::mlir::func::FuncOp"> {
   let summary = "Fold the rope of the DSA indexer's query into the indexer";
   let description = [{

@@ -5,7 +5,7 @@ using namespace mlir;
 
 void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
                                    bool fuse, int64_t tp, int64_t reuseDistance,
-                                   bool fuseSharedExpert) {
+                                   bool fuseSharedExpert, bool foldRouter) {
   if (tp > 1) {
     PartitionOptions partition;
     partition.tp = tp;
@@ -25,6 +25,8 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseExpertAdd());
     if (fuseSharedExpert)
       pm.addNestedPass<func::FuncOp>(createFuseSharedExpert());
+    if (foldRouter)
+      pm.addNestedPass<func::FuncOp>(createFoldRouter());
     pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());
     pm.addNestedPass<func::FuncOp>(createMarkLiveRows());
   }

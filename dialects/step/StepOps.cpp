@@ -261,9 +261,37 @@ LogicalResult AddRMSNormOp::verify() {
 LogicalResult AllReduceAddRMSNormOp::verify() {
   if (getReduction() != "sum")
     return emitOpError("only a sum can feed a residual add");
-  return verifyAddNorm(*this, getPartial(), getResidual(), getSum(),
-                       getOutput(), getWeight(),
-                       getEpsilon().convertToFloat());
+  std::optional<int64_t> tail = getTail();
+  Value logits = getLogits();
+  if (!tail && !logits)
+    return verifyAddNorm(*this, getPartial(), getResidual(), getSum(),
+                         getOutput(), getWeight(),
+                         getEpsilon().convertToFloat());
+  // A router tail (kiln-fold-router): the partial is the sum's n values
+  // and then the tail's.
+  if (!tail || !logits)
+    return emitOpError("a tail and its logits output come together");
+  if (*tail <= 0)
+    return emitOpError("tail must be positive, got ") << *tail;
+  if (failed(verifyAddNorm(*this, getResidual(), getResidual(), getSum(),
+                           getOutput(), getWeight(),
+                           getEpsilon().convertToFloat())))
+    return failure();
+  MemRefType sum = bufferOf(getSum());
+  if (sum.getRank() != 1 || !sum.getElementType().isF32())
+    return emitOpError("with a tail the sum must be a vector of f32, got ")
+           << sum;
+  const int64_t n = sum.getDimSize(0);
+  if (getPartial().getType() !=
+      MemRefType::get({n + *tail}, sum.getElementType()))
+    return emitOpError("with a tail of ")
+           << *tail << " the partial must be memref<" << n + *tail
+           << "xf32> (the sum's " << n << " values, then the tail's), got "
+           << getPartial().getType();
+  if (getLogits().getType() != MemRefType::get({*tail}, sum.getElementType()))
+    return emitOpError("logits must be memref<")
+           << *tail << "xf32>, got " << getLogits().getType();
+  return success();
 }
 
 LogicalResult LayerNormOp::verify() {
@@ -513,23 +541,65 @@ LogicalResult DSAIndexerOp::verify() {
 // Mixture of experts
 //===----------------------------------------------------------------------===//
 
+/// The choice after a router's logits, shared by moe_router and
+/// moe_choose: `experts` logits, an optional bias of as many, top_k of
+/// them chosen into ids and weights.
+static LogicalResult verifyChoice(Operation *op, int64_t experts, Value bias,
+                                  int64_t topK, StringRef gating, Value ids,
+                                  Value weights, float routedScale) {
+  if (bias)
+    if (failed(expectParam(op, "bias", bias, experts)))
+      return failure();
+  if (topK <= 0 || topK > experts)
+    return op->emitOpError("top_k must be in 1..") << experts;
+  if (gating != "sigmoid" && gating != "softmax")
+    return op->emitOpError("gating must be 'sigmoid' or 'softmax'");
+  if (failed(expectI32Vector(op, "ids", ids, topK)) ||
+      failed(expectShape(op, "weights", weights, {topK})))
+    return failure();
+  return verifyPositive(op, "routed_scale", routedScale);
+}
+
 LogicalResult MoERouterOp::verify() {
   ArrayRef<int64_t> dims = getGate().getType().getDims();
   MemRefType input = bufferOf(getInput());
   if (dims.size() != 2 || input.getRank() != 1 || input.getDimSize(0) != dims[0])
     return emitOpError("gate must be [hidden, experts] matching the input");
-  if (Value bias = getBias())
-    if (failed(expectParam(*this, "bias", bias, dims[1])))
-      return failure();
-  if (int64_t(getTopK()) <= 0 || int64_t(getTopK()) > dims[1])
-    return emitOpError("top_k must be in 1..") << dims[1];
-  if (getGating() != "sigmoid" && getGating() != "softmax")
-    return emitOpError("gating must be 'sigmoid' or 'softmax'");
-  if (failed(expectI32Vector(*this, "ids", getIds(), getTopK())) ||
-      failed(expectShape(*this, "weights", getWeights(), {int64_t(getTopK())})))
+  return verifyChoice(*this, dims[1], getBias(), int64_t(getTopK()),
+                      getGating(), getIds(), getWeights(),
+                      getRoutedScale().convertToFloat());
+}
+
+LogicalResult MoEChooseOp::verify() {
+  MemRefType logits = bufferOf(getLogits());
+  if (logits.getRank() != 1 || !logits.getElementType().isF32())
+    return emitOpError("logits must be a vector of f32, got ") << logits;
+  return verifyChoice(*this, logits.getDimSize(0), getBias(),
+                      int64_t(getTopK()), getGating(), getIds(), getWeights(),
+                      getRoutedScale().convertToFloat());
+}
+
+LogicalResult RouterPartialOp::verify() {
+  MemRefType partial = bufferOf(getPartial());
+  if (partial.getRank() != 1 || !partial.getElementType().isF32())
+    return emitOpError("partial must be a vector of f32, got ") << partial;
+  if (getResidual().getType() != partial)
+    return emitOpError("residual must have the partial's type ")
+           << partial << ", got " << getResidual().getType();
+  const int64_t n = partial.getDimSize(0);
+  mlir::kiln::QWeightType gate = getGate().getType();
+  ArrayRef<int64_t> dims = gate.getDims();
+  // F32 as moe_router's gate is in GLM-5: its rows are read as stored.
+  if (gate.getFormat() != "f32" || dims.size() != 2 || dims[0] != n)
+    return emitOpError("gate must be an f32 [")
+           << n << ", experts] weight, got " << gate;
+  if (failed(expectParam(*this, "norm", getNorm(), n)) ||
+      failed(expectShape(*this, "output", getOutput(), {dims[1]})))
     return failure();
-  return verifyPositive(*this, "routed_scale",
-                        getRoutedScale().convertToFloat());
+  if (!bufferOf(getOutput()).getElementType().isF32())
+    return emitOpError("output must be f32");
+  return verifyPositive(*this, "residual_scale",
+                        getResidualScale().convertToFloat());
 }
 
 /// The shared expert's weights, when there are some (kiln-fuse-shared-expert).

@@ -313,21 +313,45 @@ def Step_AllReduceAddRMSNormOp
     elementwise work share one pass. Produced by `--kiln-fuse-add-norm` after
     partitioning.
 
+    With a router tail (`tail = E` and a third output `logits`, from
+    `kiln-fold-router`) the partial holds `n + E` values, `n` the sum's:
+    its first `n` are the projection's part and its last `E` this rank's
+    `step.router_partial`. All `n + E` are summed over the ranks in one
+    collective; the first `n` are added and normalised as above, and
+    `logits[i] = reduced[n + i] / rms`, where `rms = sqrt(mean(sum^2) +
+    epsilon)` is the one the norm divides by: the router's logits `gate .
+    output`, with the norm weight applied on the ranks, before the sum.
+    Only a one-dimensional sum takes a tail.
+
     Example:
     ```mlir
     step.all_reduce_add_rms_norm ins(%o_part, %x, %ffn_norm : memref<6144xf32>, memref<6144xf32>, !kiln.qweight<"blk.3.ffn_norm.weight", "f32", [6144]>) outs(%x1, %f : memref<6144xf32>, memref<6144xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum"}
+    step.all_reduce_add_rms_norm ins(%p, %x, %ffn_norm : memref<6400xf32>, memref<6144xf32>, !kiln.qweight<"blk.3.ffn_norm.weight", "f32", [6144]>) outs(%x1, %f, %logits : memref<6144xf32>, memref<6144xf32>, memref<256xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 256 : i64}
     ```
   }];
   let arguments = (ins In<Step_Buffer>:$partial, In<Step_Buffer>:$residual,
                        In<Step_Param>:$weight, F32Attr:$epsilon,
-                       StrAttr:$reduction, Out<Step_Buffer>:$sum,
-                       Out<Step_Buffer>:$output);
+                       StrAttr:$reduction, OptionalAttr<I64Attr>:$tail,
+                       Out<Step_Buffer>:$sum, Out<Step_Buffer>:$output,
+                       Out<Optional<Step_Buffer>>:$logits);
   let assemblyFormat = [{
     `ins` `(` $partial `,` $residual `,` $weight `:` type($partial) `,`
     type($residual) `,` qualified(type($weight)) `)` `outs` `(` $sum `,`
-    $output `:` type($sum) `,` type($output) `)` attr-dict
+    $output (`,` $logits^)? `:` type($sum) `,` type($output)
+    (`,` type($logits)^)? `)` attr-dict
   }];
   let hasVerifier = 1;
+  // Two outputs, or three with the router tail's logits.
+  let extraClassDeclaration = [{
+    /// The buffers this op writes: its last two operands, or three with
+    /// `logits`.
+    ::mlir::MutableOperandRange getDpsInitsMutable() {
+      ::mlir::Operation *op = getOperation();
+      const unsigned outs = getLogits() ? 3 : 2;
+      return ::mlir::MutableOperandRange(op, op->getNumOperands() - outs,
+                                         outs);
+    }
+  }];
 }
 
 def Step_LayerNormOp : Step_ComputeOp<"layer_norm", 1> {
@@ -668,6 +692,8 @@ def Step_MoERouterOp : Step_ComputeOp<"moe_router", 2> {
   let summary = "router: gate scores, bias-corrected top-k, weights";
   let description = [{
     As `kiln.moe_router`: writes the chosen expert ids and their weights.
+    The logits are `gate . input` (f32); the choice after them is
+    `step.moe_choose`'s.
 
     Example:
     ```mlir
@@ -685,6 +711,66 @@ def Step_MoERouterOp : Step_ComputeOp<"moe_router", 2> {
     qualified(type($gate)) (`,` qualified(type($bias))^)? `)` `outs` `(`
     $ids `,`
     $weights `:` type($ids) `,` type($weights) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_RouterPartialOp : Step_ComputeOp<"router_partial", 1> {
+  let summary = "one rank's share of the router's logits, before the sum";
+  let description = [{
+    `output[e] = sum_h gate[e][h] * norm[h] * (partial[h] + residual_scale
+    * residual[h])` over the `n` values of `partial` and `residual` (f32),
+    `gate` an F32 `[n, E]` weight (dims in ggml order, as `step.moe_router`'s
+    gate) and `norm` the next norm's weight. With `residual_scale = 1/tp`
+    the ranks' outputs sum to `gate . (norm * (residual + sum_r
+    partial_r))`: the router's logits before the division by the norm's
+    rms, which a `step.all_reduce_add_rms_norm` with `tail = E` reduces and
+    divides (`kiln-fold-router`). Its output is that all-reduce's partial's
+    last `E` values.
+
+    Example:
+    ```mlir
+    step.router_partial ins(%p0, %x, %gate, %ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%p1 : memref<16xf32>) {residual_scale = 5.000000e-01 : f32}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$partial, In<Step_Buffer>:$residual,
+                       In<Kiln_QWeightType, "gate">:$gate,
+                       In<Step_Param>:$norm, F32Attr:$residual_scale,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $partial `,` $residual `,` $gate `,` $norm `:` type($partial)
+    `,` type($residual) `,` qualified(type($gate)) `,`
+    qualified(type($norm)) `)` `outs` `(` $output `:` type($output) `)`
+    attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_MoEChooseOp : Step_ComputeOp<"moe_choose", 2> {
+  let summary = "the router's choice from its logits: top-k and weights";
+  let description = [{
+    What `step.moe_router` does after its logits, on logits given: `p =
+    sigmoid(logits)` or `softmax(logits)` (`gating`), the `top_k` experts
+    by `p + bias` (the bias, when there is one, only steers the choice;
+    ties to the lower id), and their weights `p`, divided by their sum
+    when `normalize`, times `routed_scale`. Produced by `kiln-fold-router`
+    in place of a router whose logits a `step.all_reduce_add_rms_norm`
+    with a tail computes.
+
+    Example:
+    ```mlir
+    step.moe_choose ins(%logits, %bias : memref<16xf32>, !kiln.qweight<"blk.1.exp_probs_b.bias", "f32", [16]>) outs(%ids, %w : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$logits,
+                       In<Optional<Step_Param>>:$bias, I64Attr:$top_k,
+                       StrAttr:$gating, BoolAttr:$normalize,
+                       F32Attr:$routed_scale, Out<Step_Buffer>:$ids,
+                       Out<Step_Buffer>:$weights);
+  let assemblyFormat = [{
+    `ins` `(` $logits (`,` $bias^)? `:` type($logits)
+    (`,` qualified(type($bias))^)? `)` `outs` `(` $ids `,` $weights `:`
+    type($ids) `,` type($weights) `)` attr-dict
   }];
   let hasVerifier = 1;
 }

@@ -1814,6 +1814,133 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// kiln-fold-router's three kernels. router_partial against a double
+/// loop; the one-shot all-reduce's and the add-and-norm's tail against the
+/// CPU's rank-order sum divided by a double rms; moe_choose against the
+/// router's own choice from the same logits (the router kernel leaves its
+/// logits in its scratch): the same ids and weights, bit for bit.
+void checkRouterFold(Report &r, kiln::Rng &rng) {
+  for (auto [hidden, experts] :
+       {std::pair<int64_t, int64_t>{6144, 256}, {1024, 32}}) {
+    Weight gate = randomWeight(GGMLType::F32, {hidden, experts}, rng.next());
+    std::vector<float> p = normals(rng, hidden, 1.0),
+                       x = normals(rng, hidden, 1.0),
+                       g = normals(rng, hidden, 0.3, 1.0);
+    const float scale = 0.125f;
+    const float *gw = reinterpret_cast<const float *>(gate.host.data());
+    std::vector<float> want(static_cast<size_t>(experts));
+    for (int64_t e = 0; e < experts; ++e) {
+      double acc = 0;
+      for (int64_t h = 0; h < hidden; ++h)
+        acc += double(gw[e * hidden + h]) *
+               (double(g[h]) * (double(p[h]) + double(scale) * double(x[h])));
+      want[size_t(e)] = float(acc);
+    }
+    DeviceArray<float> dp(p), dx(x), dg(g), dt(static_cast<size_t>(experts));
+    run(kc::launchRouterPartial(dp.get(), dx.get(), gate.dev(), dg.get(),
+                                scale, dt.get(), nullptr));
+    r.line("router_partial",
+           fmtText("F32 [%lld, %lld], scale 1/8", (long long)hidden,
+                   (long long)experts),
+           relError(dt.download(), want), 2 * sumTol(double(hidden)),
+           sumWhy("f32 dot against double, input formed in f32", hidden));
+  }
+
+  // The all-reduce's tail: x = n values and a tail of 256, reduced over the
+  // (simulated) ranks; the first n added and normalised as without it, the
+  // tail divided by that rms. Both collectives' epilogues: the one-shot
+  // kernel and the add-and-norm kernel after NCCL's reduction.
+  const int64_t n = 6144, tail = 256, capacity = 3 * 6144;
+  const float eps = 1e-5f;
+  for (int ranks : {2, 8}) {
+    std::vector<float> x = normals(rng, n + tail, 1.0),
+                       res = normals(rng, n, 1.0),
+                       w = normals(rng, n, 1.0, 1.0);
+    std::vector<float> reduced = x;
+    for (int q = 1; q < ranks; ++q)
+      for (size_t i = 0; i < reduced.size(); ++i)
+        reduced[i] += x[i];
+    std::vector<float> sum(static_cast<size_t>(n)), wantY(static_cast<size_t>(n)), wantLogits(tail);
+    cpu::add(res.data(), reduced.data(), n, sum.data());
+    cpu::rmsNorm(sum.data(), 1, n, w.data(), eps, wantY.data());
+    double ss = 0;
+    for (float v : sum)
+      ss += double(v) * double(v);
+    const double rms = std::sqrt(ss / double(n) + double(eps));
+    for (int64_t i = 0; i < tail; ++i)
+      wantLogits[size_t(i)] = float(double(reduced[size_t(n + i)]) / rms);
+
+    DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
+    CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(capacity)));
+    const kc::PeerExchange pe =
+        kc::peerExchangeView({exchange.get()}, ranks, 0, capacity, true);
+    DeviceArray<float> dx(x), dres(res), dw(w), dout(static_cast<size_t>(n)),
+        dy(static_cast<size_t>(n)), dl(static_cast<size_t>(tail));
+    run(kc::launchAllReducePeers(pe, dx.get(), 1, n, true, dres.get(),
+                                 dw.get(), eps, dout.get(), dy.get(), {},
+                                 nullptr, tail, dl.get()));
+    const std::string what =
+        fmtText("simulated, %d ranks, 1x%lld + tail %lld", ranks,
+                (long long)n, (long long)tail);
+    r.line("all_reduce_peers", what + ", reduced",
+           mismatches(dout.download(), sum), 0,
+           "bit-exact: the CPU's rank order, then the add");
+    r.line("all_reduce_peers", what + ", normed", relError(dy.download(), wantY),
+           sumTol(double(n)), sumWhy("sum of squares order", n));
+    r.line("all_reduce_peers", what + ", logits / rms",
+           relError(dl.download(), wantLogits), sumTol(double(n)),
+           sumWhy("the rms's sum of squares order", n));
+
+    // NCCL's path: the reduced vector given, then add, norm and the tail.
+    DeviceArray<float> dred(reduced), dsum(static_cast<size_t>(n)), dy2(static_cast<size_t>(n)),
+        dl2(static_cast<size_t>(tail));
+    run(kc::launchAddRmsNorm(dres.get(), dred.get(), 1, n, dw.get(), eps,
+                             dsum.get(), dy2.get(), nullptr, dred.get() + n,
+                             tail, dl2.get()));
+    r.line("add_rms_norm", what + " (NCCL's epilogue), logits / rms",
+           relError(dl2.download(), wantLogits), sumTol(double(n)),
+           sumWhy("the rms's sum of squares order", n));
+  }
+  // A tail with more than one row is refused.
+  {
+    DeviceArray<float> a(static_cast<size_t>(2 * 64 + 8)), b(static_cast<size_t>(128)), w(static_cast<size_t>(64)),
+        o(static_cast<size_t>(128)), y(static_cast<size_t>(128)), l(static_cast<size_t>(8));
+    r.line("add_rms_norm", "a tail on 2 rows",
+           kc::launchAddRmsNorm(a.get(), b.get(), 2, 64, w.get(), 1e-5f,
+                                o.get(), y.get(), nullptr, a.get() + 128, 8,
+                                l.get()) == cudaErrorInvalidValue
+               ? 0.0
+               : 1.0,
+           0, "refused: cudaErrorInvalidValue");
+  }
+
+  // moe_choose: the router's own choice from the logits it left.
+  for (bool bias : {false, true}) {
+    const int64_t hidden = 6144, experts = 256, topK = 8;
+    Weight gate = randomWeight(GGMLType::F32, {hidden, experts}, rng.next());
+    DeviceArray<float> dx(normals(rng, hidden, 1.0)),
+        db(normals(rng, experts, 0.1)),
+        scratch(size_t(kc::routerScratchFloats(experts))), w1(topK), w2(topK);
+    DeviceArray<int32_t> ids1(topK), ids2(topK);
+    CHECK_CUDA(cudaMemset(scratch.get(), 0, 16));
+    run(kc::launchMoeRouter(dx.get(), gate.dev(), bias ? db.get() : nullptr,
+                            topK, kc::Gating::Sigmoid, true, 2.5f,
+                            scratch.get(), ids1.get(), w1.get(), nullptr));
+    // The logits follow the router's 16-byte arrival count.
+    run(kc::launchMoeChoose(scratch.get() + 4, experts,
+                            bias ? db.get() : nullptr, topK,
+                            kc::Gating::Sigmoid, true, 2.5f, ids2.get(),
+                            w2.get(), nullptr));
+    r.line("moe_choose",
+           fmtText("256 experts, top 8, sigmoid%s, against the router's "
+                   "choice",
+                   bias ? " +bias" : ""),
+           mismatches(ids2.download(), ids1.download()) +
+               mismatches(w2.download(), w1.download()),
+           0, "bit-exact: the same choice code on the same logits");
+  }
+}
+
 /// The choice on exact ties and a NaN, against the CPU and against the
 /// order the rules give (larger p + bias first, equal ones by the lower
 /// id, NaN never): identical gate rows give identical logits. Experts 60,
@@ -4129,6 +4256,7 @@ int main(int argc, char **argv) {
   checkMoeRouterTies(report, rng);
   checkMoeExperts(report, rng);
   checkMoeSharedExpert(report, rng);
+  checkRouterFold(report, rng);
   checkArgmax(report, rng);
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);

@@ -90,6 +90,13 @@ static cl::opt<bool> fuseSharedExpert(
              "op (moe_experts shared(...)): the CUDA backend runs it as a "
              "ninth expert of weight 1 (default on, measured faster: "
              "docs/perf.md; =false keeps the shared expert's own ops)"));
+static cl::opt<bool> foldRouter(
+    cl::cat(kilnOptions), "fold-router", cl::init(false),
+    cl::desc("Fold each MoE layer's router into the attention's all-reduce "
+             "(router_partial before it, the logits divided by its rms, "
+             "moe_choose after): the router's dots leave the path after the "
+             "all-reduce (off by default until it measures faster, "
+             "docs/perf.md)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
@@ -244,7 +251,7 @@ int main(int argc, char **argv) {
       step = (*module)->clone();
     mlir::PassManager pm(&context);
     mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance,
-                                  fuseSharedExpert);
+                                  fuseSharedExpert, foldRouter);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";

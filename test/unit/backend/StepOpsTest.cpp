@@ -1,8 +1,9 @@
 //===- StepOpsTest.cpp - Decoding a step's ops once for every backend -----===//
 //
 // The decoder's checks of the ops the fusion passes add: swiglu_linear, a
-// projection's live_from, and moe_experts' shared expert. An artifact is
-// assembled by hand, so each bad field stands alone.
+// projection's live_from, moe_experts' shared expert, and the router fold's
+// router_partial, moe_choose and all-reduce tail. An artifact is assembled
+// by hand, so each bad field stands alone.
 //
 //===----------------------------------------------------------------------===//
 #include "common/StepOps.h"
@@ -38,6 +39,39 @@ ka::WeightBinding q8(std::string tensor, std::vector<int64_t> dims) {
   return w;
 }
 
+ka::WeightBinding f32(std::string tensor, std::vector<int64_t> dims) {
+  ka::WeightBinding w;
+  w.tensor = std::move(tensor);
+  w.type = GGMLType::F32;
+  w.dims = std::move(dims);
+  return w;
+}
+
+ka::Attr intAttr(std::string name, int64_t value,
+                 ka::AttrKind kind = ka::AttrKind::Int) {
+  ka::Attr a;
+  a.name = std::move(name);
+  a.kind = kind;
+  a.intValue = value;
+  return a;
+}
+
+ka::Attr floatAttr(std::string name, double value) {
+  ka::Attr a;
+  a.name = std::move(name);
+  a.kind = ka::AttrKind::Float;
+  a.floatValue = value;
+  return a;
+}
+
+ka::Attr stringAttr(std::string name, std::string value) {
+  ka::Attr a;
+  a.name = std::move(name);
+  a.kind = ka::AttrKind::String;
+  a.stringValue = std::move(value);
+  return a;
+}
+
 ka::Attr ints(std::string name, std::vector<int64_t> values) {
   ka::Attr a;
   a.name = std::move(name);
@@ -62,11 +96,11 @@ ka::Artifact withOp(std::vector<ka::WeightBinding> weights,
 }
 
 ka::Op opOf(std::string kind, std::vector<int32_t> operands,
-            std::vector<ka::Attr> attrs = {}) {
+            std::vector<ka::Attr> attrs = {}, uint32_t numOuts = 1) {
   ka::Op op;
   op.kind = std::move(kind);
   op.operands = std::move(operands);
-  op.numOuts = 1;
+  op.numOuts = numOuts;
   op.attrs = std::move(attrs);
   return op;
 }
@@ -203,6 +237,122 @@ TEST(StepOps, MoeExpertsSharedRefusesBadWeights) {
   fails(experts({{64, 48}, {64, 40}, {48, 64}}), "shared 'up_s.weight'");
   fails(experts({{32, 48}, {32, 48}, {48, 64}}), "shared 'gate_s.weight'");
   fails(experts({{64, 48}, {64, 48}, {64, 48}}), "shared down");
+}
+
+/// The error `a`'s op must be refused with, containing `message`.
+void expectRefused(const ka::Artifact &a, const char *message) {
+  Expected<StepOp> d = decodeOnly(a);
+  ASSERT_FALSE(d) << message;
+  EXPECT_NE(d.error().message().find(message), std::string::npos)
+      << d.error().message();
+}
+
+/// router_partial over partial and residual [64], a `gate` weight
+/// (binding 0), the norm [64] (binding 1) into output [out].
+ka::Artifact routerPartial(ka::WeightBinding gate, int64_t out) {
+  return withOp({std::move(gate), f32("ffn_norm.weight", {64})},
+                {arena("p0", {64}), arena("x", {64}), weightBuffer("gate", 0),
+                 weightBuffer("ffn_norm", 1), arena("p1", {out})},
+                opOf("router_partial", {0, 1, 2, 3, 4},
+                     {floatAttr("residual_scale", 0.25)}));
+}
+
+TEST(StepOps, RouterPartialDecodes) {
+  Expected<StepOp> d =
+      decodeOnly(routerPartial(f32("gate_inp.weight", {64, 16}), 16));
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->kind, OpKind::RouterPartial);
+  EXPECT_EQ(d->n, 64);
+  EXPECT_EQ(d->experts, 16);
+  EXPECT_EQ(d->residualScale, 0.25);
+}
+
+TEST(StepOps, RouterPartialRefusesBadShapes) {
+  expectRefused(routerPartial(q8("gate_inp.weight", {64, 16}), 16),
+                "must be an F32 [64, experts] weight");
+  expectRefused(routerPartial(f32("gate_inp.weight", {32, 16}), 16),
+                "must be an F32 [64, experts] weight");
+  expectRefused(routerPartial(f32("gate_inp.weight", {64, 16}), 8),
+                "must have the gate's 16 experts");
+}
+
+/// moe_choose of logits [experts] (with a bias [bias] when bias > 0) into
+/// ids and weights [topK].
+ka::Artifact moeChoose(int64_t experts, int64_t bias, int64_t topK) {
+  ka::Buffer ids = arena("ids", {topK});
+  ids.dtype = ka::DType::I32;
+  std::vector<ka::Buffer> buffers = {arena("logits", {experts})};
+  std::vector<int32_t> operands = {0};
+  if (bias > 0) {
+    operands.push_back(int32_t(buffers.size()));
+    buffers.push_back(arena("bias", {bias}));
+  }
+  operands.push_back(int32_t(buffers.size()));
+  buffers.push_back(ids);
+  operands.push_back(int32_t(buffers.size()));
+  buffers.push_back(arena("w", {topK}));
+  return withOp({}, std::move(buffers),
+                opOf("moe_choose", std::move(operands),
+                     {intAttr("top_k", topK), stringAttr("gating", "sigmoid"),
+                      intAttr("normalize", 1, ka::AttrKind::Bool),
+                      floatAttr("routed_scale", 2.5)},
+                     2));
+}
+
+TEST(StepOps, MoeChooseDecodes) {
+  Expected<StepOp> d = decodeOnly(moeChoose(16, 16, 4));
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->kind, OpKind::MoeChoose);
+  EXPECT_EQ(d->experts, 16);
+  EXPECT_EQ(d->topK, 4);
+  EXPECT_TRUE(d->hasBias);
+  EXPECT_FALSE(d->softmax);
+  EXPECT_TRUE(d->normalize);
+  EXPECT_EQ(d->routedScale, 2.5);
+  Expected<StepOp> plain = decodeOnly(moeChoose(16, 0, 4));
+  ASSERT_TRUE(plain) << plain.error().message();
+  EXPECT_FALSE(plain->hasBias);
+}
+
+TEST(StepOps, MoeChooseRefusesBadShapes) {
+  expectRefused(moeChoose(4, 0, 5), "top_k 5 is outside 1..4 experts");
+  expectRefused(moeChoose(16, 8, 4), "bias 'bias' must have 16 values");
+}
+
+/// all_reduce_add_rms_norm with a router tail: partial [partial], residual,
+/// sum and output [64], norm [64] (binding 0), logits [logits]; `tail`.
+ka::Artifact allReduceTail(int64_t partial, int64_t logits, int64_t tail,
+                           bool withLogits = true) {
+  std::vector<ka::Buffer> buffers = {
+      arena("p", {partial}), arena("x", {64}), weightBuffer("ffn_norm", 0),
+      arena("h", {64}),      arena("y", {64}), arena("logits", {logits})};
+  std::vector<int32_t> operands = {0, 1, 2, 3, 4};
+  if (withLogits)
+    operands.push_back(5);
+  return withOp({f32("ffn_norm.weight", {64})}, std::move(buffers),
+                opOf("all_reduce_add_rms_norm", std::move(operands),
+                     {floatAttr("epsilon", 1e-5),
+                      stringAttr("reduction", "sum"), intAttr("tail", tail)},
+                     withLogits ? 3 : 2));
+}
+
+TEST(StepOps, AllReduceTailDecodes) {
+  Expected<StepOp> d = decodeOnly(allReduceTail(80, 16, 16));
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->kind, OpKind::AllReduceAddRmsNorm);
+  EXPECT_EQ(d->n, 64);
+  EXPECT_EQ(d->rows, 1);
+  EXPECT_EQ(d->tail, 16);
+  EXPECT_EQ(d->outs.size(), 3u);
+}
+
+TEST(StepOps, AllReduceTailRefusesBadShapes) {
+  expectRefused(allReduceTail(64, 16, 16),
+                "must hold the sum's 64 values and the tail's 16, has 64");
+  expectRefused(allReduceTail(80, 8, 16), "must have the tail's 16 values");
+  expectRefused(allReduceTail(80, 16, 16, /*withLogits=*/false),
+                "expects 3 inputs and 3 outputs");
+  expectRefused(allReduceTail(64, 16, 0), "tail must be positive");
 }
 
 } // namespace

@@ -386,6 +386,20 @@ TEST(RmsNorm, MatchesTheFormulaAndMayRunInPlace) {
   EXPECT_EQ(inPlace, y);
 }
 
+TEST(RmsNorm, RmsIsWhatTheNormDividesBy) {
+  // The router fold divides its logits by the norm's rms: the same bits.
+  SCOPED_TRACE(seedText(27));
+  std::mt19937 gen = generator(27);
+  const int64_t n = 96;
+  const float eps = 1e-5f;
+  std::vector<float> x = randomVector(gen, n, -3.0f, 3.0f);
+  std::vector<float> w(n, 1.0f), y(n);
+  rmsNorm(x.data(), 1, n, w.data(), eps, y.data());
+  const float divisor = rms(x.data(), n, eps);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(y[i], x[i] / divisor * 1.0f) << i;
+}
+
 TEST(LayerNorm, MatchesTheFormulaAndMayRunInPlace) {
   SCOPED_TRACE(seedText(9));
   std::mt19937 gen = generator(9);
@@ -1101,6 +1115,135 @@ TEST(MoeRouter, BadShapesAreErrors) {
                         Gating::Sigmoid, true, 1.0f, ids.data(),
                         weights.data()),
               {"blk.3.ffn_gate_inp", "hidden"});
+}
+
+TEST(MoeChoose, IsMoeRouterAfterItsDots) {
+  // moeRouter's logits are f32 dots with k ascending: given those logits,
+  // moeChoose makes the same choice, bit for bit.
+  SCOPED_TRACE(seedText(28));
+  std::mt19937 gen = generator(28);
+  RouterProblem r(gen, GGMLType::F32);
+  std::vector<float> logits(r.experts);
+  for (int64_t e = 0; e < r.experts; ++e) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < r.hidden; ++i)
+      sum += r.x[i] * r.gate.at(e, i);
+    logits[e] = sum;
+  }
+  std::vector<float> bias = randomVector(gen, r.experts, -0.1f, 0.1f);
+  const int64_t topK = 4;
+  for (Gating g : {Gating::Sigmoid, Gating::Softmax})
+    for (const float *b : {static_cast<const float *>(nullptr),
+                           static_cast<const float *>(bias.data())})
+      for (bool normalize : {false, true}) {
+        std::vector<int32_t> ids(topK), chosenIds(topK);
+        std::vector<float> weights(topK), chosenWeights(topK);
+        Status s = moeRouter(r.x.data(), r.hidden, r.gate.view(), b, topK, g,
+                             normalize, 2.5f, ids.data(), weights.data());
+        ASSERT_TRUE(s.isOk()) << errorText(s);
+        s = moeChoose(logits.data(), r.experts, b, topK, g, normalize, 2.5f,
+                      chosenIds.data(), chosenWeights.data());
+        ASSERT_TRUE(s.isOk()) << errorText(s);
+        EXPECT_EQ(chosenIds, ids);
+        EXPECT_EQ(chosenWeights, weights);
+      }
+}
+
+TEST(MoeChoose, MatchesTheNaiveChoice) {
+  SCOPED_TRACE(seedText(29));
+  std::mt19937 gen = generator(29);
+  const int64_t experts = 32, topK = 6;
+  const float routedScale = 2.5f;
+  std::vector<float> logits = randomVector(gen, experts, -4.0f, 4.0f);
+  std::vector<float> bias = randomVector(gen, experts, -0.5f, 0.5f);
+  std::vector<double> p(experts), score(experts);
+  for (int64_t e = 0; e < experts; ++e) {
+    p[e] = sigmoid(logits[e]);
+    score[e] = p[e] + bias[e];
+  }
+  // Scores apart by far more than f32 error, so the choice is well defined.
+  std::vector<int32_t> all = naiveChoice(score, experts);
+  for (int64_t e = 0; e + 1 < topK + 1; ++e)
+    ASSERT_GT(score[all[e]] - score[all[e + 1]], 1e-5) << e;
+  std::vector<int32_t> expected = naiveChoice(score, topK);
+  double sum = 0;
+  for (int32_t e : expected)
+    sum += p[e];
+  std::vector<int32_t> ids(topK);
+  std::vector<float> weights(topK);
+  Status s =
+      moeChoose(logits.data(), experts, bias.data(), topK, Gating::Sigmoid,
+                true, routedScale, ids.data(), weights.data());
+  ASSERT_TRUE(s.isOk()) << errorText(s);
+  EXPECT_EQ(ids, expected);
+  for (int64_t k = 0; k < topK; ++k)
+    // Each p is within a few u of the exact sigmoid of its f32 logit; the
+    // sum of topK of them adds topK u, the division and scale two more.
+    EXPECT_NEAR(weights[k], p[expected[k]] / sum * routedScale,
+                (topK + 8) * kU * p[expected[k]] / sum * routedScale)
+        << k;
+
+  expectError(moeChoose(logits.data(), experts, nullptr, experts + 1,
+                        Gating::Sigmoid, true, 1.0f, ids.data(),
+                        weights.data()),
+              {"moe_choose", "top k 33"});
+}
+
+TEST(RouterPartial, MatchesTheNaiveShareAndTheRanksSumToTheLogits) {
+  SCOPED_TRACE(seedText(30));
+  std::mt19937 gen = generator(30);
+  const int64_t hidden = 128, experts = 16, ranks = 4;
+  const float scale = 1.0f / ranks;
+  TestWeight gate =
+      randomWeight(gen, GGMLType::F32, {hidden, experts}, "blk.3.ffn_gate_inp");
+  std::vector<float> norm = randomVector(gen, hidden, 0.5f, 1.5f);
+  std::vector<float> residual = randomVector(gen, hidden, -2.0f, 2.0f);
+  std::vector<std::vector<float>> partials;
+  for (int64_t r = 0; r < ranks; ++r)
+    partials.push_back(randomVector(gen, hidden));
+
+  std::vector<double> total(experts, 0.0), totalAbs(experts, 0.0);
+  for (const std::vector<float> &partial : partials) {
+    std::vector<float> out(experts);
+    Status s = routerPartial(partial.data(), residual.data(), hidden,
+                             gate.view(), norm.data(), scale, out.data());
+    ASSERT_TRUE(s.isOk()) << errorText(s);
+    for (int64_t e = 0; e < experts; ++e) {
+      double exact = 0, abs = 0;
+      for (int64_t h = 0; h < hidden; ++h) {
+        const double v = double(norm[h]) *
+                         (double(partial[h]) + double(scale) * residual[h]);
+        exact += gate.at(e, h) * v;
+        abs += std::abs(double(gate.at(e, h))) * std::abs(double(norm[h])) *
+               (std::abs(double(partial[h])) +
+                std::abs(double(scale) * residual[h]));
+      }
+      // Each v[h] has three roundings (the scale's product, the sum, the
+      // norm's product), within 3 u of the sum of absolute terms; the dot
+      // of hidden products adds (hidden + 1) u.
+      EXPECT_NEAR(out[e], exact, (hidden + 4) * kU * abs) << e;
+      total[e] += out[e];
+      totalAbs[e] += abs;
+    }
+  }
+  // In real arithmetic the ranks' shares sum to gate . (norm * (residual +
+  // sum of the partials)): the router's logits times the norm's rms.
+  for (int64_t e = 0; e < experts; ++e) {
+    double logit = 0;
+    for (int64_t h = 0; h < hidden; ++h) {
+      double sumOfParts = residual[h];
+      for (const std::vector<float> &partial : partials)
+        sumOfParts += partial[h];
+      logit += gate.at(e, h) * double(norm[h]) * sumOfParts;
+    }
+    // The shares are added in double here: only each share's bound counts.
+    EXPECT_NEAR(total[e], logit, (hidden + 4) * kU * totalAbs[e]) << e;
+  }
+
+  std::vector<float> out(experts);
+  expectError(routerPartial(partials[0].data(), residual.data(), 64,
+                            gate.view(), norm.data(), scale, out.data()),
+              {"router_partial", "blk.3.ffn_gate_inp", "hidden"});
 }
 
 //===----------------------------------------------------------------------===//

@@ -760,3 +760,204 @@ func.func @dsa_indexer_rope_range() {
   step.dsa_indexer ins(%q, %w, %k, %p : memref<4x32xf32>, memref<4xf32>, memref<64x32xf16>, memref<i32>) outs(%s, %n : memref<16xi32>, memref<i32>) {rope_dims = 16 : i64, rope_offset = 24 : i64, rope_style = "interleaved", rope_theta = 1.0e+06 : f32, scale = 0.125 : f32, top_k = 16 : i64}
   return
 }
+
+// -----
+
+func.func @router_partial_residual() {
+  %p = step.buffer "p" : memref<8xf32>
+  %x = step.buffer "x" : memref<4xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<4xf32>
+  // expected-error @+1 {{'step.router_partial' op residual must have the partial's type 'memref<8xf32>', got 'memref<4xf32>'}}
+  step.router_partial ins(%p, %x, %g, %n : memref<8xf32>, memref<4xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<4xf32>) {residual_scale = 0.5 : f32}
+  return
+}
+
+// -----
+
+func.func @router_partial_gate_format() {
+  %p = step.buffer "p" : memref<32xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "q8_0", [32, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [32]>
+  %o = step.buffer "o" : memref<4xf32>
+  // expected-error @+1 {{'step.router_partial' op gate must be an f32 [32, experts] weight, got '!kiln.qweight<"g.weight", "q8_0", [32, 4]>'}}
+  step.router_partial ins(%p, %p, %g, %n : memref<32xf32>, memref<32xf32>, !kiln.qweight<"g.weight", "q8_0", [32, 4]>, !kiln.qweight<"n.weight", "f32", [32]>) outs(%o : memref<4xf32>) {residual_scale = 0.5 : f32}
+  return
+}
+
+// -----
+
+func.func @router_partial_gate_rows() {
+  %p = step.buffer "p" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [16, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<4xf32>
+  // expected-error @+1 {{'step.router_partial' op gate must be an f32 [8, experts] weight, got '!kiln.qweight<"g.weight", "f32", [16, 4]>'}}
+  step.router_partial ins(%p, %p, %g, %n : memref<8xf32>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [16, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<4xf32>) {residual_scale = 0.5 : f32}
+  return
+}
+
+// -----
+
+func.func @router_partial_norm() {
+  %p = step.buffer "p" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [4]>
+  %o = step.buffer "o" : memref<4xf32>
+  // expected-error @+1 {{'step.router_partial' op norm must have 8 values, got '!kiln.qweight<"n.weight", "f32", [4]>'}}
+  step.router_partial ins(%p, %p, %g, %n : memref<8xf32>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [4]>) outs(%o : memref<4xf32>) {residual_scale = 0.5 : f32}
+  return
+}
+
+// -----
+
+func.func @router_partial_output() {
+  %p = step.buffer "p" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<8xf32>
+  // expected-error @+1 {{'step.router_partial' op output must have shape [4], got 'memref<8xf32>'}}
+  step.router_partial ins(%p, %p, %g, %n : memref<8xf32>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<8xf32>) {residual_scale = 0.5 : f32}
+  return
+}
+
+// -----
+
+func.func @router_partial_scale() {
+  %p = step.buffer "p" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<4xf32>
+  // expected-error @+1 {{'step.router_partial' op residual_scale must be positive and finite, got 0}}
+  step.router_partial ins(%p, %p, %g, %n : memref<8xf32>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<4xf32>) {residual_scale = 0.0 : f32}
+  return
+}
+
+// -----
+
+func.func @choose_logits() {
+  %l = step.buffer "l" : memref<2x4xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.moe_choose' op logits must be a vector of f32, got 'memref<2x4xf32>'}}
+  step.moe_choose ins(%l : memref<2x4xf32>) outs(%i, %w : memref<2xi32>, memref<2xf32>) {gating = "sigmoid", normalize = true, routed_scale = 1.0 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @choose_topk() {
+  %l = step.buffer "l" : memref<4xf32>
+  %i = step.buffer "i" : memref<5xi32>
+  %w = step.buffer "w" : memref<5xf32>
+  // expected-error @+1 {{'step.moe_choose' op top_k must be in 1..4}}
+  step.moe_choose ins(%l : memref<4xf32>) outs(%i, %w : memref<5xi32>, memref<5xf32>) {gating = "sigmoid", normalize = true, routed_scale = 1.0 : f32, top_k = 5 : i64}
+  return
+}
+
+// -----
+
+func.func @choose_bias() {
+  %l = step.buffer "l" : memref<4xf32>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [8]>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.moe_choose' op bias must have 4 values, got '!kiln.qweight<"b.bias", "f32", [8]>'}}
+  step.moe_choose ins(%l, %b : memref<4xf32>, !kiln.qweight<"b.bias", "f32", [8]>) outs(%i, %w : memref<2xi32>, memref<2xf32>) {gating = "sigmoid", normalize = true, routed_scale = 1.0 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @choose_weights() {
+  %l = step.buffer "l" : memref<4xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<3xf32>
+  // expected-error @+1 {{'step.moe_choose' op weights must have shape [2], got 'memref<3xf32>'}}
+  step.moe_choose ins(%l : memref<4xf32>) outs(%i, %w : memref<2xi32>, memref<3xf32>) {gating = "softmax", normalize = false, routed_scale = 1.0 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_tail_without_logits() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op a tail and its logits output come together}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y : memref<8xf32>, memref<8xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 4 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_logits_without_tail() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op a tail and its logits output come together}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum"}
+  return
+}
+
+// -----
+
+func.func @all_reduce_tail_zero() {
+  %p = step.buffer "p" : memref<8xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op tail must be positive, got 0}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<8xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 0 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_tail_partial() {
+  %p = step.buffer "p" : memref<8xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op with a tail of 4 the partial must be memref<12xf32> (the sum's 8 values, then the tail's), got 'memref<8xf32>'}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<8xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 4 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_tail_logits() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<3xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op logits must be memref<4xf32>, got 'memref<3xf32>'}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<3xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 4 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_tail_rows() {
+  %p = step.buffer "p" : memref<20xf32>
+  %x = step.buffer "x" : memref<2x8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<2x8xf32>
+  %y = step.buffer "y" : memref<2x8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op with a tail the sum must be a vector of f32, got 'memref<2x8xf32>'}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<20xf32>, memref<2x8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<2x8xf32>, memref<2x8xf32>, memref<4xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 4 : i64}
+  return
+}

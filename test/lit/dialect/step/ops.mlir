@@ -85,6 +85,25 @@ func.func @every_op() attributes {step.plan = #step.plan<arena_bytes = 65536, pe
   step.moe_router ins(%x, %gate, %bias : memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
   // CHECK: step.moe_router ins(%x, %blk.1.ffn_gate_inp : memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>)
   step.moe_router ins(%x, %gate : memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "softmax", normalize = false, routed_scale = 1.0 : f32, top_k = 4 : i64}
+  // The router folded into the all-reduce before it (kiln-fold-router):
+  // this rank's share of the logits after its part of the projection, the
+  // tail reduced and divided by the norm's rms, the choice after it.
+  %ffn_norm = step.weight : !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>
+  %pr = step.buffer "pr" : memref<272xf32>
+  %p0 = step.view %pr[0] : memref<272xf32> to memref<256xf32>
+  %p1 = step.view %pr[256] : memref<272xf32> to memref<16xf32>
+  %h = step.buffer "h" : memref<256xf32>
+  %rl = step.buffer "rl" : memref<16xf32>
+  // CHECK: step.router_partial ins(%[[P0:.+]], %x, %blk.1.ffn_gate_inp, %blk.1.ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%[[P1:.+]] : memref<16xf32>) {residual_scale = 5.000000e-01 : f32}
+  step.router_partial ins(%p0, %x, %gate, %ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%p1 : memref<16xf32>) {residual_scale = 0.5 : f32}
+  // CHECK: step.all_reduce_add_rms_norm ins(%pr, %x, %blk.1.ffn_norm : memref<272xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y, %rl : memref<256xf32>, memref<256xf32>, memref<16xf32>) {epsilon = 9.99999974E-6 : f32, reduction = "sum", tail = 16 : i64}
+  step.all_reduce_add_rms_norm ins(%pr, %x, %ffn_norm : memref<272xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y, %rl : memref<256xf32>, memref<256xf32>, memref<16xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 16 : i64}
+  // CHECK: step.all_reduce_add_rms_norm ins(%y, %x, %blk.1.ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y : memref<256xf32>, memref<256xf32>) {epsilon = 9.99999974E-6 : f32, reduction = "sum"}
+  step.all_reduce_add_rms_norm ins(%y, %x, %ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y : memref<256xf32>, memref<256xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum"}
+  // CHECK: step.moe_choose ins(%rl, %bias : memref<16xf32>, memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.500000e+00 : f32, top_k = 4 : i64}
+  step.moe_choose ins(%rl, %bias : memref<16xf32>, memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
+  // CHECK: step.moe_choose ins(%rl : memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "softmax", normalize = false, routed_scale = 1.000000e+00 : f32, top_k = 4 : i64}
+  step.moe_choose ins(%rl : memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "softmax", normalize = false, routed_scale = 1.0 : f32, top_k = 4 : i64}
   // CHECK: step.moe_experts ins(%x, %ids, %rw, %blk.1.ffn_gate_exps, %blk.1.ffn_up_exps, %blk.1.ffn_down_exps : memref<256xf32>, memref<4xi32>, memref<4xf32>, {{.+}}) outs(%y : memref<256xf32>)
   step.moe_experts ins(%x, %ids, %rw, %g, %u, %d : memref<256xf32>, memref<4xi32>, memref<4xf32>, !kiln.qweight<"blk.1.ffn_gate_exps.weight", "q4_k", [256, 256, 16]>, !kiln.qweight<"blk.1.ffn_up_exps.weight", "q4_k", [256, 256, 16]>, !kiln.qweight<"blk.1.ffn_down_exps.weight", "q8_0", [256, 256, 16]>) outs(%y : memref<256xf32>)
   %sh = step.buffer "sh" : memref<256xf32>
