@@ -130,6 +130,10 @@ glm5_bench_artifacts
 # experts' kernels), for its bench row.
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   --fuse-shared-expert=false -o "$m/glm5-apart.cuda.tp8.kiln"
+# With the router folded into the attention's all-reduce (--fold-router,
+# off by default: measured slower), for its bench row.
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
+  --fold-router -o "$m/glm5-fold.cuda.tp8.kiln"
 # With its logits (gathered over the vocabulary), for comparing the bits of
 # runs launched different ways (gpu-test.sh's same-result steps: the bench
 # prints a digest of the logits); the timed benches leave them out.
