@@ -966,6 +966,9 @@ struct ExpertArgs {
   const uint8_t *sharedGate, *sharedGateScales, *sharedUp, *sharedUpScales,
       *sharedDown, *sharedDownScales;
   float *sharedAct;
+  /// The shared expert's gate/up blocks start their rows' copies before
+  /// the predecessor wait (they need no id; earlyPrefetch()).
+  bool sharedEarly;
 };
 
 /// Block 0's first warp reports the first id outside [0, experts) in k
@@ -1222,12 +1225,14 @@ __device__ __forceinline__ void pairSumsToAct(const float (&v)[2 * kPairs],
 
 /// A block of the gate/up kernel past the routed experts' (kiln-fuse-
 /// shared-expert): shared expert rows f0 .. f0 + kSharedPairs - 1 of gate
-/// and up, copied as the routed rows are (quants, then scales), dotted with
-/// this lane's x and summed in the routed blocks' order; act = silu(gate) *
-/// up into a.sharedAct. `warps` as the routed blocks', `active` whether
-/// this lane has a 256-value block.
-__device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0,
-                                  const quantdot::K45X &xv, bool active,
+/// and up, copied as the routed rows are (quants, then scales; with
+/// a.sharedEarly before the predecessor wait, since they need no id: the
+/// weights never change), dotted with this lane's x (loaded after the
+/// wait) and summed in the routed blocks' order; act = silu(gate) * up
+/// into a.sharedAct. `warps` as the routed blocks', `active` whether this
+/// lane has a 256-value block. The block's threads run the step prologue
+/// here.
+__device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
                                   int warps, uint8_t *shared) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
             t = lane % 8, b = 4 * warp + lane / 8;
@@ -1240,6 +1245,8 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0,
   uint8_t *quants = shared + kPairHeadBytes,
           *scales = quants + 2 * kSharedPairs * quantBytes;
   float *sums = reinterpret_cast<float *>(scales + 2 * kSharedPairs * scaleBytes);
+  if (!a.sharedEarly)
+    stepKernelPrologue();
   if (threadIdx.x == 0) {
     for (int q = 0; q < pairs; ++q)
       barrierInit(bars + q);
@@ -1257,6 +1264,12 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0,
                a.sharedUpScales + row * scaleBytes, scaleBytes, bars + q);
     }
   }
+  if (a.sharedEarly)
+    stepKernelPrologue();
+  quantdot::K45X xv;
+  if (active)
+    quantdot::loadK45Values(
+        reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
   __syncthreads(); // the barriers are initialised
   float v[2 * kPairs];
 #pragma unroll
@@ -1289,11 +1302,6 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(!kFixed || (kHidden % 256 == 0 && kFfn > 0 &&
                             kFfn % kPairs == 0));
   extern __shared__ __align__(128) uint8_t shared[];
-  stepKernelPrologue();
-  reportFirstBadId(a);
-  // This lane's x first, so that its loads are in flight with the id's (the
-  // copies below wait for the id, and the asm of their barriers keeps any
-  // load after them from moving up).
   constexpr int kBlockBytes = kHigh ? 176 : 144;
   const int blocksPerRow = kFixed ? kHidden / 256 : a.blocksPerRow;
   const int64_t ffn = kFixed ? int64_t(kFfn) : a.ffn;
@@ -1302,18 +1310,23 @@ __global__ void __launch_bounds__(kThreads)
   // kFixed with whole warps of blocks: every lane has one.
   const bool active =
       (kFixed && (kHidden / 256) % 4 == 0) || b < blocksPerRow;
-  quantdot::K45X xv;
-  if (active)
-    quantdot::loadK45Values(
-        reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
   const int64_t tiles = (ffn + kPairs - 1) / kPairs;
   // The blocks past the routed experts' take the shared expert's rows.
   if (a.sharedFfn > 0 && int64_t(blockIdx.x) >= a.k * tiles) {
     const int warps = kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp);
     sharedGateUpBlock(a, (int64_t(blockIdx.x) - a.k * tiles) * kSharedPairs,
-                      xv, active, warps, shared);
+                      active, warps, shared);
     return;
   }
+  stepKernelPrologue();
+  reportFirstBadId(a);
+  // This lane's x first, so that its loads are in flight with the id's (the
+  // copies below wait for the id, and the asm of their barriers keeps any
+  // load after them from moving up).
+  quantdot::K45X xv;
+  if (active)
+    quantdot::loadK45Values(
+        reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
   const int64_t i = blockIdx.x / tiles, f0 = blockIdx.x % tiles * kPairs;
   const int pairs =
       kFixed ? kPairs : int(ffn - f0 < kPairs ? ffn - f0 : kPairs);
@@ -2207,6 +2220,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
       a.sharedDown = shared->down.data;
       a.sharedDownScales = shared->down.scales;
       a.sharedAct = act + k * ffn;
+      a.sharedEarly = earlyPrefetch();
       gateFastShared = std::max(gateFastShared, sharedGateBytes);
       downFastShared +=
           uint64_t(a.downTiles) * kDownTile * (256 + 16 + sizeof(float));
