@@ -645,17 +645,28 @@ Status dsaIndexer(const float *q, int64_t heads, int64_t dim,
   return Status::ok();
 }
 
+namespace {
+
+/// A router gate's rows (2-D, rows of `hidden` values), or why not.
+Expected<WeightRows> gateRows(const WeightView &gate, int64_t hidden,
+                              const char *op) {
+  Expected<WeightRows> shape = rowsOf(gate, 2, op);
+  if (shape && shape->cols != hidden)
+    return Error(where(op), gate.name,
+                 fmt::format("rows hold {} values, hidden size is {}",
+                             shape->cols, hidden));
+  return shape;
+}
+
+} // namespace
+
 Status moeRouter(const float *x, int64_t hidden, const WeightView &gate,
                  const float *bias, int64_t topK, Gating gating, bool normalize,
                  float routedScale, int32_t *ids, float *weights) {
   const char *op = "moe_router";
-  Expected<WeightRows> shape = rowsOf(gate, 2, op);
+  Expected<WeightRows> shape = gateRows(gate, hidden, op);
   if (!shape)
     return shape.status();
-  if (shape->cols != hidden)
-    return Error(where(op), gate.name,
-                 fmt::format("rows hold {} values, hidden size is {}",
-                             shape->cols, hidden));
   const int64_t experts = shape->rows;
   if (topK < 0 || topK > experts)
     return Error(
@@ -720,13 +731,9 @@ Status routerPartial(const float *partial, const float *residual,
                      int64_t hidden, const WeightView &gate, const float *norm,
                      float residualScale, float *out) {
   const char *op = "router_partial";
-  Expected<WeightRows> shape = rowsOf(gate, 2, op);
+  Expected<WeightRows> shape = gateRows(gate, hidden, op);
   if (!shape)
     return shape.status();
-  if (shape->cols != hidden)
-    return Error(where(op), gate.name,
-                 fmt::format("rows hold {} values, hidden size is {}",
-                             shape->cols, hidden));
   // This rank's part of the normalised sum, before the division by its rms.
   std::vector<float> v(static_cast<size_t>(hidden));
   for (int64_t h = 0; h < hidden; ++h)

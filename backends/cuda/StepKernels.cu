@@ -3697,12 +3697,8 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
       e != cudaSuccess)
     return e;
-  if (cudaError_t e =
-          launchStep(routerSelectKernel, 1, threads, shared, s, logits, experts,
-                     bias, topK, gating, normalize, routedScale, ids, weights);
-      e != cudaSuccess)
-    return e;
-  return cudaGetLastError();
+  return launchMoeChoose(logits, experts, bias, topK, gating, normalize,
+                         routedScale, ids, weights, s);
 }
 
 namespace {
