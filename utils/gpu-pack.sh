@@ -90,6 +90,13 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
       t=$target; [ "$target" = cuda ] && t=cuda:$pack_arch
       compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
         --cache-type "$cache" -o "$m/$name.$target.tp$tp.kiln"
+      # With the router folded into the attention's all-reduce
+      # (--fold-router: only where there is one, tp > 1), for the tp=N on N
+      # GPUs checks.
+      if [ "$target" = cuda ] && [ "$tp" -gt 1 ]; then
+        compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
+          --cache-type "$cache" --fold-router -o "$m/$name.cuda-fold.tp$tp.kiln"
+      fi
     done
   done
   rm -f "$m/$name-meta.gguf"

@@ -23,6 +23,8 @@ logits of every position kept):
     above run it as its own launches) vs the CPU, and graph vs --eager;
   * tp=N on N GPUs (2, and 4 and 8 where the host has the GPUs and the pack
     the artifacts) vs tp=1: within the same tolerance, same argmax rule;
+    also with the router folded into the attention's all-reduce
+    (kiln-compile --fold-router), with both all-reduces;
   * greedy generation on CUDA equals the CPU's up to the first step whose
     CPU decision gap does not clear the rule;
   * compute-sanitizer memcheck on the tiny model: no errors;
@@ -283,6 +285,22 @@ class Checks:
             self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs, NCCL's "
                                f"all-reduce) vs cuda tp1", nccl, graph, tol,
                                self.report), f"{model} tp{tp} nccl")
+            # The router folded into the attention's all-reduce
+            # (--fold-router: its partial logits before it, divided by its
+            # rms, the choice after it), with both all-reduces; its logits
+            # differ from the unfolded step's by rounding only.
+            fold = self.art(model, "cuda-fold", tp)
+            if fold.exists():
+                for label, extra_env in (("", None),
+                                         (", NCCL's all-reduce",
+                                          {"KILN_CUDA_ALLREDUCE": "nccl"})):
+                    got = logits(self.pack, fold, gguf, toks,
+                                 self.work / f"{model}-tp{tp}f.npy",
+                                 extra_env=extra_env)
+                    self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs, "
+                                       f"router folded{label}) vs cuda tp1",
+                                       got, graph, tol, self.report),
+                               f"{model} tp{tp} fold{label}")
         return cpu
 
     def shared_expert(self):
