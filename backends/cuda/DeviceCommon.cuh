@@ -13,6 +13,11 @@
 
 namespace kiln::cuda {
 
+/// Whether p is 16-byte aligned (the float4 and bulk-copy kernels' need).
+inline bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
 /// The bytes of one row of `w` when the kernels can read it: the Blocks
 /// layout, a type the
 /// generic decoder knows, a row length of whole blocks that fits 32 bits,

@@ -3651,19 +3651,15 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   Geometry g;
   const int64_t experts = gate.rows;
   float *logits = scratch ? scratch + kRouterArrivalFloats : nullptr;
-  const unsigned threads = routerChoiceThreads(experts);
-  auto choiceShared = [&](unsigned blockThreads) {
-    return routerChoiceShared(experts, topK, blockThreads);
-  };
-  const size_t shared = choiceShared(threads);
+  const size_t shared =
+      routerChoiceShared(experts, topK, routerChoiceThreads(experts));
   if (!geometryOf(gate, g) || experts <= 0 || topK < 0 || topK > experts ||
       shared > 48 * 1024 || !logits ||
       (gating != Gating::Sigmoid && gating != Gating::Softmax))
     return cudaErrorInvalidValue;
   const int64_t cols = gate.cols;
   if (gate.type == GGMLType::F32 && gate.layout == WeightLayout::Blocks &&
-      cols % 4 == 0 && (reinterpret_cast<uintptr_t>(gate.data) & 15) == 0 &&
-      (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+      cols % 4 == 0 && aligned16(gate.data) && aligned16(x)) {
     RouterArgs a{};
     a.x = x;
     a.gate = reinterpret_cast<const float4 *>(gate.data);
@@ -3681,7 +3677,8 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     a.logits = logits;
     a.ids = ids;
     a.weights = weights;
-    const size_t routerShared = choiceShared(kRouterThreads);
+    const size_t routerShared =
+        routerChoiceShared(experts, topK, kRouterThreads);
     if (routerShared > 48 * 1024)
       return cudaErrorInvalidValue;
     const int64_t rowsPerBlock = kRouterThreads / kWarp / a.splits;
@@ -3729,10 +3726,6 @@ __global__ void __launch_bounds__(kRouterThreads)
                            g.w * fmaf(a.scale, x.w, p.w));
       },
       a.experts, a.cols4, a.splits, partials, a.out);
-}
-
-bool aligned16(const void *p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
 } // namespace

@@ -1602,10 +1602,6 @@ ExpertDevice expertDevice() {
   return d;
 }
 
-bool aligned16(const void *p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
-
 } // namespace
 
 namespace {

@@ -40,6 +40,23 @@ def tiny_cpu_model(directory, seed, context):
     return gguf, art
 
 
+# The seed of preset_model's files.
+PRESET_SEED = 7
+
+
+@pytest.fixture(scope="session", params=["tiny", "small"])
+def preset_model(request, tmp_path_factory):
+    """The tiny or the small preset's GLM-5 (seed PRESET_SEED), synthesised
+    once for the tests that compare two compilations of one model:
+    (preset, gguf path)."""
+    preset = request.param
+    gguf = tmp_path_factory.mktemp(f"preset-{preset}") / "m.gguf"
+    print(f"{preset} seed {PRESET_SEED}")
+    run_tool("kiln-gguf", "synth", gguf, "--preset", preset, "--seed",
+             PRESET_SEED, "--quiet")
+    return preset, gguf
+
+
 def file_chat_template(gguf):
     """The GGUF's tokenizer.chat_template, read with gguf-py."""
     from gguf import GGUFReader

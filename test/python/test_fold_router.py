@@ -20,24 +20,13 @@ test_tensor_parallel.py checks the unfolded one."""
 import numpy as np
 import pytest
 
-from conftest import run_tool
+from conftest import PRESET_SEED, run_tool
 from glm5_reference import GLM5Reference
 
-SEED = 7
+SEED = PRESET_SEED
 TOKENS = "3,14,159,265,358,979,5,8,97,932,384,626"
 TOL = 1e-4
 CONTEXT = 32
-
-
-@pytest.fixture(scope="module", params=["tiny", "small"])
-def model(request, tmp_path_factory):
-    """A synthesised model of the preset: (preset, gguf path)."""
-    preset = request.param
-    gguf = tmp_path_factory.mktemp(f"fold-{preset}") / "m.gguf"
-    print(f"{preset} seed {SEED}")
-    run_tool("kiln-gguf", "synth", gguf, "--preset", preset, "--seed", SEED,
-             "--quiet")
-    return preset, gguf
 
 
 def step_ops(gguf, tp, flags):
@@ -63,8 +52,8 @@ def relative(a, b):
 
 
 @pytest.mark.parametrize("tp", [2, 4])
-def test_folded_step_has_no_router(model, tp):
-    preset, gguf = model
+def test_folded_step_has_no_router(preset_model, tp):
+    preset, gguf = preset_model
     print(f"{preset} seed {SEED} tp {tp}")
     plain = step_ops(gguf, tp, [])
     folded = step_ops(gguf, tp, ["--fold-router"])
@@ -77,8 +66,8 @@ def test_folded_step_has_no_router(model, tp):
 
 
 @pytest.mark.parametrize("tp", [2, 4])
-def test_folded_logits_match_unfolded(model, tmp_path, tp):
-    preset, gguf = model
+def test_folded_logits_match_unfolded(preset_model, tmp_path, tp):
+    preset, gguf = preset_model
     print(f"{preset} seed {SEED} tp {tp}")
     plain = teacher_forced(gguf, tmp_path, tp, [], "plain")
     folded = teacher_forced(gguf, tmp_path, tp, ["--fold-router"], "folded")

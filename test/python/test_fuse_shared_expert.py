@@ -8,27 +8,16 @@ for the tiny and the small preset."""
 import numpy as np
 import pytest
 
-from conftest import run_tool
+from conftest import PRESET_SEED, run_tool
 
-SEED = 7
+SEED = PRESET_SEED
 TOKENS = "3,14,159,265,358,979"
 GENERATED = 2
 
 
-@pytest.fixture(scope="module", params=["tiny", "small"])
-def model(request, tmp_path_factory):
-    """A synthesised model of the preset: (preset, gguf path)."""
-    preset = request.param
-    gguf = tmp_path_factory.mktemp(f"shared-{preset}") / "m.gguf"
-    print(f"{preset} seed {SEED}")
-    run_tool("kiln-gguf", "synth", gguf, "--preset", preset, "--seed", SEED,
-             "--quiet")
-    return preset, gguf
-
-
 @pytest.mark.parametrize("tp", [1, 2])
-def test_shared_expert_inside_moe_experts_same_bits(model, tmp_path, tp):
-    preset, gguf = model
+def test_shared_expert_inside_moe_experts_same_bits(preset_model, tmp_path, tp):
+    preset, gguf = preset_model
     print(f"{preset} seed {SEED} tp {tp}")
     def shared_lines(flags):
         step = run_tool("kiln-compile", gguf, "--emit=step", "--tp", tp,
