@@ -127,6 +127,7 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
       {"moe_router", OpKind::MoeRouter},
       {"moe_experts", OpKind::MoeExperts},
       {"router_partial", OpKind::RouterPartial},
+      {"linear_router", OpKind::LinearRouter},
       {"moe_choose", OpKind::MoeChoose},
       {"argmax", OpKind::Argmax},
       {"all_reduce", OpKind::AllReduce},
@@ -799,6 +800,57 @@ Expected<StepOp> Decoder::decode() {
     d_.n = hidden;
     d_.experts = gate.dims[1];
     d_.residualScale = residualScale;
+    break;
+  }
+  case OpKind::LinearRouter: {
+    // input [K]; W [K, N]; residual [N]; gate F32 [N, E]; norm F32 [N]
+    // weight; output [N + E].
+    KILN_TRY(counts(5, 1));
+    KILN_TRY(floats(in(0), "input"));
+    Operand w = in(1);
+    KILN_TRY(weight(w, "weight"));
+    if (w.dims.size() != 2)
+      return fail(
+          fmt::format("weight '{}' must be a 2-D [K, N] matrix", w.name()));
+    const int64_t k = w.dims[0], hidden = w.dims[1];
+    if (in(0).buffer->shape.size() != 1 || in(0).elements() != uint64_t(k))
+      return fail(fmt::format("input '{}' must be a vector of the weight's {} "
+                              "values a row",
+                              in(0).name(), k));
+    KILN_TRY(floats(in(2), "residual"));
+    if (in(2).buffer->shape.size() != 1 || in(2).elements() != uint64_t(hidden))
+      return fail(fmt::format("residual '{}' must be a vector of the "
+                              "weight's {} rows",
+                              in(2).name(), hidden));
+    Operand gate = in(3);
+    KILN_TRY(weight(gate, "gate"));
+    if (gate.binding->type != GGMLType::F32 || gate.dims.size() != 2 ||
+        gate.dims[0] != hidden || gate.binding->sliceDim >= 0)
+      return fail(fmt::format("gate '{}' must be a whole F32 [{}, experts] "
+                              "weight",
+                              gate.name(), hidden));
+    // Its values go into the matrix made at load: a weight's, not a
+    // buffer's.
+    Operand norm = in(4);
+    if (!norm.isWeight() || norm.binding->type != GGMLType::F32)
+      return fail(fmt::format("norm '{}' must be an F32 weight (read at load)",
+                              norm.name()));
+    KILN_TRY(param(norm, uint64_t(hidden), "norm"));
+    KILN_TRY(floats(out(0), "output"));
+    if (out(0).elements() != uint64_t(hidden + gate.dims[1]))
+      return fail(fmt::format("output '{}' must hold the {} rows and the "
+                              "gate's {} experts",
+                              out(0).name(), hidden, gate.dims[1]));
+    KILN_ASSIGN(ranks, intAttr("ranks"));
+    if (ranks != int64_t(ranks_) || hidden % ranks != 0)
+      return fail(fmt::format("ranks {} must be the group's {} and divide the "
+                              "{} rows",
+                              ranks, ranks_, hidden));
+    d_.rows = 1;
+    d_.n = hidden;
+    d_.k = k;
+    d_.experts = gate.dims[1];
+    d_.ranks = ranks;
     break;
   }
   case OpKind::MoeChoose: {

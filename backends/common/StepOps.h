@@ -52,6 +52,7 @@ enum class OpKind {
   MoeRouter,
   MoeExperts,
   RouterPartial,
+  LinearRouter,
   MoeChoose,
   Argmax,
   AllReduce,
@@ -94,7 +95,8 @@ struct StepOp {
 
   /// Copy, Add, Swiglu, AllReduce: n values (rows = 1).
   /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAddRmsNorm, Rope: rows of n.
-  /// Linear: rows = batch, n = output rows per batch, k = K.
+  /// Linear: rows = batch, n = output rows per batch, k = K. LinearRouter:
+  /// rows = 1, n = N, k = K (below).
   /// Embed: n = hidden, k = vocab. Dequant: n = values.
   /// Argmax, DistributedArgmax: n values.
   int64_t rows = 1, n = 0, k = 0;
@@ -158,13 +160,32 @@ struct StepOp {
   /// * norm[h] * (ins[0][h] + residualScale * ins[1][h]); ins: this rank's
   /// partial (n = hidden), the residual (n), the F32 gate [hidden, experts]
   /// and the norm's weight [hidden]; experts = E.
+  /// LinearRouter (kiln-fold-router composed, step.linear_router): ins[0]
+  /// the input (k = K values, this rank's), ins[1] the weight W (local dims
+  /// [K, N], n = N, a 2-D weight as Linear's ins[1]), ins[2] the residual
+  /// x (N values), ins[3] the router's gate (an F32 weight [N, E], whole;
+  /// experts = E), ins[4] the next norm's weight (F32, N values); outs[0]
+  /// holds N + E values; ranks = R (the op's attribute, the group's rank
+  /// count), rows = 1. outs[0][0, N) = W . in, the same bits as Linear;
+  /// outs[0][N + e] = sum over c < K + N/R of D_r[e][c] * [in ; x[r N/R,
+  /// (r + 1) N/R)][c], r the executing rank, with D_r (E rows of K + N/R)
+  /// made once at load:
+  ///   D_r[e][k] = M_r[e][k] = float(sum over n = 0 .. N-1, in increasing
+  ///     order, of (double(gate[e][n]) * double(norm[n])) * double(W[n][k]))
+  ///     for k < K, every product and sum in double, no fused multiply-add,
+  ///     W's values the CPU backend's dequantisation of the rank's part;
+  ///   D_r[e][K + j] = C_r[e][j] = gate[e][r N/R + j] * norm[r N/R + j] in
+  ///     float, for j < N/R.
+  /// The CPU backend takes the dot in f32 from 0, c ascending; another
+  /// backend makes the same D_r bit for bit and may sum in its own order.
   /// MoeChoose: the router's choice from its logits ins[0] (experts
   /// values) and an optional bias ins[1] (hasBias): topK, softmax,
   /// normalize and routedScale as MoeRouter.
   double residualScale = 0;
 
   /// AllReduce: sum (else max). AllGather: outer runs of `inner` values
-  /// per rank, gathered on `dim`. DistributedArgmax, AllGather: ranks.
+  /// per rank, gathered on `dim`. DistributedArgmax, AllGather,
+  /// LinearRouter: ranks.
   bool sum = true;
   int64_t dim = 0, inner = 0, ranks = 1;
 };

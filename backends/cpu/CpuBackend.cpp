@@ -527,6 +527,27 @@ Expected<std::function<Status()>> OpBinder::bind() {
       return cpu::routerPartial(partial, residual, n, *gate, norm, scale, y);
     });
   }
+  case OpKind::LinearRouter: {
+    // The composed matrix D_r, made here once (not per step) from the
+    // rank's part of the weight, the gate and the norm (StepOps.h).
+    KILN_ASSIGN(norm, param(4));
+    const cpu::WeightView *w = in(1).weight;
+    auto matrix = std::make_shared<std::vector<float>>();
+    if (Status st = cpu::composeRouter(*w, *in(3).weight, norm, rank_.index,
+                                       d.ranks, *matrix, pool);
+        !st)
+      return Error(d.where, "", st.error().message());
+    const float *x = f32In(0);
+    const float *share = f32In(2) + rank_.index * (n / d.ranks);
+    float *y = f32Out(0);
+    const int64_t k = d.k, experts = d.experts, shareCols = n / d.ranks;
+    return Fn([=, &pool]() -> Status {
+      // The linear as step.linear writes it, then the tail after its rows.
+      KILN_TRY(cpu::linear(x, 1, *w, y, pool));
+      cpu::routerTail(matrix->data(), experts, k, shareCols, x, share, y + n);
+      return Status::ok();
+    });
+  }
   case OpKind::MoeExperts: {
     const size_t first = d.hasAddend ? 4 : 3;
     const size_t end = d.hasShared ? d.sharedIndex : d.ins.size();

@@ -747,6 +747,85 @@ Status routerPartial(const float *partial, const float *residual,
   return Status::ok();
 }
 
+Status composeRouter(const WeightView &w, const WeightView &gate,
+                     const float *norm, int64_t rank, int64_t ranks,
+                     std::vector<float> &out, ThreadPool &pool) {
+  const char *op = "linear_router";
+  Expected<WeightRows> wRows = rowsOf(w, 2, op);
+  if (!wRows)
+    return wRows.status();
+  const int64_t k = wRows->cols, hidden = wRows->rows;
+  Expected<WeightRows> gRows = gateRows(gate, hidden, op);
+  if (!gRows)
+    return gRows.status();
+  if (ranks < 1 || hidden % ranks != 0 || rank < 0 || rank >= ranks)
+    return Error(where(op), w.name,
+                 fmt::format("rank {} of {} does not cut its {} rows evenly",
+                             rank, ranks, hidden));
+  const int64_t experts = gRows->rows, shareCols = hidden / ranks,
+                shareBegin = rank * shareCols, cols = k + shareCols;
+
+  // The weight's and the gate's values, as the step's kernels read them.
+  std::vector<float> weight(static_cast<size_t>(hidden * k)),
+      gates(static_cast<size_t>(experts * hidden));
+  for (int64_t n = 0; n < hidden; ++n)
+    if (Status s = dequantRow(w, *wRows, n, weight.data() + n * k, op); !s)
+      return s;
+  for (int64_t e = 0; e < experts; ++e)
+    if (Status s = dequantRow(gate, *gRows, e, gates.data() + e * hidden, op);
+        !s)
+      return s;
+
+  out.assign(static_cast<size_t>(experts * cols), 0.0f);
+  // A few experts a chunk share each pass over the weight's rows; every
+  // (e, j) still sums its n in ascending order, whatever the chunking.
+  constexpr int64_t kExpertsPerPass = 8;
+  const int64_t passes = (experts + kExpertsPerPass - 1) / kExpertsPerPass;
+  pool.parallelFor(passes, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(kExpertsPerPass * k));
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t first = p * kExpertsPerPass,
+                    count = std::min(kExpertsPerPass, experts - first);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t n = 0; n < hidden; ++n) {
+        const float *row = weight.data() + n * k;
+        for (int64_t i = 0; i < count; ++i) {
+          const double c =
+              static_cast<double>(gates[(first + i) * hidden + n]) *
+              static_cast<double>(norm[n]);
+          double *a = acc.data() + i * k;
+          for (int64_t j = 0; j < k; ++j)
+            a[j] += c * static_cast<double>(row[j]);
+        }
+      }
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t e = first + i;
+        float *o = out.data() + e * cols;
+        for (int64_t j = 0; j < k; ++j)
+          o[j] = static_cast<float>(acc[i * k + j]);
+        for (int64_t j = 0; j < shareCols; ++j)
+          o[k + j] = gates[e * hidden + shareBegin + j] * norm[shareBegin + j];
+      }
+    }
+  });
+  return Status::ok();
+}
+
+void routerTail(const float *matrix, int64_t experts, int64_t k,
+                int64_t shareCols, const float *x, const float *share,
+                float *out) {
+  const int64_t cols = k + shareCols;
+  for (int64_t e = 0; e < experts; ++e) {
+    const float *row = matrix + e * cols;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < k; ++c)
+      sum += row[c] * x[c];
+    for (int64_t j = 0; j < shareCols; ++j)
+      sum += row[k + j] * share[j];
+    out[e] = sum;
+  }
+}
+
 Status moeExperts(const float *x, int64_t hidden, const int32_t *ids,
                   const float *weights, int64_t k,
                   const std::vector<const WeightView *> &experts, float *out,

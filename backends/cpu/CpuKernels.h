@@ -197,6 +197,27 @@ Status routerPartial(const float *partial, const float *residual,
                      int64_t hidden, const WeightView &gate, const float *norm,
                      float residualScale, float *out);
 
+/// The composed router matrix of step.linear_router (common/StepOps.h's
+/// contract): `experts` rows of k + hidden / ranks floats into out, row e
+/// = [M[e][0, k), C[e][0, hidden / ranks)], with w the rank's part of the
+/// linear's weight [k, hidden] (its rows dequantised as linear reads them),
+/// gate [hidden, experts] F32, norm[hidden]:
+///   M[e][j] = float(sum over n ascending of (double(gate[e][n]) *
+///     double(norm[n])) * double(w[n][j])), no fused multiply-add;
+///   C[e][j] = gate[e][rank * hidden / ranks + j] * norm[...] in float.
+/// Made once at load; the experts' rows are shared out over `pool`.
+Status composeRouter(const WeightView &w, const WeightView &gate,
+                     const float *norm, int64_t rank, int64_t ranks,
+                     std::vector<float> &out, ThreadPool &pool);
+
+/// The rank's share of the router's logits from the composed matrix
+/// (`experts` rows of k + shareCols): out[e] = sum over c ascending of
+/// matrix[e][c] * [x ; share][c], accumulated in f32 from 0, x k values
+/// and share shareCols.
+void routerTail(const float *matrix, int64_t experts, int64_t k,
+                int64_t shareCols, const float *x, const float *share,
+                float *out);
+
 /// Routed experts: out[hidden] = sum_k weights[k] * down_e(silu(gate_e . x)
 /// * (up_e . x)), e = ids[k], k ascending. `experts` is (gate [H, F, E],
 /// up [H, F, E], down [F, H, E]) or (gate_up [H, 2F, E], down [F, H, E])

@@ -602,6 +602,51 @@ LogicalResult RouterPartialOp::verify() {
                         getResidualScale().convertToFloat());
 }
 
+LogicalResult LinearRouterOp::verify() {
+  MemRefType input = bufferOf(getInput());
+  mlir::kiln::QWeightType weight = getWeight().getType();
+  ArrayRef<int64_t> dims = weight.getDims();
+  if (dims.size() != 2)
+    return emitOpError("weight must be a 2-D [K, N] matrix, got ") << weight;
+  const int64_t k = dims[0], n = dims[1];
+  if (input.getRank() != 1 || !input.getElementType().isF32() ||
+      input.getDimSize(0) != k)
+    return emitOpError("input must be memref<")
+           << k << "xf32> (the weight's ne[0]), got " << input;
+  MemRefType residual = bufferOf(getResidual());
+  if (residual.getRank() != 1 || !residual.getElementType().isF32() ||
+      residual.getDimSize(0) != n)
+    return emitOpError("residual must be memref<")
+           << n << "xf32> (the weight's ne[1]), got " << residual;
+  // F32 as moe_router's gate is in GLM-5, and whole: each rank composes
+  // every expert's row, and reads the gate as stored.
+  mlir::kiln::QWeightType gate = getGate().getType();
+  ArrayRef<int64_t> gateDims = gate.getDims();
+  if (gate.getFormat() != "f32" || gateDims.size() != 2 || gateDims[0] != n ||
+      gate.getShardDim() >= 0)
+    return emitOpError("gate must be a whole f32 [")
+           << n << ", experts] weight, got " << gate;
+  // The norm's values are composed into the matrix when the step is
+  // loaded, so they must be a weight's, not a buffer's.
+  auto norm = dyn_cast<mlir::kiln::QWeightType>(getNorm().getType());
+  if (!norm || norm.getFormat() != "f32" || norm.getDims().size() != 1 ||
+      norm.getDims()[0] != n) {
+    InFlightDiagnostic d = emitOpError("norm must be an f32 weight of ")
+                           << n << " values (read at load), got ";
+    return d << getNorm().getType();
+  }
+  const int64_t ranks = getRanks();
+  if (ranks < 1 || n % ranks != 0)
+    return emitOpError("ranks must be at least 1 and divide the ")
+           << n << " outputs, got " << ranks;
+  MemRefType output = bufferOf(getOutput());
+  if (failed(expectShape(*this, "output", getOutput(), {n + gateDims[1]})))
+    return failure();
+  if (!output.getElementType().isF32())
+    return emitOpError("output must be f32");
+  return success();
+}
+
 /// The shared expert's weights, when there are some (kiln-fuse-shared-expert).
 static LogicalResult verifySharedExpert(MoEExpertsOp op, int64_t hidden) {
   ValueRange shared = op.getShared();

@@ -316,7 +316,8 @@ def Step_AllReduceAddRMSNormOp
     With a router tail (`tail = E` and a third output `logits`, from
     `kiln-fold-router`) the partial holds `n + E` values, `n` the sum's:
     its first `n` are the projection's part and its last `E` this rank's
-    `step.router_partial`. All `n + E` are summed over the ranks in one
+    `step.router_partial` (or the whole partial is one
+    `step.linear_router`'s). All `n + E` are summed over the ranks in one
     collective; the first `n` are added and normalised as above, and
     `logits[i] = reduced[n + i] / rms`, where `rms = sqrt(mean(sum^2) +
     epsilon)` is the one the norm divides by: the router's logits `gate .
@@ -742,6 +743,51 @@ def Step_RouterPartialOp : Step_ComputeOp<"router_partial", 1> {
     `,` type($residual) `,` qualified(type($gate)) `,`
     qualified(type($norm)) `)` `outs` `(` $output `:` type($output) `)`
     attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Step_LinearRouterOp : Step_ComputeOp<"linear_router", 1> {
+  let summary = "a row-parallel mat-vec and its rank's share of the router";
+  let description = [{
+    `output[0, N) = weight . input`, exactly as `step.linear` writes it (a
+    vector `input` of `K` values, a 2-D `weight` `[K, N]`, dims in ggml
+    order), and `output[N + e]` for `e < E` this rank's share of the
+    router's logits before the division by the next norm's rms:
+
+    `sum_k M_r[e][k] * input[k] + sum_{j < N/R} C_r[e][j] * residual[r N/R
+    + j]`
+
+    with `M_r = gate . diag(norm) . weight` (`E x K`), `C_r[e][j] =
+    gate[e][r N/R + j] * norm[r N/R + j]`, `R = ranks` and `r` the
+    executing rank (the op knows it, as `step.distributed_argmax` does).
+    `gate` is the router's F32 `[N, E]` weight and `norm` the next norm's
+    F32 weight; both are read when the step is loaded, where a backend
+    makes `M_r` and `C_r` once. With `weight` the rank's row-parallel part
+    (`shard = 0 of R`) and `input` the rank's input, the ranks' shares sum
+    to `gate . (norm * (residual + sum_r weight_r . input_r))`, the
+    router's logits times the rms of that sum, which a
+    `step.all_reduce_add_rms_norm` with `tail = E` reduces and divides:
+    `output` is that all-reduce's whole partial. Produced by
+    `kiln-fold-router{compose=true}` from the linear that wrote the
+    partial (`kiln-compile --fold-router=composed`).
+
+    Example:
+    ```mlir
+    step.linear_router ins(%o, %attn_output, %x, %gate, %ffn_norm : memref<128xf32>, !kiln.qweight<"blk.1.attn_output.weight", "q8_0", [128, 256], shard = 0 of 2>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%p : memref<272xf32>) {ranks = 2 : i64}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input,
+                       In<Kiln_QWeightType, "weight">:$weight,
+                       In<Step_Buffer>:$residual,
+                       In<Kiln_QWeightType, "gate">:$gate,
+                       In<Step_Param>:$norm, I64Attr:$ranks,
+                       Out<Step_Buffer>:$output);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $weight `,` $residual `,` $gate `,` $norm `:`
+    type($input) `,` qualified(type($weight)) `,` type($residual) `,`
+    qualified(type($gate)) `,` qualified(type($norm)) `)` `outs` `(` $output
+    `:` type($output) `)` attr-dict
   }];
   let hasVerifier = 1;
 }

@@ -9,6 +9,11 @@
 // cache's length). A projection's rows that are live only from a later
 // position (step.fused_linear live_from: GLM-5's indexer query and head
 // weights below the indexer's top-k) are not read at a context before it.
+// A step.linear_router (kiln-fold-router composed) reads, besides its
+// weight, a matrix its backend composed at load from the router's gate and
+// the next norm, E rows of K + N/R f32 values: those bytes count, read and
+// bound, and the gate and norm themselves count as bound only, unless
+// another op of the step reads them (the all-reduce reads the norm).
 // One definition for `kiln-run --bench` and `--describe` and
 // `kiln-compile --report`.
 //
@@ -24,7 +29,8 @@ namespace kiln::artifact {
 
 struct StepTraffic {
   uint64_t weightBytes = 0; ///< read per step
-  uint64_t boundBytes = 0;  ///< bound by the rank (every expert)
+  /// Bound by the rank (every expert), composed matrices included.
+  uint64_t boundBytes = 0;
   /// Weight bytes read at later contexts but not at this one (live_from).
   uint64_t notLiveBytes = 0;
   uint64_t cacheBytes = 0; ///< read at the context

@@ -836,6 +836,146 @@ func.func @router_partial_scale() {
 
 // -----
 
+func.func @linear_router_weight_dims() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8, 2]>
+  %x = step.buffer "x" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<12xf32>
+  // expected-error @+1 {{'step.linear_router' op weight must be a 2-D [K, N] matrix, got '!kiln.qweight<"w.weight", "q8_0", [32, 8, 2]>'}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8, 2]>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<12xf32>) {ranks = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_input() {
+  %i = step.buffer "i" : memref<16xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>
+  %x = step.buffer "x" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<12xf32>
+  // expected-error @+1 {{'step.linear_router' op input must be memref<32xf32> (the weight's ne[0]), got 'memref<16xf32>'}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<16xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<12xf32>) {ranks = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_residual() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>
+  %x = step.buffer "x" : memref<16xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<12xf32>
+  // expected-error @+1 {{'step.linear_router' op residual must be memref<8xf32> (the weight's ne[1]), got 'memref<16xf32>'}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>, memref<16xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<12xf32>) {ranks = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_gate_format() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 32], shard = 0 of 2>
+  %x = step.buffer "x" : memref<32xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "q8_0", [32, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [32]>
+  %o = step.buffer "o" : memref<36xf32>
+  // expected-error @+1 {{'step.linear_router' op gate must be a whole f32 [32, experts] weight, got '!kiln.qweight<"g.weight", "q8_0", [32, 4]>'}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 32], shard = 0 of 2>, memref<32xf32>, !kiln.qweight<"g.weight", "q8_0", [32, 4]>, !kiln.qweight<"n.weight", "f32", [32]>) outs(%o : memref<36xf32>) {ranks = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_gate_sharded() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>
+  %x = step.buffer "x" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 2], shard = 1 of 2>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<12xf32>
+  // expected-error @+1 {{'step.linear_router' op gate must be a whole f32 [8, experts] weight, got '!kiln.qweight<"g.weight", "f32", [8, 2], shard = 1 of 2>'}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 2], shard = 1 of 2>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<12xf32>) {ranks = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_norm_buffer() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>
+  %x = step.buffer "x" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.buffer "n" : memref<8xf32>
+  %o = step.buffer "o" : memref<12xf32>
+  // expected-error @+1 {{'step.linear_router' op norm must be an f32 weight of 8 values (read at load), got 'memref<8xf32>'}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, memref<8xf32>) outs(%o : memref<12xf32>) {ranks = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_norm_size() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>
+  %x = step.buffer "x" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [4]>
+  %o = step.buffer "o" : memref<12xf32>
+  // expected-error @+1 {{'step.linear_router' op norm must be an f32 weight of 8 values (read at load), got '!kiln.qweight<"n.weight", "f32", [4]>'}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [4]>) outs(%o : memref<12xf32>) {ranks = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_ranks() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>
+  %x = step.buffer "x" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<12xf32>
+  // expected-error @+1 {{'step.linear_router' op ranks must be at least 1 and divide the 8 outputs, got 3}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<12xf32>) {ranks = 3 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_no_ranks() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>
+  %x = step.buffer "x" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<12xf32>
+  // expected-error @+1 {{'step.linear_router' op ranks must be at least 1 and divide the 8 outputs, got 0}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<12xf32>) {ranks = 0 : i64}
+  return
+}
+
+// -----
+
+func.func @linear_router_output() {
+  %i = step.buffer "i" : memref<32xf32>
+  %w = step.weight : !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>
+  %x = step.buffer "x" : memref<8xf32>
+  %g = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %o = step.buffer "o" : memref<8xf32>
+  // expected-error @+1 {{'step.linear_router' op output must have shape [12], got 'memref<8xf32>'}}
+  step.linear_router ins(%i, %w, %x, %g, %n : memref<32xf32>, !kiln.qweight<"w.weight", "q8_0", [32, 8], shard = 0 of 2>, memref<8xf32>, !kiln.qweight<"g.weight", "f32", [8, 4]>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%o : memref<8xf32>) {ranks = 2 : i64}
+  return
+}
+
+// -----
+
 func.func @choose_logits() {
   %l = step.buffer "l" : memref<2x4xf32>
   %i = step.buffer "i" : memref<2xi32>

@@ -96,6 +96,12 @@ func.func @every_op() attributes {step.plan = #step.plan<arena_bytes = 65536, pe
   %rl = step.buffer "rl" : memref<16xf32>
   // CHECK: step.router_partial ins(%[[P0:.+]], %x, %blk.1.ffn_gate_inp, %blk.1.ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%[[P1:.+]] : memref<16xf32>) {residual_scale = 5.000000e-01 : f32}
   step.router_partial ins(%p0, %x, %gate, %ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%p1 : memref<16xf32>) {residual_scale = 0.5 : f32}
+  // Composed (kiln-fold-router{compose=true}): the producer's linear and
+  // the rank's share of the logits in one op writing the whole partial.
+  %ao = step.buffer "ao" : memref<128xf32>
+  %wo = step.weight : !kiln.qweight<"blk.1.attn_output.weight", "q8_0", [128, 256], shard = 0 of 2>
+  // CHECK: step.linear_router ins(%ao, %blk.1.attn_output, %x, %blk.1.ffn_gate_inp, %blk.1.ffn_norm : memref<128xf32>, !kiln.qweight<"blk.1.attn_output.weight", "q8_0", [128, 256], shard = 0 of 2>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%pr : memref<272xf32>) {ranks = 2 : i64}
+  step.linear_router ins(%ao, %wo, %x, %gate, %ffn_norm : memref<128xf32>, !kiln.qweight<"blk.1.attn_output.weight", "q8_0", [128, 256], shard = 0 of 2>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%pr : memref<272xf32>) {ranks = 2 : i64}
   // CHECK: step.all_reduce_add_rms_norm ins(%pr, %x, %blk.1.ffn_norm : memref<272xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y, %rl : memref<256xf32>, memref<256xf32>, memref<16xf32>) {epsilon = 9.99999974E-6 : f32, reduction = "sum", tail = 16 : i64}
   step.all_reduce_add_rms_norm ins(%pr, %x, %ffn_norm : memref<272xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y, %rl : memref<256xf32>, memref<256xf32>, memref<16xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 16 : i64}
   // CHECK: step.all_reduce_add_rms_norm ins(%y, %x, %blk.1.ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y : memref<256xf32>, memref<256xf32>) {epsilon = 9.99999974E-6 : f32, reduction = "sum"}
