@@ -7,6 +7,14 @@
 // shares with the parts, and divides them by the rms it computes anyway.
 // What is left after the all-reduce is the choice (step.moe_choose).
 //
+// Composed (compose=true), the share is taken inside the producer: with p_r
+// = W_r in_r (a row-parallel linear), G (g * (p_r + x / tp)) is
+// (G diag(g) W_r) in_r plus the rank's 1/tp of G (g * x); as the ranks'
+// shares only need to sum right, rank r takes its tp-th of x's columns
+// whole instead of x / tp everywhere. A backend composes both matrices at
+// load, and step.linear_router writes the linear and the share as one
+// op's output, the all-reduce's whole partial.
+//
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 #include "passes/StepAccess.h"
@@ -29,6 +37,9 @@ struct RouterFold {
   st::AllReduceAddRMSNormOp reduce;
   st::MoERouterOp router;
   Operation *producer = nullptr;
+  /// Composed: the producer, a row-parallel linear that becomes a
+  /// step.linear_router.
+  st::LinearOp linear;
 };
 
 /// Whether `v` can be read right before `op`: defined before it in its
@@ -67,8 +78,27 @@ static bool onlyWrites(Operation *op, Value v) {
   return writes;
 }
 
+/// Whether `producer` can become the step.linear_router of a composed fold
+/// of a partial of `n` values at `tp` ranks: a linear of one vector by a
+/// 2-D weight cut by rows into `tp` parts (each rank's input is its part
+/// of the weight's input, and the parts' products sum to the whole), with
+/// `n` outputs, which the ranks' shares of the residual divide evenly.
+static st::LinearOp composableLinear(Operation *producer, int64_t n,
+                                     int64_t tp) {
+  auto linear = dyn_cast<st::LinearOp>(producer);
+  if (!linear || n % tp != 0)
+    return {};
+  mlir::kiln::QWeightType w = linear.getWeight().getType();
+  auto input = cast<MemRefType>(linear.getInput().getType());
+  if (w.getDims().size() != 2 || w.getDims()[1] != n || w.getShardDim() != 0 ||
+      w.getShardParts() != tp || w.getShardGroups() != 1 ||
+      input.getRank() != 1 || !input.getElementType().isF32())
+    return {};
+  return linear;
+}
+
 static std::optional<RouterFold>
-matchRouterFold(st::AllReduceAddRMSNormOp reduce) {
+matchRouterFold(st::AllReduceAddRMSNormOp reduce, int64_t tp, bool compose) {
   if (reduce.getTail() || reduce.getLogits())
     return std::nullopt;
   Value partial = reduce.getPartial(), y = reduce.getOutput();
@@ -121,6 +151,17 @@ matchRouterFold(st::AllReduceAddRMSNormOp reduce) {
   if (!st::unwrittenBetween(residual, m.producer, reduce) ||
       !st::unwrittenBetween(norm, m.producer, reduce))
     return std::nullopt;
+
+  // Composed, the producer must be a row-parallel linear and the norm a
+  // weight whose values a backend reads at load. A layer that does not
+  // compose keeps its router: it does not fall back to the simpler fold,
+  // so that a step has one form of the fold or the other, never both.
+  if (compose) {
+    auto normWeight = dyn_cast<mlir::kiln::QWeightType>(norm.getType());
+    m.linear = composableLinear(m.producer, n, tp);
+    if (!m.linear || !normWeight || normWeight.getFormat() != "f32")
+      return std::nullopt;
+  }
   return m;
 }
 
@@ -135,7 +176,35 @@ static std::string logitsName(st::MoERouterOp router) {
   return (name + ".logits").str();
 }
 
-static void fold(const RouterFold &m, float residualScale) {
+/// The all-reduce of `whole` (the partial, n + E values) with the router's
+/// tail in place of the old one, a logits buffer for it, and the choice of
+/// those logits in place of the router.
+static void reduceWithTail(const RouterFold &m, Value whole) {
+  st::AllReduceAddRMSNormOp reduce = m.reduce;
+  st::MoERouterOp router = m.router;
+  const int64_t experts = router.getGate().getType().getDims()[1];
+  Type f32 = cast<MemRefType>(whole.getType()).getElementType();
+  OpBuilder b(reduce);
+  Value logits =
+      st::BufferOp::create(b, router.getLoc(), MemRefType::get({experts}, f32),
+                           b.getStringAttr(logitsName(router)), IntegerAttr());
+  st::AllReduceAddRMSNormOp::create(
+      b, reduce.getLoc(), whole, reduce.getResidual(), reduce.getWeight(),
+      reduce.getEpsilonAttr(), reduce.getReductionAttr(),
+      b.getI64IntegerAttr(experts), reduce.getSum(), reduce.getOutput(),
+      logits);
+  reduce.erase();
+
+  b.setInsertionPoint(router);
+  st::MoEChooseOp::create(
+      b, router.getLoc(), logits, router.getBias(), router.getTopKAttr(),
+      router.getGatingAttr(), router.getNormalizeAttr(),
+      router.getRoutedScaleAttr(), router.getIds(), router.getWeights());
+  router.erase();
+}
+
+/// The simpler fold: a router_partial after the producer.
+static void foldPartial(const RouterFold &m, float residualScale) {
   st::AllReduceAddRMSNormOp reduce = m.reduce;
   st::MoERouterOp router = m.router;
   Operation *producer = m.producer;
@@ -165,26 +234,39 @@ static void fold(const RouterFold &m, float residualScale) {
   b.setInsertionPointAfter(producer);
   st::RouterPartialOp::create(b, router.getLoc(), head, residual, gate, norm,
                               b.getF32FloatAttr(residualScale), tail);
+  reduceWithTail(m, whole);
+}
 
-  b.setInsertionPoint(reduce);
-  Value logits =
-      st::BufferOp::create(b, router.getLoc(), MemRefType::get({experts}, f32),
-                           b.getStringAttr(logitsName(router)), IntegerAttr());
-  st::AllReduceAddRMSNormOp::create(
-      b, loc, whole, residual, norm, reduce.getEpsilonAttr(),
-      reduce.getReductionAttr(), b.getI64IntegerAttr(experts), reduce.getSum(),
-      reduce.getOutput(), logits);
-  reduce.erase();
+/// The composed fold: a linear_router in the producing linear's place
+/// writes the whole partial of n + E values.
+static void foldComposed(const RouterFold &m, int64_t tp) {
+  st::LinearOp linear = m.linear;
+  st::AllReduceAddRMSNormOp reduce = m.reduce;
+  st::MoERouterOp router = m.router;
+  Value partial = reduce.getPartial(), residual = reduce.getResidual(),
+        norm = reduce.getWeight(), gate = router.getGate();
+  auto oldBuffer = partial.getDefiningOp<st::BufferOp>();
+  auto type = cast<MemRefType>(partial.getType());
+  const int64_t n = type.getDimSize(0);
+  const int64_t experts = router.getGate().getType().getDims()[1];
 
-  b.setInsertionPoint(router);
-  st::MoEChooseOp::create(
-      b, router.getLoc(), logits, router.getBias(), router.getTopKAttr(),
-      router.getGatingAttr(), router.getNormalizeAttr(),
-      router.getRoutedScaleAttr(), router.getIds(), router.getWeights());
-  router.erase();
+  OpBuilder b(linear);
+  Value whole = st::BufferOp::create(
+      b, oldBuffer.getLoc(),
+      MemRefType::get({n + experts}, type.getElementType()),
+      oldBuffer.getBufferNameAttr(), IntegerAttr());
+  for (Value v : {residual, norm, gate})
+    declareBefore(v, linear);
+  st::LinearRouterOp::create(b, linear.getLoc(), linear.getInput(),
+                             linear.getWeight(), residual, gate, norm,
+                             b.getI64IntegerAttr(tp), whole);
+  reduceWithTail(m, whole);
+  linear.erase();
+  oldBuffer.erase();
 }
 
 struct FoldRouter : mlir::kiln::impl::FoldRouterBase<FoldRouter> {
+  using FoldRouterBase::FoldRouterBase;
   void runOnOperation() override {
     // Without tensor parallelism there is no all-reduce to fold into.
     auto tp = getOperation()->getAttrOfType<IntegerAttr>("kiln.tp");
@@ -192,12 +274,17 @@ struct FoldRouter : mlir::kiln::impl::FoldRouterBase<FoldRouter> {
       return;
     SmallVector<RouterFold> matches;
     getOperation().walk([&](st::AllReduceAddRMSNormOp reduce) {
-      if (std::optional<RouterFold> m = matchRouterFold(reduce))
+      if (std::optional<RouterFold> m =
+              matchRouterFold(reduce, tp.getInt(), compose))
         matches.push_back(*m);
     });
     const float residualScale = 1.0f / float(tp.getInt());
-    for (const RouterFold &m : matches)
-      fold(m, residualScale);
+    for (const RouterFold &m : matches) {
+      if (compose)
+        foldComposed(m, tp.getInt());
+      else
+        foldPartial(m, residualScale);
+    }
   }
 };
 

@@ -228,7 +228,25 @@ def FoldRouter : Pass<"kiln-fold-router", "::mlir::func::FuncOp"> {
     all-reduce and the router. Opt-in (`kiln-compile --fold-router`): the
     router's dots leave the path after the all-reduce, but each rank does
     them all, and the all-reduce carries `E` more values.
+
+    With `compose`, the producer must be a `step.linear` (batch 1, not
+    stacked) of a row-parallel weight (`shard = 0`) `[K, n]`, `n` a
+    multiple of `tp`, and the norm's weight an F32 weight: the partial
+    becomes a buffer of `n + E` (same name) that one `step.linear_router`
+    writes whole in the linear's place, its tail `M_r . in_r + C_r .
+    x[r n/tp, (r+1) n/tp)` from matrices a backend composes at load (`M_r
+    = G diag(g) W_r`, `C_r` the gate's and norm's columns of the rank's
+    share of the residual); no view, no `router_partial`. The all-reduce
+    and the choice as above. A layer whose producer is not such a linear
+    keeps its router (not the simpler fold: a step holds one form or the
+    other, so a measurement of the composed form is of it alone;
+    `kiln-compile --fold-router=composed`).
   }];
+  let options = [
+    Option<"compose", "compose", "bool", /*default=*/"false",
+           "Compose the router into the producing linear's weight "
+           "(step.linear_router) instead of a step.router_partial">
+  ];
 }
 
 def FuseIndexerRope : Pass<"kiln-fuse-indexer-rope", "::mlir::func::FuncOp"> {

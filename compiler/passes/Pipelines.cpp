@@ -5,7 +5,8 @@ using namespace mlir;
 
 void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
                                    bool fuse, int64_t tp, int64_t reuseDistance,
-                                   bool fuseSharedExpert, bool foldRouter) {
+                                   bool fuseSharedExpert,
+                                   RouterFold foldRouter) {
   if (tp > 1) {
     PartitionOptions partition;
     partition.tp = tp;
@@ -25,8 +26,11 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
     pm.addNestedPass<func::FuncOp>(createFuseExpertAdd());
     if (fuseSharedExpert)
       pm.addNestedPass<func::FuncOp>(createFuseSharedExpert());
-    if (foldRouter)
-      pm.addNestedPass<func::FuncOp>(createFoldRouter());
+    if (foldRouter != RouterFold::Off) {
+      FoldRouterOptions fold;
+      fold.compose = foldRouter == RouterFold::Composed;
+      pm.addNestedPass<func::FuncOp>(createFoldRouter(fold));
+    }
     pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());
     pm.addNestedPass<func::FuncOp>(createMarkLiveRows());
   }

@@ -1,21 +1,26 @@
 """kiln-compile --fold-router (kiln-fold-router, off by default) moves each
 MoE layer's router dots before the attention's all-reduce: each rank's
 router_partial share rides in the all-reduce, which divides the reduced
-logits by its rms, and moe_choose makes the choice after it.
+logits by its rms, and moe_choose makes the choice after it. With
+--fold-router=composed the share comes from the attn_output linear itself
+(linear_router), through a matrix the backend composes at load from the
+gate, the FFN norm and the rank's part of attn_output (common/StepOps.h).
 
 The folded logits are the unfolded ones in real arithmetic, not in f32: the
-router's dots are summed per rank and then over the ranks, in another order.
-The CPU backend's teacher-forced logits with and without the fold must agree
-within TOL relative (max |a - b| / max |b| per position), f32 rounding of
-reordered sums through a few layers (measured about 1.6e-6 on both presets),
-and pick the same token wherever the unfolded top-1 minus top-2 gap,
-relative to max |logit|, exceeds twice TOL (GLM5.md section 7: a closer
-pair may flip). Caches are f32: an f16 cache rounds an entry lying near an
-f16 boundary differently after any f32 change, which turns this rounding
-noise into up to 1e-4 (test_cpu_reference.py says why).
+router's dots are summed per rank and then over the ranks, in another order
+(composed: through a matrix made in double and rounded once to f32, then a
+dot of K + N/tp terms). The CPU backend's teacher-forced logits with and
+without the fold must agree within TOL relative (max |a - b| / max |b| per
+position), f32 rounding of reordered sums through a few layers (measured
+about 1.6e-6 on both presets for either form), and pick the same token
+wherever the unfolded top-1 minus top-2 gap, relative to max |logit|,
+exceeds twice TOL (GLM5.md section 7: a closer pair may flip). Caches are
+f32: an f16 cache rounds an entry lying near an f16 boundary differently
+after any f32 change, which turns this rounding noise into up to 1e-4
+(test_cpu_reference.py says why).
 
-Tiny (8 heads) and small (16 heads) presets at tp 2 and 4; the folded tiny
-model also against the float64 reference (glm5_reference.py) as
+Tiny (8 heads) and small (16 heads) presets at tp 2 and 4, both forms; the
+folded tiny model also against the float64 reference (glm5_reference.py) as
 test_tensor_parallel.py checks the unfolded one."""
 import numpy as np
 import pytest
@@ -51,26 +56,43 @@ def relative(a, b):
     return np.max(np.abs(a - b), axis=1) / np.max(np.abs(b), axis=1)
 
 
+# The two forms of the fold: the flag and the op that carries the share.
+FORMS = {"partial": ("--fold-router", "step.router_partial"),
+         "composed": ("--fold-router=composed", "step.linear_router")}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
 @pytest.mark.parametrize("tp", [2, 4])
-def test_folded_step_has_no_router(preset_model, tp):
+def test_folded_step_has_no_router(preset_model, tp, form):
     preset, gguf = preset_model
-    print(f"{preset} seed {SEED} tp {tp}")
+    flag, share = FORMS[form]
+    print(f"{preset} seed {SEED} tp {tp} {form}")
     plain = step_ops(gguf, tp, [])
-    folded = step_ops(gguf, tp, ["--fold-router"])
+    folded = step_ops(gguf, tp, [flag])
     routers = plain.count("step.moe_router")
     assert routers > 0
-    assert "step.router_partial" not in plain
+    for _, op in FORMS.values():
+        assert op not in plain
     assert "step.moe_router" not in folded
-    assert folded.count("step.router_partial") == routers
+    assert folded.count(share) == routers
     assert folded.count("step.moe_choose") == routers
+    other = next(op for _, op in FORMS.values() if op != share)
+    assert other not in folded
+    if form == "composed":
+        # Each MoE layer's attn_output linear became its linear_router.
+        assert (folded.count("step.linear") ==
+                plain.count("step.linear") - routers)
+        # No views: the linear_router writes the whole partial.
+        assert folded.count("step.view") == plain.count("step.view")
 
 
+@pytest.mark.parametrize("form", sorted(FORMS))
 @pytest.mark.parametrize("tp", [2, 4])
-def test_folded_logits_match_unfolded(preset_model, tmp_path, tp):
+def test_folded_logits_match_unfolded(preset_model, tmp_path, tp, form):
     preset, gguf = preset_model
-    print(f"{preset} seed {SEED} tp {tp}")
+    print(f"{preset} seed {SEED} tp {tp} {form}")
     plain = teacher_forced(gguf, tmp_path, tp, [], "plain")
-    folded = teacher_forced(gguf, tmp_path, tp, ["--fold-router"], "folded")
+    folded = teacher_forced(gguf, tmp_path, tp, [FORMS[form][0]], "folded")
     assert plain.shape == folded.shape
     assert plain.shape[0] == len(TOKENS.split(","))
     err = relative(folded, plain)
@@ -86,22 +108,36 @@ def test_folded_logits_match_unfolded(preset_model, tmp_path, tp):
                           np.argmax(plain, axis=1)[decided])
 
 
+@pytest.mark.parametrize("form", sorted(FORMS))
 @pytest.mark.parametrize("tp", [2, 4])
-def test_folded_tiny_matches_reference(tmp_path, tp):
+def test_folded_tiny_matches_reference(tmp_path, tp, form):
     """The folded CPU artifact against the float64 reference, as
     test_tensor_parallel.py holds the unfolded one (its seed 4, f32 mix,
     indexer top-k 8 so that DSA drops tokens, tolerance 2e-5)."""
     seed = 4
     tokens = [int(t) for t in np.random.default_rng(seed).integers(0, 1024,
                                                                    24)]
-    print(f"tiny f32 seed {seed} tp {tp}")
+    print(f"tiny f32 seed {seed} tp {tp} {form}")
     gguf = tmp_path / "f32.gguf"
     run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", seed,
              "--mix", "f32", "--indexer-top-k", 8, "--quiet")
     want, info = GLM5Reference(gguf, cache_dtype=np.float64).run(tokens)
-    got = teacher_forced(gguf, tmp_path, tp, ["--fold-router"], "folded",
+    got = teacher_forced(gguf, tmp_path, tp, [FORMS[form][0]], "folded",
                          ",".join(map(str, tokens)))
     err = relative(got, want).max()
     print(f"  max relative error {err:.2e} to the reference")
     assert err <= 2e-5, (
         f"smallest decision gap {np.min(info['min_gap']):.2e}")
+
+
+@pytest.mark.parametrize("value", ["both", "true", "composed,partial"])
+def test_bad_fold_router_value_is_refused(preset_model, tmp_path, value):
+    """Any value but partial and composed is an error naming the flag and
+    the values it takes, before any work."""
+    _, gguf = preset_model
+    out = run_tool("kiln-compile", gguf, "--tp", 2, f"--fold-router={value}",
+                   "--emit=step", "-o", tmp_path / "x.mlir", check=False)
+    assert out.returncode == 2
+    assert (f"--fold-router={value}: expected 'partial' (the same as a bare "
+            "--fold-router) or 'composed'") in out.stderr
+    assert not (tmp_path / "x.mlir").exists()

@@ -7,7 +7,15 @@ embedding at one row, and per attended position one row of every layer's
 latent and indexer cache. An artifact whose context is shorter than the
 indexer's top-k never reads the indexer's query and head-weight rows
 (live_from: the indexer selects every position there), so those count as
-bound, not read."""
+bound, not read.
+
+With the router folded composed (`--fold-router=composed`), each MoE
+layer's attn_output is a linear_router whose backend composes, at load, a
+matrix of E rows of K + N/tp f32 values (K the rank's part of
+attn_output's input, N the hidden size) from the router's gate and the
+FFN norm: that matrix counts, read and bound, and the gate, which no op
+then reads per step, counts as bound only (the norm is still read by the
+all-reduce)."""
 import re
 
 import pytest
@@ -36,9 +44,10 @@ def field(reader, key):
     return int(f.parts[f.data[0]][0])
 
 
-def expected(reader, described, context):
+def expected(reader, described, context, tp=1, composed=False):
     """Per rank: (weights read, bound, cache bytes a position) for an
-    artifact of `context` positions."""
+    artifact of `context` positions (`composed`: the router folded into
+    linear_routers at `tp` ranks)."""
     sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
     vocab = next(t for t in reader.tensors
                  if t.name == "token_embd.weight").shape[-1]
@@ -52,6 +61,15 @@ def expected(reader, described, context):
     row = (field(reader, "glm-dsa.attention.kv_lora_rank") +
            field(reader, "glm-dsa.rope.dimension_count") +
            field(reader, "glm-dsa.attention.indexer.key_length")) * 2  # f16
+    # A composed MoE layer's matrix: E rows of K / tp + N / tp f32 values.
+    hidden = field(reader, "glm-dsa.embedding_length")
+    dense = field(reader, "glm-dsa.leading_dense_block_count")
+    derived = 0
+    if composed:
+        for layer in range(dense, layers):
+            k = next(t for t in reader.tensors
+                     if t.name == f"blk.{layer}.attn_output.weight").shape[0]
+            derived += experts * (int(k) // tp + hidden // tp) * 4
     ranks, current = [], None
     for line in described.splitlines():
         if re.match(r"^rank \d+:", line):
@@ -74,22 +92,29 @@ def expected(reader, described, context):
         elif (context < top_k and
               (".indexer.attn_q_b." in name or ".indexer.proj." in name)):
             share = 0.0
+        elif composed and name.endswith(".ffn_gate_inp.weight"):
+            share = 0.0
         current[0] += int(float(local) * share)
         current[1] += local
-    return [(w, b, layers * row) for w, b in ranks]
+    return [(w + derived, b + derived, layers * row) for w, b in ranks]
 
 
-@pytest.mark.parametrize("tp,context", [(1, 32), (2, 32), (1, 16)])
-def test_step_traffic_matches_an_independent_count(model, tp, context):
+@pytest.mark.parametrize("tp,context,flags", [
+    (1, 32, []), (2, 32, []), (1, 16, []),
+    (2, 32, ["--fold-router=composed"]), (4, 32, ["--fold-router=composed"])])
+def test_step_traffic_matches_an_independent_count(model, tp, context, flags):
     d, gguf = model
-    art = d / f"tp{tp}-{context}.kiln"
+    composed = "--fold-router=composed" in flags
+    art = d / f"tp{tp}-{context}{'-composed' if composed else ''}.kiln"
     report = run_tool("kiln-compile", gguf, "--target=cpu", "--tp", tp,
                       "--context", context, "--cache-type", "f16", "--report",
-                      "-o", art).stderr
+                      *flags, "-o", art).stderr
+    if composed:
+        assert "linear_router=" in report, report
     described = run_tool("kiln-run", art, "--describe").stdout
     got = [tuple(int(x) for x in m.groups())
            for m in READS.finditer(described)]
-    want = expected(GGUFReader(gguf), described, context)
+    want = expected(GGUFReader(gguf), described, context, tp, composed)
     assert len(got) == tp and got == want, (got, want)
     # The compiler's report states the same figures, per rank.
     for rank, (weights, bound, cache) in enumerate(want):

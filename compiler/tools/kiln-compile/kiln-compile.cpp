@@ -90,13 +90,16 @@ static cl::opt<bool> fuseSharedExpert(
              "op (moe_experts shared(...)): the CUDA backend runs it as a "
              "ninth expert of weight 1 (default on, measured faster: "
              "docs/perf.md; =false keeps the shared expert's own ops)"));
-static cl::opt<bool> foldRouter(
-    cl::cat(kilnOptions), "fold-router", cl::init(false),
+static cl::opt<std::string> foldRouter(
+    cl::cat(kilnOptions), "fold-router", cl::ValueOptional, cl::init(""),
     cl::desc("Fold each MoE layer's router into the attention's all-reduce "
-             "(router_partial before it, the logits divided by its rms, "
-             "moe_choose after): the router's dots leave the path after the "
-             "all-reduce (off by default until it measures faster, "
-             "docs/perf.md)"));
+             "(the logits divided by its rms, moe_choose after): the "
+             "router's dots leave the path after the all-reduce. Bare or "
+             "=partial: router_partial after attn_output; =composed: "
+             "attn_output and the router's share in one linear_router, its "
+             "matrix composed at load (off by default until it measures "
+             "faster, docs/perf.md)"),
+    cl::value_desc("partial|composed"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
@@ -185,6 +188,19 @@ int main(int argc, char **argv) {
                  << ": must be a power of two\n";
     return 2;
   }
+  mlir::kiln::RouterFold routerFold = mlir::kiln::RouterFold::Off;
+  if (foldRouter.getNumOccurrences()) {
+    if (foldRouter.empty() || foldRouter == "partial") {
+      routerFold = mlir::kiln::RouterFold::Partial;
+    } else if (foldRouter == "composed") {
+      routerFold = mlir::kiln::RouterFold::Composed;
+    } else {
+      llvm::errs() << "kiln-compile: error: --fold-router=" << foldRouter
+                   << ": expected 'partial' (the same as a bare "
+                      "--fold-router) or 'composed'\n";
+      return 2;
+    }
+  }
   if (reuseDistance < 0 || reuseDistance > 1000000) {
     llvm::errs() << "kiln-compile: error: --reuse-distance=" << reuseDistance
                  << ": expected a count of ops from 0 to 1000000\n";
@@ -251,7 +267,7 @@ int main(int argc, char **argv) {
       step = (*module)->clone();
     mlir::PassManager pm(&context);
     mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance,
-                                  fuseSharedExpert, foldRouter);
+                                  fuseSharedExpert, routerFold);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";
