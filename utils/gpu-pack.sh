@@ -93,9 +93,14 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
       # With the router folded into the attention's all-reduce
       # (--fold-router: only where there is one, tp > 1), for the tp=N on N
       # GPUs checks.
+      # And through the composed weight (--fold-router=composed: the
+      # logits' share as rows of attn_output's launch).
       if [ "$target" = cuda ] && [ "$tp" -gt 1 ]; then
         compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
           --cache-type "$cache" --fold-router -o "$m/$name.cuda-fold.tp$tp.kiln"
+        compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
+          --cache-type "$cache" --fold-router=composed \
+          -o "$m/$name.cuda-composed.tp$tp.kiln"
       fi
     done
   done
@@ -141,6 +146,9 @@ compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --contex
 # off by default: measured slower), for its bench row.
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   --fold-router -o "$m/glm5-fold.cuda.tp8.kiln"
+# The same through the composed weight (--fold-router=composed).
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
+  --fold-router=composed -o "$m/glm5-composed.cuda.tp8.kiln"
 # With its logits (gathered over the vocabulary), for comparing the bits of
 # runs launched different ways (gpu-test.sh's same-result steps: the bench
 # prints a digest of the logits); the timed benches leave them out.

@@ -128,6 +128,11 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # --fold-router, off by default: docs/perf.md, nineteenth pass), at 1k.
   step bench-glm5-tp8-rank0-graph-fold run "$m/glm5-fold.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # The same through the composed weight (kiln-compile
+  # --fold-router=composed: the share of the logits as rows of attn_output's
+  # launch), at 1k.
+  step bench-glm5-tp8-rank0-graph-composed run "$m/glm5-composed.cuda.tp8.kiln" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
   # attn_v_b projected inside MLA's launch (off by default: docs/perf.md,
   # eleventh pass), at 1k and at 16k.
   step bench-glm5-tp8-rank0-graph-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \

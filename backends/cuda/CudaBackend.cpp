@@ -240,6 +240,8 @@ struct CudaRank {
   /// of a shape ModelShapes.h lists run the kernels compiled for it
   /// (setShapeSpecialised).
   unsigned shapeSpecialised = 0;
+  /// KILN_CUDA_ROUTER_TAIL (setRouterTailMode).
+  RouterTailMode routerTail = RouterTailMode::Held;
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -944,6 +946,43 @@ Expected<Launch> OpBinder::bind() {
       return launchRouterPartial(p, x, gate, g, scale, t, s);
     });
   }
+  case OpKind::LinearRouter: {
+    // The composed rows [M | C] (StepOps.h), made once at bind time from
+    // the weights on the device (random ones too, for --bench).
+    DeviceWeight w = weight(1), gate = weight(3);
+    KILN_ASSIGN(norm, param(4));
+    const int64_t hidden = d.n, k = d.k, experts = d.experts, ranks = d.ranks;
+    if (ranks <= 0 || hidden % ranks != 0 || gate.type != GGMLType::F32 ||
+        gate.layout != WeightLayout::Blocks || gate.rows != experts ||
+        gate.cols != hidden || w.rows != hidden || w.cols != k)
+      return Error(d.where, "linear_router",
+                   "the gate, the norm and the linear's weight do not match "
+                   "the op's dims");
+    const int64_t shareCols = hidden / ranks,
+                  shareBegin = int64_t(rank_.index) * shareCols;
+    KILN_ASSIGN(composed,
+                rank_.scratchFloats(uint64_t(experts * (k + shareCols))));
+    {
+      KILN_ASSIGN(dense,
+                  DeviceMemory::allocate(uint64_t(hidden * k) * sizeof(float),
+                                         d.where + " (composed router)"));
+      KILN_TRY(check(launchDequant(w, dense.get<float>(), rank_.stream),
+                     d.where, "launchDequant"));
+      KILN_TRY(check(
+          launchComposeRouter(reinterpret_cast<const float *>(gate.data), norm,
+                              dense.get<float>(), experts, hidden, k,
+                              shareBegin, shareCols, composed, rank_.stream),
+          d.where, "launchComposeRouter"));
+      // The dense copy is freed here: the kernels must have read it.
+      CUDA_TRY(d.where, cudaStreamSynchronize(rank_.stream));
+    }
+    const float *x = f32In(0), *residual = f32In(2);
+    float *y = f32Out(0);
+    RouterTail tail{composed,  experts, k + shareCols, k, residual + shareBegin,
+                    y + hidden};
+    return wrap(
+        [=](cudaStream_t s) { return launchLinearRouter(x, w, tail, y, s); });
+  }
   case OpKind::MoeChoose: {
     const float *bias = nullptr;
     if (d.hasBias) {
@@ -1302,6 +1341,9 @@ struct GraphSwitches {
   /// KILN_CUDA_SPECIALISED: the families of fixed-shape kernels that run
   /// where they apply (ShapeFamily bits).
   unsigned shapeSpecialised = 0;
+  /// KILN_CUDA_ROUTER_TAIL=held|l2|last: how linear_router's tail blocks
+  /// get their rows (StepKernels.h RouterTailMode; held by default).
+  RouterTailMode routerTail = RouterTailMode::Held;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1379,6 +1421,14 @@ Expected<GraphSwitches> readGraphSwitches() {
     if (t != "peers" && t != "nccl")
       return Error("KILN_CUDA_ALLREDUCE", t, "expected peers or nccl");
     g.peerAllReduce = t == "peers";
+  }
+  if (const char *v = std::getenv("KILN_CUDA_ROUTER_TAIL")) {
+    std::string t = v;
+    if (t != "held" && t != "l2" && t != "last")
+      return Error("KILN_CUDA_ROUTER_TAIL", t, "expected held, l2 or last");
+    g.routerTail = t == "held" ? RouterTailMode::Held
+                   : t == "l2" ? RouterTailMode::L2
+                               : RouterTailMode::Last;
   }
   if (const char *v = std::getenv("KILN_CUDA_BRANCHES")) {
     std::string t = v;
@@ -1626,6 +1676,7 @@ Status enter(CudaRank &rank) {
   CUDA_TRY(rank.where, cudaSetDevice(rank.device));
   setKernelImages(rank.images.get());
   setShapeSpecialised(rank.shapeSpecialised);
+  setRouterTailMode(rank.routerTail);
   return Status::ok();
 }
 
@@ -2171,6 +2222,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->quietStart = switches.quietStart;
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
+    rank->routerTail = switches.routerTail;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

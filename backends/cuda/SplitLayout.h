@@ -143,10 +143,14 @@ inline void unpackSplitHost(const SplitFormat &f, const uint8_t *const *planes,
 /// weight; a swiglu_linear's follow gate and up; an mla_attention's only
 /// weight is its output projection; a moe_experts' shared expert
 /// (kiln-fuse-shared-expert) is its 2-D weights (`dims`, the weight's
-/// rank; the routed experts' are 3-D and keep the file's blocks).
+/// rank; the routed experts' are 3-D and keep the file's blocks); a
+/// linear_router's is its linear's weight (operand 1; its gate and norm are
+/// F32, read when it is bound).
 inline bool readsWeightAsMatVec(std::string_view kind, size_t i, size_t dims) {
   if (kind == "linear" || kind == "fused_linear")
     return i >= 1;
+  if (kind == "linear_router")
+    return i == 1;
   if (kind == "rms_norm_linear" || kind == "swiglu_linear")
     return i >= 2;
   if (kind == "moe_experts")

@@ -3760,6 +3760,113 @@ cudaError_t launchRouterPartial(const float *p, const float *x,
   return cudaGetLastError();
 }
 
+namespace {
+
+/// launchComposeRouter's M: a block makes a tile of kComposeRows rows (e)
+/// by kComposeCols columns (j), thread (j, e0) kComposeRows / 4 values of
+/// column j, over chunks of kComposeChunk values of n staged in shared
+/// memory: gate * norm in double (exact: two 24-bit significands) and w.
+/// Each value's sum runs over n in increasing order, one rounding per
+/// product and per sum (__dmul_rn, __dadd_rn: never fused), then one to
+/// float: StepOps.h's contract, the CPU backend's bits.
+constexpr int kComposeRows = 32, kComposeCols = 64, kComposeChunk = 32;
+constexpr int kComposeThreads = 256;
+constexpr int kComposePerThread =
+    kComposeRows * kComposeCols / kComposeThreads;
+
+struct ComposeArgs {
+  const float *gate, *norm, *w;
+  int64_t experts, hidden, k, shareBegin, shareCols, stride;
+  float *out;
+};
+
+__global__ void __launch_bounds__(kComposeThreads)
+    composeRouterKernel(ComposeArgs a) {
+  __shared__ double gn[kComposeRows][kComposeChunk + 1];
+  __shared__ float wt[kComposeChunk][kComposeCols];
+  const int t = int(threadIdx.x);
+  const int col = t % kComposeCols, row0 = t / kComposeCols * kComposePerThread;
+  const int64_t e0 = int64_t(blockIdx.y) * kComposeRows,
+                j0 = int64_t(blockIdx.x) * kComposeCols;
+  double acc[kComposePerThread];
+#pragma unroll
+  for (int i = 0; i < kComposePerThread; ++i)
+    acc[i] = 0.0;
+  for (int64_t n0 = 0; n0 < a.hidden; n0 += kComposeChunk) {
+    const int count = int(a.hidden - n0 < kComposeChunk ? a.hidden - n0
+                                                        : kComposeChunk);
+    for (int i = t; i < kComposeRows * kComposeChunk; i += kComposeThreads) {
+      const int r = i / kComposeChunk, c = i % kComposeChunk;
+      const int64_t e = e0 + r, n = n0 + c;
+      gn[r][c] = e < a.experts && c < count
+                     ? __dmul_rn(double(a.gate[e * a.hidden + n]),
+                                 double(a.norm[n]))
+                     : 0.0;
+    }
+    for (int i = t; i < kComposeChunk * kComposeCols; i += kComposeThreads) {
+      const int r = i / kComposeCols, c = i % kComposeCols;
+      const int64_t n = n0 + r, j = j0 + c;
+      wt[r][c] = r < count && j < a.k ? a.w[n * a.k + j] : 0.f;
+    }
+    __syncthreads();
+    for (int c = 0; c < count; ++c) {
+      const double wv = double(wt[c][col]);
+#pragma unroll
+      for (int i = 0; i < kComposePerThread; ++i)
+        acc[i] = __dadd_rn(acc[i], __dmul_rn(gn[row0 + i][c], wv));
+    }
+    __syncthreads();
+  }
+  const int64_t j = j0 + col;
+#pragma unroll
+  for (int i = 0; i < kComposePerThread; ++i) {
+    const int64_t e = e0 + row0 + i;
+    if (e < a.experts && j < a.k)
+      a.out[e * a.stride + j] = __double2float_rn(acc[i]);
+  }
+}
+
+/// launchComposeRouter's C: out[e][k + j] = gate[e][shareBegin + j] *
+/// norm[shareBegin + j], one thread a value.
+__global__ void composeShareKernel(ComposeArgs a) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.experts * a.shareCols)
+    return;
+  const int64_t e = i / a.shareCols, j = i % a.shareCols,
+                n = a.shareBegin + j;
+  a.out[e * a.stride + a.k + j] = a.gate[e * a.hidden + n] * a.norm[n];
+}
+
+} // namespace
+
+cudaError_t launchComposeRouter(const float *gate, const float *norm,
+                                const float *w, int64_t experts,
+                                int64_t hidden, int64_t k, int64_t shareBegin,
+                                int64_t shareCols, float *out,
+                                cudaStream_t s) {
+  if (!gate || !norm || !w || !out || experts <= 0 || hidden <= 0 || k <= 0 ||
+      shareBegin < 0 || shareCols < 0 || shareBegin > hidden - shareCols)
+    return cudaErrorInvalidValue;
+  const ComposeArgs a{gate,       norm,      w,         experts, hidden, k,
+                      shareBegin, shareCols, k + shareCols, out};
+  const int64_t tilesJ = (k + kComposeCols - 1) / kComposeCols,
+                tilesE = (experts + kComposeRows - 1) / kComposeRows;
+  if (tilesJ > INT_MAX || tilesE > 65535)
+    return cudaErrorInvalidValue;
+  composeRouterKernel<<<dim3(unsigned(tilesJ), unsigned(tilesE)),
+                        kComposeThreads, 0, s>>>(a);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return e;
+  const int64_t values = experts * shareCols;
+  if (values > 0) {
+    const int64_t blocks = (values + 255) / 256;
+    if (blocks > INT_MAX)
+      return cudaErrorInvalidValue;
+    composeShareKernel<<<unsigned(blocks), 256, 0, s>>>(a);
+  }
+  return cudaGetLastError();
+}
+
 cudaError_t launchMoeChoose(const float *logits, int64_t experts,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, int32_t *ids,

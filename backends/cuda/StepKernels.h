@@ -479,6 +479,55 @@ cudaError_t launchRouterPartial(const float *p, const float *x,
                                 const DeviceWeight &gate, const float *g,
                                 float scale, float *out, cudaStream_t s);
 
+/// kiln-fold-router composed (step.linear_router): the rank's share of the
+/// router's logits as rows of a matrix made at load, dotted with the
+/// concatenation of the linear's input (k values) and the rank's share of
+/// the residual (cols - k values): y[e] = sum_c matrix[e][c] * [x ; share][c]
+/// for e < rows. The matrix is `rows` rows of `cols` F32 values, rows
+/// 16-byte aligned; x and share 16-byte aligned; k and cols multiples of 4.
+struct RouterTail {
+  const float *matrix = nullptr;
+  int64_t rows = 0, cols = 0, k = 0;
+  const float *share = nullptr;
+  float *y = nullptr;
+};
+
+/// step.linear_router: y[0 .. w.rows) = W x as launchLinear (batch 1, the
+/// same bits), and tail.y the tail's rows. A q8_0-split weight runs both
+/// in one kernel: the first tail.rows blocks each dot one tail row, its
+/// loads held in registers across the wait where the early prefetch is on,
+/// before their share of W's rows (the grid is the linear's, one wave).
+/// Other layouts run launchLinear, then the tail as its own kernel.
+cudaError_t launchLinearRouter(const float *x, const DeviceWeight &w,
+                               const RouterTail &tail, float *y,
+                               cudaStream_t s);
+
+/// How the q8_0-split kernel's tail blocks get their tail row (the calling
+/// host thread's setting, read at launch): Held, its first float4s loaded
+/// into registers before the wait (where the early prefetch is on); L2,
+/// asked of the L2 before the wait and loaded after it, before the block's
+/// W rows; Last, the same but after the block's W rows. KILN_CUDA_ROUTER_TAIL
+/// = held | l2 | last sets it for a step (CudaBackend.cpp).
+enum class RouterTailMode : int { Held = 0, L2 = 1, Last = 2 };
+RouterTailMode routerTailMode();
+void setRouterTailMode(RouterTailMode mode);
+
+/// The registers a thread of the q8_0-split kernel uses without and with
+/// the tail (kiln-cuda-ops --bench-router prints them).
+cudaError_t linearRouterKernelRegisters(int &plain, int &withTail);
+
+/// The composed router matrix of step.linear_router (StepOps.h's contract),
+/// made at load: out is `experts` rows of k + shareCols floats, row e =
+/// [M[e][0 .. k), C[e][0 .. shareCols)] with M[e][j] = float(sum over n <
+/// hidden, in order, of (double(gate[e][n]) * double(norm[n])) *
+/// double(w[n][j])) (no fused multiply-add: the CPU backend's bits) and
+/// C[e][j] = gate[e][shareBegin + j] * norm[shareBegin + j]. gate is
+/// [experts][hidden], w the linear's weight dequantised, [hidden][k].
+cudaError_t launchComposeRouter(const float *gate, const float *norm,
+                                const float *w, int64_t experts, int64_t hidden,
+                                int64_t k, int64_t shareBegin,
+                                int64_t shareCols, float *out, cudaStream_t s);
+
 /// The router's choice alone from its logits (step.moe_choose), as
 /// launchMoeRouter makes it after them: one block.
 cudaError_t launchMoeChoose(const float *logits, int64_t experts,

@@ -331,7 +331,97 @@ struct Q8SplitArgs {
   int splits;
   float *y;
   bool prefetch; ///< the weights' early prefetch (earlyPrefetch())
+  /// step.linear_router's tail (linearQ8SplitKernel's kTail only).
+  struct Tail {
+    const float4 *w, *share;
+    int64_t rows, cols4, k4;
+    float *y;
+    /// How a block's tail row reaches it (RouterTailMode).
+    int mode;
+  } tail;
 };
+
+/// Float4s of a tail row a lane holds across the wait: a block's warps
+/// split a row of GLM-5's (2,048 + 768 values at tp = 8, 704 float4s)
+/// into parts of 88 float4s, three a lane.
+constexpr int kTailHeld = 3;
+/// Blocks a multiprocessor must hold of the kernel with the tail: the plain
+/// kernel's three (74 registers a thread on sm_90), so that the tail's
+/// registers do not shrink the linear's wave (126 without the bound).
+constexpr int kTailBlocksPerSm = 3;
+
+/// The calling warp's part [begin, end) of a tail row of `cols4` float4s,
+/// and, where `hold`, its first kTailHeld float4s of row blockIdx.x
+/// (weights: no hazard crosses the wait).
+__device__ inline void holdTailRow(const Q8SplitArgs::Tail &t, bool hold,
+                                   int64_t &begin, int64_t &end,
+                                   float4 (&held)[kTailHeld]) {
+  const int warps = int(blockDim.x) / kWarp, warp = int(threadIdx.x) / kWarp,
+            lane = int(threadIdx.x) % kWarp;
+  begin = t.cols4 * warp / warps;
+  end = t.cols4 * (warp + 1) / warps;
+  if (t.mode != int(RouterTailMode::Held) && hold) {
+    // The warp's part of the row asked of the L2 instead (one bulk
+    // prefetch by lane 0), loaded after the wait.
+    if (lane == 0 && int64_t(blockIdx.x) < t.rows && end > begin)
+      prefetchL2(t.w + int64_t(blockIdx.x) * t.cols4 + begin,
+                 uint64_t(end - begin) * sizeof(float4));
+    hold = false;
+  }
+  hold = hold && int64_t(blockIdx.x) < t.rows;
+  const float4 *r = t.w + (hold ? int64_t(blockIdx.x) : 0) * t.cols4;
+#pragma unroll
+  for (int k = 0; k < kTailHeld; ++k) {
+    const int64_t c = begin + lane + int64_t(k) * kWarp;
+    held[k] = hold && c < end ? __ldg(r + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+/// The tail's rows blockIdx.x, blockIdx.x + gridDim.x, ..., each dotted
+/// with [x ; share] by all the block's warps (their parts added in warp
+/// order: the same bits on every run); the first from `held` where it was
+/// held. Every thread of the block calls it, after the wait.
+__device__ inline void tailRows(const Q8SplitArgs::Tail &t, const float4 *x,
+                                bool held1, int64_t begin, int64_t end,
+                                const float4 (&held)[kTailHeld]) {
+  __shared__ float sums[kWarpsPerBlock];
+  const int warps = int(blockDim.x) / kWarp, warp = int(threadIdx.x) / kWarp,
+            lane = int(threadIdx.x) % kWarp;
+  const auto xAt = [&](int64_t c) {
+    return c < t.k4 ? __ldg(x + c) : __ldg(t.share + (c - t.k4));
+  };
+  for (int64_t row = blockIdx.x; row < t.rows; row += gridDim.x) {
+    const float4 *r = t.w + row * t.cols4;
+    const bool fromHeld = held1 && row == int64_t(blockIdx.x);
+    float sum = 0.f;
+    const auto add = [&sum](float4 u, float4 v) {
+      sum = fmaf(u.x, v.x, sum);
+      sum = fmaf(u.y, v.y, sum);
+      sum = fmaf(u.z, v.z, sum);
+      sum = fmaf(u.w, v.w, sum);
+    };
+#pragma unroll
+    for (int k = 0; k < kTailHeld; ++k) {
+      const int64_t c = begin + lane + int64_t(k) * kWarp;
+      if (c < end)
+        add(fromHeld ? held[k] : __ldg(r + c), xAt(c));
+    }
+    for (int64_t c = begin + lane + int64_t(kTailHeld) * kWarp; c < end;
+         c += kWarp)
+      add(__ldg(r + c), xAt(c));
+    sum = warpSum(sum);
+    if (lane == 0)
+      sums[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float total = sums[0];
+      for (int w = 1; w < warps; ++w)
+        total += sums[w];
+      t.y[row] = total;
+    }
+    __syncthreads();
+  }
+}
 
 template <bool kAlignedX>
 __device__ __forceinline__ float4 loadX4(const float *x) {
@@ -393,9 +483,13 @@ __device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
 /// and the live rows, a multiple of R), so that a row's offsets are
 /// constants and no row is checked: the same products in the same order as
 /// the general kernel (kCols = 0), the same bits.
+/// kTail: step.linear_router's tail rows too (tailRows), before the
+/// block's share of W's rows (Plain input, x 16-byte aligned).
 template <int R, bool kAlignedX, Q8Input kInput = Q8Input::Plain,
-          int kCols = 0>
-__global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
+          int kCols = 0, bool kTail = false>
+__global__ void __launch_bounds__(kThreads, kTail ? kTailBlocksPerSm : 1)
+    linearQ8SplitKernel(Q8SplitArgs a) {
+  static_assert(!kTail || (kAlignedX && kInput == Q8Input::Plain));
   constexpr bool kNormX = kInput == Q8Input::Norm;
   constexpr bool kFixed = kCols > 0;
   static_assert(!kFixed || (kAlignedX && kCols % 32 == 0));
@@ -432,7 +526,16 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
     prefetchRows(reinterpret_cast<const uint8_t *>(d0), uint64_t(cols / 16),
                  nrows, uint64_t(from / 16), uint64_t(to / 16));
   }
+  float4 held[kTail ? kTailHeld : 1];
+  int64_t tailBegin = 0, tailEnd = 0;
+  if constexpr (kTail)
+    holdTailRow(a.tail, a.prefetch, tailBegin, tailEnd, held);
   waitForPredecessor();
+  if constexpr (kTail)
+    if (a.tail.mode != int(RouterTailMode::Last))
+      tailRows(a.tail, reinterpret_cast<const float4 *>(a.x),
+               a.prefetch && a.tail.mode == int(RouterTailMode::Held),
+               tailBegin, tailEnd, held);
   float v[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -495,6 +598,12 @@ __global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
                           cols, a.normEps, partials, a.y);
   else
     storeRowSums<R>(v, valid, nrows, out, part, splits, partials, a.y);
+  if constexpr (kTail)
+    if (a.tail.mode == int(RouterTailMode::Last)) {
+      __syncthreads(); // storeRowSums's partials read before reuse
+      tailRows(a.tail, reinterpret_cast<const float4 *>(a.x), false,
+               tailBegin, tailEnd, held);
+    }
 }
 
 //===----------------------------------------------------------------------===//
@@ -1718,7 +1827,8 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
                                 bool stacked, float *y, cudaStream_t s,
                                 const InputNorm *norm = nullptr,
                                 const float *up = nullptr,
-                                const LiveRows *live = nullptr) {
+                                const LiveRows *live = nullptr,
+                                const RouterTail *tail = nullptr) {
   if (w.type != GGMLType::Q8_0 || w.cols <= 0 || w.cols % 32 || w.rows < 0 ||
       batch < 0 || rowsPerBatch < 0 || !w.data || !w.scales ||
       (reinterpret_cast<uintptr_t>(w.data) & 15) ||
@@ -1756,7 +1866,7 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
         reinterpret_cast<uintptr_t>(up)) &
        15) == 0;
   using enum Q8Input;
-  void (*const general)(Q8SplitArgs) =
+  void (*general)(Q8SplitArgs) =
       norm ? (alignedX ? linearQ8SplitKernel<kRows, true, Norm>
                        : linearQ8SplitKernel<kRows, false, Norm>)
       : up ? (alignedX ? linearQ8SplitKernel<kRows, true, Swiglu>
@@ -1764,11 +1874,31 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
            : (alignedX ? linearQ8SplitKernel<kRows, true>
                        : linearQ8SplitKernel<kRows, false>);
   void (*kernel)(Q8SplitArgs) = general;
+  if (tail) {
+    // launchLinearRouter checked the tail; this kernel needs x aligned and
+    // nothing fused into its input.
+    if (!alignedX || norm || up || batch != 1 || stacked || live)
+      return cudaErrorInvalidValue;
+    a.tail = {reinterpret_cast<const float4 *>(tail->matrix),
+              reinterpret_cast<const float4 *>(tail->share),
+              tail->rows,
+              tail->cols / 4,
+              tail->k / 4,
+              tail->y,
+              int(routerTailMode())};
+    void (*const withTail)(Q8SplitArgs) =
+        linearQ8SplitKernel<kRows, true, Plain, 0, true>;
+    kernel = withTail;
+    // Sized by the plain kernel's wave (its split: launchLinear's bits)
+    // unless the tail's registers hold fewer blocks at once.
+    if (!holdsAsMany(withTail, general, kThreads, 0))
+      general = withTail;
+  }
   const bool liveCut = batch == 1 && !stacked && cutsRows(live, rowsPerBatch);
   // The kernel compiled for this width (family q8), where
   // there is one and every item the launch may take (all rows, or the live
   // rows) is whole.
-  if (shapeSpecialised(ShapeFamily::Q8) && alignedX &&
+  if (shapeSpecialised(ShapeFamily::Q8) && alignedX && !tail &&
       rowsPerBatch % kRows == 0 &&
       (!liveCut || live->rows % kRows == 0)) {
     void (*fixed)(Q8SplitArgs) =
@@ -2050,6 +2180,75 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
   a.splits = splitsFor(items, a.w, kWarpsPerBlock);
   return launchSplitItems(rows == kRows ? linearKernel<kRows> : linearKernel<1>,
                           items, a, s);
+}
+
+namespace {
+
+/// step.linear_router's tail alone (the linear's weight not q8_0-split):
+/// block b takes rows b, b + gridDim.x, ... as linearQ8SplitKernel's kTail
+/// blocks do, its first row held across the wait.
+__global__ void __launch_bounds__(kThreads)
+    routerTailKernel(Q8SplitArgs::Tail t, const float4 *x) {
+  float4 held[kTailHeld];
+  int64_t begin = 0, end = 0;
+  holdTailRow(t, true, begin, end, held);
+  stepKernelPrologue();
+  tailRows(t, x, true, begin, end, held);
+}
+
+} // namespace
+
+namespace {
+thread_local RouterTailMode tailMode = RouterTailMode::Held;
+} // namespace
+
+RouterTailMode routerTailMode() { return tailMode; }
+void setRouterTailMode(RouterTailMode mode) { tailMode = mode; }
+
+cudaError_t linearRouterKernelRegisters(int &plain, int &withTail) {
+  cudaFuncAttributes a{}, b{};
+  if (cudaError_t e = cudaFuncGetAttributes(
+          &a, linearQ8SplitKernel<kRows, true, Q8Input::Plain>);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = cudaFuncGetAttributes(
+          &b, linearQ8SplitKernel<kRows, true, Q8Input::Plain, 0, true>);
+      e != cudaSuccess)
+    return e;
+  plain = a.numRegs;
+  withTail = b.numRegs;
+  return cudaSuccess;
+}
+
+cudaError_t launchLinearRouter(const float *x, const DeviceWeight &w,
+                               const RouterTail &tail, float *y,
+                               cudaStream_t s) {
+  if (!x || !y || !tail.matrix || !tail.y || tail.rows <= 0 ||
+      tail.k != w.cols || tail.k <= 0 || tail.k % 4 || tail.cols < tail.k ||
+      tail.cols % 4 || !aligned16(x) || !aligned16(tail.matrix) ||
+      (tail.cols > tail.k && (!tail.share || !aligned16(tail.share))))
+    return cudaErrorInvalidValue;
+  if (w.layout == WeightLayout::Q8Split)
+    return launchLinearQ8Split(x, 1, w, w.rows, false, y, s, nullptr, nullptr,
+                               nullptr, &tail);
+  if (cudaError_t e = launchLinear(x, 1, w, w.rows, false, y, s);
+      e != cudaSuccess)
+    return e;
+  const Q8SplitArgs::Tail t{reinterpret_cast<const float4 *>(tail.matrix),
+                            reinterpret_cast<const float4 *>(tail.share),
+                            tail.rows,
+                            tail.cols / 4,
+                            tail.k / 4,
+                            tail.y,
+                            int(RouterTailMode::Held)};
+  if (tail.rows > INT_MAX)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e =
+          launchStep(routerTailKernel, unsigned(tail.rows), kThreads, 0, s, t,
+                     reinterpret_cast<const float4 *>(x));
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
 }
 
 namespace {

@@ -24,7 +24,7 @@ logits of every position kept):
   * tp=N on N GPUs (2, and 4 and 8 where the host has the GPUs and the pack
     the artifacts) vs tp=1: within the same tolerance, same argmax rule;
     also with the router folded into the attention's all-reduce
-    (kiln-compile --fold-router), with both all-reduces;
+    (kiln-compile --fold-router, and =composed), with both all-reduces;
   * greedy generation on CUDA equals the CPU's up to the first step whose
     CPU decision gap does not clear the rule;
   * compute-sanitizer memcheck on the tiny model: no errors;
@@ -289,18 +289,24 @@ class Checks:
             # (--fold-router: its partial logits before it, divided by its
             # rms, the choice after it), with both all-reduces; its logits
             # differ from the unfolded step's by rounding only.
-            fold = self.art(model, "cuda-fold", tp)
-            if fold.exists():
+            # The same through the composed weight
+            # (--fold-router=composed: the share as rows of attn_output's
+            # launch, made at load).
+            for kind, what in (("cuda-fold", "router folded"),
+                               ("cuda-composed", "router composed")):
+                fold = self.art(model, kind, tp)
+                if not fold.exists():
+                    continue
                 for label, extra_env in (("", None),
                                          (", NCCL's all-reduce",
                                           {"KILN_CUDA_ALLREDUCE": "nccl"})):
                     got = logits(self.pack, fold, gguf, toks,
-                                 self.work / f"{model}-tp{tp}f.npy",
+                                 self.work / f"{model}-tp{tp}{kind}.npy",
                                  extra_env=extra_env)
                     self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs, "
-                                       f"router folded{label}) vs cuda tp1",
+                                       f"{what}{label}) vs cuda tp1",
                                        got, graph, tol, self.report),
-                               f"{model} tp{tp} fold{label}")
+                               f"{model} tp{tp} {kind}{label}")
         return cpu
 
     def shared_expert(self):

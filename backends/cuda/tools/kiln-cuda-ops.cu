@@ -19,6 +19,8 @@
 // kiln-cuda-ops --bench-edges     what a second dependency of a kernel in
 //   a programmatic chain costs in a graph, when the kernel it names has
 //   long finished (a step's cross-branch waits)
+// kiln-cuda-ops --bench-router    linear_router at GLM-5's attn_output
+//   shape against the linear alone, each way its tail rows load
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -1814,6 +1816,98 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// kiln-fold-router's composed form (step.linear_router): the composed
+/// matrix against the contract's double loop, bit for bit; the op's linear
+/// rows against launchLinear, bit for bit (the same kernel and split); its
+/// tail rows against a double dot of the same matrix with [x ; share]. At
+/// GLM-5's tp = 8 attn_output shape (rank 3) with the weight q8_0-split
+/// (the tail inside the linear's kernel) and in the file's blocks (the
+/// tail as its own kernel), and a small shape with more tail rows than
+/// the linear's grid has blocks.
+void checkLinearRouter(Report &r, kiln::Rng &rng) {
+  struct Case {
+    int64_t hidden, k, experts, ranks, rank;
+    GGMLType type;
+    bool split;
+  };
+  for (const Case &c : {Case{6144, 2048, 256, 8, 3, GGMLType::Q8_0, true},
+                        Case{6144, 2048, 256, 8, 3, GGMLType::Q8_0, false},
+                        Case{256, 64, 96, 2, 1, GGMLType::Q8_0, true},
+                        Case{512, 256, 16, 4, 2, GGMLType::Q4_K, false}}) {
+    Weight w = randomWeight(c.type, {c.k, c.hidden}, rng.next());
+    Weight gate =
+        randomWeight(GGMLType::F32, {c.hidden, c.experts}, rng.next());
+    std::vector<float> norm = normals(rng, c.hidden, 0.3, 1.0),
+                       x = normals(rng, c.k, 1.0),
+                       res = normals(rng, c.hidden, 1.0);
+    const int64_t share = c.hidden / c.ranks, begin = c.rank * share,
+                  cols = c.k + share;
+    // The contract's matrix, on the host.
+    std::vector<float> dense(size_t(c.hidden * c.k));
+    if (!r.reference("linear_router", cpu::dequant(w.view("w"), dense.data())))
+      continue;
+    const float *g = reinterpret_cast<const float *>(gate.host.data());
+    std::vector<float> want(size_t(c.experts * cols));
+    for (int64_t e = 0; e < c.experts; ++e) {
+      std::vector<double> acc(size_t(c.k), 0.0);
+      for (int64_t n = 0; n < c.hidden; ++n) {
+        const double gn = double(g[e * c.hidden + n]) * double(norm[size_t(n)]);
+        for (int64_t j = 0; j < c.k; ++j)
+          acc[size_t(j)] += gn * double(dense[size_t(n * c.k + j)]);
+      }
+      for (int64_t j = 0; j < c.k; ++j)
+        want[size_t(e * cols + j)] = float(acc[size_t(j)]);
+      for (int64_t j = 0; j < share; ++j)
+        want[size_t(e * cols + c.k + j)] =
+            g[e * c.hidden + begin + j] * norm[size_t(begin + j)];
+    }
+    DeviceArray<float> dnorm(norm), ddense(dense),
+        dm(size_t(c.experts * cols));
+    run(kc::launchComposeRouter(reinterpret_cast<const float *>(
+                                    gate.device.get()),
+                                dnorm.get(), ddense.get(), c.experts,
+                                c.hidden, c.k, begin, share, dm.get(),
+                                nullptr));
+    const std::string what = fmtText(
+        "%s%s [%lld, %lld], %lld experts, rank %lld of %lld",
+        typeName(c.type).c_str(), c.split ? "-split" : "", (long long)c.k,
+        (long long)c.hidden, (long long)c.experts, (long long)c.rank,
+        (long long)c.ranks);
+    const std::vector<float> composed = dm.download();
+    r.line("linear_router", what + ", composed matrix",
+           mismatches(composed, want), 0,
+           "bit-exact: the contract's double sums in order");
+
+    std::optional<SplitWeight> held;
+    const kc::DeviceWeight dw = deviceWeight(w, c.split, held);
+    DeviceArray<float> dx(x), dres(res),
+        dy(size_t(c.hidden + c.experts)), dlin(size_t(c.hidden));
+    run(kc::launchLinear(dx.get(), 1, dw, c.hidden, false, dlin.get(),
+                         nullptr));
+    const kc::RouterTail tail{dm.get(), c.experts, cols, c.k,
+                              dres.get() + begin, dy.get() + c.hidden};
+    run(kc::launchLinearRouter(dx.get(), dw, tail, dy.get(), nullptr));
+    const std::vector<float> y = dy.download();
+    r.line("linear_router", what + ", linear rows",
+           mismatches(std::vector<float>(y.begin(), y.begin() + c.hidden),
+                      dlin.download()),
+           0, "bit-exact: launchLinear's kernel and split");
+    std::vector<float> wantTail(size_t(c.experts));
+    for (int64_t e = 0; e < c.experts; ++e) {
+      double acc = 0;
+      for (int64_t j = 0; j < cols; ++j)
+        acc += double(composed[size_t(e * cols + j)]) *
+               double(j < c.k ? x[size_t(j)] : res[size_t(begin + j - c.k)]);
+      wantTail[size_t(e)] = float(acc);
+    }
+    r.line("linear_router", what + ", tail rows",
+           relError(std::vector<float>(y.begin() + c.hidden, y.end()),
+                    wantTail),
+           2 * sumTol(double(cols)),
+           sumWhy("f32 dot against double", cols));
+  }
+}
+
 /// kiln-fold-router's three kernels. router_partial against a double
 /// loop; the one-shot all-reduce's and the add-and-norm's tail against the
 /// CPU's rank-order sum divided by a double rms; moe_choose against the
@@ -2564,6 +2658,69 @@ double timeInGraph(cudaStream_t stream, Fn &&launch, int kRuns = 50) {
   CHECK_CUDA(cudaEventDestroy(start));
   CHECK_CUDA(cudaEventDestroy(stop));
   return double(ms) * 1e3 / kRuns;
+}
+
+/// --bench-router: step.linear_router at GLM-5's tp = 8 attn_output shape
+/// (q8_0-split [2048, 6144], a tail of 256 rows of 2,816 floats), in a
+/// graph of 50 back to back, rotating over copies of the weight and of the
+/// tail matrix that exceed the L2, against launchLinear alone; each way a
+/// tail row reaches its block (RouterTailMode); and the kernels' registers.
+void benchRouter() {
+  constexpr int kRuns = 50;
+  constexpr int64_t k = 2048, n = 6144, experts = 256, share = 768,
+                    cols = k + share;
+  constexpr uint64_t kRotateBytes = uint64_t(256) << 20;
+  const uint64_t bytes = *kiln::rowBytes(GGMLType::Q8_0, uint64_t(k)) * n,
+                 tailBytes = uint64_t(experts * cols) * sizeof(float);
+  const uint64_t copies = (kRotateBytes + bytes - 1) / bytes;
+  kiln::Rng rng(13);
+  const WeightCopies w(GGMLType::Q8_0, n, k, copies, true, rng.next());
+  DeviceArray<float> tails(size_t(copies * experts * cols)),
+      x(normals(rng, k, 1.0)), res(normals(rng, n, 1.0)), y(size_t(n + experts));
+  run(kc::launchFillRandomBlocks(GGMLType::F32,
+                                 reinterpret_cast<uint8_t *>(tails.get()),
+                                 copies * tailBytes, rng.next(), nullptr));
+  int plain = 0, withTail = 0;
+  run(kc::linearRouterKernelRegisters(plain, withTail));
+  std::printf("bench router: q8_0-split kernel registers a thread: %d plain, "
+              "%d with the tail\n",
+              plain, withTail);
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  uint64_t i = 0;
+  const double alone = timeInGraph(
+      stream,
+      [&](cudaStream_t s) {
+        return kc::launchLinear(x.get(), 1, w[i++ % copies], n, false, y.get(),
+                                s);
+      },
+      kRuns);
+  std::printf("bench router: attn_output q8_0-split 2048x6144 alone: %.2f "
+              "us, %.1f GB/s\n",
+              alone, double(bytes) / (alone * 1e3));
+  for (auto [mode, name] :
+       {std::pair{kc::RouterTailMode::Held, "held"},
+        std::pair{kc::RouterTailMode::L2, "l2"},
+        std::pair{kc::RouterTailMode::Last, "last"}}) {
+    kc::setRouterTailMode(mode);
+    i = 0;
+    const double us = timeInGraph(
+        stream,
+        [&](cudaStream_t s) {
+          const uint64_t c = i++ % copies;
+          const kc::RouterTail t{tails.get() + c * experts * cols, experts,
+                                 cols, k, res.get() + 3 * share,
+                                 y.get() + n};
+          return kc::launchLinearRouter(x.get(), w[c], t, y.get(), s);
+        },
+        kRuns);
+    std::printf("bench router: linear_router, tail %-4s: %.2f us (+%.2f), "
+                "%.1f GB/s\n",
+                name, us, us - alone,
+                double(bytes + tailBytes) / (us * 1e3));
+  }
+  kc::setRouterTailMode(kc::RouterTailMode::Held);
+  CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
 /// The q8_0-split mat-vecs of a GLM-5 tp=8 layer one after another, as a
@@ -4192,10 +4349,13 @@ int main(int argc, char **argv) {
       benchImagesOnly = true;
     } else if (std::string(argv[i]) == "--bench-edges") {
       benchEdgesOnly = true;
+    } else if (std::string(argv[i]) == "--bench-router") {
+      benchRouter();
+      return 0;
     } else {
       std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench | "
                            "--bench-moe | --bench-dsa | --bench-chain | "
-                           "--bench-images | --bench-edges]\n");
+                           "--bench-images | --bench-edges | --bench-router]\n");
       return 2;
     }
   }
@@ -4257,6 +4417,7 @@ int main(int argc, char **argv) {
   checkMoeExperts(report, rng);
   checkMoeSharedExpert(report, rng);
   checkRouterFold(report, rng);
+  checkLinearRouter(report, rng);
   checkArgmax(report, rng);
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);
