@@ -485,10 +485,8 @@ __device__ __forceinline__ float4 swiglu4(float4 g, float4 u) {
 /// the general kernel (kCols = 0), the same bits.
 /// kTail: step.linear_router's tail rows too (tailRows), before the
 /// block's share of W's rows (Plain input, x 16-byte aligned).
-template <int R, bool kAlignedX, Q8Input kInput = Q8Input::Plain,
-          int kCols = 0, bool kTail = false>
-__global__ void __launch_bounds__(kThreads, kTail ? kTailBlocksPerSm : 1)
-    linearQ8SplitKernel(Q8SplitArgs a) {
+template <int R, bool kAlignedX, Q8Input kInput, int kCols, bool kTail>
+__device__ __forceinline__ void linearQ8SplitBlock(const Q8SplitArgs &a) {
   static_assert(!kTail || (kAlignedX && kInput == Q8Input::Plain));
   constexpr bool kNormX = kInput == Q8Input::Norm;
   constexpr bool kFixed = kCols > 0;
@@ -604,6 +602,21 @@ __global__ void __launch_bounds__(kThreads, kTail ? kTailBlocksPerSm : 1)
       tailRows(a.tail, reinterpret_cast<const float4 *>(a.x), false,
                tailBegin, tailEnd, held);
     }
+}
+
+template <int R, bool kAlignedX, Q8Input kInput = Q8Input::Plain,
+          int kCols = 0>
+__global__ void __launch_bounds__(kThreads) linearQ8SplitKernel(Q8SplitArgs a) {
+  linearQ8SplitBlock<R, kAlignedX, kInput, kCols, false>(a);
+}
+
+/// The kernel with linear_router's tail, held to the plain kernel's blocks
+/// a multiprocessor (kTailBlocksPerSm: its own launch bound, so that the
+/// plain kernel's stays the compiler's choice; a bound of 1 on it took it
+/// from 74 to 94 registers).
+__global__ void __launch_bounds__(kThreads, kTailBlocksPerSm)
+    linearQ8SplitTailKernel(Q8SplitArgs a) {
+  linearQ8SplitBlock<kRows, true, Q8Input::Plain, 0, true>(a);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1887,7 +1900,7 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
               tail->y,
               int(routerTailMode())};
     void (*const withTail)(Q8SplitArgs) =
-        linearQ8SplitKernel<kRows, true, Plain, 0, true>;
+        linearQ8SplitTailKernel;
     kernel = withTail;
     // Sized by the plain kernel's wave (its split: launchLinear's bits)
     // unless the tail's registers hold fewer blocks at once.
@@ -2212,7 +2225,7 @@ cudaError_t linearRouterKernelRegisters(int &plain, int &withTail) {
       e != cudaSuccess)
     return e;
   if (cudaError_t e = cudaFuncGetAttributes(
-          &b, linearQ8SplitKernel<kRows, true, Q8Input::Plain, 0, true>);
+          &b, linearQ8SplitTailKernel);
       e != cudaSuccess)
     return e;
   plain = a.numRegs;
