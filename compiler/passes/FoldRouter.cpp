@@ -42,26 +42,6 @@ struct RouterFold {
   st::LinearOp linear;
 };
 
-/// Whether `v` can be read right before `op`: defined before it in its
-/// block, or by a declaration without operands that may move there.
-static bool availableBefore(Value v, Operation *op) {
-  Operation *def = v.getDefiningOp();
-  if (!def)
-    return v.getParentBlock() == op->getBlock();
-  if (def->getBlock() != op->getBlock())
-    return false;
-  return def->isBeforeInBlock(op) ||
-         (st::isDeclaration(def) && def->getNumOperands() == 0);
-}
-
-/// Moves the declaration of `v` before `op` when it comes after it
-/// (availableBefore holds).
-static void declareBefore(Value v, Operation *op) {
-  Operation *def = v.getDefiningOp();
-  if (def && !def->isBeforeInBlock(op))
-    def->moveBefore(op);
-}
-
 /// Whether `op` writes `v` and does not read it.
 static bool onlyWrites(Operation *op, Value v) {
   SmallVector<st::Access> accesses;
@@ -146,7 +126,7 @@ matchRouterFold(st::AllReduceAddRMSNormOp reduce, int64_t tp, bool compose) {
   // norm's weight must hold there what the all-reduce reads.
   Value residual = reduce.getResidual(), norm = reduce.getWeight();
   for (Value v : {residual, norm, Value(m.router.getGate())})
-    if (!availableBefore(v, m.producer))
+    if (!st::availableBefore(v, m.producer))
       return std::nullopt;
   if (!st::unwrittenBetween(residual, m.producer, reduce) ||
       !st::unwrittenBetween(norm, m.producer, reduce))
@@ -227,7 +207,7 @@ static void foldPartial(const RouterFold &m, float residualScale) {
   Value tail = st::ViewOp::create(b, loc, MemRefType::get({experts}, f32),
                                   whole, b.getI64IntegerAttr(n));
   for (Value v : {residual, norm, gate})
-    declareBefore(v, producer);
+    st::declareBefore(v, producer);
   partial.replaceAllUsesWith(head);
   oldBuffer.erase();
 
@@ -256,7 +236,7 @@ static void foldComposed(const RouterFold &m, int64_t tp) {
       MemRefType::get({n + experts}, type.getElementType()),
       oldBuffer.getBufferNameAttr(), IntegerAttr());
   for (Value v : {residual, norm, gate})
-    declareBefore(v, linear);
+    st::declareBefore(v, linear);
   st::LinearRouterOp::create(b, linear.getLoc(), linear.getInput(),
                              linear.getWeight(), residual, gate, norm,
                              b.getI64IntegerAttr(tp), whole);

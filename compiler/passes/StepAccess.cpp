@@ -108,6 +108,22 @@ bool mlir::step::unwrittenBetween(Value v, Operation *from, Operation *to) {
   return true;
 }
 
+bool mlir::step::availableBefore(Value v, Operation *op) {
+  Operation *def = v.getDefiningOp();
+  if (!def)
+    return v.getParentBlock() == op->getBlock();
+  if (def->getBlock() != op->getBlock())
+    return false;
+  return def->isBeforeInBlock(op) ||
+         (isDeclaration(def) && def->getNumOperands() == 0);
+}
+
+void mlir::step::declareBefore(Value v, Operation *op) {
+  Operation *def = v.getDefiningOp();
+  if (def && !def->isBeforeInBlock(op))
+    def->moveBefore(op);
+}
+
 bool mlir::step::usedOnlyBy(Value v, Operation *producer, Operation *consumer) {
   return llvm::all_of(v.getUses(), [&](OpOperand &use) {
     return use.getOwner() == producer || use.getOwner() == consumer;

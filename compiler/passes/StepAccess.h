@@ -71,6 +71,15 @@ Operation *previousCompute(Operation *op);
 /// buffer's root or an op's effects are unknown.
 bool unwrittenBetween(Value v, Operation *from, Operation *to);
 
+/// Whether `v` can be read or written right before `op`: defined before it
+/// in its block, or by a declaration without operands that may move there
+/// (declareBefore).
+bool availableBefore(Value v, Operation *op);
+
+/// Moves the declaration of `v` before `op` when it comes after it
+/// (availableBefore holds).
+void declareBefore(Value v, Operation *op);
+
 /// The name a declaration gives its buffer.
 std::string declarationName(Operation *root);
 
