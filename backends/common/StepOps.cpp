@@ -190,7 +190,7 @@ private:
   Status cache(const Operand &r, int64_t width, const char *what) const;
   Status addNormOperands();
   Status routerTail();
-  Status choice(int64_t experts, const Operand *bias);
+  Status choice(int64_t experts, const Operand *bias, size_t idsOut = 0);
   Status rotation(const std::string &prefix, int64_t width,
                   const char *outside);
   Expected<int64_t> intAttr(const char *name) const;
@@ -303,11 +303,18 @@ Status Decoder::addNormOperands() {
 
 /// An all_reduce_add_rms_norm with a router tail (kiln-fold-router):
 /// partial [n + tail], residual, weight; sum and output [n], logits [tail].
+/// With the router's choice (kiln-fuse-router-choice; its top_k attribute)
+/// also the choice's bias (an optional fourth input) and its ids and
+/// weights (outputs 3 and 4).
 Status Decoder::routerTail() {
   KILN_ASSIGN(tail, intAttr("tail"));
   if (tail <= 0)
     return fail(fmt::format("tail must be positive, got {}", tail));
-  KILN_TRY(counts(3, 3));
+  d_.hasChoice = op_.attr("top_k") != nullptr;
+  if (d_.hasChoice)
+    KILN_TRY(counts(d_.ins.size() == 4 ? 4 : 3, 5));
+  else
+    KILN_TRY(counts(3, 3));
   KILN_TRY(floats(in(0), "partial"));
   KILN_TRY(floats(in(1), "residual"));
   KILN_TRY(floats(out(0), "sum"));
@@ -330,13 +337,19 @@ Status Decoder::routerTail() {
   KILN_TRY(param(in(2), uint64_t(d_.n), "weight"));
   KILN_ASSIGN(eps, floatAttr("epsilon"));
   d_.epsilon = eps;
+  if (d_.hasChoice) {
+    const bool hasBias = d_.ins.size() == 4;
+    const Operand bias = hasBias ? in(3) : Operand();
+    KILN_TRY(choice(tail, hasBias ? &bias : nullptr, 3));
+  }
   return Status::ok();
 }
 
-/// The router's choice from `experts` logits (moe_router, moe_choose):
-/// top_k, gating, normalize, routed_scale, the bias when there is one, ids
-/// and weights outs(0) and outs(1).
-Status Decoder::choice(int64_t experts, const Operand *bias) {
+/// The router's choice from `experts` logits (moe_router, moe_choose,
+/// all_reduce_add_rms_norm's choose): top_k, gating, normalize,
+/// routed_scale, the bias when there is one, ids and weights
+/// out(idsOut) and out(idsOut + 1).
+Status Decoder::choice(int64_t experts, const Operand *bias, size_t idsOut) {
   KILN_ASSIGN(topK, intAttr("top_k"));
   KILN_ASSIGN(gating, stringAttr("gating"));
   KILN_ASSIGN(normalize, intAttr("normalize"));
@@ -349,9 +362,9 @@ Status Decoder::choice(int64_t experts, const Operand *bias) {
   d_.hasBias = bias != nullptr;
   if (bias)
     KILN_TRY(param(*bias, uint64_t(experts), "bias"));
-  KILN_TRY(ints(out(0), "ids", uint64_t(topK)));
-  KILN_TRY(floats(out(1), "weights"));
-  if (out(1).elements() != uint64_t(topK))
+  KILN_TRY(ints(out(idsOut), "ids", uint64_t(topK)));
+  KILN_TRY(floats(out(idsOut + 1), "weights"));
+  if (out(idsOut + 1).elements() != uint64_t(topK))
     return fail("weights must have top_k values");
   d_.experts = experts;
   d_.topK = topK;
@@ -409,6 +422,9 @@ Expected<StepOp> Decoder::decode() {
   case OpKind::AllReduceAddRmsNorm: {
     if (op_.attr("tail"))
       KILN_TRY(routerTail());
+    else if (op_.attr("top_k"))
+      return fail("a choice (top_k) needs a tail: it chooses from the "
+                  "tail's logits");
     else
       KILN_TRY(addNormOperands());
     KILN_ASSIGN(reduction, stringAttr("reduction"));

@@ -156,6 +156,15 @@ struct StepOp {
   /// last `tail` divided by that norm's rms into outs[2] (the router's
   /// logits). 0: no tail.
   int64_t tail = 0;
+  /// AllReduceAddRmsNorm with the router's choice (only with a tail;
+  /// kiln-fuse-router-choice): after the all-reduce above, exactly
+  /// MoeChoose's choice from its logits outs[2] (experts = tail values,
+  /// still written): topK, softmax, normalize, routedScale and hasBias as
+  /// MoeChoose's, ins[3] the bias when hasBias (ins[0] the partial, ins[1]
+  /// the residual, ins[2] the norm's weight, as without it), outs[3] the
+  /// ids (topK i32) and outs[4] the weights (topK f32). Every rank makes
+  /// the choice; the bits are those of the two ops.
+  bool hasChoice = false;
   /// RouterPartial (kiln-fold-router): outs[0][e] = sum over h of gate[e][h]
   /// * norm[h] * (ins[0][h] + residualScale * ins[1][h]); ins: this rank's
   /// partial (n = hidden), the residual (n), the F32 gate [hidden, experts]

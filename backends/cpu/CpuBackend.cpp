@@ -193,6 +193,20 @@ Expected<std::function<Status()>> OpBinder::bind() {
     const int64_t tail = d.tail;
     float *logits = tail > 0 ? f32Out(2) : nullptr;
     float e = float(d.epsilon);
+    // The router's choice from those logits (kiln-fuse-router-choice):
+    // moe_choose's kernel after the rest, on every rank.
+    const float *bias = nullptr;
+    if (d.hasChoice && d.hasBias) {
+      KILN_ASSIGN(values, param(3));
+      bias = values;
+    }
+    const bool choose = d.hasChoice;
+    int32_t *ids = choose ? out(3).i32() : nullptr;
+    float *weights = choose ? f32Out(4) : nullptr;
+    cpu::Gating g = d.softmax ? cpu::Gating::Softmax : cpu::Gating::Sigmoid;
+    const int64_t topK = d.topK;
+    const bool normalize = d.normalize;
+    const float rs = float(d.routedScale);
     return Fn([=] {
       // The same rank-order sum as all_reduce, then the same add and norm
       // as add_rms_norm: bit-identical to the three ops unfused.
@@ -204,7 +218,10 @@ Expected<std::function<Status()>> OpBinder::bind() {
       cpu::rmsNorm(sum, rows, n, w, e, y);
       for (int64_t i = 0; i < tail; ++i)
         logits[i] = acc[size_t(n + i)] / rms;
-      return Status::ok();
+      if (!choose)
+        return Status::ok();
+      return cpu::moeChoose(logits, tail, bias, topK, g, normalize, rs, ids,
+                            weights);
     });
   }
   case OpKind::DistributedArgmax: {

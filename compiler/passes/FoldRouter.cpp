@@ -170,9 +170,11 @@ static void reduceWithTail(const RouterFold &m, Value whole) {
                            b.getStringAttr(logitsName(router)), IntegerAttr());
   st::AllReduceAddRMSNormOp::create(
       b, reduce.getLoc(), whole, reduce.getResidual(), reduce.getWeight(),
-      reduce.getEpsilonAttr(), reduce.getReductionAttr(),
-      b.getI64IntegerAttr(experts), reduce.getSum(), reduce.getOutput(),
-      logits);
+      /*bias=*/Value(), reduce.getEpsilonAttr(), reduce.getReductionAttr(),
+      b.getI64IntegerAttr(experts), /*top_k=*/IntegerAttr(),
+      /*gating=*/StringAttr(), /*normalize=*/BoolAttr(),
+      /*routed_scale=*/FloatAttr(), reduce.getSum(), reduce.getOutput(), logits,
+      /*ids=*/Value(), /*weights=*/Value());
   reduce.erase();
 
   b.setInsertionPoint(router);

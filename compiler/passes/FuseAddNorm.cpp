@@ -59,9 +59,11 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
       OpBuilder b(fused);
       st::AllReduceAddRMSNormOp::create(
           b, fused.getLoc(), reduce.getInput(), residual, fused.getWeight(),
-          fused.getEpsilonAttr(), reduce.getReductionAttr(),
-          /*tail=*/IntegerAttr(), fused.getSum(), fused.getOutput(),
-          /*logits=*/Value());
+          /*bias=*/Value(), fused.getEpsilonAttr(), reduce.getReductionAttr(),
+          /*tail=*/IntegerAttr(), /*top_k=*/IntegerAttr(),
+          /*gating=*/StringAttr(), /*normalize=*/BoolAttr(),
+          /*routed_scale=*/FloatAttr(), fused.getSum(), fused.getOutput(),
+          /*logits=*/Value(), /*ids=*/Value(), /*weights=*/Value());
       fused.erase();
       reduce.erase();
       st::eraseIfUnusedBuffer(r);

@@ -75,6 +75,27 @@ static LogicalResult expectI32Vector(Operation *op, StringRef what, Value v,
   return success();
 }
 
+/// The choice after a router's logits, shared by moe_router, moe_choose
+/// and all_reduce_add_rms_norm's `choose`: `experts` logits, an optional
+/// bias of as many, top_k of them chosen into ids and weights.
+static LogicalResult verifyChoice(Operation *op, int64_t experts, Value bias,
+                                  int64_t topK, StringRef gating, Value ids,
+                                  Value weights, float routedScale) {
+  if (bias)
+    if (failed(expectParam(op, "bias", bias, experts)))
+      return failure();
+  if (topK <= 0 || topK > experts)
+    return op->emitOpError("top_k must be in 1..") << experts;
+  if (gating != "sigmoid" && gating != "softmax")
+    return op->emitOpError("gating must be 'sigmoid' or 'softmax'");
+  if (failed(expectI32Vector(op, "ids", ids, topK)) ||
+      failed(expectShape(op, "weights", weights, {topK})))
+    return failure();
+  if (!bufferOf(weights).getElementType().isF32())
+    return op->emitOpError("weights must be f32, got ") << weights.getType();
+  return verifyPositive(op, "routed_scale", routedScale);
+}
+
 //===----------------------------------------------------------------------===//
 // Declarations
 //===----------------------------------------------------------------------===//
@@ -261,18 +282,33 @@ LogicalResult AddRMSNormOp::verify() {
 LogicalResult AllReduceAddRMSNormOp::verify() {
   if (getReduction() != "sum")
     return emitOpError("only a sum can feed a residual add");
-  std::optional<int64_t> tail = getTail();
+  IntegerAttr tailAttr = getTailAttr();
   Value logits = getLogits();
-  if (!tail && !logits)
+  // The choice (kiln-fuse-router-choice): its outputs and attributes come
+  // together, and only where there are logits to choose from.
+  const bool choiceParts[] = {bool(getIds()),       bool(getWeights()),
+                              bool(getTopK()),      bool(getGating()),
+                              bool(getNormalize()), bool(getRoutedScale())};
+  const bool choice = llvm::is_contained(choiceParts, true);
+  if (choice && llvm::is_contained(choiceParts, false))
+    return emitOpError("a choice needs its ids and weights outputs and "
+                       "top_k, gating, normalize and routed_scale");
+  if (getBias() && !choice)
+    return emitOpError("a bias comes only with a choice");
+  if (choice && !tailAttr)
+    return emitOpError("a choice needs a tail: it chooses from the tail's "
+                       "logits");
+  if (!tailAttr && !logits)
     return verifyAddNorm(*this, getPartial(), getResidual(), getSum(),
                          getOutput(), getWeight(),
                          getEpsilon().convertToFloat());
   // A router tail (kiln-fold-router): the partial is the sum's n values
   // and then the tail's.
-  if (!tail || !logits)
+  if (!tailAttr || !logits)
     return emitOpError("a tail and its logits output come together");
-  if (*tail <= 0)
-    return emitOpError("tail must be positive, got ") << *tail;
+  const int64_t tail = tailAttr.getInt();
+  if (tail <= 0)
+    return emitOpError("tail must be positive, got ") << tail;
   if (failed(verifyAddNorm(*this, getResidual(), getResidual(), getSum(),
                            getOutput(), getWeight(),
                            getEpsilon().convertToFloat())))
@@ -283,15 +319,19 @@ LogicalResult AllReduceAddRMSNormOp::verify() {
            << sum;
   const int64_t n = sum.getDimSize(0);
   if (getPartial().getType() !=
-      MemRefType::get({n + *tail}, sum.getElementType()))
+      MemRefType::get({n + tail}, sum.getElementType()))
     return emitOpError("with a tail of ")
-           << *tail << " the partial must be memref<" << n + *tail
+           << tail << " the partial must be memref<" << n + tail
            << "xf32> (the sum's " << n << " values, then the tail's), got "
            << getPartial().getType();
-  if (getLogits().getType() != MemRefType::get({*tail}, sum.getElementType()))
+  if (logits.getType() != MemRefType::get({tail}, sum.getElementType()))
     return emitOpError("logits must be memref<")
-           << *tail << "xf32>, got " << getLogits().getType();
-  return success();
+           << tail << "xf32>, got " << logits.getType();
+  if (!choice)
+    return success();
+  return verifyChoice(*this, tail, getBias(), int64_t(*getTopK()), *getGating(),
+                      getIds(), getWeights(),
+                      getRoutedScale()->convertToFloat());
 }
 
 LogicalResult LayerNormOp::verify() {
@@ -540,25 +580,6 @@ LogicalResult DSAIndexerOp::verify() {
 //===----------------------------------------------------------------------===//
 // Mixture of experts
 //===----------------------------------------------------------------------===//
-
-/// The choice after a router's logits, shared by moe_router and
-/// moe_choose: `experts` logits, an optional bias of as many, top_k of
-/// them chosen into ids and weights.
-static LogicalResult verifyChoice(Operation *op, int64_t experts, Value bias,
-                                  int64_t topK, StringRef gating, Value ids,
-                                  Value weights, float routedScale) {
-  if (bias)
-    if (failed(expectParam(op, "bias", bias, experts)))
-      return failure();
-  if (topK <= 0 || topK > experts)
-    return op->emitOpError("top_k must be in 1..") << experts;
-  if (gating != "sigmoid" && gating != "softmax")
-    return op->emitOpError("gating must be 'sigmoid' or 'softmax'");
-  if (failed(expectI32Vector(op, "ids", ids, topK)) ||
-      failed(expectShape(op, "weights", weights, {topK})))
-    return failure();
-  return verifyPositive(op, "routed_scale", routedScale);
-}
 
 LogicalResult MoERouterOp::verify() {
   ArrayRef<int64_t> dims = getGate().getType().getDims();

@@ -303,7 +303,7 @@ def Step_AddRMSNormOp : Step_ComputeOp<"add_rms_norm", 2> {
 }
 
 def Step_AllReduceAddRMSNormOp
-    : Step_ComputeOp<"all_reduce_add_rms_norm", 2> {
+    : Step_ComputeOp<"all_reduce_add_rms_norm", 2, [AttrSizedOperandSegments]> {
   let summary = "sum over ranks, residual add, then the next RMS norm";
   let description = [{
     `sum = residual + all_reduce(partial)` (over the tensor-parallel ranks,
@@ -324,34 +324,59 @@ def Step_AllReduceAddRMSNormOp
     output`, with the norm weight applied on the ranks, before the sum.
     Only a one-dimensional sum takes a tail.
 
+    With a tail the op may also make the router's choice from those logits
+    (`kiln-fuse-router-choice`): a `choose` clause with the choice's
+    optional selection bias (`E` values) and its outputs `ids` (`top_k`
+    i32) and `weights` (`top_k` f32), and the attributes `top_k`, `gating`,
+    `normalize` and `routed_scale`, all as `step.moe_choose`'s. The op is
+    then exactly the all-reduce with its tail, `logits` written as above,
+    followed by exactly `step.moe_choose` of `logits` (the same bits as the
+    two ops), so a backend may choose where the reduced tail already is,
+    without an op of its own after the collective. Every rank makes the
+    choice: every rank reads `ids` and `weights`. The operands are stored
+    in the order partial, residual, weight, bias (when there is one), sum,
+    output, logits, ids, weights.
+
     Example:
     ```mlir
     step.all_reduce_add_rms_norm ins(%o_part, %x, %ffn_norm : memref<6144xf32>, memref<6144xf32>, !kiln.qweight<"blk.3.ffn_norm.weight", "f32", [6144]>) outs(%x1, %f : memref<6144xf32>, memref<6144xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum"}
     step.all_reduce_add_rms_norm ins(%p, %x, %ffn_norm : memref<6400xf32>, memref<6144xf32>, !kiln.qweight<"blk.3.ffn_norm.weight", "f32", [6144]>) outs(%x1, %f, %logits : memref<6144xf32>, memref<6144xf32>, memref<256xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 256 : i64}
+    step.all_reduce_add_rms_norm ins(%p, %x, %ffn_norm : memref<6400xf32>, memref<6144xf32>, !kiln.qweight<"blk.3.ffn_norm.weight", "f32", [6144]>) outs(%x1, %f, %logits : memref<6144xf32>, memref<6144xf32>, memref<256xf32>) choose ins(%bias : !kiln.qweight<"blk.3.exp_probs_b.bias", "f32", [256]>) outs(%ids, %w : memref<8xi32>, memref<8xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 2.5 : f32, tail = 256 : i64, top_k = 8 : i64}
     ```
   }];
   let arguments = (ins In<Step_Buffer>:$partial, In<Step_Buffer>:$residual,
-                       In<Step_Param>:$weight, F32Attr:$epsilon,
+                       In<Step_Param>:$weight,
+                       In<Optional<Step_Param>>:$bias, F32Attr:$epsilon,
                        StrAttr:$reduction, OptionalAttr<I64Attr>:$tail,
+                       OptionalAttr<I64Attr>:$top_k,
+                       OptionalAttr<StrAttr>:$gating,
+                       OptionalAttr<BoolAttr>:$normalize,
+                       OptionalAttr<F32Attr>:$routed_scale,
                        Out<Step_Buffer>:$sum, Out<Step_Buffer>:$output,
-                       Out<Optional<Step_Buffer>>:$logits);
+                       Out<Optional<Step_Buffer>>:$logits,
+                       Out<Optional<Step_Buffer>>:$ids,
+                       Out<Optional<Step_Buffer>>:$weights);
   let assemblyFormat = [{
     `ins` `(` $partial `,` $residual `,` $weight `:` type($partial) `,`
     type($residual) `,` qualified(type($weight)) `)` `outs` `(` $sum `,`
     $output (`,` $logits^)? `:` type($sum) `,` type($output)
-    (`,` type($logits)^)? `)` attr-dict
+    (`,` type($logits)^)? `)`
+    (`choose` (`ins` `(` $bias^ `:` qualified(type($bias)) `)`)? `outs` `(`
+    $ids^ `,` $weights `:` type($ids) `,` type($weights) `)`)? attr-dict
   }];
   let hasVerifier = 1;
-  // Two outputs, or three with the router tail's logits.
+  // Two outputs; three with the router tail's logits; five with the
+  // choice's ids and weights.
   let extraClassDeclaration = [{
-    /// The buffers this op writes: its last two operands, or three with
-    /// `logits`.
+    /// The buffers this op writes: every operand from `sum` on.
     ::mlir::MutableOperandRange getDpsInitsMutable() {
       ::mlir::Operation *op = getOperation();
-      const unsigned outs = getLogits() ? 3 : 2;
-      return ::mlir::MutableOperandRange(op, op->getNumOperands() - outs,
-                                         outs);
+      const unsigned first = getSumMutable().getOperandNumber();
+      return ::mlir::MutableOperandRange(op, first,
+                                         op->getNumOperands() - first);
     }
+    /// Whether the op makes the router's choice (`choose`).
+    bool hasChoice() { return getIds() != nullptr; }
   }];
 }
 

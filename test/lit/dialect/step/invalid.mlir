@@ -1101,3 +1101,145 @@ func.func @all_reduce_tail_rows() {
   step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<20xf32>, memref<2x8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<2x8xf32>, memref<2x8xf32>, memref<4xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 4 : i64}
   return
 }
+
+// -----
+
+func.func @all_reduce_choice_without_tail() {
+  %p = step.buffer "p" : memref<8xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op a choice needs a tail: it chooses from the tail's logits}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<8xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y : memref<8xf32>, memref<8xf32>) choose outs(%i, %w : memref<2xi32>, memref<2xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 1.0 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_choice_incomplete() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op a choice needs its ids and weights outputs and top_k, gating, normalize and routed_scale}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) choose outs(%i, %w : memref<2xi32>, memref<2xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 4 : i64, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_choice_attributes_only() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op a choice needs its ids and weights outputs and top_k, gating, normalize and routed_scale}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 1.0 : f32, tail = 4 : i64, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+// A bias without a choice: the assembly cannot say it, the generic form can.
+func.func @all_reduce_bias_without_choice() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [4]>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op a bias comes only with a choice}}
+  "step.all_reduce_add_rms_norm"(%p, %x, %n, %b, %h, %y, %l) <{epsilon = 1.0e-05 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 0, 0>, reduction = "sum", tail = 4 : i64}> : (memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>, !kiln.qweight<"b.bias", "f32", [4]>, memref<8xf32>, memref<8xf32>, memref<4xf32>) -> ()
+  return
+}
+
+// -----
+
+func.func @all_reduce_choice_topk() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  %i = step.buffer "i" : memref<5xi32>
+  %w = step.buffer "w" : memref<5xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op top_k must be in 1..4}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) choose outs(%i, %w : memref<5xi32>, memref<5xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 1.0 : f32, tail = 4 : i64, top_k = 5 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_choice_bias() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  %b = step.weight : !kiln.qweight<"b.bias", "f32", [8]>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op bias must have 4 values, got '!kiln.qweight<"b.bias", "f32", [8]>'}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) choose ins(%b : !kiln.qweight<"b.bias", "f32", [8]>) outs(%i, %w : memref<2xi32>, memref<2xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 1.0 : f32, tail = 4 : i64, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_choice_ids() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  %i = step.buffer "i" : memref<3xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op ids must be memref<2xi32>, got 'memref<3xi32>'}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) choose outs(%i, %w : memref<3xi32>, memref<2xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 1.0 : f32, tail = 4 : i64, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_choice_weights() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<1x2xf32>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op weights must have shape [2], got 'memref<1x2xf32>'}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) choose outs(%i, %w : memref<2xi32>, memref<1x2xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 1.0 : f32, tail = 4 : i64, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @all_reduce_choice_weights_type() {
+  %p = step.buffer "p" : memref<12xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %h = step.buffer "h" : memref<8xf32>
+  %y = step.buffer "y" : memref<8xf32>
+  %l = step.buffer "l" : memref<4xf32>
+  %i = step.buffer "i" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf16>
+  // expected-error @+1 {{'step.all_reduce_add_rms_norm' op weights must be f32, got 'memref<2xf16>'}}
+  step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) choose outs(%i, %w : memref<2xi32>, memref<2xf16>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 1.0 : f32, tail = 4 : i64, top_k = 2 : i64}
+  return
+}
