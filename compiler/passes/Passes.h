@@ -34,11 +34,13 @@ enum class RouterFold {
 /// step module out. `alignment` and `reuseDistance` are the planner's.
 /// `fuseSharedExpert` adds fuse-shared-expert after fuse-expert-add (when
 /// `fuse` is on; the default). `foldRouter` adds fold-router in that form
-/// after it (when `fuse` is on; off by default).
+/// after it (when `fuse` is on; off by default), and `fuseRouterChoice`
+/// fuse-router-choice right after fold-router (with it; the default).
 void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
                        bool fuse = true, int64_t tp = 1,
                        int64_t reuseDistance = 0, bool fuseSharedExpert = true,
-                       RouterFold foldRouter = RouterFold::Off);
+                       RouterFold foldRouter = RouterFold::Off,
+                       bool fuseRouterChoice = true);
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

@@ -221,7 +221,8 @@ def FoldRouter : Pass<"kiln-fold-router", "::mlir::func::FuncOp"> {
     `step.router_partial` right after it the last `E`, `G (g * (p_r + x /
     tp))`; the all-reduce, with `tail = E`, sums all `n + E` and writes
     the tail divided by its rms into a new `logits` buffer, and a
-    `step.moe_choose` of those logits replaces the router where it was.
+    `step.moe_choose` of those logits replaces the router where it was
+    (`kiln-fuse-router-choice` then moves it into the all-reduce).
     Equal to the router's logits in real arithmetic; in f32 the sums run
     in another order. The residual and the norm's weight must not be
     written between the producer and the all-reduce, nor `y` between the
@@ -247,6 +248,28 @@ def FoldRouter : Pass<"kiln-fold-router", "::mlir::func::FuncOp"> {
            "Compose the router into the producing linear's weight "
            "(step.linear_router) instead of a step.router_partial">
   ];
+}
+
+def FuseRouterChoice
+    : Pass<"kiln-fuse-router-choice", "::mlir::func::FuncOp"> {
+  let summary = "Make the router's choice inside the all-reduce of its logits";
+  let description = [{
+    On a step function before planning, after `kiln-fold-router`: a
+    `step.moe_choose` whose logits are the `logits` output of a
+    `step.all_reduce_add_rms_norm` with a tail and no choice yet, read by
+    nothing but the choice, moves into the all-reduce as its `choose`
+    clause (the bias, `ids` and `weights` operands and the choice's
+    attributes), and the `moe_choose` goes. Nothing between the two ops may
+    write the logits or the bias, nor read or write the choice's `ids` and
+    `weights`; their declarations move before the all-reduce when they
+    come after it. The all-reduce still writes the logits. The same bits:
+    the op is defined as the all-reduce, then `step.moe_choose` of its
+    logits. A backend can then choose where the reduced tail is, instead of
+    in a separate op after the collective on every MoE layer's path (on the
+    GPU a one-block kernel and its launch). In the default pipeline
+    whenever the router is folded (`kiln-compile --fuse-router-choice=false`
+    keeps the separate `moe_choose`).
+  }];
 }
 
 def FuseIndexerRope : Pass<"kiln-fuse-indexer-rope", "::mlir::func::FuncOp"> {

@@ -5,8 +5,8 @@ using namespace mlir;
 
 void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
                                    bool fuse, int64_t tp, int64_t reuseDistance,
-                                   bool fuseSharedExpert,
-                                   RouterFold foldRouter) {
+                                   bool fuseSharedExpert, RouterFold foldRouter,
+                                   bool fuseRouterChoice) {
   if (tp > 1) {
     PartitionOptions partition;
     partition.tp = tp;
@@ -30,6 +30,8 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
       FoldRouterOptions fold;
       fold.compose = foldRouter == RouterFold::Composed;
       pm.addNestedPass<func::FuncOp>(createFoldRouter(fold));
+      if (fuseRouterChoice)
+        pm.addNestedPass<func::FuncOp>(createFuseRouterChoice());
     }
     pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());
     pm.addNestedPass<func::FuncOp>(createMarkLiveRows());

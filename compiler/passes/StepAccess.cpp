@@ -108,6 +108,24 @@ bool mlir::step::unwrittenBetween(Value v, Operation *from, Operation *to) {
   return true;
 }
 
+bool mlir::step::untouchedBetween(Value v, Operation *from, Operation *to) {
+  std::optional<BufferRef> ref = resolveBuffer(v);
+  if (!ref)
+    return false;
+  for (Operation *op = from->getNextNode(); op && op != to;
+       op = op->getNextNode()) {
+    SmallVector<Access> accesses;
+    if (!collectAccesses(op, accesses))
+      return false;
+    for (const Access &a : accesses) {
+      std::optional<BufferRef> touched = resolveBuffer(a.value);
+      if (!touched || touched->root == ref->root)
+        return false;
+    }
+  }
+  return true;
+}
+
 bool mlir::step::availableBefore(Value v, Operation *op) {
   Operation *def = v.getDefiningOp();
   if (!def)

@@ -71,6 +71,12 @@ Operation *previousCompute(Operation *op);
 /// buffer's root or an op's effects are unknown.
 bool unwrittenBetween(Value v, Operation *from, Operation *to);
 
+/// True when no op strictly between `from` and `to` (one block, `from`
+/// first) reads or writes the bytes `v` lives in, so that a write of `v`
+/// may move from one to the other (a fusion placing a write earlier).
+/// False where a buffer's root or an op's effects are unknown.
+bool untouchedBetween(Value v, Operation *from, Operation *to);
+
 /// Whether `v` can be read or written right before `op`: defined before it
 /// in its block, or by a declaration without operands that may move there
 /// (declareBefore).

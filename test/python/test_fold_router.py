@@ -5,6 +5,10 @@ logits by its rms, and moe_choose makes the choice after it. With
 --fold-router=composed the share comes from the attn_output linear itself
 (linear_router), through a matrix the backend composes at load from the
 gate, the FFN norm and the rank's part of attn_output (common/StepOps.h).
+By default the all-reduce also makes the choice (kiln-fuse-router-choice:
+its `choose` clause); --fuse-router-choice=false keeps moe_choose after it.
+The choice inside must give the same bits as moe_choose: the CPU logits
+with it and without it are compared bit for bit.
 
 The folded logits are the unfolded ones in real arithmetic, not in f32: the
 router's dots are summed per rank and then over the ranks, in another order
@@ -21,7 +25,8 @@ after any f32 change, which turns this rounding noise into up to 1e-4
 
 Tiny (8 heads) and small (16 heads) presets at tp 2 and 4, both forms; the
 folded tiny model also against the float64 reference (glm5_reference.py) as
-test_tensor_parallel.py checks the unfolded one."""
+test_tensor_parallel.py checks the unfolded one; the choice inside against
+moe_choose at tp 2."""
 import numpy as np
 import pytest
 
@@ -42,14 +47,22 @@ def step_ops(gguf, tp, flags):
             if line.strip().startswith("step.")]
 
 
-def teacher_forced(gguf, tmp_path, tp, flags, name, tokens=TOKENS):
+def logits_f32(gguf, tmp_path, tp, flags, name, tokens=TOKENS):
+    """The CPU backend's teacher-forced logits, as kiln-run writes them."""
     art = tmp_path / f"{name}.kiln"
     run_tool("kiln-compile", gguf, "--target=cpu", "--context", CONTEXT,
              "--cache-type", "f32", "--tp", tp, *flags, "-o", art)
     out = tmp_path / f"{name}.npy"
     run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens", tokens,
              "-n", 0, "--logits-out", out)
-    return np.load(out).astype(np.float64)
+    logits = np.load(out)
+    assert logits.dtype == np.float32
+    return logits
+
+
+def teacher_forced(gguf, tmp_path, tp, flags, name, tokens=TOKENS):
+    return logits_f32(gguf, tmp_path, tp, flags, name,
+                      tokens).astype(np.float64)
 
 
 def relative(a, b):
@@ -69,13 +82,18 @@ def test_folded_step_has_no_router(preset_model, tp, form):
     print(f"{preset} seed {SEED} tp {tp} {form}")
     plain = step_ops(gguf, tp, [])
     folded = step_ops(gguf, tp, [flag])
+    separate = step_ops(gguf, tp, [flag, "--fuse-router-choice=false"])
     routers = plain.count("step.moe_router")
     assert routers > 0
     for _, op in FORMS.values():
         assert op not in plain
     assert "step.moe_router" not in folded
     assert folded.count(share) == routers
-    assert folded.count("step.moe_choose") == routers
+    # The choice is inside the all-reduce by default, moe_choose after it
+    # with --fuse-router-choice=false; otherwise the same ops.
+    assert "step.moe_choose" not in folded
+    assert separate.count("step.moe_choose") == routers
+    assert sorted(separate) == sorted(folded + ["step.moe_choose"] * routers)
     other = next(op for _, op in FORMS.values() if op != share)
     assert other not in folded
     if form == "composed":
@@ -84,6 +102,23 @@ def test_folded_step_has_no_router(preset_model, tp, form):
                 plain.count("step.linear") - routers)
         # No views: the linear_router writes the whole partial.
         assert folded.count("step.view") == plain.count("step.view")
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_choice_inside_all_reduce_has_same_bits(preset_model, tmp_path, form):
+    """The all-reduce that makes the choice itself (the default) and the
+    moe_choose after it (--fuse-router-choice=false) are defined as the
+    same computation: the logits must be equal bit for bit."""
+    preset, gguf = preset_model
+    tp = 2
+    flag = FORMS[form][0]
+    print(f"{preset} seed {SEED} tp {tp} {form}")
+    separate = logits_f32(gguf, tmp_path, tp,
+                          [flag, "--fuse-router-choice=false"], "separate")
+    inside = logits_f32(gguf, tmp_path, tp, [flag], "inside")
+    assert inside.shape == separate.shape
+    assert inside.shape[0] == len(TOKENS.split(","))
+    assert np.array_equal(inside.view(np.uint32), separate.view(np.uint32))
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))

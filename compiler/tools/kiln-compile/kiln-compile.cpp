@@ -93,13 +93,21 @@ static cl::opt<bool> fuseSharedExpert(
 static cl::opt<std::string> foldRouter(
     cl::cat(kilnOptions), "fold-router", cl::ValueOptional, cl::init(""),
     cl::desc("Fold each MoE layer's router into the attention's all-reduce "
-             "(the logits divided by its rms, moe_choose after): the "
+             "(the logits divided by its rms, the choice made there too, "
+             "--fuse-router-choice): the "
              "router's dots leave the path after the all-reduce. Bare or "
              "=partial: router_partial after attn_output; =composed: "
              "attn_output and the router's share in one linear_router, its "
              "matrix composed at load (off by default until it measures "
              "faster, docs/perf.md)"),
     cl::value_desc("partial|composed"));
+static cl::opt<bool> fuseRouterChoice(
+    cl::cat(kilnOptions), "fuse-router-choice", cl::init(true),
+    cl::desc("With --fold-router: make each MoE layer's router choice (top-k "
+             "and weights) inside the all-reduce that reduces its logits "
+             "(all_reduce_add_rms_norm choose), the same bits as a "
+             "moe_choose after it (default on; =false keeps the "
+             "moe_choose)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
@@ -267,7 +275,8 @@ int main(int argc, char **argv) {
       step = (*module)->clone();
     mlir::PassManager pm(&context);
     mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance,
-                                  fuseSharedExpert, routerFold);
+                                  fuseSharedExpert, routerFold,
+                                  fuseRouterChoice);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";
