@@ -101,6 +101,10 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
         compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
           --cache-type "$cache" --fold-router=composed \
           -o "$m/$name.cuda-composed.tp$tp.kiln"
+        # And with the choice inside the all-reduce (--fuse-router-choice).
+        compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
+          --cache-type "$cache" --fold-router=composed --fuse-router-choice \
+          -o "$m/$name.cuda-composed-choice.tp$tp.kiln"
       fi
     done
   done
@@ -149,6 +153,9 @@ compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --contex
 # The same through the composed weight (--fold-router=composed).
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   --fold-router=composed -o "$m/glm5-composed.cuda.tp8.kiln"
+# And with the router's choice inside the all-reduce (--fuse-router-choice).
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
+  --fold-router=composed --fuse-router-choice -o "$m/glm5-composed-choice.cuda.tp8.kiln"
 # With its logits (gathered over the vocabulary), for comparing the bits of
 # runs launched different ways (gpu-test.sh's same-result steps: the bench
 # prints a digest of the logits); the timed benches leave them out.

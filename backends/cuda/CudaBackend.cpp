@@ -576,6 +576,23 @@ Expected<Launch> OpBinder::collective() {
     const float *residual = fused ? f32In(1) : nullptr;
     float *sum = f32Out(0), *y = fused ? f32Out(1) : nullptr;
     float *logits = tail > 0 ? f32Out(2) : nullptr;
+    // The router's choice from the logits (kiln-fuse-router-choice): made
+    // by the one-shot kernel's block holding the tail, or after NCCL's
+    // reduction by the choice kernel.
+    RouterChoice choice;
+    if (d_.hasChoice) {
+      if (d_.hasBias) {
+        KILN_ASSIGN(b, param(3));
+        choice.bias = b;
+      }
+      choice.topK = d_.topK;
+      choice.gating = d_.softmax ? Gating::Softmax : Gating::Sigmoid;
+      choice.normalize = d_.normalize;
+      choice.routedScale = float(d_.routedScale);
+      choice.ids = i32Out(3);
+      choice.weights = f32Out(4);
+    }
+    const bool chooses = d_.hasChoice;
     int64_t rows = d_.rows, cols = d_.n;
     float eps = float(d_.epsilon);
     bool isSum = d_.sum;
@@ -589,7 +606,8 @@ Expected<Launch> OpBinder::collective() {
       float *out = fused ? sum : f32Out(0);
       return wrap([=](cudaStream_t s) {
         return launchAllReducePeers(peers, x, rows, cols, isSum, residual, w,
-                                    eps, out, y, f, s, tail, logits);
+                                    eps, out, y, f, s, tail, logits,
+                                    chooses ? &choice : nullptr);
       });
     }
     // The fused op reduces into scratch (its input is read-only).
@@ -618,11 +636,19 @@ Expected<Launch> OpBinder::collective() {
           CUDA_TRY(where, cudaMemcpyAsync(reduced, x, n * sizeof(float),
                                           cudaMemcpyDeviceToDevice, s));
       }
-      if (fused)
-        return check(launchAddRmsNorm(residual, reduced, rows, cols, w, eps,
-                                      sum, y, s, reduced + rows * cols, tail,
-                                      logits),
-                     where, "launchAddRmsNorm");
+      if (fused) {
+        KILN_TRY(
+            check(launchAddRmsNorm(residual, reduced, rows, cols, w, eps, sum,
+                                   y, s, reduced + rows * cols, tail, logits),
+                  where, "launchAddRmsNorm"));
+        if (!chooses)
+          return Status::ok();
+        return check(launchMoeChoose(logits, tail, choice.bias, choice.topK,
+                                     choice.gating, choice.normalize,
+                                     choice.routedScale, choice.ids,
+                                     choice.weights, s),
+                     where, "launchMoeChoose");
+      }
       if (reduced != sum)
         CUDA_TRY(where, cudaMemcpyAsync(sum, reduced, n * sizeof(float),
                                         cudaMemcpyDeviceToDevice, s));

@@ -2833,6 +2833,9 @@ __device__ inline void waitFor(const uint32_t *word, uint32_t target,
   }
 }
 
+size_t routerChoiceShared(int64_t experts, int64_t topK,
+                          unsigned blockThreads);
+
 struct PeerArgs {
   PeerExchange p;
   const float *x;
@@ -2846,11 +2849,20 @@ struct PeerArgs {
   /// its n, reduced with them, then divided by the rms into `logits`.
   int64_t tail;
   float *logits;
+  /// The router's choice from the logits (choice.topK > 0), by the block
+  /// holding the tail's last value (dynamic shared memory:
+  /// routerChoiceShared).
+  RouterChoice choice;
 };
 
 /// One cluster of kPeerBlocks blocks; block b takes values [b * chunk,
 /// (b + 1) * chunk) of the rows x n (flat), thread t those at t + k *
 /// kPeerThreads.
+/// kChoice: the router's choice after the tail (a.choice); its own
+/// instantiation, so that the all-reduces without one keep their
+/// registers (with the choice's code inlined into the one kernel every
+/// all-reduce of a GLM-5 step took ~0.7 us longer).
+template <bool kChoice>
 __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
     __launch_bounds__(kPeerThreads) allReducePeersKernel(PeerArgs a) {
   stepKernelPrologue();
@@ -2990,6 +3002,21 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
     else if (f < last)
       a.logits[f - body] = v[k] / rms[0];
   }
+  if constexpr (kChoice) {
+    // The choice by the block of the tail's last value, from the logits
+    // its threads (and, where the tail spans blocks, the cluster's) just
+    // wrote.
+    const int chooser = int((total - 1) / chunk);
+    if (int(body / chunk) != chooser)
+      cluster.sync(); // the other blocks' logits, released to the cluster
+    if (b != chooser)
+      return;
+    __syncthreads();
+    extern __shared__ float choiceShared[];
+    routerChoose(a.logits, a.tail, a.choice.bias, a.choice.topK,
+                 a.choice.gating, a.choice.normalize, a.choice.routedScale,
+                 a.choice.ids, a.choice.weights, choiceShared);
+  }
 }
 
 } // namespace
@@ -3044,17 +3071,27 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  const float *residual, const float *w,
                                  float eps, float *out, float *y,
                                  FaultSink fault, cudaStream_t s, int64_t tail,
-                                 float *logits) {
+                                 float *logits, const RouterChoice *choice) {
   if (!allReducePeersFits(p, rows, n, tail) || !x || !out ||
       (w && (!residual || !y)) || (tail > 0 && (!w || !logits)))
     return cudaErrorInvalidValue;
   for (int q = 0; q < p.ranks; ++q)
     if (!p.slots[q] || (!p.local && !p.flags[q]))
       return cudaErrorInvalidValue;
-  const PeerArgs args{p,   x, rows, n, sum,   residual, w,
-                      eps, out, y,  fault, tail,  logits};
-  if (cudaError_t e = launchStep(allReducePeersKernel, kPeerBlocks,
-                                 kPeerThreads, 0, s, args);
+  PeerArgs args{p,   x, rows, n, sum,   residual, w,
+                eps, out, y,  fault, tail,  logits, {}};
+  size_t shared = 0;
+  if (choice && choice->topK > 0) {
+    shared = routerChoiceShared(tail, choice->topK, kPeerThreads);
+    if (tail <= 0 || choice->topK > tail || !choice->ids ||
+        !choice->weights || shared > 48 * 1024)
+      return cudaErrorInvalidValue;
+    args.choice = *choice;
+  }
+  if (cudaError_t e = launchStep(args.choice.topK > 0
+                                     ? allReducePeersKernel<true>
+                                     : allReducePeersKernel<false>,
+                                 kPeerBlocks, kPeerThreads, shared, s, args);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -227,13 +227,26 @@ cudaError_t enablePeerAccess(int peer);
 /// rms_norm(out) * w per row. A peer that does not arrive within 10 s is
 /// reported through `fault` and not waited for. With a `tail` (the fused
 /// op, rows = 1; kiln-fold-router): x has n + tail values, all reduced,
-/// the last tail divided by the norm's rms into `logits`.
+/// the last tail divided by the norm's rms into `logits`; with a `choice`
+/// too (kiln-fuse-router-choice), the block holding the tail's last value
+/// then makes the router's choice from those logits, as launchMoeChoose
+/// would (the same code: the same ids and weights).
+struct RouterChoice {
+  const float *bias = nullptr;
+  int64_t topK = 0;
+  Gating gating = Gating::Sigmoid;
+  bool normalize = false;
+  float routedScale = 1.f;
+  int32_t *ids = nullptr;
+  float *weights = nullptr;
+};
 cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  int64_t rows, int64_t n, bool sum,
                                  const float *residual, const float *w,
                                  float eps, float *out, float *y,
                                  FaultSink fault, cudaStream_t s,
-                                 int64_t tail = 0, float *logits = nullptr);
+                                 int64_t tail = 0, float *logits = nullptr,
+                                 const RouterChoice *choice = nullptr);
 /// Whether launchAllReducePeers takes rows x n (+ tail): at most
 /// kMaxPeerRows rows and 8,192 values, within the capacity.
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,

@@ -35,12 +35,13 @@ enum class RouterFold {
 /// `fuseSharedExpert` adds fuse-shared-expert after fuse-expert-add (when
 /// `fuse` is on; the default). `foldRouter` adds fold-router in that form
 /// after it (when `fuse` is on; off by default), and `fuseRouterChoice`
-/// fuse-router-choice right after fold-router (with it; the default).
+/// fuse-router-choice right after fold-router (with it; off by default:
+/// measured slower on the GPU, docs/perf.md).
 void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
                        bool fuse = true, int64_t tp = 1,
                        int64_t reuseDistance = 0, bool fuseSharedExpert = true,
                        RouterFold foldRouter = RouterFold::Off,
-                       bool fuseRouterChoice = true);
+                       bool fuseRouterChoice = false);
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

@@ -293,7 +293,9 @@ class Checks:
             # (--fold-router=composed: the share as rows of attn_output's
             # launch, made at load).
             for kind, what in (("cuda-fold", "router folded"),
-                               ("cuda-composed", "router composed")):
+                               ("cuda-composed", "router composed"),
+                               ("cuda-composed-choice",
+                                "router composed, choice in the all-reduce")):
                 fold = self.art(model, kind, tp)
                 if not fold.exists():
                     continue

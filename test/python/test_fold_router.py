@@ -5,8 +5,9 @@ logits by its rms, and moe_choose makes the choice after it. With
 --fold-router=composed the share comes from the attn_output linear itself
 (linear_router), through a matrix the backend composes at load from the
 gate, the FFN norm and the rank's part of attn_output (common/StepOps.h).
-By default the all-reduce also makes the choice (kiln-fuse-router-choice:
-its `choose` clause); --fuse-router-choice=false keeps moe_choose after it.
+With --fuse-router-choice the all-reduce also makes the choice
+(kiln-fuse-router-choice: its `choose` clause; off by default, measured
+slower on the GPU); without it moe_choose follows the all-reduce.
 The choice inside must give the same bits as moe_choose: the CPU logits
 with it and without it are compared bit for bit.
 
@@ -81,16 +82,16 @@ def test_folded_step_has_no_router(preset_model, tp, form):
     flag, share = FORMS[form]
     print(f"{preset} seed {SEED} tp {tp} {form}")
     plain = step_ops(gguf, tp, [])
-    folded = step_ops(gguf, tp, [flag])
-    separate = step_ops(gguf, tp, [flag, "--fuse-router-choice=false"])
+    folded = step_ops(gguf, tp, [flag, "--fuse-router-choice"])
+    separate = step_ops(gguf, tp, [flag])
     routers = plain.count("step.moe_router")
     assert routers > 0
     for _, op in FORMS.values():
         assert op not in plain
     assert "step.moe_router" not in folded
     assert folded.count(share) == routers
-    # The choice is inside the all-reduce by default, moe_choose after it
-    # with --fuse-router-choice=false; otherwise the same ops.
+    # The choice is inside the all-reduce with --fuse-router-choice,
+    # moe_choose after it without (the default); otherwise the same ops.
     assert "step.moe_choose" not in folded
     assert separate.count("step.moe_choose") == routers
     assert sorted(separate) == sorted(folded + ["step.moe_choose"] * routers)
@@ -106,16 +107,16 @@ def test_folded_step_has_no_router(preset_model, tp, form):
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_choice_inside_all_reduce_has_same_bits(preset_model, tmp_path, form):
-    """The all-reduce that makes the choice itself (the default) and the
-    moe_choose after it (--fuse-router-choice=false) are defined as the
+    """The all-reduce that makes the choice itself (--fuse-router-choice)
+    and the moe_choose after it (the default) are defined as the
     same computation: the logits must be equal bit for bit."""
     preset, gguf = preset_model
     tp = 2
     flag = FORMS[form][0]
     print(f"{preset} seed {SEED} tp {tp} {form}")
-    separate = logits_f32(gguf, tmp_path, tp,
-                          [flag, "--fuse-router-choice=false"], "separate")
-    inside = logits_f32(gguf, tmp_path, tp, [flag], "inside")
+    separate = logits_f32(gguf, tmp_path, tp, [flag], "separate")
+    inside = logits_f32(gguf, tmp_path, tp, [flag, "--fuse-router-choice"],
+                        "inside")
     assert inside.shape == separate.shape
     assert inside.shape[0] == len(TOKENS.split(","))
     assert np.array_equal(inside.view(np.uint32), separate.view(np.uint32))

@@ -1995,6 +1995,52 @@ void checkRouterFold(Report &r, kiln::Rng &rng) {
            relError(dl2.download(), wantLogits), sumTol(double(n)),
            sumWhy("the rms's sum of squares order", n));
   }
+  // The choice inside the one-shot all-reduce (kiln-fuse-router-choice):
+  // the ids and weights the choice kernel makes from the logits the same
+  // call wrote, bit for bit; with the tail in one block (GLM-5's 6,144 +
+  // 256) and across two (1,024 + 256), with and without a bias, sigmoid
+  // and softmax.
+  for (auto [cols, bias, softmax] :
+       {std::tuple<int64_t, bool, bool>{6144, true, false},
+        {6144, false, true},
+        {1024, true, false}}) {
+    const int64_t experts = 256, topK = 8;
+    const int ranks = 8;
+    const int64_t cap = 2 * (cols + experts);
+    std::vector<float> x = normals(rng, cols + experts, 1.0),
+                       res = normals(rng, cols, 1.0),
+                       w = normals(rng, cols, 1.0, 1.0);
+    DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(cap));
+    CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(cap)));
+    const kc::PeerExchange pe =
+        kc::peerExchangeView({exchange.get()}, ranks, 0, cap, true);
+    DeviceArray<float> dx(x), dres(res), dw(w), db(normals(rng, experts, 0.1)),
+        dout(static_cast<size_t>(cols)), dy(static_cast<size_t>(cols)), dl(static_cast<size_t>(experts)),
+        w1(static_cast<size_t>(topK)), w2(static_cast<size_t>(topK));
+    DeviceArray<int32_t> ids1(static_cast<size_t>(topK)), ids2(static_cast<size_t>(topK));
+    kc::RouterChoice choice;
+    choice.bias = bias ? db.get() : nullptr;
+    choice.topK = topK;
+    choice.gating = softmax ? kc::Gating::Softmax : kc::Gating::Sigmoid;
+    choice.normalize = true;
+    choice.routedScale = 2.5f;
+    choice.ids = ids1.get();
+    choice.weights = w1.get();
+    run(kc::launchAllReducePeers(pe, dx.get(), 1, cols, true, dres.get(),
+                                 dw.get(), eps, dout.get(), dy.get(), {},
+                                 nullptr, experts, dl.get(), &choice));
+    run(kc::launchMoeChoose(dl.get(), experts, choice.bias, topK,
+                            choice.gating, true, 2.5f, ids2.get(), w2.get(),
+                            nullptr));
+    r.line("all_reduce_peers",
+           fmtText("simulated, 8 ranks, 1x%lld + tail 256, the choice inside "
+                   "(top 8, %s%s)",
+                   (long long)cols, softmax ? "softmax" : "sigmoid",
+                   bias ? " +bias" : ""),
+           mismatches(ids1.download(), ids2.download()) +
+               mismatches(w1.download(), w2.download()),
+           0, "bit-exact: the choice kernel's code on the same logits");
+  }
   // A tail with more than one row is refused.
   {
     DeviceArray<float> a(static_cast<size_t>(2 * 64 + 8)), b(static_cast<size_t>(128)), w(static_cast<size_t>(64)),

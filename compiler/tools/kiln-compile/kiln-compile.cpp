@@ -93,8 +93,8 @@ static cl::opt<bool> fuseSharedExpert(
 static cl::opt<std::string> foldRouter(
     cl::cat(kilnOptions), "fold-router", cl::ValueOptional, cl::init(""),
     cl::desc("Fold each MoE layer's router into the attention's all-reduce "
-             "(the logits divided by its rms, the choice made there too, "
-             "--fuse-router-choice): the "
+             "(the logits divided by its rms; with --fuse-router-choice the "
+             "choice made there too): the "
              "router's dots leave the path after the all-reduce. Bare or "
              "=partial: router_partial after attn_output; =composed: "
              "attn_output and the router's share in one linear_router, its "
@@ -102,12 +102,12 @@ static cl::opt<std::string> foldRouter(
              "faster, docs/perf.md)"),
     cl::value_desc("partial|composed"));
 static cl::opt<bool> fuseRouterChoice(
-    cl::cat(kilnOptions), "fuse-router-choice", cl::init(true),
+    cl::cat(kilnOptions), "fuse-router-choice", cl::init(false),
     cl::desc("With --fold-router: make each MoE layer's router choice (top-k "
              "and weights) inside the all-reduce that reduces its logits "
              "(all_reduce_add_rms_norm choose), the same bits as a "
-             "moe_choose after it (default on; =false keeps the "
-             "moe_choose)"));
+             "moe_choose after it (off by default: measured slower on "
+             "the GPU, docs/perf.md twentieth pass)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
