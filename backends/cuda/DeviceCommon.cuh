@@ -39,6 +39,14 @@ inline std::optional<uint64_t> usableRowBytes(const DeviceWeight &w) {
 /// lane's partial sum, in a fixed order, for warpSum.
 constexpr int kHeldF32Loads = 8;
 
+/// sum + u . v, x to w in order, by fused multiply-adds.
+__device__ __forceinline__ float dotAdd4(float4 u, float4 v, float sum) {
+  sum = fmaf(u.x, v.x, sum);
+  sum = fmaf(u.y, v.y, sum);
+  sum = fmaf(u.z, v.z, sum);
+  return fmaf(u.w, v.w, sum);
+}
+
 __device__ inline void holdF32Part(const float4 *row, int64_t begin,
                                    int64_t end, bool valid,
                                    float4 (&held)[kHeldF32Loads]) {
@@ -58,12 +66,7 @@ __device__ inline float heldF32Dot(const float4 *row, XAt &&xAt,
                                    const float4 (&held)[kHeldF32Loads]) {
   const int lane = int(threadIdx.x) % kWarp;
   float sum = 0.f;
-  auto add = [&](float4 u, float4 v) {
-    sum = fmaf(u.x, v.x, sum);
-    sum = fmaf(u.y, v.y, sum);
-    sum = fmaf(u.z, v.z, sum);
-    sum = fmaf(u.w, v.w, sum);
-  };
+  auto add = [&](float4 u, float4 v) { sum = dotAdd4(u, v, sum); };
 #pragma unroll
   for (int k = 0; k < kHeldF32Loads; ++k) {
     const int64_t c = begin + lane + int64_t(k) * kWarp;

@@ -394,12 +394,7 @@ __device__ inline void tailRows(const Q8SplitArgs::Tail &t, const float4 *x,
     const float4 *r = t.w + row * t.cols4;
     const bool fromHeld = held1 && row == int64_t(blockIdx.x);
     float sum = 0.f;
-    const auto add = [&sum](float4 u, float4 v) {
-      sum = fmaf(u.x, v.x, sum);
-      sum = fmaf(u.y, v.y, sum);
-      sum = fmaf(u.z, v.z, sum);
-      sum = fmaf(u.w, v.w, sum);
-    };
+    const auto add = [&sum](float4 u, float4 v) { sum = dotAdd4(u, v, sum); };
 #pragma unroll
     for (int k = 0; k < kTailHeld; ++k) {
       const int64_t c = begin + lane + int64_t(k) * kWarp;

@@ -88,7 +88,10 @@ std::string mlir::step::describeBuffer(Value v) {
   return name;
 }
 
-bool mlir::step::unwrittenBetween(Value v, Operation *from, Operation *to) {
+/// Whether no op strictly between `from` and `to` writes (`writesOnly`) or
+/// reads or writes v's buffer, and every op there says what it accesses.
+static bool clearBetween(Value v, Operation *from, Operation *to,
+                         bool writesOnly) {
   std::optional<BufferRef> ref = resolveBuffer(v);
   if (!ref)
     return false;
@@ -98,32 +101,22 @@ bool mlir::step::unwrittenBetween(Value v, Operation *from, Operation *to) {
     if (!collectAccesses(op, accesses))
       return false;
     for (const Access &a : accesses) {
-      if (!a.write)
+      if (writesOnly && !a.write)
         continue;
-      std::optional<BufferRef> w = resolveBuffer(a.value);
-      if (!w || w->root == ref->root)
+      std::optional<BufferRef> other = resolveBuffer(a.value);
+      if (!other || other->root == ref->root)
         return false;
     }
   }
   return true;
 }
 
+bool mlir::step::unwrittenBetween(Value v, Operation *from, Operation *to) {
+  return clearBetween(v, from, to, /*writesOnly=*/true);
+}
+
 bool mlir::step::untouchedBetween(Value v, Operation *from, Operation *to) {
-  std::optional<BufferRef> ref = resolveBuffer(v);
-  if (!ref)
-    return false;
-  for (Operation *op = from->getNextNode(); op && op != to;
-       op = op->getNextNode()) {
-    SmallVector<Access> accesses;
-    if (!collectAccesses(op, accesses))
-      return false;
-    for (const Access &a : accesses) {
-      std::optional<BufferRef> touched = resolveBuffer(a.value);
-      if (!touched || touched->root == ref->root)
-        return false;
-    }
-  }
-  return true;
+  return clearBetween(v, from, to, /*writesOnly=*/false);
 }
 
 bool mlir::step::availableBefore(Value v, Operation *op) {
