@@ -2,7 +2,8 @@
 //
 // The decoder's checks of the ops the fusion passes add: swiglu_linear, a
 // projection's live_from, moe_experts' shared expert, and the router fold's
-// router_partial, moe_choose and all-reduce tail. An artifact is assembled
+// router_partial, moe_choose, all-reduce tail and choice, and the composed
+// fold's linear_router. An artifact is assembled
 // by hand, so each bad field stands alone.
 //
 //===----------------------------------------------------------------------===//
@@ -344,6 +345,104 @@ TEST(StepOps, AllReduceTailDecodes) {
   EXPECT_EQ(d->rows, 1);
   EXPECT_EQ(d->tail, 16);
   EXPECT_EQ(d->outs.size(), 3u);
+}
+
+/// all_reduce_add_rms_norm with a tail of 16 and the router's choice
+/// (kiln-fuse-router-choice): allReduceTail's operands, then an optional
+/// bias [16], ids [topK] (i32) and weights [weights].
+ka::Artifact allReduceChoice(int64_t topK, bool bias, int64_t weights,
+                             bool withTail = true) {
+  ka::Buffer ids = arena("ids", {topK});
+  ids.dtype = ka::DType::I32;
+  std::vector<ka::Buffer> buffers = {arena("p", {withTail ? 80 : 64}),
+                                     arena("x", {64}),
+                                     weightBuffer("ffn_norm", 0),
+                                     arena("h", {64}),
+                                     arena("y", {64}),
+                                     arena("logits", {16}),
+                                     arena("bias", {16}),
+                                     ids,
+                                     arena("w", {weights})};
+  std::vector<int32_t> operands = {0, 1, 2};
+  if (bias)
+    operands.push_back(6);
+  for (int32_t o : {3, 4, 5, 7, 8})
+    operands.push_back(o);
+  std::vector<ka::Attr> attrs = {floatAttr("epsilon", 1e-5),
+                                 stringAttr("reduction", "sum"),
+                                 intAttr("top_k", topK),
+                                 stringAttr("gating", "sigmoid"),
+                                 intAttr("normalize", 1, ka::AttrKind::Bool),
+                                 floatAttr("routed_scale", 2.5)};
+  if (withTail)
+    attrs.push_back(intAttr("tail", 16));
+  return withOp({f32("ffn_norm.weight", {64})}, std::move(buffers),
+                opOf("all_reduce_add_rms_norm", std::move(operands),
+                     std::move(attrs), 5));
+}
+
+TEST(StepOps, AllReduceChoiceDecodes) {
+  for (bool bias : {false, true}) {
+    Expected<StepOp> d = decodeOnly(allReduceChoice(4, bias, 4));
+    ASSERT_TRUE(d) << d.error().message();
+    EXPECT_EQ(d->kind, OpKind::AllReduceAddRmsNorm);
+    EXPECT_TRUE(d->hasChoice);
+    EXPECT_EQ(d->hasBias, bias);
+    EXPECT_EQ(d->tail, 16);
+    EXPECT_EQ(d->experts, 16);
+    EXPECT_EQ(d->topK, 4);
+    EXPECT_TRUE(d->normalize);
+    EXPECT_EQ(d->routedScale, 2.5);
+    EXPECT_EQ(d->ins.size(), bias ? 4u : 3u);
+    EXPECT_EQ(d->outs.size(), 5u);
+  }
+  Expected<StepOp> plain = decodeOnly(allReduceTail(80, 16, 16));
+  ASSERT_TRUE(plain) << plain.error().message();
+  EXPECT_FALSE(plain->hasChoice);
+}
+
+TEST(StepOps, AllReduceChoiceRefusesBadShapes) {
+  expectRefused(allReduceChoice(20, true, 20),
+                "top_k 20 is outside 1..16 experts");
+  expectRefused(allReduceChoice(4, true, 3), "weights must have top_k values");
+  expectRefused(allReduceChoice(4, false, 4, /*withTail=*/false),
+                "a choice (top_k) needs a tail");
+}
+
+/// linear_router: input [k], the weight [k, 64] (binding 0), residual [64],
+/// gate F32 [64, 8] (binding 1), norm [64] (binding 2, or an arena buffer
+/// when `normBuffer`), output [out]; `ranks`.
+ka::Artifact linearRouter(int64_t k, int64_t out, int64_t ranks,
+                          bool normBuffer = false) {
+  return withOp(
+      {q8("attn_output.weight", {32, 64}), f32("gate.weight", {64, 8}),
+       f32("ffn_norm.weight", {64})},
+      {arena("o", {k}), weightBuffer("attn_output", 0), arena("x", {64}),
+       weightBuffer("gate", 1),
+       normBuffer ? arena("norm", {64}) : weightBuffer("ffn_norm", 2),
+       arena("out", {out})},
+      opOf("linear_router", {0, 1, 2, 3, 4, 5}, {intAttr("ranks", ranks)}));
+}
+
+TEST(StepOps, LinearRouterDecodes) {
+  Expected<StepOp> d = decodeOnly(linearRouter(32, 72, 1));
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->kind, OpKind::LinearRouter);
+  EXPECT_EQ(d->n, 64);
+  EXPECT_EQ(d->k, 32);
+  EXPECT_EQ(d->experts, 8);
+  EXPECT_EQ(d->ranks, 1);
+  EXPECT_EQ(d->rows, 1);
+}
+
+TEST(StepOps, LinearRouterRefusesBadShapes) {
+  expectRefused(linearRouter(16, 72, 1),
+                "must be a vector of the weight's 32 values a row");
+  expectRefused(linearRouter(32, 64, 1),
+                "must hold the 64 rows and the gate's 8 experts");
+  expectRefused(linearRouter(32, 72, 2), "ranks 2 must be the group's 1");
+  expectRefused(linearRouter(32, 72, 1, /*normBuffer=*/true),
+                "must be an F32 weight (read at load)");
 }
 
 TEST(StepOps, AllReduceTailRefusesBadShapes) {
