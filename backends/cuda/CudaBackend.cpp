@@ -977,14 +977,10 @@ Expected<Launch> OpBinder::bind() {
     // the weights on the device (random ones too, for --bench).
     DeviceWeight w = weight(1), gate = weight(3);
     KILN_ASSIGN(norm, param(4));
-    const int64_t hidden = d.n, k = d.k, experts = d.experts, ranks = d.ranks;
-    if (ranks <= 0 || hidden % ranks != 0 || gate.type != GGMLType::F32 ||
-        gate.layout != WeightLayout::Blocks || gate.rows != experts ||
-        gate.cols != hidden || w.rows != hidden || w.cols != k)
-      return Error(d.where, "linear_router",
-                   "the gate, the norm and the linear's weight do not match "
-                   "the op's dims");
-    const int64_t shareCols = hidden / ranks,
+    // The decoder checked the dims (the gate a whole F32 [hidden, experts]
+    // weight: the file's rows) and that ranks divides hidden.
+    const int64_t hidden = d.n, k = d.k, experts = d.experts;
+    const int64_t shareCols = hidden / d.ranks,
                   shareBegin = int64_t(rank_.index) * shareCols;
     KILN_ASSIGN(composed,
                 rank_.scratchFloats(uint64_t(experts * (k + shareCols))));
