@@ -711,6 +711,10 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   if (options && options->flags & KILN_RUN_PROFILE)
     return Error("cpu backend", "options",
                  "--profile times GPU kernels; the CPU backend has none");
+  if (options && options->flags & KILN_RUN_ONE_GPU)
+    return Error("cpu backend", "options",
+                 "--one-gpu places a GPU backend's ranks; the CPU backend "
+                 "runs every rank on the CPU already");
   if (options && options->flags & ~uint32_t(KILN_RUN_EAGER))
     return Error("cpu backend", "options",
                  fmt::format("unknown flags {:#x}", options->flags));

@@ -228,6 +228,10 @@ struct CudaRank {
   /// step costs without NCCL).
   bool localCollectives = false;
   bool overlap = true; ///< programmatic dependent launch (Launch.cuh)
+  /// KILN_RUN_ONE_GPU: every rank of the group on this one GPU; each
+  /// collective goes through the exchange (peerReduceFlat where the
+  /// one-shot kernel does not take it whole), never NCCL.
+  bool oneGpu = false;
   /// An mla_attention's output projection inside MLA's launch where the
   /// weight allows (else the attention, then the stacked mat-vec).
   bool mlaProjection = false;
@@ -545,10 +549,30 @@ Expected<const float *> OpBinder::param(size_t i) {
   return static_cast<const float *>(out);
 }
 
+/// A sum (or max) of `n` values over the exchange's ranks, as one-shot
+/// all-reduces of at most kPeerMaxValues values each (KILN_RUN_ONE_GPU,
+/// where no NCCL takes the collectives the one-shot kernel does not).
+Status peerReduceFlat(const PeerExchange &peers, const float *x, uint64_t n,
+                      bool sum, float *out, FaultSink fault, cudaStream_t s,
+                      const std::string &where) {
+  const uint64_t most =
+      std::min(uint64_t(kPeerMaxValues), uint64_t(peers.capacity));
+  for (uint64_t at = 0; at < n; at += most) {
+    const uint64_t len = std::min(most, n - at);
+    KILN_TRY(
+        check(launchAllReducePeers(peers, x + at, 1, int64_t(len), sum, nullptr,
+                                   nullptr, 0.f, out + at, nullptr, fault, s),
+              where, "launchAllReducePeers"));
+  }
+  return Status::ok();
+}
+
 /// all_reduce, all_reduce_add_rms_norm, all_gather, distributed_argmax:
 /// NCCL across the group; alone (one rank, or a simulated rank of a larger
 /// plan) the local equivalent, which for a simulated rank moves the bytes
-/// a ring collective moves through each GPU's memory.
+/// a ring collective moves through each GPU's memory; ranks on one GPU
+/// (KILN_RUN_ONE_GPU) through its memory: the one-shot all-reduce, and
+/// gathers as sums of vectors that are zero outside each rank's part.
 Expected<Launch> OpBinder::collective() {
   CudaRank *rank = &rank_;
   const NcclApi *nccl = rank_.nccl;
@@ -616,8 +640,13 @@ Expected<Launch> OpBinder::collective() {
       KILN_ASSIGN(s, rank_.scratchFloats(simulate ? 2 * n : n));
       reduced = s;
     }
+    const bool oneGpu = rank_.oneGpu;
+    const PeerExchange peers = rank_.peers;
+    FaultSink f = sink();
     return Launch([=](cudaStream_t s) -> Status {
-      if (nccl && !simulate) {
+      if (oneGpu) {
+        KILN_TRY(peerReduceFlat(peers, x, n, isSum, reduced, f, s, where));
+      } else if (nccl && !simulate) {
         KILN_TRY(
             ncclCheck(*nccl,
                       nccl->allReduce(x, reduced, n, ncclFloat,
@@ -667,8 +696,26 @@ Expected<Launch> OpBinder::collective() {
       gathered = s;
     }
     bool simulate = rank_.simulate || rank_.localCollectives;
+    // Ranks on one GPU: this rank's part at its place in a vector that is
+    // zero elsewhere (made so once), summed over the ranks: the parts
+    // exactly (x + 0 = x).
+    const bool oneGpu = rank_.oneGpu;
+    const PeerExchange peers = rank_.peers;
+    FaultSink f = sink();
+    float *staged = nullptr;
+    if (oneGpu) {
+      KILN_ASSIGN(z, rank_.scratchFloats(part * uint64_t(ranks)));
+      staged = z;
+    }
+    const uint64_t me = rank_.index;
     return Launch([=](cudaStream_t s) -> Status {
-      if (nccl && !simulate) {
+      if (oneGpu) {
+        CUDA_TRY(where,
+                 cudaMemcpyAsync(staged + me * part, x, part * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, s));
+        KILN_TRY(peerReduceFlat(peers, staged, part * uint64_t(ranks), true,
+                                gathered, f, s, where));
+      } else if (nccl && !simulate) {
         KILN_TRY(ncclCheck(
             *nccl, nccl->allGather(x, gathered, part, ncclFloat, rank->comm, s),
             where, "ncclAllGather"));
@@ -694,6 +741,28 @@ Expected<Launch> OpBinder::collective() {
     bool simulate = rank_.simulate || rank_.localCollectives;
     int32_t base = int32_t(int64_t(rank_.index) * n);
     uint32_t me = rank_.index;
+    if (rank_.oneGpu) {
+      // Each candidate as two floats in a [2 ranks] vector zero elsewhere,
+      // summed over the ranks (launchArgmaxSlots).
+      if (n * ranks > (int64_t(1) << 24))
+        return Error(where, "",
+                     fmt::format("ranks on one GPU gather argmax indices as "
+                                 "floats, exact below 2^24; {} x {} values "
+                                 "are more",
+                                 ranks, n));
+      KILN_ASSIGN(slots, rank_.scratchFloats(4 * uint64_t(ranks)));
+      const PeerExchange peers = rank_.peers;
+      FaultSink f = sink();
+      return Launch([=](cudaStream_t s) -> Status {
+        KILN_TRY(
+            check(launchArgmaxSlots(x, n, base, int(ranks), int(me), slots, s),
+                  where, "launchArgmaxSlots"));
+        KILN_TRY(peerReduceFlat(peers, slots, 2 * uint64_t(ranks), true,
+                                slots + 2 * ranks, f, s, where));
+        return check(launchPickSlots(slots + 2 * ranks, int(ranks), y, s),
+                     where, "launchPickSlots");
+      });
+    }
     return Launch([=](cudaStream_t s) -> Status {
       ArgmaxCandidate *mine = candidates + (nccl && !simulate ? me : 0);
       KILN_TRY(check(launchArgmaxCandidate(x, n, base, mine, s), where,
@@ -2119,16 +2188,23 @@ int64_t largestAllReduce(const Artifact &a) {
 /// rank's memory, every GPU of the group given access to every other's,
 /// and each rank's view of all of them. A simulated rank (`local`) has
 /// one of its own that stands for every rank's. When two GPUs of the group
-/// cannot reach each other's memory, all-reduces stay with NCCL.
-Status setUpPeerExchange(CudaGroup &g, bool local) {
+/// cannot reach each other's memory, all-reduces stay with NCCL. Ranks on
+/// one GPU (`oneGpu`) have no NCCL: every collective goes through the
+/// exchange, in parts of at most kPeerMaxValues values.
+Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu) {
   const Artifact &a = g.artifact;
-  const int64_t capacity = largestAllReduce(a);
+  const int64_t capacity = oneGpu ? kPeerMaxValues : largestAllReduce(a);
+  if (oneGpu && a.ranks > uint32_t(kMaxPeers))
+    return Error("cuda backend", "one GPU",
+                 fmt::format("{} ranks on one GPU: its exchange holds at "
+                             "most {}",
+                             a.ranks, kMaxPeers));
   if (capacity <= 0 || a.ranks > uint32_t(kMaxPeers))
     return Status::ok();
   for (auto &r : g.ranks)
     for (auto &o : g.ranks) {
       int can = 1;
-      if (r != o && !local)
+      if (r->device != o->device && !local)
         CUDA_TRY(r->where, cudaDeviceCanAccessPeer(&can, r->device, o->device));
       if (!can) {
         std::fprintf(stderr,
@@ -2171,17 +2247,33 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   const Artifact &a = group->artifact;
   uint32_t flags = options ? options->flags : 0;
   uint32_t known = KILN_RUN_EAGER | KILN_RUN_RANDOM_WEIGHTS |
-                   KILN_RUN_SIMULATE_RANK | KILN_RUN_PROFILE;
+                   KILN_RUN_SIMULATE_RANK | KILN_RUN_PROFILE | KILN_RUN_ONE_GPU;
   if (flags & ~known)
     return Error("cuda backend", "options",
                  fmt::format("unknown flags {:#x}", flags & ~known));
   bool random = flags & KILN_RUN_RANDOM_WEIGHTS;
   bool simulate = flags & KILN_RUN_SIMULATE_RANK;
+  const bool oneGpu = flags & KILN_RUN_ONE_GPU;
+  if (simulate && oneGpu)
+    return Error("cuda backend", "options",
+                 "a simulated rank runs alone; every rank on one GPU "
+                 "(--one-gpu) is the other way to use one GPU, not both");
   group->eager = flags & KILN_RUN_EAGER;
   group->profile = flags & KILN_RUN_PROFILE;
   group->seed = options ? options->seed : 0;
   group->fillPositions = options ? options->fill_positions : 0;
   KILN_ASSIGN(switches, readGraphSwitches());
+  if (oneGpu && (!switches.peerAllReduce || switches.localCollectives))
+    return Error("cuda backend", "options",
+                 "ranks on one GPU exchange through its memory: "
+                 "KILN_CUDA_ALLREDUCE=nccl and KILN_CUDA_LOCAL_COLLECTIVES=1 "
+                 "do not apply");
+  // The timeline waits for the whole GPU, where another rank may be
+  // waiting for this one.
+  if (oneGpu && !switches.timeline.empty())
+    return Error("cuda backend", "options",
+                 "KILN_CUDA_TIMELINE times a step; ranks on one GPU are for "
+                 "checking results, not timing them");
   if (!random && (!weights || weightCount != a.weights.size()))
     return Error("artifact", "weights",
                  fmt::format("{} weight buffers given for {} bindings",
@@ -2194,12 +2286,17 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   CUDA_TRY("cuda backend", cudaGetDeviceCount(&devices));
   uint32_t first = options ? options->device : 0;
   uint32_t local = simulate ? 1 : a.ranks;
-  if (uint64_t(first) + local > uint64_t(devices))
+  // The GPUs the ranks run on, from `first`.
+  const uint32_t gpus = oneGpu ? 1 : local;
+  if (uint64_t(first) + gpus > uint64_t(devices))
     return Error("cuda backend", "devices",
                  fmt::format("{} GPU(s) from GPU {} are needed ({} rank(s){}), "
                              "{} visible",
-                             local, first, a.ranks,
-                             simulate ? ", one simulated" : "", devices));
+                             gpus, first, a.ranks,
+                             simulate ? ", one simulated"
+                             : oneGpu ? " on one GPU"
+                                      : "",
+                             devices));
 
   // The artifact names the architectures it may run on (kiln-compile
   // --target=cuda:sm_90,...) and carries their kernel images; each GPU
@@ -2208,7 +2305,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   for (const Payload &p : a.payloads)
     if (p.backend == "cuda" && p.name == "archs")
       archs.assign(p.data.begin(), p.data.end());
-  for (uint32_t i = 0; i < local; ++i) {
+  for (uint32_t i = 0; i < gpus; ++i) {
     cudaDeviceProp prop{};
     CUDA_TRY("cuda backend", cudaGetDeviceProperties(&prop, int(first + i)));
     std::string arch = fmt::format("sm_{}{}", prop.major, prop.minor);
@@ -2224,7 +2321,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   // communicator: off unless the user asks for it.
   const NcclApi *nccl = nullptr;
   ncclUniqueId id{};
-  if (local > 1) {
+  if (local > 1 && !oneGpu) {
     setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
     KILN_ASSIGN(api, loadNccl());
     nccl = api;
@@ -2236,9 +2333,13 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     auto rank = std::make_unique<CudaRank>();
     rank->index = simulate ? options->simulate_rank : i;
     rank->ranks = a.ranks;
-    rank->device = int(first + i);
+    rank->device = int(first + (oneGpu ? 0 : i));
     rank->simulate = simulate;
-    rank->overlap = switches.overlap;
+    rank->oneGpu = oneGpu && a.ranks > 1;
+    // On one GPU no launch starts before its predecessor ends: an early
+    // launch's waiting blocks could fill the GPU while this rank waits in
+    // an all-reduce for a rank that then finds no room to reach it.
+    rank->overlap = switches.overlap && !oneGpu;
     rank->mlaProjection = switches.mlaProjection;
     rank->clusterSelect = switches.clusterSelect;
     rank->quietStart = switches.quietStart;
@@ -2263,7 +2364,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   }
 
   if (switches.peerAllReduce && a.ranks > 1)
-    KILN_TRY(setUpPeerExchange(*group, simulate || switches.localCollectives));
+    KILN_TRY(setUpPeerExchange(*group, simulate || switches.localCollectives,
+                               oneGpu));
 
   // Each rank on its own thread: place, prepare, join NCCL, capture.
   Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {
@@ -2320,7 +2422,11 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
       CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
       KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
     }
-    if (!group->eager)
+    // Ranks on one GPU capture their graphs with --eager too: capturing
+    // loads every kernel of a step (CUDA loads them lazily, and a load may
+    // wait for the GPU to go idle, which a rank waiting in a collective
+    // for another that is loading a kernel never lets it do).
+    if (!group->eager || rank.oneGpu)
       for (auto &[name, s] : rank.steps) {
         KILN_TRY(capture(rank, s, s.whole));
         if (s.allSelected)

@@ -2591,6 +2591,26 @@ __global__ void argmaxCandidateKernel(const float *x, int64_t n, int32_t base,
     *out = ArgmaxCandidate{x[best.index], base + best.index};
 }
 
+__global__ void argmaxSlotsKernel(const float *x, int64_t n, int32_t base,
+                                  int ranks, int me, float *slots) {
+  stepKernelPrologue();
+  __shared__ Best bests[kWarp];
+  const Best best = blockArgmax(x, n, bests);
+  if (threadIdx.x == 0) {
+    slots[me] = x[best.index];
+    slots[ranks + me] = float(base + best.index);
+  }
+}
+
+__global__ void pickSlotsKernel(const float *slots, int ranks, int32_t *out) {
+  stepKernelPrologue();
+  int top = 0;
+  for (int q = 1; q < ranks; ++q)
+    if (slots[q] > slots[top])
+      top = q;
+  *out = int32_t(slots[ranks + top]);
+}
+
 __global__ void pickCandidateKernel(const ArgmaxCandidate *candidates,
                                     int ranks, int32_t *out) {
   stepKernelPrologue();
@@ -3056,6 +3076,8 @@ cudaError_t enablePeerAccess(int peer) {
   cudaGetLastError(); // taken off the thread's last-error slot
   return cudaSuccess;
 }
+static_assert(kPeerMaxValues == int64_t(kPeerBlocks) * kPeerThreads * kPeerPer);
+
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,
                         int64_t tail) {
   const int64_t total = rows * n + tail;
@@ -3965,6 +3987,30 @@ cudaError_t launchArgmaxCandidate(const float *x, int64_t n, int32_t base,
     return cudaErrorInvalidValue;
   if (cudaError_t e = launchStep(argmaxCandidateKernel, 1, kSingleBlockThreads,
                                  0, s, x, n, base, best);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+cudaError_t launchArgmaxSlots(const float *x, int64_t n, int32_t base,
+                              int ranks, int me, float *slots,
+                              cudaStream_t s) {
+  // Every index the candidate may name is a float exactly.
+  if (n <= 0 || base < 0 || base + n > (int64_t(1) << 24) || ranks <= 0 ||
+      me < 0 || me >= ranks || !slots)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = launchStep(argmaxSlotsKernel, 1, kSingleBlockThreads, 0,
+                                 s, x, n, base, ranks, me, slots);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+cudaError_t launchPickSlots(const float *slots, int ranks, int32_t *out,
+                            cudaStream_t s) {
+  if (ranks <= 0 || !slots || !out)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = launchStep(pickSlotsKernel, 1, 1, 0, s, slots, ranks, out);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

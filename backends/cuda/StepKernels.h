@@ -202,6 +202,9 @@ cudaError_t launchRingTraffic(const float *x, int64_t n, int64_t count,
 constexpr int kMaxPeers = 8;
 constexpr int kPeerBlocks = 8;
 constexpr int kMaxPeerRows = 4;
+/// The most values one launchAllReducePeers reduces (its blocks' threads,
+/// four values each).
+constexpr int64_t kPeerMaxValues = int64_t(kPeerBlocks) * 256 * 4;
 struct PeerExchange {
   float *slots[kMaxPeers] = {};
   uint32_t *flags[kMaxPeers] = {};
@@ -634,6 +637,18 @@ cudaError_t launchArgmaxCandidate(const float *x, int64_t n, int32_t base,
 /// later one wins only when strictly larger).
 cudaError_t launchPickCandidate(const ArgmaxCandidate *candidates, int ranks,
                                 int32_t *out, cudaStream_t s);
+
+/// The candidate of launchArgmaxCandidate as two floats of a [2 ranks]
+/// vector that is zero elsewhere: slots[me] = its value, slots[ranks + me] =
+/// its index (exact below 2^24), so that a sum over the ranks' vectors (an
+/// all-reduce that adds zeros) gathers every candidate exactly. For ranks
+/// that exchange through one GPU's memory (KILN_RUN_ONE_GPU).
+cudaError_t launchArgmaxSlots(const float *x, int64_t n, int32_t base,
+                              int ranks, int me, float *slots, cudaStream_t s);
+
+/// launchPickCandidate over the summed slots of launchArgmaxSlots.
+cudaError_t launchPickSlots(const float *slots, int ranks, int32_t *out,
+                            cudaStream_t s);
 
 /// Reorders an all-gather's rank-major result src[ranks][outer][inner] into
 /// dst[outer][ranks][inner] (a gather on a dim after the first).

@@ -54,6 +54,13 @@ typedef struct kiln_weight_bytes {
 /** Time every op (eager, an event pair per op) and print each step's time
  *  by op kind to stderr when the group closes. */
 #define KILN_RUN_PROFILE 8u
+/** Open every rank of the artifact on the one GPU `device`, each on its own
+ *  stream and host thread, the collectives exchanging through that GPU's
+ *  memory: a tp=N plan's results checked on a host with one GPU (not its
+ *  speed: the ranks share the GPU, and no launch overlaps its predecessor,
+ *  so that a rank waiting in a collective never holds the multiprocessors
+ *  the others need to reach it). GPU backends only. */
+#define KILN_RUN_ONE_GPU 16u
 
 typedef struct kiln_rank_options {
   uint32_t struct_bytes;  /**< sizeof(kiln_rank_options) */

@@ -66,6 +66,10 @@ bool parseSessionFlag(int argc, char **argv, int &i, SessionOptions &options,
     options.flags |= KILN_RUN_EAGER;
     return true;
   }
+  if (arg == "--one-gpu") {
+    options.flags |= KILN_RUN_ONE_GPU;
+    return true;
+  }
   if (arg == "--backend-dir") {
     const char *v = value();
     if (!v)

@@ -91,6 +91,11 @@ options:
   --eager                  launch each step op by op instead of replaying the
                            step's captured CUDA graph (debugging; the same
                            bits either way)
+  --one-gpu                every rank of a tp=N artifact on GPU --device,
+                           each on its own stream, the collectives through
+                           that GPU's memory: tp=N's results on one GPU
+                           (checking; not its speed: no launch overlaps
+                           its predecessor)
   --profile                time every op (GPU backends; eager, an event pair
                            per op) and print each step's time by op kind to
                            stderr at exit
@@ -390,6 +395,9 @@ int runBench(SessionOptions options, const std::string &simulate,
   options.fillPositions = context;
   options.seed = 1;
   uint32_t of = 0;
+  if (!simulate.empty() && (options.flags & KILN_RUN_ONE_GPU))
+    return usageError("--simulate-rank runs one rank alone; --one-gpu runs "
+                      "them all: give one of them");
   if (!simulate.empty()) {
     size_t slash = simulate.find('/');
     if (slash == std::string::npos ||
@@ -460,10 +468,12 @@ int runBench(SessionOptions options, const std::string &simulate,
       options.flags & KILN_RUN_SIMULATE_RANK ? options.simulateRank : 0,
       context);
   uint64_t bytes = traffic.weightBytes + traffic.cacheBytes;
-  std::string ranks = options.flags & KILN_RUN_SIMULATE_RANK
-                          ? fmt::format("rank {} of {} (simulated alone)",
-                                        options.simulateRank, of)
-                          : fmt::format("{} rank(s)", s.artifact().ranks);
+  std::string ranks =
+      options.flags & KILN_RUN_SIMULATE_RANK
+          ? fmt::format("rank {} of {} (simulated alone)", options.simulateRank,
+                        of)
+          : fmt::format("{} rank(s){}", s.artifact().ranks,
+                        options.flags & KILN_RUN_ONE_GPU ? " on one GPU" : "");
   if (json) {
     std::printf(
         "{\"bench\": true, \"backend\": %s, \"mode\": \"%s\", "

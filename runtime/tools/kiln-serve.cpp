@@ -39,7 +39,8 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr const char *kUsage = R"(usage: kiln-serve M.kiln --weights FILE.gguf... [options]
+constexpr const char *kUsage =
+    R"(usage: kiln-serve M.kiln --weights FILE.gguf... [options]
 
 Serves a model compiled by kiln-compile over an OpenAI-compatible HTTP API:
   POST /v1/completions        {"prompt": "...", "max_tokens": N, "stream": bool, ...}
@@ -55,7 +56,8 @@ options:
                            GGUF's general.name, else "kiln")
   --max-context N          refuse a request whose prompt plus max_tokens
                            exceeds N positions (default: the artifact's)
-  --threads N, --device N, --eager, --backend-dir DIR   as kiln-run
+  --threads N, --device N, --eager, --one-gpu,
+  --backend-dir DIR        as kiln-run
   --help                   this text
 )";
 

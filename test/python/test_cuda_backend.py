@@ -21,10 +21,11 @@ logits of every position kept):
   * the shared expert inside the routed experts' kernels (small with
     256-wide experts, where the CUDA backend runs it there; the models
     above run it as its own launches) vs the CPU, and graph vs --eager;
-  * tp=N on N GPUs (2, and 4 and 8 where the host has the GPUs and the pack
-    the artifacts) vs tp=1: within the same tolerance, same argmax rule;
-    also with the router folded into the attention's all-reduce
-    (kiln-compile --fold-router, and =composed), with both all-reduces;
+  * tp=N (2, and 4 and 8 where the pack has the artifacts) vs tp=1, on N
+    GPUs where the host has them, else every rank on one GPU (--one-gpu):
+    within the same tolerance, same argmax rule; also with the router
+    folded into the attention's all-reduce (kiln-compile --fold-router,
+    and =composed), with both all-reduces where the ranks have GPUs each;
   * greedy generation on CUDA equals the CPU's up to the first step whose
     CPU decision gap does not clear the rule;
   * compute-sanitizer memcheck on the tiny model: no errors;
@@ -261,30 +262,40 @@ class Checks:
         self.check(compare(f"{model}: cuda tp1 graph, v_b inside MLA, vs cpu",
                            inside, cpu, tol, self.report),
                    f"{model} cuda v_b inside MLA vs cpu")
-        # tp = N on N GPUs against tp = 1, for every N the host has GPUs
-        # for and the pack has an artifact for (utils/gpu-pack.sh
-        # KILN_PACK_TPS).
+        # tp = N against tp = 1, for every N the pack has an artifact for
+        # (utils/gpu-pack.sh KILN_PACK_TPS): on N GPUs where the host has
+        # them, else every rank on one GPU (kiln-run --one-gpu: the same
+        # ranks and one-shot all-reduces, exchanging through that GPU's
+        # memory; NCCL's all-reduce then has no part).
         for tp in (2, 4, 8):
             art = self.art(model, "cuda", tp)
-            if gpu_count() < tp or not art.exists():
+            if not art.exists():
                 continue
+            spread = gpu_count() >= tp
+            place = [] if spread else ["--one-gpu"]
+            where = f"{tp} GPUs" if spread else f"{tp} ranks on one GPU"
             part = logits(self.pack, art, gguf, toks,
-                          self.work / f"{model}-tp{tp}.npy")
-            self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs) vs cuda tp1",
+                          self.work / f"{model}-tp{tp}.npy", place)
+            self.check(compare(f"{model}: cuda tp{tp} ({where}) vs cuda tp1",
                                part, graph, tol, self.report),
                        f"{model} tp{tp}")
             parte = logits(self.pack, art, gguf, toks,
-                           self.work / f"{model}-tp{tp}e.npy", ["--eager"])
-            self.identical(f"{model}: tp{tp} graph vs --eager", part, parte,
-                           f"{model} tp{tp} graph vs eager")
+                           self.work / f"{model}-tp{tp}e.npy",
+                           place + ["--eager"])
+            self.identical(f"{model}: tp{tp} ({where}) graph vs --eager",
+                           part, parte, f"{model} tp{tp} graph vs eager")
             # The same with NCCL's all-reduce instead of the one-shot
             # kernel over NVLink peers (the default).
-            nccl = logits(self.pack, art, gguf, toks,
-                          self.work / f"{model}-tp{tp}n.npy",
-                          extra_env={"KILN_CUDA_ALLREDUCE": "nccl"})
-            self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs, NCCL's "
-                               f"all-reduce) vs cuda tp1", nccl, graph, tol,
-                               self.report), f"{model} tp{tp} nccl")
+            alls = [("", None)]
+            if spread:
+                nccl = logits(self.pack, art, gguf, toks,
+                              self.work / f"{model}-tp{tp}n.npy",
+                              extra_env={"KILN_CUDA_ALLREDUCE": "nccl"})
+                self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs, NCCL's "
+                                   f"all-reduce) vs cuda tp1", nccl, graph,
+                                   tol, self.report), f"{model} tp{tp} nccl")
+                alls.append((", NCCL's all-reduce",
+                             {"KILN_CUDA_ALLREDUCE": "nccl"}))
             # The router folded into the attention's all-reduce
             # (--fold-router: its partial logits before it, divided by its
             # rms, the choice after it), with both all-reduces; its logits
@@ -299,13 +310,11 @@ class Checks:
                 fold = self.art(model, kind, tp)
                 if not fold.exists():
                     continue
-                for label, extra_env in (("", None),
-                                         (", NCCL's all-reduce",
-                                          {"KILN_CUDA_ALLREDUCE": "nccl"})):
+                for label, extra_env in alls:
                     got = logits(self.pack, fold, gguf, toks,
                                  self.work / f"{model}-tp{tp}{kind}.npy",
-                                 extra_env=extra_env)
-                    self.check(compare(f"{model}: cuda tp{tp} ({tp} GPUs, "
+                                 place, extra_env=extra_env)
+                    self.check(compare(f"{model}: cuda tp{tp} ({where}, "
                                        f"{what}{label}) vs cuda tp1",
                                        got, graph, tol, self.report),
                                f"{model} tp{tp} {kind}{label}")

@@ -319,19 +319,24 @@ def test_stop_string(model):
 
 
 def test_gpu_only_modes_are_refused_on_cpu(model):
-    """--bench, --simulate-rank and --profile need a GPU backend: the CPU
-    plugin says so instead of running something else."""
+    """--bench, --simulate-rank, --profile and --one-gpu need a GPU backend:
+    the CPU plugin says so instead of running something else."""
     _, gguf, art = model
     err = error_of(kiln_run(art, "--bench"))
     assert "need a GPU backend" in err
     err = error_of(kiln_run(art, "--weights", gguf, "--prompt-tokens", "1",
                             "--profile"))
     assert "the CPU backend has none" in err
+    err = error_of(kiln_run(art, "--weights", gguf, "--prompt-tokens", "1",
+                            "--one-gpu"))
+    assert "--one-gpu places a GPU backend's ranks" in err
     for args, message in (
             (["--weights", gguf, "--prompt-tokens", "1", "--simulate-rank",
               "0/2"], "--simulate-rank and --context are --bench options"),
             (["--bench", "--simulate-rank", "3/2"],
-             "--simulate-rank: expected R/N with R < N")):
+             "--simulate-rank: expected R/N with R < N"),
+            (["--bench", "--one-gpu", "--simulate-rank", "0/2"],
+             "--one-gpu runs them all: give one of them")):
         proc = kiln_run(art, *args)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 

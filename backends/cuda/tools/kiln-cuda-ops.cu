@@ -2503,6 +2503,34 @@ void checkArgmax(Report &r, kiln::Rng &rng) {
          mismatches(dout.download(), std::vector<int32_t>{cpu::argmax(
                                          x.data(), int64_t(x.size()))}),
          0, "exact, earlier rank wins ties");
+
+  // The same candidates as slots of [2 ranks] vectors, zero elsewhere
+  // (ranks on one GPU): each rank's vector, their sum (x + 0 = x), the
+  // pick.
+  std::vector<float> summed(2 * ranks, 0.f);
+  double badSlots = 0;
+  for (int q = 0; q < ranks; ++q) {
+    DeviceArray<float> slots(std::vector<float>(2 * ranks, 0.f));
+    run(kc::launchArgmaxSlots(dx.get() + q * part, part, int32_t(q * part),
+                              ranks, q, slots.get(), nullptr));
+    const std::vector<float> mine = slots.download();
+    for (int i = 0; i < 2 * ranks; ++i) {
+      const bool own = i == q || i == ranks + q;
+      badSlots += !own && mine[size_t(i)] != 0.f;
+      summed[size_t(i)] += mine[size_t(i)];
+    }
+    badSlots += std::memcmp(&mine[size_t(q)], &got[size_t(q)].value,
+                            sizeof(float)) != 0;
+    badSlots += mine[size_t(ranks + q)] != float(got[size_t(q)].index);
+  }
+  r.line("argmax_slots", "4 ranks x 5000: each rank's slots as its candidate",
+         badSlots, 0, "exact");
+  DeviceArray<float> dsummed(summed);
+  run(kc::launchPickSlots(dsummed.get(), ranks, dout.get(), nullptr));
+  r.line("pick_slots", "4 ranks x 5000, summed slots vs argmax of the whole",
+         mismatches(dout.download(), std::vector<int32_t>{cpu::argmax(
+                                         x.data(), int64_t(x.size()))}),
+         0, "exact, earlier rank wins ties");
 }
 
 //===----------------------------------------------------------------------===//
@@ -3916,8 +3944,10 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
              sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
   }
 
-  // Two GPUs, for real: each its own part, both launched before either is
-  // waited for (each kernel waits for the other's flag).
+  // Two ranks, for real: each its own part, both launched before either is
+  // waited for (each kernel waits for the other's flag). On two GPUs that
+  // read each other's memory, else both on GPU 0 on two streams (as
+  // kiln-run --one-gpu runs a group's ranks).
   int devices = 0;
   CHECK_CUDA(cudaGetDeviceCount(&devices));
   int can01 = 0, can10 = 0;
@@ -3925,17 +3955,17 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     CHECK_CUDA(cudaDeviceCanAccessPeer(&can01, 0, 1));
     CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
   }
-  if (!can01 || !can10) {
-    std::printf("all_reduce_peers: two GPUs that read each other's memory: "
-                "not here (%d GPU(s)); skipped\n",
-                devices);
-    return;
-  }
+  const bool two = can01 && can10;
+  const int gpu[2] = {0, two ? 1 : 0};
+  const std::string ranksAre = two ? "GPUs 0 and 1" : "two ranks on GPU 0";
   const int64_t rows = 1, n = 6144;
   std::vector<std::unique_ptr<DeviceArray<uint8_t>>> exchange;
+  cudaStream_t streams[2] = {};
   for (int d = 0; d < 2; ++d) {
-    CHECK_CUDA(cudaSetDevice(d));
-    CHECK_CUDA(kc::enablePeerAccess(1 - d));
+    CHECK_CUDA(cudaSetDevice(gpu[d]));
+    if (two)
+      CHECK_CUDA(kc::enablePeerAccess(gpu[1 - d]));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking));
     exchange.push_back(std::make_unique<DeviceArray<uint8_t>>(
         kc::peerExchangeBytes(capacity)));
     CHECK_CUDA(
@@ -3952,27 +3982,33 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     cpu::rmsNorm(want.data(), rows, n, w.data(), eps, wantY.data());
     std::vector<std::unique_ptr<DeviceArray<float>>> keep;
     std::vector<float *> outs, ys;
+    // Every array made before the first launch (an allocation may wait
+    // for the GPU, whose kernel waits for the other rank's).
     for (int d = 0; d < 2; ++d) {
-      CHECK_CUDA(cudaSetDevice(d));
-      const kc::PeerExchange p = kc::peerExchangeView(
-          {exchange[0]->get(), exchange[1]->get()}, 2, d, capacity, false);
+      CHECK_CUDA(cudaSetDevice(gpu[d]));
       for (const std::vector<float> *v : {&parts[size_t(d)], &res, &w})
         keep.push_back(std::make_unique<DeviceArray<float>>(*v));
       keep.push_back(std::make_unique<DeviceArray<float>>(size_t(n)));
       keep.push_back(std::make_unique<DeviceArray<float>>(size_t(n)));
-      const size_t at = keep.size() - 5;
-      outs.push_back(keep[at + 3]->get());
-      ys.push_back(keep[at + 4]->get());
-      // Not run(): it would wait for this GPU's kernel, which waits for
+      outs.push_back(keep[keep.size() - 2]->get());
+      ys.push_back(keep[keep.size() - 1]->get());
+    }
+    for (int d = 0; d < 2; ++d) {
+      CHECK_CUDA(cudaSetDevice(gpu[d]));
+      const kc::PeerExchange p = kc::peerExchangeView(
+          {exchange[0]->get(), exchange[1]->get()}, 2, d, capacity, false);
+      const size_t at = size_t(d) * 5;
+      // Not run(): it would wait for this rank's kernel, which waits for
       // the other's, not launched yet.
       CHECK_CUDA(kc::launchAllReducePeers(
           p, keep[at]->get(), rows, n, true, keep[at + 1]->get(),
-          keep[at + 2]->get(), eps, outs.back(), ys.back(), {}, nullptr));
+          keep[at + 2]->get(), eps, outs[size_t(d)], ys[size_t(d)], {},
+          streams[d]));
     }
     std::vector<std::vector<float>> gotY;
     for (int d = 0; d < 2; ++d) {
-      CHECK_CUDA(cudaSetDevice(d));
-      CHECK_CUDA(cudaDeviceSynchronize());
+      CHECK_CUDA(cudaSetDevice(gpu[d]));
+      CHECK_CUDA(cudaStreamSynchronize(streams[d]));
       std::vector<float> out(static_cast<size_t>(n)), y(static_cast<size_t>(n));
       CHECK_CUDA(cudaMemcpy(out.data(), outs[size_t(d)], n * sizeof(float),
                             cudaMemcpyDeviceToHost));
@@ -3985,14 +4021,17 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     differ = std::max(differ, double(mismatches(gotY[0], gotY[1])));
     keep.clear();
   }
+  for (int d = 0; d < 2; ++d) {
+    CHECK_CUDA(cudaSetDevice(gpu[d]));
+    CHECK_CUDA(cudaStreamDestroy(streams[d]));
+  }
   CHECK_CUDA(cudaSetDevice(0));
   r.line("all_reduce_peers",
-         "GPUs 0 and 1, 1x6144 + add + rms_norm, reduced "
-         "(3 calls)",
-         outErr, 0, "bit-exact: the CPU's rank order");
-  r.line("all_reduce_peers", "GPUs 0 and 1, normed (3 calls)", yErr,
+         ranksAre + ", 1x6144 + add + rms_norm, reduced (3 calls)", outErr, 0,
+         "bit-exact: the CPU's rank order");
+  r.line("all_reduce_peers", ranksAre + ", normed (3 calls)", yErr,
          sumTol(double(n)), sumWhy("sum of squares order", n));
-  r.line("all_reduce_peers", "GPUs 0 and 1, normed, rank 0 against rank 1",
+  r.line("all_reduce_peers", ranksAre + ", normed, rank 0 against rank 1",
          differ, 0, "bit-identical: the same sums in the same order");
 }
 
