@@ -2282,6 +2282,13 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     return Error("cuda backend", "simulate_rank",
                  fmt::format("rank {} of {}", options->simulate_rank, a.ranks));
 
+  // Ranks on one GPU: each rank's stream its own hardware queue where the
+  // GPU has enough (up to 32; CUDA's default 8), so that a rank waiting
+  // in a collective does not hold back, in a queue they share, the launch
+  // of another rank that it waits for. Read when the process first uses
+  // CUDA; the user's own setting wins.
+  if (oneGpu)
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   int devices = 0;
   CUDA_TRY("cuda backend", cudaGetDeviceCount(&devices));
   uint32_t first = options ? options->device : 0;
