@@ -101,10 +101,13 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
         compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
           --cache-type "$cache" --fold-router=composed \
           -o "$m/$name.cuda-composed.tp$tp.kiln"
-        # And with the choice inside the all-reduce (--fuse-router-choice).
-        compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
-          --cache-type "$cache" --fold-router=composed --fuse-router-choice \
-          -o "$m/$name.cuda-composed-choice.tp$tp.kiln"
+        # And with the choice inside the all-reduce (--fuse-router-choice),
+        # which the CUDA backend refuses (the test checks that once).
+        if [ "$name" = tiny-f32 ]; then
+          compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
+            --cache-type "$cache" --fold-router=composed --fuse-router-choice \
+            -o "$m/$name.cuda-composed-choice.tp$tp.kiln"
+        fi
       fi
     done
   done
