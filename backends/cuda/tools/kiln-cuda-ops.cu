@@ -4021,10 +4021,6 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     differ = std::max(differ, double(mismatches(gotY[0], gotY[1])));
     keep.clear();
   }
-  for (int d = 0; d < 2; ++d) {
-    CHECK_CUDA(cudaSetDevice(gpu[d]));
-    CHECK_CUDA(cudaStreamDestroy(streams[d]));
-  }
   CHECK_CUDA(cudaSetDevice(0));
   r.line("all_reduce_peers",
          ranksAre + ", 1x6144 + add + rms_norm, reduced (3 calls)", outErr, 0,
@@ -4033,6 +4029,103 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
          sumTol(double(n)), sumWhy("sum of squares order", n));
   r.line("all_reduce_peers", ranksAre + ", normed, rank 0 against rank 1",
          differ, 0, "bit-identical: the same sums in the same order");
+
+  // The router's choice inside the all-reduce between the same two ranks,
+  // many calls (small's shape: 1,024 values, a tail of 32 experts, top 8,
+  // with a bias): each rank's ids and weights against the choice kernel's
+  // from rank 0's logits, and the ranks' logits against each other. The
+  // step with it gave wrong logits at times on an H200 (docs/perf.md,
+  // twenty-first pass); this looks for a fault in the kernel itself.
+  {
+    const int64_t cn = 1024, tail = 32, topK = 8, calls = 200;
+    std::vector<std::unique_ptr<DeviceArray<float>>> in, res, wt, sum, y, lg,
+        wsel;
+    std::vector<std::unique_ptr<DeviceArray<int32_t>>> ids;
+    DeviceArray<float> bias(normals(rng, tail, 0.1));
+    DeviceArray<int32_t> refIds(static_cast<size_t>(topK));
+    DeviceArray<float> refW(static_cast<size_t>(topK));
+    for (int d = 0; d < 2; ++d) {
+      CHECK_CUDA(cudaSetDevice(gpu[d]));
+      in.push_back(std::make_unique<DeviceArray<float>>(size_t(cn + tail)));
+      res.push_back(std::make_unique<DeviceArray<float>>(size_t(cn)));
+      wt.push_back(std::make_unique<DeviceArray<float>>(size_t(cn)));
+      sum.push_back(std::make_unique<DeviceArray<float>>(size_t(cn)));
+      y.push_back(std::make_unique<DeviceArray<float>>(size_t(cn)));
+      lg.push_back(std::make_unique<DeviceArray<float>>(size_t(tail)));
+      wsel.push_back(std::make_unique<DeviceArray<float>>(size_t(topK)));
+      ids.push_back(std::make_unique<DeviceArray<int32_t>>(size_t(topK)));
+    }
+    double wrongIds = 0, wrongWeights = 0, ranksDiffer = 0;
+    for (int64_t call = 0; call < calls; ++call) {
+      const std::vector<float> resV = normals(rng, cn, 1.0),
+                               wV = normals(rng, cn, 1.0, 1.0);
+      for (int d = 0; d < 2; ++d) {
+        CHECK_CUDA(cudaSetDevice(gpu[d]));
+        in[size_t(d)]->upload(normals(rng, cn + tail, 1.0));
+        res[size_t(d)]->upload(resV);
+        wt[size_t(d)]->upload(wV);
+      }
+      for (int d = 0; d < 2; ++d) {
+        CHECK_CUDA(cudaSetDevice(gpu[d]));
+        const kc::PeerExchange p = kc::peerExchangeView(
+            {exchange[0]->get(), exchange[1]->get()}, 2, d, capacity, false);
+        kc::RouterChoice choice;
+        choice.bias = bias.get();
+        choice.topK = topK;
+        choice.gating = kc::Gating::Sigmoid;
+        choice.normalize = true;
+        choice.routedScale = 2.5f;
+        choice.ids = ids[size_t(d)]->get();
+        choice.weights = wsel[size_t(d)]->get();
+        CHECK_CUDA(kc::launchAllReducePeers(
+            p, in[size_t(d)]->get(), 1, cn, true, res[size_t(d)]->get(),
+            wt[size_t(d)]->get(), eps, sum[size_t(d)]->get(),
+            y[size_t(d)]->get(), {}, streams[d], tail, lg[size_t(d)]->get(),
+            &choice));
+      }
+      for (int d = 0; d < 2; ++d) {
+        CHECK_CUDA(cudaSetDevice(gpu[d]));
+        CHECK_CUDA(cudaStreamSynchronize(streams[d]));
+      }
+      CHECK_CUDA(cudaSetDevice(gpu[0]));
+      CHECK_CUDA(kc::launchMoeChoose(lg[0]->get(), tail, bias.get(), topK,
+                                     kc::Gating::Sigmoid, true, 2.5f,
+                                     refIds.get(), refW.get(), nullptr));
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const std::vector<int32_t> wantIds = refIds.download();
+      const std::vector<float> wantW = refW.download();
+      for (int d = 0; d < 2; ++d) {
+        CHECK_CUDA(cudaSetDevice(gpu[d]));
+        wrongIds += mismatches(ids[size_t(d)]->download(), wantIds) > 0;
+        wrongWeights += mismatches(wsel[size_t(d)]->download(), wantW) > 0;
+      }
+      CHECK_CUDA(cudaSetDevice(gpu[0]));
+      const std::vector<float> l0 = lg[0]->download();
+      CHECK_CUDA(cudaSetDevice(gpu[1]));
+      ranksDiffer += mismatches(lg[1]->download(), l0) > 0;
+    }
+    for (int d = 0; d < 2; ++d) {
+      CHECK_CUDA(cudaSetDevice(gpu[d]));
+      in[size_t(d)].reset();
+      res[size_t(d)].reset();
+      wt[size_t(d)].reset();
+      sum[size_t(d)].reset();
+      y[size_t(d)].reset();
+      lg[size_t(d)].reset();
+      wsel[size_t(d)].reset();
+      ids[size_t(d)].reset();
+      CHECK_CUDA(cudaStreamDestroy(streams[d]));
+    }
+    CHECK_CUDA(cudaSetDevice(0));
+    const std::string what = ranksAre + ", 1024 + a tail of 32, choice of 8, " +
+                             std::to_string(calls) + " calls";
+    r.line("all_reduce_peers", what + ": calls with ids unlike moe_choose's",
+           wrongIds, 0, "exact: the same code on the same logits");
+    r.line("all_reduce_peers", what + ": calls with weights unlike moe_choose's",
+           wrongWeights, 0, "exact: the same code on the same logits");
+    r.line("all_reduce_peers", what + ": calls with rank 1's logits unlike rank 0's",
+           ranksDiffer, 0, "bit-identical: the same sums in the same order");
+  }
 }
 
 /// rms_norm_linear: launchNormedLinear against the CPU's rms_norm then
