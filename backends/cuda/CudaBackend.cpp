@@ -345,11 +345,14 @@ struct CudaRank {
   }
 
   /// Zeroed scratch of its own (MLA and the router count their blocks'
-  /// arrivals in theirs).
+  /// arrivals in theirs), zeroed on the rank's stream: what the stream
+  /// writes into it next (a parameter's dequantisation at bind, say) lands
+  /// after the zeros. (cudaMemset runs on the legacy stream, which the
+  /// rank's non-blocking stream does not wait for: it could land after.)
   Expected<float *> scratchFloats(uint64_t n) {
     KILN_ASSIGN(m, DeviceMemory::allocate(n * sizeof(float), where));
     if (n)
-      CUDA_TRY(where, cudaMemset(m.get(), 0, n * sizeof(float)));
+      CUDA_TRY(where, cudaMemsetAsync(m.get(), 0, n * sizeof(float), stream));
     scratch.push_back(std::move(m));
     return scratch.back().get<float>();
   }
@@ -1700,7 +1703,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     case BufferKind::Input:
     case BufferKind::Output: {
       KILN_ASSIGN(m, DeviceMemory::allocate(b.bytes(), b.name));
-      CUDA_TRY(b.name, cudaMemset(m.get(), 0, b.bytes()));
+      CUDA_TRY(b.name, cudaMemsetAsync(m.get(), 0, b.bytes(), rank.stream));
       s.ptrs[i] = m.get();
       s.slots.push_back(std::move(m));
       break;
@@ -2163,7 +2166,9 @@ Status runRank(CudaRank &rank, CudaStep &s, bool eager, bool profile) {
     CUDA_TRY(rank.where, cudaMemcpy(rank.hostFault, records + *rank.hostFirst,
                                     sizeof(StepFault), cudaMemcpyDeviceToHost));
     CUDA_TRY(rank.where,
-             cudaMemset(records, 0, rank.faultBytes - CudaRank::kFaultRecords));
+             cudaMemsetAsync(records, 0,
+                             rank.faultBytes - CudaRank::kFaultRecords,
+                             rank.stream));
   }
   const StepFault &f = *rank.hostFault;
   if (*rank.hostFirst != kNoFault && f.code != 0) {
@@ -2243,7 +2248,10 @@ Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu) {
           CUDA_TRY(rank.where, enablePeerAccess(o->device));
     const uint64_t bytes = peerExchangeBytes(capacity);
     KILN_ASSIGN(m, DeviceMemory::allocate(bytes, "all-reduce exchange"));
+    // Zero before any rank's first all-reduce reads the flags (the legacy
+    // stream's memset, waited for: no rank stream is ordered after it).
     CUDA_TRY(rank.where, cudaMemset(m.get(), 0, bytes));
+    CUDA_TRY(rank.where, cudaDeviceSynchronize());
     rank.exchange = std::move(m);
     return Status::ok();
   }));
@@ -2422,7 +2430,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
       arena = std::max(arena, s.arenaBytes);
     KILN_ASSIGN(arenaMemory, DeviceMemory::allocate(arena, "arena"));
     rank.arena = std::move(arenaMemory);
-    CUDA_TRY(rank.where, cudaMemset(rank.arena.get(), 0, arena));
+    CUDA_TRY(rank.where,
+             cudaMemsetAsync(rank.arena.get(), 0, arena, rank.stream));
     size_t longest = 0;
     for (const Step &s : plan.steps)
       longest = std::max(longest, s.ops.size());
@@ -2430,7 +2439,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     KILN_ASSIGN(fault,
                 DeviceMemory::allocate(rank.faultBytes, "fault records"));
     rank.fault = std::move(fault);
-    CUDA_TRY(rank.where, cudaMemset(rank.fault.get(), 0, rank.faultBytes));
+    CUDA_TRY(rank.where, cudaMemsetAsync(rank.fault.get(), 0, rank.faultBytes,
+                                         rank.stream));
     CUDA_TRY(rank.where, cudaMallocHost(&rank.hostFault, sizeof(StepFault)));
     CUDA_TRY(rank.where, cudaMallocHost(&rank.hostFirst, sizeof(uint32_t)));
     for (const Step &s : plan.steps)
@@ -2493,12 +2503,22 @@ struct CudaPlugin {
       KILN_ASSIGN(index, backend::findSlot(*s->step, kind, slot, bytes));
       uint8_t *p = s->ptrs[index];
       CUDA_TRY(rank->where, cudaSetDevice(rank->device));
+      // On the rank's stream, waited for: ordered after the step that
+      // wrote an output and before the next that reads an input. (A plain
+      // cudaMemcpy from pageable memory may return before its DMA lands,
+      // on the legacy stream, which the rank's stream does not wait for:
+      // a step could read the previous token.)
       if (kind == BufferKind::Output) {
         CUDA_TRY(rank->where,
-                 cudaMemcpy(data, p, bytes, cudaMemcpyDeviceToHost));
+                 cudaMemcpyAsync(data, p, bytes, cudaMemcpyDeviceToHost,
+                                 rank->stream));
+        CUDA_TRY(rank->where, cudaStreamSynchronize(rank->stream));
         break;
       }
-      CUDA_TRY(rank->where, cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice));
+      CUDA_TRY(rank->where,
+               cudaMemcpyAsync(p, data, bytes, cudaMemcpyHostToDevice,
+                               rank->stream));
+      CUDA_TRY(rank->where, cudaStreamSynchronize(rank->stream));
       // The position picks the graph a run replays (CudaStep::current).
       if (std::string_view(slot) == "position" && bytes == sizeof(int32_t)) {
         int32_t position = 0;
