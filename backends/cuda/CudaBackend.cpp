@@ -610,20 +610,20 @@ Expected<Launch> OpBinder::collective() {
     // by the one-shot kernel's block holding the tail, or after NCCL's
     // reduction by the choice kernel.
     RouterChoice choice;
-    // The choice inside the all-reduce (kiln-fuse-router-choice) is
-    // refused: on one H200 its step gave wrong logits in about one run in
-    // eight, from the first replay on (docs/perf.md, twenty-first pass;
-    // the cause is not yet found). The CPU backend runs it;
-    // KILN_CUDA_CHOICE_INSIDE=1 runs it here, to find the cause.
-    if (d_.hasChoice && !rank_.choiceInside)
-      return Error(d_.where, "choose",
-                   "the router's choice inside the all-reduce "
-                   "(kiln-compile --fuse-router-choice) is refused by the "
-                   "CUDA backend: it gave wrong results intermittently "
-                   "(docs/perf.md); compile without --fuse-router-choice "
-                   "(KILN_CUDA_CHOICE_INSIDE=1 runs it anyway, for "
-                   "investigating; results NOT valid)");
     if (d_.hasChoice) {
+      // The choice inside the all-reduce (kiln-fuse-router-choice) is
+      // refused: on one H200 its step gave wrong logits in about one run in
+      // eight, from the first replay on (docs/perf.md, twenty-first pass;
+      // the cause is not yet found). The CPU backend runs it;
+      // KILN_CUDA_CHOICE_INSIDE=1 runs it here, to find the cause.
+      if (!rank_.choiceInside)
+        return Error(d_.where, "choose",
+                     "the router's choice inside the all-reduce "
+                     "(kiln-compile --fuse-router-choice) is refused by the "
+                     "CUDA backend: it gave wrong results intermittently "
+                     "(docs/perf.md); compile without --fuse-router-choice "
+                     "(KILN_CUDA_CHOICE_INSIDE=1 runs it anyway, for "
+                     "investigating; results NOT valid)");
       if (d_.hasBias) {
         KILN_ASSIGN(b, param(3));
         choice.bias = b;

@@ -4104,16 +4104,10 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
       CHECK_CUDA(cudaSetDevice(gpu[1]));
       ranksDiffer += mismatches(lg[1]->download(), l0) > 0;
     }
+    // The arrays go at the scope's end (freed by address, whichever GPU
+    // is current).
     for (int d = 0; d < 2; ++d) {
       CHECK_CUDA(cudaSetDevice(gpu[d]));
-      in[size_t(d)].reset();
-      res[size_t(d)].reset();
-      wt[size_t(d)].reset();
-      sum[size_t(d)].reset();
-      y[size_t(d)].reset();
-      lg[size_t(d)].reset();
-      wsel[size_t(d)].reset();
-      ids[size_t(d)].reset();
       CHECK_CUDA(cudaStreamDestroy(streams[d]));
     }
     CHECK_CUDA(cudaSetDevice(0));
