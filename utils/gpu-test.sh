@@ -134,12 +134,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-composed run "$m/glm5-composed.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
   # And with the router's choice inside the all-reduce (kiln-compile
-  # --fuse-router-choice, off by default: docs/perf.md, twentieth pass),
-  # which the CUDA backend refuses unless KILN_CUDA_CHOICE_INSIDE=1 (its
-  # results were wrong at times: twenty-first pass): its time only.
-  step bench-glm5-tp8-rank0-graph-composed-choice env KILN_CUDA_CHOICE_INSIDE=1 \
-    "$bin/kiln-run" "$m/glm5-composed-choice.cuda.tp8.kiln" \
-    --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # --fuse-router-choice, off by default: docs/perf.md, twentieth pass).
+  step bench-glm5-tp8-rank0-graph-composed-choice run "$m/glm5-composed-choice.cuda.tp8.kiln" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
   # attn_v_b projected inside MLA's launch (off by default: docs/perf.md,
   # eleventh pass), at 1k and at 16k.
   step bench-glm5-tp8-rank0-graph-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \

@@ -232,9 +232,6 @@ struct CudaRank {
   /// collective goes through the exchange (peerReduceFlat where the
   /// one-shot kernel does not take it whole), never NCCL.
   bool oneGpu = false;
-  /// KILN_CUDA_CHOICE_INSIDE=1: run an all-reduce's `choose` clause
-  /// (refused otherwise; GraphSwitches).
-  bool choiceInside = false;
   /// An mla_attention's output projection inside MLA's launch where the
   /// weight allows (else the attention, then the stacked mat-vec).
   bool mlaProjection = false;
@@ -611,19 +608,6 @@ Expected<Launch> OpBinder::collective() {
     // reduction by the choice kernel.
     RouterChoice choice;
     if (d_.hasChoice) {
-      // The choice inside the all-reduce (kiln-fuse-router-choice) is
-      // refused: on one H200 its step gave wrong logits in about one run in
-      // eight, from the first replay on (docs/perf.md, twenty-first pass;
-      // the cause is not yet found). The CPU backend runs it;
-      // KILN_CUDA_CHOICE_INSIDE=1 runs it here, to find the cause.
-      if (!rank_.choiceInside)
-        return Error(d_.where, "choose",
-                     "the router's choice inside the all-reduce "
-                     "(kiln-compile --fuse-router-choice) is refused by the "
-                     "CUDA backend: it gave wrong results intermittently "
-                     "(docs/perf.md); compile without --fuse-router-choice "
-                     "(KILN_CUDA_CHOICE_INSIDE=1 runs it anyway, for "
-                     "investigating; results NOT valid)");
       if (d_.hasBias) {
         KILN_ASSIGN(b, param(3));
         choice.bias = b;
@@ -1454,9 +1438,6 @@ struct GraphSwitches {
   /// KILN_CUDA_ROUTER_TAIL=held|l2|last: how linear_router's tail blocks
   /// get their rows (StepKernels.h RouterTailMode; held by default).
   RouterTailMode routerTail = RouterTailMode::Held;
-  /// KILN_CUDA_CHOICE_INSIDE=1: the router's choice inside the all-reduce
-  /// runs (investigating only: refused by default, docs/perf.md).
-  bool choiceInside = false;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1523,8 +1504,6 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
   g.shapeSpecialised = specialised;
-  KILN_ASSIGN(choiceInside, readFlag("KILN_CUDA_CHOICE_INSIDE", false));
-  g.choiceInside = choiceInside;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
   g.stats = stats;
   if (const char *v = std::getenv("KILN_CUDA_TIMELINE"); v && *v)
@@ -2382,7 +2361,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;
-    rank->choiceInside = switches.choiceInside;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

@@ -131,11 +131,6 @@ environment (CUDA backend, for measuring; the same bits either way):
                            every collective stays on its rank's GPU, as a
                            simulated rank's does: the step's cost without
                            the exchange between GPUs (results are NOT valid)
-  KILN_CUDA_CHOICE_INSIDE=1
-                           run an all-reduce's router choice (kiln-compile
-                           --fuse-router-choice), which the CUDA backend
-                           otherwise refuses: it gave wrong results at
-                           times (investigating only; results NOT valid)
   KILN_CUDA_GRAPH_STATS=1  print each captured step's nodes and edges (how
                            many are programmatic) to stderr
   KILN_CUDA_TIMELINE=FILE  write the kernels of rank 0's fifth graph replay

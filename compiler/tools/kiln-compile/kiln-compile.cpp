@@ -107,9 +107,7 @@ static cl::opt<bool> fuseRouterChoice(
              "and weights) inside the all-reduce that reduces its logits "
              "(all_reduce_add_rms_norm choose), the same bits as a "
              "moe_choose after it (off by default: measured slower on "
-             "the GPU, docs/perf.md twentieth pass; the CUDA backend "
-             "refuses it: its results were wrong at times, twenty-first "
-             "pass)"));
+             "the GPU, docs/perf.md twentieth pass)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
