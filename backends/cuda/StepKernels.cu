@@ -2885,7 +2885,15 @@ struct PeerArgs {
 template <bool kChoice>
 __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
     __launch_bounds__(kPeerThreads) allReducePeersKernel(PeerArgs a) {
-  stepKernelPrologue();
+  // With the choice, the dependents (the routed experts) are let start
+  // only once the ranks' parts are read (below), so that their early
+  // copies run beside the norm and the choice, not beside the exchange
+  // (the backend starts the ops after a collective without early copies
+  // unless it lets them start late: OpFootprint::lateDependents).
+  if constexpr (kChoice)
+    waitForPredecessor();
+  else
+    stepKernelPrologue();
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
   __shared__ float rowParts[kMaxPeerRows][kPeerBlocks], rms[kMaxPeerRows];
@@ -2970,6 +2978,8 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
         v[k] = q0 + j == 0 ? x : a.sum ? v[k] + x : (v[k] < x ? x : v[k]);
       }
   }
+  if constexpr (kChoice)
+    allowDependents();
   if (!fused) {
 #pragma unroll
     for (int k = 0; k < kPeerPer; ++k) {
