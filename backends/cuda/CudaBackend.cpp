@@ -611,6 +611,7 @@ Expected<Launch> OpBinder::collective() {
       if (d_.hasBias) {
         KILN_ASSIGN(b, param(3));
         choice.bias = b;
+        choice.biasIsWeight = buffer(d_.ins[3]).kind == BufferKind::Weight;
       }
       choice.topK = d_.topK;
       choice.gating = d_.softmax ? Gating::Softmax : Gating::Sigmoid;

@@ -2293,14 +2293,22 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
 /// p from the logits (sigmoid, or a softmax over the experts) into
 /// prob[], and each expert's choice score, p + bias (NaN lowest), into
 /// choice[]; each thread's logit and bias loads issued together.
+/// kStaged: the logits (and the bias) are in this block's shared memory.
+template <bool kStaged = false>
+__device__ inline float routerLogit(const float *logits, int64_t e) {
+  // Else from the L2 (ld.global.cg): routerKernel's choosing block reads
+  // what other blocks wrote.
+  return kStaged ? logits[e] : __ldcg(logits + e);
+}
+
+template <bool kStaged = false>
 __device__ void routerScores(const float *logits, int64_t experts,
                              const float *bias, Gating gating, float *prob,
                              float *choice, float *partials) {
-  // Logits are read from the L2 (ld.global.cg): routerKernel's choosing
-  // block reads what other blocks wrote.
   if (gating == Gating::Sigmoid) {
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-      const float logit = __ldcg(logits + e), b = bias ? bias[e] : 0.f;
+      const float logit = routerLogit<kStaged>(logits, e),
+                  b = bias ? bias[e] : 0.f;
       const float p = 1.f / (1.f + expf(-logit));
       prob[e] = p;
       // The bias only steers the choice; the weights come from p alone.
@@ -2309,11 +2317,11 @@ __device__ void routerScores(const float *logits, int64_t experts,
   } else {
     float maxLogit = -INFINITY;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
-      maxLogit = fmaxf(maxLogit, __ldcg(logits + e));
+      maxLogit = fmaxf(maxLogit, routerLogit<kStaged>(logits, e));
     maxLogit = blockMax(maxLogit, partials);
     float sum = 0.f;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-      prob[e] = expf(__ldcg(logits + e) - maxLogit);
+      prob[e] = expf(routerLogit<kStaged>(logits, e) - maxLogit);
       sum += prob[e];
     }
     sum = blockSum(sum, partials);
@@ -2398,6 +2406,7 @@ __device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
 /// p + bias (NaN lowest, ties to the lower id), in that order; then the
 /// weights in k order. Dynamic shared memory: 2 * experts floats, then
 /// (blockDim / 32) * topK candidates.
+template <bool kStaged>
 __device__ void routerChooseSorted(const float *logits, int64_t experts,
                                    const float *bias, int64_t topK,
                                    Gating gating, bool normalize,
@@ -2406,7 +2415,8 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
   __shared__ float partials[kWarp];
   float *choice = prob + experts;
   Best *candidates = reinterpret_cast<Best *>(choice + experts);
-  routerScores(logits, experts, bias, gating, prob, choice, partials);
+  routerScores<kStaged>(logits, experts, bias, gating, prob, choice,
+                        partials);
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = int(blockDim.x / kWarp);
@@ -2433,6 +2443,7 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
 /// The choice for any topK: topK rounds of a warp arg-max over the experts
 /// not yet chosen (routerSelectKernel's result, one expert a round).
 /// Dynamic shared memory: 2 * experts floats, topK ints, experts bytes.
+template <bool kStaged>
 __device__ void routerChooseRounds(const float *logits, int64_t experts,
                                    const float *bias, int64_t topK,
                                    Gating gating, bool normalize,
@@ -2444,7 +2455,8 @@ __device__ void routerChooseRounds(const float *logits, int64_t experts,
   unsigned char *chosen = reinterpret_cast<unsigned char *>(picked + topK);
   for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
     chosen[e] = 0;
-  routerScores(logits, experts, bias, gating, prob, choice, partials);
+  routerScores<kStaged>(logits, experts, bias, gating, prob, choice,
+                        partials);
 
   // Warp 0 alone: each round a lane's best unchosen expert, then a
   // butterfly arg-max (every lane learns the winner).
@@ -2480,17 +2492,20 @@ __device__ void routerChooseRounds(const float *logits, int64_t experts,
 }
 
 /// The choice by the calling block: by sorting for topK <= 32, else in
-/// rounds (dynamic shared memory: routerChoiceShared).
+/// rounds (dynamic shared memory: routerChoiceShared). kStaged: the logits
+/// and the bias are in the block's shared memory (the all-reduce's
+/// chooser staged them), else in global memory.
+template <bool kStaged = false>
 __device__ void routerChoose(const float *logits, int64_t experts,
                              const float *bias, int64_t topK, Gating gating,
                              bool normalize, float routedScale, int32_t *ids,
                              float *weights, float *shared) {
   if (topK <= kWarp)
-    routerChooseSorted(logits, experts, bias, topK, gating, normalize,
-                       routedScale, ids, weights, shared);
+    routerChooseSorted<kStaged>(logits, experts, bias, topK, gating,
+                                normalize, routedScale, ids, weights, shared);
   else
-    routerChooseRounds(logits, experts, bias, topK, gating, normalize,
-                       routedScale, ids, weights, shared);
+    routerChooseRounds<kStaged>(logits, experts, bias, topK, gating,
+                                normalize, routedScale, ids, weights, shared);
 }
 
 /// The choice alone, after the logits' mat-vec (gates other than
@@ -2890,10 +2905,34 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   // copies run beside the norm and the choice, not beside the exchange
   // (the backend starts the ops after a collective without early copies
   // unless it lets them start late: OpFootprint::lateDependents).
-  if constexpr (kChoice)
+  const int b = int(blockIdx.x);
+  const int64_t body = a.rows * a.n, total = body + a.tail;
+  const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
+  // The choice: made by the block of the tail's last value. Where the
+  // whole tail is that block's, its logits and the bias go through its
+  // shared memory (staged: the logits kept as they are written, the bias
+  // loaded before the wait when it is a weight), not back from global
+  // memory after the reduction (choiceStagedFloats's layout: logits, bias,
+  // then the choice's own).
+  extern __shared__ float choiceShared[];
+  const int chooser = kChoice ? int((total - 1) / chunk) : 0;
+  const bool staged = kChoice && int(body / chunk) == chooser;
+  const int64_t stagedStride = (a.tail + 3) / 4 * 4;
+  float *stagedLogits = choiceShared, *stagedBias = choiceShared + stagedStride;
+  auto stageBias = [&] {
+    for (int64_t e = threadIdx.x; e < a.tail; e += blockDim.x)
+      stagedBias[e] = a.choice.bias[e];
+  };
+  const bool stagesBias = staged && b == chooser && a.choice.bias;
+  if constexpr (kChoice) {
+    if (stagesBias && a.choice.biasIsWeight)
+      stageBias();
     waitForPredecessor();
-  else
+    if (stagesBias && !a.choice.biasIsWeight)
+      stageBias();
+  } else {
     stepKernelPrologue();
+  }
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
   __shared__ float rowParts[kMaxPeerRows][kPeerBlocks], rms[kMaxPeerRows];
@@ -2905,9 +2944,6 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   // wait before those stores, so its latency passes under the loads.
   if (fused)
     cluster.barrier_arrive();
-  const int b = int(blockIdx.x);
-  const int64_t body = a.rows * a.n, total = body + a.tail;
-  const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
   const int64_t first = int64_t(b) * chunk;
   const int64_t last = first + chunk < total ? first + chunk : total;
   if (threadIdx.x == 0)
@@ -3027,25 +3063,35 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    if (f < last && f < body)
+    if (f < last && f < body) {
       a.y[f] = v[k] / rms[f / a.n] * g[k];
-    else if (f < last)
-      a.logits[f - body] = v[k] / rms[0];
+    } else if (f < last) {
+      const float logit = v[k] / rms[0];
+      a.logits[f - body] = logit;
+      if (staged)
+        stagedLogits[f - body] = logit;
+    }
   }
   if constexpr (kChoice) {
     // The choice by the block of the tail's last value, from the logits
     // its threads (and, where the tail spans blocks, the cluster's) just
     // wrote.
-    const int chooser = int((total - 1) / chunk);
-    if (int(body / chunk) != chooser)
+    if (!staged)
       cluster.sync(); // the other blocks' logits, released to the cluster
     if (b != chooser)
       return;
     __syncthreads();
-    extern __shared__ float choiceShared[];
-    routerChoose(a.logits, a.tail, a.choice.bias, a.choice.topK,
-                 a.choice.gating, a.choice.normalize, a.choice.routedScale,
-                 a.choice.ids, a.choice.weights, choiceShared);
+    float *scratch = choiceShared + 2 * stagedStride;
+    if (staged)
+      routerChoose<true>(stagedLogits, a.tail,
+                         a.choice.bias ? stagedBias : nullptr, a.choice.topK,
+                         a.choice.gating, a.choice.normalize,
+                         a.choice.routedScale, a.choice.ids, a.choice.weights,
+                         scratch);
+    else
+      routerChoose(a.logits, a.tail, a.choice.bias, a.choice.topK,
+                   a.choice.gating, a.choice.normalize, a.choice.routedScale,
+                   a.choice.ids, a.choice.weights, scratch);
   }
 }
 
@@ -3114,7 +3160,10 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                 eps, out, y,  fault, tail,  logits, {}};
   size_t shared = 0;
   if (choice && choice->topK > 0) {
-    shared = routerChoiceShared(tail, choice->topK, kPeerThreads);
+    // The staged logits and bias (allReducePeersKernel), then the
+    // choice's own.
+    shared = 2 * size_t((tail + 3) / 4 * 4) * sizeof(float) +
+             routerChoiceShared(tail, choice->topK, kPeerThreads);
     if (tail <= 0 || choice->topK > tail || !choice->ids ||
         !choice->weights || shared > 48 * 1024)
       return cudaErrorInvalidValue;
