@@ -2890,6 +2890,28 @@ struct PeerArgs {
   RouterChoice choice;
 };
 
+/// The choice inside the all-reduce is made by the block of the tail's
+/// last value (peerChooser), from its logits and the bias in its shared
+/// memory: the dynamic shared memory holds the logits, the bias (each
+/// peerChoiceStride floats), then the choice's own. Where the whole tail
+/// is that block's (peerChoiceStaged) the logits are kept there as they
+/// are written and the bias is loaded before the wait when it is a
+/// weight's, instead of both read back from global memory after the
+/// reduction. Derived from the arguments where used, so that none of it
+/// is held in registers across the exchange.
+__device__ inline int peerChooser(const PeerArgs &a) {
+  const int64_t total = a.rows * a.n + a.tail;
+  return int((total - 1) / ((total + kPeerBlocks - 1) / kPeerBlocks));
+}
+__device__ inline bool peerChoiceStaged(const PeerArgs &a) {
+  const int64_t body = a.rows * a.n, total = body + a.tail;
+  return int(body / ((total + kPeerBlocks - 1) / kPeerBlocks)) ==
+         peerChooser(a);
+}
+__device__ inline int64_t peerChoiceStride(const PeerArgs &a) {
+  return (a.tail + 3) / 4 * 4;
+}
+
 /// One cluster of kPeerBlocks blocks; block b takes values [b * chunk,
 /// (b + 1) * chunk) of the rows x n (flat), thread t those at t + k *
 /// kPeerThreads.
@@ -2905,34 +2927,24 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   // copies run beside the norm and the choice, not beside the exchange
   // (the backend starts the ops after a collective without early copies
   // unless it lets them start late: OpFootprint::lateDependents).
-  const int b = int(blockIdx.x);
-  const int64_t body = a.rows * a.n, total = body + a.tail;
-  const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
-  // The choice: made by the block of the tail's last value. Where the
-  // whole tail is that block's, its logits and the bias go through its
-  // shared memory (staged: the logits kept as they are written, the bias
-  // loaded before the wait when it is a weight), not back from global
-  // memory after the reduction (choiceStagedFloats's layout: logits, bias,
-  // then the choice's own).
   extern __shared__ float choiceShared[];
-  const int chooser = kChoice ? int((total - 1) / chunk) : 0;
-  const bool staged = kChoice && int(body / chunk) == chooser;
-  const int64_t stagedStride = (a.tail + 3) / 4 * 4;
-  float *stagedLogits = choiceShared, *stagedBias = choiceShared + stagedStride;
-  auto stageBias = [&] {
-    for (int64_t e = threadIdx.x; e < a.tail; e += blockDim.x)
-      stagedBias[e] = a.choice.bias[e];
-  };
-  const bool stagesBias = staged && b == chooser && a.choice.bias;
   if constexpr (kChoice) {
+    const bool stagesBias = a.choice.bias && peerChoiceStaged(a) &&
+                            int(blockIdx.x) == peerChooser(a);
+    float *bias = choiceShared + peerChoiceStride(a);
     if (stagesBias && a.choice.biasIsWeight)
-      stageBias();
+      for (int64_t e = threadIdx.x; e < a.tail; e += blockDim.x)
+        bias[e] = a.choice.bias[e];
     waitForPredecessor();
     if (stagesBias && !a.choice.biasIsWeight)
-      stageBias();
+      for (int64_t e = threadIdx.x; e < a.tail; e += blockDim.x)
+        bias[e] = a.choice.bias[e];
   } else {
     stepKernelPrologue();
   }
+  const int b = int(blockIdx.x);
+  const int64_t body = a.rows * a.n, total = body + a.tail;
+  const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
   __shared__ float rowParts[kMaxPeerRows][kPeerBlocks], rms[kMaxPeerRows];
@@ -3068,30 +3080,34 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
     } else if (f < last) {
       const float logit = v[k] / rms[0];
       a.logits[f - body] = logit;
-      if (staged)
-        stagedLogits[f - body] = logit;
+      if (kChoice && peerChoiceStaged(a))
+        choiceShared[f - body] = logit;
     }
   }
   if constexpr (kChoice) {
     // The choice by the block of the tail's last value, from the logits
     // its threads (and, where the tail spans blocks, the cluster's) just
     // wrote.
+    const bool staged = peerChoiceStaged(a);
     if (!staged)
       cluster.sync(); // the other blocks' logits, released to the cluster
-    if (b != chooser)
+    if (b != peerChooser(a))
       return;
+    // Where the tail spans blocks, its logits from the L2 into shared
+    // memory (the cluster's blocks wrote them), and the bias with them.
+    const int64_t stride = peerChoiceStride(a);
+    if (!staged)
+      for (int64_t e = threadIdx.x; e < a.tail; e += blockDim.x) {
+        choiceShared[e] = __ldcg(a.logits + e);
+        if (a.choice.bias)
+          choiceShared[stride + e] = a.choice.bias[e];
+      }
     __syncthreads();
-    float *scratch = choiceShared + 2 * stagedStride;
-    if (staged)
-      routerChoose<true>(stagedLogits, a.tail,
-                         a.choice.bias ? stagedBias : nullptr, a.choice.topK,
-                         a.choice.gating, a.choice.normalize,
-                         a.choice.routedScale, a.choice.ids, a.choice.weights,
-                         scratch);
-    else
-      routerChoose(a.logits, a.tail, a.choice.bias, a.choice.topK,
-                   a.choice.gating, a.choice.normalize, a.choice.routedScale,
-                   a.choice.ids, a.choice.weights, scratch);
+    routerChoose<true>(choiceShared, a.tail,
+                       a.choice.bias ? choiceShared + stride : nullptr,
+                       a.choice.topK, a.choice.gating, a.choice.normalize,
+                       a.choice.routedScale, a.choice.ids, a.choice.weights,
+                       choiceShared + 2 * stride);
   }
 }
 
