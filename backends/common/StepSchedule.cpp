@@ -161,13 +161,9 @@ std::vector<bool> followsOrdered(const StepSchedule &s,
     const size_t b = size_t(s.branch[j]);
     if (b >= last.size())
       last.resize(b + 1, -1);
-    auto quietens = [&](int32_t d) {
-      return d >= 0 && size_t(d) < n && ops[size_t(d)].ordered &&
-             !ops[size_t(d)].lateDependents;
-    };
-    bool follows = quietens(last[b]);
+    bool follows = last[b] >= 0 && ops[size_t(last[b])].ordered;
     for (int32_t d : s.waits[j])
-      follows = follows || quietens(d);
+      follows = follows || (d >= 0 && size_t(d) < n && ops[size_t(d)].ordered);
     out[j] = follows;
     last[b] = int32_t(j);
   }

@@ -37,10 +37,6 @@ struct OpFootprint {
   std::vector<MemoryRange> ranges;
   /// Kept in list order with every other ordered op (collectives).
   bool ordered = false;
-  /// An ordered op that lets the ops after it start only once its traffic
-  /// is done (an all-reduce that then makes the router's choice): they
-  /// need not start quiet (followsOrdered).
-  bool lateDependents = false;
 };
 
 struct StepSchedule {
@@ -76,8 +72,7 @@ StepSchedule scheduleOnBranches(const std::vector<OpFootprint> &ops,
                                 const std::vector<bool> &skip);
 
 /// Per op: whether one of its direct predecessors in `s` (the op before it
-/// on its branch, or an op it waits for) is ordered (a collective) and does
-/// not let its dependents start late (OpFootprint::lateDependents). The
+/// on its branch, or an op it waits for) is ordered (a collective). The
 /// CUDA backend starts such ops without an early prefetch of their weights:
 /// bytes in flight beside a latency-bound collective slow the collective
 /// more than they save (docs/perf.md, fourteenth pass). Ops `skip` marks

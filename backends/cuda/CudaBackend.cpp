@@ -611,7 +611,6 @@ Expected<Launch> OpBinder::collective() {
       if (d_.hasBias) {
         KILN_ASSIGN(b, param(3));
         choice.bias = b;
-        choice.biasIsWeight = buffer(d_.ins[3]).kind == BufferKind::Weight;
       }
       choice.topK = d_.topK;
       choice.gating = d_.softmax ? Gating::Softmax : Gating::Sigmoid;
@@ -1554,11 +1553,6 @@ std::vector<backend::OpFootprint> footprints(const CudaStep &s,
   };
   for (size_t j = 0; j < ops.size(); ++j) {
     out[j].ordered = isCollective(ops[j].kind);
-    // The all-reduce that makes the router's choice lets its dependents
-    // start after its exchange (allReducePeersKernel), or is followed by
-    // the choice kernel (after NCCL's or the flat reduction).
-    out[j].lateDependents =
-        ops[j].kind == OpKind::AllReduceAddRmsNorm && ops[j].hasChoice;
     for (int32_t i : ops[j].ins)
       if (s.step->buffers[size_t(i)].kind != BufferKind::Weight)
         out[j].ranges.push_back(range(i, false));

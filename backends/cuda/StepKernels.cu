@@ -2293,22 +2293,14 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
 /// p from the logits (sigmoid, or a softmax over the experts) into
 /// prob[], and each expert's choice score, p + bias (NaN lowest), into
 /// choice[]; each thread's logit and bias loads issued together.
-/// kStaged: the logits (and the bias) are in this block's shared memory.
-template <bool kStaged = false>
-__device__ inline float routerLogit(const float *logits, int64_t e) {
-  // Else from the L2 (ld.global.cg): routerKernel's choosing block reads
-  // what other blocks wrote.
-  return kStaged ? logits[e] : __ldcg(logits + e);
-}
-
-template <bool kStaged = false>
 __device__ void routerScores(const float *logits, int64_t experts,
                              const float *bias, Gating gating, float *prob,
                              float *choice, float *partials) {
+  // Logits are read from the L2 (ld.global.cg): routerKernel's choosing
+  // block reads what other blocks wrote.
   if (gating == Gating::Sigmoid) {
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-      const float logit = routerLogit<kStaged>(logits, e),
-                  b = bias ? bias[e] : 0.f;
+      const float logit = __ldcg(logits + e), b = bias ? bias[e] : 0.f;
       const float p = 1.f / (1.f + expf(-logit));
       prob[e] = p;
       // The bias only steers the choice; the weights come from p alone.
@@ -2317,11 +2309,11 @@ __device__ void routerScores(const float *logits, int64_t experts,
   } else {
     float maxLogit = -INFINITY;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
-      maxLogit = fmaxf(maxLogit, routerLogit<kStaged>(logits, e));
+      maxLogit = fmaxf(maxLogit, __ldcg(logits + e));
     maxLogit = blockMax(maxLogit, partials);
     float sum = 0.f;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-      prob[e] = expf(routerLogit<kStaged>(logits, e) - maxLogit);
+      prob[e] = expf(__ldcg(logits + e) - maxLogit);
       sum += prob[e];
     }
     sum = blockSum(sum, partials);
@@ -2406,7 +2398,6 @@ __device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
 /// p + bias (NaN lowest, ties to the lower id), in that order; then the
 /// weights in k order. Dynamic shared memory: 2 * experts floats, then
 /// (blockDim / 32) * topK candidates.
-template <bool kStaged>
 __device__ void routerChooseSorted(const float *logits, int64_t experts,
                                    const float *bias, int64_t topK,
                                    Gating gating, bool normalize,
@@ -2415,8 +2406,7 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
   __shared__ float partials[kWarp];
   float *choice = prob + experts;
   Best *candidates = reinterpret_cast<Best *>(choice + experts);
-  routerScores<kStaged>(logits, experts, bias, gating, prob, choice,
-                        partials);
+  routerScores(logits, experts, bias, gating, prob, choice, partials);
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = int(blockDim.x / kWarp);
@@ -2443,7 +2433,6 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
 /// The choice for any topK: topK rounds of a warp arg-max over the experts
 /// not yet chosen (routerSelectKernel's result, one expert a round).
 /// Dynamic shared memory: 2 * experts floats, topK ints, experts bytes.
-template <bool kStaged>
 __device__ void routerChooseRounds(const float *logits, int64_t experts,
                                    const float *bias, int64_t topK,
                                    Gating gating, bool normalize,
@@ -2455,8 +2444,7 @@ __device__ void routerChooseRounds(const float *logits, int64_t experts,
   unsigned char *chosen = reinterpret_cast<unsigned char *>(picked + topK);
   for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
     chosen[e] = 0;
-  routerScores<kStaged>(logits, experts, bias, gating, prob, choice,
-                        partials);
+  routerScores(logits, experts, bias, gating, prob, choice, partials);
 
   // Warp 0 alone: each round a lane's best unchosen expert, then a
   // butterfly arg-max (every lane learns the winner).
@@ -2492,20 +2480,17 @@ __device__ void routerChooseRounds(const float *logits, int64_t experts,
 }
 
 /// The choice by the calling block: by sorting for topK <= 32, else in
-/// rounds (dynamic shared memory: routerChoiceShared). kStaged: the logits
-/// and the bias are in the block's shared memory (the all-reduce's
-/// chooser staged them), else in global memory.
-template <bool kStaged = false>
+/// rounds (dynamic shared memory: routerChoiceShared).
 __device__ void routerChoose(const float *logits, int64_t experts,
                              const float *bias, int64_t topK, Gating gating,
                              bool normalize, float routedScale, int32_t *ids,
                              float *weights, float *shared) {
   if (topK <= kWarp)
-    routerChooseSorted<kStaged>(logits, experts, bias, topK, gating,
-                                normalize, routedScale, ids, weights, shared);
+    routerChooseSorted(logits, experts, bias, topK, gating, normalize,
+                       routedScale, ids, weights, shared);
   else
-    routerChooseRounds<kStaged>(logits, experts, bias, topK, gating,
-                                normalize, routedScale, ids, weights, shared);
+    routerChooseRounds(logits, experts, bias, topK, gating, normalize,
+                       routedScale, ids, weights, shared);
 }
 
 /// The choice alone, after the logits' mat-vec (gates other than
@@ -2890,28 +2875,6 @@ struct PeerArgs {
   RouterChoice choice;
 };
 
-/// The choice inside the all-reduce is made by the block of the tail's
-/// last value (peerChooser), from its logits and the bias in its shared
-/// memory: the dynamic shared memory holds the logits, the bias (each
-/// peerChoiceStride floats), then the choice's own. Where the whole tail
-/// is that block's (peerChoiceStaged) the logits are kept there as they
-/// are written and the bias is loaded before the wait when it is a
-/// weight's, instead of both read back from global memory after the
-/// reduction. Derived from the arguments where used, so that none of it
-/// is held in registers across the exchange.
-__device__ inline int peerChooser(const PeerArgs &a) {
-  const int64_t total = a.rows * a.n + a.tail;
-  return int((total - 1) / ((total + kPeerBlocks - 1) / kPeerBlocks));
-}
-__device__ inline bool peerChoiceStaged(const PeerArgs &a) {
-  const int64_t body = a.rows * a.n, total = body + a.tail;
-  return int(body / ((total + kPeerBlocks - 1) / kPeerBlocks)) ==
-         peerChooser(a);
-}
-__device__ inline int64_t peerChoiceStride(const PeerArgs &a) {
-  return (a.tail + 3) / 4 * 4;
-}
-
 /// One cluster of kPeerBlocks blocks; block b takes values [b * chunk,
 /// (b + 1) * chunk) of the rows x n (flat), thread t those at t + k *
 /// kPeerThreads.
@@ -2922,29 +2885,7 @@ __device__ inline int64_t peerChoiceStride(const PeerArgs &a) {
 template <bool kChoice>
 __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
     __launch_bounds__(kPeerThreads) allReducePeersKernel(PeerArgs a) {
-  // With the choice, the dependents (the routed experts) are let start
-  // only once the ranks' parts are read (below), so that their early
-  // copies run beside the norm and the choice, not beside the exchange
-  // (the backend starts the ops after a collective without early copies
-  // unless it lets them start late: OpFootprint::lateDependents).
-  extern __shared__ float choiceShared[];
-  if constexpr (kChoice) {
-    const bool stagesBias = a.choice.bias && peerChoiceStaged(a) &&
-                            int(blockIdx.x) == peerChooser(a);
-    float *bias = choiceShared + peerChoiceStride(a);
-    if (stagesBias && a.choice.biasIsWeight)
-      for (int64_t e = threadIdx.x; e < a.tail; e += blockDim.x)
-        bias[e] = a.choice.bias[e];
-    waitForPredecessor();
-    if (stagesBias && !a.choice.biasIsWeight)
-      for (int64_t e = threadIdx.x; e < a.tail; e += blockDim.x)
-        bias[e] = a.choice.bias[e];
-  } else {
-    stepKernelPrologue();
-  }
-  const int b = int(blockIdx.x);
-  const int64_t body = a.rows * a.n, total = body + a.tail;
-  const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
+  stepKernelPrologue();
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
   __shared__ float rowParts[kMaxPeerRows][kPeerBlocks], rms[kMaxPeerRows];
@@ -2956,6 +2897,9 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   // wait before those stores, so its latency passes under the loads.
   if (fused)
     cluster.barrier_arrive();
+  const int b = int(blockIdx.x);
+  const int64_t body = a.rows * a.n, total = body + a.tail;
+  const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
   const int64_t first = int64_t(b) * chunk;
   const int64_t last = first + chunk < total ? first + chunk : total;
   if (threadIdx.x == 0)
@@ -3026,8 +2970,6 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
         v[k] = q0 + j == 0 ? x : a.sum ? v[k] + x : (v[k] < x ? x : v[k]);
       }
   }
-  if constexpr (kChoice)
-    allowDependents();
   if (!fused) {
 #pragma unroll
     for (int k = 0; k < kPeerPer; ++k) {
@@ -3075,39 +3017,25 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    if (f < last && f < body) {
+    if (f < last && f < body)
       a.y[f] = v[k] / rms[f / a.n] * g[k];
-    } else if (f < last) {
-      const float logit = v[k] / rms[0];
-      a.logits[f - body] = logit;
-      if (kChoice && peerChoiceStaged(a))
-        choiceShared[f - body] = logit;
-    }
+    else if (f < last)
+      a.logits[f - body] = v[k] / rms[0];
   }
   if constexpr (kChoice) {
     // The choice by the block of the tail's last value, from the logits
     // its threads (and, where the tail spans blocks, the cluster's) just
     // wrote.
-    const bool staged = peerChoiceStaged(a);
-    if (!staged)
+    const int chooser = int((total - 1) / chunk);
+    if (int(body / chunk) != chooser)
       cluster.sync(); // the other blocks' logits, released to the cluster
-    if (b != peerChooser(a))
+    if (b != chooser)
       return;
-    // Where the tail spans blocks, its logits from the L2 into shared
-    // memory (the cluster's blocks wrote them), and the bias with them.
-    const int64_t stride = peerChoiceStride(a);
-    if (!staged)
-      for (int64_t e = threadIdx.x; e < a.tail; e += blockDim.x) {
-        choiceShared[e] = __ldcg(a.logits + e);
-        if (a.choice.bias)
-          choiceShared[stride + e] = a.choice.bias[e];
-      }
     __syncthreads();
-    routerChoose<true>(choiceShared, a.tail,
-                       a.choice.bias ? choiceShared + stride : nullptr,
-                       a.choice.topK, a.choice.gating, a.choice.normalize,
-                       a.choice.routedScale, a.choice.ids, a.choice.weights,
-                       choiceShared + 2 * stride);
+    extern __shared__ float choiceShared[];
+    routerChoose(a.logits, a.tail, a.choice.bias, a.choice.topK,
+                 a.choice.gating, a.choice.normalize, a.choice.routedScale,
+                 a.choice.ids, a.choice.weights, choiceShared);
   }
 }
 
@@ -3176,10 +3104,7 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                 eps, out, y,  fault, tail,  logits, {}};
   size_t shared = 0;
   if (choice && choice->topK > 0) {
-    // The staged logits and bias (allReducePeersKernel), then the
-    // choice's own.
-    shared = 2 * size_t((tail + 3) / 4 * 4) * sizeof(float) +
-             routerChoiceShared(tail, choice->topK, kPeerThreads);
+    shared = routerChoiceShared(tail, choice->topK, kPeerThreads);
     if (tail <= 0 || choice->topK > tail || !choice->ids ||
         !choice->weights || shared > 48 * 1024)
       return cudaErrorInvalidValue;

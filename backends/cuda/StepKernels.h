@@ -236,9 +236,6 @@ cudaError_t enablePeerAccess(int peer);
 /// would (the same code: the same ids and weights).
 struct RouterChoice {
   const float *bias = nullptr;
-  /// The bias is a weight's values (never written in a step), so the
-  /// all-reduce's choosing block may read it before its wait.
-  bool biasIsWeight = false;
   int64_t topK = 0;
   Gating gating = Gating::Sigmoid;
   bool normalize = false;

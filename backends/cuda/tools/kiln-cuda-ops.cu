@@ -1998,9 +1998,8 @@ void checkRouterFold(Report &r, kiln::Rng &rng) {
   // The choice inside the one-shot all-reduce (kiln-fuse-router-choice):
   // the ids and weights the choice kernel makes from the logits the same
   // call wrote, bit for bit; with the tail in one block (GLM-5's 6,144 +
-  // 256: the logits and the bias staged in its shared memory, the bias
-  // as a weight's, read before the wait) and across two (1,024 + 256:
-  // from global memory), with and without a bias, sigmoid and softmax.
+  // 256) and across two (1,024 + 256), with and without a bias, sigmoid
+  // and softmax.
   for (auto [cols, bias, softmax] :
        {std::tuple<int64_t, bool, bool>{6144, true, false},
         {6144, false, true},
@@ -2021,7 +2020,6 @@ void checkRouterFold(Report &r, kiln::Rng &rng) {
     DeviceArray<int32_t> ids1(static_cast<size_t>(topK)), ids2(static_cast<size_t>(topK));
     kc::RouterChoice choice;
     choice.bias = bias ? db.get() : nullptr;
-    choice.biasIsWeight = cols == 6144;
     choice.topK = topK;
     choice.gating = softmax ? kc::Gating::Softmax : kc::Gating::Sigmoid;
     choice.normalize = true;
@@ -2036,10 +2034,9 @@ void checkRouterFold(Report &r, kiln::Rng &rng) {
                             nullptr));
     r.line("all_reduce_peers",
            fmtText("simulated, 8 ranks, 1x%lld + tail 256, the choice inside "
-                   "(top 8, %s%s; %s)",
+                   "(top 8, %s%s)",
                    (long long)cols, softmax ? "softmax" : "sigmoid",
-                   bias ? " +bias" : "",
-                   cols == 6144 ? "staged in one block" : "across two blocks"),
+                   bias ? " +bias" : ""),
            mismatches(ids1.download(), ids2.download()) +
                mismatches(w1.download(), w2.download()),
            0, "bit-exact: the choice kernel's code on the same logits");

@@ -231,27 +231,3 @@ TEST(StepSchedule, FollowsOrderedMarksDirectSuccessorsOfCollectives) {
   const std::vector<bool> g = followsOrdered(serial, ops);
   EXPECT_EQ(g, (std::vector<bool>{false, true, false, false, false}));
 }
-
-// A collective that lets its dependents start late (an all-reduce making
-// the router's choice) quietens nobody; one without does, in the same step.
-TEST(StepSchedule, FollowsOrderedSparesSuccessorsOfLateCollectives) {
-  std::vector<OpFootprint> ops = {
-      touch({writes(0, 8)}, /*ordered=*/true),   // 0: lets dependents late
-      touch({reads(0, 8), writes(8, 16)}),       // 1: after 0
-      touch({writes(16, 24)}, /*ordered=*/true), // 2: an ordinary one
-      touch({reads(16, 24), writes(24, 32)}),    // 3: after 2
-  };
-  ops[0].lateDependents = true;
-  for (int branches : {1, 4}) {
-    StepSchedule s = scheduleStep(ops, branches);
-    expectValid(ops, s);
-    EXPECT_EQ(followsOrdered(s, ops),
-              (std::vector<bool>{false, false, false, true}))
-        << branches << " branches";
-  }
-  // Without the mark, 0 quietens 1 as any collective does (and 2, which
-  // waits for it: collectives stay in list order).
-  ops[0].lateDependents = false;
-  EXPECT_EQ(followsOrdered(scheduleStep(ops, 4), ops),
-            (std::vector<bool>{false, true, true, true}));
-}
