@@ -21,6 +21,9 @@
 //   long finished (a step's cross-branch waits)
 // kiln-cuda-ops --bench-router    linear_router at GLM-5's attn_output
 //   shape against the linear alone, each way its tail rows load
+// kiln-cuda-ops --bench-choice    the router's choice at GLM-5's tp=8
+//   shape as its own kernel after the all-reduce and inside it, in a
+//   programmatic chain in a graph (exits 1 where their results differ)
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -2734,6 +2737,84 @@ double timeInGraph(cudaStream_t stream, Fn &&launch, int kRuns = 50) {
   return double(ms) * 1e3 / kRuns;
 }
 
+/// --bench-choice: the router's choice at GLM-5's tp = 8 shape (the
+/// attention's all-reduce of 6,144 values with a tail of 256 logits, eight
+/// ranks simulated, top 8 of 256 by sigmoid + bias) in a graph of 50 links
+/// launched with programmatic serialization, as a step's are: per link the
+/// all-reduce alone, then followed by the choice kernel (moe_choose), and
+/// the all-reduce making the choice itself (kiln-fuse-router-choice).
+/// In GLM-5's step the third costs ~4.4 us over the first where the second
+/// costs ~3.2 (docs/perf.md, twenty-second pass): whether the kernels alone
+/// show that is what this measures. The ids and weights of the two ways
+/// are compared after the chains, bit for bit (exit 1 if they differ).
+int benchChoice() {
+  constexpr int kChain = 50;
+  const int64_t cols = 6144, experts = 256, topK = 8;
+  const int ranks = 8;
+  const int64_t cap = 2 * (cols + experts);
+  kiln::Rng rng(17);
+  DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(cap));
+  CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(cap)));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const kc::PeerExchange pe =
+      kc::peerExchangeView({exchange.get()}, ranks, 0, cap, true);
+  DeviceArray<float> dx(normals(rng, cols + experts, 1.0)),
+      dres(normals(rng, cols, 1.0)), dw(normals(rng, cols, 1.0, 1.0)),
+      db(normals(rng, experts, 0.1)), dout(static_cast<size_t>(cols)),
+      dy(static_cast<size_t>(cols)), dl(static_cast<size_t>(experts)),
+      w1(static_cast<size_t>(topK)), w2(static_cast<size_t>(topK));
+  DeviceArray<int32_t> ids1(static_cast<size_t>(topK)),
+      ids2(static_cast<size_t>(topK));
+  kc::RouterChoice choice;
+  choice.bias = db.get();
+  choice.topK = topK;
+  choice.gating = kc::Gating::Sigmoid;
+  choice.normalize = true;
+  choice.routedScale = 2.5f;
+  choice.ids = ids1.get();
+  choice.weights = w1.get();
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const float eps = 1e-5f;
+  auto reduce = [&](cudaStream_t s, const kc::RouterChoice *c) {
+    return kc::launchAllReducePeers(pe, dx.get(), 1, cols, true, dres.get(),
+                                    dw.get(), eps, dout.get(), dy.get(), {}, s,
+                                    experts, dl.get(), c);
+  };
+  const double alone =
+      timeInGraph(
+          stream, [&](cudaStream_t s) { return reduce(s, nullptr); },
+          kChain);
+  const double separate = timeInGraph(
+      stream,
+      [&](cudaStream_t s) {
+        if (cudaError_t e = reduce(s, nullptr); e != cudaSuccess)
+          return e;
+        return kc::launchMoeChoose(dl.get(), experts, db.get(), topK,
+                                   kc::Gating::Sigmoid, true, 2.5f, ids2.get(),
+                                   w2.get(), s);
+      },
+      kChain);
+  const double inside = timeInGraph(
+      stream, [&](cudaStream_t s) { return reduce(s, &choice); }, kChain);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  std::printf("bench choice: a link of the all-reduce (6144 + a tail of 256, "
+              "8 ranks simulated) alone %.2f us\n",
+              alone);
+  std::printf("bench choice: the all-reduce, then moe_choose %.2f us (+%.2f "
+              "us the choice)\n",
+              separate, separate - alone);
+  std::printf("bench choice: the all-reduce making the choice %.2f us (+%.2f "
+              "us the choice)\n",
+              inside, inside - alone);
+  const double wrong = mismatches(ids1.download(), ids2.download()) +
+                       mismatches(w1.download(), w2.download());
+  std::printf("bench choice: ids and weights of the two ways %s\n",
+              wrong == 0 ? "bit-identical" : "DIFFER");
+  return wrong == 0 ? 0 : 1;
+}
+
 /// --bench-router: step.linear_router at GLM-5's tp = 8 attn_output shape
 /// (q8_0-split [2048, 6144], a tail of 256 rows of 2,816 floats), in a
 /// graph of 50 back to back, rotating over copies of the weight and of the
@@ -4524,10 +4605,13 @@ int main(int argc, char **argv) {
     } else if (std::string(argv[i]) == "--bench-router") {
       benchRouter();
       return 0;
+    } else if (std::string(argv[i]) == "--bench-choice") {
+      return benchChoice();
     } else {
       std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench | "
                            "--bench-moe | --bench-dsa | --bench-chain | "
-                           "--bench-images | --bench-edges | --bench-router]\n");
+                           "--bench-images | --bench-edges | --bench-router | "
+                           "--bench-choice]\n");
       return 2;
     }
   }
