@@ -107,7 +107,8 @@ static cl::opt<bool> fuseRouterChoice(
              "and weights) inside the all-reduce that reduces its logits "
              "(all_reduce_add_rms_norm choose), the same bits as a "
              "moe_choose after it (off by default: measured slower on "
-             "the GPU, docs/perf.md twentieth pass)"));
+             "the GPU, in the step and alone, docs/perf.md twentieth and "
+             "twenty-second passes)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
