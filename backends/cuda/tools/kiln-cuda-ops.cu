@@ -2708,6 +2708,21 @@ void benchLinear() {
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
 
+/// A choice as GLM-5's router makes it (sigmoid + bias, normalised, routed
+/// scale 2.5), top `topK`, into ids and weights.
+kc::RouterChoice sigmoidChoice(const float *bias, int64_t topK, int32_t *ids,
+                               float *weights) {
+  kc::RouterChoice choice;
+  choice.bias = bias;
+  choice.topK = topK;
+  choice.gating = kc::Gating::Sigmoid;
+  choice.normalize = true;
+  choice.routedScale = 2.5f;
+  choice.ids = ids;
+  choice.weights = weights;
+  return choice;
+}
+
 /// Times one op's launch sequence: kRuns of it captured in a graph, after a
 /// warm-up replay. What a step's graph pays per op (memory and node cost).
 template <typename Fn>
@@ -2765,14 +2780,8 @@ int benchChoice() {
       w1(static_cast<size_t>(topK)), w2(static_cast<size_t>(topK));
   DeviceArray<int32_t> ids1(static_cast<size_t>(topK)),
       ids2(static_cast<size_t>(topK));
-  kc::RouterChoice choice;
-  choice.bias = db.get();
-  choice.topK = topK;
-  choice.gating = kc::Gating::Sigmoid;
-  choice.normalize = true;
-  choice.routedScale = 2.5f;
-  choice.ids = ids1.get();
-  choice.weights = w1.get();
+  const kc::RouterChoice choice =
+      sigmoidChoice(db.get(), topK, ids1.get(), w1.get());
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const float eps = 1e-5f;
@@ -4150,14 +4159,8 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         CHECK_CUDA(cudaSetDevice(gpu[d]));
         const kc::PeerExchange p = kc::peerExchangeView(
             {exchange[0]->get(), exchange[1]->get()}, 2, d, capacity, false);
-        kc::RouterChoice choice;
-        choice.bias = bias.get();
-        choice.topK = topK;
-        choice.gating = kc::Gating::Sigmoid;
-        choice.normalize = true;
-        choice.routedScale = 2.5f;
-        choice.ids = ids[size_t(d)]->get();
-        choice.weights = wsel[size_t(d)]->get();
+        const kc::RouterChoice choice = sigmoidChoice(
+            bias.get(), topK, ids[size_t(d)]->get(), wsel[size_t(d)]->get());
         CHECK_CUDA(kc::launchAllReducePeers(
             p, in[size_t(d)]->get(), 1, cn, true, res[size_t(d)]->get(),
             wt[size_t(d)]->get(), eps, sum[size_t(d)]->get(),
