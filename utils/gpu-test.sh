@@ -77,6 +77,9 @@ step matvec "$bin/kiln-cuda-matvec"
 # A chain of dependent mat-vecs as kernels and as one persistent kernel
 # (docs/perf.md, thirteenth pass).
 [ -x "$bin/kiln-cuda-ops" ] && step chain-bench "$bin/kiln-cuda-ops" --bench-chain
+# The router's choice as its own kernel and inside the all-reduce, alone
+# (docs/perf.md, twenty-second pass).
+[ -x "$bin/kiln-cuda-ops" ] && step choice-bench "$bin/kiln-cuda-ops" --bench-choice
 
 if [ -x "$pack/bin/kiln-run" ]; then
   m=$pack/models
