@@ -2799,9 +2799,9 @@ int benchChoice() {
       [&](cudaStream_t s) {
         if (cudaError_t e = reduce(s, nullptr); e != cudaSuccess)
           return e;
-        return kc::launchMoeChoose(dl.get(), experts, db.get(), topK,
-                                   kc::Gating::Sigmoid, true, 2.5f, ids2.get(),
-                                   w2.get(), s);
+        return kc::launchMoeChoose(dl.get(), experts, choice.bias, topK,
+                                   choice.gating, choice.normalize,
+                                   choice.routedScale, ids2.get(), w2.get(), s);
       },
       kChain);
   const double inside = timeInGraph(
@@ -4123,9 +4123,9 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
   // The router's choice inside the all-reduce between the same two ranks,
   // many calls (small's shape: 1,024 values, a tail of 32 experts, top 8,
   // with a bias): each rank's ids and weights against the choice kernel's
-  // from rank 0's logits, and the ranks' logits against each other. The
-  // step with it gave wrong logits at times on an H200 (docs/perf.md,
-  // twenty-first pass); this looks for a fault in the kernel itself.
+  // from rank 0's logits, and the ranks' logits against each other (the
+  // kernel itself, called again and again; the step's wrong runs of the
+  // twenty-first pass were races at load, docs/perf.md).
   {
     const int64_t cn = 1024, tail = 32, topK = 8, calls = 200;
     std::vector<std::unique_ptr<DeviceArray<float>>> in, res, wt, sum, y, lg,
