@@ -2353,8 +2353,9 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->oneGpu = oneGpu && a.ranks > 1;
     // On one GPU no launch starts before its predecessor ends: an early
     // launch's waiting blocks could fill the GPU while this rank waits in
-    // an all-reduce for a rank that then finds no room to reach it.
-    rank->overlap = switches.overlap && !oneGpu;
+    // an all-reduce for a rank that then finds no room to reach it. A
+    // single rank has no one to wait for, and keeps its early launches.
+    rank->overlap = switches.overlap && !rank->oneGpu;
     rank->mlaProjection = switches.mlaProjection;
     rank->clusterSelect = switches.clusterSelect;
     rank->quietStart = switches.quietStart;
