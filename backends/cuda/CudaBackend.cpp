@@ -240,7 +240,6 @@ struct CudaRank {
   bool clusterSelect = false;
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   bool shortGraph = false; ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
-  bool handover = true;    ///< KILN_CUDA_HANDOVER (setExpertHandover)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
   /// (setShapeSpecialised).
@@ -1399,8 +1398,6 @@ constexpr unsigned kDefaultShapeFamilies =
 /// MLA's launch (by default a mat-vec launch of its own follows MLA),
 /// KILN_CUDA_QUIET_START=0 lets the mat-vecs after a collective prefetch
 /// their weights early as the others do (by default they do not),
-/// KILN_CUDA_HANDOVER=0 has the routed experts' down kernel wait for the
-/// whole gate/up kernel (by default each slot's act on its own),
 /// KILN_CUDA_SPECIALISED=q8,experts,mla,indexer (1: all, 0: none) runs
 /// the kernels compiled for GLM-5's shapes of those families where a launch
 /// has one (ModelShapes.h; readShapeFamilies),
@@ -1435,9 +1432,6 @@ struct GraphSwitches {
   /// (CudaStep::allSelected); off by default until it measures faster
   /// (docs/perf.md, eighteenth pass).
   bool shortGraph = false;
-  /// KILN_CUDA_HANDOVER=0: the routed experts' down kernel waits for the
-  /// whole gate/up grid (setExpertHandover; on by default).
-  bool handover = true;
   /// KILN_CUDA_SPECIALISED: the families of fixed-shape kernels that run
   /// where they apply (ShapeFamily bits).
   unsigned shapeSpecialised = 0;
@@ -1508,8 +1502,6 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.quietStart = quietStart;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", false));
   g.shortGraph = shortGraph;
-  KILN_ASSIGN(handover, readFlag("KILN_CUDA_HANDOVER", true));
-  g.handover = handover;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
   g.shapeSpecialised = specialised;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
@@ -1779,7 +1771,6 @@ Status enter(CudaRank &rank) {
   setKernelImages(rank.images.get());
   setShapeSpecialised(rank.shapeSpecialised);
   setRouterTailMode(rank.routerTail);
-  setExpertHandover(rank.handover);
   return Status::ok();
 }
 
@@ -2099,11 +2090,6 @@ std::string faultText(const StepFault &f) {
                        "(they wait for each other; another process holding "
                        "the GPU's multiprocessors can starve them)",
                        f.value);
-  case FaultCode::HandoverTimeout:
-    return fmt::format("the down kernel waited 10 s for the {} gate/up blocks "
-                       "of slot {} (another process holding the GPU's "
-                       "multiprocessors can starve them)",
-                       f.limit, f.value);
   default:
     return fmt::format("fault code {} (value {}, limit {})", f.code, f.value,
                        f.limit);
@@ -2374,7 +2360,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->clusterSelect = switches.clusterSelect;
     rank->quietStart = switches.quietStart;
     rank->shortGraph = switches.shortGraph;
-    rank->handover = switches.handover;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;
     rank->maxBranches = switches.branches;

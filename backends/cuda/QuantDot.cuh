@@ -431,16 +431,14 @@ struct K45X {
 };
 
 /// The loads of loadK45X alone (the sums left unset), so that a caller can
-/// have them in flight with others before it uses them (sumK45X). kFromL2:
-/// loaded past the L1 (__ldcg), for x written by a kernel still running.
-template <bool kFromL2 = false>
+/// have them in flight with others before it uses them (sumK45X).
 __device__ __forceinline__ void loadK45Values(const float4 *x4, int t,
                                               K45X &v) {
   const float4 *p = x4 + 16 * (t / 2) + 4 * (t % 2);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    v.lo[k] = kFromL2 ? __ldcg(p + k) : __ldg(p + k);
-    v.hi[k] = kFromL2 ? __ldcg(p + 8 + k) : __ldg(p + 8 + k);
+    v.lo[k] = __ldg(p + k);
+    v.hi[k] = __ldg(p + 8 + k);
   }
 }
 
@@ -775,12 +773,11 @@ __device__ inline void prescaleK45(K45X v, K45Prescaled &s) {
   s.backB = pow2(back - backA);
 }
 
-/// Lane t's share of the 256 values at x (16-aligned), prescaled; kFromL2
-/// as loadK45Values's.
-template <bool kHigh, bool kFromL2 = false>
+/// Lane t's share of the 256 values at x (16-aligned), prescaled.
+template <bool kHigh>
 __device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
   K45X v;
-  loadK45Values<kFromL2>(reinterpret_cast<const float4 *>(x), t, v);
+  loadK45Values(reinterpret_cast<const float4 *>(x), t, v);
   prescaleK45<kHigh>(v, s);
 }
 

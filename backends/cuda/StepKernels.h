@@ -46,9 +46,6 @@ enum class FaultCode : int32_t {
   ExpertOutOfRange = 5,    ///< moe_experts: value = id, limit = experts
   PeerTimeout = 6, ///< all-reduce over peers: value = the peer, limit = epoch
   GridWaitTimeout = 7, ///< mla_attention: value = the grid's blocks
-  /// moe_experts' down kernel: value = the slot whose act it waited for,
-  /// limit = the gate/up blocks it waited for.
-  HandoverTimeout = 8,
 };
 
 /// An op's fault, in device memory. `code` is claimed with atomicCAS(&code,
@@ -611,13 +608,6 @@ bool overlappedLaunches();
 /// pass).
 void setEarlyPrefetch(bool on);
 bool earlyPrefetch();
-
-/// Whether the routed experts' Q4_K / Q5_K down kernel, launched by the
-/// calling host thread, waits for each slot's act on its own (counts the
-/// gate/up blocks raise) instead of for the whole gate/up grid. On by
-/// default; KILN_CUDA_HANDOVER=0 turns it off to compare.
-void setExpertHandover(bool on);
-bool expertHandover();
 
 /// Whether the launches of the calling host thread run the kernels compiled
 /// for their shapes where there is one, for each family whose bit `families`

@@ -1086,56 +1086,7 @@ struct ExpertArgs {
   /// The shared expert's gate/up blocks start their rows' copies before
   /// the predecessor wait (they need no id; earlyPrefetch()).
   bool sharedEarly;
-  /// Where both Q4_K / Q5_K kernels run: the act's handover from the
-  /// gate/up kernel to the down kernel (see expertDownK45Kernel), k + 2
-  /// counts after the act in its scratch, kHandoverStride words apart,
-  /// zero between calls: each routed slot's gate/up blocks done, the
-  /// shared expert's, and the down blocks done. Null: the down kernel
-  /// waits for the whole gate/up grid.
-  uint32_t *ready;
 };
-
-/// Words between two handover counts: each its own 128-byte line, so that
-/// the waits on one slot do not queue behind those on another.
-constexpr int64_t kHandoverStride = 32;
-
-/// After a Q4_K / Q5_K gate/up block has written its act (every thread
-/// calls it): its slot's count one on, released to the down kernel's
-/// blocks with every write of the block (the block barrier orders them
-/// before thread 0's release, as gridBarrier's arrival does).
-__device__ inline void handOver(const ExpertArgs &a, int64_t slot) {
-  if (!a.ready)
-    return;
-  __syncthreads();
-  if (threadIdx.x == 0)
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(
-                     a.ready + slot * kHandoverStride)
-                 : "memory");
-}
-
-/// Until slot `slot`'s count reaches `blocks` (its gate/up blocks have
-/// written their act), or 10 s have passed (reported, HandoverTimeout), by
-/// the calling thread alone; the caller's barrier (warp or block) then
-/// orders the other threads' later loads after its acquire.
-__device__ inline void awaitHandover(const ExpertArgs &a, int64_t slot,
-                                     uint32_t blocks) {
-  const uint32_t *word = a.ready + slot * kHandoverStride;
-  const uint64_t start = globalNanos();
-  for (;;) {
-    uint32_t now;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-                 : "=r"(now)
-                 : "l"(word)
-                 : "memory");
-    if (now >= blocks)
-      return;
-    if (globalNanos() - start > kDeviceWaitNs) {
-      recordFault(a.fault, FaultCode::HandoverTimeout, slot, blocks);
-      return;
-    }
-    __nanosleep(128);
-  }
-}
 
 /// Block 0's first warp reports the first id outside [0, experts) in k
 /// order, as the CPU would: 32 ids a round, loaded together, and a ballot
@@ -1482,7 +1433,6 @@ __global__ void __launch_bounds__(kThreads)
     const int warps = kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp);
     sharedGateUpBlock(a, (int64_t(blockIdx.x) - a.k * tiles) * kSharedPairs,
                       active, warps, shared);
-    handOver(a, a.k);
     return;
   }
   stepKernelPrologue();
@@ -1533,7 +1483,6 @@ __global__ void __launch_bounds__(kThreads)
   if (!valid) {
     if (int(threadIdx.x) < pairs)
       a.act[i * ffn + f0 + threadIdx.x] = 0.f;
-    handOver(a, i);
     return;
   }
   float v[2 * kPairs];
@@ -1553,7 +1502,6 @@ __global__ void __launch_bounds__(kThreads)
   pairSumsToAct(v, sums,
                 kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp),
                 pairs, a.act + i * ffn + f0);
-  handOver(a, i);
 }
 
 /// kHidden > 0: the kernel for one hidden width (a multiple of kDownTile)
@@ -1646,37 +1594,18 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
     }
   }
   __syncthreads(); // the barriers and chosen ids are in place
-  // With the handover (a.ready) each slot's act is waited for on its own:
-  // a warp dots its slot's rows as soon as that slot's gate/up blocks are
-  // done, not after the whole gate/up grid. What the block reads that
-  // kernels before the gate/up kernel wrote (the routing weights, the
-  // addend) is final (the gate/up kernel lets this one be scheduled only
-  // after its own wait) and, like the act, read from the L2.
-  const bool handover = a.ready != nullptr; // the same for the whole grid
-  if (handover)
-    allowDependents();
-  else
-    stepKernelPrologue();
+  stepKernelPrologue();
   // The routing weights, all at once (read in the final sums), and this
   // thread's first row of the addend.
   for (int s = threadIdx.x; s < k; s += blockDim.x)
-    weights[s] = __ldcg(a.weights + s);
-  const float extra = a.addend && int(threadIdx.x) < nrows
-                          ? __ldcg(a.addend + h0 + threadIdx.x)
-                          : 0.f;
-  const uint32_t slotBlocks = uint32_t((a.ffn + kPairs - 1) / kPairs);
+    weights[s] = a.weights[s];
+  const float extra =
+      a.addend && int(threadIdx.x) < nrows ? a.addend[h0 + threadIdx.x] : 0.f;
   for (int s = warp; s < k; s += warps) {
     if (chosen[s] < 0) // the same for the whole warp
       continue;
     quantdot::K45Prescaled xs;
-    if (handover) {
-      if (lane == 0)
-        awaitHandover(a, s, slotBlocks);
-      __syncwarp();
-      quantdot::prescaleK45<kHigh, true>(a.act + int64_t(s) * 256, t, xs);
-    } else {
-      quantdot::prescaleK45<kHigh>(a.act + int64_t(s) * 256, t, xs);
-    }
+    quantdot::prescaleK45<kHigh>(a.act + int64_t(s) * 256, t, xs);
     for (int j = 0; j < nt; ++j) {
       barrierWait(bars + j, 0);
       const uint8_t *tile = rows + (j * k + s) * tileBytes;
@@ -1699,13 +1628,7 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
     // l the values 8 l .. 8 l + 7 (half of Q8_0 block l / 4), then the
     // warp's sum in a fixed tree.
     const float4 *act4 = reinterpret_cast<const float4 *>(a.sharedAct);
-    if (handover) {
-      if (lane == 0)
-        awaitHandover(a, k,
-                      uint32_t((a.sharedFfn + kSharedPairs - 1) / kSharedPairs));
-      __syncwarp();
-    }
-    const float4 x0 = __ldcg(act4 + 2 * lane), x1 = __ldcg(act4 + 2 * lane + 1);
+    const float4 x0 = act4[2 * lane], x1 = act4[2 * lane + 1];
     const float bias = quantdot::kMagic + 128.f;
     barrierWait(bars + kMaxDownTiles, 0);
     for (int r = warp; r < nrows; r += warps) {
@@ -1721,25 +1644,6 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
         sharedDots[r] = v;
     }
   }
-  if (handover) {
-    // out may alias the gate/up kernel's x: written only once every slot's
-    // blocks are done (the skipped slots' too), so none still reads it.
-    // Then the last block to get here sets the counts back to zero.
-    for (int s = threadIdx.x; s < k; s += blockDim.x)
-      awaitHandover(a, s, slotBlocks);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t *done = a.ready + (k + 1) * kHandoverStride;
-      uint32_t ticket;
-      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
-                   : "=r"(ticket)
-                   : "l"(done)
-                   : "memory");
-      if (ticket == gridDim.x - 1)
-        for (int s = 0; s <= k + 1; ++s)
-          a.ready[s * kHandoverStride] = 0;
-    }
-  }
   __syncthreads();
   for (int r = threadIdx.x; r < nrows; r += blockDim.x) {
     float sum = 0.f;
@@ -1750,7 +1654,7 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
     if (withShared)
       sum += sharedDots[r];
     if (a.addend)
-      sum += r == int(threadIdx.x) ? extra : __ldcg(a.addend + h0 + r);
+      sum += r == int(threadIdx.x) ? extra : a.addend[h0 + r];
     a.out[h0 + r] = sum;
   }
 }
@@ -2372,11 +2276,7 @@ template <bool kHigh> void (*expertWidthKernel(int64_t ffn))(ExpertArgs) {
 
 namespace {
 thread_local uint64_t sharedInside = 0;
-thread_local bool handoverOn = true;
 } // namespace
-
-void setExpertHandover(bool on) { handoverOn = on; }
-bool expertHandover() { return handoverOn; }
 
 uint64_t moeSharedInsideLaunches() { return sharedInside; }
 
@@ -2384,9 +2284,8 @@ int64_t moeExpertsActFloats(int64_t k, int64_t ffn, int64_t hidden,
                             const SharedExpert *shared) {
   // The routed experts' act, then the shared expert's: its act inside the
   // Q4_K / Q5_K kernels, or gate, up, the swiglu's scratch and its output
-  // for the separate launches; then the handover's k + 2 counts.
-  return k * ffn + (shared ? 3 * shared->gate.rows + hidden : 0) +
-         (k + 2) * kHandoverStride;
+  // for the separate launches.
+  return k * ffn + (shared ? 3 * shared->gate.rows + hidden : 0);
 }
 
 cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
@@ -2492,12 +2391,6 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     }
   }
 
-  // Both Q4_K / Q5_K kernels: the act handed over slot by slot (set before
-  // either launch: both kernels read it), its counts after the act
-  // (moeExpertsActFloats).
-  if (k > 0 && gateFast && downFast && expertHandover())
-    a.ready = reinterpret_cast<uint32_t *>(
-        act + k * ffn + (shared ? 3 * shared->gate.rows + hidden : 0));
   if (shared) {
     // Inside the Q4_K / Q5_K kernels where both apply and the shared expert
     // is Q8_0 in its split layout with F_s = 256 (the down kernel's rows of

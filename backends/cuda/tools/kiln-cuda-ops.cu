@@ -2237,45 +2237,21 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
                                 weights.data(), c.k, want.data(), pool)))
       continue;
 
-    const int64_t actFloats =
-        kc::moeExpertsActFloats(c.k, c.ffn, c.hidden, nullptr);
-    DeviceArray<float> dx(x), dw(weights), act{size_t(actFloats)},
-        dout(c.hidden);
+    DeviceArray<float> dx(x), dw(weights), act(c.k * c.ffn), dout(c.hidden);
     DeviceArray<int32_t> dids(ids);
     kc::DeviceWeight gd = gate.dev(), dd = down.dev(),
                      ud = up ? up->dev() : kc::DeviceWeight{};
     Fault fault;
-    const auto launch = [&](DeviceArray<float> &in, DeviceArray<float> &y) {
-      float *out = c.aliasOut ? in.get() : y.get();
-      run(kc::launchMoeExperts(in.get(), c.hidden, c.ffn, c.experts,
-                               dids.get(), dw.get(), c.k, gd,
-                               up ? &ud : nullptr, dd, act.get(), nullptr, out,
-                               fault.sink(), nullptr));
-      return c.aliasOut ? in.download() : y.download();
-    };
-    std::vector<float> got = launch(dx, dout);
+    float *out = c.aliasOut ? dx.get() : dout.get();
+    run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, c.experts, dids.get(),
+                             dw.get(), c.k, gd, up ? &ud : nullptr, dd,
+                             act.get(), nullptr, out, fault.sink(), nullptr));
+    std::vector<float> got = c.aliasOut ? dx.download() : dout.download();
     const std::string what =
         fmtText("%s %s + down %s, H%lld F%lld E%lld k%lld",
                 c.fused ? "gate_up" : "gate/up", typeName(c.gateType).c_str(),
                 typeName(c.downType).c_str(), (long long)c.hidden,
                 (long long)c.ffn, (long long)c.experts, (long long)c.k);
-    {
-      // The Q4_K / Q5_K kernels hand the act over slot by slot: the call
-      // leaves the counts at zero (the next call's waits start from them),
-      // and waiting for the whole gate/up grid instead
-      // (KILN_CUDA_HANDOVER=0) gives the same bits.
-      const std::vector<float> scratch = act.download();
-      double counts = 0;
-      for (int64_t i = c.k * c.ffn; i < actFloats; ++i)
-        counts += std::bit_cast<uint32_t>(scratch[size_t(i)]) != 0;
-      DeviceArray<float> dxOff(x), doutOff(c.hidden);
-      kc::setExpertHandover(false);
-      const std::vector<float> off = launch(dxOff, doutOff);
-      kc::setExpertHandover(true);
-      r.line("moe_experts handover", what,
-             counts + mismatches(got, off), 0,
-             "counts left at zero; the same bits waiting for the whole grid");
-    }
     const double tol = 2 * (sumTol(double(c.hidden)) + sumTol(double(c.ffn)));
     const std::string why =
         fmtText("gate/up then down dots, 2e-6*(sqrt(%lld)+sqrt(%lld))",
@@ -2310,8 +2286,7 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
   Weight down =
       randomWeight(GGMLType::Q8_0, {ffn, hidden, experts}, rng.next());
   DeviceArray<float> dx(normals(rng, hidden, 1.0)), dw(normals(rng, k, 0.3)),
-      act(size_t(kc::moeExpertsActFloats(k, ffn, hidden, nullptr))),
-      dout(hidden);
+      act(k * ffn), dout(hidden);
   DeviceArray<int32_t> dids(std::vector<int32_t>{1, 9, 3, -1});
   Fault fault;
   run(kc::launchMoeExperts(dx.get(), hidden, ffn, experts, dids.get(), dw.get(),
@@ -2443,18 +2418,6 @@ void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
                              nullptr, out, fault.sink(), nullptr, &shared));
     const bool inside = kc::moeSharedInsideLaunches() != before;
     std::vector<float> got = c.aliasOut ? dx.download() : dout.download();
-    // Waiting for the whole gate/up grid (KILN_CUDA_HANDOVER=0): the same
-    // bits, the shared expert's handover included.
-    DeviceArray<float> dxOff(x), doutOff(c.hidden);
-    kc::setExpertHandover(false);
-    run(kc::launchMoeExperts(dxOff.get(), c.hidden, c.ffn, c.experts,
-                             dids.get(), dw.get(), c.k, gate.dev(),
-                             set.up ? &ud : nullptr, down.dev(), dact.get(),
-                             nullptr, c.aliasOut ? dxOff.get() : doutOff.get(),
-                             fault.sink(), nullptr, &shared));
-    kc::setExpertHandover(true);
-    const double handoverBits = mismatches(
-        got, c.aliasOut ? dxOff.download() : doutOff.download());
     const std::string what = fmtText(
         "%s %s + down %s, shared %s%s F%lld, H%lld F%lld k%lld%s%s",
         c.fused ? "gate_up" : "gate/up", typeName(c.gateType).c_str(),
@@ -2465,12 +2428,11 @@ void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
     r.line("moe_experts shared", what,
            relError(got, want) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
-               (inside == c.inside ? 0.0 : 1.0) + handoverBits,
+               (inside == c.inside ? 0.0 : 1.0),
            2 * (sumTol(double(c.hidden)) + sumTol(double(c.ffn)) +
                 sumTol(double(c.sharedFfn))),
            fmtText("three chains of dots, 2e-6*(sqrt(%lld)+sqrt(%lld)+"
-                   "sqrt(%lld)); the path as stated; the same bits with "
-                   "KILN_CUDA_HANDOVER=0",
+                   "sqrt(%lld)); the path as stated",
                    (long long)c.hidden, (long long)c.ffn,
                    (long long)c.sharedFfn));
   }
@@ -3013,9 +2975,7 @@ void benchMoe() {
       ids[size_t(s * k + j)] = int32_t(s + sets * ((j * 5 + s) % k));
   DeviceArray<int32_t> dids(ids);
   DeviceArray<float> x(normals(rng, hidden, 1.0)),
-      rw(normals(rng, k, 0.3, 0.5)),
-      act(size_t(kc::moeExpertsActFloats(k, ffn, hidden, nullptr))),
-      xo(hidden);
+      rw(normals(rng, k, 0.3, 0.5)), act(k * ffn), xo(hidden);
   kc::DeviceWeight gd{GGMLType::Q4_K, ffn * experts, hidden, gw.get()};
   kc::DeviceWeight ud{GGMLType::Q4_K, ffn * experts, hidden, uw.get()};
   kc::DeviceWeight dd{GGMLType::Q5_K, hidden * experts, ffn, dw.get()};
@@ -4583,8 +4543,7 @@ void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
                      cpuExperts(set, x.data(), c.hidden, ids.data(),
                                 weights.data(), k, want.data(), pool)))
       continue;
-    DeviceArray<float> dx(x), dw(weights),
-        act(size_t(kc::moeExpertsActFloats(k, c.ffn, c.hidden, nullptr)));
+    DeviceArray<float> dx(x), dw(weights), act(size_t(k * c.ffn));
     DeviceArray<int32_t> dids(ids);
     const kc::DeviceWeight gd = set.gate.dev(), dd = set.down.dev(),
                            ud = up ? up->dev() : kc::DeviceWeight{};
