@@ -1444,6 +1444,258 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
 }
 
 //===----------------------------------------------------------------------===//
+// MLA by clusters (setMlaClusters; GLM-5's fixed widths, no projection): a
+// cluster of kMlaClusterBlocks blocks a head, so that no step of the
+// attention waits for the whole grid. Block r of head h's cluster takes the
+// r-th of kMlaClusterBlocks equal runs of the attended entries; it
+// bulk-copies their cache rows into a ring of kMlaStages stages of shared
+// memory (all stages in flight at once), and for each stage, in order,
+// scores the rows against the head's query, folds them into a running
+// softmax (max m, sum l, output acc: thread j holds value j) and frees the
+// stage for the run's next rows. The cluster's blocks then meet at a cluster
+// barrier, and block r forms values [64 r, 64 r + 64) of the head's output
+// from the eight blocks' (m, l, acc) in rank order, read across the
+// cluster's shared memory. Each block reads its rows once for its head: the
+// cache is read once a head (8 heads at tp = 8: 8 x the rows through the L2,
+// spread over 64 multiprocessors), against once for all heads in mlaKernel,
+// which needs a grid barrier and a combine through global memory instead.
+// The same math as the CPU's global softmax in another order, fixed by the
+// entry count alone.
+//===----------------------------------------------------------------------===//
+
+constexpr int kMlaClusterBlocks = 8;
+/// Threads of a cluster block: one an output value of the head (GLM-5's
+/// latent width).
+constexpr int kMlaClusterThreads = 512;
+/// Ring slots of a block's rows, each kMlaStageBytes.
+constexpr int kMlaStages = 4;
+constexpr int kMlaStageBytes = 32 * 1152; // 32 f16 rows of 576 values
+
+/// The shared memory a cluster block of MlaShape `Shape` takes: the ring's
+/// barriers, the slots' cache rows, the stage's scores, the running
+/// softmax's scalars, the query, the output values for the cluster's
+/// combine, then the ring.
+template <class Shape> struct MlaClusterLayout {
+  static constexpr int kBytes = Shape::kCache == int(CacheType::F32) ? 4 : 2;
+  static constexpr int kRowBytes = Shape::kWidth * kBytes;
+  static constexpr int kRows = kMlaStageBytes / kRowBytes; // rows a stage
+  static constexpr int kBars = 0;
+  static constexpr int kRowIndex = kBars + 8 * kMlaStages;
+  static constexpr int kScores = kRowIndex + 4 * kMlaStages * kRows;
+  static constexpr int kScalars = kScores + 4 * kRows; // m, l, correction
+  static constexpr int kQuery = kScalars + 16;
+  static constexpr int kValues = kQuery + 4 * Shape::kWidth;
+  static constexpr int kRing = (kValues + 4 * kMlaClusterThreads + 127) / 128 *
+                               128;
+  static constexpr int kTotal = kRing + kMlaStages * kRows * kRowBytes;
+  static_assert(kRows >= 1 && kRows <= kWarp && kRowBytes % 16 == 0);
+  static_assert(Shape::kWidth - 64 == kMlaClusterThreads,
+                "a thread an output value, a block a latent row");
+};
+
+/// Value j of a cache row held in shared memory as the cache stores it.
+template <int kCache>
+__device__ __forceinline__ float mlaSharedValue(const uint8_t *row, int j) {
+  if constexpr (kCache == int(CacheType::F32))
+    return reinterpret_cast<const float *>(row)[j];
+  else if constexpr (kCache == int(CacheType::BF16))
+    return __uint_as_float(
+        uint32_t(reinterpret_cast<const uint16_t *>(row)[j]) << 16);
+  else
+    return halfBitsToFloat(reinterpret_cast<const uint16_t *>(row)[j]);
+}
+
+template <class Shape>
+__global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
+    __launch_bounds__(kMlaClusterThreads) mlaClusterKernel(MlaArgs a) {
+  static_assert(Shape::kFixed);
+  namespace cg = cooperative_groups;
+  using L = MlaClusterLayout<Shape>;
+  constexpr int kLatent = kMlaClusterThreads, kWidth = Shape::kWidth;
+  constexpr int kRows = L::kRows;
+  extern __shared__ __align__(128) uint8_t clusterShared[];
+  uint64_t *bars = reinterpret_cast<uint64_t *>(clusterShared + L::kBars);
+  int32_t *rowIndex = reinterpret_cast<int32_t *>(clusterShared + L::kRowIndex);
+  float *scores = reinterpret_cast<float *>(clusterShared + L::kScores);
+  float *scalars = reinterpret_cast<float *>(clusterShared + L::kScalars);
+  float *query = reinterpret_cast<float *>(clusterShared + L::kQuery);
+  float *values = reinterpret_cast<float *>(clusterShared + L::kValues);
+  uint8_t *ring = clusterShared + L::kRing;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int h = int(blockIdx.x) / kMlaClusterBlocks;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  constexpr int kWarps = kMlaClusterThreads / kWarp;
+  const bool reporter = blockIdx.x == gridDim.x - 1;
+
+  stepKernelPrologue();
+  const int64_t attended = mlaAttended(a); // the same for the whole grid
+  if (attended < 0) {
+    if (reporter)
+      mlaReportFault(a);
+    return; // every block: no cluster barrier is left waiting
+  }
+  const int64_t per =
+      (attended + kMlaClusterBlocks - 1) / kMlaClusterBlocks;
+  const int64_t begin = rank * per < attended ? rank * per : attended;
+  const int64_t end = begin + per < attended ? begin + per : attended;
+  const int n = int(end - begin);
+  const int stages = (n + kRows - 1) / kRows;
+
+  // Stage s's rows into slot s % kMlaStages, by warp 0 (lane t the row
+  // t): their cache indices (a bad selected row reads as zeros: its copy
+  // is of row 0, its index -1), then the copies.
+  auto issue = [&](int s) {
+    const int slot = s % kMlaStages;
+    const int64_t first = begin + int64_t(s) * kRows;
+    const int rows = int(end - first < kRows ? end - first : kRows);
+    int64_t row = 0;
+    if (lane < rows) {
+      const int64_t entry = first + lane;
+      row = a.selected ? a.selected[entry] : entry;
+      const bool good = row >= 0 && row < a.cache.positions;
+      rowIndex[slot * kRows + lane] = good ? int32_t(row) : -1;
+      row = good ? row : 0;
+    }
+    if (lane == 0)
+      barrierArriveExpect(bars + slot, uint32_t(rows * L::kRowBytes));
+    __syncwarp();
+    if (lane < rows)
+      bulkCopy(ring + (slot * kRows + lane) * L::kRowBytes,
+               static_cast<const uint8_t *>(a.cache.data) +
+                   uint64_t(row) * L::kRowBytes,
+               L::kRowBytes, bars + slot);
+  };
+  if (warp == 0) {
+    if (lane == 0) {
+      for (int s = 0; s < kMlaStages; ++s)
+        barrierInit(bars + s);
+      barrierInitFence();
+    }
+    __syncwarp();
+    for (int s = 0; s < stages && s < kMlaStages; ++s)
+      issue(s);
+  }
+  // The head's query, then each lane's share of it in registers: values
+  // lane + 32 r, the latent's for r < 16 and the rope's after.
+  for (int j = threadIdx.x; j < kWidth; j += kMlaClusterThreads)
+    query[j] = j < kLatent ? a.qLatent[int64_t(h) * kLatent + j]
+                           : a.qRope[int64_t(h) * (kWidth - kLatent) +
+                                     (j - kLatent)];
+  __syncthreads(); // the query and the first stages' indices
+  constexpr int kQueryRegs = kWidth / kWarp;
+  float q[kQueryRegs];
+#pragma unroll
+  for (int r = 0; r < kQueryRegs; ++r)
+    q[r] = query[lane + r * kWarp];
+
+  float acc = 0.f; // output value threadIdx.x, rows ascending
+  float m = -INFINITY, l = 0.f; // the block's (thread 0's are kept)
+  for (int s = 0; s < stages; ++s) {
+    const int slot = s % kMlaStages;
+    const int rows = int(end - (begin + int64_t(s) * kRows) < kRows
+                             ? end - (begin + int64_t(s) * kRows)
+                             : kRows);
+    const uint8_t *stage = ring + slot * kRows * L::kRowBytes;
+    const int32_t *index = rowIndex + slot * kRows;
+    barrierWait(bars + slot, uint32_t(s / kMlaStages) & 1u);
+    // Scores: a warp a row, the latent and rope dots as the CPU.
+    for (int t = warp; t < rows; t += kWarps) {
+      const uint8_t *row = stage + t * L::kRowBytes;
+      float dotLatent = 0.f, dotRope = 0.f;
+#pragma unroll
+      for (int r = 0; r < kQueryRegs; ++r) {
+        const int j = lane + r * kWarp;
+        const float v = mlaSharedValue<Shape::kCache>(row, j);
+        if (j < kLatent)
+          dotLatent += q[r] * v;
+        else
+          dotRope += q[r] * v;
+      }
+      dotLatent = warpSum(dotLatent);
+      dotRope = warpSum(dotRope);
+      if (lane == 0)
+        scores[t] = index[t] >= 0 ? (dotLatent + dotRope) * a.scale : 0.f;
+    }
+    __syncthreads();
+    // The running max and sum (warp 0; lane t the row t), scores become
+    // exp(s - m).
+    if (warp == 0) {
+      const float v = lane < rows ? scores[lane] : scores[0];
+      const float stageMax = warpMax(v);
+      const float mNew = fmaxf(m, stageMax);
+      const float e = lane < rows ? expf(v - mNew) : 0.f;
+      if (lane < rows)
+        scores[lane] = e;
+      float terms[kRows];
+#pragma unroll
+      for (int t = 0; t < kRows; ++t)
+        terms[t] = __shfl_sync(0xffffffffu, e, t);
+      if (lane == 0) {
+        const float correction = expf(m - mNew);
+        float sum = 0.f;
+#pragma unroll
+        for (int t = 0; t < kRows; ++t)
+          if (t < rows)
+            sum += terms[t];
+        l = l * correction + sum;
+        scalars[2] = correction;
+      }
+      m = mNew;
+    }
+    __syncthreads();
+    {
+      const float correction = scalars[2];
+      float part = 0.f;
+      for (int t = 0; t < rows; ++t)
+        part += index[t] >= 0
+                    ? scores[t] * mlaSharedValue<Shape::kCache>(
+                                      stage + t * L::kRowBytes, threadIdx.x)
+                    : 0.f;
+      acc = acc * correction + part;
+    }
+    __syncthreads(); // the slot and the scores are free
+    if (warp == 0 && s + kMlaStages < stages)
+      issue(s + kMlaStages);
+  }
+  values[threadIdx.x] = acc;
+  if (threadIdx.x == 0) {
+    scalars[0] = m;
+    scalars[1] = l;
+  }
+  cluster.sync(); // every block's (m, l, acc) is in place
+  constexpr int kSlice = kLatent / kMlaClusterBlocks;
+  if (int(threadIdx.x) < kSlice) {
+    const int j = rank * kSlice + int(threadIdx.x);
+    float ms[kMlaClusterBlocks], ls[kMlaClusterBlocks], os[kMlaClusterBlocks];
+#pragma unroll
+    for (int b = 0; b < kMlaClusterBlocks; ++b) {
+      const float *other = cluster.map_shared_rank(scalars, b);
+      ms[b] = other[0];
+      ls[b] = other[1];
+      os[b] = cluster.map_shared_rank(values, b)[j];
+    }
+    float mAll = ms[0];
+#pragma unroll
+    for (int b = 1; b < kMlaClusterBlocks; ++b)
+      mAll = fmaxf(mAll, ms[b]);
+    float lAll = 0.f, o = 0.f;
+#pragma unroll
+    for (int b = 0; b < kMlaClusterBlocks; ++b) {
+      // A block with no rows: m = -inf, l = acc = 0, so weight 0.
+      const float w = ls[b] > 0.f ? expf(ms[b] - mAll) : 0.f;
+      lAll += ls[b] * w;
+      o += os[b] * w;
+    }
+    // Nothing attended: the CPU's zeros.
+    a.out[int64_t(h) * kLatent + j] = attended > 0 ? o / lAll : 0.f;
+  }
+  cluster.sync(); // no block leaves while another reads its shared memory
+  if (reporter)
+    mlaReportFault(a);
+}
+
+//===----------------------------------------------------------------------===//
 // DSA indexer: scores (one warp per position), then the selection (one
 // block: a radix select of the topK-th score, then the chosen positions in
 // order). When every attended position is selected (position + 1 <= topK:
@@ -3430,6 +3682,34 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
                     a);
 }
 
+/// MLA by clusters (mlaClusterKernel) for one fixed MlaShape: a cluster a
+/// head, no scratch.
+template <class Shape>
+cudaError_t launchMlaClusters(const MlaArgs &a, cudaStream_t s) {
+  using L = MlaClusterLayout<Shape>;
+  if (a.heads > INT_MAX / kMlaClusterBlocks)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = allowDynamicShared(mlaClusterKernel<Shape>, L::kTotal);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = launchStep(mlaClusterKernel<Shape>,
+                                 unsigned(a.heads * kMlaClusterBlocks),
+                                 kMlaClusterThreads, size_t(L::kTotal), s, a);
+      e != cudaSuccess)
+    return e;
+  noteMlaClusterLaunch();
+  return cudaSuccess;
+}
+
+/// launchMla, or with setMlaClusters on and no projection
+/// launchMlaClusters, for one fixed MlaShape.
+template <class Shape>
+cudaError_t launchMlaFixed(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
+  if (mlaClusters() && !a.projQuants)
+    return launchMlaClusters<Shape>(a, s);
+  return launchMla<Shape>(a, chunks, s);
+}
+
 /// GLM-5's latent and rope widths, which the specialised kernels fix.
 constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 
@@ -3439,8 +3719,9 @@ constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   return glm5::pickShape(
       a.heads, glm5::MlaHeadCounts{}, cudaErrorNotSupported, [&](auto heads) {
-        return launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
-                                  heads.value>>(a, chunks, s);
+        return launchMlaFixed<MlaShape<kGlmLatent, kGlmRope,
+                                       int(CacheType::F16), heads.value>>(
+            a, chunks, s);
       });
 }
 
@@ -3518,17 +3799,17 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
               ? launchMlaHeads(a, chunks, s)
               : cudaErrorNotSupported;
       if (e == cudaErrorNotSupported)
-        e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
+        e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
             a, chunks, s);
       else if (e == cudaSuccess)
         noteShapeSpecialised();
       break;
     case CacheType::BF16:
-      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(
+      e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(
           a, chunks, s);
       break;
     case CacheType::F32:
-      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F32)>>(
+      e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F32)>>(
           a, chunks, s);
       break;
     }
@@ -3957,6 +4238,16 @@ thread_local bool prefetchEarly = true;
 
 void setEarlyPrefetch(bool on) { prefetchEarly = on; }
 bool earlyPrefetch() { return prefetchEarly; }
+
+namespace {
+thread_local bool mlaByClusters = false;
+thread_local uint64_t mlaClusterCount = 0;
+} // namespace
+
+void setMlaClusters(bool on) { mlaByClusters = on; }
+bool mlaClusters() { return mlaByClusters; }
+uint64_t mlaClusterLaunches() { return mlaClusterCount; }
+void noteMlaClusterLaunch() { ++mlaClusterCount; }
 
 namespace {
 thread_local unsigned widthKernels = 0;

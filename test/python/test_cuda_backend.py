@@ -265,6 +265,15 @@ class Checks:
         self.check(compare(f"{model}: cuda tp1 graph, v_b inside MLA, vs cpu",
                            inside, cpu, tol, self.report),
                    f"{model} cuda v_b inside MLA vs cpu")
+        # MLA by a cluster of blocks a head (KILN_CUDA_MLA_CLUSTERS=1; where
+        # the widths are GLM-5's 512 + 64, small; elsewhere the grid kernel
+        # runs either way) against the CPU, the same tolerance.
+        clusters = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
+                          self.work / f"{model}-mlaclusters.npy",
+                          extra_env={"KILN_CUDA_MLA_CLUSTERS": "1"})
+        self.check(compare(f"{model}: cuda tp1 graph, MLA by clusters, vs cpu",
+                           clusters, cpu, tol, self.report),
+                   f"{model} cuda MLA by clusters vs cpu")
         # tp = N against tp = 1, for every N the pack has an artifact for
         # (utils/gpu-pack.sh KILN_PACK_TPS): on N GPUs where the host has
         # them, else every rank on one GPU (kiln-run --one-gpu: the same
