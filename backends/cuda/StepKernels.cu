@@ -1482,10 +1482,12 @@ template <class Shape> struct MlaClusterLayout {
   static constexpr int kBars = 0;
   static constexpr int kRowIndex = kBars + 8 * kMlaStages;
   static constexpr int kScores = kRowIndex + 4 * kMlaStages * kRows;
-  static constexpr int kScalars = kScores + 4 * kRows; // m, l, correction
+  static constexpr int kWeights = kScores + 4 * kRows;
+  static constexpr int kScalars = kWeights + 4 * kRows; // m, l, correction
   static constexpr int kQuery = kScalars + 16;
   static constexpr int kValues = kQuery + 4 * Shape::kWidth;
-  static constexpr int kRing = (kValues + 4 * kMlaClusterThreads + 127) / 128 *
+  static constexpr int kOdd = kValues + 4 * kMlaClusterThreads;
+  static constexpr int kRing = (kOdd + 4 * kMlaClusterThreads + 127) / 128 *
                                128;
   static constexpr int kTotal = kRing + kMlaStages * kRows * kRowBytes;
   static_assert(kRows >= 1 && kRows <= kWarp && kRowBytes % 16 == 0);
@@ -1493,16 +1495,19 @@ template <class Shape> struct MlaClusterLayout {
                 "a thread an output value, a block a latent row");
 };
 
-/// Value j of a cache row held in shared memory as the cache stores it.
+/// Values 2 w and 2 w + 1 of a cache row held in shared memory as the cache
+/// stores it (one 4- or 8-byte load).
 template <int kCache>
-__device__ __forceinline__ float mlaSharedValue(const uint8_t *row, int j) {
+__device__ __forceinline__ float2 mlaSharedPair(const uint8_t *row, int w) {
   if constexpr (kCache == int(CacheType::F32))
-    return reinterpret_cast<const float *>(row)[j];
-  else if constexpr (kCache == int(CacheType::BF16))
-    return __uint_as_float(
-        uint32_t(reinterpret_cast<const uint16_t *>(row)[j]) << 16);
+    return reinterpret_cast<const float2 *>(row)[w];
+  const uint32_t bits = reinterpret_cast<const uint32_t *>(row)[w];
+  if constexpr (kCache == int(CacheType::BF16))
+    return make_float2(__uint_as_float(bits << 16),
+                       __uint_as_float(bits & 0xFFFF0000u));
   else
-    return halfBitsToFloat(reinterpret_cast<const uint16_t *>(row)[j]);
+    return make_float2(halfBitsToFloat(uint16_t(bits)),
+                       halfBitsToFloat(uint16_t(bits >> 16)));
 }
 
 template <class Shape>
@@ -1517,7 +1522,9 @@ __global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
   uint64_t *bars = reinterpret_cast<uint64_t *>(clusterShared + L::kBars);
   int32_t *rowIndex = reinterpret_cast<int32_t *>(clusterShared + L::kRowIndex);
   float *scores = reinterpret_cast<float *>(clusterShared + L::kScores);
+  float *weights = reinterpret_cast<float *>(clusterShared + L::kWeights);
   float *scalars = reinterpret_cast<float *>(clusterShared + L::kScalars);
+  float *odd = reinterpret_cast<float *>(clusterShared + L::kOdd);
   float *query = reinterpret_cast<float *>(clusterShared + L::kQuery);
   float *values = reinterpret_cast<float *>(clusterShared + L::kValues);
   uint8_t *ring = clusterShared + L::kRing;
@@ -1576,20 +1583,26 @@ __global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
     for (int s = 0; s < stages && s < kMlaStages; ++s)
       issue(s);
   }
-  // The head's query, then each lane's share of it in registers: values
-  // lane + 32 r, the latent's for r < 16 and the rope's after.
+  // The head's query, then each lane's share of it in registers: the pairs
+  // of values lane + 32 r, the latent's for r < 8 and the rope's after.
   for (int j = threadIdx.x; j < kWidth; j += kMlaClusterThreads)
     query[j] = j < kLatent ? a.qLatent[int64_t(h) * kLatent + j]
                            : a.qRope[int64_t(h) * (kWidth - kLatent) +
                                      (j - kLatent)];
   __syncthreads(); // the query and the first stages' indices
-  constexpr int kQueryRegs = kWidth / kWarp;
-  float q[kQueryRegs];
+  constexpr int kQueryPairs = kWidth / 2 / kWarp;
+  static_assert(kWidth % (2 * kWarp) == 0 && kLatent % (2 * kWarp) == 0);
+  float2 q[kQueryPairs];
 #pragma unroll
-  for (int r = 0; r < kQueryRegs; ++r)
-    q[r] = query[lane + r * kWarp];
+  for (int r = 0; r < kQueryPairs; ++r)
+    q[r] = reinterpret_cast<const float2 *>(query)[lane + r * kWarp];
 
-  float acc = 0.f; // output value threadIdx.x, rows ascending
+  // Thread t sums output values 2 c, 2 c + 1 (c = t mod 256) over the rows
+  // of its parity (t / 256) of each stage, ascending; the two parities
+  // are added at the end.
+  const int pair = int(threadIdx.x) % (kLatent / 2),
+            parity = int(threadIdx.x) / (kLatent / 2);
+  float acc0 = 0.f, acc1 = 0.f;
   float m = -INFINITY, l = 0.f; // the block's (thread 0's are kept)
   for (int s = 0; s < stages; ++s) {
     const int slot = s % kMlaStages;
@@ -1604,13 +1617,13 @@ __global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
       const uint8_t *row = stage + t * L::kRowBytes;
       float dotLatent = 0.f, dotRope = 0.f;
 #pragma unroll
-      for (int r = 0; r < kQueryRegs; ++r) {
-        const int j = lane + r * kWarp;
-        const float v = mlaSharedValue<Shape::kCache>(row, j);
-        if (j < kLatent)
-          dotLatent += q[r] * v;
+      for (int r = 0; r < kQueryPairs; ++r) {
+        const int w = lane + r * kWarp;
+        const float2 v = mlaSharedPair<Shape::kCache>(row, w);
+        if (2 * w < kLatent)
+          dotLatent += q[r].x * v.x + q[r].y * v.y;
         else
-          dotRope += q[r] * v;
+          dotRope += q[r].x * v.x + q[r].y * v.y;
       }
       dotLatent = warpSum(dotLatent);
       dotRope = warpSum(dotRope);
@@ -1625,8 +1638,9 @@ __global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
       const float stageMax = warpMax(v);
       const float mNew = fmaxf(m, stageMax);
       const float e = lane < rows ? expf(v - mNew) : 0.f;
+      // A bad row is a row of zeros: its term counts in l, not in acc.
       if (lane < rows)
-        scores[lane] = e;
+        weights[lane] = index[lane] >= 0 ? e : 0.f;
       float terms[kRows];
 #pragma unroll
       for (int t = 0; t < kRows; ++t)
@@ -1646,19 +1660,29 @@ __global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
     __syncthreads();
     {
       const float correction = scalars[2];
-      float part = 0.f;
-      for (int t = 0; t < rows; ++t)
-        part += index[t] >= 0
-                    ? scores[t] * mlaSharedValue<Shape::kCache>(
-                                      stage + t * L::kRowBytes, threadIdx.x)
-                    : 0.f;
-      acc = acc * correction + part;
+      float part0 = 0.f, part1 = 0.f;
+      for (int t = parity; t < rows; t += 2) {
+        const float2 v =
+            mlaSharedPair<Shape::kCache>(stage + t * L::kRowBytes, pair);
+        part0 += weights[t] * v.x;
+        part1 += weights[t] * v.y;
+      }
+      acc0 = acc0 * correction + part0;
+      acc1 = acc1 * correction + part1;
     }
     __syncthreads(); // the slot and the scores are free
     if (warp == 0 && s + kMlaStages < stages)
       issue(s + kMlaStages);
   }
-  values[threadIdx.x] = acc;
+  if (parity == 1) {
+    odd[2 * pair] = acc0;
+    odd[2 * pair + 1] = acc1;
+  }
+  __syncthreads();
+  if (parity == 0) {
+    values[2 * pair] = acc0 + odd[2 * pair];
+    values[2 * pair + 1] = acc1 + odd[2 * pair + 1];
+  }
   if (threadIdx.x == 0) {
     scalars[0] = m;
     scalars[1] = l;
