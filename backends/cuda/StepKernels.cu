@@ -1444,7 +1444,7 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
 }
 
 //===----------------------------------------------------------------------===//
-// MLA by clusters (setMlaClusters; GLM-5's fixed widths, no projection): a
+// MLA by clusters (setMlaClusters; GLM-5's fixed widths): a
 // cluster of kMlaClusterBlocks blocks a head, so that no step of the
 // attention waits for the whole grid. Block r of head h's cluster takes the
 // r-th of kMlaClusterBlocks equal runs of the attended entries; it
@@ -1455,7 +1455,12 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
 // stage for the run's next rows. The cluster's blocks then meet at a cluster
 // barrier, and block r forms values [64 r, 64 r + 64) of the head's output
 // from the eight blocks' (m, l, acc) in rank order, read across the
-// cluster's shared memory. Each block reads its rows once for its head: the
+// cluster's shared memory. With the output projection (launchMlaAttention's
+// `proj`, at most 256 rows a head) each block then dots its 64 values with
+// the one or two Q8_0 blocks of every row they meet (loaded before the
+// kernel's wait), and after a second cluster barrier block r adds rows
+// [32 r, 32 r + 32) of the eight blocks' partial sums in rank order.
+// Each block reads its rows once for its head: the
 // cache is read once a head (8 heads at tp = 8: 8 x the rows through the L2,
 // spread over 64 multiprocessors), against once for all heads in mlaKernel,
 // which needs a grid barrier and a combine through global memory instead.
@@ -1535,6 +1540,22 @@ __global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
   constexpr int kWarps = kMlaClusterThreads / kWarp;
   const bool reporter = blockIdx.x == gridDim.x - 1;
 
+  // With the output projection: thread t's Q8_0 block of it, row t / 2 of
+  // the head's, values [64 rank + 32 (t mod 2), + 32), the ones this
+  // block's output values meet; weights, so loaded before the wait.
+  const int64_t projRow = int64_t(threadIdx.x) / 2;
+  const bool projects = a.projQuants && projRow < a.projRows;
+  int4 projQ[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  uint16_t projD = 0;
+  if (projects) {
+    const int64_t row = int64_t(h) * a.projRows + projRow;
+    const int block = 2 * rank + int(threadIdx.x % 2);
+    const int4 *q = reinterpret_cast<const int4 *>(a.projQuants +
+                                                   row * kLatent + 32 * block);
+    projQ[0] = q[0];
+    projQ[1] = q[1];
+    projD = a.projScales[row * (kLatent / 32) + block];
+  }
   stepKernelPrologue();
   const int64_t attended = mlaAttended(a); // the same for the whole grid
   if (attended < 0) {
@@ -1712,7 +1733,48 @@ __global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
       o += os[b] * w;
     }
     // Nothing attended: the CPU's zeros.
-    a.out[int64_t(h) * kLatent + j] = attended > 0 ? o / lAll : 0.f;
+    const float result = attended > 0 ? o / lAll : 0.f;
+    if (a.projQuants)
+      odd[threadIdx.x] = result; // this block's slice of the head's values
+    else
+      a.out[int64_t(h) * kLatent + j] = result;
+  }
+  if (a.projQuants) {
+    // Each row's dot with the slice (a pair of threads a row), into this
+    // block's partials (the query's bytes, no longer read); then, after
+    // the cluster barrier, block r adds rows [per r, per r + per) over the
+    // blocks in rank order.
+    float *partials = query;
+    __syncthreads(); // the slice is in place
+    float v = 0.f;
+    if (projects) {
+      const float *x = odd + 32 * (threadIdx.x % 2);
+      const uint32_t words[8] = {
+          uint32_t(projQ[0].x), uint32_t(projQ[0].y), uint32_t(projQ[0].z),
+          uint32_t(projQ[0].w), uint32_t(projQ[1].x), uint32_t(projQ[1].y),
+          uint32_t(projQ[1].z), uint32_t(projQ[1].w)};
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          sum += float(int8_t(words[k] >> (8 * i))) * x[4 * k + i];
+      v = halfBitsToFloat(projD) * sum;
+    }
+    v += __shfl_xor_sync(0xffffffffu, v, 1); // the row's two blocks
+    if (projects && threadIdx.x % 2 == 0)
+      partials[projRow] = v;
+    cluster.sync(); // every block's partials are in place
+    const int64_t per =
+        (a.projRows + kMlaClusterBlocks - 1) / kMlaClusterBlocks;
+    const int64_t row = rank * per + int64_t(threadIdx.x);
+    if (int64_t(threadIdx.x) < per && row < a.projRows) {
+      float total = 0.f;
+#pragma unroll
+      for (int b = 0; b < kMlaClusterBlocks; ++b)
+        total += cluster.map_shared_rank(partials, b)[row];
+      a.out[int64_t(h) * a.projRows + row] = total;
+    }
   }
   cluster.sync(); // no block leaves while another reads its shared memory
   if (reporter)
@@ -3725,11 +3787,11 @@ cudaError_t launchMlaClusters(const MlaArgs &a, cudaStream_t s) {
   return cudaSuccess;
 }
 
-/// launchMla, or with setMlaClusters on and no projection
-/// launchMlaClusters, for one fixed MlaShape.
+/// launchMla, or with setMlaClusters on launchMlaClusters, for one fixed
+/// MlaShape.
 template <class Shape>
 cudaError_t launchMlaFixed(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
-  if (mlaClusters() && !a.projQuants)
+  if (mlaClusters())
     return launchMlaClusters<Shape>(a, s);
   return launchMla<Shape>(a, chunks, s);
 }

@@ -609,10 +609,10 @@ bool overlappedLaunches();
 void setEarlyPrefetch(bool on);
 bool earlyPrefetch();
 
-/// Whether MLA launches of the calling host thread with GLM-5's widths and
-/// no output projection run a cluster of blocks a head
-/// (StepKernels.cu mlaClusterKernel: no grid barrier, no scratch) instead
-/// of one grid over every head. Off by default; the plugin reads
+/// Whether MLA launches of the calling host thread with GLM-5's widths run
+/// a cluster of blocks a head (StepKernels.cu mlaClusterKernel: no grid
+/// barrier, no scratch; an output projection inside it too) instead of one
+/// grid over every head. Off by default; the plugin reads
 /// KILN_CUDA_MLA_CLUSTERS.
 void setMlaClusters(bool on);
 bool mlaClusters();

@@ -1404,6 +1404,19 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   checkProjected(32, 2048, 2048, Case{kc::CacheType::F16, 1500, -1}, 256);
   checkProjected(3, 300, 64, Case{kc::CacheType::BF16, 200, 40}, 64);
   {
+    // The same by clusters (the projection's rows split over each head's
+    // cluster).
+    const MlaClusters clusters;
+    const uint64_t before = kc::mlaClusterLaunches();
+    checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 2000, 1025}, 256);
+    checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 3000, -1}, 256);
+    checkProjected(32, 2048, 2048, Case{kc::CacheType::F16, 1500, -1}, 256);
+    checkProjected(3, 300, 64, Case{kc::CacheType::BF16, 200, 40}, 64);
+    r.line("mla by clusters", "launches of the cluster kernel, projected",
+           std::fabs(double(kc::mlaClusterLaunches() - before) - 8.0), 0,
+           "launch count: each case twice");
+  }
+  {
     // A projection the kernel does not read is refused before any launch:
     // the file's blocks instead of the split layout, a width that is not
     // the latent's, more than 256 rows a head.
@@ -3938,6 +3951,16 @@ void benchOps() {
                  dsel.get(), dcount.get(), positions, 0.07f, projScratch.get(),
                  projected.get(), fault.sink(), s, &proj);
            }));
+    {
+      const MlaClusters clusters;
+      report("mla_attention + v_b, 1025 of 2048, by clusters",
+             timeInGraph(stream, [&](cudaStream_t s) {
+               return kc::launchMlaAttention(
+                   ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
+                   dsel.get(), dcount.get(), positions, 0.07f,
+                   projScratch.get(), projected.get(), fault.sink(), s, &proj);
+             }));
+    }
     report("mla_attention, then linear v_b 8x256: two launches",
            timeInGraph(stream, [&](cudaStream_t s) {
              const cudaError_t e = kc::launchMlaAttention(
