@@ -1444,344 +1444,6 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
 }
 
 //===----------------------------------------------------------------------===//
-// MLA by clusters (setMlaClusters; GLM-5's fixed widths): a
-// cluster of kMlaClusterBlocks blocks a head, so that no step of the
-// attention waits for the whole grid. Block r of head h's cluster takes the
-// r-th of kMlaClusterBlocks equal runs of the attended entries; it
-// bulk-copies their cache rows into a ring of kMlaStages stages of shared
-// memory (all stages in flight at once), and for each stage, in order,
-// scores the rows against the head's query, folds them into a running
-// softmax (max m, sum l, output acc: thread j holds value j) and frees the
-// stage for the run's next rows. The cluster's blocks then meet at a cluster
-// barrier, and block r forms values [64 r, 64 r + 64) of the head's output
-// from the eight blocks' (m, l, acc) in rank order, read across the
-// cluster's shared memory. With the output projection (launchMlaAttention's
-// `proj`, at most 256 rows a head) each block then dots its 64 values with
-// the one or two Q8_0 blocks of every row they meet (loaded before the
-// kernel's wait), and after a second cluster barrier block r adds rows
-// [32 r, 32 r + 32) of the eight blocks' partial sums in rank order.
-// Each block reads its rows once for its head: the
-// cache is read once a head (8 heads at tp = 8: 8 x the rows through the L2,
-// spread over 64 multiprocessors), against once for all heads in mlaKernel,
-// which needs a grid barrier and a combine through global memory instead.
-// The same math as the CPU's global softmax in another order, fixed by the
-// entry count alone.
-//===----------------------------------------------------------------------===//
-
-constexpr int kMlaClusterBlocks = 8;
-/// Threads of a cluster block: one an output value of the head (GLM-5's
-/// latent width).
-constexpr int kMlaClusterThreads = 512;
-/// Ring slots of a block's rows, each kMlaStageBytes.
-constexpr int kMlaStages = 4;
-constexpr int kMlaStageBytes = 32 * 1152; // 32 f16 rows of 576 values
-
-/// The shared memory a cluster block of MlaShape `Shape` takes: the ring's
-/// barriers, the slots' cache rows, the stage's scores, the running
-/// softmax's scalars, the query, the output values for the cluster's
-/// combine, then the ring.
-template <class Shape> struct MlaClusterLayout {
-  static constexpr int kBytes = Shape::kCache == int(CacheType::F32) ? 4 : 2;
-  static constexpr int kRowBytes = Shape::kWidth * kBytes;
-  static constexpr int kRows = kMlaStageBytes / kRowBytes; // rows a stage
-  static constexpr int kBars = 0;
-  static constexpr int kRowIndex = kBars + 8 * kMlaStages;
-  static constexpr int kScores = kRowIndex + 4 * kMlaStages * kRows;
-  static constexpr int kWeights = kScores + 4 * kRows;
-  static constexpr int kScalars = kWeights + 4 * kRows; // m, l, correction
-  static constexpr int kQuery = kScalars + 16;
-  static constexpr int kValues = kQuery + 4 * Shape::kWidth;
-  static constexpr int kOdd = kValues + 4 * kMlaClusterThreads;
-  static constexpr int kRing = (kOdd + 4 * kMlaClusterThreads + 127) / 128 *
-                               128;
-  static constexpr int kTotal = kRing + kMlaStages * kRows * kRowBytes;
-  static_assert(kRows >= 1 && kRows <= kWarp && kRowBytes % 16 == 0);
-  static_assert(Shape::kWidth - 64 == kMlaClusterThreads,
-                "a thread an output value, a block a latent row");
-};
-
-/// Values 2 w and 2 w + 1 of a cache row held in shared memory as the cache
-/// stores it (one 4- or 8-byte load).
-template <int kCache>
-__device__ __forceinline__ float2 mlaSharedPair(const uint8_t *row, int w) {
-  if constexpr (kCache == int(CacheType::F32))
-    return reinterpret_cast<const float2 *>(row)[w];
-  const uint32_t bits = reinterpret_cast<const uint32_t *>(row)[w];
-  if constexpr (kCache == int(CacheType::BF16))
-    return make_float2(__uint_as_float(bits << 16),
-                       __uint_as_float(bits & 0xFFFF0000u));
-  else
-    return make_float2(halfBitsToFloat(uint16_t(bits)),
-                       halfBitsToFloat(uint16_t(bits >> 16)));
-}
-
-template <class Shape>
-__global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
-    __launch_bounds__(kMlaClusterThreads) mlaClusterKernel(MlaArgs a) {
-  static_assert(Shape::kFixed);
-  namespace cg = cooperative_groups;
-  using L = MlaClusterLayout<Shape>;
-  constexpr int kLatent = kMlaClusterThreads, kWidth = Shape::kWidth;
-  constexpr int kRows = L::kRows;
-  extern __shared__ __align__(128) uint8_t clusterShared[];
-  uint64_t *bars = reinterpret_cast<uint64_t *>(clusterShared + L::kBars);
-  int32_t *rowIndex = reinterpret_cast<int32_t *>(clusterShared + L::kRowIndex);
-  float *scores = reinterpret_cast<float *>(clusterShared + L::kScores);
-  float *weights = reinterpret_cast<float *>(clusterShared + L::kWeights);
-  float *scalars = reinterpret_cast<float *>(clusterShared + L::kScalars);
-  float *odd = reinterpret_cast<float *>(clusterShared + L::kOdd);
-  float *query = reinterpret_cast<float *>(clusterShared + L::kQuery);
-  float *values = reinterpret_cast<float *>(clusterShared + L::kValues);
-  uint8_t *ring = clusterShared + L::kRing;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = int(cluster.block_rank());
-  const int h = int(blockIdx.x) / kMlaClusterBlocks;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  constexpr int kWarps = kMlaClusterThreads / kWarp;
-  const bool reporter = blockIdx.x == gridDim.x - 1;
-
-  // With the output projection: thread t's Q8_0 block of it, row t / 2 of
-  // the head's, values [64 rank + 32 (t mod 2), + 32), the ones this
-  // block's output values meet; weights, so loaded before the wait.
-  const int64_t projRow = int64_t(threadIdx.x) / 2;
-  const bool projects = a.projQuants && projRow < a.projRows;
-  int4 projQ[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-  uint16_t projD = 0;
-  if (projects) {
-    const int64_t row = int64_t(h) * a.projRows + projRow;
-    const int block = 2 * rank + int(threadIdx.x % 2);
-    const int4 *q = reinterpret_cast<const int4 *>(a.projQuants +
-                                                   row * kLatent + 32 * block);
-    projQ[0] = q[0];
-    projQ[1] = q[1];
-    projD = a.projScales[row * (kLatent / 32) + block];
-  }
-  stepKernelPrologue();
-  const int64_t attended = mlaAttended(a); // the same for the whole grid
-  if (attended < 0) {
-    if (reporter)
-      mlaReportFault(a);
-    return; // every block: no cluster barrier is left waiting
-  }
-  const int64_t per =
-      (attended + kMlaClusterBlocks - 1) / kMlaClusterBlocks;
-  const int64_t begin = rank * per < attended ? rank * per : attended;
-  const int64_t end = begin + per < attended ? begin + per : attended;
-  const int n = int(end - begin);
-  const int stages = (n + kRows - 1) / kRows;
-
-  // Stage s's rows into slot s % kMlaStages, by warp 0 (lane t the row
-  // t): their cache indices (a bad selected row reads as zeros: its copy
-  // is of row 0, its index -1), then the copies.
-  auto issue = [&](int s) {
-    const int slot = s % kMlaStages;
-    const int64_t first = begin + int64_t(s) * kRows;
-    const int rows = int(end - first < kRows ? end - first : kRows);
-    int64_t row = 0;
-    if (lane < rows) {
-      const int64_t entry = first + lane;
-      row = a.selected ? a.selected[entry] : entry;
-      const bool good = row >= 0 && row < a.cache.positions;
-      rowIndex[slot * kRows + lane] = good ? int32_t(row) : -1;
-      row = good ? row : 0;
-    }
-    if (lane == 0)
-      barrierArriveExpect(bars + slot, uint32_t(rows * L::kRowBytes));
-    __syncwarp();
-    if (lane < rows)
-      bulkCopy(ring + (slot * kRows + lane) * L::kRowBytes,
-               static_cast<const uint8_t *>(a.cache.data) +
-                   uint64_t(row) * L::kRowBytes,
-               L::kRowBytes, bars + slot);
-  };
-  if (warp == 0) {
-    if (lane == 0) {
-      for (int s = 0; s < kMlaStages; ++s)
-        barrierInit(bars + s);
-      barrierInitFence();
-    }
-    __syncwarp();
-    for (int s = 0; s < stages && s < kMlaStages; ++s)
-      issue(s);
-  }
-  // The head's query, then each lane's share of it in registers: the pairs
-  // of values lane + 32 r, the latent's for r < 8 and the rope's after.
-  for (int j = threadIdx.x; j < kWidth; j += kMlaClusterThreads)
-    query[j] = j < kLatent ? a.qLatent[int64_t(h) * kLatent + j]
-                           : a.qRope[int64_t(h) * (kWidth - kLatent) +
-                                     (j - kLatent)];
-  __syncthreads(); // the query and the first stages' indices
-  constexpr int kQueryPairs = kWidth / 2 / kWarp;
-  static_assert(kWidth % (2 * kWarp) == 0 && kLatent % (2 * kWarp) == 0);
-  float2 q[kQueryPairs];
-#pragma unroll
-  for (int r = 0; r < kQueryPairs; ++r)
-    q[r] = reinterpret_cast<const float2 *>(query)[lane + r * kWarp];
-
-  // Thread t sums output values 2 c, 2 c + 1 (c = t mod 256) over the rows
-  // of its parity (t / 256) of each stage, ascending; the two parities
-  // are added at the end.
-  const int pair = int(threadIdx.x) % (kLatent / 2),
-            parity = int(threadIdx.x) / (kLatent / 2);
-  float acc0 = 0.f, acc1 = 0.f;
-  float m = -INFINITY, l = 0.f; // the block's (thread 0's are kept)
-  for (int s = 0; s < stages; ++s) {
-    const int slot = s % kMlaStages;
-    const int rows = int(end - (begin + int64_t(s) * kRows) < kRows
-                             ? end - (begin + int64_t(s) * kRows)
-                             : kRows);
-    const uint8_t *stage = ring + slot * kRows * L::kRowBytes;
-    const int32_t *index = rowIndex + slot * kRows;
-    barrierWait(bars + slot, uint32_t(s / kMlaStages) & 1u);
-    // Scores: a warp a row, the latent and rope dots as the CPU.
-    for (int t = warp; t < rows; t += kWarps) {
-      const uint8_t *row = stage + t * L::kRowBytes;
-      float dotLatent = 0.f, dotRope = 0.f;
-#pragma unroll
-      for (int r = 0; r < kQueryPairs; ++r) {
-        const int w = lane + r * kWarp;
-        const float2 v = mlaSharedPair<Shape::kCache>(row, w);
-        if (2 * w < kLatent)
-          dotLatent += q[r].x * v.x + q[r].y * v.y;
-        else
-          dotRope += q[r].x * v.x + q[r].y * v.y;
-      }
-      dotLatent = warpSum(dotLatent);
-      dotRope = warpSum(dotRope);
-      if (lane == 0)
-        scores[t] = index[t] >= 0 ? (dotLatent + dotRope) * a.scale : 0.f;
-    }
-    __syncthreads();
-    // The running max and sum (warp 0; lane t the row t), scores become
-    // exp(s - m).
-    if (warp == 0) {
-      const float v = lane < rows ? scores[lane] : scores[0];
-      const float stageMax = warpMax(v);
-      const float mNew = fmaxf(m, stageMax);
-      const float e = lane < rows ? expf(v - mNew) : 0.f;
-      // A bad row is a row of zeros: its term counts in l, not in acc.
-      if (lane < rows)
-        weights[lane] = index[lane] >= 0 ? e : 0.f;
-      float terms[kRows];
-#pragma unroll
-      for (int t = 0; t < kRows; ++t)
-        terms[t] = __shfl_sync(0xffffffffu, e, t);
-      if (lane == 0) {
-        const float correction = expf(m - mNew);
-        float sum = 0.f;
-#pragma unroll
-        for (int t = 0; t < kRows; ++t)
-          if (t < rows)
-            sum += terms[t];
-        l = l * correction + sum;
-        scalars[2] = correction;
-      }
-      m = mNew;
-    }
-    __syncthreads();
-    {
-      const float correction = scalars[2];
-      float part0 = 0.f, part1 = 0.f;
-      for (int t = parity; t < rows; t += 2) {
-        const float2 v =
-            mlaSharedPair<Shape::kCache>(stage + t * L::kRowBytes, pair);
-        part0 += weights[t] * v.x;
-        part1 += weights[t] * v.y;
-      }
-      acc0 = acc0 * correction + part0;
-      acc1 = acc1 * correction + part1;
-    }
-    __syncthreads(); // the slot and the scores are free
-    if (warp == 0 && s + kMlaStages < stages)
-      issue(s + kMlaStages);
-  }
-  if (parity == 1) {
-    odd[2 * pair] = acc0;
-    odd[2 * pair + 1] = acc1;
-  }
-  __syncthreads();
-  if (parity == 0) {
-    values[2 * pair] = acc0 + odd[2 * pair];
-    values[2 * pair + 1] = acc1 + odd[2 * pair + 1];
-  }
-  if (threadIdx.x == 0) {
-    scalars[0] = m;
-    scalars[1] = l;
-  }
-  cluster.sync(); // every block's (m, l, acc) is in place
-  constexpr int kSlice = kLatent / kMlaClusterBlocks;
-  if (int(threadIdx.x) < kSlice) {
-    const int j = rank * kSlice + int(threadIdx.x);
-    float ms[kMlaClusterBlocks], ls[kMlaClusterBlocks], os[kMlaClusterBlocks];
-#pragma unroll
-    for (int b = 0; b < kMlaClusterBlocks; ++b) {
-      const float *other = cluster.map_shared_rank(scalars, b);
-      ms[b] = other[0];
-      ls[b] = other[1];
-      os[b] = cluster.map_shared_rank(values, b)[j];
-    }
-    float mAll = ms[0];
-#pragma unroll
-    for (int b = 1; b < kMlaClusterBlocks; ++b)
-      mAll = fmaxf(mAll, ms[b]);
-    float lAll = 0.f, o = 0.f;
-#pragma unroll
-    for (int b = 0; b < kMlaClusterBlocks; ++b) {
-      // A block with no rows: m = -inf, l = acc = 0, so weight 0.
-      const float w = ls[b] > 0.f ? expf(ms[b] - mAll) : 0.f;
-      lAll += ls[b] * w;
-      o += os[b] * w;
-    }
-    // Nothing attended: the CPU's zeros.
-    const float result = attended > 0 ? o / lAll : 0.f;
-    if (a.projQuants)
-      odd[threadIdx.x] = result; // this block's slice of the head's values
-    else
-      a.out[int64_t(h) * kLatent + j] = result;
-  }
-  if (a.projQuants) {
-    // Each row's dot with the slice (a pair of threads a row), into this
-    // block's partials (the query's bytes, no longer read); then, after
-    // the cluster barrier, block r adds rows [per r, per r + per) over the
-    // blocks in rank order.
-    float *partials = query;
-    __syncthreads(); // the slice is in place
-    float v = 0.f;
-    if (projects) {
-      const float *x = odd + 32 * (threadIdx.x % 2);
-      const uint32_t words[8] = {
-          uint32_t(projQ[0].x), uint32_t(projQ[0].y), uint32_t(projQ[0].z),
-          uint32_t(projQ[0].w), uint32_t(projQ[1].x), uint32_t(projQ[1].y),
-          uint32_t(projQ[1].z), uint32_t(projQ[1].w)};
-      float sum = 0.f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          sum += float(int8_t(words[k] >> (8 * i))) * x[4 * k + i];
-      v = halfBitsToFloat(projD) * sum;
-    }
-    v += __shfl_xor_sync(0xffffffffu, v, 1); // the row's two blocks
-    if (projects && threadIdx.x % 2 == 0)
-      partials[projRow] = v;
-    cluster.sync(); // every block's partials are in place
-    const int64_t per =
-        (a.projRows + kMlaClusterBlocks - 1) / kMlaClusterBlocks;
-    const int64_t row = rank * per + int64_t(threadIdx.x);
-    if (int64_t(threadIdx.x) < per && row < a.projRows) {
-      float total = 0.f;
-#pragma unroll
-      for (int b = 0; b < kMlaClusterBlocks; ++b)
-        total += cluster.map_shared_rank(partials, b)[row];
-      a.out[int64_t(h) * a.projRows + row] = total;
-    }
-  }
-  cluster.sync(); // no block leaves while another reads its shared memory
-  if (reporter)
-    mlaReportFault(a);
-}
-
-//===----------------------------------------------------------------------===//
 // DSA indexer: scores (one warp per position), then the selection (one
 // block: a radix select of the topK-th score, then the chosen positions in
 // order). When every attended position is selected (position + 1 <= topK:
@@ -3768,34 +3430,6 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
                     a);
 }
 
-/// MLA by clusters (mlaClusterKernel) for one fixed MlaShape: a cluster a
-/// head, no scratch.
-template <class Shape>
-cudaError_t launchMlaClusters(const MlaArgs &a, cudaStream_t s) {
-  using L = MlaClusterLayout<Shape>;
-  if (a.heads > INT_MAX / kMlaClusterBlocks)
-    return cudaErrorInvalidValue;
-  if (cudaError_t e = allowDynamicShared(mlaClusterKernel<Shape>, L::kTotal);
-      e != cudaSuccess)
-    return e;
-  if (cudaError_t e = launchStep(mlaClusterKernel<Shape>,
-                                 unsigned(a.heads * kMlaClusterBlocks),
-                                 kMlaClusterThreads, size_t(L::kTotal), s, a);
-      e != cudaSuccess)
-    return e;
-  noteMlaClusterLaunch();
-  return cudaSuccess;
-}
-
-/// launchMla, or with setMlaClusters on launchMlaClusters, for one fixed
-/// MlaShape.
-template <class Shape>
-cudaError_t launchMlaFixed(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
-  if (mlaClusters())
-    return launchMlaClusters<Shape>(a, s);
-  return launchMla<Shape>(a, chunks, s);
-}
-
 /// GLM-5's latent and rope widths, which the specialised kernels fix.
 constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 
@@ -3805,9 +3439,8 @@ constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   return glm5::pickShape(
       a.heads, glm5::MlaHeadCounts{}, cudaErrorNotSupported, [&](auto heads) {
-        return launchMlaFixed<MlaShape<kGlmLatent, kGlmRope,
-                                       int(CacheType::F16), heads.value>>(
-            a, chunks, s);
+        return launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
+                                  heads.value>>(a, chunks, s);
       });
 }
 
@@ -3885,17 +3518,17 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
               ? launchMlaHeads(a, chunks, s)
               : cudaErrorNotSupported;
       if (e == cudaErrorNotSupported)
-        e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
+        e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
             a, chunks, s);
       else if (e == cudaSuccess)
         noteShapeSpecialised();
       break;
     case CacheType::BF16:
-      e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(
+      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(
           a, chunks, s);
       break;
     case CacheType::F32:
-      e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F32)>>(
+      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F32)>>(
           a, chunks, s);
       break;
     }
@@ -4324,16 +3957,6 @@ thread_local bool prefetchEarly = true;
 
 void setEarlyPrefetch(bool on) { prefetchEarly = on; }
 bool earlyPrefetch() { return prefetchEarly; }
-
-namespace {
-thread_local bool mlaByClusters = false;
-thread_local uint64_t mlaClusterCount = 0;
-} // namespace
-
-void setMlaClusters(bool on) { mlaByClusters = on; }
-bool mlaClusters() { return mlaByClusters; }
-uint64_t mlaClusterLaunches() { return mlaClusterCount; }
-void noteMlaClusterLaunch() { ++mlaClusterCount; }
 
 namespace {
 thread_local unsigned widthKernels = 0;
