@@ -1444,6 +1444,436 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
 }
 
 //===----------------------------------------------------------------------===//
+// MLA by clusters (setMlaClusters; GLM-5's fixed widths): a cluster of
+// kMlaClusterBlocks blocks a head, so that no step of the attention waits
+// for the whole grid. Warp w of block r in head h's cluster takes the
+// entries 128 k + 8 w + r: a group of kMlaGroup rows at a time, each lane
+// loading its 16 latent and 2 rope values of each row straight into
+// registers (16-byte loads), scoring them over the warp and folding them
+// into the warp's running softmax (max m, sum l, the lane's 16 output
+// values). The block's 16 warps are combined in warp order in shared
+// memory; the cluster's blocks then meet at a cluster barrier, and block r
+// forms values [64 r, 64 r + 64) of the head's output from the eight
+// blocks' (m, l, acc) in rank order, read across the cluster's shared
+// memory. With the output projection (launchMlaAttention's `proj`, at most
+// 256 rows a head) each block then dots its 64 values with the one or two
+// Q8_0 blocks of every row they meet (loaded before the kernel's wait), and
+// after a second cluster barrier block r adds rows [32 r, 32 r + 32) of the
+// eight blocks' partial sums in rank order. Each block reads its rows once
+// for its head (8 heads at tp = 8: 8 x the rows through the L2, spread over
+// 64 multiprocessors), against once for all heads in mlaKernel, which needs
+// a grid barrier and a combine through global memory instead. The same math
+// as the CPU's global softmax in another order, fixed by the entry count
+// alone. (The first form, a ring of 32-row stages of shared memory filled by
+// bulk copies, spent ~3 us a stage on its conversions and barriers: docs/
+// perf.md, twenty-fifth pass.)
+//===----------------------------------------------------------------------===//
+
+constexpr int kMlaClusterBlocks = 8;
+/// Threads of a cluster block: one an output value of the head (GLM-5's
+/// latent width) in the combines; a warp a row in the attention.
+constexpr int kMlaClusterThreads = 512;
+constexpr int kMlaClusterWarps = kMlaClusterThreads / kWarp;
+/// Rows a warp scores together (their loads in flight together).
+constexpr int kMlaGroup = 4;
+
+/// The shared memory a cluster block of MlaShape `Shape` takes: each warp's
+/// (m, l) and weight in the block's combine, the block's (m, l), the
+/// projection's partial sums, the block's output values and the slice for
+/// the projection, then each warp's output values.
+template <class Shape> struct MlaClusterLayout {
+  static constexpr int kBytes = Shape::kCache == int(CacheType::F32) ? 4 : 2;
+  static constexpr int kRowBytes = Shape::kWidth * kBytes;
+  static constexpr int kWarpMl = 0;
+  static constexpr int kWarpWeights = kWarpMl + 8 * kMlaClusterWarps;
+  static constexpr int kScalars = kWarpWeights + 4 * kMlaClusterWarps;
+  static constexpr int kPartials = kScalars + 16;
+  static constexpr int kValues = kPartials + 4 * Shape::kWidth;
+  static constexpr int kOdd = kValues + 4 * kMlaClusterThreads;
+  static constexpr int kWarpValues = kOdd + 4 * kMlaClusterThreads;
+  static constexpr int kTotal =
+      kWarpValues + 4 * kMlaClusterWarps * kMlaClusterThreads;
+  static_assert(kRowBytes % 16 == 0);
+  static_assert(Shape::kWidth - 64 == kMlaClusterThreads &&
+                    kMlaClusterThreads == 16 * kWarp,
+                "a thread an output value; a lane 16 latent values, 2 rope");
+};
+
+/// A lane's share of a cache row as the cache stores it: latent values
+/// [16 lane, 16 lane + 16) (two or four 16-byte loads), rope values
+/// 512 + 2 lane and the next (one 4- or 8-byte load).
+template <int kCache> struct MlaLaneRow {
+  static constexpr int kVectors = kCache == int(CacheType::F32) ? 4 : 2;
+  uint4 latent[kVectors];
+  uint2 rope;
+};
+
+template <int kCache>
+__device__ __forceinline__ void mlaLoadLaneRow(const uint8_t *row, int lane,
+                                               MlaLaneRow<kCache> &r) {
+  using R = MlaLaneRow<kCache>;
+  const uint4 *latent =
+      reinterpret_cast<const uint4 *>(row) + R::kVectors * lane;
+#pragma unroll
+  for (int v = 0; v < R::kVectors; ++v)
+    r.latent[v] = latent[v];
+  if constexpr (kCache == int(CacheType::F32))
+    r.rope = reinterpret_cast<const uint2 *>(row + 512 * 4)[lane];
+  else
+    r.rope.x = reinterpret_cast<const uint32_t *>(row + 512 * 2)[lane];
+}
+
+/// Values 2 i and 2 i + 1 of a lane's latent share (i < 8), or its rope pair
+/// (i = 8), as floats.
+template <int kCache>
+__device__ __forceinline__ float2 mlaLanePair(const MlaLaneRow<kCache> &r,
+                                              int i) {
+  if constexpr (kCache == int(CacheType::F32)) {
+    if (i == 8)
+      return make_float2(__uint_as_float(r.rope.x),
+                         __uint_as_float(r.rope.y));
+    const uint4 v = r.latent[i / 2];
+    return i % 2 == 0 ? make_float2(__uint_as_float(v.x), __uint_as_float(v.y))
+                      : make_float2(__uint_as_float(v.z), __uint_as_float(v.w));
+  } else {
+    uint32_t bits;
+    if (i == 8) {
+      bits = r.rope.x;
+    } else {
+      const uint4 v = r.latent[i / 4];
+      const int k = i % 4;
+      bits = k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+    }
+    if constexpr (kCache == int(CacheType::BF16))
+      return make_float2(__uint_as_float(bits << 16),
+                         __uint_as_float(bits & 0xFFFF0000u));
+    else // the hardware's conversion: halfBitsToFloat's but for a NaN's
+         // payload, which no result keeps (arithmetic on a NaN gives the
+         // GPU's one NaN)
+      return __half22float2(*reinterpret_cast<const __half2 *>(&bits));
+  }
+}
+
+template <class Shape>
+__global__ void __cluster_dims__(kMlaClusterBlocks, 1, 1)
+    __launch_bounds__(kMlaClusterThreads) mlaClusterKernel(MlaArgs a) {
+  static_assert(Shape::kFixed);
+  namespace cg = cooperative_groups;
+  using L = MlaClusterLayout<Shape>;
+  using Row = MlaLaneRow<Shape::kCache>;
+  constexpr int kLatent = kMlaClusterThreads, kWarps = kMlaClusterWarps;
+  extern __shared__ __align__(16) uint8_t clusterShared[];
+  float *warpMl = reinterpret_cast<float *>(clusterShared + L::kWarpMl);
+  float *warpWeights =
+      reinterpret_cast<float *>(clusterShared + L::kWarpWeights);
+  float *scalars = reinterpret_cast<float *>(clusterShared + L::kScalars);
+  float *odd = reinterpret_cast<float *>(clusterShared + L::kOdd);
+  float *query = reinterpret_cast<float *>(clusterShared + L::kPartials);
+  float *values = reinterpret_cast<float *>(clusterShared + L::kValues);
+  float *warpValues =
+      reinterpret_cast<float *>(clusterShared + L::kWarpValues);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int h = int(blockIdx.x) / kMlaClusterBlocks;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const bool reporter = blockIdx.x == gridDim.x - 1;
+
+  // With the output projection: thread t's Q8_0 block of it, row t / 2 of
+  // the head's, values [64 rank + 32 (t mod 2), + 32), the ones this
+  // block's output values meet; weights, so loaded before the wait.
+  const int64_t projRow = int64_t(threadIdx.x) / 2;
+  const bool projects = a.projQuants && projRow < a.projRows;
+  int4 projQ[2] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  uint16_t projD = 0;
+  if (projects) {
+    const int64_t row = int64_t(h) * a.projRows + projRow;
+    const int block = 2 * rank + int(threadIdx.x % 2);
+    const int4 *q = reinterpret_cast<const int4 *>(a.projQuants +
+                                                   row * kLatent + 32 * block);
+    projQ[0] = q[0];
+    projQ[1] = q[1];
+    projD = a.projScales[row * (kLatent / 32) + block];
+  }
+  stepKernelPrologue();
+  // Warp w of block r takes the entries 128 k + 8 w + r, k = 0, 1, ...
+  // (`mine` of them), a group of kMlaGroup at a time. The selected rows of
+  // its first 32 (within the selection's capacity, so always readable) and
+  // the head's query are asked for with the position and the count.
+  constexpr int kStride = kMlaClusterBlocks * kWarps;
+  const int lead = kMlaClusterBlocks * warp + rank;
+  auto selectedAt = [&](int64_t k) -> int64_t {
+    const int64_t entry = int64_t(kStride) * k + lead;
+    return !a.selected            ? entry
+           : entry < a.capacity ? int64_t(a.selected[entry])
+                                : int64_t(-1);
+  };
+  const int64_t firstRows = selectedAt(lane);
+  float queryValues[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = int(threadIdx.x) + r * kMlaClusterThreads;
+    queryValues[r] =
+        j < kLatent         ? a.qLatent[int64_t(h) * kLatent + j]
+        : j < Shape::kWidth ? a.qRope[int64_t(h) * (Shape::kWidth - kLatent) +
+                                      (j - kLatent)]
+                            : 0.f;
+  }
+  const int64_t attended = mlaAttended(a); // the same for the whole grid
+  if (attended < 0) {
+    if (reporter)
+      mlaReportFault(a);
+    return; // every block: no cluster barrier is left waiting
+  }
+  const int64_t mine = attended > lead ? (attended - 1 - lead) / kStride + 1 : 0;
+
+  // The head's query in shared memory (the projection's partials' bytes,
+  // not yet used): read a pair at a time (volatile, so not held in
+  // registers across the loop, where they would not fit beside the rows).
+  // Pair i < 8 of lane t's values (latent 16 t + 2 i, + 1) is float2 32 i
+  // + t, its pair 8 (rope 2 t, + 1) float2 256 + t: a warp's reads of one
+  // pair are 256 consecutive bytes.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = int(threadIdx.x) + r * kMlaClusterThreads;
+    const int pairOf = j / 2, t = pairOf % 256 / 8, i = pairOf % 8;
+    if (j < Shape::kWidth)
+      query[2 * (j < kLatent ? 32 * i + t : pairOf) + j % 2] = queryValues[r];
+  }
+  __syncthreads();
+  const volatile float2 *queryPairs =
+      reinterpret_cast<const volatile float2 *>(query);
+  auto queryPair = [&](int i) -> float2 {
+    const int w = 32 * i + lane;
+    return make_float2(queryPairs[w].x, queryPairs[w].y);
+  };
+
+  // The selected rows of the warp's entries, 32 at a time: lane j holds
+  // the one of row 32 b + j of batch b (-1 for a bad one, which reads as a
+  // row of zeros: its score is 0, its term counts in l, not in the sums).
+  auto checked = [&](int64_t k, int64_t row) -> int32_t {
+    return k < mine && row >= 0 && row < a.cache.positions ? int32_t(row)
+                                                            : -1;
+  };
+  int32_t batchRows = checked(lane, firstRows);
+  auto loadBatch = [&](int64_t k0) {
+    const int64_t k = k0 + lane;
+    batchRows = checked(k, k < mine ? selectedAt(k) : -1);
+  };
+  const uint8_t *cache = static_cast<const uint8_t *>(a.cache.data);
+  auto loadGroup = [&](int64_t k0, Row (&rows)[kMlaGroup],
+                       bool (&good)[kMlaGroup]) {
+    if (k0 % kWarp == 0 && k0 > 0 && k0 < mine)
+      loadBatch(k0);
+#pragma unroll
+    for (int g = 0; g < kMlaGroup; ++g) {
+      const int32_t row =
+          __shfl_sync(0xffffffffu, batchRows, int((k0 + g) % kWarp));
+      good[g] = k0 + g < mine && row >= 0;
+      if (k0 + g < mine)
+        mlaLoadLaneRow<Shape::kCache>(
+            cache + uint64_t(row >= 0 ? row : 0) * L::kRowBytes, lane,
+            rows[g]);
+      else
+        rows[g] = Row{}; // zeros: weight 0 times a value must be 0
+    }
+  };
+
+  // The warp's running softmax: max m, sum l, and the lane's 16 output
+  // values (latent [16 lane, + 16)).
+  float m = -INFINITY, l = 0.f;
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    acc[i] = 0.f;
+  for (int64_t k0 = 0; k0 < mine; k0 += kMlaGroup) {
+    Row current[kMlaGroup];
+    bool goodNow[kMlaGroup];
+    loadGroup(k0, current, goodNow);
+    // Scores: the latent and rope dots as the CPU, over the warp.
+    float latentDot[kMlaGroup], ropeDot[kMlaGroup];
+#pragma unroll
+    for (int g = 0; g < kMlaGroup; ++g)
+      latentDot[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 q = queryPair(i);
+#pragma unroll
+      for (int g = 0; g < kMlaGroup; ++g) {
+        const float2 v = mlaLanePair<Shape::kCache>(current[g], i);
+        latentDot[g] += q.x * v.x + q.y * v.y;
+      }
+    }
+    {
+      const float2 q = queryPair(8);
+#pragma unroll
+      for (int g = 0; g < kMlaGroup; ++g) {
+        const float2 r = mlaLanePair<Shape::kCache>(current[g], 8);
+        ropeDot[g] = q.x * r.x + q.y * r.y;
+      }
+    }
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2)
+#pragma unroll
+      for (int g = 0; g < kMlaGroup; ++g) {
+        latentDot[g] += __shfl_xor_sync(0xffffffffu, latentDot[g], offset);
+        ropeDot[g] += __shfl_xor_sync(0xffffffffu, ropeDot[g], offset);
+      }
+    // The rows' bits as new to the compiler, so that the sums below convert
+    // them again instead of holding every converted value across the
+    // reductions (4 rows' floats do not fit beside the rest).
+#pragma unroll
+    for (int g = 0; g < kMlaGroup; ++g) {
+#pragma unroll
+      for (int v = 0; v < Row::kVectors; ++v)
+        asm volatile(""
+                     : "+r"(current[g].latent[v].x), "+r"(current[g].latent[v].y),
+                       "+r"(current[g].latent[v].z), "+r"(current[g].latent[v].w));
+    }
+    float score[kMlaGroup], mNew = m;
+#pragma unroll
+    for (int g = 0; g < kMlaGroup; ++g) {
+      score[g] = k0 + g >= mine ? -INFINITY
+                 : goodNow[g]   ? (latentDot[g] + ropeDot[g]) * a.scale
+                                : 0.f;
+      mNew = fmaxf(mNew, score[g]);
+    }
+    const float correction = expf(m - mNew);
+    float sum = 0.f, weight[kMlaGroup];
+#pragma unroll
+    for (int g = 0; g < kMlaGroup; ++g) {
+      const float e = k0 + g < mine ? expf(score[g] - mNew) : 0.f;
+      sum += e;
+      weight[g] = goodNow[g] ? e : 0.f;
+    }
+    l = l * correction + sum;
+    m = mNew;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float part0 = 0.f, part1 = 0.f;
+#pragma unroll
+      for (int g = 0; g < kMlaGroup; ++g) {
+        const float2 v = mlaLanePair<Shape::kCache>(current[g], i);
+        part0 += weight[g] * v.x;
+        part1 += weight[g] * v.y;
+      }
+      acc[2 * i] = acc[2 * i] * correction + part0;
+      acc[2 * i + 1] = acc[2 * i + 1] * correction + part1;
+    }
+  }
+  // The block's softmax from its warps', in warp order.
+#pragma unroll
+  for (int i = 0; i < 16; i += 4)
+    *reinterpret_cast<float4 *>(warpValues + warp * kLatent + 16 * lane + i) =
+        make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+  if (lane == 0) {
+    warpMl[2 * warp] = m;
+    warpMl[2 * warp + 1] = l;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    // Lane w < 16 the weight of warp w's terms (0 for a warp with no rows:
+    // m = -inf, l = 0); lane 0 the block's (m, l).
+    const float mw = lane < kWarps ? warpMl[2 * lane] : -INFINITY;
+    const float lw = lane < kWarps ? warpMl[2 * lane + 1] : 0.f;
+    const float mAll = warpMax(mw);
+    const float w = lw > 0.f ? expf(mw - mAll) : 0.f;
+    if (lane < kWarps)
+      warpWeights[lane] = w;
+    float terms[kWarps];
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k)
+      terms[k] = __shfl_sync(0xffffffffu, lw * w, k);
+    if (lane == 0) {
+      float lAll = 0.f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        lAll += terms[k];
+      scalars[0] = mAll;
+      scalars[1] = lAll;
+    }
+  }
+  __syncthreads();
+  {
+    float o = 0.f;
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k)
+      o += warpValues[k * kLatent + threadIdx.x] * warpWeights[k];
+    values[threadIdx.x] = o;
+  }
+  cluster.sync(); // every block's (m, l, acc) is in place
+  constexpr int kSlice = kLatent / kMlaClusterBlocks;
+  if (int(threadIdx.x) < kSlice) {
+    const int j = rank * kSlice + int(threadIdx.x);
+    float ms[kMlaClusterBlocks], ls[kMlaClusterBlocks], os[kMlaClusterBlocks];
+#pragma unroll
+    for (int b = 0; b < kMlaClusterBlocks; ++b) {
+      const float *other = cluster.map_shared_rank(scalars, b);
+      ms[b] = other[0];
+      ls[b] = other[1];
+      os[b] = cluster.map_shared_rank(values, b)[j];
+    }
+    float mAll = ms[0];
+#pragma unroll
+    for (int b = 1; b < kMlaClusterBlocks; ++b)
+      mAll = fmaxf(mAll, ms[b]);
+    float lAll = 0.f, o = 0.f;
+#pragma unroll
+    for (int b = 0; b < kMlaClusterBlocks; ++b) {
+      // A block with no rows: m = -inf, l = acc = 0, so weight 0.
+      const float w = ls[b] > 0.f ? expf(ms[b] - mAll) : 0.f;
+      lAll += ls[b] * w;
+      o += os[b] * w;
+    }
+    // Nothing attended: the CPU's zeros.
+    const float result = attended > 0 ? o / lAll : 0.f;
+    if (a.projQuants)
+      odd[threadIdx.x] = result; // this block's slice of the head's values
+    else
+      a.out[int64_t(h) * kLatent + j] = result;
+  }
+  if (a.projQuants) {
+    // Each row's dot with the slice (a pair of threads a row), into this
+    // block's partials (the query's bytes, no longer read); then, after
+    // the cluster barrier, block r adds rows [per r, per r + per) over the
+    // blocks in rank order.
+    float *partials = query;
+    __syncthreads(); // the slice is in place
+    float v = 0.f;
+    if (projects) {
+      const float *x = odd + 32 * (threadIdx.x % 2);
+      const uint32_t words[8] = {
+          uint32_t(projQ[0].x), uint32_t(projQ[0].y), uint32_t(projQ[0].z),
+          uint32_t(projQ[0].w), uint32_t(projQ[1].x), uint32_t(projQ[1].y),
+          uint32_t(projQ[1].z), uint32_t(projQ[1].w)};
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          sum += float(int8_t(words[k] >> (8 * i))) * x[4 * k + i];
+      v = halfBitsToFloat(projD) * sum;
+    }
+    v += __shfl_xor_sync(0xffffffffu, v, 1); // the row's two blocks
+    if (projects && threadIdx.x % 2 == 0)
+      partials[projRow] = v;
+    cluster.sync(); // every block's partials are in place
+    const int64_t per =
+        (a.projRows + kMlaClusterBlocks - 1) / kMlaClusterBlocks;
+    const int64_t row = rank * per + int64_t(threadIdx.x);
+    if (int64_t(threadIdx.x) < per && row < a.projRows) {
+      float total = 0.f;
+#pragma unroll
+      for (int b = 0; b < kMlaClusterBlocks; ++b)
+        total += cluster.map_shared_rank(partials, b)[row];
+      a.out[int64_t(h) * a.projRows + row] = total;
+    }
+  }
+  cluster.sync(); // no block leaves while another reads its shared memory
+  if (reporter)
+    mlaReportFault(a);
+}
+
+//===----------------------------------------------------------------------===//
 // DSA indexer: scores (one warp per position), then the selection (one
 // block: a radix select of the topK-th score, then the chosen positions in
 // order). When every attended position is selected (position + 1 <= topK:
@@ -3430,6 +3860,34 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
                     a);
 }
 
+/// MLA by clusters (mlaClusterKernel) for one fixed MlaShape: a cluster a
+/// head, no scratch.
+template <class Shape>
+cudaError_t launchMlaClusters(const MlaArgs &a, cudaStream_t s) {
+  using L = MlaClusterLayout<Shape>;
+  if (a.heads > INT_MAX / kMlaClusterBlocks)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = allowDynamicShared(mlaClusterKernel<Shape>, L::kTotal);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = launchStep(mlaClusterKernel<Shape>,
+                                 unsigned(a.heads * kMlaClusterBlocks),
+                                 kMlaClusterThreads, size_t(L::kTotal), s, a);
+      e != cudaSuccess)
+    return e;
+  noteMlaClusterLaunch();
+  return cudaSuccess;
+}
+
+/// launchMla, or with setMlaClusters on launchMlaClusters, for one fixed
+/// MlaShape.
+template <class Shape>
+cudaError_t launchMlaFixed(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
+  if (mlaClusters())
+    return launchMlaClusters<Shape>(a, s);
+  return launchMla<Shape>(a, chunks, s);
+}
+
 /// GLM-5's latent and rope widths, which the specialised kernels fix.
 constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 
@@ -3439,8 +3897,9 @@ constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   return glm5::pickShape(
       a.heads, glm5::MlaHeadCounts{}, cudaErrorNotSupported, [&](auto heads) {
-        return launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
-                                  heads.value>>(a, chunks, s);
+        return launchMlaFixed<MlaShape<kGlmLatent, kGlmRope,
+                                       int(CacheType::F16), heads.value>>(
+            a, chunks, s);
       });
 }
 
@@ -3518,17 +3977,17 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
               ? launchMlaHeads(a, chunks, s)
               : cudaErrorNotSupported;
       if (e == cudaErrorNotSupported)
-        e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
+        e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
             a, chunks, s);
       else if (e == cudaSuccess)
         noteShapeSpecialised();
       break;
     case CacheType::BF16:
-      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(
+      e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(
           a, chunks, s);
       break;
     case CacheType::F32:
-      e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F32)>>(
+      e = launchMlaFixed<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F32)>>(
           a, chunks, s);
       break;
     }
@@ -3957,6 +4416,16 @@ thread_local bool prefetchEarly = true;
 
 void setEarlyPrefetch(bool on) { prefetchEarly = on; }
 bool earlyPrefetch() { return prefetchEarly; }
+
+namespace {
+thread_local bool mlaByClusters = false;
+thread_local uint64_t mlaClusterCount = 0;
+} // namespace
+
+void setMlaClusters(bool on) { mlaByClusters = on; }
+bool mlaClusters() { return mlaByClusters; }
+uint64_t mlaClusterLaunches() { return mlaClusterCount; }
+void noteMlaClusterLaunch() { ++mlaClusterCount; }
 
 namespace {
 thread_local unsigned widthKernels = 0;
