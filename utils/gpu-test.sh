@@ -148,14 +148,6 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 30
-  # MLA by a cluster of blocks a head (KILN_CUDA_MLA_CLUSTERS=1, off by
-  # default: docs/perf.md, twenty-fourth pass), at 1k and at 16k.
-  step bench-glm5-tp8-rank0-graph-mlaclusters env KILN_CUDA_MLA_CLUSTERS=1 \
-    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
-    --bench --simulate-rank 0/8 --context 1024 --steps 30
-  step bench-glm5-tp8-rank0-graph-16k-mlaclusters env KILN_CUDA_MLA_CLUSTERS=1 \
-    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
-    --bench --simulate-rank 0/8 --context 16384 --steps 20
   # The kernels compiled for GLM-5's shapes: the default runs the experts'
   # and MLA's (docs/cuda.md); here none (KILN_CUDA_SPECIALISED=0) at 1k and
   # 16k, and every family (=1) at 1k, with the count of such launches in

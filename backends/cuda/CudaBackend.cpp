@@ -240,7 +240,6 @@ struct CudaRank {
   bool clusterSelect = false;
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   bool shortGraph = false; ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
-  bool mlaClusters = false; ///< KILN_CUDA_MLA_CLUSTERS (setMlaClusters)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
   /// (setShapeSpecialised).
@@ -1433,9 +1432,6 @@ struct GraphSwitches {
   /// (CudaStep::allSelected); off by default until it measures faster
   /// (docs/perf.md, eighteenth pass).
   bool shortGraph = false;
-  /// KILN_CUDA_MLA_CLUSTERS=1: MLA without a projection by a cluster of
-  /// blocks a head (setMlaClusters; off by default until measured).
-  bool mlaClusters = false;
   /// KILN_CUDA_SPECIALISED: the families of fixed-shape kernels that run
   /// where they apply (ShapeFamily bits).
   unsigned shapeSpecialised = 0;
@@ -1506,8 +1502,6 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.quietStart = quietStart;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", false));
   g.shortGraph = shortGraph;
-  KILN_ASSIGN(mlaClusters, readFlag("KILN_CUDA_MLA_CLUSTERS", false));
-  g.mlaClusters = mlaClusters;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
   g.shapeSpecialised = specialised;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
@@ -1777,7 +1771,6 @@ Status enter(CudaRank &rank) {
   setKernelImages(rank.images.get());
   setShapeSpecialised(rank.shapeSpecialised);
   setRouterTailMode(rank.routerTail);
-  setMlaClusters(rank.mlaClusters);
   return Status::ok();
 }
 
@@ -2368,7 +2361,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->quietStart = switches.quietStart;
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
-    rank->mlaClusters = switches.mlaClusters;
     rank->routerTail = switches.routerTail;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;

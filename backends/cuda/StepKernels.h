@@ -609,17 +609,6 @@ bool overlappedLaunches();
 void setEarlyPrefetch(bool on);
 bool earlyPrefetch();
 
-/// Whether MLA launches of the calling host thread with GLM-5's widths run
-/// a cluster of blocks a head (StepKernels.cu mlaClusterKernel: no grid
-/// barrier, no scratch; an output projection inside it too) instead of one
-/// grid over every head. Off by default; the plugin reads
-/// KILN_CUDA_MLA_CLUSTERS.
-void setMlaClusters(bool on);
-bool mlaClusters();
-/// Launches of MLA by clusters by the calling host thread so far.
-uint64_t mlaClusterLaunches();
-void noteMlaClusterLaunch();
-
 /// Whether the launches of the calling host thread run the kernels compiled
 /// for their shapes where there is one, for each family whose bit `families`
 /// holds (none unless set; the plugin sets its switch's in enter()).

@@ -250,16 +250,6 @@ private:
   uint64_t before_;
 };
 
-/// MLA by clusters (kc::setMlaClusters) for the launches of this thread
-/// while the scope lives (off again after).
-class MlaClusters {
-public:
-  explicit MlaClusters(bool on = true) { kc::setMlaClusters(on); }
-  ~MlaClusters() { kc::setMlaClusters(false); }
-  MlaClusters(const MlaClusters &) = delete;
-  MlaClusters &operator=(const MlaClusters &) = delete;
-};
-
 //===----------------------------------------------------------------------===//
 // Weights and caches: random on the device (the fillers under test), the
 // same bytes copied to the host for the reference.
@@ -1297,46 +1287,6 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     }
   }
 
-  // MLA by clusters (kc::setMlaClusters, a cluster of blocks a head; GLM-5's
-  // widths without a projection): every case above again, against the CPU,
-  // the bounded case's bits, and the kernels compiled for the heads
-  // against the general width's bits; then that the cluster kernel ran.
-  {
-    const MlaClusters clusters;
-    const uint64_t before = kc::mlaClusterLaunches();
-    int64_t launches = 0;
-    for (const Case &c :
-         {Case{kc::CacheType::F16, 250, -1}, Case{kc::CacheType::F16, 299, 37},
-          Case{kc::CacheType::F16, 0, -1}, Case{kc::CacheType::F16, 10, 0},
-          Case{kc::CacheType::BF16, 200, 64},
-          Case{kc::CacheType::F32, 120, -1},
-          Case{kc::CacheType::F16, 63, kBounded},
-          Case{kc::CacheType::BF16, 20, kBounded}}) {
-      check(4, 300, 64, c, nullptr, ", by clusters");
-      launches += c.count == kBounded ? 2 : 1;
-    }
-    for (const Case &c :
-         {Case{kc::CacheType::F16, 4095, 2048},
-          Case{kc::CacheType::BF16, 3000, 1100},
-          Case{kc::CacheType::F16, 2000, 1025},
-          Case{kc::CacheType::F16, 3000, -1},
-          Case{kc::CacheType::F32, 2500, -1},
-          Case{kc::CacheType::F16, 1023, kBounded},
-          Case{kc::CacheType::F16, 2047, kBounded}}) {
-      check(8, 4096, 2048, c, nullptr, ", by clusters");
-      launches += c.count == kBounded ? 2 : 1;
-    }
-    for (int64_t heads : widthList(kc::glm5::MlaHeadCounts{})) {
-      check(heads, 4096, 2048, Case{kc::CacheType::F16, 2000, 1025}, nullptr,
-            ", by clusters", true);
-      launches += 2;
-    }
-    r.line("mla by clusters", "launches of the cluster kernel",
-           std::fabs(double(kc::mlaClusterLaunches() - before) -
-                     double(launches)),
-           0, "launch count: every case above ran it");
-  }
-
   // With the output projection in the same launch (GLM-5's attn_v_b at
   // tp=8: 256 rows of 512 values a head, Q8_0 in the q8_0-split layout):
   // against the CPU's MLA, then its stacked linear; then the same call
@@ -1404,19 +1354,6 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
   checkProjected(32, 2048, 2048, Case{kc::CacheType::F16, 1500, -1}, 256);
   checkProjected(3, 300, 64, Case{kc::CacheType::BF16, 200, 40}, 64);
   {
-    // The same by clusters (the projection's rows split over each head's
-    // cluster).
-    const MlaClusters clusters;
-    const uint64_t before = kc::mlaClusterLaunches();
-    checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 2000, 1025}, 256);
-    checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 3000, -1}, 256);
-    checkProjected(32, 2048, 2048, Case{kc::CacheType::F16, 1500, -1}, 256);
-    checkProjected(3, 300, 64, Case{kc::CacheType::BF16, 200, 40}, 64);
-    r.line("mla by clusters", "launches of the cluster kernel, projected",
-           std::fabs(double(kc::mlaClusterLaunches() - before) - 8.0), 0,
-           "launch count: each case twice");
-  }
-  {
     // A projection the kernel does not read is refused before any launch:
     // the file's blocks instead of the split layout, a width that is not
     // the latent's, more than 256 rows a head.
@@ -1461,7 +1398,6 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     kc::FaultCode code;
     int64_t value, limit;
   };
-  for (const bool byClusters : {false, true})
   for (const FaultCase &f :
        {FaultCase{"entries 5 and 9 = 300 of 300", 299, 20, true,
                   kc::FaultCode::SelectionOutOfRange, 300, positions},
@@ -1485,13 +1421,11 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     dcount.upload({f.count});
     Fault fault;
     const bool selection = f.count != kBounded;
-    const MlaClusters clusters(byClusters);
     run(kc::launchMlaAttention(
         dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
         selection ? dsel.get() : nullptr, selection ? dcount.get() : nullptr,
         capacity, scale, scores.get(), dout.get(), fault.sink(), nullptr));
-    r.line("mla fault",
-           std::string(f.what) + (byClusters ? ", by clusters" : ""),
+    r.line("mla fault", f.what,
            faultMismatch(fault.read(), f.code, f.value, f.limit) +
                double(in.guardWrites()),
            0, "first fault reported, nothing after the scratch written");
@@ -3906,28 +3840,6 @@ void benchOps() {
                ql.get(), qr.get(), 1, latent, rope, c, pos.get(), nullptr,
                nullptr, 0, 0.07f, scratch.get(), out.get(), fault.sink(), s);
          }));
-  // By clusters (kc::setMlaClusters): a cluster of 8 blocks a head.
-  for (int64_t entries : {int64_t(1025), int64_t(2048), int64_t(-2048)}) {
-    // -2048: 2048 entries by the grid kernel, for comparison.
-    const MlaClusters clusters(entries > 0);
-    entries = entries > 0 ? entries : -entries;
-    const FixedShapes scope(true);
-    DeviceArray<int32_t> n(std::vector<int32_t>{int32_t(entries)});
-    if (entries > at + 1)
-      for (int64_t i = 0; i < entries; ++i)
-        sel[i] = int32_t(i);
-    DeviceArray<int32_t> all(sel);
-    report(fmtText("mla_attention 8x(512+64), %lld of 2048%s",
-                   (long long)entries,
-                   kc::mlaClusters() ? ", by clusters" : ", fixed heads")
-               .c_str(),
-           timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchMlaAttention(
-                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
-                 all.get(), n.get(), positions, 0.07f, scratch.get(),
-                 out.get(), fault.sink(), s);
-           }));
-  }
   DeviceArray<int32_t> early(std::vector<int32_t>{15});
   report("mla_attention 8x(512+64), 0..15, no selection",
          timeInGraph(stream, [&](cudaStream_t s) {
@@ -3951,16 +3863,6 @@ void benchOps() {
                  dsel.get(), dcount.get(), positions, 0.07f, projScratch.get(),
                  projected.get(), fault.sink(), s, &proj);
            }));
-    {
-      const MlaClusters clusters;
-      report("mla_attention + v_b, 1025 of 2048, by clusters",
-             timeInGraph(stream, [&](cudaStream_t s) {
-               return kc::launchMlaAttention(
-                   ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
-                   dsel.get(), dcount.get(), positions, 0.07f,
-                   projScratch.get(), projected.get(), fault.sink(), s, &proj);
-             }));
-    }
     report("mla_attention, then linear v_b 8x256: two launches",
            timeInGraph(stream, [&](cudaStream_t s) {
              const cudaError_t e = kc::launchMlaAttention(
