@@ -182,6 +182,14 @@ __device__ inline float halfBitsToFloat(uint16_t h) {
   return __half2float(__ushort_as_half(h));
 }
 
+/// fp16 bits to float for values that only feed arithmetic (cache rows
+/// into scores and sums): halfBitsToFloat's result but for a NaN's payload,
+/// which no result keeps (arithmetic on a NaN gives the GPU's one NaN), at
+/// a fifth of its instructions (docs/perf.md, twenty-fifth pass).
+__device__ inline float halfBitsToOperand(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
 /// float to fp16 bits, round to nearest even; a NaN keeps its sign and top
 /// payload bits (never becoming infinity), as FloatFormats.cpp.
 __device__ inline uint16_t floatToHalfBits(float f) {
@@ -1009,9 +1017,8 @@ __device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
           f = __uint_as_float(word[e]);
         else {
           const uint16_t h = uint16_t(word[e / 2] >> (16 * (e % 2)));
-          // The hardware's conversion, as storeCacheRows.
           f = kCache == int(CacheType::F16)
-                  ? __half2float(__ushort_as_half(h))
+                  ? halfBitsToOperand(h)
                   : __uint_as_float(uint32_t(h) << 16);
         }
         v[e] = good ? f : 0.f;
@@ -1623,12 +1630,9 @@ __device__ inline void loadCacheRows(const DeviceCache &c, int64_t first,
   }
 }
 
-/// loadCacheRows' values as floats into dst (16-byte aligned); f16 by the
-/// hardware's conversion: readCache's rule (halfBitsToFloat) but for a NaN's
-/// payload, which no score keeps (arithmetic on a NaN gives the GPU's one
-/// NaN), at a fifth of its instructions (docs/perf.md, twenty-fifth pass).
-/// With a pitch, the values are rows of `dim` (a multiple of 8) and row i
-/// goes to dst + i * pitch.
+/// loadCacheRows' values as floats into dst (16-byte aligned); f16 as
+/// halfBitsToOperand. With a pitch, the values are rows of `dim` (a multiple
+/// of 8) and row i goes to dst + i * pitch.
 __device__ inline void storeCacheRows(CacheType type, int count,
                                       const StagedRows &r, float *dst,
                                       int dim = 0, int pitch = 0) {
@@ -1648,11 +1652,10 @@ __device__ inline void storeCacheRows(CacheType type, int count,
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const uint32_t lo = w[k] & 0xFFFFu, hi = w[k] >> 16;
-      out[2 * k] = type == CacheType::F16
-                       ? __half2float(__ushort_as_half(uint16_t(lo)))
-                       : __uint_as_float(lo << 16);
+      out[2 * k] = type == CacheType::F16 ? halfBitsToOperand(uint16_t(lo))
+                                          : __uint_as_float(lo << 16);
       out[2 * k + 1] = type == CacheType::F16
-                           ? __half2float(__ushort_as_half(uint16_t(hi)))
+                           ? halfBitsToOperand(uint16_t(hi))
                            : __uint_as_float(hi << 16);
     }
     float4 *d = reinterpret_cast<float4 *>(dst + at);
