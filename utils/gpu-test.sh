@@ -167,6 +167,14 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-cluster env KILN_CUDA_CLUSTER_SELECT=1 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 20
+  # The indexer's scores without the tensor cores (the kernels by groups
+  # of lanes), at 4k and 16k.
+  step bench-glm5-tp8-rank0-graph-4k-no-mma env KILN_CUDA_INDEXER_MMA=0 \
+    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 4096 --steps 20
+  step bench-glm5-tp8-rank0-graph-16k-no-mma env KILN_CUDA_INDEXER_MMA=0 \
+    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 16384 --steps 20
   step bench-glm5-tp8-rank0-graph-specialised-all env KILN_CUDA_SPECIALISED=1 \
     KILN_CUDA_GRAPH_STATS=1 "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" \
     --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \

@@ -246,6 +246,7 @@ struct CudaRank {
   unsigned shapeSpecialised = 0;
   /// KILN_CUDA_ROUTER_TAIL (setRouterTailMode).
   RouterTailMode routerTail = RouterTailMode::Held;
+  bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -1438,6 +1439,9 @@ struct GraphSwitches {
   /// KILN_CUDA_ROUTER_TAIL=held|l2|last: how linear_router's tail blocks
   /// get their rows (StepKernels.h RouterTailMode; held by default).
   RouterTailMode routerTail = RouterTailMode::Held;
+  /// KILN_CUDA_INDEXER_MMA=0: the indexer's scores without the tensor
+  /// cores (setIndexerMma; on by default).
+  bool indexerMma = true;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1500,6 +1504,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.clusterSelect = clusterSelect;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
+  KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
+  g.indexerMma = indexerMma;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", false));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -1771,6 +1777,7 @@ Status enter(CudaRank &rank) {
   setKernelImages(rank.images.get());
   setShapeSpecialised(rank.shapeSpecialised);
   setRouterTailMode(rank.routerTail);
+  setIndexerMma(rank.indexerMma);
   return Status::ok();
 }
 
@@ -2362,6 +2369,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;
+    rank->indexerMma = switches.indexerMma;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

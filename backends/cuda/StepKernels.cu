@@ -1918,6 +1918,251 @@ __global__ void indexerScoresByGroupKernel(IndexerArgs a) {
   }
 }
 
+/// GLM-5's indexer scores on the tensor cores: 32 heads of 128 values, f16
+/// keys. The dots S[t][h] = key[t] . q[h] are one mma.sync m16n8k16 (f16
+/// in, f32 sums) per 16 positions, 8 heads and 16 values; keys are f16
+/// already, and each head's query, rotated and staged in f32, is scaled by
+/// a power of two (2^e_h: its largest |value| into [2^14, 2^15)) and split
+/// into two f16 parts, hi = f16(q 2^e_h) and lo = f16(q 2^e_h - hi), which
+/// hold it to about 2^-23 of that largest value: both parts go through the
+/// same sums, and 2^-e_h scales the dot back exactly. The result is the
+/// f32 dot but for rounding, which the tensor cores' sums do in their own
+/// order: the selection is exact where the scores' gaps exceed it (GLM5.md
+/// section 7), as for the other score kernels, whose head order already
+/// differs from the CPU's.
+///
+/// A warp takes tiles of 16 positions: lane (g, t) (g = lane / 4, t = lane
+/// % 4) loads values [32 t, 32 t + 32) of key rows g and g + 8 (four
+/// 16-byte loads a row, issued before the query is staged) and feeds them
+/// as the A operand, K step s taking values 32 t + 4 s .. + 3: the dot's
+/// 128 values in a permuted order, which the query's B operand follows
+/// (mmaIndexerQuery). The C operand's lane (g, t) holds heads 8 n + 2 t and
+/// + 1 of positions g and g + 8 (n < 4); the lane sums w[h] relu(dot) over
+/// its 8 heads in n order, and two butterflies add the 4 lanes of a
+/// position (the same bits in each). Dynamic shared memory:
+/// kIndexerMmaShared bytes.
+constexpr int kMmaHeads = 32, kMmaDim = 128, kMmaTile = 16;
+constexpr int kMmaSteps = kMmaDim / 16, kMmaHeadTiles = kMmaHeads / 8;
+/// Its threads: 8 warps, 4 heads each while the query is staged.
+constexpr int kMmaThreads = 256;
+static_assert(kMmaHeads % (kMmaThreads / kWarp) == 0 && kMmaDim == 4 * kWarp,
+              "a warp stages whole heads, 4 values a lane");
+/// The head weights, the heads' scales back, then the B fragments as uint4
+/// [n][s][lane].
+constexpr size_t kIndexerMmaShared =
+    sizeof(float) * 2 * kMmaHeads +
+    sizeof(uint4) * kMmaHeadTiles * kMmaSteps * kWarp;
+
+/// Two floats as f16x2 (round to nearest even), `lo` in the low half.
+__device__ __forceinline__ uint32_t halfPair(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/// D = A B + D, m16n8k16, f16 A (row) and B (col), f32 sums.
+__device__ __forceinline__ void mmaHalf(float (&d)[4], const uint32_t (&a)[4],
+                                        uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                 "r"(b1));
+}
+
+/// The exponent e that brings a head's largest |value| into [2^14, 2^15)
+/// (0 for 0, Inf or NaN, whose parts then carry them; clamped so that 2^e
+/// and 2^-e are normal floats).
+__device__ inline int mmaQueryExponent(float largest) {
+  if (!(largest > 0.f) || isinf(largest))
+    return 0;
+  int x;
+  frexpf(largest, &x); // largest in [2^(x-1), 2^x)
+  const int e = 15 - x;
+  return e < -100 ? -100 : (e > 100 ? 100 : e);
+}
+
+/// 2^e for |e| <= 126, exactly.
+__device__ __forceinline__ float powerOfTwo(int e) {
+  return __int_as_float((127 + e) << 23);
+}
+
+/// The query as the mma's B fragments, by warp w for heads 4 w .. 4 w + 3:
+/// lane (s, t) = (lane / 4, lane % 4) loads values j = 32 t + 4 s .. + 3 of
+/// head h (a 16-byte load; the warp reads the head's row whole), rotates
+/// its two pairs when they are in the rope's span (interleaved pairs,
+/// their angles computed in the lane: the same call and products as
+/// stageIndexerQuery's), finds the head's largest |value| by butterflies
+/// (so every lane holds it and its exponent e), and writes hi and lo of x
+/// 2^e as frags[n][s][4 g + t] (head h = 8 n + g; uint4: hi b0, hi b1, lo
+/// b0, lo b1), w[h] and 2^-e into back[h]. No block barrier inside; the
+/// caller's follows. Needs the rope, if any, interleaved, its offset and
+/// width multiples of 4, and the host's table of frequencies.
+__device__ void mmaIndexerQuery(const IndexerArgs &a, int32_t position,
+                                uint4 *frags, float *w, float *back) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int s = lane / 4, t = lane % 4, j = 32 * t + 4 * s;
+  constexpr int kPerWarp = kMmaHeads / (kMmaThreads / kWarp);
+  // Every head's values in flight together, then the angles.
+  float4 v[kPerWarp];
+  float wv[kPerWarp];
+#pragma unroll
+  for (int k = 0; k < kPerWarp; ++k) {
+    const int h = warp * kPerWarp + k;
+    v[k] = *reinterpret_cast<const float4 *>(a.q + h * kMmaDim + j);
+    wv[k] = lane == 0 ? a.headWeights[h] : 0.f;
+  }
+  const int64_t rel = int64_t(j) - a.ropeOffset;
+  const bool roped = a.ropeDims > 0 && rel >= 0 && rel < a.ropeDims;
+  float c0 = 1.f, s0 = 0.f, c1 = 1.f, s1 = 0.f;
+  if (roped) {
+    const int i = int(rel / 2);
+    ropeAngle(double(position) * a.ropeFreq.inverse[i], &c0, &s0);
+    ropeAngle(double(position) * a.ropeFreq.inverse[i + 1], &c1, &s1);
+  }
+#pragma unroll
+  for (int k = 0; k < kPerWarp; ++k) {
+    const int h = warp * kPerWarp + k;
+    float x[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+    if (roped) {
+      const float a0 = x[0], a1 = x[1], b0 = x[2], b1 = x[3];
+      x[0] = a0 * c0 - a1 * s0;
+      x[1] = a0 * s0 + a1 * c0;
+      x[2] = b0 * c1 - b1 * s1;
+      x[3] = b0 * s1 + b1 * c1;
+    }
+    // The head's largest |value|; a NaN anywhere makes it NaN (fmaxf
+    // alone would drop it).
+    float m = 0.f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      m = isnan(x[q]) ? x[q] : (isnan(m) ? m : fmaxf(m, fabsf(x[q])));
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      const float other = __shfl_xor_sync(kFullMask, m, o);
+      m = isnan(m) || isnan(other) ? m + other : fmaxf(m, other);
+    }
+    const int e = mmaQueryExponent(m);
+    const float up = powerOfTwo(e);
+    float hi[4], lo[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float y = x[q] * up; // exact: a power of two in range
+      hi[q] = __half2float(__float2half_rn(y));
+      // Exact: hi is y rounded to 11 bits (an infinite hi carries y alone).
+      lo[q] = isinf(hi[q]) ? 0.f : y - hi[q];
+    }
+    const int n = h / 8, g = h % 8;
+    frags[(n * kMmaSteps + s) * kWarp + 4 * g + t] =
+        make_uint4(halfPair(hi[0], hi[1]), halfPair(hi[2], hi[3]),
+                   halfPair(lo[0], lo[1]), halfPair(lo[2], lo[3]));
+    if (lane == 0) {
+      w[h] = wv[k];
+      back[h] = powerOfTwo(-e);
+    }
+  }
+}
+
+/// Key rows g and g + 8 of the tile at t0, values [32 t, 32 t + 32) of each
+/// (zeros past the attended positions).
+struct MmaKeys {
+  uint4 row[2][4];
+};
+
+__device__ __forceinline__ void loadMmaKeys(const IndexerArgs &a, int64_t t0,
+                                            int64_t attended, MmaKeys &k) {
+  const int lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = t0 + g + 8 * r;
+    const uint4 *src = reinterpret_cast<const uint4 *>(
+        static_cast<const uint16_t *>(a.cache.data) + row * kMmaDim +
+        32 * t);
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+      k.row[r][m] = row < attended ? src[m] : make_uint4(0, 0, 0, 0);
+  }
+}
+
+__global__ void __launch_bounds__(kMmaThreads)
+    indexerScoresMmaKernel(IndexerArgs a) {
+  stepKernelPrologue();
+  extern __shared__ __align__(16) float staged[];
+  int32_t position;
+  if (!positionToScore(a, position))
+    return;
+  float *w = staged, *back = w + kMmaHeads;
+  uint4 *frags = reinterpret_cast<uint4 *>(back + kMmaHeads);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t attended = int64_t(position) + 1;
+  const int64_t tiles = (attended + kMmaTile - 1) / kMmaTile;
+  // Warp w of block b takes tile w G + b first (as the kernel by groups).
+  int64_t tile = int64_t(warp) * gridDim.x + blockIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * warps;
+  MmaKeys keys;
+  if (tile < tiles)
+    loadMmaKeys(a, tile * kMmaTile, attended, keys);
+  mmaIndexerQuery(a, position, frags, w, back);
+  __syncthreads();
+  float wh[kMmaHeadTiles][2], bh[kMmaHeadTiles][2];
+#pragma unroll
+  for (int n = 0; n < kMmaHeadTiles; ++n)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      wh[n][c] = w[8 * n + 2 * t + c];
+      bh[n][c] = back[8 * n + 2 * t + c];
+    }
+  for (; tile < tiles; tile += stride) {
+    const int64_t t0 = tile * kMmaTile;
+    float d[kMmaHeadTiles][4];
+#pragma unroll
+    for (int n = 0; n < kMmaHeadTiles; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        d[n][c] = 0.f;
+#pragma unroll
+    for (int s = 0; s < kMmaSteps; ++s) {
+      const int m = s / 2, o = 2 * (s % 2);
+      const auto word = [&](const uint4 &v, int i) {
+        return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+      };
+      const uint32_t af[4] = {word(keys.row[0][m], o), word(keys.row[1][m], o),
+                              word(keys.row[0][m], o + 1),
+                              word(keys.row[1][m], o + 1)};
+#pragma unroll
+      for (int n = 0; n < kMmaHeadTiles; ++n) {
+        const uint4 b = frags[(n * kMmaSteps + s) * kWarp + lane];
+        mmaHalf(d[n], af, b.x, b.y);
+        mmaHalf(d[n], af, b.z, b.w);
+      }
+    }
+    if (tile + stride < tiles)
+      loadMmaKeys(a, (tile + stride) * kMmaTile, attended, keys);
+    // Positions g (d[.][0..1]) and g + 8 (d[.][2..3]).
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < kMmaHeadTiles; ++n)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float dot = d[n][2 * r + c] * bh[n][c];
+          // std::max(dot, 0.f): a NaN dot stays NaN.
+          sum[r] += wh[n][c] * (dot < 0.f ? 0.f : dot);
+        }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
+      sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
+      const int64_t row = t0 + g + 8 * r;
+      if (t == 0 && row < attended)
+        a.scores[row] = a.scale * sum[r];
+    }
+  }
+}
+
 /// A score as an unsigned key in the order the ranking uses: a larger score
 /// has a larger key; NaN ranks lowest (as -inf, rankable); -0 equals +0, as
 /// the CPU's comparisons have it.
@@ -3376,6 +3621,13 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
   return cudaGetLastError();
 }
 
+namespace {
+thread_local bool useIndexerMma = true;
+} // namespace
+
+bool indexerMma() { return useIndexerMma; }
+void setIndexerMma(bool on) { useIndexerMma = on; }
+
 int64_t mlaMostEntries(int64_t positions, int64_t capacity) {
   return mlaEntryLimit(positions, capacity);
 }
@@ -3619,7 +3871,21 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
     return launchStep(kernel, unsigned(wanted < most ? wanted : most),
                       kScoreWarps * kWarp, shared, s, a);
   };
-  if (heads == kGroupedHeads && dim % 8 == 0 && aligned &&
+  // The tensor cores' staging rotates a lane's two pairs in place.
+  const bool mmaRope =
+      rope.dims == 0 ||
+      (rope.style == RopeStyle::Interleaved && rope.offset % 4 == 0 &&
+       rope.dims % 4 == 0 && a.ropeFreq.pairs == rope.dims / 2);
+  if (indexerMma() && heads == kMmaHeads && dim == kMmaDim &&
+      cache.type == CacheType::F16 && aligned && mmaRope) {
+    static thread_local WaveCache mmaWaves;
+    if (cudaError_t e =
+            launchScores(indexerScoresMmaKernel,
+                         kMmaThreads / kWarp * kMmaTile, kIndexerMmaShared,
+                         mmaWaves);
+        e != cudaSuccess)
+      return e;
+  } else if (heads == kGroupedHeads && dim % 8 == 0 && aligned &&
       int64_t(kGroupRows) * dim * (cache.type == CacheType::F32 ? 4 : 2) <=
           kStageLoads * kWarp * 16) {
     // Compiled for GLM-5's dim where asked (family indexer).

@@ -528,6 +528,14 @@ enum class RouterTailMode : int { Held = 0, L2 = 1, Last = 2 };
 RouterTailMode routerTailMode();
 void setRouterTailMode(RouterTailMode mode);
 
+/// Whether launchDsaIndexer scores 32 heads of 128 over an f16 key cache
+/// on the tensor cores (the calling host thread's setting, read at launch;
+/// on by default): the f32 dot but for rounding, each query split into two
+/// f16 parts (StepKernels.cu indexerScoresMmaKernel). KILN_CUDA_INDEXER_MMA
+/// = 0 sets it off for a step.
+bool indexerMma();
+void setIndexerMma(bool on);
+
 /// The registers a thread of the q8_0-split kernel uses without and with
 /// the tail (kiln-cuda-ops --bench-router prints them).
 cudaError_t linearRouterKernelRegisters(int &plain, int &withTail);

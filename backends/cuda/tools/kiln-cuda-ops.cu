@@ -250,6 +250,16 @@ private:
   uint64_t before_;
 };
 
+/// The indexer's scores off the tensor cores while it lives
+/// (kc::setIndexerMma), on again after.
+class IndexerMmaOff {
+public:
+  IndexerMmaOff() { kc::setIndexerMma(false); }
+  ~IndexerMmaOff() { kc::setIndexerMma(true); }
+  IndexerMmaOff(const IndexerMmaOff &) = delete;
+  IndexerMmaOff &operator=(const IndexerMmaOff &) = delete;
+};
+
 //===----------------------------------------------------------------------===//
 // Weights and caches: random on the device (the fillers under test), the
 // same bytes copied to the host for the reference.
@@ -1527,7 +1537,10 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
         // rows fewer than its 16, the second half short); every score 0.
         Case{kc::CacheType::F16, 15000, 2048, false, 16384, true, 32, 64},
         Case{kc::CacheType::BF16, 1990, 300, false, 2000, true, 32},
-        Case{kc::CacheType::F16, 1000, 300, true, 2000, true, 32}}) {
+        Case{kc::CacheType::F16, 1000, 300, true, 2000, true, 32},
+        // The tensor cores' scores (f16 keys, 32 heads) with the last
+        // tile's 16 rows short (1,991 attended), no rope.
+        Case{kc::CacheType::F16, 1990, 300, false, 2000, true, 32}}) {
     const int64_t attended = int64_t(c.position) + 1;
     std::vector<float> q, w;
     const int64_t ropeOffset = c.neox ? 32 : 0;
@@ -1659,10 +1672,46 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     }
     if (c.heads != 32)
       continue;
-    // GLM-5's 32 x 128: the scores kernel compiled for dim 128
-    // (KILN_CUDA_SPECIALISED=1) ran, with the general kernel's scores and
-    // selection bit for bit.
-    const std::vector<float> generalScores = caseScores.download();
+    // GLM-5's 32 x 128 over f16 keys: the launch above scored on the
+    // tensor cores (StepKernels.h setIndexerMma). Its scores against the
+    // double sums, each within 2^-16 of its position's sum of |products|,
+    // scale * sum_h |w_h| sum_j |q_hj k_tj|: 128 f32 additions round by
+    // at most 128 * 2^-24 = 2^-17 of it, and the query's two f16 parts
+    // hold it to 2^-23 of each head's largest value; the bound doubled.
+    if (c.type == kc::CacheType::F16 && attended > c.topK) {
+      const std::vector<float> got = caseScores.download();
+      const std::vector<double> want = indexerScores(
+          scored, c.heads, dim, w, cache, attended, scale);
+      double worst = 0;
+      for (int64_t t = 0; t < attended; ++t) {
+        double bound = 0;
+        for (int64_t h = 0; h < c.heads; ++h) {
+          double dot = 0;
+          for (int64_t j = 0; j < dim; ++j)
+            dot += std::fabs(double(scored[size_t(h * dim + j)]) *
+                             cache.value(t * dim + j));
+          bound += std::fabs(double(w[size_t(h)])) * dot;
+        }
+        bound *= std::fabs(double(scale));
+        const double err = std::fabs(double(got[size_t(t)]) - want[size_t(t)]);
+        worst = std::max(worst, bound > 0 ? err / bound : err);
+      }
+      r.line("dsa_indexer", what + ": tensor-core scores vs double", worst,
+             std::ldexp(1.0, -16), "of each position's sum of |products|");
+    }
+    // The scores kernels by groups of lanes (the tensor cores' off): the
+    // one compiled for dim 128 (KILN_CUDA_SPECIALISED=1) ran, with the
+    // general kernel's scores and selection bit for bit, and that
+    // selection the CPU's.
+    const IndexerMmaOff mmaOff;
+    DeviceArray<float> groupScores(size_t(c.cachePositions));
+    DeviceArray<int32_t> groupSel(std::vector<int32_t>(size_t(c.topK), -1));
+    Fault groupFault;
+    launchCase(groupScores.get(), groupSel.get(), dcount.get(), groupFault);
+    const std::vector<float> generalScores = groupScores.download();
+    const std::vector<int32_t> groupSelection = groupSel.download();
+    exact(what + ", scores by groups of lanes", groupSelection, dcount,
+          groupFault);
     DeviceArray<float> fixedScores(size_t(c.cachePositions));
     DeviceArray<int32_t> fixedSel(std::vector<int32_t>(size_t(c.topK), -1));
     Fault fixedFault;
@@ -1680,7 +1729,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
                                          gotScores.begin() + attended),
                       std::vector<float>(generalScores.begin(),
                                          generalScores.begin() + attended)) +
-               mismatches(fixedSel.download(), selection) +
+               mismatches(fixedSel.download(), groupSelection) +
                faultMismatch(fixedFault.read(), kc::FaultCode::None, 0, 0),
            0, "same products, same order");
   }
@@ -3463,12 +3512,13 @@ void benchDsa(int eager) {
       scores(kLong);
   DeviceArray<int32_t> last(std::vector<int32_t>{int32_t(kLong - 1)}),
       at4k(std::vector<int32_t>{4095}), chosen(2048), count(1);
-  auto launchAt = [&](const int32_t *position, kc::IndexerSelect select) {
-    return [&, position, select](cudaStream_t s) {
+  auto launchAt = [&](const int32_t *position, kc::IndexerSelect select,
+                      int64_t ropeDims = 64) {
+    return [&, position, select, ropeDims](cudaStream_t s) {
       return kc::launchDsaIndexer(
           q.get(), 32, 128, hw.get(), cache, position, 2048, 0.1f,
           scores.get(), chosen.get(), count.get(), fault.sink(), s,
-          kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, 64},
+          kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, ropeDims},
           kc::kMaxStagedKeyBytes, select);
     };
   };
@@ -3476,18 +3526,40 @@ void benchDsa(int eager) {
   // The selection at 16,384 of the 16,384-position cache (by the cluster)
   // and at 4,096 (by one block), the default's and as before the
   // seventeenth pass (KILN_CUDA_CLUSTER_SELECT=1: the cluster, four passes).
+  // The scores on the tensor cores (the default) and without them.
   const struct {
     const int32_t *position;
     kc::IndexerSelect select;
     const char *what;
+    bool mma = true;
   } rows[] = {{last.get(), {}, "at 16384, rope"},
+              {last.get(), {}, "at 16384, rope, no tensor cores", false},
               {last.get(), kc::kClusterSelect, "at 16384, rope, as before"},
               {at4k.get(), {}, "at 4096, rope"},
+              {at4k.get(), {}, "at 4096, rope, no tensor cores", false},
               {at4k.get(), kc::kClusterSelect, "at 4096, rope, as before"}};
-  for (const auto &row : rows)
+  // Probes of the scores' fixed cost: without the query's rope, and at
+  // 2,049 positions (one more than the top k).
+  DeviceArray<int32_t> at2k(std::vector<int32_t>{2048});
+  for (const bool mma : {true, false}) {
+    kc::setIndexerMma(mma);
+    const char *how = mma ? "" : ", no tensor cores";
+    std::printf("bench op %-52s %9.2f us\n",
+                fmtText("dsa_indexer 32x128, top 2048 at 4096, no rope%s", how)
+                    .c_str(),
+                timeInGraph(stream, launchAt(at4k.get(), {}, 0)));
+    std::printf("bench op %-52s %9.2f us\n",
+                fmtText("dsa_indexer 32x128, top 2048 at 2048, rope%s", how)
+                    .c_str(),
+                timeInGraph(stream, launchAt(at2k.get(), {})));
+  }
+  for (const auto &row : rows) {
+    kc::setIndexerMma(row.mma);
     std::printf("bench op %-52s %9.2f us\n",
                 fmtText("dsa_indexer 32x128, top 2048 %s", row.what).c_str(),
                 timeInGraph(stream, launchAt(row.position, row.select)));
+    kc::setIndexerMma(true);
+  }
   for (int i = 0; i < eager; ++i) {
     CHECK_CUDA(launch(stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
