@@ -1921,7 +1921,7 @@ __global__ void indexerScoresByGroupKernel(IndexerArgs a) {
 /// GLM-5's indexer scores on the tensor cores: 32 heads of 128 values, f16
 /// keys. The dots S[t][h] = key[t] . q[h] are one mma.sync m16n8k16 (f16
 /// in, f32 sums) per 16 positions, 8 heads and 16 values; keys are f16
-/// already, and each head's query, rotated and staged in f32, is scaled by
+/// already, and each head's query, rotated (mmaIndexerQuery), is scaled by
 /// a power of two (2^e_h: its largest |value| into [2^14, 2^15)) and split
 /// into two f16 parts, hi = f16(q 2^e_h) and lo = f16(q 2^e_h - hi), which
 /// hold it to about 2^-23 of that largest value: both parts go through the
