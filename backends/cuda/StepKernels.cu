@@ -235,6 +235,20 @@ __device__ inline void ropePair(RopeStyle style, int64_t offset, int64_t dims,
   second = style == RopeStyle::Interleaved ? first + 1 : first + dims / 2;
 }
 
+/// The pair (x0, x1) rotated by the angle whose cosine and sine are c and
+/// s, in place: the rope kernels' and the CPU's products, in their order.
+__device__ __forceinline__ void rotatePair(float &x0, float &x1, float c,
+                                           float s) {
+  const float a = x0, b = x1;
+  x0 = a * c - b * s;
+  x1 = a * s + b * c;
+}
+
+/// The larger of a and b, NaN if either is (fmaxf drops a NaN).
+__device__ __forceinline__ float maxKeepingNaN(float a, float b) {
+  return isnan(a) || isnan(b) ? a + b : fmaxf(a, b);
+}
+
 __device__ inline float readCache(const void *data, CacheType type,
                                   int64_t index) {
   switch (type) {
@@ -791,9 +805,7 @@ normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
       c = float(cos(angle));
       s = float(sin(angle));
     }
-    const float x0 = y[first], x1 = y[second];
-    y[first] = x0 * c - x1 * s;
-    y[second] = x0 * s + x1 * c;
+    rotatePair(y[first], y[second], c, s);
   }
   __syncthreads();
   const int64_t base = int64_t(p) * width;
@@ -1707,9 +1719,7 @@ __device__ void stageIndexerQuery(const IndexerArgs &a, int32_t position,
       float c, sn;
       queryRopeAngle(a, i, position, table, cosines, sines, c, sn);
       float *row = q + h * pitch;
-      const float x0 = row[first], x1 = row[second];
-      row[first] = x0 * c - x1 * sn;
-      row[second] = x0 * sn + x1 * c;
+      rotatePair(row[first], row[second], c, sn);
     }
   }
   for (int h = threadIdx.x; h < heads; h += blockDim.x)
@@ -2025,22 +2035,16 @@ __device__ void mmaIndexerQuery(const IndexerArgs &a, int32_t position,
     const int h = warp * kPerWarp + k;
     float x[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
     if (roped) {
-      const float a0 = x[0], a1 = x[1], b0 = x[2], b1 = x[3];
-      x[0] = a0 * c0 - a1 * s0;
-      x[1] = a0 * s0 + a1 * c0;
-      x[2] = b0 * c1 - b1 * s1;
-      x[3] = b0 * s1 + b1 * c1;
+      rotatePair(x[0], x[1], c0, s0);
+      rotatePair(x[2], x[3], c1, s1);
     }
-    // The head's largest |value|; a NaN anywhere makes it NaN (fmaxf
-    // alone would drop it).
+    // The head's largest |value|; a NaN anywhere makes it NaN.
     float m = 0.f;
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      m = isnan(x[q]) ? x[q] : (isnan(m) ? m : fmaxf(m, fabsf(x[q])));
-    for (int o = kWarp / 2; o > 0; o /= 2) {
-      const float other = __shfl_xor_sync(kFullMask, m, o);
-      m = isnan(m) || isnan(other) ? m + other : fmaxf(m, other);
-    }
+      m = maxKeepingNaN(m, fabsf(x[q]));
+    for (int o = kWarp / 2; o > 0; o /= 2)
+      m = maxKeepingNaN(m, __shfl_xor_sync(kFullMask, m, o));
     const int e = mmaQueryExponent(m);
     const float up = powerOfTwo(e);
     float hi[4], lo[4];

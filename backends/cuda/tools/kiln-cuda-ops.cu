@@ -3526,38 +3526,32 @@ void benchDsa(int eager) {
   // The selection at 16,384 of the 16,384-position cache (by the cluster)
   // and at 4,096 (by one block), the default's and as before the
   // seventeenth pass (KILN_CUDA_CLUSTER_SELECT=1: the cluster, four passes).
-  // The scores on the tensor cores (the default) and without them.
+  // The scores on the tensor cores (the default) and without them; and
+  // probes of the scores' fixed cost: without the query's rope, and at
+  // 2,049 positions (one more than the top k).
+  DeviceArray<int32_t> at2k(std::vector<int32_t>{2048});
   const struct {
     const int32_t *position;
     kc::IndexerSelect select;
     const char *what;
     bool mma = true;
-  } rows[] = {{last.get(), {}, "at 16384, rope"},
+    int64_t ropeDims = 64;
+  } rows[] = {{at4k.get(), {}, "at 4096, no rope", true, 0},
+              {at2k.get(), {}, "at 2048, rope"},
+              {at4k.get(), {}, "at 4096, no rope, no tensor cores", false, 0},
+              {at2k.get(), {}, "at 2048, rope, no tensor cores", false},
+              {last.get(), {}, "at 16384, rope"},
               {last.get(), {}, "at 16384, rope, no tensor cores", false},
               {last.get(), kc::kClusterSelect, "at 16384, rope, as before"},
               {at4k.get(), {}, "at 4096, rope"},
               {at4k.get(), {}, "at 4096, rope, no tensor cores", false},
               {at4k.get(), kc::kClusterSelect, "at 4096, rope, as before"}};
-  // Probes of the scores' fixed cost: without the query's rope, and at
-  // 2,049 positions (one more than the top k).
-  DeviceArray<int32_t> at2k(std::vector<int32_t>{2048});
-  for (const bool mma : {true, false}) {
-    kc::setIndexerMma(mma);
-    const char *how = mma ? "" : ", no tensor cores";
-    std::printf("bench op %-52s %9.2f us\n",
-                fmtText("dsa_indexer 32x128, top 2048 at 4096, no rope%s", how)
-                    .c_str(),
-                timeInGraph(stream, launchAt(at4k.get(), {}, 0)));
-    std::printf("bench op %-52s %9.2f us\n",
-                fmtText("dsa_indexer 32x128, top 2048 at 2048, rope%s", how)
-                    .c_str(),
-                timeInGraph(stream, launchAt(at2k.get(), {})));
-  }
   for (const auto &row : rows) {
     kc::setIndexerMma(row.mma);
-    std::printf("bench op %-52s %9.2f us\n",
-                fmtText("dsa_indexer 32x128, top 2048 %s", row.what).c_str(),
-                timeInGraph(stream, launchAt(row.position, row.select)));
+    std::printf(
+        "bench op %-52s %9.2f us\n",
+        fmtText("dsa_indexer 32x128, top 2048 %s", row.what).c_str(),
+        timeInGraph(stream, launchAt(row.position, row.select, row.ropeDims)));
     kc::setIndexerMma(true);
   }
   for (int i = 0; i < eager; ++i) {
