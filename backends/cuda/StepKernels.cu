@@ -2403,9 +2403,12 @@ __device__ __forceinline__ void sweepKeys(int n, Load load, Fn fn) {
 /// positions the cluster is the faster (docs/perf.md, seventeenth pass).
 /// `keys` (dynamic shared memory) takes the attended positions' keys.
 ///   1. Radix select, 8 bits a pass from the top, as the cluster's, each
-///      warp counting into its copy of the histogram; the first pass
-///      counts as the keys are staged. It stops once the digit's keys are
-///      exactly the number still needed (T then known by its top bits).
+///      warp counting into its copy of the histogram. With the score
+///      kernels' counts (a.histogram) the first two passes are read there
+///      (histogramStart), and the later ones count only the few keys that
+///      share T's top 16 bits; without, the first pass counts as the keys
+///      are staged. It stops once the digit's keys are exactly the number
+///      still needed (T then known by its top bits).
 ///   2. Warp w takes positions [w S, w S + S) (S a multiple of 32), counts
 ///      its keys above T and equal to T (ballots), every warp sums the
 ///      counts of the warps before it, and each warp writes its chosen
@@ -2543,40 +2546,58 @@ constexpr int kSelectBlocks = 8;
 /// state.need - 1 is the last chosen. `state` then holds T as that whole
 /// key (every bit in the mask), need the keys equal to it that are chosen
 /// (those at or below its position) and equal the keys equal to it.
+/// Each block also counts its keys above the shared top bits, so that
+/// the same barrier places its slice: `aboveBefore` and `equalSeen` get the
+/// keys above T and equal to T in the slices before block `rank`'s.
 /// False, `state` untouched, where the lists hold other than state.equal
 /// keys (counts not of these keys). No block may leave before the others
 /// have read its list: the caller's later cluster barriers.
 template <typename KeyAt>
 __device__ bool gatherCut(KeyAt keyAt, int64_t begin, int64_t mine,
                           cooperative_groups::cluster_group &cluster,
-                          RadixState &state) {
+                          int rank, RadixState &state, int64_t &aboveBefore,
+                          int64_t &equalSeen) {
   static_assert(kGatherKeys <= kSingleBlockThreads);
   __shared__ uint32_t listKey[kGatherKeys], allKey[kGatherKeys];
   __shared__ int32_t listPos[kGatherKeys], allPos[kGatherKeys];
   __shared__ int listed, listCounts[kSelectBlocks];
+  __shared__ int64_t sliceAbove, aboveCounts[kSelectBlocks];
   __shared__ uint32_t cutKey;
   __shared__ int32_t cutPos;
   if (threadIdx.x == 0)
     listed = 0;
   __syncthreads();
-  for (int64_t t = threadIdx.x; t < mine; t += blockDim.x) {
-    const uint32_t k = keyAt(t);
-    if ((k & state.mask) == state.prefix) {
+  int64_t above = 0; // the same in every thread (a barrier's count)
+  for (int64_t start = 0; start < mine; start += blockDim.x) {
+    const int64_t t = start + threadIdx.x;
+    const uint32_t k = t < mine ? keyAt(t) & state.mask : 0u;
+    if (t < mine && k == state.prefix) {
       const int i = atomicAdd(&listed, 1);
       if (i < kGatherKeys) {
-        listKey[i] = k;
+        listKey[i] = keyAt(t);
         listPos[i] = int32_t(begin + t);
       }
     }
+    above += __syncthreads_count(t < mine && k > state.prefix);
   }
-  cluster.sync(); // every slice's list is in place
-  if (threadIdx.x < kSelectBlocks)
+  if (threadIdx.x == 0)
+    sliceAbove = above;
+  cluster.sync(); // every slice's list and count are in place
+  if (threadIdx.x < kSelectBlocks) {
     listCounts[threadIdx.x] =
         *cluster.map_shared_rank(&listed, int(threadIdx.x));
+    aboveCounts[threadIdx.x] =
+        *cluster.map_shared_rank(&sliceAbove, int(threadIdx.x));
+  }
   __syncthreads();
-  int64_t total = 0;
-  for (int r = 0; r < kSelectBlocks; ++r)
+  int64_t total = 0, listsBefore = 0, aboveSlices = 0;
+  for (int r = 0; r < kSelectBlocks; ++r) {
+    if (r == rank)
+      listsBefore = total;
+    if (r < rank)
+      aboveSlices += aboveCounts[r];
     total += listCounts[r];
+  }
   if (total != state.equal) // uniform over the cluster
     return false;
   for (int r = 0, base = 0; r < kSelectBlocks; base += listCounts[r++]) {
@@ -2601,9 +2622,14 @@ __device__ bool gatherCut(KeyAt keyAt, int64_t begin, int64_t mine,
     }
   }
   __syncthreads();
+  // The lists of the slices before this one come first in allKey.
   const bool equal = i < n && allKey[i] == cutKey;
+  const bool before = i < listsBefore;
   state.equal = __syncthreads_count(equal);
   state.need = __syncthreads_count(equal && allPos[i] <= cutPos);
+  equalSeen = __syncthreads_count(equal && before);
+  aboveBefore = aboveSlices +
+                __syncthreads_count(before && i < n && allKey[i] > cutKey);
   state.prefix = cutKey;
   state.mask = ~0u;
   return true;
@@ -2625,6 +2651,11 @@ __device__ bool gatherCut(KeyAt keyAt, int64_t begin, int64_t mine,
 ///      holds exactly the keys still needed, T is known by the bits found
 ///      so far, and the keys are compared by those (the bench's random
 ///      scores: after two passes at 4k positions, three at 16k).
+///      With the score kernels' counts (a.histogram) the first two passes
+///      are read there by every block alike (histogramStart), and where at
+///      most kGatherKeys keys share T's top 16 bits (a.gather) the cut is
+///      found among them after one cluster barrier (gatherCut) instead of
+///      by more passes. The counts are left zero after the next barrier.
 ///   2. Each block counts its keys above T and equal to T; after a barrier
 ///      it sums the counts of the blocks before it, which place its slice:
 ///      its keys above T, and those equal to T among the first `need` of
@@ -2698,9 +2729,11 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   // cluster barrier instead of counted in two more passes (uniform: every
   // block read the same counts).
   bool gathered = false;
+  int64_t aboveBefore = 0, equalSeen = 0;
   if (done == 2 && a.gather && st.need >= 1 && st.need < st.equal &&
       st.equal <= kGatherKeys) {
-    if (gatherCut(keyAt, begin, mine, cluster, st))
+    if (gatherCut(keyAt, begin, mine, cluster, rank, st, aboveBefore,
+                  equalSeen))
       gathered = true;
     else { // the rows' counts disagree with the keys: count them all
       st = RadixState{0u, 0u, a.topK, 0};
@@ -2745,28 +2778,31 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   }
   const uint32_t prefix = st.prefix, mask = st.mask;
   const int64_t need = st.need;
-  // This slice's keys above T and equal to T (by the bits found), then the
-  // slices before it.
-  int64_t above = 0, equal = 0;
-  for (int64_t start = 0; start < mine; start += blockDim.x) {
-    const int64_t t = start + threadIdx.x;
-    const uint32_t k = t < mine ? keyAt(t) & mask : 0u;
-    above += __syncthreads_count(t < mine && k > prefix);
-    equal += __syncthreads_count(t < mine && k == prefix);
+  if (!gathered) { // uniform; the gathered keys placed the slice already
+    // This slice's keys above T and equal to T (by the bits found), then
+    // the slices before it.
+    int64_t above = 0, equal = 0;
+    for (int64_t start = 0; start < mine; start += blockDim.x) {
+      const int64_t t = start + threadIdx.x;
+      const uint32_t k = t < mine ? keyAt(t) & mask : 0u;
+      above += __syncthreads_count(t < mine && k > prefix);
+      equal += __syncthreads_count(t < mine && k == prefix);
+    }
+    if (threadIdx.x == 0) {
+      sliceCounts[0] = above;
+      sliceCounts[1] = equal;
+    }
+    cluster.sync(); // every slice's counts are in place
+    for (int r = 0; r < rank; ++r) {
+      const int64_t *other = cluster.map_shared_rank(sliceCounts, r);
+      aboveBefore += other[0];
+      equalSeen += other[1];
+    }
   }
-  if (threadIdx.x == 0) {
-    sliceCounts[0] = above;
-    sliceCounts[1] = equal;
-  }
-  cluster.sync(); // every slice's counts are in place
-  if (fromCounts) // every block read them before its first cluster barrier
+  // Every block read the counts before its first cluster barrier (a pass's,
+  // the gathering's or the one above).
+  if (fromCounts)
     clearHistogram(a.histogram, coarseSeen, whole, rank, kSelectBlocks);
-  int64_t aboveBefore = 0, equalSeen = 0;
-  for (int r = 0; r < rank; ++r) {
-    const int64_t *other = cluster.map_shared_rank(sliceCounts, r);
-    aboveBefore += other[0];
-    equalSeen += other[1];
-  }
   // Without a tie across the cut (every key equal to T chosen: the usual
   // case) a key is chosen when it is at least T, and one prefix sum a
   // block of positions places them; with one, a first prefix sum counts
