@@ -3604,11 +3604,12 @@ void benchDsa(int eager) {
       std::vector<uint32_t>(size_t(kc::kIndexerHistogramWords), 0u));
   const kc::IndexerSelect byCounts{kc::kMaxOneBlockPositions, true,
                                    counts.get(), true};
-  kc::IndexerSelect passes = byCounts;
+  kc::IndexerSelect passes = byCounts, cluster = byCounts;
   passes.gather = false;
+  cluster.oneBlockPositions = 0;
   const auto launch = launchAt(last.get(), byCounts);
   // The selection at 16,384 of the 16,384-position cache (by the cluster)
-  // and at 4,096 (by one block): the default's (from the score kernels'
+  // and at 4,096 (by one block, and by the cluster): the default's (from the score kernels'
   // counts, the cut among T's top 16 bits' keys gathered), with radix
   // passes after the counts instead of the gathered keys, counted by the
   // selection itself (the twenty-sixth pass's default), and as before the
@@ -3634,6 +3635,7 @@ void benchDsa(int eager) {
       {last.get(), byCounts, "at 16384, rope, no tensor cores", false},
       {last.get(), kc::kClusterSelect, "at 16384, rope, as before"},
       {at4k.get(), byCounts, "at 4096, rope"},
+      {at4k.get(), cluster, "at 4096, rope, by the cluster"},
       {at4k.get(), {}, "at 4096, rope, counted by the selection"},
       {at4k.get(), byCounts, "at 4096, rope, no tensor cores", false},
       {at4k.get(), kc::kClusterSelect, "at 4096, rope, as before"}};
