@@ -3609,9 +3609,10 @@ void benchDsa(int eager) {
   cluster.oneBlockPositions = 0;
   const auto launch = launchAt(last.get(), byCounts);
   // The selection at 16,384 of the 16,384-position cache (by the cluster)
-  // and at 4,096 (by one block, and by the cluster): the default's (from the score kernels'
-  // counts, the cut among T's top 16 bits' keys gathered), with radix
-  // passes after the counts instead of the gathered keys, counted by the
+  // and at 4,096 (by one block, and by the cluster): the default's (from
+  // the score kernels' counts, the cut among T's top 16 bits' keys
+  // gathered), with radix passes after the counts instead of the gathered
+  // keys, counted by the
   // selection itself (the twenty-sixth pass's default), and as before the
   // seventeenth pass (KILN_CUDA_CLUSTER_SELECT=1: the cluster, four
   // passes). The scores on the tensor cores (the default) and without
