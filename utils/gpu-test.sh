@@ -167,14 +167,6 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-cluster env KILN_CUDA_CLUSTER_SELECT=1 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 20
-  # The indexer's top-k counting the scores' top 16 bits itself (as before
-  # the twenty-seventh pass) instead of reading the score kernels' counts.
-  step bench-glm5-tp8-rank0-graph-4k-counted env KILN_CUDA_SELECT_HISTOGRAM=0 \
-    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
-    --bench --simulate-rank 0/8 --context 4096 --steps 20
-  step bench-glm5-tp8-rank0-graph-16k-counted env KILN_CUDA_SELECT_HISTOGRAM=0 \
-    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
-    --bench --simulate-rank 0/8 --context 16384 --steps 20
   # The indexer's scores without the tensor cores (the kernels by groups
   # of lanes), at 4k and 16k.
   step bench-glm5-tp8-rank0-graph-4k-no-mma env KILN_CUDA_INDEXER_MMA=0 \
@@ -192,10 +184,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # and caches are seeded) for the rank's step as a graph, on one branch,
   # without programmatic launch, eagerly, with the early prefetch after
   # collectives, and with none and every family of the fixed-shape
-  # kernels, at 1k; at 16k with none and every family, the indexer's
-  # top-k as before the seventeenth pass and without the score kernels'
-  # counts or their gathered keys; at 4k with the old top-k and without
-  # the counts. A short run each.
+  # kernels, at 1k; at 16k with none and every family and the indexer's
+  # top-k as before the seventeenth pass; at 4k with that too. A short run
+  # each.
   same_result() { # CONTEXT [ENV=VALUE|--eager]...: each run's line, all equal
     local context=$1 first="" line variant
     shift
@@ -221,10 +212,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
     KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 KILN_CUDA_SPECIALISED=0 \
     KILN_CUDA_SPECIALISED=1 KILN_CUDA_SHORT_GRAPH=1
   step same-result-glm5-tp8-rank0-16k same_result 16384 \
-    KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1 KILN_CUDA_CLUSTER_SELECT=1 \
-    KILN_CUDA_SELECT_HISTOGRAM=0 KILN_CUDA_SELECT_GATHER=0
+    KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1 KILN_CUDA_CLUSTER_SELECT=1
   step same-result-glm5-tp8-rank0-4k same_result 4096 \
-    KILN_CUDA_CLUSTER_SELECT=1 KILN_CUDA_SELECT_HISTOGRAM=0
+    KILN_CUDA_CLUSTER_SELECT=1
   # What each op kind costs on the step's critical path: the step with
   # every op of that kind left out (KILN_CUDA_OMIT; results not valid).
   omit_table() {

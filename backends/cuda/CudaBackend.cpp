@@ -238,8 +238,6 @@ struct CudaRank {
   /// KILN_CUDA_CLUSTER_SELECT=1: the indexer's selection as before the
   /// seventeenth pass (GraphSwitches).
   bool clusterSelect = false;
-  /// KILN_CUDA_SELECT_HISTOGRAM, KILN_CUDA_SELECT_GATHER (GraphSwitches).
-  bool selectHistogram = true, selectGather = true;
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   bool shortGraph = false; ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
@@ -1029,17 +1027,8 @@ Expected<Launch> OpBinder::bind() {
     QueryRope rope{d.neox ? RopeStyle::NeoX : RopeStyle::Interleaved,
                    float(d.theta), d.ropeOffset, d.ropeDims};
     FaultSink f = sink();
-    IndexerSelect select =
+    const IndexerSelect select =
         rank_.clusterSelect ? kClusterSelect : IndexerSelect{};
-    if (!rank_.clusterSelect && rank_.selectHistogram) {
-      // The score kernels' counts: this op's own words, zeroed here and
-      // left zero by each launch (StepKernels.h IndexerSelect).
-      static_assert(sizeof(float) == sizeof(uint32_t));
-      KILN_ASSIGN(counts,
-                  rank_.scratchFloats(uint64_t(kIndexerHistogramWords)));
-      select.histogram = reinterpret_cast<uint32_t *>(counts);
-      select.gather = rank_.selectGather;
-    }
     return wrap([=](cudaStream_t s) {
       return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
                               sel, count, f, s, rope, kMaxStagedKeyBytes,
@@ -1436,13 +1425,6 @@ struct GraphSwitches {
   /// count, four radix passes always (kClusterSelect), for comparisons; the
   /// same selection.
   bool clusterSelect = false;
-  /// KILN_CUDA_SELECT_HISTOGRAM=0: the indexer's selection counts T's top
-  /// 16 bits itself instead of reading the score kernels' counts
-  /// (IndexerSelect::histogram; on by default, docs/perf.md twenty-seventh
-  /// pass); KILN_CUDA_SELECT_GATHER=0: with the counts, radix passes for
-  /// the rest of T instead of the gathered keys (IndexerSelect::gather).
-  /// The same selection every way.
-  bool selectHistogram = true, selectGather = true;
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
@@ -1520,10 +1502,6 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.mlaProjection = mlaProjection;
   KILN_ASSIGN(clusterSelect, readFlag("KILN_CUDA_CLUSTER_SELECT", false));
   g.clusterSelect = clusterSelect;
-  KILN_ASSIGN(selectHistogram, readFlag("KILN_CUDA_SELECT_HISTOGRAM", true));
-  g.selectHistogram = selectHistogram;
-  KILN_ASSIGN(selectGather, readFlag("KILN_CUDA_SELECT_GATHER", true));
-  g.selectGather = selectGather;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
@@ -2387,8 +2365,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->overlap = switches.overlap && !rank->oneGpu;
     rank->mlaProjection = switches.mlaProjection;
     rank->clusterSelect = switches.clusterSelect;
-    rank->selectHistogram = switches.selectHistogram;
-    rank->selectGather = switches.selectGather;
     rank->quietStart = switches.quietStart;
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;

@@ -1492,14 +1492,6 @@ struct IndexerArgs {
   int64_t oneBlockPositions = 0;
   /// The radix passes stop once T is known by its top bits.
   bool earlyStop = true;
-  /// The score kernels' counts of the keys' top bits (IndexerSelect::
-  /// histogram; countScore), which the selection reads and leaves zero;
-  /// null: the selection counts from the first digit.
-  uint32_t *histogram = nullptr;
-  /// With the histogram: the keys that share T's top 16 bits gathered
-  /// across the cluster and ranked, instead of more radix passes, when
-  /// there are at most kGatherKeys of them.
-  bool gather = true;
 };
 
 /// The cosines and sines of the query's rope pairs at `position`, into
@@ -1567,43 +1559,6 @@ __device__ inline float ropedQuery(const IndexerArgs &a, const float *qh,
 /// NaN ranks below everything (the CPU's rankable()).
 __device__ inline float rankable(float v) { return isnan(v) ? -INFINITY : v; }
 
-/// A score as an unsigned key in the order the ranking uses: a larger score
-/// has a larger key; NaN ranks lowest (as -inf, rankable); -0 equals +0, as
-/// the CPU's comparisons have it.
-__device__ inline uint32_t rankKey(float v) {
-  v = rankable(v);
-  if (v == 0.f)
-    v = 0.f;
-  const uint32_t bits = __float_as_uint(v);
-  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
-}
-
-/// The score kernels' counts for the selection (IndexerArgs::histogram):
-/// kHistogramCoarse counts of the keys' top 8 bits, then a row of 256
-/// counts of their next 8 bits for each of those (the top 16 bits, 65,536
-/// counts), so that the selection reads T's top 16 bits instead of
-/// counting them in two radix passes across its cluster.
-constexpr int kHistogramCoarse = 256;
-
-/// Counts position t's score into a.histogram when the indexer keeps one;
-/// every lane of the warp calls it together (`valid`: the lane holds a
-/// score). The lanes of a top-8-bits digit add once (few digits take most
-/// keys: their words would serialise in the L2); each key adds to its
-/// top-16-bits word alone (those are spread).
-__device__ inline void countScore(const IndexerArgs &a, bool valid,
-                                  float score) {
-  if (!a.histogram) // uniform
-    return;
-  const uint32_t k = rankKey(score);
-  const unsigned coarse = valid ? k >> 24 : unsigned(kHistogramCoarse);
-  const unsigned peers = __match_any_sync(kFullMask, coarse);
-  if (!valid)
-    return;
-  if (threadIdx.x % kWarp == __ffs(peers) - 1)
-    atomicAdd(&a.histogram[coarse], unsigned(__popc(peers)));
-  atomicAdd(&a.histogram[kHistogramCoarse + (k >> 16)], 1u);
-}
-
 /// The step's position for a score kernel, or false when it has nothing to
 /// do: a position outside the cache (block 0 reports it: PositionOutOfRange)
 /// or every attended position selected (position + 1 <= topK: the
@@ -1647,10 +1602,8 @@ __global__ void indexerScoresKernel(IndexerArgs a) {
       // std::max(dot, 0.f): a NaN dot stays NaN.
       sum += a.headWeights[h] * (dot < 0.f ? 0.f : dot);
     }
-    const float score = a.scale * sum;
     if (lane == 0)
-      a.scores[t] = score;
-    countScore(a, lane == 0, score);
+      a.scores[t] = a.scale * sum;
   }
 }
 
@@ -1855,14 +1808,11 @@ __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
 #pragma unroll
     for (int p = 0; p < P; ++p)
       sum[p] = warpSum(sum[p]);
-    float score = 0.f; // position t0 + lane's, for lanes below n
-#pragma unroll
-    for (int p = 0; p < P; ++p)
-      if (p == lane)
-        score = a.scale * sum[p];
     if (lane < n)
-      a.scores[t0 + lane] = score;
-    countScore(a, lane < n, score);
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (p == lane)
+          a.scores[t0 + p] = a.scale * sum[p];
     __syncwarp(); // the key rows are rewritten next
   }
 }
@@ -1972,10 +1922,8 @@ __global__ void indexerScoresByGroupKernel(IndexerArgs a) {
     const float total =
         quantdot::spreadSums<kGroupPositions, kGroupLanes / 2>(sum, lane);
     const int row = group + kGroups * (hq / kSpread);
-    const bool mine = hq % kSpread == 0 && row < n;
-    if (mine)
+    if (hq % kSpread == 0 && row < n)
       a.scores[t0 + row] = a.scale * total;
-    countScore(a, mine, a.scale * total);
     __syncwarp(); // the key rows are rewritten next
   }
 }
@@ -2213,12 +2161,21 @@ __global__ void __launch_bounds__(kMmaThreads)
       sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
       sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
       const int64_t row = t0 + g + 8 * r;
-      const bool mine = t == 0 && row < attended;
-      if (mine)
+      if (t == 0 && row < attended)
         a.scores[row] = a.scale * sum[r];
-      countScore(a, mine, a.scale * sum[r]);
     }
   }
+}
+
+/// A score as an unsigned key in the order the ranking uses: a larger score
+/// has a larger key; NaN ranks lowest (as -inf, rankable); -0 equals +0, as
+/// the CPU's comparisons have it.
+__device__ inline uint32_t rankKey(float v) {
+  v = rankable(v);
+  if (v == 0.f)
+    v = 0.f;
+  const uint32_t bits = __float_as_uint(v);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
 /// A radix select's place between passes, the same in every thread of a
@@ -2230,153 +2187,49 @@ struct RadixState {
   int64_t need, equal;
 };
 
-/// Warp 0's part of the end of a radix pass: the digit at `shift` where the
-/// count of keys from the top reaches state.need, among counts[256] (shared
-/// or global memory; lane l reads digits 255 - 8 l down to 248 - 8 l, the
-/// lanes below it the higher ones), into `found` (prefix, need, equal; the
-/// caller adds the digit to the mask). Returns the counts' total (every
-/// lane).
-__device__ inline unsigned findDigit(const unsigned *counts, int shift,
-                                     const RadixState &state,
-                                     RadixState &found) {
-  const int lane = threadIdx.x % kWarp;
-  unsigned c[8], sum = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    c[j] = counts[255 - 8 * lane - j];
-    sum += c[j];
-  }
-  unsigned inclusive = sum;
-  for (int d = 1; d < kWarp; d *= 2) {
-    const unsigned below = __shfl_up_sync(kFullMask, inclusive, d);
-    if (lane >= d)
-      inclusive += below;
-  }
-  const int64_t above = int64_t(inclusive - sum);
-  if (above < state.need && state.need <= above + int64_t(sum)) {
-    int64_t acc = above;
-    for (int j = 0; j < 8; ++j) {
-      if (acc + int64_t(c[j]) >= state.need) {
-        found.prefix = state.prefix | uint32_t(255 - 8 * lane - j) << shift;
-        found.need = state.need - acc;
-        found.equal = int64_t(c[j]);
-        break;
-      }
-      acc += c[j];
-    }
-  }
-  return __shfl_sync(kFullMask, inclusive, kWarp - 1);
-}
-
 /// Ends a pass of a radix select whose counts of the digit at `shift` are
 /// in counts[256] once the block reaches the barrier: warp 0 finds the
-/// digit (findDigit) into `found` (shared memory), and after another
-/// barrier every thread takes it into its state.
+/// digit where the count of keys from the top reaches `need` (lane l holds
+/// digits 255 - 8 l down to 248 - 8 l; the lanes below it hold the higher
+/// ones) into `found` (shared memory), and after another barrier every
+/// thread takes it into its state.
 __device__ inline void takeDigit(const unsigned *counts, int shift,
                                  RadixState &found, RadixState &state) {
   __syncthreads();
-  if (threadIdx.x < kWarp)
-    findDigit(counts, shift, state, found);
+  if (threadIdx.x < kWarp) {
+    const int lane = threadIdx.x;
+    unsigned c[8], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      c[j] = counts[255 - 8 * lane - j];
+      sum += c[j];
+    }
+    unsigned inclusive = sum;
+    for (int d = 1; d < kWarp; d *= 2) {
+      const unsigned below = __shfl_up_sync(kFullMask, inclusive, d);
+      if (lane >= d)
+        inclusive += below;
+    }
+    const int64_t above = int64_t(inclusive - sum);
+    if (above < state.need && state.need <= above + int64_t(sum)) {
+      int64_t acc = above;
+      for (int j = 0; j < 8; ++j) {
+        if (acc + int64_t(c[j]) >= state.need) {
+          found.prefix =
+              state.prefix | uint32_t(255 - 8 * lane - j) << shift;
+          found.need = state.need - acc;
+          found.equal = int64_t(c[j]);
+          break;
+        }
+        acc += c[j];
+      }
+    }
+  }
   __syncthreads();
   state.prefix = found.prefix;
   state.need = found.need;
   state.equal = found.equal;
   state.mask |= 255u << shift;
-}
-
-/// The words of the score kernels' counts (IndexerArgs::histogram).
-constexpr int64_t kHistogramWords =
-    kHistogramCoarse + int64_t(kHistogramCoarse) * 256;
-static_assert(kHistogramWords == kIndexerHistogramWords);
-
-/// The selection's first two radix passes read from the score kernels'
-/// counts instead of counted: the whole block calls it, with the block's
-/// thread t < 256 holding coarse count t in `coarse` (loaded before the
-/// key staging, so that the two loads overlap) and `coarseSeen` (shared
-/// memory, kept for clearHistogram). Returns the passes done: 1 where T's
-/// top 8 bits already hold exactly the keys still needed (and the early
-/// stop is on), 2 otherwise, with `state` as after them; 0 when the counts
-/// do not add up to `attended`, or the row read to its coarse count (not
-/// this step's: never where every call leaves them zero; the caller then
-/// counts from the first digit and clears every word).
-__device__ int histogramStart(const IndexerArgs &a, int64_t attended,
-                              unsigned coarse, unsigned *coarseSeen,
-                              RadixState &found, RadixState &state) {
-  __shared__ unsigned total;
-  const RadixState start = state;
-  if (threadIdx.x < kHistogramCoarse)
-    coarseSeen[threadIdx.x] = coarse;
-  __syncthreads();
-  if (threadIdx.x < kWarp) {
-    const unsigned sum = findDigit(coarseSeen, 24, state, found);
-    if (threadIdx.x == 0)
-      total = sum;
-  }
-  __syncthreads();
-  if (int64_t(total) != attended) // uniform
-    return 0;
-  state.prefix = found.prefix;
-  state.need = found.need;
-  state.equal = found.equal;
-  state.mask = 255u << 24;
-  if (a.earlyStop && state.need == state.equal)
-    return 1;
-  __syncthreads(); // every thread has read `found` before warp 0 rewrites it
-  // The digit's row of the next 8 bits, read by warp 0 from the L2; its
-  // total must be the digit's count.
-  if (threadIdx.x < kWarp) {
-    const unsigned digit = state.prefix >> 24;
-    const unsigned sum = findDigit(
-        a.histogram + kHistogramCoarse + digit * 256, 16, state, found);
-    if (threadIdx.x == 0)
-      total = sum == coarseSeen[digit] ? 1u : 0u;
-  }
-  __syncthreads();
-  if (!total) { // uniform
-    state = start;
-    return 0;
-  }
-  state.prefix = found.prefix;
-  state.need = found.need;
-  state.equal = found.equal;
-  state.mask |= 255u << 16;
-  return 2;
-}
-
-/// Leaves the score kernels' counts zero once every block that reads them
-/// has (the caller's barrier): block `part` of `parts` clears the rows of
-/// the coarse digits c with c % parts == part that counted keys (`coarse`,
-/// the counts histogramStart read), then those coarse words; every word of
-/// its share where `whole` (counts that were not this step's).
-__device__ void clearHistogram(uint32_t *histogram, const unsigned *coarse,
-                               bool whole, int part, int parts) {
-  const int threads = int(blockDim.x);
-  if (whole) {
-    for (int64_t i = int64_t(part) * threads + threadIdx.x;
-         i < kHistogramWords; i += int64_t(parts) * threads)
-      histogram[i] = 0;
-    return;
-  }
-  // Which digits counted keys, as 8 words of bits in registers, read before
-  // the first store: `coarse` is a generic pointer, and each load through
-  // it after a store waited for that store (~2,000 cycles a row measured:
-  // 16 rows cost one block 16 us at 4k positions).
-  unsigned counted[kHistogramCoarse / kWarp];
-#pragma unroll
-  for (int w = 0; w < kHistogramCoarse / kWarp; ++w)
-    counted[w] = __ballot_sync(kFullMask,
-                               coarse[kWarp * w + int(threadIdx.x) % kWarp]);
-#pragma unroll
-  for (int w = 0; w < kHistogramCoarse / kWarp; ++w)
-    for (unsigned bits = counted[w]; bits; bits &= bits - 1) {
-      const int c = kWarp * w + __ffs(bits) - 1;
-      if (c % parts == part)
-        for (int j = threadIdx.x; j < 256; j += threads)
-          histogram[kHistogramCoarse + c * 256 + j] = 0;
-    }
-  for (int c = part + parts * int(threadIdx.x); c < kHistogramCoarse;
-       c += parts * threads)
-    histogram[c] = 0;
 }
 
 /// Copies of the one-block selection's histogram (warp w counts into copy
@@ -2416,22 +2269,15 @@ __device__ __forceinline__ void sweepKeys(int n, Load load, Fn fn) {
 /// positions the cluster is the faster (docs/perf.md, seventeenth pass).
 /// `keys` (dynamic shared memory) takes the attended positions' keys.
 ///   1. Radix select, 8 bits a pass from the top, as the cluster's, each
-///      warp counting into its copy of the histogram. With the score
-///      kernels' counts (a.histogram) the first two passes are read there
-///      (histogramStart), and the later ones count only the few keys that
-///      share T's top 16 bits; without, the first pass counts as the keys
-///      are staged. It stops once the digit's keys are exactly the number
-///      still needed (T then known by its top bits).
+///      warp counting into its copy of the histogram; the first pass
+///      counts as the keys are staged. It stops once the digit's keys are
+///      exactly the number still needed (T then known by its top bits).
 ///   2. Warp w takes positions [w S, w S + S) (S a multiple of 32), counts
 ///      its keys above T and equal to T (ballots), every warp sums the
 ///      counts of the warps before it, and each warp writes its chosen
 ///      positions in order, 32 a round (a ballot's prefix places a lane).
 __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
-                                 unsigned *coarseSeen) {
-  // The keys in the launch's dynamic shared memory, by its own name: through
-  // a generic pointer each load after the placement's stores of positions
-  // waited for them.
-  extern __shared__ uint32_t keys[];
+                                 uint32_t *keys) {
   constexpr int kStride = 257; // each copy's bins a bank over from the last
   __shared__ unsigned hist[kSelectCopies * kStride];
   __shared__ int warpAbove[kWarp], warpEqual[kWarp];
@@ -2450,32 +2296,19 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
     if (valid && (k & mask) == prefix)
       atomicAdd(&mineHist[(k >> shift) & 255u], 1u);
   };
-  // The score kernels' counts (their coarse words asked for first, so that
-  // the load overlaps the staging), or the first digit counted here.
-  const bool fromCounts = a.histogram != nullptr;
-  const unsigned coarse = fromCounts && threadIdx.x < kHistogramCoarse
-                              ? a.histogram[threadIdx.x]
-                              : 0u;
   clearCounts();
   __syncthreads();
+  // Staged, and the first digit counted.
   sweepKeys(
       attended, [&](int t) { return rankKey(a.scores[t]); },
       [&](uint32_t k, bool valid, int t) {
         if (valid)
           keys[t] = k;
-        if (!fromCounts)
-          count(k, valid, 0u, 0u, 24);
+        count(k, valid, 0u, 0u, 24);
       });
   RadixState st{0u, 0u, a.topK, 0};
-  const int done = fromCounts ? histogramStart(a, attended, coarse,
-                                               coarseSeen, found, st)
-                              : 0;
-  if (fromCounts && done == 0) // not this step's counts: the first digit
-    sweepKeys(
-        attended, [&](int t) { return keys[t]; },
-        [&](uint32_t k, bool valid, int) { count(k, valid, 0u, 0u, 24); });
-  // A pass's counts into the first copy, and its digit taken.
-  const auto takeCounted = [&](int shift) {
+  for (int pass = 0;; ++pass) {
+    const int shift = 24 - 8 * pass;
     __syncthreads(); // this pass's counts are in
     for (int i = threadIdx.x; i < 256; i += threads) {
       unsigned sum = 0;
@@ -2485,22 +2318,15 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
       hist[i] = sum;
     }
     takeDigit(hist, shift, found, st);
-  };
-  int pass = done;
-  if (done == 0) {
-    takeCounted(24);
-    pass = 1;
-  }
-  for (; pass < 4 && !(a.earlyStop && st.need == st.equal); ++pass) {
-    const int shift = 24 - 8 * pass; // uniform
+    if (pass == 3 || (a.earlyStop && st.need == st.equal)) // uniform
+      break;
     clearCounts();
     __syncthreads();
     sweepKeys(
         attended, [&](int t) { return keys[t]; },
         [&](uint32_t k, bool valid, int) {
-          count(k, valid, st.mask, st.prefix, shift);
+          count(k, valid, st.mask, st.prefix, shift - 8);
         });
-    takeCounted(shift);
   }
   const uint32_t prefix = st.prefix, mask = st.mask;
   const int64_t need = st.need;
@@ -2545,112 +2371,12 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
   // Exactly topK are chosen (attended > topK).
   if (threadIdx.x == 0)
     *a.count = int32_t(a.topK);
-  if (fromCounts) // histogramStart's barriers: every read of them is done
-    clearHistogram(a.histogram, coarseSeen, done == 0, 0, 1);
 }
 
 /// Blocks of the selection: one cluster, each block a slice of the
 /// positions (its keys staged in its own shared memory), the histograms and
 /// the slices' counts read across the cluster's shared memory.
 constexpr int kSelectBlocks = 8;
-
-/// The cut among the keys that share T's top bits (state.prefix under
-/// state.mask; state.equal of them, at most kGatherKeys), with every block
-/// of the cluster: each block lists its slice's (`mine` keys from
-/// keyAt, positions from `begin`), and after a cluster barrier every block
-/// copies all the lists and ranks them as the CPU's sort does (a larger
-/// key first, an equal one at a lower position first); the key ranked
-/// state.need - 1 is the last chosen. `state` then holds T as that whole
-/// key (every bit in the mask), need the keys equal to it that are chosen
-/// (those at or below its position) and equal the keys equal to it.
-/// Each block also counts its keys above the shared top bits, so that
-/// the same barrier places its slice: `aboveBefore` and `equalSeen` get the
-/// keys above T and equal to T in the slices before block `rank`'s.
-/// False, `state` untouched, where the lists hold other than state.equal
-/// keys (counts not of these keys). No block may leave before the others
-/// have read its list: the caller's later cluster barriers.
-template <typename KeyAt>
-__device__ bool gatherCut(KeyAt keyAt, int64_t begin, int64_t mine,
-                          cooperative_groups::cluster_group &cluster,
-                          int rank, RadixState &state, int64_t &aboveBefore,
-                          int64_t &equalSeen) {
-  static_assert(kGatherKeys <= kSingleBlockThreads);
-  __shared__ uint32_t listKey[kGatherKeys], allKey[kGatherKeys];
-  __shared__ int32_t listPos[kGatherKeys], allPos[kGatherKeys];
-  __shared__ int listed, listCounts[kSelectBlocks];
-  __shared__ int64_t sliceAbove, aboveCounts[kSelectBlocks];
-  __shared__ uint32_t cutKey;
-  __shared__ int32_t cutPos;
-  if (threadIdx.x == 0)
-    listed = 0;
-  __syncthreads();
-  int64_t above = 0; // the same in every thread (a barrier's count)
-  for (int64_t start = 0; start < mine; start += blockDim.x) {
-    const int64_t t = start + threadIdx.x;
-    const uint32_t k = t < mine ? keyAt(t) & state.mask : 0u;
-    if (t < mine && k == state.prefix) {
-      const int i = atomicAdd(&listed, 1);
-      if (i < kGatherKeys) {
-        listKey[i] = keyAt(t);
-        listPos[i] = int32_t(begin + t);
-      }
-    }
-    above += __syncthreads_count(t < mine && k > state.prefix);
-  }
-  if (threadIdx.x == 0)
-    sliceAbove = above;
-  cluster.sync(); // every slice's list and count are in place
-  if (threadIdx.x < kSelectBlocks) {
-    listCounts[threadIdx.x] =
-        *cluster.map_shared_rank(&listed, int(threadIdx.x));
-    aboveCounts[threadIdx.x] =
-        *cluster.map_shared_rank(&sliceAbove, int(threadIdx.x));
-  }
-  __syncthreads();
-  int64_t total = 0, listsBefore = 0, aboveSlices = 0;
-  for (int r = 0; r < kSelectBlocks; ++r) {
-    if (r == rank)
-      listsBefore = total;
-    if (r < rank)
-      aboveSlices += aboveCounts[r];
-    total += listCounts[r];
-  }
-  if (total != state.equal) // uniform over the cluster
-    return false;
-  for (int r = 0, base = 0; r < kSelectBlocks; base += listCounts[r++]) {
-    const uint32_t *keys = cluster.map_shared_rank(listKey, r);
-    const int32_t *positions = cluster.map_shared_rank(listPos, r);
-    for (int i = threadIdx.x; i < listCounts[r]; i += blockDim.x) {
-      allKey[base + i] = keys[i];
-      allPos[base + i] = positions[i];
-    }
-  }
-  __syncthreads();
-  const int n = int(total), i = int(threadIdx.x);
-  if (i < n) {
-    const uint32_t k = allKey[i];
-    const int32_t p = allPos[i];
-    int64_t rank = 0;
-    for (int j = 0; j < n; ++j)
-      rank += allKey[j] > k || (allKey[j] == k && allPos[j] < p);
-    if (rank == state.need - 1) { // one key: the positions differ
-      cutKey = k;
-      cutPos = p;
-    }
-  }
-  __syncthreads();
-  // The lists of the slices before this one come first in allKey.
-  const bool equal = i < n && allKey[i] == cutKey;
-  const bool before = i < listsBefore;
-  state.equal = __syncthreads_count(equal);
-  state.need = __syncthreads_count(equal && allPos[i] <= cutPos);
-  equalSeen = __syncthreads_count(equal && before);
-  aboveBefore = aboveSlices +
-                __syncthreads_count(before && i < n && allKey[i] > cutKey);
-  state.prefix = cutKey;
-  state.mask = ~0u;
-  return true;
-}
 
 /// A cluster of kSelectBlocks blocks: the topK positions of the CPU's
 /// stable descending sort (a higher score first, an equal one at a lower
@@ -2668,11 +2394,6 @@ __device__ bool gatherCut(KeyAt keyAt, int64_t begin, int64_t mine,
 ///      holds exactly the keys still needed, T is known by the bits found
 ///      so far, and the keys are compared by those (the bench's random
 ///      scores: after two passes at 4k positions, three at 16k).
-///      With the score kernels' counts (a.histogram) the first two passes
-///      are read there by every block alike (histogramStart), and where at
-///      most kGatherKeys keys share T's top 16 bits (a.gather) the cut is
-///      found among them after one cluster barrier (gatherCut) instead of
-///      by more passes. The counts are left zero after the next barrier.
 ///   2. Each block counts its keys above T and equal to T; after a barrier
 ///      it sums the counts of the blocks before it, which place its slice:
 ///      its keys above T, and those equal to T among the first `need` of
@@ -2695,7 +2416,6 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   __shared__ unsigned hist[2][256], merged[256];
   __shared__ int64_t sliceCounts[2]; // keys above T, keys equal to T
   __shared__ RadixState found;
-  __shared__ unsigned coarseSeen[kHistogramCoarse];
   const int32_t position = *a.position;
   const bool valid = position >= 0 && position < a.cache.positions;
   const int64_t attended = valid ? int64_t(position) + 1 : 0;
@@ -2710,7 +2430,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   }
   if (attended <= a.oneBlockPositions) { // uniform over the cluster
     if (cluster.block_rank() == 0)
-      selectInOneBlock(a, int(attended), coarseSeen);
+      selectInOneBlock(a, int(attended), stagedKeys);
     return;
   }
   const int lane = threadIdx.x % kWarp;
@@ -2719,11 +2439,6 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   const int64_t begin = per * rank < attended ? per * rank : attended;
   const int64_t end = begin + per < attended ? begin + per : attended;
   const int64_t mine = end - begin;
-  // The score kernels' coarse counts asked for before the staging.
-  const bool fromCounts = a.histogram != nullptr;
-  const unsigned coarse = fromCounts && threadIdx.x < kHistogramCoarse
-                              ? a.histogram[threadIdx.x]
-                              : 0u;
   if constexpr (kStaged) {
     // Unrolled so that several of each thread's loads are in flight.
 #pragma unroll 8
@@ -2737,30 +2452,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
       return rankKey(a.scores[begin + t]);
   };
   RadixState st{0u, 0u, a.topK, 0};
-  int done = fromCounts ? histogramStart(a, attended, coarse, coarseSeen,
-                                         found, st)
-                        : 0;
-  bool whole = fromCounts && done == 0; // counts not this step's
-  // The keys sharing T's top 16 bits, few where the scores spread (about
-  // 30 of GLM-5's 16,384 random ones), ranked by every block after one
-  // cluster barrier instead of counted in two more passes (uniform: every
-  // block read the same counts).
-  bool gathered = false;
-  int64_t aboveBefore = 0, equalSeen = 0;
-  if (done == 2 && a.gather && st.need >= 1 && st.need < st.equal &&
-      st.equal <= kGatherKeys) {
-    if (gatherCut(keyAt, begin, mine, cluster, rank, st, aboveBefore,
-                  equalSeen))
-      gathered = true;
-    else { // the rows' counts disagree with the keys: count them all
-      st = RadixState{0u, 0u, a.topK, 0};
-      done = 0;
-      whole = true;
-    }
-  }
-  for (int pass = done; pass < 4 && !gathered; ++pass) {
-    if (pass > 0 && a.earlyStop && st.need == st.equal) // uniform
-      break;
+  for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     // Two histograms in turn: another block may still be reading the one
     // of the pass before until the barrier below.
@@ -2788,38 +2480,35 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
         sum += cluster.map_shared_rank(mineHist, r)[i];
       merged[i] = sum;
     }
-    // Where the digit's keys are exactly the number still needed, T is
-    // known by its top bits (uniform over the cluster: every block merged
-    // the same counts) and the next pass's check stops.
     takeDigit(merged, shift, found, st);
+    // The digit's keys are exactly the number still needed: T is known by
+    // its top bits (uniform over the cluster: every block merged the same
+    // counts).
+    if (a.earlyStop && st.need == st.equal)
+      break;
   }
   const uint32_t prefix = st.prefix, mask = st.mask;
   const int64_t need = st.need;
-  if (!gathered) { // uniform; the gathered keys placed the slice already
-    // This slice's keys above T and equal to T (by the bits found), then
-    // the slices before it.
-    int64_t above = 0, equal = 0;
-    for (int64_t start = 0; start < mine; start += blockDim.x) {
-      const int64_t t = start + threadIdx.x;
-      const uint32_t k = t < mine ? keyAt(t) & mask : 0u;
-      above += __syncthreads_count(t < mine && k > prefix);
-      equal += __syncthreads_count(t < mine && k == prefix);
-    }
-    if (threadIdx.x == 0) {
-      sliceCounts[0] = above;
-      sliceCounts[1] = equal;
-    }
-    cluster.sync(); // every slice's counts are in place
-    for (int r = 0; r < rank; ++r) {
-      const int64_t *other = cluster.map_shared_rank(sliceCounts, r);
-      aboveBefore += other[0];
-      equalSeen += other[1];
-    }
+  // This slice's keys above T and equal to T (by the bits found), then the
+  // slices before it.
+  int64_t above = 0, equal = 0;
+  for (int64_t start = 0; start < mine; start += blockDim.x) {
+    const int64_t t = start + threadIdx.x;
+    const uint32_t k = t < mine ? keyAt(t) & mask : 0u;
+    above += __syncthreads_count(t < mine && k > prefix);
+    equal += __syncthreads_count(t < mine && k == prefix);
   }
-  // Every block read the counts before its first cluster barrier (a pass's,
-  // the gathering's or the one above).
-  if (fromCounts)
-    clearHistogram(a.histogram, coarseSeen, whole, rank, kSelectBlocks);
+  if (threadIdx.x == 0) {
+    sliceCounts[0] = above;
+    sliceCounts[1] = equal;
+  }
+  cluster.sync(); // every slice's counts are in place
+  int64_t aboveBefore = 0, equalSeen = 0;
+  for (int r = 0; r < rank; ++r) {
+    const int64_t *other = cluster.map_shared_rank(sliceCounts, r);
+    aboveBefore += other[0];
+    equalSeen += other[1];
+  }
   // Without a tie across the cut (every key equal to T chosen: the usual
   // case) a key is chosen when it is at least T, and one prefix sum a
   // block of positions places them; with one, a first prefix sum counts
@@ -4149,10 +3838,6 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                 RopeFrequencies{}};
   if (rope.dims > 0)
     a.ropeFreq = ropeFrequencies(rope.theta, rope.dims);
-  // The score kernels count, the selection reads and clears: both launches
-  // take the same histogram.
-  a.histogram = topK > 0 ? select.histogram : nullptr;
-  a.gather = select.gather;
   const unsigned blocks = positionBlocks(cache.positions);
   // Heads across groups of lanes for 32 heads (GLM-5: 32 x 128), across
   // lanes when q fits in shared memory; one warp per position and head
@@ -4253,10 +3938,9 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                sizeof(uint32_t) * size_t(a.oneBlockPositions));
   void (*selectKernel)(IndexerArgs) =
       slicesStaged ? &indexerSelectKernel<true> : &indexerSelectKernel<false>;
-  // Beyond the default 48 KiB with the kernel's own shared memory (about
-  // 22 KiB: histograms and the gathered keys) it must opt in; below, no
-  // attribute is set at each launch.
-  if (selectBytes > 24 * 1024)
+  // Beyond the default 48 KiB with the kernel's own histograms (about 11
+  // KiB) it must opt in; below, no attribute is set at each launch.
+  if (selectBytes > 32 * 1024)
     if (cudaError_t e = allowDynamicShared(selectKernel, selectBytes);
         e != cudaSuccess)
       return e;

@@ -462,23 +462,7 @@ struct IndexerSelect {
   /// The radix passes stop once the threshold is known by its top bits;
   /// false: all four always. The same selection either way.
   bool earlyStop = true;
-  /// kIndexerHistogramWords words, zero before the first call and left
-  /// zero by each: the score kernels count the keys' top 16 bits into it
-  /// as they write the scores, and the selection reads T's top 16 bits
-  /// there instead of counting them in two radix passes; null: it counts
-  /// from the first digit (as before the twenty-seventh pass, docs/perf.md).
-  uint32_t *histogram = nullptr;
-  /// With the histogram, above oneBlockPositions: the keys that share T's
-  /// top 16 bits (at most kGatherKeys of them) gathered across the cluster
-  /// and ranked instead of counted in more radix passes; false: the passes.
-  bool gather = true;
 };
-/// The words of IndexerSelect::histogram: 256 counts of the keys' top 8
-/// bits, then 256 rows of 256 counts of their next 8.
-constexpr int64_t kIndexerHistogramWords = 256 + 256 * 256;
-/// The most keys sharing T's top 16 bits that the cluster gathers and
-/// ranks (IndexerSelect::gather); beyond, radix passes.
-constexpr int kGatherKeys = 512;
 /// The selection as before the seventeenth pass (docs/perf.md): by the
 /// cluster at every count, four passes always (KILN_CUDA_CLUSTER_SELECT=1).
 constexpr IndexerSelect kClusterSelect{0, false};

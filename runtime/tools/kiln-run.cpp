@@ -155,14 +155,6 @@ environment (CUDA backend, for measuring; the same bits either way):
                            (by default one block selects up to 6,144
                            attended positions, and the passes stop once the
                            threshold is known); the same result
-  KILN_CUDA_SELECT_HISTOGRAM=0
-                           the indexer's top-k counts the scores' top 16
-                           bits itself instead of reading the counts the
-                           score kernels keep (the default); the same result
-  KILN_CUDA_SELECT_GATHER=0
-                           with those counts, radix passes for the rest of
-                           the threshold instead of ranking the few keys
-                           that share its top 16 bits; the same result
   KILN_CUDA_SHORT_GRAPH=1  a step with DSA indexers also replays a second
                            graph, without them, while each selects every
                            attended position (MLA then does not wait for

@@ -232,10 +232,10 @@ class Checks:
                            (ran > 0 or model != "small")))
         # A switch (VAR=1) that must leave the logits bit for bit as the
         # default graph's.
-        def same_bits(var, name, label, what, value="1"):
+        def same_bits(var, name, label, what):
             got = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
                          self.work / f"{model}-{name}.npy",
-                         extra_env={var: value})
+                         extra_env={var: "1"})
             self.identical(f"{model}: {label}", got, graph, f"{model} {what}")
 
         # The indexer's top-k as before the seventeenth pass
@@ -247,13 +247,6 @@ class Checks:
         same_bits("KILN_CUDA_CLUSTER_SELECT", "cluster",
                   "indexer top-k by the cluster, four passes, vs the default",
                   "cluster selection vs default")
-        # The selection counting the keys' top 16 bits itself
-        # (KILN_CUDA_SELECT_HISTOGRAM=0) instead of reading the score
-        # kernels' counts (the default): the same selection.
-        same_bits("KILN_CUDA_SELECT_HISTOGRAM", "counted",
-                  "indexer top-k counted by the selection vs from the score "
-                  "kernels' counts", "counted selection vs default",
-                  value="0")
         # Two graphs (KILN_CUDA_SHORT_GRAPH=1: the steps below the indexers'
         # top-k replay a graph without them, MLA attending every position
         # without reading the selection) against the default's one: the

@@ -1486,35 +1486,11 @@ std::vector<double> indexerScores(const std::vector<float> &q, int64_t heads,
   return s;
 }
 
-/// A score's key as the selection ranks it (StepKernels.cu rankKey): NaN
-/// as -inf, -0 as +0, the float's order as the unsigned order.
-uint32_t hostRankKey(float v) {
-  if (std::isnan(v))
-    v = -INFINITY;
-  if (v == 0.f)
-    v = 0.f;
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
-}
-
-/// The words of `v` that are not zero.
-double nonzeroWords(const std::vector<uint32_t> &v) {
-  return double(
-      std::count_if(v.begin(), v.end(), [](uint32_t x) { return x != 0; }));
-}
-
 void checkDsaIndexer(Report &r, kiln::Rng &rng) {
   const int64_t heads = 8, dim = 128, positions = 2000;
   const float scale = 0.25f;
   DeviceArray<float> scores(positions);
   DeviceArray<int32_t> dpos(1), dcount(1);
-  // The score kernels' counts for the selection (the backend's way, the
-  // default launch below), zero before the first launch; every launch
-  // must leave them so.
-  DeviceArray<uint32_t> counts(size_t(kc::kIndexerHistogramWords));
-  const kc::IndexerSelect byCounts{kc::kMaxOneBlockPositions, true,
-                                   counts.get(), true};
 
   struct Case {
     kc::CacheType type;
@@ -1654,7 +1630,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
           c.staged ? kc::kMaxStagedKeyBytes : 0, select));
     };
     Fault fault;
-    launchCase(caseScores.get(), dsel.get(), dcount.get(), fault, byCounts);
+    launchCase(caseScores.get(), dsel.get(), dcount.get(), fault);
     const std::string rope =
         c.ropeDims > 0
             ? fmtText(", %s rope [%lld, %lld)", c.neox ? "neox" : "interleaved",
@@ -1665,83 +1641,34 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
         fmtText("%s %lldx128, pos %d, top %lld%s%s%s", cacheName(c.type),
                 (long long)c.heads, c.position, (long long)c.topK,
                 note.c_str(), c.staged ? "" : ", keys unstaged", rope.c_str());
-    // A launch's selection, count and fault against the CPU's, and the
-    // score kernels' counts left zero.
+    // A launch's selection, count and fault against the CPU's.
     const auto exact = [&](const std::string &label,
                            const std::vector<int32_t> &got,
                            DeviceArray<int32_t> &gotCount, Fault &gotFault) {
-      const std::vector<uint32_t> left = counts.download();
       r.line("dsa_indexer", label,
              mismatches(got, want) +
                  mismatches(gotCount.download(),
                             std::vector<int32_t>{wantCount}) +
-                 faultMismatch(gotFault.read(), kc::FaultCode::None, 0, 0) +
-                 nonzeroWords(left),
-             0, "selection and count exact, counts left zero");
+                 faultMismatch(gotFault.read(), kc::FaultCode::None, 0, 0),
+             0, "selection and count exact");
     };
     const std::vector<int32_t> selection = dsel.download();
     exact(what, selection, dcount, fault);
-    // The same selection by the cluster alone (the default above
-    // kMaxOneBlockPositions attended positions; the launch above selected
-    // by one block up to there): from the score kernels' counts, T's last
-    // 16 bits found among the gathered keys that share its top 16 or by
-    // radix passes; counted by the selection itself, with the passes'
-    // early stop and with all four (KILN_CUDA_CLUSTER_SELECT=1). And by one
-    // block where it applies, counted by the selection itself.
-    kc::IndexerSelect clusterCounts = byCounts, clusterPasses = byCounts;
-    clusterCounts.oneBlockPositions = clusterPasses.oneBlockPositions = 0;
-    clusterPasses.gather = false;
-    const struct {
-      kc::IndexerSelect select;
-      const char *label;
-    } ways[] = {
-        {clusterCounts, ", by the cluster from the counts, gathered"},
-        {clusterPasses, ", by the cluster from the counts, radix passes"},
-        {kc::IndexerSelect{0, true}, ", by the cluster, counted"},
-        {kc::kClusterSelect, ", by the cluster, four passes"},
-        {kc::IndexerSelect{}, ", counted by the selection"}};
-    for (const auto &way : ways) {
-      DeviceArray<int32_t> waySel(std::vector<int32_t>(size_t(c.topK), -1));
-      DeviceArray<int32_t> wayCount(std::vector<int32_t>{-1});
-      Fault wayFault;
-      launchCase(caseScores.get(), waySel.get(), wayCount.get(), wayFault,
-                 way.select);
-      exact(what + way.label, waySel.download(), wayCount, wayFault);
-    }
-    // Counts not left zero (a launch cut short, say): the selection sees
-    // that they are not this step's (their total above the attended
-    // positions, or the row it reads above its coarse count), selects
-    // from the keys as if it had none and clears every word. Once a coarse
-    // word, once the row of T's top 8 bits (from the first launch's
-    // scores).
-    if (attended > c.topK) {
-      const std::vector<float> got = caseScores.download();
-      std::vector<uint32_t> keys(static_cast<size_t>(attended));
-      for (int64_t t = 0; t < attended; ++t)
-        keys[size_t(t)] = hostRankKey(got[size_t(t)]);
-      std::nth_element(keys.begin(), keys.begin() + (c.topK - 1), keys.end(),
-                       std::greater<uint32_t>());
-      const uint32_t digit = keys[size_t(c.topK - 1)] >> 24;
-      for (const int64_t word :
-           {int64_t(7), 256 + int64_t(digit) * 256 + int64_t(digit % 251)}) {
-        std::vector<uint32_t> stale(size_t(kc::kIndexerHistogramWords), 0u);
-        stale[size_t(word)] = 3;
-        stale[size_t(256 + 200 * 256 + 9)] = 1; // a row nobody reads
-        for (const kc::IndexerSelect select : {byCounts, clusterCounts}) {
-          DeviceArray<int32_t> staleSel(
-              std::vector<int32_t>(size_t(c.topK), -1));
-          DeviceArray<int32_t> staleCount(std::vector<int32_t>{-1});
-          Fault staleFault;
-          counts.upload(stale);
-          launchCase(caseScores.get(), staleSel.get(), staleCount.get(),
-                     staleFault, select);
-          exact(what +
-                    fmtText(", counts not left zero (word %lld)%s",
-                            (long long)word,
-                            select.oneBlockPositions ? "" : ", by the cluster"),
-                staleSel.download(), staleCount, staleFault);
-        }
-      }
+    // The same selection by the cluster alone, with the radix passes'
+    // early stop (the default above kMaxOneBlockPositions attended
+    // positions) and with all four (KILN_CUDA_CLUSTER_SELECT=1); the launch
+    // above selected by one block up to kMaxOneBlockPositions.
+    for (const kc::IndexerSelect select :
+         {kc::IndexerSelect{0, true}, kc::kClusterSelect}) {
+      DeviceArray<int32_t> clusterSel(
+          std::vector<int32_t>(size_t(c.topK), -1));
+      DeviceArray<int32_t> clusterCount(std::vector<int32_t>{-1});
+      Fault clusterFault;
+      launchCase(caseScores.get(), clusterSel.get(), clusterCount.get(),
+                 clusterFault, select);
+      exact(what + (select.earlyStop ? ", by the cluster"
+                                     : ", by the cluster, four passes"),
+            clusterSel.download(), clusterCount, clusterFault);
     }
     if (c.heads != 32)
       continue;
@@ -1780,8 +1707,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     DeviceArray<float> groupScores(size_t(c.cachePositions));
     DeviceArray<int32_t> groupSel(std::vector<int32_t>(size_t(c.topK), -1));
     Fault groupFault;
-    launchCase(groupScores.get(), groupSel.get(), dcount.get(), groupFault,
-               byCounts);
+    launchCase(groupScores.get(), groupSel.get(), dcount.get(), groupFault);
     const std::vector<float> generalScores = groupScores.download();
     const std::vector<int32_t> groupSelection = groupSel.download();
     exact(what + ", scores by groups of lanes", groupSelection, dcount,
@@ -1792,8 +1718,7 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     uint64_t ran = 0;
     {
       const FixedShapes fixed(true);
-      launchCase(fixedScores.get(), fixedSel.get(), dcount.get(), fixedFault,
-                 byCounts);
+      launchCase(fixedScores.get(), fixedSel.get(), dcount.get(), fixedFault);
       ran = fixed.ran();
     }
     const std::vector<float> gotScores = fixedScores.download();
@@ -1805,9 +1730,8 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
                       std::vector<float>(generalScores.begin(),
                                          generalScores.begin() + attended)) +
                mismatches(fixedSel.download(), groupSelection) +
-               faultMismatch(fixedFault.read(), kc::FaultCode::None, 0, 0) +
-               nonzeroWords(counts.download()),
-           0, "same products, same order, counts left zero");
+               faultMismatch(fixedFault.read(), kc::FaultCode::None, 0, 0),
+           0, "same products, same order");
   }
 
   // A position past the cache: fault, nothing selected.
@@ -3598,26 +3522,13 @@ void benchDsa(int eager) {
           kc::kMaxStagedKeyBytes, select);
     };
   };
-  // The backend's way: the score kernels count the keys' top bits for the
-  // selection (IndexerSelect::histogram), each launch leaving them zero.
-  DeviceArray<uint32_t> counts(
-      std::vector<uint32_t>(size_t(kc::kIndexerHistogramWords), 0u));
-  const kc::IndexerSelect byCounts{kc::kMaxOneBlockPositions, true,
-                                   counts.get(), true};
-  kc::IndexerSelect passes = byCounts, cluster = byCounts;
-  passes.gather = false;
-  cluster.oneBlockPositions = 0;
-  const auto launch = launchAt(last.get(), byCounts);
+  const auto launch = launchAt(last.get(), {});
   // The selection at 16,384 of the 16,384-position cache (by the cluster)
-  // and at 4,096 (by one block, and by the cluster): the default's (from
-  // the score kernels' counts, the cut among T's top 16 bits' keys
-  // gathered), with radix passes after the counts instead of the gathered
-  // keys, counted by the
-  // selection itself (the twenty-sixth pass's default), and as before the
-  // seventeenth pass (KILN_CUDA_CLUSTER_SELECT=1: the cluster, four
-  // passes). The scores on the tensor cores (the default) and without
-  // them; and probes of the scores' fixed cost: without the query's rope,
-  // and at 2,049 positions (one more than the top k).
+  // and at 4,096 (by one block), the default's and as before the
+  // seventeenth pass (KILN_CUDA_CLUSTER_SELECT=1: the cluster, four passes).
+  // The scores on the tensor cores (the default) and without them; and
+  // probes of the scores' fixed cost: without the query's rope, and at
+  // 2,049 positions (one more than the top k).
   DeviceArray<int32_t> at2k(std::vector<int32_t>{2048});
   const struct {
     const int32_t *position;
@@ -3625,21 +3536,16 @@ void benchDsa(int eager) {
     const char *what;
     bool mma = true;
     int64_t ropeDims = 64;
-  } rows[] = {
-      {at4k.get(), byCounts, "at 4096, no rope", true, 0},
-      {at2k.get(), byCounts, "at 2048, rope"},
-      {at4k.get(), byCounts, "at 4096, no rope, no tensor cores", false, 0},
-      {at2k.get(), byCounts, "at 2048, rope, no tensor cores", false},
-      {last.get(), byCounts, "at 16384, rope"},
-      {last.get(), passes, "at 16384, rope, passes after the counts"},
-      {last.get(), {}, "at 16384, rope, counted by the selection"},
-      {last.get(), byCounts, "at 16384, rope, no tensor cores", false},
-      {last.get(), kc::kClusterSelect, "at 16384, rope, as before"},
-      {at4k.get(), byCounts, "at 4096, rope"},
-      {at4k.get(), cluster, "at 4096, rope, by the cluster"},
-      {at4k.get(), {}, "at 4096, rope, counted by the selection"},
-      {at4k.get(), byCounts, "at 4096, rope, no tensor cores", false},
-      {at4k.get(), kc::kClusterSelect, "at 4096, rope, as before"}};
+  } rows[] = {{at4k.get(), {}, "at 4096, no rope", true, 0},
+              {at2k.get(), {}, "at 2048, rope"},
+              {at4k.get(), {}, "at 4096, no rope, no tensor cores", false, 0},
+              {at2k.get(), {}, "at 2048, rope, no tensor cores", false},
+              {last.get(), {}, "at 16384, rope"},
+              {last.get(), {}, "at 16384, rope, no tensor cores", false},
+              {last.get(), kc::kClusterSelect, "at 16384, rope, as before"},
+              {at4k.get(), {}, "at 4096, rope"},
+              {at4k.get(), {}, "at 4096, rope, no tensor cores", false},
+              {at4k.get(), kc::kClusterSelect, "at 4096, rope, as before"}};
   for (const auto &row : rows) {
     kc::setIndexerMma(row.mma);
     std::printf(
@@ -3651,14 +3557,6 @@ void benchDsa(int eager) {
   for (int i = 0; i < eager; ++i) {
     CHECK_CUDA(launch(stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
-  }
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  if (const double words = nonzeroWords(counts.download())) {
-    std::fprintf(stderr,
-                 "bench dsa_indexer: %.0f words of the score kernels' counts "
-                 "not left zero\n",
-                 words);
-    std::exit(1);
   }
   CHECK_CUDA(cudaStreamDestroy(stream));
 }
