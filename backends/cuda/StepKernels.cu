@@ -3880,6 +3880,9 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
       rope.dims == 0 ||
       (rope.style == RopeStyle::Interleaved && rope.offset % 4 == 0 &&
        rope.dims % 4 == 0 && a.ropeFreq.pairs == rope.dims / 2);
+  // launchScores launches kScoreWarps warps, which mmaIndexerQuery and the
+  // kernel's launch bounds take as kMmaThreads.
+  static_assert(kMmaThreads == kScoreWarps * kWarp);
   if (indexerMma() && heads == kMmaHeads && dim == kMmaDim &&
       cache.type == CacheType::F16 && aligned && mmaRope) {
     static thread_local WaveCache mmaWaves;

@@ -3547,12 +3547,13 @@ void benchDsa(int eager) {
               {at4k.get(), {}, "at 4096, rope, no tensor cores", false},
               {at4k.get(), kc::kClusterSelect, "at 4096, rope, as before"}};
   for (const auto &row : rows) {
-    kc::setIndexerMma(row.mma);
+    std::optional<IndexerMmaOff> mmaOff;
+    if (!row.mma)
+      mmaOff.emplace();
     std::printf(
         "bench op %-52s %9.2f us\n",
         fmtText("dsa_indexer 32x128, top 2048 %s", row.what).c_str(),
         timeInGraph(stream, launchAt(row.position, row.select, row.ropeDims)));
-    kc::setIndexerMma(true);
   }
   for (int i = 0; i < eager; ++i) {
     CHECK_CUDA(launch(stream));
