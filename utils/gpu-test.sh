@@ -140,8 +140,8 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # --fuse-router-choice, off by default: docs/perf.md, twentieth pass).
   step bench-glm5-tp8-rank0-graph-composed-choice run "$m/glm5-composed-choice.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
-  # attn_v_b projected inside MLA's launch (off by default: docs/perf.md,
-  # eleventh pass), at 1k and at 16k.
+  # attn_v_b combined and projected by MLA's launch (off by default:
+  # docs/perf.md, twenty-eighth pass), at 1k and at 16k.
   step bench-glm5-tp8-rank0-graph-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30

@@ -232,7 +232,7 @@ struct CudaRank {
   /// collective goes through the exchange (peerReduceFlat where the
   /// one-shot kernel does not take it whole), never NCCL.
   bool oneGpu = false;
-  /// An mla_attention's output projection inside MLA's launch where the
+  /// An mla_attention's output projection by MLA's launch where the
   /// weight allows (else the attention, then the stacked mat-vec).
   bool mlaProjection = false;
   /// KILN_CUDA_CLUSTER_SELECT=1: the indexer's selection as before the
@@ -970,18 +970,19 @@ Expected<Launch> OpBinder::bind() {
   case OpKind::MlaAttention: {
     DeviceCache c = cache(d.ins[2]);
     // The output projection (kiln-fuse-mla-projection): with
-    // KILN_CUDA_MLA_PROJECTION=1 inside MLA's launch where it takes the
-    // weight (mlaProjectionFits: Q8_0 in the q8_0-split layout, at most 256
-    // rows a head); otherwise MLA into scratch of this op's, then the
-    // stacked mat-vec (by default: measured faster at 1k, docs/perf.md).
+    // KILN_CUDA_MLA_PROJECTION=1 by MLA's launch where it takes the weight
+    // (mlaProjectionFits: Q8_0 in the q8_0-split layout, a latent width of
+    // a power of two), its combine and the projection in one kernel;
+    // otherwise MLA into scratch of this op's, then the stacked mat-vec (by
+    // default: docs/perf.md, twenty-eighth pass).
     std::optional<DeviceWeight> proj;
     if (d.projected)
       proj = weight(d.ins.size() - 1);
     const bool inside =
         proj && rank_.mlaProjection && mlaProjectionFits(*proj, d.heads, d.k);
     const int64_t entries = mlaMostEntries(c.positions, d.capacity);
-    KILN_ASSIGN(scores, rank_.scratchFloats(uint64_t(mlaScratchFloats(
-                            d.heads, d.k, entries, inside ? d.n : 0))));
+    KILN_ASSIGN(scores, rank_.scratchFloats(
+                            uint64_t(mlaScratchFloats(d.heads, d.k, entries))));
     float *latentOut = nullptr;
     if (proj && !inside) {
       KILN_ASSIGN(o, rank_.scratchFloats(uint64_t(d.heads * d.k)));
@@ -1395,8 +1396,9 @@ constexpr unsigned kDefaultShapeFamilies =
 /// then meaningless, its time is what the other ops cost),
 /// KILN_CUDA_LOCAL_COLLECTIVES=1 runs every collective as a simulated rank
 /// does (its ring traffic in a local kernel, no NCCL),
-/// KILN_CUDA_MLA_PROJECTION=1 runs MLA's fused output projection inside
-/// MLA's launch (by default a mat-vec launch of its own follows MLA),
+/// KILN_CUDA_MLA_PROJECTION=1 combines and projects MLA's output in a
+/// second kernel of MLA's launch (by default MLA combines after a grid
+/// barrier, and a mat-vec launch of its own projects),
 /// KILN_CUDA_QUIET_START=0 lets the mat-vecs after a collective prefetch
 /// their weights early as the others do (by default they do not),
 /// KILN_CUDA_SPECIALISED=q8,experts,mla,indexer (1: all, 0: none) runs
@@ -1416,9 +1418,9 @@ struct GraphSwitches {
   /// KILN_CUDA_ALLREDUCE=peers|nccl: the one-shot all-reduce over NVLink
   /// peers (default) or NCCL's.
   bool peerAllReduce = true;
-  /// KILN_CUDA_MLA_PROJECTION=1: MLA's output projection inside its
-  /// launch (off by default: at a GLM-5 tp=8 rank it gains at 16k and
-  /// loses at 1k, docs/perf.md).
+  /// KILN_CUDA_MLA_PROJECTION=1: MLA's output combined and projected by
+  /// MLA's launch (a second kernel), not by a grid barrier and a mat-vec
+  /// of its own (off by default: docs/perf.md, twenty-eighth pass).
   bool mlaProjection = false;
   /// KILN_CUDA_CLUSTER_SELECT=1: the indexer's top-k as before the
   /// seventeenth pass (docs/perf.md): by the cluster of blocks at every

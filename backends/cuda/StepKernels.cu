@@ -844,12 +844,10 @@ constexpr int kMlaThreads = 512;
 /// The widest cache row the per-lane query registers hold (GLM-5: 512 +
 /// 64).
 constexpr int kMlaMaxWidth = 24 * kWarp;
-/// A combine block's output values (of one head)...
+/// A combine task's output values (of one head) in mlaKernel.
 constexpr int kMlaCombineColumns = 32;
 /// The scratch's first floats, which hold the grid's arrival word.
 constexpr int64_t kMlaArrivalFloats = 4;
-/// ...and its groups of threads, which split the chunks.
-constexpr int kMlaCombineGroups = kMlaThreads / kMlaCombineColumns;
 
 struct MlaArgs {
   const float *qLatent, *qRope;
@@ -866,24 +864,12 @@ struct MlaArgs {
   FaultSink fault;
   /// The output projection (launchMlaAttention's `proj`, q8_0-split: quants
   /// [heads * projRows][latent], scales [heads * projRows][latent / 32]),
-  /// or projQuants null. With it a combine task (h, slice) dots its 32
-  /// values with every row's 32 (one Q8_0 block) into `projPartials`
-  /// [heads][slices][projRows], `headCounts` [heads] counts a head's
-  /// finished tasks (zero between calls), and the last of them adds the
-  /// head's partials in slice order into `out` [heads][projRows].
+  /// or projQuants null. With it mlaKernel only writes the chunks' partial
+  /// results, and mlaProjectKernel combines them and projects each head's
+  /// output into `out` [heads][projRows].
   const int8_t *projQuants = nullptr;
   const uint16_t *projScales = nullptr;
   int64_t projRows = 0;
-  float *projPartials = nullptr;
-  uint32_t *headCounts = nullptr;
-};
-
-/// A thread's share of a combine task's projection rows: row threadIdx.x /
-/// 2, values 16 (threadIdx.x % 2) .. of the task's 32 (loaded ahead of the
-/// combine, so that the weights' round trip passes under it).
-struct MlaSliceRow {
-  int4 q = {0, 0, 0, 0};
-  uint16_t d = 0;
 };
 
 /// mlaMostEntries, on both sides: every position of the cache, or with a
@@ -957,7 +943,8 @@ struct MlaShape {
     return kHeads > 0 ? kHeads : int(a.heads);
   }
   static constexpr int kCache = kCacheType;
-  /// A fixed shape's row width (0 for any shape).
+  /// A fixed shape's latent and row widths (0 for any shape).
+  static constexpr int kLatentWidth = kLatent;
   static constexpr int kWidth = kLatent + kRope;
   /// Query registers per lane: the row's values j = lane + 32 r.
   static constexpr int kQueryRegs =
@@ -1211,146 +1198,87 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   }
 }
 
-/// Combine task (h, slice): head h's output values [32 slice, 32 slice +
-/// 32), by the whole block. Its kMlaCombineGroups x 32 threads split the
-/// chunks: thread (g, j) sums chunks g, g + groups, ... ascending for value
-/// j, and the groups' sums are added in group order, so each thread has
-/// only a few dependent rounds of loads. M and L are formed by every block
-/// of the head alike.
-template <class Shape>
-__device__ void mlaCombine(const MlaArgs &a, int h, int slice, int64_t attended,
-                           float *weights, float *values) {
+/// Head h's output values [first, first + kColumns) (those below `end`
+/// and the latent width) of `attended` entries, by the whole block, into
+/// dst[0 .. kColumns). Its kMlaThreads / kColumns groups of kColumns
+/// threads split the chunks: thread (g, j) sums chunks g, g + groups, ...
+/// ascending for value j, and the groups' sums are added in group order, so
+/// each thread has only a few dependent rounds of loads (kLoads at a time).
+/// M and L are formed by every block of the head alike. `weights` (shared)
+/// holds a float a chunk.
+template <class Shape, int kColumns, int kLoads>
+__device__ void mlaCombine(const MlaArgs &a, int h, int first, int end,
+                           int64_t attended, float *weights, float *dst) {
+  constexpr int kGroups = kMlaThreads / kColumns;
+  static_assert(kGroups * kColumns == kMlaThreads, "whole groups");
   __shared__ float partials[kWarp];
-  __shared__ float sums[kMlaCombineGroups][kMlaCombineColumns];
-  const int column = int(threadIdx.x) % kMlaCombineColumns,
-            group = int(threadIdx.x) / kMlaCombineColumns;
+  __shared__ float sums[kGroups][kColumns];
+  const int column = int(threadIdx.x) % kColumns,
+            group = int(threadIdx.x) / kColumns;
   const int heads = Shape::heads(a), latent = Shape::latent(a);
-  const int j = slice * kMlaCombineColumns + column;
+  const int j = first + column;
+  const bool mine = j < latent && j < end;
   const int chunks = int((attended + kMlaChunk - 1) / kMlaChunk);
-  float *o = a.out + int64_t(h) * latent;
   if (chunks == 0) { // nothing attended: the CPU's zeros
-    if (group == 0 && j < latent)
-      (a.projQuants ? values[column] : o[j]) = 0.f;
+    if (group == 0 && mine)
+      dst[column] = 0.f;
     return;
   }
   // Partial outputs are loaded kLoads at a time; the first batch, and
   // this thread's first chunk's m and l, are issued together, before the
-  // reductions that need them. 16 a thread cover 256 chunks (GLM-5's
-  // 2,048 selected entries) in one batch: with 8, a step at 1,025 entries
-  // (129 chunks) waited for a second round trip for its last chunk.
-  constexpr int kLoads = 16;
+  // reductions that need them. With 16 groups, 16 a thread cover 256
+  // chunks (GLM-5's 2,048 selected entries) in one batch: with 8, a step
+  // at 1,025 entries (129 chunks) waited for a second round trip for its
+  // last chunk.
   const float *partO = a.partO + int64_t(h) * latent + j;
   const int64_t chunkStride = int64_t(heads) * latent;
   auto loadBatch = [&](int c0, float(&v)[kLoads]) {
 #pragma unroll
     for (int b = 0; b < kLoads; ++b) {
-      const int c = c0 + b * kMlaCombineGroups;
-      v[b] = j < latent && c < chunks ? partO[c * chunkStride] : 0.f;
+      const int c = c0 + b * kGroups;
+      v[b] = mine && c < chunks ? partO[c * chunkStride] : 0.f;
     }
   };
-  const int mine = threadIdx.x;
-  const float firstM = mine < chunks ? a.partM[mine * heads + h] : -INFINITY;
-  const float firstL = mine < chunks ? a.partL[mine * heads + h] : 0.f;
+  const int t = threadIdx.x;
+  const float firstM = t < chunks ? a.partM[t * heads + h] : -INFINITY;
+  const float firstL = t < chunks ? a.partL[t * heads + h] : 0.f;
   float v[kLoads];
   loadBatch(group, v);
   // M and L by block reductions (each thread's chunks in ascending order,
   // then a fixed tree); the chunk weights exp(m_c - M) into shared.
   float m = firstM;
-  for (int c = mine + blockDim.x; c < chunks; c += blockDim.x)
+  for (int c = t + blockDim.x; c < chunks; c += blockDim.x)
     m = fmaxf(m, a.partM[c * heads + h]);
   m = blockMax(m, partials);
   float l = 0.f;
-  if (mine < chunks) {
-    weights[mine] = expf(firstM - m);
-    l += firstL * weights[mine];
+  if (t < chunks) {
+    weights[t] = expf(firstM - m);
+    l += firstL * weights[t];
   }
-  for (int c = mine + blockDim.x; c < chunks; c += blockDim.x) {
+  for (int c = t + blockDim.x; c < chunks; c += blockDim.x) {
     weights[c] = expf(a.partM[c * heads + h] - m);
     l += a.partL[c * heads + h] * weights[c];
   }
   l = blockSum(l, partials); // its barriers also publish the weights
   // Each group's sum in chunk order.
   float acc = 0.f;
-  for (int c0 = group; c0 < chunks; c0 += kLoads * kMlaCombineGroups) {
+  for (int c0 = group; c0 < chunks; c0 += kLoads * kGroups) {
     if (c0 != group)
       loadBatch(c0, v);
 #pragma unroll
     for (int b = 0; b < kLoads; ++b) {
-      const int c = c0 + b * kMlaCombineGroups;
-      if (j < latent && c < chunks)
+      const int c = c0 + b * kGroups;
+      if (mine && c < chunks)
         acc += v[b] * weights[c];
     }
   }
   sums[group][column] = acc;
   __syncthreads();
-  if (group == 0 && j < latent) {
+  if (group == 0 && mine) {
     float total = sums[0][column];
-    for (int g = 1; g < kMlaCombineGroups; ++g)
+    for (int g = 1; g < kGroups; ++g)
       total += sums[g][column];
-    (a.projQuants ? values[column] : o[j]) = total / l;
-  }
-}
-
-/// The weights of task (h, slice)'s projection rows this thread dots.
-template <class Shape>
-__device__ MlaSliceRow mlaLoadSliceRow(const MlaArgs &a, int h, int slice) {
-  MlaSliceRow w;
-  const int64_t r = threadIdx.x / 2;
-  if (r < a.projRows) {
-    const int latent = Shape::latent(a);
-    const int64_t row = int64_t(h) * a.projRows + r;
-    w.q = *reinterpret_cast<const int4 *>(a.projQuants + row * latent +
-                                          32 * slice + 16 * (threadIdx.x % 2));
-    w.d = a.projScales[row * (latent / 32) + slice];
-  }
-  return w;
-}
-
-/// After combine task (h, slice): each row's dot with the task's 32 values
-/// (`values`, shared) into the partials; then the head's count, and in the
-/// last of its task blocks the sums of its partials in slice order into
-/// out. (A separate v_b kernel after MLA ended 2.7-3.5 us later on a GLM-5
-/// layer's path for 1.1 MB; a head's rows projected by one block were
-/// slower than that kernel.)
-template <class Shape>
-__device__ void mlaProjectSlice(const MlaArgs &a, int h, int slice,
-                                const MlaSliceRow &w, const float *values) {
-  __shared__ int last;
-  const int latent = Shape::latent(a), slices = latent / 32;
-  __syncthreads(); // the task's values are in shared memory
-  const int64_t r = threadIdx.x / 2;
-  const int half = threadIdx.x % 2;
-  const uint32_t q[4] = {uint32_t(w.q.x), uint32_t(w.q.y), uint32_t(w.q.z),
-                         uint32_t(w.q.w)};
-  float sum = 0.f;
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      sum += float(int8_t(q[k] >> (8 * i))) * values[16 * half + 4 * k + i];
-  float v = halfBitsToFloat(w.d) * sum;
-  v += __shfl_xor_sync(0xffffffffu, v, 1); // the block's two halves
-  if (half == 0 && r < a.projRows)
-    a.projPartials[(int64_t(h) * slices + slice) * a.projRows + r] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence(); // the block's partials before its count
-    last = atomicAdd(a.headCounts + h, 1u) == unsigned(slices) - 1u;
-    if (last) {
-      atomicExch(a.headCounts + h, 0u); // every task of h has counted
-      __threadfence();                  // the others' partials after it
-    }
-  }
-  __syncthreads();
-  if (!last)
-    return;
-  for (int64_t row = threadIdx.x; row < a.projRows; row += blockDim.x) {
-    // Written by other blocks: read from the L2, not this block's L1.
-    const float *p = a.projPartials + int64_t(h) * slices * a.projRows + row;
-    float total = 0.f;
-    for (int s = 0; s < slices; ++s)
-      total += __ldcg(p + int64_t(s) * a.projRows);
-    a.out[int64_t(h) * a.projRows + row] = total;
+    dst[column] = total / l;
   }
 }
 
@@ -1372,37 +1300,14 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
 /// block reports the first fault of the inputs (at once when it has no work).
 /// One kernel, not a chunk kernel and a combine kernel: the second's launch
 /// and wait were most of its 6 us on a GLM-5 layer's critical path.
+/// With a projection (a.projQuants) only step 1: mlaProjectKernel, the next
+/// kernel, combines and projects, and reports the faults.
 template <class Shape>
 __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
-  // The projection's rows are weights (never written in a step): block b
-  // asks the L2 for the rows task b dots, the same share of its head's
-  // rows as the task's share of the slices, before waiting, so that they
-  // come from memory while the predecessor ends and not behind the next
-  // kernel's own early prefetch.
-  // (The slice count is computed here and again below, not kept: the
-  // kernel for any shape is at its 128 registers.)
-  if (a.projQuants && threadIdx.x == 0) {
-    const int latent = Shape::latent(a);
-    const int sliceCount =
-        (latent + kMlaCombineColumns - 1) / kMlaCombineColumns;
-    const int64_t task = blockIdx.x;
-    if (task < Shape::heads(a) * sliceCount) {
-      const int64_t per = (a.projRows + sliceCount - 1) / sliceCount;
-      const int64_t r0 = task % sliceCount * per;
-      const int64_t n =
-          r0 < a.projRows ? (a.projRows - r0 < per ? a.projRows - r0 : per) : 0;
-      const int64_t row = task / sliceCount * a.projRows + r0;
-      if (n > 0) {
-        prefetchL2(a.projQuants + row * latent, uint64_t(n * latent));
-        prefetchL2(a.projScales + row * (latent / 32),
-                   uint64_t(n * (latent / 32)) * sizeof(uint16_t));
-      }
-    }
-  }
   waitForPredecessor();
-  if (!a.projQuants)
-    allowDependents();
+  allowDependents();
   extern __shared__ __align__(16) float shared[];
+  const bool chunksOnly = a.projQuants != nullptr;
   // The first chunk's selection entries (within the selection's capacity,
   // so always readable) in flight with the position and the count.
   const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
@@ -1414,7 +1319,7 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
       attended > 0 ? (attended + kMlaChunk - 1) / kMlaChunk : 0;
   const int slices =
       (Shape::latent(a) + kMlaCombineColumns - 1) / kMlaCombineColumns;
-  const int tasks = Shape::heads(a) * slices;
+  const int tasks = chunksOnly ? 0 : Shape::heads(a) * slices;
   // The same for every block (the same scalars).
   const int64_t wanted =
       attended >= 0 ? (chunks > tasks ? chunks : int64_t(tasks)) : 1;
@@ -1422,7 +1327,7 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
       unsigned(wanted < int64_t(gridDim.x) ? (wanted > 0 ? wanted : 1)
                                            : int64_t(gridDim.x));
   if (blockIdx.x >= blocks) {
-    if (blockIdx.x == gridDim.x - 1)
+    if (!chunksOnly && blockIdx.x == gridDim.x - 1)
       mlaReportFault(a);
     return;
   }
@@ -1431,35 +1336,147 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
       __syncthreads(); // the previous chunk's rows and scores are read
     mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x);
   }
-  // The first task's projection rows, ahead of the barrier (for GLM-5's
-  // fixed shape: the kernel for any shape is at its 128 registers, and
-  // holding them across spilled 52 bytes, so it loads them with the task;
-  // 20 remain, from the projection's code in that kernel).
-  __shared__ float values[kMlaCombineColumns];
-  MlaSliceRow row;
-  if (Shape::kFixed && a.projQuants && int(blockIdx.x) < tasks)
-    row = mlaLoadSliceRow<Shape>(a, blockIdx.x / slices, blockIdx.x % slices);
+  if (chunksOnly)
+    return;
   mlaGridBarrier(a, blocks);
-  // With a projection, the next kernel (GLM-5: attn_output, 13 MB that it
-  // asks the L2 for as soon as it starts) is let start only now: started
-  // with this kernel, its prefetch competed with the chunks' reads (1k:
-  // 5.69 ms a step against 5.61 so; at the barrier's start 5.58-5.64).
-  if (a.projQuants)
-    allowDependents();
   if (attended >= 0)
     for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
       if (task != int(blockIdx.x))
         __syncthreads(); // the previous task's weights and sums are read
-      if (a.projQuants && (task != int(blockIdx.x) || !Shape::kFixed))
-        row = mlaLoadSliceRow<Shape>(a, task / slices, task % slices);
-      mlaCombine<Shape>(a, task / slices, task % slices, attended, shared,
-                        values);
-      if (a.projQuants)
-        mlaProjectSlice<Shape>(a, task / slices, task % slices, row, values);
+      const int h = task / slices, first = task % slices * kMlaCombineColumns;
+      mlaCombine<Shape, kMlaCombineColumns, 16>(
+          a, h, first, first + kMlaCombineColumns, attended, shared,
+          a.out + int64_t(h) * Shape::latent(a) + first);
     }
   if (blocks == gridDim.x && blockIdx.x == gridDim.x - 1) {
     __syncthreads();
     mlaReportFault(a);
+  }
+}
+
+/// A head's blocks in mlaProjectKernel: a cluster.
+constexpr int kMlaProjectBlocks = 8;
+
+/// MLA's combine and output projection, after mlaKernel's chunks (instead
+/// of its grid barrier and combine, which were 4.3 us of its 10 on a GLM-5
+/// layer at 1k, then a mat-vec kernel's start): a cluster of
+/// kMlaProjectBlocks blocks a head h.
+///   1. Block r of the cluster combines the head's output values [r C,
+///      r C + C), C = latent / kMlaProjectBlocks, from every chunk's partial
+///      results (mlaCombine), into its shared memory.
+///   2. After a cluster barrier each block copies the other blocks' values
+///      from their shared memory: it holds the head's whole output.
+///   3. Block r dots rows r P .. r P + P - 1 of the head's projProws (P their
+///      share, rounded up) with it, a thread a Q8_0 block of a row, the
+///      row's threads summed by a butterfly within the warp. The first rows'
+///      weights are loaded before the wait (weights: never written in a
+///      step), so their round trip passes under mlaKernel.
+/// Two blocks of 512 threads fit a multiprocessor's registers beside
+/// mlaKernel's one. The grid's last block reports the inputs' first fault
+/// (before its wait); with a fault nothing is written.
+template <class Shape>
+__global__ void __cluster_dims__(kMlaProjectBlocks, 1, 1)
+    __launch_bounds__(kMlaThreads, 2) mlaProjectKernel(MlaArgs a) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int h = int(blockIdx.x) / kMlaProjectBlocks;
+  const int part = int(cluster.block_rank());
+  const int latent = Shape::latent(a);
+  // mlaProjectionFits: latent / 32 is a power of two up to 32, so a row's
+  // threads are lanes of one warp, aligned.
+  const int rowThreads = latent / 32;
+  const int rowsAtOnce = kMlaThreads / rowThreads;
+  const int64_t per =
+      (a.projRows + kMlaProjectBlocks - 1) / kMlaProjectBlocks;
+  const int64_t rowBegin =
+      part * per < a.projRows ? part * per : a.projRows;
+  const int64_t rowEnd =
+      rowBegin + per < a.projRows ? rowBegin + per : a.projRows;
+  const int piece = int(threadIdx.x) % rowThreads;
+  auto loadRow = [&](int64_t row, int4 &q0, int4 &q1, uint16_t &d) {
+    if (row < rowEnd) {
+      const int64_t at = int64_t(h) * a.projRows + row;
+      const int4 *q =
+          reinterpret_cast<const int4 *>(a.projQuants + at * latent) +
+          2 * piece;
+      q0 = q[0];
+      q1 = q[1];
+      d = a.projScales[at * rowThreads + piece];
+    }
+  };
+  // The next kernel (GLM-5: attn_output) may start now, so that its early
+  // prefetch of 13 MB runs beside mlaKernel, as it would beside a mat-vec.
+  allowDependents();
+  int4 q0 = {0, 0, 0, 0}, q1 = {0, 0, 0, 0};
+  uint16_t d = 0;
+  loadRow(rowBegin + int(threadIdx.x) / rowThreads, q0, q1, d);
+  // MLA's inputs are complete before the wait: this kernel starts only once
+  // mlaKernel's blocks have passed their own wait (mlaKernel lets its
+  // dependents start after it). So the count is read, and the last block
+  // checks the inputs, while mlaKernel runs (the check reads the whole
+  // selection: ~3 us, which after the combine would end the kernel late).
+  const int64_t attended = mlaAttended(a);
+  if (blockIdx.x == gridDim.x - 1)
+    mlaReportFault(a);
+  waitForPredecessor();
+  extern __shared__ __align__(16) float shared[];
+  float *x = shared;                              // [latent]
+  float *weights = shared + (latent + 3) / 4 * 4; // [chunks]
+  if (attended >= 0) {
+    const int columns = latent / kMlaProjectBlocks;
+    const int first = part * columns;
+    constexpr int kColumns = Shape::kLatentWidth / kMlaProjectBlocks;
+    if constexpr (kColumns > 0 &&
+                  kMlaThreads % (kColumns > 0 ? kColumns : 1) == 0)
+      // GLM-5: 64 values a block, 8 groups of 64 threads; 32 loads a thread
+      // take 256 chunks (2,048 entries) in one round trip.
+      mlaCombine<Shape, kColumns, 32>(a, h, first, first + columns, attended,
+                                      weights, x + first);
+    else
+      for (int c0 = first; c0 < first + columns; c0 += kMlaCombineColumns) {
+        if (c0 != first)
+          __syncthreads(); // the previous slice's weights and sums are read
+        mlaCombine<Shape, kMlaCombineColumns, 16>(
+            a, h, c0, first + columns, attended, weights, x + c0);
+      }
+    cluster.sync(); // every block's values are in its shared memory
+    for (int j = threadIdx.x; j < latent; j += blockDim.x) {
+      const int owner = j / columns;
+      if (owner != part)
+        x[j] = cluster.map_shared_rank(x, owner)[j];
+    }
+    cluster.sync(); // the copies are done: no block's values are read again
+    for (int64_t r0 = rowBegin; r0 < rowEnd; r0 += rowsAtOnce) {
+      const int64_t row = r0 + int(threadIdx.x) / rowThreads;
+      if (r0 != rowBegin)
+        loadRow(row, q0, q1, d);
+      // The piece's 32 values, four at a time, starting at a rotation by
+      // the piece so that a warp's lanes read different banks.
+      const float4 *xs = reinterpret_cast<const float4 *>(x + 32 * piece);
+      const uint32_t words[8] = {uint32_t(q0.x), uint32_t(q0.y),
+                                 uint32_t(q0.z), uint32_t(q0.w),
+                                 uint32_t(q1.x), uint32_t(q1.y),
+                                 uint32_t(q1.z), uint32_t(q1.w)};
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int at = (k + piece) % 8;
+        const float4 v = xs[at];
+        uint32_t w = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          w = i == at ? words[i] : w;
+        sum += float(int8_t(w)) * v.x;
+        sum += float(int8_t(w >> 8)) * v.y;
+        sum += float(int8_t(w >> 16)) * v.z;
+        sum += float(int8_t(w >> 24)) * v.w;
+      }
+      float y = halfBitsToFloat(d) * sum;
+      for (int offset = rowThreads / 2; offset > 0; offset /= 2)
+        y += __shfl_xor_sync(0xffffffffu, y, offset);
+      if (piece == 0 && row < rowEnd)
+        a.out[int64_t(h) * a.projRows + row] = y;
+    }
   }
 }
 
@@ -3639,20 +3656,14 @@ int64_t mlaMostEntries(int64_t positions, int64_t capacity) {
 namespace {
 /// The floats a projecting call's per-head task counts take (whole 16
 /// bytes).
-int64_t mlaCountFloats(int64_t heads) { return (heads + 3) / 4 * 4; }
 } // namespace
 
-int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries,
-                         int64_t projRows) {
+int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries) {
   const int64_t chunks = (entries + kMlaChunk - 1) / kMlaChunk;
   // The grid's arrival word (first, in 16 bytes, so that any shape called
   // on the same scratch finds it where the last call left it, its count
-  // zero), then the partial results; with a projection, the heads' task
-  // counts and the projection's partial sums.
-  return kMlaArrivalFloats + chunks * heads * (latent + 2) +
-         (projRows > 0
-              ? mlaCountFloats(heads) + heads * (latent / 32) * projRows
-              : 0);
+  // zero), then the partial results.
+  return kMlaArrivalFloats + chunks * heads * (latent + 2);
 }
 
 namespace {
@@ -3661,10 +3672,11 @@ namespace {
 template <class Shape>
 cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   // The chunks' rows and scores, or the combine's chunk weights, whichever
-  // is larger.
+  // is larger (with a projection mlaProjectKernel combines).
+  const size_t rowFloats = size_t(kMlaChunk * (a.cache.width + a.heads));
   const size_t shared =
       sizeof(float) *
-      std::max(size_t(kMlaChunk * (a.cache.width + a.heads)), size_t(chunks));
+      (a.projQuants ? rowFloats : std::max(rowFloats, size_t(chunks)));
   // At most one block a multiprocessor, each taking every grid-th chunk:
   // the blocks wait for each other, so all must be resident, which the
   // runtime is asked once per host thread, device and shared size (not at
@@ -3691,8 +3703,21 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
     return cudaErrorInvalidConfiguration;
   const int64_t wave = processors;
   const int64_t grid = chunks < wave ? (chunks > 0 ? chunks : 1) : wave;
-  return launchStep(mlaKernel<Shape>, unsigned(grid), kMlaThreads, shared, s,
-                    a);
+  if (cudaError_t e = launchStep(mlaKernel<Shape>, unsigned(grid),
+                                 kMlaThreads, shared, s, a);
+      e != cudaSuccess || !a.projQuants)
+    return e;
+  // The head's output values, then the combine's chunk weights.
+  const size_t projectShared =
+      sizeof(float) * (size_t(a.latent + 3) / 4 * 4 + size_t(chunks));
+  if (projectShared > 48 * 1024)
+    if (cudaError_t e =
+            allowDynamicShared(mlaProjectKernel<Shape>, projectShared);
+        e != cudaSuccess)
+      return e;
+  return launchStep(mlaProjectKernel<Shape>,
+                    unsigned(a.heads * kMlaProjectBlocks), kMlaThreads,
+                    projectShared, s, a);
 }
 
 /// GLM-5's latent and rope widths, which the specialised kernels fix.
@@ -3714,12 +3739,16 @@ cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
 bool mlaProjectionFits(const DeviceWeight &proj, int64_t heads,
                        int64_t latent) {
   // q8_0-split rows of `latent` values, the quants 16-byte aligned (a thread
-  // loads 16 at a time), the same count for every head, one row a pair of
-  // the block's threads (at most 256 a head).
+  // loads a Q8_0 block's 32 at a time), the same count for every head; a
+  // row's blocks are a power of two up to a warp's lanes (mlaProjectKernel
+  // sums them by a butterfly), which also splits the latent evenly over a
+  // head's cluster of blocks.
+  const bool powerOfTwo = latent >= 32 && latent <= 32 * kWarp &&
+                          (latent & (latent - 1)) == 0;
   return proj.type == GGMLType::Q8_0 && proj.layout == WeightLayout::Q8Split &&
-         proj.data && proj.scales && proj.cols == latent && latent % 32 == 0 &&
-         heads > 0 && proj.rows > 0 && proj.rows % heads == 0 &&
-         proj.rows / heads <= kMlaThreads / 2 &&
+         proj.data && proj.scales && proj.cols == latent && powerOfTwo &&
+         heads > 0 && heads <= INT_MAX / kMlaProjectBlocks && proj.rows > 0 &&
+         proj.rows % heads == 0 &&
          reinterpret_cast<uintptr_t>(proj.data) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(proj.scales) % 2 == 0;
 }
@@ -3765,12 +3794,9 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
             out,
             fault};
   if (proj) {
-    float *counts = scratch + kMlaArrivalFloats + chunks * heads * (latent + 2);
     a.projQuants = reinterpret_cast<const int8_t *>(proj->data);
     a.projScales = reinterpret_cast<const uint16_t *>(proj->scales);
     a.projRows = proj->rows / heads;
-    a.headCounts = reinterpret_cast<uint32_t *>(counts);
-    a.projPartials = counts + mlaCountFloats(heads);
   }
   cudaError_t e = cudaSuccess;
   // The specialised kernels load rows 16 bytes at a time.

@@ -405,15 +405,15 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// Kernels compiled for GLM-5's widths (512 + 64) run where they apply.
 ///
 /// With `proj` (a Q8_0 weight in the q8_0-split layout, heads * N rows of
-/// `latent` values, N <= 256: a stacked [latent, N, heads] weight such as
-/// GLM-5's attn_v_b) the kernel also projects each head's output in the
-/// same launch: out is then [heads][N], head h's values proj's rows h * N
-/// .. h * N + N - 1 times its latent output, and the scratch holds
-/// mlaScratchFloats(heads, latent, entries, N) floats. Anything else as
-/// `proj` is refused (cudaErrorInvalidValue). A step.mla_attention with a
-/// projection (kiln-fuse-mla-projection) runs this way where its weight
-/// qualifies and KILN_CUDA_MLA_PROJECTION=1 (by default MLA, then the
-/// stacked mat-vec: docs/cuda.md).
+/// `latent` values, latent a power of two from 32 to 1,024: a stacked
+/// [latent, N, heads] weight such as GLM-5's attn_v_b) each head's output
+/// is also projected: out is then [heads][N], head h's values proj's rows
+/// h * N .. h * N + N - 1 times its latent output. Two kernels: the chunks,
+/// then a cluster a head that combines them and projects (no grid barrier).
+/// Anything else as `proj` is refused (cudaErrorInvalidValue). A
+/// step.mla_attention with a projection (kiln-fuse-mla-projection) runs
+/// this way where its weight qualifies and KILN_CUDA_MLA_PROJECTION=1 (by
+/// default MLA, then the stacked mat-vec: docs/cuda.md).
 ///
 /// The most entries one call attends: every position of the cache, or with
 /// a capacity above 0 the fewer of the two. With DSA's selection (GLM-5:
@@ -421,8 +421,7 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 /// by it, not by the cache's length (202,752 positions at GLM-5's whole
 /// context).
 int64_t mlaMostEntries(int64_t positions, int64_t capacity);
-int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries,
-                         int64_t projRows = 0);
+int64_t mlaScratchFloats(int64_t heads, int64_t latent, int64_t entries);
 cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                int64_t heads, int64_t latent, int64_t rope,
                                DeviceCache cache, const int32_t *position,

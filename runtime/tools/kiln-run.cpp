@@ -148,7 +148,8 @@ environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_QUIET_START=0  the mat-vecs after a collective prefetch their
                            weights early too (by default they do not)
   KILN_CUDA_MLA_PROJECTION=1
-                           attn_v_b inside MLA's launch (off by default)
+                           attn_v_b by MLA's launch: its combine and the
+                           projection in one kernel (off by default)
   KILN_CUDA_CLUSTER_SELECT=1
                            the indexer's top-k as before: by its cluster of
                            blocks at every count, four radix passes always

@@ -256,9 +256,11 @@ class Checks:
         same_bits("KILN_CUDA_SHORT_GRAPH", "twographs",
                   "two graphs (without the indexers below their top-k) vs "
                   "one", "two graphs vs one")
-        # attn_v_b inside MLA's launch (KILN_CUDA_MLA_PROJECTION=1; where
-        # the weight is Q8_0, tiny-mix and small; tiny-f32's runs as a
-        # mat-vec after MLA either way) against the CPU, the same tolerance.
+        # attn_v_b by MLA's launch (KILN_CUDA_MLA_PROJECTION=1: the combine
+        # and the projection in one kernel, a cluster a head; where the
+        # weight is Q8_0, tiny-mix and small, their latent widths 64 and 512;
+        # tiny-f32's runs as a mat-vec after MLA either way) against the CPU,
+        # the same tolerance.
         inside = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
                         self.work / f"{model}-mlaproj.npy",
                         extra_env={"KILN_CUDA_MLA_PROJECTION": "1"})

@@ -1297,30 +1297,36 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     }
   }
 
-  // With the output projection in the same launch (GLM-5's attn_v_b at
-  // tp=8: 256 rows of 512 values a head, Q8_0 in the q8_0-split layout):
-  // against the CPU's MLA, then its stacked linear; then the same call
-  // again (each call leaves the heads' task counts zero), bit for bit.
-  // 32 heads: more combine tasks (512) than blocks, so blocks take several.
+  // With the output projection (GLM-5's attn_v_b at tp=8: 256 rows of 512
+  // values a head, Q8_0 in the q8_0-split layout), which MLA's launch
+  // combines and projects by a cluster of blocks a head: against the CPU's
+  // MLA, then its stacked linear; then the same call again, bit for bit.
+  // 32 heads: more clusters than fit at once. Other latent widths (any
+  // power of two from 32) run the kernels for any shape.
   auto checkProjected = [&](int64_t heads, int64_t positions, int64_t capacity,
-                            const Case &c, int64_t n) {
+                            const Case &c, int64_t n, int64_t lat = 0,
+                            int64_t rp = 0) {
+    if (lat == 0) { // GLM-5's widths
+      lat = latent;
+      rp = rope;
+    }
     const int64_t bound = launchCapacity(c, capacity);
     const int64_t entries = kc::mlaMostEntries(positions, bound);
-    Inputs in(rng, heads, latent, rope, capacity, entries,
-              guardedScratch(kc::mlaScratchFloats(heads, latent, entries, n)));
-    Cache cache = randomCache(c.type, positions, width, rng.next());
+    Inputs in(rng, heads, lat, rp, capacity, entries,
+              guardedScratch(kc::mlaScratchFloats(heads, lat, entries)));
+    Cache cache = randomCache(c.type, positions, lat + rp, rng.next());
     std::vector<int32_t> sel(capacity, 0);
     for (int32_t &e : sel)
       e = int32_t(rng.below(uint64_t(positions)));
     const int32_t count = c.count;
-    Weight w = randomWeight(GGMLType::Q8_0, {latent, n, heads}, rng.next());
+    Weight w = randomWeight(GGMLType::Q8_0, {lat, n, heads}, rng.next());
     SplitWeight split = repackSplit(w);
     const kc::DeviceWeight proj = split.dev(w);
     const cpu::WeightView view = w.view("attn_v_b");
-    std::vector<float> latentWant(heads * latent), want(heads * n);
+    std::vector<float> latentWant(heads * lat), want(heads * n);
     if (!r.reference("mla_attention",
-                     cpu::mlaAttention(in.ql.data(), in.qr.data(), heads,
-                                       latent, rope, cache.view(), c.position,
+                     cpu::mlaAttention(in.ql.data(), in.qr.data(), heads, lat,
+                                       rp, cache.view(), c.position,
                                        count >= 0 ? sel.data() : nullptr,
                                        count >= 0 ? &count : nullptr, scale,
                                        latentWant.data(), pool)) ||
@@ -1334,7 +1340,7 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     Fault fault;
     auto launch = [&] {
       return kc::launchMlaAttention(
-          in.dql.get(), in.dqr.get(), heads, latent, rope, cache.dev(),
+          in.dql.get(), in.dqr.get(), heads, lat, rp, cache.dev(),
           in.dpos.get(), count >= 0 ? in.dsel.get() : nullptr,
           count >= 0 ? in.dcount.get() : nullptr, bound, scale,
           in.scores.get(), out.get(), fault.sink(), nullptr, &proj);
@@ -1343,52 +1349,61 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     const std::vector<float> got = out.download();
     const int64_t attended = count >= 0 ? count : c.position + 1;
     const std::string what =
-        fmtText("%s %lldx(512+64) -> %lldx%lld, %lld attended, projected",
-                cacheName(c.type), (long long)heads, (long long)heads,
-                (long long)n, (long long)attended);
+        fmtText("%s %lldx(%lld+%lld) -> %lldx%lld, %lld attended, projected",
+                cacheName(c.type), (long long)heads, (long long)lat,
+                (long long)rp, (long long)heads, (long long)n,
+                (long long)attended);
     r.line("mla_attention", what,
            relError(got, want) +
                faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
                double(in.guardWrites()),
-           sumTol(double(width)) + sumTol(double(attended)) +
-               sumTol(double(latent)),
+           sumTol(double(lat + rp)) + sumTol(double(attended)) +
+               sumTol(double(lat)),
            fmtText("MLA's orders, then the projection's dots, "
                    "1e-6*(sqrt(%lld)+sqrt(%lld)+sqrt(%lld))",
-                   (long long)width, (long long)attended, (long long)latent));
+                   (long long)(lat + rp), (long long)attended,
+                   (long long)lat));
     run(launch());
     r.line("mla_attention", what + ", again", mismatches(out.download(), got),
-           0, "deterministic: the heads' counts left zero");
+           0, "deterministic");
   };
   checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 2000, 1025}, 256);
+  checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 4095, 2048}, 256);
   checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 3000, -1}, 256);
   checkProjected(32, 2048, 2048, Case{kc::CacheType::F16, 1500, -1}, 256);
   checkProjected(3, 300, 64, Case{kc::CacheType::BF16, 200, 40}, 64);
+  checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 2000, 1025}, 300);
+  checkProjected(8, 4096, 2048, Case{kc::CacheType::F16, 10, 0}, 256);
+  checkProjected(2, 300, 64, Case{kc::CacheType::F16, 250, -1}, 24, 64, 32);
+  checkProjected(4, 300, 64, Case{kc::CacheType::F32, 299, 37}, 40, 128, 64);
+  checkProjected(4, 300, 64, Case{kc::CacheType::F16, 120, -1}, 16, 32, 16);
   {
     // A projection the kernel does not read is refused before any launch:
     // the file's blocks instead of the split layout, a width that is not
-    // the latent's, more than 256 rows a head.
+    // the latent's, rows that do not split evenly over the heads.
     const int64_t heads = 2, n = 32;
     Inputs in = inputs(heads, 64, 300);
     Cache cache = randomCache(kc::CacheType::F16, 300, width, rng.next());
     Weight w = randomWeight(GGMLType::Q8_0, {latent, n, heads}, rng.next());
     SplitWeight split = repackSplit(w);
     const kc::DeviceWeight blocks = w.dev();
-    kc::DeviceWeight narrow = split.dev(w), tall = split.dev(w);
+    kc::DeviceWeight narrow = split.dev(w), uneven = split.dev(w);
     narrow.cols = latent / 2;
-    tall.rows = heads * 257;
+    uneven.rows = heads * n - 1;
     DeviceArray<float> out(size_t(heads * n));
     Fault fault;
     double refused = 0;
     for (const kc::DeviceWeight *p :
          std::initializer_list<const kc::DeviceWeight *>{&blocks, &narrow,
-                                                         &tall})
+                                                         &uneven})
       refused +=
           kc::launchMlaAttention(
               in.dql.get(), in.dqr.get(), heads, latent, rope, cache.dev(),
               in.dpos.get(), nullptr, nullptr, 0, scale, in.scores.get(),
               out.get(), fault.sink(), nullptr, p) != cudaErrorInvalidValue;
     r.line("mla_attention",
-           "projection in blocks, half as wide, 257 rows a head: refused",
+           "projection in blocks, half as wide, rows not a multiple of the "
+           "heads: refused",
            refused, 0, "cudaErrorInvalidValue");
   }
 
@@ -3921,9 +3936,10 @@ void benchOps() {
     SplitWeight split = repackSplit(vb);
     const kc::DeviceWeight proj = split.dev(vb);
     DeviceArray<float> projScratch(
-        size_t(kc::mlaScratchFloats(heads, latent, positions, 256))),
+        size_t(kc::mlaScratchFloats(heads, latent, positions))),
         projected(size_t(heads * 256));
-    report("mla_attention + v_b 8x(512+64) -> 8x256, 1025 of 2048, one launch",
+    report("mla_attention + v_b 8x(512+64) -> 8x256, 1025 of 2048, MLA's "
+           "launch",
            timeInGraph(stream, [&](cudaStream_t s) {
              return kc::launchMlaAttention(
                  ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
