@@ -538,7 +538,7 @@ __device__ __forceinline__ void linearQ8SplitBlock(const Q8SplitArgs &a) {
   float sq = 0.f;
   if (valid || kNormX) {
     const float *x = a.x + b * cols;
-#pragma unroll 2
+#pragma unroll(kNormX && !kFixed ? 1 : 2)
     for (int64_t p = first; p < last; ++p) {
       const int64_t c = p * kSplitPass + 16 * lane;
       // cols is a multiple of 32: c + 16 <= cols otherwise (kFixed: known
