@@ -538,6 +538,9 @@ __device__ __forceinline__ void linearQ8SplitBlock(const Q8SplitArgs &a) {
   float sq = 0.f;
   if (valid || kNormX) {
     const float *x = a.x + b * cols;
+    // Two passes at a time, but for the normalised kernel of any width:
+    // its x, g and quants of two passes spilled at its 80 registers (the
+    // same products in the same order either way; docs/perf.md, 28th pass).
 #pragma unroll(kNormX && !kFixed ? 1 : 2)
     for (int64_t p = first; p < last; ++p) {
       const int64_t c = p * kSplitPass + 16 * lane;
