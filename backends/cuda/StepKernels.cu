@@ -509,7 +509,8 @@ RopeFrequencies ropeFrequencies(float theta, int64_t dims) {
 __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
                            const int32_t *position, RopeStyle style,
                            float theta, int64_t offset, int64_t dims,
-                           RopeFrequencies freq, float *y) {
+                           const __grid_constant__ RopeFrequencies freq,
+                           float *y) {
   stepKernelPrologue();
   // Each block turns the position's angles into cosines and sines once
   // (in double, as the CPU), then every row of the block uses them.
@@ -577,7 +578,8 @@ struct SliceGeometry {
   int64_t total;
 };
 
-__global__ void sliceKernel(const float *x, SliceGeometry g, float *y) {
+__global__ void sliceKernel(const float *x,
+                            const __grid_constant__ SliceGeometry g, float *y) {
   stepKernelPrologue();
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
        idx < g.total; idx += int64_t(gridDim.x) * blockDim.x) {
@@ -755,7 +757,8 @@ __global__ void
 normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
                      const float *bias, float eps, const int32_t *position,
                      RopeStyle style, float theta, int64_t offset, int64_t dims,
-                     RopeFrequencies freq, DeviceCache cache, FaultSink fault) {
+                     const __grid_constant__ RopeFrequencies freq,
+                     DeviceCache cache, FaultSink fault) {
   stepKernelPrologue();
   extern __shared__ float y[]; // [width], then w and bias [normDims] each
   __shared__ float partials[kWarp];
@@ -3159,7 +3162,8 @@ struct PeerArgs {
 /// all-reduce of a GLM-5 step took ~0.7 us longer).
 template <bool kChoice>
 __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
-    __launch_bounds__(kPeerThreads) allReducePeersKernel(PeerArgs a) {
+    __launch_bounds__(kPeerThreads)
+        allReducePeersKernel(const __grid_constant__ PeerArgs a) {
   stepKernelPrologue();
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
@@ -3276,7 +3280,12 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   // one more cluster barrier every block reads only its own (and may
   // leave).
   cluster.barrier_wait();
-  for (int q = 0; q < int(a.rows); ++q) {
+  // Unrolled, so that sq stays in registers (indexed by a variable it was
+  // a local-memory array).
+#pragma unroll
+  for (int q = 0; q < kMaxPeerRows; ++q) {
+    if (q >= int(a.rows)) // uniform: the blocks' barriers below
+      break;
     const float part = blockSum(sq[q], partials);
     if (threadIdx.x < kPeerBlocks)
       cluster.map_shared_rank(&rowParts[q][0], int(threadIdx.x))[b] = part;
