@@ -1369,14 +1369,16 @@ constexpr int kMlaProjectBlocks = 8;
 ///      results (mlaCombine), into its shared memory.
 ///   2. After a cluster barrier each block copies the other blocks' values
 ///      from their shared memory: it holds the head's whole output.
-///   3. Block r dots rows r P .. r P + P - 1 of the head's projProws (P their
+///   3. Block r dots rows r P .. r P + P - 1 of the head's projRows (P their
 ///      share, rounded up) with it, a thread a Q8_0 block of a row, the
 ///      row's threads summed by a butterfly within the warp. The first rows'
 ///      weights are loaded before the wait (weights: never written in a
 ///      step), so their round trip passes under mlaKernel.
-/// Two blocks of 512 threads fit a multiprocessor's registers beside
-/// mlaKernel's one. The grid's last block reports the inputs' first fault
-/// (before its wait); with a fault nothing is written.
+/// At 64 registers a thread (two blocks a multiprocessor) one block fits
+/// beside one of mlaKernel's, so the kernel's blocks can start early and
+/// load their weights while mlaKernel runs. The grid's last block reports
+/// the inputs' first fault (before its wait); with a fault nothing is
+/// written.
 template <class Shape>
 __global__ void __cluster_dims__(kMlaProjectBlocks, 1, 1)
     __launch_bounds__(kMlaThreads, 2) mlaProjectKernel(MlaArgs a) {
