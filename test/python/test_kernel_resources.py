@@ -104,19 +104,17 @@ def test_step_kernels_keep_to_registers(tmp_path):
         print(f"{source}.cu: {len(report)} kernels")
         for name, (stack, stores, loads) in sorted(report.items()):
             if stores or loads:
-                why = allowed(name, MAY_SPILL)
-                print(f"  {name}: {stores} bytes of spill stores, {loads} of "
-                      f"loads ({why or 'NOT ALLOWED'})")
-                if not why:
-                    problems.append(f"{source}.cu: {name} spills {stores} "
-                                    f"bytes (stores) / {loads} (loads)")
+                table = MAY_SPILL
+                what = f"{stores} bytes of spill stores, {loads} of loads"
             elif stack:
-                why = allowed(name, MAY_USE_STACK)
-                print(f"  {name}: {stack} bytes of stack frame "
-                      f"({why or 'NOT ALLOWED'})")
-                if not why:
-                    problems.append(f"{source}.cu: {name} keeps {stack} "
-                                    f"bytes in local memory")
+                table = MAY_USE_STACK
+                what = f"{stack} bytes of stack frame (local memory)"
+            else:
+                continue
+            why = allowed(name, table)
+            print(f"  {name}: {what} ({why or 'NOT ALLOWED'})")
+            if not why:
+                problems.append(f"{source}.cu: {name}: {what}")
     assert not problems, "\n".join(problems)
 
 
