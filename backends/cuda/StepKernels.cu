@@ -509,8 +509,7 @@ RopeFrequencies ropeFrequencies(float theta, int64_t dims) {
 __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
                            const int32_t *position, RopeStyle style,
                            float theta, int64_t offset, int64_t dims,
-                           const __grid_constant__ RopeFrequencies freq,
-                           float *y) {
+                           RopeFrequencies freq, float *y) {
   stepKernelPrologue();
   // Each block turns the position's angles into cosines and sines once
   // (in double, as the CPU), then every row of the block uses them.
@@ -757,8 +756,7 @@ __global__ void
 normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
                      const float *bias, float eps, const int32_t *position,
                      RopeStyle style, float theta, int64_t offset, int64_t dims,
-                     const __grid_constant__ RopeFrequencies freq,
-                     DeviceCache cache, FaultSink fault) {
+                     RopeFrequencies freq, DeviceCache cache, FaultSink fault) {
   stepKernelPrologue();
   extern __shared__ float y[]; // [width], then w and bias [normDims] each
   __shared__ float partials[kWarp];
