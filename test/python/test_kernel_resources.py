@@ -34,8 +34,6 @@ def nvcc():
 
 # Kernels that may spill, by a part of their demangled name, and why.
 MAY_SPILL = {
-    "mlaKernel<kiln::cuda::(anonymous namespace)::MlaShape<512, 64, 1, 16> >":
-        "the 16-head MLA kernel (GLM-5 at tp=4): 28 bytes, not yet removed",
     "expertGateUpKernel<1>":
         "the general experts' kernel, which GLM-5's shapes do not run",
     "linearQ8SplitTailKernel":
