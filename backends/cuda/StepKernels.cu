@@ -1181,10 +1181,16 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
     for (int t = 0; t < kMlaChunk; ++t)
       column[t] = t < n ? rows[t * width + j] : 0.f;
     float *o = a.partO + chunkHeads * latent + j;
-    // Four heads at a time: with a fixed head count the loop was unrolled
+    // A few heads at a time: with a fixed head count the loop was unrolled
     // whole, and its weights' loads, hoisted ahead, spilled at the kernel's
-    // 64 registers (8 heads on sm_100, 16 on sm_90; test_kernel_resources).
-#pragma unroll 4
+    // 64 registers (8 heads on sm_100, 16 on sm_90; four at a time still
+    // spilled on sm_120 with an f32 cache; test_kernel_resources.py).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+    constexpr int kHeadsUnrolled = 2;
+#else
+    constexpr int kHeadsUnrolled = 4;
+#endif
+#pragma unroll kHeadsUnrolled
     for (int h = 0; h < heads; ++h) {
       // The head's weights four at a time (zero past the chunk's end, as
       // the column is, so those terms add zeros).
