@@ -2830,13 +2830,22 @@ __global__ void __launch_bounds__(kRouterThreads) routerKernel(RouterArgs a) {
                a.cols4, a.splits, partials, a.logits);
   __syncthreads(); // this block's logits are written
   if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicInc(a.arrivals, gridDim.x - 1) == gridDim.x - 1;
+    // The arrival releases the block's logits (ordered before it by the
+    // block barrier) and acquires those of the blocks before it, so the
+    // last block, after the barrier below, reads them all (from the L2:
+    // routerScores). One acquire-release atomic, not a sequentially
+    // consistent fence (membar.gl) before a relaxed one and another in
+    // every thread of the last block.
+    unsigned ticket;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(ticket)
+                 : "l"(a.arrivals), "r"(gridDim.x - 1)
+                 : "memory");
+    last = ticket == gridDim.x - 1;
   }
   __syncthreads();
   if (!last) // the same for the whole block
     return;
-  __threadfence(); // every block's logits are visible
   routerChoose(a.logits, a.experts, a.bias, a.topK, a.gating, a.normalize,
                a.routedScale, a.ids, a.weights, shared);
 }
