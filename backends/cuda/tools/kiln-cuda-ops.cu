@@ -2450,17 +2450,22 @@ void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
     const cpu::WeightView sgv = sg.view("shared gate"),
                           suv = su.view("shared up"),
                           sdv = sd.view("shared down");
-    kiln::Status st = cpuExperts(set, x.data(), c.hidden, ids.data(),
-                                 weights.data(), c.k, routed.data(), pool);
-    if (st)
-      st = cpu::linear(x.data(), 1, sgv, g.data(), pool);
-    if (st)
-      st = cpu::linear(x.data(), 1, suv, u.data(), pool);
-    if (st) {
+    // The first failure, or ok (a Status is never assigned over: its
+    // [[nodiscard]] made nvcc warn at each `st = ...`).
+    const auto cpuReference = [&]() -> kiln::Status {
+      if (kiln::Status st = cpuExperts(set, x.data(), c.hidden, ids.data(),
+                                       weights.data(), c.k, routed.data(),
+                                       pool);
+          !st)
+        return st;
+      if (kiln::Status st = cpu::linear(x.data(), 1, sgv, g.data(), pool); !st)
+        return st;
+      if (kiln::Status st = cpu::linear(x.data(), 1, suv, u.data(), pool); !st)
+        return st;
       cpu::swiglu(g.data(), u.data(), c.sharedFfn, act.data());
-      st = cpu::linear(act.data(), 1, sdv, sharedOut.data(), pool);
-    }
-    if (!r.reference("moe_experts", std::move(st)))
+      return cpu::linear(act.data(), 1, sdv, sharedOut.data(), pool);
+    };
+    if (!r.reference("moe_experts", cpuReference()))
       continue;
     cpu::add(routed.data(), sharedOut.data(), c.hidden, want.data());
 
