@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from conftest import build_dir
+from conftest import REPO, build_dir
 
 SOURCES = ["StepKernels", "StepMatVec"]
 
@@ -152,3 +152,37 @@ def test_report_pattern_reads_ptxas_lines():
     fixed = "void ns::linearQ8SplitKernel<4, true, (ns::Q8Input)1, 6144>(A)"
     assert allowed(fixed, "sm_120", MAY_SPILL)
     assert allowed(fixed.replace("6144", "0"), "sm_120", MAY_SPILL) is None
+
+
+SCRIPT = REPO / "backends" / "cuda" / "CompileImage.cmake"
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="no cmake")
+def test_compile_image_keeps_report_whole_or_not_at_all(tmp_path):
+    """CompileImage.cmake (the image build's wrapper) writes the command's
+    whole output to REPORT and passes on what is not ptxas's report; a
+    failed command fails the step with its output and leaves no report; an
+    argument with a ";" reaches the command whole (a fixed sh script stands
+    for nvcc)."""
+    report = tmp_path / "image.fatbin.ptxas"
+    script = ('echo "ptxas info    : Used 8 registers" >&2; '
+              'echo "    0 bytes stack frame" >&2; '
+              'echo "warning: an nvcc warning; kept" >&2; exit "$0"')
+
+    def run(status):
+        return subprocess.run(
+            ["cmake", f"-DREPORT={report}", "-P", str(SCRIPT), "--", "sh",
+             "-c", script, str(status)], capture_output=True, text=True)
+
+    done = run(0)
+    assert done.returncode == 0, done.stderr
+    text = report.read_text()
+    assert "Used 8 registers" in text and "an nvcc warning; kept" in text
+    assert "warning: an nvcc warning; kept" in done.stderr
+    assert "ptxas info" not in done.stderr
+    assert not (tmp_path / "image.fatbin.ptxas.part").exists()
+
+    done = run(3)
+    assert done.returncode != 0
+    assert "an nvcc warning; kept" in done.stderr
+    assert not report.exists(), "a failed compile left its report behind"
