@@ -12,7 +12,6 @@ ptxas's resource report (-Xptxas -v) beside each image
 this test reads those reports and fails naming each kernel that spills or
 keeps a stack frame and is not allowed to. It needs a build with the CUDA
 parts (nvcc), not a GPU."""
-import pathlib
 import re
 import shutil
 import subprocess
