@@ -55,13 +55,13 @@ MAY_SPILL = {
         "step's)"),
 }
 
-# Kernels that may keep a stack frame without spilling (a pattern, as
-# above), and why (every architecture).
+# Kernels that may keep a stack frame without spilling, as above.
 MAY_USE_STACK = {
-    "ropeKernel": "double sincos's reduction of huge arguments",
-    "normRopeAppendKernel": "double sincos's reduction of huge arguments",
-    "indexerScores": "the query's rope: double sincos's reduction",
-    "repackSplitKernel": "runs once, at load",
+    r"ropeKernel": (None, "double sincos's reduction of huge arguments"),
+    r"normRopeAppendKernel": (
+        None, "double sincos's reduction of huge arguments"),
+    r"indexerScores": (None, "the query's rope: double sincos's reduction"),
+    r"repackSplitKernel": (None, "runs once, at load"),
 }
 
 REPORT = re.compile(
@@ -82,11 +82,9 @@ def read_report(path):
 
 
 def allowed(name, arch, table):
-    for part, entry in table.items():
-        archs, why = entry if isinstance(entry, tuple) else (None, entry)
-        if re.search(part, name) and (archs is None or arch in archs):
-            return why
-    return None
+    return next((why for part, (archs, why) in table.items()
+                 if re.search(part, name) and (archs is None or arch in archs)),
+                None)
 
 
 def image_dirs():
