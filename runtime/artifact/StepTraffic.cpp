@@ -79,9 +79,20 @@ StepTraffic stepTraffic(const Artifact &a, uint32_t rank, uint64_t context) {
     } else if (op.kind == "mla_attention" || op.kind == "dsa_indexer") {
       const Buffer &cache = step->buffers[size_t(ins[2])];
       const uint64_t row = uint64_t(cache.shape[1]) * elementBytes(cache.dtype);
+      uint64_t rows = std::min<uint64_t>(context + 1, uint64_t(cache.shape[0]));
       t.cacheBytesPerPosition += row;
-      t.cacheBytes +=
-          std::min<uint64_t>(context + 1, uint64_t(cache.shape[0])) * row;
+      // Attention given the indexer's selection (inputs 4 and 5) reads the
+      // selected rows, at most the selection's length, not every position.
+      if (op.kind == "mla_attention" && ins.size() >= 6) {
+        const uint64_t selectable = step->buffers[size_t(ins[4])].elements();
+        rows = std::min(rows, selectable);
+        t.selectedPositions = t.selectedPositions
+                                  ? std::min(t.selectedPositions, selectable)
+                                  : selectable;
+      } else {
+        t.cacheBytesPerPositionPast += row;
+      }
+      t.cacheBytes += rows * row;
     }
     // A projection's weights follow its input (and an rms_norm_linear's
     // norm); live_from gives each the first position it is read at.

@@ -9,6 +9,9 @@
 // cache's length). A projection's rows that are live only from a later
 // position (step.fused_linear live_from: GLM-5's indexer query and head
 // weights below the indexer's top-k) are not read at a context before it.
+// Attention given the indexer's selection reads only the selected rows of
+// its cache: at most the selection's length (GLM-5: 2,048), whatever the
+// context; the indexer reads every position's key.
 // A step.linear_router (kiln-fold-router composed) reads, besides its
 // weight, a matrix its backend composed at load from the router's gate and
 // the next norm, E rows of K + N/R f32 values: those bytes count, read and
@@ -34,8 +37,13 @@ struct StepTraffic {
   /// Weight bytes read at later contexts but not at this one (live_from).
   uint64_t notLiveBytes = 0;
   uint64_t cacheBytes = 0; ///< read at the context
-  /// Cache bytes one more attended position adds.
+  /// Cache bytes one more attended position adds, up to selectedPositions.
   uint64_t cacheBytesPerPosition = 0;
+  /// The fewest positions an attention given a selection reads (0: no
+  /// attention reads a selection), and the cache bytes one more position
+  /// adds past that many (the caches read whole: the indexer's keys).
+  uint64_t selectedPositions = 0;
+  uint64_t cacheBytesPerPositionPast = 0;
 };
 
 /// The traffic of rank `rank`'s decode_step (zero when it has none).

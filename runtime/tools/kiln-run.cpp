@@ -219,6 +219,14 @@ void describe(const std::string &path, const artifact::Artifact &a) {
                   (unsigned long long)t.weightBytes,
                   (unsigned long long)t.boundBytes,
                   (unsigned long long)t.cacheBytesPerPosition);
+    if (t.boundBytes && t.selectedPositions)
+      std::printf("  attention reads at most the indexer's %llu selected "
+                  "positions: past them a position adds %llu bytes of "
+                  "caches; %llu bytes at context %llu\n",
+                  (unsigned long long)t.selectedPositions,
+                  (unsigned long long)t.cacheBytesPerPositionPast,
+                  (unsigned long long)t.cacheBytes,
+                  (unsigned long long)a.contextLength);
     for (size_t i = 0; i < a.weights.size(); ++i) {
       if (!bound[i])
         continue;

@@ -4,7 +4,11 @@ numerator of every floor in docs/perf.md), against a count made here from
 gguf-py's own tensor sizes and the model's metadata: each bound tensor's
 rank-local part, the routed experts at top_k / E of their bytes, the
 embedding at one row, and per attended position one row of every layer's
-latent and indexer cache. An artifact whose context is shorter than the
+latent and indexer cache. Attention given the indexer's selection reads
+at most top_k positions' latent rows, whatever the context; past them a
+position adds only the indexer's key rows (a context above top_k checks
+it: before, every latent row up to the context was counted, which put the
+floors of docs/perf.md at 4k and 16k positions too high). An artifact whose context is shorter than the
 indexer's top-k never reads the indexer's query and head-weight rows
 (live_from: the indexer selects every position there), so those count as
 bound, not read.
@@ -28,6 +32,9 @@ BIND = re.compile(r"^  binds (\S+) \S+ \[([^\]]*)\] (whole|dim (\d+) \[(\d+), "
                   r"(\d+)\))(?: of each of (\d+) groups)?")
 READS = re.compile(r"decode_step reads (\d+) bytes of weights a token \((\d+) "
                    r"bound; .*\) and (\d+) bytes of caches a position")
+PAST = re.compile(r"attention reads at most the indexer's (\d+) selected "
+                  r"positions: past them a position adds (\d+) bytes of "
+                  r"caches; (\d+) bytes at context (\d+)")
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +49,20 @@ def model(tmp_path_factory):
 def field(reader, key):
     f = reader.fields[key]
     return int(f.parts[f.data[0]][0])
+
+
+def expected_past(reader, context):
+    """(selected positions, cache bytes a position adds past them, cache
+    bytes a step reads at the artifact's context): the cache holds
+    `context` positions and the step attends all of them."""
+    layers = (field(reader, "glm-dsa.block_count") -
+              field(reader, "glm-dsa.nextn_predict_layers"))
+    top_k = field(reader, "glm-dsa.attention.indexer.top_k")
+    latent = (field(reader, "glm-dsa.attention.kv_lora_rank") +
+              field(reader, "glm-dsa.rope.dimension_count")) * 2  # f16
+    key = field(reader, "glm-dsa.attention.indexer.key_length") * 2
+    return (top_k, layers * key,
+            layers * (min(context, top_k) * latent + context * key))
 
 
 def expected(reader, described, context, tp=1, composed=False):
@@ -100,7 +121,7 @@ def expected(reader, described, context, tp=1, composed=False):
 
 
 @pytest.mark.parametrize("tp,context,flags", [
-    (1, 32, []), (2, 32, []), (1, 16, []),
+    (1, 32, []), (2, 32, []), (1, 16, []), (1, 80, []), (2, 80, []),
     (2, 32, ["--fold-router=composed"]), (4, 32, ["--fold-router=composed"])])
 def test_step_traffic_matches_an_independent_count(model, tp, context, flags):
     d, gguf = model
@@ -114,8 +135,11 @@ def test_step_traffic_matches_an_independent_count(model, tp, context, flags):
     described = run_tool("kiln-run", art, "--describe").stdout
     got = [tuple(int(x) for x in m.groups())
            for m in READS.finditer(described)]
-    want = expected(GGUFReader(gguf), described, context, tp, composed)
+    reader = GGUFReader(gguf)
+    want = expected(reader, described, context, tp, composed)
     assert len(got) == tp and got == want, (got, want)
+    past = [tuple(int(x) for x in m.groups()) for m in PAST.finditer(described)]
+    assert past == [expected_past(reader, context) + (context,)] * tp, past
     # The compiler's report states the same figures, per rank.
     for rank, (weights, bound, cache) in enumerate(want):
         assert (f"rank {rank}: a decode step reads {weights / 1e9:.3f} GB of "

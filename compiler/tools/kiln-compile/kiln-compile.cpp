@@ -310,6 +310,13 @@ int main(int argc, char **argv) {
               plan.rank, t.weightBytes / 1e9, t.boundBytes / 1e9,
               (unsigned long long)t.cacheBytesPerPosition, t.cacheBytes / 1e9,
               (unsigned long long)artifact->contextLength);
+        if (t.boundBytes && t.selectedPositions)
+          llvm::errs() << llvm::format(
+              "  rank %u: attention reads at most the indexer's %llu "
+              "selected positions; past them a position adds %llu bytes of "
+              "caches\n",
+              plan.rank, (unsigned long long)t.selectedPositions,
+              (unsigned long long)t.cacheBytesPerPositionPast);
       }
     if (kiln::Status st = kiln::artifact::writeArtifact(*artifact, output); !st)
       return fail(st.error());
