@@ -12,7 +12,8 @@
 #   4. the CUDA backend against the CPU backend, graph vs eager, tp=2 vs
 #      tp=1, compute-sanitizer (test/python/test_cuda_backend.py);
 #   5. benchmarks on random weights: GLM-5 rank 0 of tp=8 alone on one GPU
-#      (graph and eager, context 1024; graph at 4,096 and 16,384; the step
+#      (graph and eager, context 1024; graph at 4,096, 16,384, 32,768,
+#      131,072 and 202,000 positions; the step
 #      without each op kind; its critical path by op kind where CUPTI is
 #      installed), in-graph all-reduce latency, with two GPUs GLM-5
 #      (40 layers) at tp=2, with four all 78 layers at tp=4 (a pack made with
@@ -101,6 +102,12 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # The model's whole context allocated (202,752 positions), 1,024 filled.
   step bench-glm5-tp8-rank0-graph-fullctx run "$m/glm5-full.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 10
+  # Long contexts in the same allocation: the indexer scans every key, its
+  # selection grows with them, attention reads 2,048 positions.
+  for long in 32768 131072 202000; do
+    step bench-glm5-tp8-rank0-graph-ctx$long run "$m/glm5-full.cuda.tp8.kiln" \
+      --bench --simulate-rank 0/8 --context $long --steps 10
+  done
   # What the graph's parallel branches and overlapped launches each buy
   # (docs/cuda.md): the same step with one of them off.
   step bench-glm5-tp8-rank0-graph-serial env KILN_CUDA_BRANCHES=1 \
