@@ -146,33 +146,6 @@ __device__ Best blockBest(Best v, Best *shared) {
   return result;
 }
 
-/// The exclusive prefix sum of `v` over the block in thread order, and the
-/// block's total. `shared` holds kWarp ints.
-__device__ int blockExclusiveScan(int v, int *shared, int &total) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  int inclusive = v;
-  for (int d = 1; d < kWarp; d *= 2) {
-    int below = __shfl_up_sync(kFullMask, inclusive, d);
-    if (lane >= d)
-      inclusive += below;
-  }
-  __syncthreads(); // the previous call's totals are read
-  if (lane == kWarp - 1)
-    shared[warp] = inclusive;
-  __syncthreads();
-  // Every warp scans the warp totals itself: one shared load a lane and a
-  // butterfly, not a serial loop over the warps.
-  int totals = lane < int(blockDim.x / kWarp) ? shared[lane] : 0;
-  for (int d = 1; d < kWarp; d *= 2) {
-    int below = __shfl_up_sync(kFullMask, totals, d);
-    if (lane >= d)
-      totals += below;
-  }
-  total = __shfl_sync(kFullMask, totals, kWarp - 1);
-  const int before = __shfl_sync(kFullMask, totals, warp > 0 ? warp - 1 : 0);
-  return (warp > 0 ? before : 0) + inclusive - v;
-}
-
 /// fp16 bits to float, exact: the hardware conversion for numbers, and for
 /// NaN the reference's rule (payload moved to the top of the mantissa).
 __device__ inline float halfBitsToFloat(uint16_t h) {
@@ -2290,6 +2263,93 @@ __device__ __forceinline__ void sweepKeys(int n, Load load, Fn fn) {
   }
 }
 
+/// A selection's cut, known once its radix passes end: a key is above T
+/// where its bits under `mask` exceed `prefix`, equal to T where they match
+/// it; of the keys equal to T the first `need` by position are chosen.
+struct Cut {
+  uint32_t prefix, mask;
+  int64_t need;
+};
+
+/// Where a block's slice of n keys (keyAt(t), t < n, position base + t)
+/// sends its chosen positions, by warps, without a block barrier a key:
+/// warp w takes the keys [begin, end) = [w S, w S + S) (S a multiple of
+/// 32) and counts those above and equal to the cut (ballots) into
+/// warpAbove / warpEqual (shared, a warp each), which every thread may read
+/// on return.
+struct WarpSpan {
+  int begin, end;
+};
+
+template <typename KeyAt>
+__device__ WarpSpan countInWarpSpans(int n, KeyAt keyAt, const Cut &cut,
+                                     int *warpAbove, int *warpEqual) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp,
+            warps = int(blockDim.x) / kWarp;
+  const int span = (n + kWarp * warps - 1) / (kWarp * warps) * kWarp;
+  WarpSpan w;
+  w.begin = warp * span < n ? warp * span : n;
+  w.end = w.begin + span < n ? w.begin + span : n;
+  int above = 0, equal = 0;
+  for (int t0 = w.begin; t0 < w.end; t0 += kWarp) {
+    const int t = t0 + lane;
+    const uint32_t k = t < w.end ? keyAt(t) & cut.mask : 0u;
+    above += __popc(__ballot_sync(kFullMask, t < w.end && k > cut.prefix));
+    equal += __popc(__ballot_sync(kFullMask, t < w.end && k == cut.prefix));
+  }
+  if (lane == 0) {
+    warpAbove[warp] = above;
+    warpEqual[warp] = equal;
+  }
+  __syncthreads();
+  return w;
+}
+
+/// The sum over the calling warp's lanes of counts[lane] for lanes below
+/// `upTo` (at most kWarp), in every lane: one load a lane and a butterfly,
+/// not a serial loop over the warps.
+__device__ inline int warpSumBelow(const int *counts, int upTo) {
+  const int lane = threadIdx.x % kWarp;
+  int v = lane < upTo ? counts[lane] : 0;
+  for (int d = kWarp / 2; d > 0; d /= 2)
+    v += __shfl_xor_sync(kFullMask, v, d);
+  return v;
+}
+
+/// The chosen positions of countInWarpSpans' slice into selected[], in
+/// position order, after `aboveBefore` keys above the cut and `equalBefore`
+/// keys equal to it in the slices before (0 for the first); slots at
+/// topK and past are not written. Counts fit an int: positions are int32.
+template <typename KeyAt>
+__device__ void placeInWarpSpans(const WarpSpan &w, int base, KeyAt keyAt,
+                                 const Cut &cut, int aboveBefore,
+                                 int equalBefore, const int *warpAbove,
+                                 const int *warpEqual, int32_t *selected,
+                                 int topK) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const unsigned lower = (1u << lane) - 1u; // the lanes below this one
+  const int need = int(cut.need);
+  int equalSeen = equalBefore + warpSumBelow(warpEqual, warp);
+  int written = aboveBefore + warpSumBelow(warpAbove, warp) +
+                (equalSeen < need ? equalSeen : need);
+  for (int t0 = w.begin; t0 < w.end; t0 += kWarp) {
+    const int t = t0 + lane;
+    const uint32_t k = t < w.end ? keyAt(t) & cut.mask : 0u;
+    const bool isEqual = t < w.end && k == cut.prefix;
+    const unsigned equalBallot = __ballot_sync(kFullMask, isEqual);
+    const bool chosen =
+        t < w.end &&
+        (k > cut.prefix ||
+         (isEqual && equalSeen + __popc(equalBallot & lower) < need));
+    const unsigned chosenBallot = __ballot_sync(kFullMask, chosen);
+    const int slot = written + __popc(chosenBallot & lower);
+    if (chosen && slot < topK)
+      selected[slot] = int32_t(base + t);
+    written += __popc(chosenBallot);
+    equalSeen += __popc(equalBallot);
+  }
+}
+
 /// The selection by one block of 1024 threads (indexerSelectKernel's first
 /// block alone, for at most IndexerArgs::oneBlockPositions attended
 /// positions): the cluster's result without its cluster barriers and reads
@@ -2312,9 +2372,7 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
   __shared__ unsigned hist[kSelectCopies * kStride];
   __shared__ int warpAbove[kWarp], warpEqual[kWarp];
   __shared__ RadixState found;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp,
-            threads = int(blockDim.x), warps = threads / kWarp;
-  const unsigned lower = (1u << lane) - 1u; // the lanes below this one
+  const int warp = threadIdx.x / kWarp, threads = int(blockDim.x);
   unsigned *mineHist = hist + warp % kSelectCopies * kStride;
   const auto clearCounts = [&] {
     for (int i = threadIdx.x; i < kSelectCopies * kStride; i += threads)
@@ -2358,46 +2416,14 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
           count(k, valid, st.mask, st.prefix, shift - 8);
         });
   }
-  const uint32_t prefix = st.prefix, mask = st.mask;
-  const int64_t need = st.need;
   // Keys above T by their top bits (mask), and keys equal to T there; of
   // the equal ones the first `need` by position are chosen.
-  const int span = (attended + 32 * warps - 1) / (32 * warps) * 32;
-  const int begin = warp * span < attended ? warp * span : attended;
-  const int end = begin + span < attended ? begin + span : attended;
-  int above = 0, equals = 0;
-  for (int t0 = begin; t0 < end; t0 += kWarp) {
-    const int t = t0 + lane;
-    const uint32_t k = t < end ? keys[t] & mask : 0u;
-    above += __popc(__ballot_sync(kFullMask, t < end && k > prefix));
-    equals += __popc(__ballot_sync(kFullMask, t < end && k == prefix));
-  }
-  if (lane == 0) {
-    warpAbove[warp] = above;
-    warpEqual[warp] = equals;
-  }
-  __syncthreads();
-  int aboveBefore = 0, equalSeen = 0;
-  for (int w = 0; w < warp; ++w) {
-    aboveBefore += warpAbove[w];
-    equalSeen += warpEqual[w];
-  }
-  int written = aboveBefore + int(equalSeen < need ? equalSeen : need);
-  for (int t0 = begin; t0 < end; t0 += kWarp) {
-    const int t = t0 + lane;
-    const uint32_t k = t < end ? keys[t] & mask : 0u;
-    const bool isEqual = t < end && k == prefix;
-    const unsigned equalBallot = __ballot_sync(kFullMask, isEqual);
-    const bool chosen =
-        t < end &&
-        (k > prefix ||
-         (isEqual && equalSeen + __popc(equalBallot & lower) < need));
-    const unsigned chosenBallot = __ballot_sync(kFullMask, chosen);
-    if (chosen)
-      a.selected[written + __popc(chosenBallot & lower)] = int32_t(t);
-    written += __popc(chosenBallot);
-    equalSeen += __popc(equalBallot);
-  }
+  const Cut cut{st.prefix, st.mask, st.need};
+  const auto staged = [&](int t) { return keys[t]; };
+  const WarpSpan w =
+      countInWarpSpans(attended, staged, cut, warpAbove, warpEqual);
+  placeInWarpSpans(w, 0, staged, cut, 0, 0, warpAbove, warpEqual, a.selected,
+                   int(a.topK));
   // Exactly topK are chosen (attended > topK).
   if (threadIdx.x == 0)
     *a.count = int32_t(a.topK);
@@ -2442,7 +2468,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ uint32_t stagedKeys[];
-  __shared__ int warpTotals[kWarp];
+  __shared__ int warpAbove[kWarp], warpEqual[kWarp];
   __shared__ unsigned hist[2][256], merged[256];
   __shared__ int64_t sliceCounts[2]; // keys above T, keys equal to T
   __shared__ RadixState found;
@@ -2517,51 +2543,33 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
     if (a.earlyStop && st.need == st.equal)
       break;
   }
-  const uint32_t prefix = st.prefix, mask = st.mask;
-  const int64_t need = st.need;
-  // This slice's keys above T and equal to T (by the bits found), then the
-  // slices before it.
-  int64_t above = 0, equal = 0;
-  for (int64_t start = 0; start < mine; start += blockDim.x) {
-    const int64_t t = start + threadIdx.x;
-    const uint32_t k = t < mine ? keyAt(t) & mask : 0u;
-    above += __syncthreads_count(t < mine && k > prefix);
-    equal += __syncthreads_count(t < mine && k == prefix);
-  }
-  if (threadIdx.x == 0) {
-    sliceCounts[0] = above;
-    sliceCounts[1] = equal;
+  // This slice's keys above T and equal to T (by the bits found), by warps
+  // over spans of it; then the slices before it.
+  const Cut cut{st.prefix, st.mask, st.need};
+  const WarpSpan w =
+      countInWarpSpans(int(mine), keyAt, cut, warpAbove, warpEqual);
+  if (threadIdx.x < kWarp) { // the slice's totals, by warp 0
+    const int warps = int(blockDim.x) / kWarp;
+    const int above = warpSumBelow(warpAbove, warps),
+              equal = warpSumBelow(warpEqual, warps);
+    if (threadIdx.x == 0) {
+      sliceCounts[0] = above;
+      sliceCounts[1] = equal;
+    }
   }
   cluster.sync(); // every slice's counts are in place
-  int64_t aboveBefore = 0, equalSeen = 0;
+  int64_t aboveBefore = 0, equalBefore = 0;
   for (int r = 0; r < rank; ++r) {
     const int64_t *other = cluster.map_shared_rank(sliceCounts, r);
     aboveBefore += other[0];
-    equalSeen += other[1];
+    equalBefore += other[1];
   }
-  // Without a tie across the cut (every key equal to T chosen: the usual
-  // case) a key is chosen when it is at least T, and one prefix sum a
-  // block of positions places them; with one, a first prefix sum counts
-  // the equal keys before each.
-  const bool allEqual = need == st.equal;
-  int64_t written = aboveBefore + (equalSeen < need ? equalSeen : need);
-  for (int64_t start = 0; start < mine; start += blockDim.x) {
-    const int64_t t = start + threadIdx.x;
-    const uint32_t k = t < mine ? keyAt(t) & mask : 0u;
-    const int isEqual = t < mine && k == prefix;
-    int equalTotal = 0, equalBefore = 0;
-    if (!allEqual) // uniform over the block
-      equalBefore = blockExclusiveScan(isEqual, warpTotals, equalTotal);
-    const int chosen =
-        t < mine && (k > prefix ||
-                     (isEqual && (allEqual || equalSeen + equalBefore < need)));
-    int chosenTotal = 0;
-    const int slot = blockExclusiveScan(chosen, warpTotals, chosenTotal);
-    if (chosen && written + slot < a.topK)
-      a.selected[written + slot] = int32_t(begin + t);
-    written += chosenTotal;
-    equalSeen += equalTotal;
-  }
+  placeInWarpSpans(w, int(begin), keyAt, cut, int(aboveBefore),
+                   int(equalBefore), warpAbove, warpEqual, a.selected,
+                   int(a.topK));
+  const int64_t equalThrough = equalBefore + sliceCounts[1];
+  const int64_t written = aboveBefore + sliceCounts[0] +
+                          (equalThrough < cut.need ? equalThrough : cut.need);
   // Exactly topK are chosen over the cluster; the last block writes the
   // count (the zeros after the chosen slots are for fewer, never here).
   if (rank == kSelectBlocks - 1) {

@@ -6,8 +6,8 @@
 //   other step ops ("bench op NAME X us")
 // kiln-cuda-ops --bench-moe       times the routed experts alone (L2-warm
 //   and from memory)
-// kiln-cuda-ops --bench-dsa       times GLM-5's indexer at 16k positions
-//   alone, in a graph, then launches it 5 times more outside one (for
+// kiln-cuda-ops --bench-dsa       times GLM-5's indexer at 32k and 128k
+//   positions of a 128k cache and at 2k-16k of a 16k one, alone, in a graph, then launches it 5 times more outside one (for
 //   Nsight Compute: `ncu -k regex:indexer kiln-cuda-ops --bench-dsa`)
 // kiln-cuda-ops --bench-chain     times a chain of dependent mat-vecs as the
 //   step's kernels and as one persistent kernel (a measurement of that
@@ -3566,6 +3566,29 @@ void benchDsa(int eager) {
               {at4k.get(), {}, "at 4096, rope"},
               {at4k.get(), {}, "at 4096, rope, no tensor cores", false},
               {at4k.get(), kc::kClusterSelect, "at 4096, rope, as before"}};
+  // Long contexts: a cache of 131,072 positions, selected at 32,768 and at
+  // its last (the cluster, 4,096 and 16,384 keys a block).
+  constexpr int64_t kLonger = 131072;
+  DeviceArray<uint16_t> longKeys(kLonger * 128);
+  kc::DeviceCache longCache{longKeys.get(), kc::CacheType::F16, kLonger, 128};
+  CHECK_CUDA(kc::launchFillRandomCache(longCache, 10, stream));
+  DeviceArray<float> longScores(kLonger);
+  DeviceArray<int32_t> at32k(std::vector<int32_t>{32767}),
+      at128k(std::vector<int32_t>{int32_t(kLonger - 1)});
+  for (const int32_t *position : {at32k.get(), at128k.get()}) {
+    const auto longLaunch = [&, position](cudaStream_t s) {
+      return kc::launchDsaIndexer(
+          q.get(), 32, 128, hw.get(), longCache, position, 2048, 0.1f,
+          longScores.get(), chosen.get(), count.get(), fault.sink(), s,
+          kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, 64},
+          kc::kMaxStagedKeyBytes, {});
+    };
+    std::printf("bench op %-52s %9.2f us\n",
+                fmtText("dsa_indexer 32x128, top 2048 at %d, rope",
+                        position == at32k.get() ? 32768 : 131072)
+                    .c_str(),
+                timeInGraph(stream, longLaunch));
+  }
   for (const auto &row : rows) {
     std::optional<IndexerMmaOff> mmaOff;
     if (!row.mma)
