@@ -2450,11 +2450,12 @@ constexpr int kSelectBlocks = 8;
 ///      holds exactly the keys still needed, T is known by the bits found
 ///      so far, and the keys are compared by those (the bench's random
 ///      scores: after two passes at 4k positions, three at 16k).
-///   2. Each block counts its keys above T and equal to T; after a barrier
-///      it sums the counts of the blocks before it, which place its slice:
-///      its keys above T, and those equal to T among the first `need` of
-///      them overall, go to the next slots, positions ascending (block
-///      prefix sums; one when no tie crosses the cut).
+///   2. Each block counts its keys above T and equal to T, warp by warp
+///      (countInWarpSpans); after a barrier it sums the counts of the
+///      blocks before it, which place its slice: its keys above T, and
+///      those equal to T among the first `need` of them overall, go to the
+///      next slots, positions ascending (placeInWarpSpans: each warp after
+///      the warps before it, ballots placing its lanes).
 /// Exact: the same positions as the CPU's sort, in O(positions) a pass. Up
 /// to a.oneBlockPositions attended positions the first block selects alone
 /// (selectInOneBlock) and the others leave at once.

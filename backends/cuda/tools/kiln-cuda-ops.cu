@@ -7,7 +7,8 @@
 // kiln-cuda-ops --bench-moe       times the routed experts alone (L2-warm
 //   and from memory)
 // kiln-cuda-ops --bench-dsa       times GLM-5's indexer at 32k and 128k
-//   positions of a 128k cache and at 2k-16k of a 16k one, alone, in a graph, then launches it 5 times more outside one (for
+//   positions of a 128k cache and at 2k-16k of a 16k one, alone, in a
+//   graph, then launches it 5 times more outside one (for
 //   Nsight Compute: `ncu -k regex:indexer kiln-cuda-ops --bench-dsa`)
 // kiln-cuda-ops --bench-chain     times a chain of dependent mat-vecs as the
 //   step's kernels and as one persistent kernel (a measurement of that
