@@ -8,10 +8,10 @@ latent and indexer cache. Attention given the indexer's selection reads
 at most top_k positions' latent rows, whatever the context; past them a
 position adds only the indexer's key rows (a context above top_k checks
 it: before, every latent row up to the context was counted, which put the
-floors of docs/perf.md at 4k and 16k positions too high). An artifact whose context is shorter than the
-indexer's top-k never reads the indexer's query and head-weight rows
-(live_from: the indexer selects every position there), so those count as
-bound, not read.
+floors of docs/perf.md at 4k and 16k positions too high). An artifact
+whose context is shorter than the indexer's top-k never reads the
+indexer's query and head-weight rows (live_from: the indexer selects every
+position there), so those count as bound, not read.
 
 With the router folded composed (`--fold-router=composed`), each MoE
 layer's attn_output is a linear_router whose backend composes, at load, a

@@ -3533,12 +3533,16 @@ void benchDsa(int eager) {
       scores(kLong);
   DeviceArray<int32_t> last(std::vector<int32_t>{int32_t(kLong - 1)}),
       at4k(std::vector<int32_t>{4095}), chosen(2048), count(1);
+  // On `cache` into `scores` unless another cache and its scores are given.
   auto launchAt = [&](const int32_t *position, kc::IndexerSelect select,
-                      int64_t ropeDims = 64) {
-    return [&, position, select, ropeDims](cudaStream_t s) {
+                      int64_t ropeDims = 64, const kc::DeviceCache *on = nullptr,
+                      float *into = nullptr) {
+    const kc::DeviceCache keysOf = on ? *on : cache;
+    float *scoresOf = into ? into : scores.get();
+    return [&, position, select, ropeDims, keysOf, scoresOf](cudaStream_t s) {
       return kc::launchDsaIndexer(
-          q.get(), 32, 128, hw.get(), cache, position, 2048, 0.1f,
-          scores.get(), chosen.get(), count.get(), fault.sink(), s,
+          q.get(), 32, 128, hw.get(), keysOf, position, 2048, 0.1f, scoresOf,
+          chosen.get(), count.get(), fault.sink(), s,
           kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, ropeDims},
           kc::kMaxStagedKeyBytes, select);
     };
@@ -3574,21 +3578,15 @@ void benchDsa(int eager) {
   kc::DeviceCache longCache{longKeys.get(), kc::CacheType::F16, kLonger, 128};
   CHECK_CUDA(kc::launchFillRandomCache(longCache, 10, stream));
   DeviceArray<float> longScores(kLonger);
-  DeviceArray<int32_t> at32k(std::vector<int32_t>{32767}),
-      at128k(std::vector<int32_t>{int32_t(kLonger - 1)});
-  for (const int32_t *position : {at32k.get(), at128k.get()}) {
-    const auto longLaunch = [&, position](cudaStream_t s) {
-      return kc::launchDsaIndexer(
-          q.get(), 32, 128, hw.get(), longCache, position, 2048, 0.1f,
-          longScores.get(), chosen.get(), count.get(), fault.sink(), s,
-          kc::QueryRope{kc::RopeStyle::Interleaved, 1e6f, 0, 64},
-          kc::kMaxStagedKeyBytes, {});
-    };
-    std::printf("bench op %-52s %9.2f us\n",
-                fmtText("dsa_indexer 32x128, top 2048 at %d, rope",
-                        position == at32k.get() ? 32768 : 131072)
-                    .c_str(),
-                timeInGraph(stream, longLaunch));
+  for (const int64_t attended : {int64_t(32768), kLonger}) {
+    DeviceArray<int32_t> position(std::vector<int32_t>{int32_t(attended - 1)});
+    std::printf(
+        "bench op %-52s %9.2f us\n",
+        fmtText("dsa_indexer 32x128, top 2048 at %lld, rope",
+                (long long)attended)
+            .c_str(),
+        timeInGraph(stream, launchAt(position.get(), {}, 64, &longCache,
+                                     longScores.get())));
   }
   for (const auto &row : rows) {
     std::optional<IndexerMmaOff> mmaOff;
