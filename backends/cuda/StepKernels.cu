@@ -2239,6 +2239,8 @@ __device__ inline void takeDigit(const unsigned *counts, int shift,
 /// w % kSelectCopies), so that the 32 warps' counts of the digits most keys
 /// share do not all land on one shared-memory word.
 constexpr int kSelectCopies = 8;
+/// Each copy's bins a bank over from the last.
+constexpr int kSelectStride = 257;
 /// Keys a thread takes a round of the one-block selection's sweeps, their
 /// loads issued together.
 constexpr int kSweepUnroll = 4;
@@ -2357,7 +2359,8 @@ __device__ void placeInWarpSpans(const WarpSpan &w, int base, KeyAt keyAt,
 /// there. One block counts every key on its own multiprocessor, though (a
 /// shared-memory atomic each, ~4 a cycle), so above a few thousand
 /// positions the cluster is the faster (docs/perf.md, seventeenth pass).
-/// `keys` (dynamic shared memory) takes the attended positions' keys.
+/// `keys` (dynamic shared memory) takes the attended positions' keys,
+/// `hist` (shared) the kSelectCopies copies of the histogram.
 ///   1. Radix select, 8 bits a pass from the top, as the cluster's, each
 ///      warp counting into its copy of the histogram; the first pass
 ///      counts as the keys are staged. It stops once the digit's keys are
@@ -2367,15 +2370,13 @@ __device__ void placeInWarpSpans(const WarpSpan &w, int base, KeyAt keyAt,
 ///      counts of the warps before it, and each warp writes its chosen
 ///      positions in order, 32 a round (a ballot's prefix places a lane).
 __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
-                                 uint32_t *keys) {
-  constexpr int kStride = 257; // each copy's bins a bank over from the last
-  __shared__ unsigned hist[kSelectCopies * kStride];
+                                 uint32_t *keys, unsigned *hist) {
   __shared__ int warpAbove[kWarp], warpEqual[kWarp];
   __shared__ RadixState found;
   const int warp = threadIdx.x / kWarp, threads = int(blockDim.x);
-  unsigned *mineHist = hist + warp % kSelectCopies * kStride;
+  unsigned *mineHist = hist + warp % kSelectCopies * kSelectStride;
   const auto clearCounts = [&] {
-    for (int i = threadIdx.x; i < kSelectCopies * kStride; i += threads)
+    for (int i = threadIdx.x; i < kSelectCopies * kSelectStride; i += threads)
       hist[i] = 0;
   };
   // A key's digit at `shift`, counted where its bits above are `prefix`.
@@ -2402,7 +2403,7 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
       unsigned sum = 0;
 #pragma unroll
       for (int c = 0; c < kSelectCopies; ++c)
-        sum += hist[c * kStride + i];
+        sum += hist[c * kSelectStride + i];
       hist[i] = sum;
     }
     takeDigit(hist, shift, found, st);
@@ -2441,15 +2442,16 @@ constexpr int kSelectBlocks = 8;
 /// positions [r S, r S + S) (S = attended / kSelectBlocks rounded up).
 ///   1. Radix select, 8 bits a pass from the top: each block counts the
 ///      keys of its slice that share the bits found so far, by their next 8
-///      bits (a warp's lanes with the same digit add once:
-///      __match_any_sync); after a cluster barrier every block sums the
-///      blocks' counts and its warp 0 finds the digit where the count from
+///      bits (each warp into its copy of the histogram, as the one block
+///      does, the copies then summed); after a cluster barrier every block
+///      sums the blocks' counts and its warp 0 finds the digit where the count from
 ///      the top reaches the number still needed (takeDigit; every block
 ///      alike). After 4 passes T is the topK-th largest key and `need` the
 ///      number of keys equal to T that are selected; sooner, where a digit
 ///      holds exactly the keys still needed, T is known by the bits found
 ///      so far, and the keys are compared by those (the bench's random
-///      scores: after two passes at 4k positions, three at 16k).
+///      scores: after two passes at 4k positions, three at 16k). The
+///      first pass stages the keys as it counts them.
 ///   2. Each block counts its keys above T and equal to T, warp by warp
 ///      (countInWarpSpans); after a barrier it sums the counts of the
 ///      blocks before it, which place its slice: its keys above T, and
@@ -2470,6 +2472,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   cg::cluster_group cluster = cg::this_cluster();
   extern __shared__ uint32_t stagedKeys[];
   __shared__ int warpAbove[kWarp], warpEqual[kWarp];
+  __shared__ unsigned copies[kSelectCopies * kSelectStride];
   __shared__ unsigned hist[2][256], merged[256];
   __shared__ int64_t sliceCounts[2]; // keys above T, keys equal to T
   __shared__ RadixState found;
@@ -2487,48 +2490,68 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   }
   if (attended <= a.oneBlockPositions) { // uniform over the cluster
     if (cluster.block_rank() == 0)
-      selectInOneBlock(a, int(attended), stagedKeys);
+      selectInOneBlock(a, int(attended), stagedKeys, copies);
     return;
   }
-  const int lane = threadIdx.x % kWarp;
+  unsigned *mineCopy =
+      copies + threadIdx.x / kWarp % kSelectCopies * kSelectStride;
   const int rank = int(cluster.block_rank());
   const int64_t per = (attended + kSelectBlocks - 1) / kSelectBlocks;
   const int64_t begin = per * rank < attended ? per * rank : attended;
   const int64_t end = begin + per < attended ? begin + per : attended;
   const int64_t mine = end - begin;
-  if constexpr (kStaged) {
-    // Unrolled so that several of each thread's loads are in flight.
-#pragma unroll 8
-    for (int64_t t = threadIdx.x; t < mine; t += blockDim.x)
-      stagedKeys[t] = rankKey(a.scores[begin + t]);
-  }
   auto keyAt = [&](int64_t t) { // t: an index into the slice
     if constexpr (kStaged)
       return stagedKeys[t];
     else
       return rankKey(a.scores[begin + t]);
   };
+  // The warps count into copies of a histogram, zero from here on: each
+  // pass's sums clear them for the next.
+  for (int i = threadIdx.x; i < kSelectCopies * kSelectStride; i += blockDim.x)
+    copies[i] = 0;
+  __syncthreads();
   RadixState st{0u, 0u, a.topK, 0};
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    // Two histograms in turn: another block may still be reading the one
-    // of the pass before until the barrier below.
-    unsigned *mineHist = hist[pass % 2];
-    for (int i = threadIdx.x; i < 256; i += blockDim.x)
-      mineHist[i] = 0;
-    __syncthreads();
-    // Uniform trip count: every lane of a warp reaches the match together.
-    for (int64_t start = 0; start < mine; start += blockDim.x) {
-      const int64_t t = start + threadIdx.x;
-      unsigned digit = 256; // not a candidate
-      if (t < mine) {
-        const uint32_t k = keyAt(t);
-        if ((k & st.mask) == st.prefix)
-          digit = (k >> shift) & 255u;
+    // The first pass stages the keys as it counts them (kStaged), its
+    // loads kSweepUnroll a thread in flight together.
+    for (int64_t start = 0; start < mine; start += kSweepUnroll * blockDim.x) {
+      uint32_t k[kSweepUnroll];
+#pragma unroll
+      for (int j = 0; j < kSweepUnroll; ++j) {
+        const int64_t t = start + j * blockDim.x + threadIdx.x;
+        k[j] = t >= mine    ? 0u
+               : pass == 0 ? rankKey(a.scores[begin + t])
+                           : keyAt(t);
       }
-      const unsigned peers = __match_any_sync(kFullMask, digit);
-      if (digit < 256 && lane == __ffs(peers) - 1)
-        atomicAdd(&mineHist[digit], unsigned(__popc(peers)));
+#pragma unroll
+      for (int j = 0; j < kSweepUnroll; ++j) {
+        const int64_t t = start + j * blockDim.x + threadIdx.x;
+        if constexpr (kStaged)
+          if (pass == 0 && t < mine)
+            stagedKeys[t] = k[j];
+        // An increment by one, which the hardware adds for a warp's lanes
+        // with the same digit at once: __match_any_sync, which did that
+        // before, has a low throughput (most of this kernel's time at
+        // 16,384 keys a block; docs/perf.md, thirty-first pass).
+        if (t < mine && (k[j] & st.mask) == st.prefix)
+          atomicAdd(&mineCopy[(k[j] >> shift) & 255u], 1u);
+      }
+    }
+    __syncthreads(); // the copies are counted
+    // Their sums into one of two histograms in turn (another block may
+    // still be reading the one of the pass before until the barrier
+    // below), the copies cleared as they are read.
+    unsigned *mineHist = hist[pass % 2];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+      unsigned sum = 0;
+#pragma unroll
+      for (int c = 0; c < kSelectCopies; ++c) {
+        sum += copies[c * kSelectStride + i];
+        copies[c * kSelectStride + i] = 0;
+      }
+      mineHist[i] = sum;
     }
     cluster.sync(); // every block's counts of this pass are in place
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
