@@ -191,9 +191,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # and caches are seeded) for the rank's step as a graph, on one branch,
   # without programmatic launch, eagerly, with the early prefetch after
   # collectives, and with none and every family of the fixed-shape
-  # kernels, at 1k; at 16k with none and every family and the indexer's
-  # top-k as before the seventeenth pass; at 4k with that too. A short run
-  # each.
+  # kernels, at 1k; at 16k with none and every family, the indexer's
+  # top-k as before the seventeenth pass and by a cluster of 16 blocks; at
+  # 4k with the top-k as before too. A short run each.
   same_result() { # CONTEXT [ENV=VALUE|--eager]...: each run's line, all equal
     local context=$1 first="" line variant
     shift
@@ -219,7 +219,8 @@ if [ -x "$pack/bin/kiln-run" ]; then
     KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 KILN_CUDA_SPECIALISED=0 \
     KILN_CUDA_SPECIALISED=1 KILN_CUDA_SHORT_GRAPH=1
   step same-result-glm5-tp8-rank0-16k same_result 16384 \
-    KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1 KILN_CUDA_CLUSTER_SELECT=1
+    KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1 KILN_CUDA_CLUSTER_SELECT=1 \
+    KILN_CUDA_SELECT_BLOCKS=16
   step same-result-glm5-tp8-rank0-4k same_result 4096 \
     KILN_CUDA_CLUSTER_SELECT=1
   # What each op kind costs on the step's critical path: the step with

@@ -238,6 +238,7 @@ struct CudaRank {
   /// KILN_CUDA_CLUSTER_SELECT=1: the indexer's selection as before the
   /// seventeenth pass (GraphSwitches).
   bool clusterSelect = false;
+  int selectBlocks = 0;    ///< KILN_CUDA_SELECT_BLOCKS (GraphSwitches)
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   bool shortGraph = false; ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
@@ -1028,8 +1029,9 @@ Expected<Launch> OpBinder::bind() {
     QueryRope rope{d.neox ? RopeStyle::NeoX : RopeStyle::Interleaved,
                    float(d.theta), d.ropeOffset, d.ropeDims};
     FaultSink f = sink();
-    const IndexerSelect select =
+    IndexerSelect select =
         rank_.clusterSelect ? kClusterSelect : IndexerSelect{};
+    select.clusterBlocks = rank_.selectBlocks;
     return wrap([=](cudaStream_t s) {
       return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
                               sel, count, f, s, rope, kMaxStagedKeyBytes,
@@ -1427,6 +1429,11 @@ struct GraphSwitches {
   /// count, four radix passes always (kClusterSelect), for comparisons; the
   /// same selection.
   bool clusterSelect = false;
+  /// KILN_CUDA_SELECT_BLOCKS=8|16: the indexer selection's cluster size
+  /// (IndexerSelect::clusterBlocks; unset: 8); 16 is faster past ~100k
+  /// attended positions (docs/perf.md, thirty-first pass); the same
+  /// selection.
+  int selectBlocks = 0;
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
@@ -1504,6 +1511,12 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.mlaProjection = mlaProjection;
   KILN_ASSIGN(clusterSelect, readFlag("KILN_CUDA_CLUSTER_SELECT", false));
   g.clusterSelect = clusterSelect;
+  if (const char *v = std::getenv("KILN_CUDA_SELECT_BLOCKS")) {
+    const std::string t = v;
+    if (t != "8" && t != "16")
+      return Error("KILN_CUDA_SELECT_BLOCKS", t, "expected 8 or 16");
+    g.selectBlocks = std::stoi(t);
+  }
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
@@ -2367,6 +2380,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->overlap = switches.overlap && !rank->oneGpu;
     rank->mlaProjection = switches.mlaProjection;
     rank->clusterSelect = switches.clusterSelect;
+    rank->selectBlocks = switches.selectBlocks;
     rank->quietStart = switches.quietStart;
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;

@@ -89,26 +89,35 @@ __device__ __forceinline__ void prefetchL2(const void *p, uint64_t bytes) {
 #endif
 }
 
-/// Launches `kernel`, asking for an overlapped start after the previous
-/// kernel in the stream when overlappedLaunches() is on.
+/// Launches `kernel` in clusters of `clusterBlocks` blocks (0: as compiled,
+/// __cluster_dims__ or none), asking for an overlapped start after the
+/// previous kernel in the stream when overlappedLaunches() is on.
 template <typename... Params, typename... Args>
-[[nodiscard]] cudaError_t launchStep(void (*kernel)(Params...), dim3 grid,
-                                     dim3 block, size_t sharedBytes,
-                                     cudaStream_t stream, Args &&...args) {
+[[nodiscard]] cudaError_t
+launchStepClustered(unsigned clusterBlocks, void (*kernel)(Params...),
+                    dim3 grid, dim3 block, size_t sharedBytes,
+                    cudaStream_t stream, Args &&...args) {
   // The thread's kernel images (the artifact's) or the stub itself.
   const void *function = resolveKernel(reinterpret_cast<const void *>(kernel));
   if (!function)
     return cudaErrorSymbolNotFound;
-  cudaLaunchAttribute overlap[1] = {};
-  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attributes[2] = {};
+  unsigned count = 0;
+  if (overlappedLaunches()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (clusterBlocks > 0) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count++].val.clusterDim = {clusterBlocks, 1, 1};
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = sharedBytes;
   config.stream = stream;
-  config.attrs = overlap;
-  config.numAttrs = overlappedLaunches() ? 1 : 0;
+  config.attrs = attributes;
+  config.numAttrs = count;
   // The arguments converted to the kernel's parameter types, as
   // cudaLaunchKernelEx does, then passed by address.
   const cudaError_t e = [&](Params... converted) {
@@ -122,29 +131,81 @@ template <typename... Params, typename... Args>
   return e;
 }
 
+/// Launches `kernel` as compiled (launchStepClustered without a cluster
+/// size of the launch's own).
+template <typename... Params, typename... Args>
+[[nodiscard]] cudaError_t launchStep(void (*kernel)(Params...), dim3 grid,
+                                     dim3 block, size_t sharedBytes,
+                                     cudaStream_t stream, Args &&...args) {
+  return launchStepClustered(0, kernel, grid, block, sharedBytes, stream,
+                             std::forward<Args>(args)...);
+}
+
+/// Sets one attribute of `kernel` (as launchStep resolves it) on the
+/// current GPU.
+template <typename... Params>
+cudaError_t setKernelAttribute(void (*kernel)(Params...),
+                               cudaFuncAttribute attribute, int value) {
+  const void *stub = reinterpret_cast<const void *>(kernel);
+  const void *function = resolveKernel(stub);
+  if (!function)
+    return cudaErrorSymbolNotFound;
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return e;
+  return function == stub
+             ? cudaFuncSetAttribute(stub, attribute, value)
+             : cudaKernelSetAttributeForDevice(
+                   cudaKernel_t(const_cast<void *>(function)), attribute,
+                   value, device);
+}
+
+/// Whether the current GPU runs `kernel` (as launchStep resolves it) in
+/// clusters of `clusterBlocks` blocks of `threads` threads and `shared`
+/// dynamic bytes: at least one such cluster fits at once. Sizes past the
+/// portable 8 are allowed on the kernel first.
+template <typename... Params>
+bool clustersFit(void (*kernel)(Params...), unsigned clusterBlocks,
+                 unsigned threads, size_t shared) {
+  const void *function = resolveKernel(reinterpret_cast<const void *>(kernel));
+  if (!function)
+    return false;
+  if (clusterBlocks > 8 &&
+      setKernelAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                         1) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaLaunchAttribute cluster[1] = {};
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim = {clusterBlocks, 1, 1};
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(clusterBlocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = shared;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, function, &config) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return clusters > 0;
+}
+
 /// Lets `kernel` (as launchStep resolves it) use `bytes` of dynamic shared
 /// memory on the current GPU (needed beyond 48 KiB), and asks for the
 /// largest shared-memory carveout, so such blocks can share a
 /// multiprocessor.
 template <typename... Params>
 cudaError_t allowDynamicShared(void (*kernel)(Params...), size_t bytes) {
-  const void *stub = reinterpret_cast<const void *>(kernel);
-  const void *function = resolveKernel(stub);
-  if (!function)
-    return cudaErrorSymbolNotFound;
   const std::pair<cudaFuncAttribute, int> settings[] = {
       {cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)},
       {cudaFuncAttributePreferredSharedMemoryCarveout,
        int(cudaSharedmemCarveoutMaxShared)}};
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
-    return e;
   for (const auto &[attribute, value] : settings)
-    if (cudaError_t e = function == stub
-                            ? cudaFuncSetAttribute(stub, attribute, value)
-                            : cudaKernelSetAttributeForDevice(
-                                  cudaKernel_t(const_cast<void *>(function)),
-                                  attribute, value, device);
+    if (cudaError_t e = setKernelAttribute(kernel, attribute, value);
         e != cudaSuccess)
       return e;
   return cudaSuccess;

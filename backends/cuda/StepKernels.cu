@@ -2430,16 +2430,17 @@ __device__ void selectInOneBlock(const IndexerArgs &a, int attended,
     *a.count = int32_t(a.topK);
 }
 
-/// Blocks of the selection: one cluster, each block a slice of the
-/// positions (its keys staged in its own shared memory), the histograms and
-/// the slices' counts read across the cluster's shared memory.
-constexpr int kSelectBlocks = 8;
+/// Blocks of the selection: one cluster (of kSelectBlocks, or of
+/// kWideSelectBlocks where asked), each block a slice of the positions
+/// (its keys staged in its own shared memory), the histograms and the
+/// slices' counts read across the cluster's shared memory.
+constexpr int kSelectBlocks = 8, kWideSelectBlocks = 16;
 
-/// A cluster of kSelectBlocks blocks: the topK positions of the CPU's
+/// One cluster (the launch's cluster size): the topK positions of the CPU's
 /// stable descending sort (a higher score first, an equal one at a lower
 /// position first), ascending, into selected, zeros after them, and the
 /// count. A bad position selects nothing (count 0). Block r takes the
-/// positions [r S, r S + S) (S = attended / kSelectBlocks rounded up).
+/// positions [r S, r S + S) (S = attended / B rounded up, B the blocks).
 ///   1. Radix select, 8 bits a pass from the top: each block counts the
 ///      keys of its slice that share the bits found so far, by their next 8
 ///      bits (each warp into its copy of the histogram, as the one block
@@ -2465,8 +2466,7 @@ constexpr int kSelectBlocks = 8;
 /// (one uint32 a position of its slice, launchDsaIndexer's choice when they
 /// fit) and every pass reads them there instead of the scores in the L2.
 template <bool kStaged>
-__global__ void __cluster_dims__(kSelectBlocks, 1, 1)
-    indexerSelectKernel(IndexerArgs a) {
+__global__ void indexerSelectKernel(IndexerArgs a) {
   stepKernelPrologue();
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -2496,15 +2496,17 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
   unsigned *mineCopy =
       copies + threadIdx.x / kWarp % kSelectCopies * kSelectStride;
   const int rank = int(cluster.block_rank());
-  const int64_t per = (attended + kSelectBlocks - 1) / kSelectBlocks;
+  const int blocks = int(cluster.num_blocks());
+  const int64_t per = (attended + blocks - 1) / blocks;
   const int64_t begin = per * rank < attended ? per * rank : attended;
   const int64_t end = begin + per < attended ? begin + per : attended;
   const int64_t mine = end - begin;
+  const float *sliceScores = a.scores + begin;
   auto keyAt = [&](int64_t t) { // t: an index into the slice
     if constexpr (kStaged)
       return stagedKeys[t];
     else
-      return rankKey(a.scores[begin + t]);
+      return rankKey(sliceScores[t]);
   };
   // The warps count into copies of a histogram, zero from here on: each
   // pass's sums clear them for the next.
@@ -2516,26 +2518,28 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
     const int shift = 24 - 8 * pass;
     // The first pass stages the keys as it counts them (kStaged), its
     // loads kSweepUnroll a thread in flight together.
-    for (int64_t start = 0; start < mine; start += kSweepUnroll * blockDim.x) {
+    // Indices as int: positions are int32.
+    const int n = int(mine), threads = int(blockDim.x);
+    for (int start = 0; start < n; start += kSweepUnroll * threads) {
       uint32_t k[kSweepUnroll];
 #pragma unroll
       for (int j = 0; j < kSweepUnroll; ++j) {
-        const int64_t t = start + j * blockDim.x + threadIdx.x;
-        k[j] = t >= mine    ? 0u
-               : pass == 0 ? rankKey(a.scores[begin + t])
+        const int t = start + j * threads + int(threadIdx.x);
+        k[j] = t >= n       ? 0u
+               : pass == 0 ? rankKey(sliceScores[t])
                            : keyAt(t);
       }
 #pragma unroll
       for (int j = 0; j < kSweepUnroll; ++j) {
-        const int64_t t = start + j * blockDim.x + threadIdx.x;
+        const int t = start + j * threads + int(threadIdx.x);
         if constexpr (kStaged)
-          if (pass == 0 && t < mine)
+          if (pass == 0 && t < n)
             stagedKeys[t] = k[j];
         // An increment by one, which the hardware adds for a warp's lanes
         // with the same digit at once: __match_any_sync, which did that
         // before, has a low throughput (most of this kernel's time at
         // 16,384 keys a block; docs/perf.md, thirty-first pass).
-        if (t < mine && (k[j] & st.mask) == st.prefix)
+        if (t < n && (k[j] & st.mask) == st.prefix)
           atomicAdd(&mineCopy[(k[j] >> shift) & 255u], 1u);
       }
     }
@@ -2556,7 +2560,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
     cluster.sync(); // every block's counts of this pass are in place
     for (int i = threadIdx.x; i < 256; i += blockDim.x) {
       unsigned sum = 0;
-      for (int r = 0; r < kSelectBlocks; ++r)
+      for (int r = 0; r < blocks; ++r)
         sum += cluster.map_shared_rank(mineHist, r)[i];
       merged[i] = sum;
     }
@@ -2596,7 +2600,7 @@ __global__ void __cluster_dims__(kSelectBlocks, 1, 1)
                           (equalThrough < cut.need ? equalThrough : cut.need);
   // Exactly topK are chosen over the cluster; the last block writes the
   // count (the zeros after the chosen slots are for fewer, never here).
-  if (rank == kSelectBlocks - 1) {
+  if (rank == blocks - 1) {
     for (int64_t i = written + threadIdx.x; i < a.topK; i += blockDim.x)
       a.selected[i] = 0;
     if (threadIdx.x == 0)
@@ -4009,32 +4013,73 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
       return e;
   }
   // The selection: one cluster; each block's keys in its shared memory
-  // when its slice of a cache's worth fits (GLM-5 at 16k positions: 8 KiB).
-  // Up to oneBlockPositions attended positions the first block selects
-  // alone, its keys in the same dynamic shared memory (24 KiB), so that
-  // takes the larger of the two.
-  const int64_t slice = (cache.positions + kSelectBlocks - 1) / kSelectBlocks;
-  const size_t keyBytes = sizeof(uint32_t) * size_t(slice);
-  const bool slicesStaged =
-      keyBytes <= maxStagedBytes && keyBytes <= kMaxStagedKeyBytes;
+  // when its slice of a cache's worth fits (GLM-5 at 16k positions and 8
+  // blocks: 8 KiB). Up to oneBlockPositions attended positions the first
+  // block selects alone, its keys in the same dynamic shared memory (24
+  // KiB), so that takes the larger of the two.
   a.oneBlockPositions = std::min(
       {select.oneBlockPositions, cache.positions, kMaxOneBlockPositions});
-  if (a.oneBlockPositions < 0)
+  if (a.oneBlockPositions < 0 ||
+      (select.clusterBlocks != 0 && select.clusterBlocks != kSelectBlocks &&
+       select.clusterBlocks != kWideSelectBlocks))
     return cudaErrorInvalidValue;
   a.earlyStop = select.earlyStop;
-  const size_t selectBytes =
-      std::max(slicesStaged ? keyBytes : size_t(0),
-               sizeof(uint32_t) * size_t(a.oneBlockPositions));
-  void (*selectKernel)(IndexerArgs) =
-      slicesStaged ? &indexerSelectKernel<true> : &indexerSelectKernel<false>;
-  // Beyond the default 48 KiB with the kernel's own histograms (about 11
+  struct Plan {
+    void (*kernel)(IndexerArgs);
+    size_t bytes;
+  };
+  const auto plan = [&](int clusterBlocks) {
+    const int64_t slice =
+        (cache.positions + clusterBlocks - 1) / clusterBlocks;
+    const size_t keyBytes = sizeof(uint32_t) * size_t(slice);
+    const bool staged =
+        keyBytes <= maxStagedBytes && keyBytes <= kMaxStagedKeyBytes;
+    return Plan{staged ? &indexerSelectKernel<true>
+                       : &indexerSelectKernel<false>,
+                std::max(staged ? keyBytes : size_t(0),
+                         sizeof(uint32_t) * size_t(a.oneBlockPositions))};
+  };
+  // Beyond the default 48 KiB with the kernel's own histograms (about 12
   // KiB) it must opt in; below, no attribute is set at each launch.
-  if (selectBytes > 32 * 1024)
-    if (cudaError_t e = allowDynamicShared(selectKernel, selectBytes);
-        e != cudaSuccess)
+  const auto allow = [](const Plan &p) {
+    return p.bytes > 32 * 1024 ? allowDynamicShared(p.kernel, p.bytes)
+                               : cudaSuccess;
+  };
+  int selectBlocks =
+      select.clusterBlocks != 0 ? select.clusterBlocks : kSelectBlocks;
+  Plan p = plan(selectBlocks);
+  if (cudaError_t e = allow(p); e != cudaSuccess)
+    return e;
+  if (selectBlocks == kWideSelectBlocks) {
+    // Whether the GPU runs such clusters, asked once per host thread,
+    // device, kernel and size; where it does not, 8 blocks.
+    static thread_local struct {
+      int device = -1;
+      void (*kernel)(IndexerArgs) = nullptr;
+      size_t bytes = 0;
+      bool fits = false;
+    } wide;
+    int device = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
       return e;
-  if (cudaError_t e = launchStep(selectKernel, kSelectBlocks,
-                                 kSingleBlockThreads, selectBytes, s, a);
+    if (wide.device != device || wide.kernel != p.kernel ||
+        wide.bytes != p.bytes) {
+      wide.device = device;
+      wide.kernel = p.kernel;
+      wide.bytes = p.bytes;
+      wide.fits = clustersFit(p.kernel, unsigned(kWideSelectBlocks),
+                              unsigned(kSingleBlockThreads), p.bytes);
+    }
+    if (!wide.fits) {
+      selectBlocks = kSelectBlocks;
+      p = plan(selectBlocks);
+      if (cudaError_t e = allow(p); e != cudaSuccess)
+        return e;
+    }
+  }
+  if (cudaError_t e = launchStepClustered(unsigned(selectBlocks), p.kernel,
+                                          selectBlocks,
+                                          kSingleBlockThreads, p.bytes, s, a);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -461,6 +461,11 @@ struct IndexerSelect {
   /// The radix passes stop once the threshold is known by its top bits;
   /// false: all four always. The same selection either way.
   bool earlyStop = true;
+  /// Blocks of the cluster, 8 or 16 (a non-portable size; 8 where the GPU
+  /// cannot run it); 0: 8. Sixteen are faster past ~100k attended
+  /// positions and slower below (docs/perf.md, thirty-first pass). The
+  /// same selection either way.
+  int clusterBlocks = 0;
 };
 /// The selection as before the seventeenth pass (docs/perf.md): by the
 /// cluster at every count, four passes always (KILN_CUDA_CLUSTER_SELECT=1).

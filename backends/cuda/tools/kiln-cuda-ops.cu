@@ -1545,6 +1545,10 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
              false},
         Case{kc::CacheType::F16, 1500, 256, false, 2000, true, 40},
         Case{kc::CacheType::F16, 45000, 2048, false, 50000, false},
+        // 70,001 positions, 4,376 keys a block of 16 (8,751 of 8): drawn
+        // scores with a tie at the cut, and every score 0.
+        Case{kc::CacheType::F16, 70000, 2048, false, 70001},
+        Case{kc::CacheType::F16, 70000, 2048, true, 70001},
         Case{kc::CacheType::F16, 1500, 256, false, 2000, true, 8, 64},
         Case{kc::CacheType::BF16, 1999, 300, false, 2000, true, 100, 64,
              true},
@@ -1675,15 +1679,17 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
     // positions) and with all four (KILN_CUDA_CLUSTER_SELECT=1); the launch
     // above selected by one block up to kMaxOneBlockPositions.
     for (const kc::IndexerSelect select :
-         {kc::IndexerSelect{0, true}, kc::kClusterSelect}) {
+         {kc::IndexerSelect{0, true, 8}, kc::IndexerSelect{0, true, 16},
+          kc::kClusterSelect}) {
       DeviceArray<int32_t> clusterSel(
           std::vector<int32_t>(size_t(c.topK), -1));
       DeviceArray<int32_t> clusterCount(std::vector<int32_t>{-1});
       Fault clusterFault;
       launchCase(caseScores.get(), clusterSel.get(), clusterCount.get(),
                  clusterFault, select);
-      exact(what + (select.earlyStop ? ", by the cluster"
-                                     : ", by the cluster, four passes"),
+      exact(what + (select.earlyStop
+                        ? fmtText(", by a cluster of %d", select.clusterBlocks)
+                        : ", by the cluster, four passes"),
             clusterSel.download(), clusterCount, clusterFault);
     }
     if (c.heads != 32)
@@ -3578,16 +3584,21 @@ void benchDsa(int eager) {
   kc::DeviceCache longCache{longKeys.get(), kc::CacheType::F16, kLonger, 128};
   CHECK_CUDA(kc::launchFillRandomCache(longCache, 10, stream));
   DeviceArray<float> longScores(kLonger);
-  for (const int64_t attended : {int64_t(32768), kLonger}) {
-    DeviceArray<int32_t> position(std::vector<int32_t>{int32_t(attended - 1)});
-    std::printf(
-        "bench op %-52s %9.2f us\n",
-        fmtText("dsa_indexer 32x128, top 2048 at %lld, rope",
-                (long long)attended)
-            .c_str(),
-        timeInGraph(stream, launchAt(position.get(), {}, 64, &longCache,
-                                     longScores.get())));
-  }
+  // Each by the cluster this cache takes (16 blocks) and by one of 8.
+  for (const int64_t attended : {int64_t(32768), kLonger})
+    for (const int blocks : {16, 8}) {
+      DeviceArray<int32_t> position(
+          std::vector<int32_t>{int32_t(attended - 1)});
+      kc::IndexerSelect select;
+      select.clusterBlocks = blocks;
+      std::printf("bench op %-52s %9.2f us\n",
+                  fmtText("dsa_indexer 32x128, top 2048 at %lld, rope, %d "
+                          "blocks",
+                          (long long)attended, blocks)
+                      .c_str(),
+                  timeInGraph(stream, launchAt(position.get(), select, 64,
+                                               &longCache, longScores.get())));
+    }
   for (const auto &row : rows) {
     std::optional<IndexerMmaOff> mmaOff;
     if (!row.mma)
