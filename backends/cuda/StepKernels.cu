@@ -2445,9 +2445,9 @@ constexpr int kSelectBlocks = 8, kWideSelectBlocks = 16;
 ///      keys of its slice that share the bits found so far, by their next 8
 ///      bits (each warp into its copy of the histogram, as the one block
 ///      does, the copies then summed); after a cluster barrier every block
-///      sums the blocks' counts and its warp 0 finds the digit where the count from
-///      the top reaches the number still needed (takeDigit; every block
-///      alike). After 4 passes T is the topK-th largest key and `need` the
+///      sums the blocks' counts and its warp 0 finds the digit where the
+///      count from the top reaches the number still needed (takeDigit;
+///      every block alike). After 4 passes T is the topK-th largest key and `need` the
 ///      number of keys equal to T that are selected; sooner, where a digit
 ///      holds exactly the keys still needed, T is known by the bits found
 ///      so far, and the keys are compared by those (the bench's random
@@ -2513,13 +2513,13 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
   for (int i = threadIdx.x; i < kSelectCopies * kSelectStride; i += blockDim.x)
     copies[i] = 0;
   __syncthreads();
+  // Sweep indices as int (positions are int32).
+  const int n = int(mine), threads = int(blockDim.x);
   RadixState st{0u, 0u, a.topK, 0};
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
     // The first pass stages the keys as it counts them (kStaged), its
     // loads kSweepUnroll a thread in flight together.
-    // Indices as int: positions are int32.
-    const int n = int(mine), threads = int(blockDim.x);
     for (int start = 0; start < n; start += kSweepUnroll * threads) {
       uint32_t k[kSweepUnroll];
 #pragma unroll
