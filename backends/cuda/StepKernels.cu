@@ -2447,12 +2447,12 @@ constexpr int kSelectBlocks = 8, kWideSelectBlocks = 16;
 ///      does, the copies then summed); after a cluster barrier every block
 ///      sums the blocks' counts and its warp 0 finds the digit where the
 ///      count from the top reaches the number still needed (takeDigit;
-///      every block alike). After 4 passes T is the topK-th largest key and `need` the
-///      number of keys equal to T that are selected; sooner, where a digit
-///      holds exactly the keys still needed, T is known by the bits found
-///      so far, and the keys are compared by those (the bench's random
-///      scores: after two passes at 4k positions, three at 16k). The
-///      first pass stages the keys as it counts them.
+///      every block alike). After 4 passes T is the topK-th largest key and
+///      `need` the number of keys equal to T that are selected; sooner,
+///      where a digit holds exactly the keys still needed, T is known by
+///      the bits found so far, and the keys are compared by those (the
+///      bench's random scores: after two passes at 4k positions, three at
+///      16k). The first pass stages the keys as it counts them.
 ///   2. Each block counts its keys above T and equal to T, warp by warp
 ///      (countInWarpSpans); after a barrier it sums the counts of the
 ///      blocks before it, which place its slice: its keys above T, and

@@ -3584,7 +3584,8 @@ void benchDsa(int eager) {
   kc::DeviceCache longCache{longKeys.get(), kc::CacheType::F16, kLonger, 128};
   CHECK_CUDA(kc::launchFillRandomCache(longCache, 10, stream));
   DeviceArray<float> longScores(kLonger);
-  // Each by the cluster this cache takes (16 blocks) and by one of 8.
+  // Each by a cluster of 16 blocks (KILN_CUDA_SELECT_BLOCKS=16) and by the
+  // default's 8.
   for (const int64_t attended : {int64_t(32768), kLonger})
     for (const int blocks : {16, 8}) {
       DeviceArray<int32_t> position(
