@@ -220,7 +220,7 @@ if [ -x "$pack/bin/kiln-run" ]; then
     KILN_CUDA_SPECIALISED=1 KILN_CUDA_SHORT_GRAPH=1
   step same-result-glm5-tp8-rank0-16k same_result 16384 \
     KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1 KILN_CUDA_CLUSTER_SELECT=1 \
-    KILN_CUDA_SELECT_BLOCKS=16
+    KILN_CUDA_SELECT_BLOCKS=16 KILN_CUDA_SELECT_WIDE_FROM=8192
   step same-result-glm5-tp8-rank0-4k same_result 4096 \
     KILN_CUDA_CLUSTER_SELECT=1
   # What each op kind costs on the step's critical path: the step with

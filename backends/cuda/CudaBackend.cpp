@@ -166,6 +166,9 @@ struct StepGraph {
   /// (setEarlyPrefetch).
   std::vector<bool> quietStart, quietStartEager;
   std::vector<cudaEvent_t> done; ///< per unit, null unless it signals
+  /// What sets it apart from the step's first graph, for messages (empty
+  /// for that one).
+  std::string label;
   /// KILN_CUDA_SCHEDULE: the graph's kernel nodes after each unit was
   /// captured (a unit added the difference from the one before).
   std::vector<size_t> unitKernels;
@@ -195,6 +198,13 @@ struct CudaStep {
   /// with KILN_CUDA_SHORT_GRAPH=1, and a step with indexers.
   std::optional<StepGraph> allSelected;
   int64_t selectsAll = 0;
+  /// A step with DSA indexers over caches of at least wideFrom positions,
+  /// at a position where at least wideFrom are attended: each indexer's
+  /// selection by a cluster of 16 blocks, not 8 (faster there, slower
+  /// below; the same selection). KILN_CUDA_SELECT_BLOCKS=auto (the
+  /// default), where the GPU runs such clusters.
+  std::optional<StepGraph> wideSelect;
+  int64_t wideFrom = 0;
   /// The position input as last written from the host (-1: not yet), which
   /// picks the graph a run replays.
   int64_t position = -1;
@@ -207,9 +217,23 @@ struct CudaStep {
 
   /// The graph a run at the last written position takes.
   StepGraph &current() {
-    return allSelected && position >= 0 && position + 1 <= selectsAll
-               ? *allSelected
-               : whole;
+    if (allSelected && position >= 0 && position + 1 <= selectsAll)
+      return *allSelected;
+    if (wideSelect && position >= 0 && position + 1 >= wideFrom)
+      return *wideSelect;
+    return whole;
+  }
+  /// Every graph the step has, the first graph first: they are captured
+  /// and instantiated in this order, and of two graphs of the same kernels
+  /// the one instantiated second replayed 0.10-0.20 ms slower at GLM-5's
+  /// full width (docs/perf.md, thirty-second pass), so the graph most
+  /// steps take comes first.
+  std::vector<StepGraph *> graphs() {
+    std::vector<StepGraph *> all{&whole};
+    for (std::optional<StepGraph> *g : {&allSelected, &wideSelect})
+      if (*g)
+        all.push_back(&**g);
+    return all;
   }
 };
 
@@ -239,6 +263,7 @@ struct CudaRank {
   /// seventeenth pass (GraphSwitches).
   bool clusterSelect = false;
   int selectBlocks = 0;    ///< KILN_CUDA_SELECT_BLOCKS (GraphSwitches)
+  int64_t wideSelectFrom = 0; ///< KILN_CUDA_SELECT_WIDE_FROM (GraphSwitches)
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   bool shortGraph = false; ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
@@ -303,10 +328,7 @@ struct CudaRank {
     for (auto &[name, s] : steps) {
       for (cudaEvent_t e : s.events)
         cudaEventDestroy(e);
-      for (StepGraph *g :
-           {&s.whole, s.allSelected ? &*s.allSelected : nullptr}) {
-        if (!g)
-          continue;
+      for (StepGraph *g : s.graphs()) {
         for (cudaEvent_t e : g->done)
           if (e)
             cudaEventDestroy(e);
@@ -442,6 +464,11 @@ public:
   /// the selection is every attended position (StepGraph), which reads
   /// neither the selection nor its count. Set by bind().
   std::optional<Launch> everySelected;
+  /// A dsa_indexer: its launch with the selection by a cluster of 16
+  /// blocks, for CudaStep::wideSelect, where that graph applies (auto
+  /// cluster size, a cache of at least wideSelectFrom positions, a GPU
+  /// that runs such clusters). Set by bind().
+  std::optional<Launch> wideSelect;
   /// The first weight operand of a fused_linear or rms_norm_linear.
   size_t firstWeight() const {
     return d_.kind == OpKind::RmsNormLinear ? 2 : 1;
@@ -1032,11 +1059,23 @@ Expected<Launch> OpBinder::bind() {
     IndexerSelect select =
         rank_.clusterSelect ? kClusterSelect : IndexerSelect{};
     select.clusterBlocks = rank_.selectBlocks;
-    return wrap([=](cudaStream_t s) {
-      return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
-                              sel, count, f, s, rope, kMaxStagedKeyBytes,
-                              select);
-    });
+    auto launch = [=, this](IndexerSelect by) {
+      return wrap([=](cudaStream_t s) {
+        return launchDsaIndexer(q, heads, dim, w, c, pos, topK, scale, scores,
+                                sel, count, f, s, rope, kMaxStagedKeyBytes, by);
+      });
+    };
+    if (rank_.selectBlocks == 0 && rank_.wideSelectFrom > 0 &&
+        c.positions >= rank_.wideSelectFrom) {
+      IndexerSelect wide = select;
+      wide.clusterBlocks = 16;
+      int blocks = 0;
+      CUDA_TRY(d.where,
+               dsaSelectBlocks(c.positions, wide, kMaxStagedKeyBytes, blocks));
+      if (blocks == wide.clusterBlocks)
+        wideSelect = launch(wide);
+    }
+    return launch(select);
   }
   case OpKind::RouterPartial: {
     DeviceWeight gate = weight(2);
@@ -1429,11 +1468,15 @@ struct GraphSwitches {
   /// count, four radix passes always (kClusterSelect), for comparisons; the
   /// same selection.
   bool clusterSelect = false;
-  /// KILN_CUDA_SELECT_BLOCKS=8|16: the indexer selection's cluster size
-  /// (IndexerSelect::clusterBlocks; unset: 8); 16 is faster past ~100k
-  /// attended positions (docs/perf.md, thirty-first pass); the same
-  /// selection.
+  /// KILN_CUDA_SELECT_BLOCKS=8|16|auto: the indexer selection's cluster
+  /// size (IndexerSelect::clusterBlocks), or 0 for auto (the default): 8,
+  /// and 16 from wideSelectFrom attended positions by a second graph
+  /// (CudaStep::wideSelect); 16 is faster past ~100k attended positions and
+  /// slower below (docs/perf.md, thirty-first pass); the same selection.
   int selectBlocks = 0;
+  /// KILN_CUDA_SELECT_WIDE_FROM=N: where auto takes 16 blocks (attended
+  /// positions; 0: never, no second graph).
+  int64_t wideSelectFrom = kWideSelectFrom;
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
@@ -1513,9 +1556,18 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.clusterSelect = clusterSelect;
   if (const char *v = std::getenv("KILN_CUDA_SELECT_BLOCKS")) {
     const std::string t = v;
-    if (t != "8" && t != "16")
-      return Error("KILN_CUDA_SELECT_BLOCKS", t, "expected 8 or 16");
-    g.selectBlocks = std::stoi(t);
+    if (t != "8" && t != "16" && t != "auto")
+      return Error("KILN_CUDA_SELECT_BLOCKS", t, "expected 8, 16 or auto");
+    g.selectBlocks = t == "auto" ? 0 : std::stoi(t);
+  }
+  if (const char *v = std::getenv("KILN_CUDA_SELECT_WIDE_FROM")) {
+    const std::string t = v;
+    if (t.empty() || t.size() > 10 ||
+        t.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(t) > INT32_MAX)
+      return Error("KILN_CUDA_SELECT_WIDE_FROM", t,
+                   "expected a count of attended positions, 0 to 2147483647");
+    g.wideSelectFrom = std::stoll(t);
   }
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
@@ -1716,6 +1768,9 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   // (StepGraph allSelected): each MLA's launch without the selection, and
   // the buffers the indexers write.
   std::vector<std::optional<Launch>> everySelected;
+  // For the graph of the long contexts (StepGraph wideSelect): each
+  // indexer's launch with the selection by a cluster of 16.
+  std::vector<std::optional<Launch>> wideSelects;
   std::set<int32_t> selections;
   int64_t selectsAll = 0;
   for (const StepOp &op : ops) {
@@ -1737,6 +1792,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
       s.unitOp.push_back(int32_t(i));
       unitPrints.push_back(prints[i]);
       everySelected.push_back(std::move(binder.everySelected));
+      wideSelects.push_back(std::move(binder.wideSelect));
       continue;
     }
     // Each run reads x and writes its own rows of y: runs overlap.
@@ -1759,6 +1815,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
       }
       unitPrints.push_back(std::move(print));
       everySelected.emplace_back();
+      wideSelects.emplace_back();
     }
   }
   planGraph(rank, s.whole, unitPrints);
@@ -1777,9 +1834,28 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
       planGraph(rank, s.whole, unitPrints, &layout);
     }
   }
-  if (rank.shortGraph && !selections.empty() && selectsAll > 0)
+  // The long contexts' graph: the same units on the same branches, each
+  // indexer's selection by 16 blocks.
+  if (std::any_of(wideSelects.begin(), wideSelects.end(),
+                  [](const std::optional<Launch> &l) { return bool(l); })) {
+    // Its footprints are the first graph's, so is its plan (laid out
+    // again on the same branches, the waits could differ).
+    StepGraph g;
+    g.label = "the selection by clusters of 16 blocks";
+    g.skip = s.whole.skip;
+    g.instead = std::move(wideSelects);
+    g.schedule = s.whole.schedule;
+    g.quietStart = s.whole.quietStart;
+    g.quietStartEager = s.whole.quietStartEager;
+    s.wideSelect = std::move(g);
+    s.wideFrom = rank.wideSelectFrom;
+  }
+  if (rank.shortGraph && !selections.empty() && selectsAll > 0) {
     s.allSelected = allSelectedGraph(rank, s, ops, std::move(unitPrints),
                                      everySelected, selections);
+    if (s.allSelected)
+      s.allSelected->label = "without its indexers";
+  }
   s.selectsAll = s.allSelected ? selectsAll : 0;
   return Status::ok();
 }
@@ -2036,18 +2112,18 @@ Status writeSchedule(const CudaStep &s, const StepGraph &g,
   KILN_TRY(file.create(path));
   KILN_TRY(file.writeAt(text.data(), text.size(), 0));
   KILN_TRY(file.commit());
-  std::fprintf(stderr, "schedule: step '%s'%s, %zu launch units: %s\n",
-               s.step->name.c_str(),
-               &g == &s.whole ? "" : " (the graph without its indexers)",
-               s.units.size(), path.c_str());
+  std::fprintf(
+      stderr, "schedule: step '%s'%s, %zu launch units: %s\n",
+      s.step->name.c_str(),
+      g.label.empty() ? "" : fmt::format(" (the graph {})", g.label).c_str(),
+      s.units.size(), path.c_str());
   return Status::ok();
 }
 
 Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
-  const bool whole = &g == &s.whole;
   std::string where =
       fmt::format("{}: capturing step '{}'{}", rank.where, s.step->name,
-                  whole ? "" : " (without its indexers)");
+                  g.label.empty() ? "" : " (" + g.label + ")");
   setOverlappedLaunches(rank.overlap);
   CUDA_TRY(where, cudaStreamBeginCapture(rank.stream,
                                          cudaStreamCaptureModeThreadLocal));
@@ -2065,18 +2141,19 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
   g.graph = graph;
   if (rank.graphStats) {
     KILN_ASSIGN(c, countGraph(graph, where));
+    std::string which;
+    if (s.allSelected && &g == &*s.allSelected)
+      which = fmt::format(" below {} positions, {}", s.selectsAll + 1, g.label);
+    else if (s.wideSelect && &g == &*s.wideSelect)
+      which =
+          fmt::format(" from {} attended positions, {}", s.wideFrom, g.label);
     std::fprintf(stderr,
                  "graph: %s, step '%s'%s: %zu kernel nodes, %zu other nodes, "
                  "%zu edges, %zu of them programmatic; %llu launches of "
                  "kernels compiled for their shapes (KILN_CUDA_SPECIALISED); "
                  "%llu moe_experts with the shared expert inside the routed "
                  "experts' kernels\n",
-                 rank.where.c_str(), s.step->name.c_str(),
-                 whole ? ""
-                       : fmt::format(" below {} positions, without its "
-                                     "indexers",
-                                     s.selectsAll + 1)
-                             .c_str(),
+                 rank.where.c_str(), s.step->name.c_str(), which.c_str(),
                  c.kernels, c.others, c.edges, c.programmatic,
                  (unsigned long long)widthKernels,
                  (unsigned long long)sharedInside);
@@ -2381,6 +2458,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->mlaProjection = switches.mlaProjection;
     rank->clusterSelect = switches.clusterSelect;
     rank->selectBlocks = switches.selectBlocks;
+    rank->wideSelectFrom = switches.wideSelectFrom;
     rank->quietStart = switches.quietStart;
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
@@ -2470,9 +2548,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     // for another that is loading a kernel never lets it do).
     if (!group->eager || rank.oneGpu)
       for (auto &[name, s] : rank.steps) {
-        KILN_TRY(capture(rank, s, s.whole));
-        if (s.allSelected)
-          KILN_TRY(capture(rank, s, *s.allSelected));
+        for (StepGraph *g : s.graphs())
+          KILN_TRY(capture(rank, s, *g));
       }
     CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
     return Status::ok();

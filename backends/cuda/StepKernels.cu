@@ -2465,7 +2465,12 @@ constexpr int kSelectBlocks = 8, kWideSelectBlocks = 16;
 /// kStaged: each block's keys are computed once into dynamic shared memory
 /// (one uint32 a position of its slice, launchDsaIndexer's choice when they
 /// fit) and every pass reads them there instead of the scores in the L2.
-template <bool kStaged>
+/// kWide: the instance that clusters of kWideSelectBlocks run, the same
+/// code, so that its attributes (shared memory, carveout) are its own: set
+/// for clusters of 8 on one function, they cost the clusters of 16 that a
+/// step's second graph runs 0.15-0.25 ms at 128k-202k positions
+/// (docs/perf.md, thirty-second pass).
+template <bool kStaged, bool kWide = false>
 __global__ void indexerSelectKernel(IndexerArgs a) {
   stepKernelPrologue();
   namespace cg = cooperative_groups;
@@ -3895,6 +3900,94 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
   return cudaGetLastError();
 }
 
+namespace {
+
+/// The selection's launch: its kernel, dynamic shared memory and cluster
+/// size.
+struct SelectPlan {
+  void (*kernel)(IndexerArgs) = nullptr;
+  size_t bytes = 0;
+  int blocks = 0;
+};
+
+/// Plans the selection over a cache of `positions` by a cluster of
+/// `clusterBlocks` (0: kSelectBlocks), its first block alone up to
+/// `oneBlockPositions`, and lets the kernel take its shared memory. A
+/// cluster of kWideSelectBlocks where the GPU cannot run one is planned as
+/// kSelectBlocks.
+cudaError_t planSelection(int64_t positions, int64_t oneBlockPositions,
+                          size_t maxStagedBytes, int clusterBlocks,
+                          SelectPlan &out) {
+  const auto plan = [&](int blocks) {
+    const int64_t slice = (positions + blocks - 1) / blocks;
+    const size_t keyBytes = sizeof(uint32_t) * size_t(slice);
+    const bool staged =
+        keyBytes <= maxStagedBytes && keyBytes <= kMaxStagedKeyBytes;
+    const bool wide = blocks == kWideSelectBlocks;
+    return SelectPlan{staged ? (wide ? &indexerSelectKernel<true, true>
+                                     : &indexerSelectKernel<true>)
+                             : (wide ? &indexerSelectKernel<false, true>
+                                     : &indexerSelectKernel<false>),
+                      std::max(staged ? keyBytes : size_t(0),
+                               sizeof(uint32_t) * size_t(oneBlockPositions)),
+                      blocks};
+  };
+  // Beyond the default 48 KiB with the kernel's own histograms (about 12
+  // KiB) it must opt in; below, no attribute is set at each launch.
+  const auto allow = [](const SelectPlan &p) {
+    return p.bytes > 32 * 1024 ? allowDynamicShared(p.kernel, p.bytes)
+                               : cudaSuccess;
+  };
+  out = plan(clusterBlocks != 0 ? clusterBlocks : kSelectBlocks);
+  if (cudaError_t e = allow(out); e != cudaSuccess)
+    return e;
+  if (out.blocks != kWideSelectBlocks)
+    return cudaSuccess;
+  // Whether the GPU runs such clusters, asked once per host thread,
+  // device, kernel and size; where it does not, 8 blocks.
+  static thread_local struct {
+    int device = -1;
+    void (*kernel)(IndexerArgs) = nullptr;
+    size_t bytes = 0;
+    bool fits = false;
+  } wide;
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return e;
+  if (wide.device != device || wide.kernel != out.kernel ||
+      wide.bytes != out.bytes) {
+    wide.device = device;
+    wide.kernel = out.kernel;
+    wide.bytes = out.bytes;
+    wide.fits = clustersFit(out.kernel, unsigned(kWideSelectBlocks),
+                            unsigned(kSingleBlockThreads), out.bytes);
+  }
+  if (wide.fits)
+    return cudaSuccess;
+  out = plan(kSelectBlocks);
+  return allow(out);
+}
+
+} // namespace
+
+cudaError_t dsaSelectBlocks(int64_t cachePositions, IndexerSelect select,
+                            size_t maxStagedBytes, int &blocks) {
+  if (cachePositions < 0 || select.oneBlockPositions < 0 ||
+      (select.clusterBlocks != 0 && select.clusterBlocks != kSelectBlocks &&
+       select.clusterBlocks != kWideSelectBlocks))
+    return cudaErrorInvalidValue;
+  SelectPlan p;
+  if (cudaError_t e = planSelection(
+          cachePositions,
+          std::min({select.oneBlockPositions, cachePositions,
+                    kMaxOneBlockPositions}),
+          maxStagedBytes, select.clusterBlocks, p);
+      e != cudaSuccess)
+    return e;
+  blocks = p.blocks;
+  return cudaSuccess;
+}
+
 cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
                              const int32_t *position, int64_t topK, float scale,
@@ -4024,59 +4117,12 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
        select.clusterBlocks != kWideSelectBlocks))
     return cudaErrorInvalidValue;
   a.earlyStop = select.earlyStop;
-  struct Plan {
-    void (*kernel)(IndexerArgs);
-    size_t bytes;
-  };
-  const auto plan = [&](int clusterBlocks) {
-    const int64_t slice =
-        (cache.positions + clusterBlocks - 1) / clusterBlocks;
-    const size_t keyBytes = sizeof(uint32_t) * size_t(slice);
-    const bool staged =
-        keyBytes <= maxStagedBytes && keyBytes <= kMaxStagedKeyBytes;
-    return Plan{staged ? &indexerSelectKernel<true>
-                       : &indexerSelectKernel<false>,
-                std::max(staged ? keyBytes : size_t(0),
-                         sizeof(uint32_t) * size_t(a.oneBlockPositions))};
-  };
-  // Beyond the default 48 KiB with the kernel's own histograms (about 12
-  // KiB) it must opt in; below, no attribute is set at each launch.
-  const auto allow = [](const Plan &p) {
-    return p.bytes > 32 * 1024 ? allowDynamicShared(p.kernel, p.bytes)
-                               : cudaSuccess;
-  };
-  int selectBlocks =
-      select.clusterBlocks != 0 ? select.clusterBlocks : kSelectBlocks;
-  Plan p = plan(selectBlocks);
-  if (cudaError_t e = allow(p); e != cudaSuccess)
+  SelectPlan p;
+  if (cudaError_t e = planSelection(cache.positions, a.oneBlockPositions,
+                                    maxStagedBytes, select.clusterBlocks, p);
+      e != cudaSuccess)
     return e;
-  if (selectBlocks == kWideSelectBlocks) {
-    // Whether the GPU runs such clusters, asked once per host thread,
-    // device, kernel and size; where it does not, 8 blocks.
-    static thread_local struct {
-      int device = -1;
-      void (*kernel)(IndexerArgs) = nullptr;
-      size_t bytes = 0;
-      bool fits = false;
-    } wide;
-    int device = 0;
-    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
-      return e;
-    if (wide.device != device || wide.kernel != p.kernel ||
-        wide.bytes != p.bytes) {
-      wide.device = device;
-      wide.kernel = p.kernel;
-      wide.bytes = p.bytes;
-      wide.fits = clustersFit(p.kernel, unsigned(kWideSelectBlocks),
-                              unsigned(kSingleBlockThreads), p.bytes);
-    }
-    if (!wide.fits) {
-      selectBlocks = kSelectBlocks;
-      p = plan(selectBlocks);
-      if (cudaError_t e = allow(p); e != cudaSuccess)
-        return e;
-    }
-  }
+  const int selectBlocks = p.blocks;
   if (cudaError_t e = launchStepClustered(unsigned(selectBlocks), p.kernel,
                                           selectBlocks,
                                           kSingleBlockThreads, p.bytes, s, a);

@@ -467,9 +467,20 @@ struct IndexerSelect {
   /// same selection either way.
   int clusterBlocks = 0;
 };
+/// Attended positions from which a step's second graph selects by clusters
+/// of 16 blocks (KILN_CUDA_SELECT_BLOCKS=auto, the default;
+/// KILN_CUDA_SELECT_WIDE_FROM overrides it): between the thirty-first
+/// pass's measurements, 16 blocks +0.04 ms a GLM-5 step at 64k and -0.21
+/// ms at 128k (docs/perf.md).
+constexpr int64_t kWideSelectFrom = 98304;
 /// The selection as before the seventeenth pass (docs/perf.md): by the
 /// cluster at every count, four passes always (KILN_CUDA_CLUSTER_SELECT=1).
 constexpr IndexerSelect kClusterSelect{0, false};
+/// The cluster size launchDsaIndexer's selection takes over a cache of
+/// `cachePositions` on the current GPU with `select` (16 asked for where
+/// the GPU cannot run such clusters: 8).
+cudaError_t dsaSelectBlocks(int64_t cachePositions, IndexerSelect select,
+                            size_t maxStagedBytes, int &blocks);
 cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
                              const float *headWeights, DeviceCache cache,
                              const int32_t *position, int64_t topK, float scale,

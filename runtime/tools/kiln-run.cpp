@@ -156,11 +156,16 @@ environment (CUDA backend, for measuring; the same bits either way):
                            (by default one block selects up to 6,144
                            attended positions, and the passes stop once the
                            threshold is known); the same result
-  KILN_CUDA_SELECT_BLOCKS=8|16
-                           the blocks of the indexer selection's cluster
-                           (default 8; 16, where the GPU runs such
-                           clusters, is faster past ~100k attended positions
-                           and slower below); the same result
+  KILN_CUDA_SELECT_BLOCKS=8|16|auto
+                           the blocks of the indexer selection's cluster:
+                           auto (the default) takes 8, and 16 by a second
+                           graph from KILN_CUDA_SELECT_WIDE_FROM attended
+                           positions, where the GPU runs such clusters (16
+                           is faster past ~100k and slower below); 8 or 16
+                           at every position; the same result
+  KILN_CUDA_SELECT_WIDE_FROM=N
+                           where auto takes 16 blocks (default 98304; 0:
+                           never)
   KILN_CUDA_SHORT_GRAPH=1  a step with DSA indexers also replays a second
                            graph, without them, while each selects every
                            attended position (MLA then does not wait for

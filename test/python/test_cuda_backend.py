@@ -256,6 +256,31 @@ class Checks:
         same_bits("KILN_CUDA_SHORT_GRAPH", "twographs",
                   "two graphs (without the indexers below their top-k) vs "
                   "one", "two graphs vs one")
+        # The selection by clusters of 16 blocks from a count of attended
+        # positions on (KILN_CUDA_SELECT_WIDE_FROM=N: a second graph, which
+        # the steps from N attended positions replay, each indexer's
+        # selection by 16 blocks where the GPU runs such clusters) against
+        # the default's one graph: the same selection, so the same bits.
+        # From half the prompt, so that both graphs are replayed; the
+        # capture's statistics must name the second graph. (At these counts
+        # the cluster's first block selects alone; utils/gpu-test.sh's 16k
+        # check runs the cluster of 16 itself.)
+        wide_from = POSITIONS // 2
+        wide_out = self.work / f"{model}-wide.npy"
+        proc = run(self.pack, [self.pack / "bin" / "kiln-run",
+                               self.art(model, "cuda", 1), "--weights", gguf,
+                               "--backend-dir", self.pack / "lib",
+                               "--prompt-tokens", ",".join(map(str, toks)),
+                               "-n", 0, "--logits-out", wide_out],
+                   extra_env={"KILN_CUDA_SELECT_WIDE_FROM": str(wide_from),
+                              "KILN_CUDA_GRAPH_STATS": "1"})
+        captured = f"from {wide_from} attended positions" in proc.stderr
+        self.identical(f"{model}: selection by clusters of 16 from "
+                       f"{wide_from} attended positions (a second graph"
+                       f"{'' if captured else ', not captured'}) vs the "
+                       f"default", np.load(wide_out), graph,
+                       f"{model} wide selection graph vs default",
+                       ok=captured)
         # attn_v_b by MLA's launch (KILN_CUDA_MLA_PROJECTION=1: the combine
         # and the projection in one kernel, a cluster a head; where the
         # weight is Q8_0, tiny-mix and small, their latent widths 64 and 512;
