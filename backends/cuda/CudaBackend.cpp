@@ -223,11 +223,11 @@ struct CudaStep {
       return *wideSelect;
     return whole;
   }
-  /// Every graph the step has, the first graph first: they are captured
-  /// and instantiated in this order, and of two graphs of the same kernels
-  /// the one instantiated second replayed 0.10-0.20 ms slower at GLM-5's
-  /// full width (docs/perf.md, thirty-second pass), so the graph most
-  /// steps take comes first.
+  /// Every graph the step has, the first graph first: they are captured,
+  /// instantiated and uploaded in this order, and of two graphs of the same
+  /// kernels the one uploaded second replayed 0.10-0.20 ms slower at
+  /// GLM-5's full width (docs/perf.md, thirty-second pass), so the graph
+  /// most steps take comes first.
   std::vector<StepGraph *> graphs() {
     std::vector<StepGraph *> all{&whole};
     for (std::optional<StepGraph> *g : {&allSelected, &wideSelect})
