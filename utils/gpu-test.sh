@@ -108,6 +108,14 @@ if [ -x "$pack/bin/kiln-run" ]; then
     step bench-glm5-tp8-rank0-graph-ctx$long run "$m/glm5-full.cuda.tp8.kiln" \
       --bench --simulate-rank 0/8 --context $long --steps 10
   done
+  # From 98,304 attended positions the default replays a second graph (the
+  # selection by 16 blocks), which replays slower than the same kernels as
+  # the only graph (docs/perf.md, thirty-second pass): that one graph.
+  for long in 131072 202000; do
+    step bench-glm5-tp8-rank0-graph-ctx$long-one16 env KILN_CUDA_SELECT_BLOCKS=16 \
+      "$bin/kiln-run" "$m/glm5-full.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+      --bench --simulate-rank 0/8 --context $long --steps 10
+  done
   # What the graph's parallel branches and overlapped launches each buy
   # (docs/cuda.md): the same step with one of them off.
   step bench-glm5-tp8-rank0-graph-serial env KILN_CUDA_BRANCHES=1 \

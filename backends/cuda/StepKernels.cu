@@ -2468,7 +2468,7 @@ constexpr int kSelectBlocks = 8, kWideSelectBlocks = 16;
 /// kWide: the instance that clusters of kWideSelectBlocks run, the same
 /// code, so that its attributes (shared memory, carveout) are its own: set
 /// for clusters of 8 on one function, they cost the clusters of 16 that a
-/// step's second graph runs 0.15-0.25 ms at 128k-202k positions
+/// step's second graph runs ~0.12 ms a GLM-5 step at 128k positions
 /// (docs/perf.md, thirty-second pass).
 template <bool kStaged, bool kWide = false>
 __global__ void indexerSelectKernel(IndexerArgs a) {

@@ -213,17 +213,23 @@ class Checks:
         general = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
                          self.work / f"{model}-general.npy",
                          extra_env={"KILN_CUDA_SPECIALISED": "0"})
-        out = self.work / f"{model}-fixed.npy"
-        proc = run(self.pack, [self.pack / "bin" / "kiln-run",
-                               self.art(model, "cuda", 1), "--weights", gguf,
-                               "--backend-dir", self.pack / "lib",
-                               "--prompt-tokens", ",".join(map(str, toks)),
-                               "-n", 0, "--logits-out", out],
-                   extra_env={"KILN_CUDA_SPECIALISED": "1",
-                              "KILN_CUDA_GRAPH_STATS": "1"})
-        fixed = np.load(out)
+        # The logits, and what kiln-run said, with graph statistics on
+        # (KILN_CUDA_GRAPH_STATS) and `extra_env`.
+        def logits_and_stats(name, extra_env):
+            out = self.work / f"{model}-{name}.npy"
+            proc = run(self.pack, [self.pack / "bin" / "kiln-run",
+                                   self.art(model, "cuda", 1), "--weights",
+                                   gguf, "--backend-dir", self.pack / "lib",
+                                   "--prompt-tokens",
+                                   ",".join(map(str, toks)), "-n", 0,
+                                   "--logits-out", out],
+                       extra_env={**extra_env, "KILN_CUDA_GRAPH_STATS": "1"})
+            return np.load(out), proc.stderr
+
+        fixed, stats = logits_and_stats("fixed",
+                                        {"KILN_CUDA_SPECIALISED": "1"})
         launched = re.findall(r"(\d+) launches of kernels compiled for "
-                              r"their shapes", proc.stderr)
+                              r"their shapes", stats)
         ran = sum(int(n) for n in launched)
         self.identical(f"{model}: fixed-shape kernels (all, and the "
                        f"default's) vs general ({ran} launches a step)",
@@ -266,19 +272,13 @@ class Checks:
         # the cluster's first block selects alone; utils/gpu-test.sh's 16k
         # check runs the cluster of 16 itself.)
         wide_from = POSITIONS // 2
-        wide_out = self.work / f"{model}-wide.npy"
-        proc = run(self.pack, [self.pack / "bin" / "kiln-run",
-                               self.art(model, "cuda", 1), "--weights", gguf,
-                               "--backend-dir", self.pack / "lib",
-                               "--prompt-tokens", ",".join(map(str, toks)),
-                               "-n", 0, "--logits-out", wide_out],
-                   extra_env={"KILN_CUDA_SELECT_WIDE_FROM": str(wide_from),
-                              "KILN_CUDA_GRAPH_STATS": "1"})
-        captured = f"from {wide_from} attended positions" in proc.stderr
+        wide, stats = logits_and_stats(
+            "wide", {"KILN_CUDA_SELECT_WIDE_FROM": str(wide_from)})
+        captured = f"from {wide_from} attended positions" in stats
         self.identical(f"{model}: selection by clusters of 16 from "
                        f"{wide_from} attended positions (a second graph"
                        f"{'' if captured else ', not captured'}) vs the "
-                       f"default", np.load(wide_out), graph,
+                       f"default", wide, graph,
                        f"{model} wide selection graph vs default",
                        ok=captured)
         # attn_v_b by MLA's launch (KILN_CUDA_MLA_PROJECTION=1: the combine
