@@ -198,4 +198,16 @@ bool scheduleOrders(const StepSchedule &s, int32_t earlier, int32_t later) {
   return false;
 }
 
+StepGraphKind stepGraphAt(int64_t position, int64_t selectsAll,
+                          int64_t wideFrom) {
+  if (position < 0)
+    return StepGraphKind::First; // not yet written
+  const int64_t attended = position + 1;
+  if (selectsAll > 0 && attended <= selectsAll)
+    return StepGraphKind::AllSelected;
+  if (wideFrom > 0 && attended >= wideFrom)
+    return StepGraphKind::WideSelect;
+  return StepGraphKind::First;
+}
+
 } // namespace kiln::backend

@@ -85,6 +85,17 @@ std::vector<bool> followsOrdered(const StepSchedule &s,
 /// schedule (through branch order and waits). O(ops) per call.
 bool scheduleOrders(const StepSchedule &s, int32_t earlier, int32_t later);
 
+/// The captured graphs a step with DSA indexers may have, by the attended
+/// positions (position + 1) a run is at: its first graph; one without the
+/// indexers where each selects every attended position (attended <=
+/// `selectsAll`, the smallest top-k; 0: no such graph); one whose
+/// selections run by 16-block clusters from `wideFrom` attended positions
+/// (0: no such graph). Below the top-k the graph without the indexers wins:
+/// they would select everything either way.
+enum class StepGraphKind { First, AllSelected, WideSelect };
+StepGraphKind stepGraphAt(int64_t position, int64_t selectsAll,
+                          int64_t wideFrom);
+
 } // namespace kiln::backend
 
 #endif // KILN_BACKENDS_COMMON_STEPSCHEDULE_H

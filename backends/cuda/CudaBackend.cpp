@@ -223,10 +223,15 @@ struct CudaStep {
 
   /// The graph a run at the last written position takes.
   StepGraph &current() {
-    if (allSelected && position >= 0 && position + 1 <= selectsAll)
+    switch (backend::stepGraphAt(position, allSelected ? selectsAll : 0,
+                                 wideSelect ? wideFrom : 0)) {
+    case backend::StepGraphKind::AllSelected:
       return *allSelected;
-    if (wideSelect && position >= 0 && position + 1 >= wideFrom)
+    case backend::StepGraphKind::WideSelect:
       return *wideSelect;
+    case backend::StepGraphKind::First:
+      break;
+    }
     return whole;
   }
   /// Every graph the step has, the first graph first: they are captured,

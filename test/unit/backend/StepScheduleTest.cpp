@@ -231,3 +231,26 @@ TEST(StepSchedule, FollowsOrderedMarksDirectSuccessorsOfCollectives) {
   const std::vector<bool> g = followsOrdered(serial, ops);
   EXPECT_EQ(g, (std::vector<bool>{false, true, false, false, false}));
 }
+
+// The graph a run replays, by its position: the first graph, the one
+// without the indexers up to the smallest top-k of attended positions, the
+// one of 16-block selections from its threshold on; each only where the
+// step has it, and the first before any position is written.
+TEST(StepGraphAt, PicksByAttendedPositions) {
+  constexpr int64_t kTopK = 2048, kWide = 98304;
+  EXPECT_EQ(stepGraphAt(-1, kTopK, kWide), StepGraphKind::First);
+  EXPECT_EQ(stepGraphAt(0, kTopK, kWide), StepGraphKind::AllSelected);
+  EXPECT_EQ(stepGraphAt(kTopK - 1, kTopK, kWide), StepGraphKind::AllSelected);
+  EXPECT_EQ(stepGraphAt(kTopK, kTopK, kWide), StepGraphKind::First);
+  EXPECT_EQ(stepGraphAt(kWide - 2, kTopK, kWide), StepGraphKind::First);
+  EXPECT_EQ(stepGraphAt(kWide - 1, kTopK, kWide), StepGraphKind::WideSelect);
+  EXPECT_EQ(stepGraphAt(202751, kTopK, kWide), StepGraphKind::WideSelect);
+  // Without the graph without indexers, or without the wide one.
+  EXPECT_EQ(stepGraphAt(0, 0, kWide), StepGraphKind::First);
+  EXPECT_EQ(stepGraphAt(kWide - 1, kTopK, 0), StepGraphKind::First);
+  EXPECT_EQ(stepGraphAt(kWide - 1, 0, 0), StepGraphKind::First);
+  // Below the top-k the graph without the indexers wins even where the
+  // threshold is lower (KILN_CUDA_SELECT_WIDE_FROM below the top-k).
+  EXPECT_EQ(stepGraphAt(15, 64, 8), StepGraphKind::AllSelected);
+  EXPECT_EQ(stepGraphAt(64, 64, 8), StepGraphKind::WideSelect);
+}
