@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -223,8 +224,8 @@ struct CudaStep {
 
   /// The graph a run at the last written position takes.
   StepGraph &current() {
-    switch (backend::stepGraphAt(position, allSelected ? selectsAll : 0,
-                                 wideSelect ? wideFrom : 0)) {
+    // selectsAll and wideFrom are 0 where the step lacks that graph.
+    switch (backend::stepGraphAt(position, selectsAll, wideFrom)) {
     case backend::StepGraphKind::AllSelected:
       return *allSelected;
     case backend::StepGraphKind::WideSelect:
@@ -1530,6 +1531,23 @@ Expected<bool> readFlag(const char *name, bool unset) {
   return t == "1";
 }
 
+/// Environment variable `name` as a whole decimal number in [low, high]
+/// (`unset` when it is not set).
+Expected<int64_t> readCount(const char *name, int64_t low, int64_t high,
+                            int64_t unset) {
+  const char *v = std::getenv(name);
+  if (!v)
+    return unset;
+  const std::string t = v;
+  char *end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(t.c_str(), &end, 10);
+  if (t.empty() || *end || errno == ERANGE || n < low || n > high)
+    return Error(name, t,
+                 fmt::format("expected a count from {} to {}", low, high));
+  return int64_t(n);
+}
+
 /// KILN_CUDA_SPECIALISED as ShapeFamily bits (parseShapeFamilies);
 /// `unset` when it is not set.
 Expected<unsigned> readShapeFamilies(unsigned unset) {
@@ -1583,15 +1601,9 @@ Expected<GraphSwitches> readGraphSwitches() {
       return Error("KILN_CUDA_SELECT_BLOCKS", t, "expected 8, 16 or auto");
     g.selectBlocks = t == "auto" ? 0 : std::stoi(t);
   }
-  if (const char *v = std::getenv("KILN_CUDA_SELECT_WIDE_FROM")) {
-    const std::string t = v;
-    if (t.empty() || t.size() > 10 ||
-        t.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoll(t) > INT32_MAX)
-      return Error("KILN_CUDA_SELECT_WIDE_FROM", t,
-                   "expected a count of attended positions, 0 to 2147483647");
-    g.wideSelectFrom = std::stoll(t);
-  }
+  KILN_ASSIGN(wideFrom, readCount("KILN_CUDA_SELECT_WIDE_FROM", 0, INT32_MAX,
+                                  kWideSelectFrom));
+  g.wideSelectFrom = wideFrom;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
@@ -1622,14 +1634,8 @@ Expected<GraphSwitches> readGraphSwitches() {
                    : t == "l2" ? RouterTailMode::L2
                                : RouterTailMode::Last;
   }
-  if (const char *v = std::getenv("KILN_CUDA_BRANCHES")) {
-    std::string t = v;
-    char *end = nullptr;
-    long n = std::strtol(t.c_str(), &end, 10);
-    if (t.empty() || *end || n < 1 || n > 16)
-      return Error("KILN_CUDA_BRANCHES", t, "expected a count from 1 to 16");
-    g.branches = int(n);
-  }
+  KILN_ASSIGN(branches, readCount("KILN_CUDA_BRANCHES", 1, 16, g.branches));
+  g.branches = int(branches);
   return g;
 }
 
