@@ -63,6 +63,18 @@ __device__ __forceinline__ void waitForPredecessor() {
 #endif
 }
 
+/// A step's input scalar (its position), read before the kernel waits for
+/// its predecessor. The host writes a step's inputs before the replay, in
+/// stream order, and no op of a step writes them (the artifact's loader
+/// refuses one that does: Artifact.cpp), so the load, and what a kernel
+/// derives from it alone (the rope's angles), can overlap the wait instead
+/// of following it on the step's path (docs/perf.md, thirty-third pass).
+/// Call it before stepKernelPrologue: the wait's memory clobber keeps the
+/// load in front of it.
+__device__ __forceinline__ int32_t stepInputBeforeWait(const int32_t *p) {
+  return *p;
+}
+
 /// Waits for the predecessor grid, then lets dependents be scheduled.
 __device__ __forceinline__ void stepKernelPrologue() {
   waitForPredecessor();

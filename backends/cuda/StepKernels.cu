@@ -483,12 +483,12 @@ __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
                            const int32_t *position, RopeStyle style,
                            float theta, int64_t offset, int64_t dims,
                            RopeFrequencies freq, float *y) {
-  stepKernelPrologue();
   // Each block turns the position's angles into cosines and sines once
-  // (in double, as the CPU), then every row of the block uses them.
+  // (in double, as the CPU), then every row of the block uses them; the
+  // position and the angles before the wait for x.
   __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
   const int64_t pairs = dims / 2;
-  const double pos = double(*position);
+  const double pos = double(stepInputBeforeWait(position));
   const bool table = freq.pairs == pairs;
   if (table) {
     for (int i = threadIdx.x; i < freq.pairs; i += blockDim.x) {
@@ -499,6 +499,7 @@ __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
     }
     __syncthreads();
   }
+  stepKernelPrologue();
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
        idx < rows * n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = idx / n, j = idx % n, rel = j - offset;
@@ -705,8 +706,8 @@ __global__ void dequantSplitKernel(GGMLType type, int32_t values, int64_t total,
 
 __global__ void cacheAppendKernel(const float *entry, const int32_t *position,
                                   DeviceCache cache, FaultSink fault) {
+  const int32_t p = stepInputBeforeWait(position);
   stepKernelPrologue();
-  const int32_t p = *position;
   if (p < 0 || p >= cache.positions) {
     if (blockIdx.x == 0 && threadIdx.x == 0)
       recordFault(fault, FaultCode::PositionOutOfRange, p, cache.positions);
@@ -730,13 +731,25 @@ normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
                      const float *bias, float eps, const int32_t *position,
                      RopeStyle style, float theta, int64_t offset, int64_t dims,
                      RopeFrequencies freq, DeviceCache cache, FaultSink fault) {
-  stepKernelPrologue();
   extern __shared__ float y[]; // [width], then w and bias [normDims] each
   __shared__ float partials[kWarp];
   __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
   const int64_t width = cache.width;
   float *g = y + width, *b = g + normDims;
-  const int32_t p = *position;
+  // The position and its angles before the wait for the entry (the barrier
+  // after the norm publishes them).
+  const int32_t p = stepInputBeforeWait(position);
+  const bool inCache = p >= 0 && p < cache.positions;
+  const int64_t pairs = dims / 2;
+  const bool table = freq.pairs == pairs;
+  for (int i = threadIdx.x; inCache && table && i < freq.pairs;
+       i += blockDim.x) {
+    double c, sn;
+    sincos(double(p) * freq.inverse[i], &sn, &c);
+    cosines[i] = float(c);
+    sines[i] = float(sn);
+  }
+  stepKernelPrologue();
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     const float v = entry[i];
     if (i < normDims) {
@@ -746,18 +759,10 @@ normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
     }
     y[i] = v;
   }
-  if (p < 0 || p >= cache.positions) { // uniform over the block
+  if (!inCache) { // uniform over the block
     if (threadIdx.x == 0)
       recordFault(fault, FaultCode::PositionOutOfRange, p, cache.positions);
     return;
-  }
-  const int64_t pairs = dims / 2;
-  const bool table = freq.pairs == pairs;
-  for (int i = threadIdx.x; table && i < freq.pairs; i += blockDim.x) {
-    double c, sn;
-    sincos(double(p) * freq.inverse[i], &sn, &c);
-    cosines[i] = float(c);
-    sines[i] = float(sn);
   }
   // Each thread normalises the values it staged itself (the same indices
   // as its loads), so the row needs no barrier before the norm.
@@ -1562,13 +1567,13 @@ __device__ inline float ropedQuery(const IndexerArgs &a, const float *qh,
 /// NaN ranks below everything (the CPU's rankable()).
 __device__ inline float rankable(float v) { return isnan(v) ? -INFINITY : v; }
 
-/// The step's position for a score kernel, or false when it has nothing to
-/// do: a position outside the cache (block 0 reports it: PositionOutOfRange)
-/// or every attended position selected (position + 1 <= topK: the
-/// selection writes them in order and reads no score).
+/// Whether a score kernel has anything to do at the step's position (read
+/// before its wait: stepInputBeforeWait); false for a position outside the
+/// cache (block 0 reports it: PositionOutOfRange) or every attended
+/// position selected (position + 1 <= topK: the selection writes them in
+/// order and reads no score).
 __device__ inline bool positionToScore(const IndexerArgs &a,
-                                       int32_t &position) {
-  position = *a.position;
+                                       int32_t position) {
   if (position < 0 || position >= a.cache.positions) {
     if (blockIdx.x == 0 && threadIdx.x == 0)
       recordFault(a.fault, FaultCode::PositionOutOfRange, position,
@@ -1578,12 +1583,19 @@ __device__ inline bool positionToScore(const IndexerArgs &a,
   return int64_t(position) + 1 > a.topK;
 }
 
+/// A position in the cache at which the selection takes every attended
+/// position: a score kernel may leave before its wait (it writes nothing).
+__device__ inline bool scoresUnneeded(const IndexerArgs &a, int32_t position) {
+  return position >= 0 && position < a.cache.positions &&
+         int64_t(position) + 1 <= a.topK;
+}
+
 /// score[t] = scale * sum_h w[h] * relu(q[h] . key[t]), heads ascending;
 /// warps grid-stride over t <= position. Each warp reads one key row per
 /// head (cached after the first) and q.
 __global__ void indexerScoresKernel(IndexerArgs a) {
+  const int32_t position = stepInputBeforeWait(a.position);
   stepKernelPrologue();
-  int32_t position;
   if (!positionToScore(a, position))
     return;
   __shared__ float cosines[kRopeTablePairs], sines[kRopeTablePairs];
@@ -1748,9 +1760,9 @@ __device__ void stageIndexerQuery(const IndexerArgs &a, int32_t position,
 /// (dim + 4) + heads rounded up to 4 + warps * kScorePositions * dim
 /// floats.
 __global__ void indexerScoresByHeadKernel(IndexerArgs a) {
-  stepKernelPrologue();
   extern __shared__ __align__(16) float staged[];
-  int32_t position;
+  const int32_t position = stepInputBeforeWait(a.position);
+  stepKernelPrologue();
   if (!positionToScore(a, position))
     return;
   constexpr int P = kScorePositions;
@@ -1845,9 +1857,9 @@ constexpr int kGroupedHeads = kGroupLanes * kGroupHeads;
 /// same products in the same order.
 template <int kDim = 0>
 __global__ void indexerScoresByGroupKernel(IndexerArgs a) {
-  stepKernelPrologue();
   extern __shared__ __align__(16) float staged[];
-  int32_t position;
+  const int32_t position = stepInputBeforeWait(a.position);
+  stepKernelPrologue();
   if (!positionToScore(a, position))
     return;
   const int dim = kDim > 0 ? kDim : int(a.dim), pitch = dim + 4;
@@ -2000,23 +2012,45 @@ __device__ __forceinline__ float powerOfTwo(int e) {
   return __int_as_float((127 + e) << 23);
 }
 
+/// The cosines and sines of the two rope pairs of a lane's four query
+/// values (lane / 4 and lane % 4 as mmaIndexerQuery's staging), or none
+/// (roped false) where its values are past the rope's dims.
+struct MmaAngles {
+  bool roped;
+  float c0, s0, c1, s1;
+};
+
+__device__ MmaAngles mmaQueryAngles(const IndexerArgs &a, int32_t position) {
+  const int lane = threadIdx.x % kWarp;
+  const int j = 32 * (lane % 4) + 4 * (lane / 4);
+  const int64_t rel = int64_t(j) - a.ropeOffset;
+  MmaAngles r{a.ropeDims > 0 && rel >= 0 && rel < a.ropeDims, 1.f, 0.f, 1.f,
+              0.f};
+  if (r.roped) {
+    const int i = int(rel / 2);
+    ropeAngle(double(position) * a.ropeFreq.inverse[i], &r.c0, &r.s0);
+    ropeAngle(double(position) * a.ropeFreq.inverse[i + 1], &r.c1, &r.s1);
+  }
+  return r;
+}
+
 /// The query as the mma's B fragments, by warp w for heads 4 w .. 4 w + 3:
 /// lane (s, t) = (lane / 4, lane % 4) loads values j = 32 t + 4 s .. + 3 of
 /// head h (a 16-byte load; the warp reads the head's row whole), rotates
-/// its two pairs when they are in the rope's span (interleaved pairs,
-/// their angles computed in the lane: the same call and products as
+/// its two pairs when they are in the rope's span (interleaved pairs, by
+/// the lane's angles r from mmaQueryAngles: the same call and products as
 /// stageIndexerQuery's), finds the head's largest |value| by butterflies
 /// (so every lane holds it and its exponent e), and writes hi and lo of x
 /// 2^e as frags[n][s][4 g + t] (head h = 8 n + g; uint4: hi b0, hi b1, lo
 /// b0, lo b1), w[h] and 2^-e into back[h]. No block barrier inside; the
 /// caller's follows. Needs the rope, if any, interleaved, its offset and
 /// width multiples of 4, and the host's table of frequencies.
-__device__ void mmaIndexerQuery(const IndexerArgs &a, int32_t position,
+__device__ void mmaIndexerQuery(const IndexerArgs &a, const MmaAngles &r,
                                 uint4 *frags, float *w, float *back) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int s = lane / 4, t = lane % 4, j = 32 * t + 4 * s;
   constexpr int kPerWarp = kMmaHeads / (kMmaThreads / kWarp);
-  // Every head's values in flight together, then the angles.
+  // Every head's values in flight together.
   float4 v[kPerWarp];
   float wv[kPerWarp];
 #pragma unroll
@@ -2025,21 +2059,13 @@ __device__ void mmaIndexerQuery(const IndexerArgs &a, int32_t position,
     v[k] = *reinterpret_cast<const float4 *>(a.q + h * kMmaDim + j);
     wv[k] = lane == 0 ? a.headWeights[h] : 0.f;
   }
-  const int64_t rel = int64_t(j) - a.ropeOffset;
-  const bool roped = a.ropeDims > 0 && rel >= 0 && rel < a.ropeDims;
-  float c0 = 1.f, s0 = 0.f, c1 = 1.f, s1 = 0.f;
-  if (roped) {
-    const int i = int(rel / 2);
-    ropeAngle(double(position) * a.ropeFreq.inverse[i], &c0, &s0);
-    ropeAngle(double(position) * a.ropeFreq.inverse[i + 1], &c1, &s1);
-  }
 #pragma unroll
   for (int k = 0; k < kPerWarp; ++k) {
     const int h = warp * kPerWarp + k;
     float x[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-    if (roped) {
-      rotatePair(x[0], x[1], c0, s0);
-      rotatePair(x[2], x[3], c1, s1);
+    if (r.roped) {
+      rotatePair(x[0], x[1], r.c0, r.s0);
+      rotatePair(x[2], x[3], r.c1, r.s1);
     }
     // The head's largest |value|; a NaN anywhere makes it NaN.
     float m = 0.f;
@@ -2093,11 +2119,16 @@ __device__ __forceinline__ void loadMmaKeys(const IndexerArgs &a, int64_t t0,
 
 __global__ void __launch_bounds__(kMmaThreads)
     indexerScoresMmaKernel(IndexerArgs a) {
-  stepKernelPrologue();
   extern __shared__ __align__(16) float staged[];
-  int32_t position;
+  // The position and the query's rope angles before the wait for the
+  // query; a step that selects every attended position leaves at once.
+  const int32_t position = stepInputBeforeWait(a.position);
+  if (scoresUnneeded(a, position))
+    return;
+  stepKernelPrologue();
   if (!positionToScore(a, position))
     return;
+  const MmaAngles angles = mmaQueryAngles(a, position);
   float *w = staged, *back = w + kMmaHeads;
   uint4 *frags = reinterpret_cast<uint4 *>(back + kMmaHeads);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -2111,7 +2142,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   MmaKeys keys;
   if (tile < tiles)
     loadMmaKeys(a, tile * kMmaTile, attended, keys);
-  mmaIndexerQuery(a, position, frags, w, back);
+  mmaIndexerQuery(a, angles, frags, w, back);
   __syncthreads();
   float wh[kMmaHeadTiles][2], bh[kMmaHeadTiles][2];
 #pragma unroll
@@ -2472,6 +2503,7 @@ constexpr int kSelectBlocks = 8, kWideSelectBlocks = 16;
 /// (docs/perf.md, thirty-second pass).
 template <bool kStaged, bool kWide = false>
 __global__ void indexerSelectKernel(IndexerArgs a) {
+  const int32_t position = stepInputBeforeWait(a.position);
   stepKernelPrologue();
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -2481,7 +2513,6 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
   __shared__ unsigned hist[2][256], merged[256];
   __shared__ int64_t sliceCounts[2]; // keys above T, keys equal to T
   __shared__ RadixState found;
-  const int32_t position = *a.position;
   const bool valid = position >= 0 && position < a.cache.positions;
   const int64_t attended = valid ? int64_t(position) + 1 : 0;
   if (attended <= a.topK) { // every position is selected: no scan needed

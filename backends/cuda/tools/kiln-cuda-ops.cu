@@ -25,6 +25,9 @@
 // kiln-cuda-ops --bench-choice    the router's choice at GLM-5's tp=8
 //   shape as its own kernel after the all-reduce and inside it, in a
 //   programmatic chain in a graph (exits 1 where their results differ)
+// kiln-cuda-ops --bench-params    a programmatic chain of near-empty
+//   kernels in a graph by the size of their parameters (16 bytes to 4 KiB),
+//   the first graph of the process timed again last
 //
 // For each op of StepKernels.h: seeded random inputs, the GPU kernel, the
 // CPU reference (backends/cpu/CpuKernels.h; a host loop for slice and the
@@ -3800,6 +3803,79 @@ void benchEdges() {
   CHECK_CUDA(cudaStreamDestroy(other));
 }
 
+/// A kernel's parameters of kBytes (a block of words, two of them read),
+/// for --bench-params.
+template <int kBytes> struct ParamBlock {
+  uint32_t w[kBytes / 4];
+};
+
+template <int kBytes>
+__global__ void __launch_bounds__(256)
+    paramProbeKernel(ParamBlock<kBytes> p, float *y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  if (p.w[0] + p.w[kBytes / 4 - 1] == 12345u)
+    y[blockIdx.x] = 1.f;
+}
+
+/// --bench-params: what the size of a kernel's parameters costs a link of a
+/// programmatic chain in a graph (64 links of near-empty kernels, a block a
+/// multiprocessor, each graph instantiated and uploaded in turn), and what
+/// being the process's first uploaded graph is worth: the 16-byte chain is
+/// timed first and again last (docs/perf.md, thirty-third pass: of two graph
+/// executables of the same kernels, the one uploaded second replayed
+/// slower).
+void benchParams() {
+  constexpr int kChain = 64;
+  DeviceArray<float> y(4096);
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int sms = 0, device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                    device));
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  const auto chain = [&](auto kernel, auto block) {
+    return timeInGraph(
+               stream,
+               [&](cudaStream_t s) {
+                 for (int i = 0; i < kChain; ++i) {
+                   cudaLaunchConfig_t config = {};
+                   config.gridDim = dim3(unsigned(sms));
+                   config.blockDim = dim3(256);
+                   config.stream = s;
+                   config.attrs = overlap;
+                   config.numAttrs = 1;
+                   if (cudaError_t e =
+                           cudaLaunchKernelEx(&config, kernel, block, y.get());
+                       e != cudaSuccess)
+                     return e;
+                 }
+                 return cudaSuccess;
+               },
+               1) /
+           kChain;
+  };
+  const auto size = [&](auto bytes) {
+    constexpr int kBytes = decltype(bytes)::value;
+    ParamBlock<kBytes> block{};
+    block.w[0] = 1;
+    std::printf("bench params: %5d bytes: %.3f us a link\n", kBytes,
+                chain(paramProbeKernel<kBytes>, block));
+  };
+  size(std::integral_constant<int, 16>{});
+  size(std::integral_constant<int, 256>{});
+  size(std::integral_constant<int, 640>{});
+  size(std::integral_constant<int, 2048>{});
+  size(std::integral_constant<int, 4096>{});
+  size(std::integral_constant<int, 16>{});
+  CHECK_CUDA(cudaStreamDestroy(stream));
+}
+
 void benchImages() {
   constexpr int kChain = 64;
   const auto straight =
@@ -4732,11 +4808,14 @@ int main(int argc, char **argv) {
       return 0;
     } else if (std::string(argv[i]) == "--bench-choice") {
       return benchChoice();
+    } else if (std::string(argv[i]) == "--bench-params") {
+      benchParams();
+      return 0;
     } else {
       std::fprintf(stderr, "usage: kiln-cuda-ops [--seed N] [--bench | "
                            "--bench-moe | --bench-dsa | --bench-chain | "
                            "--bench-images | --bench-edges | --bench-router | "
-                           "--bench-choice]\n");
+                           "--bench-choice | --bench-params]\n");
       return 2;
     }
   }
