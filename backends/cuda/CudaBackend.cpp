@@ -167,12 +167,6 @@ struct StepGraph {
   /// (setEarlyPrefetch).
   std::vector<bool> quietStart, quietStartEager;
   std::vector<cudaEvent_t> done; ///< per unit, null unless it signals
-  /// With KILN_CUDA_GRAPH_STREAMS=1: the stream the graph is uploaded to
-  /// and replayed on, and the events that order a replay after the rank's
-  /// stream and the rank's stream after it; null otherwise (the rank's
-  /// stream).
-  cudaStream_t stream = nullptr;
-  cudaEvent_t enter = nullptr, leave = nullptr;
   /// What sets it apart from the step's first graph, for messages (empty
   /// for that one).
   std::string label;
@@ -278,7 +272,6 @@ struct CudaRank {
   int64_t wideSelectFrom = 0; ///< KILN_CUDA_SELECT_WIDE_FROM (GraphSwitches)
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   bool shortGraph = false; ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
-  bool graphStreams = false; ///< KILN_CUDA_GRAPH_STREAMS (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
   /// (setShapeSpecialised).
@@ -345,11 +338,6 @@ struct CudaRank {
         for (cudaEvent_t e : g->done)
           if (e)
             cudaEventDestroy(e);
-        for (cudaEvent_t e : {g->enter, g->leave})
-          if (e)
-            cudaEventDestroy(e);
-        if (g->stream)
-          cudaStreamDestroy(g->stream);
         if (g->exec)
           cudaGraphExecDestroy(g->exec);
         if (g->graph)
@@ -1503,12 +1491,6 @@ struct GraphSwitches {
   /// (CudaStep::allSelected); off by default until it measures faster
   /// (docs/perf.md, eighteenth pass).
   bool shortGraph = false;
-  /// KILN_CUDA_GRAPH_STREAMS=1: each captured graph uploaded to and
-  /// replayed on a stream of its own, joined to the rank's stream by an
-  /// event each way (StepGraph::stream; off by default: a probe of why a
-  /// graph uploaded second replays slower, docs/perf.md, thirty-second
-  /// pass, not yet measured).
-  bool graphStreams = false;
   /// KILN_CUDA_SPECIALISED: the families of fixed-shape kernels that run
   /// where they apply (ShapeFamily bits).
   unsigned shapeSpecialised = 0;
@@ -1610,8 +1592,6 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.indexerMma = indexerMma;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", false));
   g.shortGraph = shortGraph;
-  KILN_ASSIGN(graphStreams, readFlag("KILN_CUDA_GRAPH_STREAMS", false));
-  g.graphStreams = graphStreams;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
   g.shapeSpecialised = specialised;
   KILN_ASSIGN(stats, readFlag("KILN_CUDA_GRAPH_STATS", false));
@@ -2190,13 +2170,7 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
                  (unsigned long long)sharedInside);
   }
   CUDA_TRY(where, cudaGraphInstantiate(&g.exec, graph, 0));
-  if (rank.graphStreams && !g.stream) {
-    CUDA_TRY(where,
-             cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
-    for (cudaEvent_t *e : {&g.enter, &g.leave})
-      CUDA_TRY(where, cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-  }
-  CUDA_TRY(where, cudaGraphUpload(g.exec, g.stream ? g.stream : rank.stream));
+  CUDA_TRY(where, cudaGraphUpload(g.exec, rank.stream));
   return Status::ok();
 }
 
@@ -2258,12 +2232,6 @@ Status runRank(CudaRank &rank, CudaStep &s, bool eager, bool profile) {
   }
   if (eager || profile) {
     KILN_TRY(enqueueStep(rank, s, g, profile));
-  } else if (g.stream) {
-    CUDA_TRY(rank.where, cudaEventRecord(g.enter, rank.stream));
-    CUDA_TRY(rank.where, cudaStreamWaitEvent(g.stream, g.enter, 0));
-    CUDA_TRY(rank.where, cudaGraphLaunch(g.exec, g.stream));
-    CUDA_TRY(rank.where, cudaEventRecord(g.leave, g.stream));
-    CUDA_TRY(rank.where, cudaStreamWaitEvent(rank.stream, g.leave, 0));
   } else {
     CUDA_TRY(rank.where, cudaGraphLaunch(g.exec, rank.stream));
   }
@@ -2505,7 +2473,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->wideSelectFrom = switches.wideSelectFrom;
     rank->quietStart = switches.quietStart;
     rank->shortGraph = switches.shortGraph;
-    rank->graphStreams = switches.graphStreams;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;

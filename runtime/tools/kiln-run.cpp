@@ -171,10 +171,6 @@ environment (CUDA backend, for measuring; the same bits either way):
                            attended position (MLA then does not wait for
                            them; off by default: not yet measured faster);
                            the same result
-  KILN_CUDA_GRAPH_STREAMS=1
-                           each captured graph uploaded to and replayed on a
-                           stream of its own (off by default: a probe, not
-                           yet measured); the same result
   KILN_CUDA_SPECIALISED=LIST
                            the kernels compiled for GLM-5's shapes, by
                            family: a comma list of q8 (the q8_0 mat-vecs),

@@ -281,18 +281,6 @@ class Checks:
                        f"default", wide, graph,
                        f"{model} wide selection graph vs default",
                        ok=captured)
-        # The same two graphs, each uploaded to and replayed on a stream of
-        # its own (KILN_CUDA_GRAPH_STREAMS=1, joined to the rank's stream by
-        # events): the same launches, so the same bits.
-        apart, stats = logits_and_stats(
-            "wide-streams", {"KILN_CUDA_SELECT_WIDE_FROM": str(wide_from),
-                             "KILN_CUDA_GRAPH_STREAMS": "1"})
-        captured = f"from {wide_from} attended positions" in stats
-        self.identical(f"{model}: the same two graphs on streams of their "
-                       f"own{'' if captured else ' (the second not captured)'}"
-                       f" vs the default", apart, graph,
-                       f"{model} graphs on their own streams vs default",
-                       ok=captured)
         # attn_v_b by MLA's launch (KILN_CUDA_MLA_PROJECTION=1: the combine
         # and the projection in one kernel, a cluster a head; where the
         # weight is Q8_0, tiny-mix and small, their latent widths 64 and 512;
