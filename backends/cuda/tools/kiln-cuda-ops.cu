@@ -3803,6 +3803,32 @@ void benchEdges() {
   CHECK_CUDA(cudaStreamDestroy(other));
 }
 
+/// The current GPU's multiprocessors.
+int multiprocessors() {
+  int device = 0, sms = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                    device));
+  return sms;
+}
+
+/// Launches `kernel` on `blocks` blocks of 256 threads as a step launches
+/// its kernels: programmatic serialization after the stream's previous one.
+template <typename Kernel, typename... Args>
+cudaError_t launchProgrammatic(cudaStream_t s, unsigned blocks, Kernel kernel,
+                               Args... args) {
+  cudaLaunchAttribute overlap[1] = {};
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(256);
+  config.stream = s;
+  config.attrs = overlap;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 /// A kernel's parameters of kBytes (a block of words, two of them read),
 /// for --bench-params.
 template <int kBytes> struct ParamBlock {
@@ -3832,29 +3858,16 @@ void benchParams() {
   DeviceArray<float> y(4096);
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  int sms = 0, device = 0;
-  CHECK_CUDA(cudaGetDevice(&device));
-  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                    device));
-  cudaLaunchAttribute overlap[1] = {};
-  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  const unsigned sms = unsigned(multiprocessors());
   const auto chain = [&](auto kernel, auto block) {
     return timeInGraph(
                stream,
                [&](cudaStream_t s) {
-                 for (int i = 0; i < kChain; ++i) {
-                   cudaLaunchConfig_t config = {};
-                   config.gridDim = dim3(unsigned(sms));
-                   config.blockDim = dim3(256);
-                   config.stream = s;
-                   config.attrs = overlap;
-                   config.numAttrs = 1;
+                 for (int i = 0; i < kChain; ++i)
                    if (cudaError_t e =
-                           cudaLaunchKernelEx(&config, kernel, block, y.get());
+                           launchProgrammatic(s, sms, kernel, block, y.get());
                        e != cudaSuccess)
                      return e;
-                 }
                  return cudaSuccess;
                },
                1) /
@@ -3893,24 +3906,8 @@ void benchImages() {
   CHECK_CUDA(cudaMemset(from.get(), 1, kFlush));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  int sms = 0, device = 0;
-  CHECK_CUDA(cudaGetDevice(&device));
-  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                    device));
-  cudaLaunchAttribute overlap[1] = {};
-  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  const int sms = multiprocessors();
   enum class Flush { None, Copy, Read, ReadEvictFirst };
-  const auto launch = [&](cudaStream_t s, unsigned blocks, auto kernel,
-                          auto... args) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(256);
-    config.stream = s;
-    config.attrs = overlap;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, args...);
-  };
   // One graph: kChain probes (image i % turns), each after a flush if asked;
   // the time of one probe (timeInGraph times one capture call: kChain).
   const auto chain = [&](const std::array<ProbeKernel, kProbeImages> &images,
@@ -3927,17 +3924,17 @@ void benchImages() {
                      e = cudaMemcpyAsync(to.get(), from.get(), kFlush,
                                          cudaMemcpyDeviceToDevice, s);
                    else if (flush == Flush::Read)
-                     e = launch(s, unsigned(4 * sms),
+                     e = launchProgrammatic(s, unsigned(4 * sms),
                                 streamReadKernel<false>, words, count,
                                 y.get());
                    else if (flush == Flush::ReadEvictFirst)
-                     e = launch(s, unsigned(4 * sms), streamReadKernel<true>,
+                     e = launchProgrammatic(s, unsigned(4 * sms), streamReadKernel<true>,
                                 words, count, y.get());
                    if (e != cudaSuccess)
                      return e;
                    if (!probes)
                      continue;
-                   if (e = launch(s, unsigned(sms), images[size_t(i % turns)],
+                   if (e = launchProgrammatic(s, unsigned(sms), images[size_t(i % turns)],
                                   static_cast<const int *>(order.get()),
                                   static_cast<const float *>(x.get()),
                                   y.get());
