@@ -70,7 +70,11 @@ __device__ __forceinline__ void waitForPredecessor() {
 /// derives from it alone (the rope's angles), can overlap the wait instead
 /// of following it on the step's path (docs/perf.md, thirty-third pass).
 /// Call it before stepKernelPrologue: the wait's memory clobber keeps the
-/// load in front of it.
+/// load in front of it. A kernel must still wait before it returns, whatever
+/// the position says: along a branch each kernel's completion stands for
+/// its predecessors' (the schedule orders an op after the ops before it on
+/// its branch through that chain), so one that returned before its wait
+/// would let its successor run beside an op it must follow.
 __device__ __forceinline__ int32_t stepInputBeforeWait(const int32_t *p) {
   return *p;
 }

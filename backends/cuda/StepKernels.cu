@@ -1583,12 +1583,6 @@ __device__ inline bool positionToScore(const IndexerArgs &a,
   return int64_t(position) + 1 > a.topK;
 }
 
-/// A position in the cache at which the selection takes every attended
-/// position: a score kernel may leave before its wait (it writes nothing).
-__device__ inline bool scoresUnneeded(const IndexerArgs &a, int32_t position) {
-  return position >= 0 && position < a.cache.positions &&
-         int64_t(position) + 1 <= a.topK;
-}
 
 /// score[t] = scale * sum_h w[h] * relu(q[h] . key[t]), heads ascending;
 /// warps grid-stride over t <= position. Each warp reads one key row per
@@ -2121,14 +2115,14 @@ __global__ void __launch_bounds__(kMmaThreads)
     indexerScoresMmaKernel(IndexerArgs a) {
   extern __shared__ __align__(16) float staged[];
   // The position and the query's rope angles before the wait for the
-  // query; a step that selects every attended position leaves at once.
+  // query. Nothing leaves before the wait, even with nothing to score: a
+  // kernel that completes without waiting would let its successor on the
+  // branch pass its own wait while this one's predecessor still runs.
   const int32_t position = stepInputBeforeWait(a.position);
-  if (scoresUnneeded(a, position))
-    return;
+  const MmaAngles angles = mmaQueryAngles(a, position);
   stepKernelPrologue();
   if (!positionToScore(a, position))
     return;
-  const MmaAngles angles = mmaQueryAngles(a, position);
   float *w = staged, *back = w + kMmaHeads;
   uint4 *frags = reinterpret_cast<uint4 *>(back + kMmaHeads);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
