@@ -1583,7 +1583,6 @@ __device__ inline bool positionToScore(const IndexerArgs &a,
   return int64_t(position) + 1 > a.topK;
 }
 
-
 /// score[t] = scale * sum_h w[h] * relu(q[h] . key[t]), heads ascending;
 /// warps grid-stride over t <= position. Each warp reads one key row per
 /// head (cached after the first) and q.
