@@ -479,6 +479,19 @@ RopeFrequencies ropeFrequencies(float theta, int64_t dims) {
   return freq;
 }
 
+/// The cosines and sines of the host's table of rope pairs at `pos`, in
+/// double as the CPU, into shared memory, the block's threads a pair each
+/// in turn (the caller's barrier publishes them): the rope kernels' table.
+__device__ inline void stageRopeTable(double pos, const RopeFrequencies &freq,
+                                      float *cosines, float *sines) {
+  for (int i = threadIdx.x; i < freq.pairs; i += blockDim.x) {
+    double c, sn;
+    sincos(pos * freq.inverse[i], &sn, &c);
+    cosines[i] = float(c);
+    sines[i] = float(sn);
+  }
+}
+
 __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
                            const int32_t *position, RopeStyle style,
                            float theta, int64_t offset, int64_t dims,
@@ -491,12 +504,7 @@ __global__ void ropeKernel(const float *x, int64_t rows, int64_t n,
   const double pos = double(stepInputBeforeWait(position));
   const bool table = freq.pairs == pairs;
   if (table) {
-    for (int i = threadIdx.x; i < freq.pairs; i += blockDim.x) {
-      double c, sn;
-      sincos(pos * freq.inverse[i], &sn, &c);
-      cosines[i] = float(c);
-      sines[i] = float(sn);
-    }
+    stageRopeTable(pos, freq, cosines, sines);
     __syncthreads();
   }
   stepKernelPrologue();
@@ -742,13 +750,8 @@ normRopeAppendKernel(const float *entry, int64_t normDims, const float *w,
   const bool inCache = p >= 0 && p < cache.positions;
   const int64_t pairs = dims / 2;
   const bool table = freq.pairs == pairs;
-  for (int i = threadIdx.x; inCache && table && i < freq.pairs;
-       i += blockDim.x) {
-    double c, sn;
-    sincos(double(p) * freq.inverse[i], &sn, &c);
-    cosines[i] = float(c);
-    sines[i] = float(sn);
-  }
+  if (inCache && table)
+    stageRopeTable(double(p), freq, cosines, sines);
   stepKernelPrologue();
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
     const float v = entry[i];
