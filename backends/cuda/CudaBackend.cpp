@@ -29,6 +29,7 @@
 #include "common/StepSchedule.h"
 #include "support/AtomicFile.h"
 #include "support/CheckedMath.h"
+#include "support/Random.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -195,8 +196,8 @@ struct CudaStep {
   /// attended position (position + 1 <= selectsAll, the smallest top-k):
   /// without the indexers' launches, each MLA attending positions 0 ..
   /// position without reading the selection (the same entries in the same
-  /// order, so the same bits), so that MLA does not wait for them. Only
-  /// with KILN_CUDA_SHORT_GRAPH=1, and a step with indexers.
+  /// order, so the same bits), so that MLA does not wait for them. A step
+  /// with indexers has it unless KILN_CUDA_SHORT_GRAPH=0.
   std::optional<StepGraph> allSelected;
   int64_t selectsAll = 0;
   /// A step with DSA indexers over caches of at least wideFrom positions,
@@ -271,7 +272,7 @@ struct CudaRank {
   int selectBlocks = 0;    ///< KILN_CUDA_SELECT_BLOCKS (GraphSwitches)
   int64_t wideSelectFrom = 0; ///< KILN_CUDA_SELECT_WIDE_FROM (GraphSwitches)
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
-  bool shortGraph = false; ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
+  bool shortGraph = true;  ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
   /// (setShapeSpecialised).
@@ -1243,7 +1244,7 @@ Expected<std::pair<DeviceWeight, uint64_t>> geometryOf(const WeightBinding &b) {
 
 /// Places binding `b` at `dst` on the rank's GPU (`bytes` bytes): the
 /// rank's slice of the file's bytes, or random valid blocks.
-Status fillWeight(CudaRank &rank, const WeightBinding &b, int32_t binding,
+Status fillWeight(CudaRank &rank, const WeightBinding &b,
                   const kiln_weight_bytes *bytes, uint64_t seed, uint8_t *dst,
                   uint64_t size) {
   if (bytes) {
@@ -1259,10 +1260,12 @@ Status fillWeight(CudaRank &rank, const WeightBinding &b, int32_t binding,
     CUDA_TRY(b.tensor, cudaStreamSynchronize(rank.stream));
     return Status::ok();
   }
-  // Every binding its own stream of random blocks.
+  // Every tensor its own stream of random blocks, by its name: two
+  // artifacts that bind it (one with the indexers left out, say) fill it
+  // alike, so their bench results compare.
   CUDA_TRY(b.tensor, launchFillRandomBlocks(b.type, dst, size,
                                             seed * 0x9E3779B97F4A7C15ull +
-                                                uint64_t(binding),
+                                                fnv1a(b.tensor),
                                             rank.stream));
   return Status::ok();
 }
@@ -1307,7 +1310,7 @@ Status placeSplitWeights(CudaRank &rank, const Artifact &a,
   for (size_t i = 0; i < group.size(); ++i) {
     int32_t binding = group[i];
     DeviceWeight &w = parts[i].first;
-    KILN_TRY(fillWeight(rank, a.weights[binding], binding,
+    KILN_TRY(fillWeight(rank, a.weights[binding],
                         weights ? &weights[binding] : nullptr, seed,
                         stage.get(), parts[i].second));
     for (int p = 0; p < f->planes; ++p)
@@ -1344,7 +1347,7 @@ Status placeWeights(CudaRank &rank, const Artifact &a,
   uint64_t at = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     int32_t binding = group[i];
-    KILN_TRY(fillWeight(rank, a.weights[binding], binding,
+    KILN_TRY(fillWeight(rank, a.weights[binding],
                         weights ? &weights[binding] : nullptr, seed,
                         memory.get() + at, parts[i].second));
     parts[i].first.data = memory.get() + at;
@@ -1486,11 +1489,12 @@ struct GraphSwitches {
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
-  /// KILN_CUDA_SHORT_GRAPH=1: a step with DSA indexers has a second graph,
+  /// KILN_CUDA_SHORT_GRAPH: a step with DSA indexers has a second graph,
   /// without them, for the positions where they select every attended one
-  /// (CudaStep::allSelected); off by default until it measures faster
-  /// (docs/perf.md, eighteenth pass).
-  bool shortGraph = false;
+  /// (CudaStep::allSelected); on by default (the whole-context GLM-5 rank
+  /// at 1k 0.20 ms faster, though that graph is uploaded second; level past
+  /// the top-k: docs/perf.md, thirty-fourth pass), =0 leaves it out.
+  bool shortGraph = true;
   /// KILN_CUDA_SPECIALISED: the families of fixed-shape kernels that run
   /// where they apply (ShapeFamily bits).
   unsigned shapeSpecialised = 0;
@@ -1590,7 +1594,7 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.quietStart = quietStart;
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
   g.indexerMma = indexerMma;
-  KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", false));
+  KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
   g.shapeSpecialised = specialised;

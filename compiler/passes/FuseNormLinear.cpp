@@ -16,7 +16,7 @@ namespace {
 
 struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
   void runOnOperation() override {
-    SmallVector<std::pair<st::RMSNormOp, st::FusedLinearOp>> pairs;
+    SmallVector<std::pair<st::RMSNormOp, Operation *>> pairs;
     getOperation().walk([&](st::RMSNormOp norm) {
       // The normalised vector must be a plain arena buffer that only the
       // next op reads, as its input; nothing runs in between, so the
@@ -25,20 +25,37 @@ struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
       Value y = norm.getOutput();
       if (!y.getDefiningOp<st::BufferOp>() || norm.getInput() == y)
         return;
-      auto linear = dyn_cast_or_null<st::FusedLinearOp>(st::nextCompute(norm));
-      if (!linear || linear.getInput() != y)
-        return;
-      if (st::usedOnlyBy(y, norm, linear))
-        pairs.push_back({norm, linear});
+      Operation *next = st::nextCompute(norm);
+      auto fused = dyn_cast_or_null<st::FusedLinearOp>(next);
+      auto linear = dyn_cast_or_null<st::LinearOp>(next);
+      // A plain linear as a fused one of one segment: a [K, N] weight.
+      if (linear && linear.getWeight().getType().getDims().size() != 2)
+        linear = nullptr;
+      Value input = fused    ? fused.getInput()
+                    : linear ? linear.getInput()
+                             : Value();
+      if (input == y && st::usedOnlyBy(y, norm, next))
+        pairs.push_back({norm, next});
     });
-    for (auto [norm, linear] : pairs) {
+    for (auto [norm, next] : pairs) {
       Value y = norm.getOutput();
-      OpBuilder b(linear);
-      st::RMSNormLinearOp::create(
-          b, linear.getLoc(), norm.getInput(), norm.getWeight(),
-          linear.getWeights(), norm.getEpsilonAttr(), linear.getSegmentsAttr(),
-          linear.getOutput(), linear.getLiveFromAttr());
-      linear.erase();
+      OpBuilder b(next);
+      if (auto fused = dyn_cast<st::FusedLinearOp>(next)) {
+        st::RMSNormLinearOp::create(
+            b, fused.getLoc(), norm.getInput(), norm.getWeight(),
+            fused.getWeights(), norm.getEpsilonAttr(), fused.getSegmentsAttr(),
+            fused.getOutput(), fused.getLiveFromAttr());
+      } else {
+        auto linear = cast<st::LinearOp>(next);
+        Value weight = linear.getWeight();
+        st::RMSNormLinearOp::create(
+            b, linear.getLoc(), norm.getInput(), norm.getWeight(),
+            ValueRange{weight}, norm.getEpsilonAttr(),
+            b.getArrayAttr({mlir::kiln::projectionSegment(
+                cast<mlir::kiln::QWeightType>(weight.getType()), 0)}),
+            linear.getOutput(), DenseI64ArrayAttr());
+      }
+      next->erase();
       norm.erase();
       st::eraseIfUnusedBuffer(y);
     }

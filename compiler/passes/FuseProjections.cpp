@@ -22,6 +22,14 @@ namespace mlir::kiln {
 using namespace mlir;
 namespace kd = mlir::kiln;
 
+mlir::kiln::SegmentAttr mlir::kiln::projectionSegment(QWeightType weight,
+                                                      int64_t offset) {
+  StringRef name = weight.getName();
+  name.consume_back(".weight");
+  return SegmentAttr::get(weight.getContext(), name, offset,
+                          weight.getDims()[1], weight.getFormat());
+}
+
 namespace {
 
 bool fusable(kd::LinearOp op) {
@@ -40,19 +48,14 @@ void fuseGroup(ArrayRef<kd::LinearOp> group) {
       def->moveBefore(first);
 
   OpBuilder b(first);
-  MLIRContext *ctx = first.getContext();
   SmallVector<Value> weights;
   SmallVector<Attribute> segments;
   int64_t offset = 0;
   for (kd::LinearOp op : group) {
     kd::QWeightType w = op.getWeight().getType();
-    StringRef name = w.getName();
-    name.consume_back(".weight");
-    int64_t rows = w.getDims()[1];
     weights.push_back(op.getWeight());
-    segments.push_back(
-        kd::SegmentAttr::get(ctx, name, offset, rows, w.getFormat()));
-    offset += rows;
+    segments.push_back(kd::projectionSegment(w, offset));
+    offset += w.getDims()[1];
   }
   auto inputType = cast<RankedTensorType>(first.getInput().getType());
   auto type = RankedTensorType::get({offset}, inputType.getElementType());

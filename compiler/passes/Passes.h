@@ -3,6 +3,7 @@
 #define KILN_COMPILER_PASSES_PASSES_H
 
 #include "kiln/KilnDialect.h"
+#include "kiln/KilnTypes.h"
 #include "step/StepDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -28,20 +29,39 @@ enum class RouterFold {
   Composed,
 };
 
-/// Adds partition (when `tp` > 1), fold-dequant, fuse-projections,
-/// lower-to-step, fuse-add-norm (the fusions unless `fuse` is false),
-/// plan-memory and verify-capture: a kiln module in, a planned, verified
-/// step module out. `alignment` and `reuseDistance` are the planner's.
-/// `fuseSharedExpert` adds fuse-shared-expert after fuse-expert-add (when
-/// `fuse` is on; the default). `foldRouter` adds fold-router in that form
-/// after it (when `fuse` is on; off by default), and `fuseRouterChoice`
-/// fuse-router-choice right after fold-router (with it; off by default:
-/// measured slower on the GPU, docs/perf.md).
-void buildStepPipeline(OpPassManager &pm, int64_t alignment = 256,
-                       bool fuse = true, int64_t tp = 1,
-                       int64_t reuseDistance = 0, bool fuseSharedExpert = true,
-                       RouterFold foldRouter = RouterFold::Off,
-                       bool fuseRouterChoice = false);
+/// The segment a projection's `[K, N]` weight makes of a fused output at
+/// `offset`: its tensor name without ".weight", its N rows, its format.
+SegmentAttr projectionSegment(QWeightType weight, int64_t offset);
+
+/// What the step pipeline runs besides its fixed passes.
+struct StepPipelineOptions {
+  /// Byte alignment of every arena buffer (the planner's).
+  int64_t alignment = 256;
+  /// The fusions (fold-dequant, fuse-projections, and every fuse-* and
+  /// mark-live-rows pass on the step program).
+  bool fuse = true;
+  /// Tensor-parallel ranks: partition runs when above 1.
+  int64_t tp = 1;
+  /// Ops after an arena buffer's last access before its bytes are reused
+  /// (the planner's).
+  int64_t reuseDistance = 0;
+  /// fuse-shared-expert after fuse-expert-add (with `fuse`).
+  bool fuseSharedExpert = true;
+  /// fold-router in that form after it (with `fuse`; off by default).
+  RouterFold foldRouter = RouterFold::Off;
+  /// fuse-router-choice right after fold-router (off by default: measured
+  /// slower on the GPU, docs/perf.md).
+  bool fuseRouterChoice = false;
+  /// elide-indexers first: indexers whose caches hold no more positions
+  /// than their top-k (they select every position) left out.
+  bool elideIndexers = true;
+};
+
+/// Adds elide-indexers, partition, fold-dequant, fuse-projections,
+/// lower-to-step, the step fusions, plan-memory and verify-capture, as
+/// `options` asks: a kiln module in, a planned, verified step module out.
+void buildStepPipeline(OpPassManager &pm,
+                       const StepPipelineOptions &options = {});
 
 /// Registers the passes and the named pipeline `kiln-step-pipeline`.
 void registerKilnPassesAndPipelines();

@@ -54,6 +54,24 @@ def Partition : Pass<"kiln-partition", "::mlir::func::FuncOp"> {
   ];
 }
 
+def ElideIndexers : Pass<"kiln-elide-indexers", "::mlir::ModuleOp"> {
+  let summary = "Leave out DSA indexers that select every position";
+  let description = [{
+    A `kiln.dsa_indexer` whose key cache holds no more positions than its
+    `top_k` selects positions 0 .. position in ascending order at every
+    position the step can run at (the position is below the cache's size:
+    an append past it fails at run time). Where MLA is the only reader of
+    its selection, MLA attends 0 .. position without it (the same entries
+    in the same order) and the indexer goes. A key cache that no indexer of
+    the module reads then loses its appends, and the ops that fed only them
+    go too: the indexer's query and head-weight projections, its key's
+    projection, norm and rope, and their weights and states. GLM-5 compiled
+    for 2,048 positions (its top-k) so runs no indexer and keeps no
+    indexer cache. The first pass of the step pipeline (kiln-compile
+    `--elide-indexers`, on by default).
+  }];
+}
+
 def FoldDequant : Pass<"kiln-fold-dequant", "::mlir::func::FuncOp"> {
   let summary = "Let norms and the router read their weights themselves";
   let description = [{
@@ -104,11 +122,13 @@ def FuseNormLinear : Pass<"kiln-fuse-norm-linear", "::mlir::func::FuncOp"> {
   let description = [{
     On a step function before planning: a `step.rms_norm` of a vector into
     an arena buffer that only the next compute op reads, a
-    `step.fused_linear`, as its input, becomes one `step.rms_norm_linear`;
-    the normalised vector is never written out, and a backend may normalise
+    `step.fused_linear` or a `step.linear` with a `[K, N]` weight (one
+    segment), as its input, becomes one `step.rms_norm_linear`; the
+    normalised vector is never written out, and a backend may normalise
     inside the mat-vec (the CUDA backend does, for its split layouts). In
-    GLM-5 that is the q_a norm feeding q_b and the indexer's query, on the
-    critical path of every layer. The latent-cache norm feeds a concat and
+    GLM-5 that is the q_a norm feeding q_b and the indexer's query (q_b
+    alone where kiln-elide-indexers left the indexer out), on the critical
+    path of every layer. The latent-cache norm feeds a concat and
     stays.
   }];
 }

@@ -3,42 +3,42 @@
 
 using namespace mlir;
 
-void mlir::kiln::buildStepPipeline(OpPassManager &pm, int64_t alignment,
-                                   bool fuse, int64_t tp, int64_t reuseDistance,
-                                   bool fuseSharedExpert, RouterFold foldRouter,
-                                   bool fuseRouterChoice) {
-  if (tp > 1) {
+void mlir::kiln::buildStepPipeline(OpPassManager &pm,
+                                   const StepPipelineOptions &options) {
+  if (options.elideIndexers)
+    pm.addPass(createElideIndexers());
+  if (options.tp > 1) {
     PartitionOptions partition;
-    partition.tp = tp;
+    partition.tp = options.tp;
     pm.addNestedPass<func::FuncOp>(createPartition(partition));
   }
-  if (fuse) {
+  if (options.fuse) {
     pm.addNestedPass<func::FuncOp>(createFoldDequant());
     pm.addNestedPass<func::FuncOp>(createFuseProjections());
   }
   pm.addPass(createLowerToStep());
-  if (fuse) {
+  if (options.fuse) {
     pm.addNestedPass<func::FuncOp>(createFuseAddNorm());
     pm.addNestedPass<func::FuncOp>(createFuseNormLinear());
     pm.addNestedPass<func::FuncOp>(createFuseSwigluLinear());
     pm.addNestedPass<func::FuncOp>(createFuseMlaProjection());
     pm.addNestedPass<func::FuncOp>(createFuseCacheAppend());
     pm.addNestedPass<func::FuncOp>(createFuseExpertAdd());
-    if (fuseSharedExpert)
+    if (options.fuseSharedExpert)
       pm.addNestedPass<func::FuncOp>(createFuseSharedExpert());
-    if (foldRouter != RouterFold::Off) {
+    if (options.foldRouter != RouterFold::Off) {
       FoldRouterOptions fold;
-      fold.compose = foldRouter == RouterFold::Composed;
+      fold.compose = options.foldRouter == RouterFold::Composed;
       pm.addNestedPass<func::FuncOp>(createFoldRouter(fold));
-      if (fuseRouterChoice)
+      if (options.fuseRouterChoice)
         pm.addNestedPass<func::FuncOp>(createFuseRouterChoice());
     }
     pm.addNestedPass<func::FuncOp>(createFuseIndexerRope());
     pm.addNestedPass<func::FuncOp>(createMarkLiveRows());
   }
   PlanMemoryOptions plan;
-  plan.alignment = alignment;
-  plan.reuseDistance = reuseDistance;
+  plan.alignment = options.alignment;
+  plan.reuseDistance = options.reuseDistance;
   pm.addNestedPass<func::FuncOp>(createPlanMemory(plan));
   pm.addNestedPass<func::FuncOp>(createVerifyCapture());
 }

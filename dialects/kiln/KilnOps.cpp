@@ -199,9 +199,11 @@ LogicalResult LinearOp::verify() {
 
 FailureOr<int64_t> mlir::kiln::verifySegmentMap(Operation *op, int64_t k,
                                                 ValueRange weights,
-                                                ArrayAttr segments) {
-  if (weights.size() < 2)
-    return op->emitOpError("fuses at least two projections, got ")
+                                                ArrayAttr segments,
+                                                size_t fewest) {
+  if (weights.size() < fewest)
+    return op->emitOpError("fuses at least ")
+           << fewest << " projection" << (fewest == 1 ? "" : "s") << ", got "
            << weights.size();
   if (segments.size() != weights.size())
     return op->emitOpError("has ")

@@ -19,12 +19,14 @@
 
 namespace mlir::kiln {
 /// Checks a fused projection's segment map against its weights: at least
-/// two, one `#kiln.segment` per weight, named after it, in its format, each
-/// weight `[k, N]`, rows contiguous from 0. Returns the total rows, or
+/// `fewest`, one `#kiln.segment` per weight, named after it, in its format,
+/// each weight `[k, N]`, rows contiguous from 0. Returns the total rows, or
 /// failure after an error on `op`. Used by kiln.fused_linear and
-/// step.fused_linear alike.
+/// step.fused_linear (two at least: one is a linear) and
+/// step.rms_norm_linear (one at least: the norm is what it fuses).
 FailureOr<int64_t> verifySegmentMap(Operation *op, int64_t k,
-                                    ValueRange weights, ArrayAttr segments);
+                                    ValueRange weights, ArrayAttr segments,
+                                    size_t fewest = 2);
 } // namespace mlir::kiln
 
 #endif // KILN_DIALECTS_KILN_KILNOPS_H

@@ -451,8 +451,9 @@ LogicalResult RMSNormLinearOp::verify() {
   if (failed(expectParam(*this, "norm", getNorm(), input.getDimSize(0))) ||
       failed(verifyPositive(*this, "epsilon", getEpsilon().convertToFloat())))
     return failure();
-  FailureOr<int64_t> total = kiln::verifySegmentMap(
-      *this, input.getDimSize(0), getWeights(), getSegments());
+  FailureOr<int64_t> total = kiln::verifySegmentMap(*this, input.getDimSize(0),
+                                                    getWeights(), getSegments(),
+                                                    /*fewest=*/1);
   if (failed(total) ||
       failed(verifyLiveFrom(*this, getLiveFrom(), getWeights().size())))
     return failure();

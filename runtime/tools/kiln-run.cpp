@@ -166,11 +166,11 @@ environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_SELECT_WIDE_FROM=N
                            where auto takes 16 blocks (default 98304; 0:
                            never)
-  KILN_CUDA_SHORT_GRAPH=1  a step with DSA indexers also replays a second
-                           graph, without them, while each selects every
-                           attended position (MLA then does not wait for
-                           them; off by default: not yet measured faster);
-                           the same result
+  KILN_CUDA_SHORT_GRAPH=0  a step with DSA indexers replays one graph, the
+                           indexers in it, at every position (by default a
+                           second graph without them runs while each
+                           selects every attended position, so that MLA
+                           does not wait for them); the same result
   KILN_CUDA_SPECIALISED=LIST
                            the kernels compiled for GLM-5's shapes, by
                            family: a comma list of q8 (the q8_0 mat-vecs),

@@ -58,6 +58,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 SEED_TOKENS = 20261130
 POSITIONS = 48
+# The positions utils/gpu-pack.sh compiles the small models' artifacts for.
+CONTEXT = 64
 TOL_F32 = 1e-4
 TOL_F16 = 2e-3
 
@@ -71,6 +73,8 @@ MODELS = {
     # indexer scores by ~1e-4, enough to swap a DSA choice on a tiny random
     # model (GLM5.md section 7). DSA selection is checked exactly per op
     # (kiln-cuda-ops) and end to end with f32 caches (tiny-f32, small).
+    # With a top-k of the artifacts' CONTEXT the compiler leaves the
+    # indexers out (kiln-elide-indexers): this model checks that form.
     "tiny-mix": (["--preset", "tiny", "--seed", 6, "--indexer-top-k", 64],
                  TOL_F16),
     "small": (["--preset", "small", "--seed", 2, "--indexer-top-k", 4],
@@ -84,6 +88,14 @@ SHARED_MODELS = {
     "small-ff256": (["--preset", "small", "--seed", 3, "--indexer-top-k", 4,
                      "--expert-ff", 256], TOL_F32),
 }
+
+
+def indexed(model):
+    """Whether the model's artifacts keep their DSA indexers: the compiler
+    leaves out an indexer whose top-k takes every position the artifact
+    holds (kiln-elide-indexers)."""
+    args = MODELS[model][0]
+    return int(args[args.index("--indexer-top-k") + 1]) < CONTEXT
 
 
 def pack_dir():
@@ -236,51 +248,59 @@ class Checks:
                        fixed, general, f"{model} fixed-shape kernels vs general",
                        ok=(np.array_equal(general, graph) and
                            (ran > 0 or model != "small")))
-        # A switch (VAR=1) that must leave the logits bit for bit as the
-        # default graph's.
-        def same_bits(var, name, label, what):
+        # A switch (VAR=value) that must leave the logits bit for bit as
+        # the default graph's.
+        def same_bits(var, name, label, what, value="1"):
             got = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
                          self.work / f"{model}-{name}.npy",
-                         extra_env={var: "1"})
+                         extra_env={var: value})
             self.identical(f"{model}: {label}", got, graph, f"{model} {what}")
 
-        # The indexer's top-k as before the seventeenth pass
-        # (KILN_CUDA_CLUSTER_SELECT=1: its cluster of blocks, four radix
-        # passes) against the default (one block at these counts, stopping
-        # once the threshold is known): the same selection, so the same
-        # bits. tiny-f32 (top 8) and small (top 4) select from up to 48
-        # positions; tiny-mix's top 64 takes them all either way.
-        same_bits("KILN_CUDA_CLUSTER_SELECT", "cluster",
-                  "indexer top-k by the cluster, four passes, vs the default",
-                  "cluster selection vs default")
-        # Two graphs (KILN_CUDA_SHORT_GRAPH=1: the steps below the indexers'
-        # top-k replay a graph without them, MLA attending every position
-        # without reading the selection) against the default's one: the
-        # same entries in the same order, so the same bits. The prompt runs
-        # past tiny-f32's top 8 and small's top 4 (both graphs replayed);
-        # tiny-mix's top 64 keeps every step in the second.
-        same_bits("KILN_CUDA_SHORT_GRAPH", "twographs",
-                  "two graphs (without the indexers below their top-k) vs "
-                  "one", "two graphs vs one")
-        # The selection by clusters of 16 blocks from a count of attended
-        # positions on (KILN_CUDA_SELECT_WIDE_FROM=N: a second graph, which
-        # the steps from N attended positions replay, each indexer's
-        # selection by 16 blocks where the GPU runs such clusters) against
-        # the default's one graph: the same selection, so the same bits.
-        # From half the prompt, so that both graphs are replayed; the
-        # capture's statistics must name the second graph. (At these counts
-        # the cluster's first block selects alone; utils/gpu-test.sh's 16k
-        # check runs the cluster of 16 itself.)
-        wide_from = POSITIONS // 2
-        wide, stats = logits_and_stats(
-            "wide", {"KILN_CUDA_SELECT_WIDE_FROM": str(wide_from)})
-        captured = f"from {wide_from} attended positions" in stats
-        self.identical(f"{model}: selection by clusters of 16 from "
-                       f"{wide_from} attended positions (a second graph"
-                       f"{'' if captured else ', not captured'}) vs the "
-                       f"default", wide, graph,
-                       f"{model} wide selection graph vs default",
-                       ok=captured)
+        # The indexer's switches, where the compiler kept the indexers.
+        if not indexed(model):
+            self.report.append(f"| {model}: the selection's switches | - | "
+                               f"not run: no indexers (top-k >= the "
+                               f"artifact's {CONTEXT} positions) | - | - |")
+        else:
+            # The indexer's top-k as before the seventeenth pass
+            # (KILN_CUDA_CLUSTER_SELECT=1: its cluster of blocks, four
+            # radix passes) against the default (one block at these counts,
+            # stopping once the threshold is known): the same selection, so
+            # the same bits. tiny-f32 (top 8) and small (top 4) select from
+            # up to 48 positions.
+            same_bits("KILN_CUDA_CLUSTER_SELECT", "cluster",
+                      "indexer top-k by the cluster, four passes, vs the "
+                      "default", "cluster selection vs default")
+            # One graph (KILN_CUDA_SHORT_GRAPH=0: the indexers at every
+            # position) against the default's two (the steps below the
+            # indexers' top-k replay a graph without them, MLA attending
+            # every position without reading the selection): the same
+            # entries in the same order, so the same bits. The prompt runs
+            # past tiny-f32's top 8 and small's top 4 (both graphs
+            # replayed).
+            same_bits("KILN_CUDA_SHORT_GRAPH", "onegraph",
+                      "one graph (the indexers below their top-k too) vs "
+                      "two", "one graph vs two", value="0")
+            # The selection by clusters of 16 blocks from a count of
+            # attended positions on (KILN_CUDA_SELECT_WIDE_FROM=N: a second
+            # graph, which the steps from N attended positions replay, each
+            # indexer's selection by 16 blocks where the GPU runs such
+            # clusters) against the default's one graph: the same selection,
+            # so the same bits. From half the prompt, so that both graphs
+            # are replayed; the capture's statistics must name the second
+            # graph. (At these counts the cluster's first block selects
+            # alone; utils/gpu-test.sh's 16k check runs the cluster of 16
+            # itself.)
+            wide_from = POSITIONS // 2
+            wide, stats = logits_and_stats(
+                "wide", {"KILN_CUDA_SELECT_WIDE_FROM": str(wide_from)})
+            captured = f"from {wide_from} attended positions" in stats
+            self.identical(f"{model}: selection by clusters of 16 from "
+                           f"{wide_from} attended positions (a second graph"
+                           f"{'' if captured else ', not captured'}) vs the "
+                           f"default", wide, graph,
+                           f"{model} wide selection graph vs default",
+                           ok=captured)
         # attn_v_b by MLA's launch (KILN_CUDA_MLA_PROJECTION=1: the combine
         # and the projection in one kernel, a cluster a head; where the
         # weight is Q8_0, tiny-mix and small, their latent widths 64 and 512;

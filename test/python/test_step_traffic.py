@@ -9,9 +9,9 @@ at most top_k positions' latent rows, whatever the context; past them a
 position adds only the indexer's key rows (a context above top_k checks
 it: before, every latent row up to the context was counted, which put the
 floors of docs/perf.md at 4k and 16k positions too high). An artifact
-whose context is shorter than the indexer's top-k never reads the
-indexer's query and head-weight rows (live_from: the indexer selects every
-position there), so those count as bound, not read.
+whose context is no longer than the indexer's top-k has no indexer
+(kiln-elide-indexers: it would select every position), so it binds none of
+the indexer's tensors and keeps no indexer cache.
 
 With the router folded composed (`--fold-router=composed`), each MoE
 layer's attn_output is a linear_router whose backend composes, at load, a
@@ -65,6 +65,11 @@ def expected_past(reader, context):
             layers * (min(context, top_k) * latent + context * key))
 
 
+def elided(reader, context):
+    """Whether the compiler leaves the indexers out at `context`."""
+    return context <= field(reader, "glm-dsa.attention.indexer.top_k")
+
+
 def expected(reader, described, context, tp=1, composed=False):
     """Per rank: (weights read, bound, cache bytes a position) for an
     artifact of `context` positions (`composed`: the router folded into
@@ -78,10 +83,10 @@ def expected(reader, described, context, tp=1, composed=False):
     # layers counted in block_count are @mtp_step's.
     layers = (field(reader, "glm-dsa.block_count") -
               field(reader, "glm-dsa.nextn_predict_layers"))
-    top_k = field(reader, "glm-dsa.attention.indexer.top_k")
     row = (field(reader, "glm-dsa.attention.kv_lora_rank") +
-           field(reader, "glm-dsa.rope.dimension_count") +
-           field(reader, "glm-dsa.attention.indexer.key_length")) * 2  # f16
+           field(reader, "glm-dsa.rope.dimension_count")) * 2  # f16
+    if not elided(reader, context):
+        row += field(reader, "glm-dsa.attention.indexer.key_length") * 2
     # A composed MoE layer's matrix: E rows of K / tp + N / tp f32 values.
     hidden = field(reader, "glm-dsa.embedding_length")
     dense = field(reader, "glm-dsa.leading_dense_block_count")
@@ -110,9 +115,6 @@ def expected(reader, described, context, tp=1, composed=False):
             share = chosen / experts
         elif name == "token_embd.weight":
             share = 1.0 / vocab
-        elif (context < top_k and
-              (".indexer.attn_q_b." in name or ".indexer.proj." in name)):
-            share = 0.0
         elif composed and name.endswith(".ffn_gate_inp.weight"):
             share = 0.0
         current[0] += int(float(local) * share)
@@ -136,10 +138,21 @@ def test_step_traffic_matches_an_independent_count(model, tp, context, flags):
     got = [tuple(int(x) for x in m.groups())
            for m in READS.finditer(described)]
     reader = GGUFReader(gguf)
+    # No indexer tensor bound where the indexers were left out; every
+    # layer's five where they were not.
+    indexer = len(re.findall(r"^  binds blk\.\d+\.indexer\.", described,
+                             re.M))
+    layers = (field(reader, "glm-dsa.block_count") -
+              field(reader, "glm-dsa.nextn_predict_layers"))
+    assert indexer == (0 if elided(reader, context) else tp * layers * 5), \
+        indexer
     want = expected(reader, described, context, tp, composed)
     assert len(got) == tp and got == want, (got, want)
     past = [tuple(int(x) for x in m.groups()) for m in PAST.finditer(described)]
-    assert past == [expected_past(reader, context) + (context,)] * tp, past
+    if elided(reader, context):
+        assert past == [], past
+    else:
+        assert past == [expected_past(reader, context) + (context,)] * tp, past
     # The compiler's report states the same figures, per rank.
     for rank, (weights, bound, cache) in enumerate(want):
         assert (f"rank {rank}: a decode step reads {weights / 1e9:.3f} GB of "

@@ -109,6 +109,13 @@ static cl::opt<bool> fuseRouterChoice(
              "moe_choose after it (off by default: measured slower on "
              "the GPU, in the step and alone, docs/perf.md twentieth and "
              "twenty-second passes)"));
+static cl::opt<bool> elideIndexers(
+    cl::cat(kilnOptions), "elide-indexers", cl::init(true),
+    cl::desc("Leave out each DSA indexer whose cache holds no more positions "
+             "than its top-k (--context at most 2,048 for GLM-5): it would "
+             "select every position, so MLA attends them all without it, "
+             "the same bits (default on; =false keeps them, for "
+             "comparisons)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
@@ -275,9 +282,16 @@ int main(int argc, char **argv) {
     else
       step = (*module)->clone();
     mlir::PassManager pm(&context);
-    mlir::kiln::buildStepPipeline(pm, alignment, !noFuse, tp, reuseDistance,
-                                  fuseSharedExpert, routerFold,
-                                  fuseRouterChoice);
+    mlir::kiln::StepPipelineOptions pipeline;
+    pipeline.alignment = alignment;
+    pipeline.fuse = !noFuse;
+    pipeline.tp = tp;
+    pipeline.reuseDistance = reuseDistance;
+    pipeline.fuseSharedExpert = fuseSharedExpert;
+    pipeline.foldRouter = routerFold;
+    pipeline.fuseRouterChoice = fuseRouterChoice;
+    pipeline.elideIndexers = elideIndexers;
+    mlir::kiln::buildStepPipeline(pm, pipeline);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "
                       "above)\n";

@@ -546,7 +546,7 @@ func.func @yield_outside(%x: tensor<64xf32>) {
 // -----
 
 func.func @fused_one_weight(%a: tensor<256xf32>, %w: !kiln.qweight<"q.weight", "q8_0", [256, 128]>) -> tensor<128xf32> {
-  // expected-error @+1 {{'kiln.fused_linear' op fuses at least two projections, got 1}}
+  // expected-error @+1 {{'kiln.fused_linear' op fuses at least 2 projections, got 1}}
   %y = kiln.fused_linear %a weights(%w) {segments = [#kiln.segment<name = "q", offset = 0, rows = 128, format = "q8_0">]} : tensor<256xf32>, !kiln.qweight<"q.weight", "q8_0", [256, 128]> -> tensor<128xf32>
   return %y : tensor<128xf32>
 }
