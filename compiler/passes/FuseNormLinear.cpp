@@ -14,9 +14,43 @@ namespace st = mlir::step;
 
 namespace {
 
+/// What an rms_norm_linear takes from the projection it replaces.
+struct Projection {
+  Operation *op;
+  SmallVector<Value> weights;
+  ArrayAttr segments;
+  DenseI64ArrayAttr liveFrom;
+  Value input, output;
+};
+
+/// `op` as a projection the norm can fold into: a fused_linear, or a linear
+/// of a [K, N] weight as a fused one of one segment.
+std::optional<Projection> projectionOf(Operation *op) {
+  if (auto fused = dyn_cast_or_null<st::FusedLinearOp>(op))
+    return Projection{fused,
+                      llvm::to_vector(fused.getWeights()),
+                      fused.getSegmentsAttr(),
+                      fused.getLiveFromAttr(),
+                      fused.getInput(),
+                      fused.getOutput()};
+  auto linear = dyn_cast_or_null<st::LinearOp>(op);
+  if (!linear)
+    return std::nullopt;
+  auto weight = cast<mlir::kiln::QWeightType>(linear.getWeight().getType());
+  if (weight.getDims().size() != 2)
+    return std::nullopt;
+  return Projection{linear,
+                    {linear.getWeight()},
+                    ArrayAttr::get(op->getContext(),
+                                   {mlir::kiln::projectionSegment(weight, 0)}),
+                    DenseI64ArrayAttr(),
+                    linear.getInput(),
+                    linear.getOutput()};
+}
+
 struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
   void runOnOperation() override {
-    SmallVector<std::pair<st::RMSNormOp, Operation *>> pairs;
+    SmallVector<std::pair<st::RMSNormOp, Projection>> pairs;
     getOperation().walk([&](st::RMSNormOp norm) {
       // The normalised vector must be a plain arena buffer that only the
       // next op reads, as its input; nothing runs in between, so the
@@ -25,37 +59,17 @@ struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
       Value y = norm.getOutput();
       if (!y.getDefiningOp<st::BufferOp>() || norm.getInput() == y)
         return;
-      Operation *next = st::nextCompute(norm);
-      auto fused = dyn_cast_or_null<st::FusedLinearOp>(next);
-      auto linear = dyn_cast_or_null<st::LinearOp>(next);
-      // A plain linear as a fused one of one segment: a [K, N] weight.
-      if (linear && linear.getWeight().getType().getDims().size() != 2)
-        linear = nullptr;
-      Value input = fused    ? fused.getInput()
-                    : linear ? linear.getInput()
-                             : Value();
-      if (input == y && st::usedOnlyBy(y, norm, next))
-        pairs.push_back({norm, next});
+      std::optional<Projection> next = projectionOf(st::nextCompute(norm));
+      if (next && next->input == y && st::usedOnlyBy(y, norm, next->op))
+        pairs.push_back({norm, std::move(*next)});
     });
-    for (auto [norm, next] : pairs) {
+    for (auto &[norm, next] : pairs) {
       Value y = norm.getOutput();
-      OpBuilder b(next);
-      if (auto fused = dyn_cast<st::FusedLinearOp>(next)) {
-        st::RMSNormLinearOp::create(
-            b, fused.getLoc(), norm.getInput(), norm.getWeight(),
-            fused.getWeights(), norm.getEpsilonAttr(), fused.getSegmentsAttr(),
-            fused.getOutput(), fused.getLiveFromAttr());
-      } else {
-        auto linear = cast<st::LinearOp>(next);
-        Value weight = linear.getWeight();
-        st::RMSNormLinearOp::create(
-            b, linear.getLoc(), norm.getInput(), norm.getWeight(),
-            ValueRange{weight}, norm.getEpsilonAttr(),
-            b.getArrayAttr({mlir::kiln::projectionSegment(
-                cast<mlir::kiln::QWeightType>(weight.getType()), 0)}),
-            linear.getOutput(), DenseI64ArrayAttr());
-      }
-      next->erase();
+      OpBuilder b(next.op);
+      st::RMSNormLinearOp::create(
+          b, next.op->getLoc(), norm.getInput(), norm.getWeight(), next.weights,
+          norm.getEpsilonAttr(), next.segments, next.output, next.liveFrom);
+      next.op->erase();
       norm.erase();
       st::eraseIfUnusedBuffer(y);
     }
