@@ -90,6 +90,14 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
       t=$target; [ "$target" = cuda ] && t=cuda:$pack_arch
       compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
         --cache-type "$cache" -o "$m/$name.$target.tp$tp.kiln"
+      # With attn_q_b's slices copied out after its mat-vec
+      # (--split-projections=false), for the check that its rows cut per
+      # slice give the same bits.
+      if [ "$target" = cuda ] && [ "$tp" = 1 ]; then
+        compile "$m/$name-meta.gguf" --target=$t --tp 1 --context 64 \
+          --cache-type "$cache" --split-projections=false \
+          -o "$m/$name.cuda-sliced.tp1.kiln"
+      fi
       # With the router folded into the attention's all-reduce
       # (--fold-router: only where there is one, tp > 1), for the tp=N on N
       # GPUs checks.

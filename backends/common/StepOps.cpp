@@ -15,13 +15,6 @@ using namespace kiln::artifact;
 
 namespace kiln::backend {
 
-std::vector<int64_t> localDims(const WeightBinding &b) {
-  std::vector<int64_t> dims = b.dims;
-  if (b.sliceDim >= 0 && size_t(b.sliceDim) < dims.size())
-    dims[b.sliceDim] = (b.sliceEnd - b.sliceBegin) * b.sliceGroups;
-  return dims;
-}
-
 int64_t HostWeight::rows() const {
   int64_t rows = 1;
   for (size_t d = 1; d < dims.size(); ++d)
@@ -43,13 +36,12 @@ Expected<HostWeight> sliceWeight(const WeightBinding &b,
                  fmt::format("{} bytes given, the binding needs {}",
                              bytes.bytes, expected.value_or(0)));
   const uint8_t *data = static_cast<const uint8_t *>(bytes.data);
-  if (b.sliceDim < 0)
+  if (b.sliceDim < 0 && b.rowPeriod == 0)
     return HostWeight{data, bytes.bytes, b.type, b.dims, b.tensor};
 
   // The sliced dim is `groups` equal groups; the part is each group's cut
-  // [sliceBegin, sliceEnd), in group order.
-  int64_t cut = b.sliceEnd - b.sliceBegin;
-  int64_t groupSize = b.dims[b.sliceDim] / b.sliceGroups;
+  // [sliceBegin, sliceEnd), in group order; then of every rowPeriod rows
+  // of dim 1, [rowBegin, rowEnd) (artifact::fileIndex).
   std::vector<int64_t> local = localDims(b);
   uint32_t block = traitsOf(b.type).blockSize;
   uint64_t blockBytes = traitsOf(b.type).blockBytes;
@@ -70,9 +62,7 @@ Expected<HostWeight> sliceWeight(const WeightBinding &b,
   for (uint64_t r = 0; r < localRows; ++r) {
     uint64_t fileRow = 0;
     for (size_t d = local.size() - 1; d >= 1; --d) {
-      int64_t i = idx[d];
-      if (int64_t(d) == b.sliceDim)
-        i = i / cut * groupSize + b.sliceBegin + i % cut;
+      const int64_t i = fileIndex(b, d, idx[d]);
       fileRow = fileRow * uint64_t(b.dims[d]) + uint64_t(i);
       if (d == 1)
         break;

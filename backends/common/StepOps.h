@@ -60,9 +60,7 @@ enum class OpKind {
   DistributedArgmax,
 };
 
-/// The dims a rank holds of a binding: the file's dims with the sliced dim
-/// cut to (sliceEnd - sliceBegin) * sliceGroups.
-std::vector<int64_t> localDims(const artifact::WeightBinding &b);
+using artifact::localDims;
 
 /// A weight as a rank holds it: contiguous rows of the file's blocks.
 struct HostWeight {

@@ -365,6 +365,9 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
             std::string key = type.getName().str();
             if (split)
               key += fmt::format("#{}", rank);
+            if (type.hasRowCut())
+              key += fmt::format("@{}:{}/{}", type.getRowsBegin(),
+                                 type.getRowsEnd(), type.getRowsPeriod());
             auto [it, inserted] = bindings.try_emplace(
                 key, static_cast<int32_t>(out.weights.size()));
             if (inserted) {
@@ -378,14 +381,20 @@ Expected<artifact::Artifact> emitArtifact(ModuleOp module, const Target &target,
               SmallVector<int64_t> full = type.getFullDims();
               binding.dims.assign(full.begin(), full.end());
               if (split) {
-                // Per group (one unless a fused gate/up), this rank's cut.
-                int64_t part =
-                    type.getDims()[type.getShardDim()] / type.getShardGroups();
+                // Per group (one unless a fused gate/up), this rank's cut
+                // (of the dim before any row cut).
+                int64_t part = full[size_t(type.getShardDim())] /
+                               type.getShardParts() / type.getShardGroups();
                 binding.sliceDim = static_cast<int32_t>(type.getShardDim());
                 binding.sliceBegin = part * rank;
                 binding.sliceEnd = part * (rank + 1);
                 binding.sliceGroups =
                     static_cast<int32_t>(type.getShardGroups());
+              }
+              if (type.hasRowCut()) {
+                binding.rowPeriod = type.getRowsPeriod();
+                binding.rowBegin = type.getRowsBegin();
+                binding.rowEnd = type.getRowsEnd();
               }
               out.weights.push_back(std::move(binding));
             }

@@ -105,6 +105,11 @@ LogicalResult Partitioner::visitWeight(kd::WeightOp op) {
   // Groups of the dim cut alike (a fused gate/up: each rank takes its part
   // of the gate half and of the up half).
   const int64_t groups = op.getTpGroups().value_or(1);
+  if (type.hasRowCut())
+    return op.emitOpError("tensor '")
+           << type.getName()
+           << "' has its rows cut: kiln-split-projections runs after "
+              "kiln-partition, not before";
   // The split is recorded in the type from here on.
   op.removeTpSplitAttr();
   op.removeTpGroupsAttr();
@@ -131,7 +136,7 @@ LogicalResult Partitioner::visitWeight(kd::WeightOp op) {
   dims[*dim] = part;
   op.getResult().setType(kd::QWeightType::get(op.getContext(), type.getName(),
                                               type.getFormat(), dims, *dim,
-                                              n_, groups));
+                                              n_, groups, 0, 0, 0));
   return success();
 }
 

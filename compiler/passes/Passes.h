@@ -55,11 +55,14 @@ struct StepPipelineOptions {
   /// elide-indexers first: indexers whose caches hold no more positions
   /// than their top-k (they select every position) left out.
   bool elideIndexers = true;
+  /// split-projections after partition: a projection read only in slices
+  /// of its heads becomes one per slice (the slices become views).
+  bool splitProjections = true;
 };
 
-/// Adds elide-indexers, partition, fold-dequant, fuse-projections,
-/// lower-to-step, the step fusions, plan-memory and verify-capture, as
-/// `options` asks: a kiln module in, a planned, verified step module out.
+/// Adds elide-indexers, partition, split-projections, fold-dequant,
+/// fuse-projections, lower-to-step, the step fusions, plan-memory and
+/// verify-capture, as `options` asks: a kiln module in, a planned, verified step module out.
 void buildStepPipeline(OpPassManager &pm,
                        const StepPipelineOptions &options = {});
 

@@ -72,6 +72,29 @@ def ElideIndexers : Pass<"kiln-elide-indexers", "::mlir::ModuleOp"> {
   }];
 }
 
+def SplitProjections
+    : Pass<"kiln-split-projections", "::mlir::func::FuncOp"> {
+  let summary = "Cut a projection read only in slices of its heads into "
+                "one projection per slice";
+  let description = [{
+    A `kiln.linear` of a one-dimensional input and a `[K, H * P]` weight
+    whose result is only reshaped to `[H, P]` (heads of `P` rows) and read
+    there only through slices `[0, A] [H, B - A]` that do not overlap
+    becomes one `kiln.linear` per slice, whose weight handle holds rows `A`
+    to `B` of every head (`rows = A to B of P` in its type: the rows are
+    gathered at load, once). Each slice is then that projection's own
+    output, and kiln-fuse-projections puts the parts back into one mat-vec
+    whose segments are the slices one after another: what the slices
+    copied out becomes views, and no row is read twice. In GLM-5 that is
+    `attn_q_b` of every layer, whose 256 rows per head are 192 without
+    position (read by `attn_k_b`) and 64 with it (read by the rope). Runs
+    after kiln-partition (a cut is of the rank's rows) and before
+    kiln-fuse-projections (kiln-compile `--split-projections`, on by
+    default).
+  }];
+  let dependentDialects = ["::mlir::tensor::TensorDialect"];
+}
+
 def FoldDequant : Pass<"kiln-fold-dequant", "::mlir::func::FuncOp"> {
   let summary = "Let norms and the router read their weights themselves";
   let description = [{

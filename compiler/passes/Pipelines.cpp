@@ -12,6 +12,8 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm,
     partition.tp = options.tp;
     pm.addNestedPass<func::FuncOp>(createPartition(partition));
   }
+  if (options.splitProjections)
+    pm.addNestedPass<func::FuncOp>(createSplitProjections());
   if (options.fuse) {
     pm.addNestedPass<func::FuncOp>(createFoldDequant());
     pm.addNestedPass<func::FuncOp>(createFuseProjections());

@@ -61,11 +61,7 @@ std::string mlir::step::declarationName(Operation *root) {
       .Case([](StateOp op) { return op.getStateName().str(); })
       .Case([](InputOp op) { return op.getSlotName().str(); })
       .Case([](OutputOp op) { return op.getSlotName().str(); })
-      .Case([](WeightOp op) {
-        StringRef name = op.getType().getName();
-        name.consume_back(".weight");
-        return name.str();
-      })
+      .Case([](WeightOp op) { return op.getType().getValueName(); })
       .Default(
           [](Operation *op) { return op->getName().getStringRef().str(); });
 }

@@ -95,7 +95,7 @@ static std::string weightValueName(QWeightType type) {
 //===----------------------------------------------------------------------===//
 
 void WeightOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
-  setNameFn(getResult(), weightValueName(getResult().getType()));
+  setNameFn(getResult(), getResult().getType().getValueName());
 }
 
 LogicalResult WeightOp::verify() {

@@ -11,6 +11,50 @@
 using namespace mlir;
 using namespace mlir::kiln;
 
+/// A qweight's optional parts, each after a comma, in this order:
+/// `shard = D of N`, `groups = G`, `rows = A to B of P`.
+static ParseResult parseWeightParts(AsmParser &parser, int64_t &shardDim,
+                                    int64_t &shardParts, int64_t &shardGroups,
+                                    int64_t &rowsBegin, int64_t &rowsEnd,
+                                    int64_t &rowsPeriod) {
+  shardDim = -1;
+  shardParts = 1;
+  shardGroups = 1;
+  rowsBegin = rowsEnd = rowsPeriod = 0;
+  while (succeeded(parser.parseOptionalComma())) {
+    if (succeeded(parser.parseOptionalKeyword("shard"))) {
+      if (parser.parseEqual() || parser.parseInteger(shardDim) ||
+          parser.parseKeyword("of") || parser.parseInteger(shardParts))
+        return failure();
+    } else if (succeeded(parser.parseOptionalKeyword("groups"))) {
+      if (parser.parseEqual() || parser.parseInteger(shardGroups))
+        return failure();
+    } else if (succeeded(parser.parseOptionalKeyword("rows"))) {
+      if (parser.parseEqual() || parser.parseInteger(rowsBegin) ||
+          parser.parseKeyword("to") || parser.parseInteger(rowsEnd) ||
+          parser.parseKeyword("of") || parser.parseInteger(rowsPeriod))
+        return failure();
+    } else {
+      return parser.emitError(parser.getCurrentLocation(),
+                              "expected 'shard', 'groups' or 'rows'");
+    }
+  }
+  return success();
+}
+
+static void printWeightParts(AsmPrinter &printer, int64_t shardDim,
+                             int64_t shardParts, int64_t shardGroups,
+                             int64_t rowsBegin, int64_t rowsEnd,
+                             int64_t rowsPeriod) {
+  if (shardDim >= 0)
+    printer << ", shard = " << shardDim << " of " << shardParts;
+  if (shardGroups != 1)
+    printer << ", groups = " << shardGroups;
+  if (rowsPeriod != 0)
+    printer << ", rows = " << rowsBegin << " to " << rowsEnd << " of "
+            << rowsPeriod;
+}
+
 #define GET_TYPEDEF_CLASSES
 #include "kiln/KilnTypes.cpp.inc"
 
@@ -42,7 +86,8 @@ LogicalResult
 QWeightType::verify(function_ref<InFlightDiagnostic()> emitError,
                     StringRef name, StringRef format, ArrayRef<int64_t> dims,
                     int64_t shardDim, int64_t shardParts,
-                    int64_t shardGroups) {
+                    int64_t shardGroups, int64_t rowsBegin, int64_t rowsEnd,
+                    int64_t rowsPeriod) {
   if (shardGroups < 1 || (shardGroups > 1 && shardDim < 0) ||
       (shardDim >= 0 && shardDim < static_cast<int64_t>(dims.size()) &&
        dims[shardDim] % shardGroups != 0))
@@ -54,6 +99,15 @@ QWeightType::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "weight '" << name << "': shard " << shardDim
                        << " of " << shardParts
                        << " is not a dim of the tensor and a part count";
+  if (rowsPeriod != 0 &&
+      (rowsPeriod < 0 || rowsBegin < 0 || rowsEnd <= rowsBegin ||
+       rowsEnd > rowsPeriod || dims.size() < 2 ||
+       dims[1] % (rowsEnd - rowsBegin) != 0))
+    return emitError() << "weight '" << name << "': rows " << rowsBegin
+                       << " to " << rowsEnd << " of " << rowsPeriod
+                       << " is not a cut of every period of dim 1 that "
+                          "divides its "
+                       << (dims.size() < 2 ? 0 : dims[1]) << " rows";
   if (name.empty())
     return emitError() << "weight has an empty tensor name";
   std::optional<::kiln::GGMLType> type =
@@ -79,9 +133,21 @@ QWeightType::verify(function_ref<InFlightDiagnostic()> emitError,
 
 SmallVector<int64_t> QWeightType::getFullDims() const {
   SmallVector<int64_t> dims(getDims());
+  if (hasRowCut())
+    dims[1] = dims[1] / (getRowsEnd() - getRowsBegin()) * getRowsPeriod();
   if (getShardDim() >= 0)
     dims[getShardDim()] *= getShardParts();
   return dims;
+}
+
+std::string QWeightType::getValueName() const {
+  StringRef name = getName();
+  name.consume_back(".weight");
+  std::string out = name.str();
+  if (hasRowCut())
+    out += ".rows" + std::to_string(getRowsBegin()) + "to" +
+           std::to_string(getRowsEnd());
+  return out;
 }
 
 int64_t QWeightType::getNumElements() const {

@@ -34,10 +34,17 @@ def Kiln_QWeightType : Kiln_Type<"QWeight", "qweight"> {
     `groups = G`, dim `D` is `G` equal groups (a fused gate/up: gate rows,
     then up rows) and the rank takes part `r` of each group, in group order.
 
+    `rows = A to B of P` says the handle holds, of every `P` consecutive
+    rows of dim 1 (`ne[1]`, a matrix's output rows) of the tensor or of the
+    rank's part, rows `A` to `B`: one slice of every head of a projection
+    whose heads are `P` rows each (kiln-split-projections). dims[1] is then
+    the cut rows, a whole number of `B - A`.
+
     Example:
     ```mlir
     !kiln.qweight<"blk.3.ffn_up_exps.weight", "q4_k", [6144, 2048, 256]>
     !kiln.qweight<"blk.3.ffn_down_exps.weight", "q4_k", [256, 6144, 256], shard = 0 of 8>
+    !kiln.qweight<"blk.3.attn_q_b.weight", "q8_0", [2048, 1536], shard = 1 of 8, rows = 0 to 192 of 256>
     ```
   }];
   let parameters = (ins StringRefParameter<"GGUF tensor name">:$name,
@@ -49,28 +56,44 @@ def Kiln_QWeightType : Kiln_Type<"QWeight", "qweight"> {
                             "parts the split dim is cut into">:$shard_parts,
                         DefaultValuedParameter<"int64_t", "1",
                             "equal groups of the split dim, each cut alike">:
-                            $shard_groups);
+                            $shard_groups,
+                        DefaultValuedParameter<"int64_t", "0",
+                            "first row held of each period">:$rows_begin,
+                        DefaultValuedParameter<"int64_t", "0",
+                            "row after the last held of each period">:
+                            $rows_end,
+                        DefaultValuedParameter<"int64_t", "0",
+                            "rows of dim 1 per period (0: every row)">:
+                            $rows_period);
+  // The optional parts in a custom directive: several begin with a comma,
+  // which the generated optional groups cannot tell apart.
   let assemblyFormat = [{
-    `<` $name `,` $format `,` `[` $dims `]`
-    (`,` `shard` `=` $shard_dim^ `of` $shard_parts)?
-    (`,` `groups` `=` $shard_groups^)? `>`
+    `<` $name `,` $format `,` `[` $dims `]` ``
+    custom<WeightParts>($shard_dim, $shard_parts, $shard_groups, $rows_begin,
+                        $rows_end, $rows_period) `>`
   }];
   let builders = [
     TypeBuilder<(ins "::llvm::StringRef":$name, "::llvm::StringRef":$format,
                      "::llvm::ArrayRef<int64_t>":$dims), [{
-      return $_get($_ctxt, name, format, dims, -1, 1, 1);
+      return $_get($_ctxt, name, format, dims, -1, 1, 1, 0, 0, 0);
     }]>,
     TypeBuilder<(ins "::llvm::StringRef":$name, "::llvm::StringRef":$format,
                      "::llvm::ArrayRef<int64_t>":$dims, "int64_t":$shardDim,
                      "int64_t":$shardParts), [{
-      return $_get($_ctxt, name, format, dims, shardDim, shardParts, 1);
+      return $_get($_ctxt, name, format, dims, shardDim, shardParts, 1, 0, 0,
+                   0);
     }]>
   ];
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
     /// The dims of the whole tensor in the file (the local dims with the
-    /// split dim multiplied back).
+    /// row cut and the split dim multiplied back).
     ::llvm::SmallVector<int64_t> getFullDims() const;
+    /// Whether the handle holds a cut of dim 1's rows (`rows = ...`).
+    bool hasRowCut() const { return getRowsPeriod() > 0; }
+    /// The name a handle's value prints as: the tensor's without
+    /// ".weight", and with a row cut `.rowsAtoB`.
+    std::string getValueName() const;
     /// Values of the tensor (product of dims).
     int64_t getNumElements() const;
     /// The dequantised value type: dims reversed (row-major, ne[0] last).

@@ -131,9 +131,7 @@ LogicalResult ViewOp::verify() {
 Value ViewOp::getViewSource() { return getSource(); }
 
 void WeightOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
-  StringRef name = getType().getName();
-  name.consume_back(".weight");
-  setNameFn(getResult(), name);
+  setNameFn(getResult(), getType().getValueName());
 }
 
 LogicalResult StateOp::verify() {

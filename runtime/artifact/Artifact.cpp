@@ -252,6 +252,27 @@ static Status validateStep(const Step &step, const Artifact &artifact,
   return Status::ok();
 }
 
+std::vector<int64_t> localDims(const WeightBinding &b) {
+  std::vector<int64_t> dims = b.dims;
+  if (b.sliceDim >= 0 && size_t(b.sliceDim) < dims.size())
+    dims[size_t(b.sliceDim)] = (b.sliceEnd - b.sliceBegin) * b.sliceGroups;
+  if (b.rowPeriod > 0 && dims.size() >= 2)
+    dims[1] = dims[1] / b.rowPeriod * (b.rowEnd - b.rowBegin);
+  return dims;
+}
+
+int64_t fileIndex(const WeightBinding &b, size_t d, int64_t i) {
+  if (d == 1 && b.rowPeriod > 0) {
+    const int64_t cut = b.rowEnd - b.rowBegin;
+    i = i / cut * b.rowPeriod + b.rowBegin + i % cut;
+  }
+  if (b.sliceDim >= 0 && d == size_t(b.sliceDim)) {
+    const int64_t cut = b.sliceEnd - b.sliceBegin;
+    i = i / cut * (b.dims[d] / b.sliceGroups) + b.sliceBegin + i % cut;
+  }
+  return i;
+}
+
 Status validate(const Artifact &a, const std::string &where) {
   if (a.target.empty())
     return Error(where, "target", "is empty");
@@ -278,6 +299,19 @@ Status validate(const Artifact &a, const std::string &where) {
          w.sliceEnd <= w.sliceBegin ||
          w.sliceEnd > w.dims[w.sliceDim] / w.sliceGroups))
       return Error(where, field, "has a slice outside its dims");
+    if (w.rowPeriod != 0) {
+      // Dim 1 after the slice: whole periods, each cut inside itself.
+      int64_t rows = w.dims.size() < 2 ? 0
+                     : w.sliceDim == 1
+                         ? (w.sliceEnd - w.sliceBegin) * w.sliceGroups
+                         : w.dims[1];
+      if (rows == 0 || w.rowPeriod < 0 || rows % w.rowPeriod != 0 ||
+          w.rowBegin < 0 || w.rowEnd <= w.rowBegin || w.rowEnd > w.rowPeriod)
+        return Error(where, field,
+                     fmt::format("has rows {} to {} of every {}, not a cut "
+                                 "of whole periods of its {} rows",
+                                 w.rowBegin, w.rowEnd, w.rowPeriod, rows));
+    }
   }
   for (size_t r = 0; r < a.rankPlans.size(); ++r) {
     const RankPlan &plan = a.rankPlans[r];
@@ -318,7 +352,7 @@ Expected<std::vector<uint8_t>> serialize(const Artifact &a) {
     weights.push_back(fb::CreateWeightBinding(
         fbb, s(w.tensor), static_cast<uint32_t>(w.type),
         fbb.CreateVector(w.dims), w.sliceDim, w.sliceBegin, w.sliceEnd,
-        s(w.layout), w.sliceGroups));
+        s(w.layout), w.sliceGroups, w.rowPeriod, w.rowBegin, w.rowEnd));
   std::vector<flatbuffers::Offset<fb::RankPlan>> plans;
   for (const RankPlan &plan : a.rankPlans) {
     std::vector<flatbuffers::Offset<fb::Step>> steps;
@@ -447,6 +481,9 @@ Expected<Artifact> parseArtifact(std::span<const uint8_t> bytes,
       b.sliceEnd = w->slice_end();
       b.layout = str(w->layout());
       b.sliceGroups = w->slice_groups();
+      b.rowPeriod = w->row_period();
+      b.rowBegin = w->row_begin();
+      b.rowEnd = w->row_end();
       a.weights.push_back(std::move(b));
     }
   if (root->rank_plans())

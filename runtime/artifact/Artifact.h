@@ -106,7 +106,20 @@ struct WeightBinding {
   /// cut at [sliceBegin, sliceEnd) of the group; the part is the groups'
   /// cuts in group order.
   int32_t sliceGroups = 1;
+  /// Above 0: of every rowPeriod rows of dim 1 of the (sliced) tensor, the
+  /// binding holds rows [rowBegin, rowEnd) (kiln-split-projections).
+  int64_t rowPeriod = 0;
+  int64_t rowBegin = 0;
+  int64_t rowEnd = 0;
 };
+
+/// The dims a rank holds of a binding: the file's dims with the sliced dim
+/// cut to (sliceEnd - sliceBegin) * sliceGroups, then dim 1 cut to
+/// rowEnd - rowBegin of every rowPeriod. validate() has checked them.
+std::vector<int64_t> localDims(const WeightBinding &b);
+
+/// The file's index on dim `d` of a binding's local index `i` on it.
+int64_t fileIndex(const WeightBinding &b, size_t d, int64_t i);
 
 struct RankPlan {
   uint32_t rank = 0;

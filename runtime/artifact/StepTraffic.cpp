@@ -9,14 +9,6 @@ namespace kiln::artifact {
 
 namespace {
 
-/// The dims of a binding's rank-local part (its slice).
-std::vector<int64_t> localDims(const WeightBinding &b) {
-  std::vector<int64_t> dims = b.dims;
-  if (b.sliceDim >= 0)
-    dims[size_t(b.sliceDim)] = (b.sliceEnd - b.sliceBegin) * b.sliceGroups;
-  return dims;
-}
-
 /// The bytes of a binding's rank-local part.
 uint64_t localBytes(const WeightBinding &b) {
   std::vector<int64_t> dims = localDims(b);

@@ -250,6 +250,9 @@ void describe(const std::string &path, const artifact::Artifact &a) {
                                             w.sliceBegin, w.sliceEnd);
       if (w.sliceGroups > 1)
         slice += fmt::format(" of each of {} groups", w.sliceGroups);
+      if (w.rowPeriod > 0)
+        slice += fmt::format(", rows [{}, {}) of every {} of dim 1",
+                             w.rowBegin, w.rowEnd, w.rowPeriod);
       if (w.layout != "gguf")
         slice += ", device layout " + w.layout;
       std::printf("  binds %s %s [%s] %s\n", w.tensor.c_str(),

@@ -248,6 +248,14 @@ class Checks:
                        fixed, general, f"{model} fixed-shape kernels vs general",
                        ok=(np.array_equal(general, graph) and
                            (ran > 0 or model != "small")))
+        # attn_q_b's rows cut per slice of its heads (kiln-split-projections,
+        # the default) against its slices copied out after one mat-vec
+        # (--split-projections=false): every row is the same dot product.
+        sliced = logits(self.pack, self.models / f"{model}.cuda-sliced.tp1.kiln",
+                        gguf, toks, self.work / f"{model}-sliced.npy")
+        self.identical(f"{model}: attn_q_b cut per slice vs its slices "
+                       f"copied (--split-projections=false)", graph, sliced,
+                       f"{model} split projections vs slices")
         # A switch (VAR=value) that must leave the logits bit for bit as
         # the default graph's.
         def same_bits(var, name, label, what, value="1"):

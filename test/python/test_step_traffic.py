@@ -11,7 +11,8 @@ it: before, every latent row up to the context was counted, which put the
 floors of docs/perf.md at 4k and 16k positions too high). An artifact
 whose context is no longer than the indexer's top-k has no indexer
 (kiln-elide-indexers: it would select every position), so it binds none of
-the indexer's tensors and keeps no indexer cache.
+the indexer's tensors and keeps no indexer cache. attn_q_b is bound as two
+cuts of its rows (kiln-split-projections), each counted at its share.
 
 With the router folded composed (`--fold-router=composed`), each MoE
 layer's attn_output is a linear_router whose backend composes, at load, a
@@ -29,7 +30,8 @@ from conftest import run_tool
 
 SEED = 5
 BIND = re.compile(r"^  binds (\S+) \S+ \[([^\]]*)\] (whole|dim (\d+) \[(\d+), "
-                  r"(\d+)\))(?: of each of (\d+) groups)?")
+                  r"(\d+)\))(?: of each of (\d+) groups)?"
+                  r"(?:, rows \[(\d+), (\d+)\) of every (\d+) of dim 1)?")
 READS = re.compile(r"decode_step reads (\d+) bytes of weights a token \((\d+) "
                    r"bound; .*\) and (\d+) bytes of caches a position")
 PAST = re.compile(r"attention reads at most the indexer's (\d+) selected "
@@ -110,6 +112,10 @@ def expected(reader, described, context, tp=1, composed=False):
         if m[3] != "whole":
             cut = (int(m[6]) - int(m[5])) * int(m[7] or 1)
             local = local * cut // dims[int(m[4])]
+        if m[8] is not None:
+            # attn_q_b's rows cut per slice of its heads
+            # (kiln-split-projections): B - A of every P rows.
+            local = local * (int(m[9]) - int(m[8])) // int(m[10])
         share = 1.0
         if "_exps" in name:
             share = chosen / experts

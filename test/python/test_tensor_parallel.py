@@ -179,7 +179,10 @@ def test_small_block_cutting_split_is_refused(tmp_path):
 
 
 def bindings_by_rank(art):
-    """rank -> {tensor: slice text}, from kiln-run --describe."""
+    """rank -> {tensor (with its row cut, if any): slice text}, from
+    kiln-run --describe. A row cut (kiln-split-projections: attn_q_b's
+    rows of every head without and with position) is of the rank's part,
+    the same on every rank: it goes into the key."""
     out, rank = {}, None
     for line in run_tool("kiln-run", art, "--describe").stdout.splitlines():
         if line.startswith("rank "):
@@ -187,7 +190,8 @@ def bindings_by_rank(art):
             out[rank] = {}
         elif line.startswith("  binds "):
             parts = line.split()
-            out[rank][parts[1]] = " ".join(parts[2:])
+            text, _, cut = " ".join(parts[2:]).partition(", rows ")
+            out[rank][parts[1] + (" rows " + cut if cut else "")] = text
     return out
 
 

@@ -116,6 +116,13 @@ static cl::opt<bool> elideIndexers(
              "select every position, so MLA attends them all without it, "
              "the same bits (default on; =false keeps them, for "
              "comparisons)"));
+static cl::opt<bool> splitProjections(
+    cl::cat(kilnOptions), "split-projections", cl::init(true),
+    cl::desc("Cut each projection read only in slices of its heads (GLM-5's "
+             "attn_q_b: 192 rows a head without position, 64 with) into one "
+             "projection per slice, its weight's rows gathered at load: the "
+             "slices become views of one mat-vec, the same bits (default "
+             "on; =false keeps the slice copies, for comparisons)"));
 static cl::opt<bool>
     noLogits(cl::cat(kilnOptions), "no-logits", cl::init(false),
              cl::desc("Steps return only the greedy next token, not the "
@@ -291,6 +298,7 @@ int main(int argc, char **argv) {
     pipeline.foldRouter = routerFold;
     pipeline.fuseRouterChoice = fuseRouterChoice;
     pipeline.elideIndexers = elideIndexers;
+    pipeline.splitProjections = splitProjections;
     mlir::kiln::buildStepPipeline(pm, pipeline);
     if (mlir::failed(pm.run(*step))) {
       llvm::errs() << "kiln-compile: error: the step pipeline failed (see "

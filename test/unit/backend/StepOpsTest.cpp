@@ -3,8 +3,9 @@
 // The decoder's checks of the ops the fusion passes add: swiglu_linear, a
 // projection's live_from, moe_experts' shared expert, and the router fold's
 // router_partial, moe_choose, all-reduce tail and choice, and the composed
-// fold's linear_router. An artifact is assembled
-// by hand, so each bad field stands alone.
+// fold's linear_router; and the weight slicer's gather of a binding's rows
+// (a rank's part, cut per head). An artifact is assembled by hand, so each
+// bad field stands alone.
 //
 //===----------------------------------------------------------------------===//
 #include "common/StepOps.h"
@@ -452,6 +453,80 @@ TEST(StepOps, AllReduceTailRefusesBadShapes) {
   expectRefused(allReduceTail(80, 16, 16, /*withLogits=*/false),
                 "expects 3 inputs and 3 outputs");
   expectRefused(allReduceTail(64, 16, 0), "tail must be positive");
+}
+
+/// The file rows a binding of a [2, 12] f32 tensor (value = 100 * row +
+/// column) holds, read back from sliceWeight's gather.
+std::vector<int> gatheredRows(const ka::WeightBinding &b) {
+  std::vector<float> file(24);
+  for (int r = 0; r < 12; ++r)
+    for (int c = 0; c < 2; ++c)
+      file[size_t(r * 2 + c)] = float(100 * r + c);
+  std::vector<std::vector<uint8_t>> store;
+  Expected<HostWeight> w =
+      sliceWeight(b, {file.data(), file.size() * sizeof(float)}, store);
+  EXPECT_TRUE(bool(w)) << (w ? "" : w.error().message());
+  std::vector<int> rows;
+  if (!w)
+    return rows;
+  EXPECT_EQ(w->dims, ka::localDims(b));
+  const float *v = reinterpret_cast<const float *>(w->data);
+  for (int64_t r = 0; r < w->rows(); ++r) {
+    EXPECT_EQ(v[2 * r + 1], v[2 * r] + 1) << "row " << r << " torn";
+    rows.push_back(int(v[2 * r]) / 100);
+  }
+  return rows;
+}
+
+TEST(SliceWeight, RowCutOfEveryPeriod) {
+  // Heads of 3 rows, rows 1 to 3 of each: the file's 1, 2, 4, 5, ...
+  ka::WeightBinding b = f32("w", {2, 12});
+  b.rowPeriod = 3;
+  b.rowBegin = 1;
+  b.rowEnd = 3;
+  EXPECT_EQ(gatheredRows(b), (std::vector<int>{1, 2, 4, 5, 7, 8, 10, 11}));
+}
+
+TEST(SliceWeight, RowCutOfARanksPart) {
+  // Rank 1 of 2 holds rows 6 .. 11 (heads 2 and 3); of each head's 3 rows
+  // the first: file rows 6 and 9.
+  ka::WeightBinding b = f32("w", {2, 12});
+  b.sliceDim = 1;
+  b.sliceBegin = 6;
+  b.sliceEnd = 12;
+  b.rowPeriod = 3;
+  b.rowBegin = 0;
+  b.rowEnd = 1;
+  EXPECT_EQ(gatheredRows(b), (std::vector<int>{6, 9}));
+  // Two groups of 6 (gate, up), rank 0 takes 0 .. 3 of each: rows 0, 1, 2
+  // and 6, 7, 8; then rows 2 to 3 of every 3: 2 and 8.
+  b.sliceGroups = 2;
+  b.sliceBegin = 0;
+  b.sliceEnd = 3;
+  b.rowBegin = 2;
+  b.rowEnd = 3;
+  EXPECT_EQ(gatheredRows(b), (std::vector<int>{2, 8}));
+}
+
+TEST(SliceWeight, ValidateRefusesABadRowCut) {
+  ka::Artifact a;
+  a.target = "cpu";
+  a.ranks = 1;
+  a.rankPlans.resize(1);
+  a.weights.push_back(f32("w", {2, 12}));
+  ASSERT_TRUE(bool(ka::validate(a, "a.kiln")));
+  a.weights[0].rowPeriod = 5; // does not divide 12 rows
+  a.weights[0].rowEnd = 2;
+  Status st = ka::validate(a, "a.kiln");
+  ASSERT_FALSE(bool(st));
+  EXPECT_NE(st.error().message().find(
+                "weights[0] (w): has rows 0 to 2 of every 5, not a cut of "
+                "whole periods of its 12 rows"),
+            std::string::npos)
+      << st.error().message();
+  a.weights[0].rowPeriod = 4;
+  a.weights[0].rowEnd = 5; // past its period
+  EXPECT_FALSE(bool(ka::validate(a, "a.kiln")));
 }
 
 } // namespace

@@ -634,3 +634,29 @@ func.func @weight_split_twice() {
   %w = kiln.weight {tp_split = 1 : i64} : !kiln.qweight<"w.weight", "q8_0", [256, 64], shard = 1 of 2>
   return
 }
+
+// -----
+
+// A row cut must be inside its period and whole periods of dim 1.
+func.func @weight_bad_row_cut() {
+  // expected-error @+1 {{weight 'w.weight': rows 0 to 24 of 32 is not a cut of every period of dim 1 that divides its 100 rows}}
+  %w = kiln.weight : !kiln.qweight<"w.weight", "f32", [64, 100], rows = 0 to 24 of 32>
+  return
+}
+
+// -----
+
+func.func @weight_row_cut_past_period() {
+  // expected-error @+1 {{rows 16 to 40 of 32 is not a cut}}
+  %w = kiln.weight : !kiln.qweight<"w.weight", "f32", [64, 96], rows = 16 to 40 of 32>
+  return
+}
+
+// -----
+
+// The optional parts are the three the type has.
+func.func @weight_unknown_part() {
+  // expected-error @+1 {{expected 'shard', 'groups' or 'rows'}}
+  %w = kiln.weight : !kiln.qweight<"w.weight", "f32", [64, 96], cols = 1>
+  return
+}
