@@ -72,6 +72,8 @@ struct ElideIndexers : mlir::kiln::impl::ElideIndexersBase<ElideIndexers> {
         }
       if (StringRef name = stateName(indexer.getCache()); !name.empty())
         caches.insert(name);
+      if (auto func = indexer->getParentOfType<func::FuncOp>())
+        kd::addToCount(func, kd::kElidedIndexersAttrName, 1);
       erase(indexer);
     }
 

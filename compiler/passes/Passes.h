@@ -29,6 +29,16 @@ enum class RouterFold {
   Composed,
 };
 
+/// Function attributes (i64) counting what kiln-elide-indexers left out and
+/// what kiln-split-projections cut, for kiln-compile --report.
+inline constexpr llvm::StringLiteral kElidedIndexersAttrName =
+    "kiln.elided_indexers";
+inline constexpr llvm::StringLiteral kSplitProjectionsAttrName =
+    "kiln.split_projections";
+
+/// Adds `n` to the i64 count `name` on `func`.
+void addToCount(Operation *func, StringRef name, int64_t n);
+
 /// The segment a projection's `[K, N]` weight makes of a fused output at
 /// `offset`: its tensor name without ".weight", its N rows, its format.
 SegmentAttr projectionSegment(QWeightType weight, int64_t offset);

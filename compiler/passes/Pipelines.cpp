@@ -3,6 +3,14 @@
 
 using namespace mlir;
 
+void mlir::kiln::addToCount(Operation *func, StringRef name, int64_t n) {
+  int64_t before = 0;
+  if (auto count = func->getAttrOfType<IntegerAttr>(name))
+    before = count.getInt();
+  func->setAttr(name, IntegerAttr::get(IntegerType::get(func->getContext(), 64),
+                                       before + n));
+}
+
 void mlir::kiln::buildStepPipeline(OpPassManager &pm,
                                    const StepPipelineOptions &options) {
   if (options.elideIndexers)

@@ -48,18 +48,18 @@ std::optional<Cut> cutOf(tensor::ExtractSliceOp slice, int64_t heads) {
 }
 
 /// Splits `op` when its result is read only in slices of its heads; each
-/// slice then reads a projection of its own.
-void split(kd::LinearOp op) {
+/// slice then reads a projection of its own. Returns whether it did.
+bool split(kd::LinearOp op) {
   auto input = cast<RankedTensorType>(op.getInput().getType());
   kd::QWeightType w = op.getWeight().getType();
   auto weight = op.getWeight().getDefiningOp<kd::WeightOp>();
   if (input.getRank() != 1 || w.getDims().size() != 2 || w.hasRowCut() ||
       !weight || !op.getResult().hasOneUse())
-    return;
+    return false;
   auto expand = dyn_cast<tensor::ExpandShapeOp>(*op->user_begin());
   if (!expand || expand.getResultType().getRank() != 2 ||
       !expand.getResultType().hasStaticShape())
-    return;
+    return false;
   const int64_t heads = expand.getResultType().getDimSize(0);
   const int64_t period = expand.getResultType().getDimSize(1);
   // Every reader a slice of whole heads; slices of one cut share a
@@ -69,16 +69,16 @@ void split(kd::LinearOp op) {
     auto slice = dyn_cast<tensor::ExtractSliceOp>(user);
     std::optional<Cut> cut = slice ? cutOf(slice, heads) : std::nullopt;
     if (!cut)
-      return;
+      return false;
     cuts[*cut].push_back(slice);
   }
   if (cuts.empty() || (cuts.size() == 1 && cuts.begin()->first.begin == 0 &&
                        cuts.begin()->first.end == period))
-    return;
+    return false;
   int64_t covered = 0;
   for (const auto &[cut, slices] : cuts) {
     if (cut.begin < covered)
-      return;
+      return false;
     covered = cut.end;
   }
 
@@ -107,6 +107,7 @@ void split(kd::LinearOp op) {
   op.erase();
   if (weight.getResult().use_empty())
     weight.erase();
+  return true;
 }
 
 struct SplitProjections
@@ -114,8 +115,11 @@ struct SplitProjections
   void runOnOperation() override {
     SmallVector<kd::LinearOp> linears;
     getOperation().walk([&](kd::LinearOp op) { linears.push_back(op); });
+    int64_t done = 0;
     for (kd::LinearOp op : linears)
-      split(op);
+      done += split(op);
+    if (done > 0)
+      kd::addToCount(getOperation(), kd::kSplitProjectionsAttrName, done);
   }
 };
 

@@ -1,6 +1,7 @@
 //===- StepReport.cpp - What a planned step costs, in figures --------------===//
 #include "passes/StepReport.h"
 
+#include "passes/Passes.h"
 #include "passes/StepAccess.h"
 #include "quant/QuantTypes.h"
 #include "step/StepOps.h"
@@ -31,6 +32,7 @@ std::vector<StepReport> mlir::step::reportSteps(ModuleOp module) {
   for (auto func : module.getOps<func::FuncOp>()) {
     StepReport r;
     r.function = func.getSymName().str();
+    // A tensor bound in parts (attn_q_b's row cuts) counts each part.
     llvm::StringSet<> weights;
     bool isStep = false;
     func.walk([&](Operation *op) {
@@ -38,7 +40,7 @@ std::vector<StepReport> mlir::step::reportSteps(ModuleOp module) {
         return;
       isStep = true;
       if (auto w = dyn_cast<WeightOp>(op)) {
-        if (weights.insert(w.getType().getName()).second) {
+        if (weights.insert(w.getType().getValueName()).second) {
           ++r.weights;
           r.weightBytes += weightBytesOf(w.getType());
         }
@@ -72,6 +74,12 @@ std::vector<StepReport> mlir::step::reportSteps(ModuleOp module) {
       continue;
     if (auto tp = func->getAttrOfType<IntegerAttr>("kiln.tp"))
       r.ranks = tp.getInt();
+    if (auto n = func->getAttrOfType<IntegerAttr>(
+            mlir::kiln::kElidedIndexersAttrName))
+      r.elidedIndexers = n.getInt();
+    if (auto n = func->getAttrOfType<IntegerAttr>(
+            mlir::kiln::kSplitProjectionsAttrName))
+      r.splitProjections = n.getInt();
     if (auto plan = func->getAttrOfType<PlanAttr>(kPlanAttrName)) {
       r.arenaBytes = plan.getArenaBytes();
       r.peakLiveBytes = plan.getPeakLiveBytes();
@@ -136,6 +144,10 @@ void mlir::step::printReport(llvm::raw_ostream &os,
     row("weights read", r.weights, false);
     row("weight bytes", r.weightBytes, true);
     row("slot bytes", r.slotBytes, true);
+    if (r.elidedIndexers)
+      row("indexers left out", r.elidedIndexers, false);
+    if (r.splitProjections)
+      row("projections cut per slice", r.splitProjections, false);
     os << "  ops by kind:";
     for (const auto &[name, count] : r.opCounts)
       os << " " << StringRef(name).drop_front(5) << "=" << count;

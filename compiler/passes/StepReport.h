@@ -33,6 +33,11 @@ struct StepReport {
   int64_t allReduceBytes = 0; ///< bytes each rank contributes, summed
   int64_t allGathers = 0;
   int64_t allGatherBytes = 0;
+  /// Indexers left out (kiln-elide-indexers: each would select every
+  /// position) and projections cut per slice (kiln-split-projections), as
+  /// those passes recorded on the function.
+  int64_t elidedIndexers = 0;
+  int64_t splitProjections = 0;
 };
 
 /// Figures of every step function (functions with step ops) in `module`.

@@ -3,8 +3,10 @@
 // A cache of 32 positions and a top-k of 32: every position is selected, so
 // MLA attends 0 .. position without the selection, and the indexer, its
 // key's append, the projections that fed only them, their weights and the
-// key cache go. The latent cache and its append stay.
+// key cache go. The latent cache and its append stay. The function counts
+// what went, for kiln-compile --report.
 // CHECK-LABEL: func.func @selects_all
+// CHECK-SAME: attributes {kiln.elided_indexers = 1 : i64}
 // CHECK-NOT: indexer
 // CHECK-NOT: index_cache
 // CHECK: kiln.cache_append %{{.+}}[%{{.+}}], %{{.+}} : !kiln.latent_cache<32, 64, 16, f16>

@@ -8,6 +8,7 @@
 // overlapping slices, one slice of every row, a stacked weight.
 
 // CHECK-LABEL: func.func @q_b
+// CHECK-SAME: attributes {kiln.split_projections = 1 : i64}
 // STEP-LABEL: func.func @q_b
 func.func @q_b(%c: tensor<64xf32>) -> (tensor<4x24xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
   // CHECK: %[[N:.+]] = kiln.weight : !kiln.qweight<"blk.0.attn_q_b.weight", "q8_0", [64, 96], shard = 1 of 2, rows = 0 to 24 of 32>
