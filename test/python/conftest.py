@@ -3,6 +3,7 @@ import os
 import pathlib
 import subprocess
 
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -38,6 +39,25 @@ def tiny_cpu_model(directory, seed, context):
     run_tool("kiln-compile", gguf, "--target=cpu", "--context", context, "-o",
              art)
     return gguf, art
+
+
+def step_program(directory, gguf, name, *flags):
+    """The planned step program's text, as kiln-compile --emit=step gives
+    (written to `directory`/`name`.mlir)."""
+    out = directory / f"{name}.mlir"
+    run_tool("kiln-compile", gguf, "--emit=step", *flags, "-o", out)
+    return out.read_text()
+
+
+def cpu_logits(directory, gguf, name, tokens, *flags):
+    """The CPU backend's teacher-forced logits over `tokens` (comma
+    separated), from an artifact compiled with `flags` (`directory`/`name`
+    .kiln and .npy)."""
+    art, out = directory / f"{name}.kiln", directory / f"{name}.npy"
+    run_tool("kiln-compile", gguf, "--target=cpu", *flags, "-o", art)
+    run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens", tokens,
+             "-n", 0, "--logits-out", out)
+    return np.load(out)
 
 
 # The seed of preset_model's files.

@@ -7,18 +7,11 @@ step without indexers or their caches) only where the context allows it."""
 import numpy as np
 import pytest
 
-from conftest import run_tool
+from conftest import cpu_logits, run_tool, step_program
 
 SEED = 47
 TOP_K = 16
 TOKENS = "3,14,159,265,358,979,323,846,264,338,327,950,288,419,716,939"
-
-
-def step_ops(tmp_path, gguf, name, *flags):
-    """The planned step program's text, as kiln-compile --emit=step gives."""
-    out = tmp_path / f"{name}.mlir"
-    run_tool("kiln-compile", gguf, "--emit=step", *flags, "-o", out)
-    return out.read_text()
 
 
 @pytest.mark.parametrize("tp", [1, 2])
@@ -28,25 +21,19 @@ def test_elided_equals_kept(tmp_path, tp):
     run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--seed", SEED,
              "--indexer-top-k", TOP_K, "--quiet")
     common = ["--context", TOP_K, "--tp", tp]
-    elided = step_ops(tmp_path, gguf, "elided", *common)
-    kept = step_ops(tmp_path, gguf, "kept", *common, "--elide-indexers=false")
+    elided = step_program(tmp_path, gguf, "elided", *common)
+    kept = step_program(tmp_path, gguf, "kept", *common, "--elide-indexers=false")
     # Proof that the comparison below compares two different programs.
     assert "step.dsa_indexer" not in elided and "index_cache" not in elided
     indexers = kept.count("step.dsa_indexer")
     assert indexers > 0
     # One position more and the indexers choose: they stay.
-    more = step_ops(tmp_path, gguf, "more", "--context", TOP_K + 1, "--tp", tp)
+    more = step_program(tmp_path, gguf, "more", "--context", TOP_K + 1, "--tp", tp)
     assert more.count("step.dsa_indexer") == indexers
 
-    logits = {}
-    for name, flags in (("elided", []), ("kept", ["--elide-indexers=false"])):
-        art = tmp_path / f"{name}.kiln"
-        run_tool("kiln-compile", gguf, "--target=cpu", *common, *flags, "-o",
-                 art)
-        out = tmp_path / f"{name}.npy"
-        # Every position the caches hold, the last at top_k - 1.
-        run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens", TOKENS,
-                 "-n", 0, "--logits-out", out)
-        logits[name] = np.load(out)
+    # Every position the caches hold, the last at top_k - 1.
+    logits = {name: cpu_logits(tmp_path, gguf, name, TOKENS, *common, *flags)
+              for name, flags in (("elided", []),
+                                  ("kept", ["--elide-indexers=false"]))}
     assert logits["elided"].shape == (TOP_K, 1024)
     assert np.array_equal(logits["elided"], logits["kept"])

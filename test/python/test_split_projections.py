@@ -9,17 +9,10 @@ in the artifact) for the comparison to compare two programs."""
 import numpy as np
 import pytest
 
-from conftest import run_tool
+from conftest import cpu_logits, run_tool, step_program
 
 SEED = 53
 TOKENS = "3,14,159,265,358,979,323,846,264,338,327,950"
-
-
-def step_text(tmp_path, gguf, name, *flags):
-    """The planned step program's text, as kiln-compile --emit=step gives."""
-    out = tmp_path / f"{name}.mlir"
-    run_tool("kiln-compile", gguf, "--emit=step", *flags, "-o", out)
-    return out.read_text()
 
 
 @pytest.mark.parametrize("mix,tp", [("tiny", 1), ("tiny", 2),
@@ -30,8 +23,8 @@ def test_split_equals_sliced(tmp_path, mix, tp):
     run_tool("kiln-gguf", "synth", gguf, "--preset", "tiny", "--mix", mix,
              "--seed", SEED, "--quiet")
     common = ["--context", 32, "--tp", tp]
-    split = step_text(tmp_path, gguf, "split", *common)
-    sliced = step_text(tmp_path, gguf, "sliced", *common,
+    split = step_program(tmp_path, gguf, "split", *common)
+    sliced = step_program(tmp_path, gguf, "sliced", *common,
                        "--split-projections=false")
     # Two different programs: the slice copies gone, q_b's two cuts bound.
     assert "step.slice" not in split
@@ -41,18 +34,12 @@ def test_split_equals_sliced(tmp_path, mix, tp):
             if "= step.weight" in line and "rows = " in line]
     assert len(cuts) > 0 and len(cuts) % 2 == 0
     assert sum("rows = 0 to " in line for line in cuts) == len(cuts) // 2
-    assert " to " not in "".join(l for l in sliced.splitlines() if "= step.weight" in l)
+    assert not any(" to " in line for line in sliced.splitlines()
+                   if "= step.weight" in line)
 
-    logits = {}
-    for name, flags in (("split", []),
-                        ("sliced", ["--split-projections=false"])):
-        art = tmp_path / f"{name}.kiln"
-        run_tool("kiln-compile", gguf, "--target=cpu", *common, *flags, "-o",
-                 art)
-        out = tmp_path / f"{name}.npy"
-        run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens", TOKENS,
-                 "-n", 0, "--logits-out", out)
-        logits[name] = np.load(out)
+    logits = {name: cpu_logits(tmp_path, gguf, name, TOKENS, *common, *flags)
+              for name, flags in (("split", []),
+                                  ("sliced", ["--split-projections=false"]))}
     assert logits["split"].shape[0] == len(TOKENS.split(","))
     assert np.array_equal(logits["split"], logits["sliced"])
     # The describe names the cut bindings.
