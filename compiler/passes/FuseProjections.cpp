@@ -24,9 +24,7 @@ namespace kd = mlir::kiln;
 
 mlir::kiln::SegmentAttr mlir::kiln::projectionSegment(QWeightType weight,
                                                       int64_t offset) {
-  StringRef name = weight.getName();
-  name.consume_back(".weight");
-  return SegmentAttr::get(weight.getContext(), name, offset,
+  return SegmentAttr::get(weight.getContext(), weight.getStem(), offset,
                           weight.getDims()[1], weight.getFormat());
 }
 

@@ -33,12 +33,6 @@ MemRefType bufferTypeOf(Type tensor) {
   return MemRefType::get(t.getShape(), t.getElementType());
 }
 
-std::string weightStem(kd::QWeightType type) {
-  StringRef name = type.getName();
-  name.consume_back(".weight");
-  return name.str();
-}
-
 /// Lowers one kiln function into a new step function.
 class FunctionLowering {
 public:
@@ -244,16 +238,16 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
       })
       .Case([&](kd::DequantOp d) {
         Value out = destination(
-            d.getResult(), weightStem(d.getWeight().getType()) + ".dequant",
+            d.getResult(), d.getWeight().getType().getValueName() + ".dequant",
             /*global=*/true);
         st::DequantOp::create(b_, loc, buffer(d.getWeight()), out);
         buffers_[d.getResult()] = out;
         return success();
       })
       .Case([&](kd::LinearOp l) {
-        Value out = destination(
-            l.getResult(), weightStem(l.getWeight().getType()) + ".out",
-            /*global=*/true);
+        Value out = destination(l.getResult(),
+                                l.getWeight().getType().getValueName() + ".out",
+                                /*global=*/true);
         st::LinearOp::create(b_, loc, buffer(l.getInput()),
                              buffer(l.getWeight()), out);
         buffers_[l.getResult()] = out;

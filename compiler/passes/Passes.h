@@ -72,7 +72,8 @@ struct StepPipelineOptions {
 
 /// Adds elide-indexers, partition, split-projections, fold-dequant,
 /// fuse-projections, lower-to-step, the step fusions, plan-memory and
-/// verify-capture, as `options` asks: a kiln module in, a planned, verified step module out.
+/// verify-capture, as `options` asks: a kiln module in, a planned, verified
+/// step module out.
 void buildStepPipeline(OpPassManager &pm,
                        const StepPipelineOptions &options = {});
 

@@ -83,13 +83,6 @@ static LogicalResult verifyPositive(Operation *op, StringRef what, float v) {
   return success();
 }
 
-/// The weight handle's name without ".weight", for printed SSA names.
-static std::string weightValueName(QWeightType type) {
-  StringRef name = type.getName();
-  name.consume_back(".weight");
-  return name.str();
-}
-
 //===----------------------------------------------------------------------===//
 // WeightOp, StateOp, DequantOp
 //===----------------------------------------------------------------------===//
@@ -215,7 +208,7 @@ FailureOr<int64_t> mlir::kiln::verifySegmentMap(Operation *op, int64_t k,
     auto weight = cast<QWeightType>(std::get<1>(pair).getType());
     if (!segment)
       return op->emitOpError("segment ") << i << " is not a #kiln.segment";
-    if (segment.getName() != weightValueName(weight))
+    if (segment.getName() != weight.getStem())
       return op->emitOpError("segment ")
              << i << " is named '" << segment.getName() << "' but weight "
              << i << " is '" << weight.getName() << "'";

@@ -140,10 +140,14 @@ SmallVector<int64_t> QWeightType::getFullDims() const {
   return dims;
 }
 
-std::string QWeightType::getValueName() const {
+StringRef QWeightType::getStem() const {
   StringRef name = getName();
   name.consume_back(".weight");
-  std::string out = name.str();
+  return name;
+}
+
+std::string QWeightType::getValueName() const {
+  std::string out = getStem().str();
   if (hasRowCut())
     out += ".rows" + std::to_string(getRowsBegin()) + "to" +
            std::to_string(getRowsEnd());

@@ -91,8 +91,10 @@ def Kiln_QWeightType : Kiln_Type<"QWeight", "qweight"> {
     ::llvm::SmallVector<int64_t> getFullDims() const;
     /// Whether the handle holds a cut of dim 1's rows (`rows = ...`).
     bool hasRowCut() const { return getRowsPeriod() > 0; }
-    /// The name a handle's value prints as: the tensor's without
-    /// ".weight", and with a row cut `.rowsAtoB`.
+    /// The tensor's name without ".weight" (a segment's name).
+    ::llvm::StringRef getStem() const;
+    /// The name a handle's value prints as: its stem, and with a row cut
+    /// `.rowsAtoB`.
     std::string getValueName() const;
     /// Values of the tensor (product of dims).
     int64_t getNumElements() const;
