@@ -31,6 +31,25 @@ private:
   std::vector<uint64_t> words_;
 };
 
+/// How far ahead in the list a light op looks for an op that should have
+/// the branch of their common dependency instead (GLM-5: q_b's rope, two
+/// ops before attn_k_b).
+constexpr size_t kLightLookahead = 8;
+
+/// Whether a light op j should leave the branch whose last op is its
+/// dependency d to a later op: one within kLightLookahead, neither light
+/// nor ordered, that depends on d and not on j.
+bool leavesBranch(const std::vector<OpFootprint> &ops, size_t j, int32_t d) {
+  if (!ops[j].light)
+    return false;
+  const size_t end = std::min(ops.size(), j + 1 + kLightLookahead);
+  for (size_t k = j + 1; k < end; ++k)
+    if (!ops[k].light && !ops[k].ordered && conflicts(ops[size_t(d)], ops[k]) &&
+        !conflicts(ops[j], ops[k]))
+      return true;
+  return false;
+}
+
 StepSchedule serial(size_t ops) {
   StepSchedule s;
   s.branch.assign(ops, 0);
@@ -74,25 +93,34 @@ StepSchedule scheduleStep(const std::vector<OpFootprint> &ops,
       reach.merge(ancestors[i]);
       reach.add(i);
     }
-    // The branch: one whose last op is a dependency (the nearest such),
-    // else one whose last op is already an ancestor (nothing new is
-    // ordered), else a new one, else the branch idle longest (orders more
-    // than needed, which is always safe).
-    int chosen = -1;
+    // The branch: one whose last op is a dependency (the nearest such;
+    // not one a light op leaves to a later op: leavesBranch), else one
+    // whose last op is already an ancestor (nothing new is ordered), else
+    // a new one, else the branch idle longest (orders more than needed,
+    // which is always safe).
+    int chosen = -1, left = -1;
     for (int32_t d : deps)
       for (int b = 0; b < s.branches && chosen < 0; ++b)
-        if (tails[b] == d)
-          chosen = b;
+        if (tails[b] == d) {
+          if (left < 0 && leavesBranch(ops, j, d))
+            left = b;
+          else
+            chosen = b;
+        }
     for (int b = 0; b < s.branches && chosen < 0; ++b)
-      if (reach.has(size_t(tails[b])))
+      if (b != left && reach.has(size_t(tails[b])))
         chosen = b;
     if (chosen < 0 && s.branches < maxBranches) {
       chosen = s.branches++;
       tails.push_back(-1);
     }
     if (chosen < 0) {
-      chosen =
-          int(std::min_element(tails.begin(), tails.end()) - tails.begin());
+      // The branch idle longest, the left one only if it is the only one.
+      for (int b = 0; b < s.branches; ++b)
+        if (b != left && (chosen < 0 || tails[b] < tails[chosen]))
+          chosen = b;
+      if (chosen < 0)
+        chosen = left;
       reach.merge(ancestors[tails[chosen]]);
       reach.add(size_t(tails[chosen]));
     }

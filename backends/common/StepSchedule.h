@@ -37,6 +37,15 @@ struct OpFootprint {
   std::vector<MemoryRange> ranges;
   /// Kept in list order with every other ordered op (collectives).
   bool ordered = false;
+  /// A short op (elementwise work, a cache row) that the step's long
+  /// chains of mat-vecs need not follow at once: where a later op close by
+  /// in the list, not light, depends on the same op this one would follow
+  /// and not on this one, the schedule leaves that branch to it, so it
+  /// follows its dependency directly and this op waits on another branch.
+  /// (A CUDA graph launches a kernel early, under its predecessor's tail,
+  /// only where it has that one predecessor: docs/perf.md, thirty-sixth
+  /// pass.)
+  bool light = false;
 };
 
 struct StepSchedule {

@@ -280,6 +280,7 @@ struct CudaRank {
   /// KILN_CUDA_ROUTER_TAIL (setRouterTailMode).
   RouterTailMode routerTail = RouterTailMode::Held;
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
+  bool lightOps = true;    ///< KILN_CUDA_LIGHT_OPS (GraphSwitches)
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -1454,7 +1455,9 @@ constexpr unsigned kDefaultShapeFamilies =
 /// KILN_CUDA_SPECIALISED=q8,experts,mla,indexer (1: all, 0: none) runs
 /// the kernels compiled for GLM-5's shapes of those families where a launch
 /// has one (ModelShapes.h; readShapeFamilies),
-/// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
+/// KILN_CUDA_LIGHT_OPS=0 schedules the short ops as the others
+/// (OpFootprint::light), KILN_CUDA_TIMELINE=FILE records the kernels of one
+/// replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
   /// KILN_CUDA_GRAPH_STATS=1: one line a captured step on stderr (its
@@ -1504,6 +1507,11 @@ struct GraphSwitches {
   /// KILN_CUDA_INDEXER_MMA=0: the indexer's scores without the tensor
   /// cores (setIndexerMma; on by default).
   bool indexerMma = true;
+  /// KILN_CUDA_LIGHT_OPS=0: the schedule lays the short ops out as any
+  /// other (OpFootprint::light unset), so that one may take the branch a
+  /// mat-vec would have followed (on by default: docs/perf.md,
+  /// thirty-sixth pass).
+  bool lightOps = true;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1594,6 +1602,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.quietStart = quietStart;
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
   g.indexerMma = indexerMma;
+  KILN_ASSIGN(lightOps, readFlag("KILN_CUDA_LIGHT_OPS", true));
+  g.lightOps = lightOps;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -1628,11 +1638,33 @@ bool isCollective(OpKind k) {
          k == OpKind::AllGather || k == OpKind::DistributedArgmax;
 }
 
+/// Whether an op is a short one of elementwise work or a cache row, which
+/// the schedule keeps off the branch a mat-vec would follow
+/// (OpFootprint::light).
+bool isLight(OpKind k) {
+  switch (k) {
+  case OpKind::Copy:
+  case OpKind::Slice:
+  case OpKind::Concat:
+  case OpKind::Add:
+  case OpKind::Swiglu:
+  case OpKind::RmsNorm:
+  case OpKind::LayerNorm:
+  case OpKind::AddRmsNorm:
+  case OpKind::Rope:
+  case OpKind::CacheAppend:
+  case OpKind::NormRopeAppend:
+    return true;
+  default:
+    return false;
+  }
+}
+
 /// The device bytes each op reads and writes (weights are read-only and
 /// left out; a state such as a cache counts whole), for the schedule.
 /// Collectives stay in step order: every rank issues them alike.
-std::vector<backend::OpFootprint> footprints(const CudaStep &s,
-                                             const std::vector<StepOp> &ops) {
+std::vector<backend::OpFootprint>
+footprints(const CudaStep &s, const std::vector<StepOp> &ops, bool lightOps) {
   std::vector<backend::OpFootprint> out(ops.size());
   auto range = [&](int32_t i, bool write) {
     const Buffer &b = s.step->buffers[size_t(i)];
@@ -1641,6 +1673,7 @@ std::vector<backend::OpFootprint> footprints(const CudaStep &s,
   };
   for (size_t j = 0; j < ops.size(); ++j) {
     out[j].ordered = isCollective(ops[j].kind);
+    out[j].light = lightOps && isLight(ops[j].kind);
     for (int32_t i : ops[j].ins)
       if (s.step->buffers[size_t(i)].kind != BufferKind::Weight)
         out[j].ranges.push_back(range(i, false));
@@ -1778,7 +1811,8 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     }
   }
   KILN_ASSIGN(ops, backend::decodeStep(a, step, rank.ranks));
-  std::vector<backend::OpFootprint> prints = footprints(s, ops), unitPrints;
+  std::vector<backend::OpFootprint> prints = footprints(s, ops, rank.lightOps),
+                                    unitPrints;
   // For the graph of the positions where every indexer selects all
   // (StepGraph allSelected): each MLA's launch without the selection, and
   // the buffers the indexers write.
@@ -2480,6 +2514,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;
+    rank->lightOps = switches.lightOps;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

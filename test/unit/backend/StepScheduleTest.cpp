@@ -104,6 +104,54 @@ TEST(StepSchedule, OrderedOpsKeepListOrder) {
   EXPECT_FALSE(scheduleOrders(s, 0, 1));
 }
 
+/// An op marked light, as OpFootprint::light.
+OpFootprint light(OpFootprint op) {
+  op.light = true;
+  return op;
+}
+
+TEST(StepSchedule, LightOpLeavesItsDependencysBranchToALaterMatVec) {
+  // GLM-5's q_b (0) is read by its rope (1, light) and attn_k_b (3); the
+  // cache row (2, light) is independent; MLA (4) reads all three.
+  std::vector<OpFootprint> ops = {
+      touch({writes(0, 8)}), light(touch({reads(0, 8), writes(8, 12)})),
+      light(touch({reads(100, 104), writes(104, 108)})),
+      touch({reads(0, 8), writes(12, 16)}),
+      touch({reads(8, 16), reads(104, 108), writes(16, 20)})};
+  StepSchedule s = scheduleStep(ops, 4);
+  expectValid(ops, s);
+  // attn_k_b follows q_b on its branch, waiting for nothing; the rope
+  // waits for q_b on another.
+  EXPECT_EQ(s.branch[3], s.branch[0]);
+  EXPECT_TRUE(s.waits[3].empty());
+  EXPECT_NE(s.branch[1], s.branch[0]);
+  EXPECT_EQ(s.waits[1], std::vector<int32_t>{0});
+  // Not light, the rope takes q_b's branch (list order) and attn_k_b
+  // waits for q_b.
+  ops[1].light = false;
+  StepSchedule plain = scheduleStep(ops, 4);
+  expectValid(ops, plain);
+  EXPECT_EQ(plain.branch[1], plain.branch[0]);
+  EXPECT_EQ(plain.waits[3], std::vector<int32_t>{0});
+}
+
+TEST(StepSchedule, LightOpKeepsTheBranchWhereTheLaterOpNeedsIt) {
+  // The later op reads the light op's output: it follows the light op, so
+  // the chain stays on one branch.
+  std::vector<OpFootprint> ops = {touch({writes(0, 8)}),
+                                  light(touch({reads(0, 8), writes(8, 12)})),
+                                  touch({reads(0, 12), writes(12, 16)})};
+  StepSchedule s = scheduleStep(ops, 4);
+  expectValid(ops, s);
+  EXPECT_EQ(s.branches, 1);
+  // With a single branch a light op has nowhere else to go.
+  ops = {touch({writes(0, 8)}), light(touch({reads(0, 8), writes(8, 12)})),
+         touch({reads(0, 8), writes(12, 16)})};
+  StepSchedule one = scheduleStep(ops, 1);
+  expectValid(ops, one);
+  EXPECT_EQ(one.branches, 1);
+}
+
 TEST(StepSchedule, OneBranchIsListOrder) {
   std::vector<OpFootprint> ops = {touch({writes(0, 8)}),
                                   touch({writes(100, 108)})};
@@ -112,11 +160,13 @@ TEST(StepSchedule, OneBranchIsListOrder) {
   EXPECT_TRUE(scheduleOrders(s, 0, 1));
 }
 
-/// 1 to 60 ops, each of 1 to 3 ranges in 280 bytes, one in ten ordered.
+/// 1 to 60 ops, each of 1 to 3 ranges in 280 bytes, one in ten ordered,
+/// one in four light.
 std::vector<OpFootprint> randomOps(std::mt19937 &rng) {
   std::vector<OpFootprint> ops(1 + rng() % 60);
   for (OpFootprint &op : ops) {
     op.ordered = rng() % 10 == 0;
+    op.light = rng() % 4 == 0;
     for (uint32_t r = 0, count = 1 + rng() % 3; r < count; ++r) {
       uint64_t begin = rng() % 256, length = rng() % 24;
       op.ranges.push_back({begin, begin + length, rng() % 2 == 0});
