@@ -55,7 +55,18 @@ StepSchedule serial(size_t ops) {
   s.branch.assign(ops, 0);
   s.waits.assign(ops, {});
   s.signals.assign(ops, false);
+  s.waitsSuffice.assign(ops, false);
   return s;
+}
+
+/// StepSchedule::waitsSuffice for an op with `waits` whose branch's last op
+/// before it is `previous` (-1: none).
+bool waitsSuffice(const std::vector<int32_t> &waits, int32_t previous,
+                  const std::vector<OpSet> &ancestors) {
+  for (int32_t w : waits)
+    if (previous >= 0 && ancestors[size_t(w)].has(size_t(previous)))
+      return true;
+  return false;
 }
 
 } // namespace
@@ -129,6 +140,7 @@ StepSchedule scheduleStep(const std::vector<OpFootprint> &ops,
         s.waits[j].push_back(d);
         s.signals[d] = true;
       }
+    s.waitsSuffice[j] = waitsSuffice(s.waits[j], tails[chosen], ancestors);
     if (tails[chosen] >= 0) {
       reach.merge(ancestors[tails[chosen]]);
       reach.add(size_t(tails[chosen]));
@@ -172,6 +184,8 @@ StepSchedule scheduleOnBranches(const std::vector<OpFootprint> &ops,
         s.signals[i] = true;
       }
     }
+    s.waitsSuffice[j] =
+        waitsSuffice(s.waits[j], tails[size_t(chosen)], ancestors);
     tails[size_t(chosen)] = int32_t(j);
   }
   return s;

@@ -58,6 +58,13 @@ struct StepSchedule {
   std::vector<std::vector<int32_t>> waits;
   /// Per op: whether a later op waits for it (its completion is signalled).
   std::vector<bool> signals;
+  /// Per op: whether its waits alone order it after every op it must
+  /// follow, the op before it on its branch included (that op is one of
+  /// the waited ops' ancestors), so that a graph may leave the edge from
+  /// that op out. A kernel node with one predecessor can be launched under
+  /// that predecessor's tail; one with two waits for both to end
+  /// (docs/perf.md, thirty-sixth pass).
+  std::vector<bool> waitsSuffice;
 };
 
 /// Whether two ops' footprints conflict (overlapping bytes, one of them

@@ -281,6 +281,10 @@ struct CudaRank {
   RouterTailMode routerTail = RouterTailMode::Held;
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
   bool lightOps = true;    ///< KILN_CUDA_LIGHT_OPS (GraphSwitches)
+  /// KILN_CUDA_DROP_BRANCH_EDGES (GraphSwitches).
+  bool dropBranchEdges = false;
+  /// KILN_CUDA_MLA_LATE_DEPENDENTS (setMlaLateDependents).
+  bool mlaLateDependents = true;
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -1456,8 +1460,11 @@ constexpr unsigned kDefaultShapeFamilies =
 /// the kernels compiled for GLM-5's shapes of those families where a launch
 /// has one (ModelShapes.h; readShapeFamilies),
 /// KILN_CUDA_LIGHT_OPS=0 schedules the short ops as the others
-/// (OpFootprint::light), KILN_CUDA_TIMELINE=FILE records the kernels of one
-/// replay (Timeline.h).
+/// (OpFootprint::light), KILN_CUDA_DROP_BRANCH_EDGES=1 leaves an edge along
+/// a branch out where the op's waits order its source
+/// (StepSchedule::waitsSuffice), KILN_CUDA_MLA_LATE_DEPENDENTS=0 lets the
+/// kernels after MLA be scheduled at its start (setMlaLateDependents),
+/// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
   /// KILN_CUDA_GRAPH_STATS=1: one line a captured step on stderr (its
@@ -1512,6 +1519,16 @@ struct GraphSwitches {
   /// mat-vec would have followed (on by default: docs/perf.md,
   /// thirty-sixth pass).
   bool lightOps = true;
+  /// KILN_CUDA_DROP_BRANCH_EDGES=1: an op's node gets no edge from the op
+  /// before it on its branch where its waits already order that op
+  /// (StepSchedule::waitsSuffice), so that such a node has one predecessor
+  /// and is launched early. Off by default: it launches MLA early, which
+  /// measured slower at 1k and 16k (docs/perf.md, thirty-sixth pass).
+  bool dropBranchEdges = false;
+  /// KILN_CUDA_MLA_LATE_DEPENDENTS=0: MLA lets the kernels after it be
+  /// scheduled at once after its wait, not after its chunks
+  /// (setMlaLateDependents; on by default).
+  bool mlaLateDependents = true;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1604,6 +1621,10 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.indexerMma = indexerMma;
   KILN_ASSIGN(lightOps, readFlag("KILN_CUDA_LIGHT_OPS", true));
   g.lightOps = lightOps;
+  KILN_ASSIGN(dropEdges, readFlag("KILN_CUDA_DROP_BRANCH_EDGES", false));
+  g.dropBranchEdges = dropEdges;
+  KILN_ASSIGN(mlaLate, readFlag("KILN_CUDA_MLA_LATE_DEPENDENTS", true));
+  g.mlaLateDependents = mlaLate;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -1918,6 +1939,7 @@ Status enter(CudaRank &rank) {
   setShapeSpecialised(rank.shapeSpecialised);
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
+  setMlaLateDependents(rank.mlaLateDependents);
   return Status::ok();
 }
 
@@ -2053,6 +2075,53 @@ Expected<size_t> capturedKernels(cudaStream_t stream,
   return kernels;
 }
 
+/// The nodes a capturing stream's next node will depend on, with their
+/// edges' data, into `nodes` and `edges`; both empty where the stream is
+/// not capturing.
+Status captureDependencies(cudaStream_t stream, const std::string &where,
+                           std::vector<cudaGraphNode_t> &nodes,
+                           std::vector<cudaGraphEdgeData> &edges) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t *deps = nullptr;
+  const cudaGraphEdgeData *data = nullptr;
+  size_t count = 0;
+  CUDA_TRY(where, cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr,
+                                           &deps, &data, &count));
+  nodes.clear();
+  edges.clear();
+  if (status != cudaStreamCaptureStatusActive)
+    return Status::ok();
+  for (size_t k = 0; k < count; ++k) {
+    nodes.push_back(deps[k]);
+    edges.push_back(data ? data[k] : cudaGraphEdgeData{});
+  }
+  return Status::ok();
+}
+
+/// Under capture, where an op's waits alone order it after the op before
+/// it on its branch (StepSchedule::waitsSuffice): the stream's next node
+/// made to depend only on the waited ops' nodes, not on the branch's last
+/// one, so that the op's first kernel has one predecessor and can be
+/// launched under its tail. `before`: the stream's dependencies before its
+/// waits (that last node).
+Status dropBranchEdge(cudaStream_t stream, const std::string &where,
+                      const std::vector<cudaGraphNode_t> &before) {
+  std::vector<cudaGraphNode_t> nodes, kept;
+  std::vector<cudaGraphEdgeData> edges, keptEdges;
+  KILN_TRY(captureDependencies(stream, where, nodes, edges));
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (std::find(before.begin(), before.end(), nodes[k]) == before.end()) {
+      kept.push_back(nodes[k]);
+      keptEdges.push_back(edges[k]);
+    }
+  if (kept.empty() || kept.size() == nodes.size())
+    return Status::ok();
+  CUDA_TRY(where, cudaStreamUpdateCaptureDependencies(
+                      stream, kept.data(), keptEdges.data(), kept.size(),
+                      cudaStreamSetCaptureDependencies));
+  return Status::ok();
+}
+
 /// The step's ops on its schedule's branches: branch 0 is the rank's
 /// stream, the others fork from it after the fault word is cleared and
 /// join it at the end; an op waits for the events of the ops on other
@@ -2087,8 +2156,17 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s, StepGraph &g) {
   for (size_t i = 0; i < s.units.size(); ++i) {
     cudaStream_t stream = streamOf(plan.branch[i]);
     const std::string &where = s.where[size_t(s.unitOp[i])];
+    const bool alone = rank.dropBranchEdges && i < plan.waitsSuffice.size() &&
+                       plan.waitsSuffice[i];
+    std::vector<cudaGraphNode_t> before;
+    if (alone) {
+      std::vector<cudaGraphEdgeData> unused;
+      KILN_TRY(captureDependencies(stream, where, before, unused));
+    }
     for (int32_t d : plan.waits[i])
       CUDA_TRY(where, cudaStreamWaitEvent(stream, g.done[size_t(d)], 0));
+    if (alone && !before.empty())
+      KILN_TRY(dropBranchEdge(stream, where, before));
     KILN_TRY(enqueueUnit(s, g, i, stream, g.quietStart[i]));
     if (!rank.scheduleFile.empty() && rank.index == 0) {
       KILN_ASSIGN(kernels, capturedKernels(stream, where));
@@ -2515,6 +2593,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;
     rank->lightOps = switches.lightOps;
+    rank->dropBranchEdges = switches.dropBranchEdges;
+    rank->mlaLateDependents = switches.mlaLateDependents;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

@@ -852,6 +852,9 @@ struct MlaArgs {
   const int8_t *projQuants = nullptr;
   const uint16_t *projScales = nullptr;
   int64_t projRows = 0;
+  /// mlaLateDependents() at launch: the kernel lets its dependents be
+  /// scheduled after its chunks, not at once after its wait.
+  bool lateDependents = false;
 };
 
 /// mlaMostEntries, on both sides: every position of the cache, or with a
@@ -1294,10 +1297,16 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
 /// and wait were most of its 6 us on a GLM-5 layer's critical path.
 /// With a projection (a.projQuants) only step 1: mlaProjectKernel, the next
 /// kernel, combines and projects, and reports the faults.
+/// a.lateDependents: the next kernels are let be scheduled after step 1,
+/// not at the start, so that their weights' early prefetch (attn_v_b's,
+/// attn_output's 13 MB at GLM-5's tp=8) runs beside the barrier and the
+/// combine rather than the chunks' row loads (docs/perf.md, thirty-sixth
+/// pass). A block without work lets them at its exit.
 template <class Shape>
 __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   waitForPredecessor();
-  allowDependents();
+  if (!a.lateDependents)
+    allowDependents();
   extern __shared__ __align__(16) float shared[];
   const bool chunksOnly = a.projQuants != nullptr;
   // The first chunk's selection entries (within the selection's capacity,
@@ -1328,6 +1337,8 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
       __syncthreads(); // the previous chunk's rows and scores are read
     mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x);
   }
+  if (a.lateDependents)
+    allowDependents();
   if (chunksOnly)
     return;
   mlaGridBarrier(a, blocks);
@@ -3745,6 +3756,13 @@ thread_local bool useIndexerMma = true;
 bool indexerMma() { return useIndexerMma; }
 void setIndexerMma(bool on) { useIndexerMma = on; }
 
+namespace {
+thread_local bool useMlaLateDependents = true;
+} // namespace
+
+bool mlaLateDependents() { return useMlaLateDependents; }
+void setMlaLateDependents(bool on) { useMlaLateDependents = on; }
+
 int64_t mlaMostEntries(int64_t positions, int64_t capacity) {
   return mlaEntryLimit(positions, capacity);
 }
@@ -3889,6 +3907,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
             reinterpret_cast<uint32_t *>(scratch),
             out,
             fault};
+  a.lateDependents = mlaLateDependents();
   if (proj) {
     a.projQuants = reinterpret_cast<const int8_t *>(proj->data);
     a.projScales = reinterpret_cast<const uint16_t *>(proj->scales);

@@ -551,6 +551,16 @@ void setRouterTailMode(RouterTailMode mode);
 bool indexerMma();
 void setIndexerMma(bool on);
 
+/// Whether launchMlaAttention's kernel lets its dependents be scheduled
+/// only after its chunks (before its grid barrier and combine), not at once
+/// after its wait (the calling host thread's setting, read at launch; on
+/// by default: the kernels after it, attn_v_b and attn_output, then
+/// prefetch their weights beside MLA's combine, not beside its chunks).
+/// KILN_CUDA_MLA_LATE_DEPENDENTS = 0 sets it off for a step; the same bits
+/// either way.
+bool mlaLateDependents();
+void setMlaLateDependents(bool on);
+
 /// The registers a thread of the q8_0-split kernel uses without and with
 /// the tail (kiln-cuda-ops --bench-router prints them).
 cudaError_t linearRouterKernelRegisters(int &plain, int &withTail);

@@ -264,6 +264,22 @@ class Checks:
                          extra_env={var: value})
             self.identical(f"{model}: {label}", got, graph, f"{model} {what}")
 
+        # The schedule's and the launches' switches (docs/perf.md,
+        # thirty-sixth pass): the same kernels on the same inputs, ordered
+        # otherwise, so the same bits. The light ops scheduled as any other
+        # (KILN_CUDA_LIGHT_OPS=0), the branch edges the waits make
+        # redundant left out of the graph (KILN_CUDA_DROP_BRANCH_EDGES=1),
+        # MLA's dependents scheduled at its start
+        # (KILN_CUDA_MLA_LATE_DEPENDENTS=0).
+        same_bits("KILN_CUDA_LIGHT_OPS", "lightops",
+                  "light ops scheduled as the others vs the default",
+                  "light ops vs default", value="0")
+        same_bits("KILN_CUDA_DROP_BRANCH_EDGES", "dropedges",
+                  "redundant branch edges left out vs the default",
+                  "dropped branch edges vs default")
+        same_bits("KILN_CUDA_MLA_LATE_DEPENDENTS", "mlaearly",
+                  "MLA's dependents scheduled at its start vs after its "
+                  "chunks", "MLA dependents early vs late", value="0")
         # The indexer's switches, where the compiler kept the indexers.
         if not indexed(model):
             self.report.append(f"| {model}: the selection's switches | - | "

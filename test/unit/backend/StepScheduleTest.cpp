@@ -23,8 +23,10 @@ MemoryRange reads(uint64_t b, uint64_t e) { return {b, e, false}; }
 MemoryRange writes(uint64_t b, uint64_t e) { return {b, e, true}; }
 
 /// Every conflicting pair ordered; every wait names an earlier op on
-/// another branch that signals.
-void expectValid(const std::vector<OpFootprint> &ops, const StepSchedule &s) {
+/// another branch that signals. `skip`: the ops scheduleOnBranches left
+/// out (nobody's predecessor).
+void expectValid(const std::vector<OpFootprint> &ops, const StepSchedule &s,
+                 const std::vector<bool> &skip = {}) {
   ASSERT_EQ(s.branch.size(), ops.size());
   for (size_t j = 0; j < ops.size(); ++j) {
     ASSERT_GE(s.branch[j], 0);
@@ -40,6 +42,27 @@ void expectValid(const std::vector<OpFootprint> &ops, const StepSchedule &s) {
             << "ops " << i << " and " << j << " conflict but run unordered";
       }
     }
+    // Where the waits suffice, they order every conflicting op and the
+    // branch's previous op without the edge from that op.
+    ASSERT_EQ(s.waitsSuffice.size(), ops.size());
+    if (!s.waitsSuffice[j])
+      continue;
+    EXPECT_FALSE(s.waits[j].empty()) << "op " << j;
+    int32_t previous = -1;
+    for (size_t i = 0; i < j; ++i)
+      if (s.branch[i] == s.branch[j] && !(i < skip.size() && skip[i]))
+        previous = int32_t(i);
+    auto byWaits = [&](int32_t i) {
+      for (int32_t w : s.waits[j])
+        if (w == i || scheduleOrders(s, i, w))
+          return true;
+      return false;
+    };
+    EXPECT_GE(previous, 0) << "op " << j;
+    EXPECT_TRUE(byWaits(previous)) << "op " << j << " after " << previous;
+    for (size_t i = 0; i < j; ++i)
+      if (conflicts(ops[i], ops[j]))
+        EXPECT_TRUE(byWaits(int32_t(i))) << "op " << j << " after " << i;
   }
 }
 
@@ -126,6 +149,10 @@ TEST(StepSchedule, LightOpLeavesItsDependencysBranchToALaterMatVec) {
   EXPECT_TRUE(s.waits[3].empty());
   EXPECT_NE(s.branch[1], s.branch[0]);
   EXPECT_EQ(s.waits[1], std::vector<int32_t>{0});
+  // The rope starts its branch, so there is no edge to leave out; MLA
+  // needs attn_k_b before it on its branch.
+  EXPECT_FALSE(s.waitsSuffice[1]);
+  EXPECT_FALSE(s.waitsSuffice[4]);
   // Not light, the rope takes q_b's branch (list order) and attn_k_b
   // waits for q_b.
   ops[1].light = false;
@@ -133,6 +160,27 @@ TEST(StepSchedule, LightOpLeavesItsDependencysBranchToALaterMatVec) {
   expectValid(ops, plain);
   EXPECT_EQ(plain.branch[1], plain.branch[0]);
   EXPECT_EQ(plain.waits[3], std::vector<int32_t>{0});
+}
+
+TEST(StepSchedule, WaitsSufficeWhereTheBranchsLastOpIsTheirAncestor) {
+  // Two layers of: a (0) writes X; b (1) reads X, writes Y; c (2) reads X,
+  // writes Z; d (3) reads Y and Z, writes W (which the next layer's a
+  // reads). On two branches c waits for a on the second, whose previous
+  // op (the last layer's c) is an ancestor of a: its edge can go.
+  std::vector<OpFootprint> layer = {touch({reads(12, 16), writes(0, 4)}),
+                                    touch({reads(0, 4), writes(4, 8)}),
+                                    touch({reads(0, 4), writes(8, 12)}),
+                                    touch({reads(4, 12), writes(12, 16)})};
+  std::vector<OpFootprint> ops = layer;
+  ops.insert(ops.end(), layer.begin(), layer.end());
+  StepSchedule s = scheduleStep(ops, 2);
+  expectValid(ops, s);
+  EXPECT_NE(s.branch[6], s.branch[4]);
+  EXPECT_EQ(s.waits[6], std::vector<int32_t>{4});
+  EXPECT_TRUE(s.waitsSuffice[6]);
+  EXPECT_FALSE(s.waitsSuffice[2]); // its branch starts with it
+  // d (7) follows b (5) on its branch and waits for c (6): both needed.
+  EXPECT_FALSE(s.waitsSuffice[7]);
 }
 
 TEST(StepSchedule, LightOpKeepsTheBranchWhereTheLaterOpNeedsIt) {
@@ -213,7 +261,7 @@ TEST(StepSchedule, OnBranchesLeavesOpsOut) {
         if (skip[j])
           kept[j] = {};
       const StepSchedule s = scheduleOnBranches(kept, layout, skip);
-      expectValid(kept, s);
+      expectValid(kept, s, skip);
       EXPECT_EQ(s.branches, layout.branches);
       for (size_t j = 0; j < n; ++j) {
         EXPECT_EQ(s.branch[j], layout.branch[j]);
@@ -245,7 +293,7 @@ TEST(StepSchedule, OnBranchesDropsTheLeftOutOpsEdges) {
   kept[3] = touch({reads(100, 108)}); // B without X's output
   const StepSchedule s =
       scheduleOnBranches(kept, layout, {false, false, true, false});
-  expectValid(kept, s);
+  expectValid(kept, s, {false, false, true, false});
   EXPECT_FALSE(s.signals[2]);
   EXPECT_EQ(std::count(s.waits[3].begin(), s.waits[3].end(), 2), 0);
   EXPECT_TRUE(scheduleOrders(s, 1, 3));
