@@ -282,9 +282,11 @@ struct CudaRank {
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
   bool lightOps = true;    ///< KILN_CUDA_LIGHT_OPS (GraphSwitches)
   /// KILN_CUDA_DROP_BRANCH_EDGES (GraphSwitches).
-  bool dropBranchEdges = false;
+  bool dropBranchEdges = true;
   /// KILN_CUDA_MLA_LATE_DEPENDENTS (setMlaLateDependents).
   bool mlaLateDependents = true;
+  bool mlaAlone = true;     ///< KILN_CUDA_MLA_ALONE (setMlaAlone)
+  bool mlaEarlyRows = true; ///< KILN_CUDA_MLA_EARLY_ROWS (setMlaEarlyRows)
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -1460,10 +1462,13 @@ constexpr unsigned kDefaultShapeFamilies =
 /// the kernels compiled for GLM-5's shapes of those families where a launch
 /// has one (ModelShapes.h; readShapeFamilies),
 /// KILN_CUDA_LIGHT_OPS=0 schedules the short ops as the others
-/// (OpFootprint::light), KILN_CUDA_DROP_BRANCH_EDGES=1 leaves an edge along
-/// a branch out where the op's waits order its source
+/// (OpFootprint::light), KILN_CUDA_DROP_BRANCH_EDGES=0 keeps every edge
+/// along a branch, also where the op's waits order its source
 /// (StepSchedule::waitsSuffice), KILN_CUDA_MLA_LATE_DEPENDENTS=0 lets the
 /// kernels after MLA be scheduled at its start (setMlaLateDependents),
+/// KILN_CUDA_MLA_ALONE=0 lets MLA's blocks share multiprocessors
+/// (setMlaAlone), KILN_CUDA_MLA_EARLY_ROWS=0 loads all of MLA's rows after
+/// its wait (setMlaEarlyRows),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1519,16 +1524,26 @@ struct GraphSwitches {
   /// mat-vec would have followed (on by default: docs/perf.md,
   /// thirty-sixth pass).
   bool lightOps = true;
-  /// KILN_CUDA_DROP_BRANCH_EDGES=1: an op's node gets no edge from the op
-  /// before it on its branch where its waits already order that op
-  /// (StepSchedule::waitsSuffice), so that such a node has one predecessor
-  /// and is launched early. Off by default: it launches MLA early, which
-  /// measured slower at 1k and 16k (docs/perf.md, thirty-sixth pass).
-  bool dropBranchEdges = false;
+  /// KILN_CUDA_DROP_BRANCH_EDGES=0: every op's node keeps the edge from
+  /// the op before it on its branch. By default the edge is left out where
+  /// the op's waits already order that op (StepSchedule::waitsSuffice), so
+  /// that such a node (GLM-5: the rope of q_b's rows, the latent cache's
+  /// append) has one predecessor and is launched early, and so is MLA after
+  /// them (docs/perf.md, thirty-sixth pass).
+  bool dropBranchEdges = true;
   /// KILN_CUDA_MLA_LATE_DEPENDENTS=0: MLA lets the kernels after it be
   /// scheduled at once after its wait, not after its chunks
   /// (setMlaLateDependents; on by default).
   bool mlaLateDependents = true;
+  /// KILN_CUDA_MLA_ALONE=0: MLA's blocks may share a multiprocessor when
+  /// they are placed beside other kernels (launched early), two to one
+  /// where it has room; by default they ask for more than half its shared
+  /// memory, one each (setMlaAlone).
+  bool mlaAlone = true;
+  /// KILN_CUDA_MLA_EARLY_ROWS=0: MLA loads every cache row after its wait,
+  /// not the earlier steps' rows before it where it has no selection
+  /// (setMlaEarlyRows; on by default).
+  bool mlaEarlyRows = true;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1621,10 +1636,14 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.indexerMma = indexerMma;
   KILN_ASSIGN(lightOps, readFlag("KILN_CUDA_LIGHT_OPS", true));
   g.lightOps = lightOps;
-  KILN_ASSIGN(dropEdges, readFlag("KILN_CUDA_DROP_BRANCH_EDGES", false));
+  KILN_ASSIGN(dropEdges, readFlag("KILN_CUDA_DROP_BRANCH_EDGES", true));
   g.dropBranchEdges = dropEdges;
   KILN_ASSIGN(mlaLate, readFlag("KILN_CUDA_MLA_LATE_DEPENDENTS", true));
   g.mlaLateDependents = mlaLate;
+  KILN_ASSIGN(mlaAlone, readFlag("KILN_CUDA_MLA_ALONE", true));
+  g.mlaAlone = mlaAlone;
+  KILN_ASSIGN(mlaEarlyRows, readFlag("KILN_CUDA_MLA_EARLY_ROWS", true));
+  g.mlaEarlyRows = mlaEarlyRows;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -1940,6 +1959,8 @@ Status enter(CudaRank &rank) {
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
   setMlaLateDependents(rank.mlaLateDependents);
+  setMlaAlone(rank.mlaAlone);
+  setMlaEarlyRows(rank.mlaEarlyRows);
   return Status::ok();
 }
 
@@ -2595,6 +2616,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->lightOps = switches.lightOps;
     rank->dropBranchEdges = switches.dropBranchEdges;
     rank->mlaLateDependents = switches.mlaLateDependents;
+    rank->mlaAlone = switches.mlaAlone;
+    rank->mlaEarlyRows = switches.mlaEarlyRows;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

@@ -855,6 +855,8 @@ struct MlaArgs {
   /// mlaLateDependents() at launch: the kernel lets its dependents be
   /// scheduled after its chunks, not at once after its wait.
   bool lateDependents = false;
+  /// mlaEarlyRows() at launch (mlaLoadEarlyRows).
+  bool earlyRows = false;
 };
 
 /// mlaMostEntries, on both sides: every position of the cache, or with a
@@ -924,6 +926,8 @@ template <int kLatent, int kRope, int kCacheType, int kHeads = 0>
 struct MlaShape {
   static constexpr bool kFixed = kLatent > 0;
   static_assert(kHeads == 0 || kFixed);
+  /// Whether the rank's heads are fixed too (the kernels GLM-5 runs).
+  static constexpr bool kFixedHeads = kHeads > 0;
   __device__ static int heads(const MlaArgs &a) {
     return kHeads > 0 ? kHeads : int(a.heads);
   }
@@ -1032,12 +1036,49 @@ __device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
   }
 }
 
+/// Before the kernel's wait, without a selection: the attended entries are
+/// the cache rows 0 .. position, and all but the position's own were
+/// written by earlier steps (whose replays have ended), so block b loads
+/// its first chunk's (chunk b) into `rows` as mlaChunk does, the position's
+/// row as zeros, and sets *newest to the position: mlaChunk then loads only
+/// that row after the wait. `position` is the step's, read before the wait
+/// (stepInputBeforeWait). False, with nothing loaded, where the position is
+/// out of range or the block has no chunk: mlaAttended then decides after
+/// the wait, as it would have. Block-uniform (every thread has the same
+/// position), so the barrier inside is reached by all or none.
+template <class Shape>
+__device__ bool mlaLoadEarlyRows(const MlaArgs &a, int32_t position,
+                                 float *rows, int64_t *newest) {
+  __shared__ int64_t rowIndex[kMlaChunk];
+  if (position < 0 || position >= a.cache.positions ||
+      int64_t(position) + 1 > mlaEntryLimit(a.cache.positions, a.capacity))
+    return false;
+  const int64_t attended = int64_t(position) + 1;
+  const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
+  if (first >= attended)
+    return false;
+  const int n =
+      int(attended - first < kMlaChunk ? attended - first : kMlaChunk);
+  if (threadIdx.x < n) {
+    const int64_t row = first + threadIdx.x;
+    rowIndex[threadIdx.x] = row < position ? row : -1;
+  }
+  if (threadIdx.x == 0)
+    *newest = position;
+  __syncthreads();
+  mlaLoadRows<Shape>(a, n, rowIndex, rows);
+  return true;
+}
+
 /// Chunk `chunk` of `attended` entries (the whole block; `shared` holds
 /// kMlaChunk * (width + heads) floats). `preloaded`: thread t < kMlaChunk's
 /// selection entry of this chunk, already loaded, when `hasPreloaded`.
+/// `newest`: non-null where mlaLoadEarlyRows loaded this chunk's rows
+/// before the wait but the position's, whose index it holds.
 template <class Shape>
 __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
-                         float *shared, int32_t preloaded, bool hasPreloaded) {
+                         float *shared, int32_t preloaded, bool hasPreloaded,
+                         const int64_t *newest) {
   const int64_t first = chunk * kMlaChunk;
   const int n =
       int(attended - first < kMlaChunk ? attended - first : kMlaChunk);
@@ -1052,7 +1093,7 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   // first (one load each, not one per value). A bad selected row (reported
   // by the combine kernel) reads as zeros, never out of bounds.
   __shared__ int64_t rowIndex[kMlaChunk];
-  if (threadIdx.x < n) {
+  if (!newest && threadIdx.x < n) {
     const int64_t entry = first + threadIdx.x;
     const int64_t row =
         a.selected ? (hasPreloaded ? preloaded : a.selected[entry]) : entry;
@@ -1073,8 +1114,20 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   };
   if (warp < heads * groups)
     loadQuery(warp / groups);
-  __syncthreads();
-  mlaLoadRows<Shape>(a, n, rowIndex, rows);
+  // With the other rows in (newest), only the position's row (the last
+  // entry) where it falls in this chunk, in flight with the query.
+  int loadRows = n;
+  const int64_t *loadIndex = rowIndex;
+  float *loadTo = rows;
+  if (newest) {
+    const int64_t at = *newest - first;
+    loadRows = at >= 0 && at < n ? 1 : 0;
+    loadIndex = newest;
+    loadTo = rows + (loadRows ? at : 0) * width;
+  } else {
+    __syncthreads(); // rowIndex
+  }
+  mlaLoadRows<Shape>(a, loadRows, loadIndex, loadTo);
   __syncthreads();
 
   // Scores: warp per (head, group of rows). The lane's share of the head's
@@ -1304,10 +1357,20 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
 /// pass). A block without work lets them at its exit.
 template <class Shape>
 __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
+  extern __shared__ __align__(16) float shared[];
+  // a.earlyRows, without a selection: the first chunk's rows but the
+  // position's loaded before the wait, under the predecessors
+  // (mlaLoadEarlyRows). Compiled into the kernels for fixed heads only:
+  // in the others its code took registers enough to spill on sm_100.
+  __shared__ int64_t newestRow;
+  bool rowsEarly = false;
+  if constexpr (Shape::kFixedHeads)
+    rowsEarly = !a.selected && a.earlyRows &&
+                mlaLoadEarlyRows<Shape>(a, stepInputBeforeWait(a.position),
+                                        shared, &newestRow);
   waitForPredecessor();
   if (!a.lateDependents)
     allowDependents();
-  extern __shared__ __align__(16) float shared[];
   const bool chunksOnly = a.projQuants != nullptr;
   // The first chunk's selection entries (within the selection's capacity,
   // so always readable) in flight with the position and the count.
@@ -1335,7 +1398,8 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
     if (c != blockIdx.x)
       __syncthreads(); // the previous chunk's rows and scores are read
-    mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x);
+    mlaChunk<Shape>(a, c, attended, shared, selectedRow, c == blockIdx.x,
+                    rowsEarly && c == blockIdx.x ? &newestRow : nullptr);
   }
   if (a.lateDependents)
     allowDependents();
@@ -3758,7 +3822,18 @@ void setIndexerMma(bool on) { useIndexerMma = on; }
 
 namespace {
 thread_local bool useMlaLateDependents = true;
+thread_local bool useMlaAlone = true;
 } // namespace
+
+bool mlaAlone() { return useMlaAlone; }
+void setMlaAlone(bool on) { useMlaAlone = on; }
+
+namespace {
+thread_local bool useMlaEarlyRows = true;
+} // namespace
+
+bool mlaEarlyRows() { return useMlaEarlyRows; }
+void setMlaEarlyRows(bool on) { useMlaEarlyRows = on; }
 
 bool mlaLateDependents() { return useMlaLateDependents; }
 void setMlaLateDependents(bool on) { useMlaLateDependents = on; }
@@ -3788,9 +3863,25 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   // The chunks' rows and scores, or the combine's chunk weights, whichever
   // is larger (with a projection mlaProjectKernel combines).
   const size_t rowFloats = size_t(kMlaChunk * (a.cache.width + a.heads));
-  const size_t shared =
+  size_t shared =
       sizeof(float) *
       (a.projQuants ? rowFloats : std::max(rowFloats, size_t(chunks)));
+  // mlaAlone(): more than half a multiprocessor's shared memory, so that
+  // two of the kernel's blocks never share one, however busy the GPU is
+  // when they are placed: launched early, beside its predecessors, the
+  // grid found some multiprocessors taken and put two blocks on others,
+  // which then ran its chunks at half speed (docs/perf.md, thirty-sixth
+  // pass).
+  if (mlaAlone()) {
+    int device = 0, perSm = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+      return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(
+            &perSm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+        e != cudaSuccess)
+      return e;
+    shared = std::max(shared, size_t(perSm) / 2);
+  }
   // At most one block a multiprocessor, each taking every grid-th chunk:
   // the blocks wait for each other, so all must be resident, which the
   // runtime is asked once per host thread, device and shared size (not at
@@ -3908,6 +3999,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
             out,
             fault};
   a.lateDependents = mlaLateDependents();
+  a.earlyRows = mlaEarlyRows();
   if (proj) {
     a.projQuants = reinterpret_cast<const int8_t *>(proj->data);
     a.projScales = reinterpret_cast<const uint16_t *>(proj->scales);

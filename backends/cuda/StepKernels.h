@@ -561,6 +561,24 @@ void setIndexerMma(bool on);
 bool mlaLateDependents();
 void setMlaLateDependents(bool on);
 
+/// Whether launchMlaAttention's grid kernel asks for more than half of a
+/// multiprocessor's shared memory, so that no two of its blocks share one
+/// (the calling host thread's setting, read at launch; on by default).
+/// KILN_CUDA_MLA_ALONE = 0 sets it off for a step; the same bits either
+/// way.
+bool mlaAlone();
+void setMlaAlone(bool on);
+
+/// Whether launchMlaAttention's kernel, where no selection is given (the
+/// entries are positions 0 .. position), loads each block's first chunk of
+/// cache rows but the position's before it waits for its predecessor (the
+/// calling host thread's setting, read at launch; on by default): those
+/// rows were written by earlier steps. The kernels compiled for a rank's
+/// heads (ModelShapes.h, family mla) only. KILN_CUDA_MLA_EARLY_ROWS = 0
+/// sets it off for a step; the same bits either way.
+bool mlaEarlyRows();
+void setMlaEarlyRows(bool on);
+
 /// The registers a thread of the q8_0-split kernel uses without and with
 /// the tail (kiln-cuda-ops --bench-router prints them).
 cudaError_t linearRouterKernelRegisters(int &plain, int &withTail);

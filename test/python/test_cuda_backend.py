@@ -267,16 +267,28 @@ class Checks:
         # The schedule's and the launches' switches (docs/perf.md,
         # thirty-sixth pass): the same kernels on the same inputs, ordered
         # otherwise, so the same bits. The light ops scheduled as any other
-        # (KILN_CUDA_LIGHT_OPS=0), the branch edges the waits make
-        # redundant left out of the graph (KILN_CUDA_DROP_BRANCH_EDGES=1),
-        # MLA's dependents scheduled at its start
+        # (KILN_CUDA_LIGHT_OPS=0), every branch edge kept in the graph,
+        # also those the waits make redundant (KILN_CUDA_DROP_BRANCH_EDGES=
+        # 0), MLA's blocks free to share multiprocessors
+        # (KILN_CUDA_MLA_ALONE=0), its dependents scheduled at its start
         # (KILN_CUDA_MLA_LATE_DEPENDENTS=0).
         same_bits("KILN_CUDA_LIGHT_OPS", "lightops",
                   "light ops scheduled as the others vs the default",
                   "light ops vs default", value="0")
-        same_bits("KILN_CUDA_DROP_BRANCH_EDGES", "dropedges",
-                  "redundant branch edges left out vs the default",
-                  "dropped branch edges vs default")
+        same_bits("KILN_CUDA_DROP_BRANCH_EDGES", "keepedges",
+                  "every branch edge kept vs the redundant ones left out",
+                  "kept branch edges vs default", value="0")
+        same_bits("KILN_CUDA_MLA_ALONE", "mlashared",
+                  "MLA's blocks free to share a multiprocessor vs one each",
+                  "MLA blocks shared vs alone", value="0")
+        # MLA's cache rows all loaded after its wait
+        # (KILN_CUDA_MLA_EARLY_ROWS=0) against the default, which loads the
+        # earlier steps' rows before it: the same rows; this step's own
+        # row, written by its predecessor, is read after the wait in both
+        # (read before it, it would be stale and the logits would differ).
+        same_bits("KILN_CUDA_MLA_EARLY_ROWS", "laterows",
+                  "MLA's rows all loaded after its wait vs the earlier "
+                  "steps' before it", "MLA late rows vs early", value="0")
         same_bits("KILN_CUDA_MLA_LATE_DEPENDENTS", "mlaearly",
                   "MLA's dependents scheduled at its start vs after its "
                   "chunks", "MLA dependents early vs late", value="0")

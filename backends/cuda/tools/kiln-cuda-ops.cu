@@ -264,6 +264,21 @@ public:
   IndexerMmaOff &operator=(const IndexerMmaOff &) = delete;
 };
 
+/// MLA's rows all loaded after its wait while it lives
+/// (kc::setMlaEarlyRows), the default again after.
+class MlaEarlyRowsOff {
+public:
+  MlaEarlyRowsOff() : before_(kc::mlaEarlyRows()) {
+    kc::setMlaEarlyRows(false);
+  }
+  ~MlaEarlyRowsOff() { kc::setMlaEarlyRows(before_); }
+  MlaEarlyRowsOff(const MlaEarlyRowsOff &) = delete;
+  MlaEarlyRowsOff &operator=(const MlaEarlyRowsOff &) = delete;
+
+private:
+  bool before_;
+};
+
 //===----------------------------------------------------------------------===//
 // Weights and caches: random on the device (the fillers under test), the
 // same bytes copied to the host for the reference.
@@ -1237,6 +1252,28 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
              mismatches(dout.download(), bounded) +
                  faultMismatch(selFault.read(), kc::FaultCode::None, 0, 0),
              0, "same entries, same order");
+    }
+    // Without a selection the rows before the position are loaded before
+    // the kernel's wait by default (the kernels for fixed heads): the bits
+    // of all of them after it (KILN_CUDA_MLA_EARLY_ROWS=0).
+    if (count < 0) {
+      const std::vector<float> early = dout.download();
+      Fault lateFault;
+      {
+        const MlaEarlyRowsOff off;
+        run(kc::launchMlaAttention(
+            dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
+            nullptr, nullptr, bound, scale,
+            sharedScratch ? sharedScratch : scores.get(), dout.get(),
+            lateFault.sink(), nullptr));
+      }
+      r.line("mla_attention",
+             fmtText("%s %lldx(512+64), positions 0..%d%s: every row loaded "
+                     "after the wait, the same bits",
+                     cacheName(c.type), (long long)heads, c.position, label),
+             mismatches(dout.download(), early) +
+                 faultMismatch(lateFault.read(), kc::FaultCode::None, 0, 0),
+             0, "same rows, same products");
     }
     if (!fixedHeads)
       return;

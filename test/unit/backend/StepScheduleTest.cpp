@@ -60,9 +60,11 @@ void expectValid(const std::vector<OpFootprint> &ops, const StepSchedule &s,
     };
     EXPECT_GE(previous, 0) << "op " << j;
     EXPECT_TRUE(byWaits(previous)) << "op " << j << " after " << previous;
-    for (size_t i = 0; i < j; ++i)
-      if (conflicts(ops[i], ops[j]))
+    for (size_t i = 0; i < j; ++i) {
+      if (conflicts(ops[i], ops[j])) {
         EXPECT_TRUE(byWaits(int32_t(i))) << "op " << j << " after " << i;
+      }
+    }
   }
 }
 
