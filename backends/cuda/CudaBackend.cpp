@@ -283,10 +283,7 @@ struct CudaRank {
   bool lightOps = true;    ///< KILN_CUDA_LIGHT_OPS (GraphSwitches)
   /// KILN_CUDA_DROP_BRANCH_EDGES (GraphSwitches).
   bool dropBranchEdges = true;
-  /// KILN_CUDA_MLA_LATE_DEPENDENTS (setMlaLateDependents).
-  bool mlaLateDependents = true;
-  bool mlaAlone = true;     ///< KILN_CUDA_MLA_ALONE (setMlaAlone)
-  bool mlaEarlyRows = true; ///< KILN_CUDA_MLA_EARLY_ROWS (setMlaEarlyRows)
+  MlaLaunch mla;           ///< KILN_CUDA_MLA_* (GraphSwitches, setMlaLaunch)
   bool graphStats = false; ///< a line a captured step (KILN_CUDA_GRAPH_STATS)
   /// KILN_CUDA_SCHEDULE: where rank 0 writes each captured step's schedule.
   std::string scheduleFile;
@@ -1465,10 +1462,9 @@ constexpr unsigned kDefaultShapeFamilies =
 /// (OpFootprint::light), KILN_CUDA_DROP_BRANCH_EDGES=0 keeps every edge
 /// along a branch, also where the op's waits order its source
 /// (StepSchedule::waitsSuffice), KILN_CUDA_MLA_LATE_DEPENDENTS=0 lets the
-/// kernels after MLA be scheduled at its start (setMlaLateDependents),
-/// KILN_CUDA_MLA_ALONE=0 lets MLA's blocks share multiprocessors
-/// (setMlaAlone), KILN_CUDA_MLA_EARLY_ROWS=0 loads all of MLA's rows after
-/// its wait (setMlaEarlyRows),
+/// kernels after MLA be scheduled at its start, KILN_CUDA_MLA_ALONE=0 lets
+/// MLA's blocks share multiprocessors, KILN_CUDA_MLA_EARLY_ROWS=0 loads all
+/// of MLA's rows after its wait (MlaLaunch),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1532,18 +1528,12 @@ struct GraphSwitches {
   /// them (docs/perf.md, thirty-sixth pass).
   bool dropBranchEdges = true;
   /// KILN_CUDA_MLA_LATE_DEPENDENTS=0: MLA lets the kernels after it be
-  /// scheduled at once after its wait, not after its chunks
-  /// (setMlaLateDependents; on by default).
-  bool mlaLateDependents = true;
-  /// KILN_CUDA_MLA_ALONE=0: MLA's blocks may share a multiprocessor when
-  /// they are placed beside other kernels (launched early), two to one
-  /// where it has room; by default they ask for more than half its shared
-  /// memory, one each (setMlaAlone).
-  bool mlaAlone = true;
-  /// KILN_CUDA_MLA_EARLY_ROWS=0: MLA loads every cache row after its wait,
-  /// not the earlier steps' rows before it where it has no selection
-  /// (setMlaEarlyRows; on by default).
-  bool mlaEarlyRows = true;
+  /// scheduled at once after its wait, not after its chunks;
+  /// KILN_CUDA_MLA_ALONE=0: its blocks may share a multiprocessor when they
+  /// are placed beside other kernels (launched early), two to one where it
+  /// has room; KILN_CUDA_MLA_EARLY_ROWS=0: it loads every cache row after
+  /// its wait (StepKernels.h MlaLaunch).
+  MlaLaunch mla;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1639,11 +1629,9 @@ Expected<GraphSwitches> readGraphSwitches() {
   KILN_ASSIGN(dropEdges, readFlag("KILN_CUDA_DROP_BRANCH_EDGES", true));
   g.dropBranchEdges = dropEdges;
   KILN_ASSIGN(mlaLate, readFlag("KILN_CUDA_MLA_LATE_DEPENDENTS", true));
-  g.mlaLateDependents = mlaLate;
   KILN_ASSIGN(mlaAlone, readFlag("KILN_CUDA_MLA_ALONE", true));
-  g.mlaAlone = mlaAlone;
   KILN_ASSIGN(mlaEarlyRows, readFlag("KILN_CUDA_MLA_EARLY_ROWS", true));
-  g.mlaEarlyRows = mlaEarlyRows;
+  g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows};
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -1958,9 +1946,7 @@ Status enter(CudaRank &rank) {
   setShapeSpecialised(rank.shapeSpecialised);
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
-  setMlaLateDependents(rank.mlaLateDependents);
-  setMlaAlone(rank.mlaAlone);
-  setMlaEarlyRows(rank.mlaEarlyRows);
+  setMlaLaunch(rank.mla);
   return Status::ok();
 }
 
@@ -2615,9 +2601,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->indexerMma = switches.indexerMma;
     rank->lightOps = switches.lightOps;
     rank->dropBranchEdges = switches.dropBranchEdges;
-    rank->mlaLateDependents = switches.mlaLateDependents;
-    rank->mlaAlone = switches.mlaAlone;
-    rank->mlaEarlyRows = switches.mlaEarlyRows;
+    rank->mla = switches.mla;
     rank->maxBranches = switches.branches;
     rank->graphStats = switches.stats;
     rank->omit = switches.omit;

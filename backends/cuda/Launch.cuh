@@ -26,7 +26,7 @@
 // by a kernel of the step. MLA with an output projection asks the L2 for
 // its projection rows before its wait too, and lets its dependents be
 // scheduled only after its grid barrier (StepKernels.cu mlaKernel); MLA
-// without one lets them be scheduled after its chunks (mlaLateDependents),
+// without one lets them be scheduled after its chunks (MlaLaunch),
 // so that the mat-vecs after it prefetch beside its combine. A
 // kernel launched without the attribute, or on a GPU before sm_90, runs
 // the prologue as a no-op.

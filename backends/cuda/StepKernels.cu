@@ -852,10 +852,10 @@ struct MlaArgs {
   const int8_t *projQuants = nullptr;
   const uint16_t *projScales = nullptr;
   int64_t projRows = 0;
-  /// mlaLateDependents() at launch: the kernel lets its dependents be
-  /// scheduled after its chunks, not at once after its wait.
+  /// MlaLaunch::lateDependents at launch: the kernel lets its dependents
+  /// be scheduled after its chunks, not at once after its wait.
   bool lateDependents = false;
-  /// mlaEarlyRows() at launch (mlaLoadEarlyRows).
+  /// MlaLaunch::earlyRows at launch (mlaLoadEarlyRows).
   bool earlyRows = false;
 };
 
@@ -3821,22 +3821,11 @@ bool indexerMma() { return useIndexerMma; }
 void setIndexerMma(bool on) { useIndexerMma = on; }
 
 namespace {
-thread_local bool useMlaLateDependents = true;
-thread_local bool useMlaAlone = true;
+thread_local MlaLaunch useMlaLaunch;
 } // namespace
 
-bool mlaAlone() { return useMlaAlone; }
-void setMlaAlone(bool on) { useMlaAlone = on; }
-
-namespace {
-thread_local bool useMlaEarlyRows = true;
-} // namespace
-
-bool mlaEarlyRows() { return useMlaEarlyRows; }
-void setMlaEarlyRows(bool on) { useMlaEarlyRows = on; }
-
-bool mlaLateDependents() { return useMlaLateDependents; }
-void setMlaLateDependents(bool on) { useMlaLateDependents = on; }
+MlaLaunch mlaLaunch() { return useMlaLaunch; }
+void setMlaLaunch(const MlaLaunch &m) { useMlaLaunch = m; }
 
 int64_t mlaMostEntries(int64_t positions, int64_t capacity) {
   return mlaEntryLimit(positions, capacity);
@@ -3866,13 +3855,13 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   size_t shared =
       sizeof(float) *
       (a.projQuants ? rowFloats : std::max(rowFloats, size_t(chunks)));
-  // mlaAlone(): more than half a multiprocessor's shared memory, so that
-  // two of the kernel's blocks never share one, however busy the GPU is
-  // when they are placed: launched early, beside its predecessors, the
+  // mlaLaunch().alone: more than half a multiprocessor's shared memory, so
+  // that two of the kernel's blocks never share one, however busy the GPU
+  // is when they are placed: launched early, beside its predecessors, the
   // grid found some multiprocessors taken and put two blocks on others,
   // which then ran its chunks at half speed (docs/perf.md, thirty-sixth
   // pass).
-  if (mlaAlone()) {
+  if (mlaLaunch().alone) {
     int device = 0, perSm = 0;
     if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
       return e;
@@ -3998,8 +3987,8 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
             reinterpret_cast<uint32_t *>(scratch),
             out,
             fault};
-  a.lateDependents = mlaLateDependents();
-  a.earlyRows = mlaEarlyRows();
+  a.lateDependents = mlaLaunch().lateDependents;
+  a.earlyRows = mlaLaunch().earlyRows;
   if (proj) {
     a.projQuants = reinterpret_cast<const int8_t *>(proj->data);
     a.projScales = reinterpret_cast<const uint16_t *>(proj->scales);

@@ -551,33 +551,30 @@ void setRouterTailMode(RouterTailMode mode);
 bool indexerMma();
 void setIndexerMma(bool on);
 
-/// Whether launchMlaAttention's kernel lets its dependents be scheduled
-/// only after its chunks (before its grid barrier and combine), not at once
-/// after its wait (the calling host thread's setting, read at launch; on
-/// by default: the kernels after it, attn_v_b and attn_output, then
-/// prefetch their weights beside MLA's combine, not beside its chunks).
-/// KILN_CUDA_MLA_LATE_DEPENDENTS = 0 sets it off for a step; the same bits
-/// either way.
-bool mlaLateDependents();
-void setMlaLateDependents(bool on);
-
-/// Whether launchMlaAttention's grid kernel asks for more than half of a
-/// multiprocessor's shared memory, so that no two of its blocks share one
-/// (the calling host thread's setting, read at launch; on by default).
-/// KILN_CUDA_MLA_ALONE = 0 sets it off for a step; the same bits either
-/// way.
-bool mlaAlone();
-void setMlaAlone(bool on);
-
-/// Whether launchMlaAttention's kernel, where no selection is given (the
-/// entries are positions 0 .. position), loads each block's first chunk of
-/// cache rows but the position's before it waits for its predecessor (the
-/// calling host thread's setting, read at launch; on by default): those
-/// rows were written by earlier steps. The kernels compiled for a rank's
-/// heads (ModelShapes.h, family mla) only. KILN_CUDA_MLA_EARLY_ROWS = 0
-/// sets it off for a step; the same bits either way.
-bool mlaEarlyRows();
-void setMlaEarlyRows(bool on);
+/// How launchMlaAttention launches its grid kernel (the calling host
+/// thread's setting, read at launch). Every choice gives the same bits;
+/// the defaults are the measured best on the H200 (docs/perf.md,
+/// thirty-sixth pass), and the plugin reads KILN_CUDA_MLA_* to change them
+/// for a step.
+struct MlaLaunch {
+  /// The kernel lets its dependents be scheduled after its chunks (before
+  /// its grid barrier and combine), not at once after its wait, so that the
+  /// mat-vecs after it (attn_v_b, attn_output) prefetch their weights beside
+  /// its combine, not its row loads (KILN_CUDA_MLA_LATE_DEPENDENTS).
+  bool lateDependents = true;
+  /// Each block asks for more than half of a multiprocessor's shared
+  /// memory, so that no two share one however busy the GPU is when they are
+  /// placed (KILN_CUDA_MLA_ALONE).
+  bool alone = true;
+  /// Without a selection (positions 0 .. position), each block's first
+  /// chunk of cache rows but the position's is loaded before the kernel
+  /// waits for its predecessor: earlier steps wrote them. The kernels
+  /// compiled for a rank's heads only (ModelShapes.h, family mla)
+  /// (KILN_CUDA_MLA_EARLY_ROWS).
+  bool earlyRows = true;
+};
+MlaLaunch mlaLaunch();
+void setMlaLaunch(const MlaLaunch &m);
 
 /// The registers a thread of the q8_0-split kernel uses without and with
 /// the tail (kiln-cuda-ops --bench-router prints them).

@@ -265,18 +265,20 @@ public:
 };
 
 /// MLA's rows all loaded after its wait while it lives
-/// (kc::setMlaEarlyRows), the default again after.
+/// (kc::MlaLaunch::earlyRows), the setting before again after.
 class MlaEarlyRowsOff {
 public:
-  MlaEarlyRowsOff() : before_(kc::mlaEarlyRows()) {
-    kc::setMlaEarlyRows(false);
+  MlaEarlyRowsOff() : before_(kc::mlaLaunch()) {
+    kc::MlaLaunch off = before_;
+    off.earlyRows = false;
+    kc::setMlaLaunch(off);
   }
-  ~MlaEarlyRowsOff() { kc::setMlaEarlyRows(before_); }
+  ~MlaEarlyRowsOff() { kc::setMlaLaunch(before_); }
   MlaEarlyRowsOff(const MlaEarlyRowsOff &) = delete;
   MlaEarlyRowsOff &operator=(const MlaEarlyRowsOff &) = delete;
 
 private:
-  bool before_;
+  kc::MlaLaunch before_;
 };
 
 //===----------------------------------------------------------------------===//
