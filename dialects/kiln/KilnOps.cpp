@@ -93,7 +93,11 @@ void WeightOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
 
 LogicalResult WeightOp::verify() {
   QWeightType type = getType();
-  std::optional<int64_t> split = getTpSplit(), groups = getTpGroups();
+  // tp_groups read through its attribute: GCC 12 took a test of
+  // getTpGroups()'s optional for a read of uninitialised storage
+  // (-Wmaybe-uninitialized).
+  std::optional<int64_t> split = getTpSplit();
+  IntegerAttr groups = getTpGroupsAttr();
   if (groups && !split)
     return emitOpError("tp_groups without tp_split");
   if (!split)
@@ -107,9 +111,10 @@ LogicalResult WeightOp::verify() {
   if (*split < 0 || *split >= rank)
     return emitOpError("tensor '") << type.getName() << "': tp_split " << *split
                                    << " is not one of its " << rank << " dims";
-  if (groups && *groups < 1)
-    return emitOpError("tensor '") << type.getName() << "': tp_groups "
-                                   << *groups << " is not a positive count";
+  if (groups && groups.getInt() < 1)
+    return emitOpError("tensor '")
+           << type.getName() << "': tp_groups " << groups.getInt()
+           << " is not a positive count";
   return success();
 }
 
