@@ -78,7 +78,10 @@ std::string mlir::step::describeBuffer(Value v) {
          << v.getDefiningOp()->getName() << "'";
     return s;
   }
-  std::string name = "%" + declarationName(ref->root);
+  // Appended, not "%" + name: GCC 12 warned on the inlined insert of the
+  // concatenation (-Wrestrict, a false positive).
+  std::string name = "%";
+  name += declarationName(ref->root);
   if (v.getDefiningOp<ViewOp>())
     name += llvm::formatv("[{0}, {1})", ref->begin, ref->end).str();
   return name;
