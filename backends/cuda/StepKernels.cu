@@ -3861,14 +3861,20 @@ cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
   // grid found some multiprocessors taken and put two blocks on others,
   // which then ran its chunks at half speed (docs/perf.md, thirty-sixth
   // pass).
+  // A multiprocessor's shared memory is asked once per host thread and
+  // device, as the wave below.
   if (mlaLaunch().alone) {
-    int device = 0, perSm = 0;
+    static thread_local int knownDevice = -1, perSm = 0;
+    int device = 0;
     if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
       return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(
-            &perSm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-        e != cudaSuccess)
-      return e;
+    if (device != knownDevice) {
+      if (cudaError_t e = cudaDeviceGetAttribute(
+              &perSm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+          e != cudaSuccess)
+        return e;
+      knownDevice = device;
+    }
     shared = std::max(shared, size_t(perSm) / 2);
   }
   // At most one block a multiprocessor, each taking every grid-th chunk:

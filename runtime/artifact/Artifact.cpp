@@ -252,10 +252,17 @@ static Status validateStep(const Step &step, const Artifact &artifact,
   return Status::ok();
 }
 
-std::vector<int64_t> localDims(const WeightBinding &b) {
+/// A binding's dims with the sliced dim cut to (sliceEnd - sliceBegin) *
+/// sliceGroups, before any row cut.
+static std::vector<int64_t> slicedDims(const WeightBinding &b) {
   std::vector<int64_t> dims = b.dims;
   if (b.sliceDim >= 0 && size_t(b.sliceDim) < dims.size())
     dims[size_t(b.sliceDim)] = (b.sliceEnd - b.sliceBegin) * b.sliceGroups;
+  return dims;
+}
+
+std::vector<int64_t> localDims(const WeightBinding &b) {
+  std::vector<int64_t> dims = slicedDims(b);
   if (b.rowPeriod > 0 && dims.size() >= 2)
     dims[1] = dims[1] / b.rowPeriod * (b.rowEnd - b.rowBegin);
   return dims;
@@ -301,10 +308,7 @@ Status validate(const Artifact &a, const std::string &where) {
       return Error(where, field, "has a slice outside its dims");
     if (w.rowPeriod != 0) {
       // Dim 1 after the slice: whole periods, each cut inside itself.
-      int64_t rows = w.dims.size() < 2 ? 0
-                     : w.sliceDim == 1
-                         ? (w.sliceEnd - w.sliceBegin) * w.sliceGroups
-                         : w.dims[1];
+      const int64_t rows = w.dims.size() < 2 ? 0 : slicedDims(w)[1];
       if (rows == 0 || w.rowPeriod < 0 || rows % w.rowPeriod != 0 ||
           w.rowBegin < 0 || w.rowEnd <= w.rowBegin || w.rowEnd > w.rowPeriod)
         return Error(where, field,
