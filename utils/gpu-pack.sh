@@ -109,6 +109,15 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
         compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
           --cache-type "$cache" --fold-router=composed \
           -o "$m/$name.cuda-composed.tp$tp.kiln"
+        # And with the norm before q_a inside q_a's mat-vec, the
+        # collective before it taking the residual add alone
+        # (--projection-norms), on the model whose q_a runs are Q8_0 alone
+        # (its indexers left out at 64 positions).
+        if [ "$name" = tiny-mix ]; then
+          compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
+            --cache-type "$cache" --projection-norms \
+            -o "$m/$name.cuda-projnorm.tp$tp.kiln"
+        fi
         # And with the choice inside the all-reduce (--fuse-router-choice),
         # on the two models the test runs it on.
         if [ "$name" = tiny-f32 ] || [ "$name" = small ]; then
@@ -157,6 +166,11 @@ glm5_bench_artifacts
 # experts' kernels), for its bench row.
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   --fuse-shared-expert=false -o "$m/glm5-apart.cuda.tp8.kiln"
+# With the norm before q_a in q_a's mat-vec, not in the collective that
+# ends each layer (--projection-norms, off by default until measured), for
+# its bench row.
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
+  --projection-norms -o "$m/glm5-projection-norms.cuda.tp8.kiln"
 # With the router folded into the attention's all-reduce (--fold-router,
 # off by default: measured slower), for its bench row.
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \

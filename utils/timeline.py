@@ -54,9 +54,9 @@ predecessors are all on their own branch, with counts and medians: what a
 wait across branches costs a kernel's start.
 
 --layer N (with --schedule) lists layer N's units so: from the residual add
-and norm that ends layer N - 1 (all_reduce_add_rms_norm, or add_rms_norm on
-one rank; the step's first unit for layer 0) to the one that ends layer N
-(each layer has two: after its attention and after its FFN).
+that ends layer N - 1 (all_reduce_add_rms_norm or all_reduce_add, or
+add_rms_norm on one rank; the step's first unit for layer 0) to the one that
+ends layer N (each layer has two: after its attention and after its FFN).
 """
 import argparse
 import csv
@@ -306,7 +306,8 @@ def layer_range(n, units):
     layer 0) to the one that ends layer n, two boundaries (the residual add
     and norm after the attention and after the FFN) a layer."""
     ends = [i for i, (text, *_) in enumerate(units)
-            if op_kind(text) in ("all_reduce_add_rms_norm", "add_rms_norm")]
+            if op_kind(text) in ("all_reduce_add_rms_norm", "all_reduce_add",
+                                 "add_rms_norm")]
     layers = len(ends) // 2
     if not 0 <= n < layers:
         sys.exit(f"timeline: error: --layer {n}: the schedule has layers "

@@ -103,6 +103,7 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
       {"layer_norm", OpKind::LayerNorm},
       {"add_rms_norm", OpKind::AddRmsNorm},
       {"all_reduce_add_rms_norm", OpKind::AllReduceAddRmsNorm},
+      {"all_reduce_add", OpKind::AllReduceAdd},
       {"rope", OpKind::Rope},
       {"dequant", OpKind::Dequant},
       {"embed", OpKind::Embed},
@@ -417,6 +418,21 @@ Expected<StepOp> Decoder::decode() {
                   "tail's logits");
     else
       KILN_TRY(addNormOperands());
+    KILN_ASSIGN(reduction, stringAttr("reduction"));
+    if (reduction != "sum")
+      return fail("reduction must be 'sum'");
+    break;
+  }
+  case OpKind::AllReduceAdd: {
+    // partial and residual [rows, n] -> sum [rows, n].
+    KILN_TRY(counts(2, 1));
+    KILN_TRY(floats(in(0), "partial"));
+    KILN_TRY(floats(in(1), "residual"));
+    KILN_TRY(floats(out(0), "sum"));
+    KILN_TRY(same(in(0), out(0)));
+    KILN_TRY(same(in(1), out(0)));
+    d_.n = out(0).inner();
+    d_.rows = int64_t(out(0).elements()) / d_.n;
     KILN_ASSIGN(reduction, stringAttr("reduction"));
     if (reduction != "sum")
       return fail("reduction must be 'sum'");

@@ -38,6 +38,7 @@ enum class OpKind {
   LayerNorm,
   AddRmsNorm,
   AllReduceAddRmsNorm,
+  AllReduceAdd,
   Rope,
   Dequant,
   Embed,

@@ -184,6 +184,18 @@ Expected<std::function<Status()>> OpBinder::bind() {
       return Status::ok();
     });
   }
+  case OpKind::AllReduceAdd: {
+    const float *partial = f32In(0), *residual = f32In(1);
+    float *sum = f32Out(0);
+    return Fn([=] {
+      // The same rank-order sum as all_reduce, then the same add: the
+      // same bits as the two ops.
+      const std::vector<float> &acc = combineInRankOrder(
+          *rank->comm, rank->index, partial, uint64_t(rows * n), true);
+      cpu::add(residual, acc.data(), rows * n, sum);
+      return Status::ok();
+    });
+  }
   case OpKind::AllReduceAddRmsNorm: {
     KILN_ASSIGN(w, param(2));
     const float *partial = f32In(0), *residual = f32In(1);

@@ -610,7 +610,7 @@ Status peerReduceFlat(const PeerExchange &peers, const float *x, uint64_t n,
   return Status::ok();
 }
 
-/// all_reduce, all_reduce_add_rms_norm, all_gather, distributed_argmax:
+/// all_reduce, all_reduce_add(_rms_norm), all_gather, distributed_argmax:
 /// NCCL across the group; alone (one rank, or a simulated rank of a larger
 /// plan) the local equivalent, which for a simulated rank moves the bytes
 /// a ring collective moves through each GPU's memory; ranks on one GPU
@@ -627,8 +627,11 @@ Expected<Launch> OpBinder::collective() {
   };
   switch (d_.kind) {
   case OpKind::AllReduce:
+  case OpKind::AllReduceAdd:
   case OpKind::AllReduceAddRmsNorm: {
     bool fused = d_.kind == OpKind::AllReduceAddRmsNorm;
+    // all_reduce_add: the residual add without the norm.
+    bool added = fused || d_.kind == OpKind::AllReduceAdd;
     // With a router tail (kiln-fold-router) the partial's last `tail`
     // values are reduced with the rest and divided by the norm's rms.
     int64_t tail = d_.tail;
@@ -640,7 +643,7 @@ Expected<Launch> OpBinder::collective() {
       KILN_ASSIGN(weights, param(2));
       w = weights;
     }
-    const float *residual = fused ? f32In(1) : nullptr;
+    const float *residual = added ? f32In(1) : nullptr;
     float *sum = f32Out(0), *y = fused ? f32Out(1) : nullptr;
     float *logits = tail > 0 ? f32Out(2) : nullptr;
     // The router's choice from the logits (kiln-fuse-router-choice): made
@@ -670,16 +673,16 @@ Expected<Launch> OpBinder::collective() {
       // fused op added and normalised.
       const PeerExchange peers = rank_.peers;
       FaultSink f = sink();
-      float *out = fused ? sum : f32Out(0);
+      float *out = sum;
       return wrap([=](cudaStream_t s) {
         return launchAllReducePeers(peers, x, rows, cols, isSum, residual, w,
                                     eps, out, y, f, s, tail, logits,
                                     chooses ? &choice : nullptr);
       });
     }
-    // The fused op reduces into scratch (its input is read-only).
+    // The fused ops reduce into scratch (their input is read-only).
     float *reduced = f32Out(0);
-    if (fused || (simulate && ranks > 1)) {
+    if (added || (simulate && ranks > 1)) {
       KILN_ASSIGN(s, rank_.scratchFloats(simulate ? 2 * n : n));
       reduced = s;
     }
@@ -721,6 +724,9 @@ Expected<Launch> OpBinder::collective() {
                                      choice.weights, s),
                      where, "launchMoeChoose");
       }
+      if (added)
+        return check(launchAdd(residual, reduced, int64_t(n), sum, s), where,
+                     "launchAdd");
       if (reduced != sum)
         CUDA_TRY(where, cudaMemcpyAsync(sum, reduced, n * sizeof(float),
                                         cudaMemcpyDeviceToDevice, s));
@@ -851,6 +857,7 @@ Expected<Launch> OpBinder::bind() {
   }
   switch (d.kind) {
   case OpKind::AllReduce:
+  case OpKind::AllReduceAdd:
   case OpKind::AllReduceAddRmsNorm:
   case OpKind::AllGather:
   case OpKind::DistributedArgmax:
@@ -1662,8 +1669,9 @@ Expected<GraphSwitches> readGraphSwitches() {
 }
 
 bool isCollective(OpKind k) {
-  return k == OpKind::AllReduce || k == OpKind::AllReduceAddRmsNorm ||
-         k == OpKind::AllGather || k == OpKind::DistributedArgmax;
+  return k == OpKind::AllReduce || k == OpKind::AllReduceAdd ||
+         k == OpKind::AllReduceAddRmsNorm || k == OpKind::AllGather ||
+         k == OpKind::DistributedArgmax;
 }
 
 /// Whether an op is a short one of elementwise work or a cache row, which

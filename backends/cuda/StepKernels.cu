@@ -3332,7 +3332,9 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   __shared__ float rowParts[kMaxPeerRows][kPeerBlocks], rms[kMaxPeerRows];
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
-  const bool fused = a.w != nullptr;
+  // fused: the residual add and the norm (all_reduce_add_rms_norm); added:
+  // the add alone (all_reduce_add).
+  const bool fused = a.w != nullptr, added = a.residual != nullptr;
   // A block may store into another's shared memory only once that one has
   // started: the fused op's blocks arrive at a cluster barrier here and
   // wait before those stores, so its latency passes under the loads.
@@ -3353,7 +3355,7 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
     const bool in = f < last, normed = fused && f < body;
     v[k] = in ? a.x[f] : 0.f;
-    r[k] = normed ? a.residual[f] : 0.f;
+    r[k] = added && f < body ? a.residual[f] : 0.f;
     g[k] = normed ? a.w[f % a.n] : 0.f;
   }
   __syncthreads();
@@ -3416,7 +3418,7 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
     for (int k = 0; k < kPeerPer; ++k) {
       const int64_t f = first + threadIdx.x + k * kPeerThreads;
       if (f < last)
-        a.out[f] = v[k];
+        a.out[f] = added ? r[k] + v[k] : v[k];
     }
     return;
   }
@@ -3541,7 +3543,8 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  FaultSink fault, cudaStream_t s, int64_t tail,
                                  float *logits, const RouterChoice *choice) {
   if (!allReducePeersFits(p, rows, n, tail) || !x || !out ||
-      (w && (!residual || !y)) || (tail > 0 && (!w || !logits)))
+      (w && (!residual || !y)) || (tail > 0 && (!w || !logits)) ||
+      (residual && !sum))
     return cudaErrorInvalidValue;
   for (int q = 0; q < p.ranks; ++q)
     if (!p.slots[q] || (!p.local && !p.flags[q]))

@@ -225,8 +225,9 @@ PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
 cudaError_t enablePeerAccess(int peer);
 
 /// All-reduce of x (rows x n) over the exchange's ranks into `out` (sum,
-/// or max as std::max), in kPeerBlocks blocks; with `w`, the fused
-/// all_reduce_add_rms_norm instead: out = residual + reduced, y =
+/// or max as std::max), in kPeerBlocks blocks; with a `residual` and no
+/// `w`, all_reduce_add (a sum): out = residual + reduced; with `w` too, the
+/// fused all_reduce_add_rms_norm instead: out = residual + reduced, y =
 /// rms_norm(out) * w per row. A peer that does not arrive within 10 s is
 /// reported through `fault` and not waited for. With a `tail` (the fused
 /// op, rows = 1; kiln-fold-router): x has n + tail values, all reduced,

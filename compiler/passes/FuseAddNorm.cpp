@@ -14,8 +14,56 @@ namespace st = mlir::step;
 
 namespace {
 
+/// Whether `reduce` is a sum whose result (a plain arena buffer) only the
+/// next op reads, and that op `consumer` takes it as exactly one of its two
+/// operands (IEEE addition commutes, so which one does not matter).
+bool reducesInto(st::AllReduceOp reduce, Operation *consumer, Value lhs,
+                 Value rhs) {
+  Value r = reduce.getOutput();
+  return reduce.getReduction() == "sum" && r.getDefiningOp<st::BufferOp>() &&
+         reduce.getInput() != r && (lhs == r) != (rhs == r) &&
+         st::usedOnlyBy(r, reduce, consumer);
+}
+
 struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
+  using FuseAddNormBase::FuseAddNormBase;
+
   void runOnOperation() override {
+    // A sum over ranks, the residual add of its result and a norm of that
+    // which a projection takes (projection-norms): the collective and the
+    // add as one op; the norm stays for kiln-fuse-norm-linear.
+    SmallVector<std::pair<st::AllReduceOp, st::AddOp>> adds;
+    if (projectionNorms)
+      getOperation().walk([&](st::AllReduceOp reduce) {
+        auto add = dyn_cast_or_null<st::AddOp>(st::nextCompute(reduce));
+        if (!add || !add.getOutput().getDefiningOp<st::BufferOp>() ||
+            !reducesInto(reduce, add, add.getLhs(), add.getRhs()))
+          return;
+        auto norm = dyn_cast_or_null<st::RMSNormOp>(st::nextCompute(add));
+        if (!norm || norm.getInput() != add.getOutput())
+          return;
+        // Only Q8_0 weights: the CUDA backend's split-layout mat-vec of
+        // that type normalises its input as it reads it; for the others it
+        // runs the norm's own kernel first, which here would add a launch
+        // to the path where the collective's norm cost none.
+        std::optional<SmallVector<mlir::kiln::QWeightType>> weights =
+            mlir::kiln::projectionTakingNorm(norm);
+        if (weights && llvm::all_of(*weights, [](mlir::kiln::QWeightType w) {
+              return w.getFormat() == "q8_0";
+            }))
+          adds.push_back({reduce, add});
+      });
+    for (auto [reduce, add] : adds) {
+      Value r = reduce.getOutput();
+      Value residual = add.getLhs() == r ? add.getRhs() : add.getLhs();
+      OpBuilder b(add);
+      st::AllReduceAddOp::create(b, add.getLoc(), reduce.getInput(), residual,
+                                 reduce.getReductionAttr(), add.getOutput());
+      add.erase();
+      reduce.erase();
+      st::eraseIfUnusedBuffer(r);
+    }
+
     SmallVector<std::pair<st::AddOp, st::RMSNormOp>> pairs;
     getOperation().walk([&](st::AddOp add) {
       // The sum must be a plain arena buffer (not a view, not a slot), so
@@ -38,19 +86,11 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
 
     // After partitioning: a sum over ranks whose result is only that add's
     // operand joins it (the collective, the residual add and the next norm
-    // in one op). IEEE addition commutes, so the operand order of the add
-    // does not matter.
+    // in one op).
     SmallVector<std::pair<st::AllReduceOp, st::AddRMSNormOp>> reductions;
     getOperation().walk([&](st::AllReduceOp reduce) {
-      Value r = reduce.getOutput();
-      if (reduce.getReduction() != "sum" || !r.getDefiningOp<st::BufferOp>() ||
-          reduce.getInput() == r)
-        return;
       auto fused = dyn_cast_or_null<st::AddRMSNormOp>(st::nextCompute(reduce));
-      if (!fused || (fused.getLhs() == r) == (fused.getRhs() == r))
-        return;
-      // The reduced buffer must have no reader but the fused op.
-      if (st::usedOnlyBy(r, reduce, fused))
+      if (fused && reducesInto(reduce, fused, fused.getLhs(), fused.getRhs()))
         reductions.push_back({reduce, fused});
     });
     for (auto [reduce, fused] : reductions) {

@@ -48,19 +48,25 @@ std::optional<Projection> projectionOf(Operation *op) {
                     linear.getOutput()};
 }
 
+/// The projection `norm` folds into, if any.
+std::optional<Projection> foldTarget(st::RMSNormOp norm) {
+  // The normalised vector must be a plain arena buffer that only the next
+  // op reads, as its input; nothing runs in between, so the norm's input
+  // still holds the same values where the fused op reads it.
+  Value y = norm.getOutput();
+  if (!y.getDefiningOp<st::BufferOp>() || norm.getInput() == y)
+    return std::nullopt;
+  std::optional<Projection> next = projectionOf(st::nextCompute(norm));
+  if (next && next->input == y && st::usedOnlyBy(y, norm, next->op))
+    return next;
+  return std::nullopt;
+}
+
 struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
   void runOnOperation() override {
     SmallVector<std::pair<st::RMSNormOp, Projection>> pairs;
     getOperation().walk([&](st::RMSNormOp norm) {
-      // The normalised vector must be a plain arena buffer that only the
-      // next op reads, as its input; nothing runs in between, so the
-      // norm's input still holds the same values where the fused op reads
-      // it.
-      Value y = norm.getOutput();
-      if (!y.getDefiningOp<st::BufferOp>() || norm.getInput() == y)
-        return;
-      std::optional<Projection> next = projectionOf(st::nextCompute(norm));
-      if (next && next->input == y && st::usedOnlyBy(y, norm, next->op))
+      if (std::optional<Projection> next = foldTarget(norm))
         pairs.push_back({norm, std::move(*next)});
     });
     for (auto &[norm, next] : pairs) {
@@ -77,3 +83,16 @@ struct FuseNormLinear : mlir::kiln::impl::FuseNormLinearBase<FuseNormLinear> {
 };
 
 } // namespace
+
+std::optional<SmallVector<mlir::kiln::QWeightType>>
+mlir::kiln::projectionTakingNorm(Operation *norm) {
+  auto rms = dyn_cast_or_null<st::RMSNormOp>(norm);
+  std::optional<Projection> target =
+      rms ? foldTarget(rms) : std::optional<Projection>();
+  if (!target)
+    return std::nullopt;
+  SmallVector<QWeightType> types;
+  for (Value w : target->weights)
+    types.push_back(cast<QWeightType>(w.getType()));
+  return types;
+}

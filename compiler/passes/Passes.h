@@ -43,6 +43,12 @@ void addToCount(Operation *func, StringRef name, int64_t n);
 /// `offset`: its tensor name without ".weight", its N rows, its format.
 SegmentAttr projectionSegment(QWeightType weight, int64_t offset);
 
+/// The weights of the projection kiln-fuse-norm-linear folds `norm` (a
+/// step.rms_norm) into, or none: the next compute op, a step.fused_linear
+/// or a step.linear of a `[K, N]` weight, reads the norm's output (a plain
+/// arena buffer nothing else reads) as its input.
+std::optional<SmallVector<QWeightType>> projectionTakingNorm(Operation *norm);
+
 /// What the step pipeline runs besides its fixed passes.
 struct StepPipelineOptions {
   /// Byte alignment of every arena buffer (the planner's).
@@ -68,6 +74,9 @@ struct StepPipelineOptions {
   /// split-projections after partition: a projection read only in slices
   /// of its heads becomes one per slice (the slices become views).
   bool splitProjections = true;
+  /// fuse-add-norm's projection-norms: a collective's residual add whose
+  /// norm folds into a projection becomes step.all_reduce_add.
+  bool projectionNorms = false;
 };
 
 /// Adds elide-indexers, partition, split-projections, fold-dequant,

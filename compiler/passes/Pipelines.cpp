@@ -28,7 +28,9 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm,
   }
   pm.addPass(createLowerToStep());
   if (options.fuse) {
-    pm.addNestedPass<func::FuncOp>(createFuseAddNorm());
+    FuseAddNormOptions addNorm;
+    addNorm.projectionNorms = options.projectionNorms;
+    pm.addNestedPass<func::FuncOp>(createFuseAddNorm(addNorm));
     pm.addNestedPass<func::FuncOp>(createFuseNormLinear());
     pm.addNestedPass<func::FuncOp>(createFuseSwigluLinear());
     pm.addNestedPass<func::FuncOp>(createFuseMlaProjection());

@@ -61,6 +61,10 @@ std::vector<StepReport> mlir::step::reportSteps(ModuleOp module) {
         ++r.allReduces;
         ++r.fusedAllReduces;
         r.allReduceBytes += bufferBytes(fused.getPartial().getType());
+      } else if (auto added = dyn_cast<AllReduceAddOp>(op)) {
+        ++r.allReduces;
+        ++r.addedAllReduces;
+        r.allReduceBytes += bufferBytes(added.getPartial().getType());
       } else if (auto gather = dyn_cast<AllGatherOp>(op)) {
         ++r.allGathers;
         r.allGatherBytes += bufferBytes(gather.getInput().getType());
@@ -126,6 +130,8 @@ void mlir::step::printReport(llvm::raw_ostream &os,
     row("all_reduce per step", r.allReduces, false);
     if (r.fusedAllReduces)
       row("  fused with add + norm", r.fusedAllReduces, false);
+    if (r.addedAllReduces)
+      row("  fused with add", r.addedAllReduces, false);
     if (r.allReduces)
       row("  bytes per all_reduce", r.allReduceBytes / r.allReduces, true);
     row("all_gather per step", r.allGathers, false);

@@ -30,6 +30,7 @@ struct StepReport {
   int64_t ranks = 1;          ///< tensor-parallel ranks (each runs this)
   int64_t allReduces = 0;     ///< sums over ranks per step (fused or not)
   int64_t fusedAllReduces = 0; ///< of which inside all_reduce_add_rms_norm
+  int64_t addedAllReduces = 0; ///< of which inside all_reduce_add
   int64_t allReduceBytes = 0; ///< bytes each rank contributes, summed
   int64_t allGathers = 0;
   int64_t allGatherBytes = 0;

@@ -277,6 +277,12 @@ LogicalResult AddRMSNormOp::verify() {
                        getWeight(), getEpsilon().convertToFloat());
 }
 
+LogicalResult AllReduceAddOp::verify() {
+  if (getReduction() != "sum")
+    return emitOpError("only a sum can feed a residual add");
+  return verifyBinary(*this, getPartial(), getResidual(), getSum());
+}
+
 LogicalResult AllReduceAddRMSNormOp::verify() {
   if (getReduction() != "sum")
     return emitOpError("only a sum can feed a residual add");

@@ -380,6 +380,30 @@ def Step_AllReduceAddRMSNormOp
   }];
 }
 
+def Step_AllReduceAddOp : Step_ComputeOp<"all_reduce_add", 1> {
+  let summary = "sum over ranks, then the residual add";
+  let description = [{
+    `sum = residual + all_reduce(partial)` over the tensor-parallel ranks, in
+    rank order: `step.all_reduce_add_rms_norm` without the norm. Produced by
+    `kiln-fuse-add-norm` where the next norm of the sum folds into the
+    Q8_0 projection that reads it instead (`kiln-fuse-norm-linear`), so
+    that the collective needs no sum of squares across its blocks and the
+    projection normalises its input as it reads it (GLM-5: the collective
+    that ends each layer, whose norm feeds the next layer's q_a run).
+
+    Example:
+    ```mlir
+    step.all_reduce_add ins(%down_part, %x : memref<6144xf32>, memref<6144xf32>) outs(%x1 : memref<6144xf32>) {reduction = "sum"}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$partial, In<Step_Buffer>:$residual,
+                       StrAttr:$reduction, Out<Step_Buffer>:$sum);
+  let assemblyFormat = [{
+    `ins` `(` $partial `,` $residual `:` type($partial) `,` type($residual)
+    `)` `outs` `(` $sum `:` type($sum) `)` attr-dict
+  }];
+  let hasVerifier = 1;
+}
 def Step_LayerNormOp : Step_ComputeOp<"layer_norm", 1> {
   let summary = "layer normalisation over the innermost dimension";
   let description = [{

@@ -393,7 +393,12 @@ class Checks:
             # load (inputs and zeros on the legacy stream, docs/perf.md's
             # twenty-second pass) made one run in eight wrong, so every
             # run must give the first run's bits.
-            for kind, what in (("cuda-fold", "router folded"),
+            # And with the norm before q_a inside q_a's mat-vec, the
+            # collective before it taking the residual add alone
+            # (--projection-norms, tiny-mix): all_reduce_add, and q_a's
+            # rms_norm_linear dividing its sums by the rms.
+            for kind, what in (("cuda-projnorm", "norm in q_a's mat-vec"),
+                               ("cuda-fold", "router folded"),
                                ("cuda-composed", "router composed"),
                                ("cuda-composed-choice",
                                 "router composed, choice inside")):

@@ -4222,15 +4222,21 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         acc[i] = sum ? acc[i] + parts[q][i] : std::max(acc[i], parts[q][i]);
     return acc;
   };
+  // fused: the residual add and the norm (all_reduce_add_rms_norm); add:
+  // the residual add alone (all_reduce_add).
   struct Case {
     int ranks;
     int64_t rows, n;
-    bool sum, fused;
+    bool sum, fused, add = false;
   };
   for (const Case &c :
        {Case{1, 1, 6144, true, true}, Case{8, 1, 6144, true, true},
         Case{8, 3, 1000, true, true}, Case{8, 1, 6144, true, false},
-        Case{4, 2, 300, false, false}, Case{2, 4, 2000, true, true}}) {
+        Case{4, 2, 300, false, false}, Case{2, 4, 2000, true, true},
+        Case{8, 1, 6144, true, false, true}, Case{1, 1, 6144, true, false, true},
+        Case{8, 3, 1000, true, false, true},
+        Case{2, 1, 6001, true, false, true}}) {
+    const bool added = c.fused || c.add;
     DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
     CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(capacity)));
     const kc::PeerExchange p =
@@ -4238,6 +4244,7 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     const std::string what = fmtText("simulated, %d ranks, %lldx%lld %s",
                                      c.ranks, (long long)c.rows, (long long)c.n,
                                      c.fused ? "+ add + rms_norm"
+                                     : c.add ? "+ add"
                                      : c.sum ? "sum"
                                              : "max");
     double outErr = 0, yErr = 0;
@@ -4248,13 +4255,13 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
       std::vector<float> want =
           reference(std::vector<std::vector<float>>(size_t(c.ranks), x), c.sum);
       std::vector<float> wantY(want.size());
-      if (c.fused) {
+      if (added)
         cpu::add(res.data(), want.data(), c.rows * c.n, want.data());
+      if (c.fused)
         cpu::rmsNorm(want.data(), c.rows, c.n, w.data(), eps, wantY.data());
-      }
       DeviceArray<float> dx(x), dres(res), dw(w), dout(x.size()), dy(x.size());
       run(kc::launchAllReducePeers(
-          p, dx.get(), c.rows, c.n, c.sum, c.fused ? dres.get() : nullptr,
+          p, dx.get(), c.rows, c.n, c.sum, added ? dres.get() : nullptr,
           c.fused ? dw.get() : nullptr, eps, dout.get(),
           c.fused ? dy.get() : nullptr, {}, nullptr));
       outErr = std::max(outErr, double(mismatches(dout.download(), want)));
@@ -4266,6 +4273,19 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     if (c.fused)
       r.line("all_reduce_peers", what + ", normed (3 calls)", yErr,
              sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
+  }
+  {
+    // A residual add after a max is refused before any launch.
+    DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
+    const kc::PeerExchange p =
+        kc::peerExchangeView({exchange.get()}, 8, 0, capacity, true);
+    DeviceArray<float> x(size_t(64)), res(size_t(64)), out(size_t(64));
+    const double refused =
+        kc::launchAllReducePeers(p, x.get(), 1, 64, false, res.get(), nullptr,
+                                 0.f, out.get(), nullptr, {},
+                                 nullptr) != cudaErrorInvalidValue;
+    r.line("all_reduce_peers", "max + add: refused", refused, 0,
+           "cudaErrorInvalidValue");
   }
 
   // Two ranks, for real: each its own part, both launched before either is

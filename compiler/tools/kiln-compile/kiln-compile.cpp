@@ -90,6 +90,14 @@ static cl::opt<bool> fuseSharedExpert(
              "op (moe_experts shared(...)): the CUDA backend runs it as a "
              "ninth expert of weight 1 (default on, measured faster: "
              "docs/perf.md; =false keeps the shared expert's own ops)"));
+static cl::opt<bool> projectionNorms(
+    cl::cat(kilnOptions), "projection-norms", cl::init(false),
+    cl::desc("Leave the norm after a collective's residual add to the Q8_0 "
+             "projection that reads it (step.all_reduce_add, then "
+             "rms_norm_linear): the collective no longer sums squares "
+             "across its blocks (off by default until measured on the "
+             "GPU: docs/perf.md; by default that norm is inside the "
+             "collective, all_reduce_add_rms_norm)"));
 static cl::opt<std::string> foldRouter(
     cl::cat(kilnOptions), "fold-router", cl::ValueOptional, cl::init(""),
     cl::desc("Fold each MoE layer's router into the attention's all-reduce "
@@ -295,6 +303,7 @@ int main(int argc, char **argv) {
     pipeline.tp = tp;
     pipeline.reuseDistance = reuseDistance;
     pipeline.fuseSharedExpert = fuseSharedExpert;
+    pipeline.projectionNorms = projectionNorms;
     pipeline.foldRouter = routerFold;
     pipeline.fuseRouterChoice = fuseRouterChoice;
     pipeline.elideIndexers = elideIndexers;

@@ -1,5 +1,7 @@
-// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm | FileCheck %s
-// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm | kiln-opt --split-input-file | FileCheck %s
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm="projection-norms=true" | FileCheck %s
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm="projection-norms=true" | kiln-opt --split-input-file | FileCheck %s
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm | FileCheck %s --check-prefix=OFF
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm="projection-norms=true" --kiln-fuse-norm-linear | FileCheck %s --check-prefix=LINEAR
 
 // A residual add whose sum the next compute op normalises becomes one
 // step.add_rms_norm writing both. Not fused: a norm of something else, an
@@ -110,5 +112,91 @@ func.func @collective_other_reader() {
   step.add ins(%x, %r : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
   step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%out : memref<256xf32>) {epsilon = 1.0e-05 : f32}
   step.copy ins(%r : memref<256xf32>) outs(%out2 : memref<256xf32>)
+  return
+}
+
+// -----
+
+// A sum over ranks whose norm feeds a projection of Q8_0 weights (the
+// next op, its only reader): the collective takes the add alone
+// (step.all_reduce_add) and the norm is left for kiln-fuse-norm-linear
+// (projection-norms). Without the option the collective takes the norm.
+// CHECK-LABEL: func.func @norm_for_projection
+// CHECK-NOT: step.all_reduce ins
+// CHECK-NOT: "r"
+// CHECK: step.all_reduce_add ins(%partial, %x : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>) {reduction = "sum"}
+// CHECK-NEXT: %n = step.buffer
+// CHECK-NEXT: step.rms_norm ins(%s, %w
+// CHECK-NEXT: step.fused_linear ins(%n,
+// OFF-LABEL: func.func @norm_for_projection
+// OFF: step.all_reduce_add_rms_norm ins(%partial, %x, %w
+// OFF-NOT: step.all_reduce_add ins
+// LINEAR-LABEL: func.func @norm_for_projection
+// LINEAR: step.all_reduce_add ins(%partial, %x
+// LINEAR-NEXT: step.rms_norm_linear ins(%s, %w, %blk.1.attn_q_a, %blk.1.attn_kv_a_mqa :
+func.func @norm_for_projection() {
+  %x = step.input "x" : memref<256xf32>
+  %partial = step.input "partial" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %q_a = step.weight : !kiln.qweight<"blk.1.attn_q_a.weight", "q8_0", [256, 128]>
+  %kv_a = step.weight : !kiln.qweight<"blk.1.attn_kv_a_mqa.weight", "q8_0", [256, 64]>
+  %out = step.output "out" : memref<192xf32>
+  %r = step.buffer "r" : memref<256xf32>
+  step.all_reduce ins(%partial : memref<256xf32>) outs(%r : memref<256xf32>) {reduction = "sum"}
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%r, %x : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  %n = step.buffer "n" : memref<256xf32>
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  step.fused_linear ins(%n, %q_a, %kv_a : memref<256xf32>, !kiln.qweight<"blk.1.attn_q_a.weight", "q8_0", [256, 128]>, !kiln.qweight<"blk.1.attn_kv_a_mqa.weight", "q8_0", [256, 64]>) outs(%out : memref<192xf32>) {segments = [#kiln.segment<name = "blk.1.attn_q_a", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "blk.1.attn_kv_a_mqa", offset = 128, rows = 64, format = "q8_0">]}
+  return
+}
+
+// -----
+
+// A projection with a weight of another type (the CUDA backend would run
+// the norm's own kernel before it), or a norm that something else reads
+// too: the collective keeps the norm.
+// CHECK-LABEL: func.func @norm_for_q5_k
+// CHECK: step.all_reduce_add_rms_norm
+// CHECK-NOT: step.all_reduce_add ins
+// LINEAR-LABEL: func.func @norm_for_q5_k
+// LINEAR: step.all_reduce_add_rms_norm
+// LINEAR-NOT: step.rms_norm_linear
+func.func @norm_for_q5_k() {
+  %x = step.input "x" : memref<256xf32>
+  %partial = step.input "partial" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %gate = step.weight : !kiln.qweight<"blk.0.ffn_gate.weight", "q5_k", [256, 256]>
+  %out = step.output "out" : memref<256xf32>
+  %r = step.buffer "r" : memref<256xf32>
+  step.all_reduce ins(%partial : memref<256xf32>) outs(%r : memref<256xf32>) {reduction = "sum"}
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%x, %r : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  %n = step.buffer "n" : memref<256xf32>
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  step.linear ins(%n, %gate : memref<256xf32>, !kiln.qweight<"blk.0.ffn_gate.weight", "q5_k", [256, 256]>) outs(%out : memref<256xf32>)
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @norm_read_twice
+// CHECK: step.all_reduce_add_rms_norm
+// CHECK-NOT: step.all_reduce_add ins
+func.func @norm_read_twice() {
+  %x = step.input "x" : memref<256xf32>
+  %partial = step.input "partial" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %q_a = step.weight : !kiln.qweight<"blk.1.attn_q_a.weight", "q8_0", [256, 128]>
+  %out = step.output "out" : memref<128xf32>
+  %out2 = step.output "out2" : memref<256xf32>
+  %r = step.buffer "r" : memref<256xf32>
+  step.all_reduce ins(%partial : memref<256xf32>) outs(%r : memref<256xf32>) {reduction = "sum"}
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%x, %r : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  %n = step.buffer "n" : memref<256xf32>
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  step.linear ins(%n, %q_a : memref<256xf32>, !kiln.qweight<"blk.1.attn_q_a.weight", "q8_0", [256, 128]>) outs(%out : memref<128xf32>)
+  step.copy ins(%n : memref<256xf32>) outs(%out2 : memref<256xf32>)
   return
 }

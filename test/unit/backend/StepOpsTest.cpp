@@ -455,6 +455,33 @@ TEST(StepOps, AllReduceTailRefusesBadShapes) {
   expectRefused(allReduceTail(64, 16, 0), "tail must be positive");
 }
 
+/// all_reduce_add: partial [rows, n], residual [residual], sum [rows, n];
+/// `reduction`.
+ka::Artifact allReduceAdd(int64_t rows, int64_t n, int64_t residual,
+                          std::string reduction = "sum") {
+  return withOp(
+      {},
+      {arena("p", {rows, n}), arena("x", {residual}), arena("h", {rows, n})},
+      opOf("all_reduce_add", {0, 1, 2},
+           {stringAttr("reduction", std::move(reduction))}));
+}
+
+TEST(StepOps, AllReduceAddDecodes) {
+  Expected<StepOp> d = decodeOnly(allReduceAdd(1, 64, 64));
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->kind, OpKind::AllReduceAdd);
+  EXPECT_EQ(d->n, 64);
+  EXPECT_EQ(d->rows, 1);
+  EXPECT_TRUE(d->sum);
+  EXPECT_EQ(d->ins.size(), 2u);
+  EXPECT_EQ(d->outs.size(), 1u);
+}
+
+TEST(StepOps, AllReduceAddRefusesBadShapes) {
+  expectRefused(allReduceAdd(1, 64, 32), "'x' and 'h' differ in shape");
+  expectRefused(allReduceAdd(1, 64, 64, "max"), "reduction must be 'sum'");
+}
+
 /// The file rows a binding of a [2, 12] f32 tensor (value = 100 * row +
 /// column) holds, read back from sliceWeight's gather.
 std::vector<int> gatheredRows(const ka::WeightBinding &b) {

@@ -1243,3 +1243,25 @@ func.func @all_reduce_choice_weights_type() {
   step.all_reduce_add_rms_norm ins(%p, %x, %n : memref<12xf32>, memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>) outs(%h, %y, %l : memref<8xf32>, memref<8xf32>, memref<4xf32>) choose outs(%i, %w : memref<2xi32>, memref<2xf16>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, reduction = "sum", routed_scale = 1.0 : f32, tail = 4 : i64, top_k = 2 : i64}
   return
 }
+
+// -----
+
+func.func @all_reduce_add_max() {
+  %p = step.buffer "p" : memref<8xf32>
+  %x = step.buffer "x" : memref<8xf32>
+  %h = step.buffer "h" : memref<8xf32>
+  // expected-error @+1 {{'step.all_reduce_add' op only a sum can feed a residual add}}
+  step.all_reduce_add ins(%p, %x : memref<8xf32>, memref<8xf32>) outs(%h : memref<8xf32>) {reduction = "max"}
+  return
+}
+
+// -----
+
+func.func @all_reduce_add_shapes() {
+  %p = step.buffer "p" : memref<8xf32>
+  %x = step.buffer "x" : memref<4xf32>
+  %h = step.buffer "h" : memref<8xf32>
+  // expected-error @+1 {{'step.all_reduce_add' op operands and output must have one type, got 'memref<8xf32>', 'memref<4xf32>' -> 'memref<8xf32>'}}
+  step.all_reduce_add ins(%p, %x : memref<8xf32>, memref<4xf32>) outs(%h : memref<8xf32>) {reduction = "sum"}
+  return
+}

@@ -106,6 +106,8 @@ func.func @every_op() attributes {step.plan = #step.plan<arena_bytes = 65536, pe
   step.all_reduce_add_rms_norm ins(%pr, %x, %ffn_norm : memref<272xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y, %rl : memref<256xf32>, memref<256xf32>, memref<16xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum", tail = 16 : i64}
   // CHECK: step.all_reduce_add_rms_norm ins(%y, %x, %blk.1.ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y : memref<256xf32>, memref<256xf32>) {epsilon = 9.99999974E-6 : f32, reduction = "sum"}
   step.all_reduce_add_rms_norm ins(%y, %x, %ffn_norm : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>) outs(%h, %y : memref<256xf32>, memref<256xf32>) {epsilon = 1.0e-05 : f32, reduction = "sum"}
+  // CHECK: step.all_reduce_add ins(%y, %x : memref<256xf32>, memref<256xf32>) outs(%h : memref<256xf32>) {reduction = "sum"}
+  step.all_reduce_add ins(%y, %x : memref<256xf32>, memref<256xf32>) outs(%h : memref<256xf32>) {reduction = "sum"}
   // CHECK: step.moe_choose ins(%rl, %bias : memref<16xf32>, memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.500000e+00 : f32, top_k = 4 : i64}
   step.moe_choose ins(%rl, %bias : memref<16xf32>, memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
   // CHECK: step.moe_choose ins(%rl : memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "softmax", normalize = false, routed_scale = 1.000000e+00 : f32, top_k = 4 : i64}
