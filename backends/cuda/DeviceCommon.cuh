@@ -91,7 +91,9 @@ __device__ inline float heldF32Dot(const float4 *row, const float4 *x,
 /// blockIdx.x * (warps / splits) + w / splits of `w` (rows of cols4 float4;
 /// rows past `rows` take none), holds its first loads across the
 /// predecessor wait (the step prologue runs here), and the block adds each
-/// row's parts in order into y[row]. Every thread of the block calls it.
+/// row's parts in order into y[row] (null y: the parts stay in
+/// partials[warp], for the caller to finish). Every thread of the block
+/// calls it.
 /// xAt(c): float4 c of the input vector (loaded after the wait).
 template <typename XAt>
 __device__ inline void heldF32Block(const float4 *w, XAt &&xAt, int64_t rows,
@@ -112,7 +114,7 @@ __device__ inline void heldF32Block(const float4 *w, XAt &&xAt, int64_t rows,
   if (lane == 0)
     partials[warp] = sum;
   __syncthreads();
-  if (valid && part == 0 && lane == 0) {
+  if (y && valid && part == 0 && lane == 0) {
     float total = partials[warp];
     for (int p = 1; p < splits; ++p)
       total += partials[warp + p];

@@ -348,7 +348,8 @@ struct InputNorm {
 };
 
 /// y = W rms_norm(x) for one input vector of w.cols values (w.rows
-/// outputs). The q8_0-split kernel folds the norm in: it dots W with x * g
+/// outputs). The q8_0-split kernel, and the F32 kernel of 16-byte aligned
+/// rows (x and g 16-byte aligned too), fold the norm in: it dots W with x * g
 /// and divides each row's sum by the rms, whose sum of squares the warps
 /// of a row group take from the x values they read anyway (no kernel, no
 /// write of the normalised vector); other layouts run launchRmsNorm into

@@ -246,15 +246,54 @@ struct F32LinearArgs {
   const int32_t *livePosition;
   int32_t liveFrom;
   int64_t liveRows;
+  /// kNorm (step.rms_norm_linear): x is first RMS-normalised with these.
+  const float4 *normWeight;
+  float normEps;
 };
 
+/// kNorm: each row dotted with x * g, its sum divided by the rms of x, whose
+/// squares the row's warps take from the x values they read anyway (as the
+/// q8_0-split kernel's Q8Input::Norm): no norm kernel, no normalised vector.
+template <bool kNorm>
 __global__ void __launch_bounds__(kThreads) linearF32Kernel(F32LinearArgs a) {
   __shared__ float partials[kWarpsPerBlock];
   // The position is a step input (LiveRows): read before the wait, so rows
   // not needed hold no loads either.
   const int64_t rows =
       a.livePosition && *a.livePosition < a.liveFrom ? a.liveRows : a.rows;
-  heldF32Block(a.w, a.x, rows, a.cols4, a.splits, partials, a.y);
+  if constexpr (!kNorm) {
+    heldF32Block(a.w, a.x, rows, a.cols4, a.splits, partials, a.y);
+  } else {
+    __shared__ float squares[kWarpsPerBlock];
+    float sq = 0.f;
+    const float4 *x = a.x, *g = a.normWeight;
+    // heldF32Block's dots over x * g; squares of the x values read.
+    float *rowSums = partials;
+    heldF32Block(
+        a.w,
+        [&](int64_t c) {
+          const float4 v = x[c], w = g[c];
+          sq = dotAdd4(v, v, sq);
+          return make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+        },
+        rows, a.cols4, a.splits, rowSums, nullptr);
+    const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+    const float total = warpSum(sq);
+    if (lane == 0)
+      squares[warp] = total;
+    __syncthreads();
+    const int warps = int(blockDim.x) / kWarp;
+    const int64_t row =
+        int64_t(blockIdx.x) * (warps / a.splits) + warp / a.splits;
+    if (row < rows && warp % a.splits == 0 && lane == 0) {
+      float sum = rowSums[warp], ss = squares[warp];
+      for (int p = 1; p < a.splits; ++p) {
+        sum += rowSums[warp + p];
+        ss += squares[warp + p];
+      }
+      a.y[row] = sum / sqrtf(ss / float(a.cols4 * 4) + a.normEps);
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -2091,6 +2130,60 @@ cudaError_t launchLinearNibbleSplit(const float *x, int64_t batch,
 }
 } // namespace
 
+namespace {
+
+/// Whether linearF32Kernel takes this mat-vec: an F32 weight of 16-byte
+/// aligned rows, batch 1, x 16-byte aligned.
+bool heldF32Fits(const DeviceWeight &w, int64_t batch, int64_t rowsPerBatch,
+                 bool stacked, const float *x) {
+  return w.layout == WeightLayout::Blocks && w.type == GGMLType::F32 &&
+         batch == 1 && !stacked && w.cols > 0 && w.cols % 4 == 0 &&
+         w.rows == rowsPerBatch && w.data && aligned16(w.data) &&
+         aligned16(x);
+}
+
+/// linearF32Kernel over every row of w (heldF32Fits); with a norm, x
+/// RMS-normalised in the kernel (its weight 16-byte aligned).
+cudaError_t launchHeldF32(const float *x, const DeviceWeight &w, float *y,
+                          cudaStream_t s, const LiveRows *live,
+                          const InputNorm *norm) {
+  const int64_t rows = w.rows;
+  if (rows == 0)
+    return cudaGetLastError();
+  F32LinearArgs a{reinterpret_cast<const float4 *>(w.data),
+                  reinterpret_cast<const float4 *>(x),
+                  rows,
+                  w.cols / 4,
+                  heldF32Splits(w.cols / 4, kWarpsPerBlock),
+                  y,
+                  nullptr,
+                  0,
+                  0,
+                  nullptr,
+                  0.f};
+  if (cutsRows(live, rows)) {
+    a.livePosition = live->position;
+    a.liveFrom = live->from;
+    a.liveRows = live->rows;
+  }
+  if (norm) {
+    a.normWeight = reinterpret_cast<const float4 *>(norm->weight);
+    a.normEps = norm->eps;
+  }
+  const int64_t rowsPerBlock = kWarpsPerBlock / a.splits;
+  const int64_t blocks = (rows + rowsPerBlock - 1) / rowsPerBlock;
+  if (blocks > INT_MAX)
+    return cudaErrorInvalidValue;
+  if (cudaError_t e = launchStep(norm ? linearF32Kernel<true>
+                                      : linearF32Kernel<false>,
+                                 unsigned(blocks), kThreads, 0, s, a);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+} // namespace
+
 cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
                                const DeviceWeight &w, float *y, cudaStream_t s,
                                const LiveRows *live) {
@@ -2099,6 +2192,9 @@ cudaError_t launchNormedLinear(const float *x, const InputNorm &norm,
   if (w.layout == WeightLayout::Q8Split)
     return launchLinearQ8Split(x, 1, w, w.rows, false, y, s, &norm, nullptr,
                                live);
+  // An F32 weight's held kernel normalises as it reads x too.
+  if (heldF32Fits(w, 1, w.rows, false, x) && aligned16(norm.weight))
+    return launchHeldF32(x, w, y, s, live, &norm);
   // Elsewhere the norm's own kernel first, into the scratch.
   if (!norm.scratch)
     return cudaErrorInvalidValue;
@@ -2144,35 +2240,8 @@ cudaError_t launchLinear(const float *x, int64_t batch, const DeviceWeight &w,
   case WeightLayout::Blocks:
     break;
   }
-  if (w.type == GGMLType::F32 && batch == 1 && !stacked && w.cols > 0 &&
-      w.cols % 4 == 0 && w.rows == rowsPerBatch && w.data &&
-      aligned16(w.data) && aligned16(x)) {
-    if (rowsPerBatch == 0)
-      return cudaGetLastError();
-    F32LinearArgs a{reinterpret_cast<const float4 *>(w.data),
-                    reinterpret_cast<const float4 *>(x),
-                    rowsPerBatch,
-                    w.cols / 4,
-                    heldF32Splits(w.cols / 4, kWarpsPerBlock),
-                    y,
-                    nullptr,
-                    0,
-                    0};
-    if (cutsRows(live, rowsPerBatch)) {
-      a.livePosition = live->position;
-      a.liveFrom = live->from;
-      a.liveRows = live->rows;
-    }
-    const int64_t rowsPerBlock = kWarpsPerBlock / a.splits;
-    const int64_t blocks = (rowsPerBatch + rowsPerBlock - 1) / rowsPerBlock;
-    if (blocks > INT_MAX)
-      return cudaErrorInvalidValue;
-    if (cudaError_t e =
-            launchStep(linearF32Kernel, unsigned(blocks), kThreads, 0, s, a);
-        e != cudaSuccess)
-      return e;
-    return cudaGetLastError();
-  }
+  if (heldF32Fits(w, batch, rowsPerBatch, stacked, x))
+    return launchHeldF32(x, w, y, s, live, nullptr);
   LinearArgs a{};
   a.prefetch = earlyPrefetch();
   if (!geometryOf(w, a.w) || batch < 0 || rowsPerBatch < 0 ||

@@ -42,14 +42,14 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
         auto norm = dyn_cast_or_null<st::RMSNormOp>(st::nextCompute(add));
         if (!norm || norm.getInput() != add.getOutput())
           return;
-        // Only Q8_0 weights: the CUDA backend's split-layout mat-vec of
-        // that type normalises its input as it reads it; for the others it
+        // Only Q8_0 and F32 weights: the CUDA backend's mat-vecs of those
+        // types normalise their input as they read it; for the others it
         // runs the norm's own kernel first, which here would add a launch
         // to the path where the collective's norm cost none.
         std::optional<SmallVector<mlir::kiln::QWeightType>> weights =
             mlir::kiln::projectionTakingNorm(norm);
         if (weights && llvm::all_of(*weights, [](mlir::kiln::QWeightType w) {
-              return w.getFormat() == "q8_0";
+              return w.getFormat() == "q8_0" || w.getFormat() == "f32";
             }))
           adds.push_back({reduce, add});
       });

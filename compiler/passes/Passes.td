@@ -140,16 +140,16 @@ def FuseAddNorm : Pass<"kiln-fuse-add-norm", "::mlir::func::FuncOp"> {
     attention, whose norm feeds the router and the experts).
 
     With `projection-norms` (off by default until measured on the GPU), where the norm of such a sum
-    feeds a projection of Q8_0 weights that `kiln-fuse-norm-linear` folds it
-    into, the collective and the add become `step.all_reduce_add` instead
-    and the norm is left to that pass: the projection normalises its input
-    as it reads it, and the collective no longer sums squares across its
-    blocks (GLM-5: the collective that ends each layer, whose norm feeds
-    the next layer's q_a run where the indexers are left out). Only Q8_0:
-    the CUDA backend's split-layout mat-vec of that type normalises inside;
-    for other types it runs the norm's own kernel first, a launch more on
-    the path (the dense layers' Q5_K feed-forward, the Q6_K output head,
-    the indexer's F32 head weights beside q_a keep the collective's norm).
+    feeds a projection of Q8_0 and F32 weights that `kiln-fuse-norm-linear`
+    folds it into, the collective and the add become `step.all_reduce_add`
+    instead and the norm is left to that pass: the projection normalises its
+    input as it reads it, and the collective no longer sums squares across
+    its blocks (GLM-5: the collective that ends each layer, whose norm feeds
+    the next layer's q_a run, with the indexer's F32 head weights beside it
+    where the indexers run). Only those types: the CUDA backend's mat-vecs
+    of them normalise inside; for other types it runs the norm's own kernel
+    first, a launch more on the path (the dense layers' Q5_K feed-forward
+    and the Q6_K output head keep the collective's norm).
   }];
   let options = [
     Option<"projectionNorms", "projection-norms", "bool", /*default=*/"false",

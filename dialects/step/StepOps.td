@@ -386,7 +386,7 @@ def Step_AllReduceAddOp : Step_ComputeOp<"all_reduce_add", 1> {
     `sum = residual + all_reduce(partial)` over the tensor-parallel ranks, in
     rank order: `step.all_reduce_add_rms_norm` without the norm. Produced by
     `kiln-fuse-add-norm` where the next norm of the sum folds into the
-    Q8_0 projection that reads it instead (`kiln-fuse-norm-linear`), so
+    Q8_0 or F32 projection that reads it instead (`kiln-fuse-norm-linear`), so
     that the collective needs no sum of squares across its blocks and the
     projection normalises its input as it reads it (GLM-5: the collective
     that ends each layer, whose norm feeds the next layer's q_a run).

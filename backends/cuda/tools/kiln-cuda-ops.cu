@@ -4461,8 +4461,10 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
 }
 
 /// rms_norm_linear: launchNormedLinear against the CPU's rms_norm then
-/// linear. The q8_0-split kernel normalises in shared memory (the GLM-5 q_b
-/// shape among them); the other layouts run the norm kernel into scratch.
+/// linear. The q8_0-split kernel normalises as it reads x (the GLM-5 q_b
+/// shape among them), and so does the F32 kernel of 16-byte aligned rows
+/// (GLM-5's indexer head weights, 6,144 -> 32); the other layouts, and F32
+/// rows of 98 values, run the norm kernel into scratch.
 void checkNormedLinear(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
   struct Case {
@@ -4477,7 +4479,9 @@ void checkNormedLinear(Report &r, kiln::Rng &rng) {
                         Case{GGMLType::IQ4_XS, 1024, 64, true},
                         Case{GGMLType::Q5_1, 512, 37, true},
                         Case{GGMLType::Q8_0, 512, 37, false},
-                        Case{GGMLType::F32, 96, 17, false}}) {
+                        Case{GGMLType::F32, 96, 17, false},
+                        Case{GGMLType::F32, 6144, 32, false},
+                        Case{GGMLType::F32, 98, 5, false}}) {
     Weight w = randomWeight(c.type, {c.k, c.n}, rng.next());
     const std::string what =
         fmtText("%s [%lld, %lld]%s", typeName(c.type).c_str(), (long long)c.k,

@@ -93,7 +93,7 @@ static cl::opt<bool> fuseSharedExpert(
 static cl::opt<bool> projectionNorms(
     cl::cat(kilnOptions), "projection-norms", cl::init(false),
     cl::desc("Leave the norm after a collective's residual add to the Q8_0 "
-             "projection that reads it (step.all_reduce_add, then "
+             "or F32 projection that reads it (step.all_reduce_add, then "
              "rms_norm_linear): the collective no longer sums squares "
              "across its blocks (off by default until measured on the "
              "GPU: docs/perf.md; by default that norm is inside the "

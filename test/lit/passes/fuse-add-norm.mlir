@@ -153,6 +153,29 @@ func.func @norm_for_projection() {
 
 // -----
 
+// Q8_0 and F32 weights (GLM-5's q_a run with the indexer's head weights).
+// CHECK-LABEL: func.func @norm_for_q8_0_and_f32
+// CHECK: step.all_reduce_add ins(%partial, %x
+// CHECK-NOT: step.all_reduce_add_rms_norm
+func.func @norm_for_q8_0_and_f32() {
+  %x = step.input "x" : memref<256xf32>
+  %partial = step.input "partial" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %q_a = step.weight : !kiln.qweight<"blk.1.attn_q_a.weight", "q8_0", [256, 128]>
+  %proj = step.weight : !kiln.qweight<"blk.1.indexer.proj.weight", "f32", [256, 8]>
+  %out = step.output "out" : memref<136xf32>
+  %r = step.buffer "r" : memref<256xf32>
+  step.all_reduce ins(%partial : memref<256xf32>) outs(%r : memref<256xf32>) {reduction = "sum"}
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%x, %r : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  %n = step.buffer "n" : memref<256xf32>
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  step.fused_linear ins(%n, %q_a, %proj : memref<256xf32>, !kiln.qweight<"blk.1.attn_q_a.weight", "q8_0", [256, 128]>, !kiln.qweight<"blk.1.indexer.proj.weight", "f32", [256, 8]>) outs(%out : memref<136xf32>) {segments = [#kiln.segment<name = "blk.1.attn_q_a", offset = 0, rows = 128, format = "q8_0">, #kiln.segment<name = "blk.1.indexer.proj", offset = 128, rows = 8, format = "f32">]}
+  return
+}
+
+// -----
+
 // A projection with a weight of another type (the CUDA backend would run
 // the norm's own kernel before it), or a norm that something else reads
 // too: the collective keeps the norm.
