@@ -93,7 +93,8 @@ struct StepOp {
   std::vector<int32_t> ins, outs;
 
   /// Copy, Add, Swiglu, AllReduce: n values (rows = 1).
-  /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAddRmsNorm, Rope: rows of n.
+  /// RmsNorm, LayerNorm, AddRmsNorm, AllReduceAdd, AllReduceAddRmsNorm,
+  /// Rope: rows of n.
   /// Linear: rows = batch, n = output rows per batch, k = K. LinearRouter:
   /// rows = 1, n = N, k = K (below).
   /// Embed: n = hidden, k = vocab. Dequant: n = values.

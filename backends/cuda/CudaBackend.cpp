@@ -2423,7 +2423,8 @@ int64_t largestAllReduce(const Artifact &a) {
   for (const RankPlan &plan : a.rankPlans)
     for (const Step &step : plan.steps)
       for (const Op &op : step.ops)
-        if ((op.kind == "all_reduce" || op.kind == "all_reduce_add_rms_norm") &&
+        if ((op.kind == "all_reduce" || op.kind == "all_reduce_add" ||
+             op.kind == "all_reduce_add_rms_norm") &&
             !op.operands.empty())
           largest = std::max(
               largest,
