@@ -109,8 +109,8 @@ model() { # NAME CACHE-TYPE SYNTH-ARGS...
         compile "$m/$name-meta.gguf" --target=$t --tp $tp --context 64 \
           --cache-type "$cache" --fold-router=composed \
           -o "$m/$name.cuda-composed.tp$tp.kiln"
-        # And with the norm before q_a inside q_a's mat-vec, the
-        # collective before it taking the residual add alone
+        # And with the norms after the collectives inside q_a's mat-vec
+        # and the router, the collectives taking the residual add alone
         # (--projection-norms), on the model whose q_a runs are Q8_0 alone
         # (its indexers left out at 64 positions).
         if [ "$name" = tiny-mix ]; then
@@ -166,9 +166,9 @@ glm5_bench_artifacts
 # experts' kernels), for its bench row.
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   --fuse-shared-expert=false -o "$m/glm5-apart.cuda.tp8.kiln"
-# With the norm before q_a in q_a's mat-vec, not in the collective that
-# ends each layer (--projection-norms, off by default until measured), for
-# its bench row.
+# With the norms after the collectives in q_a's mat-vec and the router,
+# not in the collectives (--projection-norms, off by default until
+# measured), for its bench row.
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   --projection-norms -o "$m/glm5-projection-norms.cuda.tp8.kiln"
 # With the router folded into the attention's all-reduce (--fold-router,

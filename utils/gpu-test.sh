@@ -144,9 +144,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # experts' kernels: docs/perf.md), at 1k.
   step bench-glm5-tp8-rank0-graph-apart run "$m/glm5-apart.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
-  # The norm before q_a in q_a's mat-vec, not in the collective that ends
-  # each layer (kiln-compile --projection-norms, off by default until
-  # measured: docs/perf.md, thirty-seventh pass), at 1k.
+  # The norms after the collectives in q_a's mat-vec and the router, not
+  # in the collectives (kiln-compile --projection-norms, off by default
+  # until measured: docs/perf.md, thirty-seventh pass), at 1k.
   step bench-glm5-tp8-rank0-graph-projection-norms \
     run "$m/glm5-projection-norms.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30

@@ -116,6 +116,7 @@ const std::map<std::string, OpKind, std::less<>> &kinds() {
       {"mla_attention", OpKind::MlaAttention},
       {"dsa_indexer", OpKind::DsaIndexer},
       {"moe_router", OpKind::MoeRouter},
+      {"rms_norm_router", OpKind::RmsNormRouter},
       {"moe_experts", OpKind::MoeExperts},
       {"router_partial", OpKind::RouterPartial},
       {"linear_router", OpKind::LinearRouter},
@@ -796,6 +797,28 @@ Expected<StepOp> Decoder::decode() {
     const Operand bias = hasBias ? in(2) : Operand();
     KILN_TRY(choice(gate.dims[1], hasBias ? &bias : nullptr));
     d_.k = gate.dims[0];
+    break;
+  }
+  case OpKind::RmsNormRouter: {
+    // input [n], norm [n], gate [n, E], the optional bias [E]; output [n],
+    // ids and weights [top_k].
+    const bool hasBias = d_.ins.size() == 4;
+    KILN_TRY(counts(hasBias ? 4 : 3, 3));
+    KILN_TRY(floats(in(0), "input"));
+    KILN_TRY(floats(out(0), "output"));
+    KILN_TRY(same(in(0), out(0)));
+    Operand gate = in(2);
+    KILN_TRY(weight(gate, "gate"));
+    if (gate.dims.size() != 2 || in(0).elements() != uint64_t(gate.dims[0]))
+      return fail("gate must be [hidden, experts] matching the input");
+    KILN_TRY(param(in(1), uint64_t(gate.dims[0]), "norm"));
+    const Operand bias = hasBias ? in(3) : Operand();
+    KILN_TRY(choice(gate.dims[1], hasBias ? &bias : nullptr, 1));
+    KILN_ASSIGN(eps, floatAttr("epsilon"));
+    d_.epsilon = eps;
+    d_.k = gate.dims[0];
+    d_.n = gate.dims[0];
+    d_.rows = 1;
     break;
   }
   case OpKind::RouterPartial: {

@@ -51,6 +51,7 @@ enum class OpKind {
   MlaAttention,
   DsaIndexer,
   MoeRouter,
+  RmsNormRouter,
   MoeExperts,
   RouterPartial,
   LinearRouter,

@@ -529,6 +529,29 @@ Expected<std::function<Status()>> OpBinder::bind() {
       return cpu::moeRouter(x, hidden, *gate, bias, topK, g, norm, rs, ids, w);
     });
   }
+  case OpKind::RmsNormRouter: {
+    KILN_ASSIGN(normWeight, param(1));
+    const float *bias = nullptr;
+    if (d.hasBias) {
+      KILN_ASSIGN(values, param(3));
+      bias = values;
+    }
+    const cpu::WeightView *gate = in(2).weight;
+    const float *x = f32In(0);
+    float *y = f32Out(0);
+    int32_t *ids = out(1).i32();
+    float *w = f32Out(2);
+    cpu::Gating g = d.softmax ? cpu::Gating::Softmax : cpu::Gating::Sigmoid;
+    int64_t hidden = d.k, topK = d.topK;
+    bool norm = d.normalize;
+    float rs = float(d.routedScale), e = float(d.epsilon);
+    return Fn([=] {
+      // The norm's and the router's own functions in turn: the same bits
+      // as the two ops.
+      cpu::rmsNorm(x, 1, hidden, normWeight, e, y);
+      return cpu::moeRouter(y, hidden, *gate, bias, topK, g, norm, rs, ids, w);
+    });
+  }
   case OpKind::MoeChoose: {
     const float *bias = nullptr;
     if (d.hasBias) {

@@ -1177,6 +1177,32 @@ Expected<Launch> OpBinder::bind() {
                              s);
     });
   }
+  case OpKind::RmsNormRouter: {
+    InputNorm norm;
+    KILN_ASSIGN(normWeight, param(1));
+    norm.weight = normWeight;
+    norm.eps = float(d.epsilon);
+    const float *bias = nullptr;
+    if (d.hasBias) {
+      KILN_ASSIGN(b, param(3));
+      bias = b;
+    }
+    KILN_ASSIGN(scratch,
+                rank_.scratchFloats(uint64_t(routerScratchFloats(d.experts))));
+    DeviceWeight gate = weight(2);
+    const float *x = f32In(0);
+    float *y = f32Out(0);
+    int32_t *ids = i32Out(1);
+    float *w = f32Out(2);
+    int64_t topK = d.topK;
+    Gating g = d.softmax ? Gating::Softmax : Gating::Sigmoid;
+    bool normalize = d.normalize;
+    float rs = float(d.routedScale);
+    return wrap([=](cudaStream_t s) {
+      return launchMoeRouter(x, gate, bias, topK, g, normalize, rs, scratch,
+                             ids, w, s, &norm, y);
+    });
+  }
   case OpKind::MoeExperts: {
     const size_t first = d.hasAddend ? 4 : 3;
     DeviceWeight gate = weight(first);

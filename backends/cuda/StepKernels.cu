@@ -2963,14 +2963,74 @@ struct RouterArgs {
   float *logits;
   int32_t *ids;
   float *weights;
+  /// kNorm (step.rms_norm_router): x RMS-normalised with these, written
+  /// to `normalised`.
+  const float4 *normWeight;
+  float normEps;
+  float *normalised;
 };
 
-__global__ void __launch_bounds__(kRouterThreads) routerKernel(RouterArgs a) {
+/// kNorm: x normalised as it is read (linearF32Kernel<true>'s way: each
+/// row dotted with x * g and divided by the rms, whose squares the row's
+/// warps take from the x values they read), and each block writes its
+/// share of the normalised vector, x / rms * g as the norm kernels do,
+/// with the rms of its first row (every row's squares are summed in the
+/// same order, so every block's rms is the same bits). Its registers are
+/// left to ptxas (minimum blocks 1): at the default kernel's bound sm_90's
+/// build spilled 12 bytes.
+template <bool kNorm>
+__global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
+    routerKernel(RouterArgs a) {
   extern __shared__ float shared[];
   __shared__ float partials[kRouterThreads / kWarp];
   __shared__ bool last;
-  heldF32Block(a.gate, reinterpret_cast<const float4 *>(a.x), a.experts,
-               a.cols4, a.splits, partials, a.logits);
+  const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
+  if constexpr (!kNorm) {
+    heldF32Block(a.gate, x4, a.experts, a.cols4, a.splits, partials,
+                 a.logits);
+  } else {
+    __shared__ float squares[kRouterThreads / kWarp];
+    __shared__ float blockRms;
+    float sq = 0.f;
+    const float4 *g4 = a.normWeight;
+    heldF32Block(
+        a.gate,
+        [&](int64_t c) {
+          const float4 v = x4[c], w = g4[c];
+          sq = dotAdd4(v, v, sq);
+          return make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+        },
+        a.experts, a.cols4, a.splits, partials, nullptr);
+    const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+    const float total = warpSum(sq);
+    if (lane == 0)
+      squares[warp] = total;
+    __syncthreads();
+    const int64_t row = int64_t(blockIdx.x) * (kRouterThreads / kWarp /
+                                               a.splits) +
+                        warp / a.splits;
+    const float n = float(a.cols4 * 4);
+    if (row < a.experts && warp % a.splits == 0 && lane == 0) {
+      float sum = partials[warp], ss = squares[warp];
+      for (int p = 1; p < a.splits; ++p) {
+        sum += partials[warp + p];
+        ss += squares[warp + p];
+      }
+      const float rms = sqrtf(ss / n + a.normEps);
+      a.logits[row] = sum / rms;
+      if (warp == 0)
+        blockRms = rms;
+    }
+    __syncthreads();
+    // This block's share of the normalised vector.
+    const int64_t values = a.cols4 * 4;
+    const int64_t begin = values * blockIdx.x / gridDim.x,
+                  end = values * (blockIdx.x + 1) / gridDim.x;
+    const float rms = blockRms;
+    const float *g = reinterpret_cast<const float *>(g4);
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      a.normalised[i] = a.x[i] / rms * g[i];
+  }
   __syncthreads(); // this block's logits are written
   if (threadIdx.x == 0) {
     // The arrival releases the block's logits (ordered before it by the
@@ -4301,7 +4361,8 @@ int64_t routerScratchFloats(int64_t experts) {
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, float *scratch,
-                            int32_t *ids, float *weights, cudaStream_t s) {
+                            int32_t *ids, float *weights, cudaStream_t s,
+                            const InputNorm *norm, float *normalised) {
   Geometry g;
   const int64_t experts = gate.rows;
   float *logits = scratch ? scratch + kRouterArrivalFloats : nullptr;
@@ -4312,8 +4373,11 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
       (gating != Gating::Sigmoid && gating != Gating::Softmax))
     return cudaErrorInvalidValue;
   const int64_t cols = gate.cols;
+  if (norm && (!norm->weight || !normalised))
+    return cudaErrorInvalidValue;
   if (gate.type == GGMLType::F32 && gate.layout == WeightLayout::Blocks &&
-      cols % 4 == 0 && aligned16(gate.data) && aligned16(x)) {
+      cols % 4 == 0 && aligned16(gate.data) && aligned16(x) &&
+      (!norm || aligned16(norm->weight))) {
     RouterArgs a{};
     a.x = x;
     a.gate = reinterpret_cast<const float4 *>(gate.data);
@@ -4331,6 +4395,11 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     a.logits = logits;
     a.ids = ids;
     a.weights = weights;
+    if (norm) {
+      a.normWeight = reinterpret_cast<const float4 *>(norm->weight);
+      a.normEps = norm->eps;
+      a.normalised = normalised;
+    }
     const size_t routerShared =
         routerChoiceShared(experts, topK, kRouterThreads);
     if (routerShared > 48 * 1024)
@@ -4339,11 +4408,21 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     const int64_t blocks = (experts + rowsPerBlock - 1) / rowsPerBlock;
     if (blocks > INT_MAX)
       return cudaErrorInvalidValue;
-    if (cudaError_t e = launchStep(routerKernel, unsigned(blocks),
-                                   kRouterThreads, routerShared, s, a);
+    if (cudaError_t e = launchStep(norm ? routerKernel<true>
+                                        : routerKernel<false>,
+                                   unsigned(blocks), kRouterThreads,
+                                   routerShared, s, a);
         e != cudaSuccess)
       return e;
     return cudaGetLastError();
+  }
+  if (norm) {
+    // The norm's own kernel first; the router then reads its output.
+    if (cudaError_t e =
+            launchRmsNorm(x, 1, cols, norm->weight, norm->eps, normalised, s);
+        e != cudaSuccess)
+      return e;
+    x = normalised;
   }
   if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
       e != cudaSuccess)

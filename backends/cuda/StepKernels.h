@@ -600,10 +600,18 @@ cudaError_t launchMoeChoose(const float *logits, int64_t experts,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, int32_t *ids,
                             float *weights, cudaStream_t s);
+/// With `norm` (step.rms_norm_router): x is first RMS-normalised with it
+/// into `normalised` (x.size values), and the router reads that. The F32
+/// router kernel folds the norm in (its rows' warps take the squares from
+/// the x values they read, each logit is divided by the rms, and each
+/// block writes its share of `normalised`); other gates run
+/// launchRmsNorm first.
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, float *scratch,
-                            int32_t *ids, float *weights, cudaStream_t s);
+                            int32_t *ids, float *weights, cudaStream_t s,
+                            const InputNorm *norm = nullptr,
+                            float *normalised = nullptr);
 
 /// The routed experts (CpuKernels.h moeExperts), reading only the chosen
 /// experts' rows. gate and up are [hidden, F, E] weights (rows E*F), or

@@ -32,8 +32,13 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
     // A sum over ranks, the residual add of its result and a norm of that
     // which a projection takes (projection-norms): the collective and the
     // add as one op; the norm stays for kiln-fuse-norm-linear.
+    // With router-norms, the same where the norm feeds a router of an F32
+    // gate right after it: the norm and the router become one
+    // step.rms_norm_router, which still writes the normalised vector for
+    // the norm's other readers (the experts).
     SmallVector<std::pair<st::AllReduceOp, st::AddOp>> adds;
-    if (projectionNorms)
+    SmallVector<std::pair<st::RMSNormOp, st::MoERouterOp>> routers;
+    if (projectionNorms || routerNorms)
       getOperation().walk([&](st::AllReduceOp reduce) {
         auto add = dyn_cast_or_null<st::AddOp>(st::nextCompute(reduce));
         if (!add || !add.getOutput().getDefiningOp<st::BufferOp>() ||
@@ -41,6 +46,16 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
           return;
         auto norm = dyn_cast_or_null<st::RMSNormOp>(st::nextCompute(add));
         if (!norm || norm.getInput() != add.getOutput())
+          return;
+        auto router = dyn_cast_or_null<st::MoERouterOp>(st::nextCompute(norm));
+        if (routerNorms && router && router.getInput() == norm.getOutput() &&
+            router.getGate().getType().getFormat() == "f32" &&
+            norm.getOutput().getDefiningOp<st::BufferOp>()) {
+          adds.push_back({reduce, add});
+          routers.push_back({norm, router});
+          return;
+        }
+        if (!projectionNorms)
           return;
         // Only Q8_0 and F32 weights: the CUDA backend's mat-vecs of those
         // types normalise their input as they read it; for the others it
@@ -62,6 +77,17 @@ struct FuseAddNorm : mlir::kiln::impl::FuseAddNormBase<FuseAddNorm> {
       add.erase();
       reduce.erase();
       st::eraseIfUnusedBuffer(r);
+    }
+    for (auto [norm, router] : routers) {
+      OpBuilder b(router);
+      st::RMSNormRouterOp::create(
+          b, router.getLoc(), norm.getInput(), norm.getWeight(),
+          router.getGate(), router.getBias(), norm.getEpsilonAttr(),
+          router.getTopKAttr(), router.getGatingAttr(),
+          router.getNormalizeAttr(), router.getRoutedScaleAttr(),
+          norm.getOutput(), router.getIds(), router.getWeights());
+      router.erase();
+      norm.erase();
     }
 
     SmallVector<std::pair<st::AddOp, st::RMSNormOp>> pairs;

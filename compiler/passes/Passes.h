@@ -75,7 +75,8 @@ struct StepPipelineOptions {
   /// of its heads becomes one per slice (the slices become views).
   bool splitProjections = true;
   /// fuse-add-norm's projection-norms: a collective's residual add whose
-  /// norm folds into a projection becomes step.all_reduce_add.
+  /// norm folds into a projection becomes step.all_reduce_add; and, without
+  /// the router fold, its router-norms (step.rms_norm_router).
   bool projectionNorms = false;
 };
 

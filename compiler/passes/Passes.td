@@ -150,12 +150,22 @@ def FuseAddNorm : Pass<"kiln-fuse-add-norm", "::mlir::func::FuncOp"> {
     of them normalise inside; for other types it runs the norm's own kernel
     first, a launch more on the path (the dense layers' Q5_K feed-forward
     and the Q6_K output head keep the collective's norm).
+
+    With `router-norms` (off by default, as `projection-norms`), where that
+    norm feeds a router of an F32 gate right after it, the collective takes
+    the add alone too and the norm and the router become one
+    `step.rms_norm_router`, which writes the normalised vector for the
+    experts (GLM-5: the collective after each MoE layer's attention).
   }];
   let options = [
     Option<"projectionNorms", "projection-norms", "bool", /*default=*/"false",
            "Leave the norm after a collective's residual add to the "
            "projection that reads it (step.all_reduce_add), where "
-           "kiln-fuse-norm-linear can fold it there">
+           "kiln-fuse-norm-linear can fold it there">,
+    Option<"routerNorms", "router-norms", "bool", /*default=*/"false",
+           "Leave the norm after a collective's residual add to the F32 "
+           "router that reads it (step.all_reduce_add, then "
+           "step.rms_norm_router)">
   ];
 }
 

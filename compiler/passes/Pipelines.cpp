@@ -30,6 +30,9 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm,
   if (options.fuse) {
     FuseAddNormOptions addNorm;
     addNorm.projectionNorms = options.projectionNorms;
+    // The router fold (below) takes the MoE collectives' norm itself.
+    addNorm.routerNorms =
+        options.projectionNorms && options.foldRouter == RouterFold::Off;
     pm.addNestedPass<func::FuncOp>(createFuseAddNorm(addNorm));
     pm.addNestedPass<func::FuncOp>(createFuseNormLinear());
     pm.addNestedPass<func::FuncOp>(createFuseSwigluLinear());

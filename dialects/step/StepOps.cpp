@@ -596,6 +596,22 @@ LogicalResult MoERouterOp::verify() {
                       getRoutedScale().convertToFloat());
 }
 
+LogicalResult RMSNormRouterOp::verify() {
+  ArrayRef<int64_t> dims = getGate().getType().getDims();
+  MemRefType input = bufferOf(getInput());
+  if (getOutput().getType() != input)
+    return emitOpError("output must have the input's type ") << input;
+  if (dims.size() != 2 || input.getRank() != 1 ||
+      input.getDimSize(0) != dims[0])
+    return emitOpError("gate must be [hidden, experts] matching the input");
+  if (failed(expectParam(*this, "norm", getNorm(), dims[0])) ||
+      failed(verifyPositive(*this, "epsilon", getEpsilon().convertToFloat())))
+    return failure();
+  return verifyChoice(*this, dims[1], getBias(), int64_t(getTopK()),
+                      getGating(), getIds(), getWeights(),
+                      getRoutedScale().convertToFloat());
+}
+
 LogicalResult MoEChooseOp::verify() {
   MemRefType logits = bufferOf(getLogits());
   if (logits.getRank() != 1 || !logits.getElementType().isF32())

@@ -765,6 +765,40 @@ def Step_MoERouterOp : Step_ComputeOp<"moe_router", 2> {
   let hasVerifier = 1;
 }
 
+def Step_RMSNormRouterOp : Step_ComputeOp<"rms_norm_router", 3> {
+  let summary = "RMS normalisation of a vector, written out, and its router";
+  let description = [{
+    `output = rms_norm(input) * norm` (epsilon `epsilon`), then
+    `step.moe_router` of `output` into `ids` and `weights`, in one op: the
+    router reads the whole vector anyway, so a backend may normalise it as
+    it reads it, divide the logits by the rms and write `output` for the
+    ops after it (the experts). Produced by `kiln-fuse-add-norm`'s
+    `router-norms` where the norm after a collective's residual add feeds a
+    router of an F32 gate: the collective takes the add alone
+    (`step.all_reduce_add`) and no longer sums squares across its blocks
+    (GLM-5: the collective after each MoE layer's attention).
+
+    Example:
+    ```mlir
+    step.rms_norm_router ins(%h, %ffn_norm, %gate, %bias : memref<256xf32>, !kiln.qweight<"blk.1.ffn_norm.weight", "f32", [256]>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, memref<16xf32>) outs(%f, %ids, %w : memref<256xf32>, memref<4xi32>, memref<4xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
+    ```
+  }];
+  let arguments = (ins In<Step_Buffer>:$input, In<Step_Param>:$norm,
+                       In<Kiln_QWeightType, "gate">:$gate,
+                       In<Optional<Step_Param>>:$bias, F32Attr:$epsilon,
+                       I64Attr:$top_k, StrAttr:$gating, BoolAttr:$normalize,
+                       F32Attr:$routed_scale, Out<Step_Buffer>:$output,
+                       Out<Step_Buffer>:$ids, Out<Step_Buffer>:$weights);
+  let assemblyFormat = [{
+    `ins` `(` $input `,` $norm `,` $gate (`,` $bias^)? `:` type($input) `,`
+    qualified(type($norm)) `,` qualified(type($gate))
+    (`,` qualified(type($bias))^)? `)` `outs` `(` $output `,` $ids `,`
+    $weights `:` type($output) `,` type($ids) `,` type($weights) `)`
+    attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
 def Step_RouterPartialOp : Step_ComputeOp<"router_partial", 1> {
   let summary = "one rank's share of the router's logits, before the sum";
   let description = [{

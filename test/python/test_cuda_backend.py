@@ -393,11 +393,13 @@ class Checks:
             # load (inputs and zeros on the legacy stream, docs/perf.md's
             # twenty-second pass) made one run in eight wrong, so every
             # run must give the first run's bits.
-            # And with the norm before q_a inside q_a's mat-vec, the
-            # collective before it taking the residual add alone
-            # (--projection-norms, tiny-mix): all_reduce_add, and q_a's
-            # rms_norm_linear dividing its sums by the rms.
-            for kind, what in (("cuda-projnorm", "norm in q_a's mat-vec"),
+            # And with the norms after the collectives inside the ops
+            # that read them, the collectives taking the residual add
+            # alone (--projection-norms, tiny-mix): all_reduce_add, q_a's
+            # rms_norm_linear dividing its sums by the rms, and
+            # rms_norm_router writing the normalised vector the experts
+            # read.
+            for kind, what in (("cuda-projnorm", "norms in q_a and the router"),
                                ("cuda-fold", "router folded"),
                                ("cuda-composed", "router composed"),
                                ("cuda-composed-choice",

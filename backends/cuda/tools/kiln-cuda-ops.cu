@@ -1827,6 +1827,9 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
   // kernel's warps (200, 201, 300) or exceed 512 (600); top 8 (the sorting
   // choice, up to 32) and top 40 (the choice in rounds). F32 gates run the
   // one router kernel, the others a mat-vec and the choice kernel.
+  // norm: step.rms_norm_router (the CPU's rms_norm, then its router of
+  // the normalised vector; the F32 kernel normalises as it reads x, the
+  // others run the norm kernel first).
   struct Case {
     GGMLType type;
     cpu::Gating cpuGating;
@@ -1835,6 +1838,7 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
     float routedScale;
     int64_t experts;
     int64_t topK = 8;
+    bool norm = false;
   };
   for (const Case &c : {Case{GGMLType::F32, cpu::Gating::Sigmoid,
                              kc::Gating::Sigmoid, true, true, 2.5f, 256},
@@ -1855,18 +1859,34 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                         // One router kernel's last block half empty (2 rows
                         // a block of 512-value rows, 201 experts).
                         Case{GGMLType::F32, cpu::Gating::Sigmoid,
-                             kc::Gating::Sigmoid, true, true, 2.5f, 201}}) {
+                             kc::Gating::Sigmoid, true, true, 2.5f, 201},
+                        Case{GGMLType::F32, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 2.5f, 256, 8,
+                             true},
+                        Case{GGMLType::F32, cpu::Gating::Softmax,
+                             kc::Gating::Softmax, false, false, 1.f, 201, 8,
+                             true},
+                        Case{GGMLType::BF16, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 1.f, 200, 8,
+                             true}}) {
     const int64_t experts = c.experts, topK = c.topK;
+    const float eps = 1e-5f;
     Weight gate = randomWeight(c.type, {hidden, experts}, rng.next());
     std::vector<float> dequant(size_t(hidden * experts));
     if (!r.reference("moe_router",
                      cpu::dequant(gate.view("gate"), dequant.data())))
       continue;
-    std::vector<float> x, bias;
+    std::vector<float> x, bias, g, normed;
     bool usable = false;
     for (int attempt = 0; attempt < 20 && !usable; ++attempt) {
-      x = normals(rng, hidden, 0.05);
+      x = normals(rng, hidden, c.norm ? 3.0 : 0.05);
       bias = c.bias ? normals(rng, experts, 0.05) : std::vector<float>();
+      // With the norm, the router reads x normalised (values ~0.05 again).
+      normed = x;
+      if (c.norm) {
+        g = normals(rng, hidden, 0.01, 0.05);
+        cpu::rmsNorm(x.data(), 1, hidden, g.data(), eps, normed.data());
+      }
       // The choice in double: its order must not be within rounding of a
       // tie anywhere among the first topK + 1.
       std::vector<double> p(static_cast<size_t>(experts));
@@ -1874,7 +1894,7 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
       for (int64_t e = 0; e < experts; ++e) {
         double dot = 0;
         for (int64_t j = 0; j < hidden; ++j)
-          dot += double(x[j]) * dequant[e * hidden + j];
+          dot += double(normed[j]) * dequant[e * hidden + j];
         p[e] = dot;
         maxLogit = std::max(maxLogit, dot);
       }
@@ -1899,7 +1919,8 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                 static_cast<long long>(experts),
                 c.gating == kc::Gating::Sigmoid ? "sigmoid" : "softmax",
                 c.bias ? " +bias" : "", c.normalize ? " norm" : "",
-                static_cast<long long>(topK));
+                static_cast<long long>(topK)) +
+        (c.norm ? ", rms_norm_router" : "");
     if (!usable) {
       r.line("moe_router", what + " (no separated draw)", 1, 0, "test input");
       continue;
@@ -1907,7 +1928,7 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
     std::vector<int32_t> wantIds(topK);
     std::vector<float> wantW(topK);
     if (!r.reference("moe_router",
-                     cpu::moeRouter(x.data(), hidden, gate.view("gate"),
+                     cpu::moeRouter(normed.data(), hidden, gate.view("gate"),
                                     c.bias ? bias.data() : nullptr, topK,
                                     c.cpuGating, c.normalize, c.routedScale,
                                     wantIds.data(), wantW.data())))
@@ -1916,6 +1937,9 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
         scratch(size_t(kc::routerScratchFloats(experts))), dw(topK),
         other(normals(rng, hidden, 0.05));
     DeviceArray<int32_t> dids(topK);
+    DeviceArray<float> dg(c.norm ? g : std::vector<float>(1));
+    DeviceArray<float> dnormed(static_cast<size_t>(hidden));
+    const kc::InputNorm norm{dg.get(), eps, nullptr};
     // A call on another input first, on the same scratch: the checked
     // result is the second call's, so a count the first left behind, or
     // its logits, would show.
@@ -1923,7 +1947,13 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
       run(kc::launchMoeRouter(input->get(), gate.dev(),
                               c.bias ? db.get() : nullptr, topK, c.gating,
                               c.normalize, c.routedScale, scratch.get(),
-                              dids.get(), dw.get(), nullptr));
+                              dids.get(), dw.get(), nullptr,
+                              c.norm ? &norm : nullptr,
+                              c.norm ? dnormed.get() : nullptr));
+    if (c.norm)
+      r.line("moe_router", what + " normalised", relError(dnormed.download(),
+                                                          normed),
+             sumTol(double(hidden)), sumWhy("sum of squares order", hidden));
     r.line("moe_router", what + " ids", mismatches(dids.download(), wantIds), 0,
            "exact, separated scores");
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),

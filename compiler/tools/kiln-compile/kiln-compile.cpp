@@ -92,12 +92,15 @@ static cl::opt<bool> fuseSharedExpert(
              "docs/perf.md; =false keeps the shared expert's own ops)"));
 static cl::opt<bool> projectionNorms(
     cl::cat(kilnOptions), "projection-norms", cl::init(false),
-    cl::desc("Leave the norm after a collective's residual add to the Q8_0 "
-             "or F32 projection that reads it (step.all_reduce_add, then "
-             "rms_norm_linear): the collective no longer sums squares "
-             "across its blocks (off by default until measured on the "
-             "GPU: docs/perf.md; by default that norm is inside the "
-             "collective, all_reduce_add_rms_norm)"));
+    cl::desc(
+        "Leave the norm after a collective's residual add to the Q8_0 "
+        "or F32 projection that reads it (step.all_reduce_add, then "
+        "rms_norm_linear), or, without --fold-router, to the F32 "
+        "router that reads it (rms_norm_router, which writes the "
+        "normalised vector for the experts): the collective no longer "
+        "sums squares across its blocks (off by default until measured on the "
+        "GPU: docs/perf.md; by default that norm is inside the "
+        "collective, all_reduce_add_rms_norm)"));
 static cl::opt<std::string> foldRouter(
     cl::cat(kilnOptions), "fold-router", cl::ValueOptional, cl::init(""),
     cl::desc("Fold each MoE layer's router into the attention's all-reduce "

@@ -2,6 +2,8 @@
 // RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm="projection-norms=true" | kiln-opt --split-input-file | FileCheck %s
 // RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm | FileCheck %s --check-prefix=OFF
 // RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm="projection-norms=true" --kiln-fuse-norm-linear | FileCheck %s --check-prefix=LINEAR
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm="router-norms=true" | FileCheck %s --check-prefix=ROUTER
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-add-norm="router-norms=true" | kiln-opt --split-input-file | FileCheck %s --check-prefix=ROUTER
 
 // A residual add whose sum the next compute op normalises becomes one
 // step.add_rms_norm writing both. Not fused: a norm of something else, an
@@ -221,5 +223,62 @@ func.func @norm_read_twice() {
   step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
   step.linear ins(%n, %q_a : memref<256xf32>, !kiln.qweight<"blk.1.attn_q_a.weight", "q8_0", [256, 128]>) outs(%out : memref<128xf32>)
   step.copy ins(%n : memref<256xf32>) outs(%out2 : memref<256xf32>)
+  return
+}
+
+// -----
+
+// router-norms: the norm of a collective's sum feeds a router of an F32
+// gate right after it (and the experts after that): the collective takes
+// the add alone and the norm and the router become one
+// step.rms_norm_router, which still writes the normalised vector the
+// experts read. Not with a Q8_0 gate, and not without the option.
+// ROUTER-LABEL: func.func @norm_for_router
+// ROUTER: step.all_reduce_add ins(%partial, %x : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>) {reduction = "sum"}
+// ROUTER-NOT: step.rms_norm ins
+// ROUTER: step.rms_norm_router ins(%s, %w, %blk.1.ffn_gate_inp, %bias : memref<256xf32>, memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, memref<16xf32>) outs(%n, %ids, %rw : memref<256xf32>, memref<4xi32>, memref<4xf32>) {epsilon = 9.99999974E-6 : f32, gating = "sigmoid", normalize = true, routed_scale = 2.500000e+00 : f32, top_k = 4 : i64}
+// ROUTER-NEXT: step.copy ins(%n
+// CHECK-LABEL: func.func @norm_for_router
+// CHECK: step.all_reduce_add_rms_norm
+// CHECK: step.moe_router
+func.func @norm_for_router() {
+  %x = step.input "x" : memref<256xf32>
+  %partial = step.input "partial" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %bias = step.input "bias" : memref<16xf32>
+  %gate = step.weight : !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>
+  %out = step.output "out" : memref<256xf32>
+  %ids = step.output "ids" : memref<4xi32>
+  %rw = step.output "rw" : memref<4xf32>
+  %r = step.buffer "r" : memref<256xf32>
+  step.all_reduce ins(%partial : memref<256xf32>) outs(%r : memref<256xf32>) {reduction = "sum"}
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%x, %r : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  %n = step.buffer "n" : memref<256xf32>
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  step.moe_router ins(%n, %gate, %bias : memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "f32", [256, 16]>, memref<16xf32>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
+  step.copy ins(%n : memref<256xf32>) outs(%out : memref<256xf32>)
+  return
+}
+
+// -----
+
+// ROUTER-LABEL: func.func @norm_for_q8_0_router
+// ROUTER: step.all_reduce_add_rms_norm
+// ROUTER-NOT: step.rms_norm_router
+func.func @norm_for_q8_0_router() {
+  %x = step.input "x" : memref<256xf32>
+  %partial = step.input "partial" : memref<256xf32>
+  %w = step.input "w" : memref<256xf32>
+  %gate = step.weight : !kiln.qweight<"blk.1.ffn_gate_inp.weight", "q8_0", [256, 16]>
+  %ids = step.output "ids" : memref<4xi32>
+  %rw = step.output "rw" : memref<4xf32>
+  %r = step.buffer "r" : memref<256xf32>
+  step.all_reduce ins(%partial : memref<256xf32>) outs(%r : memref<256xf32>) {reduction = "sum"}
+  %s = step.buffer "s" : memref<256xf32>
+  step.add ins(%x, %r : memref<256xf32>, memref<256xf32>) outs(%s : memref<256xf32>)
+  %n = step.buffer "n" : memref<256xf32>
+  step.rms_norm ins(%s, %w : memref<256xf32>, memref<256xf32>) outs(%n : memref<256xf32>) {epsilon = 1.0e-05 : f32}
+  step.moe_router ins(%n, %gate : memref<256xf32>, !kiln.qweight<"blk.1.ffn_gate_inp.weight", "q8_0", [256, 16]>) outs(%ids, %rw : memref<4xi32>, memref<4xf32>) {gating = "sigmoid", normalize = true, routed_scale = 2.5 : f32, top_k = 4 : i64}
   return
 }

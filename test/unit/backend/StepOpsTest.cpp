@@ -482,6 +482,42 @@ TEST(StepOps, AllReduceAddRefusesBadShapes) {
   expectRefused(allReduceAdd(1, 64, 64, "max"), "reduction must be 'sum'");
 }
 
+/// rms_norm_router: input and output [64], norm [norm] (binding 0), an
+/// F32 gate [64, 16] (binding 1); ids and weights [4].
+ka::Artifact rmsNormRouter(int64_t norm, int64_t output) {
+  return withOp(
+      {f32("ffn_norm.weight", {norm}), f32("ffn_gate_inp.weight", {64, 16})},
+      {arena("h", {64}), weightBuffer("ffn_norm", 0), weightBuffer("gate", 1),
+       arena("y", {output}), arena("ids", {4}), arena("w", {4})},
+      opOf("rms_norm_router", {0, 1, 2, 3, 4, 5},
+           {floatAttr("epsilon", 1e-5), intAttr("top_k", 4),
+            stringAttr("gating", "sigmoid"),
+            intAttr("normalize", 1, ka::AttrKind::Bool),
+            floatAttr("routed_scale", 2.5)},
+           3));
+}
+
+TEST(StepOps, RmsNormRouterDecodes) {
+  ka::Artifact a = rmsNormRouter(64, 64);
+  a.rankPlans[0].steps[0].buffers[4].dtype = ka::DType::I32;
+  Expected<StepOp> d = decodeOnly(a);
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_EQ(d->kind, OpKind::RmsNormRouter);
+  EXPECT_EQ(d->k, 64);
+  EXPECT_EQ(d->experts, 16);
+  EXPECT_EQ(d->topK, 4);
+  EXPECT_FALSE(d->hasBias);
+  EXPECT_FLOAT_EQ(float(d->epsilon), 1e-5f);
+}
+
+TEST(StepOps, RmsNormRouterRefusesBadShapes) {
+  ka::Artifact norm = rmsNormRouter(32, 64), output = rmsNormRouter(64, 32);
+  for (ka::Artifact *a : {&norm, &output})
+    a->rankPlans[0].steps[0].buffers[4].dtype = ka::DType::I32;
+  expectRefused(norm, "norm");
+  expectRefused(output, "'h' and 'y' differ in shape");
+}
+
 /// The file rows a binding of a [2, 12] f32 tensor (value = 100 * row +
 /// column) holds, read back from sliceWeight's gather.
 std::vector<int> gatheredRows(const ka::WeightBinding &b) {

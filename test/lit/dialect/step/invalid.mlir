@@ -1265,3 +1265,31 @@ func.func @all_reduce_add_shapes() {
   step.all_reduce_add ins(%p, %x : memref<8xf32>, memref<4xf32>) outs(%h : memref<8xf32>) {reduction = "sum"}
   return
 }
+
+// -----
+
+func.func @rms_norm_router_norm_size() {
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [4]>
+  %gate = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %y = step.buffer "y" : memref<8xf32>
+  %ids = step.buffer "ids" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.rms_norm_router' op norm}}
+  step.rms_norm_router ins(%x, %n, %gate : memref<8xf32>, !kiln.qweight<"n.weight", "f32", [4]>, !kiln.qweight<"g.weight", "f32", [8, 4]>) outs(%y, %ids, %w : memref<8xf32>, memref<2xi32>, memref<2xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, routed_scale = 1.0 : f32, top_k = 2 : i64}
+  return
+}
+
+// -----
+
+func.func @rms_norm_router_output() {
+  %x = step.buffer "x" : memref<8xf32>
+  %n = step.weight : !kiln.qweight<"n.weight", "f32", [8]>
+  %gate = step.weight : !kiln.qweight<"g.weight", "f32", [8, 4]>
+  %y = step.buffer "y" : memref<4xf32>
+  %ids = step.buffer "ids" : memref<2xi32>
+  %w = step.buffer "w" : memref<2xf32>
+  // expected-error @+1 {{'step.rms_norm_router' op output must have the input's type 'memref<8xf32>'}}
+  step.rms_norm_router ins(%x, %n, %gate : memref<8xf32>, !kiln.qweight<"n.weight", "f32", [8]>, !kiln.qweight<"g.weight", "f32", [8, 4]>) outs(%y, %ids, %w : memref<4xf32>, memref<2xi32>, memref<2xf32>) {epsilon = 1.0e-05 : f32, gating = "sigmoid", normalize = true, routed_scale = 1.0 : f32, top_k = 2 : i64}
+  return
+}
