@@ -1156,51 +1156,36 @@ Expected<Launch> OpBinder::bind() {
                              s);
     });
   }
-  case OpKind::MoeRouter: {
-    const float *bias = nullptr;
-    if (d.hasBias) {
-      KILN_ASSIGN(b, param(2));
-      bias = b;
-    }
-    KILN_ASSIGN(scratch,
-                rank_.scratchFloats(uint64_t(routerScratchFloats(d.experts))));
-    DeviceWeight gate = weight(1);
-    const float *x = f32In(0);
-    int32_t *ids = i32Out(0);
-    float *w = f32Out(1);
-    int64_t topK = d.topK;
-    Gating g = d.softmax ? Gating::Softmax : Gating::Sigmoid;
-    bool norm = d.normalize;
-    float rs = float(d.routedScale);
-    return wrap([=](cudaStream_t s) {
-      return launchMoeRouter(x, gate, bias, topK, g, norm, rs, scratch, ids, w,
-                             s);
-    });
-  }
+  case OpKind::MoeRouter:
   case OpKind::RmsNormRouter: {
-    InputNorm norm;
-    KILN_ASSIGN(normWeight, param(1));
-    norm.weight = normWeight;
-    norm.eps = float(d.epsilon);
+    // rms_norm_router: input, norm, gate[, bias] -> output, ids, weights;
+    // moe_router: input, gate[, bias] -> ids, weights.
+    const bool normed = d.kind == OpKind::RmsNormRouter;
+    const size_t in0 = normed ? 1 : 0, out0 = normed ? 1 : 0;
+    std::optional<InputNorm> norm;
+    if (normed) {
+      KILN_ASSIGN(normWeight, param(1));
+      norm = InputNorm{normWeight, float(d.epsilon), nullptr};
+    }
     const float *bias = nullptr;
     if (d.hasBias) {
-      KILN_ASSIGN(b, param(3));
+      KILN_ASSIGN(b, param(in0 + 2));
       bias = b;
     }
     KILN_ASSIGN(scratch,
                 rank_.scratchFloats(uint64_t(routerScratchFloats(d.experts))));
-    DeviceWeight gate = weight(2);
+    DeviceWeight gate = weight(in0 + 1);
     const float *x = f32In(0);
-    float *y = f32Out(0);
-    int32_t *ids = i32Out(1);
-    float *w = f32Out(2);
+    float *normalised = normed ? f32Out(0) : nullptr;
+    int32_t *ids = i32Out(out0);
+    float *w = f32Out(out0 + 1);
     int64_t topK = d.topK;
     Gating g = d.softmax ? Gating::Softmax : Gating::Sigmoid;
     bool normalize = d.normalize;
     float rs = float(d.routedScale);
     return wrap([=](cudaStream_t s) {
       return launchMoeRouter(x, gate, bias, topK, g, normalize, rs, scratch,
-                             ids, w, s, &norm, y);
+                             ids, w, s, norm ? &*norm : nullptr, normalised);
     });
   }
   case OpKind::MoeExperts: {

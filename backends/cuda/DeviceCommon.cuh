@@ -129,6 +129,48 @@ __device__ inline void heldF32Block(const float4 *w, const float4 *x,
       w, [x](int64_t c) { return x[c]; }, rows, cols4, splits, partials, y);
 }
 
+/// heldF32Block over x RMS-normalised with g (epsilon eps): each row dotted
+/// with x * g and its sum divided by the rms of x, whose squares the row's
+/// warps take from the x values they read (no norm kernel, no normalised
+/// vector), into y[row]. `squares`: a float a warp of shared memory;
+/// *blockRms (shared) gets the rms of the block's first row, the same bits
+/// as every row's (each row's squares are summed in one order). Every
+/// thread of the block calls it.
+__device__ inline void heldF32NormedBlock(const float4 *w, const float4 *x,
+                                          const float4 *g, int64_t rows,
+                                          int64_t cols4, int splits, float eps,
+                                          float *partials, float *squares,
+                                          float *blockRms, float *y) {
+  float sq = 0.f;
+  heldF32Block(
+      w,
+      [&](int64_t c) {
+        const float4 v = x[c], s = g[c];
+        sq = dotAdd4(v, v, sq);
+        return make_float4(v.x * s.x, v.y * s.y, v.z * s.z, v.w * s.w);
+      },
+      rows, cols4, splits, partials, nullptr);
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  const float total = warpSum(sq);
+  if (lane == 0)
+    squares[warp] = total;
+  __syncthreads();
+  const int warps = int(blockDim.x) / kWarp;
+  const int64_t row = int64_t(blockIdx.x) * (warps / splits) + warp / splits;
+  if (row < rows && warp % splits == 0 && lane == 0) {
+    float sum = partials[warp], ss = squares[warp];
+    for (int p = 1; p < splits; ++p) {
+      sum += partials[warp + p];
+      ss += squares[warp + p];
+    }
+    const float rms = sqrtf(ss / float(cols4 * 4) + eps);
+    y[row] = sum / rms;
+    if (warp == 0)
+      *blockRms = rms;
+  }
+  __syncthreads();
+}
+
 /// Parts per row of a held F32 mat-vec with `warps` warps a block (whole
 /// rows a block): the most, a power of two up to `warps`, that leave every
 /// lane a float4 of each part.

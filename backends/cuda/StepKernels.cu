@@ -2989,45 +2989,15 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     heldF32Block(a.gate, x4, a.experts, a.cols4, a.splits, partials,
                  a.logits);
   } else {
-    __shared__ float squares[kRouterThreads / kWarp];
-    __shared__ float blockRms;
-    float sq = 0.f;
-    const float4 *g4 = a.normWeight;
-    heldF32Block(
-        a.gate,
-        [&](int64_t c) {
-          const float4 v = x4[c], w = g4[c];
-          sq = dotAdd4(v, v, sq);
-          return make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
-        },
-        a.experts, a.cols4, a.splits, partials, nullptr);
-    const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-    const float total = warpSum(sq);
-    if (lane == 0)
-      squares[warp] = total;
-    __syncthreads();
-    const int64_t row = int64_t(blockIdx.x) * (kRouterThreads / kWarp /
-                                               a.splits) +
-                        warp / a.splits;
-    const float n = float(a.cols4 * 4);
-    if (row < a.experts && warp % a.splits == 0 && lane == 0) {
-      float sum = partials[warp], ss = squares[warp];
-      for (int p = 1; p < a.splits; ++p) {
-        sum += partials[warp + p];
-        ss += squares[warp + p];
-      }
-      const float rms = sqrtf(ss / n + a.normEps);
-      a.logits[row] = sum / rms;
-      if (warp == 0)
-        blockRms = rms;
-    }
-    __syncthreads();
+    __shared__ float squares[kRouterThreads / kWarp], blockRms;
+    heldF32NormedBlock(a.gate, x4, a.normWeight, a.experts, a.cols4, a.splits,
+                       a.normEps, partials, squares, &blockRms, a.logits);
     // This block's share of the normalised vector.
     const int64_t values = a.cols4 * 4;
     const int64_t begin = values * blockIdx.x / gridDim.x,
                   end = values * (blockIdx.x + 1) / gridDim.x;
     const float rms = blockRms;
-    const float *g = reinterpret_cast<const float *>(g4);
+    const float *g = reinterpret_cast<const float *>(a.normWeight);
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
       a.normalised[i] = a.x[i] / rms * g[i];
   }

@@ -264,35 +264,9 @@ __global__ void __launch_bounds__(kThreads) linearF32Kernel(F32LinearArgs a) {
   if constexpr (!kNorm) {
     heldF32Block(a.w, a.x, rows, a.cols4, a.splits, partials, a.y);
   } else {
-    __shared__ float squares[kWarpsPerBlock];
-    float sq = 0.f;
-    const float4 *x = a.x, *g = a.normWeight;
-    // heldF32Block's dots over x * g; squares of the x values read.
-    float *rowSums = partials;
-    heldF32Block(
-        a.w,
-        [&](int64_t c) {
-          const float4 v = x[c], w = g[c];
-          sq = dotAdd4(v, v, sq);
-          return make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
-        },
-        rows, a.cols4, a.splits, rowSums, nullptr);
-    const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-    const float total = warpSum(sq);
-    if (lane == 0)
-      squares[warp] = total;
-    __syncthreads();
-    const int warps = int(blockDim.x) / kWarp;
-    const int64_t row =
-        int64_t(blockIdx.x) * (warps / a.splits) + warp / a.splits;
-    if (row < rows && warp % a.splits == 0 && lane == 0) {
-      float sum = rowSums[warp], ss = squares[warp];
-      for (int p = 1; p < a.splits; ++p) {
-        sum += rowSums[warp + p];
-        ss += squares[warp + p];
-      }
-      a.y[row] = sum / sqrtf(ss / float(a.cols4 * 4) + a.normEps);
-    }
+    __shared__ float squares[kWarpsPerBlock], blockRms;
+    heldF32NormedBlock(a.w, a.x, a.normWeight, rows, a.cols4, a.splits,
+                       a.normEps, partials, squares, &blockRms, a.y);
   }
 }
 
