@@ -511,45 +511,37 @@ Expected<std::function<Status()>> OpBinder::bind() {
                              count);
     });
   }
-  case OpKind::MoeRouter: {
-    const float *bias = nullptr;
-    if (d.hasBias) {
-      KILN_ASSIGN(values, param(2));
-      bias = values;
-    }
-    const cpu::WeightView *gate = in(1).weight;
-    const float *x = f32In(0);
-    int32_t *ids = out(0).i32();
-    float *w = f32Out(1);
-    cpu::Gating g = d.softmax ? cpu::Gating::Softmax : cpu::Gating::Sigmoid;
-    int64_t hidden = d.k, topK = d.topK;
-    bool norm = d.normalize;
-    float rs = float(d.routedScale);
-    return Fn([=] {
-      return cpu::moeRouter(x, hidden, *gate, bias, topK, g, norm, rs, ids, w);
-    });
-  }
+  case OpKind::MoeRouter:
   case OpKind::RmsNormRouter: {
-    KILN_ASSIGN(normWeight, param(1));
-    const float *bias = nullptr;
+    // rms_norm_router: input, norm, gate[, bias] -> output, ids, weights;
+    // moe_router: input, gate[, bias] -> ids, weights.
+    const bool normed = d.kind == OpKind::RmsNormRouter;
+    const size_t in0 = normed ? 1 : 0, out0 = normed ? 1 : 0;
+    const float *normWeight = nullptr, *bias = nullptr;
+    if (normed) {
+      KILN_ASSIGN(values, param(1));
+      normWeight = values;
+    }
     if (d.hasBias) {
-      KILN_ASSIGN(values, param(3));
+      KILN_ASSIGN(values, param(in0 + 2));
       bias = values;
     }
-    const cpu::WeightView *gate = in(2).weight;
+    const cpu::WeightView *gate = in(in0 + 1).weight;
     const float *x = f32In(0);
-    float *y = f32Out(0);
-    int32_t *ids = out(1).i32();
-    float *w = f32Out(2);
+    float *y = normed ? f32Out(0) : nullptr;
+    int32_t *ids = out(out0).i32();
+    float *w = f32Out(out0 + 1);
     cpu::Gating g = d.softmax ? cpu::Gating::Softmax : cpu::Gating::Sigmoid;
     int64_t hidden = d.k, topK = d.topK;
     bool norm = d.normalize;
     float rs = float(d.routedScale), e = float(d.epsilon);
     return Fn([=] {
-      // The norm's and the router's own functions in turn: the same bits
-      // as the two ops.
-      cpu::rmsNorm(x, 1, hidden, normWeight, e, y);
-      return cpu::moeRouter(y, hidden, *gate, bias, topK, g, norm, rs, ids, w);
+      // rms_norm_router: the norm's and the router's own functions in
+      // turn, the same bits as the two ops.
+      if (normWeight)
+        cpu::rmsNorm(x, 1, hidden, normWeight, e, y);
+      return cpu::moeRouter(normWeight ? y : x, hidden, *gate, bias, topK, g,
+                            norm, rs, ids, w);
     });
   }
   case OpKind::MoeChoose: {
