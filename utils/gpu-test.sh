@@ -150,6 +150,18 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-projection-norms \
     run "$m/glm5-projection-norms.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # The all-reduces' inputs written by their producers straight into the
+  # exchange (KILN_CUDA_DIRECT_SLOTS=1, off by default until measured:
+  # docs/perf.md, thirty-eighth pass), at 1k, alone and with the norms
+  # above.
+  step bench-glm5-tp8-rank0-graph-direct-slots env KILN_CUDA_DIRECT_SLOTS=1 \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
+  step bench-glm5-tp8-rank0-graph-projection-norms-direct-slots \
+    env KILN_CUDA_DIRECT_SLOTS=1 \
+    "$bin/kiln-run" "$m/glm5-projection-norms.cuda.tp8.kiln" \
+    --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
+    --steps 30
   # The router folded into the attention's all-reduce (kiln-compile
   # --fold-router, off by default: docs/perf.md, nineteenth pass), at 1k.
   step bench-glm5-tp8-rank0-graph-fold run "$m/glm5-fold.cuda.tp8.kiln" \

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -1011,6 +1012,53 @@ Expected<std::vector<StepOp>> decodeStep(const Artifact &artifact,
     ops.push_back(std::move(*op));
   }
   return ops;
+}
+
+std::vector<bool> firstInputsOwned(const Step &step,
+                                   const std::vector<StepOp> &ops,
+                                   const std::vector<int32_t> &calls) {
+  const size_t nb = step.buffers.size();
+  auto known = [&](int32_t b) { return b >= 0 && size_t(b) < nb; };
+  // Each buffer's writers, readers and last writer, and whether a view
+  // (of it, or of a view of it) aliases it.
+  std::vector<int32_t> writes(nb, 0), reads(nb, 0), producer(nb, -1);
+  std::vector<bool> viewed(nb, false);
+  for (size_t i = 0; i < nb; ++i) {
+    const Buffer *v = &step.buffers[i];
+    for (int hops = 0;
+         v->kind == BufferKind::View && known(v->base) && hops < int(nb);
+         ++hops) {
+      viewed[size_t(v->base)] = true;
+      v = &step.buffers[size_t(v->base)];
+    }
+  }
+  for (size_t o = 0; o < ops.size(); ++o) {
+    for (int32_t b : ops[o].ins)
+      if (known(b))
+        ++reads[size_t(b)];
+    for (int32_t b : ops[o].outs)
+      if (known(b)) {
+        ++writes[size_t(b)];
+        producer[size_t(b)] = int32_t(o);
+      }
+  }
+  std::vector<bool> owned(calls.size(), false);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const int32_t o = calls[c];
+    if (o < 0 || size_t(o) >= ops.size() || ops[size_t(o)].ins.empty())
+      continue;
+    const StepOp &call = ops[size_t(o)];
+    const int32_t x = call.ins[0];
+    if (!known(x))
+      continue;
+    const int32_t p = producer[size_t(x)];
+    owned[c] = step.buffers[size_t(x)].kind == BufferKind::Arena &&
+               !viewed[size_t(x)] && writes[size_t(x)] == 1 &&
+               reads[size_t(x)] == 1 && p >= 0 && p < o &&
+               std::count(ops[size_t(p)].ins.begin(), ops[size_t(p)].ins.end(),
+                          x) == 0;
+  }
+  return owned;
 }
 
 } // namespace kiln::backend

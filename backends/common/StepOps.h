@@ -211,6 +211,16 @@ Expected<std::vector<StepOp>> decodeStep(const artifact::Artifact &artifact,
                                          const artifact::Step &step,
                                          uint32_t ranks);
 
+/// Per op index in `calls`: whether that op's first input belongs to it
+/// and its producer alone: an arena buffer that no view aliases, written
+/// by exactly one earlier op that does not read it, and read by no op but
+/// the call, which does not write it. Such a buffer may live anywhere the
+/// two can reach (the CUDA backend places all-reduce inputs so in the
+/// exchange the peers read: KILN_CUDA_DIRECT_SLOTS).
+std::vector<bool> firstInputsOwned(const artifact::Step &step,
+                                   const std::vector<StepOp> &ops,
+                                   const std::vector<int32_t> &calls);
+
 /// Whether `name` is an op kind of the artifact's step ops ("rms_norm").
 bool isOpKindName(std::string_view name);
 

@@ -331,6 +331,10 @@ struct CudaRank {
   bool usePeers = false;
   DeviceMemory exchange;
   PeerExchange peers;
+  /// Direct slots (KILN_CUDA_DIRECT_SLOTS=1): by step name, the all-reduce
+  /// inputs placed in the exchange, each at its site (floats from the
+  /// exchange's slots: StepKernels.h peerSitesStart on).
+  std::map<std::string, std::map<int32_t, int64_t>, std::less<>> directSites;
   std::map<std::string, CudaStep> steps;
   std::unique_ptr<Worker> worker; ///< absent for a lone rank (runs inline)
 
@@ -667,6 +671,12 @@ Expected<Launch> OpBinder::collective() {
     float eps = float(d_.epsilon);
     bool isSum = d_.sum;
     uint64_t traffic = simulate ? ringBytes(n * sizeof(float)) : 0;
+    // Direct slots: x lives in the exchange, at its site (directSites).
+    int64_t site = -1;
+    if (auto direct = rank_.directSites.find(step_.step->name);
+        direct != rank_.directSites.end())
+      if (auto at = direct->second.find(d_.ins[0]); at != direct->second.end())
+        site = at->second;
     if (rank_.usePeers && allReducePeersFits(rank_.peers, rows, cols, tail)) {
       // One kernel: every rank's part read over NVLink (a simulated rank:
       // its own, once for every rank), combined in rank order, and for the
@@ -677,9 +687,13 @@ Expected<Launch> OpBinder::collective() {
       return wrap([=](cudaStream_t s) {
         return launchAllReducePeers(peers, x, rows, cols, isSum, residual, w,
                                     eps, out, y, f, s, tail, logits,
-                                    chooses ? &choice : nullptr);
+                                    chooses ? &choice : nullptr, site);
       });
     }
+    if (site >= 0)
+      return Error(where, "direct slots",
+                   "an all-reduce placed in the exchange that the one-shot "
+                   "kernel does not take");
     // The fused ops reduce into scratch (their input is read-only).
     float *reduced = f32Out(0);
     if (added || (simulate && ranks > 1)) {
@@ -1482,7 +1496,9 @@ constexpr unsigned kDefaultShapeFamilies =
 /// (StepSchedule::waitsSuffice), KILN_CUDA_MLA_LATE_DEPENDENTS=0 lets the
 /// kernels after MLA be scheduled at its start, KILN_CUDA_MLA_ALONE=0 lets
 /// MLA's blocks share multiprocessors, KILN_CUDA_MLA_EARLY_ROWS=0 loads all
-/// of MLA's rows after its wait (MlaLaunch),
+/// of MLA's rows after its wait (MlaLaunch), KILN_CUDA_DIRECT_SLOTS=1 has
+/// the producers of the one-shot all-reduces' inputs write them straight
+/// into the exchange (directSites),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1552,6 +1568,10 @@ struct GraphSwitches {
   /// has room; KILN_CUDA_MLA_EARLY_ROWS=0: it loads every cache row after
   /// its wait (StepKernels.h MlaLaunch).
   MlaLaunch mla;
+  /// KILN_CUDA_DIRECT_SLOTS=1: an all-reduce's input written by its
+  /// producer straight into the exchange where the peers read it, not
+  /// copied there by the all-reduce (directSites; off until measured).
+  bool directSlots = false;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1592,6 +1612,13 @@ Expected<unsigned> readShapeFamilies(unsigned unset) {
     return *families;
   return Error("KILN_CUDA_SPECIALISED", v,
                "expected 1, 0 or a comma list of q8, experts, mla, indexer");
+}
+
+/// Whether KILN_CUDA_OMIT leaves an all-reduce out (then direct slots are
+/// not used: their reuse relies on every all-reduce's flags).
+bool omitsCollectives(const std::set<std::string, std::less<>> &omit) {
+  return omit.count("all_reduce") || omit.count("all_reduce_add") ||
+         omit.count("all_reduce_add_rms_norm");
 }
 
 Expected<GraphSwitches> readGraphSwitches() {
@@ -1650,6 +1677,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   KILN_ASSIGN(mlaAlone, readFlag("KILN_CUDA_MLA_ALONE", true));
   KILN_ASSIGN(mlaEarlyRows, readFlag("KILN_CUDA_MLA_EARLY_ROWS", true));
   g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows};
+  KILN_ASSIGN(directSlots, readFlag("KILN_CUDA_DIRECT_SLOTS", false));
+  g.directSlots = directSlots;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -1824,11 +1853,18 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   CudaStep &s = rank.steps[step.name];
   s.step = &step;
   s.ptrs.assign(step.buffers.size(), nullptr);
+  // Direct slots: the all-reduce inputs that live in the exchange.
+  const auto direct = rank.directSites.find(step.name);
   for (size_t i = 0; i < step.buffers.size(); ++i) {
     const Buffer &b = step.buffers[i];
     switch (b.kind) {
     case BufferKind::Arena:
       s.ptrs[i] = rank.arena.get() + b.offset;
+      if (direct != rank.directSites.end())
+        if (auto site = direct->second.find(int32_t(i));
+            site != direct->second.end())
+          s.ptrs[i] = reinterpret_cast<uint8_t *>(
+              rank.peers.slots[rank.peers.me] + site->second);
       break;
     case BufferKind::View:
       s.ptrs[i] = s.ptrs[b.base] + b.offset * elementBytes(b.dtype);
@@ -2443,14 +2479,71 @@ int64_t largestAllReduce(const Artifact &a) {
   return largest;
 }
 
+/// Direct slots (KILN_CUDA_DIRECT_SLOTS=1; StepKernels.h PeerExchange): in
+/// each step of `plan`, the inputs of the all-reduces the one-shot kernel
+/// takes whole (an exchange of `capacity`) that can live in the exchange:
+/// an arena buffer that no view aliases, that one earlier op writes
+/// without reading it and that nothing but the all-reduce reads. Each such
+/// buffer gets a site of its own, 128-byte aligned, counted from
+/// peerSitesStart(capacity); `floats` is the sites' extent. A site is
+/// written again by the next run's producer, which every rank starts only
+/// after its last all-reduce of this run waited for every peer's flag,
+/// published once that peer's earlier all-reduces (collectives run in list
+/// order, each after the one before it) had read their sites: the step's
+/// last all-reduce, read after its flag, is left out, so a step with one
+/// has none.
+struct DirectSites {
+  std::map<std::string, std::map<int32_t, int64_t>, std::less<>> at;
+  int64_t floats = 0;
+  int64_t calls = 0; ///< the one-shot all-reduces of the plan's steps
+  bool operator==(const DirectSites &) const = default;
+};
+
+Expected<DirectSites> directSites(const Artifact &a, const RankPlan &plan,
+                                  uint32_t ranks, int64_t capacity) {
+  constexpr int64_t kAlign = 128 / sizeof(float);
+  DirectSites sites;
+  int64_t next = peerSitesStart(capacity);
+  for (const Step &step : plan.steps) {
+    KILN_ASSIGN(ops, backend::decodeStep(a, step, ranks));
+    std::vector<int32_t> calls;
+    for (size_t o = 0; o < ops.size(); ++o) {
+      const OpKind k = ops[o].kind;
+      if ((k == OpKind::AllReduce || k == OpKind::AllReduceAdd ||
+           k == OpKind::AllReduceAddRmsNorm) &&
+          allReducePeersShape(ops[o].rows, ops[o].n, ops[o].tail, capacity))
+        calls.push_back(int32_t(o));
+    }
+    sites.calls += int64_t(calls.size());
+    if (calls.size() < 2)
+      continue;
+    calls.pop_back(); // the step's last: read after its flag
+    const std::vector<bool> owned = backend::firstInputsOwned(step, ops, calls);
+    for (size_t c = 0; c < calls.size(); ++c) {
+      if (!owned[c])
+        continue;
+      const StepOp &op = ops[size_t(calls[c])];
+      const int32_t x = op.ins[0];
+      const int64_t floats =
+          std::max(int64_t(step.buffers[size_t(x)].elements()),
+                   op.rows * op.n + op.tail);
+      sites.at[step.name][x] = next;
+      next += (floats + kAlign - 1) / kAlign * kAlign;
+    }
+  }
+  sites.floats = next - peerSitesStart(capacity);
+  return sites;
+}
+
 /// The one-shot all-reduce's exchange (StepKernels.h PeerExchange): each
 /// rank's memory, every GPU of the group given access to every other's,
 /// and each rank's view of all of them. A simulated rank (`local`) has
 /// one of its own that stands for every rank's. When two GPUs of the group
 /// cannot reach each other's memory, all-reduces stay with NCCL. Ranks on
 /// one GPU (`oneGpu`) have no NCCL: every collective goes through the
-/// exchange, in parts of at most kPeerMaxValues values.
-Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu) {
+/// exchange, in parts of at most kPeerMaxValues values. `direct`: with
+/// direct slots where the ranks' plans place them alike (directSites).
+Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct) {
   const Artifact &a = g.artifact;
   const int64_t capacity = oneGpu ? kPeerMaxValues : largestAllReduce(a);
   if (oneGpu && a.ranks > uint32_t(kMaxPeers))
@@ -2473,13 +2566,39 @@ Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu) {
         return Status::ok();
       }
     }
+  // Every rank reads its peers' sites at its own offsets: the plans must
+  // place them alike (tensor-parallel plans do).
+  DirectSites sites;
+  if (direct) {
+    for (size_t i = 0; i < g.ranks.size(); ++i) {
+      KILN_ASSIGN(mine, directSites(a, a.rankPlans[g.ranks[i]->index], a.ranks,
+                                    capacity));
+      if (i == 0) {
+        sites = std::move(mine);
+      } else if (!(mine == sites)) {
+        std::fprintf(stderr, "cuda backend: the ranks' plans place their "
+                             "all-reduces' inputs differently: no direct "
+                             "slots\n");
+        sites = {};
+        break;
+      }
+    }
+    size_t placed = 0;
+    for (const auto &[name, inputs] : sites.at)
+      placed += inputs.size();
+    std::fprintf(stderr,
+                 "cuda backend: KILN_CUDA_DIRECT_SLOTS=1: %zu of %lld "
+                 "all-reduces read their inputs where their producers wrote "
+                 "them\n",
+                 placed, (long long)sites.calls);
+  }
   KILN_TRY(onEveryRank(g, [&](CudaRank &rank) -> Status {
     KILN_TRY(enter(rank));
     if (!local)
       for (auto &o : g.ranks)
         if (o->device != rank.device)
           CUDA_TRY(rank.where, enablePeerAccess(o->device));
-    const uint64_t bytes = peerExchangeBytes(capacity);
+    const uint64_t bytes = peerExchangeBytes(capacity, sites.floats);
     KILN_ASSIGN(m, DeviceMemory::allocate(bytes, "all-reduce exchange"));
     // Zero before any rank's first all-reduce reads the flags (the legacy
     // stream's memset, waited for: no rank stream is ordered after it).
@@ -2496,6 +2615,7 @@ Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu) {
         local ? std::vector<uint8_t *>{r->exchange.get()} : bases,
         int32_t(a.ranks), int32_t(r->index), capacity, local);
     r->usePeers = true;
+    r->directSites = sites.at;
   }
   return Status::ok();
 }
@@ -2640,8 +2760,9 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   }
 
   if (switches.peerAllReduce && a.ranks > 1)
-    KILN_TRY(setUpPeerExchange(*group, simulate || switches.localCollectives,
-                               oneGpu));
+    KILN_TRY(setUpPeerExchange(
+        *group, simulate || switches.localCollectives, oneGpu,
+        switches.directSlots && !omitsCollectives(switches.omit)));
 
   // Each rank on its own thread: place, prepare, join NCCL, capture.
   Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {

@@ -3343,6 +3343,9 @@ struct PeerArgs {
   /// holding the tail's last value (dynamic shared memory:
   /// routerChoiceShared).
   RouterChoice choice;
+  /// Direct slots: x is this rank's slots + site, already where the peers
+  /// read it; -1: x is copied into the call's parity.
+  int64_t site;
 };
 
 /// One cluster of kPeerBlocks blocks; block b takes values [b * chunk,
@@ -3377,26 +3380,30 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   const int64_t last = first + chunk < total ? first + chunk : total;
   if (threadIdx.x == 0)
     epochShared = a.p.epochs[b] + 1;
-  // This rank's part into its slots of the call's parity; the residual and
-  // the norm's weights loaded with it, in flight together.
+  // This rank's part into its slots of the call's parity (not with direct
+  // slots: its producer wrote it there); the residual and the norm's
+  // weights loaded with it, in flight together.
+  const bool direct = a.site >= 0;
   float v[kPeerPer], r[kPeerPer], g[kPeerPer];
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    const bool in = f < last, normed = fused && f < body;
+    const bool in = f < last && !direct, normed = fused && f < body;
     v[k] = in ? a.x[f] : 0.f;
     r[k] = added && f < body ? a.residual[f] : 0.f;
     g[k] = normed ? a.w[f % a.n] : 0.f;
   }
   __syncthreads();
   const uint32_t e = epochShared;
-  const int64_t parity = int64_t(e & 1u) * a.p.capacity;
-  float *mine = a.p.slots[a.p.me] + parity;
+  const int64_t at = direct ? a.site : int64_t(e & 1u) * a.p.capacity;
+  if (!direct) {
+    float *mine = a.p.slots[a.p.me] + at;
 #pragma unroll
-  for (int k = 0; k < kPeerPer; ++k) {
-    const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    if (f < last)
-      mine[f] = v[k];
+    for (int k = 0; k < kPeerPer; ++k) {
+      const int64_t f = first + threadIdx.x + k * kPeerThreads;
+      if (f < last)
+        mine[f] = v[k];
+    }
   }
   // The block's writes, then one system-scope fence and release by thread
   // 0 (the barrier orders the other threads' writes before them, as a
@@ -3426,7 +3433,7 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 #pragma unroll
     for (int j = 0; j < kPeerGroup; ++j) {
       const bool real = q0 + j < a.p.ranks;
-      const float *slot = a.p.slots[q0 + j] + parity;
+      const float *slot = a.p.slots[q0 + j] + at;
 #pragma unroll
       for (int k = 0; k < kPeerPer; ++k) {
         const int64_t f = first + threadIdx.x + k * kPeerThreads;
@@ -3519,10 +3526,17 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 
 } // namespace
 
-uint64_t peerExchangeBytes(int64_t capacity) {
-  return uint64_t(2 * capacity) * sizeof(float) +
-         2 * uint64_t(kPeerBlocks) * sizeof(uint32_t);
+int64_t peerSitesStart(int64_t capacity) {
+  constexpr int64_t kAlign = 128 / sizeof(float);
+  const int64_t end = 2 * capacity + 2 * kPeerBlocks; // flags, epochs: 4 bytes
+  return (end + kAlign - 1) / kAlign * kAlign;
 }
+uint64_t peerExchangeBytes(int64_t capacity, int64_t sites) {
+  return uint64_t(sites > 0 ? peerSitesStart(capacity) + sites
+                            : 2 * capacity + 2 * kPeerBlocks) *
+         sizeof(float);
+}
+static_assert(sizeof(float) == sizeof(uint32_t));
 PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
                               int32_t ranks, int32_t me, int64_t capacity,
                               bool local) {
@@ -3556,14 +3570,19 @@ cudaError_t enablePeerAccess(int peer) {
 }
 static_assert(kPeerMaxValues == int64_t(kPeerBlocks) * kPeerThreads * kPeerPer);
 
+bool allReducePeersShape(int64_t rows, int64_t n, int64_t tail,
+                         int64_t capacity) {
+  if (rows <= 0 || rows > kMaxPeerRows || n <= 0 || tail < 0 ||
+      (tail > 0 && rows != 1))
+    return false;
+  const int64_t total = rows * n + tail; // rows <= 4: n bounds it
+  return n <= kPeerMaxValues && total <= kPeerMaxValues && total <= capacity;
+}
+
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,
                         int64_t tail) {
-  const int64_t total = rows * n + tail;
-  return rows > 0 && rows <= kMaxPeerRows && n > 0 && tail >= 0 &&
-         (tail == 0 || rows == 1) &&
-         total <= int64_t(kPeerBlocks) * kPeerThreads * kPeerPer &&
-         total <= p.capacity && p.ranks >= 1 && p.ranks <= kMaxPeers &&
-         p.me >= 0 && p.me < p.ranks && p.epochs;
+  return allReducePeersShape(rows, n, tail, p.capacity) && p.ranks >= 1 &&
+         p.ranks <= kMaxPeers && p.me >= 0 && p.me < p.ranks && p.epochs;
 }
 
 cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
@@ -3571,16 +3590,19 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  const float *residual, const float *w,
                                  float eps, float *out, float *y,
                                  FaultSink fault, cudaStream_t s, int64_t tail,
-                                 float *logits, const RouterChoice *choice) {
+                                 float *logits, const RouterChoice *choice,
+                                 int64_t site) {
   if (!allReducePeersFits(p, rows, n, tail) || !x || !out ||
       (w && (!residual || !y)) || (tail > 0 && (!w || !logits)) ||
-      (residual && !sum))
+      (residual && !sum) ||
+      (site >= 0 &&
+       (site < peerSitesStart(p.capacity) || x != p.slots[p.me] + site)))
     return cudaErrorInvalidValue;
   for (int q = 0; q < p.ranks; ++q)
     if (!p.slots[q] || (!p.local && !p.flags[q]))
       return cudaErrorInvalidValue;
-  PeerArgs args{p,   x, rows, n, sum,   residual, w,
-                eps, out, y,  fault, tail,  logits, {}};
+  PeerArgs args{p,   x,   rows, n,     sum,  residual, w,
+                eps, out, y,    fault, tail, logits,   {}, site};
   size_t shared = 0;
   if (choice && choice->topK > 0) {
     shared = routerChoiceShared(tail, choice->topK, kPeerThreads);

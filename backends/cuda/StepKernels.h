@@ -199,6 +199,18 @@ cudaError_t launchRingTraffic(const float *x, int64_t n, int64_t count,
 /// the cluster's shared memory and add them in block order. `local`: a rank
 /// simulated alone; every rank's slots are its own and no peer is waited
 /// for.
+///
+/// Direct slots (KILN_CUDA_DIRECT_SLOTS=1): after the flags and epochs an
+/// exchange may hold a region of sites, one for each all-reduce of a step
+/// whose input only its producer writes and only the all-reduce reads; the
+/// producer writes that input straight into the rank's site (the backend
+/// places the buffer there), and the call at `site` reads every rank's part
+/// at the same offset of its exchange, with no copy of its own part. Site
+/// c is written again only by the next step's producer of c, after this
+/// rank has waited in a later call (or at the step's end, in the step's
+/// last one) for every peer's flag, which each publishes only once its
+/// earlier kernels, the reads of c among them, have ended: so a step needs
+/// two calls or more for its sites.
 constexpr int kMaxPeers = 8;
 constexpr int kPeerBlocks = 8;
 constexpr int kMaxPeerRows = 4;
@@ -213,8 +225,12 @@ struct PeerExchange {
   int64_t capacity = 0;
   bool local = false;
 };
-/// The bytes of one rank's exchange for `capacity` floats.
-uint64_t peerExchangeBytes(int64_t capacity);
+/// The bytes of one rank's exchange for `capacity` floats and `sites`
+/// floats of direct slots.
+uint64_t peerExchangeBytes(int64_t capacity, int64_t sites = 0);
+/// Where the direct slots begin, in floats from a rank's slots (after the
+/// two parities, the flags and the epochs, at a multiple of 128 bytes).
+int64_t peerSitesStart(int64_t capacity);
 /// Rank `me`'s view of a group of `ranks`: bases[q] is rank q's exchange
 /// (peerExchangeBytes(capacity) bytes). `local`: a rank simulated alone,
 /// whose one exchange, bases[0], stands for every rank's.
@@ -234,7 +250,9 @@ cudaError_t enablePeerAccess(int peer);
 /// the last tail divided by the norm's rms into `logits`; with a `choice`
 /// too (kiln-fuse-router-choice), the block holding the tail's last value
 /// then makes the router's choice from those logits, as launchMoeChoose
-/// would (the same code: the same ids and weights).
+/// would (the same code: the same ids and weights). With a `site` >= 0
+/// (direct slots), x is this rank's slots + site (peerSitesStart on), and
+/// every rank's part is read at that offset of its slots.
 struct RouterChoice {
   const float *bias = nullptr;
   int64_t topK = 0;
@@ -244,17 +262,19 @@ struct RouterChoice {
   int32_t *ids = nullptr;
   float *weights = nullptr;
 };
-cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
-                                 int64_t rows, int64_t n, bool sum,
-                                 const float *residual, const float *w,
-                                 float eps, float *out, float *y,
-                                 FaultSink fault, cudaStream_t s,
-                                 int64_t tail = 0, float *logits = nullptr,
-                                 const RouterChoice *choice = nullptr);
+cudaError_t
+launchAllReducePeers(const PeerExchange &p, const float *x, int64_t rows,
+                     int64_t n, bool sum, const float *residual, const float *w,
+                     float eps, float *out, float *y, FaultSink fault,
+                     cudaStream_t s, int64_t tail = 0, float *logits = nullptr,
+                     const RouterChoice *choice = nullptr, int64_t site = -1);
 /// Whether launchAllReducePeers takes rows x n (+ tail): at most
 /// kMaxPeerRows rows and 8,192 values, within the capacity.
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,
                         int64_t tail = 0);
+/// The shape half of allReducePeersFits, for an exchange of `capacity`.
+bool allReducePeersShape(int64_t rows, int64_t n, int64_t tail,
+                         int64_t capacity);
 
 /// y = x / sqrt(mean(x^2) + eps) * w per row of n; y may be x.
 cudaError_t launchRmsNorm(const float *x, int64_t rows, int64_t n,

@@ -203,6 +203,20 @@ class Checks:
                            f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
         self.check(same, what)
 
+    def direct_slots(self, model, art, gguf, toks, extra):
+        """Logits with KILN_CUDA_DIRECT_SLOTS=1, and the backend's count of
+        the all-reduces it placed so ("N of M"; None if it did not say)."""
+        out = self.work / f"{model}-{art.stem}-direct.npy"
+        proc = run(self.pack, [self.pack / "bin" / "kiln-run", art,
+                               "--weights", gguf, "--backend-dir",
+                               self.pack / "lib", "--prompt-tokens",
+                               ",".join(map(str, toks)), "-n", 0,
+                               "--logits-out", out, *extra],
+                   extra_env={"KILN_CUDA_DIRECT_SLOTS": "1"})
+        said = re.search(r"DIRECT_SLOTS=1: (\d+ of \d+) all-reduces",
+                         proc.stderr)
+        return np.load(out), said.group(1) if said else None
+
     def teacher_forced(self, model):
         tol = MODELS[model][1]
         gguf, toks = self.gguf(model), tokens_for()
@@ -370,6 +384,20 @@ class Checks:
                            place + ["--eager"])
             self.identical(f"{model}: tp{tp} ({where}) graph vs --eager",
                            part, parte, f"{model} tp{tp} graph vs eager")
+            # The all-reduces' inputs written by their producers straight
+            # into the exchange (KILN_CUDA_DIRECT_SLOTS=1, off by default):
+            # the same sums in the same order, so the default's bits, graph
+            # and eager; the backend must say it placed some.
+            for mode in ([], ["--eager"]):
+                how = ", eager" if mode else ""
+                direct, placed = self.direct_slots(model, art, gguf, toks,
+                                                   place + mode)
+                self.identical(f"{model}: tp{tp} ({where}{how}, direct "
+                               f"slots: {placed}) vs the default graph",
+                               direct, part,
+                               f"{model} tp{tp} direct slots{how}",
+                               ok=placed is not None and
+                               not placed.startswith("0 "))
             # The same with NCCL's all-reduce instead of the one-shot
             # kernel over NVLink peers (the default).
             alls = [("", None)]
@@ -415,6 +443,16 @@ class Checks:
                                        f"{what}{label}) vs cuda tp1",
                                        got, graph, tol, self.report),
                                f"{model} tp{tp} {kind}{label}")
+                    if kind == "cuda-projnorm" and not extra_env:
+                        # all_reduce_add's inputs by direct slots too.
+                        direct, placed = self.direct_slots(model, fold, gguf,
+                                                           toks, place)
+                        self.identical(
+                            f"{model}: tp{tp} ({where}, {what}, direct slots: "
+                            f"{placed}) vs without", direct, got,
+                            f"{model} tp{tp} {kind} direct slots",
+                            ok=placed is not None and
+                            not placed.startswith("0 "))
                     if kind != "cuda-composed-choice":
                         continue
                     again = [logits(self.pack, fold, gguf, toks,

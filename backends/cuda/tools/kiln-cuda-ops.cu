@@ -4304,6 +4304,80 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
       r.line("all_reduce_peers", what + ", normed (3 calls)", yErr,
              sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
   }
+  // Direct slots (KILN_CUDA_DIRECT_SLOTS=1): x written into the exchange's
+  // sites first (as its producer would), each call reading every rank's part
+  // there, two sites taken in turn over four calls; the same combine.
+  for (const Case &c :
+       {Case{8, 1, 6144, true, true}, Case{8, 1, 6144, true, false, true},
+        Case{2, 4, 2000, true, true}, Case{4, 2, 300, false, false},
+        Case{1, 1, 6001, true, false, true}}) {
+    const bool added = c.fused || c.add;
+    const int64_t values = c.rows * c.n, start = kc::peerSitesStart(capacity);
+    const int64_t sites[2] = {start, start + (values + 31) / 32 * 32};
+    const uint64_t bytes = kc::peerExchangeBytes(capacity, 2 * (sites[1] - start));
+    DeviceArray<uint8_t> exchange(bytes);
+    CHECK_CUDA(cudaMemset(exchange.get(), 0, bytes));
+    const kc::PeerExchange p =
+        kc::peerExchangeView({exchange.get()}, c.ranks, 0, capacity, true);
+    const std::string what = fmtText("simulated, direct slots, %d ranks, "
+                                     "%lldx%lld %s",
+                                     c.ranks, (long long)c.rows, (long long)c.n,
+                                     c.fused ? "+ add + rms_norm"
+                                     : c.add ? "+ add"
+                                     : c.sum ? "sum"
+                                             : "max");
+    double outErr = 0, yErr = 0;
+    for (int call = 0; call < 4; ++call) {
+      std::vector<float> x = normals(rng, values, 1.0),
+                         res = normals(rng, values, 1.0),
+                         w = normals(rng, c.n, 1.0, 1.0);
+      std::vector<float> want =
+          reference(std::vector<std::vector<float>>(size_t(c.ranks), x), c.sum);
+      std::vector<float> wantY(want.size());
+      if (added)
+        cpu::add(res.data(), want.data(), values, want.data());
+      if (c.fused)
+        cpu::rmsNorm(want.data(), c.rows, c.n, w.data(), eps, wantY.data());
+      float *slot = p.slots[0] + sites[call % 2];
+      CHECK_CUDA(cudaMemcpy(slot, x.data(), x.size() * sizeof(float),
+                            cudaMemcpyHostToDevice));
+      DeviceArray<float> dres(res), dw(w), dout(x.size()), dy(x.size());
+      run(kc::launchAllReducePeers(
+          p, slot, c.rows, c.n, c.sum, added ? dres.get() : nullptr,
+          c.fused ? dw.get() : nullptr, eps, dout.get(),
+          c.fused ? dy.get() : nullptr, {}, nullptr, 0, nullptr, nullptr,
+          sites[call % 2]));
+      outErr = std::max(outErr, double(mismatches(dout.download(), want)));
+      if (c.fused)
+        yErr = std::max(yErr, relError(dy.download(), wantY));
+    }
+    r.line("all_reduce_peers", what + ", reduced (4 calls)", outErr, 0,
+           "bit-exact: the CPU's rank order");
+    if (c.fused)
+      r.line("all_reduce_peers", what + ", normed (4 calls)", yErr,
+             sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
+  }
+  {
+    // A site before the sites' start, or an x elsewhere than the site, is
+    // refused before any launch.
+    const int64_t start = kc::peerSitesStart(capacity);
+    DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity, 6144));
+    const kc::PeerExchange p =
+        kc::peerExchangeView({exchange.get()}, 8, 0, capacity, true);
+    DeviceArray<float> x(size_t(64)), out(size_t(64));
+    auto refuses = [&](const float *in, int64_t site) {
+      return kc::launchAllReducePeers(p, in, 1, 64, true, nullptr, nullptr,
+                                      0.f, out.get(), nullptr, {}, nullptr, 0,
+                                      nullptr, nullptr,
+                                      site) == cudaErrorInvalidValue;
+    };
+    const double wrong = !refuses(p.slots[0] + 64, 64) +
+                         !refuses(x.get(), start) +
+                         !refuses(p.slots[0] + start + 32, start);
+    r.line("all_reduce_peers",
+           "direct slots: a site in the parities, x away from its site (3)",
+           wrong, 0, "refused: cudaErrorInvalidValue");
+  }
   {
     // A residual add after a max is refused before any launch.
     DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
@@ -4340,11 +4414,16 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     if (two)
       CHECK_CUDA(kc::enablePeerAccess(gpu[1 - d]));
     CHECK_CUDA(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking));
+    // With room for two direct slots of n values.
     exchange.push_back(std::make_unique<DeviceArray<uint8_t>>(
-        kc::peerExchangeBytes(capacity)));
-    CHECK_CUDA(
-        cudaMemset(exchange.back()->get(), 0, kc::peerExchangeBytes(capacity)));
+        kc::peerExchangeBytes(capacity, 2 * n)));
+    CHECK_CUDA(cudaMemset(exchange.back()->get(), 0,
+                          kc::peerExchangeBytes(capacity, 2 * n)));
   }
+  // By the parities, then by direct slots (each rank's part written into
+  // its site first, two sites in turn).
+  for (bool direct : {false, true}) {
+  const int64_t start = kc::peerSitesStart(capacity);
   double outErr = 0, yErr = 0, differ = 0;
   for (int call = 0; call < 3; ++call) {
     std::vector<std::vector<float>> parts = {normals(rng, n, 1.0),
@@ -4367,17 +4446,27 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
       outs.push_back(keep[keep.size() - 2]->get());
       ys.push_back(keep[keep.size() - 1]->get());
     }
+    // Direct: each rank's part into its site, before any launch.
+    for (int d = 0; direct && d < 2; ++d) {
+      CHECK_CUDA(cudaSetDevice(gpu[d]));
+      float *slot = reinterpret_cast<float *>(exchange[size_t(d)]->get()) +
+                    start + (call % 2) * n;
+      CHECK_CUDA(cudaMemcpy(slot, parts[size_t(d)].data(), n * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    }
     for (int d = 0; d < 2; ++d) {
       CHECK_CUDA(cudaSetDevice(gpu[d]));
       const kc::PeerExchange p = kc::peerExchangeView(
           {exchange[0]->get(), exchange[1]->get()}, 2, d, capacity, false);
       const size_t at = size_t(d) * 5;
+      const int64_t site = direct ? start + (call % 2) * n : -1;
+      const float *x = direct ? p.slots[d] + site : keep[at]->get();
       // Not run(): it would wait for this rank's kernel, which waits for
       // the other's, not launched yet.
       CHECK_CUDA(kc::launchAllReducePeers(
-          p, keep[at]->get(), rows, n, true, keep[at + 1]->get(),
-          keep[at + 2]->get(), eps, outs[size_t(d)], ys[size_t(d)], {},
-          streams[d]));
+          p, x, rows, n, true, keep[at + 1]->get(), keep[at + 2]->get(), eps,
+          outs[size_t(d)], ys[size_t(d)], {}, streams[d], 0, nullptr, nullptr,
+          site));
     }
     std::vector<std::vector<float>> gotY;
     for (int d = 0; d < 2; ++d) {
@@ -4396,13 +4485,15 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     keep.clear();
   }
   CHECK_CUDA(cudaSetDevice(0));
+  const std::string how = ranksAre + (direct ? ", direct slots" : "");
   r.line("all_reduce_peers",
-         ranksAre + ", 1x6144 + add + rms_norm, reduced (3 calls)", outErr, 0,
+         how + ", 1x6144 + add + rms_norm, reduced (3 calls)", outErr, 0,
          "bit-exact: the CPU's rank order");
-  r.line("all_reduce_peers", ranksAre + ", normed (3 calls)", yErr,
+  r.line("all_reduce_peers", how + ", normed (3 calls)", yErr,
          sumTol(double(n)), sumWhy("sum of squares order", n));
-  r.line("all_reduce_peers", ranksAre + ", normed, rank 0 against rank 1",
+  r.line("all_reduce_peers", how + ", normed, rank 0 against rank 1",
          differ, 0, "bit-identical: the same sums in the same order");
+  }
 
   // The router's choice inside the all-reduce between the same two ranks,
   // many calls (small's shape: 1,024 values, a tail of 32 experts, top 8,

@@ -592,4 +592,94 @@ TEST(SliceWeight, ValidateRefusesABadRowCut) {
   EXPECT_FALSE(bool(ka::validate(a, "a.kiln")));
 }
 
+// firstInputsOwned: an all-reduce's input that it and its producer alone
+// touch (the CUDA backend's direct slots place such inputs in its
+// exchange). Buffers 0 a, 1 p, 2 r, 3 o; op 0 writes p from a, op 1 (the
+// call) reads p and r and writes o; each case changes one thing.
+struct OwnedStep {
+  ka::Step step;
+  std::vector<StepOp> ops;
+  OwnedStep() {
+    for (const char *n : {"a", "p", "r", "o"})
+      step.buffers.push_back(arena(n, {64}));
+    ops.push_back(stepOp({0}, {1}));
+    ops.push_back(stepOp({1, 2}, {3}));
+  }
+  static StepOp stepOp(std::vector<int32_t> ins, std::vector<int32_t> outs) {
+    StepOp op;
+    op.ins = std::move(ins);
+    op.outs = std::move(outs);
+    return op;
+  }
+  bool owned(std::vector<int32_t> calls = {1}) const {
+    std::vector<bool> got = firstInputsOwned(step, ops, calls);
+    EXPECT_EQ(got.size(), calls.size());
+    return !got.empty() && got[0];
+  }
+};
+
+TEST(FirstInputsOwned, ProducerAndCallAlone) {
+  OwnedStep s;
+  EXPECT_TRUE(s.owned());
+  // Op 0's input a has no producer: not owned.
+  EXPECT_EQ(firstInputsOwned(s.step, s.ops, {1, 0}),
+            (std::vector<bool>{true, false}));
+}
+
+TEST(FirstInputsOwned, ReadByAnotherOp) {
+  OwnedStep s;
+  s.ops.push_back(OwnedStep::stepOp({1}, {0}));
+  EXPECT_FALSE(s.owned());
+}
+
+/// Buffer 4 a view of `first`, buffer 5 a view of buffer 4.
+void viewChain(OwnedStep &s, int32_t first) {
+  ka::Buffer v = arena("v", {32});
+  v.kind = ka::BufferKind::View;
+  v.base = first;
+  s.step.buffers.push_back(v);
+  v.base = 4;
+  s.step.buffers.push_back(v);
+}
+
+TEST(FirstInputsOwned, AliasedByAViewOrAViewOfOne) {
+  OwnedStep direct;
+  viewChain(direct, 1); // 5 -> 4 -> p
+  EXPECT_FALSE(direct.owned());
+  OwnedStep other;
+  viewChain(other, 3); // 5 -> 4 -> o: p unaliased
+  EXPECT_TRUE(other.owned());
+  OwnedStep isView;
+  isView.step.buffers.push_back(arena("whole", {128})); // 4
+  isView.step.buffers[1].kind = ka::BufferKind::View;   // p a view of it
+  isView.step.buffers[1].base = 4;
+  EXPECT_FALSE(isView.owned());
+}
+
+TEST(FirstInputsOwned, ProducerReadsOrWritesTwice) {
+  OwnedStep s;
+  s.ops[0].ins.push_back(1); // accumulates into p
+  EXPECT_FALSE(s.owned());
+  OwnedStep t;
+  t.ops.insert(t.ops.begin(), OwnedStep::stepOp({0}, {1})); // p written twice
+  EXPECT_FALSE(t.owned({2}));
+  OwnedStep u;
+  u.ops[1].outs.push_back(1); // the call writes its input too
+  EXPECT_FALSE(u.owned());
+}
+
+TEST(FirstInputsOwned, NotArenaOrNotProducedBefore) {
+  OwnedStep s;
+  s.step.buffers[1].kind = ka::BufferKind::Input;
+  EXPECT_FALSE(s.owned());
+  OwnedStep t;
+  std::swap(t.ops[0], t.ops[1]); // the call first, p written after it
+  EXPECT_FALSE(t.owned({0}));
+  OwnedStep u;
+  EXPECT_FALSE(u.owned({7})); // no such op: false, no crash
+  EXPECT_FALSE(u.owned({-1}));
+  u.ops[1].ins[0] = 99; // no such buffer
+  EXPECT_FALSE(u.owned());
+}
+
 } // namespace
