@@ -3573,9 +3573,9 @@ static_assert(kPeerMaxValues == int64_t(kPeerBlocks) * kPeerThreads * kPeerPer);
 bool allReducePeersShape(int64_t rows, int64_t n, int64_t tail,
                          int64_t capacity) {
   if (rows <= 0 || rows > kMaxPeerRows || n <= 0 || tail < 0 ||
-      (tail > 0 && rows != 1))
+      tail > kPeerMaxValues || (tail > 0 && rows != 1))
     return false;
-  const int64_t total = rows * n + tail; // rows <= 4: n bounds it
+  const int64_t total = rows * n + tail; // rows <= 4: n and tail bound it
   return n <= kPeerMaxValues && total <= kPeerMaxValues && total <= capacity;
 }
 
