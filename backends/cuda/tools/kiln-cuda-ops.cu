@@ -4259,75 +4259,29 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     int64_t rows, n;
     bool sum, fused, add = false;
   };
-  for (const Case &c :
-       {Case{1, 1, 6144, true, true}, Case{8, 1, 6144, true, true},
-        Case{8, 3, 1000, true, true}, Case{8, 1, 6144, true, false},
-        Case{4, 2, 300, false, false}, Case{2, 4, 2000, true, true},
-        Case{8, 1, 6144, true, false, true}, Case{1, 1, 6144, true, false, true},
-        Case{8, 3, 1000, true, false, true},
-        Case{2, 1, 6001, true, false, true}}) {
-    const bool added = c.fused || c.add;
-    DeviceArray<uint8_t> exchange(kc::peerExchangeBytes(capacity));
-    CHECK_CUDA(cudaMemset(exchange.get(), 0, kc::peerExchangeBytes(capacity)));
-    const kc::PeerExchange p =
-        kc::peerExchangeView({exchange.get()}, c.ranks, 0, capacity, true);
-    const std::string what = fmtText("simulated, %d ranks, %lldx%lld %s",
-                                     c.ranks, (long long)c.rows, (long long)c.n,
-                                     c.fused ? "+ add + rms_norm"
-                                     : c.add ? "+ add"
-                                     : c.sum ? "sum"
-                                             : "max");
-    double outErr = 0, yErr = 0;
-    for (int call = 0; call < 3; ++call) {
-      std::vector<float> x = normals(rng, c.rows * c.n, 1.0),
-                         res = normals(rng, c.rows * c.n, 1.0),
-                         w = normals(rng, c.n, 1.0, 1.0);
-      std::vector<float> want =
-          reference(std::vector<std::vector<float>>(size_t(c.ranks), x), c.sum);
-      std::vector<float> wantY(want.size());
-      if (added)
-        cpu::add(res.data(), want.data(), c.rows * c.n, want.data());
-      if (c.fused)
-        cpu::rmsNorm(want.data(), c.rows, c.n, w.data(), eps, wantY.data());
-      DeviceArray<float> dx(x), dres(res), dw(w), dout(x.size()), dy(x.size());
-      run(kc::launchAllReducePeers(
-          p, dx.get(), c.rows, c.n, c.sum, added ? dres.get() : nullptr,
-          c.fused ? dw.get() : nullptr, eps, dout.get(),
-          c.fused ? dy.get() : nullptr, {}, nullptr));
-      outErr = std::max(outErr, double(mismatches(dout.download(), want)));
-      if (c.fused)
-        yErr = std::max(yErr, relError(dy.download(), wantY));
-    }
-    r.line("all_reduce_peers", what + ", reduced (3 calls)", outErr, 0,
-           "bit-exact: the CPU's rank order");
-    if (c.fused)
-      r.line("all_reduce_peers", what + ", normed (3 calls)", yErr,
-             sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
-  }
-  // Direct slots (KILN_CUDA_DIRECT_SLOTS=1): x written into the exchange's
-  // sites first (as its producer would), each call reading every rank's part
-  // there, two sites taken in turn over four calls; the same combine.
-  for (const Case &c :
-       {Case{8, 1, 6144, true, true}, Case{8, 1, 6144, true, false, true},
-        Case{2, 4, 2000, true, true}, Case{4, 2, 300, false, false},
-        Case{1, 1, 6001, true, false, true}}) {
+  // direct: x written into the exchange's sites first (as its producer
+  // would with KILN_CUDA_DIRECT_SLOTS=1), each call reading every rank's
+  // part there, two sites taken in turn over four calls; the same combine.
+  auto check = [&](const Case &c, bool direct) {
     const bool added = c.fused || c.add;
     const int64_t values = c.rows * c.n, start = kc::peerSitesStart(capacity);
     const int64_t sites[2] = {start, start + (values + 31) / 32 * 32};
-    const uint64_t bytes = kc::peerExchangeBytes(capacity, 2 * (sites[1] - start));
+    const uint64_t bytes =
+        kc::peerExchangeBytes(capacity, direct ? 2 * (sites[1] - start) : 0);
     DeviceArray<uint8_t> exchange(bytes);
     CHECK_CUDA(cudaMemset(exchange.get(), 0, bytes));
     const kc::PeerExchange p =
         kc::peerExchangeView({exchange.get()}, c.ranks, 0, capacity, true);
-    const std::string what = fmtText("simulated, direct slots, %d ranks, "
-                                     "%lldx%lld %s",
-                                     c.ranks, (long long)c.rows, (long long)c.n,
-                                     c.fused ? "+ add + rms_norm"
-                                     : c.add ? "+ add"
-                                     : c.sum ? "sum"
-                                             : "max");
+    const int calls = direct ? 4 : 3;
+    const std::string what = fmtText(
+        "simulated, %s%d ranks, %lldx%lld %s", direct ? "direct slots, " : "",
+        c.ranks, (long long)c.rows, (long long)c.n,
+        c.fused ? "+ add + rms_norm"
+        : c.add ? "+ add"
+        : c.sum ? "sum"
+                : "max");
     double outErr = 0, yErr = 0;
-    for (int call = 0; call < 4; ++call) {
+    for (int call = 0; call < calls; ++call) {
       std::vector<float> x = normals(rng, values, 1.0),
                          res = normals(rng, values, 1.0),
                          w = normals(rng, c.n, 1.0, 1.0);
@@ -4338,25 +4292,44 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         cpu::add(res.data(), want.data(), values, want.data());
       if (c.fused)
         cpu::rmsNorm(want.data(), c.rows, c.n, w.data(), eps, wantY.data());
-      float *slot = p.slots[0] + sites[call % 2];
-      CHECK_CUDA(cudaMemcpy(slot, x.data(), x.size() * sizeof(float),
-                            cudaMemcpyHostToDevice));
-      DeviceArray<float> dres(res), dw(w), dout(x.size()), dy(x.size());
+      DeviceArray<float> dx(x), dres(res), dw(w), dout(x.size()), dy(x.size());
+      const float *in = dx.get();
+      const int64_t site = direct ? sites[call % 2] : -1;
+      if (direct) {
+        CHECK_CUDA(cudaMemcpy(p.slots[0] + site, x.data(),
+                              x.size() * sizeof(float),
+                              cudaMemcpyHostToDevice));
+        in = p.slots[0] + site;
+      }
       run(kc::launchAllReducePeers(
-          p, slot, c.rows, c.n, c.sum, added ? dres.get() : nullptr,
+          p, in, c.rows, c.n, c.sum, added ? dres.get() : nullptr,
           c.fused ? dw.get() : nullptr, eps, dout.get(),
           c.fused ? dy.get() : nullptr, {}, nullptr, 0, nullptr, nullptr,
-          sites[call % 2]));
+          site));
       outErr = std::max(outErr, double(mismatches(dout.download(), want)));
       if (c.fused)
         yErr = std::max(yErr, relError(dy.download(), wantY));
     }
-    r.line("all_reduce_peers", what + ", reduced (4 calls)", outErr, 0,
+    const std::string runs = fmtText(" (%d calls)", calls);
+    r.line("all_reduce_peers", what + ", reduced" + runs, outErr, 0,
            "bit-exact: the CPU's rank order");
     if (c.fused)
-      r.line("all_reduce_peers", what + ", normed (4 calls)", yErr,
+      r.line("all_reduce_peers", what + ", normed" + runs, yErr,
              sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
-  }
+  };
+  for (const Case &c :
+       {Case{1, 1, 6144, true, true}, Case{8, 1, 6144, true, true},
+        Case{8, 3, 1000, true, true}, Case{8, 1, 6144, true, false},
+        Case{4, 2, 300, false, false}, Case{2, 4, 2000, true, true},
+        Case{8, 1, 6144, true, false, true}, Case{1, 1, 6144, true, false, true},
+        Case{8, 3, 1000, true, false, true},
+        Case{2, 1, 6001, true, false, true}})
+    check(c, false);
+  for (const Case &c :
+       {Case{8, 1, 6144, true, true}, Case{8, 1, 6144, true, false, true},
+        Case{2, 4, 2000, true, true}, Case{4, 2, 300, false, false},
+        Case{1, 1, 6001, true, false, true}})
+    check(c, true);
   {
     // A site before the sites' start, or an x elsewhere than the site, is
     // refused before any launch.
