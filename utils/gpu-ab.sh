@@ -14,7 +14,11 @@
 # A side is a pack's folder, optionally followed by +VAR=VALUE settings for
 # the benchmark's environment; ROUNDS, a count, is the last word before --
 # (default 3). The artifact is named as it is inside each pack's models/
-# folder.
+# folder. Each run's result (its `result:` line: the token and the logits'
+# digest) is kept too: where they differ between rounds or sides, a note
+# says so, since MoE routing follows the values and a side that computes
+# other values may take other experts (a timing probe must keep them).
+# Sides that round differently (another fusion, say) differ by design.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { echo "usage: utils/gpu-ab.sh SIDE_A SIDE_B [SIDE_C...] [ROUNDS] -- ARTIFACT BENCH-ARGS... (a side: PACK[+VAR=VALUE...])" >&2; exit 2; }
@@ -50,21 +54,36 @@ for side in "${sides[@]}"; do
   [ -f "$p/models/$artifact" ] || { echo "gpu-ab: error: $p/models/$artifact: no such artifact" >&2; exit 1; }
 done
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-declare -A got
+declare -A got results
 for ((r = 1; r <= rounds; r++)); do
   for side in "${sides[@]}"; do
     p=${pack[$side]}
     env_args=()
     [ -z "${settings[$side]}" ] || IFS=+ read -r -a env_args <<<"${settings[$side]}"
-    line=$(env ${env_args[@]+"${env_args[@]}"} "$p/bin/kiln-run" "$p/models/$artifact" --bench \
-             --backend-dir "$p/lib" "$@" 2>&1 | grep '^step:') ||
-      { echo "gpu-ab: error: $side: the benchmark printed no step line" >&2; exit 1; }
+    output=$(env ${env_args[@]+"${env_args[@]}"} "$p/bin/kiln-run" "$p/models/$artifact" --bench \
+               --backend-dir "$p/lib" "$@" 2>&1) || true
+    line=$(grep '^step:' <<<"$output") ||
+      { echo "gpu-ab: error: $side: the benchmark printed no step line" >&2
+        tail -5 <<<"$output" >&2; exit 1; }
     us=$(sed -E 's/^step: median ([0-9.]+) us.*/\1/' <<<"$line")
-    echo "round $r $side: $us us"
+    result=$(grep -m1 '^result:' <<<"$output" | sed -E 's/^result: //') || result=
+    echo "round $r $side: $us us${result:+ ($result)}"
     got[$side]="${got[$side]:-} $us"
+    if [ -n "$result" ] && [[ $'\n'"${results[$side]:-}"$'\n' != *$'\n'"$result"$'\n'* ]]; then
+      results[$side]="${results[$side]:+${results[$side]}$'\n'}$result"
+    fi
   done
 done
 for side in "${sides[@]}"; do
   median=$(tr ' ' '\n' <<<"${got[$side]}" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
   echo "$side: median of $rounds rounds $median us"
+done
+# The results: one a side, the same on every side, or a note.
+first=${sides[0]}
+for side in "${sides[@]}"; do
+  if [ "$(grep -c . <<<"${results[$side]:-}")" -gt 1 ]; then
+    echo "gpu-ab: note: $side's rounds gave different results:" $(tr '\n' ';' <<<"${results[$side]}")
+  elif [ "${results[$side]:-}" != "${results[$first]:-}" ]; then
+    echo "gpu-ab: note: $side's result (${results[$side]:-none}) differs from $first's (${results[$first]:-none}): other values may route to other experts"
+  fi
 done

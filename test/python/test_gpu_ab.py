@@ -1,7 +1,7 @@
 """utils/gpu-ab.sh without a GPU: packs whose kiln-run is a script that
 prints a step line built from its environment, so the medians show which
 side ran with which settings and in which order, with two sides and three;
-and the refusals (two identical sides, one side, no rounds, a setting that is
+the note when a side's result differs; and the refusals (two identical sides, one side, no rounds, a setting that is
 not VAR=VALUE, a missing artifact)."""
 import stat
 import subprocess
@@ -13,7 +13,9 @@ SCRIPT = REPO / "utils" / "gpu-ab.sh"
 
 def fake_pack(root, name):
     """A pack whose benchmark takes MEDIAN_US (default 100) as its median
-    and appends each call to calls.txt."""
+    and TOKEN (default 7) as its result's token (with VARY set, the count
+    of calls so far: another each round), and appends each call to
+    calls.txt."""
     pack = root / name
     (pack / "bin").mkdir(parents=True)
     (pack / "lib").mkdir()
@@ -24,7 +26,9 @@ def fake_pack(root, name):
         "#!/bin/sh\n"
         f"echo \"{name} $KILN_CUDA_SPECIALISED $*\" >> {root}/calls.txt\n"
         "echo 'loading...' >&2\n"
-        "echo \"step: median ${MEDIAN_US:-100} us, p90 1 us\"\n")
+        f"[ -z \"$VARY\" ] || TOKEN=$(wc -l < {root}/calls.txt)\n"
+        "echo \"step: median ${MEDIAN_US:-100} us, p90 1 us\"\n"
+        "echo \"result: token ${TOKEN:-7}, logits FNV-1a 00ff\"\n")
     run.chmod(run.stat().st_mode | stat.S_IXUSR)
     return pack
 
@@ -71,6 +75,27 @@ def test_three_sides_take_turns(tmp_path):
     out = ab(a, b, f"{b}+MEDIAN_US=80", "--", "m.kiln", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert len((tmp_path / "calls.txt").read_text().splitlines()) == 9
+
+
+def test_results_compared(tmp_path):
+    a = fake_pack(tmp_path, "a")
+    same = ab(a, f"{a}+MEDIAN_US=90", 2, "--", "m.kiln", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert "round 1 " in same.stdout and "(token 7, logits FNV-1a 00ff)" \
+        in same.stdout
+    assert "note" not in same.stdout
+    other = ab(a, f"{a}+TOKEN=8", f"{a}+TOKEN=7+MEDIAN_US=1", 2, "--",
+               "m.kiln", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr
+    notes = [l for l in other.stdout.splitlines() if "note" in l]
+    assert notes == [f"gpu-ab: note: {a}+TOKEN=8's result (token 8, logits "
+                     f"FNV-1a 00ff) differs from {a}'s (token 7, logits "
+                     f"FNV-1a 00ff): other values may route to other "
+                     f"experts"], other.stdout
+    varies = ab(a, f"{a}+VARY=1", 2, "--", "m.kiln", cwd=tmp_path)
+    assert varies.returncode == 0, varies.stderr
+    assert (f"gpu-ab: note: {a}+VARY=1's rounds gave different results:"
+            in varies.stdout), varies.stdout
 
 
 def test_refusals(tmp_path):
