@@ -4236,6 +4236,133 @@ void benchOps() {
   benchMoe();
 }
 
+/// Direct slots' reuse (StepKernels.h PeerExchange), as a step runs them:
+/// two ranks (two GPUs that read each other's memory, else both on GPU 0),
+/// each one captured graph of kSteps steps back to back, no host sync
+/// between. A step bumps a counter vector, then kCalls times writes a part
+/// (its rank's base vector for the call plus the counter) with launchAdd
+/// into the call's site, as a producer would, and all-reduces it with a
+/// residual add; the step's last call keeps the copy into the parities, as
+/// the backend leaves it (its slots are read after its flag). A site
+/// written again while the other rank still reads it would show as a wrong
+/// sum in a later step. Every output against the host's rank-order sums,
+/// and the ranks' against each other.
+void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng) {
+  constexpr int kSteps = 24, kCalls = 4;
+  const int64_t n = 6144, capacity = 6144;
+  int devices = 0;
+  CHECK_CUDA(cudaGetDeviceCount(&devices));
+  int can01 = 0, can10 = 0;
+  if (devices >= 2) {
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can01, 0, 1));
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
+  }
+  const bool two = can01 && can10;
+  const int gpu[2] = {0, two ? 1 : 0};
+  const int64_t start = kc::peerSitesStart(capacity);
+  const uint64_t bytes = kc::peerExchangeBytes(capacity, (kCalls - 1) * n);
+  // Per rank: its base parts (one a call), the residual, ones, the counter,
+  // the parity call's input, the outputs (one a step and call).
+  std::vector<std::vector<std::vector<float>>> base(2);
+  std::vector<float> res = normals(rng, n, 1.0), ones(size_t(n), 1.f);
+  for (int q = 0; q < 2; ++q)
+    for (int c = 0; c < kCalls; ++c)
+      base[size_t(q)].push_back(normals(rng, n, 1.0));
+  struct Rank {
+    std::unique_ptr<DeviceArray<uint8_t>> exchange;
+    std::vector<std::unique_ptr<DeviceArray<float>>> bases;
+    std::unique_ptr<DeviceArray<float>> res, ones, counter, input, outs;
+    cudaStream_t stream = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+  Rank ranks[2];
+  for (int d = 0; d < 2; ++d) {
+    Rank &k = ranks[d];
+    CHECK_CUDA(cudaSetDevice(gpu[d]));
+    if (two)
+      CHECK_CUDA(kc::enablePeerAccess(gpu[1 - d]));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&k.stream, cudaStreamNonBlocking));
+    k.exchange = std::make_unique<DeviceArray<uint8_t>>(bytes);
+    CHECK_CUDA(cudaMemset(k.exchange->get(), 0, bytes));
+    for (const std::vector<float> &b : base[size_t(d)])
+      k.bases.push_back(std::make_unique<DeviceArray<float>>(b));
+    k.res = std::make_unique<DeviceArray<float>>(res);
+    k.ones = std::make_unique<DeviceArray<float>>(ones);
+    k.counter = std::make_unique<DeviceArray<float>>(size_t(n));
+    CHECK_CUDA(cudaMemset(k.counter->get(), 0, n * sizeof(float)));
+    k.input = std::make_unique<DeviceArray<float>>(size_t(n));
+    k.outs =
+        std::make_unique<DeviceArray<float>>(size_t(kSteps * kCalls * n));
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  for (int d = 0; d < 2; ++d) {
+    Rank &k = ranks[d];
+    CHECK_CUDA(cudaSetDevice(gpu[d]));
+    const kc::PeerExchange p = kc::peerExchangeView(
+        {ranks[0].exchange->get(), ranks[1].exchange->get()}, 2, d, capacity,
+        false);
+    cudaGraph_t graph;
+    CHECK_CUDA(
+        cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal));
+    for (int step = 0; step < kSteps; ++step) {
+      CHECK_CUDA(kc::launchAdd(k.counter->get(), k.ones->get(), n,
+                               k.counter->get(), k.stream));
+      for (int c = 0; c < kCalls; ++c) {
+        const bool direct = c + 1 < kCalls;
+        const int64_t site = direct ? start + c * n : -1;
+        float *part = direct ? p.slots[d] + site : k.input->get();
+        CHECK_CUDA(kc::launchAdd(k.bases[size_t(c)]->get(), k.counter->get(),
+                                 n, part, k.stream));
+        CHECK_CUDA(kc::launchAllReducePeers(
+            p, part, 1, n, true, k.res->get(), nullptr, 0.f,
+            k.outs->get() + (step * kCalls + c) * n, nullptr, {}, k.stream, 0,
+            nullptr, nullptr, site));
+      }
+    }
+    CHECK_CUDA(cudaStreamEndCapture(k.stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&k.exec, graph, 0));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+  }
+  // Both launched before either is waited for (each waits for the other's
+  // flags).
+  for (int d = 0; d < 2; ++d) {
+    CHECK_CUDA(cudaSetDevice(gpu[d]));
+    CHECK_CUDA(cudaGraphLaunch(ranks[d].exec, ranks[d].stream));
+  }
+  std::vector<std::vector<float>> got(2);
+  for (int d = 0; d < 2; ++d) {
+    CHECK_CUDA(cudaSetDevice(gpu[d]));
+    CHECK_CUDA(cudaStreamSynchronize(ranks[d].stream));
+    got[size_t(d)] = ranks[d].outs->download();
+    CHECK_CUDA(cudaGraphExecDestroy(ranks[d].exec));
+    CHECK_CUDA(cudaStreamDestroy(ranks[d].stream));
+  }
+  double wrong = 0;
+  for (int step = 0; step < kSteps; ++step)
+    for (int c = 0; c < kCalls; ++c)
+      for (int64_t i = 0; i < n; ++i) {
+        // The counter after step + 1 bumps, each part as launchAdd makes
+        // it, then rank 0's plus rank 1's, then the residual's add.
+        const float counter = float(step + 1);
+        const float p0 = base[0][size_t(c)][size_t(i)] + counter,
+                    p1 = base[1][size_t(c)][size_t(i)] + counter;
+        const float want = res[size_t(i)] + (p0 + p1);
+        const size_t at = size_t((step * kCalls + c) * n + i);
+        wrong += got[0][at] != want;
+      }
+  CHECK_CUDA(cudaSetDevice(0));
+  const std::string ranksAre = two ? "GPUs 0 and 1" : "two ranks on GPU 0";
+  r.line("all_reduce_peers",
+         fmtText("%s, direct slots in one graph of %d steps of %d calls "
+                 "(the last by the parities), 1x6144 + add",
+                 ranksAre.c_str(), kSteps, kCalls),
+         wrong, 0, "bit-exact: the host's rank-order sums, every output");
+  r.line("all_reduce_peers",
+         ranksAre + ", direct slots in one graph, rank 0 against rank 1",
+         double(mismatches(got[0], got[1])), 0,
+         "bit-identical: the same sums in the same order");
+}
+
 /// The one-shot all-reduce (launchAllReducePeers) against the CPU
 /// backend's rank-order combine: simulated alone (every rank's slots this
 /// rank's own: x combined with itself once per rank), and, where two GPUs
@@ -5039,6 +5166,7 @@ int main(int argc, char **argv) {
   checkWidthKernels(report, rng);
   checkExpertWidthKernels(report, rng);
   checkAllReducePeers(report, rng);
+  checkDirectSlotsInGraphs(report, rng);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",
               report.cases - report.failures, report.cases,
