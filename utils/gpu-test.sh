@@ -162,6 +162,13 @@ if [ -x "$pack/bin/kiln-run" ]; then
     "$bin/kiln-run" "$m/glm5-projection-norms.cuda.tp8.kiln" \
     --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
     --steps 30
+  # And those sums by blocks that are not a cluster (KILN_CUDA_PEER_CLUSTER=0,
+  # off by default until measured: the same pass).
+  step bench-glm5-tp8-rank0-graph-projection-norms-direct-slots-flat \
+    env KILN_CUDA_DIRECT_SLOTS=1 KILN_CUDA_PEER_CLUSTER=0 \
+    "$bin/kiln-run" "$m/glm5-projection-norms.cuda.tp8.kiln" \
+    --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
+    --steps 30
   # The router folded into the attention's all-reduce (kiln-compile
   # --fold-router, off by default: docs/perf.md, nineteenth pass), at 1k.
   step bench-glm5-tp8-rank0-graph-fold run "$m/glm5-fold.cuda.tp8.kiln" \

@@ -280,6 +280,7 @@ struct CudaRank {
   /// KILN_CUDA_ROUTER_TAIL (setRouterTailMode).
   RouterTailMode routerTail = RouterTailMode::Held;
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
+  bool peerClusters = true; ///< KILN_CUDA_PEER_CLUSTER (setPeerClusters)
   bool lightOps = true;    ///< KILN_CUDA_LIGHT_OPS (GraphSwitches)
   /// KILN_CUDA_DROP_BRANCH_EDGES (GraphSwitches).
   bool dropBranchEdges = true;
@@ -1498,7 +1499,9 @@ constexpr unsigned kDefaultShapeFamilies =
 /// MLA's blocks share multiprocessors, KILN_CUDA_MLA_EARLY_ROWS=0 loads all
 /// of MLA's rows after its wait (MlaLaunch), KILN_CUDA_DIRECT_SLOTS=1 has
 /// the producers of the one-shot all-reduces' inputs write them straight
-/// into the exchange (directSites),
+/// into the exchange (directSites), KILN_CUDA_PEER_CLUSTER=0 runs the
+/// one-shot sums without the fused norm by blocks that are not a cluster
+/// (setPeerClusters),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1572,6 +1575,10 @@ struct GraphSwitches {
   /// producer straight into the exchange where the peers read it, not
   /// copied there by the all-reduce (directSites; off until measured).
   bool directSlots = false;
+  /// KILN_CUDA_PEER_CLUSTER=0: the one-shot all-reduce's sums alone (no
+  /// fused norm, no choice) by blocks that are not a cluster
+  /// (setPeerClusters; on until measured).
+  bool peerClusters = true;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1679,6 +1686,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows};
   KILN_ASSIGN(directSlots, readFlag("KILN_CUDA_DIRECT_SLOTS", false));
   g.directSlots = directSlots;
+  KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", true));
+  g.peerClusters = peerClusters;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -2001,6 +2010,7 @@ Status enter(CudaRank &rank) {
   setShapeSpecialised(rank.shapeSpecialised);
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
+  setPeerClusters(rank.peerClusters);
   setMlaLaunch(rank.mla);
   return Status::ok();
 }
@@ -2579,7 +2589,8 @@ Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct) {
         std::fprintf(stderr, "cuda backend: the ranks' plans place their "
                              "all-reduces' inputs differently: no direct "
                              "slots\n");
-        sites = {};
+        sites.at.clear();
+        sites.floats = 0;
         break;
       }
     }
@@ -2739,6 +2750,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;
+    rank->peerClusters = switches.peerClusters;
     rank->lightOps = switches.lightOps;
     rank->dropBranchEdges = switches.dropBranchEdges;
     rank->mla = switches.mla;

@@ -3355,24 +3355,26 @@ struct PeerArgs {
 /// instantiation, so that the all-reduces without one keep their
 /// registers (with the choice's code inlined into the one kernel every
 /// all-reduce of a GLM-5 step took ~0.7 us longer).
-template <bool kChoice>
-__global__ void __cluster_dims__(kPeerBlocks, 1, 1)
-    __launch_bounds__(kPeerThreads)
-        allReducePeersKernel(const __grid_constant__ PeerArgs a) {
+/// kCluster: the blocks are one cluster (allReducePeersKernel); without
+/// (allReducePeersFlatKernel, neither the fused norm nor the choice) the
+/// same blocks need not be placed together.
+template <bool kChoice, bool kCluster>
+__device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
+  static_assert(kCluster || !kChoice);
   stepKernelPrologue();
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
   __shared__ float rowParts[kMaxPeerRows][kPeerBlocks], rms[kMaxPeerRows];
   namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
   // fused: the residual add and the norm (all_reduce_add_rms_norm); added:
   // the add alone (all_reduce_add).
-  const bool fused = a.w != nullptr, added = a.residual != nullptr;
+  const bool fused = kCluster && a.w != nullptr, added = a.residual != nullptr;
   // A block may store into another's shared memory only once that one has
   // started: the fused op's blocks arrive at a cluster barrier here and
   // wait before those stores, so its latency passes under the loads.
-  if (fused)
-    cluster.barrier_arrive();
+  if constexpr (kCluster)
+    if (fused)
+      cg::this_cluster().barrier_arrive();
   const int b = int(blockIdx.x);
   const int64_t body = a.rows * a.n, total = body + a.tail;
   const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
@@ -3459,6 +3461,8 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
     }
     return;
   }
+  if constexpr (kCluster) {
+  cg::cluster_group cluster = cg::this_cluster();
   // The add, then each row's sum of squares: this block's part of it (its
   // threads' values in k order, then a fixed tree), the cluster's blocks'
   // parts shared through their shared memory and added in block order by
@@ -3522,6 +3526,23 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
                  a.choice.gating, a.choice.normalize, a.choice.routedScale,
                  a.choice.ids, a.choice.weights, choiceShared);
   }
+  }
+}
+
+template <bool kChoice>
+__global__ void __cluster_dims__(kPeerBlocks, 1, 1)
+    __launch_bounds__(kPeerThreads)
+        allReducePeersKernel(const __grid_constant__ PeerArgs a) {
+  allReducePeersBody<kChoice, true>(a);
+}
+
+/// The sums alone (no fused norm, no choice) by kPeerBlocks blocks that are
+/// not a cluster: each may start wherever a multiprocessor has room, not
+/// only where eight of one processing cluster do (KILN_CUDA_PEER_CLUSTER=0;
+/// setPeerClusters).
+__global__ void __launch_bounds__(kPeerThreads)
+    allReducePeersFlatKernel(const __grid_constant__ PeerArgs a) {
+  allReducePeersBody<false, false>(a);
 }
 
 } // namespace
@@ -3611,9 +3632,11 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
       return cudaErrorInvalidValue;
     args.choice = *choice;
   }
-  if (cudaError_t e = launchStep(args.choice.topK > 0
-                                     ? allReducePeersKernel<true>
-                                     : allReducePeersKernel<false>,
+  // The sums alone need no cluster; without one where asked.
+  const bool flat = !peerClusters() && !w && args.choice.topK == 0;
+  if (cudaError_t e = launchStep(flat                    ? allReducePeersFlatKernel
+                                 : args.choice.topK > 0 ? allReducePeersKernel<true>
+                                                        : allReducePeersKernel<false>,
                                  kPeerBlocks, kPeerThreads, shared, s, args);
       e != cudaSuccess)
     return e;
@@ -3870,7 +3893,11 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 
 namespace {
 thread_local bool useIndexerMma = true;
+thread_local bool usePeerClusters = true;
 } // namespace
+
+bool peerClusters() { return usePeerClusters; }
+void setPeerClusters(bool on) { usePeerClusters = on; }
 
 bool indexerMma() { return useIndexerMma; }
 void setIndexerMma(bool on) { useIndexerMma = on; }

@@ -268,6 +268,13 @@ launchAllReducePeers(const PeerExchange &p, const float *x, int64_t rows,
                      float eps, float *out, float *y, FaultSink fault,
                      cudaStream_t s, int64_t tail = 0, float *logits = nullptr,
                      const RouterChoice *choice = nullptr, int64_t site = -1);
+/// Whether launchAllReducePeers runs the sums alone (no fused norm, no
+/// choice) by a cluster of its kPeerBlocks blocks, as the other forms (the
+/// calling host thread's setting; on by default): off, they are blocks
+/// that need not be placed together. KILN_CUDA_PEER_CLUSTER=0 sets it off
+/// for a step (off until measured). The same sums either way.
+bool peerClusters();
+void setPeerClusters(bool on);
 /// Whether launchAllReducePeers takes rows x n (+ tail): at most
 /// kMaxPeerRows rows and 8,192 values, within the capacity.
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,

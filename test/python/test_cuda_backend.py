@@ -203,16 +203,19 @@ class Checks:
                            f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
         self.check(same, what)
 
-    def direct_slots(self, model, art, gguf, toks, extra):
-        """Logits with KILN_CUDA_DIRECT_SLOTS=1, and the backend's count of
-        the all-reduces it placed so ("N of M"; None if it did not say)."""
-        out = self.work / f"{model}-{art.stem}-direct.npy"
+    def direct_slots(self, model, art, gguf, toks, extra, extra_env=None):
+        """Logits with KILN_CUDA_DIRECT_SLOTS=1 (and `extra_env`), and the
+        backend's count of the all-reduces it placed so ("N of M"; None if
+        it did not say)."""
+        tag = "".join(f"-{k}{v}" for k, v in (extra_env or {}).items())
+        out = self.work / f"{model}-{art.stem}-direct{tag}.npy"
         proc = run(self.pack, [self.pack / "bin" / "kiln-run", art,
                                "--weights", gguf, "--backend-dir",
                                self.pack / "lib", "--prompt-tokens",
                                ",".join(map(str, toks)), "-n", 0,
                                "--logits-out", out, *extra],
-                   extra_env={"KILN_CUDA_DIRECT_SLOTS": "1"})
+                   extra_env={"KILN_CUDA_DIRECT_SLOTS": "1",
+                              **(extra_env or {})})
         said = re.search(r"DIRECT_SLOTS=1: (\d+ of \d+) all-reduces",
                          proc.stderr)
         return np.load(out), said.group(1) if said else None
@@ -444,15 +447,19 @@ class Checks:
                                        got, graph, tol, self.report),
                                f"{model} tp{tp} {kind}{label}")
                     if kind == "cuda-projnorm" and not extra_env:
-                        # all_reduce_add's inputs by direct slots too.
-                        direct, placed = self.direct_slots(model, fold, gguf,
-                                                           toks, place)
-                        self.identical(
-                            f"{model}: tp{tp} ({where}, {what}, direct slots: "
-                            f"{placed}) vs without", direct, got,
-                            f"{model} tp{tp} {kind} direct slots",
-                            ok=placed is not None and
-                            not placed.startswith("0 "))
+                        # all_reduce_add's inputs by direct slots too, and
+                        # its sums by blocks that are not a cluster
+                        # (KILN_CUDA_PEER_CLUSTER=0).
+                        for flat in ({}, {"KILN_CUDA_PEER_CLUSTER": "0"}):
+                            how = ", no cluster" if flat else ""
+                            direct, placed = self.direct_slots(
+                                model, fold, gguf, toks, place, flat)
+                            self.identical(
+                                f"{model}: tp{tp} ({where}, {what}, direct "
+                                f"slots: {placed}{how}) vs without", direct,
+                                got, f"{model} tp{tp} {kind} direct slots{how}",
+                                ok=placed is not None and
+                                not placed.startswith("0 "))
                     if kind != "cuda-composed-choice":
                         continue
                     again = [logits(self.pack, fold, gguf, toks,

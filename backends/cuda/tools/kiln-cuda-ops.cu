@@ -4246,8 +4246,10 @@ void benchOps() {
 /// the backend leaves it (its slots are read after its flag). A site
 /// written again while the other rank still reads it would show as a wrong
 /// sum in a later step. Every output against the host's rank-order sums,
-/// and the ranks' against each other.
-void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng) {
+/// and the ranks' against each other. `flat`: the all-reduces by blocks
+/// that are not a cluster (KILN_CUDA_PEER_CLUSTER=0).
+void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat) {
+  kc::setPeerClusters(!flat);
   constexpr int kSteps = 24, kCalls = 4;
   const int64_t n = 6144, capacity = 6144;
   int devices = 0;
@@ -4351,7 +4353,10 @@ void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng) {
         wrong += got[0][at] != want;
       }
   CHECK_CUDA(cudaSetDevice(0));
-  const std::string ranksAre = two ? "GPUs 0 and 1" : "two ranks on GPU 0";
+  kc::setPeerClusters(true);
+  const std::string ranksAre = std::string(two ? "GPUs 0 and 1"
+                                               : "two ranks on GPU 0") +
+                               (flat ? ", no cluster" : "");
   r.line("all_reduce_peers",
          fmtText("%s, direct slots in one graph of %d steps of %d calls "
                  "(the last by the parities), 1x6144 + add",
@@ -4389,7 +4394,10 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
   // direct: x written into the exchange's sites first (as its producer
   // would with KILN_CUDA_DIRECT_SLOTS=1), each call reading every rank's
   // part there, two sites taken in turn over four calls; the same combine.
-  auto check = [&](const Case &c, bool direct) {
+  // flat: the sums alone by blocks that are not a cluster
+  // (KILN_CUDA_PEER_CLUSTER=0).
+  auto check = [&](const Case &c, bool direct, bool flat) {
+    kc::setPeerClusters(!flat);
     const bool added = c.fused || c.add;
     const int64_t values = c.rows * c.n, start = kc::peerSitesStart(capacity);
     const int64_t sites[2] = {start, start + (values + 31) / 32 * 32};
@@ -4401,8 +4409,8 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         kc::peerExchangeView({exchange.get()}, c.ranks, 0, capacity, true);
     const int calls = direct ? 4 : 3;
     const std::string what = fmtText(
-        "simulated, %s%d ranks, %lldx%lld %s", direct ? "direct slots, " : "",
-        c.ranks, (long long)c.rows, (long long)c.n,
+        "simulated, %s%s%d ranks, %lldx%lld %s", direct ? "direct slots, " : "",
+        flat ? "no cluster, " : "", c.ranks, (long long)c.rows, (long long)c.n,
         c.fused ? "+ add + rms_norm"
         : c.add ? "+ add"
         : c.sum ? "sum"
@@ -4443,6 +4451,7 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     if (c.fused)
       r.line("all_reduce_peers", what + ", normed" + runs, yErr,
              sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
+    kc::setPeerClusters(true);
   };
   for (const Case &c :
        {Case{1, 1, 6144, true, true}, Case{8, 1, 6144, true, true},
@@ -4451,12 +4460,20 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         Case{8, 1, 6144, true, false, true}, Case{1, 1, 6144, true, false, true},
         Case{8, 3, 1000, true, false, true},
         Case{2, 1, 6001, true, false, true}})
-    check(c, false);
+    check(c, false, false);
   for (const Case &c :
        {Case{8, 1, 6144, true, true}, Case{8, 1, 6144, true, false, true},
         Case{2, 4, 2000, true, true}, Case{4, 2, 300, false, false},
         Case{1, 1, 6001, true, false, true}})
-    check(c, true);
+    check(c, true, false);
+  // The sums alone without a cluster (the fused norm always has one), from
+  // the parities and from direct slots.
+  for (bool direct : {false, true})
+    for (const Case &c :
+         {Case{8, 1, 6144, true, false, true}, Case{8, 3, 1000, true, false, true},
+          Case{4, 2, 300, false, false}, Case{8, 1, 6144, true, false},
+          Case{1, 1, 6001, true, false, true}})
+      check(c, direct, true);
   {
     // A site before the sites' start, or an x elsewhere than the site, is
     // refused before any launch.
@@ -5166,7 +5183,8 @@ int main(int argc, char **argv) {
   checkWidthKernels(report, rng);
   checkExpertWidthKernels(report, rng);
   checkAllReducePeers(report, rng);
-  checkDirectSlotsInGraphs(report, rng);
+  checkDirectSlotsInGraphs(report, rng, false);
+  checkDirectSlotsInGraphs(report, rng, true);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",
               report.cases - report.failures, report.cases,
