@@ -4236,6 +4236,29 @@ void benchOps() {
   benchMoe();
 }
 
+/// Where two ranks of the all-reduce checks run: GPUs 0 and 1 where they
+/// read each other's memory, else both on GPU 0 (as kiln-run --one-gpu
+/// runs a group's ranks).
+struct TwoRanks {
+  bool two = false;
+  int gpu[2] = {0, 0};
+  std::string where;
+};
+TwoRanks twoRanks() {
+  int devices = 0;
+  CHECK_CUDA(cudaGetDeviceCount(&devices));
+  int can01 = 0, can10 = 0;
+  if (devices >= 2) {
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can01, 0, 1));
+    CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
+  }
+  TwoRanks t;
+  t.two = can01 && can10;
+  t.gpu[1] = t.two ? 1 : 0;
+  t.where = t.two ? "GPUs 0 and 1" : "two ranks on GPU 0";
+  return t;
+}
+
 /// Direct slots' reuse (StepKernels.h PeerExchange), as a step runs them:
 /// two ranks (two GPUs that read each other's memory, else both on GPU 0),
 /// each one captured graph of kSteps steps back to back, no host sync
@@ -4252,15 +4275,9 @@ void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat) {
   kc::setPeerClusters(!flat);
   constexpr int kSteps = 24, kCalls = 4;
   const int64_t n = 6144, capacity = 6144;
-  int devices = 0;
-  CHECK_CUDA(cudaGetDeviceCount(&devices));
-  int can01 = 0, can10 = 0;
-  if (devices >= 2) {
-    CHECK_CUDA(cudaDeviceCanAccessPeer(&can01, 0, 1));
-    CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
-  }
-  const bool two = can01 && can10;
-  const int gpu[2] = {0, two ? 1 : 0};
+  const TwoRanks place = twoRanks();
+  const bool two = place.two;
+  const int *gpu = place.gpu;
   const int64_t start = kc::peerSitesStart(capacity);
   const uint64_t bytes = kc::peerExchangeBytes(capacity, (kCalls - 1) * n);
   // Per rank: its base parts (one a call), the residual, ones, the counter,
@@ -4354,9 +4371,7 @@ void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat) {
       }
   CHECK_CUDA(cudaSetDevice(0));
   kc::setPeerClusters(true);
-  const std::string ranksAre = std::string(two ? "GPUs 0 and 1"
-                                               : "two ranks on GPU 0") +
-                               (flat ? ", no cluster" : "");
+  const std::string ranksAre = place.where + (flat ? ", no cluster" : "");
   r.line("all_reduce_peers",
          fmtText("%s, direct slots in one graph of %d steps of %d calls "
                  "(the last by the parities), 1x6144 + add",
@@ -4513,16 +4528,10 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
   // waited for (each kernel waits for the other's flag). On two GPUs that
   // read each other's memory, else both on GPU 0 on two streams (as
   // kiln-run --one-gpu runs a group's ranks).
-  int devices = 0;
-  CHECK_CUDA(cudaGetDeviceCount(&devices));
-  int can01 = 0, can10 = 0;
-  if (devices >= 2) {
-    CHECK_CUDA(cudaDeviceCanAccessPeer(&can01, 0, 1));
-    CHECK_CUDA(cudaDeviceCanAccessPeer(&can10, 1, 0));
-  }
-  const bool two = can01 && can10;
-  const int gpu[2] = {0, two ? 1 : 0};
-  const std::string ranksAre = two ? "GPUs 0 and 1" : "two ranks on GPU 0";
+  const TwoRanks place = twoRanks();
+  const bool two = place.two;
+  const int *gpu = place.gpu;
+  const std::string ranksAre = place.where;
   const int64_t rows = 1, n = 6144;
   std::vector<std::unique_ptr<DeviceArray<uint8_t>>> exchange;
   cudaStream_t streams[2] = {};
