@@ -337,16 +337,25 @@ if [ -x "$pack/bin/kiln-run" ]; then
     step "bench-glm5-tp$tp-graph-nonccl" env KILN_CUDA_LOCAL_COLLECTIVES=1 \
       "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
       --steps 30
-    # The all-reduces' inputs written straight into the exchange, alone and
-    # with their sums by blocks that are not a cluster (both off by default
-    # until measured: docs/perf.md, thirty-eighth pass).
+    # The all-reduces' inputs written straight into the exchange (off by
+    # default until measured: docs/perf.md, thirty-eighth pass); where the
+    # pack has the artifact, the norms after the collectives in the ops
+    # that read them (--projection-norms), alone, with direct slots, and
+    # with their sums (the add alone) by blocks that are not a cluster.
     step "bench-glm5-tp$tp-graph-direct-slots" env KILN_CUDA_DIRECT_SLOTS=1 \
       "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
       --steps 30
-    step "bench-glm5-tp$tp-graph-direct-slots-flat" env \
-      KILN_CUDA_DIRECT_SLOTS=1 KILN_CUDA_PEER_CLUSTER=0 \
-      "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
-      --steps 30
+    local pn="$m/glm5-projection-norms.cuda.tp$tp.kiln"
+    if [ -f "$pn" ]; then
+      step "bench-glm5-tp$tp-graph-projection-norms" run "$pn" --bench \
+        --context 1024 --steps 30
+      step "bench-glm5-tp$tp-graph-projection-norms-direct-slots" env \
+        KILN_CUDA_DIRECT_SLOTS=1 "$bin/kiln-run" "$pn" \
+        --backend-dir "$pack/lib" --bench --context 1024 --steps 30
+      step "bench-glm5-tp$tp-graph-projection-norms-direct-slots-flat" env \
+        KILN_CUDA_DIRECT_SLOTS=1 KILN_CUDA_PEER_CLUSTER=0 "$bin/kiln-run" \
+        "$pn" --backend-dir "$pack/lib" --bench --context 1024 --steps 30
+    fi
     # Without the kernels compiled for GLM-5's shapes (by default the
     # experts' and MLA's run).
     step "bench-glm5-tp$tp-graph-general" env KILN_CUDA_SPECIALISED=0 \
