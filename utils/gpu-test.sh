@@ -356,6 +356,12 @@ if [ -x "$pack/bin/kiln-run" ]; then
         KILN_CUDA_DIRECT_SLOTS=1 KILN_CUDA_PEER_CLUSTER=0 "$bin/kiln-run" \
         "$pn" --backend-dir "$pack/lib" --bench --context 1024 --steps 30
     fi
+    # Every part pushed into every rank's exchange instead of pulled over
+    # NVLink (KILN_CUDA_PEER_PUSH=1, off by default until measured: the
+    # same pass).
+    step "bench-glm5-tp$tp-graph-push" env KILN_CUDA_PEER_PUSH=1 \
+      "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
+      --steps 30
     # Without the kernels compiled for GLM-5's shapes (by default the
     # experts' and MLA's run).
     step "bench-glm5-tp$tp-graph-general" env KILN_CUDA_SPECIALISED=0 \
@@ -373,6 +379,9 @@ if [ -x "$pack/bin/kiln-run" ]; then
     step bench-glm5-l40-tp2-eager run "$m/glm5-l40.cuda.tp2.kiln" --bench \
       --context 1024 --steps 10 --eager
     step bench-glm5-l40-tp2-graph-nccl env KILN_CUDA_ALLREDUCE=nccl \
+      "$bin/kiln-run" "$m/glm5-l40.cuda.tp2.kiln" --backend-dir "$pack/lib" \
+      --bench --context 1024 --steps 30
+    step bench-glm5-l40-tp2-graph-push env KILN_CUDA_PEER_PUSH=1 \
       "$bin/kiln-run" "$m/glm5-l40.cuda.tp2.kiln" --backend-dir "$pack/lib" \
       --bench --context 1024 --steps 30
   fi

@@ -1499,8 +1499,10 @@ constexpr unsigned kDefaultShapeFamilies =
 /// MLA's blocks share multiprocessors, KILN_CUDA_MLA_EARLY_ROWS=0 loads all
 /// of MLA's rows after its wait (MlaLaunch), KILN_CUDA_DIRECT_SLOTS=1 has
 /// the producers of the one-shot all-reduces' inputs write them straight
-/// into the exchange (directSites), KILN_CUDA_PEER_CLUSTER=0 runs the
-/// one-shot sums without the fused norm by blocks that are not a cluster
+/// into the exchange (directSites), KILN_CUDA_PEER_PUSH=1 has a real
+/// group's one-shot all-reduces push each part into every rank's exchange
+/// instead of pulling them (PeerExchange::push), KILN_CUDA_PEER_CLUSTER=0 runs
+/// the one-shot sums without the fused norm by blocks that are not a cluster
 /// (setPeerClusters),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
@@ -1579,6 +1581,10 @@ struct GraphSwitches {
   /// fused norm, no choice) by blocks that are not a cluster
   /// (setPeerClusters; on until measured).
   bool peerClusters = true;
+  /// KILN_CUDA_PEER_PUSH=1: a real group's one-shot all-reduces push every
+  /// part into every rank's exchange, so that each reads its own memory
+  /// (StepKernels.h PeerExchange; off until measured on two GPUs or more).
+  bool peerPush = false;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1688,6 +1694,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.directSlots = directSlots;
   KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", true));
   g.peerClusters = peerClusters;
+  KILN_ASSIGN(peerPush, readFlag("KILN_CUDA_PEER_PUSH", false));
+  g.peerPush = peerPush;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -2552,8 +2560,10 @@ Expected<DirectSites> directSites(const Artifact &a, const RankPlan &plan,
 /// cannot reach each other's memory, all-reduces stay with NCCL. Ranks on
 /// one GPU (`oneGpu`) have no NCCL: every collective goes through the
 /// exchange, in parts of at most kPeerMaxValues values. `direct`: with
-/// direct slots where the ranks' plans place them alike (directSites).
-Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct) {
+/// direct slots where the ranks' plans place them alike (directSites);
+/// `push`: a real group's parts pushed (PeerExchange::push).
+Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct,
+                         bool push) {
   const Artifact &a = g.artifact;
   const int64_t capacity = oneGpu ? kPeerMaxValues : largestAllReduce(a);
   if (oneGpu && a.ranks > uint32_t(kMaxPeers))
@@ -2603,13 +2613,23 @@ Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct) {
                  "them\n",
                  placed, (long long)sites.calls);
   }
+  // The push region after the sites (a simulated rank pulls its own part).
+  const bool pushed = push && !local;
+  if (push)
+    std::fprintf(stderr,
+                 pushed ? "cuda backend: KILN_CUDA_PEER_PUSH=1: %u ranks push "
+                          "their parts into every rank's exchange\n"
+                        : "cuda backend: KILN_CUDA_PEER_PUSH=1: no effect on "
+                          "%u ranks whose collectives stay local\n",
+                 a.ranks);
   KILN_TRY(onEveryRank(g, [&](CudaRank &rank) -> Status {
     KILN_TRY(enter(rank));
     if (!local)
       for (auto &o : g.ranks)
         if (o->device != rank.device)
           CUDA_TRY(rank.where, enablePeerAccess(o->device));
-    const uint64_t bytes = peerExchangeBytes(capacity, sites.floats);
+    const uint64_t bytes = peerExchangeBytes(capacity, sites.floats,
+                                             pushed ? int32_t(a.ranks) : 0);
     KILN_ASSIGN(m, DeviceMemory::allocate(bytes, "all-reduce exchange"));
     // Zero before any rank's first all-reduce reads the flags (the legacy
     // stream's memset, waited for: no rank stream is ordered after it).
@@ -2624,7 +2644,8 @@ Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct) {
   for (auto &r : g.ranks) {
     r->peers = peerExchangeView(
         local ? std::vector<uint8_t *>{r->exchange.get()} : bases,
-        int32_t(a.ranks), int32_t(r->index), capacity, local);
+        int32_t(a.ranks), int32_t(r->index), capacity, local,
+        pushed ? peerSitesStart(capacity) + sites.floats : -1);
     r->usePeers = true;
     r->directSites = sites.at;
   }
@@ -2774,7 +2795,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   if (switches.peerAllReduce && a.ranks > 1)
     KILN_TRY(setUpPeerExchange(
         *group, simulate || switches.localCollectives, oneGpu,
-        switches.directSlots && !omitsCollectives(switches.omit)));
+        switches.directSlots && !omitsCollectives(switches.omit),
+        switches.peerPush));
 
   // Each rank on its own thread: place, prepare, join NCCL, capture.
   Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {

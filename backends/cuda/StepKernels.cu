@@ -3385,7 +3385,10 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   // This rank's part into its slots of the call's parity (not with direct
   // slots: its producer wrote it there); the residual and the norm's
   // weights loaded with it, in flight together.
-  const bool direct = a.site >= 0;
+  // push: every rank's part pushed into every rank's exchange (its slot
+  // there for this rank), so the flags and the reads are local; a direct
+  // slot is then only where x is.
+  const bool push = a.p.push >= 0, direct = a.site >= 0 && !push;
   float v[kPeerPer], r[kPeerPer], g[kPeerPer];
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
@@ -3397,8 +3400,28 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   }
   __syncthreads();
   const uint32_t e = epochShared;
-  const int64_t at = direct ? a.site : int64_t(e & 1u) * a.p.capacity;
-  if (!direct) {
+  // Pulled: rank q's part at slots[q] + at. Pushed: at slots[me] + at +
+  // q * capacity, its flags after both parities (PeerExchange::push).
+  const int64_t ranks = a.p.ranks, cap = a.p.capacity;
+  const int64_t at = push     ? a.p.push + int64_t(e & 1u) * ranks * cap
+                     : direct ? a.site
+                              : int64_t(e & 1u) * cap;
+  auto pushFlag = [&](int q, int from) {
+    return reinterpret_cast<uint32_t *>(a.p.slots[q] + a.p.push +
+                                        2 * ranks * cap) +
+           from * kPeerBlocks + b;
+  };
+  if (push) {
+    for (int q = 0; q < int(ranks); ++q) {
+      float *there = a.p.slots[q] + at + a.p.me * cap;
+#pragma unroll
+      for (int k = 0; k < kPeerPer; ++k) {
+        const int64_t f = first + threadIdx.x + k * kPeerThreads;
+        if (f < last)
+          there[f] = v[k];
+      }
+    }
+  } else if (!direct) {
     float *mine = a.p.slots[a.p.me] + at;
 #pragma unroll
     for (int k = 0; k < kPeerPer; ++k) {
@@ -3409,18 +3432,26 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   }
   // The block's writes, then one system-scope fence and release by thread
   // 0 (the barrier orders the other threads' writes before them, as a
-  // cooperative grid barrier does): peers read the slots over NVLink.
+  // cooperative grid barrier does): peers read the slots over NVLink, or
+  // (pushed) find this rank's part and flag already in their memory.
   __syncthreads();
   if (threadIdx.x == 0) {
     a.p.epochs[b] = e;
     if (!a.p.local) {
       __threadfence_system();
-      storeRelease(a.p.flags[a.p.me] + b, e);
+      if (push) {
+        for (int q = 0; q < int(ranks); ++q)
+          if (q != a.p.me)
+            storeRelease(pushFlag(q, a.p.me), e);
+      } else {
+        storeRelease(a.p.flags[a.p.me] + b, e);
+      }
     }
   }
   const int peer = int(threadIdx.x);
-  if (!a.p.local && peer < a.p.ranks && peer != a.p.me)
-    waitFor(a.p.flags[peer] + b, e, a.fault, peer);
+  if (!a.p.local && peer < ranks && peer != a.p.me)
+    waitFor(push ? pushFlag(a.p.me, peer) : a.p.flags[peer] + b, e, a.fault,
+            peer);
   __syncthreads();
   // Every rank's part, combined in rank order (rank 0's first). The slots
   // are read past the L1 (__ldcg: peers wrote them), every rank's values
@@ -3435,7 +3466,8 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
 #pragma unroll
     for (int j = 0; j < kPeerGroup; ++j) {
       const bool real = q0 + j < a.p.ranks;
-      const float *slot = a.p.slots[q0 + j] + at;
+      const float *slot =
+          push ? a.p.slots[a.p.me] + at + (q0 + j) * cap : a.p.slots[q0 + j] + at;
 #pragma unroll
       for (int k = 0; k < kPeerPer; ++k) {
         const int64_t f = first + threadIdx.x + k * kPeerThreads;
@@ -3552,15 +3584,22 @@ int64_t peerSitesStart(int64_t capacity) {
   const int64_t end = 2 * capacity + 2 * kPeerBlocks; // flags, epochs: 4 bytes
   return (end + kAlign - 1) / kAlign * kAlign;
 }
-uint64_t peerExchangeBytes(int64_t capacity, int64_t sites) {
-  return uint64_t(sites > 0 ? peerSitesStart(capacity) + sites
-                            : 2 * capacity + 2 * kPeerBlocks) *
+int64_t peerPushFloats(int64_t capacity, int32_t ranks) {
+  return 2 * int64_t(ranks) * capacity + int64_t(ranks) * kPeerBlocks;
+}
+uint64_t peerExchangeBytes(int64_t capacity, int64_t sites,
+                           int32_t pushRanks) {
+  const int64_t pushed =
+      pushRanks > 0 ? peerPushFloats(capacity, pushRanks) : 0;
+  return uint64_t(sites > 0 || pushed > 0
+                      ? peerSitesStart(capacity) + sites + pushed
+                      : 2 * capacity + 2 * kPeerBlocks) *
          sizeof(float);
 }
 static_assert(sizeof(float) == sizeof(uint32_t));
 PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
                               int32_t ranks, int32_t me, int64_t capacity,
-                              bool local) {
+                              bool local, int64_t push) {
   // Slots (two parities of `capacity` floats), then the flags, then the
   // epochs: peerExchangeBytes's layout.
   auto flagsOf = [&](uint8_t *base) {
@@ -3572,6 +3611,7 @@ PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
   p.me = me;
   p.capacity = capacity;
   p.local = local;
+  p.push = local ? -1 : push;
   uint8_t *mine = bases[local ? 0 : size_t(me)];
   p.epochs = flagsOf(mine) + kPeerBlocks;
   for (int32_t q = 0; q < ranks && q < kMaxPeers; ++q) {
@@ -3617,7 +3657,8 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
       (w && (!residual || !y)) || (tail > 0 && (!w || !logits)) ||
       (residual && !sum) ||
       (site >= 0 &&
-       (site < peerSitesStart(p.capacity) || x != p.slots[p.me] + site)))
+       (site < peerSitesStart(p.capacity) || x != p.slots[p.me] + site)) ||
+      (p.push >= 0 && (p.local || p.push < peerSitesStart(p.capacity))))
     return cudaErrorInvalidValue;
   for (int q = 0; q < p.ranks; ++q)
     if (!p.slots[q] || (!p.local && !p.flags[q]))

@@ -211,6 +211,19 @@ cudaError_t launchRingTraffic(const float *x, int64_t n, int64_t count,
 /// last one) for every peer's flag, which each publishes only once its
 /// earlier kernels, the reads of c among them, have ended: so a step needs
 /// two calls or more for its sites.
+///
+/// Pushed (KILN_CUDA_PEER_PUSH=1, a real group): after the sites an
+/// exchange may hold a push region, `push` floats from its slots: two
+/// parities of `ranks` slots of `capacity` floats, one for each source
+/// rank, then a flag for each source rank and block. Block b of call e
+/// writes its part into its slot of parity e % 2 in every rank's exchange
+/// (posted stores over NVLink), then, after one system-scope fence, flag b
+/// for itself in every peer's; it then waits for its own memory's flags
+/// and reads every part there. Pulling polls every peer's flag and reads
+/// every part over NVLink, two round trips; pushing leaves one one-way
+/// trip. The reuse argument is the parities' above: a rank pushes into
+/// parity e % 2 again only at call e + 2, after every peer's flag for call
+/// e + 1, which each pushes only after reading call e.
 constexpr int kMaxPeers = 8;
 constexpr int kPeerBlocks = 8;
 constexpr int kMaxPeerRows = 4;
@@ -224,10 +237,17 @@ struct PeerExchange {
   int32_t ranks = 0, me = 0;
   int64_t capacity = 0;
   bool local = false;
+  /// The push region's start in floats from each rank's slots, or -1:
+  /// pulled (never pushed for a rank simulated alone).
+  int64_t push = -1;
 };
-/// The bytes of one rank's exchange for `capacity` floats and `sites`
-/// floats of direct slots.
-uint64_t peerExchangeBytes(int64_t capacity, int64_t sites = 0);
+/// The floats of an exchange's push region for a group of `ranks`.
+int64_t peerPushFloats(int64_t capacity, int32_t ranks);
+/// The bytes of one rank's exchange for `capacity` floats, `sites` floats
+/// of direct slots (a multiple of 32) and, with `pushRanks` > 0, a push
+/// region for that many ranks after them (at peerSitesStart + sites).
+uint64_t peerExchangeBytes(int64_t capacity, int64_t sites = 0,
+                           int32_t pushRanks = 0);
 /// Where the direct slots begin, in floats from a rank's slots (after the
 /// two parities, the flags and the epochs, at a multiple of 128 bytes).
 int64_t peerSitesStart(int64_t capacity);
@@ -236,7 +256,7 @@ int64_t peerSitesStart(int64_t capacity);
 /// whose one exchange, bases[0], stands for every rank's.
 PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
                               int32_t ranks, int32_t me, int64_t capacity,
-                              bool local);
+                              bool local, int64_t push = -1);
 /// Lets the current device read `peer`'s memory (already allowed is fine).
 cudaError_t enablePeerAccess(int peer);
 

@@ -203,22 +203,28 @@ class Checks:
                            f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
         self.check(same, what)
 
-    def direct_slots(self, model, art, gguf, toks, extra, extra_env=None):
-        """Logits with KILN_CUDA_DIRECT_SLOTS=1 (and `extra_env`), and the
-        backend's count of the all-reduces it placed so ("N of M"; None if
-        it did not say)."""
-        tag = "".join(f"-{k}{v}" for k, v in (extra_env or {}).items())
-        out = self.work / f"{model}-{art.stem}-direct{tag}.npy"
+    def noted(self, model, art, gguf, toks, extra, extra_env, note):
+        """Logits with `extra_env`, and the first group of the regular
+        expression `note` in the backend's stderr (None if it did not say
+        it)."""
+        tag = "".join(f"-{k}{v}" for k, v in extra_env.items())
+        out = self.work / f"{model}-{art.stem}{tag}.npy"
         proc = run(self.pack, [self.pack / "bin" / "kiln-run", art,
                                "--weights", gguf, "--backend-dir",
                                self.pack / "lib", "--prompt-tokens",
                                ",".join(map(str, toks)), "-n", 0,
                                "--logits-out", out, *extra],
-                   extra_env={"KILN_CUDA_DIRECT_SLOTS": "1",
-                              **(extra_env or {})})
-        said = re.search(r"DIRECT_SLOTS=1: (\d+ of \d+) all-reduces",
-                         proc.stderr)
+                   extra_env=extra_env)
+        said = re.search(note, proc.stderr)
         return np.load(out), said.group(1) if said else None
+
+    def direct_slots(self, model, art, gguf, toks, extra, extra_env=None):
+        """Logits with KILN_CUDA_DIRECT_SLOTS=1 (and `extra_env`), and the
+        backend's count of the all-reduces it placed so ("N of M"; None if
+        it did not say)."""
+        return self.noted(model, art, gguf, toks, extra,
+                          {"KILN_CUDA_DIRECT_SLOTS": "1", **(extra_env or {})},
+                          r"DIRECT_SLOTS=1: (\d+ of \d+) all-reduces")
 
     def teacher_forced(self, model):
         tol = MODELS[model][1]
@@ -401,6 +407,17 @@ class Checks:
                                f"{model} tp{tp} direct slots{how}",
                                ok=placed is not None and
                                not placed.startswith("0 "))
+            # Every part pushed into every rank's exchange instead of
+            # pulled from it (KILN_CUDA_PEER_PUSH=1, off by default): the
+            # same sums in the same order, the default's bits; the backend
+            # must say the ranks push.
+            pushed, said = self.noted(model, art, gguf, toks, place,
+                                      {"KILN_CUDA_PEER_PUSH": "1"},
+                                      r"PEER_PUSH=1: (\d+) ranks push")
+            self.identical(f"{model}: tp{tp} ({where}, parts pushed: "
+                           f"{said} ranks) vs the default graph", pushed,
+                           part, f"{model} tp{tp} pushed",
+                           ok=said == str(tp))
             # The same with NCCL's all-reduce instead of the one-shot
             # kernel over NVLink peers (the default).
             alls = [("", None)]

@@ -13,7 +13,8 @@
 // libnccl.so.2); NCCL_NVLS_ENABLE defaults to 0. Beside NCCL's, the same
 // for the CUDA backend's one-shot all-reduce over NVLink peers
 // (launchAllReducePeers, up to 32 KiB), where every pair of GPUs can read
-// each other's memory.
+// each other's memory: its parts pulled (the default) and pushed
+// (KILN_CUDA_PEER_PUSH=1: StepKernels.h PeerExchange).
 //
 //===----------------------------------------------------------------------===//
 #include "Nccl.h"
@@ -58,13 +59,14 @@ namespace {
 struct Result {
   double graphUs = 0, eagerUs = 0;
   double peersGraphUs = 0, peersEagerUs = 0;
+  double pushGraphUs = 0, pushEagerUs = 0;
 };
 
 /// One GPU's part: K all-reduces of `bytes`, captured and eager, timed
 /// between barriers so every rank measures the same interval.
 void rankMain(const NcclApi &api, ncclUniqueId id, int gpus, int rank,
               int calls, size_t bytes, const PeerExchange *peers,
-              std::barrier<> &sync, Result &out) {
+              const PeerExchange *pushed, std::barrier<> &sync, Result &out) {
   CHECK_CUDA(cudaSetDevice(rank));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -108,11 +110,13 @@ void rankMain(const NcclApi &api, ncclUniqueId id, int gpus, int rank,
   out.eagerUs = timeIt(enqueue, 5);
   CHECK_CUDA(cudaGraphExecDestroy(exec));
   CHECK_CUDA(cudaGraphDestroy(graph));
-  if (peers) {
+  // The one-shot kernel by an exchange: K calls captured, then eager.
+  auto timePeers = [&](const PeerExchange &p, double &graphUs,
+                       double &eagerUs) {
     auto enqueuePeers = [&] {
       for (int i = 0; i < calls; ++i)
-        CHECK_CUDA(launchAllReducePeers(*peers, buf, 1, int64_t(n), true,
-                                        nullptr, nullptr, 0.f, buf, nullptr, {},
+        CHECK_CUDA(launchAllReducePeers(p, buf, 1, int64_t(n), true, nullptr,
+                                        nullptr, 0.f, buf, nullptr, {},
                                         stream));
     };
     CHECK_CUDA(
@@ -120,12 +124,15 @@ void rankMain(const NcclApi &api, ncclUniqueId id, int gpus, int rank,
     enqueuePeers();
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    out.peersGraphUs =
-        timeIt([&] { CHECK_CUDA(cudaGraphLaunch(exec, stream)); }, 20);
-    out.peersEagerUs = timeIt(enqueuePeers, 5);
+    graphUs = timeIt([&] { CHECK_CUDA(cudaGraphLaunch(exec, stream)); }, 20);
+    eagerUs = timeIt(enqueuePeers, 5);
     CHECK_CUDA(cudaGraphExecDestroy(exec));
     CHECK_CUDA(cudaGraphDestroy(graph));
-  }
+  };
+  if (peers)
+    timePeers(*peers, out.peersGraphUs, out.peersEagerUs);
+  if (pushed)
+    timePeers(*pushed, out.pushGraphUs, out.pushEagerUs);
   CHECK_CUDA(cudaFree(buf));
   api.commDestroy(comm);
   CHECK_CUDA(cudaStreamDestroy(stream));
@@ -194,7 +201,10 @@ int main(int argc, char **argv) {
       reachable = reachable && can;
     }
   const int64_t capacity = 8192;
-  std::vector<PeerExchange> peers(static_cast<size_t>(gpus));
+  // With a push region after the pulled slots (no direct slots).
+  const uint64_t exchangeBytes = peerExchangeBytes(capacity, 0, gpus);
+  std::vector<PeerExchange> peers(static_cast<size_t>(gpus)),
+      pushed(static_cast<size_t>(gpus));
   if (reachable) {
     std::vector<uint8_t *> exchange(static_cast<size_t>(gpus));
     for (int a = 0; a < gpus; ++a) {
@@ -202,12 +212,14 @@ int main(int argc, char **argv) {
       for (int b = 0; b < gpus; ++b)
         if (a != b)
           CHECK_CUDA(enablePeerAccess(b));
-      CHECK_CUDA(cudaMalloc(&exchange[size_t(a)], peerExchangeBytes(capacity)));
-      CHECK_CUDA(
-          cudaMemset(exchange[size_t(a)], 0, peerExchangeBytes(capacity)));
+      CHECK_CUDA(cudaMalloc(&exchange[size_t(a)], exchangeBytes));
+      CHECK_CUDA(cudaMemset(exchange[size_t(a)], 0, exchangeBytes));
     }
-    for (int a = 0; a < gpus; ++a)
+    for (int a = 0; a < gpus; ++a) {
       peers[size_t(a)] = peerExchangeView(exchange, gpus, a, capacity, false);
+      pushed[size_t(a)] = peerExchangeView(exchange, gpus, a, capacity, false,
+                                           peerSitesStart(capacity));
+    }
   }
   for (size_t bytes : sizes) {
     ncclUniqueId id;
@@ -215,14 +227,14 @@ int main(int argc, char **argv) {
     std::barrier<> sync(gpus);
     std::vector<Result> results(gpus);
     std::vector<std::thread> threads;
+    const bool oneShot = reachable &&
+                         bytes / sizeof(float) <= size_t(capacity) &&
+                         bytes % sizeof(float) == 0;
     for (int r = 0; r < gpus; ++r)
-      threads.emplace_back(
-          rankMain, std::cref(**api), id, gpus, r, calls, bytes,
-          reachable && bytes / sizeof(float) <= size_t(capacity) &&
-                  bytes % sizeof(float) == 0
-              ? &peers[size_t(r)]
-              : nullptr,
-          std::ref(sync), std::ref(results[r]));
+      threads.emplace_back(rankMain, std::cref(**api), id, gpus, r, calls,
+                           bytes, oneShot ? &peers[size_t(r)] : nullptr,
+                           oneShot ? &pushed[size_t(r)] : nullptr,
+                           std::ref(sync), std::ref(results[r]));
     for (std::thread &t : threads)
       t.join();
     std::printf("allreduce %zu bytes (%.1f KiB) over %d GPUs: in-graph %.2f "
@@ -234,6 +246,11 @@ int main(int argc, char **argv) {
                   "peers: in-graph %.2f us per call, eager %.2f us per call\n",
                   bytes, bytes / 1024.0, gpus, results[0].peersGraphUs,
                   results[0].peersEagerUs);
+    if (results[0].pushGraphUs > 0)
+      std::printf("allreduce %zu bytes (%.1f KiB) over %d GPUs, one-shot "
+                  "pushed: in-graph %.2f us per call, eager %.2f us per call\n",
+                  bytes, bytes / 1024.0, gpus, results[0].pushGraphUs,
+                  results[0].pushEagerUs);
   }
   return 0;
 }

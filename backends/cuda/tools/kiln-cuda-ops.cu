@@ -4270,8 +4270,10 @@ TwoRanks twoRanks() {
 /// written again while the other rank still reads it would show as a wrong
 /// sum in a later step. Every output against the host's rank-order sums,
 /// and the ranks' against each other. `flat`: the all-reduces by blocks
-/// that are not a cluster (KILN_CUDA_PEER_CLUSTER=0).
-void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat) {
+/// that are not a cluster (KILN_CUDA_PEER_CLUSTER=0); `push`: the parts
+/// pushed (KILN_CUDA_PEER_PUSH=1; the sites then only hold x).
+void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat,
+                              bool push) {
   kc::setPeerClusters(!flat);
   constexpr int kSteps = 24, kCalls = 4;
   const int64_t n = 6144, capacity = 6144;
@@ -4279,7 +4281,7 @@ void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat) {
   const bool two = place.two;
   const int *gpu = place.gpu;
   const int64_t start = kc::peerSitesStart(capacity);
-  const uint64_t bytes = kc::peerExchangeBytes(capacity, (kCalls - 1) * n);
+  const uint64_t bytes = kc::peerExchangeBytes(capacity, (kCalls - 1) * n, 2);
   // Per rank: its base parts (one a call), the residual, ones, the counter,
   // the parity call's input, the outputs (one a step and call).
   std::vector<std::vector<std::vector<float>>> base(2);
@@ -4319,7 +4321,7 @@ void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat) {
     CHECK_CUDA(cudaSetDevice(gpu[d]));
     const kc::PeerExchange p = kc::peerExchangeView(
         {ranks[0].exchange->get(), ranks[1].exchange->get()}, 2, d, capacity,
-        false);
+        false, push ? start + (kCalls - 1) * n : -1);
     cudaGraph_t graph;
     CHECK_CUDA(
         cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal));
@@ -4371,7 +4373,8 @@ void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat) {
       }
   CHECK_CUDA(cudaSetDevice(0));
   kc::setPeerClusters(true);
-  const std::string ranksAre = place.where + (flat ? ", no cluster" : "");
+  const std::string ranksAre =
+      place.where + (flat ? ", no cluster" : "") + (push ? ", pushed" : "");
   r.line("all_reduce_peers",
          fmtText("%s, direct slots in one graph of %d steps of %d calls "
                  "(the last by the parities), 1x6144 + add",
@@ -4540,15 +4543,16 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     if (two)
       CHECK_CUDA(kc::enablePeerAccess(gpu[1 - d]));
     CHECK_CUDA(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking));
-    // With room for two direct slots of n values.
+    // With room for two direct slots of n values, and a push region.
     exchange.push_back(std::make_unique<DeviceArray<uint8_t>>(
-        kc::peerExchangeBytes(capacity, 2 * n)));
+        kc::peerExchangeBytes(capacity, 2 * n, 2)));
     CHECK_CUDA(cudaMemset(exchange.back()->get(), 0,
-                          kc::peerExchangeBytes(capacity, 2 * n)));
+                          kc::peerExchangeBytes(capacity, 2 * n, 2)));
   }
-  // By the parities, then by direct slots (each rank's part written into
-  // its site first, two sites in turn).
-  for (bool direct : {false, true}) {
+  // By the parities, by direct slots (each rank's part written into its
+  // site first, two sites in turn), and pushed (KILN_CUDA_PEER_PUSH=1).
+  for (int mode = 0; mode < 3; ++mode) {
+  const bool direct = mode == 1, push = mode == 2;
   const int64_t start = kc::peerSitesStart(capacity);
   double outErr = 0, yErr = 0, differ = 0;
   for (int call = 0; call < 3; ++call) {
@@ -4583,7 +4587,8 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     for (int d = 0; d < 2; ++d) {
       CHECK_CUDA(cudaSetDevice(gpu[d]));
       const kc::PeerExchange p = kc::peerExchangeView(
-          {exchange[0]->get(), exchange[1]->get()}, 2, d, capacity, false);
+          {exchange[0]->get(), exchange[1]->get()}, 2, d, capacity, false,
+          push ? start + 2 * n : -1);
       const size_t at = size_t(d) * 5;
       const int64_t site = direct ? start + (call % 2) * n : -1;
       const float *x = direct ? p.slots[d] + site : keep[at]->get();
@@ -4611,7 +4616,9 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     keep.clear();
   }
   CHECK_CUDA(cudaSetDevice(0));
-  const std::string how = ranksAre + (direct ? ", direct slots" : "");
+  const std::string how = ranksAre + (direct ? ", direct slots"
+                                      : push ? ", pushed"
+                                             : "");
   r.line("all_reduce_peers",
          how + ", 1x6144 + add + rms_norm, reduced (3 calls)", outErr, 0,
          "bit-exact: the CPU's rank order");
@@ -5192,8 +5199,10 @@ int main(int argc, char **argv) {
   checkWidthKernels(report, rng);
   checkExpertWidthKernels(report, rng);
   checkAllReducePeers(report, rng);
-  checkDirectSlotsInGraphs(report, rng, false);
-  checkDirectSlotsInGraphs(report, rng, true);
+  checkDirectSlotsInGraphs(report, rng, false, false);
+  checkDirectSlotsInGraphs(report, rng, true, false);
+  checkDirectSlotsInGraphs(report, rng, false, true);
+  checkDirectSlotsInGraphs(report, rng, true, true);
 
   std::printf("kiln-cuda-ops: %d of %d cases passed (seed %llu)\n",
               report.cases - report.failures, report.cases,
