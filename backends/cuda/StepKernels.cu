@@ -3383,11 +3383,10 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   if (threadIdx.x == 0)
     epochShared = a.p.epochs[b] + 1;
   // This rank's part into its slots of the call's parity (not with direct
-  // slots: its producer wrote it there); the residual and the norm's
-  // weights loaded with it, in flight together.
-  // push: every rank's part pushed into every rank's exchange (its slot
-  // there for this rank), so the flags and the reads are local; a direct
-  // slot is then only where x is.
+  // slots: its producer wrote it there; pushed, into its slot in every
+  // rank's exchange, so that flags and reads are local, a direct slot then
+  // only where x is); the residual and the norm's weights loaded with it,
+  // in flight together.
   const bool push = a.p.push >= 0, direct = a.site >= 0 && !push;
   float v[kPeerPer], r[kPeerPer], g[kPeerPer];
 #pragma unroll
