@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
-# The main job on the embedded default. It grows with every issue: today it
-# sets up, builds, synthesises the default small GLM-5 (the "tiny" preset),
-# compiles it to an artifact and runs it end to end on the CPU backend, then
-# walks through the stages in between (the kiln program, the planned step
-# program, the verifiers).
+# The main job on the embedded default: sets up, builds, synthesises the
+# default small GLM-5 (the "tiny" preset), compiles it to an artifact and
+# runs it end to end (on the CUDA backend where a GPU and the plugin are
+# present, else on the CPU backend, saying which), then walks through the
+# stages in between (the kiln program, the planned step program, its
+# partition for two GPUs, the verifiers).
+# KILN_BUILD_DIR: the build folder (default build); KILN_DEMO_DIR: where
+# the demo's files go (default build/demo); KILN_DEMO_NO_SETUP=1 skips the
+# set-up and the build (the tests run the demo on a build they made).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-utils/setup.sh
-utils/build.sh
+if [ -z "${KILN_DEMO_NO_SETUP:-}" ]; then
+  utils/setup.sh
+  utils/build.sh
+fi
 bin=${KILN_BUILD_DIR:-build}/bin
 work=${KILN_DEMO_DIR:-build/demo}
 mkdir -p "$work"
+
+# The lines sed's RANGE picks from FILE, cut to 150 columns; an excerpt that
+# comes out empty (the program's text moved on) stops the demo with an error.
+excerpt() { # RANGE FILE
+  local out
+  out=$(sed -n "$1" "$2" | cut -c1-150)
+  if [ -z "$out" ]; then
+    echo "demo: error: no lines of $2 matched $1" >&2
+    exit 1
+  fi
+  printf '%s\n' "$out"
+}
 
 echo
 echo "== Kiln demo =="
@@ -67,13 +85,18 @@ echo "-- 6. compile it to the kiln program (the decode step; metadata only) and 
 "$bin/kiln-compile" "$work/glm5-tiny.gguf" -o "$work/glm5-tiny.mlir"
 "$bin/kiln-opt" "$work/glm5-tiny.mlir" -o /dev/null
 echo "   $(grep -c 'kiln.layer ' "$work/glm5-tiny.mlir") layers, $(grep -c 'kiln.weight' "$work/glm5-tiny.mlir") weights bound by name, program verified; layer 1 starts:"
-sed -n '/kiln.layer 1 /,/kiln.linear/p' "$work/glm5-tiny.mlir" | cut -c1-150
+excerpt '/kiln.layer 1 /,/kiln.linear/p' "$work/glm5-tiny.mlir"
 echo
 echo "-- 7. lower it to the step dialect: buffers, declared effects, one planned arena, capture verified"
 "$bin/kiln-compile" "$work/glm5-tiny.gguf" --emit=step --report -o "$work/glm5-tiny.step.mlir"
 "$bin/kiln-opt" --kiln-verify-capture "$work/glm5-tiny.step.mlir" -o /dev/null
-echo "   layer 0's attention starts:"
-sed -n '/"blk.0.rms_norm"/,/step.fused_linear/p' "$work/glm5-tiny.step.mlir" | cut -c1-150
+echo "   layer 0 starts: its norm and every projection of its input in one op (q_a, kv_a and the indexer's)"
+excerpt '/%blk.0.attn_norm = step.weight/,/step.rms_norm_linear/p' "$work/glm5-tiny.step.mlir"
+echo
+echo "-- 7b. partition it for two GPUs (--tp 2): each rank's slices, its collectives fused with the add and norm"
+"$bin/kiln-compile" "$work/glm5-tiny.gguf" --emit=step --tp 2 --report \
+  -o "$work/glm5-tiny.tp2.step.mlir" 2>&1 |
+  grep -E '^step|per step|fused with|bytes per|weight bytes'
 echo
 echo "-- 8. a shape error caught by the op verifiers:"
 if "$bin/kiln-opt" --mlir-print-op-on-diagnostic=false models/glm5/examples/bad-norm.mlir 2>&1; then
@@ -89,4 +112,4 @@ if "$bin/kiln-opt" --allow-unregistered-dialect --mlir-print-op-on-diagnostic=fa
 fi
 echo "(the capture verifier rejected it, as it should)"
 echo
-echo "Next stages, in order: fusion and tensor parallelism, CUDA, text in and out."
+echo "What works now and what is next: README.md's status table; the GPU figures: docs/perf.md."
