@@ -177,6 +177,14 @@ environment (CUDA backend, for measuring; the same bits either way):
                            experts (routed gate/up and down), mla, indexer;
                            1 for all, 0 for none (default: experts,mla,
                            the two that measured faster)
+  KILN_CUDA_DIRECT_SLOTS=1 each all-reduce's input written by its producer
+                           straight into the exchange the peers read (off
+                           until measured; docs/cuda.md, "Direct slots")
+  KILN_CUDA_PEER_CLUSTER=0 the all-reduces without a fused norm by blocks
+                           that are not a cluster (off until measured)
+  KILN_CUDA_PEER_PUSH=1    a real group's all-reduces push each part into
+                           every rank's exchange instead of pulling the
+                           parts over NVLink (off until measured)
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 
