@@ -3410,23 +3410,19 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
                                         2 * ranks * cap) +
            from * kPeerBlocks + b;
   };
-  if (push) {
-    for (int q = 0; q < int(ranks); ++q) {
-      float *there = a.p.slots[q] + at + a.p.me * cap;
+  if (!direct) {
+    // Pulled: into this rank's own slots; pushed: into its slot in every
+    // rank's exchange.
+    const int from = push ? 0 : a.p.me, to = push ? int(ranks) : a.p.me + 1;
+    const int64_t mine = at + (push ? a.p.me * cap : 0);
+    for (int q = from; q < to; ++q) {
+      float *there = a.p.slots[q] + mine;
 #pragma unroll
       for (int k = 0; k < kPeerPer; ++k) {
         const int64_t f = first + threadIdx.x + k * kPeerThreads;
         if (f < last)
           there[f] = v[k];
       }
-    }
-  } else if (!direct) {
-    float *mine = a.p.slots[a.p.me] + at;
-#pragma unroll
-    for (int k = 0; k < kPeerPer; ++k) {
-      const int64_t f = first + threadIdx.x + k * kPeerThreads;
-      if (f < last)
-        mine[f] = v[k];
     }
   }
   // The block's writes, then one system-scope fence and release by thread
@@ -3588,12 +3584,11 @@ int64_t peerPushFloats(int64_t capacity, int32_t ranks) {
 }
 uint64_t peerExchangeBytes(int64_t capacity, int64_t sites,
                            int32_t pushRanks) {
+  // The parities, flags and epochs up to peerSitesStart, then the sites,
+  // then the push region.
   const int64_t pushed =
       pushRanks > 0 ? peerPushFloats(capacity, pushRanks) : 0;
-  return uint64_t(sites > 0 || pushed > 0
-                      ? peerSitesStart(capacity) + sites + pushed
-                      : 2 * capacity + 2 * kPeerBlocks) *
-         sizeof(float);
+  return uint64_t(peerSitesStart(capacity) + sites + pushed) * sizeof(float);
 }
 static_assert(sizeof(float) == sizeof(uint32_t));
 PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
