@@ -75,9 +75,12 @@ struct StepPipelineOptions {
   /// of its heads becomes one per slice (the slices become views).
   bool splitProjections = true;
   /// fuse-add-norm's projection-norms: a collective's residual add whose
-  /// norm folds into a projection becomes step.all_reduce_add; and, without
-  /// the router fold, its router-norms (step.rms_norm_router).
+  /// norm folds into a projection becomes step.all_reduce_add.
   bool projectionNorms = false;
+  /// fuse-add-norm's router-norms, without the router fold (which takes
+  /// those collectives' norm itself): the norm goes to the F32 router that
+  /// reads it (step.rms_norm_router).
+  bool routerNorms = false;
 };
 
 /// Adds elide-indexers, partition, split-projections, fold-dequant,

@@ -32,7 +32,7 @@ void mlir::kiln::buildStepPipeline(OpPassManager &pm,
     addNorm.projectionNorms = options.projectionNorms;
     // The router fold (below) takes the MoE collectives' norm itself.
     addNorm.routerNorms =
-        options.projectionNorms && options.foldRouter == RouterFold::Off;
+        options.routerNorms && options.foldRouter == RouterFold::Off;
     pm.addNestedPass<func::FuncOp>(createFuseAddNorm(addNorm));
     pm.addNestedPass<func::FuncOp>(createFuseNormLinear());
     pm.addNestedPass<func::FuncOp>(createFuseSwigluLinear());

@@ -90,17 +90,19 @@ static cl::opt<bool> fuseSharedExpert(
              "op (moe_experts shared(...)): the CUDA backend runs it as a "
              "ninth expert of weight 1 (default on, measured faster: "
              "docs/perf.md; =false keeps the shared expert's own ops)"));
-static cl::opt<bool> projectionNorms(
-    cl::cat(kilnOptions), "projection-norms", cl::init(false),
+static cl::opt<std::string> projectionNorms(
+    cl::cat(kilnOptions), "projection-norms", cl::ValueOptional,
+    cl::init(""),
     cl::desc(
-        "Leave the norm after a collective's residual add to the Q8_0 "
-        "or F32 projection that reads it (step.all_reduce_add, then "
-        "rms_norm_linear), or, without --fold-router, to the F32 "
-        "router that reads it (rms_norm_router, which writes the "
-        "normalised vector for the experts): the collective no longer "
-        "sums squares across its blocks (off by default until measured on the "
-        "GPU: docs/perf.md; by default that norm is inside the "
-        "collective, all_reduce_add_rms_norm)"));
+        "Leave the norm after a collective's residual add to the op that "
+        "reads it, so that the collective no longer sums squares across its "
+        "blocks. =projections: to the Q8_0 or F32 projection that reads it "
+        "(step.all_reduce_add, then rms_norm_linear); =router: without "
+        "--fold-router, to the F32 router that reads it (rms_norm_router, "
+        "which writes the normalised vector for the experts); bare or =all: "
+        "both. Off by default (measured slower: docs/perf.md); by default "
+        "that norm is inside the collective, all_reduce_add_rms_norm"),
+    cl::value_desc("all|projections|router"));
 static cl::opt<std::string> foldRouter(
     cl::cat(kilnOptions), "fold-router", cl::ValueOptional, cl::init(""),
     cl::desc("Fold each MoE layer's router into the attention's all-reduce "
@@ -235,6 +237,22 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  bool normsToProjections = false, normsToRouter = false;
+  if (projectionNorms.getNumOccurrences()) {
+    if (projectionNorms.empty() || projectionNorms == "all") {
+      normsToProjections = normsToRouter = true;
+    } else if (projectionNorms == "projections") {
+      normsToProjections = true;
+    } else if (projectionNorms == "router") {
+      normsToRouter = true;
+    } else {
+      llvm::errs() << "kiln-compile: error: --projection-norms="
+                   << projectionNorms
+                   << ": expected 'all' (the same as a bare "
+                      "--projection-norms), 'projections' or 'router'\n";
+      return 2;
+    }
+  }
   if (reuseDistance < 0 || reuseDistance > 1000000) {
     llvm::errs() << "kiln-compile: error: --reuse-distance=" << reuseDistance
                  << ": expected a count of ops from 0 to 1000000\n";
@@ -306,7 +324,8 @@ int main(int argc, char **argv) {
     pipeline.tp = tp;
     pipeline.reuseDistance = reuseDistance;
     pipeline.fuseSharedExpert = fuseSharedExpert;
-    pipeline.projectionNorms = projectionNorms;
+    pipeline.projectionNorms = normsToProjections;
+    pipeline.routerNorms = normsToRouter;
     pipeline.foldRouter = routerFold;
     pipeline.fuseRouterChoice = fuseRouterChoice;
     pipeline.elideIndexers = elideIndexers;
