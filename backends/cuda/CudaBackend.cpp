@@ -281,6 +281,9 @@ struct CudaRank {
   RouterTailMode routerTail = RouterTailMode::Held;
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
   bool peerClusters = true; ///< KILN_CUDA_PEER_CLUSTER (setPeerClusters)
+  /// KILN_CUDA_PEER_CLUSTER_POLICY (setPeerClusterPolicy).
+  cudaClusterSchedulingPolicy peerClusterPolicy =
+      cudaClusterSchedulingPolicyDefault;
   bool lightOps = true;    ///< KILN_CUDA_LIGHT_OPS (GraphSwitches)
   /// KILN_CUDA_DROP_BRANCH_EDGES (GraphSwitches).
   bool dropBranchEdges = true;
@@ -1581,6 +1584,11 @@ struct GraphSwitches {
   /// fused norm, no choice) by blocks that are not a cluster
   /// (setPeerClusters; on until measured).
   bool peerClusters = true;
+  /// KILN_CUDA_PEER_CLUSTER_POLICY=spread|balance: how the GPU places the
+  /// one-shot all-reduce's clusters (setPeerClusterPolicy; unset: the
+  /// driver's default; a probe).
+  cudaClusterSchedulingPolicy peerClusterPolicy =
+      cudaClusterSchedulingPolicyDefault;
   /// KILN_CUDA_PEER_PUSH=1: a real group's one-shot all-reduces push every
   /// part into every rank's exchange, so that each reads its own memory
   /// (StepKernels.h PeerExchange; off until measured on two GPUs or more).
@@ -1694,6 +1702,15 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.directSlots = directSlots;
   KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", true));
   g.peerClusters = peerClusters;
+  if (const char *v = std::getenv("KILN_CUDA_PEER_CLUSTER_POLICY")) {
+    std::string t = v;
+    if (t != "spread" && t != "balance")
+      return Error("KILN_CUDA_PEER_CLUSTER_POLICY", t,
+                   "expected spread or balance");
+    g.peerClusterPolicy = t == "spread"
+                              ? cudaClusterSchedulingPolicySpread
+                              : cudaClusterSchedulingPolicyLoadBalancing;
+  }
   KILN_ASSIGN(peerPush, readFlag("KILN_CUDA_PEER_PUSH", false));
   g.peerPush = peerPush;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
@@ -2772,6 +2789,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;
     rank->peerClusters = switches.peerClusters;
+    rank->peerClusterPolicy = switches.peerClusterPolicy;
     rank->lightOps = switches.lightOps;
     rank->dropBranchEdges = switches.dropBranchEdges;
     rank->mla = switches.mla;
@@ -2802,6 +2820,8 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
   Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {
     KILN_TRY(loadKernelImages(rank, a));
     KILN_TRY(enter(rank));
+    if (rank.peerClusterPolicy != cudaClusterSchedulingPolicyDefault)
+      CUDA_TRY(rank.where, setPeerClusterPolicy(rank.peerClusterPolicy));
     CUDA_TRY(rank.where,
              cudaStreamCreateWithFlags(&rank.stream, cudaStreamNonBlocking));
     const RankPlan &plan = a.rankPlans[rank.index];

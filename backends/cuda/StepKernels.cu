@@ -3934,6 +3934,16 @@ thread_local bool usePeerClusters = true;
 bool peerClusters() { return usePeerClusters; }
 void setPeerClusters(bool on) { usePeerClusters = on; }
 
+cudaError_t setPeerClusterPolicy(cudaClusterSchedulingPolicy policy) {
+  for (auto kernel : {allReducePeersKernel<false>, allReducePeersKernel<true>})
+    if (cudaError_t e = setKernelAttribute(
+            kernel, cudaFuncAttributeClusterSchedulingPolicyPreference,
+            int(policy));
+        e != cudaSuccess)
+      return e;
+  return cudaSuccess;
+}
+
 bool indexerMma() { return useIndexerMma; }
 void setIndexerMma(bool on) { useIndexerMma = on; }
 

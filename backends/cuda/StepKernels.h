@@ -295,6 +295,13 @@ launchAllReducePeers(const PeerExchange &p, const float *x, int64_t rows,
 /// for a step (off until measured). The same sums either way.
 bool peerClusters();
 void setPeerClusters(bool on);
+/// Asks the GPU to place launchAllReducePeers's clusters by `policy`
+/// (cudaClusterSchedulingPolicySpread or ...LoadBalancing; Default: the
+/// driver's choice), on the current GPU for the current kernel images.
+/// KILN_CUDA_PEER_CLUSTER_POLICY=spread|balance sets it for a step (a
+/// probe: a cluster of 8 measured ~0.4 us a call dearer than free blocks,
+/// docs/perf.md, thirty-ninth pass). The same sums either way.
+cudaError_t setPeerClusterPolicy(cudaClusterSchedulingPolicy policy);
 /// Whether launchAllReducePeers takes rows x n (+ tail): at most
 /// kMaxPeerRows rows and 8,192 values, within the capacity.
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,

@@ -182,6 +182,9 @@ environment (CUDA backend, for measuring; the same bits either way):
                            until measured; docs/cuda.md, "Direct slots")
   KILN_CUDA_PEER_CLUSTER=0 the all-reduces without a fused norm by blocks
                            that are not a cluster (off until measured)
+  KILN_CUDA_PEER_CLUSTER_POLICY=spread|balance
+                           how the GPU places the all-reduces' clusters of
+                           8 blocks (unset: the driver's default; a probe)
   KILN_CUDA_PEER_PUSH=1    a real group's all-reduces push each part into
                            every rank's exchange instead of pulling the
                            parts over NVLink (off until measured)
