@@ -3309,6 +3309,35 @@ __device__ inline uint32_t loadAcquire(const uint32_t *p) {
   return v;
 }
 
+/// A block's part of a sum, tagged with its call's epoch in one 64-bit
+/// word, so that the part and its arrival are one store and one load.
+__device__ inline void storeTagged(uint64_t *p, uint32_t tag, float v) {
+  const uint64_t word = uint64_t(tag) << 32 | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(word)
+               : "memory");
+}
+
+/// The part at `p` once it carries `tag`; a block that has not stored it
+/// within kDeviceWaitNs is reported (the kernel's `blocks` did not all run)
+/// and read as 0.
+__device__ inline float waitTagged(const uint64_t *p, uint32_t tag,
+                                   FaultSink fault, int64_t blocks) {
+  const uint64_t start = globalNanos();
+  for (;;) {
+    uint64_t word;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];"
+                 : "=l"(word)
+                 : "l"(p)
+                 : "memory");
+    if (uint32_t(word >> 32) == tag)
+      return __uint_as_float(uint32_t(word));
+    if (globalNanos() - start > kDeviceWaitNs) {
+      recordFault(fault, FaultCode::GridWaitTimeout, blocks, 0);
+      return 0.f;
+    }
+  }
+}
+
 /// Waits until *word has reached `target` (modulo 2^32), or reports the
 /// timeout as rank `who` and gives up.
 __device__ inline void waitFor(const uint32_t *word, uint32_t target,
@@ -3368,7 +3397,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   namespace cg = cooperative_groups;
   // fused: the residual add and the norm (all_reduce_add_rms_norm); added:
   // the add alone (all_reduce_add).
-  const bool fused = kCluster && a.w != nullptr, added = a.residual != nullptr;
+  const bool fused = a.w != nullptr, added = a.residual != nullptr;
   // A block may store into another's shared memory only once that one has
   // started: the fused op's blocks arrive at a cluster barrier here and
   // wait before those stores, so its latency passes under the loads.
@@ -3488,12 +3517,11 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     }
     return;
   }
-  if constexpr (kCluster) {
-  cg::cluster_group cluster = cg::this_cluster();
   // The add, then each row's sum of squares: this block's part of it (its
-  // threads' values in k order, then a fixed tree), the cluster's blocks'
-  // parts shared through their shared memory and added in block order by
-  // every block alike.
+  // threads' values in k order, then a fixed tree), the blocks' parts
+  // shared (through the cluster's shared memory, or without a cluster
+  // through this rank's exchange) and added in block order by every block
+  // alike: the same bits either way.
   float sq[kMaxPeerRows] = {};
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
@@ -3508,21 +3536,43 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
       if (q == row)
         sq[q] += v[k] * v[k];
   }
-  // Each block stores its part into every block's shared memory, so after
-  // one more cluster barrier every block reads only its own (and may
-  // leave).
-  cluster.barrier_wait();
-  // Unrolled, so that sq stays in registers (indexed by a variable it was
-  // a local-memory array).
+  if constexpr (kCluster) {
+    // Each block stores its part into every block's shared memory, so
+    // after one more cluster barrier every block reads only its own (and
+    // may leave).
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.barrier_wait();
+    // Unrolled, so that sq stays in registers (indexed by a variable it
+    // was a local-memory array).
 #pragma unroll
-  for (int q = 0; q < kMaxPeerRows; ++q) {
-    if (q >= int(a.rows)) // uniform: the blocks' barriers below
-      break;
-    const float part = blockSum(sq[q], partials);
-    if (threadIdx.x < kPeerBlocks)
-      cluster.map_shared_rank(&rowParts[q][0], int(threadIdx.x))[b] = part;
+    for (int q = 0; q < kMaxPeerRows; ++q) {
+      if (q >= int(a.rows)) // uniform: the blocks' barriers below
+        break;
+      const float part = blockSum(sq[q], partials);
+      if (threadIdx.x < kPeerBlocks)
+        cluster.map_shared_rank(&rowParts[q][0], int(threadIdx.x))[b] = part;
+    }
+    cluster.sync(); // every block's parts are in every block's memory
+  } else {
+    // Each block stores its parts, tagged with the call's epoch, into this
+    // rank's exchange (its parity's words: PeerExchange::norms), then
+    // waits for every block's. The 8 blocks are all resident: nothing
+    // they wait for waits for them, and the next kernel starts only once
+    // each has let it.
+    uint64_t *norms = a.p.norms + (e & 1u) * kMaxPeerRows * kPeerBlocks;
+#pragma unroll
+    for (int q = 0; q < kMaxPeerRows; ++q) {
+      if (q >= int(a.rows)) // uniform: blockSum's barriers
+        break;
+      const float part = blockSum(sq[q], partials);
+      if (threadIdx.x == 0)
+        storeTagged(norms + q * kPeerBlocks + b, e, part);
+    }
+    if (int(threadIdx.x) < a.rows * kPeerBlocks)
+      rowParts[threadIdx.x / kPeerBlocks][threadIdx.x % kPeerBlocks] =
+          waitTagged(norms + threadIdx.x, e, a.fault, kPeerBlocks);
+    __syncthreads();
   }
-  cluster.sync(); // every block's parts are in every block's memory
   if (int(threadIdx.x) < a.rows) {
     float ss = 0.f;
     for (int c = 0; c < kPeerBlocks; ++c)
@@ -3544,7 +3594,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     // wrote.
     const int chooser = int((total - 1) / chunk);
     if (int(body / chunk) != chooser)
-      cluster.sync(); // the other blocks' logits, released to the cluster
+      cg::this_cluster().sync(); // the other blocks' logits, released
     if (b != chooser)
       return;
     __syncthreads();
@@ -3552,7 +3602,6 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     routerChoose(a.logits, a.tail, a.choice.bias, a.choice.topK,
                  a.choice.gating, a.choice.normalize, a.choice.routedScale,
                  a.choice.ids, a.choice.weights, choiceShared);
-  }
   }
 }
 
@@ -3563,10 +3612,10 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
   allReducePeersBody<kChoice, true>(a);
 }
 
-/// The sums alone (no fused norm, no choice) by kPeerBlocks blocks that are
-/// not a cluster: each may start wherever a multiprocessor has room, not
-/// only where eight of one processing cluster do (KILN_CUDA_PEER_CLUSTER=0;
-/// setPeerClusters).
+/// The all-reduce without the choice by kPeerBlocks blocks that are not a
+/// cluster: each may start wherever a multiprocessor has room, not only
+/// where eight of one processing cluster do; the fused norm's parts go
+/// through the exchange (KILN_CUDA_PEER_CLUSTER=0; setPeerClusters).
 __global__ void __launch_bounds__(kPeerThreads)
     allReducePeersFlatKernel(const __grid_constant__ PeerArgs a) {
   allReducePeersBody<false, false>(a);
@@ -3574,9 +3623,15 @@ __global__ void __launch_bounds__(kPeerThreads)
 
 } // namespace
 
+/// The norm parts' words (PeerExchange::norms), in floats: two parities
+/// of kMaxPeerRows x kPeerBlocks 8-byte words.
+constexpr int64_t kPeerNormFloats = 2 * 2 * kMaxPeerRows * kPeerBlocks;
+
 int64_t peerSitesStart(int64_t capacity) {
   constexpr int64_t kAlign = 128 / sizeof(float);
-  const int64_t end = 2 * capacity + 2 * kPeerBlocks; // flags, epochs: 4 bytes
+  // Flags and epochs (4 bytes each), then the norm parts (8-byte aligned:
+  // 2 * capacity + 2 * kPeerBlocks floats is even).
+  const int64_t end = 2 * capacity + 2 * kPeerBlocks + kPeerNormFloats;
   return (end + kAlign - 1) / kAlign * kAlign;
 }
 int64_t peerPushFloats(int64_t capacity, int32_t ranks) {
@@ -3608,6 +3663,7 @@ PeerExchange peerExchangeView(const std::vector<uint8_t *> &bases,
   p.push = local ? -1 : push;
   uint8_t *mine = bases[local ? 0 : size_t(me)];
   p.epochs = flagsOf(mine) + kPeerBlocks;
+  p.norms = reinterpret_cast<uint64_t *>(flagsOf(mine) + 2 * kPeerBlocks);
   for (int32_t q = 0; q < ranks && q < kMaxPeers; ++q) {
     uint8_t *of = local ? mine : bases[size_t(q)];
     p.slots[q] = reinterpret_cast<float *>(of);
@@ -3667,8 +3723,8 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
       return cudaErrorInvalidValue;
     args.choice = *choice;
   }
-  // The sums alone need no cluster; without one where asked.
-  const bool flat = !peerClusters() && !w && args.choice.topK == 0;
+  // Only the choice needs the cluster; without one where asked.
+  const bool flat = !peerClusters() && args.choice.topK == 0;
   if (cudaError_t e = launchStep(flat                    ? allReducePeersFlatKernel
                                  : args.choice.topK > 0 ? allReducePeersKernel<true>
                                                         : allReducePeersKernel<false>,

@@ -234,6 +234,10 @@ struct PeerExchange {
   float *slots[kMaxPeers] = {};
   uint32_t *flags[kMaxPeers] = {};
   uint32_t *epochs = nullptr; ///< this rank's, one a block
+  /// This rank's words for the fused norm's parts when its blocks are not
+  /// a cluster: two parities of kMaxPeerRows x kPeerBlocks, each a part
+  /// tagged with its call's epoch.
+  uint64_t *norms = nullptr;
   int32_t ranks = 0, me = 0;
   int64_t capacity = 0;
   bool local = false;
@@ -288,11 +292,12 @@ launchAllReducePeers(const PeerExchange &p, const float *x, int64_t rows,
                      float eps, float *out, float *y, FaultSink fault,
                      cudaStream_t s, int64_t tail = 0, float *logits = nullptr,
                      const RouterChoice *choice = nullptr, int64_t site = -1);
-/// Whether launchAllReducePeers runs the sums alone (no fused norm, no
-/// choice) by a cluster of its kPeerBlocks blocks, as the other forms (the
-/// calling host thread's setting; on by default): off, they are blocks
-/// that need not be placed together. KILN_CUDA_PEER_CLUSTER=0 sets it off
-/// for a step (off until measured). The same sums either way.
+/// Whether launchAllReducePeers runs its kPeerBlocks blocks as a cluster
+/// (the calling host thread's setting; on by default): off, but for the
+/// router's choice, they are blocks that need not be placed together, and
+/// the fused norm's parts go through the exchange (PeerExchange::norms)
+/// instead of the cluster's shared memory. KILN_CUDA_PEER_CLUSTER=0 sets
+/// it off for a step (off until measured). The same bits either way.
 bool peerClusters();
 void setPeerClusters(bool on);
 /// Asks the GPU to place launchAllReducePeers's clusters by `policy`

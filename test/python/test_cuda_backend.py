@@ -407,6 +407,26 @@ class Checks:
                                f"{model} tp{tp} direct slots{how}",
                                ok=placed is not None and
                                not placed.startswith("0 "))
+            # Every all-reduce by blocks that are not a cluster
+            # (KILN_CUDA_PEER_CLUSTER=0, off by default): the fused norm's
+            # parts through the exchange, added in the cluster's order, so
+            # the default's bits, graph and eager, and with direct slots.
+            flat_env = {"KILN_CUDA_PEER_CLUSTER": "0"}
+            for mode in ([], ["--eager"]):
+                how = ", eager" if mode else ""
+                flat = logits(self.pack, art, gguf, toks,
+                              self.work / f"{model}-tp{tp}flat.npy",
+                              place + mode, extra_env=flat_env)
+                self.identical(f"{model}: tp{tp} ({where}{how}, no cluster) "
+                               f"vs the default graph", flat, part,
+                               f"{model} tp{tp} no cluster{how}")
+            direct, placed = self.direct_slots(model, art, gguf, toks, place,
+                                               flat_env)
+            self.identical(f"{model}: tp{tp} ({where}, no cluster, direct "
+                           f"slots: {placed}) vs the default graph", direct,
+                           part, f"{model} tp{tp} no cluster, direct slots",
+                           ok=placed is not None and
+                           not placed.startswith("0 "))
             # Every part pushed into every rank's exchange instead of
             # pulled from it (KILN_CUDA_PEER_PUSH=1, off by default): the
             # same sums in the same order, the default's bits; the backend

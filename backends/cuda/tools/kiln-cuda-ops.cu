@@ -4412,8 +4412,9 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
   // direct: x written into the exchange's sites first (as its producer
   // would with KILN_CUDA_DIRECT_SLOTS=1), each call reading every rank's
   // part there, two sites taken in turn over four calls; the same combine.
-  // flat: the sums alone by blocks that are not a cluster
-  // (KILN_CUDA_PEER_CLUSTER=0).
+  // flat: by blocks that are not a cluster (KILN_CUDA_PEER_CLUSTER=0), the
+  // fused norm's parts through the exchange; each such call is run again
+  // by the cluster on the same inputs, whose outputs must be the same bits.
   auto check = [&](const Case &c, bool direct, bool flat) {
     kc::setPeerClusters(!flat);
     const bool added = c.fused || c.add;
@@ -4433,7 +4434,7 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         : c.add ? "+ add"
         : c.sum ? "sum"
                 : "max");
-    double outErr = 0, yErr = 0;
+    double outErr = 0, yErr = 0, clusterDiff = 0;
     for (int call = 0; call < calls; ++call) {
       std::vector<float> x = normals(rng, values, 1.0),
                          res = normals(rng, values, 1.0),
@@ -4459,9 +4460,24 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
           c.fused ? dw.get() : nullptr, eps, dout.get(),
           c.fused ? dy.get() : nullptr, {}, nullptr, 0, nullptr, nullptr,
           site));
-      outErr = std::max(outErr, double(mismatches(dout.download(), want)));
+      const std::vector<float> gotOut = dout.download(),
+                               gotY = c.fused ? dy.download()
+                                              : std::vector<float>();
+      outErr = std::max(outErr, double(mismatches(gotOut, want)));
       if (c.fused)
-        yErr = std::max(yErr, relError(dy.download(), wantY));
+        yErr = std::max(yErr, relError(gotY, wantY));
+      if (flat) {
+        kc::setPeerClusters(true);
+        run(kc::launchAllReducePeers(
+            p, in, c.rows, c.n, c.sum, added ? dres.get() : nullptr,
+            c.fused ? dw.get() : nullptr, eps, dout.get(),
+            c.fused ? dy.get() : nullptr, {}, nullptr, 0, nullptr, nullptr,
+            site));
+        kc::setPeerClusters(false);
+        clusterDiff += double(mismatches(dout.download(), gotOut));
+        if (c.fused)
+          clusterDiff += double(mismatches(dy.download(), gotY));
+      }
     }
     const std::string runs = fmtText(" (%d calls)", calls);
     r.line("all_reduce_peers", what + ", reduced" + runs, outErr, 0,
@@ -4469,6 +4485,9 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     if (c.fused)
       r.line("all_reduce_peers", what + ", normed" + runs, yErr,
              sumTol(double(c.n)), sumWhy("sum of squares order", c.n));
+    if (flat)
+      r.line("all_reduce_peers", what + ", against the cluster" + runs,
+             clusterDiff, 0, "bit-identical: the same parts, the same order");
     kc::setPeerClusters(true);
   };
   for (const Case &c :
@@ -4484,13 +4503,15 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         Case{2, 4, 2000, true, true}, Case{4, 2, 300, false, false},
         Case{1, 1, 6001, true, false, true}})
     check(c, true, false);
-  // The sums alone without a cluster (the fused norm always has one), from
+  // Without a cluster (the fused norm's parts through the exchange), from
   // the parities and from direct slots.
   for (bool direct : {false, true})
     for (const Case &c :
          {Case{8, 1, 6144, true, false, true}, Case{8, 3, 1000, true, false, true},
           Case{4, 2, 300, false, false}, Case{8, 1, 6144, true, false},
-          Case{1, 1, 6001, true, false, true}})
+          Case{1, 1, 6001, true, false, true}, Case{1, 1, 6144, true, true},
+          Case{8, 1, 6144, true, true}, Case{8, 3, 1000, true, true},
+          Case{2, 4, 2000, true, true}})
       check(c, direct, true);
   {
     // A site before the sites' start, or an x elsewhere than the site, is
