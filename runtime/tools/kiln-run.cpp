@@ -180,8 +180,9 @@ environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_DIRECT_SLOTS=1 each all-reduce's input written by its producer
                            straight into the exchange the peers read (off
                            until measured; docs/cuda.md, "Direct slots")
-  KILN_CUDA_PEER_CLUSTER=0 the all-reduces without a fused norm by blocks
-                           that are not a cluster (off until measured)
+  KILN_CUDA_PEER_CLUSTER=0 the all-reduces by blocks that are not a cluster,
+                           the fused norm's parts through the exchange
+                           (off until measured)
   KILN_CUDA_PEER_CLUSTER_POLICY=spread|balance
                            how the GPU places the all-reduces' clusters of
                            8 blocks (unset: the driver's default; a probe)
