@@ -224,7 +224,8 @@ class Checks:
         it did not say)."""
         return self.noted(model, art, gguf, toks, extra,
                           {"KILN_CUDA_DIRECT_SLOTS": "1", **(extra_env or {})},
-                          r"DIRECT_SLOTS=1: (\d+ of \d+) all-reduces")
+                          r"(?:DIRECT_SLOTS=1|direct slots): (\d+ of \d+) "
+                          r"all-reduces")
 
     def teacher_forced(self, model):
         tol = MODELS[model][1]
@@ -394,37 +395,45 @@ class Checks:
             self.identical(f"{model}: tp{tp} ({where}) graph vs --eager",
                            part, parte, f"{model} tp{tp} graph vs eager")
             # The all-reduces' inputs written by their producers straight
-            # into the exchange (KILN_CUDA_DIRECT_SLOTS=1, off by default):
-            # the same sums in the same order, so the default's bits, graph
-            # and eager; the backend must say it placed some.
+            # into the exchange (KILN_CUDA_DIRECT_SLOTS=1) against copied
+            # there by the all-reduces (=0), whichever is the default: the
+            # same sums in the same order, so the same bits, graph and
+            # eager; the backend must say it placed some.
+            copied = logits(self.pack, art, gguf, toks,
+                            self.work / f"{model}-tp{tp}copied.npy", place,
+                            extra_env={"KILN_CUDA_DIRECT_SLOTS": "0"})
             for mode in ([], ["--eager"]):
                 how = ", eager" if mode else ""
                 direct, placed = self.direct_slots(model, art, gguf, toks,
                                                    place + mode)
                 self.identical(f"{model}: tp{tp} ({where}{how}, direct "
-                               f"slots: {placed}) vs the default graph",
-                               direct, part,
+                               f"slots: {placed}) vs copied, graph",
+                               direct, copied,
                                f"{model} tp{tp} direct slots{how}",
                                ok=placed is not None and
                                not placed.startswith("0 "))
             # Every all-reduce by blocks that are not a cluster
-            # (KILN_CUDA_PEER_CLUSTER=0, off by default): the fused norm's
-            # parts through the exchange, added in the cluster's order, so
-            # the default's bits, graph and eager, and with direct slots.
+            # (KILN_CUDA_PEER_CLUSTER=0) against one cluster each (=1),
+            # whichever is the default: the fused norm's parts through the
+            # exchange, added in the cluster's order, so the same bits, graph
+            # and eager, and with direct slots against copied parts.
             flat_env = {"KILN_CUDA_PEER_CLUSTER": "0"}
+            clustered = logits(self.pack, art, gguf, toks,
+                               self.work / f"{model}-tp{tp}cluster.npy",
+                               place, extra_env={"KILN_CUDA_PEER_CLUSTER": "1"})
             for mode in ([], ["--eager"]):
                 how = ", eager" if mode else ""
                 flat = logits(self.pack, art, gguf, toks,
                               self.work / f"{model}-tp{tp}flat.npy",
                               place + mode, extra_env=flat_env)
                 self.identical(f"{model}: tp{tp} ({where}{how}, no cluster) "
-                               f"vs the default graph", flat, part,
+                               f"vs clusters, graph", flat, clustered,
                                f"{model} tp{tp} no cluster{how}")
             direct, placed = self.direct_slots(model, art, gguf, toks, place,
                                                flat_env)
             self.identical(f"{model}: tp{tp} ({where}, no cluster, direct "
-                           f"slots: {placed}) vs the default graph", direct,
-                           part, f"{model} tp{tp} no cluster, direct slots",
+                           f"slots: {placed}) vs clusters, copied", direct,
+                           copied, f"{model} tp{tp} no cluster, direct slots",
                            ok=placed is not None and
                            not placed.startswith("0 "))
             # Every part pushed into every rank's exchange instead of
@@ -486,15 +495,23 @@ class Checks:
                     if kind == "cuda-projnorm" and not extra_env:
                         # all_reduce_add's inputs by direct slots too, and
                         # its sums by blocks that are not a cluster
-                        # (KILN_CUDA_PEER_CLUSTER=0).
-                        for flat in ({}, {"KILN_CUDA_PEER_CLUSTER": "0"}):
-                            how = ", no cluster" if flat else ""
+                        # (KILN_CUDA_PEER_CLUSTER=0), against copied parts
+                        # and clusters (whichever are the defaults).
+                        plain = logits(
+                            self.pack, fold, gguf, toks,
+                            self.work / f"{model}-tp{tp}{kind}-plain.npy",
+                            place, extra_env={"KILN_CUDA_DIRECT_SLOTS": "0",
+                                              "KILN_CUDA_PEER_CLUSTER": "1"})
+                        for flat in ("1", "0"):
+                            how = ", no cluster" if flat == "0" else ""
                             direct, placed = self.direct_slots(
-                                model, fold, gguf, toks, place, flat)
+                                model, fold, gguf, toks, place,
+                                {"KILN_CUDA_PEER_CLUSTER": flat})
                             self.identical(
                                 f"{model}: tp{tp} ({where}, {what}, direct "
                                 f"slots: {placed}{how}) vs without", direct,
-                                got, f"{model} tp{tp} {kind} direct slots{how}",
+                                plain,
+                                f"{model} tp{tp} {kind} direct slots{how}",
                                 ok=placed is not None and
                                 not placed.startswith("0 "))
                     if kind != "cuda-composed-choice":
