@@ -4455,11 +4455,14 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
                               cudaMemcpyHostToDevice));
         in = p.slots[0] + site;
       }
-      run(kc::launchAllReducePeers(
-          p, in, c.rows, c.n, c.sum, added ? dres.get() : nullptr,
-          c.fused ? dw.get() : nullptr, eps, dout.get(),
-          c.fused ? dy.get() : nullptr, {}, nullptr, 0, nullptr, nullptr,
-          site));
+      auto reduce = [&] {
+        run(kc::launchAllReducePeers(
+            p, in, c.rows, c.n, c.sum, added ? dres.get() : nullptr,
+            c.fused ? dw.get() : nullptr, eps, dout.get(),
+            c.fused ? dy.get() : nullptr, {}, nullptr, 0, nullptr, nullptr,
+            site));
+      };
+      reduce();
       const std::vector<float> gotOut = dout.download(),
                                gotY = c.fused ? dy.download()
                                               : std::vector<float>();
@@ -4468,11 +4471,7 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         yErr = std::max(yErr, relError(gotY, wantY));
       if (flat) {
         kc::setPeerClusters(true);
-        run(kc::launchAllReducePeers(
-            p, in, c.rows, c.n, c.sum, added ? dres.get() : nullptr,
-            c.fused ? dw.get() : nullptr, eps, dout.get(),
-            c.fused ? dy.get() : nullptr, {}, nullptr, 0, nullptr, nullptr,
-            site));
+        reduce();
         kc::setPeerClusters(false);
         clusterDiff += double(mismatches(dout.download(), gotOut));
         if (c.fused)
