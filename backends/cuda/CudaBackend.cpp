@@ -1580,9 +1580,10 @@ struct GraphSwitches {
   /// producer straight into the exchange where the peers read it, not
   /// copied there by the all-reduce (directSites; off until measured).
   bool directSlots = false;
-  /// KILN_CUDA_PEER_CLUSTER=0: the one-shot all-reduce's sums alone (no
-  /// fused norm, no choice) by blocks that are not a cluster
-  /// (setPeerClusters; on until measured).
+  /// KILN_CUDA_PEER_CLUSTER=0: the one-shot all-reduces without the
+  /// router's choice (the fused norm's too, its parts through the
+  /// exchange) by blocks that are not a cluster (setPeerClusters; the
+  /// cluster until measured).
   bool peerClusters = true;
   /// KILN_CUDA_PEER_CLUSTER_POLICY=spread|balance: how the GPU places the
   /// one-shot all-reduce's clusters (setPeerClusterPolicy; unset: the
