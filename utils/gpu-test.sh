@@ -169,6 +169,16 @@ if [ -x "$pack/bin/kiln-run" ]; then
     "$bin/kiln-run" "$m/glm5-projection-norms.cuda.tp8.kiln" \
     --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
     --steps 30
+  # A timing probe: the routed experts' gate/up input rounded to an int8
+  # grid and dotted by dp4a (KILN_CUDA_EXPERTS_INT8_X=1; its results are
+  # not the CPU's: docs/perf.md, fortieth pass), at 1k and 16k.
+  step bench-glm5-tp8-rank0-graph-experts-int8x env KILN_CUDA_EXPERTS_INT8_X=1 \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
+  step bench-glm5-tp8-rank0-graph-16k-experts-int8x \
+    env KILN_CUDA_EXPERTS_INT8_X=1 \
+    "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 16384 --steps 20
   # The router folded into the attention's all-reduce (kiln-compile
   # --fold-router, off by default: docs/perf.md, nineteenth pass), at 1k.
   step bench-glm5-tp8-rank0-graph-fold run "$m/glm5-fold.cuda.tp8.kiln" \

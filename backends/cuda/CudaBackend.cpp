@@ -281,6 +281,7 @@ struct CudaRank {
   RouterTailMode routerTail = RouterTailMode::Held;
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
   bool peerClusters = true; ///< KILN_CUDA_PEER_CLUSTER (setPeerClusters)
+  bool expertsInt8X = false; ///< KILN_CUDA_EXPERTS_INT8_X (setExpertsInt8X)
   /// KILN_CUDA_PEER_CLUSTER_POLICY (setPeerClusterPolicy).
   cudaClusterSchedulingPolicy peerClusterPolicy =
       cudaClusterSchedulingPolicyDefault;
@@ -1505,8 +1506,10 @@ constexpr unsigned kDefaultShapeFamilies =
 /// into the exchange (directSites), KILN_CUDA_PEER_PUSH=1 has a real
 /// group's one-shot all-reduces push each part into every rank's exchange
 /// instead of pulling them (PeerExchange::push), KILN_CUDA_PEER_CLUSTER=0 runs
-/// the one-shot sums without the fused norm by blocks that are not a cluster
-/// (setPeerClusters),
+/// the one-shot all-reduces without the router's choice by blocks that are
+/// not a cluster (setPeerClusters), KILN_CUDA_EXPERTS_INT8_X=1 rounds the
+/// routed experts' gate/up input to an int8 grid (setExpertsInt8X; its
+/// results are not the CPU's),
 /// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
@@ -1594,6 +1597,10 @@ struct GraphSwitches {
   /// part into every rank's exchange, so that each reads its own memory
   /// (StepKernels.h PeerExchange; off until measured on two GPUs or more).
   bool peerPush = false;
+  /// KILN_CUDA_EXPERTS_INT8_X=1: the routed experts' gate/up kernel rounds
+  /// its input to an int8 grid and dots by `dp4a` (setExpertsInt8X; a
+  /// timing probe, the step's results then differ from the CPU's).
+  bool expertsInt8X = false;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1714,6 +1721,14 @@ Expected<GraphSwitches> readGraphSwitches() {
   }
   KILN_ASSIGN(peerPush, readFlag("KILN_CUDA_PEER_PUSH", false));
   g.peerPush = peerPush;
+  KILN_ASSIGN(int8X, readFlag("KILN_CUDA_EXPERTS_INT8_X", false));
+  g.expertsInt8X = int8X;
+  if (g.expertsInt8X)
+    std::fprintf(stderr,
+                 "cuda backend: KILN_CUDA_EXPERTS_INT8_X=1: the routed "
+                 "experts' gate/up kernel rounds its input to an int8 grid; "
+                 "the step's results are not the CPU reference's (for "
+                 "measuring only)\n");
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -2037,6 +2052,7 @@ Status enter(CudaRank &rank) {
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
   setPeerClusters(rank.peerClusters);
+  setExpertsInt8X(rank.expertsInt8X);
   setMlaLaunch(rank.mla);
   return Status::ok();
 }
@@ -2789,6 +2805,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;
+    rank->expertsInt8X = switches.expertsInt8X;
     rank->peerClusters = switches.peerClusters;
     rank->peerClusterPolicy = switches.peerClusterPolicy;
     rank->lightOps = switches.lightOps;

@@ -853,6 +853,119 @@ k45PrescaledLane(uint4 head, uint4 qs, uint4 qh, int t, const K45Prescaled &s) {
   return fmaf(dots * s.backA, s.backB, -mins);
 }
 
+//===----------------------------------------------------------------------===//
+// Int8 x (KILN_CUDA_EXPERTS_INT8_X=1, a timing probe; StepMatVec.cu). The
+// lane of dotK45Rows' layout holds its 16 lo and 16 hi x values rounded to
+// an int8 grid, each group of 16 with its own scale (int8Scale), packed
+// four to a word, so that a quant costs a quarter of a `dp4a` and its
+// nibble's share of two integer ops instead of an integer op and a fused
+// multiply-add. The row's dot is then exactly W . x' in real arithmetic, x'
+// = d q the rounded input (int8RoundGroups, on the host too), rounded in
+// f32 in another order than the CPU's.
+//===----------------------------------------------------------------------===//
+
+/// The scale of a group whose largest |x| is `amax`: amax / 127 (0 for an
+/// all-zero group).
+__host__ __device__ inline float int8Scale(float amax) { return amax / 127.f; }
+
+/// x's value on the grid of scale d, as an integer in [-127, 127] (round
+/// to nearest, ties to even, as `rintf` on both sides).
+__host__ __device__ inline int int8Round(float x, float d) {
+  return d > 0.f ? int(rintf(x / d)) : 0;
+}
+
+/// x rounded in place to x' = d q, group by group of `group` values (the
+/// host's reference for the probe's kernels).
+__host__ inline void int8RoundGroups(float *x, int64_t n, int group) {
+  for (int64_t g = 0; g < n; g += group) {
+    const int64_t end = g + group < n ? g + group : n;
+    float amax = 0.f;
+    for (int64_t i = g; i < end; ++i)
+      amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    const float d = int8Scale(amax);
+    for (int64_t i = g; i < end; ++i)
+      x[i] = d * float(int8Round(x[i], d));
+  }
+}
+
+/// A lane's x share (K45X) on the int8 grid: words lo[k] / hi[k] hold
+/// values 4 k .. 4 k + 3 of each group of 16, dLo / dHi their scales, and
+/// sumLo / sumHi d times the sum of the group's integers.
+struct K45Int8X {
+  int lo[4], hi[4];
+  float dLo, dHi;
+  float sumLo, sumHi;
+};
+
+/// One group of 16 values rounded and packed; returns the scale.
+__device__ __forceinline__ float int8Group(const float4 (&v)[4], int (&q)[4],
+                                           float &sum) {
+  float amax = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)),
+                             fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
+  const float d = int8Scale(amax);
+  int total = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int a = int8Round(v[k].x, d), b = int8Round(v[k].y, d),
+              c = int8Round(v[k].z, d), e = int8Round(v[k].w, d);
+    total += (a + b) + (c + e);
+    q[k] = int(__byte_perm(__byte_perm(uint32_t(a), uint32_t(b), 0x0040u),
+                           __byte_perm(uint32_t(c), uint32_t(e), 0x0040u),
+                           0x5410u));
+  }
+  sum = d * float(total);
+  return d;
+}
+
+/// Lane t's share (loadK45Values) rounded to the int8 grid.
+__device__ inline void int8K45(const K45X &v, K45Int8X &s) {
+  s.dLo = int8Group(v.lo, s.lo, s.sumLo);
+  s.dHi = int8Group(v.hi, s.hi, s.sumHi);
+}
+
+/// k45PrescaledLane with the int8 x: the same scales and mins, the quants'
+/// products summed exactly as integers by `dp4a`.
+template <bool kHigh>
+__device__ __forceinline__ float k45Int8Lane(uint4 head, uint4 qs, uint4 qh,
+                                             int t, const K45Int8X &s) {
+  const int c = t / 2;
+  const bool upper = c >= 2;
+  const int sh = 16 * (c & 1);
+  const uint32_t low = upper ? 0x0F0Fu : 0x3F3Fu, top = upper ? 0x3030u : 0u;
+  const uint32_t sc =
+      (((upper ? head.w : head.y) >> sh) & low) | ((head.y >> (sh + 2)) & top);
+  const uint32_t mn =
+      (((upper ? head.w : head.z) >> (upper ? sh + 4 : sh)) & low) |
+      ((head.z >> (sh + 2)) & top);
+  const float d = halfBits(head.x & 0xFFFFu), dmin = halfBits(head.x >> 16);
+  const uint32_t q[4] = {qs.x, qs.y, qs.z, qs.w};
+  const uint32_t hb[4] = {qh.x, qh.y, qh.z, qh.w};
+  int lo = 0, hi = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint32_t w = q[k] & 0x0F0F0F0Fu, u = (q[k] >> 4) & 0x0F0F0F0Fu;
+    if constexpr (kHigh) {
+      // qh bits 2c and 2c + 1 of each byte to bits 4 and 5.
+      const uint32_t r =
+          __funnelshift_l(hb[k], hb[k], uint32_t(4 - 2 * c) & 31);
+      w |= r & 0x10101010u;
+      u |= (r >> 1) & 0x10101010u;
+    }
+    lo = __dp4a(int(w), s.lo[k], lo);
+    hi = __dp4a(int(u), s.hi[k], hi);
+  }
+  const float dl0 = d * smallToFloat(sc & 0xFFu),
+              dl1 = d * smallToFloat((sc >> 8) & 0xFFu);
+  const float ml0 = dmin * smallToFloat(mn & 0xFFu),
+              ml1 = dmin * smallToFloat((mn >> 8) & 0xFFu);
+  const float dots =
+      fmaf(dl0 * s.dLo, float(lo), (dl1 * s.dHi) * float(hi));
+  return dots - fmaf(ml0, s.sumLo, ml1 * s.sumHi);
+}
+
 /// Sums each of a lane's N values over the 2 * O lanes that differ from it
 /// in bits O, O / 2, ..., 1 (O a power of two, N <= 2 * O), leaving every
 /// lane with one sum: value number ((lane & (2 O - 1)) >> s) of the N,

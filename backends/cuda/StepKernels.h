@@ -702,6 +702,19 @@ int64_t moeExpertsActFloats(int64_t k, int64_t ffn, int64_t hidden,
 /// shared expert inside the routed kernels (for the checks and
 /// KILN_CUDA_GRAPH_STATS).
 uint64_t moeSharedInsideLaunches();
+/// A timing probe (KILN_CUDA_EXPERTS_INT8_X=1; off unless set): the
+/// calling host thread's launchMoeExperts calls whose routed gate/up rows
+/// are Q4_K of glm5::kHidden values with F = 256 (GLM-5 at tp=8) run the
+/// gate/up kernel that rounds x to an int8 grid (groups of 16, each scaled
+/// by its largest |x| / 127: quantdot::int8RoundGroups) and dots by `dp4a`.
+/// The result is then the experts of the rounded x, not of x: the step no
+/// longer follows the CPU reference, so this only measures what activations
+/// rounded in the IR would gain (docs/perf.md, fortieth pass).
+void setExpertsInt8X(bool on);
+bool expertsInt8X();
+/// How many of the calling host thread's launchMoeExperts calls ran that
+/// kernel (for the checks).
+uint64_t moeInt8XLaunches();
 cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              int64_t experts, const int32_t *ids,
                              const float *weights, int64_t k,

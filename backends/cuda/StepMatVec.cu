@@ -42,6 +42,7 @@
 #include <climits>
 #include <initializer_list>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace kiln::cuda {
@@ -1282,17 +1283,21 @@ constexpr int kPairHeadBytes = 128;
 constexpr int kDownTile = 16;
 constexpr int kMaxDownTiles = 8;
 
-/// Lane t's sum for one Q4_K / Q5_K block in shared memory.
-template <bool kHigh>
-__device__ __forceinline__ float
-k45SharedBlock(const uint8_t *block, int t, const quantdot::K45Prescaled &xs) {
+/// Lane t's sum for one Q4_K / Q5_K block in shared memory, with the
+/// prescaled x (K45Prescaled) or x on the int8 grid (K45Int8X).
+template <bool kHigh, class X>
+__device__ __forceinline__ float k45SharedBlock(const uint8_t *block, int t,
+                                                const X &x) {
   constexpr int kQs = kHigh ? 48 : 16;
   const uint4 head = *reinterpret_cast<const uint4 *>(block);
   const uint4 qs = *reinterpret_cast<const uint4 *>(block + kQs + 16 * t);
   const uint4 qh =
       kHigh ? *reinterpret_cast<const uint4 *>(block + 16 + 16 * (t % 2))
             : uint4{};
-  return quantdot::k45PrescaledLane<kHigh>(head, qs, qh, t, xs);
+  if constexpr (std::is_same_v<X, quantdot::K45Int8X>)
+    return quantdot::k45Int8Lane<kHigh>(head, qs, qh, t, x);
+  else
+    return quantdot::k45PrescaledLane<kHigh>(head, qs, qh, t, x);
 }
 
 /// Row pairs per block of the shared expert's gate/up rows in the gate/up
@@ -1331,6 +1336,37 @@ __device__ __forceinline__ float q8SplitK45Lane(const uint8_t *q,
          quantdot::halfBits(scales >> 16) * sumHi;
 }
 
+/// The same with the lane's x on the int8 grid (K45Int8X): the quants'
+/// products summed exactly as integers by `dp4a`.
+__device__ __forceinline__ float q8SplitK45Lane(const uint8_t *q,
+                                                const uint8_t *d, int t,
+                                                const quantdot::K45Int8X &x) {
+  const int c = t / 2;
+  const uint4 lo = *reinterpret_cast<const uint4 *>(q + 64 * c + 16 * (t % 2));
+  const uint4 hi =
+      *reinterpret_cast<const uint4 *>(q + 64 * c + 32 + 16 * (t % 2));
+  const uint32_t scales = *reinterpret_cast<const uint32_t *>(d + 4 * c);
+  const int l[4] = {int(lo.x), int(lo.y), int(lo.z), int(lo.w)},
+            h[4] = {int(hi.x), int(hi.y), int(hi.z), int(hi.w)};
+  int sumLo = 0, sumHi = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    sumLo = __dp4a(l[k], x.lo[k], sumLo);
+    sumHi = __dp4a(h[k], x.hi[k], sumHi);
+  }
+  return fmaf(quantdot::halfBits(scales & 0xFFFFu) * x.dLo, float(sumLo),
+              quantdot::halfBits(scales >> 16) * x.dHi * float(sumHi));
+}
+
+/// b when kSecond, else a (the x share a kernel's variant dots with).
+template <bool kSecond, class A, class B>
+__device__ __forceinline__ const auto &pickShare(const A &a, const B &b) {
+  if constexpr (kSecond)
+    return b;
+  else
+    return a;
+}
+
 /// The end of a gate/up block: each lane's sums v of its 2 kPairs rows (gate
 /// rows, then up rows) over its 256-value block, added over the warp's lanes
 /// (lane kSpread r ends with row r's) and then over the block's `warps`
@@ -1363,8 +1399,9 @@ __device__ __forceinline__ void pairSumsToAct(const float (&v)[2 * kPairs],
 /// weights never change), dotted with this lane's x (loaded after the
 /// wait) and summed in the routed blocks' order; act = silu(gate) * up
 /// into a.sharedAct. `warps` as the routed blocks', `active` whether this
-/// lane has a 256-value block. The block's threads run the step prologue
-/// here.
+/// lane has a 256-value block, kInt8X: x on the int8 grid (the probe). The
+/// block's threads run the step prologue here.
+template <bool kInt8X = false>
 __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
                                   int warps, uint8_t *shared) {
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
@@ -1403,6 +1440,11 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
   if (active)
     quantdot::loadK45Values(
         reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
+  quantdot::K45Int8X xi;
+  if constexpr (kInt8X)
+    if (active)
+      quantdot::int8K45(xv, xi);
+  const auto &xs = pickShare<kInt8X>(xv, xi);
   __syncthreads(); // the barriers are initialised
   float v[2 * kPairs];
 #pragma unroll
@@ -1414,26 +1456,30 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
       barrierWait(bars + q, 0);
       if (active) {
         v[q] = q8SplitK45Lane(quants + q * quantBytes + 256 * b,
-                              scales + q * scaleBytes + 16 * b, t, xv);
+                              scales + q * scaleBytes + 16 * b, t, xs);
         v[kPairs + q] = q8SplitK45Lane(
             quants + (kSharedPairs + q) * quantBytes + 256 * b,
-            scales + (kSharedPairs + q) * scaleBytes + 16 * b, t, xv);
+            scales + (kSharedPairs + q) * scaleBytes + 16 * b, t, xs);
       }
     }
   pairSumsToAct(v, sums, warps, pairs, a.sharedAct + f0);
 }
 
-/// kHidden > 0: the kernel for one hidden width and one expert width kFfn
-/// (ModelShapes.h), launched only where hidden == kHidden and ffn == kFfn,
-/// with (kHidden / 256 + 3) / 4 warps a block: a row's offsets are
-/// constants and every block's pairs are whole. The same products in the
-/// same order as the general kernel (kHidden = 0), the same bits.
-template <bool kHigh, int kHidden = 0, int kFfn = 0>
-__global__ void __launch_bounds__(kThreads)
-    expertGateUpK45Kernel(ExpertArgs a) {
+/// The routed gate/up kernels' body. kHidden > 0: compiled for one hidden
+/// width and one expert width kFfn (ModelShapes.h), launched only where
+/// hidden == kHidden and ffn == kFfn, with (kHidden / 256 + 3) / 4 warps a
+/// block: a row's offsets are constants and every block's pairs are whole.
+/// The same products in the same order as the general kernel (kHidden =
+/// 0), the same bits. kInt8X (with kHidden > 0; the probe's kernel):
+/// each lane rounds its x to the int8 grid while its rows stream in
+/// (QuantDot.cuh, "Int8 x"), and its dots are `dp4a`s: W . x' for x' the
+/// rounded input (quantdot::int8RoundGroups, groups of 16), not W . x.
+template <bool kHigh, int kHidden, int kFfn, bool kInt8X>
+__device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
   constexpr bool kFixed = kHidden > 0;
   static_assert(!kFixed || (kHidden % 256 == 0 && kFfn > 0 &&
                             kFfn % kPairs == 0));
+  static_assert(kFixed || !kInt8X, "the probe is compiled for fixed shapes");
   extern __shared__ __align__(128) uint8_t shared[];
   constexpr int kBlockBytes = kHigh ? 176 : 144;
   const int blocksPerRow = kFixed ? kHidden / 256 : a.blocksPerRow;
@@ -1447,8 +1493,9 @@ __global__ void __launch_bounds__(kThreads)
   // The blocks past the routed experts' take the shared expert's rows.
   if (a.sharedFfn > 0 && int64_t(blockIdx.x) >= a.k * tiles) {
     const int warps = kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp);
-    sharedGateUpBlock(a, (int64_t(blockIdx.x) - a.k * tiles) * kSharedPairs,
-                      active, warps, shared);
+    sharedGateUpBlock<kInt8X>(
+        a, (int64_t(blockIdx.x) - a.k * tiles) * kSharedPairs, active, warps,
+        shared);
     return;
   }
   stepKernelPrologue();
@@ -1491,10 +1538,14 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  // Prescaled while the rows stream in.
-  quantdot::K45Prescaled xs;
-  if (active)
-    quantdot::prescaleK45<kHigh>(xv, xs);
+  // Prescaled (or rounded to the int8 grid) while the rows stream in.
+  std::conditional_t<kInt8X, quantdot::K45Int8X, quantdot::K45Prescaled> xs;
+  if (active) {
+    if constexpr (kInt8X)
+      quantdot::int8K45(xv, xs);
+    else
+      quantdot::prescaleK45<kHigh>(xv, xs);
+  }
   __syncthreads(); // the barriers are initialised
   if (!valid) {
     if (int(threadIdx.x) < pairs)
@@ -1518,6 +1569,21 @@ __global__ void __launch_bounds__(kThreads)
   pairSumsToAct(v, sums,
                 kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp),
                 pairs, a.act + i * ffn + f0);
+}
+
+template <bool kHigh, int kHidden = 0, int kFfn = 0>
+__global__ void __launch_bounds__(kThreads)
+    expertGateUpK45Kernel(ExpertArgs a) {
+  expertGateUpK45<kHigh, kHidden, kFfn, false>(a);
+}
+
+/// The probe's kernel (setExpertsInt8X): GLM-5's tp=8 routed gate/up
+/// rows, Q4_K of 6,144 values with F = 256, x on the int8 grid: a kernel
+/// of its own name, so that timelines and ptxas's reports tell it from the
+/// fixed-width kernels.
+__global__ void __launch_bounds__(kThreads)
+    expertGateUpInt8XKernel(ExpertArgs a) {
+  expertGateUpK45<false, glm5::kHidden, 256, true>(a);
 }
 
 /// kHidden > 0: the kernel for one hidden width (a multiple of kDownTile)
@@ -2322,9 +2388,14 @@ template <bool kHigh> void (*expertWidthKernel(int64_t ffn))(ExpertArgs) {
 
 namespace {
 thread_local uint64_t sharedInside = 0;
+thread_local bool int8X = false;
+thread_local uint64_t int8XLaunches = 0;
 } // namespace
 
 uint64_t moeSharedInsideLaunches() { return sharedInside; }
+void setExpertsInt8X(bool on) { int8X = on; }
+bool expertsInt8X() { return int8X; }
+uint64_t moeInt8XLaunches() { return int8XLaunches; }
 
 int64_t moeExpertsActFloats(int64_t k, int64_t ffn, int64_t hidden,
                             const SharedExpert *shared) {
@@ -2508,6 +2579,15 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
         gateUp = fixed;
         noteShapeSpecialised();
       }
+    }
+    // The probe's kernel (setExpertsInt8X), compiled for GLM-5's tp=8
+    // shape alone.
+    if (gateFast && expertsInt8X() && !q5 && hidden == glm5::kHidden &&
+        ffn == 256 &&
+        a.gate.rowBytes ==
+            uint64_t(a.blocksPerRow) * uint64_t(a.gate.blockBytes)) {
+      gateUp = expertGateUpInt8XKernel;
+      ++int8XLaunches;
     }
     if (gateFast)
       if (cudaError_t e = allowDynamicShared(gateUp, gateFastShared);

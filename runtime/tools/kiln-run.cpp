@@ -189,6 +189,11 @@ environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_PEER_PUSH=1    a real group's all-reduces push each part into
                            every rank's exchange instead of pulling the
                            parts over NVLink (off until measured)
+  KILN_CUDA_EXPERTS_INT8_X=1
+                           a timing probe: the routed experts' gate/up
+                           kernel (GLM-5 at tp=8) rounds its input to an
+                           int8 grid and dots by dp4a; the results are not
+                           the CPU reference's (for measuring only)
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 

@@ -2586,6 +2586,103 @@ void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// The timing probe's gate/up kernel (KILN_CUDA_EXPERTS_INT8_X=1,
+/// kc::setExpertsInt8X): at GLM-5's tp=8 shape (Q4_K gate/up rows of 6,144,
+/// F = 256, Q5_K down), with the shared expert inside and without, the
+/// probe's kernel ran and the result is the CPU's experts of the rounded
+/// input x' (quantdot::int8RoundGroups, groups of 16), not of x. Beside
+/// each line, how far the experts of x' are from those of x (what the
+/// rounding costs, for the decision in the IR).
+void checkExpertsInt8X(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  const int64_t hidden = kc::glm5::kHidden, ffn = 256, experts = 16, k = 8,
+                sharedFfn = 256;
+  for (const bool withShared : {true, false}) {
+    const Experts set = randomExperts(GGMLType::Q4_K, GGMLType::Q5_K, false,
+                                      hidden, ffn, experts, rng);
+    const Weight sg = randomWeight(GGMLType::Q8_0, {hidden, sharedFfn},
+                                   rng.next()),
+                 su = randomWeight(GGMLType::Q8_0, {hidden, sharedFfn},
+                                   rng.next()),
+                 sd = randomWeight(GGMLType::Q8_0, {sharedFfn, hidden},
+                                   rng.next());
+    const std::vector<float> x = normals(rng, hidden, 1.0);
+    std::vector<float> rounded = x;
+    kc::quantdot::int8RoundGroups(rounded.data(), hidden, 16);
+    std::vector<int32_t> ids(static_cast<size_t>(k));
+    for (int32_t &id : ids)
+      id = int32_t(rng.below(uint64_t(experts)));
+    const std::vector<float> weights = normals(rng, k, 0.3, 0.5);
+
+    // The CPU's experts (and shared expert, added last) of `in`.
+    const cpu::WeightView sgv = sg.view("shared gate"),
+                          suv = su.view("shared up"),
+                          sdv = sd.view("shared down");
+    const auto cpuOf = [&](const std::vector<float> &in,
+                           std::vector<float> &out) -> kiln::Status {
+      std::vector<float> g(static_cast<size_t>(sharedFfn)), u(static_cast<size_t>(sharedFfn)),
+          act(static_cast<size_t>(sharedFfn)), sharedOut(static_cast<size_t>(hidden));
+      out.assign(size_t(hidden), 0.f);
+      if (kiln::Status st = cpuExperts(set, in.data(), hidden, ids.data(),
+                                       weights.data(), k, out.data(), pool);
+          !st || !withShared)
+        return st;
+      if (kiln::Status st = cpu::linear(in.data(), 1, sgv, g.data(), pool); !st)
+        return st;
+      if (kiln::Status st = cpu::linear(in.data(), 1, suv, u.data(), pool); !st)
+        return st;
+      cpu::swiglu(g.data(), u.data(), sharedFfn, act.data());
+      if (kiln::Status st =
+              cpu::linear(act.data(), 1, sdv, sharedOut.data(), pool);
+          !st)
+        return st;
+      cpu::add(out.data(), sharedOut.data(), hidden, out.data());
+      return kiln::Status::ok();
+    };
+    std::vector<float> want, unrounded;
+    if (!r.reference("moe_experts int8 x", cpuOf(rounded, want)) ||
+        !r.reference("moe_experts int8 x", cpuOf(x, unrounded)))
+      continue;
+
+    std::optional<SplitWeight> hg, hu, hd;
+    const kc::SharedExpert shared{deviceWeight(sg, true, hg),
+                                  deviceWeight(su, true, hu),
+                                  deviceWeight(sd, true, hd)};
+    const kc::SharedExpert *sharedPtr = withShared ? &shared : nullptr;
+    DeviceArray<float> dx(x), dw(weights), dout(static_cast<size_t>(hidden)),
+        dact(kc::moeExpertsActFloats(k, ffn, hidden, sharedPtr));
+    DeviceArray<int32_t> dids(ids);
+    const kc::DeviceWeight ud = set.up->dev();
+    Fault fault;
+    const uint64_t before = kc::moeInt8XLaunches();
+    {
+      const FixedShapes fixed(true);
+      kc::setExpertsInt8X(true);
+      run(kc::launchMoeExperts(dx.get(), hidden, ffn, experts, dids.get(),
+                               dw.get(), k, set.gate.dev(), &ud,
+                               set.down.dev(), dact.get(), nullptr,
+                               dout.get(), fault.sink(), nullptr, sharedPtr));
+      kc::setExpertsInt8X(false);
+    }
+    const bool ran = kc::moeInt8XLaunches() == before + 1;
+    const std::vector<float> got = dout.download();
+    const std::string what = fmtText(
+        "gate/up Q4_K + down Q5_K%s, H%lld F%lld k%lld (x' vs x: %.1e)",
+        withShared ? ", shared Q8_0-split inside" : "", (long long)hidden,
+        (long long)ffn, (long long)k, relError(want, unrounded));
+    r.line("moe_experts int8 x", what,
+           relError(got, want) +
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
+               (ran ? 0.0 : 1.0),
+           2 * (sumTol(double(hidden)) + sumTol(double(ffn)) +
+                (withShared ? sumTol(double(sharedFfn)) : 0.0)),
+           fmtText("the CPU on x', as moe_experts shared: 2e-6*(sqrt(%lld)+"
+                   "sqrt(%lld)%s); the probe's kernel ran",
+                   (long long)hidden, (long long)ffn,
+                   withShared ? "+sqrt(256)" : ""));
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Arg-max
 //===----------------------------------------------------------------------===//
@@ -5209,6 +5306,7 @@ int main(int argc, char **argv) {
   checkMoeRouter(report, rng);
   checkMoeRouterTies(report, rng);
   checkMoeExperts(report, rng);
+  checkExpertsInt8X(report, rng);
   checkMoeSharedExpert(report, rng);
   checkRouterFold(report, rng);
   checkLinearRouter(report, rng);
