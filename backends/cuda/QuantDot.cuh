@@ -868,10 +868,17 @@ k45PrescaledLane(uint4 head, uint4 qs, uint4 qh, int t, const K45Prescaled &s) {
 /// all-zero group).
 __host__ __device__ inline float int8Scale(float amax) { return amax / 127.f; }
 
-/// x's value on the grid of scale d, as an integer in [-127, 127] (round
-/// to nearest, ties to even, as `rintf` on both sides).
-__host__ __device__ inline int int8Round(float x, float d) {
-  return d > 0.f ? int(rintf(x / d)) : 0;
+/// What a group's values are multiplied by before rounding: 1 / d (0 for
+/// d = 0). One division a group, then a multiply a value, the same IEEE
+/// operations on the host and the device.
+__host__ __device__ inline float int8Inverse(float d) {
+  return d > 0.f ? 1.f / d : 0.f;
+}
+
+/// x's value on the grid whose inverse scale is `inv`, as an integer in
+/// [-127, 127] (round to nearest, ties to even, as `rintf` on both sides).
+__host__ __device__ inline int int8Round(float x, float inv) {
+  return int(rintf(x * inv));
 }
 
 /// x rounded in place to x' = d q, group by group of `group` values (the
@@ -882,9 +889,9 @@ __host__ inline void int8RoundGroups(float *x, int64_t n, int group) {
     float amax = 0.f;
     for (int64_t i = g; i < end; ++i)
       amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-    const float d = int8Scale(amax);
+    const float d = int8Scale(amax), inv = int8Inverse(d);
     for (int64_t i = g; i < end; ++i)
-      x[i] = d * float(int8Round(x[i], d));
+      x[i] = d * float(int8Round(x[i], inv));
   }
 }
 
@@ -905,12 +912,12 @@ __device__ __forceinline__ float int8Group(const float4 (&v)[4], int (&q)[4],
   for (int k = 0; k < 4; ++k)
     amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)),
                              fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
-  const float d = int8Scale(amax);
+  const float d = int8Scale(amax), inv = int8Inverse(d);
   int total = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const int a = int8Round(v[k].x, d), b = int8Round(v[k].y, d),
-              c = int8Round(v[k].z, d), e = int8Round(v[k].w, d);
+    const int a = int8Round(v[k].x, inv), b = int8Round(v[k].y, inv),
+              c = int8Round(v[k].z, inv), e = int8Round(v[k].w, inv);
     total += (a + b) + (c + e);
     q[k] = int(__byte_perm(__byte_perm(uint32_t(a), uint32_t(b), 0x0040u),
                            __byte_perm(uint32_t(c), uint32_t(e), 0x0040u),
