@@ -1614,6 +1614,18 @@ Expected<bool> readFlag(const char *name, bool unset) {
   return t == "1";
 }
 
+/// A switch for measuring only (0 or 1, off when unset): when on, says on
+/// stderr `what` it does and that the step's results are not valid.
+Expected<bool> readProbeFlag(const char *name, const char *what) {
+  KILN_ASSIGN(on, readFlag(name, false));
+  if (on)
+    std::fprintf(stderr,
+                 "cuda backend: %s=1: %s; the step's results are not valid "
+                 "(for measuring only)\n",
+                 name, what);
+  return on;
+}
+
 /// Environment variable `name` as a whole decimal number in [low, high]
 /// (`unset` when it is not set).
 Expected<int64_t> readCount(const char *name, int64_t low, int64_t high,
@@ -1652,14 +1664,10 @@ bool omitsCollectives(const std::set<std::string, std::less<>> &omit) {
 
 Expected<GraphSwitches> readGraphSwitches() {
   GraphSwitches g;
-  KILN_ASSIGN(local, readFlag("KILN_CUDA_LOCAL_COLLECTIVES", false));
+  KILN_ASSIGN(local, readProbeFlag("KILN_CUDA_LOCAL_COLLECTIVES",
+                                   "every collective stays on its rank's GPU, "
+                                   "nothing is exchanged between GPUs"));
   g.localCollectives = local;
-  if (g.localCollectives)
-    std::fprintf(stderr,
-                 "cuda backend: KILN_CUDA_LOCAL_COLLECTIVES=1: every "
-                 "collective stays on its rank's GPU, nothing is exchanged "
-                 "between GPUs; the step's results are not valid (for "
-                 "measuring only)\n");
   if (const char *v = std::getenv("KILN_CUDA_OMIT")) {
     std::string_view t = v;
     while (!t.empty()) {
@@ -1721,14 +1729,10 @@ Expected<GraphSwitches> readGraphSwitches() {
   }
   KILN_ASSIGN(peerPush, readFlag("KILN_CUDA_PEER_PUSH", false));
   g.peerPush = peerPush;
-  KILN_ASSIGN(int8X, readFlag("KILN_CUDA_EXPERTS_INT8_X", false));
+  KILN_ASSIGN(int8X, readProbeFlag("KILN_CUDA_EXPERTS_INT8_X",
+                                   "the routed experts' gate/up kernel "
+                                   "rounds its input to an int8 grid"));
   g.expertsInt8X = int8X;
-  if (g.expertsInt8X)
-    std::fprintf(stderr,
-                 "cuda backend: KILN_CUDA_EXPERTS_INT8_X=1: the routed "
-                 "experts' gate/up kernel rounds its input to an int8 grid; "
-                 "the step's results are not the CPU reference's (for "
-                 "measuring only)\n");
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));

@@ -781,6 +781,21 @@ __device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
   prescaleK45<kHigh>(v, s);
 }
 
+/// The scales (sc) and mins (mn) of sub-blocks 2c and 2c + 1 of a Q4_K /
+/// Q5_K block (get_scale_min_k4), as bytes 0 and 1 of each, from its first
+/// 16 bytes: j = 2c % 4 and j + 1; for 2c < 4 the low 6 bits of scales[j] /
+/// scales[j + 4], else the nibbles of scales[j + 8] below the top 2 bits of
+/// scales[j] / scales[j + 4].
+__device__ __forceinline__ void scaleMinPairK(uint4 head, int c, uint32_t &sc,
+                                              uint32_t &mn) {
+  const bool upper = c >= 2;
+  const int sh = 16 * (c & 1);
+  const uint32_t low = upper ? 0x0F0Fu : 0x3F3Fu, top = upper ? 0x3030u : 0u;
+  sc = (((upper ? head.w : head.y) >> sh) & low) | ((head.y >> (sh + 2)) & top);
+  mn = (((upper ? head.w : head.z) >> (upper ? sh + 4 : sh)) & low) |
+       ((head.z >> (sh + 2)) & top);
+}
+
 /// Lane t's sum for one Q4_K / Q5_K block of a row with the prescaled x:
 /// head = the block's first 16 bytes (d, dmin, scales), qs = its quant
 /// bytes 16 t .. 16 t + 15, qh (Q5_K) = qh[16 (t % 2) ..].
@@ -788,18 +803,8 @@ template <bool kHigh>
 __device__ __forceinline__ float
 k45PrescaledLane(uint4 head, uint4 qs, uint4 qh, int t, const K45Prescaled &s) {
   const int c = t / 2;
-  // Scales and mins of sub-blocks 2c and 2c + 1 (get_scale_min_k4), as two
-  // bytes at once: j = 2c % 4 and j + 1; for 2c < 4 the low 6 bits of
-  // scales[j] / scales[j + 4], else the nibbles of scales[j + 8] below the
-  // top 2 bits of scales[j] / scales[j + 4].
-  const bool upper = c >= 2;
-  const int sh = 16 * (c & 1);
-  const uint32_t low = upper ? 0x0F0Fu : 0x3F3Fu, top = upper ? 0x3030u : 0u;
-  const uint32_t sc =
-      (((upper ? head.w : head.y) >> sh) & low) | ((head.y >> (sh + 2)) & top);
-  const uint32_t mn =
-      (((upper ? head.w : head.z) >> (upper ? sh + 4 : sh)) & low) |
-      ((head.z >> (sh + 2)) & top);
+  uint32_t sc, mn;
+  scaleMinPairK(head, c, sc, mn);
   const float d = halfBits(head.x & 0xFFFFu), dmin = halfBits(head.x >> 16);
   // d * sc as fma(d, 2^23 + sc, -d * 2^23): one rounding, as d * sc.
   const float nd = d * -kMagic, nm = dmin * -kMagic;
@@ -939,14 +944,8 @@ template <bool kHigh>
 __device__ __forceinline__ float k45Int8Lane(uint4 head, uint4 qs, uint4 qh,
                                              int t, const K45Int8X &s) {
   const int c = t / 2;
-  const bool upper = c >= 2;
-  const int sh = 16 * (c & 1);
-  const uint32_t low = upper ? 0x0F0Fu : 0x3F3Fu, top = upper ? 0x3030u : 0u;
-  const uint32_t sc =
-      (((upper ? head.w : head.y) >> sh) & low) | ((head.y >> (sh + 2)) & top);
-  const uint32_t mn =
-      (((upper ? head.w : head.z) >> (upper ? sh + 4 : sh)) & low) |
-      ((head.z >> (sh + 2)) & top);
+  uint32_t sc, mn;
+  scaleMinPairK(head, c, sc, mn);
   const float d = halfBits(head.x & 0xFFFFu), dmin = halfBits(head.x >> 16);
   const uint32_t q[4] = {qs.x, qs.y, qs.z, qs.w};
   const uint32_t hb[4] = {qh.x, qh.y, qh.z, qh.w};

@@ -1311,6 +1311,20 @@ __host__ __device__ constexpr uint64_t sharedPairBytes(int64_t hidden) {
   return uint64_t(2 * kSharedPairs) * uint64_t(hidden + hidden / 16);
 }
 
+/// Lane t's words of one 256-value block of a Q8_0 row in the split layout
+/// (q: the row's quants at the block, d: its scales): its 16 quants of
+/// Q8_0 blocks 2c and 2c + 1 (c = t / 2), at byte 16 (t % 2) of each, and
+/// those blocks' two f16 scales.
+__device__ __forceinline__ void q8SplitK45Words(const uint8_t *q,
+                                                const uint8_t *d, int t,
+                                                uint4 &lo, uint4 &hi,
+                                                uint32_t &scales) {
+  const int c = t / 2;
+  lo = *reinterpret_cast<const uint4 *>(q + 64 * c + 16 * (t % 2));
+  hi = *reinterpret_cast<const uint4 *>(q + 64 * c + 32 + 16 * (t % 2));
+  scales = *reinterpret_cast<const uint32_t *>(d + 4 * c);
+}
+
 /// Lane t's sum for one 256-value block of a Q8_0 row in the split layout,
 /// with the x share of a Q4_K / Q5_K lane (loadK45Values): its two runs of
 /// 16 values lie in Q8_0 blocks 2c and 2c + 1 (c = t / 2), at byte 16 (t %
@@ -1318,11 +1332,9 @@ __host__ __device__ constexpr uint64_t sharedPairBytes(int64_t hidden) {
 __device__ __forceinline__ float q8SplitK45Lane(const uint8_t *q,
                                                 const uint8_t *d, int t,
                                                 const quantdot::K45X &x) {
-  const int c = t / 2;
-  const uint4 lo = *reinterpret_cast<const uint4 *>(q + 64 * c + 16 * (t % 2));
-  const uint4 hi =
-      *reinterpret_cast<const uint4 *>(q + 64 * c + 32 + 16 * (t % 2));
-  const uint32_t scales = *reinterpret_cast<const uint32_t *>(d + 4 * c);
+  uint4 lo, hi;
+  uint32_t scales;
+  q8SplitK45Words(q, d, t, lo, hi, scales);
   const float bias = quantdot::kMagic + 128.f;
   const uint32_t l[4] = {lo.x, lo.y, lo.z, lo.w}, h[4] = {hi.x, hi.y, hi.z,
                                                          hi.w};
@@ -1341,11 +1353,9 @@ __device__ __forceinline__ float q8SplitK45Lane(const uint8_t *q,
 __device__ __forceinline__ float q8SplitK45Lane(const uint8_t *q,
                                                 const uint8_t *d, int t,
                                                 const quantdot::K45Int8X &x) {
-  const int c = t / 2;
-  const uint4 lo = *reinterpret_cast<const uint4 *>(q + 64 * c + 16 * (t % 2));
-  const uint4 hi =
-      *reinterpret_cast<const uint4 *>(q + 64 * c + 32 + 16 * (t % 2));
-  const uint32_t scales = *reinterpret_cast<const uint32_t *>(d + 4 * c);
+  uint4 lo, hi;
+  uint32_t scales;
+  q8SplitK45Words(q, d, t, lo, hi, scales);
   const int l[4] = {int(lo.x), int(lo.y), int(lo.z), int(lo.w)},
             h[4] = {int(hi.x), int(hi.y), int(hi.z), int(hi.w)};
   int sumLo = 0, sumHi = 0;
