@@ -5,7 +5,8 @@
 //   "bench linear TYPE KxN: X us, Y GB/s" (weight bytes / time), then the
 //   other step ops ("bench op NAME X us")
 // kiln-cuda-ops --bench-moe       times the routed experts alone (L2-warm
-//   and from memory)
+//   and from memory): the general kernels, the fixed-shape ones, and the
+//   int8-x probe's gate/up kernel (KILN_CUDA_EXPERTS_INT8_X)
 // kiln-cuda-ops --bench-dsa       times GLM-5's indexer at 32k and 128k
 //   positions of a 128k cache and at 2k-16k of a 16k one, alone, in a
 //   graph, then launches it 5 times more outside one (for
@@ -249,6 +250,22 @@ public:
   FixedShapes(const FixedShapes &) = delete;
   FixedShapes &operator=(const FixedShapes &) = delete;
   uint64_t ran() const { return kc::shapeSpecialisedLaunches() - before_; }
+
+private:
+  uint64_t before_;
+};
+
+/// The routed experts' int8-x probe (kc::setExpertsInt8X) on while it
+/// lives, off again after; ran() counts its kernel's launches meanwhile.
+class ExpertsInt8X {
+public:
+  explicit ExpertsInt8X(bool on) : before_(kc::moeInt8XLaunches()) {
+    kc::setExpertsInt8X(on);
+  }
+  ~ExpertsInt8X() { kc::setExpertsInt8X(false); }
+  ExpertsInt8X(const ExpertsInt8X &) = delete;
+  ExpertsInt8X &operator=(const ExpertsInt8X &) = delete;
+  uint64_t ran() const { return kc::moeInt8XLaunches() - before_; }
 
 private:
   uint64_t before_;
@@ -2654,17 +2671,16 @@ void checkExpertsInt8X(Report &r, kiln::Rng &rng) {
     DeviceArray<int32_t> dids(ids);
     const kc::DeviceWeight ud = set.up->dev();
     Fault fault;
-    const uint64_t before = kc::moeInt8XLaunches();
+    bool ran = false;
     {
       const FixedShapes fixed(true);
-      kc::setExpertsInt8X(true);
+      const ExpertsInt8X int8(true);
       run(kc::launchMoeExperts(dx.get(), hidden, ffn, experts, dids.get(),
                                dw.get(), k, set.gate.dev(), &ud,
                                set.down.dev(), dact.get(), nullptr,
                                dout.get(), fault.sink(), nullptr, sharedPtr));
-      kc::setExpertsInt8X(false);
+      ran = int8.ran() == 1;
     }
-    const bool ran = kc::moeInt8XLaunches() == before + 1;
     const std::vector<float> got = dout.download();
     const std::string what = fmtText(
         "gate/up Q4_K + down Q5_K%s, H%lld F%lld k%lld (x' vs x: %.1e)",
@@ -3229,10 +3245,13 @@ void benchMoe() {
   // With the shared expert's output added in the down kernel, as GLM-5's
   // step runs it (kiln-fuse-expert-add); then the same with the kernels
   // compiled for GLM-5's shapes (KILN_CUDA_SPECIALISED=1).
+  // Last, the int8-x probe's gate/up kernel (KILN_CUDA_EXPERTS_INT8_X=1).
   DeviceArray<float> shared(normals(rng, hidden, 1.0));
-  for (bool fixed : {false, true}) {
+  for (int mode : {0, 1, 2}) {
+    const bool fixed = mode > 0;
     const FixedShapes scope(fixed);
-    const char *kernels = fixed ? ", fixed shapes" : "";
+    const ExpertsInt8X int8(mode == 2);
+    const char *kernels = mode == 2 ? ", int8 x" : fixed ? ", fixed shapes" : "";
     const double warmUs = timeInGraph(stream, [&](cudaStream_t s) {
       return kc::launchMoeExperts(x.get(), hidden, ffn, experts, dids.get(),
                                   rw.get(), k, gd, &ud, dd, act.get(),
@@ -3255,6 +3274,8 @@ void benchMoe() {
                 kernels, coldUs, moeBytes / (coldUs * 1e3));
     if (fixed && scope.ran() == 0)
       std::printf("bench op moe_experts: the fixed-shape kernels did not run\n");
+    if (mode == 2 && int8.ran() == 0)
+      std::printf("bench op moe_experts: the int8-x kernel did not run\n");
   }
   // The shared expert inside (kiln-fuse-shared-expert): its gate, up and
   // down (Q8_0 in the split layout, 256 rows at tp=8) as a ninth expert of
@@ -3283,9 +3304,11 @@ void benchMoe() {
   DeviceArray<float> sharedAct(
       kc::moeExpertsActFloats(k, ffn, hidden, &sharedExpert));
   const double sharedBytes = double(3 * sharedBlocks * 34);
-  for (bool fixed : {false, true}) {
+  for (int mode : {0, 1, 2}) {
+    const bool fixed = mode > 0;
     const FixedShapes scope(fixed);
-    const char *kernels = fixed ? ", fixed shapes" : "";
+    const ExpertsInt8X int8(mode == 2);
+    const char *kernels = mode == 2 ? ", int8 x" : fixed ? ", fixed shapes" : "";
     int64_t call = 0;
     const double coldUs = timeInGraph(stream, [&](cudaStream_t s) {
       const int32_t *set = dids.get() + (call++ % sets) * k;
