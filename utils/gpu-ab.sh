@@ -5,7 +5,8 @@
 # one kind differ by 0.1-0.4 ms a GLM-5 step, more than many single changes
 # move it). More than two sides take turns the same way (an A/B/C of a
 # baseline and two changes in one call). Prints each round's medians and the
-# medians of them.
+# medians of them, each past the first side's with its difference from the
+# first's and the rounds it won.
 #
 #   utils/gpu-ab.sh SIDE_A SIDE_B [SIDE_C...] [ROUNDS] -- BENCH-ARGS...
 #   e.g. utils/gpu-ab.sh gpu-pack-base gpu-pack 3 -- glm5.cuda.tp8.kiln \
@@ -74,12 +75,24 @@ for ((r = 1; r <= rounds; r++)); do
     fi
   done
 done
+# Each side's median; past the first side, its difference from the first
+# side's median and in how many rounds it was the faster of the two (the
+# rounds are interleaved, so round r of both ran on the same machine state).
+first=${sides[0]}
+declare -A medians
 for side in "${sides[@]}"; do
   median=$(tr ' ' '\n' <<<"${got[$side]}" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
-  echo "$side: median of $rounds rounds $median us"
+  medians[$side]=$median
+  against=
+  if [ "$side" != "$first" ]; then
+    against=$(awk -v a="${got[$first]}" -v b="${got[$side]}" -v ma="${medians[$first]}" -v mb="$median" -v f="$first" '
+      BEGIN { n = split(a, x, " "); split(b, y, " "); faster = 0
+              for (i = 1; i <= n; ++i) if (y[i] + 0 < x[i] + 0) ++faster
+              printf " (%+.1f us against %s; faster in %d of %d rounds)", mb - ma, f, faster, n }')
+  fi
+  echo "$side: median of $rounds rounds $median us$against"
 done
 # The results: one a side, the same on every side, or a note.
-first=${sides[0]}
 for side in "${sides[@]}"; do
   if [ "$(grep -c . <<<"${results[$side]:-}")" -gt 1 ]; then
     echo "gpu-ab: note: $side's rounds gave different results:" $(tr '\n' ';' <<<"${results[$side]}")

@@ -56,9 +56,10 @@ def test_one_pack_with_and_without_a_switch(tmp_path):
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     # The switch reaches the second side's runs only.
     assert [c.split(" ")[1] for c in calls] == ["", "1", "", "1"]
-    assert f"{a}: median of 2 rounds 100 us" in out.stdout
+    assert f"{a}: median of 2 rounds 100 us\n" in out.stdout
     assert (f"{a}+KILN_CUDA_SPECIALISED=1+MEDIAN_US=90.5: median of 2 rounds "
-            "90.5 us") in out.stdout
+            f"90.5 us (-9.5 us against {a}; faster in 2 of 2 rounds)\n"
+            ) in out.stdout
 
 
 def test_three_sides_take_turns(tmp_path):
@@ -68,8 +69,12 @@ def test_three_sides_take_turns(tmp_path):
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert [c.split()[0] for c in calls] == ["a", "b", "b"] * 2
     assert f"{a}: median of 2 rounds 100 us" in out.stdout
-    assert f"{b}: median of 2 rounds 100 us" in out.stdout
-    assert f"{b}+MEDIAN_US=80: median of 2 rounds 80 us" in out.stdout
+    # Each side past the first against the first, round by round: a tie
+    # is not a win.
+    assert (f"{b}: median of 2 rounds 100 us (+0.0 us against {a}; faster "
+            "in 0 of 2 rounds)") in out.stdout
+    assert (f"{b}+MEDIAN_US=80: median of 2 rounds 80 us (-20.0 us against "
+            f"{a}; faster in 2 of 2 rounds)") in out.stdout
     # Without a count before --, three rounds.
     (tmp_path / "calls.txt").unlink()
     out = ab(a, b, f"{b}+MEDIAN_US=80", "--", "m.kiln", cwd=tmp_path)
