@@ -41,10 +41,10 @@ MAY_SPILL = {
         {"sm_100"}, "the mat-vec over file blocks of types with no "
         "several-row dot (no GLM-5 mix's)"),
     r"expertGateUpK45Kernel<false, 6144, 2048>": (
-        {"sm_120"}, "GLM-5's experts at tp=1 (8 bytes; tp=8 runs the "
-        "256-row kernel)"),
+        {"sm_120"}, "GLM-5's experts at tp=1 (4-8 bytes as the body "
+        "changes; tp=8 runs the 256-row kernel)"),
     r"expertGateUpK45Kernel<false, 6144, 512>": (
-        {"sm_120"}, "GLM-5's experts at tp=4 (8 bytes)"),
+        {"sm_120"}, "GLM-5's experts at tp=4 (4-8 bytes)"),
     # A width after the input kind: the fixed-width kernels, not the
     # general one (width 0).
     r"linearQ8SplitKernel<4, true, \(.*?Q8Input\)\d, [1-9]\d*>": (
