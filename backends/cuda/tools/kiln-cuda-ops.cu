@@ -2348,6 +2348,35 @@ kiln::Status cpuExperts(const Experts &e, const float *x, int64_t hidden,
   return cpu::moeExperts(x, hidden, ids, weights, k, ws, out, pool);
 }
 
+/// The CPU's moe_experts over `e` of `x` into out[hidden], then, with a
+/// shared expert (gate, up, down of `sharedFfn` rows; null: none), its
+/// output down(swiglu(gate . x, up . x)) added last, as the fused op does.
+kiln::Status cpuExpertsShared(const Experts &e, const float *x, int64_t hidden,
+                              const int32_t *ids, const float *weights,
+                              int64_t k, const cpu::WeightView *sharedGate,
+                              const cpu::WeightView *sharedUp,
+                              const cpu::WeightView *sharedDown,
+                              int64_t sharedFfn, float *out,
+                              cpu::ThreadPool &pool) {
+  if (kiln::Status st = cpuExperts(e, x, hidden, ids, weights, k, out, pool);
+      !st || !sharedGate)
+    return st;
+  std::vector<float> g(static_cast<size_t>(sharedFfn)),
+      u(static_cast<size_t>(sharedFfn)), act(static_cast<size_t>(sharedFfn)),
+      sharedOut(static_cast<size_t>(hidden));
+  if (kiln::Status st = cpu::linear(x, 1, *sharedGate, g.data(), pool); !st)
+    return st;
+  if (kiln::Status st = cpu::linear(x, 1, *sharedUp, u.data(), pool); !st)
+    return st;
+  cpu::swiglu(g.data(), u.data(), sharedFfn, act.data());
+  if (kiln::Status st =
+          cpu::linear(act.data(), 1, *sharedDown, sharedOut.data(), pool);
+      !st)
+    return st;
+  cpu::add(out, sharedOut.data(), hidden, out);
+  return kiln::Status::ok();
+}
+
 void checkMoeExperts(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
   const int64_t hidden = 512, ffn = 256, experts = 8, k = 4;
@@ -2540,30 +2569,15 @@ void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
     std::vector<float> weights = normals(rng, c.k, 0.3, 0.5);
 
     // The CPU: the routed sum, the shared expert's mat-vecs, the add.
-    std::vector<float> routed(size_t(c.hidden)), g(size_t(c.sharedFfn)),
-        u(size_t(c.sharedFfn)), act(size_t(c.sharedFfn)),
-        sharedOut(size_t(c.hidden)), want(size_t(c.hidden));
+    std::vector<float> want(size_t(c.hidden));
     const cpu::WeightView sgv = sg.view("shared gate"),
                           suv = su.view("shared up"),
                           sdv = sd.view("shared down");
-    // The first failure, or ok (a Status is never assigned over: its
-    // [[nodiscard]] made nvcc warn at each `st = ...`).
-    const auto cpuReference = [&]() -> kiln::Status {
-      if (kiln::Status st = cpuExperts(set, x.data(), c.hidden, ids.data(),
-                                       weights.data(), c.k, routed.data(),
-                                       pool);
-          !st)
-        return st;
-      if (kiln::Status st = cpu::linear(x.data(), 1, sgv, g.data(), pool); !st)
-        return st;
-      if (kiln::Status st = cpu::linear(x.data(), 1, suv, u.data(), pool); !st)
-        return st;
-      cpu::swiglu(g.data(), u.data(), c.sharedFfn, act.data());
-      return cpu::linear(act.data(), 1, sdv, sharedOut.data(), pool);
-    };
-    if (!r.reference("moe_experts", cpuReference()))
+    if (!r.reference("moe_experts",
+                     cpuExpertsShared(set, x.data(), c.hidden, ids.data(),
+                                      weights.data(), c.k, &sgv, &suv, &sdv,
+                                      c.sharedFfn, want.data(), pool)))
       continue;
-    cpu::add(routed.data(), sharedOut.data(), c.hidden, want.data());
 
     std::optional<SplitWeight> hg, hu, hd;
     const kc::SharedExpert shared{deviceWeight(sg, c.split, hg),
@@ -2636,25 +2650,11 @@ void checkExpertsInt8X(Report &r, kiln::Rng &rng) {
                           suv = su.view("shared up"),
                           sdv = sd.view("shared down");
     const auto cpuOf = [&](const std::vector<float> &in,
-                           std::vector<float> &out) -> kiln::Status {
-      std::vector<float> g(static_cast<size_t>(sharedFfn)), u(static_cast<size_t>(sharedFfn)),
-          act(static_cast<size_t>(sharedFfn)), sharedOut(static_cast<size_t>(hidden));
-      out.assign(size_t(hidden), 0.f);
-      if (kiln::Status st = cpuExperts(set, in.data(), hidden, ids.data(),
-                                       weights.data(), k, out.data(), pool);
-          !st || !withShared)
-        return st;
-      if (kiln::Status st = cpu::linear(in.data(), 1, sgv, g.data(), pool); !st)
-        return st;
-      if (kiln::Status st = cpu::linear(in.data(), 1, suv, u.data(), pool); !st)
-        return st;
-      cpu::swiglu(g.data(), u.data(), sharedFfn, act.data());
-      if (kiln::Status st =
-              cpu::linear(act.data(), 1, sdv, sharedOut.data(), pool);
-          !st)
-        return st;
-      cpu::add(out.data(), sharedOut.data(), hidden, out.data());
-      return kiln::Status::ok();
+                           std::vector<float> &out) {
+      out.assign(static_cast<size_t>(hidden), 0.f);
+      return cpuExpertsShared(set, in.data(), hidden, ids.data(),
+                              weights.data(), k, withShared ? &sgv : nullptr,
+                              &suv, &sdv, sharedFfn, out.data(), pool);
     };
     std::vector<float> want, unrounded;
     if (!r.reference("moe_experts int8 x", cpuOf(rounded, want)) ||
@@ -3214,6 +3214,12 @@ void benchQ8Mix() {
 /// the same 8 experts every launch (their 22.8 MB stay in the L2), and
 /// rotating over 32 disjoint sets of 8 (730 MB in all, so every launch
 /// reads its experts from memory, as a decode step does).
+/// What --bench-moe's mode runs: 0 the general kernels, 1 those compiled
+/// for GLM-5's shapes, 2 those with the int8-x probe's gate/up kernel.
+const char *moeBenchKernels(int mode) {
+  return mode == 2 ? ", int8 x" : mode == 1 ? ", fixed shapes" : "";
+}
+
 void benchMoe() {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -3251,7 +3257,7 @@ void benchMoe() {
     const bool fixed = mode > 0;
     const FixedShapes scope(fixed);
     const ExpertsInt8X int8(mode == 2);
-    const char *kernels = mode == 2 ? ", int8 x" : fixed ? ", fixed shapes" : "";
+    const char *kernels = moeBenchKernels(mode);
     const double warmUs = timeInGraph(stream, [&](cudaStream_t s) {
       return kc::launchMoeExperts(x.get(), hidden, ffn, experts, dids.get(),
                                   rw.get(), k, gd, &ud, dd, act.get(),
@@ -3308,7 +3314,7 @@ void benchMoe() {
     const bool fixed = mode > 0;
     const FixedShapes scope(fixed);
     const ExpertsInt8X int8(mode == 2);
-    const char *kernels = mode == 2 ? ", int8 x" : fixed ? ", fixed shapes" : "";
+    const char *kernels = moeBenchKernels(mode);
     int64_t call = 0;
     const double coldUs = timeInGraph(stream, [&](cudaStream_t s) {
       const int32_t *set = dids.get() + (call++ % sets) * k;
