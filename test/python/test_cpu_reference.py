@@ -35,8 +35,10 @@ STRICT = 2e-5        # f32 caches (see above)
 F16_TOL = 1e-3       # f16 caches (see above)
 GAP_FLOOR = 1e-4     # smallest decision gap a greedy-equality seed must keep
 
-# (seed, mix): several seeds, plain f32 weights and the mixed quant mix.
-CASES = [(3, "f32"), (5, "tiny"), (8, "tiny"), (13, "f32")]
+# (seed, mix): several seeds, plain f32 weights, the mixed quant mix, and
+# the 2-bit mix (its routed experts Q2_K and Q3_K).
+CASES = [(3, "f32"), (5, "tiny"), (8, "tiny"), (13, "f32"),
+         (7, "ud-q2_k_xl")]
 GREEDY_CASES = [(4, "f32"), (8, "f32"), (6, "tiny"), (14, "tiny")]
 
 

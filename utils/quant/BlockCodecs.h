@@ -74,6 +74,8 @@ void dequantQ3_K(const uint8_t *, float *);
 void dequantQ4_K(const uint8_t *, float *);
 void dequantQ5_K(const uint8_t *, float *);
 void dequantQ6_K(const uint8_t *, float *);
+void quantQ2_K(const float *, uint8_t *);
+void quantQ3_K(const float *, uint8_t *);
 void quantQ4_K(const float *, uint8_t *);
 void quantQ5_K(const float *, uint8_t *);
 void quantQ6_K(const float *, uint8_t *);

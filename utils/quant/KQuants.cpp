@@ -171,6 +171,71 @@ void dequantQ6_K(const uint8_t *block, float *out) {
   }
 }
 
+// Q2_K: an affine fit per 16-value sub-block (levels 0..3, the offset kept
+// <= 0 since it is stored as a subtracted min), the fits' scales and mins as
+// 4-bit multiples of the fp16 d and dmin, then every level re-chosen against
+// the scale and min that dequantisation forms.
+void quantQ2_K(const float *in, uint8_t *block) {
+  float scale[16], min[16];
+  for (int k = 0; k < 16; ++k) {
+    AffineFit fit = fitAffine(in + 16 * k, 16, 3, /*offsetAtMostZero=*/true);
+    scale[k] = fit.scale;
+    min[k] = -fit.offset;
+  }
+  uint16_t dh = fitSuperScale(scale, 16, 0, 15);
+  uint16_t dminh = fitSuperScale(min, 16, 0, 15);
+  float d = halfToFloat(dh), dmin = halfToFloat(dminh);
+  uint8_t *scales = block, *qs = block + 16;
+  std::memset(block, 0, 80);
+  for (int k = 0; k < 16; ++k) {
+    int sc = d != 0 ? roundClamp(scale[k] / d, 0, 15) : 0;
+    int mn = dmin != 0 ? roundClamp(min[k] / dmin, 0, 15) : 0;
+    scales[k] = static_cast<uint8_t>(sc | mn << 4);
+    float dl = d * static_cast<float>(sc);
+    float ml = dmin * static_cast<float>(mn);
+    for (int t = 0; t < 16; ++t) {
+      int i = 16 * k + t;
+      int q = dl != 0 ? roundClamp((in[i] + ml) / dl, 0, 3) : 0;
+      int c = i / 128, sh = (i / 32) % 4, l = i % 32;
+      qs[32 * c + l] |= static_cast<uint8_t>(q << (2 * sh));
+    }
+  }
+  storeU16(block + 80, dh);
+  storeU16(block + 82, dminh);
+}
+
+// Q3_K: a symmetric fit per 16-value sub-block (levels -4..3), the fits'
+// scales as 6-bit signed multiples of one fp16 d (stored biased by 32), then
+// levels re-chosen against the stored scales. A level q is kept as q + 4:
+// its low two bits in qs (as Q2_K), its third bit in hmask.
+void quantQ3_K(const float *in, uint8_t *block) {
+  float scale[16];
+  for (int k = 0; k < 16; ++k)
+    scale[k] = fitSymmetric(in + 16 * k, 16, -4, 3);
+  uint16_t dh = fitSuperScale(scale, 16, -32, 31);
+  float d = halfToFloat(dh);
+  uint8_t *hmask = block, *qs = block + 32, *s = block + 96;
+  std::memset(block, 0, 108);
+  for (int k = 0; k < 16; ++k) {
+    int sc = d != 0 ? roundClamp(scale[k] / d, -32, 31) : 0;
+    int biased = sc + 32;
+    if (k < 8)
+      s[k] |= static_cast<uint8_t>(biased & 15);
+    else
+      s[k - 8] |= static_cast<uint8_t>((biased & 15) << 4);
+    s[8 + k % 4] |= static_cast<uint8_t>((biased >> 4) << (2 * (k / 4)));
+    float dl = d * static_cast<float>(sc);
+    for (int t = 0; t < 16; ++t) {
+      int i = 16 * k + t;
+      int u = (dl != 0 ? roundClamp(in[i] / dl, -4, 3) : 0) + 4;
+      int c = i / 128, sh = (i / 32) % 4, l = i % 32;
+      qs[32 * c + l] |= static_cast<uint8_t>((u & 3) << (2 * sh));
+      hmask[l] |= static_cast<uint8_t>((u >> 2) << (i / 32));
+    }
+  }
+  storeU16(block + 108, dh);
+}
+
 void quantQ4_K(const float *in, uint8_t *block) {
   int q[kQK];
   quantAffineSuperBlock(in, 15, block, q);

@@ -167,7 +167,7 @@ Status validateDims(const GLM5Dims &d) {
 //===----------------------------------------------------------------------===//
 
 std::vector<std::string_view> mixNames() {
-  return {"f32", "f16", "q8_0", "tiny", "ud-q4_k_xl"};
+  return {"f32", "f16", "q8_0", "tiny", "ud-q4_k_xl", "ud-q2_k_xl"};
 }
 
 Expected<Mix> namedMix(std::string_view name) {
@@ -221,9 +221,26 @@ Expected<Mix> namedMix(std::string_view name) {
                   {"indexer.proj", GGMLType::F32}};
     return mix;
   }
-  return Error("", "--mix",
-               fmt::format("unknown mix '{}' (f32, f16, q8_0, tiny, ud-q4_k_xl)",
-                           name));
+  if (name == "ud-q2_k_xl") {
+    // The low-bit twin of ud-q4_k_xl, as the dynamic 2-bit mixes published
+    // for GLM-5 lower only the routed experts (nearly all of the bytes):
+    // Q2_K gate/up, Q3_K down; everything else as in ud-q4_k_xl.
+    Expected<Mix> base = namedMix("ud-q4_k_xl");
+    if (!base)
+      return base.error();
+    mix.defaultMatrix = base->defaultMatrix;
+    mix.byRole = base->byRole;
+    mix.byRole["ffn_gate_exps"] = GGMLType::Q2_K;
+    mix.byRole["ffn_up_exps"] = GGMLType::Q2_K;
+    mix.byRole["ffn_gate_up_exps"] = GGMLType::Q2_K;
+    mix.byRole["ffn_down_exps"] = GGMLType::Q3_K;
+    return mix;
+  }
+  return Error(
+      "", "--mix",
+      fmt::format("unknown mix '{}' (f32, f16, q8_0, tiny, ud-q4_k_xl, "
+                  "ud-q2_k_xl)",
+                  name));
 }
 
 Status overrideMixRole(Mix &mix, std::string_view assignment) {

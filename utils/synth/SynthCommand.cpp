@@ -33,8 +33,8 @@ weights. Each tensor's bytes depend only on (seed, tensor name, type).
 options:
   --preset tiny|small|glm5   model dimensions (default tiny)
   --mix NAME                 per-tensor types: f32, f16, q8_0, tiny,
-                             ud-q4_k_xl (default: tiny for the tiny preset,
-                             ud-q4_k_xl otherwise)
+                             ud-q4_k_xl, ud-q2_k_xl (default: tiny for the
+                             tiny preset, ud-q4_k_xl otherwise)
   --type ROLE=TYPE           override one role's type, e.g. ffn_down_exps=q6_k
                              (repeatable; ROLE is the tensor name without
                              "blk.N." and ".weight")

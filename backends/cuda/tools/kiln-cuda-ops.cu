@@ -2406,7 +2406,11 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
         Case{GGMLType::Q4_K, GGMLType::F16, false, false, 1024, 100, 16, 8},
         // Q5_K gate/up, Q4_K down, 10 experts: down warps take two each.
         Case{GGMLType::Q5_K, GGMLType::Q4_K, false, false, 1024, 256, 16,
-             10}}) {
+             10},
+        // The 2-bit mix (kiln-gguf synth --mix ud-q2_k_xl) on a GLM-5 tp=8
+        // rank: Q2_K gate/up, Q3_K down; and the two swapped, fused.
+        Case{GGMLType::Q2_K, GGMLType::Q3_K, false, false, 6144, 256, 256, 8},
+        Case{GGMLType::Q3_K, GGMLType::Q2_K, true, true, 1024, 256, 16, 8}}) {
     const Experts set = randomExperts(c.gateType, c.downType, c.fused,
                                       c.hidden, c.ffn, c.experts, rng);
     const Weight &gate = set.gate, &down = set.down;

@@ -64,7 +64,8 @@ const Bound kBounds[] = {
     {GGMLType::Q5_0, 0.05},   {GGMLType::Q5_1, 0.045},
     {GGMLType::Q4_K, 0.09},   {GGMLType::IQ4_NL, 0.09},
     {GGMLType::IQ4_XS, 0.09}, {GGMLType::Q4_0, 0.11},
-    {GGMLType::Q4_1, 0.09},
+    {GGMLType::Q4_1, 0.09},   {GGMLType::Q3_K, 0.19},
+    {GGMLType::Q2_K, 0.34},
 };
 
 } // namespace
@@ -74,11 +75,35 @@ TEST(Quantize, SupportedTypes) {
     EXPECT_TRUE(canQuantize(b.type)) << nameOf(b.type);
     EXPECT_TRUE(canDequantize(b.type)) << nameOf(b.type);
   }
-  for (GGMLType t : {GGMLType::Q2_K, GGMLType::Q3_K})
-    EXPECT_TRUE(canDequantize(t)) << nameOf(t);
   EXPECT_FALSE(canDequantize(GGMLType::IQ2_XXS));
   EXPECT_FALSE(canDequantize(GGMLType::MXFP4));
-  EXPECT_FALSE(canQuantize(GGMLType::Q2_K));
+  EXPECT_FALSE(canQuantize(GGMLType::IQ2_XXS));
+}
+
+// Values that lie exactly on a Q2_K / Q3_K grid (integer levels times
+// integer sub-block scales, d = dmin = 1, the largest scale and min at the
+// top of their 4- or 6-bit range so the super-scale search lands on 1) must
+// come back exactly: a level, scale or min packed into the wrong bits fails.
+TEST(Quantize, LowBitKQuantsKeepValuesOnTheirGrid) {
+  std::mt19937 gen(kSeed + 3);
+  std::vector<float> q2(256), q3(256);
+  for (int k = 0; k < 16; ++k) {
+    int sc = k == 0 ? 15 : 1 + static_cast<int>(gen() % 15);
+    int mn = k == 1 ? 15 : static_cast<int>(gen() % 16);
+    int s3 = k == 2 ? 31 : static_cast<int>(gen() % 61) - 30;
+    if (s3 == 0)
+      s3 = 7;
+    for (int t = 0; t < 16; ++t) {
+      // Each sub-block uses its lowest and highest level at least once, so
+      // the fits see its full range.
+      int l2 = t == 0 ? 0 : t == 1 ? 3 : static_cast<int>(gen() % 4);
+      int l3 = t == 0 ? -4 : t == 1 ? 3 : static_cast<int>(gen() % 8) - 4;
+      q2[16 * k + t] = static_cast<float>(sc * l2 - mn);
+      q3[16 * k + t] = static_cast<float>(s3 * l3);
+    }
+  }
+  EXPECT_EQ(roundTrip(GGMLType::Q2_K, q2), q2);
+  EXPECT_EQ(roundTrip(GGMLType::Q3_K, q3), q3);
 }
 
 TEST(Quantize, GaussianErrorWithinBounds) {
@@ -162,10 +187,10 @@ TEST(Sizes, Errors) {
   s = dequantize(GGMLType::IQ2_XXS, std::vector<uint8_t>(66), out);
   ASSERT_FALSE(s.isOk());
   EXPECT_EQ(s.error().message(), "unsupported type IQ2_XXS");
-  std::vector<uint8_t> q3k(110);
-  s = quantize(GGMLType::Q3_K, out, q3k);
+  std::vector<uint8_t> iq2(66);
+  s = quantize(GGMLType::IQ2_XXS, out, iq2);
   ASSERT_FALSE(s.isOk());
-  EXPECT_EQ(s.error().message(), "unsupported type Q3_K for quantisation");
+  EXPECT_EQ(s.error().message(), "unsupported type IQ2_XXS for quantisation");
 
   // Empty input is zero blocks, not an error.
   EXPECT_TRUE(dequantize(GGMLType::Q4_K, {}, {}).isOk());

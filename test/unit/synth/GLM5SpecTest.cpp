@@ -93,8 +93,11 @@ TEST(GLM5Spec, FusedGateUpReplacesGateAndUp) {
 // The presets promise block-aligned tensor-parallel slices: row-parallel
 // tensors are cut along ne[0] into tp pieces, each a whole number of blocks.
 TEST(GLM5Spec, RowParallelSlicesStayBlockAligned) {
-  std::pair<const char *, const char *> cases[] = {
-      {"tiny", "tiny"}, {"small", "ud-q4_k_xl"}, {"glm5", "ud-q4_k_xl"}};
+  std::pair<const char *, const char *> cases[] = {{"tiny", "tiny"},
+                                                   {"small", "ud-q4_k_xl"},
+                                                   {"glm5", "ud-q4_k_xl"},
+                                                   {"small", "ud-q2_k_xl"},
+                                                   {"glm5", "ud-q2_k_xl"}};
   for (auto [preset, mix] : cases) {
     for (const SynthTensor &t : tensorsOf(preset, mix)) {
       std::string role = roleOf(t.name);
@@ -109,6 +112,31 @@ TEST(GLM5Spec, RowParallelSlicesStayBlockAligned) {
       }
     }
   }
+}
+
+// The 2-bit mix lowers the routed experts only: Q2_K gate/up, Q3_K down,
+// every other tensor typed as in ud-q4_k_xl.
+TEST(GLM5Spec, TwoBitMixLowersOnlyTheRoutedExperts) {
+  auto low = tensorsOf("small", "ud-q2_k_xl");
+  auto base = tensorsOf("small", "ud-q4_k_xl");
+  ASSERT_EQ(low.size(), base.size());
+  int lowered = 0;
+  for (size_t i = 0; i < low.size(); ++i) {
+    ASSERT_EQ(low[i].name, base[i].name);
+    std::string role = roleOf(low[i].name);
+    if (role == "ffn_gate_exps" || role == "ffn_up_exps") {
+      EXPECT_EQ(low[i].type, GGMLType::Q2_K) << low[i].name;
+      ++lowered;
+    } else if (role == "ffn_down_exps") {
+      EXPECT_EQ(low[i].type, GGMLType::Q3_K) << low[i].name;
+      ++lowered;
+    } else {
+      EXPECT_EQ(low[i].type, base[i].type) << low[i].name;
+    }
+  }
+  // Three routed tensors in each MoE layer, the MTP block's included.
+  EXPECT_GT(lowered, 0);
+  EXPECT_EQ(lowered % 3, 0);
 }
 
 TEST(GLM5Spec, MisalignedTypeIsRefusedWithTheTensorName) {
