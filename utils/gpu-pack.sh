@@ -144,15 +144,21 @@ model small f32 --preset small --seed 2 --indexer-top-k 4
 # Small with 256-wide experts (and shared expert): the width at which the
 # CUDA backend runs the shared expert inside the routed experts' Q4_K / Q5_K
 # kernels (GLM-5's at tp=8; the models above run it as its own launches).
-# test_cuda_backend.py's SHARED_MODELS hold the same synth arguments.
-synth "$m/small-ff256-meta.gguf" --preset small --seed 3 --indexer-top-k 4 --expert-ff 256 \
-  --metadata-only
-for target in cpu cuda; do
-  t=$target; [ "$target" = cuda ] && t=cuda:$pack_arch
-  compile "$m/small-ff256-meta.gguf" --target=$t --context 64 --cache-type f32 \
-    -o "$m/small-ff256.$target.tp1.kiln"
-done
-rm -f "$m/small-ff256-meta.gguf"
+# test_cuda_backend.py's SHARED_MODELS and LOW_BIT_MODELS hold the same
+# synth arguments.
+single() { # NAME SYNTH-ARGS...: tp=1 artifacts, CPU and CUDA, f32 caches
+  local name=$1; shift
+  synth "$m/$name-meta.gguf" "$@" --metadata-only
+  for target in cpu cuda; do
+    t=$target; [ "$target" = cuda ] && t=cuda:$pack_arch
+    compile "$m/$name-meta.gguf" --target=$t --context 64 --cache-type f32 \
+      -o "$m/$name.$target.tp1.kiln"
+  done
+  rm -f "$m/$name-meta.gguf"
+}
+single small-ff256 --preset small --seed 3 --indexer-top-k 4 --expert-ff 256
+# Small in the 2-bit mix: Q2_K / Q3_K routed experts.
+single small-q2 --preset small --seed 5 --indexer-top-k 4 --mix ud-q2_k_xl
 
 # GLM-5 at full width (78 layers, UD-Q4_K_XL-like mix) for benchmarks on
 # random weights: tp=8 (one rank simulated on one GPU) and, on two GPUs,
@@ -201,6 +207,12 @@ case " $pack_tps " in
     ;;
 esac
 rm -f "$m/glm5-meta.gguf"
+# The 2-bit mix at full width (Q2_K / Q3_K routed experts), rank 0 of tp=8,
+# for its bench row.
+synth "$m/glm5-q2-meta.gguf" --preset glm5 --mix ud-q2_k_xl --metadata-only
+compile "$m/glm5-q2-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
+  -o "$m/glm5-q2.cuda.tp8.kiln"
+rm -f "$m/glm5-q2-meta.gguf"
 synth "$m/glm5-l40-meta.gguf" --preset glm5 --layers 40 --metadata-only
 compile "$m/glm5-l40-meta.gguf" --target=cuda:$pack_arch --tp 2 --no-logits --context 2048 \
   -o "$m/glm5-l40.cuda.tp2.kiln"

@@ -12,7 +12,8 @@
 #   4. the CUDA backend against the CPU backend, graph vs eager, tp=2 vs
 #      tp=1, compute-sanitizer (test/python/test_cuda_backend.py);
 #   5. benchmarks on random weights: GLM-5 rank 0 of tp=8 alone on one GPU
-#      (graph and eager, context 1024; graph at 4,096, 16,384, 32,768,
+#      (graph and eager, context 1024, the 2-bit mix at 1024 too; graph at
+#      4,096, 16,384, 32,768,
 #      131,072 and 202,000 positions; the step
 #      without each op kind; its critical path by op kind where CUPTI is
 #      installed), in-graph all-reduce latency, with two GPUs GLM-5
@@ -95,6 +96,11 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # with little work each (docs/perf.md, seventh pass).
   step bench-glm5-tp8-rank0-graph-64 run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 64 --steps 30
+  # The 2-bit mix (Q2_K / Q3_K routed experts, dotted from the file's
+  # blocks) at 1k: its floor is lower, its experts' kernels the general ones.
+  [ -f "$m/glm5-q2.cuda.tp8.kiln" ] && step bench-glm5-q2-tp8-rank0-graph \
+    run "$m/glm5-q2.cuda.tp8.kiln" --bench --simulate-rank 0/8 --context 1024 \
+    --steps 30
   step bench-glm5-tp8-rank0-graph-4k run "$m/glm5-16k.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 4096 --steps 20
   step bench-glm5-tp8-rank0-graph-16k run "$m/glm5-16k.cuda.tp8.kiln" --bench \

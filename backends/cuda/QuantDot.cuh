@@ -2,7 +2,7 @@
 //
 // warpDotRow(type, row, x, cols): one warp computes the dot product of one
 // weight row, in the file's own block layout, with x[cols] (f32), and every
-// lane returns the sum. Q8_0, Q4_K, Q5_K, Q6_K, F32, F16 and BF16 have
+// lane returns the sum. Q8_0, Q2_K to Q6_K, F32, F16 and BF16 have
 // specialised routines that decode whole groups of values in registers;
 // every other type (and any pointer too misaligned for the wide loads) takes
 // the generic per-value loop of GenericMatVec.cu.
@@ -29,6 +29,16 @@
 //     128 + 32c + 4 (l%8) (c = the step; aligned 4-byte words, shifted when
 //     the block is 2 mod 4), the int8 scale 8c + l/4 and d. Lane sums are
 //     (d * sc) * ((q - 32) . x).
+//   Q2_K (84-byte blocks, rows 4-aligned): a pass is one block, two steps;
+//     lane l reads the 4 bytes of qs at 16 + 32c + 4 (l%8) (step c; the
+//     levels of values 128c + 4l .. +3 sit at bit 2 (l/8)), and the
+//     sub-block's scale byte 8c + l/4 (low nibble scale, high min), with
+//     d and dmin. Lane sums are dl * (q . x) - ml * sum(x) per step.
+//   Q3_K (110-byte blocks, only 2-aligned): as Q2_K for the two low bits
+//     (qs at 32 + 32c + 4 (l%8)), the third from hmask[4 (l%8) ..] at bit
+//     4c + l/8 (aligned words, as Q6_K), the 6-bit scales of sub-blocks
+//     l/4 and 8 + l/4 from scales[l/4] and scales[8 + (l/4)%4]. Lane sums
+//     are (d * (sc - 32)) * ((q - 4) . x).
 //   F32 / F16 / BF16: lane l takes value group l of each 128-value step (one
 //     float4 of the row, or 8 bytes of halves); a scalar loop covers the
 //     tail and rows or x that are not 16 / 8-aligned.
@@ -250,6 +260,75 @@ __device__ inline float dotQ6_K(const uint8_t *row, const float *x,
   return warpSum(acc);
 }
 
+/// Q2_K: scales[16] (scale | min << 4), qs[64], d, dmin (f16). Row
+/// 4-aligned, x 16-aligned.
+__device__ inline float dotQ2_K(const uint8_t *row, const float *x,
+                                int64_t cols) {
+  const int lane = threadIdx.x % kWarp;
+  const int word = 16 + 4 * (lane % 8), shift = 2 * (lane / 8);
+  const int scale = lane / 4;
+  const int blocks = int(cols / 256);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x) + lane;
+  float acc = 0.f;
+#pragma unroll 2
+  for (int b = 0; b < blocks; ++b) {
+    const uint8_t *block = row + int64_t(b) * 84;
+    const uint32_t qa = (__ldg(reinterpret_cast<const uint32_t *>(
+                             block + word)) >> shift) & 0x03030303u;
+    const uint32_t qb = (__ldg(reinterpret_cast<const uint32_t *>(
+                             block + word + 32)) >> shift) & 0x03030303u;
+    const uint32_t sa = __ldg(block + scale), sb = __ldg(block + scale + 8);
+    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t *>(block + 80));
+    const float d = halfBits(dd & 0xFFFFu), dmin = halfBits(dd >> 16);
+    const float4 xa = __ldg(x4 + int64_t(b) * 64);
+    const float4 xb = __ldg(x4 + int64_t(b) * 64 + 32);
+    // gguf-py's d * scale and dmin * min, each rounded on its own.
+    acc = fmaf(d * smallToFloat(sa & 15), dot4(qa, kMagic, xa), acc);
+    acc = fmaf(-(dmin * smallToFloat(sa >> 4)), sum4(xa), acc);
+    acc = fmaf(d * smallToFloat(sb & 15), dot4(qb, kMagic, xb), acc);
+    acc = fmaf(-(dmin * smallToFloat(sb >> 4)), sum4(xb), acc);
+  }
+  return warpSum(acc);
+}
+
+/// Q3_K: hmask[32], qs[64], scales[12], d (f16). Row 2-aligned, x
+/// 16-aligned. Every 4-byte group read ends at least 2 bytes before the
+/// block's end (qs ends at 96), as load4At2 needs.
+__device__ inline float dotQ3_K(const uint8_t *row, const float *x,
+                                int64_t cols) {
+  const int lane = threadIdx.x % kWarp;
+  const int group = 4 * (lane % 8), shift = 2 * (lane / 8), bit = lane / 8;
+  const int k = lane / 4; // sub-block of step 0; step 1's is 8 + k
+  const int blocks = int(cols / 256);
+  const float4 *x4 = reinterpret_cast<const float4 *>(x) + lane;
+  float acc = 0.f;
+#pragma unroll 2
+  for (int b = 0; b < blocks; ++b) {
+    const uint8_t *block = row + int64_t(b) * 110;
+    const uint32_t h = load4At2(block + group);
+    const uint32_t la = load4At2(block + 32 + group),
+                   lb = load4At2(block + 64 + group);
+    const uint32_t lowBits = __ldg(block + 96 + k),
+                   highBits = __ldg(block + 104 + k % 4);
+    const float d =
+        halfBits(__ldg(reinterpret_cast<const unsigned short *>(block + 108)));
+    // Levels + 4: two bits from qs, the third from hmask.
+    const uint32_t qa = ((la >> shift) & 0x03030303u) |
+                        ((h >> bit) & 0x01010101u) << 2;
+    const uint32_t qb = ((lb >> shift) & 0x03030303u) |
+                        ((h >> (bit + 4)) & 0x01010101u) << 2;
+    const uint32_t sa = (lowBits & 15) | ((highBits >> (2 * (k / 4))) & 3) << 4;
+    const uint32_t sb =
+        (lowBits >> 4) | ((highBits >> (2 * (2 + k / 4))) & 3) << 4;
+    const float4 xa = __ldg(x4 + int64_t(b) * 64);
+    const float4 xb = __ldg(x4 + int64_t(b) * 64 + 32);
+    // gguf-py's d * (scale - 32), then times q - 4.
+    acc = fmaf(d * (smallToFloat(sa) - 32.f), dot4(qa, kMagic + 4.f, xa), acc);
+    acc = fmaf(d * (smallToFloat(sb) - 32.f), dot4(qb, kMagic + 4.f, xb), acc);
+  }
+  return warpSum(acc);
+}
+
 /// F32: row 4-aligned. The float4 path when row and x are 16-aligned.
 __device__ inline float dotF32(const uint8_t *row, const float *x,
                                int64_t cols) {
@@ -321,7 +400,8 @@ __device__ inline float dotHalves(const uint8_t *row, const float *x,
 /// values, cols a multiple of the type's block size) with x[cols], computed
 /// by the whole warp (all 32 lanes must call it together) and returned in
 /// every lane. Wide paths need x 16-aligned and the row 2-aligned (Q8_0,
-/// Q6_K, F16, BF16), 4-aligned (F32) or 16-aligned (Q4_K, Q5_K); otherwise,
+/// Q3_K, Q6_K, F16, BF16), 4-aligned (F32, Q2_K) or 16-aligned (Q4_K,
+/// Q5_K); otherwise,
 /// and for every other type, the generic per-value loop runs.
 __device__ inline float warpDotRow(GGMLType type, const uint8_t *row,
                                    const float *x, int64_t cols) {
@@ -356,6 +436,14 @@ __device__ inline float warpDotRow(GGMLType type, const uint8_t *row,
     if ((r & 1) == 0 && x16)
       return quantdot::dotQ6_K(row, x, cols);
     break;
+  case GGMLType::Q2_K:
+    if ((r & 3) == 0 && x16)
+      return quantdot::dotQ2_K(row, x, cols);
+    break;
+  case GGMLType::Q3_K:
+    if ((r & 1) == 0 && x16)
+      return quantdot::dotQ3_K(row, x, cols);
+    break;
   default:
     break;
   }
@@ -369,8 +457,8 @@ __device__ inline float warpDotRow(GGMLType type, const uint8_t *row,
 // with the same x, so every x load serves R rows, and issues all R rows'
 // weight loads of a pass before any of the pass's math: R times the bytes
 // in flight of one row. Q8_0, Q4_K, Q5_K and Q6_K have such routines; every
-// other type, and rows or x off the wide loads' alignment, take warpDotRow
-// row by row. Lane layouts:
+// other type takes warpDotRow with R = 1 (hasMultiRowDot tells callers), and
+// rows or x off the wide loads' alignment the per-value loop. Lane layouts:
 //   Q8_0, Q6_K: as warpDotRow's (above), R rows per pass.
 //   Q4_K / Q5_K: a warp pass is 4 blocks of each row, 8 lanes a block:
 //     lane l takes block g = l / 8 of the pass and quant bytes qs[16 t ..
@@ -595,7 +683,7 @@ inline int32_t segmentUnitValues(GGMLType type, int32_t blockValues) {
 
 /// Whether warpDotRows has a multi-row routine for `type` (else R rows cost
 /// R single-row dots, and callers should prefer one row per warp).
-inline bool hasMultiRowDot(GGMLType type) {
+__host__ __device__ inline bool hasMultiRowDot(GGMLType type) {
   return type == GGMLType::Q8_0 || type == GGMLType::Q4_K ||
          type == GGMLType::Q5_K || type == GGMLType::Q6_K;
 }
@@ -634,10 +722,20 @@ __device__ inline void warpDotRows(GGMLType type, const uint8_t *row0,
       out[r] = warpSum(acc[r]);
     return;
   }
-  // Row by row; a repeated row is not computed again.
+  // Row by row; a repeated row is not computed again. With R > 1 only the
+  // per-value loop: callers take several rows a warp only for the types
+  // above (hasMultiRowDot), whose rows always meet their alignment, so this
+  // is never the hot path there, and the R-row kernels stay free of R
+  // inlined copies of every single-row routine (registers).
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-    out[r] = r == 0 || r < nrows ? warpDotRow(type, rows[r], x, cols) : out[0];
+  for (int r = 0; r < R; ++r) {
+    if (r > 0 && r >= nrows)
+      out[r] = out[0];
+    else if constexpr (R == 1)
+      out[r] = warpDotRow(type, rows[r], x, cols);
+    else
+      out[r] = quantdot::dotGeneric(type, rows[r], x, cols);
+  }
 }
 
 /// Rows of exactly one Q4_K / Q5_K block (256 values; the routed experts'

@@ -1199,6 +1199,17 @@ __device__ inline void downDots(const ExpertArgs &a, int64_t e, int64_t h0,
     return;
   }
   const int lane = threadIdx.x % kWarp;
+  if (!hasMultiRowDot(g.type)) {
+    // One row at a time (warpDotRows takes several rows only for the types
+    // with a routine for them).
+    for (int r = 0; r < kDownRows && r < nrows; ++r) {
+      const float v =
+          warpDotRow(g.type, row0 + uint64_t(r) * g.rowBytes, x, g.cols);
+      if (lane == 0)
+        dst[r] = v;
+    }
+    return;
+  }
   for (int r0 = 0; r0 < kDownRows && r0 < nrows; r0 += kRows) {
     float v[kRows];
     warpDotRows<kRows>(g.type, row0 + uint64_t(r0) * g.rowBytes, g.rowBytes,

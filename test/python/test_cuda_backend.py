@@ -21,6 +21,8 @@ logits of every position kept):
   * the shared expert inside the routed experts' kernels (small with
     256-wide experts, where the CUDA backend runs it there; the models
     above run it as its own launches) vs the CPU, and graph vs --eager;
+  * the 2-bit mix (small, ud-q2_k_xl: Q2_K / Q3_K routed experts) vs the
+    CPU, and graph vs --eager;
   * tp=N (2, and 4 and 8 where the pack has the artifacts) vs tp=1, on N
     GPUs where the host has them, else every rank on one GPU (--one-gpu):
     within the same tolerance, same argmax rule; also with the router
@@ -88,6 +90,14 @@ SHARED_MODELS = {
     "small-ff256": (["--preset", "small", "--seed", 3, "--indexer-top-k", 4,
                      "--expert-ff", 256], TOL_F32),
 }
+# Models of the low-bit check alone (Checks.low_bit): small in the 2-bit mix,
+# its routed experts Q2_K (gate/up) and Q3_K (down), which the CUDA backend
+# dots from the file's blocks (QuantDot.cuh's Q2_K / Q3_K routines).
+LOW_BIT_MODELS = {
+    "small-q2": (["--preset", "small", "--seed", 5, "--indexer-top-k", 4,
+                  "--mix", "ud-q2_k_xl"], TOL_F32),
+}
+SINGLE_MODELS = {**SHARED_MODELS, **LOW_BIT_MODELS}
 
 
 def indexed(model):
@@ -140,7 +150,7 @@ def ensure_model(pack, name):
     path = pack / "models" / f"{name}.gguf"
     if not path.exists():
         run(pack, [pack / "bin" / "kiln-gguf", "synth", path,
-                   *{**MODELS, **SHARED_MODELS}[name][0], "--quiet"])
+                   *{**MODELS, **SINGLE_MODELS}[name][0], "--quiet"])
     return path
 
 
@@ -534,28 +544,45 @@ class Checks:
         unfused ops do (test_fuse_shared_expert.py): the same tolerance and
         argmax rule, and graph vs --eager bit for bit."""
         for model, (_, tol) in SHARED_MODELS.items():
-            gguf, toks = self.gguf(model), tokens_for()
-            cpu = logits(self.pack, self.art(model, "cpu", 1), gguf, toks,
-                         self.work / f"{model}-cpu.npy")
-            out = self.work / f"{model}-cuda.npy"
-            proc = run(self.pack, [self.pack / "bin" / "kiln-run",
-                                   self.art(model, "cuda", 1), "--weights",
-                                   gguf, "--backend-dir", self.pack / "lib",
-                                   "--prompt-tokens", ",".join(map(str, toks)),
-                                   "-n", 0, "--logits-out", out],
-                       extra_env={"KILN_CUDA_GRAPH_STATS": "1"})
-            got = np.load(out)
-            inside = sum(int(n) for n in re.findall(
-                r"(\d+) moe_experts with the shared expert inside",
-                proc.stderr))
-            eager = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
-                           self.work / f"{model}-eager.npy", ["--eager"])
-            ok = compare(f"{model}: cuda tp1 graph (shared expert inside "
-                         f"the routed kernels: {inside} ops a step) vs cpu",
-                         got, cpu, tol, self.report)
-            self.check(ok and inside > 0, f"{model} shared expert vs cpu")
-            self.identical(f"{model}: graph vs --eager", got, eager,
-                           f"{model} shared expert graph vs eager")
+            self.single_against_cpu(
+                model, tol, "shared expert",
+                lambda stderr: sum(int(n) for n in re.findall(
+                    r"(\d+) moe_experts with the shared expert inside",
+                    stderr)),
+                "shared expert inside the routed kernels: {} ops a step")
+
+    def low_bit(self):
+        """The 2-bit mix (LOW_BIT_MODELS: Q2_K / Q3_K routed experts)
+        against the CPU: the same tolerance and argmax rule, and graph vs
+        --eager bit for bit."""
+        for model, (_, tol) in LOW_BIT_MODELS.items():
+            self.single_against_cpu(model, tol, "2-bit mix", None, None)
+
+    def single_against_cpu(self, model, tol, what, count, label):
+        """One SINGLE_MODELS model: CUDA graph (with graph statistics on)
+        against the CPU, and graph against --eager. `count`, when given,
+        reads a number of ops from the backend's stderr that must be above
+        zero, shown in the row through `label`."""
+        gguf, toks = self.gguf(model), tokens_for()
+        cpu = logits(self.pack, self.art(model, "cpu", 1), gguf, toks,
+                     self.work / f"{model}-cpu.npy")
+        out = self.work / f"{model}-cuda.npy"
+        proc = run(self.pack, [self.pack / "bin" / "kiln-run",
+                               self.art(model, "cuda", 1), "--weights",
+                               gguf, "--backend-dir", self.pack / "lib",
+                               "--prompt-tokens", ",".join(map(str, toks)),
+                               "-n", 0, "--logits-out", out],
+                   extra_env={"KILN_CUDA_GRAPH_STATS": "1"})
+        got = np.load(out)
+        n = count(proc.stderr) if count else None
+        eager = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
+                       self.work / f"{model}-eager.npy", ["--eager"])
+        shown = f" ({label.format(n)})" if count else ""
+        ok = compare(f"{model}: cuda tp1 graph{shown} vs cpu", got, cpu, tol,
+                     self.report)
+        self.check(ok and (n is None or n > 0), f"{model} {what} vs cpu")
+        self.identical(f"{model}: graph vs --eager", got, eager,
+                       f"{model} {what} graph vs eager")
 
     def greedy(self, model):
         """32 greedy tokens on each backend, the CPU's logits kept. The CUDA
@@ -753,12 +780,14 @@ class Checks:
                 self.report.append(f"| {model} | - | - | - | FAIL: "
                                    f"{str(e).splitlines()[-1][:300]} |")
                 self.failed.append(f"{model}: {e}")
-        try:
-            self.shared_expert()
-        except AssertionError as e:
-            self.report.append(f"| shared expert | - | - | - | FAIL: "
-                               f"{str(e).splitlines()[-1][:300]} |")
-            self.failed.append(f"shared expert: {e}")
+        for what, check in (("shared expert", self.shared_expert),
+                            ("2-bit mix", self.low_bit)):
+            try:
+                check()
+            except AssertionError as e:
+                self.report.append(f"| {what} | - | - | - | FAIL: "
+                                   f"{str(e).splitlines()[-1][:300]} |")
+                self.failed.append(f"{what}: {e}")
         self.architecture_guard()
         self.kernel_images()
         self.serve()

@@ -774,8 +774,9 @@ void checkLinear(Report &r, kiln::Rng &rng) {
   };
   for (GGMLType type :
        {GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q6_K,
-        GGMLType::IQ4_XS, GGMLType::Q5_0, GGMLType::Q5_1, GGMLType::IQ4_NL,
-        GGMLType::BF16, GGMLType::F16, GGMLType::F32})
+        GGMLType::Q2_K, GGMLType::Q3_K, GGMLType::IQ4_XS, GGMLType::Q5_0,
+        GGMLType::Q5_1, GGMLType::IQ4_NL, GGMLType::BF16, GGMLType::F16,
+        GGMLType::F32})
     // 512 columns: 2 K-quant blocks, one warp per row; 6144: rows split
     // into segments (few rows, long rows).
     for (const Shape &s : {Shape{{512, 37}, 1}, Shape{{512, 37}, 3},
@@ -794,6 +795,10 @@ void checkLinear(Report &r, kiln::Rng &rng) {
   check(GGMLType::Q6_K, Shape{{512, 37}, 1, 2});
   check(GGMLType::Q4_K, Shape{{512, 37}, 1, 2});
   check(GGMLType::Q5_K, Shape{{512, 37}, 1, 4});
+  // Q3_K's 110-byte blocks alternate 2 and 0 mod 4 from an offset of 2
+  // (the aligned-word loads); Q2_K off 4 (the generic fallback).
+  check(GGMLType::Q3_K, Shape{{512, 37}, 1, 2});
+  check(GGMLType::Q2_K, Shape{{512, 37}, 1, 2});
   // GLM-5 shapes (a tensor-parallel rank of 8): q_a-like Q8_0, 8 stacked
   // Q4_K experts, a dense Q5_K slice.
   check(GGMLType::Q8_0, Shape{{6144, 2048}, 1});
@@ -3286,6 +3291,35 @@ void benchMoe() {
       std::printf("bench op moe_experts: the fixed-shape kernels did not run\n");
     if (mode == 2 && int8.ran() == 0)
       std::printf("bench op moe_experts: the int8-x kernel did not run\n");
+  }
+  // The 2-bit mix's experts (Q2_K gate/up, Q3_K down; kiln-gguf synth --mix
+  // ud-q2_k_xl), which the general kernels dot from the file's blocks.
+  {
+    const uint64_t lowUp = *kiln::rowBytes(GGMLType::Q2_K, hidden) * ffn *
+                           experts,
+                   lowDown =
+                       *kiln::rowBytes(GGMLType::Q3_K, ffn) * hidden * experts;
+    DeviceArray<uint8_t> lg(lowUp), lu(lowUp), ld(lowDown);
+    for (auto [p, t, b] : {std::tuple{lg.get(), GGMLType::Q2_K, lowUp},
+                           std::tuple{lu.get(), GGMLType::Q2_K, lowUp},
+                           std::tuple{ld.get(), GGMLType::Q3_K, lowDown}})
+      CHECK_CUDA(kc::launchFillRandomBlocks(t, p, b, 5, stream));
+    kc::DeviceWeight lgd{GGMLType::Q2_K, ffn * experts, hidden, lg.get()};
+    kc::DeviceWeight lud{GGMLType::Q2_K, ffn * experts, hidden, lu.get()};
+    kc::DeviceWeight ldd{GGMLType::Q3_K, hidden * experts, ffn, ld.get()};
+    const double lowBytes = double(k) *
+                            (2.0 * double(lowUp) + double(lowDown)) /
+                            double(experts);
+    int64_t call = 0;
+    const double us = timeInGraph(stream, [&](cudaStream_t s) {
+      const int32_t *set = dids.get() + (call++ % sets) * k;
+      return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(),
+                                  k, lgd, &lud, ldd, act.get(), shared.get(),
+                                  xo.get(), fault.sink(), s);
+    });
+    std::printf("bench op moe_experts Q2_K/Q3_K 6144x256, 8 of 256 %9.2f us, "
+                "%.1f GB/s (from memory: 32 disjoint sets of 8 in turn)\n",
+                us, lowBytes / (us * 1e3));
   }
   // The shared expert inside (kiln-fuse-shared-expert): its gate, up and
   // down (Q8_0 in the split layout, 256 rows at tp=8) as a ninth expert of
