@@ -1,6 +1,9 @@
 //===- ModelText.cpp - A model's text interface: tokenizer, stops, chat template -===//
 #include "session/ModelText.h"
 
+#include <fstream>
+#include <sstream>
+
 namespace kiln::runtime {
 
 std::vector<int32_t> endOfReplyIds(const tokenizer::Tokenizer &tokenizer) {
@@ -12,11 +15,26 @@ std::vector<int32_t> endOfReplyIds(const tokenizer::Tokenizer &tokenizer) {
 }
 
 Expected<ModelChatTemplate> loadChatTemplate(const gguf::GGUFModel &model,
-                                             const std::string &file) {
+                                             const std::string &file,
+                                             const std::string &override) {
   std::string where = file + ": tokenizer.chat_template";
   std::string source;
-  if (const gguf::Value *v = model.find("tokenizer.chat_template");
-      v && v->asString()) {
+  if (override == "glm") {
+    source = std::string(chat::glmDefaultTemplate());
+    where = "Kiln's GLM chat template (--chat-template glm)";
+  } else if (!override.empty()) {
+    std::ifstream in(override, std::ios::binary);
+    std::ostringstream text;
+    if (in)
+      text << in.rdbuf();
+    if (!in || in.bad())
+      return Error(override, "--chat-template",
+                   "cannot read the file (give a Jinja template file, or "
+                   "'glm' for Kiln's GLM template)");
+    source = text.str();
+    where = override;
+  } else if (const gguf::Value *v = model.find("tokenizer.chat_template");
+             v && v->asString()) {
     source = *v->asString();
   } else {
     source = std::string(chat::glmDefaultTemplate());
@@ -28,7 +46,8 @@ Expected<ModelChatTemplate> loadChatTemplate(const gguf::GGUFModel &model,
   return ModelChatTemplate{std::move(*parsed), where};
 }
 
-Expected<TextModel> openTextModel(const SessionOptions &options) {
+Expected<TextModel> openTextModel(const SessionOptions &options,
+                                  const std::string &chatTemplate) {
   Expected<std::unique_ptr<Session>> session = Session::open(options);
   if (!session)
     return session.error();
@@ -37,7 +56,7 @@ Expected<TextModel> openTextModel(const SessionOptions &options) {
   if (!tok)
     return tok.error();
   Expected<ModelChatTemplate> chat =
-      loadChatTemplate(model, options.weightPaths.front());
+      loadChatTemplate(model, options.weightPaths.front(), chatTemplate);
   if (!chat)
     return chat.error();
   return TextModel{std::move(*session), std::move(*tok), std::move(*chat)};

@@ -30,8 +30,11 @@ struct ModelChatTemplate {
 };
 
 /// The model's chat template, parsed; `file` names the set in messages.
+/// `override` (--chat-template) replaces the file's: "glm" is Kiln's GLM
+/// template, anything else a file of Jinja text.
 Expected<ModelChatTemplate> loadChatTemplate(const gguf::GGUFModel &model,
-                                             const std::string &file);
+                                             const std::string &file,
+                                             const std::string &override = "");
 
 /// A session with its text interface, as the chat front ends (kiln-run
 /// --chat, kiln-serve) open it: the tokenizer and the chat template are
@@ -41,7 +44,8 @@ struct TextModel {
   tokenizer::Tokenizer tokenizer;
   ModelChatTemplate chat;
 };
-Expected<TextModel> openTextModel(const SessionOptions &options);
+Expected<TextModel> openTextModel(const SessionOptions &options,
+                                  const std::string &chatTemplate = "");
 
 } // namespace kiln::runtime
 

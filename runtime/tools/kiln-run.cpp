@@ -81,6 +81,8 @@ options:
                            stream as they are generated (-n caps each); an
                            empty line or end of input ends it
   --system TEXT            with --chat: a system message first
+  --chat-template FILE     with --chat: this Jinja template instead of the
+                           file's ("glm": Kiln's GLM template)
   --seed S                 sampling seed (default 0)
   --logits-out FILE.npy    write the logits of every evaluated position
                            ([positions, vocab] float32)
@@ -342,8 +344,9 @@ std::string jsonString(const std::string &s) {
 /// evaluated; replies stream to stdout.
 int runChat(const SessionOptions &options, const SamplingOptions &sampling,
             int64_t maxTokens, const std::vector<std::string> &stopStrings,
-            const std::optional<std::string> &systemPrompt) {
-  Expected<TextModel> model = openTextModel(options);
+            const std::optional<std::string> &systemPrompt,
+            const std::string &chatTemplateFile) {
+  Expected<TextModel> model = openTextModel(options, chatTemplateFile);
   if (!model)
     return fail(model.error());
   Session &s = *model->session;
@@ -573,6 +576,7 @@ int main(int argc, char **argv) {
   bool bench = false;
   bool chatMode = false;
   std::optional<std::string> systemPrompt;
+  std::string chatTemplateFile;
   int64_t benchSteps = 50;
   uint64_t benchContext = 0;
   std::string simulate;
@@ -636,6 +640,8 @@ int main(int argc, char **argv) {
       chatMode = true;
     } else if (arg == "--system") {
       systemPrompt = value("--system");
+    } else if (arg == "--chat-template") {
+      chatTemplateFile = value("--chat-template");
     } else if (arg == "--profile") {
       options.flags |= KILN_RUN_PROFILE;
     } else if (arg == "--bench") {
@@ -671,10 +677,13 @@ int main(int argc, char **argv) {
     if (hasPromptText || !prompt.empty() || json || !logitsOut.empty())
       return usageError("--chat reads its turns from stdin: no --prompt, "
                         "--prompt-tokens, --json or --logits-out");
-    return runChat(options, sampling, generate, stopStrings, systemPrompt);
+    return runChat(options, sampling, generate, stopStrings, systemPrompt,
+                   chatTemplateFile);
   }
   if (systemPrompt)
     return usageError("--system goes with --chat");
+  if (!chatTemplateFile.empty())
+    return usageError("--chat-template goes with --chat");
   if (hasPromptText && !prompt.empty())
     return usageError("give --prompt or --prompt-tokens, not both");
   if (prompt.empty() && !hasPromptText)

@@ -1,4 +1,5 @@
-//===- kiln-serve.cpp - An OpenAI-compatible HTTP server for one model -----===//
+//===- kiln-serve.cpp - An OpenAI-compatible HTTP server for one model
+//-----===//
 //
 // kiln-serve M.kiln --weights FILE.gguf... [--host H] [--port P]
 //            [--model-name NAME] [--max-context N] [runtime options]
@@ -9,12 +10,15 @@
 // a time on the compiled decode step (there is no batching yet); a request
 // whose prompt shares a prefix with the cached one evaluates only the rest.
 // A client that disconnects mid-stream stops its generation and frees the
-// slot. Bad requests get a 4xx with an OpenAI-style error body.
+// slot. Bad requests get a 4xx with an OpenAI-style error body. With
+// "tools", a chat reply's tool calls in GLM's markup come back as OpenAI's
+// "tool_calls" (chat/ToolCalls.h), streamed or not.
 // HTTP: cpp-httplib; JSON: nlohmann-json (both from Debian).
 //
 //===----------------------------------------------------------------------===//
 #include "chat/ChatTemplate.h"
 #include "chat/JsonValue.h"
+#include "chat/ToolCalls.h"
 #include "session/Generator.h"
 #include "session/ModelText.h"
 #include "session/Session.h"
@@ -47,6 +51,11 @@ Serves a model compiled by kiln-compile over an OpenAI-compatible HTTP API:
   POST /v1/chat/completions   {"messages": [{"role": "user", "content": "..."}], ...}
   GET  /v1/models, GET /health
 Requests run one at a time (queued); "stream": true sends server-sent events.
+A chat request's "tools" go into the prompt through the chat template, and
+tool calls the model writes (GLM's <tool_call> markup) come back as
+"tool_calls" (finish_reason "tool_calls"); "tool_choice" may be "auto" (the
+default) or "none" (the reply is left as text), not "required" or a named
+function, which would need constrained decoding.
 
 options:
   --weights FILE.gguf...   the model's GGUF file(s)
@@ -56,6 +65,9 @@ options:
                            GGUF's general.name, else "kiln")
   --max-context N          refuse a request whose prompt plus max_tokens
                            exceeds N positions (default: the artifact's)
+  --chat-template FILE     render chats with this Jinja template instead of
+                           the file's ("glm": Kiln's GLM template, which
+                           writes tools and tool calls; docs/chat.md)
   --threads N, --device N, --eager, --one-gpu,
   --backend-dir DIR        as kiln-run
   --help                   this text
@@ -95,6 +107,10 @@ struct BadRequest {
 struct RequestOptions {
   GenerateOptions generate;
   bool stream = false;
+  /// The request's "tools" (null when none), and whether the reply is
+  /// parsed for tool calls (tools given, tool_choice not "none").
+  json tools;
+  bool toolCalls = false;
 };
 
 template <typename T>
@@ -147,8 +163,43 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok) {
       throw BadRequest{"'stream' must be a boolean", "stream"};
     o.stream = body["stream"].get<bool>();
   }
+  if (body.contains("tools") && !body["tools"].is_null()) {
+    if (!body["tools"].is_array())
+      throw BadRequest{"'tools' must be an array", "tools"};
+    o.tools = body["tools"];
+  }
+  std::string choice = "auto";
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const json &c = body["tool_choice"];
+    if (!c.is_string() || (c != "auto" && c != "none"))
+      throw BadRequest{
+          fmt::format("'tool_choice' {} is not supported: forcing a call needs "
+                      "constrained decoding, which this server does not do; "
+                      "use \"auto\" or \"none\"",
+                      dump(c)),
+          "tool_choice"};
+    choice = c.get<std::string>();
+  }
+  o.toolCalls = !o.tools.empty() && choice == "auto";
   o.generate.stopIds = endOfReplyIds(tok);
   return o;
+}
+
+/// OpenAI's "tool_calls" entries for `calls`; ids unique per request.
+json toolCallsJson(const std::vector<chat::ToolCall> &calls,
+                   const std::string &requestId, bool withIndex) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json call = {
+        {"id", fmt::format("call_{}_{}", requestId, i)},
+        {"type", "function"},
+        {"function",
+         {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (withIndex)
+      call["index"] = i;
+    out.push_back(std::move(call));
+  }
+  return out;
 }
 
 class Server {
@@ -198,8 +249,11 @@ std::vector<int32_t> Server::promptOf(const json &body, bool chat) {
     for (const json &m : body["messages"])
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
         throw BadRequest{"each message needs a string 'role'", "messages"};
-    Expected<chat::Value> messages =
-        chat::valueFromJson(body["messages"], "messages");
+    // Arguments of earlier calls arrive as JSON text; the template writes
+    // them key by key, the form the model itself writes.
+    json history = body["messages"];
+    chat::argumentsToObjects(history);
+    Expected<chat::Value> messages = chat::valueFromJson(history, "messages");
     if (!messages)
       throw BadRequest{messages.error().message(), "messages"};
     chat::Value tools;
@@ -284,7 +338,17 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     if (!r)
       return sendError(res, 500, r.error().message(), "server_error");
     json choice = {{"index", 0}, {"finish_reason", finishReason(*r)}};
-    if (chat)
+    chat::ParsedReply reply;
+    if (chat && options.toolCalls)
+      reply = chat::parseToolCalls(r->text, options.tools);
+    if (chat && !reply.calls.empty()) {
+      choice["message"] = {
+          {"role", "assistant"},
+          {"content",
+           reply.content.empty() ? json(nullptr) : json(reply.content)},
+          {"tool_calls", toolCallsJson(reply.calls, id, false)}};
+      choice["finish_reason"] = "tool_calls";
+    } else if (chat)
       choice["message"] = {{"role", "assistant"}, {"content", r->text}};
     else
       choice["text"] = r->text, choice["logprobs"] = nullptr;
@@ -327,8 +391,21 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
           sink.done();
           return false;
         }
-        Expected<GenerateResult> r = generator_.generate(
-            options.generate, [&](std::string_view piece) {
+        // With tools, text that may begin a call is held back, and the
+        // calls are sent once the reply has ended.
+        chat::ToolCallStream calls;
+        const bool parse = chat && options.toolCalls;
+        auto content = [&](const std::string &text) {
+          if (text.empty())
+            return true;
+          return send({{"index", 0},
+                       {"delta", {{"content", text}}},
+                       {"finish_reason", nullptr}});
+        };
+        Expected<GenerateResult> r =
+            generator_.generate(options.generate, [&](std::string_view piece) {
+              if (parse)
+                return content(calls.push(piece));
               json choice = {{"index", 0}, {"finish_reason", nullptr}};
               if (chat)
                 choice["delta"] = {{"content", std::string(piece)}};
@@ -337,8 +414,20 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                 choice["logprobs"] = nullptr;
               return send(choice);
             });
+        std::string finish = r ? finishReason(*r) : "stop";
+        if (r && !r->stoppedByCaller && parse) {
+          chat::ParsedReply rest = calls.finish(options.tools);
+          content(rest.content);
+          if (!rest.calls.empty()) {
+            send({{"index", 0},
+                  {"delta",
+                   {{"tool_calls", toolCallsJson(rest.calls, id, true)}}},
+                  {"finish_reason", nullptr}});
+            finish = "tool_calls";
+          }
+        }
         if (r && !r->stoppedByCaller) {
-          json last = {{"index", 0}, {"finish_reason", finishReason(*r)}};
+          json last = {{"index", 0}, {"finish_reason", finish}};
           if (chat)
             last["delta"] = json::object();
           else
@@ -416,6 +505,7 @@ int main(int argc, char **argv) {
   std::string host = "127.0.0.1", modelName;
   int port = 8080;
   uint64_t maxContext = 0;
+  std::string chatTemplate;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char *flag) -> std::string {
@@ -445,6 +535,8 @@ int main(int argc, char **argv) {
       modelName = value("--model-name");
     } else if (arg == "--max-context") {
       maxContext = integer("--max-context", 1, uint64_t(1) << 31);
+    } else if (arg == "--chat-template") {
+      chatTemplate = value("--chat-template");
     } else if (std::string error;
                !parseSessionFlag(argc, argv, i, options, error)) {
       return usageError(error);
@@ -457,7 +549,7 @@ int main(int argc, char **argv) {
     return 1;
   };
   // The tokenizer and the chat template (the file's, else GLM's format).
-  Expected<TextModel> model = openTextModel(options);
+  Expected<TextModel> model = openTextModel(options, chatTemplate);
   if (!model)
     return fail(model.error());
   Session &s = *model->session;

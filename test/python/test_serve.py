@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -24,27 +25,61 @@ def model(tmp_path_factory):
     return tiny_cpu_model(tmp_path_factory.mktemp("serve"), SEED, 128)
 
 
-@pytest.fixture(scope="module")
-def server(model):
+def start_server(model, max_context=96, *extra):
     gguf, art = model
     proc = subprocess.Popen(
         [str(tool("kiln-serve")), str(art), "--weights", str(gguf), "--port",
-         "0", "--model-name", "tiny", "--max-context", "96", "--threads", "2"],
+         "0", "--model-name", "tiny", "--max-context", str(max_context),
+         "--threads", "2", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert "serving 'tiny' on http://127.0.0.1:" in line, (
         line, proc.stderr.read() if proc.poll() is not None else "")
     port = int(line.split("http://127.0.0.1:")[1].split()[0])
-    yield proc, f"http://127.0.0.1:{port}"
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def stop_server(proc):
     proc.terminate()
     proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def server(model):
+    proc, url = start_server(model)
+    yield proc, url
+    stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def glm_model(tmp_path_factory):
+    """The same model with room for a prompt that lists tools."""
+    return tiny_cpu_model(tmp_path_factory.mktemp("serve-glm"), SEED, 384)
+
+
+@pytest.fixture(scope="module")
+def glm_server(glm_model):
+    """Kiln's GLM template (--chat-template glm), which writes tools and tool
+    calls (the synthetic file's own template does not)."""
+    proc, url = start_server(glm_model, 384, "--chat-template", "glm")
+    yield proc, url
+    stop_server(proc)
+
+
+def openai_client(url):
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0,
+                         timeout=60)
+
+
 @pytest.fixture()
 def client(server):
-    openai = pytest.importorskip("openai")
-    return openai.OpenAI(base_url=server[1] + "/v1", api_key="none",
-                         max_retries=0, timeout=60)
+    return openai_client(server[1])
+
+
+@pytest.fixture()
+def glm_client(glm_server):
+    return openai_client(glm_server[1])
 
 
 def greedy_text(model, prompt_text, n):
@@ -108,6 +143,93 @@ def test_streaming_equals_non_streaming(client):
     assert text == client.completions.create(
         model="tiny", prompt="Stream", max_tokens=8, temperature=0
     ).choices[0].text
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+TOOL_HISTORY = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {
+            "name": "get_weather",
+            "arguments": json.dumps({"city": "Paris", "days": 2})}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+
+
+def test_chat_with_tools_renders_calls_key_by_key(glm_model, glm_client):
+    # The openai client sends a call's arguments as JSON text; the server
+    # gives the template an object, so the prompt holds the call as the model
+    # writes one (<arg_key>/<arg_value> pairs): the reply equals kiln-run's
+    # on the prompt jinja2 renders (as HuggingFace sets it up) from Kiln's
+    # GLM template with the arguments as a dict.
+    r = glm_client.chat.completions.create(
+        model="tiny", max_tokens=10, temperature=0, messages=TOOL_HISTORY,
+        tools=TOOLS)
+    from test_chat_template import GLM_TEMPLATE, jinja_render
+    history = json.loads(json.dumps(TOOL_HISTORY))
+    call = history[1]["tool_calls"][0]["function"]
+    call["arguments"] = json.loads(call["arguments"])
+    prompt = jinja_render(GLM_TEMPLATE.read_text(),
+                          dict(messages=history, tools=TOOLS,
+                               add_generation_prompt=True))
+    assert "<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>" in prompt
+    expected = greedy_text(glm_model, prompt, 10)
+    assert r.usage.prompt_tokens == expected["prompt_tokens"]
+    # A random model writes no tool call: the reply is its text (the markup
+    # parsing itself is tested in tool-call-tests).
+    message = r.choices[0].message
+    assert not message.tool_calls
+    assert message.content == expected["text"]
+    assert r.choices[0].finish_reason in ("length", "stop")
+
+
+def test_streaming_with_tools_equals_non_streaming(glm_client):
+    # With tools the stream holds back what could begin a call: the pieces
+    # still add up to the whole reply.
+    args = dict(model="tiny", max_tokens=16, temperature=0,
+                messages=[{"role": "user", "content": "Stream this"}],
+                tools=TOOLS)
+    whole = glm_client.chat.completions.create(
+        **args).choices[0].message.content
+    pieces, finish = [], None
+    for chunk in glm_client.chat.completions.create(stream=True, **args):
+        delta = chunk.choices[0].delta
+        assert not delta.tool_calls
+        if delta.content:
+            pieces.append(delta.content)
+        finish = chunk.choices[0].finish_reason or finish
+    assert "".join(pieces) == whole and finish in ("length", "stop")
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    (dict(tools=TOOLS, tool_choice="required"), "tool_choice"),
+    (dict(tools=TOOLS, tool_choice={"type": "function",
+                                    "function": {"name": "get_weather"}}),
+     "tool_choice"),
+])
+def test_forced_tool_choice_is_refused(client, kwargs, param):
+    import openai
+    with pytest.raises(openai.APIStatusError) as e:
+        client.chat.completions.create(
+            model="tiny", max_tokens=4,
+            messages=[{"role": "user", "content": "x"}], **kwargs)
+    assert e.value.status_code == 400
+    assert e.value.body["param"] == param
+    assert "constrained decoding" in e.value.body["message"]
+
+
+def test_tools_must_be_a_list(server):
+    req = urllib.request.Request(
+        server[1] + "/v1/chat/completions", method="POST",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps({"messages": [{"role": "user", "content": "x"}],
+                         "tools": {"name": "f"}}).encode())
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req)
+    body = json.load(e.value)
+    assert e.value.code == 400 and body["error"]["param"] == "tools"
 
 
 @pytest.mark.parametrize("kwargs,status,param", [
@@ -245,3 +367,21 @@ def test_session_flags_as_kiln_run(model, args, message):
         assert message in first, first
         lines.append(first.split(": error: ", 1)[1])
     assert lines[0] == lines[1]
+
+
+def test_chat_template_file_errors(model, tmp_path):
+    """--chat-template names the file it cannot read, or the template's
+    line it cannot parse, and exits 1 before serving."""
+    gguf, art = model
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content }}")
+    for path, message in ((tmp_path / "missing.jinja", "cannot read the file"),
+                          (bad, "bad.jinja")):
+        proc = subprocess.run(
+            [str(tool("kiln-serve")), str(art), "--weights", str(gguf),
+             "--port", "0", "--chat-template", str(path)],
+            capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.startswith("kiln-serve: error: "), proc.stderr
+        assert str(path.name) in proc.stderr and message in proc.stderr, (
+            proc.stderr)
