@@ -41,38 +41,79 @@ void packScaleMin(const int *scale, const int *min, uint8_t *s) {
   }
 }
 
-/// Levels of Q4_K (qmax 15) or Q5_K (qmax 31) for one super-block, and the
-/// d, dmin, packed scales to go with them. Each 32-value sub-block gets its
-/// own affine fit; the fits' scales and mins are then expressed as 6-bit
-/// multiples of two fp16 super-scales, and finally every level is re-chosen
-/// against the scale and min that dequantisation will really use.
-void quantAffineSuperBlock(const float *in, int qmax, uint8_t *dAndScales,
-                           int *q) {
-  float scale[8], min[8];
-  for (int j = 0; j < 8; ++j) {
-    AffineFit fit = fitAffine(in + 32 * j, 32, qmax, /*offsetAtMostZero=*/true);
+/// The fp16 super-scales of a K-quant super-block.
+struct SuperScales {
+  uint16_t d, dmin;
+};
+
+/// A super-block of `n` sub-blocks of `len` values, each an affine fit
+/// (levels 0..qmax, the offset kept <= 0 since it is stored as a subtracted
+/// min), the fits' scales and mins as multiples in [0, lmax] of two fp16
+/// super-scales (sc[n], mn[n]), and every level (q[n * len]) re-chosen
+/// against the scale and min that dequantisation will form.
+SuperScales quantAffineSubBlocks(const float *in, int n, int len, int qmax,
+                                 int lmax, int *sc, int *mn, int *q) {
+  float scale[16], min[16];
+  for (int j = 0; j < n; ++j) {
+    AffineFit fit =
+        fitAffine(in + len * j, len, qmax, /*offsetAtMostZero=*/true);
     scale[j] = fit.scale;
     min[j] = -fit.offset;
   }
-  uint16_t dh = fitSuperScale(scale, 8, 0, 63);
-  uint16_t dminh = fitSuperScale(min, 8, 0, 63);
-  float d = halfToFloat(dh), dmin = halfToFloat(dminh);
-  int sc[8], mn[8];
-  for (int j = 0; j < 8; ++j) {
-    sc[j] = d != 0 ? roundClamp(scale[j] / d, 0, 63) : 0;
-    mn[j] = dmin != 0 ? roundClamp(min[j] / dmin, 0, 63) : 0;
-  }
-  storeU16(dAndScales, dh);
-  storeU16(dAndScales + 2, dminh);
-  packScaleMin(sc, mn, dAndScales + 4);
-  for (int j = 0; j < 8; ++j) {
+  SuperScales h{fitSuperScale(scale, n, 0, lmax),
+                fitSuperScale(min, n, 0, lmax)};
+  float d = halfToFloat(h.d), dmin = halfToFloat(h.dmin);
+  for (int j = 0; j < n; ++j) {
+    sc[j] = d != 0 ? roundClamp(scale[j] / d, 0, lmax) : 0;
+    mn[j] = dmin != 0 ? roundClamp(min[j] / dmin, 0, lmax) : 0;
     // The same float32 products the dequantiser forms.
     float dl = d * static_cast<float>(sc[j]);
     float ml = dmin * static_cast<float>(mn[j]);
-    for (int l = 0; l < 32; ++l)
-      q[32 * j + l] =
-          dl != 0 ? roundClamp((in[32 * j + l] + ml) / dl, 0, qmax) : 0;
+    for (int l = 0; l < len; ++l)
+      q[len * j + l] =
+          dl != 0 ? roundClamp((in[len * j + l] + ml) / dl, 0, qmax) : 0;
   }
+  return h;
+}
+
+/// The symmetric twin: 16 sub-blocks of 16 values, each a symmetric fit
+/// (levels qmin..qmax), the fits' scales as signed multiples in [lmin,
+/// lmax] of one fp16 d (sc[16]), levels (q[256]) re-chosen against the
+/// stored scales. Returns d's bits.
+uint16_t quantSymmetricSubBlocks(const float *in, int qmin, int qmax, int lmin,
+                                 int lmax, int *sc, int *q) {
+  float scale[16];
+  for (int k = 0; k < 16; ++k)
+    scale[k] = fitSymmetric(in + 16 * k, 16, qmin, qmax);
+  uint16_t dh = fitSuperScale(scale, 16, lmin, lmax);
+  float d = halfToFloat(dh);
+  for (int k = 0; k < 16; ++k) {
+    sc[k] = d != 0 ? roundClamp(scale[k] / d, lmin, lmax) : 0;
+    float dl = d * static_cast<float>(sc[k]);
+    for (int t = 0; t < 16; ++t)
+      q[16 * k + t] = dl != 0 ? roundClamp(in[16 * k + t] / dl, qmin, qmax) : 0;
+  }
+  return dh;
+}
+
+/// Levels of Q4_K (qmax 15) or Q5_K (qmax 31) for one super-block, and the
+/// d, dmin and packed 6-bit scales of its eight 32-value sub-blocks.
+void quantAffineSuperBlock(const float *in, int qmax, uint8_t *dAndScales,
+                           int *q) {
+  int sc[8], mn[8];
+  SuperScales h = quantAffineSubBlocks(in, 8, 32, qmax, 63, sc, mn, q);
+  storeU16(dAndScales, h.d);
+  storeU16(dAndScales + 2, h.dmin);
+  packScaleMin(sc, mn, dAndScales + 4);
+}
+
+/// The 2-bit levels of 256 values packed as Q2_K and Q3_K keep them: byte
+/// l of 32-byte chunk c holds value 128c + 32s + l at bit 2s.
+void packK2Crumbs(const int *q, uint8_t *qs) {
+  std::memset(qs, 0, 64);
+  for (int i = 0; i < kQK; ++i)
+    qs[32 * (i / 128) + i % 32] |=
+        static_cast<uint8_t>((q[i] & 3) << (2 * ((i / 32) % 4)));
 }
 
 /// Packs 256 levels' low nibbles: byte l of chunk c holds value 64c + l low
@@ -171,68 +212,38 @@ void dequantQ6_K(const uint8_t *block, float *out) {
   }
 }
 
-// Q2_K: an affine fit per 16-value sub-block (levels 0..3, the offset kept
-// <= 0 since it is stored as a subtracted min), the fits' scales and mins as
-// 4-bit multiples of the fp16 d and dmin, then every level re-chosen against
-// the scale and min that dequantisation forms.
+// Q2_K: 16 affine sub-blocks of 16 values (levels 0..3) with 4-bit scales
+// and mins, packed scale | min << 4.
 void quantQ2_K(const float *in, uint8_t *block) {
-  float scale[16], min[16];
-  for (int k = 0; k < 16; ++k) {
-    AffineFit fit = fitAffine(in + 16 * k, 16, 3, /*offsetAtMostZero=*/true);
-    scale[k] = fit.scale;
-    min[k] = -fit.offset;
-  }
-  uint16_t dh = fitSuperScale(scale, 16, 0, 15);
-  uint16_t dminh = fitSuperScale(min, 16, 0, 15);
-  float d = halfToFloat(dh), dmin = halfToFloat(dminh);
-  uint8_t *scales = block, *qs = block + 16;
-  std::memset(block, 0, 80);
-  for (int k = 0; k < 16; ++k) {
-    int sc = d != 0 ? roundClamp(scale[k] / d, 0, 15) : 0;
-    int mn = dmin != 0 ? roundClamp(min[k] / dmin, 0, 15) : 0;
-    scales[k] = static_cast<uint8_t>(sc | mn << 4);
-    float dl = d * static_cast<float>(sc);
-    float ml = dmin * static_cast<float>(mn);
-    for (int t = 0; t < 16; ++t) {
-      int i = 16 * k + t;
-      int q = dl != 0 ? roundClamp((in[i] + ml) / dl, 0, 3) : 0;
-      int c = i / 128, sh = (i / 32) % 4, l = i % 32;
-      qs[32 * c + l] |= static_cast<uint8_t>(q << (2 * sh));
-    }
-  }
-  storeU16(block + 80, dh);
-  storeU16(block + 82, dminh);
+  int sc[16], mn[16], q[kQK];
+  SuperScales h = quantAffineSubBlocks(in, 16, 16, 3, 15, sc, mn, q);
+  for (int k = 0; k < 16; ++k)
+    block[k] = static_cast<uint8_t>(sc[k] | mn[k] << 4);
+  packK2Crumbs(q, block + 16);
+  storeU16(block + 80, h.d);
+  storeU16(block + 82, h.dmin);
 }
 
-// Q3_K: a symmetric fit per 16-value sub-block (levels -4..3), the fits'
-// scales as 6-bit signed multiples of one fp16 d (stored biased by 32), then
-// levels re-chosen against the stored scales. A level q is kept as q + 4:
-// its low two bits in qs (as Q2_K), its third bit in hmask.
+// Q3_K: 16 symmetric sub-blocks of 16 values (levels -4..3) with 6-bit
+// signed scales stored biased by 32 (low nibbles in bytes 0-7, sub-blocks
+// 8-15 in the high halves; top two bits in bytes 8-11). A level q is kept
+// as q + 4: its low two bits in qs (as Q2_K), its third bit in hmask.
 void quantQ3_K(const float *in, uint8_t *block) {
-  float scale[16];
-  for (int k = 0; k < 16; ++k)
-    scale[k] = fitSymmetric(in + 16 * k, 16, -4, 3);
-  uint16_t dh = fitSuperScale(scale, 16, -32, 31);
-  float d = halfToFloat(dh);
-  uint8_t *hmask = block, *qs = block + 32, *s = block + 96;
-  std::memset(block, 0, 108);
+  int sc[16], q[kQK];
+  uint16_t dh = quantSymmetricSubBlocks(in, -4, 3, -32, 31, sc, q);
+  uint8_t *hmask = block, *s = block + 96;
+  std::memset(hmask, 0, 32);
+  std::memset(s, 0, 12);
   for (int k = 0; k < 16; ++k) {
-    int sc = d != 0 ? roundClamp(scale[k] / d, -32, 31) : 0;
-    int biased = sc + 32;
-    if (k < 8)
-      s[k] |= static_cast<uint8_t>(biased & 15);
-    else
-      s[k - 8] |= static_cast<uint8_t>((biased & 15) << 4);
+    int biased = sc[k] + 32;
+    s[k % 8] |= static_cast<uint8_t>((biased & 15) << (4 * (k / 8)));
     s[8 + k % 4] |= static_cast<uint8_t>((biased >> 4) << (2 * (k / 4)));
-    float dl = d * static_cast<float>(sc);
-    for (int t = 0; t < 16; ++t) {
-      int i = 16 * k + t;
-      int u = (dl != 0 ? roundClamp(in[i] / dl, -4, 3) : 0) + 4;
-      int c = i / 128, sh = (i / 32) % 4, l = i % 32;
-      qs[32 * c + l] |= static_cast<uint8_t>((u & 3) << (2 * sh));
-      hmask[l] |= static_cast<uint8_t>((u >> 2) << (i / 32));
-    }
   }
+  for (int i = 0; i < kQK; ++i) {
+    q[i] += 4;
+    hmask[i % 32] |= static_cast<uint8_t>((q[i] >> 2) << (i / 32));
+  }
+  packK2Crumbs(q, block + 32);
   storeU16(block + 108, dh);
 }
 
@@ -252,28 +263,20 @@ void quantQ5_K(const float *in, uint8_t *block) {
   packK4Nibbles(q, block + 48);
 }
 
-// Q6_K: a symmetric fit per 16-value sub-block (levels -32..31), the fits'
-// scales as int8 multiples of one fp16 d, then levels re-chosen against the
-// stored scales.
+// Q6_K: 16 symmetric sub-blocks of 16 values (levels -32..31) with int8
+// scales; a level is kept as q + 32, its low nibble in ql and its top two
+// bits in qh.
 void quantQ6_K(const float *in, uint8_t *block) {
-  float scale[16];
-  for (int k = 0; k < 16; ++k)
-    scale[k] = fitSymmetric(in + 16 * k, 16, -32, 31);
-  uint16_t dh = fitSuperScale(scale, 16, -128, 127);
-  float d = halfToFloat(dh);
+  int sc[16], q[kQK];
+  uint16_t dh = quantSymmetricSubBlocks(in, -32, 31, -128, 127, sc, q);
   uint8_t *ql = block, *qh = block + 128, *scales = block + 192;
   std::memset(block, 0, 192);
-  for (int k = 0; k < 16; ++k) {
-    int sc = d != 0 ? roundClamp(scale[k] / d, -128, 127) : 0;
-    scales[k] = static_cast<uint8_t>(static_cast<int8_t>(sc));
-    float dl = d * static_cast<float>(sc);
-    for (int t = 0; t < 16; ++t) {
-      int i = 16 * k + t;
-      int q = (dl != 0 ? roundClamp(in[i] / dl, -32, 31) : 0) + 32;
-      int c = i / 128, r = i % 128;
-      ql[64 * c + r % 64] |= static_cast<uint8_t>((q & 15) << (4 * (r / 64)));
-      qh[32 * c + r % 32] |= static_cast<uint8_t>((q >> 4) << (2 * (r / 32)));
-    }
+  for (int k = 0; k < 16; ++k)
+    scales[k] = static_cast<uint8_t>(static_cast<int8_t>(sc[k]));
+  for (int i = 0; i < kQK; ++i) {
+    int u = q[i] + 32, c = i / 128, r = i % 128;
+    ql[64 * c + r % 64] |= static_cast<uint8_t>((u & 15) << (4 * (r / 64)));
+    qh[32 * c + r % 32] |= static_cast<uint8_t>((u >> 4) << (2 * (r / 32)));
   }
   storeU16(block + 208, dh);
 }

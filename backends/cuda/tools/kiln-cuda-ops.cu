@@ -3262,6 +3262,18 @@ void benchMoe() {
   // compiled for GLM-5's shapes (KILN_CUDA_SPECIALISED=1).
   // Last, the int8-x probe's gate/up kernel (KILN_CUDA_EXPERTS_INT8_X=1).
   DeviceArray<float> shared(normals(rng, hidden, 1.0));
+  // The experts of the 32 disjoint sets in turn, from memory, the shared
+  // expert's output added: the time of one call.
+  const auto coldMoe = [&](const kc::DeviceWeight &g, const kc::DeviceWeight &u,
+                           const kc::DeviceWeight &d) {
+    int64_t call = 0;
+    return timeInGraph(stream, [&](cudaStream_t s) {
+      const int32_t *set = dids.get() + (call++ % sets) * k;
+      return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(),
+                                  k, g, &u, d, act.get(), shared.get(),
+                                  xo.get(), fault.sink(), s);
+    });
+  };
   for (int mode : {0, 1, 2}) {
     const bool fixed = mode > 0;
     const FixedShapes scope(fixed);
@@ -3276,13 +3288,7 @@ void benchMoe() {
                 "%9.2f us, %.1f GB/s (the chosen experts' bytes, L2-warm: one "
                 "set of 8)\n",
                 kernels, warmUs, moeBytes / (warmUs * 1e3));
-    int64_t call = 0;
-    const double coldUs = timeInGraph(stream, [&](cudaStream_t s) {
-      const int32_t *set = dids.get() + (call++ % sets) * k;
-      return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(),
-                                  k, gd, &ud, dd, act.get(), shared.get(),
-                                  xo.get(), fault.sink(), s);
-    });
+    const double coldUs = coldMoe(gd, ud, dd);
     std::printf("bench op moe_experts Q4_K/Q5_K 6144x256, 8 of 256%-14s "
                 "%9.2f us, %.1f GB/s (from memory: 32 disjoint sets of 8 in "
                 "turn)\n",
@@ -3310,13 +3316,7 @@ void benchMoe() {
     const double lowBytes = double(k) *
                             (2.0 * double(lowUp) + double(lowDown)) /
                             double(experts);
-    int64_t call = 0;
-    const double us = timeInGraph(stream, [&](cudaStream_t s) {
-      const int32_t *set = dids.get() + (call++ % sets) * k;
-      return kc::launchMoeExperts(x.get(), hidden, ffn, experts, set, rw.get(),
-                                  k, lgd, &lud, ldd, act.get(), shared.get(),
-                                  xo.get(), fault.sink(), s);
-    });
+    const double us = coldMoe(lgd, lud, ldd);
     std::printf("bench op moe_experts Q2_K/Q3_K 6144x256, 8 of 256 %9.2f us, "
                 "%.1f GB/s (from memory: 32 disjoint sets of 8 in turn)\n",
                 us, lowBytes / (us * 1e3));
