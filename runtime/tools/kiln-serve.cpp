@@ -12,12 +12,14 @@
 // A client that disconnects mid-stream stops its generation and frees the
 // slot. Bad requests get a 4xx with an OpenAI-style error body. With
 // "tools", a chat reply's tool calls in GLM's markup come back as OpenAI's
-// "tool_calls" (chat/ToolCalls.h), streamed or not.
+// "tool_calls" (chat/ToolCalls.h), streamed or not; a reply's thinking
+// block comes back as "reasoning_content" (chat/Reasoning.h).
 // HTTP: cpp-httplib; JSON: nlohmann-json (both from Debian).
 //
 //===----------------------------------------------------------------------===//
 #include "chat/ChatTemplate.h"
 #include "chat/JsonValue.h"
+#include "chat/Reasoning.h"
 #include "chat/ToolCalls.h"
 #include "session/Generator.h"
 #include "session/ModelText.h"
@@ -55,7 +57,9 @@ A chat request's "tools" go into the prompt through the chat template, and
 tool calls the model writes (GLM's <tool_call> markup) come back as
 "tool_calls" (finish_reason "tool_calls"); "tool_choice" may be "auto" (the
 default) or "none" (the reply is left as text), not "required" or a named
-function, which would need constrained decoding.
+function, which would need constrained decoding. A chat reply's thinking
+block (<think>...</think>, GLM-4.5 and later) comes back as
+"reasoning_content" beside "content" (delta.reasoning_content streamed).
 
 options:
   --weights FILE.gguf...   the model's GGUF file(s)
@@ -68,6 +72,8 @@ options:
   --chat-template FILE     render chats with this Jinja template instead of
                            the file's ("glm": Kiln's GLM template, which
                            writes tools and tool calls; docs/chat.md)
+  --reasoning MODE         separate (default): a chat reply's thinking block
+                           as "reasoning_content"; inline: left in "content"
   --threads N, --device N, --eager, --one-gpu,
   --backend-dir DIR        as kiln-run
   --help                   this text
@@ -206,11 +212,11 @@ class Server {
 public:
   Server(Session &session, tokenizer::Tokenizer tok,
          chat::ChatTemplate chatTemplate, std::string model,
-         uint64_t maxContext)
+         uint64_t maxContext, bool separateReasoning)
       : session_(session), tok_(std::move(tok)),
         chatTemplate_(std::move(chatTemplate)), model_(std::move(model)),
-        maxContext_(maxContext), generator_(session_, &tok_),
-        created_(std::time(nullptr)) {}
+        maxContext_(maxContext), separateReasoning_(separateReasoning),
+        generator_(session_, &tok_), created_(std::time(nullptr)) {}
 
   void install(httplib::Server &http);
 
@@ -233,6 +239,8 @@ private:
   chat::ChatTemplate chatTemplate_;
   std::string model_;
   uint64_t maxContext_;
+  /// A chat reply's thinking block as "reasoning_content" (--reasoning).
+  bool separateReasoning_;
   /// One generation at a time: the caches hold one sequence.
   std::mutex busy_;
   Generator generator_;
@@ -338,9 +346,12 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     if (!r)
       return sendError(res, 500, r.error().message(), "server_error");
     json choice = {{"index", 0}, {"finish_reason", finishReason(*r)}};
+    chat::SplitReply split{"", r->text};
+    if (chat && separateReasoning_)
+      split = chat::splitReasoning(r->text);
     chat::ParsedReply reply;
     if (chat && options.toolCalls)
-      reply = chat::parseToolCalls(r->text, options.tools);
+      reply = chat::parseToolCalls(split.answer, options.tools);
     if (chat && !reply.calls.empty()) {
       choice["message"] = {
           {"role", "assistant"},
@@ -348,10 +359,13 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
            reply.content.empty() ? json(nullptr) : json(reply.content)},
           {"tool_calls", toolCallsJson(reply.calls, id, false)}};
       choice["finish_reason"] = "tool_calls";
-    } else if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", r->text}};
-    else
+    } else if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", split.answer}};
+    } else {
       choice["text"] = r->text, choice["logprobs"] = nullptr;
+    }
+    if (chat && !split.reasoning.empty())
+      choice["message"]["reasoning_content"] = split.reasoning;
     json out = {{"id", id},
                 {"object", object},
                 {"created", created},
@@ -402,19 +416,43 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                        {"delta", {{"content", text}}},
                        {"finish_reason", nullptr}});
         };
+        // The answer's text (a completion's text), through the tool-call
+        // filter where there are tools.
+        auto answer = [&](std::string_view piece) {
+          if (piece.empty())
+            return true;
+          if (parse)
+            return content(calls.push(piece));
+          json choice = {{"index", 0}, {"finish_reason", nullptr}};
+          if (chat)
+            choice["delta"] = {{"content", std::string(piece)}};
+          else
+            choice["text"] = std::string(piece), choice["logprobs"] = nullptr;
+          return send(choice);
+        };
+        // A chat reply's thinking block as delta.reasoning_content.
+        chat::ReasoningStream thinking;
+        const bool split = chat && separateReasoning_;
+        auto reasoning = [&](const std::string &text) {
+          if (text.empty())
+            return true;
+          return send({{"index", 0},
+                       {"delta", {{"reasoning_content", text}}},
+                       {"finish_reason", nullptr}});
+        };
         Expected<GenerateResult> r =
             generator_.generate(options.generate, [&](std::string_view piece) {
-              if (parse)
-                return content(calls.push(piece));
-              json choice = {{"index", 0}, {"finish_reason", nullptr}};
-              if (chat)
-                choice["delta"] = {{"content", std::string(piece)}};
-              else
-                choice["text"] = std::string(piece),
-                choice["logprobs"] = nullptr;
-              return send(choice);
+              if (!split)
+                return answer(piece);
+              chat::SplitReply part = thinking.push(piece);
+              return reasoning(part.reasoning) && answer(part.answer);
             });
         std::string finish = r ? finishReason(*r) : "stop";
+        if (r && !r->stoppedByCaller && split) {
+          chat::SplitReply rest = thinking.finish();
+          reasoning(rest.reasoning);
+          answer(rest.answer);
+        }
         if (r && !r->stoppedByCaller && parse) {
           chat::ParsedReply rest = calls.finish(options.tools);
           content(rest.content);
@@ -506,6 +544,7 @@ int main(int argc, char **argv) {
   int port = 8080;
   uint64_t maxContext = 0;
   std::string chatTemplate;
+  bool separateReasoning = true;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char *flag) -> std::string {
@@ -537,6 +576,12 @@ int main(int argc, char **argv) {
       maxContext = integer("--max-context", 1, uint64_t(1) << 31);
     } else if (arg == "--chat-template") {
       chatTemplate = value("--chat-template");
+    } else if (arg == "--reasoning") {
+      std::string mode = value("--reasoning");
+      if (mode != "separate" && mode != "inline")
+        return usageError("--reasoning: expected separate or inline, not '" +
+                          mode + "'");
+      separateReasoning = mode == "separate";
     } else if (std::string error;
                !parseSessionFlag(argc, argv, i, options, error)) {
       return usageError(error);
@@ -564,7 +609,8 @@ int main(int argc, char **argv) {
 
   httplib::Server http;
   Server server(s, std::move(model->tokenizer),
-                std::move(model->chat.chatTemplate), modelName, maxContext);
+                std::move(model->chat.chatTemplate), modelName, maxContext,
+                separateReasoning);
   server.install(http);
   int bound = port == 0 ? http.bind_to_any_port(host) : port;
   if (port != 0 && !http.bind_to_port(host, port))

@@ -385,3 +385,14 @@ def test_chat_template_file_errors(model, tmp_path):
         assert proc.stderr.startswith("kiln-serve: error: "), proc.stderr
         assert str(path.name) in proc.stderr and message in proc.stderr, (
             proc.stderr)
+
+
+def test_reasoning_mode_is_checked(model):
+    gguf, art = model
+    proc = subprocess.run(
+        [str(tool("kiln-serve")), str(art), "--weights", str(gguf),
+         "--reasoning", "hidden"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("kiln-serve: error: --reasoning: expected "
+                                  "separate or inline, not 'hidden'"), (
+        proc.stderr)
