@@ -260,73 +260,104 @@ __device__ inline float dotQ6_K(const uint8_t *row, const float *x,
   return warpSum(acc);
 }
 
-/// Q2_K: scales[16] (scale | min << 4), qs[64], d, dmin (f16). Row
-/// 4-aligned, x 16-aligned.
-__device__ inline float dotQ2_K(const uint8_t *row, const float *x,
-                                int64_t cols) {
+/// Q2_K: scales[16] (scale | min << 4), qs[64], d, dmin (f16). R rows
+/// (4-aligned), x 16-aligned: the layout above, R rows a block, each row's
+/// lane sum added to acc[r] (R = 1 is warpDotRow's routine).
+template <int R>
+__device__ inline void dotQ2_KRows(const uint8_t *const (&rows)[R],
+                                   const float *x, int64_t cols,
+                                   float (&acc)[R]) {
   const int lane = threadIdx.x % kWarp;
   const int word = 16 + 4 * (lane % 8), shift = 2 * (lane / 8);
   const int scale = lane / 4;
   const int blocks = int(cols / 256);
   const float4 *x4 = reinterpret_cast<const float4 *>(x) + lane;
-  float acc = 0.f;
-#pragma unroll 2
   for (int b = 0; b < blocks; ++b) {
-    const uint8_t *block = row + int64_t(b) * 84;
-    const uint32_t qa = (__ldg(reinterpret_cast<const uint32_t *>(
-                             block + word)) >> shift) & 0x03030303u;
-    const uint32_t qb = (__ldg(reinterpret_cast<const uint32_t *>(
-                             block + word + 32)) >> shift) & 0x03030303u;
-    const uint32_t sa = __ldg(block + scale), sb = __ldg(block + scale + 8);
-    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t *>(block + 80));
-    const float d = halfBits(dd & 0xFFFFu), dmin = halfBits(dd >> 16);
+    uint32_t qa[R], qb[R], sa[R], sb[R], dd[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t *block = rows[r] + int64_t(b) * 84;
+      qa[r] = __ldg(reinterpret_cast<const uint32_t *>(block + word));
+      qb[r] = __ldg(reinterpret_cast<const uint32_t *>(block + word + 32));
+      sa[r] = __ldg(block + scale);
+      sb[r] = __ldg(block + scale + 8);
+      dd[r] = __ldg(reinterpret_cast<const uint32_t *>(block + 80));
+    }
     const float4 xa = __ldg(x4 + int64_t(b) * 64);
     const float4 xb = __ldg(x4 + int64_t(b) * 64 + 32);
-    // gguf-py's d * scale and dmin * min, each rounded on its own.
-    acc = fmaf(d * smallToFloat(sa & 15), dot4(qa, kMagic, xa), acc);
-    acc = fmaf(-(dmin * smallToFloat(sa >> 4)), sum4(xa), acc);
-    acc = fmaf(d * smallToFloat(sb & 15), dot4(qb, kMagic, xb), acc);
-    acc = fmaf(-(dmin * smallToFloat(sb >> 4)), sum4(xb), acc);
+    const float sumA = sum4(xa), sumB = sum4(xb);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float d = halfBits(dd[r] & 0xFFFFu), dmin = halfBits(dd[r] >> 16);
+      // gguf-py's d * scale and dmin * min, each rounded on its own.
+      acc[r] = fmaf(d * smallToFloat(sa[r] & 15),
+                    dot4((qa[r] >> shift) & 0x03030303u, kMagic, xa), acc[r]);
+      acc[r] = fmaf(-(dmin * smallToFloat(sa[r] >> 4)), sumA, acc[r]);
+      acc[r] = fmaf(d * smallToFloat(sb[r] & 15),
+                    dot4((qb[r] >> shift) & 0x03030303u, kMagic, xb), acc[r]);
+      acc[r] = fmaf(-(dmin * smallToFloat(sb[r] >> 4)), sumB, acc[r]);
+    }
   }
-  return warpSum(acc);
 }
 
-/// Q3_K: hmask[32], qs[64], scales[12], d (f16). Row 2-aligned, x
-/// 16-aligned. Every 4-byte group read ends at least 2 bytes before the
-/// block's end (qs ends at 96), as load4At2 needs.
-__device__ inline float dotQ3_K(const uint8_t *row, const float *x,
-                                int64_t cols) {
+/// Q3_K: hmask[32], qs[64], scales[12], d (f16). R rows (2-aligned), x
+/// 16-aligned, as dotQ2_KRows. Every 4-byte group read ends at least 2
+/// bytes before the block's end (qs ends at 96), as load4At2 needs.
+template <int R>
+__device__ inline void dotQ3_KRows(const uint8_t *const (&rows)[R],
+                                   const float *x, int64_t cols,
+                                   float (&acc)[R]) {
   const int lane = threadIdx.x % kWarp;
   const int group = 4 * (lane % 8), shift = 2 * (lane / 8), bit = lane / 8;
   const int k = lane / 4; // sub-block of step 0; step 1's is 8 + k
   const int blocks = int(cols / 256);
   const float4 *x4 = reinterpret_cast<const float4 *>(x) + lane;
-  float acc = 0.f;
-#pragma unroll 2
   for (int b = 0; b < blocks; ++b) {
-    const uint8_t *block = row + int64_t(b) * 110;
-    const uint32_t h = load4At2(block + group);
-    const uint32_t la = load4At2(block + 32 + group),
-                   lb = load4At2(block + 64 + group);
-    const uint32_t lowBits = __ldg(block + 96 + k),
-                   highBits = __ldg(block + 104 + k % 4);
-    const float d =
-        halfBits(__ldg(reinterpret_cast<const unsigned short *>(block + 108)));
-    // Levels + 4: two bits from qs, the third from hmask.
-    const uint32_t qa = ((la >> shift) & 0x03030303u) |
-                        ((h >> bit) & 0x01010101u) << 2;
-    const uint32_t qb = ((lb >> shift) & 0x03030303u) |
-                        ((h >> (bit + 4)) & 0x01010101u) << 2;
-    const uint32_t sa = (lowBits & 15) | ((highBits >> (2 * (k / 4))) & 3) << 4;
-    const uint32_t sb =
-        (lowBits >> 4) | ((highBits >> (2 * (2 + k / 4))) & 3) << 4;
+    uint32_t h[R], la[R], lb[R], lowBits[R], highBits[R], dh[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t *block = rows[r] + int64_t(b) * 110;
+      h[r] = load4At2(block + group);
+      la[r] = load4At2(block + 32 + group);
+      lb[r] = load4At2(block + 64 + group);
+      lowBits[r] = __ldg(block + 96 + k);
+      highBits[r] = __ldg(block + 104 + k % 4);
+      dh[r] = __ldg(reinterpret_cast<const unsigned short *>(block + 108));
+    }
     const float4 xa = __ldg(x4 + int64_t(b) * 64);
     const float4 xb = __ldg(x4 + int64_t(b) * 64 + 32);
-    // gguf-py's d * (scale - 32), then times q - 4.
-    acc = fmaf(d * (smallToFloat(sa) - 32.f), dot4(qa, kMagic + 4.f, xa), acc);
-    acc = fmaf(d * (smallToFloat(sb) - 32.f), dot4(qb, kMagic + 4.f, xb), acc);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      // Levels + 4: two bits from qs, the third from hmask.
+      const uint32_t qa = ((la[r] >> shift) & 0x03030303u) |
+                          ((h[r] >> bit) & 0x01010101u) << 2;
+      const uint32_t qb = ((lb[r] >> shift) & 0x03030303u) |
+                          ((h[r] >> (bit + 4)) & 0x01010101u) << 2;
+      const uint32_t sa = (lowBits[r] & 15) |
+                          ((highBits[r] >> (2 * (k / 4))) & 3) << 4;
+      const uint32_t sb = (lowBits[r] >> 4) |
+                          ((highBits[r] >> (2 * (2 + k / 4))) & 3) << 4;
+      const float d = halfBits(dh[r]);
+      // gguf-py's d * (scale - 32), then times q - 4.
+      acc[r] = fmaf(d * (smallToFloat(sa) - 32.f),
+                    dot4(qa, kMagic + 4.f, xa), acc[r]);
+      acc[r] = fmaf(d * (smallToFloat(sb) - 32.f),
+                    dot4(qb, kMagic + 4.f, xb), acc[r]);
+    }
   }
-  return warpSum(acc);
+}
+
+/// One row of Q2_K (4-aligned) or Q3_K (2-aligned) with x (16-aligned).
+template <bool kQ3>
+__device__ inline float dotLowBitK(const uint8_t *row, const float *x,
+                                   int64_t cols) {
+  const uint8_t *rows[1] = {row};
+  float acc[1] = {0.f};
+  if constexpr (kQ3)
+    dotQ3_KRows<1>(rows, x, cols, acc);
+  else
+    dotQ2_KRows<1>(rows, x, cols, acc);
+  return warpSum(acc[0]);
 }
 
 /// F32: row 4-aligned. The float4 path when row and x are 16-aligned.
@@ -438,11 +469,11 @@ __device__ inline float warpDotRow(GGMLType type, const uint8_t *row,
     break;
   case GGMLType::Q2_K:
     if ((r & 3) == 0 && x16)
-      return quantdot::dotQ2_K(row, x, cols);
+      return quantdot::dotLowBitK<false>(row, x, cols);
     break;
   case GGMLType::Q3_K:
     if ((r & 1) == 0 && x16)
-      return quantdot::dotQ3_K(row, x, cols);
+      return quantdot::dotLowBitK<true>(row, x, cols);
     break;
   default:
     break;
@@ -456,10 +487,10 @@ __device__ inline float warpDotRow(GGMLType type, const uint8_t *row,
 // R; rows past nrows repeat row nrows - 1, whose dot the caller ignores)
 // with the same x, so every x load serves R rows, and issues all R rows'
 // weight loads of a pass before any of the pass's math: R times the bytes
-// in flight of one row. Q8_0, Q4_K, Q5_K and Q6_K have such routines; every
+// in flight of one row. Q8_0, Q2_K to Q6_K have such routines; every
 // other type takes warpDotRow with R = 1 (hasMultiRowDot tells callers), and
 // rows or x off the wide loads' alignment the per-value loop. Lane layouts:
-//   Q8_0, Q6_K: as warpDotRow's (above), R rows per pass.
+//   Q8_0, Q2_K, Q3_K, Q6_K: as warpDotRow's (above), R rows per pass.
 //   Q4_K / Q5_K: a warp pass is 4 blocks of each row, 8 lanes a block:
 //     lane l takes block g = l / 8 of the pass and quant bytes qs[16 t ..
 //     16 t + 15] (t = l % 8, one 16-byte load), i.e. with c = t / 2, h = t
@@ -685,7 +716,8 @@ inline int32_t segmentUnitValues(GGMLType type, int32_t blockValues) {
 /// R single-row dots, and callers should prefer one row per warp).
 __host__ __device__ inline bool hasMultiRowDot(GGMLType type) {
   return type == GGMLType::Q8_0 || type == GGMLType::Q4_K ||
-         type == GGMLType::Q5_K || type == GGMLType::Q6_K;
+         type == GGMLType::Q5_K || type == GGMLType::Q6_K ||
+         type == GGMLType::Q2_K || type == GGMLType::Q3_K;
 }
 
 /// The dots of rows row0 + r * stride (r < R; r >= nrows repeats row nrows
@@ -714,6 +746,10 @@ __device__ inline void warpDotRows(GGMLType type, const uint8_t *row0,
     quantdot::dotK45Rows<true, R>(rows, x, cols, acc);
   else if (R > 1 && type == GGMLType::Q6_K && (a & 1) == 0 && x16)
     quantdot::dotQ6_KRows<R>(rows, x, cols, acc);
+  else if (R > 1 && type == GGMLType::Q2_K && (a & 3) == 0 && x16)
+    quantdot::dotQ2_KRows<R>(rows, x, cols, acc);
+  else if (R > 1 && type == GGMLType::Q3_K && (a & 1) == 0 && x16)
+    quantdot::dotQ3_KRows<R>(rows, x, cols, acc);
   else
     done = false;
   if (done) {
