@@ -20,22 +20,30 @@ Sampler::Sampler(const SamplingOptions &options)
 int32_t Sampler::sample(std::span<const float> input,
                         std::span<const int32_t> history) {
   std::span<const float> logits = input;
-  if (options_.repeatPenalty != 1 && !history.empty()) {
-    // llama.cpp's rule: a recent token's positive logit is divided by the
-    // penalty, a negative one multiplied, once however often it occurred.
+  if (options_.penalises() && !history.empty()) {
     penalised_.assign(input.begin(), input.end());
+    counts_.assign(penalised_.size(), 0);
     size_t from = history.size() > size_t(options_.repeatWindow)
                       ? history.size() - size_t(options_.repeatWindow)
                       : 0;
-    std::vector<bool> seen(penalised_.size(), false);
     for (size_t i = from; i < history.size(); ++i) {
       int32_t t = history[i];
-      if (t < 0 || size_t(t) >= penalised_.size() || seen[size_t(t)])
+      if (t >= 0 && size_t(t) < penalised_.size())
+        ++counts_[size_t(t)];
+    }
+    for (size_t t = 0; t < penalised_.size(); ++t) {
+      if (counts_[t] == 0)
         continue;
-      seen[size_t(t)] = true;
-      float &l = penalised_[size_t(t)];
-      l = l > 0 ? float(l / options_.repeatPenalty)
-                : float(l * options_.repeatPenalty);
+      float &l = penalised_[t];
+      // llama.cpp's rule: a recent token's positive logit is divided by the
+      // repeat penalty, a negative one multiplied, once however often it
+      // occurred; then OpenAI's additive penalties.
+      if (options_.repeatPenalty != 1)
+        l = l > 0 ? float(l / options_.repeatPenalty)
+                  : float(l * options_.repeatPenalty);
+      if (options_.frequencyPenalty != 0 || options_.presencePenalty != 0)
+        l = float(double(l) - options_.frequencyPenalty * counts_[t] -
+                  options_.presencePenalty);
     }
     logits = penalised_;
   }

@@ -17,13 +17,21 @@ struct SamplingOptions {
   double minP = 0;        ///< keep tokens at least minP x the top one's
                           ///< probability
   double repeatPenalty = 1; ///< > 1 discourages the last repeatWindow tokens
+  /// OpenAI's additive penalties over the same window: a token's logit less
+  /// frequencyPenalty times its count there, and presencePenalty once if it
+  /// occurs there at all.
+  double frequencyPenalty = 0;
+  double presencePenalty = 0;
   int64_t repeatWindow = 64;
   uint64_t seed = 0;
 
   bool greedy() const { return temperature <= 0; }
   /// Whether the choice needs the logits on the host (anything but plain
   /// greedy, which the step's own argmax answers).
-  bool needsLogits() const { return !greedy() || repeatPenalty != 1; }
+  bool needsLogits() const { return !greedy() || penalises(); }
+  bool penalises() const {
+    return repeatPenalty != 1 || frequencyPenalty != 0 || presencePenalty != 0;
+  }
 };
 
 /// Deterministic sampling: the same options, seed and logits give the same
@@ -33,13 +41,14 @@ class Sampler {
 public:
   explicit Sampler(const SamplingOptions &options);
   /// The next token given the logits and the tokens so far (prompt and
-  /// generated; only the last repeatWindow matter).
+  /// generated; only the last repeatWindow matter to the penalties).
   int32_t sample(std::span<const float> logits,
                  std::span<const int32_t> history = {});
 
 private:
   SamplingOptions options_;
   std::vector<float> penalised_;
+  std::vector<int32_t> counts_;
   Rng rng_;
   std::vector<int32_t> order_;
   std::vector<double> probs_;

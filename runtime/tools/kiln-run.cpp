@@ -73,6 +73,11 @@ options:
   --repeat-penalty R       divide (multiply, if negative) the logits of the
                            last 64 tokens by R before choosing (default 1:
                            off; also applies to greedy decoding)
+  --frequency-penalty F    subtract F times a token's count in the last 64
+                           tokens from its logit (OpenAI's; -2 to 2, default
+                           0; also applies to greedy decoding)
+  --presence-penalty P     subtract P from the logit of each token in the
+                           last 64 (OpenAI's; -2 to 2, default 0)
   --stop TEXT              stop when the generated text contains TEXT (not
                            printed); repeatable; needs the file's tokenizer
   --chat                   an interactive conversation on stdin: each line is
@@ -623,6 +628,11 @@ int main(int argc, char **argv) {
       if (!parseNumber(value("--repeat-penalty"), sampling.repeatPenalty) ||
           !(sampling.repeatPenalty > 0))
         return usageError("--repeat-penalty: expected a number > 0");
+    } else if (arg == "--frequency-penalty" || arg == "--presence-penalty") {
+      double &p = arg == "--frequency-penalty" ? sampling.frequencyPenalty
+                                               : sampling.presencePenalty;
+      if (!parseNumber(value(arg.c_str()), p) || !(p >= -2 && p <= 2))
+        return usageError(arg + ": expected a number from -2 to 2");
     } else if (arg == "--stop") {
       stopStrings.push_back(value("--stop"));
       if (stopStrings.back().empty())

@@ -113,6 +113,8 @@ struct BadRequest {
 struct RequestOptions {
   GenerateOptions generate;
   bool stream = false;
+  /// stream_options.include_usage: a last chunk with the usage.
+  bool streamUsage = false;
   /// The request's "tools" (null when none), and whether the reply is
   /// parsed for tool calls (tools given, tool_choice not "none").
   json tools;
@@ -147,6 +149,9 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok) {
   s.minP = number<double>(body, "min_p", 0.0, 0.0, 0.999999);
   s.repeatPenalty =
       number<double>(body, "repetition_penalty", 1.0, 1e-6, 100.0);
+  s.frequencyPenalty =
+      number<double>(body, "frequency_penalty", 0.0, -2.0, 2.0);
+  s.presencePenalty = number<double>(body, "presence_penalty", 0.0, -2.0, 2.0);
   s.seed = number<uint64_t>(body, "seed", 0, 0, UINT64_MAX);
   if (body.contains("n") && number<int64_t>(body, "n", 1, 1, 1) != 1)
     throw BadRequest{"only n = 1 is supported", "n"};
@@ -168,6 +173,18 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok) {
     if (!body["stream"].is_boolean())
       throw BadRequest{"'stream' must be a boolean", "stream"};
     o.stream = body["stream"].get<bool>();
+  }
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const json &so = body["stream_options"];
+    if (!o.stream)
+      throw BadRequest{"'stream_options' goes with \"stream\": true",
+                       "stream_options"};
+    if (!so.is_object() ||
+        (so.contains("include_usage") && !so["include_usage"].is_boolean()))
+      throw BadRequest{"'stream_options' must be an object whose "
+                       "'include_usage' is a boolean",
+                       "stream_options"};
+    o.streamUsage = so.value("include_usage", false);
   }
   if (body.contains("tools") && !body["tools"].is_null()) {
     if (!body["tools"].is_array())
@@ -471,6 +488,16 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
           else
             last["text"] = "", last["logprobs"] = nullptr;
           send(last);
+          if (options.streamUsage) {
+            json chunk = {{"id", id},
+                          {"object", chunkObject},
+                          {"created", created},
+                          {"model", model_},
+                          {"choices", json::array()},
+                          {"usage", usage(prompt.size(), r->tokens.size())}};
+            std::string event = "data: " + dump(chunk) + "\n\n";
+            sink.write(event.data(), event.size());
+          }
           std::string done = "data: [DONE]\n\n";
           sink.write(done.data(), done.size());
         }

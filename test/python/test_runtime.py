@@ -300,6 +300,38 @@ def test_min_p_and_repeat_penalty(model):
     assert not set(strong) & {3, 1, 4}
 
 
+def test_frequency_and_presence_penalties(model, tmp_path):
+    """OpenAI's additive penalties against numpy: the first generated token
+    is the argmax of the last prompt position's logits less frequency x
+    count and presence once for each token of the prompt (64-token window;
+    computed in double, rounded to float, as the sampler does)."""
+    _, gguf, art = model
+    changed = 0
+    for prompt in ([3, 1, 4, 1, 5, 9, 2, 6], [7, 7, 7, 8], [100, 5, 100, 5]):
+        toks = ",".join(map(str, prompt))
+        out = tmp_path / "logits.npy"
+        kiln_run(art, "--weights", gguf, "--prompt-tokens", toks, "-n", 0,
+                 "--logits-out", out, check=True)
+        last = np.load(out)[-1].astype(np.float64)
+        counts = np.bincount(prompt, minlength=last.size)
+        for f, p in ((0.5, 0), (0, 1.5), (2, 2), (-2, 0), (0, 0)):
+            want = int(np.argmax((last - f * counts - p * (counts > 0))
+                                 .astype(np.float32)))
+            proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", toks,
+                            "-n", 1, "--ignore-eos", "--json",
+                            "--frequency-penalty", f, "--presence-penalty", p,
+                            check=True)
+            got = json.loads(proc.stdout)["tokens"][0]
+            assert got == want, (prompt, f, p)
+            changed += want != int(np.argmax(last))
+    # The cases must exercise the penalties, not just greedy decoding.
+    assert changed > 0
+    proc = kiln_run(art, "--weights", gguf, "--prompt-tokens", "1",
+                    "--presence-penalty", "3")
+    assert proc.returncode == 2
+    assert "--presence-penalty: expected a number from -2 to 2" in proc.stderr
+
+
 def test_stop_string(model):
     _, gguf, art = model
     def run(*flags):

@@ -232,8 +232,44 @@ def test_tools_must_be_a_list(server):
     assert e.value.code == 400 and body["error"]["param"] == "tools"
 
 
+def test_stream_usage_and_penalties(model, client):
+    # stream_options.include_usage: a last chunk with no choices and the
+    # usage of the same request unstreamed. OpenAI's penalties are the
+    # sampler's (kiln-run --frequency-penalty / --presence-penalty).
+    args = dict(model="tiny", max_tokens=10, temperature=0,
+                frequency_penalty=1.5, presence_penalty=0.5,
+                messages=[{"role": "user", "content": "Count"}])
+    whole = client.chat.completions.create(**args)
+    chunks = list(client.chat.completions.create(
+        stream=True, stream_options={"include_usage": True}, **args))
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    assert (chunks[-1].usage.completion_tokens ==
+            whole.usage.completion_tokens)
+    assert all(c.usage is None for c in chunks[:-1])
+    text = "".join(c.choices[0].delta.content or "" for c in chunks[:-1])
+    assert text == whole.choices[0].message.content
+    gguf, art = model
+    from test_chat_template import jinja_render
+    prompt = jinja_render(file_chat_template(gguf),
+                          dict(messages=args["messages"],
+                               add_generation_prompt=True))
+    out = run_tool("kiln-run", art, "--weights", gguf, "--prompt", prompt,
+                   "-n", 10, "--json", "--frequency-penalty", 1.5,
+                   "--presence-penalty", 0.5)
+    assert json.loads(out.stdout)["text"] == whole.choices[0].message.content
+    # ... and they change this reply (else the comparison proves nothing).
+    plain = dict(args, frequency_penalty=0, presence_penalty=0)
+    assert (client.chat.completions.create(**plain).choices[0].message.content
+            != whole.choices[0].message.content)
+
+
 @pytest.mark.parametrize("kwargs,status,param", [
     (dict(prompt="x", max_tokens=200), 400, "max_tokens"),  # > --max-context
+    (dict(prompt="x", frequency_penalty=2.5), 400, "frequency_penalty"),
+    (dict(prompt="x", presence_penalty=-3), 400, "presence_penalty"),
+    (dict(prompt="x", stream_options={"include_usage": True}), 400,
+     "stream_options"),
     (dict(prompt="x", max_tokens=0), 400, "max_tokens"),
     (dict(prompt="x", temperature=-1), 400, "temperature"),
     (dict(prompt="x", stop=[1]), 400, "stop"),
