@@ -3,8 +3,44 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <numeric>
 
 namespace kiln::runtime {
+
+namespace {
+
+/// `token`'s log-softmax over `logits` (in double) and the `top` most likely
+/// tokens' (ties to the lower id).
+TokenLogprob logprobOf(std::span<const float> logits, int32_t token,
+                       int32_t top, std::vector<int32_t> &order) {
+  double most = -INFINITY;
+  for (float l : logits)
+    most = std::max(most, double(l));
+  double sum = 0;
+  for (float l : logits)
+    sum += std::exp(double(l) - most);
+  const double norm = most + std::log(sum);
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = double(logits[size_t(token)]) - norm;
+  if (top > 0) {
+    const size_t n = std::min(size_t(top), logits.size());
+    order.resize(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + ptrdiff_t(n), order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return logits[size_t(a)] > logits[size_t(b)] ||
+                               (logits[size_t(a)] == logits[size_t(b)] &&
+                                a < b);
+                      });
+    for (size_t i = 0; i < n; ++i)
+      out.top.emplace_back(order[i], double(logits[size_t(order[i])]) - norm);
+  }
+  return out;
+}
+
+} // namespace
 
 Generator::Generator(Session &session, const tokenizer::Tokenizer *tokenizer)
     : session_(session), tokenizer_(tokenizer),
@@ -63,6 +99,11 @@ Generator::generate(const GenerateOptions &options,
   if (!options.stopStrings.empty() && !tokenizer_)
     return Error("generate", "stop",
                  "stop strings need the file's tokenizer, and it has none");
+  if (options.logprobs >= 0 && logits_.empty())
+    return Error("generate", "logprobs",
+                 "log-probabilities need the logits: the artifact was "
+                 "compiled with --no-logits");
+  std::vector<int32_t> order;
   using Clock = std::chrono::steady_clock;
   Clock::time_point start = Clock::now();
   GenerateResult result;
@@ -90,6 +131,9 @@ Generator::generate(const GenerateOptions &options,
       break;
     }
     result.tokens.push_back(token);
+    if (options.logprobs >= 0)
+      result.logprobs.push_back(
+          logprobOf(logits_, token, options.logprobs, order));
     history.push_back(token);
     if (stream) {
       Expected<std::string> piece = stream->push(token);

@@ -27,13 +27,26 @@ namespace kiln::runtime {
 struct GenerateOptions {
   int64_t maxTokens = 16;
   SamplingOptions sampling;
+  /// Each generated token's log-probability under the model (the logits'
+  /// log-softmax, before temperature and penalties) and this many of the
+  /// most likely alternatives; -1: none. Needs the artifact's logits.
+  int32_t logprobs = -1;
   std::vector<int32_t> stopIds;         ///< end generation, not output
   std::vector<std::string> stopStrings; ///< end generation, not output
+};
+
+/// A generated token's log-probability and the most likely tokens' there
+/// (most likely first; ties to the lower id).
+struct TokenLogprob {
+  int32_t token = 0;
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens; ///< generated, stop id excluded
   std::string text;            ///< their text, cut before a stop string
+  std::vector<TokenLogprob> logprobs; ///< one per token, when asked
   bool stoppedAtId = false;
   bool stoppedAtString = false;
   bool stoppedByCaller = false; ///< onText returned false

@@ -135,7 +135,8 @@ T number(const json &body, const char *key, T fallback, T low, T high) {
   return x;
 }
 
-RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok) {
+RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
+                           bool chat) {
   RequestOptions o;
   o.generate.maxTokens =
       number<int64_t>(body, "max_tokens", 16, 1, int64_t(1) << 30);
@@ -204,8 +205,87 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok) {
     choice = c.get<std::string>();
   }
   o.toolCalls = !o.tools.empty() && choice == "auto";
+  // Log-probabilities: chat's "logprobs": true with "top_logprobs" 0..20, a
+  // completion's "logprobs": 0..5 (the alternatives per token).
+  if (chat) {
+    if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+      if (!body["logprobs"].is_boolean())
+        throw BadRequest{"'logprobs' must be a boolean", "logprobs"};
+      if (body["logprobs"].get<bool>())
+        o.generate.logprobs = 0;
+    }
+    if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+      if (o.generate.logprobs < 0)
+        throw BadRequest{"'top_logprobs' needs \"logprobs\": true",
+                         "top_logprobs"};
+      o.generate.logprobs = number<int32_t>(body, "top_logprobs", 0, 0, 20);
+    }
+  } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    o.generate.logprobs = number<int32_t>(body, "logprobs", 0, 0, 5);
+  }
+  if (o.generate.logprobs >= 0 && o.stream)
+    throw BadRequest{"log-probabilities are not streamed; ask for them "
+                     "without \"stream\": true",
+                     "logprobs"};
   o.generate.stopIds = endOfReplyIds(tok);
   return o;
+}
+
+/// A token's text (its bytes; JSON output replaces what is not UTF-8).
+std::string tokenText(const tokenizer::Tokenizer &tok, int32_t id) {
+  std::optional<std::string_view> bytes = tok.tokenBytes(id);
+  return bytes ? std::string(*bytes) : std::string();
+}
+
+/// Chat's "logprobs": {"content": [{token, logprob, bytes, top_logprobs}]}.
+json chatLogprobs(const std::vector<TokenLogprob> &lps,
+                  const tokenizer::Tokenizer &tok) {
+  auto entry = [&](int32_t id, double logprob) {
+    std::string text = tokenText(tok, id);
+    json bytes = json::array();
+    for (unsigned char c : text)
+      bytes.push_back(int(c));
+    return json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+  };
+  json content = json::array();
+  for (const TokenLogprob &lp : lps) {
+    json e = entry(lp.token, lp.logprob);
+    e["top_logprobs"] = json::array();
+    for (auto [id, logprob] : lp.top)
+      e["top_logprobs"].push_back(entry(id, logprob));
+    content.push_back(std::move(e));
+  }
+  return {{"content", content}};
+}
+
+/// A completion's "logprobs": tokens, token_logprobs, top_logprobs (a map
+/// of token text to log-probability each) and text_offset (each token's
+/// byte offset in the completion's text).
+json completionLogprobs(const std::vector<TokenLogprob> &lps,
+                        const tokenizer::Tokenizer &tok) {
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  size_t offset = 0;
+  for (const TokenLogprob &lp : lps) {
+    std::string text = tokenText(tok, lp.token);
+    out["tokens"].push_back(text);
+    out["token_logprobs"].push_back(lp.logprob);
+    json top = json::object();
+    // Tokens of the same text (as JSON writes it: bytes that are not UTF-8
+    // become U+FFFD) share a key: it keeps the likelier one's.
+    for (auto [id, logprob] : lp.top) {
+      std::string key =
+          json::parse(dump(json(tokenText(tok, id)))).get<std::string>();
+      if (!top.contains(key))
+        top[key] = logprob;
+    }
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(offset);
+    offset += text.size();
+  }
+  return out;
 }
 
 /// OpenAI's "tool_calls" entries for `calls`; ids unique per request.
@@ -328,7 +408,7 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                                    "server serves '{}'",
                                    dump(body["model"]), model_),
                        "invalid_request_error", "model", "model_not_found");
-    options = readOptions(body, tok_);
+    options = readOptions(body, tok_, chat);
     prompt = promptOf(body, chat);
   } catch (const json::exception &e) {
     return sendError(res, 400, std::string("the body is not valid JSON: ") +
@@ -379,8 +459,15 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", split.answer}};
     } else {
-      choice["text"] = r->text, choice["logprobs"] = nullptr;
+      choice["text"] = r->text;
+      choice["logprobs"] = options.generate.logprobs >= 0
+                               ? completionLogprobs(r->logprobs, tok_)
+                               : json(nullptr);
     }
+    if (chat)
+      choice["logprobs"] = options.generate.logprobs >= 0
+                               ? chatLogprobs(r->logprobs, tok_)
+                               : json(nullptr);
     if (chat && !split.reasoning.empty())
       choice["message"]["reasoning_content"] = split.reasoning;
     json out = {{"id", id},

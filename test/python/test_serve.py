@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 
 from conftest import file_chat_template, run_tool, tiny_cpu_model, tool
@@ -264,7 +265,85 @@ def test_stream_usage_and_penalties(model, client):
             != whole.choices[0].message.content)
 
 
+def reference_logprobs(model, tmp_path, prompt_text, n):
+    """kiln-run's greedy tokens for the prompt and the log-softmax (float64)
+    of the logits each was chosen from."""
+    gguf, art = model
+    out = tmp_path / "ref.npy"
+    run = json.loads(run_tool("kiln-run", art, "--weights", gguf, "--prompt",
+                              prompt_text, "-n", n, "--json", "--logits-out",
+                              out).stdout)
+    logits = np.load(out).astype(np.float64)
+    rows = logits[run["prompt_tokens"] - 1:][:len(run["tokens"])]
+    top = rows.max(axis=1, keepdims=True)
+    logp = rows - top - np.log(np.exp(rows - top).sum(axis=1, keepdims=True))
+    return run["tokens"], logp
+
+
+# The log-softmax of f32 logits over the vocabulary, in double on both sides
+# (the server's and numpy's sums differ only in order): 1e-9 absolute.
+LOGPROB_TOL = 1e-9
+
+
+def test_completion_logprobs(model, client, tmp_path):
+    r = client.completions.create(model="tiny", prompt="Kiln compiles",
+                                  max_tokens=8, temperature=0, logprobs=2)
+    tokens, logp = reference_logprobs(model, tmp_path, "Kiln compiles", 8)
+    lp = r.choices[0].logprobs
+    assert len(lp.token_logprobs) == len(tokens)
+    assert "".join(lp.tokens) == r.choices[0].text
+    for i, t in enumerate(tokens):
+        assert abs(lp.token_logprobs[i] - logp[i, t]) <= LOGPROB_TOL
+        # Greedy: the chosen token is the most likely. The legacy format
+        # keys the two alternatives by text, so tokens of the same text
+        # (the tiny vocabulary's unused ids decode to nothing) share one
+        # entry: its values are among numpy's two largest.
+        top = list(lp.top_logprobs[i].values())
+        assert 1 <= len(top) <= 2
+        assert max(top) == pytest.approx(lp.token_logprobs[i],
+                                         abs=LOGPROB_TOL)
+        best2 = np.sort(logp[i])[::-1][:2]
+        assert all(np.min(np.abs(best2 - v)) <= LOGPROB_TOL for v in top)
+    # Byte offsets into the completion: each token's bytes after the last
+    # (a token that is not whole UTF-8 reaches the client as U+FFFD, so
+    # only whole ones' lengths can be checked here).
+    assert lp.text_offset[0] == 0
+    for i in range(len(tokens) - 1):
+        step = lp.text_offset[i + 1] - lp.text_offset[i]
+        assert step >= 0
+        if "\ufffd" not in lp.tokens[i]:
+            assert step == len(lp.tokens[i].encode())
+
+
+def test_chat_logprobs(model, client, tmp_path):
+    messages = [{"role": "user", "content": "Hello"}]
+    r = client.chat.completions.create(model="tiny", max_tokens=6,
+                                       temperature=0, messages=messages,
+                                       logprobs=True, top_logprobs=3)
+    gguf, _ = model
+    from test_chat_template import jinja_render
+    prompt = jinja_render(file_chat_template(gguf),
+                          dict(messages=messages, add_generation_prompt=True))
+    tokens, logp = reference_logprobs(model, tmp_path, prompt, 6)
+    content = r.choices[0].logprobs.content
+    assert len(content) == len(tokens)
+    for i, (entry, t) in enumerate(zip(content, tokens)):
+        assert abs(entry.logprob - logp[i, t]) <= LOGPROB_TOL
+        tops = [e.logprob for e in entry.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True)
+        assert entry.top_logprobs[0].bytes == entry.bytes
+        # The three most likely, as numpy ranks them.
+        want = np.sort(logp[i])[::-1][:3]
+        assert np.allclose(tops, want, atol=LOGPROB_TOL, rtol=0)
+    # Without the flag, no log-probabilities.
+    plain = client.chat.completions.create(model="tiny", max_tokens=2,
+                                           temperature=0, messages=messages)
+    assert plain.choices[0].logprobs is None
+
+
 @pytest.mark.parametrize("kwargs,status,param", [
+    (dict(prompt="x", logprobs=6), 400, "logprobs"),
+    (dict(prompt="x", logprobs=1, stream=True), 400, "logprobs"),
     (dict(prompt="x", max_tokens=200), 400, "max_tokens"),  # > --max-context
     (dict(prompt="x", frequency_penalty=2.5), 400, "frequency_penalty"),
     (dict(prompt="x", presence_penalty=-3), 400, "presence_penalty"),
