@@ -42,6 +42,12 @@ TokenLogprob logprobOf(std::span<const float> logits, int32_t token,
 
 } // namespace
 
+TokenLogprob tokenLogprob(std::span<const float> logits, int32_t token,
+                          int32_t top) {
+  std::vector<int32_t> order;
+  return logprobOf(logits, token, top, order);
+}
+
 Generator::Generator(Session &session, const tokenizer::Tokenizer *tokenizer)
     : session_(session), tokenizer_(tokenizer),
       logits_(session.hasLogits() ? size_t(session.vocab()) : 0) {}

@@ -43,6 +43,11 @@ struct TokenLogprob {
   std::vector<std::pair<int32_t, double>> top;
 };
 
+/// `token`'s log-probability under `logits` (their log-softmax, in double)
+/// and the `top` most likely tokens'.
+TokenLogprob tokenLogprob(std::span<const float> logits, int32_t token,
+                          int32_t top);
+
 struct GenerateResult {
   std::vector<int32_t> tokens; ///< generated, stop id excluded
   std::string text;            ///< their text, cut before a stop string

@@ -113,6 +113,9 @@ struct BadRequest {
 struct RequestOptions {
   GenerateOptions generate;
   bool stream = false;
+  /// A completion's "echo": the prompt's text (and, with logprobs, its
+  /// tokens' log-probabilities) before the completion's.
+  bool echo = false;
   /// stream_options.include_usage: a last chunk with the usage.
   bool streamUsage = false;
   /// The request's "tools" (null when none), and whether the reply is
@@ -138,11 +141,19 @@ T number(const json &body, const char *key, T fallback, T low, T high) {
 RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
                            bool chat) {
   RequestOptions o;
+  if (!chat && body.contains("echo") && !body["echo"].is_null()) {
+    if (!body["echo"].is_boolean())
+      throw BadRequest{"'echo' must be a boolean", "echo"};
+    o.echo = body["echo"].get<bool>();
+  }
+  // With echo, max_tokens 0 scores the prompt alone (as evaluation
+  // harnesses ask).
+  const int64_t least = o.echo ? 0 : 1;
   o.generate.maxTokens =
-      number<int64_t>(body, "max_tokens", 16, 1, int64_t(1) << 30);
+      number<int64_t>(body, "max_tokens", 16, least, int64_t(1) << 30);
   if (body.contains("max_completion_tokens"))
     o.generate.maxTokens = number<int64_t>(body, "max_completion_tokens", 16,
-                                           1, int64_t(1) << 30);
+                                           least, int64_t(1) << 30);
   SamplingOptions &s = o.generate.sampling;
   s.temperature = number<double>(body, "temperature", 1.0, 0.0, 2.0);
   s.topP = number<double>(body, "top_p", 1.0, 1e-9, 1.0);
@@ -227,6 +238,10 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
     throw BadRequest{"log-probabilities are not streamed; ask for them "
                      "without \"stream\": true",
                      "logprobs"};
+  if (o.echo && o.stream)
+    throw BadRequest{"'echo' is not streamed; ask for it without "
+                     "\"stream\": true",
+                     "echo"};
   o.generate.stopIds = endOfReplyIds(tok);
   return o;
 }
@@ -261,17 +276,29 @@ json chatLogprobs(const std::vector<TokenLogprob> &lps,
 /// A completion's "logprobs": tokens, token_logprobs, top_logprobs (a map
 /// of token text to log-probability each) and text_offset (each token's
 /// byte offset in the completion's text).
+/// With echo, `prompt` (its first token has no log-probability: null) comes
+/// first, and the offsets run over the prompt's text then the completion's.
 json completionLogprobs(const std::vector<TokenLogprob> &lps,
-                        const tokenizer::Tokenizer &tok) {
+                        const tokenizer::Tokenizer &tok,
+                        const std::vector<TokenLogprob> &prompt = {}) {
   json out = {{"tokens", json::array()},
               {"token_logprobs", json::array()},
               {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   size_t offset = 0;
-  for (const TokenLogprob &lp : lps) {
+  for (size_t i = 0; i < prompt.size() + lps.size(); ++i) {
+    const bool first = i == 0 && !prompt.empty();
+    const TokenLogprob &lp =
+        i < prompt.size() ? prompt[i] : lps[i - prompt.size()];
     std::string text = tokenText(tok, lp.token);
     out["tokens"].push_back(text);
-    out["token_logprobs"].push_back(lp.logprob);
+    out["token_logprobs"].push_back(first ? json(nullptr) : json(lp.logprob));
+    if (first) {
+      out["top_logprobs"].push_back(nullptr);
+      out["text_offset"].push_back(offset);
+      offset += text.size();
+      continue;
+    }
     json top = json::object();
     // Tokens of the same text (as JSON writes it: bytes that are not UTF-8
     // become U+FFFD) share a key: it keeps the likelier one's.
@@ -436,12 +463,30 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
 
   if (!options.stream) {
     std::lock_guard<std::mutex> lock(busy_);
-    Expected<size_t> fed = generator_.feedConversation(prompt);
+    // Echoed log-probabilities need every prompt position's logits: the
+    // prompt is evaluated whole, not after the cached prefix.
+    const bool scorePrompt = options.echo && options.generate.logprobs >= 0;
+    std::vector<float> promptLogits;
+    Status fed = Status::ok();
+    if (scorePrompt)
+      fed = generator_.feed(prompt, 0, &promptLogits);
+    else if (Expected<size_t> n = generator_.feedConversation(prompt); !n)
+      fed = n.error();
     Expected<GenerateResult> r =
         fed ? generator_.generate(options.generate)
             : Expected<GenerateResult>(fed.error());
     if (!r)
       return sendError(res, 500, r.error().message(), "server_error");
+    std::vector<TokenLogprob> promptLogprobs;
+    if (scorePrompt) {
+      const size_t vocab = promptLogits.size() / prompt.size();
+      promptLogprobs.push_back({prompt[0], 0, {}});
+      for (size_t i = 1; i < prompt.size(); ++i)
+        promptLogprobs.push_back(
+            tokenLogprob(std::span<const float>(promptLogits)
+                             .subspan((i - 1) * vocab, vocab),
+                         prompt[i], options.generate.logprobs));
+    }
     json choice = {{"index", 0}, {"finish_reason", finishReason(*r)}};
     chat::SplitReply split{"", r->text};
     if (chat && separateReasoning_)
@@ -459,10 +504,12 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", split.answer}};
     } else {
-      choice["text"] = r->text;
-      choice["logprobs"] = options.generate.logprobs >= 0
-                               ? completionLogprobs(r->logprobs, tok_)
-                               : json(nullptr);
+      choice["text"] =
+          options.echo ? body["prompt"].get<std::string>() + r->text : r->text;
+      choice["logprobs"] =
+          options.generate.logprobs >= 0
+              ? completionLogprobs(r->logprobs, tok_, promptLogprobs)
+              : json(nullptr);
     }
     if (chat)
       choice["logprobs"] = options.generate.logprobs >= 0

@@ -341,7 +341,44 @@ def test_chat_logprobs(model, client, tmp_path):
     assert plain.choices[0].logprobs is None
 
 
+def test_echo_scores_the_prompt(model, client, tmp_path):
+    """echo with logprobs and max_tokens 0, as evaluation harnesses score a
+    text: the prompt comes back with each token's log-probability given
+    the ones before it (the first has none), as numpy computes them from
+    kiln-run's logits of the same tokens."""
+    gguf, art = model
+    text = "Kiln compiles the model fast"
+    ids = [int(t) for t in subprocess.run(
+        [str(tool("kiln-tokenize")), str(gguf), "encode"], input=text,
+        capture_output=True, text=True, check=True).stdout.split(",")]
+    out = tmp_path / "prompt.npy"
+    run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens",
+             ",".join(map(str, ids)), "-n", 0, "--logits-out", out)
+    rows = np.load(out).astype(np.float64)
+    top = rows.max(axis=1, keepdims=True)
+    logp = rows - top - np.log(np.exp(rows - top).sum(axis=1, keepdims=True))
+    # Twice: the second finds the prompt cached and must still score it.
+    for _ in range(2):
+        r = client.completions.create(model="tiny", prompt=text, echo=True,
+                                      logprobs=1, max_tokens=0)
+        c = r.choices[0]
+        assert c.text == text and r.usage.completion_tokens == 0
+        assert len(c.logprobs.tokens) == len(ids)
+        assert c.logprobs.token_logprobs[0] is None
+        assert c.logprobs.top_logprobs[0] is None
+        for i in range(1, len(ids)):
+            assert abs(c.logprobs.token_logprobs[i] -
+                       logp[i - 1, ids[i]]) <= LOGPROB_TOL
+    # Echo with a completion: the prompt's text, then the completion's.
+    r = client.completions.create(model="tiny", prompt=text, echo=True,
+                                  max_tokens=4, temperature=0)
+    plain = client.completions.create(model="tiny", prompt=text, max_tokens=4,
+                                      temperature=0)
+    assert r.choices[0].text == text + plain.choices[0].text
+
+
 @pytest.mark.parametrize("kwargs,status,param", [
+    (dict(prompt="x", echo=True, stream=True), 400, "echo"),
     (dict(prompt="x", logprobs=6), 400, "logprobs"),
     (dict(prompt="x", logprobs=1, stream=True), 400, "logprobs"),
     (dict(prompt="x", max_tokens=200), 400, "max_tokens"),  # > --max-context
