@@ -36,6 +36,7 @@
 #include <csignal>
 #include <cstdio>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -109,10 +110,16 @@ struct BadRequest {
   std::string param;
 };
 
+/// The most choices ("n") a request may ask for.
+constexpr int64_t kMaxChoices = 64;
+
 /// What both endpoints share: sampling, limits and stops, read and checked.
 struct RequestOptions {
   GenerateOptions generate;
   bool stream = false;
+  /// "n": choices generated one after another from the same prompt, choice
+  /// i sampled with seed + i.
+  int choices = 1;
   /// A completion's "echo": the prompt's text (and, with logprobs, its
   /// tokens' log-probabilities) before the completion's.
   bool echo = false;
@@ -165,8 +172,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
       number<double>(body, "frequency_penalty", 0.0, -2.0, 2.0);
   s.presencePenalty = number<double>(body, "presence_penalty", 0.0, -2.0, 2.0);
   s.seed = number<uint64_t>(body, "seed", 0, 0, UINT64_MAX);
-  if (body.contains("n") && number<int64_t>(body, "n", 1, 1, 1) != 1)
-    throw BadRequest{"only n = 1 is supported", "n"};
+  o.choices = int(number<int64_t>(body, "n", 1, 1, kMaxChoices));
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json &stop = body["stop"];
     if (stop.is_string()) {
@@ -347,6 +353,14 @@ public:
 private:
   void completions(const httplib::Request &req, httplib::Response &res,
                    bool chat);
+  /// One choice of a non-streamed reply: the text (a completion's after
+  /// `echo`), or the chat message with its reasoning and tool calls, and
+  /// the log-probabilities asked for.
+  json replyChoice(const GenerateResult &r, int index, bool chat,
+                   const RequestOptions &options, const std::string &id,
+                   const std::string &echo,
+                   const std::vector<TokenLogprob> &promptLogprobs,
+                   const char *finish) const;
   /// The prompt tokens of a request, or a BadRequest.
   std::vector<int32_t> promptOf(const json &body, bool chat);
   json usage(size_t prompt, size_t completion) const {
@@ -418,6 +432,45 @@ std::vector<int32_t> Server::promptOf(const json &body, bool chat) {
   return tokens;
 }
 
+json Server::replyChoice(const GenerateResult &r, int index, bool chat,
+                         const RequestOptions &options, const std::string &id,
+                         const std::string &echo,
+                         const std::vector<TokenLogprob> &promptLogprobs,
+                         const char *finish) const {
+  json choice = {{"index", index}, {"finish_reason", finish}};
+  if (!chat) {
+    choice["text"] = echo + r.text;
+    choice["logprobs"] =
+        options.generate.logprobs >= 0
+            ? completionLogprobs(r.logprobs, tok_, promptLogprobs)
+            : json(nullptr);
+    return choice;
+  }
+  chat::SplitReply split{"", r.text};
+  if (separateReasoning_)
+    split = chat::splitReasoning(r.text);
+  chat::ParsedReply reply;
+  if (options.toolCalls)
+    reply = chat::parseToolCalls(split.answer, options.tools);
+  if (!reply.calls.empty()) {
+    choice["message"] = {
+        {"role", "assistant"},
+        {"content",
+         reply.content.empty() ? json(nullptr) : json(reply.content)},
+        {"tool_calls",
+         toolCallsJson(reply.calls, fmt::format("{}_{}", id, index), false)}};
+    choice["finish_reason"] = "tool_calls";
+  } else {
+    choice["message"] = {{"role", "assistant"}, {"content", split.answer}};
+  }
+  if (!split.reasoning.empty())
+    choice["message"]["reasoning_content"] = split.reasoning;
+  choice["logprobs"] = options.generate.logprobs >= 0
+                           ? chatLogprobs(r.logprobs, tok_)
+                           : json(nullptr);
+  return choice;
+}
+
 void Server::completions(const httplib::Request &req, httplib::Response &res,
                          bool chat) {
   json body;
@@ -467,62 +520,42 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     // prompt is evaluated whole, not after the cached prefix.
     const bool scorePrompt = options.echo && options.generate.logprobs >= 0;
     std::vector<float> promptLogits;
-    Status fed = Status::ok();
-    if (scorePrompt)
-      fed = generator_.feed(prompt, 0, &promptLogits);
-    else if (Expected<size_t> n = generator_.feedConversation(prompt); !n)
-      fed = n.error();
-    Expected<GenerateResult> r =
-        fed ? generator_.generate(options.generate)
-            : Expected<GenerateResult>(fed.error());
-    if (!r)
-      return sendError(res, 500, r.error().message(), "server_error");
+    json choices = json::array();
+    size_t completionTokens = 0;
     std::vector<TokenLogprob> promptLogprobs;
-    if (scorePrompt) {
-      const size_t vocab = promptLogits.size() / prompt.size();
-      promptLogprobs.push_back({prompt[0], 0, {}});
-      for (size_t i = 1; i < prompt.size(); ++i)
-        promptLogprobs.push_back(
-            tokenLogprob(std::span<const float>(promptLogits)
-                             .subspan((i - 1) * vocab, vocab),
-                         prompt[i], options.generate.logprobs));
+    for (int index = 0; index < options.choices; ++index) {
+      Status fed = Status::ok();
+      if (scorePrompt && index == 0)
+        fed = generator_.feed(prompt, 0, &promptLogits);
+      else if (Expected<size_t> n = generator_.feedConversation(prompt); !n)
+        fed = n.error();
+      GenerateOptions generate = options.generate;
+      generate.sampling.seed += uint64_t(index);
+      Expected<GenerateResult> r = fed ? generator_.generate(generate)
+                                       : Expected<GenerateResult>(fed.error());
+      if (!r)
+        return sendError(res, 500, r.error().message(), "server_error");
+      if (scorePrompt && index == 0) {
+        const size_t vocab = promptLogits.size() / prompt.size();
+        promptLogprobs.push_back({prompt[0], 0, {}});
+        for (size_t i = 1; i < prompt.size(); ++i)
+          promptLogprobs.push_back(
+              tokenLogprob(std::span<const float>(promptLogits)
+                               .subspan((i - 1) * vocab, vocab),
+                           prompt[i], options.generate.logprobs));
+      }
+      completionTokens += r->tokens.size();
+      choices.push_back(
+          replyChoice(*r, index, chat, options, id,
+                      options.echo ? body["prompt"].get<std::string>() : "",
+                      promptLogprobs, finishReason(*r)));
     }
-    json choice = {{"index", 0}, {"finish_reason", finishReason(*r)}};
-    chat::SplitReply split{"", r->text};
-    if (chat && separateReasoning_)
-      split = chat::splitReasoning(r->text);
-    chat::ParsedReply reply;
-    if (chat && options.toolCalls)
-      reply = chat::parseToolCalls(split.answer, options.tools);
-    if (chat && !reply.calls.empty()) {
-      choice["message"] = {
-          {"role", "assistant"},
-          {"content",
-           reply.content.empty() ? json(nullptr) : json(reply.content)},
-          {"tool_calls", toolCallsJson(reply.calls, id, false)}};
-      choice["finish_reason"] = "tool_calls";
-    } else if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", split.answer}};
-    } else {
-      choice["text"] =
-          options.echo ? body["prompt"].get<std::string>() + r->text : r->text;
-      choice["logprobs"] =
-          options.generate.logprobs >= 0
-              ? completionLogprobs(r->logprobs, tok_, promptLogprobs)
-              : json(nullptr);
-    }
-    if (chat)
-      choice["logprobs"] = options.generate.logprobs >= 0
-                               ? chatLogprobs(r->logprobs, tok_)
-                               : json(nullptr);
-    if (chat && !split.reasoning.empty())
-      choice["message"]["reasoning_content"] = split.reasoning;
     json out = {{"id", id},
                 {"object", object},
                 {"created", created},
                 {"model", model_},
-                {"choices", json::array({choice})},
-                {"usage", usage(prompt.size(), r->tokens.size())}};
+                {"choices", choices},
+                {"usage", usage(prompt.size(), completionTokens)}};
     res.set_content(dump(out), "application/json");
     return;
   }
@@ -546,95 +579,108 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
           return sink.write(event.data(), event.size());
         };
         std::lock_guard<std::mutex> lock(busy_);
-        bool open = true;
-        if (chat)
-          open = send({{"index", 0},
-                       {"delta", {{"role", "assistant"}, {"content", ""}}},
-                       {"finish_reason", nullptr}});
-        Expected<size_t> fed = generator_.feedConversation(prompt);
-        if (!fed || !open) {
-          sink.done();
-          return false;
-        }
-        // With tools, text that may begin a call is held back, and the
-        // calls are sent once the reply has ended.
-        chat::ToolCallStream calls;
-        const bool parse = chat && options.toolCalls;
-        auto content = [&](const std::string &text) {
-          if (text.empty())
-            return true;
-          return send({{"index", 0},
-                       {"delta", {{"content", text}}},
-                       {"finish_reason", nullptr}});
-        };
-        // The answer's text (a completion's text), through the tool-call
-        // filter where there are tools.
-        auto answer = [&](std::string_view piece) {
-          if (piece.empty())
-            return true;
-          if (parse)
-            return content(calls.push(piece));
-          json choice = {{"index", 0}, {"finish_reason", nullptr}};
+        // Choices one after another, each ended by its finish chunk.
+        size_t completionTokens = 0;
+        for (int index = 0; index < options.choices; ++index) {
+          bool open = true;
           if (chat)
-            choice["delta"] = {{"content", std::string(piece)}};
-          else
-            choice["text"] = std::string(piece), choice["logprobs"] = nullptr;
-          return send(choice);
-        };
-        // A chat reply's thinking block as delta.reasoning_content.
-        chat::ReasoningStream thinking;
-        const bool split = chat && separateReasoning_;
-        auto reasoning = [&](const std::string &text) {
-          if (text.empty())
-            return true;
-          return send({{"index", 0},
-                       {"delta", {{"reasoning_content", text}}},
-                       {"finish_reason", nullptr}});
-        };
-        Expected<GenerateResult> r =
-            generator_.generate(options.generate, [&](std::string_view piece) {
-              if (!split)
-                return answer(piece);
-              chat::SplitReply part = thinking.push(piece);
-              return reasoning(part.reasoning) && answer(part.answer);
-            });
-        std::string finish = r ? finishReason(*r) : "stop";
-        if (r && !r->stoppedByCaller && split) {
-          chat::SplitReply rest = thinking.finish();
-          reasoning(rest.reasoning);
-          answer(rest.answer);
-        }
-        if (r && !r->stoppedByCaller && parse) {
-          chat::ParsedReply rest = calls.finish(options.tools);
-          content(rest.content);
-          if (!rest.calls.empty()) {
-            send({{"index", 0},
-                  {"delta",
-                   {{"tool_calls", toolCallsJson(rest.calls, id, true)}}},
-                  {"finish_reason", nullptr}});
-            finish = "tool_calls";
+            open = send({{"index", index},
+                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                         {"finish_reason", nullptr}});
+          Expected<size_t> fed = generator_.feedConversation(prompt);
+          if (!fed || !open) {
+            sink.done();
+            return false;
           }
-        }
-        if (r && !r->stoppedByCaller) {
-          json last = {{"index", 0}, {"finish_reason", finish}};
+          // With tools, text that may begin a call is held back, and the
+          // calls are sent once the reply has ended.
+          chat::ToolCallStream calls;
+          const bool parse = chat && options.toolCalls;
+          auto content = [&](const std::string &text) {
+            if (text.empty())
+              return true;
+            return send({{"index", index},
+                         {"delta", {{"content", text}}},
+                         {"finish_reason", nullptr}});
+          };
+          // The answer's text (a completion's text), through the tool-call
+          // filter where there are tools.
+          auto answer = [&](std::string_view piece) {
+            if (piece.empty())
+              return true;
+            if (parse)
+              return content(calls.push(piece));
+            json choice = {{"index", index}, {"finish_reason", nullptr}};
+            if (chat)
+              choice["delta"] = {{"content", std::string(piece)}};
+            else
+              choice["text"] = std::string(piece), choice["logprobs"] = nullptr;
+            return send(choice);
+          };
+          // A chat reply's thinking block as delta.reasoning_content.
+          chat::ReasoningStream thinking;
+          const bool split = chat && separateReasoning_;
+          auto reasoning = [&](const std::string &text) {
+            if (text.empty())
+              return true;
+            return send({{"index", index},
+                         {"delta", {{"reasoning_content", text}}},
+                         {"finish_reason", nullptr}});
+          };
+          GenerateOptions generate = options.generate;
+          generate.sampling.seed += uint64_t(index);
+          Expected<GenerateResult> r =
+              generator_.generate(generate, [&](std::string_view piece) {
+                if (!split)
+                  return answer(piece);
+                chat::SplitReply part = thinking.push(piece);
+                return reasoning(part.reasoning) && answer(part.answer);
+              });
+          if (!r)
+            throw std::runtime_error(r.error().message());
+          if (r->stoppedByCaller) { // the client went away
+            sink.done();
+            return true;
+          }
+          std::string finish = finishReason(*r);
+          if (split) {
+            chat::SplitReply rest = thinking.finish();
+            reasoning(rest.reasoning);
+            answer(rest.answer);
+          }
+          if (parse) {
+            chat::ParsedReply rest = calls.finish(options.tools);
+            content(rest.content);
+            if (!rest.calls.empty()) {
+              send({{"index", index},
+                    {"delta",
+                     {{"tool_calls",
+                       toolCallsJson(rest.calls,
+                                     fmt::format("{}_{}", id, index), true)}}},
+                    {"finish_reason", nullptr}});
+              finish = "tool_calls";
+            }
+          }
+          json last = {{"index", index}, {"finish_reason", finish}};
           if (chat)
             last["delta"] = json::object();
           else
             last["text"] = "", last["logprobs"] = nullptr;
           send(last);
-          if (options.streamUsage) {
-            json chunk = {{"id", id},
-                          {"object", chunkObject},
-                          {"created", created},
-                          {"model", model_},
-                          {"choices", json::array()},
-                          {"usage", usage(prompt.size(), r->tokens.size())}};
-            std::string event = "data: " + dump(chunk) + "\n\n";
-            sink.write(event.data(), event.size());
-          }
-          std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
+          completionTokens += r->tokens.size();
         }
+        if (options.streamUsage) {
+          json chunk = {{"id", id},
+                        {"object", chunkObject},
+                        {"created", created},
+                        {"model", model_},
+                        {"choices", json::array()},
+                        {"usage", usage(prompt.size(), completionTokens)}};
+          std::string event = "data: " + dump(chunk) + "\n\n";
+          sink.write(event.data(), event.size());
+        }
+        std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
         sink.done();
         return true;
        } catch (const std::exception &e) {

@@ -377,6 +377,34 @@ def test_echo_scores_the_prompt(model, client, tmp_path):
     assert r.choices[0].text == text + plain.choices[0].text
 
 
+def test_several_choices(client):
+    """n choices are generated one after another, choice i sampled with
+    seed + i: each equals a request for one choice with that seed, streamed
+    or not, and the usage counts all of them."""
+    args = dict(model="tiny", max_tokens=8, temperature=1.0,
+                messages=[{"role": "user", "content": "Pick"}])
+    r = client.chat.completions.create(n=3, seed=5, **args)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    singles = [client.chat.completions.create(seed=5 + i, **args)
+               for i in range(3)]
+    assert ([c.message.content for c in r.choices] ==
+            [s.choices[0].message.content for s in singles])
+    assert r.usage.completion_tokens == sum(s.usage.completion_tokens
+                                            for s in singles)
+    # Not all alike (else the seeds would not matter).
+    assert len({c.message.content for c in r.choices}) > 1
+    texts, finished = {}, set()
+    for chunk in client.chat.completions.create(n=3, seed=5, stream=True,
+                                                **args):
+        c = chunk.choices[0]
+        texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+        if c.finish_reason:
+            finished.add(c.index)
+    assert finished == {0, 1, 2}
+    assert [texts[i] for i in range(3)] == [c.message.content
+                                           for c in r.choices]
+
+
 @pytest.mark.parametrize("kwargs,status,param", [
     (dict(prompt="x", echo=True, stream=True), 400, "echo"),
     (dict(prompt="x", logprobs=6), 400, "logprobs"),
@@ -389,7 +417,7 @@ def test_echo_scores_the_prompt(model, client, tmp_path):
     (dict(prompt="x", max_tokens=0), 400, "max_tokens"),
     (dict(prompt="x", temperature=-1), 400, "temperature"),
     (dict(prompt="x", stop=[1]), 400, "stop"),
-    (dict(prompt="x", n=2), 400, "n"),
+    (dict(prompt="x", n=65), 400, "n"),
 ])
 def test_bad_requests_get_4xx(client, kwargs, status, param):
     import openai
