@@ -596,12 +596,16 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
           // calls are sent once the reply has ended.
           chat::ToolCallStream calls;
           const bool parse = chat && options.toolCalls;
-          auto content = [&](const std::string &text) {
+          // A chat delta of `key` (content, reasoning_content), if any.
+          auto delta = [&](const char *key, std::string_view text) {
             if (text.empty())
               return true;
             return send({{"index", index},
-                         {"delta", {{"content", text}}},
+                         {"delta", {{key, std::string(text)}}},
                          {"finish_reason", nullptr}});
+          };
+          auto content = [&](std::string_view text) {
+            return delta("content", text);
           };
           // The answer's text (a completion's text), through the tool-call
           // filter where there are tools.
@@ -610,22 +614,18 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
               return true;
             if (parse)
               return content(calls.push(piece));
-            json choice = {{"index", index}, {"finish_reason", nullptr}};
             if (chat)
-              choice["delta"] = {{"content", std::string(piece)}};
-            else
-              choice["text"] = std::string(piece), choice["logprobs"] = nullptr;
-            return send(choice);
+              return content(piece);
+            return send({{"index", index},
+                         {"finish_reason", nullptr},
+                         {"text", std::string(piece)},
+                         {"logprobs", nullptr}});
           };
           // A chat reply's thinking block as delta.reasoning_content.
           chat::ReasoningStream thinking;
           const bool split = chat && separateReasoning_;
-          auto reasoning = [&](const std::string &text) {
-            if (text.empty())
-              return true;
-            return send({{"index", index},
-                         {"delta", {{"reasoning_content", text}}},
-                         {"finish_reason", nullptr}});
+          auto reasoning = [&](std::string_view text) {
+            return delta("reasoning_content", text);
           };
           GenerateOptions generate = options.generate;
           generate.sampling.seed += uint64_t(index);
