@@ -53,6 +53,7 @@ Serves a model compiled by kiln-compile over an OpenAI-compatible HTTP API:
   POST /v1/completions        {"prompt": "...", "max_tokens": N, "stream": bool, ...}
   POST /v1/chat/completions   {"messages": [{"role": "user", "content": "..."}], ...}
   GET  /v1/models, GET /health
+  POST /tokenize {"prompt": "..."}, POST /detokenize {"tokens": [...]}
 Requests run one at a time (queued); "stream": true sends server-sent events.
 A chat request's "tools" go into the prompt through the chat template, and
 tool calls the model writes (GLM's <tool_call> markup) come back as
@@ -708,6 +709,48 @@ void Server::install(httplib::Server &http) {
                                        {"created", created_},
                                        {"owned_by", "kiln"}}})}};
     res.set_content(dump(out), "application/json");
+  });
+  // The model's tokenizer, as vLLM's server offers it: text to ids (the
+  // text's special-token markers parsed, as prompts are) and back.
+  http.Post("/tokenize", [this](const httplib::Request &req,
+                                httplib::Response &res) {
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object() || !body.contains("prompt") ||
+        !body["prompt"].is_string())
+      return sendError(res, 400, "'prompt' must be a string",
+                       "invalid_request_error", "prompt");
+    std::vector<int32_t> ids =
+        tok_.encode(body["prompt"].get<std::string>(), /*parseSpecial=*/true);
+    res.set_content(dump({{"tokens", ids},
+                          {"count", ids.size()},
+                          {"max_model_len", maxContext_}}),
+                    "application/json");
+  });
+  http.Post("/detokenize", [this](const httplib::Request &req,
+                                  httplib::Response &res) {
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    std::vector<int32_t> ids;
+    bool ok = body.is_object() && body.contains("tokens") &&
+              body["tokens"].is_array();
+    if (ok)
+      for (const json &t : body["tokens"]) {
+        if (!t.is_number_integer() || !tok_.isValidId(t.get<int32_t>()) ||
+            t.get<int64_t>() != t.get<int32_t>()) {
+          ok = false;
+          break;
+        }
+        ids.push_back(t.get<int32_t>());
+      }
+    if (!ok)
+      return sendError(res, 400,
+                       fmt::format("'tokens' must be a list of ids in [0, {})",
+                                   tok_.vocabSize()),
+                       "invalid_request_error", "tokens");
+    Expected<std::string> text = tok_.decode(ids);
+    if (!text)
+      return sendError(res, 400, text.error().message(),
+                       "invalid_request_error", "tokens");
+    res.set_content(dump({{"prompt", *text}}), "application/json");
   });
   http.Post("/v1/completions",
             [this](const httplib::Request &req, httplib::Response &res) {

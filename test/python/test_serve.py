@@ -576,3 +576,33 @@ def test_reasoning_mode_is_checked(model):
     assert proc.stderr.startswith("kiln-serve: error: --reasoning: expected "
                                   "separate or inline, not 'hidden'"), (
         proc.stderr)
+
+
+def _post(url, body):
+    req = urllib.request.Request(url, method="POST", data=json.dumps(body)
+                                 .encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def test_tokenize_and_detokenize(model, server):
+    gguf, _ = model
+    text = "Hello <|user|> world"
+    want = [int(t) for t in subprocess.run(
+        [str(tool("kiln-tokenize")), str(gguf), "encode"], input=text,
+        capture_output=True, text=True, check=True).stdout.split(",")]
+    status, body = _post(server[1] + "/tokenize", {"prompt": text})
+    assert status == 200
+    assert body["tokens"] == want and body["count"] == len(want)
+    assert body["max_model_len"] == 96
+    status, body = _post(server[1] + "/detokenize", {"tokens": want})
+    assert status == 200 and body["prompt"] == text
+    for bad in ({"tokens": [1, 1 << 40]}, {"tokens": [-1]}, {"tokens": "1"}):
+        status, body = _post(server[1] + "/detokenize", bad)
+        assert status == 400 and body["error"]["param"] == "tokens"
+    status, body = _post(server[1] + "/tokenize", {"text": text})
+    assert status == 400 and body["error"]["param"] == "prompt"
