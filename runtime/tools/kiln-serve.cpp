@@ -54,6 +54,7 @@ Serves a model compiled by kiln-compile over an OpenAI-compatible HTTP API:
   POST /v1/chat/completions   {"messages": [{"role": "user", "content": "..."}], ...}
   GET  /v1/models, GET /health
   POST /tokenize {"prompt": "..."}, POST /detokenize {"tokens": [...]}
+  GET  /metrics (Prometheus: requests, errors, tokens, generation time, queue)
 Requests run one at a time (queued); "stream": true sends server-sent events.
 A chat request's "tools" go into the prompt through the chat template, and
 tool calls the model writes (GLM's <tool_call> markup) come back as
@@ -92,6 +93,78 @@ int usageError(const std::string &message) {
   return 2;
 }
 
+/// What /metrics reports (Prometheus' text format): counters since start
+/// and the queue's gauges. Atomics: handlers run on the server's threads.
+struct Metrics {
+  std::atomic<uint64_t> completions{0}, chats{0};
+  std::atomic<uint64_t> clientErrors{0}, serverErrors{0};
+  std::atomic<uint64_t> promptTokens{0}, generatedTokens{0};
+  std::atomic<uint64_t> generationMicros{0};
+  std::atomic<int64_t> waiting{0}, running{0};
+
+  std::string text() const {
+    std::string out;
+    auto metric = [&](const char *name, const char *type, const char *help,
+                      const std::string &samples) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}", name, help, name,
+                         type, samples);
+    };
+    metric("kiln_requests_total", "counter", "Requests accepted, by endpoint.",
+           fmt::format("kiln_requests_total{{endpoint=\"completions\"}} {}\n"
+                       "kiln_requests_total{{endpoint=\"chat\"}} {}\n",
+                       completions.load(), chats.load()));
+    metric("kiln_request_errors_total", "counter",
+           "Requests answered with an error, by class.",
+           fmt::format("kiln_request_errors_total{{class=\"4xx\"}} {}\n"
+                       "kiln_request_errors_total{{class=\"5xx\"}} {}\n",
+                       clientErrors.load(), serverErrors.load()));
+    metric("kiln_prompt_tokens_total", "counter", "Prompt tokens of requests.",
+           fmt::format("kiln_prompt_tokens_total {}\n", promptTokens.load()));
+    metric("kiln_generated_tokens_total", "counter", "Tokens generated.",
+           fmt::format("kiln_generated_tokens_total {}\n",
+                       generatedTokens.load()));
+    metric("kiln_generation_seconds_total", "counter",
+           "Time in the generation loop (tokens / this is the decode rate).",
+           fmt::format("kiln_generation_seconds_total {:.6f}\n",
+                       double(generationMicros.load()) * 1e-6));
+    metric("kiln_requests_waiting", "gauge",
+           "Requests queued behind the one running.",
+           fmt::format("kiln_requests_waiting {}\n", waiting.load()));
+    metric("kiln_requests_running", "gauge", "Requests generating (0 or 1).",
+           fmt::format("kiln_requests_running {}\n", running.load()));
+    return out;
+  }
+
+  /// One generation's figures.
+  void generated(const GenerateResult &r) {
+    generatedTokens += r.tokens.size();
+    generationMicros += uint64_t(r.seconds * 1e6);
+  }
+};
+
+Metrics gMetrics;
+
+/// The generation slot, held while a request generates; counted in the
+/// queue's gauges while it waits and while it runs.
+class Slot {
+public:
+  explicit Slot(std::mutex &busy) : busy_(busy) {
+    ++gMetrics.waiting;
+    busy_.lock();
+    --gMetrics.waiting;
+    ++gMetrics.running;
+  }
+  ~Slot() {
+    --gMetrics.running;
+    busy_.unlock();
+  }
+  Slot(const Slot &) = delete;
+  Slot &operator=(const Slot &) = delete;
+
+private:
+  std::mutex &busy_;
+};
+
 /// An OpenAI-style error body.
 void sendError(httplib::Response &res, int status, const std::string &message,
                const char *type = "invalid_request_error",
@@ -102,6 +175,7 @@ void sendError(httplib::Response &res, int status, const std::string &message,
                  {"param", param ? json(param) : json(nullptr)},
                  {"code", code ? json(code) : json(nullptr)}}}};
   res.status = status;
+  ++(status >= 500 ? gMetrics.serverErrors : gMetrics.clientErrors);
   res.set_content(dump(body), "application/json");
 }
 
@@ -509,6 +583,8 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                      "context_length_exceeded");
 
   std::string id = nextId(chat);
+  ++(chat ? gMetrics.chats : gMetrics.completions);
+  gMetrics.promptTokens += prompt.size();
   std::time_t created = std::time(nullptr);
   const char *object = chat ? "chat.completion" : "text_completion";
   auto finishReason = [](const GenerateResult &r) {
@@ -516,7 +592,7 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
   };
 
   if (!options.stream) {
-    std::lock_guard<std::mutex> lock(busy_);
+    Slot slot(busy_);
     // Echoed log-probabilities need every prompt position's logits: the
     // prompt is evaluated whole, not after the cached prefix.
     const bool scorePrompt = options.echo && options.generate.logprobs >= 0;
@@ -546,6 +622,7 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                            prompt[i], options.generate.logprobs));
       }
       completionTokens += r->tokens.size();
+      gMetrics.generated(*r);
       choices.push_back(
           replyChoice(*r, index, chat, options, id,
                       options.echo ? body["prompt"].get<std::string>() : "",
@@ -579,7 +656,7 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
           std::string event = "data: " + dump(chunk) + "\n\n";
           return sink.write(event.data(), event.size());
         };
-        std::lock_guard<std::mutex> lock(busy_);
+        Slot slot(busy_);
         // Choices one after another, each ended by its finish chunk.
         size_t completionTokens = 0;
         for (int index = 0; index < options.choices; ++index) {
@@ -669,6 +746,7 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
             last["text"] = "", last["logprobs"] = nullptr;
           send(last);
           completionTokens += r->tokens.size();
+          gMetrics.generated(*r);
         }
         if (options.streamUsage) {
           json chunk = {{"id", id},
@@ -700,6 +778,9 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
 void Server::install(httplib::Server &http) {
   http.Get("/health", [](const httplib::Request &, httplib::Response &res) {
     res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/metrics", [](const httplib::Request &, httplib::Response &res) {
+    res.set_content(gMetrics.text(), "text/plain; version=0.0.4");
   });
   http.Get("/v1/models", [this](const httplib::Request &,
                                 httplib::Response &res) {

@@ -606,3 +606,37 @@ def test_tokenize_and_detokenize(model, server):
         assert status == 400 and body["error"]["param"] == "tokens"
     status, body = _post(server[1] + "/tokenize", {"text": text})
     assert status == 400 and body["error"]["param"] == "prompt"
+
+
+def _metrics(url):
+    with urllib.request.urlopen(url + "/metrics") as r:
+        assert r.headers["Content-Type"].startswith("text/plain")
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    # Every sample has its HELP and TYPE lines.
+    for name in {n.split("{")[0] for n in values}:
+        assert f"# TYPE {name} " in text and f"# HELP {name} " in text
+    return values
+
+
+def test_metrics_count_requests_and_tokens(server, client):
+    before = _metrics(server[1])
+    r = client.completions.create(model="tiny", prompt="Count me",
+                                  max_tokens=5, temperature=0)
+    import openai
+    with pytest.raises(openai.APIStatusError):
+        client.completions.create(model="tiny", prompt="x", max_tokens=0)
+    after = _metrics(server[1])
+    def delta(name):
+        return after[name] - before.get(name, 0)
+    assert delta('kiln_requests_total{endpoint="completions"}') == 1
+    assert delta('kiln_request_errors_total{class="4xx"}') == 1
+    assert delta("kiln_prompt_tokens_total") == r.usage.prompt_tokens
+    assert delta("kiln_generated_tokens_total") == r.usage.completion_tokens
+    assert delta("kiln_generation_seconds_total") > 0
+    assert after["kiln_requests_running"] == 0
+    assert after["kiln_requests_waiting"] == 0
