@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <set>
 
 namespace kiln::chat {
 namespace detail {
@@ -529,15 +530,21 @@ private:
 
 /// Jinja tags that exist but are not in the subset.
 constexpr std::string_view kUnsupportedTags[] = {
-    "macro",  "endmacro",  "call",   "endcall",   "filter",   "endfilter",
-    "include", "import",   "from",   "extends",   "block",    "endblock",
-    "with",   "endwith",   "raw",    "endraw",    "autoescape", "endautoescape",
-    "do",     "trans",     "endtrans", "pluralize", "endset",   "print"};
+    "call",          "endcall", "filter",  "endfilter", "include",
+    "import",        "from",    "extends", "block",     "endblock",
+    "with",          "endwith", "raw",     "endraw",    "autoescape",
+    "endautoescape", "do",      "trans",   "endtrans",  "pluralize",
+    "endset",        "print"};
 
 /// Jinja globals and functions that exist but are not in the subset.
 constexpr std::string_view kKnownUnsupportedFunctions[] = {
-    "namespace", "dict", "lipsum", "cycler", "joiner", "strftime_now", "caller",
-    "super", "self", "varargs", "kwargs"};
+    "dict",   "lipsum", "cycler", "joiner",  "strftime_now",
+    "caller", "super",  "self",   "varargs", "kwargs"};
+
+/// Names a macro's body may not use: jinja2 gives them meaning there
+/// (extra arguments, {% call %}), which the subset does not have.
+constexpr std::string_view kMacroSpecialNames[] = {"varargs", "kwargs",
+                                                   "caller"};
 
 bool contains(std::initializer_list<std::string_view> list, std::string_view s) {
   return std::find(list.begin(), list.end(), s) != list.end();
@@ -553,6 +560,21 @@ public:
     Expected<Body> body = parseBody({}, endTag, 0);
     if (!body)
       return body.error();
+    // A call to a name that is neither a function nor a macro defined
+    // anywhere in the template (a macro may call one defined after it).
+    for (const auto &[name, offset] : macroCalls_)
+      if (!macroNames_.count(name)) {
+        const bool known =
+            std::find(std::begin(kKnownUnsupportedFunctions),
+                      std::end(kKnownUnsupportedFunctions),
+                      name) != std::end(kKnownUnsupportedFunctions);
+        return error(offset,
+                     "unsupported: " + std::string(known ? "" : "unknown ") +
+                         "function '" + name +
+                         "()' (Kiln's Jinja subset has range(), "
+                         "namespace(), raise_exception() and the "
+                         "template's macros)");
+      }
     return body;
   }
 
@@ -562,6 +584,9 @@ private:
   size_t index_ = 0;
   uint32_t depth_ = 0;
   int loops_ = 0; // enclosing for loops (for break/continue)
+  int macros_ = 0; // enclosing macro definitions
+  std::set<std::string> macroNames_;
+  std::vector<std::pair<std::string, size_t>> macroCalls_;
 
   // --- helpers -------------------------------------------------------------
 
@@ -738,6 +763,8 @@ private:
       return parseFor(body);
     if (name == "set")
       return parseSet(body);
+    if (name == "macro")
+      return parseMacro(body);
     if (name == "break" || name == "continue") {
       if (loops_ == 0)
         return error(token.offset, "'" + name + "' outside of a for loop");
@@ -814,7 +841,8 @@ private:
         return error(cur().offset,
                      "unsupported: assigning to an attribute or item in '{% " +
                          std::string(statement) +
-                         " %}' (namespace() is not in Kiln's Jinja subset)");
+                         " %}' (a namespace's attribute is set by '{% set "
+                         "ns.name = ... %}')");
       if (!skipOp(","))
         break;
       node.unpack = true;
@@ -875,11 +903,90 @@ private:
     return Status::ok();
   }
 
+  /// `{% macro name(a, b=default) %}...{% endmacro %}`.
+  Status parseMacro(Body &body) {
+    Node node;
+    node.kind = NodeKind::Macro;
+    node.offset = cur().offset;
+    advance(); // macro
+    if (cur().kind != TokenKind::Name)
+      return unexpected("a macro name");
+    node.text = cur().text;
+    advance();
+    if (Status s = expectOp("("); !s)
+      return s;
+    while (!isOp(")")) {
+      if (!node.targets.empty())
+        if (Status s = expectOp(","); !s)
+          return s;
+      if (cur().kind != TokenKind::Name)
+        return unexpected("a parameter name");
+      const std::string &param = cur().text;
+      if (std::find(node.targets.begin(), node.targets.end(), param) !=
+          node.targets.end())
+        return error(cur().offset, "duplicate parameter '" + param + "'");
+      node.targets.push_back(param);
+      advance();
+      ExprPtr fallback;
+      if (skipOp("=")) {
+        Expected<ExprPtr> value = parseExpression(true);
+        if (!value)
+          return value.error();
+        fallback = std::move(*value);
+      } else if (!node.defaults.empty() && node.defaults.back()) {
+        return error(cur().offset,
+                     "non-default argument follows default argument");
+      }
+      node.defaults.push_back(std::move(fallback));
+    }
+    advance(); // )
+    if (Status s = expectBlockEnd(); !s)
+      return s;
+    // The body is a scope of its own: no loop encloses it.
+    const int loops = loops_;
+    loops_ = 0;
+    ++macros_;
+    std::string endTag;
+    Expected<Body> inner = parseBody({"endmacro"}, endTag, node.offset);
+    --macros_;
+    loops_ = loops;
+    if (!inner)
+      return inner.error();
+    node.body = std::move(*inner);
+    advance(); // endmacro
+    if (cur().kind == TokenKind::Name && cur().text == node.text)
+      advance(); // {% endmacro name %}
+    if (Status s = expectBlockEnd(); !s)
+      return s;
+    macroNames_.insert(node.text);
+    body.push_back(std::move(node));
+    return Status::ok();
+  }
+
   Status parseSet(Body &body) {
     Node node;
     node.kind = NodeKind::Set;
     node.offset = cur().offset;
     advance(); // set
+    // `set ns.attr = value`: a namespace's attribute.
+    if (cur().kind == TokenKind::Name && peek().kind == TokenKind::Operator &&
+        peek().text == "." && peek(2).kind == TokenKind::Name) {
+      node.targets.push_back(cur().text);
+      node.attribute = peek(2).text;
+      advance();
+      advance();
+      advance();
+      if (!skipOp("="))
+        return unexpected("'='");
+      Expected<ExprPtr> value = parseTuple(true);
+      if (!value)
+        return value.error();
+      node.expr = std::move(*value);
+      if (Status s = expectBlockEnd(); !s)
+        return s;
+      body.push_back(std::move(node));
+      return Status::ok();
+    }
     if (Status s = parseTargets(node, "set"); !s)
       return s;
     if (!skipOp("=")) {
@@ -1124,6 +1231,12 @@ private:
       else if (name == "none" || name == "None")
         node->literal = Value::none();
       else {
+        if (macros_ > 0 && std::find(std::begin(kMacroSpecialNames),
+                                     std::end(kMacroSpecialNames),
+                                     name) != std::end(kMacroSpecialNames))
+          return error(offset, "unsupported: '" + name +
+                                   "' in a macro (Kiln's macros take their "
+                                   "declared parameters only)");
         node->kind = ExprKind::Name;
         node->name = name;
       }
@@ -1367,22 +1480,32 @@ private:
     Expected<std::vector<Arg>> args = parseArgs();
     if (!args)
       return args.error();
-    if (callee->kind == ExprKind::Name) {
-      const Signature *sig = findFunction(callee->name);
-      if (!sig) {
-        const bool known = std::find(std::begin(kKnownUnsupportedFunctions),
-                                     std::end(kKnownUnsupportedFunctions),
-                                     callee->name) !=
-                           std::end(kKnownUnsupportedFunctions);
-        return error(offset, "unsupported: " +
-                                 std::string(known ? "" : "unknown ") +
-                                 "function '" + callee->name +
-                                 "()' (Kiln's Jinja subset has range() and "
-                                 "raise_exception())");
-      }
+    if (const Signature *sig = callee->kind == ExprKind::Name
+                                   ? findFunction(callee->name)
+                                   : nullptr) {
       if (Status s = bindArgs(*sig, *args, offset, callee->name + "()"); !s)
         return s.error();
       ExprPtr node = make(ExprKind::Call, offset);
+      node->name = callee->name;
+      node->args = std::move(*args);
+      return seal(std::move(node));
+    }
+    if (callee->kind == ExprKind::Name && callee->name == "namespace") {
+      // namespace(), namespace(dict), namespace(k=v, ...).
+      size_t positional = 0;
+      for (const Arg &arg : *args)
+        positional += arg.name.empty();
+      if (positional > 1)
+        return error(offset, "namespace() takes at most one positional "
+                             "argument (a dict)");
+      ExprPtr node = make(ExprKind::Namespace, offset);
+      node->args = std::move(*args);
+      return seal(std::move(node));
+    }
+    if (callee->kind == ExprKind::Name) {
+      // A macro's: checked once the whole template is parsed (run()).
+      macroCalls_.emplace_back(callee->name, offset);
+      ExprPtr node = make(ExprKind::MacroCall, offset);
       node->name = callee->name;
       node->args = std::move(*args);
       return seal(std::move(node));

@@ -266,6 +266,8 @@ std::optional<double> parsePythonFloat(std::string_view text) {
 
 /// Budget of element comparisons for ==, `in` and ordering in one render.
 constexpr uint64_t kCompareBudget = 10'000'000;
+/// Macro calls in progress at once (a macro may call itself).
+constexpr uint32_t kMaxMacroDepth = 100;
 /// Longest list an operation may build.
 constexpr size_t kMaxListLength = 1'000'000;
 /// jinja2's sandbox (which HuggingFace uses) refuses larger ranges.
@@ -307,6 +309,9 @@ private:
   std::string out_;
   std::vector<Frame> frames_;
   uint64_t iterations_ = 0;
+  /// The {% macro %} nodes met so far; a macro value is an index here.
+  std::vector<const Node *> macroNodes_;
+  uint32_t macroDepth_ = 0;
   uint64_t compareBudget_ = kCompareBudget;
   Flow flow_ = Flow::Normal;
 
@@ -394,9 +399,17 @@ private:
       return renderFor(node);
     case NodeKind::Set: {
       KILN_CHAT_EVAL(value, eval(*node.expr));
+      if (!node.attribute.empty())
+        return setAttribute(node, value);
       Frame &frame = frames_.back();
       return bindTargets(node, value, frame);
     }
+    case NodeKind::Macro:
+      // Defined from here on, in this scope (as jinja2 binds a macro's name).
+      frames_.back()[node.text] =
+          Value::macro(node.text, static_cast<int64_t>(macroNodes_.size()));
+      macroNodes_.push_back(&node);
+      return Status::ok();
     case NodeKind::Break:
       flow_ = Flow::Break;
       return Status::ok();
@@ -405,6 +418,38 @@ private:
       return Status::ok();
     }
     return Status::ok();
+  }
+
+  /// `set ns.attr = value`: a namespace's attribute. A namespace is not
+  /// stored inside one (nor in a list or dict that is), so that no value
+  /// contains itself.
+  Status setAttribute(const Node &node, const Value &value) {
+    const Value target = lookup(node.targets[0]);
+    if (!target.isNamespace())
+      return error(node.offset,
+                   target.isUndefined()
+                       ? "'" + node.targets[0] + "' is undefined"
+                       : "cannot assign attribute on non-namespace object");
+    KILN_CHAT_TRY(checkDepth(value, node.offset));
+    if (holdsNamespace(value))
+      return error(node.offset, "unsupported: a namespace stored in a "
+                                "namespace's attribute");
+    target.setAttribute(node.attribute, value);
+    return Status::ok();
+  }
+
+  static bool holdsNamespace(const Value &value) {
+    if (value.isNamespace())
+      return true;
+    if (value.isList())
+      for (const Value &item : value.asList())
+        if (holdsNamespace(item))
+          return true;
+    if (value.isMap())
+      for (const auto &entry : value.asMap())
+        if (holdsNamespace(entry.second))
+          return true;
+    return false;
   }
 
   /// Assigns `value` to the names of a for or set (unpacking a, b = ...).
@@ -557,6 +602,12 @@ private:
                           size_t offset) const {
     if (object.isUndefined())
       return undefinedError(offset, object);
+    if (object.isNamespace()) {
+      if (const Value *found = object.asMap().find(name))
+        return *found;
+      return Value::undefined("'Namespace' object has no attribute '" + name +
+                              "'");
+    }
     if (object.isMap()) {
       if (isDictMethodName(name))
         return error(offset, "unsupported: dict method '" + name +
@@ -982,6 +1033,28 @@ private:
     }
     case ExprKind::Call:
       return evalCall(e);
+    case ExprKind::MacroCall:
+      return evalMacroCall(e);
+    case ExprKind::Namespace: {
+      ValueMap attributes;
+      for (const Arg &arg : e.args) {
+        KILN_CHAT_EVAL(value, eval(*arg.value));
+        if (!arg.name.empty()) {
+          attributes.set(arg.name, value);
+          continue;
+        }
+        if (!value.isMap())
+          return error(arg.value->offset, "namespace() takes a dict, not " +
+                                              std::string(value.typeName()));
+        for (const auto &entry : value.asMap())
+          attributes.set(entry.first, entry.second);
+      }
+      for (const auto &entry : attributes)
+        if (holdsNamespace(entry.second))
+          return error(e.offset, "unsupported: a namespace stored in a "
+                                 "namespace's attribute");
+      return Value::nameSpace(std::move(attributes));
+    }
     case ExprKind::Method:
       return evalMethod(e);
     case ExprKind::Filter:
@@ -1067,6 +1140,90 @@ private:
     }
     }
     return error(e.offset, "internal error: unknown expression");
+  }
+
+  /// A macro's call: the arguments evaluated here, the body rendered in
+  /// the macro's own scope (the template's top-level variables, then its
+  /// parameters; not the caller's loop variables, as in jinja2), its output
+  /// the value.
+  Expected<Value> evalMacroCall(const Expr &e) {
+    const Value callee = lookup(e.name);
+    if (callee.isUndefined())
+      return undefinedError(e.offset, callee);
+    if (!callee.isMacro())
+      return error(e.offset, "'" + std::string(callee.typeName()) +
+                                 "' object is not callable");
+    const Node &macro = *macroNodes_[static_cast<size_t>(callee.macroId())];
+    const std::vector<std::string> &params = macro.targets;
+    Frame own;
+    std::vector<bool> given(params.size(), false);
+    size_t positional = 0;
+    for (const Arg &arg : e.args) {
+      KILN_CHAT_EVAL(value, eval(*arg.value));
+      size_t slot = positional;
+      if (arg.name.empty()) {
+        if (positional == params.size())
+          return error(e.offset,
+                       "macro '" + macro.text + "' takes not more than " +
+                           std::to_string(params.size()) + " argument(s)");
+        ++positional;
+      } else {
+        slot = static_cast<size_t>(
+            std::find(params.begin(), params.end(), arg.name) - params.begin());
+        if (slot == params.size() || given[slot])
+          return error(e.offset, "macro '" + macro.text +
+                                     "' takes no keyword argument '" +
+                                     arg.name + "'");
+      }
+      given[slot] = true;
+      own[params[slot]] = std::move(value);
+    }
+    if (macroDepth_ >= kMaxMacroDepth)
+      return error(e.offset, "macro calls nested too deeply (limit " +
+                                 std::to_string(kMaxMacroDepth) + ")");
+    // Calls are work as loop iterations are: one bound for both.
+    if (++iterations_ > limits_.maxLoopIterations)
+      return error(e.offset, "too many loop iterations and macro calls "
+                             "(limit " +
+                                 std::to_string(limits_.maxLoopIterations) +
+                                 ")");
+    // Into the macro's scope; everything is put back however it ends.
+    std::vector<Frame> caller(std::make_move_iterator(frames_.begin() + 1),
+                              std::make_move_iterator(frames_.end()));
+    frames_.resize(1);
+    frames_.push_back(std::move(own));
+    std::string callerOut;
+    std::swap(out_, callerOut);
+    ++macroDepth_;
+    Status st = Status::ok();
+    // Defaults are evaluated in the macro's scope: one may name an earlier
+    // parameter. A parameter without one is undefined.
+    for (size_t i = 0; i < params.size() && st; ++i) {
+      if (given[i])
+        continue;
+      if (!macro.defaults[i]) {
+        frames_.back()[params[i]] =
+            Value::undefined("'" + params[i] + "' is undefined");
+        continue;
+      }
+      Expected<Value> fallback = eval(*macro.defaults[i]);
+      if (!fallback)
+        st = fallback.error();
+      else
+        frames_.back()[params[i]] = std::move(*fallback);
+    }
+    if (st)
+      st = renderBody(macro.body);
+    --macroDepth_;
+    std::string text;
+    std::swap(out_, text);
+    std::swap(out_, callerOut);
+    frames_.resize(1);
+    for (Frame &frame : caller)
+      frames_.push_back(std::move(frame));
+    if (!st)
+      return st.error();
+    return makeString(std::move(text), e.offset);
   }
 
   Expected<Value> evalCall(const Expr &e) {

@@ -22,26 +22,29 @@ struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
 enum class ExprKind {
-  Literal,  // literal
-  Name,     // name
-  List,     // operands: items
-  Tuple,    // operands: items
-  Dict,     // operands: key, value, key, value, ...
-  Attr,     // operands[0] . name
-  Item,     // operands[0] [ operands[1] ]
-  Slice,    // operands[0] [ operands[1] : operands[2] : operands[3] ] (null: absent)
-  Call,     // global function `name`(args)
-  Method,   // operands[0] . name (args)
-  Filter,   // operands[0] | name (args)
-  Test,     // operands[0] is [not] name (args)
-  Not,      // not operands[0]
-  Neg,      // - operands[0]
-  Pos,      // + operands[0]
-  Binary,   // operands[0] name operands[1]; name is + - * / // % ** ~
-  Compare,  // operands[0] ops[0] operands[1] ops[1] operands[2] ...
-  And,      // operands[0] and operands[1]
-  Or,       // operands[0] or operands[1]
-  Cond,     // operands[0] if operands[1] else operands[2] (null: no else)
+  Literal,   // literal
+  Name,      // name
+  List,      // operands: items
+  Tuple,     // operands: items
+  Dict,      // operands: key, value, key, value, ...
+  Attr,      // operands[0] . name
+  Item,      // operands[0] [ operands[1] ]
+  Slice,     // operands[0] [ operands[1] : operands[2] : operands[3] ] (null:
+             // absent)
+  Call,      // global function `name`(args)
+  MacroCall, // a macro `name`(args): positional, then keyword (Arg::name)
+  Namespace, // namespace(args): an optional dict, then keyword attributes
+  Method,    // operands[0] . name (args)
+  Filter,    // operands[0] | name (args)
+  Test,      // operands[0] is [not] name (args)
+  Not,       // not operands[0]
+  Neg,       // - operands[0]
+  Pos,       // + operands[0]
+  Binary,    // operands[0] name operands[1]; name is + - * / // % ** ~
+  Compare,   // operands[0] ops[0] operands[1] ops[1] operands[2] ...
+  And,       // operands[0] and operands[1]
+  Or,        // operands[0] or operands[1]
+  Cond,      // operands[0] if operands[1] else operands[2] (null: no else)
 };
 
 /// A call argument: positional when `name` is empty.
@@ -62,7 +65,7 @@ struct Expr {
   uint32_t height = 1;          // 1 + the tallest child (bounded by the parser)
 };
 
-enum class NodeKind { Text, Output, If, For, Set, Break, Continue };
+enum class NodeKind { Text, Output, If, For, Set, Break, Continue, Macro };
 
 struct Node;
 using Body = std::vector<Node>;
@@ -76,13 +79,16 @@ struct IfBranch {
 struct Node {
   NodeKind kind;
   size_t offset = 0;
-  std::string text;                 // Text
+  std::string text;                 // Text; Macro: its name
   ExprPtr expr;                     // Output; Set value; For iterable
-  std::vector<std::string> targets; // For, Set: the names assigned
+  std::vector<std::string> targets; // For, Set: the names assigned; Macro:
+                                    // its parameters
+  std::string attribute;            // Set ns.attribute = ...
+  std::vector<ExprPtr> defaults;    // Macro: each parameter's (null: none)
   bool unpack = false;              // targets written as a tuple (a, b)
   ExprPtr filter;                   // For ... if filter
   std::vector<IfBranch> branches;   // If
-  Body body;                        // For
+  Body body;                        // For, Macro
   Body elseBody;                    // For ... else
 };
 

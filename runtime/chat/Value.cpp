@@ -87,13 +87,41 @@ Value Value::map(ValueMap entries) {
   return v;
 }
 
+Value Value::nameSpace(ValueMap entries) {
+  Value v;
+  v.kind_ = Kind::Namespace;
+  v.attributes_ = std::make_shared<ValueMap>(std::move(entries));
+  return v;
+}
+
+Value Value::macro(std::string name, int64_t id) {
+  Value v;
+  v.kind_ = Kind::Macro;
+  v.int_ = id;
+  v.text_ = std::make_shared<const std::string>(std::move(name));
+  return v;
+}
+
+void Value::setAttribute(std::string name, Value value) const {
+  if (isNamespace())
+    attributes_->set(std::move(name), std::move(value));
+}
+
+const std::string &Value::macroName() const {
+  return isMacro() && text_ ? *text_ : kEmpty;
+}
+
 const std::string &Value::asString() const {
   return isString() && text_ ? *text_ : kEmpty;
 }
 const ValueList &Value::asList() const {
   return isList() && list_ ? *list_ : kEmptyList;
 }
-const ValueMap &Value::asMap() const { return isMap() && map_ ? *map_ : kEmptyMap; }
+const ValueMap &Value::asMap() const {
+  if (isNamespace())
+    return *attributes_;
+  return isMap() && map_ ? *map_ : kEmptyMap;
+}
 const std::string &Value::undefinedHint() const {
   return isUndefined() && text_ ? *text_ : kEmpty;
 }
@@ -114,6 +142,9 @@ bool Value::truthy() const {
     return !asList().empty();
   case Kind::Map:
     return !asMap().empty();
+  case Kind::Namespace:
+  case Kind::Macro:
+    return true; // objects, as Python's default truth
   }
   return false;
 }
@@ -138,6 +169,10 @@ std::string_view Value::typeName() const {
     return flavor_ == Flavor::Tuple ? "tuple" : "list";
   case Kind::Map:
     return "dict";
+  case Kind::Namespace:
+    return "Namespace";
+  case Kind::Macro:
+    return "Macro";
   }
   return "?";
 }
@@ -151,6 +186,10 @@ bool Value::sameObject(const Value &other) const {
     return map_ == other.map_;
   if (isString())
     return text_ == other.text_;
+  if (isNamespace())
+    return attributes_ == other.attributes_;
+  if (isMacro())
+    return int_ == other.int_;
   return false;
 }
 
@@ -219,6 +258,9 @@ std::optional<bool> pyEquals(const Value &a, const Value &b, uint64_t &budget) {
     }
     return true;
   }
+  case Value::Kind::Namespace:
+  case Value::Kind::Macro:
+    return a.sameObject(b); // objects: identity, as Python's default
   default:
     return false; // numbers were handled above
   }
@@ -303,8 +345,11 @@ void appendRepr(LimitedText &out, const Value &value) {
     out.add(value.isTuple() ? ")" : "]");
     return;
   }
-  case Value::Kind::Map: {
-    out.add("{");
+  case Value::Kind::Map:
+  case Value::Kind::Namespace: {
+    // jinja2's Namespace prints its attributes as a dict: <Namespace {...}>.
+    const bool ns = value.isNamespace();
+    out.add(ns ? "<Namespace {" : "{");
     bool first = true;
     for (const auto &[key, item] : value.asMap()) {
       if (!first)
@@ -314,9 +359,12 @@ void appendRepr(LimitedText &out, const Value &value) {
       out.add(": ");
       appendRepr(out, item);
     }
-    out.add("}");
+    out.add(ns ? "}>" : "}");
     return;
   }
+  case Value::Kind::Macro:
+    out.add("<Macro " + pytext::repr(value.macroName()) + ">");
+    return;
   }
 }
 
@@ -410,6 +458,11 @@ struct JsonWriter {
       out.add("]");
       return;
     }
+    case Value::Kind::Namespace:
+    case Value::Kind::Macro:
+      problem = "Object of type " + std::string(value.typeName()) +
+                " is not JSON serializable";
+      return;
     case Value::Kind::Map: {
       const ValueMap &map = value.asMap();
       if (map.empty()) {

@@ -6,7 +6,10 @@
 // A list also stands for a tuple (printed as one) and for the iterables
 // Python does not print as lists (range, dict views, generators: a "view",
 // which can be iterated but not printed). Values are immutable and cheap to
-// copy: strings and containers are shared.
+// copy: strings and containers are shared. Two objects are not data: a
+// namespace (jinja2's namespace(), the one mutable value: its attributes
+// are shared by every copy, which is how a loop body sets them) and a macro
+// (a reference to a {% macro %} the renderer holds).
 //
 // Every container records its nesting depth, so that code walking a value
 // recursively can refuse values nested deeper than it allows.
@@ -34,7 +37,18 @@ using ValueList = std::vector<Value>;
 
 class Value {
 public:
-  enum class Kind : uint8_t { Undefined, None, Bool, Int, Float, String, List, Map };
+  enum class Kind : uint8_t {
+    Undefined,
+    None,
+    Bool,
+    Int,
+    Float,
+    String,
+    List,
+    Map,
+    Namespace,
+    Macro
+  };
 
   /// Undefined, as a missing variable is.
   Value() = default;
@@ -60,6 +74,10 @@ public:
   /// Python's results would differ from a list's.
   static Value view(ValueList items, std::string pythonType);
   static Value map(ValueMap entries);
+  /// jinja2's namespace(): attributes `entries`, shared by every copy.
+  static Value nameSpace(ValueMap entries);
+  /// A macro named `name`, the renderer's macro number `id`.
+  static Value macro(std::string name, int64_t id);
 
   Kind kind() const { return kind_; }
   bool isUndefined() const { return kind_ == Kind::Undefined; }
@@ -70,6 +88,8 @@ public:
   bool isString() const { return kind_ == Kind::String; }
   bool isList() const { return kind_ == Kind::List; }
   bool isMap() const { return kind_ == Kind::Map; }
+  bool isNamespace() const { return kind_ == Kind::Namespace; }
+  bool isMacro() const { return kind_ == Kind::Macro; }
   bool isTuple() const { return kind_ == Kind::List && flavor_ == Flavor::Tuple; }
   bool isView() const { return kind_ == Kind::List && flavor_ == Flavor::View; }
   /// Lists of one flavor: both plain lists, both tuples, or both views.
@@ -86,7 +106,13 @@ public:
   double asFloat() const { return isFloat() ? float_ : static_cast<double>(int_); }
   const std::string &asString() const;
   const ValueList &asList() const;
+  /// A dict's entries, or a namespace's attributes.
   const ValueMap &asMap() const;
+  /// Sets a namespace's attribute (seen by every copy of the namespace).
+  void setAttribute(std::string name, Value value) const;
+  /// A macro's name and number.
+  const std::string &macroName() const;
+  int64_t macroId() const { return int_; }
   /// Why an undefined value is undefined ("" when not known).
   const std::string &undefinedHint() const;
 
@@ -112,6 +138,7 @@ private:
   std::shared_ptr<const std::string> text_; // string, undefined's hint, view's type
   std::shared_ptr<const ValueList> list_;
   std::shared_ptr<const ValueMap> map_;
+  std::shared_ptr<ValueMap> attributes_; // a namespace's
 };
 
 /// A dict: string keys, insertion order kept; setting an existing key

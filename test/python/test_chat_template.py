@@ -185,6 +185,13 @@ CORPUS = {
     "whitespace_only": "   \n\t\n",
     "if_elif_else": "{% for n in [0, 1, 2, 3] %}{% if n == 0 %}zero{% elif n == 1 %}one{% elif n == 2 %}two{% else %}many{% endif %},{% endfor %}",
     "nested_if_for_ws": "{% for m in msgs %}\n  {% if m.role == 'user' %}\n    U: {{ m.content }}\n  {% else %}\n    A: {{ m.content }}\n  {% endif %}\n{% endfor %}\n",
+    # macros and namespace(), as GLM's own templates use them
+    "macros": "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }}|{{ greet('b', '?') }}|{{ greet(punct='.', name='c') }}|{{ greet() }}|{{ greet('x').endswith('!') }}|{{ greet('y') | length }}|{{ greet }}|{{ greet is defined }}|{{ greet('z') ~ 1 }}",
+    "macro_scope": "{% set top = 'T' %}{% macro show() %}[{{ top }}{{ v }}{{ x }}]{% set top = 'inner' %}{{ top }}{% endmacro %}{% for x in xs %}{{ show() }}{% endfor %}{{ top }}{% set top = 'later' %}{{ show() }}",
+    "macro_chain": "{% macro a(p, q=p ~ '!') %}{{ q }}{{ b(p) }}{% endmacro %}{% macro b(z) -%} <{{ z }}> {%- endmacro %}{{ a(1) }}{{ a(2, 'x') }}{% macro fact(n) %}{{ 1 if n <= 1 else n * (fact(n - 1) | int) }}{% endmacro %}{{ fact(5) }}",
+    "macro_loops": "{% macro items(xs) %}{% for x in xs %}{% if x > 1 %}{% break %}{% endif %}{{ x }}{% endfor %}{% endmacro %}{% for y in [1] %}{{ items([1, 2, 3]) }}{{ loop.index }}{% endfor %}{% macro empty() %}{% endmacro %}[{{ empty() }}]",
+    "macro_visible_text": "{%- macro visible_text(content) -%}\n    {%- if content is string -%}\n        {{- content }}\n    {%- elif content is iterable and content is not mapping -%}\n        {%- for item in content -%}\n            {%- if item is mapping and item.type == 'text' -%}\n                {{- item.text }}\n            {%- elif item is string -%}\n                {{- item }}\n            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n        {{- content }}\n    {%- endif -%}\n{%- endmacro -%}\n{{ visible_text('plain') }}|{{ visible_text([{'type': 'text', 'text': 'a'}, 'b', {'type': 'image'}]) }}|{{ visible_text(none) }}|{{ visible_text(m) }}",
+    "namespace": "{% set ns = namespace(last=-1, hits=[]) %}{% for x in msgs %}{% if x.role == 'user' %}{% set ns.last = loop.index0 %}{% endif %}{% set ns.hits = ns.hits + [loop.index] %}{% endfor %}{{ ns.last }}|{{ ns.hits }}|{{ ns.missing is defined }}|{{ ns }}|{{ ns['last'] }}|{{ namespace({'a': 1}, b=2) }}|{{ namespace() }}|{{ ns == ns }}|{{ [ns] }}{% set alias = ns %}{% set alias.last = 9 %}|{{ ns.last }}",
     "hf_style": "{{ bos }}{% for message in msgs %}{{ '<|' + message['role'] + '|>\\n' + message['content'] | trim + eos }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}",
 }
 
@@ -364,6 +371,93 @@ def test_glm_template_matches_jinja2(tmp_path, name, generation_prompt):
     assert got.decode("utf-8") == expected
 
 
+# A template in the form GLM-4.5 and later ship (written here, not copied):
+# a macro for a message's visible text, a namespace carrying the last user
+# turn's index out of a loop, the thinking block split off an assistant
+# turn with str methods, consecutive tool turns under one marker, and
+# enable_thinking. Real GLM files' templates use exactly these constructs.
+THINKING_TEMPLATE = """[gMASK]<sop>
+{%- if tools -%}
+<|system|>
+# Tools
+{% for tool in tools %}
+{{ tool | tojson(ensure_ascii=False) }}
+{% endfor %}
+{%- endif -%}
+{%- macro text_of(content) -%}
+    {%- if content is string -%}{{- content }}
+    {%- elif content is iterable and content is not mapping -%}
+        {%- for part in content -%}
+            {%- if part is mapping and part.type == 'text' -%}{{- part.text }}
+            {%- elif part is string -%}{{- part }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- elif content is not none -%}{{- content }}
+    {%- endif -%}
+{%- endmacro -%}
+{%- set state = namespace(last_user=-1) %}
+{%- for m in messages %}
+    {%- if m.role == 'user' %}{% set state.last_user = loop.index0 %}{% endif %}
+{%- endfor %}
+{% for m in messages %}
+{%- if m.role == 'user' -%}<|user|>
+{{ text_of(m.content) }}
+{{- '/nothink' if (enable_thinking is defined and not enable_thinking and not text_of(m.content).endswith('/nothink')) else '' -}}
+{%- elif m.role == 'assistant' -%}
+<|assistant|>
+{%- set thought = '' %}
+{%- set body = text_of(m.content) %}
+{%- if m.reasoning_content is string %}{% set thought = m.reasoning_content %}
+{%- elif '</think>' in body %}
+    {%- set thought = body.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}
+    {%- set body = body.split('</think>')[-1].lstrip('\\n') %}
+{%- endif %}
+{%- if loop.index0 > state.last_user and thought -%}
+{{ '\\n<think>' + thought.strip() + '</think>' }}
+{%- else -%}
+{{ '\\n<think></think>' }}
+{%- endif -%}
+{%- if body.strip() -%}{{ '\\n' + body.strip() }}{%- endif -%}
+{%- elif m.role in ['tool', 'observation'] -%}
+{%- if loop.first or messages[loop.index0 - 1].role not in ['tool', 'observation'] %}{{- '<|observation|>' }}{% endif %}
+{{- '\\n<tool_response>\\n' ~ text_of(m.content) ~ '\\n</tool_response>' }}
+{%- elif m.role == 'system' -%}
+<|system|>
+{{ text_of(m.content) }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|assistant|>{{- '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' -}}{%- endif -%}
+"""
+
+THINKING_CONVERSATIONS = dict(CONVERSATIONS, thinking=[
+    turn("user", "What is 2+2?"),
+    turn("assistant", "<think>\nAdd them.\n</think>\n\n4"),
+    turn("user", "And 3+3?"),
+    {"role": "assistant", "content": "6", "reasoning_content": " Add. "},
+    {"role": "assistant", "content": "<think>again</think>6 /nothink"},
+    turn("tool", "r1"), turn("observation", "r2"),
+    turn("user", "ok /nothink"),
+], thinking_after_last_user=[
+    turn("system", [{"type": "text", "text": "Be brief."}]),
+    turn("user", "Go"),
+    {"role": "assistant", "content": "done", "reasoning_content": "\n plan \n"},
+    turn("assistant", "<think>\nstep two\n</think>\n\nfinal"),
+    turn("assistant", "no thought"),
+])
+
+
+@pytest.mark.parametrize("name", sorted(THINKING_CONVERSATIONS))
+@pytest.mark.parametrize("thinking", [None, True, False])
+def test_glm_style_template_with_macros_matches_jinja2(tmp_path, name,
+                                                       thinking):
+    context = {"messages": THINKING_CONVERSATIONS[name],
+               "add_generation_prompt": True, "tools": [WEATHER_TOOL]}
+    if thinking is not None:
+        context["enable_thinking"] = thinking
+    expected = jinja_render(THINKING_TEMPLATE, context)
+    assert kiln_render(tmp_path, THINKING_TEMPLATE, context) == expected
+
+
 @pytest.mark.parametrize("tools", [[WEATHER_TOOL], [WEATHER_TOOL, {
     "name": "plain", "description": "no wrapper", "parameters": {}}], [], None])
 def test_glm_template_with_tools_matches_jinja2(tmp_path, tools):
@@ -427,8 +521,8 @@ def test_glm_template_errors(tmp_path, messages, message):
 # --- errors --------------------------------------------------------------------
 
 @pytest.mark.parametrize("source, where, what", [
-    ("{% macro m() %}x{% endmacro %}", "line 1, column 4",
-     "unsupported: '{% macro %}'"),
+    ("{% macro m() %}{{ varargs }}{% endmacro %}", "line 1, column 19",
+     "unsupported: 'varargs' in a macro"),
     ("a\n{% include 'x.jinja' %}", "line 2, column 4",
      "unsupported: '{% include %}'"),
     ("{% extends 'base' %}", "line 1, column 4", "unsupported: '{% extends %}'"),
@@ -440,11 +534,9 @@ def test_glm_template_errors(tmp_path, messages, message):
      "unsupported: filter 'frobnicate'"),
     ("{{ x | map('upper') }}", "line 1, column 6", "unsupported: filter 'map'"),
     ("{{ x is frob }}", "line 1, column 6", "unsupported: test 'is frob'"),
-    ("{% set ns = namespace(a=1) %}", "line 1, column 13",
-     "unsupported: function 'namespace()'"),
+    ("{{ dict(a=1) }}", "line 1, column 4", "unsupported: function 'dict()'"),
     ("{{ foo(1) }}", "line 1, column 4", "unsupported: unknown function 'foo()'"),
     ("{{ 'x'.title() }}", "line 1, column 7", "unsupported: method '.title()'"),
-    ("{% set ns.a = 1 %}", "line 1, column 10", "namespace()"),
     ("{% set x %}a{% endset %}", "line 1, column 10",
      "unsupported: block assignment"),
     ("{% for x in xs recursive %}{% endfor %}", "line 1, column 16",
@@ -526,6 +618,27 @@ def test_malformed_templates_are_errors(tmp_path, source, where, what):
     ("{{ range(3) | tojson }}", "line 1, column 13", "not JSON serializable"),
     ("{{ range(2) + range(2) }}", "line 1, column 13", "unsupported operand"),
     ("{{ xs.strip() }}", "line 1, column 6", "has no method 'strip()'"),
+    # Macros and namespaces, as jinja2 refuses them.
+    ("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "line 1, column 34",
+     "macro 'm' takes not more than 1 argument(s)"),
+    ("{% macro m(a) %}{% endmacro %}{{ m(b=2) }}", "line 1, column 34",
+     "macro 'm' takes no keyword argument 'b'"),
+    ("{% macro m(a) %}{% endmacro %}{{ m(1, a=2) }}", "line 1, column 34",
+     "macro 'm' takes no keyword argument 'a'"),
+    ("{{ q() }}{% macro q() %}{% endmacro %}", "line 1, column 4",
+     "'q' is undefined"),
+    ("{{ m() }}{% macro m() %}{% endmacro %}", "line 1, column 4",
+     "'dict' object is not callable"),
+    ("{% set x = 1 %}{% set x.a = 2 %}", "line 1, column 19",
+     "cannot assign attribute on non-namespace object"),
+    ("{% set ns.a = 2 %}", "line 1, column 4", "'ns' is undefined"),
+    ("{% set ns = namespace(a=1) %}{{ ns | tojson }}", "line 1, column 36",
+     "Object of type Namespace is not JSON serializable"),
+    ("{% set ns = namespace(a=1) %}{{ ns | length }}", "line 1, column 36",
+     "has no len()"),
+    ("{% set ns = namespace(a=1) %}{% for k in ns %}{% endfor %}",
+     "line 1, column 42", "not iterable"),
+    ("{{ namespace(1) }}", "line 1, column 14", "namespace() takes a dict"),
 ])
 def test_render_errors(tmp_path, source, where, what):
     with pytest.raises(Exception):
@@ -585,6 +698,16 @@ def test_refused_where_output_would_differ(tmp_path, source, where, what):
     ("{{ [1] * 100000000 }}", "list longer than the limit"),
     ("{{ ('x' * 1000000) | replace('x', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
      "string longer than the limit"),
+    # A macro calling itself without end; one doubling its output.
+    ("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}",
+     "macro calls nested too deeply"),
+    ("{% macro d(n) %}{% if n %}{{ d(n - 1) }}{{ d(n - 1) }}{% else %}"
+     "{{ 'x' * 100000 }}{% endif %}{% endmacro %}{{ d(40) }}",
+     "longer than the limit"),
+    ("{% set ns = namespace() %}{% set ns.me = [ns] %}",
+     "a namespace stored in a namespace"),
+    ("{% macro d(n) %}{% if n %}{{ d(n - 1) }}{{ d(n - 1) }}{% endif %}"
+     "{% endmacro %}{{ d(40) }}", "macro calls"),
 ])
 def test_hostile_templates_are_bounded(tmp_path, source, what):
     message = kiln_error(tmp_path, source)
