@@ -266,8 +266,10 @@ std::optional<double> parsePythonFloat(std::string_view text) {
 
 /// Budget of element comparisons for ==, `in` and ordering in one render.
 constexpr uint64_t kCompareBudget = 10'000'000;
-/// Macro calls in progress at once (a macro may call itself).
-constexpr uint32_t kMaxMacroDepth = 100;
+/// Macro calls in progress at once (a macro may call itself). Each may
+/// nest expressions and statements to their own limits, so this bounds the
+/// renderer's stack: GLM's templates call one macro from another at most.
+constexpr uint32_t kMaxMacroDepth = 20;
 /// Longest list an operation may build.
 constexpr size_t kMaxListLength = 1'000'000;
 /// jinja2's sandbox (which HuggingFace uses) refuses larger ranges.
