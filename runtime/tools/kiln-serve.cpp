@@ -487,6 +487,28 @@ std::vector<int32_t> Server::promptOf(const json &body, bool chat) {
     chat::Value context =
         chat::chatContext(*messages, /*addGenerationPrompt=*/true,
                           std::nullopt, std::nullopt, tools);
+    // chat_template_kwargs (vLLM's name): more variables for the template,
+    // e.g. {"enable_thinking": false} for GLM's.
+    if (body.contains("chat_template_kwargs") &&
+        !body["chat_template_kwargs"].is_null()) {
+      const json &extra = body["chat_template_kwargs"];
+      if (!extra.is_object())
+        throw BadRequest{"'chat_template_kwargs' must be an object",
+                         "chat_template_kwargs"};
+      chat::ValueMap vars = context.asMap();
+      for (const auto &[name, value] : extra.items()) {
+        if (name == "messages" || name == "tools" ||
+            name == "add_generation_prompt")
+          throw BadRequest{"'chat_template_kwargs' may not set '" + name + "'",
+                           "chat_template_kwargs"};
+        Expected<chat::Value> v =
+            chat::valueFromJson(value, "chat_template_kwargs");
+        if (!v)
+          throw BadRequest{v.error().message(), "chat_template_kwargs"};
+        vars.set(name, *v);
+      }
+      context = chat::Value::map(std::move(vars));
+    }
     Expected<std::string> rendered = chatTemplate_.render(context);
     if (!rendered)
       throw BadRequest{"the chat template refused the conversation: " +

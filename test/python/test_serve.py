@@ -640,3 +640,46 @@ def test_metrics_count_requests_and_tokens(server, client):
     assert delta("kiln_generation_seconds_total") > 0
     assert after["kiln_requests_running"] == 0
     assert after["kiln_requests_waiting"] == 0
+
+
+@pytest.fixture(scope="module")
+def thinking_server(glm_model, tmp_path_factory):
+    """A GLM-style template with macros, a namespace and enable_thinking
+    (test_chat_template.THINKING_TEMPLATE) as --chat-template FILE."""
+    from test_chat_template import THINKING_TEMPLATE
+    path = tmp_path_factory.mktemp("thinking") / "glm-style.jinja"
+    path.write_text(THINKING_TEMPLATE)
+    proc, url = start_server(glm_model, 384, "--chat-template", str(path))
+    yield proc, url
+    stop_server(proc)
+
+
+def test_chat_template_kwargs(glm_model, thinking_server):
+    """chat_template_kwargs reach the template: enable_thinking=false makes
+    the same prompt jinja2 renders with it (the user turn marked /nothink,
+    an empty thinking block after <|assistant|>)."""
+    client = openai_client(thinking_server[1])
+    from test_chat_template import THINKING_TEMPLATE, jinja_render
+    messages = [{"role": "user", "content": "Hi"}]
+    counts = {}
+    for thinking in (None, False):
+        extra = ({} if thinking is None else
+                 {"chat_template_kwargs": {"enable_thinking": thinking}})
+        r = client.chat.completions.create(model="tiny", max_tokens=4,
+                                           temperature=0, messages=messages,
+                                           extra_body=extra)
+        context = dict(messages=messages, add_generation_prompt=True)
+        if thinking is not None:
+            context["enable_thinking"] = thinking
+        prompt = jinja_render(THINKING_TEMPLATE, context)
+        expected = greedy_text(glm_model, prompt, 4)
+        assert r.usage.prompt_tokens == expected["prompt_tokens"]
+        counts[thinking] = r.usage.prompt_tokens
+    assert counts[False] > counts[None]
+    for bad, what in (("x", "must be an object"),
+                      ({"messages": []}, "may not set 'messages'")):
+        status, body = _post(thinking_server[1] + "/v1/chat/completions",
+                             {"messages": messages,
+                              "chat_template_kwargs": bad})
+        assert status == 400 and what in body["error"]["message"]
+        assert body["error"]["param"] == "chat_template_kwargs"
