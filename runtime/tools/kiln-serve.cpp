@@ -35,6 +35,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -77,6 +78,9 @@ options:
                            writes tools and tool calls; docs/chat.md)
   --reasoning MODE         separate (default): a chat reply's thinking block
                            as "reasoning_content"; inline: left in "content"
+  --api-key KEY            answer only requests that send "Authorization:
+                           Bearer KEY" (401 otherwise; /health stays open);
+                           default: $KILN_API_KEY, else no key
   --threads N, --device N, --eager, --one-gpu,
   --backend-dir DIR        as kiln-run
   --help                   this text
@@ -423,7 +427,8 @@ public:
         maxContext_(maxContext), separateReasoning_(separateReasoning),
         generator_(session_, &tok_), created_(std::time(nullptr)) {}
 
-  void install(httplib::Server &http);
+  /// The routes; with `apiKey`, every one but /health asks for it.
+  void install(httplib::Server &http, const std::string &apiKey);
 
 private:
   void completions(const httplib::Request &req, httplib::Response &res,
@@ -797,7 +802,27 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
       });
 }
 
-void Server::install(httplib::Server &http) {
+void Server::install(httplib::Server &http, const std::string &apiKey) {
+  // --api-key: every route but /health wants "Authorization: Bearer KEY"
+  // (compared in constant time, so the key does not leak through timing).
+  if (!apiKey.empty())
+    http.set_pre_routing_handler([apiKey](const httplib::Request &req,
+                                          httplib::Response &res) {
+      if (req.path == "/health")
+        return httplib::Server::HandlerResponse::Unhandled;
+      const std::string given = req.get_header_value("Authorization");
+      const std::string want = "Bearer " + apiKey;
+      unsigned char diff = given.size() == want.size() ? 0 : 1;
+      for (size_t i = 0; i < want.size(); ++i)
+        diff |= static_cast<unsigned char>((i < given.size() ? given[i] : 0) ^
+                                           want[i]);
+      if (diff == 0)
+        return httplib::Server::HandlerResponse::Unhandled;
+      sendError(res, 401,
+                "a valid API key is needed: send 'Authorization: Bearer KEY'",
+                "invalid_request_error", nullptr, "invalid_api_key");
+      return httplib::Server::HandlerResponse::Handled;
+    });
   http.Get("/health", [](const httplib::Request &, httplib::Response &res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
@@ -898,6 +923,9 @@ int main(int argc, char **argv) {
   uint64_t maxContext = 0;
   std::string chatTemplate;
   bool separateReasoning = true;
+  std::string apiKey;
+  if (const char *env = std::getenv("KILN_API_KEY"))
+    apiKey = env;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char *flag) -> std::string {
@@ -929,6 +957,10 @@ int main(int argc, char **argv) {
       maxContext = integer("--max-context", 1, uint64_t(1) << 31);
     } else if (arg == "--chat-template") {
       chatTemplate = value("--chat-template");
+    } else if (arg == "--api-key") {
+      apiKey = value("--api-key");
+      if (apiKey.empty())
+        return usageError("--api-key: expected a non-empty key");
     } else if (arg == "--reasoning") {
       std::string mode = value("--reasoning");
       if (mode != "separate" && mode != "inline")
@@ -964,7 +996,7 @@ int main(int argc, char **argv) {
   Server server(s, std::move(model->tokenizer),
                 std::move(model->chat.chatTemplate), modelName, maxContext,
                 separateReasoning);
-  server.install(http);
+  server.install(http, apiKey);
   int bound = port == 0 ? http.bind_to_any_port(host) : port;
   if (port != 0 && !http.bind_to_port(host, port))
     return fail(Error(fmt::format("{}:{}", host, port), "",
@@ -976,9 +1008,10 @@ int main(int argc, char **argv) {
   std::signal(SIGINT, stopOnSignal);
   std::signal(SIGTERM, stopOnSignal);
   std::printf("kiln-serve: serving '%s' on http://%s:%d (backend %s, context "
-              "%llu)\n",
+              "%llu%s)\n",
               modelName.c_str(), host.c_str(), bound,
-              s.artifact().target.c_str(), (unsigned long long)maxContext);
+              s.artifact().target.c_str(), (unsigned long long)maxContext,
+              apiKey.empty() ? "" : ", API key required");
   std::fflush(stdout);
   if (!http.listen_after_bind())
     return fail(Error(host, "", "the server stopped with an error"));

@@ -683,3 +683,28 @@ def test_chat_template_kwargs(glm_model, thinking_server):
                               "chat_template_kwargs": bad})
         assert status == 400 and what in body["error"]["message"]
         assert body["error"]["param"] == "chat_template_kwargs"
+
+
+def test_api_key(model):
+    """--api-key (or $KILN_API_KEY): requests without the key, or with
+    another, get a 401; /health stays open."""
+    import openai
+    proc, url = start_server(model, 96, "--api-key", "s3cret")
+    try:
+        good = openai.OpenAI(base_url=url + "/v1", api_key="s3cret",
+                             max_retries=0, timeout=60)
+        assert [m.id for m in good.models.list().data] == ["tiny"]
+        r = good.completions.create(model="tiny", prompt="x", max_tokens=2,
+                                    temperature=0)
+        assert r.choices[0].finish_reason in ("length", "stop")
+        bad = openai.OpenAI(base_url=url + "/v1", api_key="s3cre",
+                            max_retries=0, timeout=60)
+        with pytest.raises(openai.AuthenticationError) as e:
+            bad.models.list()
+        assert e.value.body["code"] == "invalid_api_key"
+        status, _ = _post(url + "/tokenize", {"prompt": "x"})
+        assert status == 401
+        with urllib.request.urlopen(url + "/health") as r:
+            assert json.load(r) == {"status": "ok"}
+    finally:
+        stop_server(proc)
