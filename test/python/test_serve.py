@@ -32,7 +32,8 @@ def start_server(model, max_context=96, *extra):
         [str(tool("kiln-serve")), str(art), "--weights", str(gguf), "--port",
          "0", "--model-name", "tiny", "--max-context", str(max_context),
          "--threads", "2", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k != "KILN_API_KEY"})
     line = proc.stdout.readline()
     assert "serving 'tiny' on http://127.0.0.1:" in line, (
         line, proc.stderr.read() if proc.poll() is not None else "")
