@@ -7,11 +7,7 @@
 namespace kiln::runtime {
 
 std::vector<int32_t> endOfReplyIds(const tokenizer::Tokenizer &tokenizer) {
-  std::vector<int32_t> ids;
-  for (std::optional<int32_t> id : {tokenizer.eosId(), tokenizer.eotId()})
-    if (id)
-      ids.push_back(*id);
-  return ids;
+  return tokenizer.endOfReplyIds();
 }
 
 Expected<ModelChatTemplate> loadChatTemplate(const gguf::GGUFModel &model,

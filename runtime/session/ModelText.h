@@ -20,7 +20,8 @@
 
 namespace kiln::runtime {
 
-/// The ids that end generation: the tokenizer's eos and eot, when set.
+/// The ids that end generation (Tokenizer::endOfReplyIds: eos, eot and
+/// GLM's turn markers).
 std::vector<int32_t> endOfReplyIds(const tokenizer::Tokenizer &tokenizer);
 
 struct ModelChatTemplate {

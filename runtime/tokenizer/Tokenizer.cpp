@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <limits>
 #include <mutex>
 #include <queue>
@@ -513,6 +514,22 @@ std::optional<int32_t> Tokenizer::findToken(std::string_view text) const {
   if (it == ids_.end())
     return std::nullopt;
   return it->second;
+}
+
+std::vector<int32_t> Tokenizer::endOfReplyIds() const {
+  std::vector<int32_t> ids;
+  auto add = [&](std::optional<int32_t> id) {
+    if (id && std::find(ids.begin(), ids.end(), *id) == ids.end())
+      ids.push_back(*id);
+  };
+  add(eos_);
+  add(eot_);
+  for (std::string_view marker :
+       {"<|endoftext|>", "<|user|>", "<|observation|>"})
+    if (std::optional<int32_t> id = findToken(marker);
+        id && tokenType(*id) == TokenType::Control)
+      add(id);
+  return ids;
 }
 
 Expected<std::string> StreamDecoder::push(int32_t id) {

@@ -103,6 +103,12 @@ public:
   std::optional<int32_t> eosId() const { return eos_; }
   std::optional<int32_t> eotId() const { return eot_; }
   std::optional<int32_t> padId() const { return pad_; }
+  /// The ids that end a reply: eos and eot when set, and GLM's turn
+  /// markers where the vocabulary has them as control tokens
+  /// (<|endoftext|>, <|user|>, <|observation|>: a GLM model ends its turn
+  /// with the next speaker's marker, <|observation|> after a tool call),
+  /// as llama.cpp's end-of-generation set for GLM. Each once, in that order.
+  std::vector<int32_t> endOfReplyIds() const;
 
   /// tokenizer.ggml.pre as read ("glm4" when absent).
   const std::string &preTokenizer() const { return pre_; }

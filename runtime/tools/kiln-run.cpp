@@ -61,8 +61,9 @@ options:
                            the text become their ids); the output is then text
                            too, streamed as it is generated
   --prompt-tokens IDS      the prompt as comma-separated token ids, e.g. 1,2,3
-  --ignore-eos             keep generating after an end-of-sequence token (by
-                           default generation stops at the file's eos/eot ids)
+  --ignore-eos             keep generating after an end-of-reply token (by
+                           default generation stops at the file's eos/eot ids
+                           and GLM's <|endoftext|>, <|user|>, <|observation|>)
   -n N                     tokens to generate (default 16; 0: only evaluate
                            the prompt, i.e. teacher forcing)
   --temperature T          sample with temperature T (default 0: greedy)

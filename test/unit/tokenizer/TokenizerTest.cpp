@@ -601,3 +601,31 @@ TEST(TokenizerMetadata, SpecialIds) {
             "bad.gguf: tokenizer.ggml.eot_token_id: token id 1099511627776 is "
             "outside the vocabulary of 265 tokens");
 }
+
+//===----------------------------------------------------------------------===//
+// End of a reply
+//===----------------------------------------------------------------------===//
+
+// eos and eot, then GLM's turn markers that are control tokens: a GLM model
+// ends a turn that calls a tool with <|observation|>, which is neither.
+TEST(EndOfReply, EosEotAndGlmTurnMarkers) {
+  Vocab v;
+  const int32_t eos = v.add("<|endoftext|>", TokenType::Control);
+  const int32_t user = v.add("<|user|>", TokenType::Control);
+  const int32_t obs = v.add("<|observation|>", TokenType::Control);
+  const int32_t stop = v.add("<stop>", TokenType::Control);
+  Metadata m = with(with(v.metadata(), kEosKey, Value::u32(uint32_t(stop))),
+                    kEotKey, Value::u32(uint32_t(user)));
+  EXPECT_EQ(load(m).endOfReplyIds(),
+            (std::vector<int32_t>{stop, user, eos, obs}));
+  // Markers spelled as plain text are not turn markers.
+  Vocab plain;
+  plain.add("<|observation|>", TokenType::Normal);
+  const int32_t plainEos = plain.add("<|endoftext|>", TokenType::Control);
+  EXPECT_EQ(
+      load(with(plain.metadata(), kEosKey, Value::u32(uint32_t(plainEos))))
+          .endOfReplyIds(),
+      (std::vector<int32_t>{plainEos}));
+  // Nothing set, no markers: none.
+  EXPECT_TRUE(load(Vocab().metadata()).endOfReplyIds().empty());
+}
