@@ -20,8 +20,11 @@ Sampler::Sampler(const SamplingOptions &options)
 int32_t Sampler::sample(std::span<const float> input,
                         std::span<const int32_t> history) {
   std::span<const float> logits = input;
-  if (options_.penalises() && !history.empty()) {
+  if (options_.penalises()) {
     penalised_.assign(input.begin(), input.end());
+    for (auto [token, bias] : options_.logitBias)
+      if (token >= 0 && size_t(token) < penalised_.size())
+        penalised_[size_t(token)] += bias;
     counts_.assign(penalised_.size(), 0);
     size_t from = history.size() > size_t(options_.repeatWindow)
                       ? history.size() - size_t(options_.repeatWindow)

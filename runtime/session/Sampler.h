@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace kiln::runtime {
@@ -22,6 +23,9 @@ struct SamplingOptions {
   /// occurs there at all.
   double frequencyPenalty = 0;
   double presencePenalty = 0;
+  /// Added to the logits of these token ids before anything else (OpenAI's
+  /// logit_bias).
+  std::vector<std::pair<int32_t, float>> logitBias;
   int64_t repeatWindow = 64;
   uint64_t seed = 0;
 
@@ -30,7 +34,8 @@ struct SamplingOptions {
   /// greedy, which the step's own argmax answers).
   bool needsLogits() const { return !greedy() || penalises(); }
   bool penalises() const {
-    return repeatPenalty != 1 || frequencyPenalty != 0 || presencePenalty != 0;
+    return repeatPenalty != 1 || frequencyPenalty != 0 ||
+           presencePenalty != 0 || !logitBias.empty();
   }
 };
 

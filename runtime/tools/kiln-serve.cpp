@@ -252,6 +252,42 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
   s.presencePenalty = number<double>(body, "presence_penalty", 0.0, -2.0, 2.0);
   s.seed = number<uint64_t>(body, "seed", 0, 0, UINT64_MAX);
   o.choices = int(number<int64_t>(body, "n", 1, 1, kMaxChoices));
+  // logit_bias: {"token id": bias in [-100, 100]}, added before sampling.
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+    const json &bias = body["logit_bias"];
+    if (!bias.is_object())
+      throw BadRequest{"'logit_bias' must be an object of token ids",
+                       "logit_bias"};
+    for (const auto &[key, value] : bias.items()) {
+      uint64_t id = 0;
+      if (!parseUnsigned(key.c_str(), 0, uint64_t(tok.vocabSize() - 1), id))
+        throw BadRequest{fmt::format("'logit_bias' key '{}' is not a token id "
+                                     "in [0, {})",
+                                     key, tok.vocabSize()),
+                         "logit_bias"};
+      if (!value.is_number() ||
+          !(value.get<double>() >= -100 && value.get<double>() <= 100))
+        throw BadRequest{"'logit_bias' values must be numbers in [-100, 100]",
+                         "logit_bias"};
+      s.logitBias.emplace_back(int32_t(id), value.get<float>());
+    }
+  }
+  // What would change the reply in ways this server does not do: refused,
+  // not ignored.
+  if (body.contains("response_format") && !body["response_format"].is_null()) {
+    const json &rf = body["response_format"];
+    if (!rf.is_object() || rf.value("type", "") != "text")
+      throw BadRequest{"'response_format' other than {\"type\": \"text\"} "
+                       "needs constrained decoding, which this server does "
+                       "not do",
+                       "response_format"};
+  }
+  if (!chat && body.contains("suffix") && !body["suffix"].is_null())
+    throw BadRequest{"'suffix' (text after the completion) is not supported",
+                     "suffix"};
+  if (!chat && body.contains("best_of") && !body["best_of"].is_null() &&
+      number<int64_t>(body, "best_of", 1, 1, kMaxChoices) != o.choices)
+    throw BadRequest{"'best_of' other than n is not supported", "best_of"};
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json &stop = body["stop"];
     if (stop.is_string()) {

@@ -709,3 +709,35 @@ def test_api_key(model):
             assert json.load(r) == {"status": "ok"}
     finally:
         stop_server(proc)
+
+
+def test_logit_bias_and_refused_parameters(server, client):
+    status, body = _post(server[1] + "/tokenize", {"prompt": "A"})
+    (a,) = body["tokens"]
+    args = dict(model="tiny", prompt="Kiln", max_tokens=4, temperature=0)
+    # +100 on one token makes greedy decoding pick it every time.
+    r = client.completions.create(logit_bias={str(a): 100}, **args)
+    assert r.choices[0].text == "A" * 4
+    # -100 on the unbiased reply's first token moves it off that token.
+    plain = client.completions.create(logprobs=0, **args)
+    first = plain.choices[0].logprobs.tokens[0]
+    status, body = _post(server[1] + "/tokenize", {"prompt": first})
+    if len(body["tokens"]) == 1:
+        other = client.completions.create(
+            logprobs=0, logit_bias={str(body["tokens"][0]): -100}, **args)
+        assert other.choices[0].logprobs.tokens[0] != first
+    import openai
+    for extra, param in ((dict(logit_bias={"-1": 1}), "logit_bias"),
+                         (dict(logit_bias={str(a): 101}), "logit_bias"),
+                         (dict(suffix="end"), "suffix"),
+                         (dict(best_of=3), "best_of")):
+        with pytest.raises(openai.APIStatusError) as e:
+            client.completions.create(**args, **extra)
+        assert e.value.status_code == 400 and e.value.body["param"] == param
+    with pytest.raises(openai.APIStatusError) as e:
+        client.chat.completions.create(
+            model="tiny", max_tokens=2,
+            messages=[{"role": "user", "content": "x"}],
+            response_format={"type": "json_object"})
+    assert e.value.body["param"] == "response_format"
+    assert "constrained decoding" in e.value.body["message"]
