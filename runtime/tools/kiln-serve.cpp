@@ -414,13 +414,7 @@ json completionLogprobs(const std::vector<TokenLogprob> &lps,
     std::string text = tokenText(tok, lp.token);
     out["tokens"].push_back(text);
     out["token_logprobs"].push_back(first ? json(nullptr) : json(lp.logprob));
-    if (first) {
-      out["top_logprobs"].push_back(nullptr);
-      out["text_offset"].push_back(offset);
-      offset += text.size();
-      continue;
-    }
-    json top = json::object();
+    json top = first ? json(nullptr) : json::object();
     // Tokens of the same text (as JSON writes it: bytes that are not UTF-8
     // become U+FFFD) share a key: it keeps the likelier one's.
     for (auto [id, logprob] : lp.top) {
