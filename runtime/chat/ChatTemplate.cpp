@@ -969,27 +969,22 @@ private:
     node.offset = cur().offset;
     advance(); // set
     // `set ns.attr = value`: a namespace's attribute.
-    if (cur().kind == TokenKind::Name && peek().kind == TokenKind::Operator &&
-        peek().text == "." && peek(2).kind == TokenKind::Name) {
+    const bool attribute = cur().kind == TokenKind::Name &&
+                           peek().kind == TokenKind::Operator &&
+                           peek().text == "." &&
+                           peek(2).kind == TokenKind::Name;
+    if (attribute) {
       node.targets.push_back(cur().text);
       node.attribute = peek(2).text;
       advance();
       advance();
       advance();
-      if (!skipOp("="))
-        return unexpected("'='");
-      Expected<ExprPtr> value = parseTuple(true);
-      if (!value)
-        return value.error();
-      node.expr = std::move(*value);
-      if (Status s = expectBlockEnd(); !s)
-        return s;
-      body.push_back(std::move(node));
-      return Status::ok();
-    }
-    if (Status s = parseTargets(node, "set"); !s)
+    } else if (Status s = parseTargets(node, "set"); !s) {
       return s;
+    }
     if (!skipOp("=")) {
+      if (attribute)
+        return unexpected("'='");
       if (cur().kind == TokenKind::BlockEnd || isOp("|"))
         return error(cur().offset, "unsupported: block assignment '{% set " +
                                        node.targets[0] + " %}...{% endset %}'");
