@@ -1654,6 +1654,45 @@ Expected<std::string> ChatTemplate::render(const Value &context,
   return detail::renderTemplate(*impl_, context, limits);
 }
 
+namespace {
+
+bool exprReads(const detail::Expr *e, std::string_view name) {
+  if (!e)
+    return false;
+  if (e->kind == detail::ExprKind::Name && e->name == name)
+    return true;
+  for (const detail::ExprPtr &operand : e->operands)
+    if (exprReads(operand.get(), name))
+      return true;
+  for (const detail::Arg &arg : e->args)
+    if (exprReads(arg.value.get(), name))
+      return true;
+  return false;
+}
+
+bool bodyReads(const detail::Body &body, std::string_view name) {
+  for (const detail::Node &node : body) {
+    if (exprReads(node.expr.get(), name) ||
+        exprReads(node.filter.get(), name) || bodyReads(node.body, name) ||
+        bodyReads(node.elseBody, name))
+      return true;
+    for (const detail::IfBranch &branch : node.branches)
+      if (exprReads(branch.condition.get(), name) ||
+          bodyReads(branch.body, name))
+        return true;
+    for (const detail::ExprPtr &fallback : node.defaults)
+      if (exprReads(fallback.get(), name))
+        return true;
+  }
+  return false;
+}
+
+} // namespace
+
+bool ChatTemplate::readsVariable(std::string_view name) const {
+  return bodyReads(impl_->body, name);
+}
+
 Value chatContext(Value messages, bool addGenerationPrompt,
                   std::optional<std::string> bosToken,
                   std::optional<std::string> eosToken, Value tools) {

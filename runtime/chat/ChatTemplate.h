@@ -69,6 +69,10 @@ public:
   Expected<std::string> render(const Value &context,
                                const RenderLimits &limits = {}) const;
 
+  /// Whether the template names variable `name` anywhere (a server asks
+  /// before it hands a template `tools` it would not read).
+  bool readsVariable(std::string_view name) const;
+
 private:
   explicit ChatTemplate(std::shared_ptr<const detail::TemplateImpl> impl)
       : impl_(std::move(impl)) {}

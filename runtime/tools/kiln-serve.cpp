@@ -513,6 +513,13 @@ std::vector<int32_t> Server::promptOf(const json &body, bool chat) {
     if (!messages)
       throw BadRequest{messages.error().message(), "messages"};
     chat::Value tools;
+    if (body.contains("tools") && !body["tools"].is_null() &&
+        !body["tools"].empty() && !chatTemplate_.readsVariable("tools"))
+      throw BadRequest{"this model's chat template does not read 'tools', so "
+                       "the model would never see them (kiln-serve "
+                       "--chat-template glm uses Kiln's GLM template, which "
+                       "does)",
+                       "tools"};
     if (body.contains("tools")) {
       Expected<chat::Value> t = chat::valueFromJson(body["tools"], "tools");
       if (!t)

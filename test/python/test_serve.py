@@ -741,3 +741,18 @@ def test_logit_bias_and_refused_parameters(server, client):
             response_format={"type": "json_object"})
     assert e.value.body["param"] == "response_format"
     assert "constrained decoding" in e.value.body["message"]
+
+
+def test_tools_with_a_template_that_ignores_them(server):
+    """The synthetic file's own template never reads 'tools': a request
+    with tools is refused rather than silently answered without them."""
+    status, body = _post(server[1] + "/v1/chat/completions",
+                         {"messages": [{"role": "user", "content": "x"}],
+                          "tools": TOOLS, "max_tokens": 2})
+    assert status == 400 and body["error"]["param"] == "tools"
+    assert "does not read 'tools'" in body["error"]["message"]
+    # No tools, or an empty list: answered.
+    status, _ = _post(server[1] + "/v1/chat/completions",
+                      {"messages": [{"role": "user", "content": "x"}],
+                       "tools": [], "max_tokens": 2})
+    assert status == 200

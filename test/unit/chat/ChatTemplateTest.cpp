@@ -175,3 +175,24 @@ TEST(PyText, ReprAndJsonQuoting) {
 }
 
 } // namespace
+
+TEST(ChatTemplate, ReadsVariableFindsEveryUse) {
+  auto reads = [](std::string_view source) {
+    Expected<ChatTemplate> t = ChatTemplate::parse(source, "test");
+    EXPECT_TRUE(t) << (t ? "" : t.error().message());
+    return t && t->readsVariable("tools");
+  };
+  EXPECT_TRUE(reads("{{ tools }}"));
+  EXPECT_TRUE(reads("{% for t in tools %}{% endfor %}"));
+  EXPECT_TRUE(reads("{% if x %}{% elif tools | length %}{% endif %}"));
+  EXPECT_TRUE(reads("{% macro m(a=tools) %}{% endmacro %}"));
+  EXPECT_TRUE(reads("{% macro m() %}{{ f(x=[tools]) }}{% endmacro %}"
+                    "{% macro f(x) %}{% endmacro %}"));
+  EXPECT_TRUE(reads("{% for x in xs if tools %}{% else %}{% endfor %}"));
+  EXPECT_FALSE(reads("{{ 'tools' }}{{ m.tools }}{% set t = 1 %}"));
+  EXPECT_FALSE(reads(""));
+  Expected<ChatTemplate> glm = ChatTemplate::parse(glmDefaultTemplate(), "glm");
+  ASSERT_TRUE(glm);
+  EXPECT_TRUE(glm->readsVariable("tools"));
+  EXPECT_FALSE(glm->readsVariable("enable_thinking"));
+}
