@@ -90,7 +90,7 @@ TEST(ChatTemplate, PrintsValuesAsPython) {
 
 TEST(ChatTemplate, ParseErrorsNameLineAndColumn) {
   Expected<ChatTemplate> tmpl =
-      ChatTemplate::parse("ok\n  {% macro m() %}{% endmacro %}", "t.jinja");
+      ChatTemplate::parse("ok\n  {% call m() %}{% endcall %}", "t.jinja");
   ASSERT_FALSE(tmpl);
   EXPECT_EQ(tmpl.error().where(), "t.jinja");
   EXPECT_EQ(tmpl.error().field(), "line 2, column 6");
