@@ -60,7 +60,7 @@ echo
 echo "-- 2b. chat: two user turns through the file's chat template (kiln-run --chat; the second turn reuses the cached first)"
 printf 'Hello, Kiln.\nWhat did I just say?\n' | \
   "$bin/kiln-run" "$work/glm5-tiny.kiln" --weights "$work/glm5-tiny.gguf" --chat -n 16 2>&1 | sed 's/^/   /'
-echo "   (kiln-serve serves the same artifact over an OpenAI-compatible HTTP API: docs/runtime.md)"
+echo "   (kiln-serve serves the same artifact over an OpenAI-compatible HTTP API: docs/serving.md)"
 echo
 echo "What happened in between, stage by stage:"
 echo
