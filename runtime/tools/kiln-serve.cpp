@@ -729,11 +729,12 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
             open = send({{"index", index},
                          {"delta", {{"role", "assistant"}, {"content", ""}}},
                          {"finish_reason", nullptr}});
-          Expected<size_t> fed = generator_.feedConversation(prompt);
-          if (!fed || !open) {
+          if (!open) { // the client went away
             sink.done();
             return false;
           }
+          if (Expected<size_t> fed = generator_.feedConversation(prompt); !fed)
+            throw std::runtime_error(fed.error().message());
           // With tools, text that may begin a call is held back, and the
           // calls are sent once the reply has ended.
           chat::ToolCallStream calls;
@@ -828,6 +829,7 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
         return true;
        } catch (const std::exception &e) {
         // Headers are gone: end the stream with an error event.
+        ++gMetrics.serverErrors;
         std::string event = "data: " +
                             dump({{"error", {{"message", e.what()},
                                              {"type", "server_error"}}}}) +
