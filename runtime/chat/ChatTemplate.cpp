@@ -911,6 +911,10 @@ private:
     advance(); // macro
     if (cur().kind != TokenKind::Name)
       return unexpected("a macro name");
+    if (findFunction(cur().text) || cur().text == "namespace")
+      return error(cur().offset, "unsupported: a macro named '" + cur().text +
+                                     "' (it would hide the function of that "
+                                     "name, which Kiln's calls still reach)");
     node.text = cur().text;
     advance();
     if (Status s = expectOp("("); !s)

@@ -535,6 +535,8 @@ def test_glm_template_errors(tmp_path, messages, message):
     ("{{ x | map('upper') }}", "line 1, column 6", "unsupported: filter 'map'"),
     ("{{ x is frob }}", "line 1, column 6", "unsupported: test 'is frob'"),
     ("{{ dict(a=1) }}", "line 1, column 4", "unsupported: function 'dict()'"),
+    ("{% macro range(n) %}{% endmacro %}", "line 1, column 10",
+     "unsupported: a macro named 'range'"),
     ("{{ foo(1) }}", "line 1, column 4", "unsupported: unknown function 'foo()'"),
     ("{{ 'x'.title() }}", "line 1, column 7", "unsupported: method '.title()'"),
     ("{% set x %}a{% endset %}", "line 1, column 10",
