@@ -1,28 +1,15 @@
 //===- Reasoning.cpp - A GLM reply's thinking block, apart from its answer -===//
 #include "chat/Reasoning.h"
 
+#include "chat/ReplyText.h"
+
 namespace kiln::chat {
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
 
-bool isSpace(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-size_t skipSpace(std::string_view s, size_t at = 0) {
-  while (at < s.size() && isSpace(s[at]))
-    ++at;
-  return at;
-}
-
-/// The length of the longest proper prefix of `tag` that `s` ends with.
-size_t tagPrefixAtEnd(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n)
-    if (s.substr(s.size() - n) == tag.substr(0, n))
-      return n;
-  return 0;
-}
+using reply::skipSpace;
+using reply::tagPrefixAtEnd;
 
 } // namespace
 

@@ -1,6 +1,8 @@
 //===- ToolCalls.cpp - GLM's tool-call markup in a reply, parsed ----------===//
 #include "chat/ToolCalls.h"
 
+#include "chat/ReplyText.h"
+
 #include <optional>
 
 namespace kiln::chat {
@@ -13,24 +15,14 @@ constexpr std::string_view kKeyOpen = "<arg_key>", kKeyClose = "</arg_key>";
 constexpr std::string_view kValueOpen = "<arg_value>",
                            kValueClose = "</arg_value>";
 
-bool isSpace(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && isSpace(s.front()))
-    s.remove_prefix(1);
-  while (!s.empty() && isSpace(s.back()))
-    s.remove_suffix(1);
-  return s;
-}
+using reply::isSpace;
+using reply::trim;
 
 /// `s` from `at` past any whitespace, if it then starts with `marker`: the
 /// position after the marker.
 std::optional<size_t> expect(std::string_view s, size_t at,
                              std::string_view marker) {
-  while (at < s.size() && isSpace(s[at]))
-    ++at;
+  at = reply::skipSpace(s, at);
   if (s.substr(at, marker.size()) != marker)
     return std::nullopt;
   return at + marker.size();
@@ -160,12 +152,7 @@ std::string ToolCallStream::push(std::string_view piece) {
   } else {
     // Hold back a tail that may still begin a call: the longest proper
     // prefix of the marker at the end...
-    end = unshown.size();
-    for (size_t n = std::min(unshown.size(), kOpen.size() - 1); n > 0; --n)
-      if (unshown.substr(unshown.size() - n) == kOpen.substr(0, n)) {
-        end = unshown.size() - n;
-        break;
-      }
+    end = unshown.size() - reply::tagPrefixAtEnd(unshown, kOpen);
   }
   // ... and the whitespace before it (trimmed if a call follows).
   while (end > 0 && isSpace(unshown[end - 1]))

@@ -1,14 +1,10 @@
-//===- ModelText.cpp - A model's text interface: tokenizer, stops, chat template -===//
+//===- ModelText.cpp - A model's text interface: tokenizer, chat template -===//
 #include "session/ModelText.h"
 
 #include <fstream>
 #include <sstream>
 
 namespace kiln::runtime {
-
-std::vector<int32_t> endOfReplyIds(const tokenizer::Tokenizer &tokenizer) {
-  return tokenizer.endOfReplyIds();
-}
 
 Expected<ModelChatTemplate> loadChatTemplate(const gguf::GGUFModel &model,
                                              const std::string &file,

@@ -1,9 +1,11 @@
-//===- ModelText.h - A model's text interface: tokenizer, stops, chat template -*- C++ -*-===//
+//===- ModelText.h - A model's text interface: tokenizer, chat template -*- C++
+//-*-===//
 //
 // What every text front end (kiln-run, kiln-run --chat, kiln-serve) takes
-// from the GGUF set the same way: the tokenizer, the token ids that end a
-// reply (eos, eot), and the chat template (the file's, or Kiln's GLM
-// template when the file has none), with where it came from for messages.
+// from the GGUF set the same way: the tokenizer (whose endOfReplyIds() end
+// a reply), and the chat template (the file's, Kiln's GLM template when the
+// file has none, or --chat-template's), with where it came from for
+// messages.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_RUNTIME_SESSION_MODELTEXT_H
@@ -19,10 +21,6 @@
 #include <vector>
 
 namespace kiln::runtime {
-
-/// The ids that end generation (Tokenizer::endOfReplyIds: eos, eot and
-/// GLM's turn markers).
-std::vector<int32_t> endOfReplyIds(const tokenizer::Tokenizer &tokenizer);
 
 struct ModelChatTemplate {
   chat::ChatTemplate chatTemplate;

@@ -25,19 +25,22 @@ int32_t Sampler::sample(std::span<const float> input,
     for (auto [token, bias] : options_.logitBias)
       if (token >= 0 && size_t(token) < penalised_.size())
         penalised_[size_t(token)] += bias;
-    counts_.assign(penalised_.size(), 0);
+    // The window's tokens, sorted, so each distinct one comes as a run
+    // whose length is its count: the work is the window's, not the
+    // vocabulary's.
     size_t from = history.size() > size_t(options_.repeatWindow)
                       ? history.size() - size_t(options_.repeatWindow)
                       : 0;
-    for (size_t i = from; i < history.size(); ++i) {
-      int32_t t = history[i];
-      if (t >= 0 && size_t(t) < penalised_.size())
-        ++counts_[size_t(t)];
-    }
-    for (size_t t = 0; t < penalised_.size(); ++t) {
-      if (counts_[t] == 0)
+    window_.assign(history.begin() + ptrdiff_t(from), history.end());
+    std::sort(window_.begin(), window_.end());
+    for (size_t i = 0; i < window_.size();) {
+      const int32_t t = window_[i];
+      size_t count = 0;
+      for (; i < window_.size() && window_[i] == t; ++i)
+        ++count;
+      if (t < 0 || size_t(t) >= penalised_.size())
         continue;
-      float &l = penalised_[t];
+      float &l = penalised_[size_t(t)];
       // llama.cpp's rule: a recent token's positive logit is divided by the
       // repeat penalty, a negative one multiplied, once however often it
       // occurred; then OpenAI's additive penalties.
@@ -45,7 +48,7 @@ int32_t Sampler::sample(std::span<const float> input,
         l = l > 0 ? float(l / options_.repeatPenalty)
                   : float(l * options_.repeatPenalty);
       if (options_.frequencyPenalty != 0 || options_.presencePenalty != 0)
-        l = float(double(l) - options_.frequencyPenalty * counts_[t] -
+        l = float(double(l) - options_.frequencyPenalty * double(count) -
                   options_.presencePenalty);
     }
     logits = penalised_;

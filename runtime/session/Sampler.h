@@ -53,7 +53,7 @@ public:
 private:
   SamplingOptions options_;
   std::vector<float> penalised_;
-  std::vector<int32_t> counts_;
+  std::vector<int32_t> window_; // the penalties' window, sorted
   Rng rng_;
   std::vector<int32_t> order_;
   std::vector<double> probs_;

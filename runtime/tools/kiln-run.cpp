@@ -368,7 +368,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   generate.maxTokens = maxTokens;
   generate.sampling = sampling;
   generate.stopStrings = stopStrings;
-  generate.stopIds = endOfReplyIds(*tok);
+  generate.stopIds = tok->endOfReplyIds();
   Generator generator(s, tok);
   bool interactive = isatty(0);
   std::fprintf(stderr,
@@ -722,7 +722,7 @@ int main(int argc, char **argv) {
   }
   std::vector<int32_t> stops;
   if (tok && !ignoreEos)
-    stops = endOfReplyIds(*tok);
+    stops = tok->endOfReplyIds();
   if (!stopStrings.empty() && !tok)
     return fail(tok.error());
   Clock::time_point t1 = Clock::now();

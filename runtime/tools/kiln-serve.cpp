@@ -363,7 +363,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
     throw BadRequest{"'echo' is not streamed; ask for it without "
                      "\"stream\": true",
                      "echo"};
-  o.generate.stopIds = endOfReplyIds(tok);
+  o.generate.stopIds = tok.endOfReplyIds();
   return o;
 }
 
@@ -455,6 +455,7 @@ public:
       : session_(session), tok_(std::move(tok)),
         chatTemplate_(std::move(chatTemplate)), model_(std::move(model)),
         maxContext_(maxContext), separateReasoning_(separateReasoning),
+        templateReadsTools_(chatTemplate_.readsVariable("tools")),
         generator_(session_, &tok_), created_(std::time(nullptr)) {}
 
   /// The routes; with `apiKey`, every one but /health asks for it.
@@ -489,6 +490,8 @@ private:
   uint64_t maxContext_;
   /// A chat reply's thinking block as "reasoning_content" (--reasoning).
   bool separateReasoning_;
+  /// Whether the chat template reads `tools` (asked once, at start).
+  bool templateReadsTools_;
   /// One generation at a time: the caches hold one sequence.
   std::mutex busy_;
   Generator generator_;
@@ -514,7 +517,7 @@ std::vector<int32_t> Server::promptOf(const json &body, bool chat) {
       throw BadRequest{messages.error().message(), "messages"};
     chat::Value tools;
     if (body.contains("tools") && !body["tools"].is_null() &&
-        !body["tools"].empty() && !chatTemplate_.readsVariable("tools"))
+        !body["tools"].empty() && !templateReadsTools_)
       throw BadRequest{"this model's chat template does not read 'tools', so "
                        "the model would never see them (kiln-serve "
                        "--chat-template glm uses Kiln's GLM template, which "
