@@ -156,25 +156,18 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-projection-norms \
     run "$m/glm5-projection-norms.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
-  # The all-reduces' inputs written by their producers straight into the
-  # exchange (KILN_CUDA_DIRECT_SLOTS=1, off by default until measured:
-  # docs/perf.md, thirty-eighth pass), at 1k, alone and with the norms
-  # above.
-  step bench-glm5-tp8-rank0-graph-direct-slots env KILN_CUDA_DIRECT_SLOTS=1 \
+  # The all-reduces as before the forty-second pass: their inputs copied
+  # into the exchange (KILN_CUDA_DIRECT_SLOTS=0) and summed by one cluster
+  # (KILN_CUDA_PEER_CLUSTER=1), and the cluster alone with direct slots;
+  # the default writes them straight into the exchange and sums them by
+  # blocks that are not a cluster (docs/perf.md, forty-first pass), at 1k.
+  step bench-glm5-tp8-rank0-graph-copied-cluster \
+    env KILN_CUDA_DIRECT_SLOTS=0 KILN_CUDA_PEER_CLUSTER=1 \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
-  step bench-glm5-tp8-rank0-graph-projection-norms-direct-slots \
-    env KILN_CUDA_DIRECT_SLOTS=1 \
-    "$bin/kiln-run" "$m/glm5-projection-norms.cuda.tp8.kiln" \
-    --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
-    --steps 30
-  # And those sums by blocks that are not a cluster (KILN_CUDA_PEER_CLUSTER=0,
-  # off by default until measured: the same pass).
-  step bench-glm5-tp8-rank0-graph-projection-norms-direct-slots-flat \
-    env KILN_CUDA_DIRECT_SLOTS=1 KILN_CUDA_PEER_CLUSTER=0 \
-    "$bin/kiln-run" "$m/glm5-projection-norms.cuda.tp8.kiln" \
-    --backend-dir "$pack/lib" --bench --simulate-rank 0/8 --context 1024 \
-    --steps 30
+  step bench-glm5-tp8-rank0-graph-cluster env KILN_CUDA_PEER_CLUSTER=1 \
+    "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
   # A timing probe: the routed experts' gate/up input rounded to an int8
   # grid and dotted by dp4a (KILN_CUDA_EXPERTS_INT8_X=1; its results are
   # not the CPU's: docs/perf.md, fortieth pass), at 1k and 16k.
@@ -353,24 +346,17 @@ if [ -x "$pack/bin/kiln-run" ]; then
     step "bench-glm5-tp$tp-graph-nonccl" env KILN_CUDA_LOCAL_COLLECTIVES=1 \
       "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
       --steps 30
-    # The all-reduces' inputs written straight into the exchange (off by
-    # default until measured: docs/perf.md, thirty-eighth pass); where the
+    # The all-reduces as before the forty-second pass (inputs copied into
+    # the exchange, one cluster: docs/perf.md, forty-first pass); where the
     # pack has the artifact, the norms after the collectives in the ops
-    # that read them (--projection-norms), alone, with direct slots, and
-    # with their sums (the add alone) by blocks that are not a cluster.
-    step "bench-glm5-tp$tp-graph-direct-slots" env KILN_CUDA_DIRECT_SLOTS=1 \
-      "$bin/kiln-run" "$a" --backend-dir "$pack/lib" --bench --context 1024 \
-      --steps 30
+    # that read them (--projection-norms).
+    step "bench-glm5-tp$tp-graph-copied-cluster" env \
+      KILN_CUDA_DIRECT_SLOTS=0 KILN_CUDA_PEER_CLUSTER=1 "$bin/kiln-run" "$a" \
+      --backend-dir "$pack/lib" --bench --context 1024 --steps 30
     local pn="$m/glm5-projection-norms.cuda.tp$tp.kiln"
     if [ -f "$pn" ]; then
       step "bench-glm5-tp$tp-graph-projection-norms" run "$pn" --bench \
         --context 1024 --steps 30
-      step "bench-glm5-tp$tp-graph-projection-norms-direct-slots" env \
-        KILN_CUDA_DIRECT_SLOTS=1 "$bin/kiln-run" "$pn" \
-        --backend-dir "$pack/lib" --bench --context 1024 --steps 30
-      step "bench-glm5-tp$tp-graph-projection-norms-direct-slots-flat" env \
-        KILN_CUDA_DIRECT_SLOTS=1 KILN_CUDA_PEER_CLUSTER=0 "$bin/kiln-run" \
-        "$pn" --backend-dir "$pack/lib" --bench --context 1024 --steps 30
     fi
     # Every part pushed into every rank's exchange instead of pulled over
     # NVLink (KILN_CUDA_PEER_PUSH=1, off by default until measured: the

@@ -336,9 +336,9 @@ struct CudaRank {
   bool usePeers = false;
   DeviceMemory exchange;
   PeerExchange peers;
-  /// Direct slots (KILN_CUDA_DIRECT_SLOTS=1): by step name, the all-reduce
-  /// inputs placed in the exchange, each at its site (floats from the
-  /// exchange's slots: StepKernels.h peerSitesStart on).
+  /// Direct slots (KILN_CUDA_DIRECT_SLOTS, on by default): by step name, the
+  /// all-reduce inputs placed in the exchange, each at its site (floats from
+  /// the exchange's slots: StepKernels.h peerSitesStart on).
   std::map<std::string, std::map<int32_t, int64_t>, std::less<>> directSites;
   std::map<std::string, CudaStep> steps;
   std::unique_ptr<Worker> worker; ///< absent for a lone rank (runs inline)
@@ -1501,16 +1501,17 @@ constexpr unsigned kDefaultShapeFamilies =
 /// (StepSchedule::waitsSuffice), KILN_CUDA_MLA_LATE_DEPENDENTS=0 lets the
 /// kernels after MLA be scheduled at its start, KILN_CUDA_MLA_ALONE=0 lets
 /// MLA's blocks share multiprocessors, KILN_CUDA_MLA_EARLY_ROWS=0 loads all
-/// of MLA's rows after its wait (MlaLaunch), KILN_CUDA_DIRECT_SLOTS=1 has
-/// the producers of the one-shot all-reduces' inputs write them straight
-/// into the exchange (directSites), KILN_CUDA_PEER_PUSH=1 has a real
-/// group's one-shot all-reduces push each part into every rank's exchange
-/// instead of pulling them (PeerExchange::push), KILN_CUDA_PEER_CLUSTER=0 runs
-/// the one-shot all-reduces without the router's choice by blocks that are
-/// not a cluster (setPeerClusters), KILN_CUDA_EXPERTS_INT8_X=1 rounds the
-/// routed experts' gate/up input to an int8 grid (setExpertsInt8X; its
-/// results are not the CPU's),
-/// KILN_CUDA_TIMELINE=FILE records the kernels of one replay (Timeline.h).
+/// of MLA's rows after its wait (MlaLaunch), KILN_CUDA_DIRECT_SLOTS=0 has
+/// the one-shot all-reduces copy their inputs into the exchange instead of
+/// their producers writing them there (directSites), KILN_CUDA_PEER_PUSH=1 has
+/// a real group's one-shot all-reduces push each part into every rank's
+/// exchange instead of pulling them (PeerExchange::push),
+/// KILN_CUDA_PEER_CLUSTER=1 runs the one-shot all-reduces without the router's
+/// choice as one cluster instead of by blocks that are not a cluster
+/// (setPeerClusters), KILN_CUDA_EXPERTS_INT8_X=1 rounds the routed experts'
+/// gate/up input to an int8 grid (setExpertsInt8X; its results are not the
+/// CPU's), KILN_CUDA_TIMELINE=FILE records the kernels of one replay
+/// (Timeline.h).
 struct GraphSwitches {
   bool overlap = true;
   /// KILN_CUDA_GRAPH_STATS=1: one line a captured step on stderr (its
@@ -1579,15 +1580,17 @@ struct GraphSwitches {
   /// has room; KILN_CUDA_MLA_EARLY_ROWS=0: it loads every cache row after
   /// its wait (StepKernels.h MlaLaunch).
   MlaLaunch mla;
-  /// KILN_CUDA_DIRECT_SLOTS=1: an all-reduce's input written by its
-  /// producer straight into the exchange where the peers read it, not
-  /// copied there by the all-reduce (directSites; off until measured).
-  bool directSlots = false;
-  /// KILN_CUDA_PEER_CLUSTER=0: the one-shot all-reduces without the
-  /// router's choice (the fused norm's too, its parts through the
-  /// exchange) by blocks that are not a cluster (setPeerClusters; the
-  /// cluster until measured).
-  bool peerClusters = true;
+  /// KILN_CUDA_DIRECT_SLOTS (on; =0 off): an all-reduce's input written by
+  /// its producer straight into the exchange where the peers read it, not
+  /// copied there by the all-reduce (directSites; measured faster at 1k and
+  /// 16k, docs/perf.md "Forty-first pass").
+  bool directSlots = true;
+  /// KILN_CUDA_PEER_CLUSTER (off; =1 on): the one-shot all-reduces without
+  /// the router's choice (the fused norm's too) as one thread-block
+  /// cluster, the parts summed through its shared memory; off, by blocks
+  /// that are not a cluster, the fused norm's parts through the exchange
+  /// (setPeerClusters; the flat form measured faster).
+  bool peerClusters = false;
   /// KILN_CUDA_PEER_CLUSTER_POLICY=spread|balance: how the GPU places the
   /// one-shot all-reduce's clusters (setPeerClusterPolicy; unset: the
   /// driver's default; a probe).
@@ -1714,9 +1717,9 @@ Expected<GraphSwitches> readGraphSwitches() {
   KILN_ASSIGN(mlaAlone, readFlag("KILN_CUDA_MLA_ALONE", true));
   KILN_ASSIGN(mlaEarlyRows, readFlag("KILN_CUDA_MLA_EARLY_ROWS", true));
   g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows};
-  KILN_ASSIGN(directSlots, readFlag("KILN_CUDA_DIRECT_SLOTS", false));
+  KILN_ASSIGN(directSlots, readFlag("KILN_CUDA_DIRECT_SLOTS", true));
   g.directSlots = directSlots;
-  KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", true));
+  KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", false));
   g.peerClusters = peerClusters;
   if (const char *v = std::getenv("KILN_CUDA_PEER_CLUSTER_POLICY")) {
     std::string t = v;
@@ -2535,7 +2538,7 @@ int64_t largestAllReduce(const Artifact &a) {
   return largest;
 }
 
-/// Direct slots (KILN_CUDA_DIRECT_SLOTS=1; StepKernels.h PeerExchange): in
+/// Direct slots (KILN_CUDA_DIRECT_SLOTS, on; StepKernels.h PeerExchange): in
 /// each step of `plan`, the inputs of the all-reduces the one-shot kernel
 /// takes whole (an exchange of `capacity`) that can live in the exchange:
 /// an arena buffer that no view aliases, that one earlier op writes
@@ -2645,11 +2648,12 @@ Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct,
     size_t placed = 0;
     for (const auto &[name, inputs] : sites.at)
       placed += inputs.size();
-    std::fprintf(stderr,
-                 "cuda backend: KILN_CUDA_DIRECT_SLOTS=1: %zu of %lld "
-                 "all-reduces read their inputs where their producers wrote "
-                 "them\n",
-                 placed, (long long)sites.calls);
+    // Said when asked for by name; the default stays quiet.
+    if (std::getenv("KILN_CUDA_DIRECT_SLOTS"))
+      std::fprintf(stderr,
+                   "cuda backend: direct slots: %zu of %lld all-reduces read "
+                   "their inputs where their producers wrote them\n",
+                   placed, (long long)sites.calls);
   }
   // The push region after the sites (a simulated rank pulls its own part).
   const bool pushed = push && !local;

@@ -3615,7 +3615,7 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 /// The all-reduce without the choice by kPeerBlocks blocks that are not a
 /// cluster: each may start wherever a multiprocessor has room, not only
 /// where eight of one processing cluster do; the fused norm's parts go
-/// through the exchange (KILN_CUDA_PEER_CLUSTER=0; setPeerClusters).
+/// through the exchange (the backend's default; setPeerClusters).
 __global__ void __launch_bounds__(kPeerThreads)
     allReducePeersFlatKernel(const __grid_constant__ PeerArgs a) {
   allReducePeersBody<false, false>(a);

@@ -200,15 +200,15 @@ cudaError_t launchRingTraffic(const float *x, int64_t n, int64_t count,
 /// simulated alone; every rank's slots are its own and no peer is waited
 /// for.
 ///
-/// Direct slots (KILN_CUDA_DIRECT_SLOTS=1): after the flags and epochs an
-/// exchange may hold a region of sites, one for each all-reduce of a step
-/// whose input only its producer writes and only the all-reduce reads; the
-/// producer writes that input straight into the rank's site (the backend
-/// places the buffer there), and the call at `site` reads every rank's part
-/// at the same offset of its exchange, with no copy of its own part. Site
-/// c is written again only by the next step's producer of c, after this
-/// rank has waited in a later call (or at the step's end, in the step's
-/// last one) for every peer's flag, which each publishes only once its
+/// Direct slots (KILN_CUDA_DIRECT_SLOTS, the backend's default): after the
+/// flags and epochs an exchange may hold a region of sites, one for each
+/// all-reduce of a step whose input only its producer writes and only the
+/// all-reduce reads; the producer writes that input straight into the rank's
+/// site (the backend places the buffer there), and the call at `site` reads
+/// every rank's part at the same offset of its exchange, with no copy of its
+/// own part. Site c is written again only by the next step's producer of c,
+/// after this rank has waited in a later call (or at the step's end, in the
+/// step's last one) for every peer's flag, which each publishes only once its
 /// earlier kernels, the reads of c among them, have ended: so a step needs
 /// two calls or more for its sites.
 ///
@@ -296,8 +296,9 @@ launchAllReducePeers(const PeerExchange &p, const float *x, int64_t rows,
 /// (the calling host thread's setting; on by default): off, but for the
 /// router's choice, they are blocks that need not be placed together, and
 /// the fused norm's parts go through the exchange (PeerExchange::norms)
-/// instead of the cluster's shared memory. KILN_CUDA_PEER_CLUSTER=0 sets
-/// it off for a step (off until measured). The same bits either way.
+/// instead of the cluster's shared memory. The backend sets it off for a
+/// step unless KILN_CUDA_PEER_CLUSTER=1 (the flat form measured faster,
+/// docs/perf.md "Forty-first pass"). The same bits either way.
 bool peerClusters();
 void setPeerClusters(bool on);
 /// Asks the GPU to place launchAllReducePeers's clusters by `policy`

@@ -185,15 +185,17 @@ environment (CUDA backend, for measuring; the same bits either way):
                            experts (routed gate/up and down), mla, indexer;
                            1 for all, 0 for none (default: experts,mla,
                            the two that measured faster)
-  KILN_CUDA_DIRECT_SLOTS=1 each all-reduce's input written by its producer
-                           straight into the exchange the peers read (off
-                           until measured; docs/cuda.md, "Direct slots")
-  KILN_CUDA_PEER_CLUSTER=0 the all-reduces by blocks that are not a cluster,
-                           the fused norm's parts through the exchange
-                           (off until measured)
+  KILN_CUDA_DIRECT_SLOTS=0 each all-reduce copies its input into the
+                           exchange the peers read (default: its producer
+                           writes it there; docs/cuda.md, "Direct slots")
+  KILN_CUDA_PEER_CLUSTER=1 the all-reduces as one cluster of 8 blocks, the
+                           fused norm's parts through its shared memory
+                           (default: blocks that are not a cluster, the
+                           parts through the exchange; measured faster)
   KILN_CUDA_PEER_CLUSTER_POLICY=spread|balance
                            how the GPU places the all-reduces' clusters of
-                           8 blocks (unset: the driver's default; a probe)
+                           8 blocks (with KILN_CUDA_PEER_CLUSTER=1; unset:
+                           the driver's default; a probe)
   KILN_CUDA_PEER_PUSH=1    a real group's all-reduces push each part into
                            every rank's exchange instead of pulling the
                            parts over NVLink (off until measured)

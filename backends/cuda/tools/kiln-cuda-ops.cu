@@ -4434,7 +4434,7 @@ TwoRanks twoRanks() {
 /// written again while the other rank still reads it would show as a wrong
 /// sum in a later step. Every output against the host's rank-order sums,
 /// and the ranks' against each other. `flat`: the all-reduces by blocks
-/// that are not a cluster (KILN_CUDA_PEER_CLUSTER=0); `push`: the parts
+/// that are not a cluster (the backend's default); `push`: the parts
 /// pushed (KILN_CUDA_PEER_PUSH=1; the sites then only hold x).
 void checkDirectSlotsInGraphs(Report &r, kiln::Rng &rng, bool flat,
                               bool push) {
@@ -4574,9 +4574,9 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     bool sum, fused, add = false;
   };
   // direct: x written into the exchange's sites first (as its producer
-  // would with KILN_CUDA_DIRECT_SLOTS=1), each call reading every rank's
+  // would with direct slots, the backend's default), each call reading every rank's
   // part there, two sites taken in turn over four calls; the same combine.
-  // flat: by blocks that are not a cluster (KILN_CUDA_PEER_CLUSTER=0), the
+  // flat: by blocks that are not a cluster (the backend's default), the
   // fused norm's parts through the exchange; each such call is run again
   // by the cluster on the same inputs, whose outputs must be the same bits.
   auto check = [&](const Case &c, bool direct, bool flat) {
