@@ -161,11 +161,11 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # (KILN_CUDA_PEER_CLUSTER=1), and the cluster alone with direct slots;
   # the default writes them straight into the exchange and sums them by
   # blocks that are not a cluster (docs/perf.md, forty-first pass), at 1k.
-  step bench-glm5-tp8-rank0-graph-copied-cluster \
+  step bench-glm5-tp8-rank0-graph-copied-peer-cluster \
     env KILN_CUDA_DIRECT_SLOTS=0 KILN_CUDA_PEER_CLUSTER=1 \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
-  step bench-glm5-tp8-rank0-graph-cluster env KILN_CUDA_PEER_CLUSTER=1 \
+  step bench-glm5-tp8-rank0-graph-peer-cluster env KILN_CUDA_PEER_CLUSTER=1 \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
   # A timing probe: the routed experts' gate/up input rounded to an int8
@@ -350,7 +350,7 @@ if [ -x "$pack/bin/kiln-run" ]; then
     # the exchange, one cluster: docs/perf.md, forty-first pass); where the
     # pack has the artifact, the norms after the collectives in the ops
     # that read them (--projection-norms).
-    step "bench-glm5-tp$tp-graph-copied-cluster" env \
+    step "bench-glm5-tp$tp-graph-copied-peer-cluster" env \
       KILN_CUDA_DIRECT_SLOTS=0 KILN_CUDA_PEER_CLUSTER=1 "$bin/kiln-run" "$a" \
       --backend-dir "$pack/lib" --bench --context 1024 --steps 30
     local pn="$m/glm5-projection-norms.cuda.tp$tp.kiln"
