@@ -600,6 +600,95 @@ __device__ __forceinline__ float k45Lane(uint4 head, uint4 qs, uint4 qh,
   return fmaf(-ml1, x.sumHi, s);
 }
 
+//===----------------------------------------------------------------------===//
+// Q2_K and Q3_K in a Q4_K lane's share (the routed experts' bulk-copy
+// kernels, StepMatVec.cu). Value v of a 256-value block sits in quant byte
+// 32 (v / 128) + v % 32 at bit pair (v / 32) % 4; its sub-block is v / 16.
+// Lane t's two runs of K45X, values 64 c + 16 h .. + 15 (lo) and 64 c + 32
+// + 16 h .. + 15 (hi) for c = t / 2 and h = t % 2, are then the 16 bytes
+// at 32 (c / 2) + 16 h of the quants, bit pairs 2 (c % 2) (lo) and 2 (c %
+// 2) + 1 (hi), sub-blocks 4 c + h and 4 c + 2 + h. Q3_K's third bit of
+// value v is bit v / 32 of hmask byte v % 32: bits 2 c and 2 c + 1 of
+// hmask bytes 16 h .. + 15.
+//===----------------------------------------------------------------------===//
+
+/// 16 bytes at a 2-aligned address, from the five aligned words holding
+/// them (the fifth ends 2 bytes past p + 15 when p is 2 mod 4; callers
+/// keep 4 readable bytes after the group). For blocks in shared memory.
+__device__ __forceinline__ uint4 load16At2(const uint8_t *p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t *w = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
+  const uint32_t s = uint32_t(a & 2) * 8;
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
+  return {__funnelshift_r(w0, w1, s), __funnelshift_r(w1, w2, s),
+          __funnelshift_r(w2, w3, s), __funnelshift_r(w3, w4, s)};
+}
+
+/// 4 bytes at a 2-aligned address, as load16At2 (keeps 2 readable bytes).
+__device__ __forceinline__ uint32_t load4At2Plain(const uint8_t *p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t *w = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
+  return __funnelshift_r(w[0], (a & 2) ? w[1] : 0u, uint32_t(a & 2) * 8);
+}
+
+/// Lane t's sum for one Q2_K block (4-aligned; scales[16] with the min in
+/// the high nibble, qs[64], d, dmin) with x's share (K45X, sums set): per
+/// run, d * scale times the levels' dot, less dmin * min times the run's
+/// sum, each product of two scales rounded on its own as gguf-py's.
+__device__ __forceinline__ float q2KLane(const uint8_t *block, int t,
+                                         const K45X &x) {
+  const int c = t / 2, h = t % 2, shift = 4 * (c % 2);
+  const uint32_t *w = reinterpret_cast<const uint32_t *>(block);
+  const uint32_t scales = w[c], dd = w[20];
+  const uint32_t sl = byteOf(scales, h), sh = byteOf(scales, 2 + h);
+  const uint32_t *q = w + 4 + 8 * (c / 2) + 4 * h; // 4-aligned words
+  float lo = 0.f, hi = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    lo = dot4Acc((q[k] >> shift) & 0x03030303u, kMagic, x.lo[k], lo);
+    hi = dot4Acc((q[k] >> (shift + 2)) & 0x03030303u, kMagic, x.hi[k], hi);
+  }
+  const float d = halfBits(dd & 0xFFFFu), dmin = halfBits(dd >> 16);
+  float s = fmaf(d * smallToFloat(sl & 15), lo,
+                 -(dmin * smallToFloat(sl >> 4)) * x.sumLo);
+  s = fmaf(d * smallToFloat(sh & 15), hi, s);
+  return fmaf(-(dmin * smallToFloat(sh >> 4)), x.sumHi, s);
+}
+
+/// Lane t's sum for one Q3_K block (2-aligned; hmask[32], qs[64],
+/// scales[12], d) with x's share: levels (2 bits | hmask bit << 2) - 4,
+/// scales of 6 bits less 32 (the low nibble of scales[j % 8], nibble j / 8;
+/// the top two bits at 2 (j / 4) of scales[8 + j % 4]).
+__device__ __forceinline__ float q3KLane(const uint8_t *block, int t,
+                                         const K45X &x) {
+  const int c = t / 2, h = t % 2, shift = 4 * (c % 2);
+  const uint4 hm = load16At2(block + 16 * h);
+  const uint4 qs = load16At2(block + 32 + 32 * (c / 2) + 16 * h);
+  const uint32_t low = load4At2Plain(block + 96 + 4 * (c % 2));
+  const uint32_t top = load4At2Plain(block + 104);
+  const uint32_t dh = *reinterpret_cast<const uint16_t *>(block + 108);
+  const uint32_t sl = ((byteOf(low, h) >> (4 * (c / 2))) & 15) |
+                      ((byteOf(top, h) >> (2 * c)) & 3) << 4;
+  const uint32_t sh = ((byteOf(low, 2 + h) >> (4 * (c / 2))) & 15) |
+                      ((byteOf(top, 2 + h) >> (2 * c)) & 3) << 4;
+  const uint32_t q[4] = {qs.x, qs.y, qs.z, qs.w};
+  const uint32_t m[4] = {hm.x, hm.y, hm.z, hm.w};
+  float lo = 0.f, hi = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t ql = ((q[k] >> shift) & 0x03030303u) |
+                        ((m[k] >> (2 * c)) & 0x01010101u) << 2;
+    const uint32_t qu = ((q[k] >> (shift + 2)) & 0x03030303u) |
+                        ((m[k] >> (2 * c + 1)) & 0x01010101u) << 2;
+    lo = dot4Acc(ql, kMagic + 4.f, x.lo[k], lo);
+    hi = dot4Acc(qu, kMagic + 4.f, x.hi[k], hi);
+  }
+  const float d = halfBits(dh);
+  // gguf-py's d * (scale - 32), then times the levels' dot.
+  return fmaf(d * (smallToFloat(sl) - 32.f), lo,
+              d * (smallToFloat(sh) - 32.f) * hi);
+}
+
 /// Q4_K / Q5_K, R rows (16-aligned), x 16-aligned: lane sums in acc.
 template <bool kHigh, int R>
 __device__ inline void dotK45Rows(const uint8_t *const (&rows)[R],
@@ -905,14 +994,6 @@ __device__ inline void prescaleK45(K45X v, K45Prescaled &s) {
   const int back = e + 22, backA = back >> 1;
   s.backA = pow2(backA);
   s.backB = pow2(back - backA);
-}
-
-/// Lane t's share of the 256 values at x (16-aligned), prescaled.
-template <bool kHigh>
-__device__ inline void prescaleK45(const float *x, int t, K45Prescaled &s) {
-  K45X v;
-  loadK45Values(reinterpret_cast<const float4 *>(x), t, v);
-  prescaleK45<kHigh>(v, s);
 }
 
 /// The scales (sc) and mins (mn) of sub-blocks 2c and 2c + 1 of a Q4_K /

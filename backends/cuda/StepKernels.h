@@ -703,6 +703,10 @@ int64_t moeExpertsActFloats(int64_t k, int64_t ffn, int64_t hidden,
 /// shared expert inside the routed kernels (for the checks and
 /// KILN_CUDA_GRAPH_STATS).
 uint64_t moeSharedInsideLaunches();
+/// How many routed gate/up and down kernels of the calling host thread's
+/// launchMoeExperts calls were the bulk-copy kernels (Q4_K, Q5_K, Q2_K,
+/// Q3_K rows copied whole into shared memory), not the generic ones.
+uint64_t moeBulkLaunches();
 /// A timing probe (KILN_CUDA_EXPERTS_INT8_X=1; off unless set): the
 /// calling host thread's launchMoeExperts calls whose routed gate/up rows
 /// are Q4_K of glm5::kHidden values with F = 256 (GLM-5 at tp=8) run the

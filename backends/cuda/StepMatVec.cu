@@ -1057,7 +1057,7 @@ __global__ void __launch_bounds__(kThreads)
 
 //===----------------------------------------------------------------------===//
 // MoE experts, the generic kernels (any weight type; see below for the
-// Q4_K / Q5_K kernels that launchMoeExperts prefers where they apply).
+// bulk-copy kernels that launchMoeExperts prefers where they apply).
 //   gate/up: item (k, row group of R rows f0 ..); its gate dots and its up
 //     dots, `splits` segments each, are 2 * splits consecutive warps; lane r
 //     of the item's first warp adds the segments in order and writes act =
@@ -1089,10 +1089,10 @@ struct ExpertArgs {
   float *act, *out;
   const float *addend; ///< added to the sum, or null
   FaultSink fault;
-  /// The Q4_K / Q5_K kernels: 256-value blocks per gate/up row; tiles per
+  /// The bulk-copy kernels: 256-value blocks per gate/up row; tiles per
   /// block of the down kernel and the shared bytes before its rows.
   int blocksPerRow, downTiles, downHeadBytes;
-  /// The shared expert inside the Q4_K / Q5_K kernels (sharedFfn > 0;
+  /// The shared expert inside the bulk-copy kernels (sharedFfn > 0;
   /// kiln-fuse-shared-expert): its gate, up and down weights in Q8_0's
   /// split layout (quants, then f16 scales, rows back to back), and its act
   /// (sharedFfn values) between the two kernels.
@@ -1252,16 +1252,20 @@ __global__ void __launch_bounds__(kThreads) expertDownKernel(ExpertArgs a) {
 }
 
 //===----------------------------------------------------------------------===//
-// MoE experts, Q4_K / Q5_K (sm_90+). GLM-5's routed experts (Q4_K gate and
-// up, Q5_K down of one 256-value block a row) are streamed whole from
-// memory, so these kernels keep every weight byte of a block in flight at
-// once and spend as few instructions per byte as they can:
+// MoE experts, the bulk-copy kernels (sm_90+; Q4_K, Q5_K, and the 2-bit
+// mixes' Q2_K and Q3_K). GLM-5's routed experts (Q4_K gate and up, Q5_K
+// down of one 256-value block a row; Q2_K and Q3_K in the 2-bit mix) are
+// streamed whole from memory, so these kernels keep every weight byte of a
+// block in flight at once and spend as few instructions per byte as they
+// can:
 //   - a block's weight rows are copied into its shared memory by bulk copies
 //     (DeviceCommon.cuh) that hold no registers, one barrier per stage so
 //     that the first rows are worked on while later ones still arrive;
-//   - a lane keeps its 32 x values prescaled in registers for all of its
-//     rows (QuantDot.cuh, "Prescaled x"), so a quant costs one integer op
-//     and one fused multiply-add, and x is read once per warp;
+//   - a lane keeps its 32 x values in registers for all of its rows, in
+//     the Q4_K layout whatever the format (QuantDot.cuh: K45X; for Q2_K and
+//     Q3_K, "Q2_K and Q3_K in a Q4_K lane's share"), prescaled for Q4_K and
+//     Q5_K ("Prescaled x"), so a quant costs one integer op and one fused
+//     multiply-add, and x is read once per warp;
 //   - a warp's row sums are reduced together (spreadSums: N - 1 + log2(2 O
 //     / N) shuffles for N rows) and added across warps in a fixed order.
 //   gate/up: a block takes kPairs row pairs (gate f, up f), f = f0 .., of
@@ -1309,6 +1313,60 @@ __device__ __forceinline__ float k45SharedBlock(const uint8_t *block, int t,
     return quantdot::k45Int8Lane<kHigh>(head, qs, qh, t, x);
   else
     return quantdot::k45PrescaledLane<kHigh>(head, qs, qh, t, x);
+}
+
+/// The routed experts' formats the bulk-copy kernels take (the K45
+/// kernels: each lane dots its share of a 256-value block in the Q4_K
+/// layout of x, QuantDot.cuh): Q4_K and Q5_K with x prescaled, Q2_K and
+/// Q3_K (the 2-bit mixes) with x and its runs' sums.
+enum class BulkQuant { Q4_K, Q5_K, Q2_K, Q3_K };
+
+template <BulkQuant kQ>
+constexpr int kBulkBlockBytes = kQ == BulkQuant::Q4_K   ? 144
+                                : kQ == BulkQuant::Q5_K ? 176
+                                : kQ == BulkQuant::Q2_K ? 84
+                                                        : 110;
+template <BulkQuant kQ>
+constexpr bool kBulkLowBit = kQ == BulkQuant::Q2_K || kQ == BulkQuant::Q3_K;
+
+/// A lane's x for kQ's blocks: prescaled (Q4_K / Q5_K), else as loaded.
+template <BulkQuant kQ>
+using BulkX = std::conditional_t<kBulkLowBit<kQ>, quantdot::K45X,
+                                 quantdot::K45Prescaled>;
+
+/// Lane t's x share v (loadK45Values's, sums unset) made kQ's.
+template <BulkQuant kQ>
+__device__ __forceinline__ void bulkX(quantdot::K45X v, BulkX<kQ> &x) {
+  if constexpr (kBulkLowBit<kQ>) {
+    quantdot::sumK45X(v);
+    x = v;
+  } else {
+    quantdot::prescaleK45<kQ == BulkQuant::Q5_K>(v, x);
+  }
+}
+
+/// Lane t's sum for one block of kQ in shared memory (the int8-grid x:
+/// Q4_K alone).
+template <BulkQuant kQ, class X>
+__device__ __forceinline__ float bulkBlock(const uint8_t *block, int t,
+                                           const X &x) {
+  if constexpr (kQ == BulkQuant::Q2_K)
+    return quantdot::q2KLane(block, t, x);
+  else if constexpr (kQ == BulkQuant::Q3_K)
+    return quantdot::q3KLane(block, t, x);
+  else
+    return k45SharedBlock<kQ == BulkQuant::Q5_K>(block, t, x);
+}
+
+/// The bulk-copy format of `type`, if it has one.
+std::optional<BulkQuant> bulkQuantOf(GGMLType type) {
+  switch (type) {
+  case GGMLType::Q4_K: return BulkQuant::Q4_K;
+  case GGMLType::Q5_K: return BulkQuant::Q5_K;
+  case GGMLType::Q2_K: return BulkQuant::Q2_K;
+  case GGMLType::Q3_K: return BulkQuant::Q3_K;
+  default: return std::nullopt;
+  }
 }
 
 /// Row pairs per block of the shared expert's gate/up rows in the gate/up
@@ -1495,14 +1553,15 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
 /// each lane rounds its x to the int8 grid while its rows stream in
 /// (QuantDot.cuh, "Int8 x"), and its dots are `dp4a`s: W . x' for x' the
 /// rounded input (quantdot::int8RoundGroups, groups of 16), not W . x.
-template <bool kHigh, int kHidden, int kFfn, bool kInt8X>
+template <BulkQuant kQ, int kHidden, int kFfn, bool kInt8X>
 __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
   constexpr bool kFixed = kHidden > 0;
   static_assert(!kFixed || (kHidden % 256 == 0 && kFfn > 0 &&
                             kFfn % kPairs == 0));
   static_assert(kFixed || !kInt8X, "the probe is compiled for fixed shapes");
+  static_assert(!kInt8X || kQ == BulkQuant::Q4_K, "the probe is Q4_K's");
   extern __shared__ __align__(128) uint8_t shared[];
-  constexpr int kBlockBytes = kHigh ? 176 : 144;
+  constexpr int kBlockBytes = kBulkBlockBytes<kQ>;
   const int blocksPerRow = kFixed ? kHidden / 256 : a.blocksPerRow;
   const int64_t ffn = kFixed ? int64_t(kFfn) : a.ffn;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp,
@@ -1560,12 +1619,12 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
     }
   }
   // Prescaled (or rounded to the int8 grid) while the rows stream in.
-  std::conditional_t<kInt8X, quantdot::K45Int8X, quantdot::K45Prescaled> xs;
+  std::conditional_t<kInt8X, quantdot::K45Int8X, BulkX<kQ>> xs;
   if (active) {
     if constexpr (kInt8X)
       quantdot::int8K45(xv, xs);
     else
-      quantdot::prescaleK45<kHigh>(xv, xs);
+      bulkX<kQ>(xv, xs);
   }
   __syncthreads(); // the barriers are initialised
   if (!valid) {
@@ -1583,8 +1642,8 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
       barrierWait(bars + q, 0);
       if (active) {
         const uint8_t *block = rows + q * rowBytes + b * kBlockBytes;
-        v[q] = k45SharedBlock<kHigh>(block, t, xs);
-        v[kPairs + q] = k45SharedBlock<kHigh>(block + kPairs * rowBytes, t, xs);
+        v[q] = bulkBlock<kQ>(block, t, xs);
+        v[kPairs + q] = bulkBlock<kQ>(block + kPairs * rowBytes, t, xs);
       }
     }
   pairSumsToAct(v, sums,
@@ -1592,10 +1651,10 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
                 pairs, a.act + i * ffn + f0);
 }
 
-template <bool kHigh, int kHidden = 0, int kFfn = 0>
+template <BulkQuant kQ, int kHidden = 0, int kFfn = 0>
 __global__ void __launch_bounds__(kThreads)
     expertGateUpK45Kernel(ExpertArgs a) {
-  expertGateUpK45<kHigh, kHidden, kFfn, false>(a);
+  expertGateUpK45<kQ, kHidden, kFfn, false>(a);
 }
 
 /// The probe's kernel (setExpertsInt8X): GLM-5's tp=8 routed gate/up
@@ -1604,7 +1663,7 @@ __global__ void __launch_bounds__(kThreads)
 /// fixed-width kernels.
 __global__ void __launch_bounds__(kThreads)
     expertGateUpInt8XKernel(ExpertArgs a) {
-  expertGateUpK45<false, glm5::kHidden, 256, true>(a);
+  expertGateUpK45<BulkQuant::Q4_K, glm5::kHidden, 256, true>(a);
 }
 
 /// kHidden > 0: the kernel for one hidden width (a multiple of kDownTile)
@@ -1612,7 +1671,7 @@ __global__ void __launch_bounds__(kThreads)
 /// kHidden, k == kK and a block takes one tile: every block's tile is whole
 /// and its rows' offsets are constants. The same products in the same
 /// order as the general kernel (kHidden = 0), the same bits.
-template <bool kHigh, int kHidden = 0, int kK = 0>
+template <BulkQuant kQ, int kHidden = 0, int kK = 0>
 __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   constexpr bool kFixed = kHidden > 0;
   static_assert(!kFixed || (kHidden % kDownTile == 0 && kK > 0));
@@ -1629,7 +1688,7 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
              : int(hidden - h0 < int64_t(nt) * kDownTile
                        ? hidden - h0
                        : int64_t(nt) * kDownTile);
-  constexpr int kRowBytes = kHigh ? 176 : 144; // the 256 values of a row
+  constexpr int kRowBytes = kBulkBlockBytes<kQ>; // the 256 values of a row
   const uint32_t rowBytes = kFixed ? uint32_t(kRowBytes)
                                    : uint32_t(a.down.rowBytes),
                  tileBytes = kDownTile * rowBytes;
@@ -1707,8 +1766,11 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   for (int s = warp; s < k; s += warps) {
     if (chosen[s] < 0) // the same for the whole warp
       continue;
-    quantdot::K45Prescaled xs;
-    quantdot::prescaleK45<kHigh>(a.act + int64_t(s) * 256, t, xs);
+    quantdot::K45X xv;
+    quantdot::loadK45Values(
+        reinterpret_cast<const float4 *>(a.act + int64_t(s) * 256), t, xv);
+    BulkX<kQ> xs;
+    bulkX<kQ>(xv, xs);
     for (int j = 0; j < nt; ++j) {
       barrierWait(bars + j, 0);
       const uint8_t *tile = rows + (j * k + s) * tileBytes;
@@ -1717,7 +1779,7 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
       for (int u = 0; u < 4; ++u) {
         const int r = 4 * g + u;
         v[u] = j * kDownTile + r < nrows
-                   ? k45SharedBlock<kHigh>(tile + r * rowBytes, t, xs)
+                   ? bulkBlock<kQ>(tile + r * rowBytes, t, xs)
                    : 0.f;
       }
       // Lane 2 u of group g holds row 4 g + u's sum over the 8 lanes.
@@ -1785,7 +1847,7 @@ cudaError_t launchSplitItems(void (*kernel)(Args), int64_t items,
   return cudaGetLastError();
 }
 
-/// What the Q4_K / Q5_K expert kernels need of the current device: sm_90+
+/// What the bulk-copy expert kernels need of the current device: sm_90+
 /// (bulk copies), its multiprocessor count and the shared memory a block
 /// may opt into (granted per launch by allowDynamicShared). Attribute
 /// queries only: no stream work, so a capture may include them.
@@ -2394,26 +2456,49 @@ cudaError_t launchLinearRouter(const float *x, const DeviceWeight &w,
 
 namespace {
 
-/// The routed gate/up kernel for Q4_K (kHigh false) or Q5_K rows of
-/// glm5::kHidden values compiled for expert width `ffn`, of those in
-/// glm5::ExpertFfnWidths, or null.
-template <bool kHigh> void (*expertWidthKernel(int64_t ffn))(ExpertArgs) {
-  using Kernel = void (*)(ExpertArgs);
-  return glm5::pickShape<Kernel>(
-      ffn, glm5::ExpertFfnWidths{}, nullptr, [](auto width) {
-        return Kernel(expertGateUpK45Kernel<kHigh, glm5::kHidden, width.value>);
-      });
+using ExpertKernel = void (*)(ExpertArgs);
+
+/// make(std::integral_constant<BulkQuant, q>{}): a kernel template's
+/// instance for the format q.
+template <class Make> ExpertKernel forBulkQuant(BulkQuant q, Make make) {
+  switch (q) {
+  case BulkQuant::Q4_K:
+    return make(std::integral_constant<BulkQuant, BulkQuant::Q4_K>{});
+  case BulkQuant::Q5_K:
+    return make(std::integral_constant<BulkQuant, BulkQuant::Q5_K>{});
+  case BulkQuant::Q2_K:
+    return make(std::integral_constant<BulkQuant, BulkQuant::Q2_K>{});
+  case BulkQuant::Q3_K:
+    return make(std::integral_constant<BulkQuant, BulkQuant::Q3_K>{});
+  }
+  return nullptr;
+}
+
+/// The routed gate/up kernel for rows of `q` of glm5::kHidden values
+/// compiled for expert width `ffn`, of those in glm5::ExpertFfnWidths, or
+/// null.
+ExpertKernel expertWidthKernel(BulkQuant q, int64_t ffn) {
+  return forBulkQuant(q, [ffn](auto format) {
+    return glm5::pickShape<ExpertKernel>(
+        ffn, glm5::ExpertFfnWidths{}, nullptr, [](auto width) {
+          return ExpertKernel(expertGateUpK45Kernel<decltype(format)::value,
+                                                    glm5::kHidden,
+                                                    width.value>);
+        });
+  });
 }
 
 } // namespace
 
 namespace {
 thread_local uint64_t sharedInside = 0;
+thread_local uint64_t bulkLaunches = 0;
 thread_local bool int8X = false;
 thread_local uint64_t int8XLaunches = 0;
 } // namespace
 
 uint64_t moeSharedInsideLaunches() { return sharedInside; }
+uint64_t moeBulkLaunches() { return bulkLaunches; }
 void setExpertsInt8X(bool on) { int8X = on; }
 bool expertsInt8X() { return int8X; }
 uint64_t moeInt8XLaunches() { return int8XLaunches; }
@@ -2421,7 +2506,7 @@ uint64_t moeInt8XLaunches() { return int8XLaunches; }
 int64_t moeExpertsActFloats(int64_t k, int64_t ffn, int64_t hidden,
                             const SharedExpert *shared) {
   // The routed experts' act, then the shared expert's: its act inside the
-  // Q4_K / Q5_K kernels, or gate, up, the swiglu's scratch and its output
+  // bulk-copy kernels, or gate, up, the swiglu's scratch and its output
   // for the separate launches.
   return k * ffn + (shared ? 3 * shared->gate.rows + hidden : 0);
 }
@@ -2482,20 +2567,21 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   if ((k > 0 && gateBlocks == 0) || downBlocks == 0)
     return cudaErrorInvalidValue;
 
-  // The Q4_K / Q5_K kernels where they apply (sm_90+, 16-aligned data; the
-  // gate/up kernel for rows of at most 32 blocks, the down kernel for F =
-  // 256); every other case takes the generic kernels.
+  // The bulk-copy kernels where they apply (Q4_K, Q5_K, Q2_K, Q3_K; sm_90+,
+  // 16-aligned data and copies; the gate/up kernel for rows of at most 32
+  // blocks, the down kernel for F = 256); every other case takes the
+  // generic kernels.
   const ExpertDevice device = k > 0 ? expertDevice() : ExpertDevice{};
-  const bool k45Gate =
-      a.gate.type == a.up.type &&
-      (a.gate.type == GGMLType::Q4_K || a.gate.type == GGMLType::Q5_K);
+  const std::optional<BulkQuant> gateQ =
+      a.gate.type == a.up.type ? bulkQuantOf(a.gate.type) : std::nullopt;
+  const std::optional<BulkQuant> downQ = bulkQuantOf(a.down.type);
   a.blocksPerRow = int(hidden / 256);
   const int gateFastWarps = (a.blocksPerRow + 3) / 4;
   const int64_t pairTiles = (ffn + kPairs - 1) / kPairs;
   uint64_t gateFastShared =
       kPairHeadBytes + 2 * kPairs * a.gate.rowBytes +
       uint64_t(gateFastWarps) * 2 * kPairs * sizeof(float);
-  const bool gateFast = device.bulk && k45Gate &&
+  const bool gateFast = device.bulk && gateQ && a.gate.rowBytes % 16 == 0 &&
                         gateFastWarps <= kWarpsPerBlock && aligned16(x) &&
                         aligned16(a.gateData) && aligned16(a.upData) &&
                         gateFastShared <= uint64_t(device.sharedOptin) &&
@@ -2503,8 +2589,10 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   bool downFast = false;
   uint64_t downFastShared = 0;
   unsigned downFastBlocks = 0;
-  if (device.bulk && ffn == 256 && k <= device.sharedOptin / 256 &&
-      (a.down.type == GGMLType::Q4_K || a.down.type == GGMLType::Q5_K) &&
+  // Every tile's copy 16-aligned and a multiple of 16 bytes: rows of 16
+  // bytes' multiple (Q4_K, Q5_K), or a whole number of tiles an expert.
+  if (device.bulk && ffn == 256 && k <= device.sharedOptin / 256 && downQ &&
+      (a.down.rowBytes % 16 == 0 || hidden % kDownTile == 0) &&
       aligned16(a.downData) && aligned16(act)) {
     // The block's shared memory holds its tiles' rows of every chosen
     // expert. (The bound on k above only keeps these sizes in range; the
@@ -2530,7 +2618,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   }
 
   if (shared) {
-    // Inside the Q4_K / Q5_K kernels where both apply and the shared expert
+    // Inside the bulk-copy kernels where both apply and the shared expert
     // is Q8_0 in its split layout with F_s = 256 (the down kernel's rows of
     // one 256-value block): its gate/up rows in blocks past the routed
     // experts', its down rows beside theirs. Else its own launches first
@@ -2582,19 +2670,21 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     }
   }
   if (k > 0) {
-    const bool q5 = a.gate.type == GGMLType::Q5_K;
-    void (*gateUp)(ExpertArgs) = gateFast ? (q5 ? expertGateUpK45Kernel<true>
-                                                : expertGateUpK45Kernel<false>)
-                                 : rows == kRows ? expertGateUpKernel<kRows>
-                                                 : expertGateUpKernel<1>;
+    ExpertKernel gateUp =
+        gateFast ? forBulkQuant(*gateQ,
+                                [](auto format) {
+                                  return ExpertKernel(expertGateUpK45Kernel<
+                                                      decltype(format)::value>);
+                                })
+        : rows == kRows ? expertGateUpKernel<kRows>
+                        : expertGateUpKernel<1>;
     // The kernel compiled for GLM-5's hidden width and this expert width
     // (family experts), where it holds as many blocks at once.
     if (gateFast && shapeSpecialised(ShapeFamily::Experts) &&
         hidden == glm5::kHidden &&
         a.gate.rowBytes ==
             uint64_t(a.blocksPerRow) * uint64_t(a.gate.blockBytes)) {
-      void (*fixed)(ExpertArgs) =
-          q5 ? expertWidthKernel<true>(ffn) : expertWidthKernel<false>(ffn);
+      ExpertKernel fixed = expertWidthKernel(*gateQ, ffn);
       if (fixed && holdsAsMany(fixed, gateUp, gateFastWarps * kWarp,
                                gateFastShared)) {
         gateUp = fixed;
@@ -2603,17 +2693,20 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
     }
     // The probe's kernel (setExpertsInt8X), compiled for GLM-5's tp=8
     // shape alone.
-    if (gateFast && expertsInt8X() && !q5 && hidden == glm5::kHidden &&
+    if (gateFast && expertsInt8X() && *gateQ == BulkQuant::Q4_K &&
+        hidden == glm5::kHidden &&
         ffn == 256 &&
         a.gate.rowBytes ==
             uint64_t(a.blocksPerRow) * uint64_t(a.gate.blockBytes)) {
       gateUp = expertGateUpInt8XKernel;
       ++int8XLaunches;
     }
-    if (gateFast)
+    if (gateFast) {
+      ++bulkLaunches;
       if (cudaError_t e = allowDynamicShared(gateUp, gateFastShared);
           e != cudaSuccess)
         return e;
+    }
     if (cudaError_t e =
             gateFast
                 ? launchStep(gateUp,
@@ -2626,17 +2719,19 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
       return e;
   }
   if (downFast) {
-    const bool q5 = a.down.type == GGMLType::Q5_K;
-    void (*kernel)(ExpertArgs) =
-        q5 ? expertDownK45Kernel<true> : expertDownK45Kernel<false>;
+    ++bulkLaunches;
+    ExpertKernel kernel = forBulkQuant(*downQ, [](auto format) {
+      return ExpertKernel(expertDownK45Kernel<decltype(format)::value>);
+    });
     // The kernel compiled for GLM-5's hidden width and top-k
     // (family experts), where it holds as many blocks at once.
     if (shapeSpecialised(ShapeFamily::Experts) && hidden == glm5::kHidden &&
         k == glm5::kTopK &&
         a.downTiles == 1) {
-      void (*fixed)(ExpertArgs) =
-          q5 ? expertDownK45Kernel<true, glm5::kHidden, glm5::kTopK>
-             : expertDownK45Kernel<false, glm5::kHidden, glm5::kTopK>;
+      ExpertKernel fixed = forBulkQuant(*downQ, [](auto format) {
+        return ExpertKernel(expertDownK45Kernel<decltype(format)::value,
+                                                glm5::kHidden, glm5::kTopK>);
+      });
       if (holdsAsMany(fixed, kernel, a.per * kWarp, downFastShared)) {
         kernel = fixed;
         noteShapeSpecialised();

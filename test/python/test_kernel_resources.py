@@ -40,11 +40,15 @@ MAY_SPILL = {
     r"linearKernel<1>": (
         {"sm_100"}, "the mat-vec over file blocks of types with no "
         "several-row dot (no GLM-5 mix's)"),
-    r"expertGateUpK45Kernel<false, 6144, 2048>": (
+    # Formats by number: 0 Q4_K, 1 Q5_K, 2 Q2_K, 3 Q3_K (BulkQuant).
+    r"expertGateUpK45Kernel<\(.*?BulkQuant\)0, 6144, 2048>": (
         {"sm_120"}, "GLM-5's experts at tp=1 (4-8 bytes as the body "
         "changes; tp=8 runs the 256-row kernel)"),
-    r"expertGateUpK45Kernel<false, 6144, 512>": (
+    r"expertGateUpK45Kernel<\(.*?BulkQuant\)0, 6144, 512>": (
         {"sm_120"}, "GLM-5's experts at tp=4 (4-8 bytes)"),
+    r"expert(GateUp|Down)K45Kernel<\(.*?BulkQuant\)3, 0, 0>": (
+        {"sm_90", "sm_120"}, "the 2-bit mixes' Q3_K rows in the general-shape "
+        "bulk-copy kernels (8 bytes; GLM-5's shapes run the fixed ones)"),
     # A width after the input kind: the fixed-width kernels, not the
     # general one (width 0).
     r"linearQ8SplitKernel<4, true, \(.*?Q8Input\)\d, [1-9]\d*>": (

@@ -2389,6 +2389,9 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
     GGMLType gateType, downType;
     bool fused, aliasOut;
     int64_t hidden = 512, ffn = 256, experts = 8, k = 4;
+    /// The bulk-copy kernels expected to run on sm_90+ (of gate/up and
+    /// down; -1: not checked).
+    int bulk = -1;
   };
   for (const Case &c :
        {Case{GGMLType::Q4_K, GGMLType::Q6_K, false, false},
@@ -2413,9 +2416,18 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
         Case{GGMLType::Q5_K, GGMLType::Q4_K, false, false, 1024, 256, 16,
              10},
         // The 2-bit mix (kiln-gguf synth --mix ud-q2_k_xl) on a GLM-5 tp=8
-        // rank: Q2_K gate/up, Q3_K down; and the two swapped, fused.
-        Case{GGMLType::Q2_K, GGMLType::Q3_K, false, false, 6144, 256, 256, 8},
-        Case{GGMLType::Q3_K, GGMLType::Q2_K, true, true, 1024, 256, 16, 8}}) {
+        // rank: Q2_K gate/up, Q3_K down, both in the bulk-copy kernels; and
+        // the two swapped, fused. Q3_K rows of 4 blocks (440 bytes, not a
+        // multiple of 16) take the general gate/up kernel, of 8 the bulk one.
+        Case{GGMLType::Q2_K, GGMLType::Q3_K, false, false, 6144, 256, 256, 8,
+             2},
+        Case{GGMLType::Q3_K, GGMLType::Q2_K, true, true, 1024, 256, 16, 8, 1},
+        Case{GGMLType::Q3_K, GGMLType::Q2_K, true, false, 2048, 256, 16, 8,
+             2},
+        // 17 blocks a row: Q2_K's 1,428 bytes are not a multiple of 16
+        // (the general gate/up kernel); 5 chosen of Q3_K down.
+        Case{GGMLType::Q2_K, GGMLType::Q3_K, false, false, 4352, 256, 16, 5,
+             1}}) {
     const Experts set = randomExperts(c.gateType, c.downType, c.fused,
                                       c.hidden, c.ffn, c.experts, rng);
     const Weight &gate = set.gate, &down = set.down;
@@ -2441,9 +2453,11 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
                      ud = up ? up->dev() : kc::DeviceWeight{};
     Fault fault;
     float *out = c.aliasOut ? dx.get() : dout.get();
+    const uint64_t bulkBefore = kc::moeBulkLaunches();
     run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, c.experts, dids.get(),
                              dw.get(), c.k, gd, up ? &ud : nullptr, dd,
                              act.get(), nullptr, out, fault.sink(), nullptr));
+    const int bulk = int(kc::moeBulkLaunches() - bulkBefore);
     std::vector<float> got = c.aliasOut ? dx.download() : dout.download();
     const std::string what =
         fmtText("%s %s + down %s, H%lld F%lld E%lld k%lld",
@@ -2454,10 +2468,16 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
     const std::string why =
         fmtText("gate/up then down dots, 2e-6*(sqrt(%lld)+sqrt(%lld))",
                 (long long)c.hidden, (long long)c.ffn);
-    r.line("moe_experts", what + (c.aliasOut ? ", out=x" : ""),
+    // The path as stated (the device has bulk copies: sm_90+, as the
+    // shared-expert cases below assume too).
+    const bool checkPath = c.bulk >= 0;
+    r.line("moe_experts",
+           what + (c.aliasOut ? ", out=x" : "") +
+               (checkPath ? fmtText(", %d bulk-copy kernels", c.bulk) : ""),
            relError(got, want) +
-               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0),
-           tol, why);
+               faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
+               (checkPath && bulk != c.bulk ? 1.0 : 0.0),
+           tol, why + (checkPath ? "; the path as stated" : ""));
 
     // With an addend (kiln-fuse-expert-add): the sum plus it, as an add
     // after the experts; where the case aliases, the output is the
@@ -2532,8 +2552,8 @@ void checkMoeExperts(Report &r, kiln::Rng &rng) {
 
 /// moe_experts with the shared expert inside (kiln-fuse-shared-expert):
 /// the routed sum plus down_s(silu(gate_s . x) * (up_s . x)), added last,
-/// against the CPU's experts and mat-vecs. The Q4_K / Q5_K routed kernels
-/// with a Q8_0 shared expert in its split layout and F_s = 256 take it
+/// against the CPU's experts and mat-vecs. The bulk-copy routed kernels
+/// (Q4_K, Q5_K, Q2_K, Q3_K) with a Q8_0 shared expert in its split layout and F_s = 256 take it
 /// inside (checked by moeSharedInside); the other cases run it first.
 void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
   cpu::ThreadPool pool(4);
@@ -2554,6 +2574,11 @@ void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
            // Q5_K gate/up, Q4_K down, 10 experts.
            Case{GGMLType::Q5_K, GGMLType::Q4_K, GGMLType::Q8_0, true, false,
                 false, 1024, 256, 16, 10, 256, true},
+           // The 2-bit mix on a GLM-5 tp=8 rank, and Q3_K gate/up fused.
+           Case{GGMLType::Q2_K, GGMLType::Q3_K, GGMLType::Q8_0, true, false,
+                false, 6144, 256, 256, 8, 256, true},
+           Case{GGMLType::Q3_K, GGMLType::Q2_K, GGMLType::Q8_0, true, true,
+                true, 2048, 256, 16, 8, 256, true},
            // F_s = 128: its own launches.
            Case{GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q8_0, true, false,
                 false, 1024, 256, 16, 8, 128, false},
@@ -3299,7 +3324,7 @@ void benchMoe() {
       std::printf("bench op moe_experts: the int8-x kernel did not run\n");
   }
   // The 2-bit mix's experts (Q2_K gate/up, Q3_K down; kiln-gguf synth --mix
-  // ud-q2_k_xl), which the general kernels dot from the file's blocks.
+  // ud-q2_k_xl) in the bulk-copy kernels, general and fixed shapes.
   {
     const uint64_t lowUp = *kiln::rowBytes(GGMLType::Q2_K, hidden) * ffn *
                            experts,
@@ -3316,10 +3341,21 @@ void benchMoe() {
     const double lowBytes = double(k) *
                             (2.0 * double(lowUp) + double(lowDown)) /
                             double(experts);
-    const double us = coldMoe(lgd, lud, ldd);
-    std::printf("bench op moe_experts Q2_K/Q3_K 6144x256, 8 of 256 %9.2f us, "
-                "%.1f GB/s (from memory: 32 disjoint sets of 8 in turn)\n",
-                us, lowBytes / (us * 1e3));
+    for (int mode : {0, 1}) {
+      const FixedShapes scope(mode == 1);
+      const uint64_t bulkBefore = kc::moeBulkLaunches();
+      const double us = coldMoe(lgd, lud, ldd);
+      std::printf("bench op moe_experts Q2_K/Q3_K 6144x256, 8 of 256%-14s "
+                  "%9.2f us, %.1f GB/s (from memory: 32 disjoint sets of 8 "
+                  "in turn)\n",
+                  moeBenchKernels(mode), us, lowBytes / (us * 1e3));
+      if (kc::moeBulkLaunches() == bulkBefore)
+        std::printf("bench op moe_experts: the Q2_K/Q3_K bulk-copy kernels "
+                    "did not run\n");
+      if (mode == 1 && scope.ran() == 0)
+        std::printf(
+            "bench op moe_experts: the fixed-shape kernels did not run\n");
+    }
   }
   // The shared expert inside (kiln-fuse-shared-expert): its gate, up and
   // down (Q8_0 in the split layout, 256 rows at tp=8) as a ninth expert of
@@ -5202,8 +5238,8 @@ void checkWidthKernels(Report &r, kiln::Rng &rng) {
 
 /// The routed gate/up kernels compiled for GLM-5's hidden width and each
 /// expert width, and the down kernel for its hidden width and top-k
-/// (ModelShapes.h, KILN_CUDA_SPECIALISED=1): Q4_K and Q5_K gate/up (fused
-/// and not), 16 experts, 8 chosen with a repeat; the fixed-width kernels
+/// (ModelShapes.h, KILN_CUDA_SPECIALISED=1): Q4_K, Q5_K, Q2_K and Q3_K
+/// gate/up (fused and not), 16 experts, 8 chosen with a repeat; the fixed-width kernels
 /// ran, the whole op gave the general kernels' bits and the CPU's values
 /// within moe_experts' tolerance; at a hidden width not in the list, the
 /// general kernels ran.
@@ -5221,6 +5257,11 @@ void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
         Case{GGMLType::Q4_K, GGMLType::Q5_K, false, kc::glm5::kHidden, ffn});
     cases.push_back(
         Case{GGMLType::Q5_K, GGMLType::Q4_K, true, kc::glm5::kHidden, ffn});
+    // The 2-bit mix's formats, and the two swapped.
+    cases.push_back(
+        Case{GGMLType::Q2_K, GGMLType::Q3_K, false, kc::glm5::kHidden, ffn});
+    cases.push_back(
+        Case{GGMLType::Q3_K, GGMLType::Q2_K, true, kc::glm5::kHidden, ffn});
   }
   cases.push_back(Case{GGMLType::Q4_K, GGMLType::Q5_K, false, 4096, 256, false});
   const int64_t experts = 16, k = 8;
