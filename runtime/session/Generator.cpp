@@ -1,10 +1,14 @@
 //===- Generator.cpp - Prompt evaluation and text generation on a session --===//
 #include "session/Generator.h"
 
+#include "chat/JsonPrefix.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <string>
 
 namespace kiln::runtime {
 
@@ -109,6 +113,12 @@ Generator::generate(const GenerateOptions &options,
     return Error("generate", "logprobs",
                  "log-probabilities need the logits: the artifact was "
                  "compiled with --no-logits");
+  if (options.jsonObject && (!tokenizer_ || logits_.empty()))
+    return Error("generate", "json",
+                 !tokenizer_ ? "JSON output needs the file's tokenizer, and "
+                               "it has none"
+                             : "JSON output needs the logits: the artifact "
+                               "was compiled with --no-logits");
   std::vector<int32_t> order;
   using Clock = std::chrono::steady_clock;
   Clock::time_point start = Clock::now();
@@ -128,9 +138,44 @@ Generator::generate(const GenerateOptions &options,
     if (onText && !piece.empty() && !onText(piece))
       result.stoppedByCaller = true;
   };
-  bool sample = options.sampling.needsLogits();
+  // JSON output: the tokens that may ever continue it (text tokens with
+  // bytes, not a stop id), their bytes, and each step's allowed set.
+  std::optional<chat::JsonPrefix> json;
+  std::vector<std::pair<int32_t, std::string_view>> jsonTokens;
+  std::vector<uint8_t> allowed;
+  if (options.jsonObject) {
+    json.emplace(true);
+    for (int32_t id = 0;
+         id < tokenizer_->vocabSize() && size_t(id) < logits_.size(); ++id) {
+      const tokenizer::TokenType type = tokenizer_->tokenType(id);
+      std::optional<std::string_view> bytes = tokenizer_->tokenBytes(id);
+      if ((type == tokenizer::TokenType::Normal ||
+           type == tokenizer::TokenType::Byte ||
+           type == tokenizer::TokenType::UserDefined) &&
+          bytes && !bytes->empty() &&
+          std::find(options.stopIds.begin(), options.stopIds.end(), id) ==
+              options.stopIds.end())
+        jsonTokens.emplace_back(id, *bytes);
+    }
+  }
+  bool sample = options.sampling.needsLogits() || json;
   for (int64_t g = 0; g < options.maxTokens; ++g) {
-    int32_t token = sample ? sampler.sample(logits_, history) : next_;
+    int32_t token;
+    if (json) {
+      allowed.assign(logits_.size(), 0);
+      for (const auto &[id, bytes] : jsonTokens)
+        allowed[size_t(id)] = json->accepts(bytes);
+      token = sampler.sample(logits_, history, allowed);
+      if (token < 0)
+        return Error("generate", "json",
+                     "no token of the vocabulary continues the JSON text "
+                     "after " +
+                         std::to_string(result.tokens.size()) +
+                         " generated tokens");
+      json->push(*tokenizer_->tokenBytes(token));
+    } else {
+      token = sample ? sampler.sample(logits_, history) : next_;
+    }
     if (std::find(options.stopIds.begin(), options.stopIds.end(), token) !=
         options.stopIds.end()) {
       result.stoppedAtId = true; // end of sequence: not part of the output
@@ -160,6 +205,10 @@ Generator::generate(const GenerateOptions &options,
         show(held.substr(0, held.size() - keep));
         held.erase(0, held.size() - keep);
       }
+    }
+    if (json && json->complete()) {
+      result.stoppedAtJson = true; // nothing may follow but whitespace
+      break;
     }
     if (g + 1 == options.maxTokens || result.stoppedByCaller)
       break;

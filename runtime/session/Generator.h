@@ -33,6 +33,12 @@ struct GenerateOptions {
   int32_t logprobs = -1;
   std::vector<int32_t> stopIds;         ///< end generation, not output
   std::vector<std::string> stopStrings; ///< end generation, not output
+  /// The reply is a JSON object (OpenAI's response_format json_object):
+  /// each token is chosen among those whose bytes keep the text a prefix of
+  /// one (chat::JsonPrefix; not control tokens, not the stop ids), and
+  /// generation ends as soon as the object is whole. Needs the tokenizer
+  /// and the logits; every step then checks every token's bytes.
+  bool jsonObject = false;
 };
 
 /// A generated token's log-probability and the most likely tokens' there
@@ -54,6 +60,7 @@ struct GenerateResult {
   std::vector<TokenLogprob> logprobs; ///< one per token, when asked
   bool stoppedAtId = false;
   bool stoppedAtString = false;
+  bool stoppedAtJson = false;   ///< the JSON object was whole (jsonObject)
   bool stoppedByCaller = false; ///< onText returned false
   double seconds = 0; ///< the generation loop's wall time
   /// Decode steps the loop ran (the last token is not evaluated: it has

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace kiln::runtime {
 
@@ -18,9 +19,11 @@ Sampler::Sampler(const SamplingOptions &options)
     : options_(options), rng_(options.seed) {}
 
 int32_t Sampler::sample(std::span<const float> input,
-                        std::span<const int32_t> history) {
+                        std::span<const int32_t> history,
+                        std::span<const uint8_t> allowed) {
   std::span<const float> logits = input;
-  if (options_.penalises()) {
+  size_t allowedCount = 0;
+  if (options_.penalises() || !allowed.empty()) {
     penalised_.assign(input.begin(), input.end());
     for (auto [token, bias] : options_.logitBias)
       if (token >= 0 && size_t(token) < penalised_.size())
@@ -51,7 +54,24 @@ int32_t Sampler::sample(std::span<const float> input,
         l = float(double(l) - options_.frequencyPenalty * double(count) -
                   options_.presencePenalty);
     }
+    // The tokens not allowed sort after every allowed one (whose logits
+    // are finite), and no cut keeps them.
+    for (size_t i = 0; i < penalised_.size(); ++i)
+      if (i < allowed.size() && allowed[i])
+        ++allowedCount;
+      else if (!allowed.empty())
+        penalised_[i] = -std::numeric_limits<float>::infinity();
+    if (!allowed.empty() && allowedCount == 0)
+      return -1;
     logits = penalised_;
+  }
+  if (!allowed.empty() && (options_.greedy() || logits.size() <= 1)) {
+    int32_t best = -1;
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (i < allowed.size() && allowed[i] &&
+          (best < 0 || logits[i] > logits[size_t(best)]))
+        best = int32_t(i);
+    return best;
   }
   if (options_.greedy() || logits.size() <= 1)
     return argmax(logits);
@@ -62,7 +82,7 @@ int32_t Sampler::sample(std::span<const float> input,
   std::stable_sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
     return logits[a] > logits[b];
   });
-  size_t keep = order_.size();
+  size_t keep = allowed.empty() ? order_.size() : allowedCount;
   if (options_.topK > 0)
     keep = std::min(keep, size_t(options_.topK));
   probs_.resize(keep);

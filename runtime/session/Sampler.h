@@ -46,9 +46,13 @@ class Sampler {
 public:
   explicit Sampler(const SamplingOptions &options);
   /// The next token given the logits and the tokens so far (prompt and
-  /// generated; only the last repeatWindow matter to the penalties).
+  /// generated; only the last repeatWindow matter to the penalties). With
+  /// `allowed` (one byte a token, non-zero: may be chosen), the choice is
+  /// among those tokens alone, as if the others' logits were -infinity
+  /// after the penalties; -1 when none is allowed.
   int32_t sample(std::span<const float> logits,
-                 std::span<const int32_t> history = {});
+                 std::span<const int32_t> history = {},
+                 std::span<const uint8_t> allowed = {});
 
 private:
   SamplingOptions options_;

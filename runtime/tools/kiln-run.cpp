@@ -81,6 +81,11 @@ options:
                            last 64 (OpenAI's; -2 to 2, default 0)
   --stop TEXT              stop when the generated text contains TEXT (not
                            printed); repeatable; needs the file's tokenizer
+  --json-object            constrain the generated text to one JSON object:
+                           each token is chosen among those whose bytes keep
+                           it a prefix of one, and generation stops once it
+                           is whole (with --chat: each reply); needs the
+                           file's tokenizer and the logits
   --chat                   an interactive conversation on stdin: each line is
                            a user turn, rendered with the file's chat
                            template (GLM's format when it has none); replies
@@ -351,7 +356,8 @@ std::string jsonString(const std::string &s) {
 /// by the chat template; only what differs from the cached tokens is
 /// evaluated; replies stream to stdout.
 int runChat(const SessionOptions &options, const SamplingOptions &sampling,
-            int64_t maxTokens, const std::vector<std::string> &stopStrings,
+            int64_t maxTokens, bool jsonObject,
+            const std::vector<std::string> &stopStrings,
             const std::optional<std::string> &systemPrompt,
             const std::string &chatTemplateFile) {
   Expected<TextModel> model = openTextModel(options, chatTemplateFile);
@@ -361,7 +367,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   const tokenizer::Tokenizer *tok = &model->tokenizer;
   const chat::ChatTemplate &chatTemplate = model->chat.chatTemplate;
   const std::string &where = model->chat.where;
-  if (!s.hasLogits() && sampling.needsLogits())
+  if (!s.hasLogits() && (sampling.needsLogits() || jsonObject))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
                       "decoding only"));
@@ -369,6 +375,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   GenerateOptions generate;
   generate.maxTokens = maxTokens;
   generate.sampling = sampling;
+  generate.jsonObject = jsonObject;
   generate.stopStrings = stopStrings;
   generate.stopIds = tok->endOfReplyIds();
   Generator generator(s, tok);
@@ -580,6 +587,7 @@ int main(int argc, char **argv) {
   int64_t generate = 16;
   std::string logitsOut;
   bool json = false;
+  bool jsonObject = false;
   bool describeOnly = false;
   bool bench = false;
   bool chatMode = false;
@@ -645,6 +653,8 @@ int main(int argc, char **argv) {
         return usageError("--seed: expected an unsigned integer");
     } else if (arg == "--logits-out") {
       logitsOut = value("--logits-out");
+    } else if (arg == "--json-object") {
+      jsonObject = true;
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "--describe") {
@@ -690,8 +700,8 @@ int main(int argc, char **argv) {
     if (hasPromptText || !prompt.empty() || json || !logitsOut.empty())
       return usageError("--chat reads its turns from stdin: no --prompt, "
                         "--prompt-tokens, --json or --logits-out");
-    return runChat(options, sampling, generate, stopStrings, systemPrompt,
-                   chatTemplateFile);
+    return runChat(options, sampling, generate, jsonObject, stopStrings,
+                   systemPrompt, chatTemplateFile);
   }
   if (systemPrompt)
     return usageError("--system goes with --chat");
@@ -725,8 +735,12 @@ int main(int argc, char **argv) {
   std::vector<int32_t> stops;
   if (tok && !ignoreEos)
     stops = tok->endOfReplyIds();
-  if (!stopStrings.empty() && !tok)
+  if ((!stopStrings.empty() || jsonObject) && !tok)
     return fail(tok.error());
+  if (jsonObject && !s.hasLogits())
+    return fail(Error(options.artifactPath, "logits",
+                      "--json-object needs the logits: the artifact was "
+                      "compiled with --no-logits"));
   Clock::time_point t1 = Clock::now();
 
   uint64_t evaluated = prompt.size() + (generate > 0 ? generate - 1 : 0);
@@ -760,6 +774,7 @@ int main(int argc, char **argv) {
   generateOptions.sampling = sampling;
   generateOptions.stopIds = stops;
   generateOptions.stopStrings = stopStrings;
+  generateOptions.jsonObject = jsonObject;
   Expected<GenerateResult> result = generator.generate(
       generateOptions,
       [&](std::string_view piece) {
@@ -798,12 +813,17 @@ int main(int argc, char **argv) {
                 "\"prompt_tokens_per_second\": %.3f, \"decode_steps\": %lld, "
                 "\"decode_seconds\": %.6f, \"decode_tokens_per_second\": %.3f, "
                 "\"weight_bytes\": %llu, \"weight_seconds\": %.6f, "
-                "\"backend\": %s, \"context\": %llu%s}\n",
+                "\"backend\": %s, \"context\": %llu, "
+                "\"finish_reason\": \"%s\"%s}\n",
                 tokens.c_str(), prompt.size(), load, promptTime, promptRate,
                 (long long)decodeSteps, decodeTime, decodeRate,
                 (unsigned long long)s.weightBytes(), s.weightSeconds(),
                 jsonString(s.artifact().target).c_str(),
                 (unsigned long long)s.contextLength(),
+                result->stoppedAtId || result->stoppedAtString ||
+                        result->stoppedAtJson
+                    ? "stop"
+                    : "length",
                 tok ? (", \"text\": " + jsonString(text)).c_str() : "");
     return 0;
   }

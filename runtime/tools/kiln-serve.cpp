@@ -64,6 +64,9 @@ default) or "none" (the reply is left as text), not "required" or a named
 function, which would need constrained decoding. A chat reply's thinking
 block (<think>...</think>, GLM-4.5 and later) comes back as
 "reasoning_content" beside "content" (delta.reasoning_content streamed).
+"response_format": {"type": "json_object"} constrains the reply to one JSON
+object (each token chosen among those that keep it a prefix of one; the
+reply ends once the object is whole); JSON schemas are not supported.
 
 options:
   --weights FILE.gguf...   the model's GGUF file(s)
@@ -274,12 +277,23 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
   }
   // What would change the reply in ways this server does not do: refused,
   // not ignored.
+  // {"type": "json_object"}: the reply is one JSON object, each token
+  // chosen among those that keep it a prefix of one; a JSON schema would
+  // need a grammar per request, which this server does not build.
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     const json &rf = body["response_format"];
-    if (!rf.is_object() || rf.value("type", "") != "text")
-      throw BadRequest{"'response_format' other than {\"type\": \"text\"} "
-                       "needs constrained decoding, which this server does "
-                       "not do",
+    const std::string type =
+        rf.is_object() && rf.contains("type") && rf["type"].is_string()
+            ? rf["type"].get<std::string>()
+            : "";
+    if (type == "json_object")
+      o.generate.jsonObject = true;
+    else if (type != "text")
+      throw BadRequest{"'response_format' must be {\"type\": \"text\"} or "
+                       "{\"type\": \"json_object\"}" +
+                           std::string(type == "json_schema"
+                                           ? " (json_schema is not supported)"
+                                           : ""),
                        "response_format"};
   }
   if (!chat && body.contains("suffix") && !body["suffix"].is_null())
@@ -639,6 +653,11 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     return sendError(res, 400, e.message, "invalid_request_error",
                      e.param.empty() ? nullptr : e.param.c_str());
   }
+  if (options.generate.jsonObject && !session_.hasLogits())
+    return sendError(res, 400,
+                     "'response_format' json_object needs the logits: the "
+                     "artifact was compiled with --no-logits",
+                     "invalid_request_error", "response_format");
   uint64_t needed = prompt.size() + uint64_t(options.generate.maxTokens);
   if (needed > maxContext_)
     return sendError(res, 400,
@@ -655,7 +674,8 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
   std::time_t created = std::time(nullptr);
   const char *object = chat ? "chat.completion" : "text_completion";
   auto finishReason = [](const GenerateResult &r) {
-    return r.stoppedAtId || r.stoppedAtString ? "stop" : "length";
+    return r.stoppedAtId || r.stoppedAtString || r.stoppedAtJson ? "stop"
+                                                                 : "length";
   };
 
   if (!options.stream) {

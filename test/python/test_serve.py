@@ -734,13 +734,47 @@ def test_logit_bias_and_refused_parameters(server, client):
         with pytest.raises(openai.APIStatusError) as e:
             client.completions.create(**args, **extra)
         assert e.value.status_code == 400 and e.value.body["param"] == param
-    with pytest.raises(openai.APIStatusError) as e:
-        client.chat.completions.create(
-            model="tiny", max_tokens=2,
-            messages=[{"role": "user", "content": "x"}],
-            response_format={"type": "json_object"})
-    assert e.value.body["param"] == "response_format"
-    assert "constrained decoding" in e.value.body["message"]
+    for fmt, says in (({"type": "json_schema", "json_schema": {"name": "x"}},
+                       "json_schema is not supported"),
+                      ({"type": "yaml"}, "json_object")):
+        with pytest.raises(openai.APIStatusError) as e:
+            client.chat.completions.create(
+                model="tiny", max_tokens=2,
+                messages=[{"role": "user", "content": "x"}],
+                response_format=fmt)
+        assert e.value.status_code == 400
+        assert e.value.body["param"] == "response_format"
+        assert says in e.value.body["message"]
+
+
+def test_json_object_replies(model, server, client):
+    """response_format json_object: the same tokens as kiln-run
+    --json-object (which test_json_output.py checks against a reference
+    reader); a '}' biased up closes the object at once, and the reply ends
+    there with finish_reason stop; streamed as not."""
+    gguf, art = model
+    want = json.loads(run_tool(
+        "kiln-run", art, "--weights", gguf, "--prompt", "Kiln compiles",
+        "-n", 12, "--json", "--json-object").stdout)
+    r = client.completions.create(
+        model="tiny", prompt="Kiln compiles", max_tokens=12, temperature=0,
+        extra_body={"response_format": {"type": "json_object"}})
+    assert r.choices[0].text == want["text"]
+    assert r.choices[0].finish_reason == want["finish_reason"]
+    status, body = _post(server[1] + "/tokenize", {"prompt": "}"})
+    assert status == 200 and len(body["tokens"]) == 1
+    close = body["tokens"][0]
+    args = dict(model="tiny", max_tokens=40, temperature=0.8, seed=3,
+                messages=[{"role": "user", "content": "JSON please"}],
+                logit_bias={str(close): 100},
+                response_format={"type": "json_object"})
+    r = client.chat.completions.create(**args)
+    assert r.choices[0].finish_reason == "stop"
+    assert json.loads(r.choices[0].message.content) == {}
+    chunks = list(client.chat.completions.create(stream=True, **args))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks
+                   if c.choices) == r.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == "stop"
 
 
 def test_tools_with_a_template_that_ignores_them(server):

@@ -1,0 +1,314 @@
+//===- JsonPrefix.cpp - Whether bytes can still become a JSON text ---------===//
+#include "chat/JsonPrefix.h"
+
+namespace kiln::chat {
+
+namespace {
+
+bool isSpace(uint8_t b) {
+  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
+}
+bool isDigit(uint8_t b) { return b >= '0' && b <= '9'; }
+bool isHex(uint8_t b) {
+  return isDigit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+
+/// Bytes a token may push at most for `accepts` to work on the shared stack
+/// with a local overlay (longer ones take a whole copy).
+constexpr size_t kOverlay = 64;
+
+} // namespace
+
+/// The recogniser's own stack (push and complete).
+struct JsonPrefix::OwnStack {
+  std::vector<uint8_t> &v;
+  size_t size() const { return v.size(); }
+  uint8_t top() const { return v.back(); }
+  void pop() { v.pop_back(); }
+  bool push(uint8_t c) {
+    if (v.size() >= size_t(kMaxDepth))
+      return false;
+    v.push_back(c);
+    return true;
+  }
+};
+
+/// The stack as `accepts` sees it: the state's own below, read only, and
+/// what the probed bytes opened above it.
+struct JsonPrefix::OverlayStack {
+  const std::vector<uint8_t> &base;
+  size_t baseSize;
+  uint8_t above[kOverlay];
+  size_t n = 0;
+  size_t size() const { return baseSize + n; }
+  uint8_t top() const { return n ? above[n - 1] : base[baseSize - 1]; }
+  void pop() {
+    if (n)
+      --n;
+    else
+      --baseSize;
+  }
+  bool push(uint8_t c) {
+    if (size() >= size_t(kMaxDepth) || n == kOverlay)
+      return false;
+    above[n++] = c;
+    return true;
+  }
+};
+
+JsonPrefix::JsonPrefix(bool objectOnly) : objectOnly_(objectOnly) {}
+
+template <class Stack>
+bool JsonPrefix::startValue(Scalar &s, Stack &stack, uint8_t b,
+                            bool topObjectOnly) {
+  if (isSpace(b))
+    return true;
+  if (b == '{') {
+    if (!stack.push('{'))
+      return false;
+    s.mode = Mode::ObjectFirst;
+    return true;
+  }
+  if (topObjectOnly)
+    return false;
+  switch (b) {
+  case '[':
+    if (!stack.push('['))
+      return false;
+    s.mode = Mode::ArrayFirst;
+    return true;
+  case '"':
+    s.mode = Mode::String;
+    s.key = false;
+    return true;
+  case '-':
+    s.mode = Mode::Minus;
+    return true;
+  case '0':
+    s.mode = Mode::Zero;
+    return true;
+  case 't':
+  case 'f':
+  case 'n':
+    s.mode = Mode::Literal;
+    s.literal = b == 't' ? "true" : b == 'f' ? "false" : "null";
+    s.count = 1;
+    return true;
+  default:
+    if (b >= '1' && b <= '9') {
+      s.mode = Mode::Integer;
+      return true;
+    }
+    return false;
+  }
+}
+
+template <class Stack>
+bool JsonPrefix::afterValue(Scalar &s, Stack &stack, uint8_t b) {
+  s.mode = Mode::After;
+  if (isSpace(b))
+    return true;
+  if (stack.size() == 0)
+    return false; // the text is whole: only whitespace may follow
+  const bool array = stack.top() == '[';
+  if (b == ',') {
+    s.mode = array ? Mode::Value : Mode::Key;
+    return true;
+  }
+  if (b == (array ? ']' : '}')) {
+    stack.pop();
+    return true;
+  }
+  return false;
+}
+
+template <class Stack>
+bool JsonPrefix::step(Scalar &s, Stack &stack, uint8_t b, bool objectOnly) {
+  switch (s.mode) {
+  case Mode::Value:
+    return startValue(s, stack, b, objectOnly && stack.size() == 0);
+  case Mode::ArrayFirst:
+    if (b == ']') {
+      stack.pop();
+      s.mode = Mode::After;
+      return true;
+    }
+    return startValue(s, stack, b, false);
+  case Mode::ObjectFirst:
+  case Mode::Key:
+    if (isSpace(b))
+      return true;
+    if (b == '}' && s.mode == Mode::ObjectFirst) {
+      stack.pop();
+      s.mode = Mode::After;
+      return true;
+    }
+    if (b != '"')
+      return false;
+    s.mode = Mode::String;
+    s.key = true;
+    return true;
+  case Mode::Colon:
+    if (isSpace(b))
+      return true;
+    if (b != ':')
+      return false;
+    s.mode = Mode::Value;
+    return true;
+  case Mode::After:
+    return afterValue(s, stack, b);
+  case Mode::String:
+    if (b == '"') {
+      s.mode = s.key ? Mode::Colon : Mode::After;
+      s.key = false;
+      return true;
+    }
+    if (b == '\\') {
+      s.mode = Mode::Escape;
+      return true;
+    }
+    if (b < 0x20)
+      return false;
+    if (b < 0x80)
+      return true;
+    // A UTF-8 lead byte: how many continuations, and the first one's
+    // range (RFC 3629's table: no overlong forms, no surrogates, nothing
+    // past U+10FFFF).
+    s.lo = 0x80;
+    s.hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) {
+      s.count = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      s.count = 2;
+      if (b == 0xE0)
+        s.lo = 0xA0;
+      else if (b == 0xED)
+        s.hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      s.count = 3;
+      if (b == 0xF0)
+        s.lo = 0x90;
+      else if (b == 0xF4)
+        s.hi = 0x8F;
+    } else {
+      return false;
+    }
+    s.mode = Mode::Utf8;
+    return true;
+  case Mode::Utf8:
+    if (b < s.lo || b > s.hi)
+      return false;
+    s.lo = 0x80;
+    s.hi = 0xBF;
+    if (--s.count == 0)
+      s.mode = Mode::String;
+    return true;
+  case Mode::Escape:
+    switch (b) {
+    case '"':
+    case '\\':
+    case '/':
+    case 'b':
+    case 'f':
+    case 'n':
+    case 'r':
+    case 't':
+      s.mode = Mode::String;
+      return true;
+    case 'u':
+      s.mode = Mode::Hex;
+      s.count = 4;
+      return true;
+    default:
+      return false;
+    }
+  case Mode::Hex:
+    if (!isHex(b))
+      return false;
+    if (--s.count == 0)
+      s.mode = Mode::String;
+    return true;
+  case Mode::Minus:
+    if (b == '0') {
+      s.mode = Mode::Zero;
+      return true;
+    }
+    if (b >= '1' && b <= '9') {
+      s.mode = Mode::Integer;
+      return true;
+    }
+    return false;
+  case Mode::Zero:
+  case Mode::Integer:
+  case Mode::Fraction:
+    if (isDigit(b) && s.mode != Mode::Zero)
+      return true;
+    if (b == '.' && s.mode != Mode::Fraction) {
+      s.mode = Mode::Dot;
+      return true;
+    }
+    if (b == 'e' || b == 'E') {
+      s.mode = Mode::Exponent;
+      return true;
+    }
+    return afterValue(s, stack, b);
+  case Mode::Dot:
+    if (!isDigit(b))
+      return false;
+    s.mode = Mode::Fraction;
+    return true;
+  case Mode::Exponent:
+    if (b == '+' || b == '-') {
+      s.mode = Mode::ExponentSign;
+      return true;
+    }
+    [[fallthrough]];
+  case Mode::ExponentSign:
+    if (!isDigit(b))
+      return false;
+    s.mode = Mode::ExponentDigits;
+    return true;
+  case Mode::ExponentDigits:
+    if (isDigit(b))
+      return true;
+    return afterValue(s, stack, b);
+  case Mode::Literal:
+    if (b != uint8_t(s.literal[s.count]))
+      return false;
+    if (s.literal[++s.count] == '\0')
+      s.mode = Mode::After;
+    return true;
+  }
+  return false;
+}
+
+bool JsonPrefix::push(std::string_view bytes) {
+  Scalar s = scalar_;
+  std::vector<uint8_t> stack = stack_;
+  OwnStack own{stack};
+  for (char c : bytes)
+    if (!step(s, own, uint8_t(c), objectOnly_))
+      return false;
+  scalar_ = s;
+  stack_ = std::move(stack);
+  return true;
+}
+
+bool JsonPrefix::accepts(std::string_view bytes) const {
+  if (bytes.size() > kOverlay) {
+    JsonPrefix copy = *this;
+    return copy.push(bytes);
+  }
+  Scalar s = scalar_;
+  OverlayStack stack{stack_, stack_.size(), {}, 0};
+  for (char c : bytes)
+    if (!step(s, stack, uint8_t(c), objectOnly_))
+      return false;
+  return true;
+}
+
+bool JsonPrefix::complete() const {
+  return stack_.empty() && scalar_.mode == Mode::After;
+}
+
+} // namespace kiln::chat
