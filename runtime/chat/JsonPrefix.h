@@ -18,13 +18,15 @@
 #ifndef KILN_RUNTIME_CHAT_JSONPREFIX_H
 #define KILN_RUNTIME_CHAT_JSONPREFIX_H
 
+#include "chat/ReplyConstraint.h"
+
 #include <cstdint>
 #include <string_view>
 #include <vector>
 
 namespace kiln::chat {
 
-class JsonPrefix {
+class JsonPrefix final : public ReplyConstraint {
 public:
   /// Deepest nesting of arrays and objects accepted.
   static constexpr int kMaxDepth = 128;
@@ -36,14 +38,18 @@ public:
 
   /// Takes `bytes` if every one keeps the text a prefix of a JSON text;
   /// otherwise returns false and the state is as before the call.
-  bool push(std::string_view bytes);
+  bool push(std::string_view bytes) override;
 
   /// Whether push(bytes) would succeed; the state does not change.
-  bool accepts(std::string_view bytes) const;
+  bool accepts(std::string_view bytes) const override;
 
   /// Whether the bytes so far are a whole JSON text (whitespace after it
   /// included; nothing else may follow).
-  bool complete() const;
+  bool complete() const override;
+  /// Once whole, only whitespace may follow: the reply ends.
+  bool final() const override { return complete(); }
+  /// Text tokens only.
+  bool takesControlTokens() const override { return false; }
 
   /// Nesting depth now (open arrays and objects).
   int depth() const { return int(stack_.size()); }

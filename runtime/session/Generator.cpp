@@ -1,8 +1,6 @@
 //===- Generator.cpp - Prompt evaluation and text generation on a session --===//
 #include "session/Generator.h"
 
-#include "chat/JsonPrefix.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -113,12 +111,12 @@ Generator::generate(const GenerateOptions &options,
     return Error("generate", "logprobs",
                  "log-probabilities need the logits: the artifact was "
                  "compiled with --no-logits");
-  if (options.jsonObject && (!tokenizer_ || logits_.empty()))
-    return Error("generate", "json",
-                 !tokenizer_ ? "JSON output needs the file's tokenizer, and "
-                               "it has none"
-                             : "JSON output needs the logits: the artifact "
-                               "was compiled with --no-logits");
+  if (options.constraint && (!tokenizer_ || logits_.empty()))
+    return Error("generate", "constraint",
+                 !tokenizer_ ? "a constrained reply needs the file's "
+                               "tokenizer, and it has none"
+                             : "a constrained reply needs the logits: the "
+                               "artifact was compiled with --no-logits");
   std::vector<int32_t> order;
   using Clock = std::chrono::steady_clock;
   Clock::time_point start = Clock::now();
@@ -138,41 +136,50 @@ Generator::generate(const GenerateOptions &options,
     if (onText && !piece.empty() && !onText(piece))
       result.stoppedByCaller = true;
   };
-  // JSON output: the tokens that may ever continue it (text tokens with
-  // bytes, not a stop id), their bytes, and each step's allowed set.
-  std::optional<chat::JsonPrefix> json;
-  std::vector<std::pair<int32_t, std::string_view>> jsonTokens;
+  // A constrained reply: the tokens that may spell it (text tokens, and
+  // control tokens where the recogniser takes them, with bytes; not a stop
+  // id), their bytes, the stop ids, and each step's allowed set.
+  std::unique_ptr<chat::ReplyConstraint> constraint;
+  std::vector<std::pair<int32_t, std::string_view>> spellers;
+  std::vector<int32_t> enders;
   std::vector<uint8_t> allowed;
-  if (options.jsonObject) {
-    json.emplace(true);
+  if (options.constraint) {
+    constraint = options.constraint();
+    const bool control = constraint->takesControlTokens();
     for (int32_t id = 0;
          id < tokenizer_->vocabSize() && size_t(id) < logits_.size(); ++id) {
       const tokenizer::TokenType type = tokenizer_->tokenType(id);
       std::optional<std::string_view> bytes = tokenizer_->tokenBytes(id);
-      if ((type == tokenizer::TokenType::Normal ||
-           type == tokenizer::TokenType::Byte ||
-           type == tokenizer::TokenType::UserDefined) &&
-          bytes && !bytes->empty() &&
-          std::find(options.stopIds.begin(), options.stopIds.end(), id) ==
-              options.stopIds.end())
-        jsonTokens.emplace_back(id, *bytes);
+      if (std::find(options.stopIds.begin(), options.stopIds.end(), id) !=
+          options.stopIds.end())
+        enders.push_back(id);
+      else if ((type == tokenizer::TokenType::Normal ||
+                type == tokenizer::TokenType::Byte ||
+                type == tokenizer::TokenType::UserDefined ||
+                (control && type == tokenizer::TokenType::Control)) &&
+               bytes && !bytes->empty())
+        spellers.emplace_back(id, *bytes);
     }
   }
-  bool sample = options.sampling.needsLogits() || json;
+  bool sample = options.sampling.needsLogits() || constraint;
   for (int64_t g = 0; g < options.maxTokens; ++g) {
     int32_t token;
-    if (json) {
+    if (constraint) {
       allowed.assign(logits_.size(), 0);
-      for (const auto &[id, bytes] : jsonTokens)
-        allowed[size_t(id)] = json->accepts(bytes);
+      for (const auto &[id, bytes] : spellers)
+        allowed[size_t(id)] = constraint->accepts(bytes);
+      if (constraint->complete())
+        for (int32_t id : enders)
+          allowed[size_t(id)] = 1;
       token = sampler.sample(logits_, history, allowed);
       if (token < 0)
-        return Error("generate", "json",
-                     "no token of the vocabulary continues the JSON text "
-                     "after " +
+        return Error("generate", "constraint",
+                     "no token of the vocabulary continues the constrained "
+                     "reply after " +
                          std::to_string(result.tokens.size()) +
                          " generated tokens");
-      json->push(*tokenizer_->tokenBytes(token));
+      if (std::find(enders.begin(), enders.end(), token) == enders.end())
+        constraint->push(*tokenizer_->tokenBytes(token));
     } else {
       token = sample ? sampler.sample(logits_, history) : next_;
     }
@@ -206,8 +213,8 @@ Generator::generate(const GenerateOptions &options,
         held.erase(0, held.size() - keep);
       }
     }
-    if (json && json->complete()) {
-      result.stoppedAtJson = true; // nothing may follow but whitespace
+    if (constraint && constraint->final()) {
+      result.stoppedWhole = true; // nothing may follow but the end
       break;
     }
     if (g + 1 == options.maxTokens || result.stoppedByCaller)

@@ -12,11 +12,13 @@
 #ifndef KILN_RUNTIME_SESSION_GENERATOR_H
 #define KILN_RUNTIME_SESSION_GENERATOR_H
 
+#include "chat/ReplyConstraint.h"
 #include "session/Sampler.h"
 #include "session/Session.h"
 #include "tokenizer/Tokenizer.h"
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,12 +35,14 @@ struct GenerateOptions {
   int32_t logprobs = -1;
   std::vector<int32_t> stopIds;         ///< end generation, not output
   std::vector<std::string> stopStrings; ///< end generation, not output
-  /// The reply is a JSON object (OpenAI's response_format json_object):
-  /// each token is chosen among those whose bytes keep the text a prefix of
-  /// one (chat::JsonPrefix; not control tokens, not the stop ids), and
-  /// generation ends as soon as the object is whole. Needs the tokenizer
-  /// and the logits; every step then checks every token's bytes.
-  bool jsonObject = false;
+  /// A constrained reply (OpenAI's response_format json_object:
+  /// chat::JsonPrefix; tool_choice required or a named function:
+  /// chat::ToolCallPrefix): a fresh recogniser for each generate call. Each
+  /// token is chosen among those whose bytes it accepts (text tokens, and
+  /// control tokens where it takes them; a stop id only where the reply may
+  /// end), and generation ends where nothing else may follow. Needs the
+  /// tokenizer and the logits; every step checks every token's bytes.
+  std::function<std::unique_ptr<chat::ReplyConstraint>()> constraint;
 };
 
 /// A generated token's log-probability and the most likely tokens' there
@@ -60,7 +64,7 @@ struct GenerateResult {
   std::vector<TokenLogprob> logprobs; ///< one per token, when asked
   bool stoppedAtId = false;
   bool stoppedAtString = false;
-  bool stoppedAtJson = false;   ///< the JSON object was whole (jsonObject)
+  bool stoppedWhole = false;    ///< the constrained reply could only end
   bool stoppedByCaller = false; ///< onText returned false
   double seconds = 0; ///< the generation loop's wall time
   /// Decode steps the loop ran (the last token is not evaluated: it has

@@ -19,6 +19,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "artifact/StepTraffic.h"
+#include "chat/JsonPrefix.h"
+#include "chat/ToolCallPrefix.h"
 #include "session/Generator.h"
 #include "session/ModelText.h"
 #include "session/Npy.h"
@@ -86,6 +88,11 @@ options:
                            it a prefix of one, and generation stops once it
                            is whole (with --chat: each reply); needs the
                            file's tokenizer and the logits
+  --tool-call NAME[=KEYS]  constrain the generated text to GLM tool calls
+                           (<tool_call>NAME ... </tool_call>, one or more) of
+                           the functions given (repeatable), each with the
+                           comma-separated parameter names KEYS (none: any
+                           key); as kiln-serve's tool_choice "required"
   --chat                   an interactive conversation on stdin: each line is
                            a user turn, rendered with the file's chat
                            template (GLM's format when it has none); replies
@@ -357,6 +364,7 @@ std::string jsonString(const std::string &s) {
 /// evaluated; replies stream to stdout.
 int runChat(const SessionOptions &options, const SamplingOptions &sampling,
             int64_t maxTokens, bool jsonObject,
+            const std::vector<chat::ToolSignature> &toolCalls,
             const std::vector<std::string> &stopStrings,
             const std::optional<std::string> &systemPrompt,
             const std::string &chatTemplateFile) {
@@ -367,7 +375,8 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   const tokenizer::Tokenizer *tok = &model->tokenizer;
   const chat::ChatTemplate &chatTemplate = model->chat.chatTemplate;
   const std::string &where = model->chat.where;
-  if (!s.hasLogits() && (sampling.needsLogits() || jsonObject))
+  if (!s.hasLogits() &&
+      (sampling.needsLogits() || jsonObject || !toolCalls.empty()))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
                       "decoding only"));
@@ -375,7 +384,12 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   GenerateOptions generate;
   generate.maxTokens = maxTokens;
   generate.sampling = sampling;
-  generate.jsonObject = jsonObject;
+  if (jsonObject)
+    generate.constraint = [] { return std::make_unique<chat::JsonPrefix>(); };
+  else if (!toolCalls.empty())
+    generate.constraint = [toolCalls] {
+      return std::make_unique<chat::ToolCallPrefix>(toolCalls, true);
+    };
   generate.stopStrings = stopStrings;
   generate.stopIds = tok->endOfReplyIds();
   Generator generator(s, tok);
@@ -588,6 +602,7 @@ int main(int argc, char **argv) {
   std::string logitsOut;
   bool json = false;
   bool jsonObject = false;
+  std::vector<chat::ToolSignature> toolCalls;
   bool describeOnly = false;
   bool bench = false;
   bool chatMode = false;
@@ -655,6 +670,28 @@ int main(int argc, char **argv) {
       logitsOut = value("--logits-out");
     } else if (arg == "--json-object") {
       jsonObject = true;
+    } else if (arg == "--tool-call") {
+      std::string spec = value("--tool-call");
+      chat::ToolSignature sig;
+      const size_t eq = spec.find('=');
+      sig.name = spec.substr(0, eq);
+      if (eq != std::string::npos) {
+        std::string keys = spec.substr(eq + 1);
+        for (size_t at = 0; at <= keys.size();) {
+          size_t comma = std::min(keys.find(',', at), keys.size());
+          sig.parameters.push_back(keys.substr(at, comma - at));
+          at = comma + 1;
+        }
+      }
+      bool bad = sig.name.empty() ||
+                 sig.name.find_first_of("<\n=") != std::string::npos;
+      for (const std::string &k : sig.parameters)
+        bad = bad || k.empty() || k.find_first_of("<\n") != std::string::npos;
+      if (bad)
+        return usageError("--tool-call: expected NAME[=KEY,KEY...] with "
+                          "non-empty names without '<' or newlines, not '" +
+                          spec + "'");
+      toolCalls.push_back(std::move(sig));
     } else if (arg == "--json") {
       json = true;
     } else if (arg == "--describe") {
@@ -696,12 +733,14 @@ int main(int argc, char **argv) {
     return runBench(options, simulate, benchContext, benchSteps, json);
   if (!simulate.empty() || benchContext)
     return usageError("--simulate-rank and --context are --bench options");
+  if (jsonObject && !toolCalls.empty())
+    return usageError("--json-object and --tool-call exclude each other");
   if (chatMode) {
     if (hasPromptText || !prompt.empty() || json || !logitsOut.empty())
       return usageError("--chat reads its turns from stdin: no --prompt, "
                         "--prompt-tokens, --json or --logits-out");
-    return runChat(options, sampling, generate, jsonObject, stopStrings,
-                   systemPrompt, chatTemplateFile);
+    return runChat(options, sampling, generate, jsonObject, toolCalls,
+                   stopStrings, systemPrompt, chatTemplateFile);
   }
   if (systemPrompt)
     return usageError("--system goes with --chat");
@@ -735,12 +774,15 @@ int main(int argc, char **argv) {
   std::vector<int32_t> stops;
   if (tok && !ignoreEos)
     stops = tok->endOfReplyIds();
-  if ((!stopStrings.empty() || jsonObject) && !tok)
+  const bool constrained = jsonObject || !toolCalls.empty();
+  if ((!stopStrings.empty() || constrained) && !tok)
     return fail(tok.error());
-  if (jsonObject && !s.hasLogits())
-    return fail(Error(options.artifactPath, "logits",
-                      "--json-object needs the logits: the artifact was "
-                      "compiled with --no-logits"));
+  if (constrained && !s.hasLogits())
+    return fail(
+        Error(options.artifactPath, "logits",
+              std::string(jsonObject ? "--json-object" : "--tool-call") +
+                  " needs the logits: the artifact was compiled with "
+                  "--no-logits"));
   Clock::time_point t1 = Clock::now();
 
   uint64_t evaluated = prompt.size() + (generate > 0 ? generate - 1 : 0);
@@ -774,7 +816,14 @@ int main(int argc, char **argv) {
   generateOptions.sampling = sampling;
   generateOptions.stopIds = stops;
   generateOptions.stopStrings = stopStrings;
-  generateOptions.jsonObject = jsonObject;
+  if (jsonObject)
+    generateOptions.constraint = [] {
+      return std::make_unique<chat::JsonPrefix>();
+    };
+  else if (!toolCalls.empty())
+    generateOptions.constraint = [toolCalls] {
+      return std::make_unique<chat::ToolCallPrefix>(toolCalls, true);
+    };
   Expected<GenerateResult> result = generator.generate(
       generateOptions,
       [&](std::string_view piece) {
@@ -821,7 +870,7 @@ int main(int argc, char **argv) {
                 jsonString(s.artifact().target).c_str(),
                 (unsigned long long)s.contextLength(),
                 result->stoppedAtId || result->stoppedAtString ||
-                        result->stoppedAtJson
+                        result->stoppedWhole
                     ? "stop"
                     : "length",
                 tok ? (", \"text\": " + jsonString(text)).c_str() : "");

@@ -18,8 +18,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "chat/ChatTemplate.h"
+#include "chat/JsonPrefix.h"
 #include "chat/JsonValue.h"
 #include "chat/Reasoning.h"
+#include "chat/ToolCallPrefix.h"
 #include "chat/ToolCalls.h"
 #include "session/Generator.h"
 #include "session/ModelText.h"
@@ -60,8 +62,10 @@ Requests run one at a time (queued); "stream": true sends server-sent events.
 A chat request's "tools" go into the prompt through the chat template, and
 tool calls the model writes (GLM's <tool_call> markup) come back as
 "tool_calls" (finish_reason "tool_calls"); "tool_choice" may be "auto" (the
-default) or "none" (the reply is left as text), not "required" or a named
-function, which would need constrained decoding. A chat reply's thinking
+default), "none" (the reply is left as text), "required" (the reply is one
+call or more of the request's functions) or a named function (one call of
+it): the last two choose each token among those that keep the reply GLM's
+call markup, keys from the function's schema. A chat reply's thinking
 block (<think>...</think>, GLM-4.5 and later) comes back as
 "reasoning_content" beside "content" (delta.reasoning_content streamed).
 "response_format": {"type": "json_object"} constrains the reply to one JSON
@@ -287,7 +291,9 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
             ? rf["type"].get<std::string>()
             : "";
     if (type == "json_object")
-      o.generate.jsonObject = true;
+      o.generate.constraint = [] {
+        return std::make_unique<chat::JsonPrefix>();
+      };
     else if (type != "text")
       throw BadRequest{"'response_format' must be {\"type\": \"text\"} or "
                        "{\"type\": \"json_object\"}" +
@@ -338,19 +344,95 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
       throw BadRequest{"'tools' must be an array", "tools"};
     o.tools = body["tools"];
   }
-  std::string choice = "auto";
+  // tool_choice: "auto" (the default), "none", "required" (the reply is one
+  // call or more of the request's functions), or {"type": "function",
+  // "function": {"name": N}} (one call of N). The last two constrain
+  // generation to GLM's call markup (chat::ToolCallPrefix).
+  std::string choice = "auto", forced;
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const json &c = body["tool_choice"];
-    if (!c.is_string() || (c != "auto" && c != "none"))
+    if (c.is_string() && (c == "auto" || c == "none" || c == "required")) {
+      choice = c.get<std::string>();
+    } else if (c.is_object() && c.value("type", json()) == "function" &&
+               c.contains("function") && c["function"].is_object() &&
+               c["function"].contains("name") &&
+               c["function"]["name"].is_string()) {
+      choice = "function";
+      forced = c["function"]["name"].get<std::string>();
+    } else {
       throw BadRequest{
-          fmt::format("'tool_choice' {} is not supported: forcing a call needs "
-                      "constrained decoding, which this server does not do; "
-                      "use \"auto\" or \"none\"",
+          fmt::format("'tool_choice' {} is not one of \"auto\", \"none\", "
+                      "\"required\" or {{\"type\": \"function\", "
+                      "\"function\": {{\"name\": ...}}}}",
                       dump(c)),
           "tool_choice"};
-    choice = c.get<std::string>();
+    }
   }
-  o.toolCalls = !o.tools.empty() && choice == "auto";
+  if (choice == "required" || choice == "function") {
+    if (o.tools.empty())
+      throw BadRequest{"'tool_choice' " +
+                           std::string(choice == "required"
+                                           ? "\"required\""
+                                           : "naming a function") +
+                           " needs 'tools'",
+                       "tool_choice"};
+    if (o.generate.constraint)
+      throw BadRequest{"'tool_choice' that forces a call and 'response_format' "
+                       "json_object exclude each other",
+                       "tool_choice"};
+    std::vector<chat::ToolSignature> signatures;
+    for (const json &tool : o.tools) {
+      const json *fn = tool.is_object() && tool.contains("function")
+                           ? &tool["function"]
+                           : nullptr;
+      if (!fn || !fn->is_object() || !fn->contains("name") ||
+          !(*fn)["name"].is_string())
+        throw BadRequest{"every tool must have a function with a name to "
+                         "force a call",
+                         "tools"};
+      chat::ToolSignature sig{(*fn)["name"].get<std::string>(), {}};
+      if (!forced.empty() && sig.name != forced)
+        continue;
+      if (sig.name.empty() ||
+          sig.name.find_first_of("<\n") != std::string::npos)
+        throw BadRequest{fmt::format("function name {} cannot be written in "
+                                     "GLM's call markup",
+                                     dump(json(sig.name))),
+                         "tools"};
+      if (fn->contains("parameters") && (*fn)["parameters"].is_object() &&
+          (*fn)["parameters"].contains("properties") &&
+          (*fn)["parameters"]["properties"].is_object())
+        for (const auto &[key, _] : (*fn)["parameters"]["properties"].items()) {
+          if (key.empty() || key.find_first_of("<\n") != std::string::npos)
+            throw BadRequest{fmt::format("parameter {} of {} cannot be "
+                                         "written in GLM's call markup",
+                                         dump(json(key)), sig.name),
+                             "tools"};
+          sig.parameters.push_back(key);
+        }
+      if (sig.parameters.size() > chat::ToolCallPrefix::kMaxChoices)
+        throw BadRequest{fmt::format("{} has more than {} parameters to "
+                                     "force a call of",
+                                     sig.name,
+                                     chat::ToolCallPrefix::kMaxChoices),
+                         "tools"};
+      signatures.push_back(std::move(sig));
+    }
+    if (signatures.empty())
+      throw BadRequest{fmt::format("'tool_choice' names function {}, which "
+                                   "'tools' does not have",
+                                   dump(json(forced))),
+                       "tool_choice"};
+    if (signatures.size() > chat::ToolCallPrefix::kMaxChoices)
+      throw BadRequest{fmt::format("more than {} tools to force a call of",
+                                   chat::ToolCallPrefix::kMaxChoices),
+                       "tools"};
+    const bool several = choice == "required";
+    o.generate.constraint = [signatures, several] {
+      return std::make_unique<chat::ToolCallPrefix>(signatures, several);
+    };
+  }
+  o.toolCalls = !o.tools.empty() && choice != "none";
   // Log-probabilities: chat's "logprobs": true with "top_logprobs" 0..20, a
   // completion's "logprobs": 0..5 (the alternatives per token).
   if (chat) {
@@ -653,7 +735,7 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     return sendError(res, 400, e.message, "invalid_request_error",
                      e.param.empty() ? nullptr : e.param.c_str());
   }
-  if (options.generate.jsonObject && !session_.hasLogits())
+  if (options.generate.constraint && !session_.hasLogits())
     return sendError(res, 400,
                      "'response_format' json_object needs the logits: the "
                      "artifact was compiled with --no-logits",
@@ -674,8 +756,8 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
   std::time_t created = std::time(nullptr);
   const char *object = chat ? "chat.completion" : "text_completion";
   auto finishReason = [](const GenerateResult &r) {
-    return r.stoppedAtId || r.stoppedAtString || r.stoppedAtJson ? "stop"
-                                                                 : "length";
+    return r.stoppedAtId || r.stoppedAtString || r.stoppedWhole ? "stop"
+                                                                : "length";
   };
 
   if (!options.stream) {

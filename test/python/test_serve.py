@@ -205,21 +205,68 @@ def test_streaming_with_tools_equals_non_streaming(glm_client):
     assert "".join(pieces) == whole and finish in ("length", "stop")
 
 
-@pytest.mark.parametrize("kwargs,param", [
-    (dict(tools=TOOLS, tool_choice="required"), "tool_choice"),
+def test_forced_tool_calls(glm_model, glm_client):
+    """tool_choice "required" and a named function: the reply is the
+    kiln-run --tool-call reply on the prompt jinja2 renders (the generator
+    and its constraint are the ones test_constrained_output.py checks
+    against a reference), and it is GLM's call markup: whole calls come back
+    as tool_calls of the functions asked for, a reply cut by max_tokens is
+    a prefix of one."""
+    from test_chat_template import GLM_TEMPLATE, jinja_render
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    prompt = jinja_render(GLM_TEMPLATE.read_text(),
+                          dict(messages=messages, tools=TOOLS,
+                               add_generation_prompt=True))
+    gguf, art = glm_model
+    want = json.loads(run_tool(
+        "kiln-run", art, "--weights", gguf, "--prompt", prompt, "-n", 40,
+        "--json", "--tool-call", "get_weather=city,days").stdout)
+    for choice in ("required", {"type": "function",
+                                "function": {"name": "get_weather"}}):
+        r = glm_client.chat.completions.create(
+            model="tiny", max_tokens=40, temperature=0, messages=messages,
+            tools=TOOLS, tool_choice=choice)
+        m = r.choices[0].message
+        if r.choices[0].finish_reason == "tool_calls":
+            assert [c.function.name for c in m.tool_calls] == ["get_weather"]
+            assert set(json.loads(m.tool_calls[0].function.arguments)) <= {
+                "city", "days"}
+        else:
+            assert r.choices[0].finish_reason == "length"
+            assert m.content == want["text"]
+            assert m.content.lstrip().startswith("<tool_call>get_weather\n"[
+                :len(m.content.lstrip())])
+        streamed = "".join(
+            c.choices[0].delta.content or "" for c in
+            glm_client.chat.completions.create(
+                model="tiny", max_tokens=40, temperature=0,
+                messages=messages, tools=TOOLS, tool_choice=choice,
+                stream=True) if c.choices)
+        assert streamed == (m.content or "")
+
+
+@pytest.mark.parametrize("kwargs,param,says", [
+    (dict(tool_choice="required"), "tool_choice", "needs 'tools'"),
     (dict(tools=TOOLS, tool_choice={"type": "function",
-                                    "function": {"name": "get_weather"}}),
-     "tool_choice"),
+                                    "function": {"name": "nope"}}),
+     "tool_choice", "which 'tools' does not have"),
+    (dict(tools=TOOLS, tool_choice="sometimes"), "tool_choice",
+     "is not one of"),
+    (dict(tools=TOOLS, tool_choice="required",
+          response_format={"type": "json_object"}), "tool_choice",
+     "exclude each other"),
+    (dict(tools=[{"type": "function", "function": {"name": "a<b"}}],
+          tool_choice="required"), "tools", "cannot be written"),
 ])
-def test_forced_tool_choice_is_refused(client, kwargs, param):
+def test_forced_tool_choice_errors(glm_client, kwargs, param, says):
     import openai
     with pytest.raises(openai.APIStatusError) as e:
-        client.chat.completions.create(
+        glm_client.chat.completions.create(
             model="tiny", max_tokens=4,
             messages=[{"role": "user", "content": "x"}], **kwargs)
     assert e.value.status_code == 400
     assert e.value.body["param"] == param
-    assert "constrained decoding" in e.value.body["message"]
+    assert says in e.value.body["message"]
 
 
 def test_tools_must_be_a_list(server):

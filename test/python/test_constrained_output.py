@@ -1,17 +1,21 @@
-"""Generation constrained to a JSON object (kiln-run --json-object; the
-server's response_format json_object rides on the same generator).
+"""Constrained generation: a JSON object (kiln-run --json-object; the
+server's response_format json_object) and GLM tool calls (kiln-run
+--tool-call; the server's tool_choice "required" or a named function).
 
-The reference is written here, independently of the C++ recogniser: a
-recursive-descent reader that says whether bytes are a whole JSON object, a
-prefix of one, or neither, with Python's own UTF-8 decoder for the strings'
-bytes. Greedy decoding under the constraint is then checked token by token
+The references are written here, independently of the C++ recognisers: a
+recursive-descent JSON reader that says whether bytes are a whole JSON
+object, a prefix of one, or neither, with Python's own UTF-8 decoder for
+the strings' bytes; and a reader of the tool-call markup by literal
+matching. Greedy decoding under a constraint is then checked token by token
 against numpy: each generated token must be the argmax of the teacher-forced
-logits over exactly the tokens whose bytes keep the text a prefix (text
-tokens only: no control or unused ids). Sampled outputs at several seeds
-must be prefixes, and whole objects wherever generation stopped on its own.
+logits over exactly the tokens whose bytes keep the text a prefix (JSON:
+text tokens only; tool calls: control tokens too, and the end-of-reply ids
+where a call is whole). Sampled outputs at several seeds must be prefixes,
+and whole wherever generation stopped on its own.
 """
 import codecs
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -207,15 +211,27 @@ def model(tmp_path_factory):
     decode = byte_decoder()
     tokens, types = field("tokenizer.ggml.tokens"), field(
         "tokenizer.ggml.token_type")
-    # Text tokens (normal 1, user-defined 4, byte 6) and their bytes; the
-    # others are never allowed.
-    vocab = {}
+    # Text tokens (normal 1, user-defined 4, byte 6) and their bytes, and
+    # control tokens (3) and theirs (their text); unused ones never come.
+    vocab, control = {}, {}
     for i, (t, ty) in enumerate(zip(tokens, types)):
         if ty in (1, 6):
             vocab[i] = bytes(decode[c] for c in t)
         elif ty == 4:
             vocab[i] = t.encode()
-    return d, gguf, art, {i: b for i, b in vocab.items() if b}
+        elif ty == 3:
+            control[i] = t.encode()
+    # The end-of-reply ids (Tokenizer::endOfReplyIds): eos, eot, and GLM's
+    # turn markers where they are control tokens.
+    enders = set()
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
+        if key in r.fields:
+            enders.add(int(r.fields[key].contents()))
+    for marker in ("<|endoftext|>", "<|user|>", "<|observation|>"):
+        enders |= {i for i, b in control.items() if b == marker.encode()}
+    return SimpleNamespace(
+        gguf=gguf, art=art, vocab={i: b for i, b in vocab.items() if b},
+        control={i: b for i, b in control.items() if b}, enders=enders)
 
 
 def kiln_run(art, gguf, *flags):
@@ -224,7 +240,7 @@ def kiln_run(art, gguf, *flags):
 
 
 def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path):
-    d, gguf, art, vocab = model
+    gguf, art, vocab = model.gguf, model.art, model.vocab
     prompt = [5, 17, 3]
     out = kiln_run(art, gguf, "--prompt-tokens", ",".join(map(str, prompt)),
                    "-n", 40, "--json-object")
@@ -260,7 +276,7 @@ def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_sampled_output_is_a_json_object_or_a_prefix(model, seed):
-    d, gguf, art, vocab = model
+    gguf, art, vocab = model.gguf, model.art, model.vocab
     out = kiln_run(art, gguf, "--prompt", "Give me JSON", "-n", 48,
                    "--temperature", "1.5", "--top-k", "40", "--seed", seed,
                    "--json-object")
@@ -275,7 +291,7 @@ def test_sampled_output_is_a_json_object_or_a_prefix(model, seed):
 
 
 def test_json_object_needs_the_logits(model, tmp_path):
-    d, gguf, art, vocab = model
+    gguf, art, vocab = model.gguf, model.art, model.vocab
     bare = tmp_path / "bare.kiln"
     run_tool("kiln-compile", gguf, "--target=cpu", "--context", "64",
              "--no-logits", "-o", bare)
@@ -283,3 +299,151 @@ def test_json_object_needs_the_logits(model, tmp_path):
                     "--json-object", check=False)
     assert proc.returncode == 1
     assert "--json-object needs the logits" in proc.stderr
+
+
+# --- Tool calls -------------------------------------------------------------
+
+TOOLS = {"get_weather": ["city", "days"], "get": []}  # "get": any key
+
+
+def tool_state(data, tools, several=True):
+    """'whole', 'prefix' or 'invalid' for `data` (bytes) as GLM tool calls
+    of `tools` (name -> parameter names; none: any key without '<' or a
+    newline) in the GLM template's form."""
+    pos = 0
+
+    def literal(s):
+        nonlocal pos
+        n = min(len(s), len(data) - pos)
+        if data[pos:pos + n] != s[:n]:
+            raise Invalid
+        if n < len(s):
+            raise Incomplete
+        pos += len(s)
+
+    def one_of(options):
+        nonlocal pos
+        rest = data[pos:]
+        alive = [o for o in options if o[:len(rest)] == rest[:len(o)]]
+        whole = [o for o in alive if rest.startswith(o)]
+        if whole:
+            pos += len(whole[0])
+            return whole[0]
+        if alive:
+            raise Incomplete
+        raise Invalid
+
+    def spaces():
+        nonlocal pos
+        while pos < len(data) and data[pos] in b" \t\r\n":
+            pos += 1
+
+    try:
+        spaces()
+        while True:
+            literal(b"<tool_call>")
+            name = one_of([n.encode() + b"\n" for n in tools])[:-1].decode()
+            while one_of([b"<arg_key>", b"</tool_call>"]) == b"<arg_key>":
+                if tools[name]:
+                    one_of([k.encode() + b"</arg_key>\n<arg_value>"
+                            for k in tools[name]])
+                else:
+                    end = data.find(b"<", pos)
+                    if b"\n" in data[pos:end if end >= 0 else len(data)]:
+                        raise Invalid
+                    if end < 0:
+                        raise Incomplete
+                    pos = end
+                    literal(b"</arg_key>\n<arg_value>")
+                end = data.find(b"</arg_value>", pos)
+                if end < 0:
+                    raise Incomplete  # a value is any bytes up to its end
+                pos = end + len(b"</arg_value>")
+                literal(b"\n")
+            spaces()
+            if pos == len(data):
+                return "whole"
+            if not several:
+                raise Invalid
+    except Incomplete:
+        return "prefix"
+    except Invalid:
+        return "invalid"
+
+
+def test_tool_call_reference_reader():
+    call = (b"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>"
+            b"P </arg_value\n<b></arg_value>\n</tool_call>")
+    assert tool_state(b"\n" + call, TOOLS) == "whole"
+    assert tool_state(call + b"\n" + call, TOOLS) == "whole"
+    assert tool_state(call + b"\n" + call, TOOLS, several=False) == "invalid"
+    for cut in range(len(call)):
+        assert tool_state(call[:cut], TOOLS) == "prefix", call[:cut]
+    for bad in (b"x<tool_call>", b"<tool_call>get_wether", b"<tool_call>get\n"
+                b"<arg_key>a\n", b"<tool_call>get_weather\n<arg_key>town",
+                call + b"x"):
+        assert tool_state(bad, TOOLS) == "invalid", bad
+
+
+def test_tool_call_greedy_is_the_argmax_over_the_allowed_tokens(model,
+                                                                tmp_path):
+    gguf, art = model.gguf, model.art
+    spellers = {**model.vocab,
+                **{i: b for i, b in model.control.items()
+                   if i not in model.enders}}
+    prompt = [5, 17, 3]
+    flags = ["--tool-call", "get_weather=city,days", "--tool-call", "get"]
+    out = kiln_run(art, gguf, "--prompt-tokens", ",".join(map(str, prompt)),
+                   "-n", 48, *flags)
+    gen = out["tokens"]
+    assert gen, out
+    logits_file = tmp_path / "l.npy"
+    run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens",
+             ",".join(map(str, prompt + gen[:-1])), "-n", 0, "--logits-out",
+             logits_file)
+    logits = np.load(logits_file)
+    text = b""
+    narrowed = 0
+    for i, token in enumerate(gen):
+        row = logits[len(prompt) - 1 + i]
+        allowed = [t for t, b in spellers.items()
+                   if t < row.size and tool_state(text + b, TOOLS) !=
+                   "invalid"]
+        if tool_state(text, TOOLS) == "whole":
+            allowed += sorted(model.enders)
+        masked = np.full(row.shape, -np.inf, dtype=np.float32)
+        masked[allowed] = row[allowed]
+        assert token == int(np.argmax(masked)), (i, text)
+        narrowed += int(np.argmax(row)) != token
+        text += spellers[token]
+    assert narrowed > 0
+    assert tool_state(text, TOOLS) in ("prefix", "whole")
+    if out["finish_reason"] == "length":
+        assert len(gen) == 48
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sampled_tool_calls_are_calls_or_prefixes(model, seed):
+    gguf, art = model.gguf, model.art
+    spellers = {**model.vocab, **model.control}
+    out = kiln_run(art, gguf, "--prompt", "Call a tool", "-n", 52,
+                   "--temperature", "1.2", "--top-k", "50", "--seed", seed,
+                   "--tool-call", "get_weather=city,days", "--tool-call",
+                   "get")
+    text = b"".join(spellers[t] for t in out["tokens"])
+    state = tool_state(text, TOOLS)
+    assert state in ("prefix", "whole"), text
+    if out["finish_reason"] == "stop":
+        assert state == "whole", text
+
+
+def test_tool_call_flag_errors(model):
+    gguf, art = model.gguf, model.art
+    for flags, says in ((["--tool-call", "a<b"], "--tool-call: expected"),
+                        (["--tool-call", "f=x,"], "--tool-call: expected"),
+                        (["--tool-call", "f", "--json-object"],
+                         "exclude each other")):
+        proc = run_tool("kiln-run", art, "--weights", gguf, "--prompt", "x",
+                        *flags, check=False)
+        assert proc.returncode == 2, flags
+        assert says in proc.stderr, (flags, proc.stderr)

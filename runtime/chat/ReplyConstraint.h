@@ -1,0 +1,35 @@
+//===- ReplyConstraint.h - What a constrained reply may be ------*- C++ -*-===//
+//
+// The interface the generator asks before each token (session/Generator):
+// which bytes may follow the reply so far, whether the reply may end here,
+// and whether it must. JsonPrefix (response_format json_object) and
+// ToolCallPrefix (tool_choice required or a named function) implement it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CHAT_REPLYCONSTRAINT_H
+#define KILN_RUNTIME_CHAT_REPLYCONSTRAINT_H
+
+#include <string_view>
+
+namespace kiln::chat {
+
+class ReplyConstraint {
+public:
+  virtual ~ReplyConstraint() = default;
+  /// Whether push(bytes) would succeed; the state does not change.
+  virtual bool accepts(std::string_view bytes) const = 0;
+  /// Takes `bytes` if they keep the reply acceptable; otherwise returns
+  /// false and the state is as before.
+  virtual bool push(std::string_view bytes) = 0;
+  /// Whether the reply may end here (an end-of-reply token may come next).
+  virtual bool complete() const = 0;
+  /// Whether nothing but the end may follow: generation stops here.
+  virtual bool final() const = 0;
+  /// Whether control tokens may spell the reply (GLM's tool-call markers
+  /// are control tokens), or only text tokens may.
+  virtual bool takesControlTokens() const = 0;
+};
+
+} // namespace kiln::chat
+
+#endif // KILN_RUNTIME_CHAT_REPLYCONSTRAINT_H

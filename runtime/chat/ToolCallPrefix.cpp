@@ -1,0 +1,197 @@
+//===- ToolCallPrefix.cpp - A reply that must call a tool ------------------===//
+#include "chat/ToolCallPrefix.h"
+
+#include <cstring>
+
+namespace kiln::chat {
+
+namespace {
+
+constexpr const char *kOpen = "<tool_call>";
+constexpr const char *kKeyTail = "</arg_key>\n<arg_value>";
+constexpr const char *kValueEnd = "</arg_value>";
+constexpr const char *kNewline = "\n";
+/// What may follow a name or a value's newline: another key, or the end.
+constexpr const char *kChoices[2] = {"<arg_key>", "</tool_call>"};
+
+bool isSpace(uint8_t b) {
+  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
+}
+
+/// Byte `at` of `head` then `tail` (0 past both).
+char charAt(const std::string &head, const char *tail, uint32_t at) {
+  if (at < head.size())
+    return head[at];
+  return tail[at - head.size()];
+}
+
+/// In a set of candidates `head(k) + tail`, keeps those whose byte `at` is
+/// `b`; returns the first that is then whole (or -1), and whether any is
+/// left. `at` moves past the byte.
+template <class Head>
+int narrow(std::bitset<ToolCallPrefix::kMaxChoices> &alive, uint32_t &at,
+           uint8_t b, size_t count, const char *tail, Head head,
+           bool &any) {
+  any = false;
+  int whole = -1;
+  for (size_t k = 0; k < count; ++k) {
+    if (!alive[k])
+      continue;
+    const std::string &h = head(k);
+    if (uint8_t(charAt(h, tail, at)) != b || charAt(h, tail, at) == '\0') {
+      alive[k] = false;
+      continue;
+    }
+    any = true;
+    if (whole < 0 && charAt(h, tail, at + 1) == '\0')
+      whole = int(k);
+  }
+  ++at;
+  return whole;
+}
+
+} // namespace
+
+ToolCallPrefix::ToolCallPrefix(std::vector<ToolSignature> tools, bool several)
+    : tools_(std::make_shared<const std::vector<ToolSignature>>(
+          std::move(tools))),
+      several_(several) {}
+
+bool ToolCallPrefix::step(State &s, uint8_t b) const {
+  const std::vector<ToolSignature> &tools = *tools_;
+  switch (s.phase) {
+  case Phase::Lead:
+  case Phase::Done:
+    if (isSpace(b))
+      return true;
+    if (b != '<' || (s.phase == Phase::Done && !several_))
+      return false;
+    s.phase = Phase::Literal;
+    s.literal = kOpen;
+    s.at = 1;
+    return true;
+  case Phase::Literal:
+    if (b != uint8_t(s.literal[s.at]))
+      return false;
+    if (s.literal[++s.at] != '\0')
+      return true;
+    if (s.literal == kOpen) {
+      s.phase = Phase::Name;
+      s.alive.reset();
+      for (size_t k = 0; k < tools.size() && k < kMaxChoices; ++k)
+        s.alive[k] = true;
+    } else if (s.literal == kKeyTail) {
+      s.phase = Phase::Value;
+    } else { // the newline after a value
+      s.phase = Phase::Choice;
+      s.alive.reset();
+      s.alive[0] = s.alive[1] = true;
+    }
+    s.at = 0;
+    return true;
+  case Phase::Choice: {
+    bool any = false;
+    static const std::string choices[2] = {kChoices[0], kChoices[1]};
+    const int whole = narrow(s.alive, s.at, b, 2, "",
+                             [](size_t k) -> const std::string & {
+                               return choices[k];
+                             },
+                             any);
+    if (!any)
+      return false;
+    if (whole == 1) {
+      s.phase = Phase::Done;
+    } else if (whole == 0) {
+      const std::vector<std::string> &params = tools[s.function].parameters;
+      s.phase = params.empty() ? Phase::FreeKey : Phase::Key;
+      s.alive.reset();
+      for (size_t k = 0; k < params.size() && k < kMaxChoices; ++k)
+        s.alive[k] = true;
+    } else {
+      return true;
+    }
+    s.at = 0;
+    return true;
+  }
+  case Phase::Name: {
+    bool any = false;
+    const int whole = narrow(s.alive, s.at, b, tools.size(), kNewline,
+                             [&](size_t k) -> const std::string & {
+                               return tools[k].name;
+                             },
+                             any);
+    if (!any)
+      return false;
+    if (whole >= 0) {
+      s.function = uint32_t(whole);
+      s.phase = Phase::Choice;
+      s.alive.reset();
+      s.alive[0] = s.alive[1] = true;
+      s.at = 0;
+    }
+    return true;
+  }
+  case Phase::Key: {
+    const std::vector<std::string> &params = tools[s.function].parameters;
+    bool any = false;
+    const int whole = narrow(s.alive, s.at, b, params.size(), kKeyTail,
+                             [&](size_t k) -> const std::string & {
+                               return params[k];
+                             },
+                             any);
+    if (!any)
+      return false;
+    if (whole >= 0) {
+      s.phase = Phase::Value;
+      s.at = 0;
+    }
+    return true;
+  }
+  case Phase::FreeKey:
+    if (b == '\n')
+      return false;
+    if (b == '<') {
+      s.phase = Phase::Literal;
+      s.literal = kKeyTail;
+      s.at = 1;
+    }
+    return true;
+  case Phase::Value:
+    // "</arg_value>" has no border but its '<': a mismatch restarts the
+    // match at this byte.
+    if (b == uint8_t(kValueEnd[s.at])) {
+      if (kValueEnd[++s.at] == '\0') {
+        s.phase = Phase::Literal;
+        s.literal = kNewline;
+        s.at = 0;
+      }
+    } else {
+      s.at = b == '<' ? 1 : 0;
+    }
+    return true;
+  }
+  return false;
+}
+
+bool ToolCallPrefix::accepts(std::string_view bytes) const {
+  State s = state_;
+  for (char c : bytes)
+    if (!step(s, uint8_t(c)))
+      return false;
+  return true;
+}
+
+bool ToolCallPrefix::push(std::string_view bytes) {
+  State s = state_;
+  for (char c : bytes)
+    if (!step(s, uint8_t(c)))
+      return false;
+  state_ = s;
+  return true;
+}
+
+bool ToolCallPrefix::complete() const { return state_.phase == Phase::Done; }
+
+bool ToolCallPrefix::final() const { return complete() && !several_; }
+
+} // namespace kiln::chat

@@ -1,0 +1,130 @@
+//===- ToolCallPrefixTest.cpp - Replies that must call a tool --------------===//
+//
+// Calls in the GLM template's form taken byte by byte (whole only after the
+// closing marker), texts that go wrong at a stated byte, one call against
+// several, and `accepts` against `push` on seeded random pieces.
+//
+//===----------------------------------------------------------------------===//
+#include "chat/ToolCallPrefix.h"
+
+#include "support/Random.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace kiln::chat;
+
+namespace {
+
+const std::vector<ToolSignature> kTools = {
+    {"get_weather", {"city", "days"}},
+    {"get", {}}, // a prefix of another name; any key
+};
+
+const std::string kCall = "<tool_call>get_weather\n"
+                          "<arg_key>city</arg_key>\n"
+                          "<arg_value>Paris </arg_value\n <b></arg_value>\n"
+                          "<arg_key>days</arg_key>\n"
+                          "<arg_value>2</arg_value>\n"
+                          "</tool_call>";
+const std::string kBare = "<tool_call>get\n"
+                          "<arg_key>any key</arg_key>\n"
+                          "<arg_value></arg_value>\n"
+                          "</tool_call>";
+
+void takeAll(ToolCallPrefix &p, const std::string &text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    ASSERT_FALSE(p.complete()) << text << ": whole before byte " << i;
+    ASSERT_TRUE(p.accepts(text.substr(i, 1))) << text << ": byte " << i;
+    ASSERT_TRUE(p.push(text.substr(i, 1))) << text << ": byte " << i;
+  }
+}
+
+TEST(ToolCallPrefix, TakesTheTemplatesForm) {
+  for (const std::string &call : {kCall, kBare, std::string(
+                                      "<tool_call>get_weather\n</tool_call>")}) {
+    ToolCallPrefix one(kTools, false);
+    takeAll(one, "\n " + call);
+    EXPECT_TRUE(one.complete()) << call;
+    EXPECT_TRUE(one.final()) << call;
+    EXPECT_FALSE(one.accepts("\n<")) << call; // one call: no second
+  }
+  ToolCallPrefix several(kTools, true);
+  takeAll(several, kCall);
+  EXPECT_TRUE(several.complete());
+  EXPECT_FALSE(several.final());
+  ASSERT_TRUE(several.push("\n"));
+  EXPECT_TRUE(several.complete());
+  ASSERT_TRUE(several.push(kBare.substr(0, 5)));
+  EXPECT_FALSE(several.complete()); // inside a second call
+  ASSERT_TRUE(several.push(kBare.substr(5)));
+  EXPECT_TRUE(several.complete());
+}
+
+TEST(ToolCallPrefix, RefusesAtTheFirstWrongByte) {
+  struct Case {
+    std::string text;
+    size_t bad;
+  };
+  const std::vector<Case> cases = {
+      {"Sure: <tool_call>", 0},                 // text before the call
+      {"<tool-call>", 5},
+      {"<tool_call>get_wether\n", 17},          // not a function's name
+      {"<tool_call>get_weather </tool_call>", 22}, // the name's newline
+      {"<tool_call>get\n<arg_key>a\nb", 25},    // a free key's newline
+      {"<tool_call>get_weather\n<arg_key>town", 32}, // not a parameter
+      {"<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>", 46},
+      {"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>x"
+       "</arg_value><arg_key>",
+       71},                                     // the value's newline
+      {"<tool_call>get_weather\n<arg_value>", 28},
+      {"<tool_call>get_weather\n</tool_call>x", 35},
+  };
+  for (const Case &c : cases) {
+    ToolCallPrefix p(kTools, true);
+    for (size_t i = 0; i < c.bad; ++i)
+      ASSERT_TRUE(p.push(c.text.substr(i, 1))) << c.text << ": byte " << i;
+    EXPECT_FALSE(p.accepts(c.text.substr(c.bad, 1))) << c.text;
+    EXPECT_FALSE(p.push(c.text.substr(c.bad))) << c.text;
+    // Refused without a change: the prefix still takes what it took.
+    ToolCallPrefix fresh(kTools, true);
+    EXPECT_EQ(fresh.push(c.text.substr(0, c.bad)), true) << c.text;
+    EXPECT_EQ(fresh.complete(), p.complete()) << c.text;
+  }
+}
+
+TEST(ToolCallPrefix, AcceptsAgreesWithPushOnRandomPieces) {
+  const uint64_t seed = 20261205;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  kiln::Rng rng(seed);
+  std::vector<std::string> texts = {kCall, kBare, kCall + "\n" + kBare};
+  const std::string odd = "<>/\n _akt";
+  for (int k = 0; k < 60; ++k) {
+    std::string c = texts[k % 3];
+    c[rng.below(c.size())] = odd[rng.below(odd.size())];
+    texts.push_back(c);
+  }
+  size_t pieces = 0, refused = 0;
+  for (const std::string &text : texts) {
+    ToolCallPrefix p(kTools, true);
+    for (size_t at = 0; at < text.size();) {
+      const std::string piece = text.substr(at, 1 + rng.below(12));
+      const bool accepted = p.accepts(piece);
+      ToolCallPrefix copy = p;
+      ASSERT_EQ(copy.push(piece), accepted) << text << " at " << at;
+      ++pieces;
+      if (!accepted) {
+        ++refused;
+        break;
+      }
+      ASSERT_TRUE(p.push(piece));
+      at += piece.size();
+    }
+  }
+  EXPECT_GT(pieces, 300u);
+  EXPECT_GT(refused, 10u);
+}
+
+} // namespace
