@@ -307,6 +307,15 @@ bool JsonPrefix::accepts(std::string_view bytes) const {
   return true;
 }
 
+std::string JsonPrefix::key() const {
+  const Scalar &s = scalar_;
+  const char literal = s.literal == nullptr ? '\0' : s.literal[0];
+  std::string k = {char(objectOnly_), char(s.mode), char(s.key), char(s.count),
+                   char(s.lo),        char(s.hi),   literal};
+  k.append(stack_.begin(), stack_.end());
+  return k;
+}
+
 bool JsonPrefix::complete() const {
   return stack_.empty() && scalar_.mode == Mode::After;
 }

@@ -50,6 +50,8 @@ public:
   bool final() const override { return complete(); }
   /// Text tokens only.
   bool takesControlTokens() const override { return false; }
+  /// The scalar state and the whole stack (at most kMaxDepth bytes).
+  std::string key() const override;
 
   /// Nesting depth now (open arrays and objects).
   int depth() const { return int(stack_.size()); }

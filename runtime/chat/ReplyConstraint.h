@@ -9,6 +9,7 @@
 #ifndef KILN_RUNTIME_CHAT_REPLYCONSTRAINT_H
 #define KILN_RUNTIME_CHAT_REPLYCONSTRAINT_H
 
+#include <string>
 #include <string_view>
 
 namespace kiln::chat {
@@ -28,6 +29,11 @@ public:
   /// Whether control tokens may spell the reply (GLM's tool-call markers
   /// are control tokens), or only text tokens may.
   virtual bool takesControlTokens() const = 0;
+  /// Bytes equal for two states only if they accept the same bytes and
+  /// agree on complete() and final(): the generator keeps each state's
+  /// allowed set under it and reuses it where the state recurs (inside a
+  /// long string or value, most steps).
+  virtual std::string key() const = 0;
 };
 
 } // namespace kiln::chat

@@ -190,6 +190,18 @@ bool ToolCallPrefix::push(std::string_view bytes) {
   return true;
 }
 
+std::string ToolCallPrefix::key() const {
+  const State &s = state_;
+  // The literal by its first two bytes ("<t", "</", "\n"), all distinct.
+  const char l0 = s.literal ? s.literal[0] : '\0';
+  const char l1 = s.literal && l0 ? s.literal[1] : '\0';
+  std::string k = {char(s.phase), l0, l1};
+  k.append(reinterpret_cast<const char *>(&s.at), sizeof s.at);
+  k.append(reinterpret_cast<const char *>(&s.function), sizeof s.function);
+  k += s.alive.to_string();
+  return k;
+}
+
 bool ToolCallPrefix::complete() const { return state_.phase == Phase::Done; }
 
 bool ToolCallPrefix::final() const { return complete() && !several_; }

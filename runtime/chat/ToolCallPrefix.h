@@ -55,6 +55,9 @@ public:
   bool final() const override;
   /// GLM's markers (<tool_call>, <arg_key>, ...) are control tokens.
   bool takesControlTokens() const override { return true; }
+  /// The phase, the literal and bytes matched, the function, the alive
+  /// candidates.
+  std::string key() const override;
 
 private:
   enum class Phase : uint8_t {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 namespace kiln::runtime {
 
@@ -138,11 +139,12 @@ Generator::generate(const GenerateOptions &options,
   };
   // A constrained reply: the tokens that may spell it (text tokens, and
   // control tokens where the recogniser takes them, with bytes; not a stop
-  // id), their bytes, the stop ids, and each step's allowed set.
+  // id), their bytes, the stop ids, and the allowed sets by state.
   std::unique_ptr<chat::ReplyConstraint> constraint;
   std::vector<std::pair<int32_t, std::string_view>> spellers;
   std::vector<int32_t> enders;
-  std::vector<uint8_t> allowed;
+  constexpr size_t kMaxMasks = 32;
+  std::unordered_map<std::string, std::vector<uint8_t>> masks;
   if (options.constraint) {
     constraint = options.constraint();
     const bool control = constraint->takesControlTokens();
@@ -165,12 +167,22 @@ Generator::generate(const GenerateOptions &options,
   for (int64_t g = 0; g < options.maxTokens; ++g) {
     int32_t token;
     if (constraint) {
-      allowed.assign(logits_.size(), 0);
-      for (const auto &[id, bytes] : spellers)
-        allowed[size_t(id)] = constraint->accepts(bytes);
-      if (constraint->complete())
-        for (int32_t id : enders)
-          allowed[size_t(id)] = 1;
+      // A state seen before (inside a long string or value, most steps)
+      // has its allowed set kept; a few dozen states at most are kept.
+      std::string key = constraint->key();
+      auto it = masks.find(key);
+      if (it == masks.end()) {
+        if (masks.size() >= kMaxMasks)
+          masks.clear();
+        std::vector<uint8_t> mask(logits_.size(), 0);
+        for (const auto &[id, bytes] : spellers)
+          mask[size_t(id)] = constraint->accepts(bytes);
+        if (constraint->complete())
+          for (int32_t id : enders)
+            mask[size_t(id)] = 1;
+        it = masks.emplace(std::move(key), std::move(mask)).first;
+      }
+      const std::vector<uint8_t> &allowed = it->second;
       token = sampler.sample(logits_, history, allowed);
       if (token < 0)
         return Error("generate", "constraint",

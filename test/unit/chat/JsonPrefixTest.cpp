@@ -157,3 +157,36 @@ TEST(JsonPrefix, AcceptsAgreesWithPushOnRandomPieces) {
 }
 
 } // namespace
+
+namespace {
+
+/// States with equal keys accept the same probes and agree on complete():
+/// every prefix of the documents against every other.
+TEST(JsonPrefix, EqualKeysAcceptAlike) {
+  const std::vector<std::string> probes = {
+      "\"",  "}", "]", ",",  ":", " ",        "1",    "a",    "{\"", "\"}",
+      "\"]", "e", ".", "\\", "u", "\xc3\xa9", "\xa9", "true", "]}",  "0,"};
+  std::vector<JsonPrefix> states;
+  for (const std::string &text : kObjects) {
+    JsonPrefix p(true);
+    for (char c : text) {
+      states.push_back(p);
+      ASSERT_TRUE(p.push(std::string(1, c)));
+    }
+    states.push_back(p);
+  }
+  size_t pairs = 0;
+  for (size_t i = 0; i < states.size(); ++i)
+    for (size_t j = i + 1; j < states.size(); ++j) {
+      if (states[i].key() != states[j].key())
+        continue;
+      ++pairs;
+      EXPECT_EQ(states[i].complete(), states[j].complete());
+      for (const std::string &probe : probes)
+        EXPECT_EQ(states[i].accepts(probe), states[j].accepts(probe))
+            << i << " " << j << " " << probe;
+    }
+  EXPECT_GT(pairs, 100u); // strings and values recur
+}
+
+} // namespace

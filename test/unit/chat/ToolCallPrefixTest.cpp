@@ -128,3 +128,46 @@ TEST(ToolCallPrefix, AcceptsAgreesWithPushOnRandomPieces) {
 }
 
 } // namespace
+
+namespace {
+
+/// States with equal keys accept the same probes and agree on complete().
+TEST(ToolCallPrefix, EqualKeysAcceptAlike) {
+  const std::vector<std::string> probes = {"<",
+                                           "</",
+                                           "<tool_call>",
+                                           "g",
+                                           "get\n",
+                                           "get_weather\n",
+                                           "c",
+                                           "city",
+                                           "\n",
+                                           " ",
+                                           "</arg_value>",
+                                           "</arg_key>\n<arg_value>",
+                                           "x",
+                                           ">"};
+  std::vector<ToolCallPrefix> states;
+  for (const std::string &text : {kCall + "\n" + kBare}) {
+    ToolCallPrefix p(kTools, true);
+    for (char c : text) {
+      states.push_back(p);
+      ASSERT_TRUE(p.push(std::string(1, c)));
+    }
+    states.push_back(p);
+  }
+  size_t pairs = 0;
+  for (size_t i = 0; i < states.size(); ++i)
+    for (size_t j = i + 1; j < states.size(); ++j) {
+      if (states[i].key() != states[j].key())
+        continue;
+      ++pairs;
+      EXPECT_EQ(states[i].complete(), states[j].complete());
+      for (const std::string &probe : probes)
+        EXPECT_EQ(states[i].accepts(probe), states[j].accepts(probe))
+            << i << " " << j << " " << probe;
+    }
+  EXPECT_GT(pairs, 3u); // inside the values
+}
+
+} // namespace
