@@ -11,6 +11,90 @@ constexpr const char *kOpen = "<tool_call>";
 constexpr const char *kKeyTail = "</arg_key>\n<arg_value>";
 constexpr const char *kValueEnd = "</arg_value>";
 constexpr const char *kNewline = "\n";
+/// After a typed value, whose end its '<' began.
+constexpr const char *kValueTail = "</arg_value>\n";
+
+/// A typed number's states (State::number).
+enum Num : uint8_t {
+  Start,
+  Minus,
+  Zero,
+  Integer,
+  Dot,
+  Fraction,
+  Exponent,
+  ExponentSign,
+  ExponentDigits,
+  // Booleans: which literal (`at`: its bytes matched).
+  True,
+  False
+};
+
+bool isDigit(uint8_t b) { return b >= '0' && b <= '9'; }
+
+/// The next state of a number (integer: no fraction or exponent) after
+/// `b`, or false.
+bool numberStep(uint8_t &n, uint8_t b, bool integer) {
+  switch (Num(n)) {
+  case Start:
+    if (b == '-') {
+      n = Minus;
+      return true;
+    }
+    [[fallthrough]];
+  case Minus:
+    if (b == '0')
+      n = Zero;
+    else if (b >= '1' && b <= '9')
+      n = Integer;
+    else
+      return false;
+    return true;
+  case Zero:
+  case Integer:
+  case Fraction:
+    if (isDigit(b) && n != Zero)
+      return true;
+    if (b == '.' && n != Fraction && !integer) {
+      n = Dot;
+      return true;
+    }
+    if ((b == 'e' || b == 'E') && !integer) {
+      n = Exponent;
+      return true;
+    }
+    return false;
+  case Dot:
+    if (!isDigit(b))
+      return false;
+    n = Fraction;
+    return true;
+  case Exponent:
+    if (b == '+' || b == '-') {
+      n = ExponentSign;
+      return true;
+    }
+    [[fallthrough]];
+  case ExponentSign:
+  case ExponentDigits:
+    if (!isDigit(b))
+      return false;
+    n = ExponentDigits;
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// The literal's index for key() (0: none).
+char literalIndex(const char *literal) {
+  for (char i = 0; const char *l : {kOpen, kKeyTail, kNewline, kValueTail}) {
+    ++i;
+    if (literal == l)
+      return i;
+  }
+  return 0;
+}
 /// What may follow a name or a value's newline: another key, or the end.
 constexpr const char *kChoices[2] = {"<arg_key>", "</tool_call>"};
 
@@ -81,8 +165,9 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
       for (size_t k = 0; k < tools.size() && k < kMaxChoices; ++k)
         s.alive[k] = true;
     } else if (s.literal == kKeyTail) {
-      s.phase = Phase::Value;
-    } else { // the newline after a value
+      s.phase = Phase::Value; // a key not in a list: any value
+      s.kind = ValueKind::Any;
+    } else { // the newline after a value, or a typed value's tail
       s.phase = Phase::Choice;
       s.alive.reset();
       s.alive[0] = s.alive[1] = true;
@@ -142,9 +227,44 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
     if (!any)
       return false;
     if (whole >= 0) {
-      s.phase = Phase::Value;
+      const std::vector<ValueKind> &kinds = tools[s.function].kinds;
+      s.kind =
+          size_t(whole) < kinds.size() ? kinds[size_t(whole)] : ValueKind::Any;
+      s.phase = s.kind == ValueKind::Any ? Phase::Value : Phase::Typed;
+      s.number = Start;
       s.at = 0;
     }
+    return true;
+  }
+  case Phase::Typed: {
+    // A whole value ends at the '<' of "</arg_value>".
+    const bool whole = s.kind == ValueKind::Boolean
+                           ? (s.number == True && s.at == 4) ||
+                                 (s.number == False && s.at == 5)
+                           : s.number == Zero || s.number == Integer ||
+                                 s.number == Fraction ||
+                                 s.number == ExponentDigits;
+    if (b == '<') {
+      if (!whole)
+        return false;
+      s.phase = Phase::Literal;
+      s.literal = kValueTail;
+      s.at = 1;
+      return true;
+    }
+    if (s.kind != ValueKind::Boolean)
+      return numberStep(s.number, b, s.kind == ValueKind::Integer);
+    if (s.number == Start) {
+      if (b != 't' && b != 'f')
+        return false;
+      s.number = b == 't' ? True : False;
+      s.at = 1;
+      return true;
+    }
+    const char *word = s.number == True ? "true" : "false";
+    if (word[s.at] == '\0' || b != uint8_t(word[s.at]))
+      return false;
+    ++s.at;
     return true;
   }
   case Phase::FreeKey:
@@ -192,10 +312,8 @@ bool ToolCallPrefix::push(std::string_view bytes) {
 
 std::string ToolCallPrefix::key() const {
   const State &s = state_;
-  // The literal by its first two bytes ("<t", "</", "\n"), all distinct.
-  const char l0 = s.literal ? s.literal[0] : '\0';
-  const char l1 = s.literal && l0 ? s.literal[1] : '\0';
-  std::string k = {char(s.phase), l0, l1};
+  std::string k = {char(s.phase), literalIndex(s.literal), char(s.kind),
+                   char(s.number)};
   k.append(reinterpret_cast<const char *>(&s.at), sizeof s.at);
   k.append(reinterpret_cast<const char *>(&s.function), sizeof s.function);
   k += s.alive.to_string();

@@ -10,7 +10,9 @@
 //
 // after optional whitespace; NAME one of the given functions', KEY one of
 // that function's parameters where its schema lists them (otherwise any text
-// without '<' or a newline), VALUE any bytes up to "</arg_value>". With
+// without '<' or a newline), VALUE any bytes up to "</arg_value>", or for a
+// parameter typed integer, number or boolean, a JSON integer, number or
+// true / false (as ToolCalls.h then reads it). With
 // `several`, more calls may follow, each after whitespace. It is what
 // kiln-serve's tool_choice "required" (any of the request's functions, one
 // call or more) and a named function (that one, one call) constrain
@@ -30,11 +32,16 @@
 
 namespace kiln::chat {
 
+/// What a parameter's value may be (its JSON schema type).
+enum class ValueKind : uint8_t { Any, Integer, Number, Boolean };
+
 /// A function a forced call may name, and its parameters' names (empty:
-/// its schema lists none, and any key may be written).
+/// its schema lists none, and any key may be written) and kinds (one a
+/// parameter, or none: all Any).
 struct ToolSignature {
   std::string name;
   std::vector<std::string> parameters;
+  std::vector<ValueKind> kinds;
 };
 
 class ToolCallPrefix final : public ReplyConstraint {
@@ -68,6 +75,7 @@ private:
     Key,     ///< a parameter's name and what follows it
     FreeKey, ///< a key not in a list: any text without '<' or '\n'
     Value,   ///< VALUE (`at`: bytes of "</arg_value>" matched)
+    Typed,   ///< a typed VALUE (`kind`; `number`: the number's state)
     Done,    ///< after a call
   };
   struct State {
@@ -75,6 +83,8 @@ private:
     const char *literal = nullptr;
     uint32_t at = 0;
     uint32_t function = 0; ///< the chosen function's index
+    ValueKind kind = ValueKind::Any;
+    uint8_t number = 0; ///< Typed: the value's state (ToolCallPrefix.cpp)
     std::bitset<kMaxChoices> alive;
   };
 

@@ -91,8 +91,10 @@ options:
   --tool-call NAME[=KEYS]  constrain the generated text to GLM tool calls
                            (<tool_call>NAME ... </tool_call>, one or more) of
                            the functions given (repeatable), each with the
-                           comma-separated parameter names KEYS (none: any
-                           key); as kiln-serve's tool_choice "required"
+                           comma-separated parameters KEYS (none: any key),
+                           each KEY or KEY:TYPE (integer, number, boolean:
+                           the value must be one); as kiln-serve's
+                           tool_choice "required"
   --chat                   an interactive conversation on stdin: each line is
                            a user turn, rendered with the file's chat
                            template (GLM's format when it has none); replies
@@ -675,21 +677,34 @@ int main(int argc, char **argv) {
       chat::ToolSignature sig;
       const size_t eq = spec.find('=');
       sig.name = spec.substr(0, eq);
+      bool bad = false;
       if (eq != std::string::npos) {
         std::string keys = spec.substr(eq + 1);
         for (size_t at = 0; at <= keys.size();) {
           size_t comma = std::min(keys.find(',', at), keys.size());
-          sig.parameters.push_back(keys.substr(at, comma - at));
+          std::string key = keys.substr(at, comma - at);
+          // KEY:TYPE, TYPE integer, number or boolean; none: any text.
+          const size_t colon = key.find(':');
+          const std::string type =
+              colon == std::string::npos ? "" : key.substr(colon + 1);
+          sig.parameters.push_back(key.substr(0, colon));
+          sig.kinds.push_back(type == "integer"   ? chat::ValueKind::Integer
+                              : type == "number"  ? chat::ValueKind::Number
+                              : type == "boolean" ? chat::ValueKind::Boolean
+                                                  : chat::ValueKind::Any);
+          bad = bad || (colon != std::string::npos &&
+                        sig.kinds.back() == chat::ValueKind::Any);
           at = comma + 1;
         }
       }
-      bool bad = sig.name.empty() ||
-                 sig.name.find_first_of("<\n=") != std::string::npos;
+      bad = bad || sig.name.empty() ||
+            sig.name.find_first_of("<\n=") != std::string::npos;
       for (const std::string &k : sig.parameters)
         bad = bad || k.empty() || k.find_first_of("<\n") != std::string::npos;
       if (bad)
-        return usageError("--tool-call: expected NAME[=KEY,KEY...] with "
-                          "non-empty names without '<' or newlines, not '" +
+        return usageError("--tool-call: expected NAME[=KEY[:TYPE],...] with "
+                          "non-empty names without '<' or newlines and TYPE "
+                          "integer, number or boolean, not '" +
                           spec + "'");
       toolCalls.push_back(std::move(sig));
     } else if (arg == "--json") {

@@ -390,7 +390,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
         throw BadRequest{"every tool must have a function with a name to "
                          "force a call",
                          "tools"};
-      chat::ToolSignature sig{(*fn)["name"].get<std::string>(), {}};
+      chat::ToolSignature sig{(*fn)["name"].get<std::string>(), {}, {}};
       if (!forced.empty() && sig.name != forced)
         continue;
       if (sig.name.empty() ||
@@ -402,13 +402,25 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
       if (fn->contains("parameters") && (*fn)["parameters"].is_object() &&
           (*fn)["parameters"].contains("properties") &&
           (*fn)["parameters"]["properties"].is_object())
-        for (const auto &[key, _] : (*fn)["parameters"]["properties"].items()) {
+        for (const auto &[key, schema] :
+             (*fn)["parameters"]["properties"].items()) {
           if (key.empty() || key.find_first_of("<\n") != std::string::npos)
             throw BadRequest{fmt::format("parameter {} of {} cannot be "
                                          "written in GLM's call markup",
                                          dump(json(key)), sig.name),
                              "tools"};
           sig.parameters.push_back(key);
+          // A typed value where the schema gives one type the markup's
+          // reader turns into JSON (chat/ToolCalls.h); any text otherwise.
+          const std::string type = schema.is_object() &&
+                                           schema.contains("type") &&
+                                           schema["type"].is_string()
+                                       ? schema["type"].get<std::string>()
+                                       : "";
+          sig.kinds.push_back(type == "integer"   ? chat::ValueKind::Integer
+                              : type == "number"  ? chat::ValueKind::Number
+                              : type == "boolean" ? chat::ValueKind::Boolean
+                                                  : chat::ValueKind::Any);
         }
       if (sig.parameters.size() > chat::ToolCallPrefix::kMaxChoices)
         throw BadRequest{fmt::format("{} has more than {} parameters to "

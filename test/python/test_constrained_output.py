@@ -15,6 +15,7 @@ and whole wherever generation stopped on its own.
 """
 import codecs
 import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -303,13 +304,33 @@ def test_json_object_needs_the_logits(model, tmp_path):
 
 # --- Tool calls -------------------------------------------------------------
 
-TOOLS = {"get_weather": ["city", "days"], "get": []}  # "get": any key
+# name -> [(parameter, type or None)]; "get": any key, any value.
+TOOLS = {"get_weather": [("city", None), ("days", "integer")], "get": [],
+         "set": [("level", "number"), ("on", "boolean")]}
+TOOL_FLAGS = ["--tool-call", "get_weather=city,days:integer", "--tool-call",
+              "get", "--tool-call", "set=level:number,on:boolean"]
+TYPED = {"integer": re.compile(rb"-?(0|[1-9][0-9]*)"),
+         "number": re.compile(rb"-?(0|[1-9][0-9]*)(\.[0-9]+)?"
+                              rb"([eE][+-]?[0-9]+)?"),
+         "boolean": re.compile(rb"true|false")}
+
+
+def typed_state(kind, text):
+    """'whole', 'prefix' or 'invalid' for a typed value's text: a prefix
+    is what "0" or nothing completes (numbers), or a prefix of a word."""
+    if TYPED[kind].fullmatch(text):
+        return "whole"
+    if kind == "boolean":
+        grows = b"true".startswith(text) or b"false".startswith(text)
+    else:
+        grows = TYPED[kind].fullmatch(text + b"0") is not None
+    return "prefix" if grows else "invalid"
 
 
 def tool_state(data, tools, several=True):
     """'whole', 'prefix' or 'invalid' for `data` (bytes) as GLM tool calls
-    of `tools` (name -> parameter names; none: any key without '<' or a
-    newline) in the GLM template's form."""
+    of `tools` (name -> (parameter, type) pairs; none: any key without '<'
+    or a newline) in the GLM template's form."""
     pos = 0
 
     def literal(s):
@@ -344,9 +365,11 @@ def tool_state(data, tools, several=True):
             literal(b"<tool_call>")
             name = one_of([n.encode() + b"\n" for n in tools])[:-1].decode()
             while one_of([b"<arg_key>", b"</tool_call>"]) == b"<arg_key>":
+                kind = None
                 if tools[name]:
-                    one_of([k.encode() + b"</arg_key>\n<arg_value>"
-                            for k in tools[name]])
+                    key = one_of([k.encode() + b"</arg_key>\n<arg_value>"
+                                  for k, _ in tools[name]])
+                    kind = dict(tools[name])[key.split(b"<")[0].decode()]
                 else:
                     end = data.find(b"<", pos)
                     if b"\n" in data[pos:end if end >= 0 else len(data)]:
@@ -355,6 +378,17 @@ def tool_state(data, tools, several=True):
                         raise Incomplete
                     pos = end
                     literal(b"</arg_key>\n<arg_value>")
+                if kind:  # typed: no '<' inside
+                    end = data.find(b"<", pos)
+                    state = typed_state(kind, data[pos:end if end >= 0
+                                                   else len(data)])
+                    if state == "invalid" or (end >= 0 and state != "whole"):
+                        raise Invalid
+                    if end < 0:
+                        raise Incomplete
+                    pos = end
+                    literal(b"</arg_value>\n")
+                    continue
                 end = data.find(b"</arg_value>", pos)
                 if end < 0:
                     raise Incomplete  # a value is any bytes up to its end
@@ -379,9 +413,17 @@ def test_tool_call_reference_reader():
     assert tool_state(call + b"\n" + call, TOOLS, several=False) == "invalid"
     for cut in range(len(call)):
         assert tool_state(call[:cut], TOOLS) == "prefix", call[:cut]
+    typed = (b"<tool_call>set\n<arg_key>level</arg_key>\n<arg_value>-1.5e3"
+             b"</arg_value>\n<arg_key>on</arg_key>\n<arg_value>true"
+             b"</arg_value>\n</tool_call>")
+    assert tool_state(typed, TOOLS) == "whole"
+    for cut in range(len(typed)):
+        assert tool_state(typed[:cut], TOOLS) == "prefix", typed[:cut]
+    days = b"<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>"
     for bad in (b"x<tool_call>", b"<tool_call>get_wether", b"<tool_call>get\n"
                 b"<arg_key>a\n", b"<tool_call>get_weather\n<arg_key>town",
-                call + b"x"):
+                call + b"x", days + b"2.", days + b"<", days + b"01",
+                typed.replace(b"true", b"tru<")):
         assert tool_state(bad, TOOLS) == "invalid", bad
 
 
@@ -392,7 +434,7 @@ def test_tool_call_greedy_is_the_argmax_over_the_allowed_tokens(model,
                 **{i: b for i, b in model.control.items()
                    if i not in model.enders}}
     prompt = [5, 17, 3]
-    flags = ["--tool-call", "get_weather=city,days", "--tool-call", "get"]
+    flags = TOOL_FLAGS
     out = kiln_run(art, gguf, "--prompt-tokens", ",".join(map(str, prompt)),
                    "-n", 48, *flags)
     gen = out["tokens"]
@@ -428,8 +470,7 @@ def test_sampled_tool_calls_are_calls_or_prefixes(model, seed):
     spellers = {**model.vocab, **model.control}
     out = kiln_run(art, gguf, "--prompt", "Call a tool", "-n", 52,
                    "--temperature", "1.2", "--top-k", "50", "--seed", seed,
-                   "--tool-call", "get_weather=city,days", "--tool-call",
-                   "get")
+                   *TOOL_FLAGS)
     text = b"".join(spellers[t] for t in out["tokens"])
     state = tool_state(text, TOOLS)
     assert state in ("prefix", "whole"), text
@@ -441,6 +482,7 @@ def test_tool_call_flag_errors(model):
     gguf, art = model.gguf, model.art
     for flags, says in ((["--tool-call", "a<b"], "--tool-call: expected"),
                         (["--tool-call", "f=x,"], "--tool-call: expected"),
+                        (["--tool-call", "f=x:text"], "--tool-call: expected"),
                         (["--tool-call", "f", "--json-object"],
                          "exclude each other")):
         proc = run_tool("kiln-run", art, "--weights", gguf, "--prompt", "x",

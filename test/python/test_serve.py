@@ -220,7 +220,7 @@ def test_forced_tool_calls(glm_model, glm_client):
     gguf, art = glm_model
     want = json.loads(run_tool(
         "kiln-run", art, "--weights", gguf, "--prompt", prompt, "-n", 40,
-        "--json", "--tool-call", "get_weather=city,days").stdout)
+        "--json", "--tool-call", "get_weather=city,days:integer").stdout)
     for choice in ("required", {"type": "function",
                                 "function": {"name": "get_weather"}}):
         r = glm_client.chat.completions.create(

@@ -19,8 +19,9 @@ using namespace kiln::chat;
 namespace {
 
 const std::vector<ToolSignature> kTools = {
-    {"get_weather", {"city", "days"}},
-    {"get", {}}, // a prefix of another name; any key
+    {"get_weather", {"city", "days"}, {ValueKind::Any, ValueKind::Integer}},
+    {"get", {}, {}}, // a prefix of another name; any key
+    {"set", {"level", "on"}, {ValueKind::Number, ValueKind::Boolean}},
 };
 
 const std::string kCall = "<tool_call>get_weather\n"
@@ -43,8 +44,14 @@ void takeAll(ToolCallPrefix &p, const std::string &text) {
 }
 
 TEST(ToolCallPrefix, TakesTheTemplatesForm) {
-  for (const std::string &call : {kCall, kBare, std::string(
-                                      "<tool_call>get_weather\n</tool_call>")}) {
+  const std::string typed = "<tool_call>set\n<arg_key>level</arg_key>\n"
+                            "<arg_value>-12.5e+3</arg_value>\n"
+                            "<arg_key>on</arg_key>\n<arg_value>false"
+                            "</arg_value>\n<arg_key>level</arg_key>\n"
+                            "<arg_value>0</arg_value>\n</tool_call>";
+  for (const std::string &call :
+       {kCall, kBare, typed,
+        std::string("<tool_call>get_weather\n</tool_call>")}) {
     ToolCallPrefix one(kTools, false);
     takeAll(one, "\n " + call);
     EXPECT_TRUE(one.complete()) << call;
@@ -69,18 +76,27 @@ TEST(ToolCallPrefix, RefusesAtTheFirstWrongByte) {
     size_t bad;
   };
   const std::vector<Case> cases = {
-      {"Sure: <tool_call>", 0},                 // text before the call
+      {"Sure: <tool_call>", 0}, // text before the call
       {"<tool-call>", 5},
-      {"<tool_call>get_wether\n", 17},          // not a function's name
-      {"<tool_call>get_weather </tool_call>", 22}, // the name's newline
-      {"<tool_call>get\n<arg_key>a\nb", 25},    // a free key's newline
+      {"<tool_call>get_wether\n", 17},               // not a function's name
+      {"<tool_call>get_weather </tool_call>", 22},   // the name's newline
+      {"<tool_call>get\n<arg_key>a\nb", 25},         // a free key's newline
       {"<tool_call>get_weather\n<arg_key>town", 32}, // not a parameter
       {"<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>", 46},
       {"<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>x"
        "</arg_value><arg_key>",
-       71},                                     // the value's newline
+       71}, // the value's newline
       {"<tool_call>get_weather\n<arg_value>", 28},
       {"<tool_call>get_weather\n</tool_call>x", 35},
+      // Typed values: an integer has no fraction, a number no leading
+      // zero, a boolean is true or false, and none may be empty.
+      {"<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2.", 59},
+      {"<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>x", 58},
+      {"<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value><", 58},
+      {"<tool_call>set\n<arg_key>level</arg_key>\n<arg_value>01", 52},
+      {"<tool_call>set\n<arg_key>level</arg_key>\n<arg_value>-1.<", 54},
+      {"<tool_call>set\n<arg_key>on</arg_key>\n<arg_value>tru<", 51},
+      {"<tool_call>set\n<arg_key>on</arg_key>\n<arg_value>truex", 52},
   };
   for (const Case &c : cases) {
     ToolCallPrefix p(kTools, true);
