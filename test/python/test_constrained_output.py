@@ -240,39 +240,53 @@ def kiln_run(art, gguf, *flags):
     return json.loads(proc.stdout)
 
 
-def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path):
-    gguf, art, vocab = model.gguf, model.art, model.vocab
+def greedy_under(model, tmp_path, flags, n, spellers, state_of):
+    """kiln-run's greedy reply under a constraint (`flags`), each token
+    checked against numpy: the argmax of its teacher-forced logits over
+    exactly the tokens of `spellers` (id -> bytes) whose bytes keep the text
+    not 'invalid' by `state_of`, and the end-of-reply ids where the text is
+    'whole'. Returns kiln-run's output and the reply's bytes."""
     prompt = [5, 17, 3]
-    out = kiln_run(art, gguf, "--prompt-tokens", ",".join(map(str, prompt)),
-                   "-n", 40, "--json-object")
+    out = kiln_run(model.art, model.gguf, "--prompt-tokens",
+                   ",".join(map(str, prompt)), "-n", n, *flags)
     gen = out["tokens"]
     assert gen, out
     logits_file = tmp_path / "l.npy"
-    run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens",
-             ",".join(map(str, prompt + gen[:-1])), "-n", 0, "--logits-out",
-             logits_file)
+    run_tool("kiln-run", model.art, "--weights", model.gguf,
+             "--prompt-tokens", ",".join(map(str, prompt + gen[:-1])), "-n",
+             0, "--logits-out", logits_file)
     logits = np.load(logits_file)
     text = b""
     narrowed = 0
     for i, token in enumerate(gen):
         row = logits[len(prompt) - 1 + i]
-        allowed = [t for t, b in vocab.items()
-                   if t < row.size and json_state(text + b) != "invalid"]
+        allowed = [t for t, b in spellers.items()
+                   if t < row.size and state_of(text + b) != "invalid"]
+        if state_of(text) == "whole":
+            allowed += sorted(model.enders)
         assert allowed, (i, text)
         masked = np.full(row.shape, -np.inf, dtype=np.float32)
         masked[allowed] = row[allowed]
         assert token == int(np.argmax(masked)), (i, text)
         narrowed += int(np.argmax(row)) != token
-        text += vocab[token]
+        text += spellers[token]
     # The constraint decided something: the plain argmax was refused.
     assert narrowed > 0
+    if out["finish_reason"] == "length":
+        assert len(gen) == n
+    return out, text
+
+
+def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path):
+    out, text = greedy_under(model, tmp_path, ["--json-object"], 40,
+                             model.vocab, json_state)
     state = json_state(text)
     if out["finish_reason"] == "stop":
         assert state == "whole"
         assert isinstance(json.loads(text), dict)
         assert out["text"] == text.decode()
     else:
-        assert state == "prefix" and len(gen) == 40
+        assert state == "prefix"
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -429,39 +443,12 @@ def test_tool_call_reference_reader():
 
 def test_tool_call_greedy_is_the_argmax_over_the_allowed_tokens(model,
                                                                 tmp_path):
-    gguf, art = model.gguf, model.art
     spellers = {**model.vocab,
                 **{i: b for i, b in model.control.items()
                    if i not in model.enders}}
-    prompt = [5, 17, 3]
-    flags = TOOL_FLAGS
-    out = kiln_run(art, gguf, "--prompt-tokens", ",".join(map(str, prompt)),
-                   "-n", 48, *flags)
-    gen = out["tokens"]
-    assert gen, out
-    logits_file = tmp_path / "l.npy"
-    run_tool("kiln-run", art, "--weights", gguf, "--prompt-tokens",
-             ",".join(map(str, prompt + gen[:-1])), "-n", 0, "--logits-out",
-             logits_file)
-    logits = np.load(logits_file)
-    text = b""
-    narrowed = 0
-    for i, token in enumerate(gen):
-        row = logits[len(prompt) - 1 + i]
-        allowed = [t for t, b in spellers.items()
-                   if t < row.size and tool_state(text + b, TOOLS) !=
-                   "invalid"]
-        if tool_state(text, TOOLS) == "whole":
-            allowed += sorted(model.enders)
-        masked = np.full(row.shape, -np.inf, dtype=np.float32)
-        masked[allowed] = row[allowed]
-        assert token == int(np.argmax(masked)), (i, text)
-        narrowed += int(np.argmax(row)) != token
-        text += spellers[token]
-    assert narrowed > 0
+    out, text = greedy_under(model, tmp_path, TOOL_FLAGS, 48, spellers,
+                             lambda t: tool_state(t, TOOLS))
     assert tool_state(text, TOOLS) in ("prefix", "whole")
-    if out["finish_reason"] == "length":
-        assert len(gen) == 48
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -9,6 +9,8 @@
 
 #include "support/Random.h"
 
+#include "ConstraintStates.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -163,27 +165,9 @@ TEST(ToolCallPrefix, EqualKeysAcceptAlike) {
                                            "</arg_key>\n<arg_value>",
                                            "x",
                                            ">"};
-  std::vector<ToolCallPrefix> states;
-  for (const std::string &text : {kCall + "\n" + kBare}) {
-    ToolCallPrefix p(kTools, true);
-    for (char c : text) {
-      states.push_back(p);
-      ASSERT_TRUE(p.push(std::string(1, c)));
-    }
-    states.push_back(p);
-  }
-  size_t pairs = 0;
-  for (size_t i = 0; i < states.size(); ++i)
-    for (size_t j = i + 1; j < states.size(); ++j) {
-      if (states[i].key() != states[j].key())
-        continue;
-      ++pairs;
-      EXPECT_EQ(states[i].complete(), states[j].complete());
-      for (const std::string &probe : probes)
-        EXPECT_EQ(states[i].accepts(probe), states[j].accepts(probe))
-            << i << " " << j << " " << probe;
-    }
-  EXPECT_GT(pairs, 3u); // inside the values
+  const std::vector<ToolCallPrefix> states =
+      statesAlong(ToolCallPrefix(kTools, true), kCall + "\n" + kBare);
+  EXPECT_GT(checkEqualKeys(states, probes), 3u); // inside the values
 }
 
 } // namespace
