@@ -5303,13 +5303,25 @@ void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
         typeName(c.downType).c_str(), (long long)c.hidden, (long long)c.ffn,
         (long long)experts, (long long)k);
     // gate/up, and down where its fast kernel runs (width 256: tp = 8).
+    // Q3_K's fixed down kernel takes 80 registers to the general one's 64
+    // on sm_90, so it holds fewer blocks and the launch keeps the general
+    // one (holdsAsMany): either count is right for it.
     const double expected = c.fixed ? (c.ffn == 256 ? 2.0 : 1.0) : 0.0;
+    const bool downMayStayGeneral =
+        c.fixed && c.ffn == 256 && c.downType == GGMLType::Q3_K;
+    const double miss = downMayStayGeneral && ran == 1
+                            ? 0.0
+                            : std::fabs(double(ran) - expected);
     r.line("fixed width",
-           what + (!c.fixed         ? ": the general kernels ran"
-                   : c.ffn == 256 ? ": the fixed-width gate/up and down kernels ran"
-                                  : ": the fixed-width gate/up kernel ran"),
-           double(generalRan) + std::fabs(double(ran) - expected), 0,
-           "launch count");
+           what + (!c.fixed ? ": the general kernels ran"
+                   : downMayStayGeneral
+                       ? fmtText(": the fixed-width gate/up kernel ran, and "
+                                 "%s down kernel",
+                                 ran == 2 ? "the fixed" : "the general")
+                   : c.ffn == 256
+                       ? ": the fixed-width gate/up and down kernels ran"
+                       : ": the fixed-width gate/up kernel ran"),
+           double(generalRan) + miss, 0, "launch count");
     r.line("fixed width", what + ": the general kernels' bits",
            mismatches(got, general) + generalFault + fault, 0,
            "same products, same order; no fault");
