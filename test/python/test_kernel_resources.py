@@ -48,7 +48,9 @@ MAY_SPILL = {
         {"sm_120"}, "GLM-5's experts at tp=4 (4-8 bytes)"),
     r"expert(GateUp|Down)K45Kernel<\(.*?BulkQuant\)3, 0, 0>": (
         {"sm_90", "sm_120"}, "the 2-bit mixes' Q3_K rows in the general-shape "
-        "bulk-copy kernels (8 bytes; GLM-5's shapes run the fixed ones)"),
+        "bulk-copy kernels (8 bytes; on sm_90 the 2-bit mix's down runs this "
+        "one, its fixed form holding fewer blocks: docs/perf.md, forty-second "
+        "pass)"),
     # A width after the input kind: the fixed-width kernels, not the
     # general one (width 0).
     r"linearQ8SplitKernel<4, true, \(.*?Q8Input\)\d, [1-9]\d*>": (
