@@ -1,16 +1,16 @@
 //===- JsonPrefix.cpp - Whether bytes can still become a JSON text ---------===//
 #include "chat/JsonPrefix.h"
 
+#include "chat/ReplyText.h"
+
 namespace kiln::chat {
 
 namespace {
 
-bool isSpace(uint8_t b) {
-  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
-bool isDigit(uint8_t b) { return b >= '0' && b <= '9'; }
+bool isSpace(uint8_t b) { return reply::isSpace(char(b)); }
 bool isHex(uint8_t b) {
-  return isDigit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+  return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') ||
+         (b >= 'A' && b <= 'F');
 }
 
 /// Bytes a token may push at most for `accepts` to work on the shared stack
@@ -81,12 +81,6 @@ bool JsonPrefix::startValue(Scalar &s, Stack &stack, uint8_t b,
     s.mode = Mode::String;
     s.key = false;
     return true;
-  case '-':
-    s.mode = Mode::Minus;
-    return true;
-  case '0':
-    s.mode = Mode::Zero;
-    return true;
   case 't':
   case 'f':
   case 'n':
@@ -94,12 +88,10 @@ bool JsonPrefix::startValue(Scalar &s, Stack &stack, uint8_t b,
     s.literal = b == 't' ? "true" : b == 'f' ? "false" : "null";
     s.count = 1;
     return true;
-  default:
-    if (b >= '1' && b <= '9') {
-      s.mode = Mode::Integer;
-      return true;
-    }
-    return false;
+  default: // a number, or nothing
+    s.mode = Mode::Number;
+    s.number = JsonNumber::Start;
+    return jsonNumberStep(s.number, b, false);
   }
 }
 
@@ -228,50 +220,11 @@ bool JsonPrefix::step(Scalar &s, Stack &stack, uint8_t b, bool objectOnly) {
     if (--s.count == 0)
       s.mode = Mode::String;
     return true;
-  case Mode::Minus:
-    if (b == '0') {
-      s.mode = Mode::Zero;
+  case Mode::Number:
+    // A byte the number cannot take ends it where it may end.
+    if (jsonNumberStep(s.number, b, false))
       return true;
-    }
-    if (b >= '1' && b <= '9') {
-      s.mode = Mode::Integer;
-      return true;
-    }
-    return false;
-  case Mode::Zero:
-  case Mode::Integer:
-  case Mode::Fraction:
-    if (isDigit(b) && s.mode != Mode::Zero)
-      return true;
-    if (b == '.' && s.mode != Mode::Fraction) {
-      s.mode = Mode::Dot;
-      return true;
-    }
-    if (b == 'e' || b == 'E') {
-      s.mode = Mode::Exponent;
-      return true;
-    }
-    return afterValue(s, stack, b);
-  case Mode::Dot:
-    if (!isDigit(b))
-      return false;
-    s.mode = Mode::Fraction;
-    return true;
-  case Mode::Exponent:
-    if (b == '+' || b == '-') {
-      s.mode = Mode::ExponentSign;
-      return true;
-    }
-    [[fallthrough]];
-  case Mode::ExponentSign:
-    if (!isDigit(b))
-      return false;
-    s.mode = Mode::ExponentDigits;
-    return true;
-  case Mode::ExponentDigits:
-    if (isDigit(b))
-      return true;
-    return afterValue(s, stack, b);
+    return jsonNumberWhole(s.number) && afterValue(s, stack, b);
   case Mode::Literal:
     if (b != uint8_t(s.literal[s.count]))
       return false;
@@ -310,8 +263,9 @@ bool JsonPrefix::accepts(std::string_view bytes) const {
 std::string JsonPrefix::key() const {
   const Scalar &s = scalar_;
   const char literal = s.literal == nullptr ? '\0' : s.literal[0];
-  std::string k = {char(objectOnly_), char(s.mode), char(s.key), char(s.count),
-                   char(s.lo),        char(s.hi),   literal};
+  std::string k = {char(objectOnly_), char(s.mode),  char(s.key),
+                   char(s.count),     char(s.lo),    char(s.hi),
+                   literal,           char(s.number)};
   k.append(stack_.begin(), stack_.end());
   return k;
 }

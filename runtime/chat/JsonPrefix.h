@@ -18,6 +18,7 @@
 #ifndef KILN_RUNTIME_CHAT_JSONPREFIX_H
 #define KILN_RUNTIME_CHAT_JSONPREFIX_H
 
+#include "chat/JsonNumber.h"
 #include "chat/ReplyConstraint.h"
 
 #include <cstdint>
@@ -58,25 +59,18 @@ public:
 
 private:
   enum class Mode : uint8_t {
-    Value,      ///< a value is next (whitespace first)
-    ArrayFirst, ///< after '[': a value or ']'
+    Value,       ///< a value is next (whitespace first)
+    ArrayFirst,  ///< after '[': a value or ']'
     ObjectFirst, ///< after '{': a key or '}'
-    Key,        ///< after ',' in an object: a key
-    Colon,      ///< after a key
-    After,      ///< after a value: ',', a closing bracket, or the end
-    String,     ///< inside a string
-    Escape,     ///< after '\' in a string
-    Hex,        ///< inside \uXXXX (`count` digits left)
-    Utf8,       ///< inside a multi-byte UTF-8 sequence (`count` bytes left)
-    Minus,      ///< a number's '-'
-    Zero,       ///< a number's leading 0
-    Integer,    ///< a number's integer digits after the first (1-9)
-    Dot,        ///< after '.'
-    Fraction,   ///< fraction digits
-    Exponent,   ///< after 'e' / 'E'
-    ExponentSign, ///< after the exponent's sign
-    ExponentDigits,
-    Literal,    ///< inside true / false / null (`literal`, `count` done)
+    Key,         ///< after ',' in an object: a key
+    Colon,       ///< after a key
+    After,       ///< after a value: ',', a closing bracket, or the end
+    String,      ///< inside a string
+    Escape,      ///< after '\' in a string
+    Hex,         ///< inside \uXXXX (`count` digits left)
+    Utf8,        ///< inside a multi-byte UTF-8 sequence (`count` bytes left)
+    Number,      ///< inside a number (`number`)
+    Literal,     ///< inside true / false / null (`literal`, `count` done)
   };
 
   /// Everything but the stack: small, so that `accepts` copies it freely.
@@ -86,6 +80,7 @@ private:
     uint8_t count = 0;         ///< Hex / Utf8 bytes left, Literal bytes done
     uint8_t lo = 0x80, hi = 0xBF; ///< the next UTF-8 continuation's range
     const char *literal = nullptr; ///< "true", "false" or "null"
+    JsonNumber number = JsonNumber::Start;
   };
 
   template <class Stack> static bool step(Scalar &s, Stack &stack, uint8_t b,

@@ -1,7 +1,7 @@
 //===- ToolCallPrefix.cpp - A reply that must call a tool ------------------===//
 #include "chat/ToolCallPrefix.h"
 
-#include <cstring>
+#include "chat/ReplyText.h"
 
 namespace kiln::chat {
 
@@ -13,78 +13,6 @@ constexpr const char *kValueEnd = "</arg_value>";
 constexpr const char *kNewline = "\n";
 /// After a typed value, whose end its '<' began.
 constexpr const char *kValueTail = "</arg_value>\n";
-
-/// A typed number's states (State::number).
-enum Num : uint8_t {
-  Start,
-  Minus,
-  Zero,
-  Integer,
-  Dot,
-  Fraction,
-  Exponent,
-  ExponentSign,
-  ExponentDigits,
-  // Booleans: which literal (`at`: its bytes matched).
-  True,
-  False
-};
-
-bool isDigit(uint8_t b) { return b >= '0' && b <= '9'; }
-
-/// The next state of a number (integer: no fraction or exponent) after
-/// `b`, or false.
-bool numberStep(uint8_t &n, uint8_t b, bool integer) {
-  switch (Num(n)) {
-  case Start:
-    if (b == '-') {
-      n = Minus;
-      return true;
-    }
-    [[fallthrough]];
-  case Minus:
-    if (b == '0')
-      n = Zero;
-    else if (b >= '1' && b <= '9')
-      n = Integer;
-    else
-      return false;
-    return true;
-  case Zero:
-  case Integer:
-  case Fraction:
-    if (isDigit(b) && n != Zero)
-      return true;
-    if (b == '.' && n != Fraction && !integer) {
-      n = Dot;
-      return true;
-    }
-    if ((b == 'e' || b == 'E') && !integer) {
-      n = Exponent;
-      return true;
-    }
-    return false;
-  case Dot:
-    if (!isDigit(b))
-      return false;
-    n = Fraction;
-    return true;
-  case Exponent:
-    if (b == '+' || b == '-') {
-      n = ExponentSign;
-      return true;
-    }
-    [[fallthrough]];
-  case ExponentSign:
-  case ExponentDigits:
-    if (!isDigit(b))
-      return false;
-    n = ExponentDigits;
-    return true;
-  default:
-    return false;
-  }
-}
 
 /// The literal's index for key() (0: none).
 char literalIndex(const char *literal) {
@@ -98,9 +26,7 @@ char literalIndex(const char *literal) {
 /// What may follow a name or a value's newline: another key, or the end.
 constexpr const char *kChoices[2] = {"<arg_key>", "</tool_call>"};
 
-bool isSpace(uint8_t b) {
-  return b == ' ' || b == '\t' || b == '\n' || b == '\r';
-}
+bool isSpace(uint8_t b) { return reply::isSpace(char(b)); }
 
 /// Byte `at` of `head` then `tail` (0 past both).
 char charAt(const std::string &head, const char *tail, uint32_t at) {
@@ -231,20 +157,18 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
       s.kind =
           size_t(whole) < kinds.size() ? kinds[size_t(whole)] : ValueKind::Any;
       s.phase = s.kind == ValueKind::Any ? Phase::Value : Phase::Typed;
-      s.number = Start;
+      s.number = JsonNumber::Start;
+      s.word = nullptr;
       s.at = 0;
     }
     return true;
   }
   case Phase::Typed: {
     // A whole value ends at the '<' of "</arg_value>".
-    const bool whole = s.kind == ValueKind::Boolean
-                           ? (s.number == True && s.at == 4) ||
-                                 (s.number == False && s.at == 5)
-                           : s.number == Zero || s.number == Integer ||
-                                 s.number == Fraction ||
-                                 s.number == ExponentDigits;
     if (b == '<') {
+      const bool whole = s.kind == ValueKind::Boolean
+                             ? s.word && s.word[s.at] == '\0'
+                             : jsonNumberWhole(s.number);
       if (!whole)
         return false;
       s.phase = Phase::Literal;
@@ -253,16 +177,15 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
       return true;
     }
     if (s.kind != ValueKind::Boolean)
-      return numberStep(s.number, b, s.kind == ValueKind::Integer);
-    if (s.number == Start) {
+      return jsonNumberStep(s.number, b, s.kind == ValueKind::Integer);
+    if (!s.word) {
       if (b != 't' && b != 'f')
         return false;
-      s.number = b == 't' ? True : False;
+      s.word = b == 't' ? "true" : "false";
       s.at = 1;
       return true;
     }
-    const char *word = s.number == True ? "true" : "false";
-    if (word[s.at] == '\0' || b != uint8_t(word[s.at]))
+    if (s.word[s.at] == '\0' || b != uint8_t(s.word[s.at]))
       return false;
     ++s.at;
     return true;
@@ -293,27 +216,41 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
   return false;
 }
 
-bool ToolCallPrefix::accepts(std::string_view bytes) const {
-  State s = state_;
+bool ToolCallPrefix::run(State &s, std::string_view bytes) const {
   for (char c : bytes)
     if (!step(s, uint8_t(c)))
       return false;
   return true;
 }
 
+bool ToolCallPrefix::accepts(std::string_view bytes) const {
+  State s = state_;
+  return run(s, bytes);
+}
+
 bool ToolCallPrefix::push(std::string_view bytes) {
   State s = state_;
-  for (char c : bytes)
-    if (!step(s, uint8_t(c)))
-      return false;
+  if (!run(s, bytes))
+    return false;
   state_ = s;
   return true;
+}
+
+ValueKind valueKindOf(std::string_view schemaType) {
+  return schemaType == "integer"   ? ValueKind::Integer
+         : schemaType == "number"  ? ValueKind::Number
+         : schemaType == "boolean" ? ValueKind::Boolean
+                                   : ValueKind::Any;
+}
+
+bool writableInMarkup(std::string_view name) {
+  return !name.empty() && name.find_first_of("<\n") == std::string_view::npos;
 }
 
 std::string ToolCallPrefix::key() const {
   const State &s = state_;
   std::string k = {char(s.phase), literalIndex(s.literal), char(s.kind),
-                   char(s.number)};
+                   char(s.number), s.word ? s.word[0] : '\0'};
   k.append(reinterpret_cast<const char *>(&s.at), sizeof s.at);
   k.append(reinterpret_cast<const char *>(&s.function), sizeof s.function);
   k += s.alive.to_string();

@@ -22,18 +22,28 @@
 #ifndef KILN_RUNTIME_CHAT_TOOLCALLPREFIX_H
 #define KILN_RUNTIME_CHAT_TOOLCALLPREFIX_H
 
+#include "chat/JsonNumber.h"
 #include "chat/ReplyConstraint.h"
 
 #include <bitset>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::chat {
 
 /// What a parameter's value may be (its JSON schema type).
 enum class ValueKind : uint8_t { Any, Integer, Number, Boolean };
+
+/// The kind of a JSON schema "type" ("integer", "number", "boolean"; any
+/// other: Any, a value of any text).
+ValueKind valueKindOf(std::string_view schemaType);
+
+/// Whether a function or parameter name can be written in the markup:
+/// non-empty, without '<' or a newline.
+bool writableInMarkup(std::string_view name);
 
 /// A function a forced call may name, and its parameters' names (empty:
 /// its schema lists none, and any key may be written) and kinds (one a
@@ -75,7 +85,7 @@ private:
     Key,     ///< a parameter's name and what follows it
     FreeKey, ///< a key not in a list: any text without '<' or '\n'
     Value,   ///< VALUE (`at`: bytes of "</arg_value>" matched)
-    Typed,   ///< a typed VALUE (`kind`; `number`: the number's state)
+    Typed,   ///< a typed VALUE (`kind`; `number` or `word`)
     Done,    ///< after a call
   };
   struct State {
@@ -84,11 +94,14 @@ private:
     uint32_t at = 0;
     uint32_t function = 0; ///< the chosen function's index
     ValueKind kind = ValueKind::Any;
-    uint8_t number = 0; ///< Typed: the value's state (ToolCallPrefix.cpp)
+    JsonNumber number = JsonNumber::Start; ///< Typed: a number so far
+    const char *word = nullptr; ///< Typed: "true" or "false" (`at` matched)
     std::bitset<kMaxChoices> alive;
   };
 
   bool step(State &s, uint8_t b) const;
+  /// step over every byte of `bytes`; false at the first refused.
+  bool run(State &s, std::string_view bytes) const;
 
   std::shared_ptr<const std::vector<ToolSignature>> tools_;
   bool several_;

@@ -361,12 +361,13 @@ std::string jsonString(const std::string &s) {
   return out + "\"";
 }
 
+using Constraint = decltype(GenerateOptions::constraint);
+
 /// --chat: user turns from stdin, each rendered with the whole conversation
 /// by the chat template; only what differs from the cached tokens is
 /// evaluated; replies stream to stdout.
 int runChat(const SessionOptions &options, const SamplingOptions &sampling,
-            int64_t maxTokens, bool jsonObject,
-            const std::vector<chat::ToolSignature> &toolCalls,
+            int64_t maxTokens, const Constraint &constraint,
             const std::vector<std::string> &stopStrings,
             const std::optional<std::string> &systemPrompt,
             const std::string &chatTemplateFile) {
@@ -377,8 +378,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   const tokenizer::Tokenizer *tok = &model->tokenizer;
   const chat::ChatTemplate &chatTemplate = model->chat.chatTemplate;
   const std::string &where = model->chat.where;
-  if (!s.hasLogits() &&
-      (sampling.needsLogits() || jsonObject || !toolCalls.empty()))
+  if (!s.hasLogits() && (sampling.needsLogits() || constraint))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
                       "decoding only"));
@@ -386,12 +386,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   GenerateOptions generate;
   generate.maxTokens = maxTokens;
   generate.sampling = sampling;
-  if (jsonObject)
-    generate.constraint = [] { return std::make_unique<chat::JsonPrefix>(); };
-  else if (!toolCalls.empty())
-    generate.constraint = [toolCalls] {
-      return std::make_unique<chat::ToolCallPrefix>(toolCalls, true);
-    };
+  generate.constraint = constraint;
   generate.stopStrings = stopStrings;
   generate.stopIds = tok->endOfReplyIds();
   Generator generator(s, tok);
@@ -688,19 +683,15 @@ int main(int argc, char **argv) {
           const std::string type =
               colon == std::string::npos ? "" : key.substr(colon + 1);
           sig.parameters.push_back(key.substr(0, colon));
-          sig.kinds.push_back(type == "integer"   ? chat::ValueKind::Integer
-                              : type == "number"  ? chat::ValueKind::Number
-                              : type == "boolean" ? chat::ValueKind::Boolean
-                                                  : chat::ValueKind::Any);
+          sig.kinds.push_back(chat::valueKindOf(type));
           bad = bad || (colon != std::string::npos &&
                         sig.kinds.back() == chat::ValueKind::Any);
           at = comma + 1;
         }
       }
-      bad = bad || sig.name.empty() ||
-            sig.name.find_first_of("<\n=") != std::string::npos;
+      bad = bad || !chat::writableInMarkup(sig.name);
       for (const std::string &k : sig.parameters)
-        bad = bad || k.empty() || k.find_first_of("<\n") != std::string::npos;
+        bad = bad || !chat::writableInMarkup(k);
       if (bad)
         return usageError("--tool-call: expected NAME[=KEY[:TYPE],...] with "
                           "non-empty names without '<' or newlines and TYPE "
@@ -750,12 +741,20 @@ int main(int argc, char **argv) {
     return usageError("--simulate-rank and --context are --bench options");
   if (jsonObject && !toolCalls.empty())
     return usageError("--json-object and --tool-call exclude each other");
+  // The reply's constraint (GenerateOptions::constraint), if any.
+  Constraint constraint;
+  if (jsonObject)
+    constraint = [] { return std::make_unique<chat::JsonPrefix>(); };
+  else if (!toolCalls.empty())
+    constraint = [toolCalls] {
+      return std::make_unique<chat::ToolCallPrefix>(toolCalls, true);
+    };
   if (chatMode) {
     if (hasPromptText || !prompt.empty() || json || !logitsOut.empty())
       return usageError("--chat reads its turns from stdin: no --prompt, "
                         "--prompt-tokens, --json or --logits-out");
-    return runChat(options, sampling, generate, jsonObject, toolCalls,
-                   stopStrings, systemPrompt, chatTemplateFile);
+    return runChat(options, sampling, generate, constraint, stopStrings,
+                   systemPrompt, chatTemplateFile);
   }
   if (systemPrompt)
     return usageError("--system goes with --chat");
@@ -789,10 +788,9 @@ int main(int argc, char **argv) {
   std::vector<int32_t> stops;
   if (tok && !ignoreEos)
     stops = tok->endOfReplyIds();
-  const bool constrained = jsonObject || !toolCalls.empty();
-  if ((!stopStrings.empty() || constrained) && !tok)
+  if ((!stopStrings.empty() || constraint) && !tok)
     return fail(tok.error());
-  if (constrained && !s.hasLogits())
+  if (constraint && !s.hasLogits())
     return fail(
         Error(options.artifactPath, "logits",
               std::string(jsonObject ? "--json-object" : "--tool-call") +
@@ -831,14 +829,7 @@ int main(int argc, char **argv) {
   generateOptions.sampling = sampling;
   generateOptions.stopIds = stops;
   generateOptions.stopStrings = stopStrings;
-  if (jsonObject)
-    generateOptions.constraint = [] {
-      return std::make_unique<chat::JsonPrefix>();
-    };
-  else if (!toolCalls.empty())
-    generateOptions.constraint = [toolCalls] {
-      return std::make_unique<chat::ToolCallPrefix>(toolCalls, true);
-    };
+  generateOptions.constraint = constraint;
   Expected<GenerateResult> result = generator.generate(
       generateOptions,
       [&](std::string_view piece) {

@@ -393,8 +393,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
       chat::ToolSignature sig{(*fn)["name"].get<std::string>(), {}, {}};
       if (!forced.empty() && sig.name != forced)
         continue;
-      if (sig.name.empty() ||
-          sig.name.find_first_of("<\n") != std::string::npos)
+      if (!chat::writableInMarkup(sig.name))
         throw BadRequest{fmt::format("function name {} cannot be written in "
                                      "GLM's call markup",
                                      dump(json(sig.name))),
@@ -404,7 +403,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
           (*fn)["parameters"]["properties"].is_object())
         for (const auto &[key, schema] :
              (*fn)["parameters"]["properties"].items()) {
-          if (key.empty() || key.find_first_of("<\n") != std::string::npos)
+          if (!chat::writableInMarkup(key))
             throw BadRequest{fmt::format("parameter {} of {} cannot be "
                                          "written in GLM's call markup",
                                          dump(json(key)), sig.name),
@@ -417,10 +416,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
                                            schema["type"].is_string()
                                        ? schema["type"].get<std::string>()
                                        : "";
-          sig.kinds.push_back(type == "integer"   ? chat::ValueKind::Integer
-                              : type == "number"  ? chat::ValueKind::Number
-                              : type == "boolean" ? chat::ValueKind::Boolean
-                                                  : chat::ValueKind::Any);
+          sig.kinds.push_back(chat::valueKindOf(type));
         }
       if (sig.parameters.size() > chat::ToolCallPrefix::kMaxChoices)
         throw BadRequest{fmt::format("{} has more than {} parameters to "
