@@ -8,10 +8,6 @@ namespace kiln::chat {
 namespace {
 
 bool isSpace(uint8_t b) { return reply::isSpace(char(b)); }
-bool isHex(uint8_t b) {
-  return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') ||
-         (b >= 'A' && b <= 'F');
-}
 
 /// Bytes a token may push at most for `accepts` to work on the shared stack
 /// with a local overlay (longer ones take a whole copy).
@@ -79,6 +75,7 @@ bool JsonPrefix::startValue(Scalar &s, Stack &stack, uint8_t b,
     return true;
   case '"':
     s.mode = Mode::String;
+    s.str = JsonString{};
     s.key = false;
     return true;
   case 't':
@@ -138,6 +135,7 @@ bool JsonPrefix::step(Scalar &s, Stack &stack, uint8_t b, bool objectOnly) {
     if (b != '"')
       return false;
     s.mode = Mode::String;
+    s.str = JsonString{};
     s.key = true;
     return true;
   case Mode::Colon:
@@ -150,76 +148,16 @@ bool JsonPrefix::step(Scalar &s, Stack &stack, uint8_t b, bool objectOnly) {
   case Mode::After:
     return afterValue(s, stack, b);
   case Mode::String:
-    if (b == '"') {
+    switch (jsonStringStep(s.str, b)) {
+    case JsonStringByte::Refused:
+      return false;
+    case JsonStringByte::Closed:
       s.mode = s.key ? Mode::Colon : Mode::After;
       s.key = false;
       return true;
-    }
-    if (b == '\\') {
-      s.mode = Mode::Escape;
-      return true;
-    }
-    if (b < 0x20)
-      return false;
-    if (b < 0x80)
-      return true;
-    // A UTF-8 lead byte: how many continuations, and the first one's
-    // range (RFC 3629's table: no overlong forms, no surrogates, nothing
-    // past U+10FFFF).
-    s.lo = 0x80;
-    s.hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) {
-      s.count = 1;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      s.count = 2;
-      if (b == 0xE0)
-        s.lo = 0xA0;
-      else if (b == 0xED)
-        s.hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      s.count = 3;
-      if (b == 0xF0)
-        s.lo = 0x90;
-      else if (b == 0xF4)
-        s.hi = 0x8F;
-    } else {
-      return false;
-    }
-    s.mode = Mode::Utf8;
-    return true;
-  case Mode::Utf8:
-    if (b < s.lo || b > s.hi)
-      return false;
-    s.lo = 0x80;
-    s.hi = 0xBF;
-    if (--s.count == 0)
-      s.mode = Mode::String;
-    return true;
-  case Mode::Escape:
-    switch (b) {
-    case '"':
-    case '\\':
-    case '/':
-    case 'b':
-    case 'f':
-    case 'n':
-    case 'r':
-    case 't':
-      s.mode = Mode::String;
-      return true;
-    case 'u':
-      s.mode = Mode::Hex;
-      s.count = 4;
-      return true;
     default:
-      return false;
+      return true;
     }
-  case Mode::Hex:
-    if (!isHex(b))
-      return false;
-    if (--s.count == 0)
-      s.mode = Mode::String;
-    return true;
   case Mode::Number:
     // A byte the number cannot take ends it where it may end.
     if (jsonNumberStep(s.number, b, false))
@@ -263,9 +201,10 @@ bool JsonPrefix::accepts(std::string_view bytes) const {
 std::string JsonPrefix::key() const {
   const Scalar &s = scalar_;
   const char literal = s.literal == nullptr ? '\0' : s.literal[0];
-  std::string k = {char(objectOnly_), char(s.mode),  char(s.key),
-                   char(s.count),     char(s.lo),    char(s.hi),
-                   literal,           char(s.number)};
+  std::string k = {char(objectOnly_), char(s.mode),      char(s.key),
+                   char(s.str.mode),  char(s.str.count), char(s.str.lo),
+                   char(s.str.hi),    char(s.count),     literal,
+                   char(s.number)};
   k.append(stack_.begin(), stack_.end());
   return k;
 }

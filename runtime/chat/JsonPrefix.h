@@ -19,6 +19,7 @@
 #define KILN_RUNTIME_CHAT_JSONPREFIX_H
 
 #include "chat/JsonNumber.h"
+#include "chat/JsonString.h"
 #include "chat/ReplyConstraint.h"
 
 #include <cstdint>
@@ -65,10 +66,7 @@ private:
     Key,         ///< after ',' in an object: a key
     Colon,       ///< after a key
     After,       ///< after a value: ',', a closing bracket, or the end
-    String,      ///< inside a string
-    Escape,      ///< after '\' in a string
-    Hex,         ///< inside \uXXXX (`count` digits left)
-    Utf8,        ///< inside a multi-byte UTF-8 sequence (`count` bytes left)
+    String,      ///< inside a string (`str`)
     Number,      ///< inside a number (`number`)
     Literal,     ///< inside true / false / null (`literal`, `count` done)
   };
@@ -77,8 +75,8 @@ private:
   struct Scalar {
     Mode mode = Mode::Value;
     bool key = false;          ///< the string being read is an object's key
-    uint8_t count = 0;         ///< Hex / Utf8 bytes left, Literal bytes done
-    uint8_t lo = 0x80, hi = 0xBF; ///< the next UTF-8 continuation's range
+    uint8_t count = 0;         ///< Literal bytes done
+    JsonString str;            ///< where a string is
     const char *literal = nullptr; ///< "true", "false" or "null"
     JsonNumber number = JsonNumber::Start;
   };

@@ -1,0 +1,204 @@
+//===- SchemaPrefix.h - A reply that must be JSON a schema accepts -*- C++
+//-*-===//
+//
+// Constrained decoding by a JSON Schema (kiln-serve's response_format
+// json_schema, kiln-run --json-schema). JsonSchema compiles a schema into
+// nodes; SchemaPrefix is the byte-at-a-time recogniser the generator asks
+// before each token: whether the bytes so far can still become a JSON text
+// the schema accepts, and whether they are one.
+//
+// Supported: `type` (a name or a list), `properties`, `required`,
+// `additionalProperties` (a schema or false; absent or true: any value),
+// `items`, `minItems` / `maxItems`, `minLength` / `maxLength` (code points),
+// `enum` and `const` (the reply spells the value as compact JSON), `anyOf`,
+// a one-element `allOf`, `$ref` to "#" or a JSON pointer inside the
+// document (recursion included), `$defs` / `definitions` as their targets.
+// Annotations are ignored: title, description, default, examples,
+// deprecated, readOnly, writeOnly, $schema, $id, $comment, and `format`
+// (an annotation in JSON Schema 2020-12 unless a validator asserts it).
+// Every other keyword (pattern, minimum, oneOf, ...) is refused by name:
+// ignoring it would let the reply break the schema.
+//
+// The reply's spelling is narrowed where that keeps the recogniser exact:
+// object keys are written without escapes (a property name that would need
+// one is refused), and strings with a length bound take no \u escape of a
+// surrogate (so that each character begins where one code point does).
+// Every node of the schema must accept some value (checked at compile
+// time), so the reply can always be finished.
+//
+// anyOf is followed as alternatives side by side (at most kMaxThreads live
+// at once), each a stack of frames; a JSON value nests at most kMaxDepth.
+//
+//===----------------------------------------------------------------------===//
+#ifndef KILN_RUNTIME_CHAT_SCHEMAPREFIX_H
+#define KILN_RUNTIME_CHAT_SCHEMAPREFIX_H
+
+#include "chat/JsonNumber.h"
+#include "chat/JsonString.h"
+#include "chat/ReplyConstraint.h"
+#include "chat/Value.h"
+#include "support/Error.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::chat {
+
+/// A set of at most 128 properties or enum values.
+struct SchemaBits {
+  uint64_t w[2] = {0, 0};
+  void set(size_t i) { w[i / 64] |= uint64_t(1) << (i % 64); }
+  bool test(size_t i) const { return (w[i / 64] >> (i % 64)) & 1; }
+  bool any() const { return (w[0] | w[1]) != 0; }
+  /// Whether every member of `o` is in this set.
+  bool covers(const SchemaBits &o) const {
+    return (o.w[0] & ~w[0]) == 0 && (o.w[1] & ~w[1]) == 0;
+  }
+  SchemaBits without(const SchemaBits &o) const {
+    SchemaBits r;
+    r.w[0] = w[0] & ~o.w[0];
+    r.w[1] = w[1] & ~o.w[1];
+    return r;
+  }
+  bool operator==(const SchemaBits &o) const {
+    return w[0] == o.w[0] && w[1] == o.w[1];
+  }
+};
+
+class JsonSchema {
+public:
+  /// Most properties of one object, and most values of one enum.
+  static constexpr size_t kMaxMembers = 128;
+
+  /// JSON types, as a node's mask.
+  enum Type : uint8_t {
+    Null = 1,
+    Boolean = 2,
+    Integer = 4,
+    Number = 8,
+    String = 16,
+    Array = 32,
+    Object = 64,
+    AnyType = 127,
+  };
+
+  struct Node {
+    enum class Kind : uint8_t {
+      Typed, ///< any value of `types`, with their keywords
+      Enum,  ///< one of `literals`
+      AnyOf, ///< a value of one of `alternatives`
+    };
+    Kind kind = Kind::Typed;
+    uint8_t types = AnyType;
+    // Objects.
+    std::vector<std::string> names;  ///< property names, as written
+    std::vector<int32_t> properties; ///< the node of each
+    SchemaBits every;                ///< all of `names`
+    SchemaBits required;
+    int32_t additional = 0; ///< other keys' node; -1: none allowed
+    // Arrays.
+    int32_t items = 0;
+    uint32_t minItems = 0, maxItems = UINT32_MAX;
+    // Strings.
+    uint32_t minLength = 0, maxLength = UINT32_MAX;
+    // Enum: each value's compact JSON; AnyOf: the alternatives.
+    std::vector<std::string> literals;
+    std::vector<int32_t> alternatives;
+    /// Where in the schema (a JSON pointer), for errors.
+    std::string where;
+  };
+
+  /// Node 0 accepts any JSON value; nodes 1 and 2 are the literals
+  /// true/false and null; the schema's own root is root().
+  static constexpr int32_t kAny = 0, kBoolean = 1, kNull = 2;
+
+  /// Compiles `schema` (a JSON document as a Value: dicts, lists, strings,
+  /// numbers, booleans, None). Errors name `where` and the JSON pointer of
+  /// the offending keyword.
+  static Expected<std::shared_ptr<const JsonSchema>>
+  compile(const Value &schema, const std::string &where);
+
+  const Node &node(int32_t i) const { return nodes_[size_t(i)]; }
+  int32_t root() const { return root_; }
+  size_t size() const { return nodes_.size(); }
+
+private:
+  friend class SchemaCompiler;
+  std::vector<Node> nodes_;
+  int32_t root_ = 0;
+};
+
+class SchemaPrefix final : public ReplyConstraint {
+public:
+  /// Deepest nesting of values (each open array, object or member).
+  static constexpr size_t kMaxDepth = 128;
+  /// Most anyOf alternatives followed side by side.
+  static constexpr size_t kMaxThreads = 64;
+
+  explicit SchemaPrefix(std::shared_ptr<const JsonSchema> schema);
+
+  bool push(std::string_view bytes) override;
+  bool accepts(std::string_view bytes) const override;
+  /// Whether some alternative is a whole value (whitespace after it
+  /// included).
+  bool complete() const override;
+  /// Whether every alternative is whole: only whitespace may follow.
+  bool final() const override;
+  bool takesControlTokens() const override { return false; }
+  std::string key() const override;
+
+  /// Alternatives followed now.
+  size_t alternatives() const { return threads_.size(); }
+
+private:
+  enum class Mode : uint8_t {
+    Done,        ///< the bottom frame once its value is whole
+    Value,       ///< a value of `node` is next (whitespace first)
+    ObjectFirst, ///< after '{'
+    ObjectKey,   ///< after ',' in an object: a key
+    Key,         ///< inside a key (`cand`: names still matching)
+    Colon,       ///< after a key
+    ObjectAfter, ///< after a member's value
+    ArrayFirst,  ///< after '['
+    ArrayAfter,  ///< after an item (`count` items)
+    String,      ///< inside a string (`count` characters)
+    Number,      ///< inside a number
+    Literal,     ///< inside an enum value or true/false/null
+  };
+
+  struct Frame {
+    int32_t node = 0;
+    Mode mode = Mode::Value;
+    JsonNumber number = JsonNumber::Start;
+    JsonString str;
+    uint32_t count = 0;  ///< items, characters, or key / literal bytes
+    int32_t member = -1; ///< the property being read (-1: another key)
+    SchemaBits seen;     ///< the object's properties read
+    SchemaBits cand;     ///< the key's names, or the literal's values
+  };
+  using Thread = std::vector<Frame>;
+
+  enum class Step : uint8_t { Refused, Taken, Forked };
+  Step step(Thread &t, uint8_t b, std::vector<Thread> &forks) const;
+  bool startValue(Thread &t, uint8_t b) const;
+  /// Steps the first `live` of `threads` by b; the ones that took it come
+  /// first after, and the count of them is returned (threads past it are
+  /// spare storage).
+  size_t stepLive(std::vector<Thread> &threads, size_t live, uint8_t b) const;
+  bool acceptsFresh(std::string_view bytes) const;
+  static void appendKey(std::string &k, const Thread &t);
+
+  std::shared_ptr<const JsonSchema> schema_;
+  std::vector<Thread> threads_; ///< sorted by their keys, none equal
+  mutable std::vector<Thread> scratch_;
+  /// Whether each first byte is accepted in this state (-1: not known).
+  mutable std::array<int8_t, 256> first_;
+};
+
+} // namespace kiln::chat
+
+#endif // KILN_RUNTIME_CHAT_SCHEMAPREFIX_H

@@ -1,0 +1,338 @@
+//===- SchemaPrefixTest.cpp - JSON replies a schema accepts
+//----------------===//
+//
+// Schemas refused at compile time with the keyword's JSON pointer; valid
+// documents taken byte by byte (whole only at the end); texts refused at a
+// stated byte; anyOf followed as alternatives; `accepts` against `push` on
+// seeded random cuts; equal keys accepting alike; and seeded random walks
+// that must never reach a state no byte continues (a reply can always be
+// finished), each walk's text also a JSON prefix to chat::JsonPrefix.
+//
+//===----------------------------------------------------------------------===//
+#include "chat/SchemaPrefix.h"
+#include "chat/JsonPrefix.h"
+#include "chat/JsonValue.h"
+
+#include "support/Random.h"
+
+#include "ConstraintStates.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace kiln;
+using namespace kiln::chat;
+
+namespace {
+
+std::shared_ptr<const JsonSchema> compileText(const std::string &text) {
+  Expected<Value> v = parseJsonValue(text, "schema");
+  EXPECT_TRUE(v.hasValue()) << text;
+  Expected<std::shared_ptr<const JsonSchema>> s =
+      JsonSchema::compile(*v, "schema");
+  EXPECT_TRUE(s.hasValue()) << text << ": " << (s ? "" : s.error().message());
+  return s ? *s : nullptr;
+}
+
+std::string compileError(const std::string &text) {
+  Expected<Value> v = parseJsonValue(text, "schema");
+  EXPECT_TRUE(v.hasValue()) << text;
+  Expected<std::shared_ptr<const JsonSchema>> s =
+      JsonSchema::compile(*v, "schema");
+  return s ? "" : s.error().message();
+}
+
+const char *kPerson = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 5},
+    "age": {"type": "integer"},
+    "tags": {"type": "array", "items": {"enum": ["a", "ab", 1, 12, null]},
+             "minItems": 1, "maxItems": 3},
+    "ratio": {"type": ["number", "null"]},
+    "nick": {"anyOf": [{"type": "string"}, {"type": "boolean"}]}
+  },
+  "required": ["name", "age"],
+  "additionalProperties": false
+})";
+
+const char *kTree = R"({
+  "$defs": {"node": {"type": "object",
+                     "properties": {"v": {"type": "integer"},
+                                    "kids": {"type": "array",
+                                             "items": {"$ref": "#/$defs/node"}}},
+                     "required": ["v"], "additionalProperties": false}},
+  "$ref": "#/$defs/node"
+})";
+
+const char *kOpen = R"({"type": "object", "properties": {"id": {"const": 7}},
+                        "required": ["id", "extra"]})";
+
+void expectWhole(const std::shared_ptr<const JsonSchema> &schema,
+                 const std::string &text) {
+  SchemaPrefix p(schema);
+  for (size_t i = 0; i < text.size(); ++i) {
+    ASSERT_FALSE(p.final() &&
+                 text.find_first_not_of(" \t\r\n", i) != std::string::npos)
+        << text << ": final before byte " << i;
+    ASSERT_TRUE(p.accepts(text.substr(i, 1))) << text << ": byte " << i;
+    ASSERT_TRUE(p.push(text.substr(i, 1))) << text << ": byte " << i;
+  }
+  EXPECT_TRUE(p.complete()) << text;
+}
+
+/// `text` is taken up to byte `at` and refused there.
+void expectRefusedAt(const std::shared_ptr<const JsonSchema> &schema,
+                     const std::string &text, size_t at) {
+  SchemaPrefix p(schema);
+  ASSERT_TRUE(p.push(text.substr(0, at))) << text;
+  const std::string before = p.key();
+  EXPECT_FALSE(p.accepts(text.substr(at, 1))) << text << " at " << at;
+  EXPECT_FALSE(p.push(text.substr(at))) << text << " at " << at;
+  EXPECT_EQ(p.key(), before) << "a refusal changed the state: " << text;
+}
+
+} // namespace
+
+TEST(SchemaPrefix, RefusesWhatItCannotKeep) {
+  struct Case {
+    const char *schema, *message;
+  } cases[] = {
+      {R"({"type": "integer", "minimum": 3})",
+       "schema: #/minimum: keyword 'minimum' is not supported"},
+      {R"({"properties": {"a": {"pattern": "x"}}})",
+       "schema: #/properties/a/pattern: keyword 'pattern'"},
+      {R"({"oneOf": [true]})", "#/oneOf: keyword 'oneOf'"},
+      {"false", "#: the schema false accepts no value"},
+      {R"({"type": "objekt"})", "#/type: expected a JSON type name"},
+      {R"({"properties": {"a\"b": {}}})",
+       "#/properties/a\"b: the property name needs an escape"},
+      {R"({"properties": {"a": {}}, "required": ["b"],
+           "additionalProperties": false})",
+       "#/required: 'b' is required but not among the properties"},
+      {R"({"$ref": "#/$defs/missing"})",
+       "#/$ref: $ref '#/$defs/missing' names nothing"},
+      {R"({"$ref": "other.json#/a"})", "#/$ref: $ref must be a string"},
+      {R"({"$ref": "#/$defs/a", "type": "string"})",
+       "#/$ref: $ref beside other keywords"},
+      {R"({"allOf": [{}, {}]})", "#/allOf: only an allOf of one schema"},
+      {R"({"type": "string", "minLength": 4, "maxLength": 3})",
+       "#/minLength: longer than maxLength"},
+      {R"({"type": "array", "minItems": -1})",
+       "#/minItems: must be a non-negative integer"},
+      {R"({"type": "string", "enum": [1, 2]})",
+       "#/enum: no value has the schema's type"},
+      {R"({"enum": [1], "maxLength": 2})", "#/enum: enum beside other"},
+      {R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+       "accepts no value"},
+      {R"({"type": "object", "properties": {"a": {"type": "array",
+           "minItems": 1, "items": false}}})",
+       "#/properties/a/minItems: more items are required than allowed"},
+  };
+  for (const Case &c : cases) {
+    const std::string message = compileError(c.schema);
+    EXPECT_NE(message.find(c.message), std::string::npos)
+        << c.schema << "\n  gave: " << message;
+  }
+  // A required property whose schema accepts nothing, found after the
+  // fixpoint (the node itself parses).
+  EXPECT_NE(compileError(R"({"$defs": {"loop": {"type": "object",
+      "properties": {"next": {"$ref": "#/$defs/loop"}}, "required": ["next"]}},
+      "$ref": "#/$defs/loop"})")
+                .find("accepts no value"),
+            std::string::npos);
+}
+
+TEST(SchemaPrefix, WholeDocuments) {
+  auto person = compileText(kPerson);
+  ASSERT_TRUE(person);
+  for (const char *text : {
+           R"({"name":"Al","age":30})",
+           R"( { "age" : -4 , "name" : "abcde" } )",
+           R"({"name":"\u00e9","age":0,"tags":["ab",12,null],"ratio":1.5e3})",
+           R"({"name":"x","age":1,"tags":[1],"ratio":null,"nick":true})",
+           R"({"name":"x","age":1,"nick":"any \"text\""})",
+           "{\"name\":\"\xf0\x9f\x98\x80\xc3\xa9\",\"age\":2}",
+       })
+    expectWhole(person, text);
+  auto tree = compileText(kTree);
+  ASSERT_TRUE(tree);
+  expectWhole(tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]})");
+  auto open = compileText(kOpen);
+  ASSERT_TRUE(open);
+  expectWhole(open, R"({"extra":[1,{"x":null}],"id":7,"other":"y"})");
+  // A root that is not an object: a number may end at the end of the text,
+  // an enum value once nothing longer can follow.
+  auto number = compileText(R"({"type": "number"})");
+  SchemaPrefix p(number);
+  ASSERT_TRUE(p.push("-1.5"));
+  EXPECT_TRUE(p.complete());
+  EXPECT_FALSE(p.final());
+  auto choice = compileText(R"({"enum": [1, 12, "x"]})");
+  SchemaPrefix q(choice);
+  ASSERT_TRUE(q.push("1"));
+  EXPECT_TRUE(q.complete());
+  EXPECT_FALSE(q.final()); // "12" may follow
+  ASSERT_TRUE(q.push("2"));
+  EXPECT_TRUE(q.final());
+  SchemaPrefix r(person);
+  ASSERT_TRUE(r.push(R"({"name":"a","age":1})"));
+  EXPECT_TRUE(r.final());
+}
+
+TEST(SchemaPrefix, RefusedAtTheStatedByte) {
+  auto person = compileText(kPerson);
+  ASSERT_TRUE(person);
+  struct Case {
+    const char *text;
+    size_t at;
+  } cases[] = {
+      {R"({"name":"Al"})", 12},              // '}' before "age"
+      {R"({"nam":1})", 5},                   // '"' ends a key no name is
+      {R"({"named":1})", 6},                 // 'd': past every name
+      {R"({"zzz":1})", 2},                   // no name begins with 'z'
+      {R"({"age":1.5})", 8},                 // an integer has no fraction
+      {R"({"age":"1"})", 7},                 // a string where an integer is
+      {R"({"name":""})", 9},                 // minLength 1
+      {R"({"name":"abcdef"})", 14},          // maxLength 5
+      {R"({"age":1,"age":2})", 10},          // no name left begins so
+      {R"({"age":1,"tags":[]})", 17},        // minItems 1
+      {R"({"age":1,"tags":[1,1,1,1]})", 22}, // maxItems 3
+      {R"({"age":1,"tags":["b"]})", 18},     // not an enum value
+      {R"({"age":1,"tags":[123]})", 19},     // 12 and then a digit
+      {R"({"age":1,"nick":1})", 16},         // neither a string nor a boolean
+      {R"({"age":1,"name":"\ud83d\ude00"})", 20}, // a surrogate escape
+      {R"({"n\u0061me":"x"})", 3},       // keys are written without escapes
+      {R"({"age":1,"name":"x"} 1)", 21}, // only whitespace after the value
+  };
+  for (const Case &c : cases)
+    expectRefusedAt(person, c.text, c.at);
+  // With additional properties allowed, a key equal to one read before is
+  // still refused at its closing quote; a longer one is another key.
+  auto open = compileText(kOpen);
+  ASSERT_TRUE(open);
+  expectRefusedAt(open, R"({"id":7,"id":7})", 11);
+  expectWhole(open, R"({"id":7,"idx":7,"extra":0})");
+  expectRefusedAt(open, R"({"id":8})", 6);
+  expectRefusedAt(open, R"({"id":7})", 7); // "extra" is required
+}
+
+TEST(SchemaPrefix, AlternativesSideBySide) {
+  auto either = compileText(R"({"anyOf": [
+      {"type": "object", "properties": {"a": {"type": "integer"}},
+       "required": ["a"], "additionalProperties": false},
+      {"type": "object", "properties": {"a": {"type": "string"},
+                                        "b": {"type": "null"}},
+       "required": ["a"], "additionalProperties": false}]})");
+  ASSERT_TRUE(either);
+  SchemaPrefix p(either);
+  ASSERT_TRUE(p.push(R"({"a":)"));
+  EXPECT_EQ(p.alternatives(), 2u);
+  EXPECT_TRUE(p.accepts("1}"));
+  EXPECT_TRUE(p.accepts("\"x\",\"b\":null}"));
+  EXPECT_FALSE(p.accepts("1,\"b\""));
+  ASSERT_TRUE(p.push("\"x\""));
+  EXPECT_EQ(p.alternatives(), 1u);
+  EXPECT_TRUE(p.accepts(",\"b\":null}"));
+  // Two alternatives that reach the same state are followed as one.
+  auto same = compileText(R"({"$defs": {"i": {"type": "integer"}},
+      "anyOf": [{"$ref": "#/$defs/i"}, {"$ref": "#/$defs/i"}]})");
+  SchemaPrefix q(same);
+  ASSERT_TRUE(q.push("1"));
+  EXPECT_EQ(q.alternatives(), 1u);
+}
+
+TEST(SchemaPrefix, AcceptsAgreesWithPushAndEqualKeysAcceptAlike) {
+  auto person = compileText(kPerson);
+  auto tree = compileText(kTree);
+  ASSERT_TRUE(person && tree);
+  const uint64_t seed = 20261205;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  Rng rng(seed);
+  struct Doc {
+    std::shared_ptr<const JsonSchema> schema;
+    std::string text;
+  } docs[] = {
+      {person, R"({"name":"Al","age":30,"tags":["ab",12,null],"nick":"x"})"},
+      {person, R"({ "age" : 7 , "name" : "abc" , "ratio" : -0.5e-2 })"},
+      {tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4}]}]})"},
+  };
+  std::vector<std::string> probes = {"}", ",", "\"", "1", "]", "\"a",   ":",
+                                     "n", "t", " ",  "{", "[", "\"v\":"};
+  size_t equalPairs = 0;
+  for (const Doc &d : docs) {
+    for (int round = 0; round < 40; ++round) {
+      SchemaPrefix p(d.schema);
+      size_t at = 0;
+      while (at < d.text.size()) {
+        size_t len = 1 + rng.below(6);
+        std::string piece = d.text.substr(at, len);
+        // Sometimes a corrupted piece: a byte changed.
+        if (rng.uniform() < 0.3) {
+          std::string bad = piece;
+          bad[rng.below(bad.size())] = "}]\":,x1 {"[rng.below(9)];
+          SchemaPrefix copy = p;
+          EXPECT_EQ(p.accepts(bad), copy.push(bad)) << d.text << " " << bad;
+        }
+        EXPECT_TRUE(p.accepts(piece)) << d.text << " at " << at;
+        ASSERT_TRUE(p.push(piece));
+        at += piece.size();
+      }
+      EXPECT_TRUE(p.complete());
+    }
+    equalPairs +=
+        checkEqualKeys(statesAlong(SchemaPrefix(d.schema), d.text), probes);
+  }
+  // Inside strings and between members, states recur.
+  EXPECT_GT(equalPairs, 5u);
+}
+
+TEST(SchemaPrefix, RandomWalksCanAlwaysFinish) {
+  const uint64_t seed = 7;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  Rng rng(seed);
+  // Bytes a walk draws from (UTF-8's lead and continuation bytes among
+  // them, so that multi-byte characters are walked through).
+  std::vector<std::string> alphabet;
+  for (int b = 0x20; b < 0x7F; ++b)
+    alphabet.push_back(std::string(1, char(b)));
+  for (const char *s : {"\n", "\xc3", "\xa9", "\xe2", "\x82", "\xac", "\xf0",
+                        "\x9f", "\x98", "\x80", "\xed"})
+    alphabet.push_back(s);
+  size_t finished = 0;
+  for (const char *schemaText : {kPerson, kTree, kOpen}) {
+    auto schema = compileText(schemaText);
+    ASSERT_TRUE(schema);
+    for (int walk = 0; walk < 30; ++walk) {
+      SchemaPrefix p(schema);
+      JsonPrefix json(false);
+      std::string text;
+      for (int i = 0; i < 300 && !p.final(); ++i) {
+        std::vector<const std::string *> ok;
+        for (const std::string &b : alphabet)
+          if (p.accepts(b))
+            ok.push_back(&b);
+        ASSERT_FALSE(ok.empty())
+            << "no byte continues " << text << " (" << schemaText << ")";
+        // Favour the structural bytes, so that walks close what they open.
+        const std::string *pick = ok[rng.below(ok.size())];
+        for (const std::string *b : ok)
+          if (rng.uniform() < 0.15 &&
+              std::string("}]\",:").find((*b)[0]) != std::string::npos)
+            pick = b;
+        ASSERT_TRUE(p.push(*pick));
+        ASSERT_TRUE(json.push(*pick)) << "not JSON: " << text << *pick;
+        text += *pick;
+      }
+      if (p.final()) {
+        EXPECT_TRUE(json.complete()) << text;
+        ++finished;
+      }
+    }
+  }
+  // Some walks reached a whole value (the check above ran).
+  EXPECT_GT(finished, 10u);
+  std::printf("%zu of 90 walks whole\n", finished);
+}
