@@ -20,7 +20,11 @@
 //===----------------------------------------------------------------------===//
 #include "artifact/StepTraffic.h"
 #include "chat/JsonPrefix.h"
+#include "chat/SchemaPrefix.h"
 #include "chat/ToolCallPrefix.h"
+#ifdef KILN_RUN_JSON_SCHEMA
+#include "chat/JsonValue.h"
+#endif
 #include "session/Generator.h"
 #include "session/ModelText.h"
 #include "session/Npy.h"
@@ -39,7 +43,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <optional>
 #include <string>
 #include <unistd.h>
@@ -88,6 +94,10 @@ options:
                            it a prefix of one, and generation stops once it
                            is whole (with --chat: each reply); needs the
                            file's tokenizer and the logits
+  --json-schema FILE       constrain the generated text to one JSON value
+                           the JSON Schema in FILE accepts (as kiln-serve's
+                           response_format json_schema; docs/serving.md
+                           lists the keywords, others are refused)
   --tool-call NAME[=KEYS]  constrain the generated text to GLM tool calls
                            (<tool_call>NAME ... </tool_call>, one or more) of
                            the functions given (repeatable), each with the
@@ -363,6 +373,27 @@ std::string jsonString(const std::string &s) {
 
 using Constraint = decltype(GenerateOptions::constraint);
 
+/// The JSON Schema in `path` (--json-schema), compiled.
+Expected<std::shared_ptr<const chat::JsonSchema>>
+readJsonSchema(const std::string &path) {
+#ifdef KILN_RUN_JSON_SCHEMA
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in)
+    text << in.rdbuf();
+  if (!in || in.bad())
+    return Error(path, "--json-schema", "cannot read the file");
+  Expected<chat::Value> value = chat::parseJsonValue(text.str(), path);
+  if (!value)
+    return value.error();
+  return chat::JsonSchema::compile(*value, path);
+#else
+  return Error(path, "--json-schema",
+               "this kiln-run was built without nlohmann-json, which reads "
+               "the schema");
+#endif
+}
+
 /// --chat: user turns from stdin, each rendered with the whole conversation
 /// by the chat template; only what differs from the cached tokens is
 /// evaluated; replies stream to stdout.
@@ -599,6 +630,7 @@ int main(int argc, char **argv) {
   std::string logitsOut;
   bool json = false;
   bool jsonObject = false;
+  std::string jsonSchemaFile;
   std::vector<chat::ToolSignature> toolCalls;
   bool describeOnly = false;
   bool bench = false;
@@ -667,6 +699,8 @@ int main(int argc, char **argv) {
       logitsOut = value("--logits-out");
     } else if (arg == "--json-object") {
       jsonObject = true;
+    } else if (arg == "--json-schema") {
+      jsonSchemaFile = value("--json-schema");
     } else if (arg == "--tool-call") {
       std::string spec = value("--tool-call");
       chat::ToolSignature sig;
@@ -739,16 +773,31 @@ int main(int argc, char **argv) {
     return runBench(options, simulate, benchContext, benchSteps, json);
   if (!simulate.empty() || benchContext)
     return usageError("--simulate-rank and --context are --bench options");
-  if (jsonObject && !toolCalls.empty())
-    return usageError("--json-object and --tool-call exclude each other");
+  const int constraints =
+      int(jsonObject) + int(!jsonSchemaFile.empty()) + int(!toolCalls.empty());
+  if (constraints > 1)
+    return usageError("--json-object, --json-schema and --tool-call exclude "
+                      "each other");
+  const char *constraintFlag = jsonObject               ? "--json-object"
+                               : !jsonSchemaFile.empty() ? "--json-schema"
+                                                         : "--tool-call";
   // The reply's constraint (GenerateOptions::constraint), if any.
   Constraint constraint;
-  if (jsonObject)
+  if (jsonObject) {
     constraint = [] { return std::make_unique<chat::JsonPrefix>(); };
-  else if (!toolCalls.empty())
+  } else if (!jsonSchemaFile.empty()) {
+    Expected<std::shared_ptr<const chat::JsonSchema>> schema =
+        readJsonSchema(jsonSchemaFile);
+    if (!schema)
+      return fail(schema.error());
+    constraint = [schema = *schema] {
+      return std::make_unique<chat::SchemaPrefix>(schema);
+    };
+  } else if (!toolCalls.empty()) {
     constraint = [toolCalls] {
       return std::make_unique<chat::ToolCallPrefix>(toolCalls, true);
     };
+  }
   if (chatMode) {
     if (hasPromptText || !prompt.empty() || json || !logitsOut.empty())
       return usageError("--chat reads its turns from stdin: no --prompt, "
@@ -793,7 +842,7 @@ int main(int argc, char **argv) {
   if (constraint && !s.hasLogits())
     return fail(
         Error(options.artifactPath, "logits",
-              std::string(jsonObject ? "--json-object" : "--tool-call") +
+              std::string(constraintFlag) +
                   " needs the logits: the artifact was compiled with "
                   "--no-logits"));
   Clock::time_point t1 = Clock::now();

@@ -21,6 +21,7 @@
 #include "chat/JsonPrefix.h"
 #include "chat/JsonValue.h"
 #include "chat/Reasoning.h"
+#include "chat/SchemaPrefix.h"
 #include "chat/ToolCallPrefix.h"
 #include "chat/ToolCalls.h"
 #include "session/Generator.h"
@@ -70,7 +71,9 @@ block (<think>...</think>, GLM-4.5 and later) comes back as
 "reasoning_content" beside "content" (delta.reasoning_content streamed).
 "response_format": {"type": "json_object"} constrains the reply to one JSON
 object (each token chosen among those that keep it a prefix of one; the
-reply ends once the object is whole); JSON schemas are not supported.
+reply ends once the object is whole); {"type": "json_schema", "json_schema":
+{"schema": ...}} to one value the schema accepts (docs/serving.md lists
+the keywords; any other is refused).
 
 options:
   --weights FILE.gguf...   the model's GGUF file(s)
@@ -282,25 +285,44 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
   // What would change the reply in ways this server does not do: refused,
   // not ignored.
   // {"type": "json_object"}: the reply is one JSON object, each token
-  // chosen among those that keep it a prefix of one; a JSON schema would
-  // need a grammar per request, which this server does not build.
+  // chosen among those that keep it a prefix of one. {"type":
+  // "json_schema", "json_schema": {"schema": ...}}: one JSON value the
+  // schema accepts (chat/SchemaPrefix.h says which keywords; others are
+  // refused by their place in the schema).
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     const json &rf = body["response_format"];
     const std::string type =
         rf.is_object() && rf.contains("type") && rf["type"].is_string()
             ? rf["type"].get<std::string>()
             : "";
-    if (type == "json_object")
+    if (type == "json_object") {
       o.generate.constraint = [] {
         return std::make_unique<chat::JsonPrefix>();
       };
-    else if (type != "text")
-      throw BadRequest{"'response_format' must be {\"type\": \"text\"} or "
-                       "{\"type\": \"json_object\"}" +
-                           std::string(type == "json_schema"
-                                           ? " (json_schema is not supported)"
-                                           : ""),
+    } else if (type == "json_schema") {
+      const json *js = rf.contains("json_schema") ? &rf["json_schema"] : nullptr;
+      if (!js || !js->is_object() || !js->contains("schema") ||
+          !((*js)["schema"].is_object() || (*js)["schema"].is_boolean()))
+        throw BadRequest{"'response_format' json_schema needs "
+                         "\"json_schema\": {\"schema\": {...}}",
+                         "response_format"};
+      const std::string where = "'response_format' json_schema.schema";
+      Expected<chat::Value> value = chat::valueFromJson((*js)["schema"], where);
+      if (!value)
+        throw BadRequest{value.error().message(), "response_format"};
+      Expected<std::shared_ptr<const chat::JsonSchema>> schema =
+          chat::JsonSchema::compile(*value, where);
+      if (!schema)
+        throw BadRequest{schema.error().message(), "response_format"};
+      o.generate.constraint = [schema = *schema] {
+        return std::make_unique<chat::SchemaPrefix>(schema);
+      };
+    } else if (type != "text") {
+      throw BadRequest{"'response_format' must be {\"type\": \"text\"}, "
+                       "{\"type\": \"json_object\"} or {\"type\": "
+                       "\"json_schema\", \"json_schema\": {...}}",
                        "response_format"};
+    }
   }
   if (!chat && body.contains("suffix") && !body["suffix"].is_null())
     throw BadRequest{"'suffix' (text after the completion) is not supported",
@@ -377,8 +399,8 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
                            " needs 'tools'",
                        "tool_choice"};
     if (o.generate.constraint)
-      throw BadRequest{"'tool_choice' that forces a call and 'response_format' "
-                       "json_object exclude each other",
+      throw BadRequest{"'tool_choice' that forces a call and a JSON "
+                       "'response_format' exclude each other",
                        "tool_choice"};
     std::vector<chat::ToolSignature> signatures;
     for (const json &tool : o.tools) {
@@ -745,8 +767,9 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
   }
   if (options.generate.constraint && !session_.hasLogits())
     return sendError(res, 400,
-                     "'response_format' json_object needs the logits: the "
-                     "artifact was compiled with --no-logits",
+                     "a constrained reply ('response_format' JSON or a forced "
+                     "'tool_choice') needs the logits: the artifact was "
+                     "compiled with --no-logits",
                      "invalid_request_error", "response_format");
   uint64_t needed = prompt.size() + uint64_t(options.generate.maxTokens);
   if (needed > maxContext_)

@@ -782,7 +782,17 @@ def test_logit_bias_and_refused_parameters(server, client):
             client.completions.create(**args, **extra)
         assert e.value.status_code == 400 and e.value.body["param"] == param
     for fmt, says in (({"type": "json_schema", "json_schema": {"name": "x"}},
-                       "json_schema is not supported"),
+                       "json_schema needs"),
+                      ({"type": "json_schema", "json_schema": {
+                          "name": "x", "schema": {"type": "object",
+                                                  "properties": {
+                                                      "a": {"pattern": "z"}}}}},
+                       "'response_format' json_schema.schema: "
+                       "#/properties/a/pattern: keyword 'pattern' is not "
+                       "supported"),
+                      ({"type": "json_schema", "json_schema": {
+                          "name": "x", "schema": {"$ref": "#/nowhere"}}},
+                       "names nothing"),
                       ({"type": "yaml"}, "json_object")):
         with pytest.raises(openai.APIStatusError) as e:
             client.chat.completions.create(
@@ -822,6 +832,50 @@ def test_json_object_replies(model, server, client):
     assert "".join(c.choices[0].delta.content or "" for c in chunks
                    if c.choices) == r.choices[0].message.content
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_json_schema_replies(model, server, client, tmp_path):
+    """response_format json_schema: the same tokens as kiln-run
+    --json-schema (which test_json_schema_output.py checks against a
+    reference reader and jsonschema), greedy and sampled; a whole reply
+    validates."""
+    import jsonschema
+    gguf, art = model
+    schema = {"type": "array", "items": {"type": ["boolean", "null"]},
+              "minItems": 1, "maxItems": 3}
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    fmt = {"type": "json_schema",
+           "json_schema": {"name": "flags", "schema": schema, "strict": True}}
+    for flags, args in (([], dict(temperature=0)),
+                        (["--temperature", "1.2", "--seed", "4"],
+                         dict(temperature=1.2, seed=4))):
+        want = json.loads(run_tool(
+            "kiln-run", art, "--weights", gguf, "--prompt", "Kiln compiles",
+            "-n", 30, "--json", "--json-schema", path, *flags).stdout)
+        r = client.completions.create(
+            model="tiny", prompt="Kiln compiles", max_tokens=30,
+            extra_body={"response_format": fmt}, **args)
+        assert r.choices[0].text == want["text"]
+        assert r.choices[0].finish_reason == want["finish_reason"]
+        if want["finish_reason"] == "stop":
+            jsonschema.validate(json.loads(want["text"]), schema)
+    # '[' and ']' biased up: the reply opens and closes an array at once,
+    # and ends there (nothing may follow a whole value).
+    ids = []
+    for piece in ("[", "]"):
+        status, body = _post(server[1] + "/tokenize", {"prompt": piece})
+        assert status == 200 and len(body["tokens"]) == 1
+        ids.append(body["tokens"][0])
+    empty = {"type": "array", "items": {"type": "null"}, "maxItems": 3}
+    r = client.chat.completions.create(
+        model="tiny", max_tokens=40, temperature=0,
+        messages=[{"role": "user", "content": "JSON please"}],
+        logit_bias={str(i): 100 for i in ids},
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "e", "schema": empty}})
+    assert r.choices[0].finish_reason == "stop"
+    assert json.loads(r.choices[0].message.content) == []
 
 
 def test_tools_with_a_template_that_ignores_them(server):
