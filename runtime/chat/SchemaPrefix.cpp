@@ -570,6 +570,20 @@ bool SchemaPrefix::startValue(Thread &t, uint8_t b) const {
   }
 }
 
+JsonStringByte SchemaPrefix::stringByte(Frame &f, const JsonSchema::Node &n,
+                                        uint8_t b) {
+  const bool bounded = n.minLength > 0 || n.maxLength != UINT32_MAX;
+  const JsonStringByte r = jsonStringStep(f.str, b, !bounded);
+  if (r == JsonStringByte::Closed && f.count < n.minLength)
+    return JsonStringByte::Refused;
+  if (r == JsonStringByte::Begins) {
+    if (f.count >= n.maxLength)
+      return JsonStringByte::Refused;
+    f.count = bump(f.count, n.minLength, n.maxLength);
+  }
+  return r;
+}
+
 SchemaPrefix::Step SchemaPrefix::step(Thread &t, uint8_t b,
                                       std::vector<Thread> &forks) const {
   for (;;) {
@@ -643,26 +657,16 @@ SchemaPrefix::Step SchemaPrefix::step(Thread &t, uint8_t b,
         return Step::Refused;
       t.pop_back(); // the number ended before b
       continue;
-    case Mode::String: {
-      const bool bounded = n.minLength > 0 || n.maxLength != UINT32_MAX;
-      switch (jsonStringStep(f.str, b, !bounded)) {
+    case Mode::String:
+      switch (stringByte(f, n, b)) {
       case JsonStringByte::Refused:
         return Step::Refused;
       case JsonStringByte::Closed:
-        if (f.count < n.minLength)
-          return Step::Refused;
         t.pop_back();
         return Step::Taken;
-      case JsonStringByte::Begins:
-        if (f.count >= n.maxLength)
-          return Step::Refused;
-        f.count = bump(f.count, n.minLength, n.maxLength);
-        return Step::Taken;
-      case JsonStringByte::Inside:
+      default:
         return Step::Taken;
       }
-      return Step::Refused;
-    }
     case Mode::ObjectFirst:
     case Mode::ObjectKey:
     case Mode::ObjectAfter: {
@@ -821,7 +825,26 @@ bool SchemaPrefix::accepts(std::string_view bytes) const {
     first = acceptsFresh(bytes.substr(0, 1));
   if (!first)
     return false;
-  return bytes.size() == 1 || acceptsFresh(bytes);
+  if (bytes.size() == 1)
+    return true;
+  // Inside a string (most steps of a long one), a token that stays inside
+  // it is read on the string's own state; one that closes it takes the
+  // general path.
+  if (threads_.size() == 1 && threads_[0].back().mode == Mode::String) {
+    Frame f = threads_[0].back();
+    const JsonSchema::Node &n = schema_->node(f.node);
+    size_t i = 0;
+    for (; i < bytes.size(); ++i) {
+      const JsonStringByte r = stringByte(f, n, uint8_t(bytes[i]));
+      if (r == JsonStringByte::Refused)
+        return false;
+      if (r == JsonStringByte::Closed)
+        break;
+    }
+    if (i == bytes.size())
+      return true;
+  }
+  return acceptsFresh(bytes);
 }
 
 bool SchemaPrefix::push(std::string_view bytes) {

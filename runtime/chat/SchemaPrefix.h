@@ -185,6 +185,10 @@ private:
   enum class Step : uint8_t { Refused, Taken, Forked };
   Step step(Thread &t, uint8_t b, std::vector<Thread> &forks) const;
   bool startValue(Thread &t, uint8_t b) const;
+  /// A byte of the string value `f` (of node `n`): its length bounds
+  /// applied, the count kept.
+  static JsonStringByte stringByte(Frame &f, const JsonSchema::Node &n,
+                                   uint8_t b);
   /// Steps the first `live` of `threads` by b; the ones that took it come
   /// first after, and the count of them is returned (threads past it are
   /// spare storage).

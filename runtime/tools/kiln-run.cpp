@@ -45,8 +45,8 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -778,7 +778,7 @@ int main(int argc, char **argv) {
   if (constraints > 1)
     return usageError("--json-object, --json-schema and --tool-call exclude "
                       "each other");
-  const char *constraintFlag = jsonObject               ? "--json-object"
+  const char *constraintFlag = jsonObject                ? "--json-object"
                                : !jsonSchemaFile.empty() ? "--json-schema"
                                                          : "--tool-call";
   // The reply's constraint (GenerateOptions::constraint), if any.
@@ -840,11 +840,10 @@ int main(int argc, char **argv) {
   if ((!stopStrings.empty() || constraint) && !tok)
     return fail(tok.error());
   if (constraint && !s.hasLogits())
-    return fail(
-        Error(options.artifactPath, "logits",
-              std::string(constraintFlag) +
-                  " needs the logits: the artifact was compiled with "
-                  "--no-logits"));
+    return fail(Error(options.artifactPath, "logits",
+                      std::string(constraintFlag) +
+                          " needs the logits: the artifact was compiled with "
+                          "--no-logits"));
   Clock::time_point t1 = Clock::now();
 
   uint64_t evaluated = prompt.size() + (generate > 0 ? generate - 1 : 0);

@@ -300,7 +300,8 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
         return std::make_unique<chat::JsonPrefix>();
       };
     } else if (type == "json_schema") {
-      const json *js = rf.contains("json_schema") ? &rf["json_schema"] : nullptr;
+      const json *js =
+          rf.contains("json_schema") ? &rf["json_schema"] : nullptr;
       if (!js || !js->is_object() || !js->contains("schema") ||
           !((*js)["schema"].is_object() || (*js)["schema"].is_boolean()))
         throw BadRequest{"'response_format' json_schema needs "

@@ -806,7 +806,7 @@ def test_logit_bias_and_refused_parameters(server, client):
 
 def test_json_object_replies(model, server, client):
     """response_format json_object: the same tokens as kiln-run
-    --json-object (which test_json_output.py checks against a reference
+    --json-object (which test_constrained_output.py checks against a reference
     reader); a '}' biased up closes the object at once, and the reply ends
     there with finish_reason stop; streamed as not."""
     gguf, art = model
