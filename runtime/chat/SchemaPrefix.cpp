@@ -58,6 +58,8 @@ public:
 
   Expected<int32_t> compile(const Value &s, const std::string &at);
   Status checkSatisfiable();
+  /// The value at a JSON pointer ("" is the document), or null.
+  const Value *locate(const std::string &pointer) const;
 
   JsonSchema out;
 
@@ -88,20 +90,12 @@ Expected<uint32_t> SchemaCompiler::count(const Value &v,
   return uint32_t(x);
 }
 
-Expected<int32_t> SchemaCompiler::reference(const Value &ref,
-                                            const std::string &at) {
-  if (!ref.isString() || ref.asString().empty() || ref.asString()[0] != '#')
-    return fail(at, "$ref must be a string naming a place in this document "
-                    "('#' or '#/...'); other documents are not read");
-  const std::string pointer = ref.asString().substr(1);
-  if (auto it = refs_.find(pointer); it != refs_.end())
-    return it->second;
-  // Walk the pointer's tokens.
+const Value *SchemaCompiler::locate(const std::string &pointer) const {
   const Value *v = &doc_;
   size_t i = 0;
   while (i < pointer.size()) {
     if (pointer[i] != '/')
-      return fail(at, "$ref '" + ref.asString() + "' is not a JSON pointer");
+      return nullptr;
     size_t end = pointer.find('/', i + 1);
     if (end == std::string::npos)
       end = pointer.size();
@@ -118,17 +112,31 @@ Expected<int32_t> SchemaCompiler::reference(const Value &ref,
     const Value *next = nullptr;
     if (v->isMap()) {
       next = v->asMap().find(token);
-    } else if (v->isList() && !token.empty() &&
+    } else if (v->isList() && !token.empty() && token.size() < 10 &&
                token.find_first_not_of("0123456789") == std::string::npos &&
-               token.size() < 10 && std::stoul(token) < v->asList().size()) {
+               std::stoul(token) < v->asList().size()) {
       next = &v->asList()[std::stoul(token)];
     }
     if (!next)
-      return fail(at, "$ref '" + ref.asString() +
-                          "' names nothing in the document");
+      return nullptr;
     v = next;
     i = end;
   }
+  return v;
+}
+
+Expected<int32_t> SchemaCompiler::reference(const Value &ref,
+                                            const std::string &at) {
+  if (!ref.isString() || ref.asString().empty() || ref.asString()[0] != '#')
+    return fail(at, "$ref must be a string naming a place in this document "
+                    "('#' or '#/...'); other documents are not read");
+  const std::string pointer = ref.asString().substr(1);
+  if (auto it = refs_.find(pointer); it != refs_.end())
+    return it->second;
+  const Value *v = locate(pointer);
+  if (!v)
+    return fail(at,
+                "$ref '" + ref.asString() + "' names nothing in the document");
   // The node is made before its target is compiled, so that the target
   // may refer to it (recursion): a one-alternative anyOf of the target.
   Node wrapper;
@@ -471,7 +479,13 @@ Status SchemaCompiler::checkSatisfiable() {
 
 Expected<std::shared_ptr<const JsonSchema>>
 JsonSchema::compile(const Value &schema, const std::string &where) {
-  SchemaCompiler c(schema, where);
+  return compile(schema, where, "");
+}
+
+Expected<std::shared_ptr<const JsonSchema>>
+JsonSchema::compile(const Value &document, const std::string &where,
+                    const std::string &pointer) {
+  SchemaCompiler c(document, where);
   // The fixed nodes: any value; true / false; null.
   JsonSchema::Node any;
   any.where = "(any value)";
@@ -484,7 +498,10 @@ JsonSchema::compile(const Value &schema, const std::string &where) {
   null.kind = JsonSchema::Node::Kind::Enum;
   null.literals = {"null"};
   c.out.nodes_.push_back(null);
-  Expected<int32_t> root = c.compile(schema, "");
+  const Value *schema = c.locate(pointer);
+  if (!schema)
+    return Error(where, "#" + pointer, "names nothing in the document");
+  Expected<int32_t> root = c.compile(*schema, pointer);
   if (!root)
     return root.error();
   c.out.root_ = *root;
@@ -856,20 +873,36 @@ bool SchemaPrefix::push(std::string_view bytes) {
       return false;
   }
   threads.resize(live);
-  // Alternatives that reached the same state are one.
+  threads_ = std::move(threads);
+  dedupe(); // alternatives that reached the same state are one
+  first_.fill(-1);
+  return true;
+}
+
+bool SchemaPrefix::take(uint8_t b) {
+  const size_t live = stepLive(threads_, threads_.size(), b);
+  threads_.resize(live);
+  if (live == 0 || live > kMaxThreads)
+    return false;
+  if (live > 1)
+    dedupe();
+  first_.fill(-1);
+  return true;
+}
+
+void SchemaPrefix::dedupe() {
   std::vector<std::pair<std::string, size_t>> keys;
-  for (size_t i = 0; i < threads.size(); ++i) {
+  for (size_t i = 0; i < threads_.size(); ++i) {
     std::string k;
-    appendKey(k, threads[i]);
+    appendKey(k, threads_[i]);
     keys.emplace_back(std::move(k), i);
   }
   std::sort(keys.begin(), keys.end());
-  threads_.clear();
+  std::vector<Thread> kept;
   for (size_t i = 0; i < keys.size(); ++i)
     if (i == 0 || keys[i].first != keys[i - 1].first)
-      threads_.push_back(std::move(threads[keys[i].second]));
-  first_.fill(-1);
-  return true;
+      kept.push_back(std::move(threads_[keys[i].second]));
+  threads_ = std::move(kept);
 }
 
 bool SchemaPrefix::complete() const {

@@ -121,6 +121,11 @@ public:
   /// the offending keyword.
   static Expected<std::shared_ptr<const JsonSchema>>
   compile(const Value &schema, const std::string &where);
+  /// The schema at `pointer` inside `document` (a JSON pointer, "" for the
+  /// whole), its $refs resolved against the whole document.
+  static Expected<std::shared_ptr<const JsonSchema>>
+  compile(const Value &document, const std::string &where,
+          const std::string &pointer);
 
   const Node &node(int32_t i) const { return nodes_[size_t(i)]; }
   int32_t root() const { return root_; }
@@ -143,6 +148,9 @@ public:
 
   bool push(std::string_view bytes) override;
   bool accepts(std::string_view bytes) const override;
+  /// Takes one byte in place: cheaper than push, but after a refusal the
+  /// state is not kept (for a caller that steps a copy, as ToolCallPrefix).
+  bool take(uint8_t b);
   /// Whether some alternative is a whole value (whitespace after it
   /// included).
   bool complete() const override;
@@ -194,6 +202,8 @@ private:
   /// spare storage).
   size_t stepLive(std::vector<Thread> &threads, size_t live, uint8_t b) const;
   bool acceptsFresh(std::string_view bytes) const;
+  /// Keeps one of each set of threads with equal keys, sorted by key.
+  void dedupe();
   static void appendKey(std::string &k, const Thread &t);
 
   std::shared_ptr<const JsonSchema> schema_;

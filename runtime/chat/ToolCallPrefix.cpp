@@ -3,6 +3,8 @@
 
 #include "chat/ReplyText.h"
 
+#include <algorithm>
+
 namespace kiln::chat {
 
 namespace {
@@ -92,11 +94,8 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
         s.alive[k] = true;
     } else if (s.literal == kKeyTail) {
       s.phase = Phase::Value; // a key not in a list: any value
-      s.kind = ValueKind::Any;
     } else { // the newline after a value, or a typed value's tail
-      s.phase = Phase::Choice;
-      s.alive.reset();
-      s.alive[0] = s.alive[1] = true;
+      openChoice(s);
     }
     s.at = 0;
     return true;
@@ -117,7 +116,7 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
       s.phase = params.empty() ? Phase::FreeKey : Phase::Key;
       s.alive.reset();
       for (size_t k = 0; k < params.size() && k < kMaxChoices; ++k)
-        s.alive[k] = true;
+        s.alive[k] = !s.seen[k];
     } else {
       return true;
     }
@@ -135,10 +134,8 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
       return false;
     if (whole >= 0) {
       s.function = uint32_t(whole);
-      s.phase = Phase::Choice;
-      s.alive.reset();
-      s.alive[0] = s.alive[1] = true;
-      s.at = 0;
+      s.seen.reset();
+      openChoice(s);
     }
     return true;
   }
@@ -153,43 +150,32 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
     if (!any)
       return false;
     if (whole >= 0) {
-      const std::vector<ValueKind> &kinds = tools[s.function].kinds;
-      s.kind =
-          size_t(whole) < kinds.size() ? kinds[size_t(whole)] : ValueKind::Any;
-      s.phase = s.kind == ValueKind::Any ? Phase::Value : Phase::Typed;
-      s.number = JsonNumber::Start;
-      s.word = nullptr;
+      const std::vector<std::shared_ptr<const JsonSchema>> &values =
+          tools[s.function].values;
+      s.seen[size_t(whole)] = true;
+      if (size_t(whole) < values.size() && values[size_t(whole)]) {
+        s.phase = Phase::Typed;
+        s.value.emplace(values[size_t(whole)]);
+      } else {
+        s.phase = Phase::Value;
+      }
       s.at = 0;
     }
     return true;
   }
-  case Phase::Typed: {
-    // A whole value ends at the '<' of "</arg_value>".
-    if (b == '<') {
-      const bool whole = s.kind == ValueKind::Boolean
-                             ? s.word && s.word[s.at] == '\0'
-                             : jsonNumberWhole(s.number);
-      if (!whole)
+  case Phase::Typed:
+    // A whole value ends at the '<' of "</arg_value>" (JSON has '<' only
+    // inside a string, where the value is not whole).
+    if (b == '<' && !s.value->accepts("<")) {
+      if (!s.value->complete())
         return false;
+      s.value.reset();
       s.phase = Phase::Literal;
       s.literal = kValueTail;
       s.at = 1;
       return true;
     }
-    if (s.kind != ValueKind::Boolean)
-      return jsonNumberStep(s.number, b, s.kind == ValueKind::Integer);
-    if (!s.word) {
-      if (b != 't' && b != 'f')
-        return false;
-      s.word = b == 't' ? "true" : "false";
-      s.at = 1;
-      return true;
-    }
-    if (s.word[s.at] == '\0' || b != uint8_t(s.word[s.at]))
-      return false;
-    ++s.at;
-    return true;
-  }
+    return s.value->take(b);
   case Phase::FreeKey:
     if (b == '\n')
       return false;
@@ -236,11 +222,55 @@ bool ToolCallPrefix::push(std::string_view bytes) {
   return true;
 }
 
-ValueKind valueKindOf(std::string_view schemaType) {
-  return schemaType == "integer"   ? ValueKind::Integer
-         : schemaType == "number"  ? ValueKind::Number
-         : schemaType == "boolean" ? ValueKind::Boolean
-                                   : ValueKind::Any;
+void ToolCallPrefix::openChoice(State &s) const {
+  const ToolSignature &tool = (*tools_)[s.function];
+  bool more = tool.parameters.empty(), done = true;
+  for (size_t k = 0; k < tool.parameters.size() && k < kMaxChoices; ++k) {
+    more = more || !s.seen[k];
+    if (k < tool.required.size() && tool.required[k])
+      done = done && s.seen[k];
+  }
+  s.phase = Phase::Choice;
+  s.alive.reset();
+  s.alive[0] = more;
+  s.alive[1] = done;
+  s.at = 0;
+}
+
+std::shared_ptr<const JsonSchema> typeSchema(std::string_view type) {
+  static constexpr std::string_view kTypes[] = {"null",   "boolean", "integer",
+                                                "number", "array",   "object"};
+  if (std::find(std::begin(kTypes), std::end(kTypes), type) == std::end(kTypes))
+    return nullptr;
+  ValueMap m;
+  m.set("type", Value(std::string(type)));
+  Expected<std::shared_ptr<const JsonSchema>> s =
+      JsonSchema::compile(Value::map(std::move(m)), "type");
+  return s ? *s : nullptr;
+}
+
+std::shared_ptr<const JsonSchema> parameterValues(const Value &parameters,
+                                                  const std::string &name) {
+  const Value *properties =
+      parameters.isMap() ? parameters.asMap().find("properties") : nullptr;
+  const Value *schema = properties && properties->isMap()
+                            ? properties->asMap().find(name)
+                            : nullptr;
+  const Value *type =
+      schema && schema->isMap() ? schema->asMap().find("type") : nullptr;
+  if (!type || !type->isString())
+    return nullptr;
+  std::shared_ptr<const JsonSchema> byType = typeSchema(type->asString());
+  if (!byType)
+    return nullptr; // a string, or not a type: any text
+  std::string token;
+  for (char c : name)
+    token += c == '~'   ? std::string("~0")
+             : c == '/' ? std::string("~1")
+                        : std::string(1, c);
+  Expected<std::shared_ptr<const JsonSchema>> own =
+      JsonSchema::compile(parameters, "parameters", "/properties/" + token);
+  return own ? *own : byType;
 }
 
 bool writableInMarkup(std::string_view name) {
@@ -249,11 +279,13 @@ bool writableInMarkup(std::string_view name) {
 
 std::string ToolCallPrefix::key() const {
   const State &s = state_;
-  std::string k = {char(s.phase), literalIndex(s.literal), char(s.kind),
-                   char(s.number), s.word ? s.word[0] : '\0'};
+  std::string k = {char(s.phase), literalIndex(s.literal)};
   k.append(reinterpret_cast<const char *>(&s.at), sizeof s.at);
   k.append(reinterpret_cast<const char *>(&s.function), sizeof s.function);
   k += s.alive.to_string();
+  k += s.seen.to_string();
+  if (s.value)
+    k += s.value->key();
   return k;
 }
 

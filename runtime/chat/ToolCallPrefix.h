@@ -9,10 +9,12 @@
 //   </tool_call>
 //
 // after optional whitespace; NAME one of the given functions', KEY one of
-// that function's parameters where its schema lists them (otherwise any text
-// without '<' or a newline), VALUE any bytes up to "</arg_value>", or for a
-// parameter typed integer, number or boolean, a JSON integer, number or
-// true / false (as ToolCalls.h then reads it). With
+// that function's parameters where its schema lists them (each at most
+// once, and the call ends only once the required ones are written;
+// otherwise any text without '<' or a newline), VALUE any bytes up to
+// "</arg_value>", or for a parameter of one JSON type other than string, a
+// JSON value its schema accepts (SchemaPrefix; as ToolCalls.h then reads
+// it). With
 // `several`, more calls may follow, each after whitespace. It is what
 // kiln-serve's tool_choice "required" (any of the request's functions, one
 // call or more) and a named function (that one, one call) constrain
@@ -22,36 +24,44 @@
 #ifndef KILN_RUNTIME_CHAT_TOOLCALLPREFIX_H
 #define KILN_RUNTIME_CHAT_TOOLCALLPREFIX_H
 
-#include "chat/JsonNumber.h"
 #include "chat/ReplyConstraint.h"
+#include "chat/SchemaPrefix.h"
 
 #include <bitset>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace kiln::chat {
 
-/// What a parameter's value may be (its JSON schema type).
-enum class ValueKind : uint8_t { Any, Integer, Number, Boolean };
-
-/// The kind of a JSON schema "type" ("integer", "number", "boolean"; any
-/// other: Any, a value of any text).
-ValueKind valueKindOf(std::string_view schemaType);
-
 /// Whether a function or parameter name can be written in the markup:
 /// non-empty, without '<' or a newline.
 bool writableInMarkup(std::string_view name);
 
-/// A function a forced call may name, and its parameters' names (empty:
-/// its schema lists none, and any key may be written) and kinds (one a
-/// parameter, or none: all Any).
+/// A schema of the one JSON type `type` names ("integer", "object", ...);
+/// null for "string" or a name that is not a JSON type.
+std::shared_ptr<const JsonSchema> typeSchema(std::string_view type);
+
+/// What a forced call may write as parameter `name`'s value, from the
+/// function's `parameters` schema (a JSON document): null (any text)
+/// unless the parameter's "type" is one JSON type other than "string",
+/// which ToolCalls.h reads as JSON; then the parameter's own schema where
+/// SchemaPrefix can keep it, otherwise that type alone.
+std::shared_ptr<const JsonSchema> parameterValues(const Value &parameters,
+                                                  const std::string &name);
+
+/// A function a forced call may name: its parameters' names (empty: its
+/// schema lists none, and any key may be written), the schema each one's
+/// value keeps (null or missing: any text), and which must be given (none
+/// missing: none). A listed parameter is written at most once.
 struct ToolSignature {
   std::string name;
   std::vector<std::string> parameters;
-  std::vector<ValueKind> kinds;
+  std::vector<std::shared_ptr<const JsonSchema>> values;
+  std::vector<bool> required;
 };
 
 class ToolCallPrefix final : public ReplyConstraint {
@@ -85,7 +95,7 @@ private:
     Key,     ///< a parameter's name and what follows it
     FreeKey, ///< a key not in a list: any text without '<' or '\n'
     Value,   ///< VALUE (`at`: bytes of "</arg_value>" matched)
-    Typed,   ///< a typed VALUE (`kind`; `number` or `word`)
+    Typed,   ///< a VALUE its schema constrains (`value`)
     Done,    ///< after a call
   };
   struct State {
@@ -93,12 +103,14 @@ private:
     const char *literal = nullptr;
     uint32_t at = 0;
     uint32_t function = 0; ///< the chosen function's index
-    ValueKind kind = ValueKind::Any;
-    JsonNumber number = JsonNumber::Start; ///< Typed: a number so far
-    const char *word = nullptr; ///< Typed: "true" or "false" (`at` matched)
     std::bitset<kMaxChoices> alive;
+    std::bitset<kMaxChoices> seen;     ///< the call's parameters written
+    std::optional<SchemaPrefix> value; ///< Typed: the value so far
   };
 
+  /// After a function's name or a value: "<arg_key>" where a parameter may
+  /// still be written, "</tool_call>" where every required one has been.
+  void openChoice(State &s) const;
   bool step(State &s, uint8_t b) const;
   /// step over every byte of `bytes`; false at the first refused.
   bool run(State &s, std::string_view bytes) const;

@@ -102,8 +102,11 @@ options:
                            (<tool_call>NAME ... </tool_call>, one or more) of
                            the functions given (repeatable), each with the
                            comma-separated parameters KEYS (none: any key),
-                           each KEY or KEY:TYPE (integer, number, boolean:
-                           the value must be one); as kiln-serve's
+                           each KEY, KEY! (required) or KEY:TYPE (TYPE a
+                           JSON type other than string: the value is JSON of
+                           it); or NAME=@FILE, the function's parameters
+                           JSON Schema in FILE (values held to it as
+                           kiln-serve holds a tool's); as kiln-serve's
                            tool_choice "required"
   --chat                   an interactive conversation on stdin: each line is
                            a user turn, rendered with the file's chat
@@ -372,6 +375,46 @@ std::string jsonString(const std::string &s) {
 }
 
 using Constraint = decltype(GenerateOptions::constraint);
+
+/// The parameters of --tool-call NAME=@FILE: FILE's JSON Schema of them.
+Status readToolParameters(const std::string &path, chat::ToolSignature &sig) {
+#ifdef KILN_RUN_JSON_SCHEMA
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in)
+    text << in.rdbuf();
+  if (!in || in.bad())
+    return Error(path, "--tool-call", "cannot read the file");
+  Expected<chat::Value> doc = chat::parseJsonValue(text.str(), path);
+  if (!doc)
+    return doc.error();
+  const chat::Value *props =
+      doc->isMap() ? doc->asMap().find("properties") : nullptr;
+  if (!props || !props->isMap())
+    return Error(path, "properties",
+                 "expected a parameters schema with \"properties\"");
+  const chat::Value *required = doc->asMap().find("required");
+  for (const auto &[name, schema] : props->asMap()) {
+    if (!chat::writableInMarkup(name))
+      return Error(path, "properties",
+                   "parameter '" + name +
+                       "' cannot be written in GLM's call markup");
+    bool must = false;
+    if (required && required->isList())
+      for (const chat::Value &r : required->asList())
+        must = must || (r.isString() && r.asString() == name);
+    sig.parameters.push_back(name);
+    sig.values.push_back(chat::parameterValues(*doc, name));
+    sig.required.push_back(must);
+  }
+  return Status::ok();
+#else
+  sig.parameters.clear();
+  return Error(path, "--tool-call",
+               "this kiln-run was built without nlohmann-json, which reads "
+               "the schema");
+#endif
+}
 
 /// The JSON Schema in `path` (--json-schema), compiled.
 Expected<std::shared_ptr<const chat::JsonSchema>>
@@ -707,19 +750,29 @@ int main(int argc, char **argv) {
       const size_t eq = spec.find('=');
       sig.name = spec.substr(0, eq);
       bool bad = false;
-      if (eq != std::string::npos) {
+      if (eq != std::string::npos && spec.compare(eq + 1, 1, "@") == 0) {
+        // NAME=@FILE: the function's parameters schema, as a server's tool.
+        Status st = readToolParameters(spec.substr(eq + 2), sig);
+        if (!st)
+          return fail(st.error());
+      } else if (eq != std::string::npos) {
         std::string keys = spec.substr(eq + 1);
         for (size_t at = 0; at <= keys.size();) {
           size_t comma = std::min(keys.find(',', at), keys.size());
           std::string key = keys.substr(at, comma - at);
-          // KEY:TYPE, TYPE integer, number or boolean; none: any text.
+          // KEY:TYPE, TYPE a JSON type other than string (the value is
+          // JSON of it); none: any text. A '!' after KEY: required.
           const size_t colon = key.find(':');
           const std::string type =
               colon == std::string::npos ? "" : key.substr(colon + 1);
-          sig.parameters.push_back(key.substr(0, colon));
-          sig.kinds.push_back(chat::valueKindOf(type));
-          bad = bad || (colon != std::string::npos &&
-                        sig.kinds.back() == chat::ValueKind::Any);
+          std::string name = key.substr(0, colon);
+          const bool required = !name.empty() && name.back() == '!';
+          if (required)
+            name.pop_back();
+          sig.parameters.push_back(name);
+          sig.values.push_back(chat::typeSchema(type));
+          sig.required.push_back(required);
+          bad = bad || (colon != std::string::npos && !sig.values.back());
           at = comma + 1;
         }
       }
@@ -727,9 +780,10 @@ int main(int argc, char **argv) {
       for (const std::string &k : sig.parameters)
         bad = bad || !chat::writableInMarkup(k);
       if (bad)
-        return usageError("--tool-call: expected NAME[=KEY[:TYPE],...] with "
-                          "non-empty names without '<' or newlines and TYPE "
-                          "integer, number or boolean, not '" +
+        return usageError("--tool-call: expected NAME[=KEY[!][:TYPE],...] "
+                          "or NAME=@FILE with non-empty names without '<' or "
+                          "newlines and TYPE a JSON type other than string, "
+                          "not '" +
                           spec + "'");
       toolCalls.push_back(std::move(sig));
     } else if (arg == "--json") {

@@ -413,7 +413,7 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
         throw BadRequest{"every tool must have a function with a name to "
                          "force a call",
                          "tools"};
-      chat::ToolSignature sig{(*fn)["name"].get<std::string>(), {}, {}};
+      chat::ToolSignature sig{(*fn)["name"].get<std::string>(), {}, {}, {}};
       if (!forced.empty() && sig.name != forced)
         continue;
       if (!chat::writableInMarkup(sig.name))
@@ -423,24 +423,32 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
                          "tools"};
       if (fn->contains("parameters") && (*fn)["parameters"].is_object() &&
           (*fn)["parameters"].contains("properties") &&
-          (*fn)["parameters"]["properties"].is_object())
-        for (const auto &[key, schema] :
-             (*fn)["parameters"]["properties"].items()) {
+          (*fn)["parameters"]["properties"].is_object()) {
+        const json &params = (*fn)["parameters"];
+        Expected<chat::Value> doc = chat::valueFromJson(params, "parameters");
+        if (!doc)
+          throw BadRequest{fmt::format("the parameters of {}: {}", sig.name,
+                                       doc.error().message()),
+                           "tools"};
+        std::vector<std::string> required;
+        if (params.contains("required") && params["required"].is_array())
+          for (const json &r : params["required"])
+            if (r.is_string())
+              required.push_back(r.get<std::string>());
+        for (const auto &[key, schema] : params["properties"].items()) {
           if (!chat::writableInMarkup(key))
             throw BadRequest{fmt::format("parameter {} of {} cannot be "
                                          "written in GLM's call markup",
                                          dump(json(key)), sig.name),
                              "tools"};
           sig.parameters.push_back(key);
-          // A typed value where the schema gives one type the markup's
+          // A JSON value where the schema gives one type the markup's
           // reader turns into JSON (chat/ToolCalls.h); any text otherwise.
-          const std::string type = schema.is_object() &&
-                                           schema.contains("type") &&
-                                           schema["type"].is_string()
-                                       ? schema["type"].get<std::string>()
-                                       : "";
-          sig.kinds.push_back(chat::valueKindOf(type));
+          sig.values.push_back(chat::parameterValues(*doc, key));
+          sig.required.push_back(std::find(required.begin(), required.end(),
+                                           key) != required.end());
         }
+      }
       if (sig.parameters.size() > chat::ToolCallPrefix::kMaxChoices)
         throw BadRequest{fmt::format("{} has more than {} parameters to "
                                      "force a call of",

@@ -23,6 +23,7 @@ import pytest
 from gguf import GGUFReader
 
 from conftest import run_tool
+from json_reference import schema_state
 
 SEED = 23
 MAX_DEPTH = 128  # chat::JsonPrefix::kMaxDepth
@@ -318,33 +319,24 @@ def test_json_object_needs_the_logits(model, tmp_path):
 
 # --- Tool calls -------------------------------------------------------------
 
-# name -> [(parameter, type or None)]; "get": any key, any value.
-TOOLS = {"get_weather": [("city", None), ("days", "integer")], "get": [],
-         "set": [("level", "number"), ("on", "boolean")]}
+# name -> [(parameter, the schema of its JSON value or None: any text,
+# required)]; "get": any key, any value.
+TOOLS = {"get_weather": [("city", None, False),
+                         ("days", {"type": "integer"}, False)],
+         "get": [],
+         "set": [("level", {"type": "number"}, False),
+                 ("on", {"type": "boolean"}, True)]}
 TOOL_FLAGS = ["--tool-call", "get_weather=city,days:integer", "--tool-call",
-              "get", "--tool-call", "set=level:number,on:boolean"]
-TYPED = {"integer": re.compile(rb"-?(0|[1-9][0-9]*)"),
-         "number": re.compile(rb"-?(0|[1-9][0-9]*)(\.[0-9]+)?"
-                              rb"([eE][+-]?[0-9]+)?"),
-         "boolean": re.compile(rb"true|false")}
+              "get", "--tool-call", "set=level:number,on!:boolean"]
 
 
-def typed_state(kind, text):
-    """'whole', 'prefix' or 'invalid' for a typed value's text: a prefix
-    is what "0" or nothing completes (numbers), or a prefix of a word."""
-    if TYPED[kind].fullmatch(text):
-        return "whole"
-    if kind == "boolean":
-        grows = b"true".startswith(text) or b"false".startswith(text)
-    else:
-        grows = TYPED[kind].fullmatch(text + b"0") is not None
-    return "prefix" if grows else "invalid"
-
-
-def tool_state(data, tools, several=True):
+def tool_state(data, tools, several=True, document=None):
     """'whole', 'prefix' or 'invalid' for `data` (bytes) as GLM tool calls
-    of `tools` (name -> (parameter, type) pairs; none: any key without '<'
-    or a newline) in the GLM template's form."""
+    of `tools` in the GLM template's form: a listed parameter at most once,
+    the call closed only once its required ones are written, a JSON value
+    (json_reference.schema_state, $refs against `document`) where it has a
+    schema, any text up to "</arg_value>" where not; a function without
+    parameters takes any keys without '<' or a newline."""
     pos = 0
 
     def literal(s):
@@ -373,17 +365,47 @@ def tool_state(data, tools, several=True):
         while pos < len(data) and data[pos] in b" \t\r\n":
             pos += 1
 
+    def json_value(schema):
+        """A value ends at the first '<' its schema does not take, once
+        it is whole."""
+        nonlocal pos
+        q = pos
+        while True:
+            q = data.find(b"<", q)
+            if q < 0:
+                if schema_state(data[pos:], schema, document) == "invalid":
+                    raise Invalid
+                raise Incomplete
+            if schema_state(data[pos:q + 1], schema, document) != "invalid":
+                q += 1  # inside a string
+                continue
+            if schema_state(data[pos:q], schema, document) != "whole":
+                raise Invalid
+            pos = q
+            return
+
     try:
         spaces()
         while True:
             literal(b"<tool_call>")
             name = one_of([n.encode() + b"\n" for n in tools])[:-1].decode()
-            while one_of([b"<arg_key>", b"</tool_call>"]) == b"<arg_key>":
-                kind = None
-                if tools[name]:
-                    key = one_of([k.encode() + b"</arg_key>\n<arg_value>"
-                                  for k, _ in tools[name]])
-                    kind = dict(tools[name])[key.split(b"<")[0].decode()]
+            params = tools[name]
+            seen = set()
+            while True:
+                more = not params or len(seen) < len(params)
+                done = all(p in seen for p, _, must in params if must)
+                choice = one_of([c for c, ok in ((b"<arg_key>", more),
+                                                 (b"</tool_call>", done))
+                                 if ok])
+                if choice == b"</tool_call>":
+                    break
+                schema = None
+                if params:
+                    key = one_of([p.encode() + b"</arg_key>\n<arg_value>"
+                                  for p, _, _ in params if p not in seen])
+                    key = key.split(b"<")[0].decode()
+                    seen.add(key)
+                    schema = {p: v for p, v, _ in params}[key]
                 else:
                     end = data.find(b"<", pos)
                     if b"\n" in data[pos:end if end >= 0 else len(data)]:
@@ -392,15 +414,8 @@ def tool_state(data, tools, several=True):
                         raise Incomplete
                     pos = end
                     literal(b"</arg_key>\n<arg_value>")
-                if kind:  # typed: no '<' inside
-                    end = data.find(b"<", pos)
-                    state = typed_state(kind, data[pos:end if end >= 0
-                                                   else len(data)])
-                    if state == "invalid" or (end >= 0 and state != "whole"):
-                        raise Invalid
-                    if end < 0:
-                        raise Incomplete
-                    pos = end
+                if schema is not None:
+                    json_value(schema)
                     literal(b"</arg_value>\n")
                     continue
                 end = data.find(b"</arg_value>", pos)
@@ -428,17 +443,35 @@ def test_tool_call_reference_reader():
     for cut in range(len(call)):
         assert tool_state(call[:cut], TOOLS) == "prefix", call[:cut]
     typed = (b"<tool_call>set\n<arg_key>level</arg_key>\n<arg_value>-1.5e3"
-             b"</arg_value>\n<arg_key>on</arg_key>\n<arg_value>true"
+             b"</arg_value>\n<arg_key>on</arg_key>\n<arg_value> true\n"
              b"</arg_value>\n</tool_call>")
     assert tool_state(typed, TOOLS) == "whole"
     for cut in range(len(typed)):
         assert tool_state(typed[:cut], TOOLS) == "prefix", typed[:cut]
     days = b"<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>"
+    on = b"<tool_call>set\n<arg_key>on</arg_key>\n<arg_value>true" \
+         b"</arg_value>\n"
     for bad in (b"x<tool_call>", b"<tool_call>get_wether", b"<tool_call>get\n"
                 b"<arg_key>a\n", b"<tool_call>get_weather\n<arg_key>town",
                 call + b"x", days + b"2.", days + b"<", days + b"01",
-                typed.replace(b"true", b"tru<")):
+                typed.replace(b"true", b"tru<"),
+                b"<tool_call>set\n</tool_call>",  # "on" is required
+                on + b"<arg_key>o"):  # "on" a second time
         assert tool_state(bad, TOOLS) == "invalid", bad
+    # A value with a schema: '<' inside its strings, the end at the first
+    # '<' it does not take.
+    place = {"type": "object", "properties": {"at": {"$ref": "#/$defs/p"}},
+             "required": ["at"], "additionalProperties": False}
+    doc = {"$defs": {"p": {"type": "string", "maxLength": 3}}}
+    tools = {"go": [("where", place, True)]}
+    head = b"<tool_call>go\n<arg_key>where</arg_key>\n<arg_value>"
+    good = head + b'{"at": "<a>"}</arg_value>\n</tool_call>'
+    assert tool_state(good, tools, document=doc) == "whole"
+    for cut in range(len(good)):
+        assert tool_state(good[:cut], tools, document=doc) == "prefix"
+    for bad in (head + b'{"at": "<ab>"}', head + b'{"at": 1}',
+                head + b'{}<', head + b'{"at": "x"}</arg_value>\n</x'):
+        assert tool_state(bad, tools, document=doc) == "invalid", bad
 
 
 def test_tool_call_greedy_is_the_argmax_over_the_allowed_tokens(model,
@@ -449,6 +482,48 @@ def test_tool_call_greedy_is_the_argmax_over_the_allowed_tokens(model,
     out, text = greedy_under(model, tmp_path, TOOL_FLAGS, 48, spellers,
                              lambda t: tool_state(t, TOOLS))
     assert tool_state(text, TOOLS) in ("prefix", "whole")
+
+
+PLACE = {"type": "object",
+         "properties": {
+             "where": {"type": "object",
+                       "properties": {"lat": {"type": "number"},
+                                      "tag": {"$ref": "#/$defs/tag"}},
+                       "required": ["lat"], "additionalProperties": False},
+             "note": {"type": "string"}},
+         "required": ["where"],
+         "$defs": {"tag": {"enum": ["a", "b"]}}}
+PLACE_TOOLS = {"go": [("where", PLACE["properties"]["where"], True),
+                      ("note", None, False)]}
+
+
+def test_tool_call_values_keep_the_schema(model, tmp_path):
+    """--tool-call NAME=@FILE: the parameters' schema from a file, the
+    object value held to it (the reference reads it with
+    json_reference.schema_state); greedy, against numpy."""
+    path = tmp_path / "params.json"
+    path.write_text(json.dumps(PLACE))
+    spellers = {**model.vocab,
+                **{i: b for i, b in model.control.items()
+                   if i not in model.enders}}
+    out, text = greedy_under(
+        model, tmp_path, ["--tool-call", f"go=@{path}"], 60, spellers,
+        lambda t: tool_state(t, PLACE_TOOLS, document=PLACE))
+    assert tool_state(text, PLACE_TOOLS, document=PLACE) in ("prefix",
+                                                             "whole")
+    # Sampled replies (seeds 0-5): calls or prefixes by the reference, and
+    # at least one gets into the object value, where the schema decides.
+    inside = 0
+    for seed in range(6):
+        out = kiln_run(model.art, model.gguf, "--prompt", "Call", "-n", 60,
+                       "--temperature", "1.2", "--top-k", "50", "--seed",
+                       seed, "--tool-call", f"go=@{path}")
+        text = b"".join(spellers.get(t, model.control.get(t, b""))
+                        for t in out["tokens"])
+        assert tool_state(text, PLACE_TOOLS, document=PLACE) in (
+            "prefix", "whole"), (seed, text)
+        inside += b'"lat"' in text
+    assert inside > 0
 
 
 @pytest.mark.parametrize("seed", range(4))

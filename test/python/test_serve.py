@@ -205,7 +205,7 @@ def test_streaming_with_tools_equals_non_streaming(glm_client):
     assert "".join(pieces) == whole and finish in ("length", "stop")
 
 
-def test_forced_tool_calls(glm_model, glm_client):
+def test_forced_tool_calls(glm_model, glm_client, tmp_path):
     """tool_choice "required" and a named function: the reply is the
     kiln-run --tool-call reply on the prompt jinja2 renders (the generator
     and its constraint are the ones test_constrained_output.py checks
@@ -218,9 +218,12 @@ def test_forced_tool_calls(glm_model, glm_client):
                           dict(messages=messages, tools=TOOLS,
                                add_generation_prompt=True))
     gguf, art = glm_model
+    # kiln-run reads the tool's parameters schema as the server does.
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps(TOOLS[0]["function"]["parameters"]))
     want = json.loads(run_tool(
         "kiln-run", art, "--weights", gguf, "--prompt", prompt, "-n", 40,
-        "--json", "--tool-call", "get_weather=city,days:integer").stdout)
+        "--json", "--tool-call", f"get_weather=@{params}").stdout)
     for choice in ("required", {"type": "function",
                                 "function": {"name": "get_weather"}}):
         r = glm_client.chat.completions.create(

@@ -12,6 +12,7 @@
 #include "chat/SchemaPrefix.h"
 #include "chat/JsonPrefix.h"
 #include "chat/JsonValue.h"
+#include "chat/ToolCallPrefix.h"
 
 #include "support/Random.h"
 
@@ -346,4 +347,68 @@ TEST(SchemaPrefix, RandomWalksCanAlwaysFinish) {
   // Some walks reached a whole value (the check above ran).
   EXPECT_GT(finished, 10u);
   std::printf("%zu of 120 walks whole\n", finished);
+}
+
+TEST(SchemaPrefix, ToolCallValuesKeepTheParametersSchema) {
+  Expected<Value> doc = parseJsonValue(R"({
+    "type": "object",
+    "properties": {
+      "where": {"type": "object",
+                "properties": {"at": {"$ref": "#/$defs/place"}},
+                "required": ["at"], "additionalProperties": false},
+      "n": {"type": "integer", "minimum": 1},
+      "note": {"type": "string"},
+      "tags": {"type": "array", "items": {"enum": ["x", "y"]}}
+    },
+    "required": ["where"],
+    "$defs": {"place": {"type": "object",
+                        "properties": {"lat": {"type": "number"}},
+                        "required": ["lat"], "additionalProperties": false}}
+  })",
+                                       "parameters");
+  ASSERT_TRUE(doc.hasValue());
+  ToolSignature sig{"go", {}, {}, {}};
+  for (const char *name : {"where", "n", "note", "tags"}) {
+    sig.parameters.push_back(name);
+    sig.values.push_back(parameterValues(*doc, name));
+    sig.required.push_back(std::string(name) == "where");
+  }
+  EXPECT_TRUE(sig.values[0]);  // its own schema, the $ref resolved
+  EXPECT_TRUE(sig.values[1]);  // 'minimum' cannot be kept: integer alone
+  EXPECT_FALSE(sig.values[2]); // a string: any text
+  EXPECT_TRUE(sig.values[3]);
+  const std::string head = "<tool_call>go\n<arg_key>where</arg_key>\n"
+                           "<arg_value>";
+  const std::string tail = "</arg_value>\n</tool_call>";
+  auto whole = [&](const std::string &text) {
+    ToolCallPrefix p({sig}, false);
+    return p.push(text) && p.complete();
+  };
+  EXPECT_TRUE(whole(head + R"({"at": {"lat": -1.5}})" + tail));
+  EXPECT_TRUE(whole(head + " {\"at\":{\"lat\":2}}\n" + tail +
+                    "\n")); // whitespace around a JSON value
+  EXPECT_TRUE(whole(head + R"({"at":{"lat":0}}</arg_value>
+<arg_key>n</arg_key>
+<arg_value>0</arg_value>
+<arg_key>note</arg_key>
+<arg_value>any </text></arg_value>
+<arg_key>tags</arg_key>
+<arg_value>["y","x"]</arg_value>
+</tool_call>)"));
+  ToolCallPrefix p({sig}, false);
+  ASSERT_TRUE(p.push(head + R"({"at":{"l)"));
+  EXPECT_FALSE(p.accepts("o"));        // not "lat"
+  EXPECT_FALSE(p.accepts("at\":1}<")); // "at" needs a whole object
+  EXPECT_TRUE(p.accepts("at\":1}}<"));
+  ToolCallPrefix q({sig}, false);
+  ASSERT_TRUE(q.push("<tool_call>go\n<arg_key>tags</arg_key>\n<arg_value>"));
+  EXPECT_FALSE(q.accepts("[\"z"));
+  EXPECT_FALSE(q.accepts("[]</arg_value>\n</")); // "where" is required
+  EXPECT_TRUE(q.accepts("[]</arg_value>\n<arg_key>where"));
+  // The generator's cache: states along a call with equal keys accept
+  // alike.
+  const std::string call = head + R"({"at":{"lat":12.5}})" + tail;
+  std::vector<ToolCallPrefix> states =
+      statesAlong(ToolCallPrefix({sig}, false), call);
+  checkEqualKeys(states, {"<", "}", "\"", "1", "</arg_value>", ",", " "});
 }

@@ -21,9 +21,12 @@ using namespace kiln::chat;
 namespace {
 
 const std::vector<ToolSignature> kTools = {
-    {"get_weather", {"city", "days"}, {ValueKind::Any, ValueKind::Integer}},
-    {"get", {}, {}}, // a prefix of another name; any key
-    {"set", {"level", "on"}, {ValueKind::Number, ValueKind::Boolean}},
+    {"get_weather", {"city", "days"}, {nullptr, typeSchema("integer")}, {}},
+    {"get", {}, {}, {}}, // a prefix of another name; any key
+    {"set",
+     {"level", "on"},
+     {typeSchema("number"), typeSchema("boolean")},
+     {false, true}}, // "on" is required
 };
 
 const std::string kCall = "<tool_call>get_weather\n"
@@ -48,9 +51,8 @@ void takeAll(ToolCallPrefix &p, const std::string &text) {
 TEST(ToolCallPrefix, TakesTheTemplatesForm) {
   const std::string typed = "<tool_call>set\n<arg_key>level</arg_key>\n"
                             "<arg_value>-12.5e+3</arg_value>\n"
-                            "<arg_key>on</arg_key>\n<arg_value>false"
-                            "</arg_value>\n<arg_key>level</arg_key>\n"
-                            "<arg_value>0</arg_value>\n</tool_call>";
+                            "<arg_key>on</arg_key>\n<arg_value> false\n"
+                            "</arg_value>\n</tool_call>";
   for (const std::string &call :
        {kCall, kBare, typed,
         std::string("<tool_call>get_weather\n</tool_call>")}) {
@@ -99,6 +101,17 @@ TEST(ToolCallPrefix, RefusesAtTheFirstWrongByte) {
       {"<tool_call>set\n<arg_key>level</arg_key>\n<arg_value>-1.<", 54},
       {"<tool_call>set\n<arg_key>on</arg_key>\n<arg_value>tru<", 51},
       {"<tool_call>set\n<arg_key>on</arg_key>\n<arg_value>truex", 52},
+      // A listed parameter at most once; a required one before the end.
+      {"<tool_call>set\n<arg_key>on</arg_key>\n<arg_value>true</arg_value>"
+       "\n<arg_key>o",
+       74},
+      {"<tool_call>set\n<arg_key>on</arg_key>\n<arg_value>true</arg_value>"
+       "\n<arg_key>level</arg_key>\n<arg_value>1</arg_value>\n<a",
+       116},
+      {"<tool_call>set\n</tool_call>", 16},
+      {"<tool_call>set\n<arg_key>level</arg_key>\n<arg_value>1</arg_value>"
+       "\n</",
+       66},
   };
   for (const Case &c : cases) {
     ToolCallPrefix p(kTools, true);

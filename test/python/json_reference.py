@@ -1,0 +1,271 @@
+"""A reference reader of JSON Schema-constrained text, written
+independently of chat::SchemaPrefix, for the tests of constrained replies
+(test_json_schema_output.py, and the forced tool calls' JSON values in
+test_constrained_output.py).
+
+It reads in continuation-passing style, trying every way the bytes can be
+read (anyOf's alternatives, a number or an enum value ending or going on),
+and says whether they are a whole value the schema accepts, a prefix of
+one, or neither. It reads the same language as the C++: keys written
+without escapes, enum values spelled as compact JSON (json.dumps with ","
+and ":"), no \\u escape of a surrogate in a string with a length bound.
+"""
+import codecs
+import json
+import re
+
+SPACE = b" \t\r\n"
+NUMBER = re.compile(rb"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+INTEGER = re.compile(rb"-?(0|[1-9][0-9]*)")
+NUMBER_START = re.compile(
+    rb"-?((0|[1-9][0-9]*)(\.[0-9]*)?([eE][+-]?[0-9]*)?)?")
+INTEGER_START = re.compile(rb"-?(0|[1-9][0-9]*)?")
+ALL_TYPES = {"null", "boolean", "integer", "number", "string", "array",
+             "object"}
+
+
+def pointer(doc, ref):
+    assert ref.startswith("#")
+    node = doc
+    for token in ref[1:].split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    return node
+
+
+def type_of(v):
+    if v is None:
+        return {"null"}
+    if isinstance(v, bool):
+        return {"boolean"}
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
+        return {"integer", "number"}
+    if isinstance(v, float):
+        return {"number"}
+    if isinstance(v, str):
+        return {"string"}
+    return {"array"} if isinstance(v, list) else {"object"}
+
+
+def schema_state(data, root, document=None):
+    """'whole', 'prefix' or 'invalid' for `data` (bytes) under `root`
+    ('whole' wins where the bytes may also go on); $refs resolve against
+    `document` (default: root)."""
+    n = len(data)
+
+    def ws(p):
+        while p < n and data[p] in SPACE:
+            p += 1
+        return p
+
+    def resolve(s):
+        while isinstance(s, dict) and ("$ref" in s or "allOf" in s):
+            s = (pointer(document or root, s["$ref"]) if "$ref" in s
+                 else s["allOf"][0])
+        return {} if s is True else s
+
+    def literal(options, p, k):
+        out = set()
+        for lit in options:
+            if data[p:p + len(lit)] == lit:
+                out |= k(p + len(lit))
+            elif p + len(lit) > n and lit.startswith(data[p:]):
+                out.add("prefix")
+        return out
+
+    def number(s_types, p, k):
+        integer = "number" not in s_types
+        m = (INTEGER if integer else NUMBER).match(data, p)
+        start = (INTEGER_START if integer else NUMBER_START).match(data, p)
+        out = set()
+        if start.end() == n:
+            out.add("prefix")  # more of the number may come
+        if m:
+            out |= k(m.end())
+        return out
+
+    def string(s, p, k):
+        lo, hi = s.get("minLength", 0), s.get("maxLength")
+        bounded = lo > 0 or hi is not None
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        count = 0
+        while p < n:
+            b = data[p]
+            if decoder.getstate()[0]:  # inside a UTF-8 character
+                try:
+                    decoder.decode(bytes([b]))
+                except UnicodeDecodeError:
+                    return set()
+                p += 1
+                continue
+            if b == ord('"'):
+                return k(p + 1) if count >= lo else set()
+            if b < 0x20:
+                return set()
+            if hi is not None and count >= hi:
+                return set()
+            count += 1
+            if b == ord("\\"):
+                esc = data[p + 1:p + 2]
+                if not esc:
+                    return {"prefix"}
+                if esc == b"u":
+                    digits = data[p + 2:p + 6]
+                    if not re.fullmatch(rb"[0-9a-fA-F]*", digits):
+                        return set()
+                    if bounded and re.match(rb"[dD][89a-fA-F]", digits):
+                        return set()
+                    if len(digits) < 4:
+                        return {"prefix"}
+                    p += 6
+                elif esc in (b'"', b"\\", b"/", b"b", b"f", b"n", b"r",
+                             b"t"):
+                    p += 2
+                else:
+                    return set()
+                continue
+            try:
+                decoder.decode(bytes([b]))
+            except UnicodeDecodeError:
+                return set()
+            p += 1
+        return {"prefix"}
+
+    def obj(s, p, k):
+        props = s.get("properties", {})
+        extra = s.get("additionalProperties", True)
+        required = set(s.get("required", []))
+        tracked = set(props) | required  # names a second time is refused
+
+        def child(name):
+            if name in props:
+                return props[name]
+            return {} if extra is True else extra
+
+        def more(seen):
+            return extra is not False or bool(set(props) - seen)
+
+        def key(p, seen):
+            q = p
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            while q < n and data[q] != ord('"'):
+                if data[q] == ord("\\") or data[q] < 0x20:
+                    return set()
+                try:
+                    decoder.decode(bytes([data[q]]))
+                except UnicodeDecodeError:
+                    return set()
+                q += 1
+            raw = data[p:q]
+            if q == n:
+                if extra is not False:
+                    return {"prefix"}
+                ok = any(name.encode().startswith(raw)
+                         for name in set(props) - seen)
+                return {"prefix"} if ok else set()
+            if decoder.getstate()[0]:
+                return set()
+            name = raw.decode()
+            if name in seen:
+                return set()
+            if name not in props and extra is False:
+                return set()
+            now = seen | ({name} & tracked)
+            c = ws(q + 1)
+            if c == n:
+                return {"prefix"}
+            if data[c] != ord(":"):
+                return set()
+            return value(child(name), c + 1,
+                         lambda e: after(e, now))
+
+        def after(p, seen):
+            p = ws(p)
+            if p == n:
+                return {"prefix"}
+            if data[p] == ord("}"):
+                return k(p + 1) if required <= seen else set()
+            if data[p] != ord(",") or not more(seen):
+                return set()
+            return open_key(p + 1, seen)
+
+        def open_key(p, seen):
+            p = ws(p)
+            if p == n:
+                return {"prefix"}
+            if data[p] != ord('"'):
+                return set()
+            return key(p + 1, seen)
+
+        p = ws(p)
+        if p == n:
+            return {"prefix"}
+        if data[p] == ord("}"):
+            return k(p + 1) if not required else set()
+        if not more(set()):
+            return set()
+        return open_key(p, set())
+
+    def arr(s, p, k):
+        items = s.get("items", {})
+        lo = s.get("minItems", 0)
+        hi = 0 if items is False else s.get("maxItems")
+
+        def after(p, count):
+            p = ws(p)
+            if p == n:
+                return {"prefix"}
+            if data[p] == ord("]"):
+                return k(p + 1) if count >= lo else set()
+            if data[p] != ord(",") or (hi is not None and count >= hi):
+                return set()
+            return value(items, p + 1, lambda e: after(e, count + 1))
+
+        p = ws(p)
+        if p == n:
+            return {"prefix"}
+        if data[p] == ord("]"):
+            return k(p + 1) if lo == 0 else set()
+        if hi == 0:
+            return set()
+        return value(items, p, lambda e: after(e, 1))
+
+    def value(s, p, k):
+        p = ws(p)
+        if p == n:
+            return {"prefix"}
+        s = resolve(s)
+        if "anyOf" in s:
+            out = set()
+            for alt in s["anyOf"]:
+                out |= value(alt, p, k)
+            return out
+        types = s.get("type", ALL_TYPES)
+        types = {types} if isinstance(types, str) else set(types)
+        if "enum" in s or "const" in s:
+            values = s["enum"] if "enum" in s else [s["const"]]
+            options = []
+            for v in values:
+                spelled = json.dumps(v, separators=(",", ":"),
+                                     ensure_ascii=False).encode()
+                if type_of(v) & types and spelled not in options:
+                    options.append(spelled)
+            return literal(options, p, k)
+        b = data[p]
+        if b == ord("{") and "object" in types:
+            return obj(s, p + 1, k)
+        if b == ord("[") and "array" in types:
+            return arr(s, p + 1, k)
+        if b == ord('"') and "string" in types:
+            return string(s, p + 1, k)
+        if b in b"tf" and "boolean" in types:
+            return literal([b"true", b"false"], p, k)
+        if b == ord("n") and "null" in types:
+            return literal([b"null"], p, k)
+        if (b == ord("-") or 0x30 <= b <= 0x39) and types & {"integer",
+                                                              "number"}:
+            return number(types, p, k)
+        return set()
+
+    out = value(root, 0, lambda e: {"whole"} if ws(e) == n else set())
+    return "whole" if "whole" in out else "prefix" if out else "invalid"
