@@ -819,13 +819,14 @@ size_t SchemaPrefix::stepLive(std::vector<Thread> &threads, size_t live,
 }
 
 bool SchemaPrefix::acceptsFresh(std::string_view bytes) const {
-  if (scratch_.size() < threads_.size())
-    scratch_.resize(threads_.size());
+  std::vector<Thread> &scratch = scratch_.v;
+  if (scratch.size() < threads_.size())
+    scratch.resize(threads_.size());
   for (size_t i = 0; i < threads_.size(); ++i)
-    scratch_[i] = threads_[i];
+    scratch[i] = threads_[i];
   size_t live = threads_.size();
   for (char c : bytes) {
-    live = stepLive(scratch_, live, uint8_t(c));
+    live = stepLive(scratch, live, uint8_t(c));
     if (live == 0 || live > kMaxThreads)
       return false;
   }

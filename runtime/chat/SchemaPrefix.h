@@ -208,7 +208,15 @@ private:
 
   std::shared_ptr<const JsonSchema> schema_;
   std::vector<Thread> threads_; ///< sorted by their keys, none equal
-  mutable std::vector<Thread> scratch_;
+  /// accepts' working copy of threads_, kept for its storage; a copy of
+  /// the recogniser starts without it.
+  struct Scratch {
+    std::vector<Thread> v;
+    Scratch() = default;
+    Scratch(const Scratch &) {}
+    Scratch &operator=(const Scratch &) { return *this; }
+  };
+  mutable Scratch scratch_;
   /// Whether each first byte is accepted in this state (-1: not known).
   mutable std::array<int8_t, 256> first_;
 };

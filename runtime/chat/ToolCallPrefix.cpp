@@ -210,6 +210,16 @@ bool ToolCallPrefix::run(State &s, std::string_view bytes) const {
 }
 
 bool ToolCallPrefix::accepts(std::string_view bytes) const {
+  // Inside a JSON value, bytes the value takes whole are taken (a '<' the
+  // value takes is inside one of its strings), and without a '<' nothing
+  // else can take them: the value's own accepts answers (with its
+  // shortcuts) without a copy of the state.
+  if (state_.phase == Phase::Typed) {
+    if (state_.value->accepts(bytes))
+      return true;
+    if (bytes.find('<') == std::string_view::npos)
+      return false;
+  }
   State s = state_;
   return run(s, bytes);
 }

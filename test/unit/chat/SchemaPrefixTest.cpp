@@ -354,7 +354,8 @@ TEST(SchemaPrefix, ToolCallValuesKeepTheParametersSchema) {
     "type": "object",
     "properties": {
       "where": {"type": "object",
-                "properties": {"at": {"$ref": "#/$defs/place"}},
+                "properties": {"at": {"$ref": "#/$defs/place"},
+                               "label": {"type": "string"}},
                 "required": ["at"], "additionalProperties": false},
       "n": {"type": "integer", "minimum": 1},
       "note": {"type": "string"},
@@ -405,6 +406,41 @@ TEST(SchemaPrefix, ToolCallValuesKeepTheParametersSchema) {
   EXPECT_FALSE(q.accepts("[\"z"));
   EXPECT_FALSE(q.accepts("[]</arg_value>\n</")); // "where" is required
   EXPECT_TRUE(q.accepts("[]</arg_value>\n<arg_key>where"));
+  // accepts against push on seeded random pieces of calls whose values
+  // hold '<' inside strings and end at the '<' of "</arg_value>".
+  const uint64_t seed = 11;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  Rng rng(seed);
+  const std::vector<std::string> calls = {
+      head + R"({"at":{"lat":1},"label":"a<b></arg_value>"})" + tail,
+      head + R"( {"label":"<","at":{"lat":-0.5e1}} )" + tail,
+      head + R"({"at":{"lat":2}}</arg_value>
+<arg_key>note</arg_key>
+<arg_value>x<y</arg_value>
+</tool_call>)"};
+  size_t refused = 0;
+  for (int round = 0; round < 60; ++round) {
+    std::string text = calls[size_t(round) % calls.size()];
+    if (round >= 3) // a byte changed
+      text[rng.below(text.size())] = "<>\"}/:a1 "[rng.below(9)];
+    ToolCallPrefix p({sig}, false);
+    for (size_t at = 0; at < text.size();) {
+      const std::string piece = text.substr(at, 1 + rng.below(9));
+      ToolCallPrefix copy = p;
+      const bool accepted = p.accepts(piece);
+      ASSERT_EQ(copy.push(piece), accepted) << text << " at " << at;
+      if (!accepted) {
+        ++refused;
+        break;
+      }
+      ASSERT_TRUE(p.push(piece));
+      at += piece.size();
+    }
+    if (round < 3) {
+      EXPECT_TRUE(p.complete()) << text;
+    }
+  }
+  EXPECT_GT(refused, 10u);
   // The generator's cache: states along a call with equal keys accept
   // alike.
   const std::string call = head + R"({"at":{"lat":12.5}})" + tail;
