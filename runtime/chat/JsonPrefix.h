@@ -23,6 +23,7 @@
 #include "chat/ReplyConstraint.h"
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -54,6 +55,9 @@ public:
   bool takesControlTokens() const override { return false; }
   /// The scalar state and the whole stack (at most kMaxDepth bytes).
   std::string key() const override;
+  std::unique_ptr<ReplyConstraint> clone() const override {
+    return std::make_unique<JsonPrefix>(*this);
+  }
 
   /// Nesting depth now (open arrays and objects).
   int depth() const { return int(stack_.size()); }

@@ -158,6 +158,9 @@ public:
   bool final() const override;
   bool takesControlTokens() const override { return false; }
   std::string key() const override;
+  std::unique_ptr<ReplyConstraint> clone() const override {
+    return std::make_unique<SchemaPrefix>(*this);
+  }
 
   /// Alternatives followed now.
   size_t alternatives() const { return threads_.size(); }

@@ -85,6 +85,9 @@ public:
   /// The phase, the literal and bytes matched, the function, the alive
   /// candidates.
   std::string key() const override;
+  std::unique_ptr<ReplyConstraint> clone() const override {
+    return std::make_unique<ToolCallPrefix>(*this);
+  }
 
 private:
   enum class Phase : uint8_t {

@@ -138,16 +138,16 @@ Generator::generate(const GenerateOptions &options,
       result.stoppedByCaller = true;
   };
   // A constrained reply: the tokens that may spell it (text tokens, and
-  // control tokens where the recogniser takes them, with bytes; not a stop
-  // id), their bytes, the stop ids, and the allowed sets by state.
+  // control tokens in the states where the recogniser takes them, with
+  // bytes; not a stop id), their bytes, the stop ids, and the allowed sets
+  // by state.
   std::unique_ptr<chat::ReplyConstraint> constraint;
-  std::vector<std::pair<int32_t, std::string_view>> spellers;
+  std::vector<std::pair<int32_t, std::string_view>> spellers, controls;
   std::vector<int32_t> enders;
   constexpr size_t kMaxMasks = 32;
   std::unordered_map<std::string, std::vector<uint8_t>> masks;
   if (options.constraint) {
     constraint = options.constraint();
-    const bool control = constraint->takesControlTokens();
     for (int32_t id = 0;
          id < tokenizer_->vocabSize() && size_t(id) < logits_.size(); ++id) {
       const tokenizer::TokenType type = tokenizer_->tokenType(id);
@@ -155,12 +155,14 @@ Generator::generate(const GenerateOptions &options,
       if (std::find(options.stopIds.begin(), options.stopIds.end(), id) !=
           options.stopIds.end())
         enders.push_back(id);
-      else if ((type == tokenizer::TokenType::Normal ||
-                type == tokenizer::TokenType::Byte ||
-                type == tokenizer::TokenType::UserDefined ||
-                (control && type == tokenizer::TokenType::Control)) &&
-               bytes && !bytes->empty())
+      else if (!bytes || bytes->empty())
+        continue;
+      else if (type == tokenizer::TokenType::Normal ||
+               type == tokenizer::TokenType::Byte ||
+               type == tokenizer::TokenType::UserDefined)
         spellers.emplace_back(id, *bytes);
+      else if (type == tokenizer::TokenType::Control)
+        controls.emplace_back(id, *bytes);
     }
   }
   bool sample = options.sampling.needsLogits() || constraint;
@@ -177,6 +179,9 @@ Generator::generate(const GenerateOptions &options,
         std::vector<uint8_t> mask(logits_.size(), 0);
         for (const auto &[id, bytes] : spellers)
           mask[size_t(id)] = constraint->accepts(bytes);
+        if (constraint->takesControlTokens())
+          for (const auto &[id, bytes] : controls)
+            mask[size_t(id)] = constraint->accepts(bytes);
         if (constraint->complete())
           for (int32_t id : enders)
             mask[size_t(id)] = 1;

@@ -21,6 +21,7 @@
 #include "artifact/StepTraffic.h"
 #include "chat/JsonPrefix.h"
 #include "chat/SchemaPrefix.h"
+#include "chat/ThinkFirst.h"
 #include "chat/ToolCallPrefix.h"
 #ifdef KILN_RUN_JSON_SCHEMA
 #include "chat/JsonValue.h"
@@ -98,6 +99,10 @@ options:
                            the JSON Schema in FILE accepts (as kiln-serve's
                            response_format json_schema; docs/serving.md
                            lists the keywords, others are refused)
+  --think-first            with --json-object, --json-schema or --tool-call:
+                           the reply may think first (<think>...</think>,
+                           free text) and the constraint holds the answer
+                           after it, as kiln-serve does for chat replies
   --tool-call NAME[=KEYS]  constrain the generated text to GLM tool calls
                            (<tool_call>NAME ... </tool_call>, one or more) of
                            the functions given (repeatable), each with the
@@ -674,6 +679,7 @@ int main(int argc, char **argv) {
   bool json = false;
   bool jsonObject = false;
   std::string jsonSchemaFile;
+  bool thinkFirst = false;
   std::vector<chat::ToolSignature> toolCalls;
   bool describeOnly = false;
   bool bench = false;
@@ -744,6 +750,8 @@ int main(int argc, char **argv) {
       jsonObject = true;
     } else if (arg == "--json-schema") {
       jsonSchemaFile = value("--json-schema");
+    } else if (arg == "--think-first") {
+      thinkFirst = true;
     } else if (arg == "--tool-call") {
       std::string spec = value("--tool-call");
       chat::ToolSignature sig;
@@ -850,6 +858,14 @@ int main(int argc, char **argv) {
   } else if (!toolCalls.empty()) {
     constraint = [toolCalls] {
       return std::make_unique<chat::ToolCallPrefix>(toolCalls, true);
+    };
+  }
+  if (thinkFirst) {
+    if (!constraint)
+      return usageError("--think-first goes with --json-object, --json-schema "
+                        "or --tool-call");
+    constraint = [inner = constraint] {
+      return std::make_unique<chat::ThinkFirst>(inner());
     };
   }
   if (chatMode) {

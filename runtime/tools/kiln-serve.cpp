@@ -22,6 +22,7 @@
 #include "chat/JsonValue.h"
 #include "chat/Reasoning.h"
 #include "chat/SchemaPrefix.h"
+#include "chat/ThinkFirst.h"
 #include "chat/ToolCallPrefix.h"
 #include "chat/ToolCalls.h"
 #include "session/Generator.h"
@@ -766,6 +767,19 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                                    dump(body["model"]), model_),
                        "invalid_request_error", "model", "model_not_found");
     options = readOptions(body, tok_, chat);
+    // A chat reply whose thinking block comes back apart may think before
+    // its constrained answer (chat/ThinkFirst.h), unless the request turns
+    // thinking off ({"chat_template_kwargs": {"enable_thinking": false}}).
+    const bool noThinking =
+        chat && body.contains("chat_template_kwargs") &&
+        body["chat_template_kwargs"].is_object() &&
+        body["chat_template_kwargs"].contains("enable_thinking") &&
+        body["chat_template_kwargs"]["enable_thinking"] == false;
+    if (chat && separateReasoning_ && !noThinking &&
+        options.generate.constraint)
+      options.generate.constraint = [inner = options.generate.constraint] {
+        return std::make_unique<chat::ThinkFirst>(inner());
+      };
     prompt = promptOf(body, chat);
   } catch (const json::exception &e) {
     return sendError(res, 400, std::string("the body is not valid JSON: ") +

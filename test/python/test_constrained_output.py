@@ -241,12 +241,14 @@ def kiln_run(art, gguf, *flags):
     return json.loads(proc.stdout)
 
 
-def greedy_under(model, tmp_path, flags, n, spellers, state_of):
+def greedy_under(model, tmp_path, flags, n, spellers, state_of,
+                 controls_at=None):
     """kiln-run's greedy reply under a constraint (`flags`), each token
     checked against numpy: the argmax of its teacher-forced logits over
     exactly the tokens of `spellers` (id -> bytes) whose bytes keep the text
-    not 'invalid' by `state_of`, and the end-of-reply ids where the text is
-    'whole'. Returns kiln-run's output and the reply's bytes."""
+    not 'invalid' by `state_of` (control tokens among them only where
+    `controls_at(text)` says, if given), and the end-of-reply ids where the
+    text is 'whole'. Returns kiln-run's output and the reply's bytes."""
     prompt = [5, 17, 3]
     out = kiln_run(model.art, model.gguf, "--prompt-tokens",
                    ",".join(map(str, prompt)), "-n", n, *flags)
@@ -261,8 +263,10 @@ def greedy_under(model, tmp_path, flags, n, spellers, state_of):
     narrowed = 0
     for i, token in enumerate(gen):
         row = logits[len(prompt) - 1 + i]
+        controls = controls_at is None or controls_at(text)
         allowed = [t for t, b in spellers.items()
-                   if t < row.size and state_of(text + b) != "invalid"]
+                   if t < row.size and (controls or t not in model.control)
+                   and state_of(text + b) != "invalid"]
         if state_of(text) == "whole":
             allowed += sorted(model.enders)
         assert allowed, (i, text)
@@ -315,6 +319,66 @@ def test_json_object_needs_the_logits(model, tmp_path):
                     "--json-object", check=False)
     assert proc.returncode == 1
     assert "--json-object needs the logits" in proc.stderr
+
+
+# --- Thinking first ---------------------------------------------------------
+
+def think_first(data, answer_state):
+    """(state, answering) for `data` under --think-first: whitespace, then
+    '<think>' .. '</think>' and whitespace before an answer `answer_state`
+    reads, or that answer at once; answering once the bytes are the
+    answer's (chat::ThinkFirst's Answer phase)."""
+    rest = data.lstrip(b" \t\r\n")
+    states, answering = [], False
+    if rest and b"<think>".startswith(rest[:7]):
+        if len(rest) < 7:
+            states.append("prefix")  # "<think>" may still come
+        else:
+            close = rest.find(b"</think>", 7)
+            if close < 0:
+                states.append("prefix")
+            else:
+                after = rest[close + 8:].lstrip(b" \t\r\n")
+                answering = bool(after)
+                states.append(answer_state(after) if after else "prefix")
+    if not rest:
+        states.append("prefix")
+    elif len(rest) >= 7 and rest.startswith(b"<think>"):
+        pass  # the block, not an answer
+    else:
+        direct = answer_state(rest)
+        states.append(direct)
+        # Past a proper prefix of "<think>", the answer alone is left.
+        answering = answering or not b"<think>".startswith(rest[:7])
+    if "whole" in states:
+        return "whole", answering
+    return ("prefix" if "prefix" in states else "invalid"), answering
+
+
+def test_think_first_reference():
+    obj = lambda t: json_state(t)  # noqa: E731
+    for data, want in ((b"", ("prefix", False)), (b" <th", ("prefix", False)),
+                       (b"<think>a<b", ("prefix", False)),
+                       (b"<think>a</think>\n", ("prefix", False)),
+                       (b"<think>a</think>\n{", ("prefix", True)),
+                       (b"<think></think>{}", ("whole", True)),
+                       (b"{}", ("whole", True)), (b"<x", ("invalid", True)),
+                       (b"<think>a</think>x", ("invalid", True))):
+        assert think_first(data, obj) == want, data
+
+
+def test_think_first_greedy_is_the_argmax_over_the_allowed_tokens(model,
+                                                                  tmp_path):
+    """--think-first --json-object: free text in a thinking block (control
+    tokens allowed there), then a JSON object (text tokens only)."""
+    spellers = {**model.vocab,
+                **{i: b for i, b in model.control.items()
+                   if i not in model.enders}}
+    out, text = greedy_under(
+        model, tmp_path, ["--think-first", "--json-object"], 40, spellers,
+        lambda t: think_first(t, json_state)[0],
+        controls_at=lambda t: not think_first(t, json_state)[1])
+    assert think_first(text, json_state)[0] in ("prefix", "whole")
 
 
 # --- Tool calls -------------------------------------------------------------

@@ -221,31 +221,53 @@ def test_forced_tool_calls(glm_model, glm_client, tmp_path):
     # kiln-run reads the tool's parameters schema as the server does.
     params = tmp_path / "params.json"
     params.write_text(json.dumps(TOOLS[0]["function"]["parameters"]))
-    want = json.loads(run_tool(
-        "kiln-run", art, "--weights", gguf, "--prompt", prompt, "-n", 40,
-        "--json", "--tool-call", f"get_weather=@{params}").stdout)
-    for choice in ("required", {"type": "function",
-                                "function": {"name": "get_weather"}}):
-        r = glm_client.chat.completions.create(
-            model="tiny", max_tokens=40, temperature=0, messages=messages,
-            tools=TOOLS, tool_choice=choice)
-        m = r.choices[0].message
-        if r.choices[0].finish_reason == "tool_calls":
-            assert [c.function.name for c in m.tool_calls] == ["get_weather"]
-            assert set(json.loads(m.tool_calls[0].function.arguments)) <= {
-                "city", "days"}
-        else:
-            assert r.choices[0].finish_reason == "length"
-            assert m.content == want["text"]
-            assert m.content.lstrip().startswith("<tool_call>get_weather\n"[
-                :len(m.content.lstrip())])
-        streamed = "".join(
-            c.choices[0].delta.content or "" for c in
-            glm_client.chat.completions.create(
-                model="tiny", max_tokens=40, temperature=0,
-                messages=messages, tools=TOOLS, tool_choice=choice,
-                stream=True) if c.choices)
-        assert streamed == (m.content or "")
+    for think in (True, False):
+        # By default a chat reply may think first (kiln-run --think-first);
+        # enable_thinking false leaves the call alone to constrain.
+        want = json.loads(run_tool(
+            "kiln-run", art, "--weights", gguf, "--prompt", prompt, "-n", 40,
+            "--json", *(["--think-first"] if think else []), "--tool-call",
+            f"get_weather=@{params}").stdout)
+        thought, answer = split_reasoning(want["text"])
+        extra = {} if think else {
+            "chat_template_kwargs": {"enable_thinking": False}}
+        for choice in ("required", {"type": "function",
+                                    "function": {"name": "get_weather"}}):
+            args = dict(model="tiny", max_tokens=40, temperature=0,
+                        messages=messages, tools=TOOLS, tool_choice=choice,
+                        extra_body=extra)
+            r = glm_client.chat.completions.create(**args)
+            m = r.choices[0].message
+            assert (getattr(m, "reasoning_content", None) or "") == thought
+            if r.choices[0].finish_reason == "tool_calls":
+                assert [c.function.name for c in m.tool_calls] == [
+                    "get_weather"]
+                assert set(json.loads(
+                    m.tool_calls[0].function.arguments)) <= {"city", "days"}
+            else:
+                assert r.choices[0].finish_reason == "length"
+                assert (m.content or "") == answer
+                assert answer.lstrip().startswith(
+                    "<tool_call>get_weather\n"[:len(answer.lstrip())])
+            streamed = "".join(
+                c.choices[0].delta.content or "" for c in
+                glm_client.chat.completions.create(stream=True, **args)
+                if c.choices)
+            assert streamed == (m.content or "")
+        if not think:
+            assert not thought and answer, want["text"]
+
+
+def split_reasoning(text):
+    """chat::splitReasoning: the thinking block and the answer."""
+    stripped = text.lstrip(" \t\r\n")
+    if not stripped.startswith("<think>"):
+        return "", text
+    rest = stripped[len("<think>"):]
+    close = rest.find("</think>")
+    if close < 0:
+        return rest, ""
+    return rest[:close], rest[close + len("</think>"):].lstrip(" \t\r\n")
 
 
 @pytest.mark.parametrize("kwargs,param,says", [
