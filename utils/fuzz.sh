@@ -3,9 +3,11 @@
 # its own folder, replays the malformed-GGUF corpus through it once, then
 # fuzzes for a bounded time starting from that corpus; then the same for the
 # .kiln artifact reader, seeded with artifacts kiln-compile makes (when the
-# main build exists), and for the chat-template parser and renderer (a GGUF
-# file's template is untrusted input), seeded with Kiln's GLM template. Exits non-zero on any crash, sanitizer report, timeout
-# or out-of-memory.
+# main build exists), for the chat-template parser and renderer (a GGUF
+# file's template is untrusted input), seeded with Kiln's GLM template, and
+# for the reply constraints of a request's JSON schema (SchemaPrefix, alone
+# and behind ThinkFirst; accepts checked against push). Exits non-zero on any
+# crash, sanitizer report, timeout, out-of-memory or disagreement.
 #
 # usage: utils/fuzz.sh [--seconds N] [--junit FILE]
 #   --seconds N   fuzzing time (default: $KILN_FUZZ_SECONDS or 30)
@@ -37,15 +39,17 @@ corpus_src=test/gguf-corpus
 # JUnit XML: one test case per step, failed when the step's status is not 0.
 write_junit() {
   [ -n "$junit" ] || return 0
-  local replay=$1 fuzz=$2 artifact=${3:-skip} chat=${4:-skip} failures=0 case
+  local replay=$1 fuzz=$2 artifact=${3:-skip} chat=${4:-skip} schema=${5:-skip}
+  local failures=0 case
   {
     echo '<?xml version="1.0" encoding="utf-8"?>'
     [ "$replay" = 0 ] || failures=$((failures + 1))
     [ "$fuzz" = 0 ] || failures=$((failures + 1))
     case $artifact in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
     case $chat in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
-    echo "<testsuite name=\"fuzz\" tests=\"4\" failures=\"$failures\">"
-    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact" "chat-template-fuzz-${seconds}s:$chat"; do
+    case $schema in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
+    echo "<testsuite name=\"fuzz\" tests=\"5\" failures=\"$failures\">"
+    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact" "chat-template-fuzz-${seconds}s:$chat" "schema-prefix-fuzz-${seconds}s:$schema"; do
       echo "  <testcase classname=\"fuzz.gguf-reader\" name=\"${case%%:*}\">"
       case ${case##*:} in
         0) ;;
@@ -159,10 +163,39 @@ set -e
 [ "$chat_status" = 0 ] || tail -n 40 "$build/chat-fuzz.log" >&2
 grep -E '^stat::number_of_executed_units' "$build/chat-fuzz.log" || true
 
-write_junit "$replay" "$fuzz" "$art_status" "$chat_status"
+# Reply constraints: a JSON schema (a request's: untrusted) and a reply.
+schema_bin="$build/schema-prefix-fuzzer"
+schema_sources=(test/fuzz/SchemaPrefixFuzzer.cpp runtime/chat/SchemaPrefix.cpp
+  runtime/chat/ThinkFirst.cpp runtime/chat/JsonValue.cpp runtime/chat/Value.cpp
+  runtime/chat/PyText.cpp utils/support/Error.cpp)
+if [ ! -x "$schema_bin" ] || [ -n "$(find "${schema_sources[@]}" runtime/chat \
+    -newer "$schema_bin" -name '*.[ch]*' | head -n1)" ]; then
+  echo "fuzz: building $schema_bin"
+  nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
+    -fno-sanitize-recover=undefined -I utils -I runtime "${schema_sources[@]}" \
+    -lfmt -o "$schema_bin"
+fi
+mkdir -p "$build/schema-corpus"
+printf '{"type":"object","properties":{"a":{"type":"integer"},"b":{"enum":["x",1]}},"required":["a"],"additionalProperties":false}\0{"a":12,"b":"x"}' \
+  > "$build/schema-corpus/object"
+printf '{"$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2},{"type":"string","maxLength":3}]}},"$ref":"#/$defs/n"}\0<think>x</think>[["ab"],"c"]' \
+  > "$build/schema-corpus/recursive"
+echo "fuzz: fuzzing reply constraints for ${seconds}s (log: $build/schema-fuzz.log)"
+set +e
+nice "$schema_bin" -max_total_time="$seconds" -max_len=4096 -timeout=10 \
+  -rss_limit_mb=2048 -print_final_stats=1 \
+  -artifact_prefix="$build/artifacts/schema-" "$build/schema-corpus" \
+  > "$build/schema-fuzz.log" 2>&1
+schema_status=$?
+set -e
+[ "$schema_status" = 0 ] || tail -n 40 "$build/schema-fuzz.log" >&2
+grep -E '^stat::number_of_executed_units' "$build/schema-fuzz.log" || true
+
+write_junit "$replay" "$fuzz" "$art_status" "$chat_status" "$schema_status"
 if [ "$replay" != 0 ] || [ "$fuzz" != 0 ] || [ "$chat_status" != 0 ] || \
+    [ "$schema_status" != 0 ] || \
     { [ "$art_status" != 0 ] && [ "$art_status" != skip ]; }; then
-  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status, chat fuzz status $chat_status)" >&2
+  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status, chat fuzz status $chat_status, schema fuzz status $schema_status)" >&2
   exit 1
 fi
 echo "fuzz: OK"
