@@ -138,58 +138,53 @@ else
   echo "fuzz: artifact reader skipped: build $main_build first (no generated schema or kiln-compile)"
 fi
 
-# Chat templates: the parser and renderer, standalone (no generated files).
-chat_bin="$build/chat-template-fuzzer"
-chat_sources=(test/fuzz/ChatTemplateFuzzer.cpp runtime/chat/ChatTemplate.cpp
-  runtime/chat/Render.cpp runtime/chat/Value.cpp runtime/chat/PyText.cpp
-  utils/support/Error.cpp)
-if [ ! -x "$chat_bin" ] || [ -n "$(find "${chat_sources[@]}" runtime/chat \
-    -newer "$chat_bin" -name '*.[ch]*' | head -n1)" ]; then
-  echo "fuzz: building $chat_bin"
-  nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I utils -I runtime "${chat_sources[@]}" \
-    -lfmt -o "$chat_bin"
-fi
-mkdir -p "$build/chat-corpus"
-cp -n runtime/chat/glm.jinja "$build/chat-corpus/glm.jinja" 2>/dev/null || true
-echo "fuzz: fuzzing chat templates for ${seconds}s (log: $build/chat-fuzz.log)"
-set +e
-nice "$chat_bin" -max_total_time="$seconds" -max_len=8192 -timeout=10 \
-  -rss_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="$build/artifacts/chat-" "$build/chat-corpus" \
-  > "$build/chat-fuzz.log" 2>&1
-chat_status=$?
-set -e
-[ "$chat_status" = 0 ] || tail -n 40 "$build/chat-fuzz.log" >&2
-grep -E '^stat::number_of_executed_units' "$build/chat-fuzz.log" || true
+# A standalone libFuzzer target over runtime/chat (no generated files):
+# built when a source is newer than it, then run from its corpus folder.
+# usage: chat_target NAME WHAT MAX_LEN SOURCES...; sets target_status.
+chat_target() {
+  local name=$1 what=$2 max_len=$3
+  shift 3
+  local target="$build/$name-fuzzer"
+  if [ ! -x "$target" ] || [ -n "$(find "$@" runtime/chat \
+      -newer "$target" -name '*.[ch]*' | head -n1)" ]; then
+    echo "fuzz: building $target"
+    nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
+      -fno-sanitize-recover=undefined -I utils -I runtime "$@" \
+      -lfmt -o "$target"
+  fi
+  echo "fuzz: fuzzing $what for ${seconds}s (log: $build/$name-fuzz.log)"
+  set +e
+  nice "$target" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$build/artifacts/$name-" "$build/$name-corpus" \
+    > "$build/$name-fuzz.log" 2>&1
+  target_status=$?
+  set -e
+  [ "$target_status" = 0 ] || tail -n 40 "$build/$name-fuzz.log" >&2
+  grep -E '^stat::number_of_executed_units' "$build/$name-fuzz.log" || true
+}
+
+# Chat templates: the parser and renderer, seeded with Kiln's GLM template.
+mkdir -p "$build/chat-template-corpus"
+cp -n runtime/chat/glm.jinja "$build/chat-template-corpus/glm.jinja" \
+  2>/dev/null || true
+chat_target chat-template "chat templates" 8192 \
+  test/fuzz/ChatTemplateFuzzer.cpp runtime/chat/ChatTemplate.cpp \
+  runtime/chat/Render.cpp runtime/chat/Value.cpp runtime/chat/PyText.cpp \
+  utils/support/Error.cpp
+chat_status=$target_status
 
 # Reply constraints: a JSON schema (a request's: untrusted) and a reply.
-schema_bin="$build/schema-prefix-fuzzer"
-schema_sources=(test/fuzz/SchemaPrefixFuzzer.cpp runtime/chat/SchemaPrefix.cpp
-  runtime/chat/ThinkFirst.cpp runtime/chat/JsonValue.cpp runtime/chat/Value.cpp
-  runtime/chat/PyText.cpp utils/support/Error.cpp)
-if [ ! -x "$schema_bin" ] || [ -n "$(find "${schema_sources[@]}" runtime/chat \
-    -newer "$schema_bin" -name '*.[ch]*' | head -n1)" ]; then
-  echo "fuzz: building $schema_bin"
-  nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I utils -I runtime "${schema_sources[@]}" \
-    -lfmt -o "$schema_bin"
-fi
-mkdir -p "$build/schema-corpus"
+mkdir -p "$build/schema-prefix-corpus"
 printf '{"type":"object","properties":{"a":{"type":"integer"},"b":{"enum":["x",1]}},"required":["a"],"additionalProperties":false}\0{"a":12,"b":"x"}' \
-  > "$build/schema-corpus/object"
+  > "$build/schema-prefix-corpus/object"
 printf '{"$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2},{"type":"string","maxLength":3}]}},"$ref":"#/$defs/n"}\0<think>x</think>[["ab"],"c"]' \
-  > "$build/schema-corpus/recursive"
-echo "fuzz: fuzzing reply constraints for ${seconds}s (log: $build/schema-fuzz.log)"
-set +e
-nice "$schema_bin" -max_total_time="$seconds" -max_len=4096 -timeout=10 \
-  -rss_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="$build/artifacts/schema-" "$build/schema-corpus" \
-  > "$build/schema-fuzz.log" 2>&1
-schema_status=$?
-set -e
-[ "$schema_status" = 0 ] || tail -n 40 "$build/schema-fuzz.log" >&2
-grep -E '^stat::number_of_executed_units' "$build/schema-fuzz.log" || true
+  > "$build/schema-prefix-corpus/recursive"
+chat_target schema-prefix "reply constraints" 4096 \
+  test/fuzz/SchemaPrefixFuzzer.cpp runtime/chat/SchemaPrefix.cpp \
+  runtime/chat/ThinkFirst.cpp runtime/chat/JsonValue.cpp \
+  runtime/chat/Value.cpp runtime/chat/PyText.cpp utils/support/Error.cpp
+schema_status=$target_status
 
 write_junit "$replay" "$fuzz" "$art_status" "$chat_status" "$schema_status"
 if [ "$replay" != 0 ] || [ "$fuzz" != 0 ] || [ "$chat_status" != 0 ] || \

@@ -1,15 +1,18 @@
 //===- JsonString.h - A JSON string's bytes, one at a time ------*- C++ -*-===//
 //
 // Internal to runtime/chat: the string states JsonPrefix and SchemaPrefix
-// share, after the opening quote. Bytes must be UTF-8 (RFC 3629's table: no
-// overlong forms, no surrogates, nothing past U+10FFFF), with no control
-// byte below 0x20; escapes are JSON's eight and \uXXXX.
+// share, after the opening quote (and a JSON pointer's token). Bytes must be
+// UTF-8 (RFC 3629's table: no overlong forms, no surrogates, nothing past
+// U+10FFFF), with no control byte below 0x20; escapes are JSON's eight and
+// \uXXXX.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_CHAT_JSONSTRING_H
 #define KILN_CHAT_JSONSTRING_H
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace kiln::chat {
 
@@ -119,6 +122,20 @@ inline JsonStringByte jsonStringStep(JsonString &s, uint8_t b,
   }
   }
   return JsonStringByte::Refused;
+}
+
+/// `name` as a JSON pointer's token (RFC 6901: '~' as "~0", '/' as "~1").
+inline std::string jsonPointerToken(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
 }
 
 } // namespace kiln::chat

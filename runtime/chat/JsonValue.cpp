@@ -2,26 +2,13 @@
 #include "chat/JsonValue.h"
 
 #include "chat/ChatTemplate.h"
+#include "chat/JsonString.h"
 
 #include <cstdint>
 #include <limits>
 
 namespace kiln::chat {
 namespace {
-
-/// A JSON pointer segment ("~" and "/" escaped).
-std::string pointerSegment(std::string_view key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
 
 Expected<Value> convert(const nlohmann::ordered_json &json, const std::string &where,
                         const std::string &pointer, uint32_t depth) {
@@ -64,8 +51,8 @@ Expected<Value> convert(const nlohmann::ordered_json &json, const std::string &w
     }
     ValueMap map;
     for (const auto &[key, item] : json.items()) {
-      Expected<Value> value =
-          convert(item, where, pointer + "/" + pointerSegment(key), depth + 1);
+      Expected<Value> value = convert(
+          item, where, pointer + "/" + jsonPointerToken(key), depth + 1);
       if (!value)
         return value.error();
       map.set(key, std::move(*value));

@@ -27,20 +27,6 @@ bool isAnnotation(std::string_view k) {
   return std::find(std::begin(kNames), std::end(kNames), k) != std::end(kNames);
 }
 
-/// A JSON pointer token: '~' as "~0" and '/' as "~1".
-std::string pointerToken(std::string_view name) {
-  std::string out;
-  for (char c : name) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
-
 /// Whether a property name can be written as a key without an escape.
 bool writableKey(std::string_view name) {
   for (char c : name)
@@ -238,7 +224,7 @@ Status SchemaCompiler::object(const ValueMap &m, const std::string &at,
     if (!p->isMap())
       return fail(at + "/properties", "must be an object");
     for (const auto &[name, schema] : p->asMap()) {
-      const std::string field = at + "/properties/" + pointerToken(name);
+      const std::string field = at + "/properties/" + jsonPointerToken(name);
       Expected<int32_t> c = compile(schema, field);
       if (!c)
         return c.error();
@@ -289,7 +275,7 @@ Expected<int32_t> SchemaCompiler::compile(const Value &s,
     if (isAnnotation(k))
       continue;
     if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown))
-      return fail(at + "/" + pointerToken(k),
+      return fail(at + "/" + jsonPointerToken(k),
                   "keyword '" + k +
                       "' is not supported by constrained decoding (a reply "
                       "could break it)");

@@ -1,6 +1,7 @@
 //===- ToolCallPrefix.cpp - A reply that must call a tool ------------------===//
 #include "chat/ToolCallPrefix.h"
 
+#include "chat/JsonString.h"
 #include "chat/ReplyText.h"
 
 #include <algorithm>
@@ -273,13 +274,8 @@ std::shared_ptr<const JsonSchema> parameterValues(const Value &parameters,
   std::shared_ptr<const JsonSchema> byType = typeSchema(type->asString());
   if (!byType)
     return nullptr; // a string, or not a type: any text
-  std::string token;
-  for (char c : name)
-    token += c == '~'   ? std::string("~0")
-             : c == '/' ? std::string("~1")
-                        : std::string(1, c);
-  Expected<std::shared_ptr<const JsonSchema>> own =
-      JsonSchema::compile(parameters, "parameters", "/properties/" + token);
+  Expected<std::shared_ptr<const JsonSchema>> own = JsonSchema::compile(
+      parameters, "parameters", "/properties/" + jsonPointerToken(name));
   return own ? *own : byType;
 }
 

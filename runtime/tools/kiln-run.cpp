@@ -381,16 +381,27 @@ std::string jsonString(const std::string &s) {
 
 using Constraint = decltype(GenerateOptions::constraint);
 
-/// The parameters of --tool-call NAME=@FILE: FILE's JSON Schema of them.
-Status readToolParameters(const std::string &path, chat::ToolSignature &sig) {
+/// The JSON document in `path`, read for `flag` (--json-schema, --tool-call
+/// NAME=@FILE).
+Expected<chat::Value> readJsonFile(const std::string &path, const char *flag) {
 #ifdef KILN_RUN_JSON_SCHEMA
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   if (in)
     text << in.rdbuf();
   if (!in || in.bad())
-    return Error(path, "--tool-call", "cannot read the file");
-  Expected<chat::Value> doc = chat::parseJsonValue(text.str(), path);
+    return Error(path, flag, "cannot read the file");
+  return chat::parseJsonValue(text.str(), path);
+#else
+  return Error(path, flag,
+               "this kiln-run was built without nlohmann-json, which reads "
+               "the file");
+#endif
+}
+
+/// The parameters of --tool-call NAME=@FILE: FILE's JSON Schema of them.
+Status readToolParameters(const std::string &path, chat::ToolSignature &sig) {
+  Expected<chat::Value> doc = readJsonFile(path, "--tool-call");
   if (!doc)
     return doc.error();
   const chat::Value *props =
@@ -413,33 +424,15 @@ Status readToolParameters(const std::string &path, chat::ToolSignature &sig) {
     sig.required.push_back(must);
   }
   return Status::ok();
-#else
-  sig.parameters.clear();
-  return Error(path, "--tool-call",
-               "this kiln-run was built without nlohmann-json, which reads "
-               "the schema");
-#endif
 }
 
 /// The JSON Schema in `path` (--json-schema), compiled.
 Expected<std::shared_ptr<const chat::JsonSchema>>
 readJsonSchema(const std::string &path) {
-#ifdef KILN_RUN_JSON_SCHEMA
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  if (in)
-    text << in.rdbuf();
-  if (!in || in.bad())
-    return Error(path, "--json-schema", "cannot read the file");
-  Expected<chat::Value> value = chat::parseJsonValue(text.str(), path);
+  Expected<chat::Value> value = readJsonFile(path, "--json-schema");
   if (!value)
     return value.error();
   return chat::JsonSchema::compile(*value, path);
-#else
-  return Error(path, "--json-schema",
-               "this kiln-run was built without nlohmann-json, which reads "
-               "the schema");
-#endif
 }
 
 /// --chat: user turns from stdin, each rendered with the whole conversation

@@ -2,6 +2,8 @@
 #ifndef KILN_TEST_UNIT_CHAT_CONSTRAINTSTATES_H
 #define KILN_TEST_UNIT_CHAT_CONSTRAINTSTATES_H
 
+#include "support/Random.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -35,6 +37,26 @@ size_t checkEqualKeys(const std::vector<P> &states,
             << i << " " << j << " " << probe;
     }
   return pairs;
+}
+
+/// Gives `text` to `p` in seeded random pieces of 1 to `maxPiece` bytes,
+/// checking each: accepts(piece) must equal push(piece) on a copy. Returns
+/// false at the first piece refused (`p` as before it), true once every
+/// piece is taken.
+template <class P>
+bool takePieces(P &p, const std::string &text, kiln::Rng &rng,
+                size_t maxPiece) {
+  for (size_t at = 0; at < text.size();) {
+    const std::string piece = text.substr(at, 1 + rng.below(maxPiece));
+    P copy = p;
+    const bool accepted = p.accepts(piece);
+    EXPECT_EQ(copy.push(piece), accepted) << text << " at " << at;
+    if (!accepted)
+      return false;
+    EXPECT_TRUE(p.push(piece));
+    at += piece.size();
+  }
+  return true;
 }
 
 #endif // KILN_TEST_UNIT_CHAT_CONSTRAINTSTATES_H
