@@ -56,6 +56,7 @@ private:
   Expected<int32_t> reference(const Value &ref, const std::string &at);
   Expected<uint32_t> count(const Value &v, const std::string &at) const;
   Status object(const ValueMap &m, const std::string &at, Node &n);
+  Status integerBounds(const ValueMap &m, const std::string &at, Node &n);
   Expected<int32_t> enumeration(const ValueMap &m, const std::string &at,
                                 uint8_t types);
   int32_t add(Node n) {
@@ -193,6 +194,61 @@ Expected<int32_t> SchemaCompiler::enumeration(const ValueMap &m,
   return add(std::move(n));
 }
 
+Status SchemaCompiler::integerBounds(const ValueMap &m, const std::string &at,
+                                     Node &n) {
+  static constexpr const char *kKeys[] = {
+      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+  const Value *given[4] = {};
+  const char *first = nullptr;
+  for (int i = 0; i < 4; ++i)
+    if ((given[i] = m.find(kKeys[i])) && !first)
+      first = kKeys[i];
+  if (!first)
+    return Status::ok();
+  if (n.types != JsonSchema::Integer)
+    return fail(at + "/" + first,
+                "bounds are kept for \"type\": \"integer\" only (a number "
+                "with a fraction or an exponent near a bound is not)");
+  const double kMax = double(JsonSchema::kMaxBoundedInteger);
+  double least = -kMax, most = kMax;
+  // Draft 4's boolean exclusives qualify minimum / maximum.
+  const bool exclusiveMinimum =
+                 given[2] && given[2]->isBool() && given[2]->asBool(),
+             exclusiveMaximum =
+                 given[3] && given[3]->isBool() && given[3]->asBool();
+  for (int i = 0; i < 4; ++i) {
+    const Value *v = given[i];
+    if (!v || (i >= 2 && v->isBool()))
+      continue;
+    if (!v->isNumber() || v->isBool() || !std::isfinite(v->asFloat()))
+      return fail(at + "/" + kKeys[i], "must be a number");
+    const double x = v->asFloat();
+    switch (i) {
+    case 0: // the least integer at or (draft 4) above x
+      least =
+          std::max(least, exclusiveMinimum ? std::floor(x) + 1 : std::ceil(x));
+      break;
+    case 1:
+      most =
+          std::min(most, exclusiveMaximum ? std::ceil(x) - 1 : std::floor(x));
+      break;
+    case 2:
+      least = std::max(least, std::floor(x) + 1);
+      break;
+    case 3:
+      most = std::min(most, std::ceil(x) - 1);
+      break;
+    }
+  }
+  if (least > most)
+    return fail(at + "/" + first,
+                "no integer of at most 18 digits lies within the bounds");
+  n.bounded = true;
+  n.least = int64_t(least);
+  n.most = int64_t(most);
+  return Status::ok();
+}
+
 Status SchemaCompiler::object(const ValueMap &m, const std::string &at,
                               Node &n) {
   if (const Value *a = m.find("additionalProperties")) {
@@ -265,11 +321,24 @@ Expected<int32_t> SchemaCompiler::compile(const Value &s,
   if (!s.isMap())
     return fail(at, "a schema must be an object or a boolean");
   const ValueMap &m = s.asMap();
-  static constexpr std::string_view kKnown[] = {
-      "type",      "properties", "required", "additionalProperties",
-      "items",     "minItems",   "maxItems", "minLength",
-      "maxLength", "enum",       "const",    "anyOf",
-      "allOf",     "$ref"};
+  static constexpr std::string_view kKnown[] = {"type",
+                                                "properties",
+                                                "required",
+                                                "additionalProperties",
+                                                "items",
+                                                "minItems",
+                                                "maxItems",
+                                                "minLength",
+                                                "maxLength",
+                                                "enum",
+                                                "const",
+                                                "anyOf",
+                                                "allOf",
+                                                "$ref",
+                                                "minimum",
+                                                "maximum",
+                                                "exclusiveMinimum",
+                                                "exclusiveMaximum"};
   size_t constraining = 0;
   for (const auto &[k, v] : m) {
     if (isAnnotation(k))
@@ -383,6 +452,8 @@ Expected<int32_t> SchemaCompiler::compile(const Value &s,
     }
   }
   n.maxItems = std::min(n.maxItems, itemsCap);
+  if (Status st = integerBounds(m, at, n); !st)
+    return st.error();
   if ((types & JsonSchema::Array) && n.minItems > n.maxItems)
     return fail(at + "/minItems", "more items are required than allowed");
   if ((types & JsonSchema::String) && n.minLength > n.maxLength)
@@ -573,6 +644,32 @@ bool SchemaPrefix::startValue(Thread &t, uint8_t b) const {
   }
 }
 
+bool SchemaPrefix::integerWithin(const Frame &f, const JsonSchema::Node &n) {
+  if (!n.bounded)
+    return true;
+  const int64_t v = f.negative ? -f.magnitude : f.magnitude;
+  return v >= n.least && v <= n.most;
+}
+
+bool SchemaPrefix::integerLeadsIn(const Frame &f, const JsonSchema::Node &n) {
+  // What the digits so far can still become: "-" zero ("-0") or any
+  // negative; "0" or "-0" only zero; digits D, D * 10^m + [0, 10^m) for
+  // m = 0, 1, .. (negated after '-') while they are at most 18 digits.
+  const __int128 lo = n.least, hi = n.most;
+  if (f.number == JsonNumber::Minus)
+    return lo <= 0;
+  if (f.number == JsonNumber::Zero)
+    return lo <= 0 && hi >= 0;
+  __int128 base = f.magnitude, span = 1;
+  for (; base <= JsonSchema::kMaxBoundedInteger; base *= 10, span *= 10) {
+    const __int128 a = f.negative ? -(base + span - 1) : base;
+    const __int128 b = f.negative ? -base : base + span - 1;
+    if (a <= hi && b >= lo)
+      return true;
+  }
+  return false;
+}
+
 JsonStringByte SchemaPrefix::stringByte(Frame &f, const JsonSchema::Node &n,
                                         uint8_t b) {
   const bool bounded = n.minLength > 0 || n.maxLength != UINT32_MAX;
@@ -654,9 +751,20 @@ SchemaPrefix::Step SchemaPrefix::step(Thread &t, uint8_t b,
       return Step::Taken;
     }
     case Mode::Number:
-      if (jsonNumberStep(f.number, b, !(n.types & JsonSchema::Number)))
-        return Step::Taken;
-      if (!jsonNumberWhole(f.number))
+      if (jsonNumberStep(f.number, b, !(n.types & JsonSchema::Number))) {
+        if (!n.bounded)
+          return Step::Taken;
+        // A bounded integer: its digits so far must still lead into the
+        // bounds.
+        if (b == '-')
+          f.negative = true;
+        else if (f.magnitude > JsonSchema::kMaxBoundedInteger / 10)
+          return Step::Refused; // past 18 digits
+        else
+          f.magnitude = f.magnitude * 10 + (b - '0');
+        return integerLeadsIn(f, n) ? Step::Taken : Step::Refused;
+      }
+      if (!jsonNumberWhole(f.number) || !integerWithin(f, n))
         return Step::Refused;
       t.pop_back(); // the number ended before b
       continue;
@@ -901,7 +1009,8 @@ bool SchemaPrefix::complete() const {
     // The value may end at the end of the text: a number, or an enum value
     // that a longer one could still continue.
     const Frame &f = t.back();
-    if (f.mode == Mode::Number && jsonNumberWhole(f.number))
+    if (f.mode == Mode::Number && jsonNumberWhole(f.number) &&
+        integerWithin(f, schema_->node(f.node)))
       return true;
     if (f.mode == Mode::Literal) {
       const JsonSchema::Node &n = schema_->node(f.node);
@@ -939,6 +1048,8 @@ void SchemaPrefix::appendKey(std::string &k, const Thread &t) {
     put(f.seen.w[1]);
     put(f.cand.w[0]);
     put(f.cand.w[1]);
+    put(f.magnitude);
+    put(uint8_t(f.negative));
   }
 }
 

@@ -10,6 +10,9 @@
 // Supported: `type` (a name or a list), `properties`, `required`,
 // `additionalProperties` (a schema or false; absent or true: any value),
 // `items`, `minItems` / `maxItems`, `minLength` / `maxLength` (code points),
+// `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` where the
+// type is integer (the reply's digits kept within them as they come; at most
+// 18 digits),
 // `enum` and `const` (the reply spells the value as compact JSON), `anyOf`,
 // a one-element `allOf`, `$ref` to "#" or a JSON pointer inside the
 // document (recursion included), `$defs` / `definitions` as their targets.
@@ -73,6 +76,8 @@ class JsonSchema {
 public:
   /// Most properties of one object, and most values of one enum.
   static constexpr size_t kMaxMembers = 128;
+  /// The largest magnitude of an integer with bounds (18 digits).
+  static constexpr int64_t kMaxBoundedInteger = 999'999'999'999'999'999;
 
   /// JSON types, as a node's mask.
   enum Type : uint8_t {
@@ -105,6 +110,10 @@ public:
     uint32_t minItems = 0, maxItems = UINT32_MAX;
     // Strings.
     uint32_t minLength = 0, maxLength = UINT32_MAX;
+    // Integers: minimum / maximum (exclusive ones made inclusive), within
+    // +-kMaxBoundedInteger; without them, any integer.
+    bool bounded = false;
+    int64_t least = 0, most = 0;
     // Enum: each value's compact JSON; AnyOf: the alternatives.
     std::vector<std::string> literals;
     std::vector<int32_t> alternatives;
@@ -190,6 +199,8 @@ private:
     int32_t member = -1; ///< the property being read (-1: another key)
     SchemaBits seen;     ///< the object's properties read
     SchemaBits cand;     ///< the key's names, or the literal's values
+    int64_t magnitude = 0; ///< a bounded integer's digits so far
+    bool negative = false; ///< ... and its sign
   };
   using Thread = std::vector<Frame>;
 
@@ -200,6 +211,10 @@ private:
   /// applied, the count kept.
   static JsonStringByte stringByte(Frame &f, const JsonSchema::Node &n,
                                    uint8_t b);
+  /// A bounded integer's digits: whole and within the bounds; or able to
+  /// become so with more digits.
+  static bool integerWithin(const Frame &f, const JsonSchema::Node &n);
+  static bool integerLeadsIn(const Frame &f, const JsonSchema::Node &n);
   /// Steps the first `live` of `threads` by b; the ones that took it come
   /// first after, and the count of them is returned (threads past it are
   /// spare storage).

@@ -12,6 +12,7 @@ and ":"), no \\u escape of a surrogate in a string with a length bound.
 """
 import codecs
 import json
+import math
 import re
 
 SPACE = b" \t\r\n"
@@ -47,6 +48,54 @@ def type_of(v):
     return {"array"} if isinstance(v, list) else {"object"}
 
 
+MAX_DIGITS = 18  # chat::JsonSchema::kMaxBoundedInteger's
+UNBOUNDED = (-10 ** 99, 10 ** 99)
+
+
+def integer_bounds(s):
+    """The least and most integer an integer schema allows, as
+    JSON Schema 2020-12 reads minimum / maximum / exclusive* (and draft 4's
+    boolean exclusives); unbounded: UNBOUNDED."""
+    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    if not any(key in s for key in keys):
+        return UNBOUNDED
+    lo, hi = -(10 ** MAX_DIGITS - 1), 10 ** MAX_DIGITS - 1
+    ex_lo = s.get("exclusiveMinimum") is True
+    ex_hi = s.get("exclusiveMaximum") is True
+    if "minimum" in s:
+        x = s["minimum"]
+        lo = max(lo, math.floor(x) + 1 if ex_lo else math.ceil(x))
+    if "maximum" in s:
+        x = s["maximum"]
+        hi = min(hi, math.ceil(x) - 1 if ex_hi else math.floor(x))
+    if not isinstance(s.get("exclusiveMinimum", True), bool):
+        lo = max(lo, math.floor(s["exclusiveMinimum"]) + 1)
+    if not isinstance(s.get("exclusiveMaximum", True), bool):
+        hi = min(hi, math.ceil(s["exclusiveMaximum"]) - 1)
+    return lo, hi
+
+
+def leads_in(text, lo, hi):
+    """Whether an integer's text so far (b"-", b"12", ...) can still
+    become one in [lo, hi]: padded with 0s and 9s to each length up to the
+    digits allowed, it spans the integers it can become at that length."""
+    if (lo, hi) == UNBOUNDED:
+        return True
+    negative = text.startswith(b"-")
+    digits = text[1:] if negative else text
+    if not digits:
+        return lo <= 0  # "-0" or a negative integer
+    if digits == b"0":
+        return lo <= 0 <= hi
+    for extra in range(MAX_DIGITS - len(digits) + 1):
+        low = int(digits + b"0" * extra)
+        high = int(digits + b"9" * extra)
+        a, b = (-high, -low) if negative else (low, high)
+        if a <= hi and b >= lo:
+            return True
+    return False
+
+
 def schema_state(data, root, document=None):
     """'whole', 'prefix' or 'invalid' for `data` (bytes) under `root`
     ('whole' wins where the bytes may also go on); $refs resolve against
@@ -73,14 +122,16 @@ def schema_state(data, root, document=None):
                 out.add("prefix")
         return out
 
-    def number(s_types, p, k):
+    def number(s, s_types, p, k):
         integer = "number" not in s_types
         m = (INTEGER if integer else NUMBER).match(data, p)
         start = (INTEGER_START if integer else NUMBER_START).match(data, p)
+        lo, hi = integer_bounds(s)
         out = set()
-        if start.end() == n:
+        if start.end() == n and leads_in(data[p:], lo, hi):
             out.add("prefix")  # more of the number may come
-        if m:
+        if m and ((lo, hi) == UNBOUNDED or
+                  lo <= int(data[p:m.end()]) <= hi):
             out |= k(m.end())
         return out
 
@@ -264,7 +315,7 @@ def schema_state(data, root, document=None):
             return literal([b"null"], p, k)
         if (b == ord("-") or 0x30 <= b <= 0x39) and types & {"integer",
                                                               "number"}:
-            return number(types, p, k)
+            return number(s, types, p, k)
         return set()
 
     out = value(root, 0, lambda e: {"whole"} if ws(e) == n else set())

@@ -20,7 +20,7 @@ PERSON = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "minLength": 1, "maxLength": 6},
-        "age": {"type": "integer"},
+        "age": {"type": "integer", "minimum": -4, "exclusiveMaximum": 121},
         "tags": {"type": "array", "items": {"enum": ["a", "ab", 1, 12, None]},
                  "maxItems": 3},
         "pet": {"anyOf": [{"$ref": "#/$defs/pet"}, {"type": "null"}]},
@@ -50,6 +50,16 @@ def test_reference_reader():
         (PERSON, b'{"nx', "invalid"),
         (PERSON, b'{"name":"Al"}', "invalid"),
         (PERSON, b'{"age":1.5}', "invalid"),
+        (PERSON, b'{"age":12', "prefix"),
+        (PERSON, b'{"age":121', "invalid"),
+        (PERSON, b'{"age":-5', "invalid"),
+        (PERSON, b'{"age":-0', "prefix"),
+        (PERSON, b'{"age":-', "prefix"),
+        (PERSON, b'{"age":1000', "invalid"),
+        ({"type": "integer", "minimum": 18}, b"1", "prefix"),
+        ({"type": "integer", "minimum": 18, "maximum": 99}, b"17", "invalid"),
+        ({"type": "integer", "maximum": 0, "exclusiveMaximum": True}, b"-0",
+         "invalid"),
         (PERSON, b'{"age":1,"age":2}', "invalid"),
         (PERSON, b'{"name":"abcdefg"', "invalid"),
         (PERSON, b'{"name":"\\ud83d', "invalid"),
@@ -122,11 +132,11 @@ def test_json_schema_flag_errors(model, tmp_path):
         return proc.returncode, proc.stderr
 
     bad = write_schema(tmp_path, {"type": "object", "properties": {
-        "n": {"type": "integer", "maximum": 3}}})
+        "n": {"type": "integer", "multipleOf": 3}}})
     rc, err = run("--json-schema", bad)
     assert rc == 1
-    assert f"{bad}: #/properties/n/maximum: keyword 'maximum' is not " \
-           "supported" in err
+    assert f"{bad}: #/properties/n/multipleOf: keyword 'multipleOf' is " \
+           "not supported" in err
     rc, err = run("--json-schema", str(tmp_path / "missing.json"))
     assert rc == 1 and "missing.json: --json-schema: cannot read" in err
     broken = tmp_path / "broken.json"

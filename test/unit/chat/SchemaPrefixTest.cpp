@@ -49,7 +49,7 @@ const char *kPerson = R"({
   "type": "object",
   "properties": {
     "name": {"type": "string", "minLength": 1, "maxLength": 5},
-    "age": {"type": "integer"},
+    "age": {"type": "integer", "minimum": -4, "maximum": 120},
     "tags": {"type": "array", "items": {"enum": ["a", "ab", 1, 12, null]},
              "minItems": 1, "maxItems": 3},
     "ratio": {"type": ["number", "null"]},
@@ -104,8 +104,12 @@ TEST(SchemaPrefix, RefusesWhatItCannotKeep) {
   struct Case {
     const char *schema, *message;
   } cases[] = {
-      {R"({"type": "integer", "minimum": 3})",
-       "schema: #/minimum: keyword 'minimum' is not supported"},
+      {R"({"type": "integer", "multipleOf": 3})",
+       "schema: #/multipleOf: keyword 'multipleOf' is not supported"},
+      {R"({"type": "number", "minimum": 3})",
+       "#/minimum: bounds are kept for \"type\": \"integer\" only"},
+      {R"({"type": "integer", "minimum": 3, "exclusiveMaximum": 3})",
+       "#/minimum: no integer of at most 18 digits lies within the bounds"},
       {R"({"properties": {"a": {"pattern": "x"}}})",
        "schema: #/properties/a/pattern: keyword 'pattern'"},
       {R"({"oneOf": [true]})", "#/oneOf: keyword 'oneOf'"},
@@ -357,7 +361,7 @@ TEST(SchemaPrefix, ToolCallValuesKeepTheParametersSchema) {
                 "properties": {"at": {"$ref": "#/$defs/place"},
                                "label": {"type": "string"}},
                 "required": ["at"], "additionalProperties": false},
-      "n": {"type": "integer", "minimum": 1},
+      "n": {"type": "integer", "multipleOf": 2},
       "note": {"type": "string"},
       "tags": {"type": "array", "items": {"enum": ["x", "y"]}}
     },
@@ -437,4 +441,50 @@ TEST(SchemaPrefix, ToolCallValuesKeepTheParametersSchema) {
   std::vector<ToolCallPrefix> states =
       statesAlong(ToolCallPrefix({sig}, false), call);
   checkEqualKeys(states, {"<", "}", "\"", "1", "</arg_value>", ",", " "});
+}
+
+TEST(SchemaPrefix, IntegerBoundsAsTheDigitsCome) {
+  auto age = compileText(R"({"type": "integer", "minimum": 18,
+                             "exclusiveMaximum": 130})");
+  ASSERT_TRUE(age);
+  for (const char *text : {"18", "129", "99", "100"})
+    expectWhole(age, text);
+  struct Case {
+    const char *text;
+    size_t at;
+  } cases[] = {
+      // 13 and 130-139 miss 18-129; so do 200-299; 1 and 17 end below.
+      {"-", 0},  {"0", 0},   {"130", 1},  {"2000", 2},
+      {"1 ", 1}, {"17 ", 1}, {"18.5", 2}, {"1e3", 1},
+  };
+  for (const Case &c : cases)
+    expectRefusedAt(age, c.text, c.at);
+  SchemaPrefix p(age);
+  ASSERT_TRUE(p.push("1"));
+  EXPECT_FALSE(p.complete()); // 1 is below 18; 10-19 and 100-129 lead in
+  ASSERT_TRUE(p.push("9"));
+  EXPECT_TRUE(p.complete());
+  // Negative bounds, "-0", draft 4's boolean exclusives, and an object's
+  // member that must end within them.
+  auto cold = compileText(R"({"type": "integer", "minimum": -40,
+                              "maximum": 0, "exclusiveMaximum": true})");
+  ASSERT_TRUE(cold);
+  expectWhole(cold, "-40");
+  expectWhole(cold, "-1");
+  expectRefusedAt(cold, "-0 ", 1); // -0 is 0, not below it
+  expectRefusedAt(cold, "-41", 2);
+  expectRefusedAt(cold, "-400", 3);
+  expectRefusedAt(cold, "5", 0);
+  auto obj = compileText(R"({"type": "object", "properties": {
+      "n": {"type": "integer", "maximum": 5.5}}})");
+  ASSERT_TRUE(obj);
+  expectWhole(obj, R"({"n": 5})");
+  expectRefusedAt(obj, R"({"n": 6})", 6);
+  expectRefusedAt(obj, R"({"n": 50})", 7);
+  // At most 18 digits where bounded; without bounds, any integer.
+  auto wide = compileText(R"({"type": "integer", "minimum": 0})");
+  ASSERT_TRUE(wide);
+  expectWhole(wide, "999999999999999999");
+  expectRefusedAt(wide, "9999999999999999999", 18);
+  expectWhole(compileText(R"({"type": "integer"})"), "99999999999999999999999");
 }
