@@ -178,10 +178,13 @@ chat_status=$target_status
 mkdir -p "$build/schema-prefix-corpus"
 printf '{"type":"object","properties":{"a":{"type":"integer"},"b":{"enum":["x",1]}},"required":["a"],"additionalProperties":false}\0{"a":12,"b":"x"}' \
   > "$build/schema-prefix-corpus/object"
+printf '{"type":"object","properties":{"v":{"type":"string","pattern":"^(v[0-9]+(\\\\.[0-9]+){0,2}|[^a-c]\\\\d)$"},"w":{"pattern":"\\\\u00e9|x"}}}\0{"v":"v1.2","w":"xx"}' \
+  > "$build/schema-prefix-corpus/pattern"
 printf '{"$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2},{"type":"string","maxLength":3}]}},"$ref":"#/$defs/n"}\0<think>x</think>[["ab"],"c"]' \
   > "$build/schema-prefix-corpus/recursive"
 chat_target schema-prefix "reply constraints" 4096 \
   test/fuzz/SchemaPrefixFuzzer.cpp runtime/chat/SchemaPrefix.cpp \
+  runtime/chat/SchemaPattern.cpp \
   runtime/chat/ThinkFirst.cpp runtime/chat/JsonValue.cpp \
   runtime/chat/Value.cpp runtime/chat/PyText.cpp utils/support/Error.cpp
 schema_status=$target_status

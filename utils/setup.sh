@@ -12,7 +12,7 @@ APT_PACKAGES=(cmake ninja-build ccache git libfmt-dev libgtest-dev
   libflatbuffers-dev flatbuffers-compiler nlohmann-json3-dev libcpp-httplib-dev
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   clang-22 libclang-rt-22-dev python3 python3-venv)
-PY_PACKAGES=(numpy gguf pytest tokenizers jinja2 openai unicodedata2==16.0.0 jsonschema)
+PY_PACKAGES=(numpy gguf pytest tokenizers jinja2 openai unicodedata2==16.0.0 jsonschema regex)
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -35,7 +35,7 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating Python virtual environment .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, gguf, pytest, tokenizers, jinja2, openai, unicodedata2, jsonschema; assert unicodedata2.unidata_version == '16.0.0'" 2>/dev/null; then
+if ! .venv/bin/python -c "import numpy, gguf, pytest, tokenizers, jinja2, openai, unicodedata2, jsonschema, regex; assert unicodedata2.unidata_version == '16.0.0'" 2>/dev/null; then
   echo "setup: installing Python packages: ${PY_PACKAGES[*]}"
   .venv/bin/python -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
 else

@@ -335,6 +335,7 @@ Expected<int32_t> SchemaCompiler::compile(const Value &s,
                                                 "anyOf",
                                                 "allOf",
                                                 "$ref",
+                                                "pattern",
                                                 "minimum",
                                                 "maximum",
                                                 "exclusiveMinimum",
@@ -454,6 +455,18 @@ Expected<int32_t> SchemaCompiler::compile(const Value &s,
   n.maxItems = std::min(n.maxItems, itemsCap);
   if (Status st = integerBounds(m, at, n); !st)
     return st.error();
+  if (const Value *p = m.find("pattern")) {
+    if (!p->isString())
+      return fail(at + "/pattern", "must be a string");
+    if (m.find("minLength") || m.find("maxLength"))
+      return fail(at + "/pattern",
+                  "a pattern beside minLength / maxLength is not supported");
+    Expected<std::shared_ptr<const SchemaPattern>> re =
+        SchemaPattern::compile(p->asString(), where_, "#" + at + "/pattern");
+    if (!re)
+      return re.error();
+    n.pattern = *re;
+  }
   if ((types & JsonSchema::Array) && n.minItems > n.maxItems)
     return fail(at + "/minItems", "more items are required than allowed");
   if ((types & JsonSchema::String) && n.minLength > n.maxLength)
@@ -623,6 +636,8 @@ bool SchemaPrefix::startValue(Thread &t, uint8_t b) const {
     if (!(n.types & JsonSchema::String))
       return false;
     f.mode = Mode::String;
+    if (n.pattern)
+      f.re = n.pattern->start();
     return true;
   case 't':
   case 'f':
@@ -673,7 +688,56 @@ bool SchemaPrefix::integerLeadsIn(const Frame &f, const JsonSchema::Node &n) {
 JsonStringByte SchemaPrefix::stringByte(Frame &f, const JsonSchema::Node &n,
                                         uint8_t b) {
   const bool bounded = n.minLength > 0 || n.maxLength != UINT32_MAX;
-  const JsonStringByte r = jsonStringStep(f.str, b, !bounded);
+  const JsonString::Mode before = f.str.mode;
+  const JsonStringByte r = jsonStringStep(f.str, b, !bounded && !n.pattern);
+  if (r == JsonStringByte::Refused)
+    return r;
+  if (n.pattern) {
+    // The character each byte completes, through the pattern.
+    if (r == JsonStringByte::Closed)
+      return n.pattern->accepts(f.re) ? r : JsonStringByte::Refused;
+    bool whole = false;
+    if (before == JsonString::Mode::Chars) {
+      f.code = b == '\\' ? 0 : b < 0x80 ? b : b & (0x3F >> f.str.count);
+      whole = b != '\\' && b < 0x80;
+    } else if (before == JsonString::Mode::Utf8) {
+      f.code = f.code << 6 | (b & 0x3F);
+      whole = f.str.mode == JsonString::Mode::Chars;
+    } else if (before == JsonString::Mode::Escape) {
+      static constexpr std::string_view kFrom = "\"\\/bfnrt",
+                                        kTo = "\"\\/\b\f\n\r\t";
+      whole = b != 'u';
+      f.code = whole ? uint8_t(kTo[kFrom.find(char(b))]) : 0;
+    } else { // a hex digit of \uXXXX
+      f.code =
+          f.code * 16 + uint32_t(b <= '9' ? b - '0' : (b | 0x20) - 'a' + 10);
+      whole = f.str.mode == JsonString::Mode::Chars;
+    }
+    if (whole) {
+      f.re = n.pattern->step(f.re, f.code);
+      f.code = 0;
+      return f.re.any() ? r : JsonStringByte::Refused;
+    }
+    // Part of a character: some code point it can still be must come
+    // next (never a surrogate).
+    uint32_t lo = 0, hi = 0;
+    if (f.str.mode == JsonString::Mode::Utf8) {
+      const uint32_t shift = 6 * (f.str.count - 1u);
+      lo = (f.code << 6 | (f.str.lo & 0x3Fu)) << shift;
+      hi = (f.code << 6 | (f.str.hi & 0x3Fu)) << shift | ((1u << shift) - 1);
+    } else if (f.str.mode == JsonString::Mode::Escape) {
+      hi = 0xFFFF;
+    } else { // \u and the hex digits so far
+      const uint32_t shift = 4 * f.str.count;
+      lo = f.code << shift;
+      hi = lo | ((1u << shift) - 1);
+    }
+    const SchemaPattern &pat = *n.pattern;
+    const bool can =
+        (lo <= 0xD7FF && pat.canTake(f.re, lo, std::min(hi, 0xD7FFu))) ||
+        (hi >= 0xE000 && pat.canTake(f.re, std::max(lo, 0xE000u), hi));
+    return can ? r : JsonStringByte::Refused;
+  }
   if (r == JsonStringByte::Closed && f.count < n.minLength)
     return JsonStringByte::Refused;
   if (r == JsonStringByte::Begins) {
@@ -1050,6 +1114,9 @@ void SchemaPrefix::appendKey(std::string &k, const Thread &t) {
     put(f.cand.w[1]);
     put(f.magnitude);
     put(uint8_t(f.negative));
+    for (uint64_t w : f.re.w)
+      put(w);
+    put(f.code);
   }
 }
 

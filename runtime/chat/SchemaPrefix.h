@@ -12,7 +12,8 @@
 // `items`, `minItems` / `maxItems`, `minLength` / `maxLength` (code points),
 // `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` where the
 // type is integer (the reply's digits kept within them as they come; at most
-// 18 digits),
+// 18 digits), `pattern` (SchemaPattern.h: a subset of ECMA-262, on a string
+// without length bounds),
 // `enum` and `const` (the reply spells the value as compact JSON), `anyOf`,
 // a one-element `allOf`, `$ref` to "#" or a JSON pointer inside the
 // document (recursion included), `$defs` / `definitions` as their targets.
@@ -39,6 +40,7 @@
 #include "chat/JsonNumber.h"
 #include "chat/JsonString.h"
 #include "chat/ReplyConstraint.h"
+#include "chat/SchemaPattern.h"
 #include "chat/Value.h"
 #include "support/Error.h"
 
@@ -110,6 +112,7 @@ public:
     uint32_t minItems = 0, maxItems = UINT32_MAX;
     // Strings.
     uint32_t minLength = 0, maxLength = UINT32_MAX;
+    std::shared_ptr<const SchemaPattern> pattern; ///< null: none
     // Integers: minimum / maximum (exclusive ones made inclusive), within
     // +-kMaxBoundedInteger; without them, any integer.
     bool bounded = false;
@@ -201,6 +204,8 @@ private:
     SchemaBits cand;     ///< the key's names, or the literal's values
     int64_t magnitude = 0; ///< a bounded integer's digits so far
     bool negative = false; ///< ... and its sign
+    PatternSet re;         ///< a string's pattern states
+    uint32_t code = 0;     ///< ... and the character being read
   };
   using Thread = std::vector<Frame>;
 

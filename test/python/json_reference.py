@@ -11,9 +11,12 @@ without escapes, enum values spelled as compact JSON (json.dumps with ","
 and ":"), no \\u escape of a surrogate in a string with a length bound.
 """
 import codecs
+import functools
 import json
 import math
 import re
+
+import regex
 
 SPACE = b" \t\r\n"
 NUMBER = re.compile(rb"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
@@ -96,6 +99,74 @@ def leads_in(text, lo, hi):
     return False
 
 
+@functools.lru_cache(maxsize=64)
+def pattern_whole(pattern):
+    """`pattern` as a full match over the whole string: any text before
+    and after it where it is not anchored (JSON Schema's patterns need only
+    occur), in the `regex` module with ASCII classes (ECMA-262's \\d \\w;
+    the tests' patterns use no '.' or \\s, where Python and ECMA differ)."""
+    body = pattern
+    start = body.startswith("^")
+    if start:
+        body = body[1:]
+    end = body.endswith("$") and not body.endswith("\\$")
+    if end:
+        body = body[:-1]
+    return regex.compile(("" if start else "(?s:.)*?") + "(?:" + body + ")" +
+                         ("" if end else "(?s:.)*"), regex.ASCII)
+
+
+def pattern_search(pattern, text):
+    return regex.search(pattern, text, regex.ASCII) is not None
+
+
+def pattern_candidates(pattern, lo, hi):
+    """Code points in [lo, hi] (surrogates left out) that stand for every
+    way a character there can go on: the ends of the range and each code
+    point the pattern names, with its neighbours (where classes begin and
+    end)."""
+    named = set()
+    for c in pattern:
+        named |= {ord(c) - 1, ord(c), ord(c) + 1}
+    for m in regex.finditer(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})",
+                            pattern):
+        v = int(m.group(1) or m.group(2), 16)
+        named |= {v - 1, v, v + 1}
+    out = {lo, hi} | {c for c in named if lo <= c <= hi}
+    return [c for c in sorted(out) if not 0xD800 <= c <= 0xDFFF]
+
+
+def pattern_prefix(pattern, text, partial=None):
+    """{'prefix'} if the decoded characters `text` (and a character read
+    part of the way, one of the code points in `partial`) can still be
+    followed to a match; otherwise nothing."""
+    if pattern is None:
+        return {"prefix"}
+    whole = pattern_whole(pattern)
+    done = "".join(text)
+    if partial is None:
+        ok = whole.fullmatch(done, partial=True) is not None
+    else:
+        ok = any(whole.fullmatch(done + chr(c), partial=True) is not None
+                 for c in pattern_candidates(pattern, *partial))
+    return {"prefix"} if ok else set()
+
+
+def utf8_range(pending):
+    """The code points a UTF-8 sequence begun with `pending` can be."""
+    if not pending:
+        return None
+    lead = pending[0]
+    n = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    v = lead & (0x7F >> n)
+    for b in pending[1:]:
+        v = v << 6 | (b & 0x3F)
+    left = n - len(pending)
+    least = {2: 0x80, 3: 0x800, 4: 0x10000}[n]
+    return (max(v << 6 * left, least),
+            min((v << 6 * left) | ((1 << 6 * left) - 1), 0x10FFFF))
+
+
 def schema_state(data, root, document=None):
     """'whole', 'prefix' or 'invalid' for `data` (bytes) under `root`
     ('whole' wins where the bytes may also go on); $refs resolve against
@@ -137,20 +208,26 @@ def schema_state(data, root, document=None):
 
     def string(s, p, k):
         lo, hi = s.get("minLength", 0), s.get("maxLength")
-        bounded = lo > 0 or hi is not None
+        pattern = s.get("pattern")
+        bounded = lo > 0 or hi is not None or pattern is not None
         decoder = codecs.getincrementaldecoder("utf-8")()
-        count = 0
+        count, text = 0, []
         while p < n:
             b = data[p]
             if decoder.getstate()[0]:  # inside a UTF-8 character
                 try:
-                    decoder.decode(bytes([b]))
+                    text.append(decoder.decode(bytes([b])))
                 except UnicodeDecodeError:
                     return set()
                 p += 1
                 continue
             if b == ord('"'):
-                return k(p + 1) if count >= lo else set()
+                if count < lo:
+                    return set()
+                if pattern is not None and not pattern_search(
+                        pattern, "".join(text)):
+                    return set()
+                return k(p + 1)
             if b < 0x20:
                 return set()
             if hi is not None and count >= hi:
@@ -159,7 +236,7 @@ def schema_state(data, root, document=None):
             if b == ord("\\"):
                 esc = data[p + 1:p + 2]
                 if not esc:
-                    return {"prefix"}
+                    return pattern_prefix(pattern, text, (0, 0xFFFF))
                 if esc == b"u":
                     digits = data[p + 2:p + 6]
                     if not re.fullmatch(rb"[0-9a-fA-F]*", digits):
@@ -167,20 +244,32 @@ def schema_state(data, root, document=None):
                     if bounded and re.match(rb"[dD][89a-fA-F]", digits):
                         return set()
                     if len(digits) < 4:
-                        return {"prefix"}
+                        v = int(digits or b"0", 16) << 4 * (4 - len(digits))
+                        return pattern_prefix(
+                            pattern, text,
+                            (v, v + (1 << 4 * (4 - len(digits))) - 1))
+                    text.append(chr(int(digits, 16)))
                     p += 6
                 elif esc in (b'"', b"\\", b"/", b"b", b"f", b"n", b"r",
                              b"t"):
+                    text.append(json.loads(b'"\\' + esc + b'"'))
                     p += 2
                 else:
                     return set()
+                if pattern is not None and not pattern_prefix(pattern, text):
+                    return set()
                 continue
             try:
-                decoder.decode(bytes([b]))
+                text.append(decoder.decode(bytes([b])))
             except UnicodeDecodeError:
                 return set()
+            if pattern is not None and not pattern_prefix(
+                    pattern, text, utf8_range(decoder.getstate()[0])):
+                return set()
             p += 1
-        return {"prefix"}
+        pending = decoder.getstate()[0]
+        return pattern_prefix(pattern, text,
+                              utf8_range(pending) if pending else None)
 
     def obj(s, p, k):
         props = s.get("properties", {})

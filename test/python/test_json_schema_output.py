@@ -24,6 +24,7 @@ PERSON = {
         "tags": {"type": "array", "items": {"enum": ["a", "ab", 1, 12, None]},
                  "maxItems": 3},
         "pet": {"anyOf": [{"$ref": "#/$defs/pet"}, {"type": "null"}]},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}(-[0-9]+)?$"},
     },
     "required": ["name", "age"],
     "additionalProperties": False,
@@ -32,6 +33,11 @@ PERSON = {
                                      "legs": {"type": "number"}},
                       "required": ["kind"], "additionalProperties": False}},
 }
+PATTERNS = {"type": "object",
+            "properties": {"id": {"type": "string",
+                                  "pattern": "^[a-z]+_[0-9]{2}$"},
+                           "tag": {"type": "string", "pattern": "x|yz"}},
+            "required": ["id"], "additionalProperties": False}
 ANY_KEYS = {"type": "object", "properties": {"id": {"const": 7}},
             "required": ["id"]}
 LIST = {"type": "array", "items": {"type": ["boolean", "string"]},
@@ -60,6 +66,16 @@ def test_reference_reader():
         ({"type": "integer", "minimum": 18, "maximum": 99}, b"17", "invalid"),
         ({"type": "integer", "maximum": 0, "exclusiveMaximum": True}, b"-0",
          "invalid"),
+        (PERSON, b'{"code":"AB-12"}', "invalid"),  # name and age required
+        (PERSON, b'{"age":1,"name":"x","code":"AB-1', "prefix"),
+        (PERSON, b'{"age":1,"name":"x","code":"AB-"', "invalid"),
+        (PERSON, b'{"age":1,"name":"x","code":"A1', "invalid"),
+        (PERSON, b'{"age":1,"name":"x","code":"AB\\u002d7"}', "whole"),
+        (PERSON, b'{"age":1,"name":"x","code":"AB\xe2', "invalid"),
+        (PATTERNS, b'{"id":"ab_12","tag":"..x.."}', "whole"),
+        (PATTERNS, b'{"id":"ab_1"}', "invalid"),
+        (PATTERNS, b'{"id":"ab_12","tag":"y"}', "invalid"),
+        (PATTERNS, b'{"id":"ab_12","tag":"\xc3\xa9y', "prefix"),
         (PERSON, b'{"age":1,"age":2}', "invalid"),
         (PERSON, b'{"name":"abcdefg"', "invalid"),
         (PERSON, b'{"name":"\\ud83d', "invalid"),
@@ -89,8 +105,8 @@ def write_schema(tmp_path, schema):
     return str(path)
 
 
-@pytest.mark.parametrize("schema", [PERSON, ANY_KEYS, LIST],
-                         ids=["person", "any-keys", "list"])
+@pytest.mark.parametrize("schema", [PERSON, ANY_KEYS, LIST, PATTERNS],
+                         ids=["person", "any-keys", "list", "patterns"])
 def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path,
                                                       schema):
     path = write_schema(tmp_path, schema)
@@ -110,7 +126,7 @@ def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path,
 def test_sampled_replies_validate(model, tmp_path, seed):
     """Sampled replies (the seed printed by pytest's id): whole ones
     validate with jsonschema, the others are prefixes by the reference."""
-    for schema in (PERSON, LIST):
+    for schema in (PERSON, LIST, PATTERNS):
         path = write_schema(tmp_path, schema)
         out = kiln_run(model.art, model.gguf, "--prompt", "JSON", "-n",
                        50, "--temperature", "1.2", "--top-k", "20", "--seed",

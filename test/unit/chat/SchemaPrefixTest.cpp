@@ -53,7 +53,8 @@ const char *kPerson = R"({
     "tags": {"type": "array", "items": {"enum": ["a", "ab", 1, 12, null]},
              "minItems": 1, "maxItems": 3},
     "ratio": {"type": ["number", "null"]},
-    "nick": {"anyOf": [{"type": "string"}, {"type": "boolean"}]}
+    "nick": {"anyOf": [{"type": "string"}, {"type": "boolean"}]},
+    "code": {"type": "string", "pattern": "^[A-Z]{2}(-[0-9]+)?$"}
   },
   "required": ["name", "age"],
   "additionalProperties": false
@@ -110,8 +111,19 @@ TEST(SchemaPrefix, RefusesWhatItCannotKeep) {
        "#/minimum: bounds are kept for \"type\": \"integer\" only"},
       {R"({"type": "integer", "minimum": 3, "exclusiveMaximum": 3})",
        "#/minimum: no integer of at most 18 digits lies within the bounds"},
-      {R"({"properties": {"a": {"pattern": "x"}}})",
-       "schema: #/properties/a/pattern: keyword 'pattern'"},
+      {R"({"properties": {"a": {"uniqueItems": true}}})",
+       "schema: #/properties/a/uniqueItems: keyword 'uniqueItems'"},
+      {R"({"pattern": "(?=a)b"})", "#/pattern: pattern: look-arounds"},
+      {R"({"pattern": "(a)\\1"})", "#/pattern: pattern: the escape \\1"},
+      {R"({"pattern": "a^b"})", "'^' and '$' are supported only first"},
+      {R"({"pattern": "^a|b$"})", "an anchor beside a top-level '|'"},
+      {R"({"pattern": "[z-a]"})", "a class range out of order"},
+      {R"({"pattern": "a{2,1}"})", "a counted repeat must be"},
+      {R"({"pattern": "(a"})", "a '(' without its ')'"},
+      {R"({"pattern": "[^\\s\\S]"})", "#/pattern: pattern: matches no string"},
+      {R"({"pattern": "^(ab){200}$"})", "too large for constrained decoding"},
+      {R"({"type": "string", "pattern": "a", "maxLength": 3})",
+       "#/pattern: a pattern beside minLength / maxLength"},
       {R"({"oneOf": [true]})", "#/oneOf: keyword 'oneOf'"},
       {"false", "#: the schema false accepts no value"},
       {R"({"type": "objekt"})", "#/type: expected a JSON type name"},
@@ -330,8 +342,9 @@ TEST(SchemaPrefix, RandomWalksCanAlwaysFinish) {
             ok.push_back(&b);
             onward = onward || (b != " " && b != "\n");
           }
-        ASSERT_TRUE(onward) << "nothing but whitespace continues " << text
-                            << " (" << schemaText << ")";
+        ASSERT_TRUE(onward)
+            << "nothing but whitespace continues "
+            << ::testing::PrintToString(text) << " (" << schemaText << ")";
         // Favour the structural bytes, so that walks close what they open.
         const std::string *pick = ok[rng.below(ok.size())];
         for (const std::string *b : ok)
@@ -487,4 +500,41 @@ TEST(SchemaPrefix, IntegerBoundsAsTheDigitsCome) {
   expectWhole(wide, "999999999999999999");
   expectRefusedAt(wide, "9999999999999999999", 18);
   expectWhole(compileText(R"({"type": "integer"})"), "99999999999999999999999");
+}
+
+TEST(SchemaPrefix, PatternsAsTheCharactersCome) {
+  auto id = compileText(R"({"type": "string",
+                            "pattern": "^[a-z]+-[0-9]{2}$"})");
+  ASSERT_TRUE(id);
+  expectWhole(id, R"("ab-12")");
+  expectWhole(id, R"("\u0061b-1\u0032")"); // escapes are their characters
+  expectRefusedAt(id, R"("ab-1")", 5);     // one digit short
+  expectRefusedAt(id, R"("AB")", 1);
+  expectRefusedAt(id, R"("ab-123")", 6);
+  expectRefusedAt(id, R"("ab-\ud83d")", 6); // \ud... is no digit
+  expectRefusedAt(id, "\"ab\xe2", 3);       // nor is any U+2000-U+2FFF
+  auto any = compileText(R"({"pattern": "^.*$"})");
+  expectRefusedAt(any, R"("\ud83d\ude00")", 4); // no surrogate escapes
+  // Unanchored: the match may stand anywhere.
+  auto inside = compileText(R"({"pattern": "ab|c{2}"})");
+  ASSERT_TRUE(inside);
+  expectWhole(inside, R"("xxabyy")");
+  expectWhole(inside, R"("cc")");
+  expectRefusedAt(inside, R"("xxa")", 4);
+  // Code points, '.', classes and escapes.
+  auto accent = compileText(R"({"pattern": "^\u00e9[^a-c]\\d.$"})");
+  ASSERT_TRUE(accent);
+  expectWhole(accent, "\"\xc3\xa9z7\xe2\x82\xac\"");
+  expectWhole(accent, R"("\u00e9Z9\t")");
+  expectRefusedAt(accent, R"("\u00e9b")", 7);
+  expectRefusedAt(accent, R"("\u00e9z7\n")", 10); // '.' is no newline
+  // In an object, with alternatives and repeats.
+  auto obj = compileText(R"({"type": "object", "properties": {
+      "v": {"type": "string", "pattern": "^(v[0-9]+(\\.[0-9]+){0,2}|latest)$"}},
+      "required": ["v"]})");
+  ASSERT_TRUE(obj);
+  expectWhole(obj, R"({"v": "v1.20.3"})");
+  expectWhole(obj, R"({"v": "latest"})");
+  expectRefusedAt(obj, R"({"v": "v1.2.3.4"})", 13);
+  expectRefusedAt(obj, R"({"v": "lat"})", 10);
 }
