@@ -811,10 +811,13 @@ def test_logit_bias_and_refused_parameters(server, client):
                       ({"type": "json_schema", "json_schema": {
                           "name": "x", "schema": {"type": "object",
                                                   "properties": {
-                                                      "a": {"pattern": "z"}}}}},
+                                                      "a": {"multipleOf": 2}}}}},
                        "'response_format' json_schema.schema: "
-                       "#/properties/a/pattern: keyword 'pattern' is not "
-                       "supported"),
+                       "#/properties/a/multipleOf: keyword 'multipleOf' is "
+                       "not supported"),
+                      ({"type": "json_schema", "json_schema": {
+                          "name": "x", "schema": {"pattern": "(?=a)"}}},
+                       "#/pattern: pattern: look-arounds"),
                       ({"type": "json_schema", "json_schema": {
                           "name": "x", "schema": {"$ref": "#/nowhere"}}},
                        "names nothing"),
