@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -165,6 +166,25 @@ Generator::generate(const GenerateOptions &options,
         controls.emplace_back(id, *bytes);
     }
   }
+  // The allowed set of the constraint's state now: its text tokens, its
+  // control tokens where it takes them, the stop ids where it may end.
+  auto maskOf = [&] {
+    std::vector<uint8_t> mask(logits_.size(), 0);
+    for (const auto &[id, bytes] : spellers)
+      mask[size_t(id)] = constraint->accepts(bytes);
+    if (constraint->takesControlTokens())
+      for (const auto &[id, bytes] : controls)
+        mask[size_t(id)] = constraint->accepts(bytes);
+    if (constraint->complete())
+      for (int32_t id : enders)
+        mask[size_t(id)] = 1;
+    return mask;
+  };
+  // A new state's allowed set is computed on a second thread while the
+  // model's step runs (the state does not change until the next token is
+  // chosen, which waits for it): on a GPU, the step's time hides it.
+  std::future<std::vector<uint8_t>> pending;
+  std::string pendingKey;
   bool sample = options.sampling.needsLogits() || constraint;
   for (int64_t g = 0; g < options.maxTokens; ++g) {
     int32_t token;
@@ -172,20 +192,17 @@ Generator::generate(const GenerateOptions &options,
       // A state seen before (inside a long string or value, most steps)
       // has its allowed set kept; a few dozen states at most are kept.
       std::string key = constraint->key();
+      if (pending.valid()) { // computed while the step ran
+        std::vector<uint8_t> mask = pending.get();
+        if (masks.size() >= kMaxMasks)
+          masks.clear();
+        masks.emplace(pendingKey, std::move(mask));
+      }
       auto it = masks.find(key);
       if (it == masks.end()) {
         if (masks.size() >= kMaxMasks)
           masks.clear();
-        std::vector<uint8_t> mask(logits_.size(), 0);
-        for (const auto &[id, bytes] : spellers)
-          mask[size_t(id)] = constraint->accepts(bytes);
-        if (constraint->takesControlTokens())
-          for (const auto &[id, bytes] : controls)
-            mask[size_t(id)] = constraint->accepts(bytes);
-        if (constraint->complete())
-          for (int32_t id : enders)
-            mask[size_t(id)] = 1;
-        it = masks.emplace(std::move(key), std::move(mask)).first;
+        it = masks.emplace(std::move(key), maskOf()).first;
       }
       const std::vector<uint8_t> &allowed = it->second;
       token = sampler.sample(logits_, history, allowed);
@@ -236,6 +253,11 @@ Generator::generate(const GenerateOptions &options,
     }
     if (g + 1 == options.maxTokens || result.stoppedByCaller)
       break;
+    if (constraint) {
+      pendingKey = constraint->key();
+      if (!masks.count(pendingKey))
+        pending = std::async(std::launch::async, maskOf);
+    }
     if (Status st = step(token, allLogits); !st)
       return st.error();
     ++result.steps;
