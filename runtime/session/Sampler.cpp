@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace kiln::runtime {
@@ -17,6 +18,47 @@ int32_t argmax(std::span<const float> logits) {
 
 Sampler::Sampler(const SamplingOptions &options)
     : options_(options), rng_(options.seed) {}
+
+void Sampler::orderTokens(std::span<const float> logits,
+                          std::span<const uint8_t> allowed) {
+  // A key a token: its logit's bits made to sort as the value does, then
+  // inverted (most likely first), above its id (ties to the lower id).
+  keys_.clear();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!allowed.empty() && (i >= allowed.size() || !allowed[i]))
+      continue;
+    uint32_t bits;
+    std::memcpy(&bits, &logits[i], sizeof bits);
+    if (bits == 0x80000000u)
+      bits = 0; // -0 ties with +0, as the comparison has it
+    bits = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+    keys_.push_back(uint64_t(~bits) << 32 | uint32_t(i));
+  }
+  // The keys are distinct (the ids are), so any sort gives one order. A
+  // short list by comparisons; a long one (a vocabulary) least
+  // significant 16 bits first, a digit every key shares skipped.
+  if (keys_.size() < 4096) {
+    std::sort(keys_.begin(), keys_.end());
+  } else {
+    spare_.resize(keys_.size());
+    std::vector<uint32_t> &count = counts_;
+    for (int shift = 0; shift < 64; shift += 16) {
+      count.assign(65537, 0);
+      for (uint64_t k : keys_)
+        ++count[((k >> shift) & 0xFFFF) + 1];
+      if (std::find(count.begin(), count.end(), keys_.size()) != count.end())
+        continue;
+      for (size_t d = 1; d < count.size(); ++d)
+        count[d] += count[d - 1];
+      for (uint64_t k : keys_)
+        spare_[count[(k >> shift) & 0xFFFF]++] = k;
+      keys_.swap(spare_);
+    }
+  }
+  order_.resize(keys_.size());
+  for (size_t i = 0; i < keys_.size(); ++i)
+    order_[i] = int32_t(uint32_t(keys_[i]));
+}
 
 int32_t Sampler::sample(std::span<const float> input,
                         std::span<const int32_t> history,
@@ -75,13 +117,7 @@ int32_t Sampler::sample(std::span<const float> input,
   }
   if (options_.greedy() || logits.size() <= 1)
     return argmax(logits);
-  order_.resize(logits.size());
-  for (size_t i = 0; i < order_.size(); ++i)
-    order_[i] = int32_t(i);
-  // Most likely first; ties to the lower id, so the order is total.
-  std::stable_sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b];
-  });
+  orderTokens(logits, allowed);
   size_t keep = allowed.empty() ? order_.size() : allowedCount;
   if (options_.topK > 0)
     keep = std::min(keep, size_t(options_.topK));

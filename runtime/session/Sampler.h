@@ -61,6 +61,14 @@ private:
   Rng rng_;
   std::vector<int32_t> order_;
   std::vector<double> probs_;
+  std::vector<uint64_t> keys_, spare_; // orderTokens' radix sort
+  std::vector<uint32_t> counts_;
+  /// order_ = the tokens (those `allowed`, where given) most likely first,
+  /// ties to the lower id: the order a stable sort by logit gives, by a
+  /// radix sort of (logit, id) keys (a vocabulary of 154,880 in ~1 ms,
+  /// against ~15 ms for the comparison sort).
+  void orderTokens(std::span<const float> logits,
+                   std::span<const uint8_t> allowed);
 };
 
 /// Index of the largest logit; ties to the lowest index.
