@@ -159,6 +159,13 @@ single() { # NAME SYNTH-ARGS...: tp=1 artifacts, CPU and CUDA, f32 caches
 single small-ff256 --preset small --seed 3 --indexer-top-k 4 --expert-ff 256
 # Small in the 2-bit mix: Q2_K / Q3_K routed experts.
 single small-q2 --preset small --seed 5 --indexer-top-k 4 --mix ud-q2_k_xl
+# A tiny model of GLM-5's vocabulary size (154,880 tokens), for the host's
+# part of a sampled or constrained token (utils/gpu-test.sh's host-sampling
+# step synthesises its weights with the same arguments).
+synth "$m/vocab-meta.gguf" --preset tiny --vocab 154880 --seed 23 --metadata-only
+compile "$m/vocab-meta.gguf" --target=cuda:$pack_arch --context 256 \
+  -o "$m/tiny-vocab.cuda.tp1.kiln"
+rm -f "$m/vocab-meta.gguf"
 
 # GLM-5 at full width (78 layers, UD-Q4_K_XL-like mix) for benchmarks on
 # random weights: tp=8 (one rank simulated on one GPU) and, on two GPUs,

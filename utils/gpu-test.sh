@@ -289,6 +289,38 @@ if [ -x "$pack/bin/kiln-run" ]; then
     done
   }
   step omit-glm5-tp8-rank0 omit_table
+  # The host's part of a served token (docs/perf.md, forty-third pass): a
+  # tiny model of GLM-5's vocabulary size, greedy and sampled, with and
+  # without a JSON schema to constrain the reply (the sampler's order and
+  # the constraint's masks run on the host).
+  host_sampling() {
+    local d case
+    d=$(mktemp -d)
+    "$bin/kiln-gguf" synth "$d/vocab.gguf" --preset tiny --vocab 154880 \
+      --seed 23 --quiet || return 1
+    cat > "$d/schema.json" <<'SCHEMA'
+{"type": "object", "properties": {
+  "name": {"type": "string", "maxLength": 40},
+  "age": {"type": "integer", "minimum": 0, "maximum": 150},
+  "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}},
+  "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]+$"}},
+ "required": ["name", "age"], "additionalProperties": false}
+SCHEMA
+    echo "| reply (119 steps, tiny model of 154,880 tokens) | ms a step |"
+    echo "|---|---|"
+    for case in "greedy:" "greedy, json_schema:--json-schema $d/schema.json" \
+        "sampled T=0.8, json_schema:--temperature 0.8 --seed 5 --json-schema $d/schema.json" \
+        "sampled T=0.8:--temperature 0.8 --seed 5"; do
+      # shellcheck disable=SC2086
+      run "$m/tiny-vocab.cuda.tp1.kiln" --weights "$d/vocab.gguf" --prompt hi \
+        -n 120 --json ${case#*:} | python3 -c "import json, sys
+d = json.load(sys.stdin)
+print('| %s | %.3f |' % (sys.argv[1], 1e3 * d['decode_seconds'] / d['decode_steps']))" \
+        "${case%%:*}" || { rm -rf "$d"; return 1; }
+    done
+    rm -rf "$d"
+  }
+  [ -f "$m/tiny-vocab.cuda.tp1.kiln" ] && step host-sampling host_sampling
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \
     --simulate-rank 0/8 --context 1024 --steps 3 --profile
   # The step's critical path by op kind and its links by the kinds they
