@@ -185,17 +185,19 @@ Expected<Ranges> PatternCompiler::charClass() {
     negated = true;
     ++at_;
   }
+  // ECMA-262 reads "[]" as no character and "[^]" as any; other dialects
+  // read a ']' first as itself: refused rather than read one way.
+  if (peek() == ']')
+    return fail("a class that begins with ']' ('[]', '[^]')");
   Ranges out;
-  bool first = true;
   while (true) {
     if (!more())
       return fail("a '[' without its ']'");
     char32_t c = text_[at_];
-    if (c == ']' && !first) {
+    if (c == ']') {
       ++at_;
       break;
     }
-    first = false;
     Ranges item;
     ++at_;
     if (c == '\\') {

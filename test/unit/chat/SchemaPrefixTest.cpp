@@ -118,6 +118,7 @@ TEST(SchemaPrefix, RefusesWhatItCannotKeep) {
       {R"({"pattern": "a^b"})", "'^' and '$' are supported only first"},
       {R"({"pattern": "^a|b$"})", "an anchor beside a top-level '|'"},
       {R"({"pattern": "[z-a]"})", "a class range out of order"},
+      {R"({"pattern": "a[]b"})", "a class that begins with ']'"},
       {R"({"pattern": "a{2,1}"})", "a counted repeat must be"},
       {R"({"pattern": "(a"})", "a '(' without its ')'"},
       {R"({"pattern": "[^\\s\\S]"})", "#/pattern: pattern: matches no string"},
