@@ -437,32 +437,35 @@ Expected<PatternCompiler::Frag> PatternCompiler::build(const Ast &a) {
         return g;
       append(*g);
     }
-    if (a.max < 0) {
+    // A copy behind a split whose other way (slot 1) passes it by.
+    auto optional = [&](int32_t &split) -> Expected<Frag> {
       Expected<Frag> g = build(a.parts[0]);
       if (!g)
         return g;
-      SchemaPattern::State split;
-      split.out[0] = g->start;
-      Expected<int32_t> s = add(std::move(split));
+      SchemaPattern::State st;
+      st.out[0] = g->start;
+      Expected<int32_t> s = add(std::move(st));
       if (!s)
         return s.error();
-      patch(g->outs, *s);
       patch(f->outs, *s);
-      f->outs = {{*s, 1}};
+      split = *s;
+      return g;
+    };
+    int32_t split = -1;
+    if (a.max < 0) { // a loop back to the split
+      Expected<Frag> g = optional(split);
+      if (!g)
+        return g;
+      patch(g->outs, split);
+      f->outs = {{split, 1}};
       return f;
     }
     std::vector<std::pair<int32_t, int>> skips;
     for (int i = a.min; i < a.max; ++i) {
-      Expected<Frag> g = build(a.parts[0]);
+      Expected<Frag> g = optional(split);
       if (!g)
         return g;
-      SchemaPattern::State split;
-      split.out[0] = g->start;
-      Expected<int32_t> s = add(std::move(split));
-      if (!s)
-        return s.error();
-      patch(f->outs, *s);
-      skips.emplace_back(*s, 1);
+      skips.emplace_back(split, 1);
       f->outs = g->outs;
     }
     f->outs.insert(f->outs.end(), skips.begin(), skips.end());
