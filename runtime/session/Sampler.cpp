@@ -35,23 +35,27 @@ void Sampler::orderTokens(std::span<const float> logits,
     keys_.push_back(uint64_t(~bits) << 32 | uint32_t(i));
   }
   // The keys are distinct (the ids are), so any sort gives one order. A
-  // short list by comparisons; a long one (a vocabulary) least
-  // significant 16 bits first, a digit every key shares skipped.
+  // short list by comparisons; a long one (a vocabulary) by a stable
+  // counting sort of the logit's 32 bits alone, 11 at a time from the
+  // least significant (the keys were made in the ids' order, which ties
+  // keep), a digit every key shares skipped.
   if (keys_.size() < 4096) {
     std::sort(keys_.begin(), keys_.end());
   } else {
+    constexpr int kBits = 11;
+    constexpr uint64_t kMask = (uint64_t(1) << kBits) - 1;
     spare_.resize(keys_.size());
     std::vector<uint32_t> &count = counts_;
-    for (int shift = 0; shift < 64; shift += 16) {
-      count.assign(65537, 0);
+    for (int shift = 32; shift < 64; shift += kBits) {
+      count.assign(size_t(kMask) + 2, 0);
       for (uint64_t k : keys_)
-        ++count[((k >> shift) & 0xFFFF) + 1];
+        ++count[((k >> shift) & kMask) + 1];
       if (std::find(count.begin(), count.end(), keys_.size()) != count.end())
         continue;
       for (size_t d = 1; d < count.size(); ++d)
         count[d] += count[d - 1];
       for (uint64_t k : keys_)
-        spare_[count[(k >> shift) & 0xFFFF]++] = k;
+        spare_[count[(k >> shift) & kMask]++] = k;
       keys_.swap(spare_);
     }
   }

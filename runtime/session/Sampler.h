@@ -65,8 +65,8 @@ private:
   std::vector<uint32_t> counts_;
   /// order_ = the tokens (those `allowed`, where given) most likely first,
   /// ties to the lower id: the order a stable sort by logit gives, by a
-  /// radix sort of (logit, id) keys (a vocabulary of 154,880 in ~1 ms,
-  /// against ~15 ms for the comparison sort).
+  /// radix sort of (logit, id) keys (a vocabulary of 154,880 in under a
+  /// millisecond, against ~12 ms for the comparison sort).
   void orderTokens(std::span<const float> logits,
                    std::span<const uint8_t> allowed);
 };
