@@ -976,19 +976,23 @@ size_t SchemaPrefix::stepLive(std::vector<Thread> &threads, size_t live,
   return n;
 }
 
+size_t SchemaPrefix::stepBytes(std::vector<Thread> &threads, size_t live,
+                               std::string_view bytes) const {
+  for (char c : bytes) {
+    live = stepLive(threads, live, uint8_t(c));
+    if (live == 0 || live > kMaxThreads)
+      return 0;
+  }
+  return live;
+}
+
 bool SchemaPrefix::acceptsFresh(std::string_view bytes) const {
   std::vector<Thread> &scratch = scratch_.v;
   if (scratch.size() < threads_.size())
     scratch.resize(threads_.size());
   for (size_t i = 0; i < threads_.size(); ++i)
     scratch[i] = threads_[i];
-  size_t live = threads_.size();
-  for (char c : bytes) {
-    live = stepLive(scratch, live, uint8_t(c));
-    if (live == 0 || live > kMaxThreads)
-      return false;
-  }
-  return true;
+  return stepBytes(scratch, threads_.size(), bytes) > 0;
 }
 
 bool SchemaPrefix::accepts(std::string_view bytes) const {
@@ -1025,28 +1029,29 @@ bool SchemaPrefix::accepts(std::string_view bytes) const {
 
 bool SchemaPrefix::push(std::string_view bytes) {
   std::vector<Thread> threads = threads_;
-  size_t live = threads.size();
-  for (char c : bytes) {
-    live = stepLive(threads, live, uint8_t(c));
-    if (live == 0 || live > kMaxThreads)
-      return false;
-  }
+  const size_t live = stepBytes(threads, threads.size(), bytes);
+  if (live == 0)
+    return false;
   threads.resize(live);
   threads_ = std::move(threads);
-  dedupe(); // alternatives that reached the same state are one
-  first_.fill(-1);
+  settle();
   return true;
 }
 
 bool SchemaPrefix::take(uint8_t b) {
-  const size_t live = stepLive(threads_, threads_.size(), b);
+  const char c = char(b);
+  const size_t live = stepBytes(threads_, threads_.size(), {&c, 1});
   threads_.resize(live);
-  if (live == 0 || live > kMaxThreads)
+  if (live == 0)
     return false;
-  if (live > 1)
-    dedupe();
-  first_.fill(-1);
+  settle();
   return true;
+}
+
+void SchemaPrefix::settle() {
+  if (threads_.size() > 1)
+    dedupe(); // alternatives that reached the same state are one
+  first_.fill(-1);
 }
 
 void SchemaPrefix::dedupe() {

@@ -224,7 +224,14 @@ private:
   /// first after, and the count of them is returned (threads past it are
   /// spare storage).
   size_t stepLive(std::vector<Thread> &threads, size_t live, uint8_t b) const;
+  /// stepLive over each of `bytes`; 0 where every thread refused one or
+  /// more than kMaxThreads went on.
+  size_t stepBytes(std::vector<Thread> &threads, size_t live,
+                   std::string_view bytes) const;
   bool acceptsFresh(std::string_view bytes) const;
+  /// After threads_ took bytes: one of each equal state, and the first
+  /// bytes' answers forgotten.
+  void settle();
   /// Keeps one of each set of threads with equal keys, sorted by key.
   void dedupe();
   static void appendKey(std::string &k, const Thread &t);

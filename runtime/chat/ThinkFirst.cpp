@@ -34,6 +34,11 @@ ThinkFirst &ThinkFirst::operator=(const ThinkFirst &other) {
   return *this;
 }
 
+bool ThinkFirst::feed(uint8_t b) {
+  const char c = char(b);
+  return answer_->push(std::string_view(&c, 1));
+}
+
 bool ThinkFirst::step(uint8_t b) {
   switch (phase_) {
   case Phase::Lead:
@@ -43,17 +48,15 @@ bool ThinkFirst::step(uint8_t b) {
       // "<think>" or an answer that begins with '<'.
       phase_ = Phase::Open;
       at_ = 1;
-      if (!answer_->push(std::string_view(reinterpret_cast<char *>(&b), 1)))
+      if (!feed(b))
         answer_.reset();
       return true;
     }
     phase_ = Phase::Answer;
-    return answer_->push(std::string_view(reinterpret_cast<char *>(&b), 1));
+    return feed(b);
   case Phase::Open: {
     const bool think = b == uint8_t(kOpen[at_]);
-    bool answer =
-        answer_ &&
-        answer_->push(std::string_view(reinterpret_cast<char *>(&b), 1));
+    bool answer = answer_ && feed(b);
     if (!answer)
       answer_.reset();
     if (think && ++at_ == kOpen.size()) {
@@ -88,9 +91,9 @@ bool ThinkFirst::step(uint8_t b) {
       return true;
     phase_ = Phase::Answer;
     answer_ = fresh_->clone();
-    return answer_->push(std::string_view(reinterpret_cast<char *>(&b), 1));
+    return feed(b);
   case Phase::Answer:
-    return answer_->push(std::string_view(reinterpret_cast<char *>(&b), 1));
+    return feed(b);
   }
   return false;
 }

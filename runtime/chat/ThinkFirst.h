@@ -61,6 +61,8 @@ private:
   };
 
   bool step(uint8_t b);
+  /// Gives byte b to the answer's constraint.
+  bool feed(uint8_t b);
 
   Phase phase_ = Phase::Lead;
   uint32_t at_ = 0;

@@ -248,10 +248,21 @@ void ToolCallPrefix::openChoice(State &s) const {
   s.at = 0;
 }
 
-std::shared_ptr<const JsonSchema> typeSchema(std::string_view type) {
+namespace {
+
+/// Whether `type` names one JSON type other than string (a value the
+/// markup's reader turns into JSON).
+bool jsonValueType(std::string_view type) {
   static constexpr std::string_view kTypes[] = {"null",   "boolean", "integer",
                                                 "number", "array",   "object"};
-  if (std::find(std::begin(kTypes), std::end(kTypes), type) == std::end(kTypes))
+  return std::find(std::begin(kTypes), std::end(kTypes), type) !=
+         std::end(kTypes);
+}
+
+} // namespace
+
+std::shared_ptr<const JsonSchema> typeSchema(std::string_view type) {
+  if (!jsonValueType(type))
     return nullptr;
   ValueMap m;
   m.set("type", Value(std::string(type)));
@@ -269,14 +280,33 @@ std::shared_ptr<const JsonSchema> parameterValues(const Value &parameters,
                             : nullptr;
   const Value *type =
       schema && schema->isMap() ? schema->asMap().find("type") : nullptr;
-  if (!type || !type->isString())
-    return nullptr;
-  std::shared_ptr<const JsonSchema> byType = typeSchema(type->asString());
-  if (!byType)
-    return nullptr; // a string, or not a type: any text
+  if (!type || !type->isString() || !jsonValueType(type->asString()))
+    return nullptr; // a string, or not one type: any text
   Expected<std::shared_ptr<const JsonSchema>> own = JsonSchema::compile(
       parameters, "parameters", "/properties/" + jsonPointerToken(name));
-  return own ? *own : byType;
+  return own ? *own : typeSchema(type->asString());
+}
+
+Expected<ToolSignature> toolSignature(std::string name,
+                                      const Value &parameters) {
+  ToolSignature sig{std::move(name), {}, {}, {}};
+  const Value *properties =
+      parameters.isMap() ? parameters.asMap().find("properties") : nullptr;
+  if (!properties || !properties->isMap())
+    return sig;
+  const Value *required = parameters.asMap().find("required");
+  for (const auto &[key, schema] : properties->asMap()) {
+    if (!writableInMarkup(key))
+      return Error(sig.name, key, "cannot be written in GLM's call markup");
+    bool must = false;
+    if (required && required->isList())
+      for (const Value &r : required->asList())
+        must = must || (r.isString() && r.asString() == key);
+    sig.parameters.push_back(key);
+    sig.values.push_back(parameterValues(parameters, key));
+    sig.required.push_back(must);
+  }
+  return sig;
 }
 
 bool writableInMarkup(std::string_view name) {

@@ -64,6 +64,14 @@ struct ToolSignature {
   std::vector<bool> required;
 };
 
+/// Function `name`'s signature from its `parameters` schema (a JSON
+/// document): its "properties" in order, each one's values as
+/// parameterValues says, "required" marking those that must be given; no
+/// "properties": any key. An error (where: the function, field: the
+/// parameter) for a parameter name the markup cannot hold.
+Expected<ToolSignature> toolSignature(std::string name,
+                                      const Value &parameters);
+
 class ToolCallPrefix final : public ReplyConstraint {
 public:
   /// Most functions, and most parameters of one, a call may choose among.

@@ -192,18 +192,16 @@ Generator::generate(const GenerateOptions &options,
       // A state seen before (inside a long string or value, most steps)
       // has its allowed set kept; a few dozen states at most are kept.
       std::string key = constraint->key();
-      if (pending.valid()) { // computed while the step ran
-        std::vector<uint8_t> mask = pending.get();
+      auto keep = [&](std::string k, std::vector<uint8_t> mask) {
         if (masks.size() >= kMaxMasks)
           masks.clear();
-        masks.emplace(pendingKey, std::move(mask));
-      }
+        return masks.emplace(std::move(k), std::move(mask)).first;
+      };
+      if (pending.valid()) // computed while the step ran
+        keep(pendingKey, pending.get());
       auto it = masks.find(key);
-      if (it == masks.end()) {
-        if (masks.size() >= kMaxMasks)
-          masks.clear();
-        it = masks.emplace(std::move(key), maskOf()).first;
-      }
+      if (it == masks.end())
+        it = keep(std::move(key), maskOf());
       const std::vector<uint8_t> &allowed = it->second;
       token = sampler.sample(logits_, history, allowed);
       if (token < 0)

@@ -409,20 +409,12 @@ Status readToolParameters(const std::string &path, chat::ToolSignature &sig) {
   if (!props || !props->isMap())
     return Error(path, "properties",
                  "expected a parameters schema with \"properties\"");
-  const chat::Value *required = doc->asMap().find("required");
-  for (const auto &[name, schema] : props->asMap()) {
-    if (!chat::writableInMarkup(name))
-      return Error(path, "properties",
-                   "parameter '" + name +
-                       "' cannot be written in GLM's call markup");
-    bool must = false;
-    if (required && required->isList())
-      for (const chat::Value &r : required->asList())
-        must = must || (r.isString() && r.asString() == name);
-    sig.parameters.push_back(name);
-    sig.values.push_back(chat::parameterValues(*doc, name));
-    sig.required.push_back(must);
-  }
+  Expected<chat::ToolSignature> found = chat::toolSignature(sig.name, *doc);
+  if (!found)
+    return Error(path, "properties",
+                 "parameter '" + found.error().field() +
+                     "' cannot be written in GLM's call markup");
+  sig = std::move(*found);
   return Status::ok();
 }
 

@@ -414,42 +414,36 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
         throw BadRequest{"every tool must have a function with a name to "
                          "force a call",
                          "tools"};
-      chat::ToolSignature sig{(*fn)["name"].get<std::string>(), {}, {}, {}};
-      if (!forced.empty() && sig.name != forced)
+      const std::string name = (*fn)["name"].get<std::string>();
+      if (!forced.empty() && name != forced)
         continue;
-      if (!chat::writableInMarkup(sig.name))
+      if (!chat::writableInMarkup(name))
         throw BadRequest{fmt::format("function name {} cannot be written in "
                                      "GLM's call markup",
-                                     dump(json(sig.name))),
+                                     dump(json(name))),
                          "tools"};
+      chat::Value params;
       if (fn->contains("parameters") && (*fn)["parameters"].is_object() &&
           (*fn)["parameters"].contains("properties") &&
           (*fn)["parameters"]["properties"].is_object()) {
-        const json &params = (*fn)["parameters"];
-        Expected<chat::Value> doc = chat::valueFromJson(params, "parameters");
+        Expected<chat::Value> doc =
+            chat::valueFromJson((*fn)["parameters"], "parameters");
         if (!doc)
-          throw BadRequest{fmt::format("the parameters of {}: {}", sig.name,
+          throw BadRequest{fmt::format("the parameters of {}: {}", name,
                                        doc.error().message()),
                            "tools"};
-        std::vector<std::string> required;
-        if (params.contains("required") && params["required"].is_array())
-          for (const json &r : params["required"])
-            if (r.is_string())
-              required.push_back(r.get<std::string>());
-        for (const auto &[key, schema] : params["properties"].items()) {
-          if (!chat::writableInMarkup(key))
-            throw BadRequest{fmt::format("parameter {} of {} cannot be "
-                                         "written in GLM's call markup",
-                                         dump(json(key)), sig.name),
-                             "tools"};
-          sig.parameters.push_back(key);
-          // A JSON value where the schema gives one type the markup's
-          // reader turns into JSON (chat/ToolCalls.h); any text otherwise.
-          sig.values.push_back(chat::parameterValues(*doc, key));
-          sig.required.push_back(std::find(required.begin(), required.end(),
-                                           key) != required.end());
-        }
+        params = std::move(*doc);
       }
+      // Each parameter's value: JSON where the schema gives one type the
+      // markup's reader turns into JSON (chat/ToolCalls.h); any text
+      // otherwise.
+      Expected<chat::ToolSignature> found = chat::toolSignature(name, params);
+      if (!found)
+        throw BadRequest{fmt::format("parameter {} of {} cannot be written in "
+                                     "GLM's call markup",
+                                     dump(json(found.error().field())), name),
+                         "tools"};
+      chat::ToolSignature sig = std::move(*found);
       if (sig.parameters.size() > chat::ToolCallPrefix::kMaxChoices)
         throw BadRequest{fmt::format("{} has more than {} parameters to "
                                      "force a call of",
