@@ -310,7 +310,9 @@ SCHEMA
     echo "|---|---|"
     for case in "greedy:" "greedy, json_schema:--json-schema $d/schema.json" \
         "sampled T=0.8, json_schema:--temperature 0.8 --seed 5 --json-schema $d/schema.json" \
-        "sampled T=0.8:--temperature 0.8 --seed 5"; do
+        "sampled T=0.8:--temperature 0.8 --seed 5" \
+        "sampled T=1, top-p 0.95:--temperature 1 --top-p 0.95 --seed 5" \
+        "sampled T=0.6, top-k 40:--temperature 0.6 --top-k 40 --seed 5"; do
       # shellcheck disable=SC2086
       run "$m/tiny-vocab.cuda.tp1.kiln" --weights "$d/vocab.gguf" --prompt hi \
         -n 120 --json ${case#*:} | python3 -c "import json, sys

@@ -63,12 +63,20 @@ std::vector<int32_t> Generator::history() const {
   return all;
 }
 
-Status Generator::step(int32_t token, std::vector<float> *allLogits) {
-  if (Status st = session_.decode(token, int32_t(cached_.size()), logits_,
-                                  &next_);
+Status Generator::step(int32_t token, std::vector<float> *allLogits,
+                       bool wantLogits) {
+  // The logits cross from the device only where something reads them (a
+  // prompt's last position, a sampled or constrained choice, logprobs).
+  const bool copy = (wantLogits || allLogits) && !logits_.empty();
+  fresh_ = false;
+  if (Status st = session_.decode(
+          token, int32_t(cached_.size()),
+          copy ? std::span<float>(logits_) : std::span<float>(), &next_);
       !st)
     return st;
   cached_.push_back(token);
+  fresh_ = true;
+  logitsHeld_ = copy;
   if (allLogits)
     allLogits->insert(allLogits->end(), logits_.begin(), logits_.end());
   return Status::ok();
@@ -81,8 +89,9 @@ Status Generator::feed(std::span<const int32_t> tokens, size_t keep,
   // seen.
   cached_.resize(std::min(keep, cached_.size()));
   pending_.reset();
-  for (int32_t token : tokens)
-    if (Status st = step(token, allLogits); !st)
+  fresh_ = false;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (Status st = step(tokens[i], allLogits, i + 1 == tokens.size()); !st)
       return st;
   return Status::ok();
 }
@@ -106,6 +115,11 @@ Generator::generate(const GenerateOptions &options,
                     std::vector<float> *allLogits) {
   if (cached_.empty())
     return Error("generate", "", "nothing was fed to generate after");
+  if (!fresh_)
+    return Error("generate", "",
+                 "the end of the cache was not evaluated (a reply's last "
+                 "token, or a cut without new tokens): feed before "
+                 "generating");
   if (!options.stopStrings.empty() && !tokenizer_)
     return Error("generate", "stop",
                  "stop strings need the file's tokenizer, and it has none");
@@ -138,46 +152,49 @@ Generator::generate(const GenerateOptions &options,
     if (onText && !piece.empty() && !onText(piece))
       result.stoppedByCaller = true;
   };
-  // A constrained reply: the tokens that may spell it (text tokens, and
-  // control tokens in the states where the recogniser takes them, with
-  // bytes; not a stop id), their bytes, the stop ids, and the allowed sets
-  // by state.
+  // A constrained reply: the stop ids in the vocabulary and the allowed
+  // sets by state.
   std::unique_ptr<chat::ReplyConstraint> constraint;
-  std::vector<std::pair<int32_t, std::string_view>> spellers, controls;
   std::vector<int32_t> enders;
   constexpr size_t kMaxMasks = 32;
   std::unordered_map<std::string, std::vector<uint8_t>> masks;
   if (options.constraint) {
     constraint = options.constraint();
-    for (int32_t id = 0;
-         id < tokenizer_->vocabSize() && size_t(id) < logits_.size(); ++id) {
-      const tokenizer::TokenType type = tokenizer_->tokenType(id);
-      std::optional<std::string_view> bytes = tokenizer_->tokenBytes(id);
-      if (std::find(options.stopIds.begin(), options.stopIds.end(), id) !=
-          options.stopIds.end())
-        enders.push_back(id);
-      else if (!bytes || bytes->empty())
-        continue;
-      else if (type == tokenizer::TokenType::Normal ||
-               type == tokenizer::TokenType::Byte ||
-               type == tokenizer::TokenType::UserDefined)
-        spellers.emplace_back(id, *bytes);
-      else if (type == tokenizer::TokenType::Control)
-        controls.emplace_back(id, *bytes);
+    // The vocabulary's spelling tokens, read once for the generator's life.
+    if (!spellersRead_) {
+      for (int32_t id = 0;
+           id < tokenizer_->vocabSize() && size_t(id) < logits_.size(); ++id) {
+        const tokenizer::TokenType type = tokenizer_->tokenType(id);
+        std::optional<std::string_view> bytes = tokenizer_->tokenBytes(id);
+        if (!bytes || bytes->empty())
+          continue;
+        if (type == tokenizer::TokenType::Normal ||
+            type == tokenizer::TokenType::Byte ||
+            type == tokenizer::TokenType::UserDefined)
+          spellers_.emplace_back(id, *bytes);
+        else if (type == tokenizer::TokenType::Control)
+          controls_.emplace_back(id, *bytes);
+      }
+      spellersRead_ = true;
     }
+    for (int32_t id : options.stopIds)
+      if (id >= 0 && id < tokenizer_->vocabSize() &&
+          size_t(id) < logits_.size())
+        enders.push_back(id);
   }
   // The allowed set of the constraint's state now: its text tokens, its
-  // control tokens where it takes them, the stop ids where it may end.
+  // control tokens where it takes them, the stop ids where it may end (a
+  // stop id spells nothing, whatever its bytes).
   auto maskOf = [&] {
     std::vector<uint8_t> mask(logits_.size(), 0);
-    for (const auto &[id, bytes] : spellers)
+    for (const auto &[id, bytes] : spellers_)
       mask[size_t(id)] = constraint->accepts(bytes);
     if (constraint->takesControlTokens())
-      for (const auto &[id, bytes] : controls)
+      for (const auto &[id, bytes] : controls_)
         mask[size_t(id)] = constraint->accepts(bytes);
-    if (constraint->complete())
-      for (int32_t id : enders)
-        mask[size_t(id)] = 1;
+    const uint8_t end = constraint->complete();
+    for (int32_t id : enders)
+      mask[size_t(id)] = end;
     return mask;
   };
   // A new state's allowed set is computed on a second thread while the
@@ -186,6 +203,11 @@ Generator::generate(const GenerateOptions &options,
   std::future<std::vector<uint8_t>> pending;
   std::string pendingKey;
   bool sample = options.sampling.needsLogits() || constraint;
+  const bool wantLogits = sample || options.logprobs >= 0;
+  if (wantLogits && !logitsHeld_ && !logits_.empty())
+    return Error("generate", "",
+                 "the last step's logits were not kept: feed before "
+                 "generating");
   for (int64_t g = 0; g < options.maxTokens; ++g) {
     int32_t token;
     if (constraint) {
@@ -256,10 +278,12 @@ Generator::generate(const GenerateOptions &options,
       if (!masks.count(pendingKey))
         pending = std::async(std::launch::async, maskOf);
     }
-    if (Status st = step(token, allLogits); !st)
+    if (Status st = step(token, allLogits, wantLogits); !st)
       return st.error();
     ++result.steps;
   }
+  fresh_ = false; // the last token is not evaluated (pending_ below), or
+                  // ended the reply
   // The last generated token has no successor yet: it is evaluated by the
   // next feed (a chat's next turn re-encodes it with the reply).
   if (result.steps < int64_t(result.tokens.size()))

@@ -102,7 +102,7 @@ public:
   std::vector<int32_t> history() const;
 
 private:
-  Status step(int32_t token, std::vector<float> *allLogits);
+  Status step(int32_t token, std::vector<float> *allLogits, bool wantLogits);
 
   Session &session_;
   const tokenizer::Tokenizer *tokenizer_;
@@ -110,6 +110,14 @@ private:
   int32_t next_ = 0;
   std::vector<int32_t> cached_;
   std::optional<int32_t> pending_; ///< generated, not yet evaluated
+  /// next_ (and logits_, where logitsHeld_) are the step's after the last
+  /// cached token: what a generate call chooses its first token from.
+  bool fresh_ = false;
+  bool logitsHeld_ = false;
+  /// A constrained reply's spelling tokens (text tokens; control tokens
+  /// apart) with their bytes, read from the tokenizer at the first.
+  std::vector<std::pair<int32_t, std::string_view>> spellers_, controls_;
+  bool spellersRead_ = false;
 };
 
 } // namespace kiln::runtime

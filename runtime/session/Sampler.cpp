@@ -2,8 +2,8 @@
 #include "session/Sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace kiln::runtime {
@@ -19,147 +19,325 @@ int32_t argmax(std::span<const float> logits) {
 Sampler::Sampler(const SamplingOptions &options)
     : options_(options), rng_(options.seed) {}
 
-void Sampler::orderTokens(std::span<const float> logits,
-                          std::span<const uint8_t> allowed) {
-  // A key a token: its logit's bits made to sort as the value does, then
-  // inverted (most likely first), above its id (ties to the lower id).
-  keys_.clear();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (!allowed.empty() && (i >= allowed.size() || !allowed[i]))
-      continue;
-    uint32_t bits;
-    std::memcpy(&bits, &logits[i], sizeof bits);
-    if (bits == 0x80000000u)
-      bits = 0; // -0 ties with +0, as the comparison has it
-    bits = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
-    keys_.push_back(uint64_t(~bits) << 32 | uint32_t(i));
-  }
-  // The keys are distinct (the ids are), so any sort gives one order. A
-  // short list by comparisons; a long one (a vocabulary) by a stable
-  // counting sort of the logit's 32 bits alone, 11 at a time from the
-  // least significant (the keys were made in the ids' order, which ties
-  // keep), a digit every key shares skipped.
-  if (keys_.size() < 4096) {
-    std::sort(keys_.begin(), keys_.end());
-  } else {
-    constexpr int kBits = 11;
-    constexpr uint64_t kMask = (uint64_t(1) << kBits) - 1;
-    spare_.resize(keys_.size());
-    std::vector<uint32_t> &count = counts_;
-    for (int shift = 32; shift < 64; shift += kBits) {
-      count.assign(size_t(kMask) + 2, 0);
-      for (uint64_t k : keys_)
-        ++count[((k >> shift) & kMask) + 1];
-      if (std::find(count.begin(), count.end(), keys_.size()) != count.end())
-        continue;
-      for (size_t d = 1; d < count.size(); ++d)
-        count[d] += count[d - 1];
-      for (uint64_t k : keys_)
-        spare_[count[(k >> shift) & kMask]++] = k;
-      keys_.swap(spare_);
-    }
-  }
-  order_.resize(keys_.size());
-  for (size_t i = 0; i < keys_.size(); ++i)
-    order_[i] = int32_t(uint32_t(keys_[i]));
+namespace {
+
+/// e^x for x <= 0 in float, without branches, so that a loop over a
+/// vocabulary vectorises: x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two
+/// parts, the first exact in k's products), e^r by its Taylor polynomial to
+/// r^6 (truncation below 1.3e-7 of the result) and 2^k from exponent bits.
+/// 0 below -87 (2^-125.5) and for -infinity and NaN; e^0 is exactly 1.
+/// Within 5e-7 of e^x, relatively (SamplerTest checks it against double).
+/// This file is built without contracting a * b + c into fused
+/// multiply-adds, so every machine rounds these steps alike.
+inline float expNonPositive(float x) {
+  const float c = x > -87.0f ? x : -87.0f; // NaN too: the comparison fails
+  const int32_t k = int32_t(c * 1.44269504f - 0.5f); // round(c / ln 2)
+  const float kf = float(k);
+  const float r = (c - kf * 0.693359375f) + kf * 2.12194440e-4f;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float twoK = std::bit_cast<float>(uint32_t(k + 127) << 23);
+  return x > -87.0f ? p * twoK : 0.0f;
 }
 
-int32_t Sampler::sample(std::span<const float> input,
-                        std::span<const int32_t> history,
-                        std::span<const uint8_t> allowed) {
-  std::span<const float> logits = input;
-  size_t allowedCount = 0;
-  if (options_.penalises() || !allowed.empty()) {
-    penalised_.assign(input.begin(), input.end());
-    for (auto [token, bias] : options_.logitBias)
-      if (token >= 0 && size_t(token) < penalised_.size())
-        penalised_[size_t(token)] += bias;
-    // The window's tokens, sorted, so each distinct one comes as a run
-    // whose length is its count: the work is the window's, not the
-    // vocabulary's.
-    size_t from = history.size() > size_t(options_.repeatWindow)
-                      ? history.size() - size_t(options_.repeatWindow)
-                      : 0;
-    window_.assign(history.begin() + ptrdiff_t(from), history.end());
-    std::sort(window_.begin(), window_.end());
-    for (size_t i = 0; i < window_.size();) {
-      const int32_t t = window_[i];
-      size_t count = 0;
-      for (; i < window_.size() && window_[i] == t; ++i)
-        ++count;
-      if (t < 0 || size_t(t) >= penalised_.size())
+/// Bits that sort (ascending) as the logit does, largest first: its bits
+/// made to sort as the value does (-0 as +0), inverted.
+inline uint32_t orderBits(float logit) {
+  uint32_t bits = std::bit_cast<uint32_t>(logit);
+  if (bits == 0x80000000u)
+    bits = 0;
+  return ~(bits & 0x80000000u ? ~bits : bits | 0x80000000u);
+}
+
+} // namespace
+
+void Sampler::keepBest(std::span<const float> logits, bool byMass,
+                       double want) {
+  // A radix selection on the order's key, most significant digit first:
+  // each pass sums the weight of the candidates by digit, finds the digit
+  // where the weight of everything before it reaches `want`, and keeps
+  // only the candidates with that digit. After the last digit the
+  // candidates share the cut's logit; they are taken by id, as the order's
+  // ties are.
+  auto weight = [&](int32_t id) {
+    return byMass ? double(weights_[size_t(id)]) : 1.0;
+  };
+  auto bits = [&](int32_t id) { return orderBits(logits[size_t(id)]); };
+  spareIds_ = ids_;
+  double before = 0; // the weight of the tokens ahead of the candidates
+  uint32_t cut = 0;
+  for (int shift : {21, 10, 0}) {
+    const int width = shift == 0 ? 10 : 11;
+    const uint32_t mask = (1u << width) - 1;
+    // Four interleaved tables (a token's by its place mod 4), so that
+    // tokens of one digit in a row do not wait on each other's sums.
+    const size_t digits = size_t(mask) + 1;
+    digitWeight_.assign(4 * digits, 0);
+    for (size_t i = 0; i < spareIds_.size(); ++i)
+      digitWeight_[(i & 3) * digits + ((bits(spareIds_[i]) >> shift) & mask)] +=
+          weight(spareIds_[i]);
+    for (size_t d = 0; d < digits; ++d)
+      digitWeight_[d] =
+          (digitWeight_[d] + digitWeight_[digits + d]) +
+          (digitWeight_[2 * digits + d] + digitWeight_[3 * digits + d]);
+    // The first digit at which `want` is reached; the last with weight if
+    // rounding leaves it short.
+    uint32_t digit = 0, last = 0;
+    double run = before, runAtLast = before;
+    bool found = false;
+    for (uint32_t d = 0; d <= mask; ++d) {
+      if (digitWeight_[d] == 0)
         continue;
-      float &l = penalised_[size_t(t)];
-      // llama.cpp's rule: a recent token's positive logit is divided by the
-      // repeat penalty, a negative one multiplied, once however often it
-      // occurred; then OpenAI's additive penalties.
-      if (options_.repeatPenalty != 1)
-        l = l > 0 ? float(l / options_.repeatPenalty)
-                  : float(l * options_.repeatPenalty);
-      if (options_.frequencyPenalty != 0 || options_.presencePenalty != 0)
-        l = float(double(l) - options_.frequencyPenalty * double(count) -
-                  options_.presencePenalty);
-    }
-    // The tokens not allowed sort after every allowed one (whose logits
-    // are finite), and no cut keeps them.
-    for (size_t i = 0; i < penalised_.size(); ++i)
-      if (i < allowed.size() && allowed[i])
-        ++allowedCount;
-      else if (!allowed.empty())
-        penalised_[i] = -std::numeric_limits<float>::infinity();
-    if (!allowed.empty() && allowedCount == 0)
-      return -1;
-    logits = penalised_;
-  }
-  if (!allowed.empty() && (options_.greedy() || logits.size() <= 1)) {
-    int32_t best = -1;
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (i < allowed.size() && allowed[i] &&
-          (best < 0 || logits[i] > logits[size_t(best)]))
-        best = int32_t(i);
-    return best;
-  }
-  if (options_.greedy() || logits.size() <= 1)
-    return argmax(logits);
-  orderTokens(logits, allowed);
-  size_t keep = allowed.empty() ? order_.size() : allowedCount;
-  if (options_.topK > 0)
-    keep = std::min(keep, size_t(options_.topK));
-  probs_.resize(keep);
-  double top = logits[order_[0]], sum = 0;
-  for (size_t i = 0; i < keep; ++i)
-    sum += probs_[i] = std::exp((logits[order_[i]] - top) / options_.temperature);
-  if (options_.minP > 0) {
-    // probs_[0] is the most likely token's (unnormalised) probability.
-    double floor = options_.minP * probs_[0];
-    size_t kept = 1;
-    while (kept < keep && probs_[kept] >= floor)
-      ++kept;
-    keep = kept;
-    sum = 0;
-    for (size_t i = 0; i < keep; ++i)
-      sum += probs_[i];
-  }
-  if (options_.topP < 1) {
-    double mass = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      mass += probs_[i] / sum;
-      if (mass >= options_.topP) {
-        keep = i + 1;
+      if (run + digitWeight_[d] >= want) {
+        digit = d;
+        found = true;
         break;
       }
+      last = d;
+      runAtLast = run;
+      run += digitWeight_[d];
     }
-    sum = 0;
-    for (size_t i = 0; i < keep; ++i)
-      sum += probs_[i];
+    if (!found) {
+      digit = last;
+      run = runAtLast;
+    }
+    before = run;
+    cut |= digit << shift;
+    size_t kept = 0;
+    for (int32_t id : spareIds_)
+      if (((bits(id) >> shift) & mask) == digit)
+        spareIds_[kept++] = id;
+    spareIds_.resize(kept);
   }
-  double u = rng_.uniform() * sum;
-  for (size_t i = 0; i < keep; ++i) {
-    if (u < probs_[i])
-      return order_[i];
-    u -= probs_[i];
+  int32_t lastId = spareIds_.empty() ? -1 : spareIds_.back();
+  for (int32_t id : spareIds_) {
+    before += weight(id);
+    if (before >= want) {
+      lastId = id;
+      break;
+    }
   }
-  return order_[keep - 1];
+  size_t kept = 0;
+  for (int32_t id : ids_) {
+    const uint32_t b = bits(id);
+    if (b < cut || (b == cut && id <= lastId))
+      ids_[kept++] = id;
+  }
+  ids_.resize(kept);
+}
+
+std::span<const float> Sampler::penalise(std::span<const float> input,
+                                         std::span<const int32_t> history,
+                                         std::span<const uint8_t> allowed,
+                                         size_t &allowedCount) {
+  allowedCount = 0;
+  if (!options_.penalises() && allowed.empty())
+    return input;
+  penalised_.assign(input.begin(), input.end());
+  for (auto [token, bias] : options_.logitBias)
+    if (token >= 0 && size_t(token) < penalised_.size())
+      penalised_[size_t(token)] += bias;
+  // The window's tokens, sorted, so each distinct one comes as a run whose
+  // length is its count: the work is the window's, not the vocabulary's.
+  size_t from = history.size() > size_t(options_.repeatWindow)
+                    ? history.size() - size_t(options_.repeatWindow)
+                    : 0;
+  window_.assign(history.begin() + ptrdiff_t(from), history.end());
+  std::sort(window_.begin(), window_.end());
+  for (size_t i = 0; i < window_.size();) {
+    const int32_t t = window_[i];
+    size_t count = 0;
+    for (; i < window_.size() && window_[i] == t; ++i)
+      ++count;
+    if (t < 0 || size_t(t) >= penalised_.size())
+      continue;
+    float &l = penalised_[size_t(t)];
+    // llama.cpp's rule: a recent token's positive logit is divided by the
+    // repeat penalty, a negative one multiplied, once however often it
+    // occurred; then OpenAI's additive penalties.
+    if (options_.repeatPenalty != 1)
+      l = l > 0 ? float(l / options_.repeatPenalty)
+                : float(l * options_.repeatPenalty);
+    if (options_.frequencyPenalty != 0 || options_.presencePenalty != 0)
+      l = float(double(l) - options_.frequencyPenalty * double(count) -
+                options_.presencePenalty);
+  }
+  // The tokens not allowed get no weight, and no cut keeps them.
+  for (size_t i = 0; i < penalised_.size(); ++i)
+    if (i < allowed.size() && allowed[i])
+      ++allowedCount;
+    else if (!allowed.empty())
+      penalised_[i] = -std::numeric_limits<float>::infinity();
+  return penalised_;
+}
+
+int32_t Sampler::choose(std::span<const float> input,
+                        std::span<const int32_t> history,
+                        std::span<const uint8_t> allowed, bool draw) {
+  size_t allowedCount = 0;
+  std::span<const float> logits =
+      penalise(input, history, allowed, allowedCount);
+  whole_ = false;
+  ids_.clear();
+  if (!allowed.empty() && allowedCount == 0)
+    return -1;
+  // The largest logit of the tokens that may be chosen, ties to the lower
+  // id (the disallowed ones are -infinity now, NaN never wins).
+  int32_t best = -1;
+  if (allowed.empty() && !logits.empty()) {
+    // The largest value in eight lanes (a loop that vectorises; NaN never
+    // wins), then its first token.
+    float lane[8];
+    std::fill(lane, lane + 8, -std::numeric_limits<float>::infinity());
+    size_t i = 0;
+    for (; i + 8 <= logits.size(); i += 8)
+      for (size_t j = 0; j < 8; ++j)
+        lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
+    for (; i < logits.size(); ++i)
+      lane[0] = logits[i] > lane[0] ? logits[i] : lane[0];
+    const float most = *std::max_element(lane, lane + 8);
+    best = 0; // every logit NaN or -infinity: the first, as argmax has it
+    for (size_t k = 0; k < logits.size(); ++k)
+      if (logits[k] == most) {
+        best = int32_t(k);
+        break;
+      }
+  } else {
+    for (size_t i = 0; i < logits.size(); ++i)
+      if ((allowed.empty() || (i < allowed.size() && allowed[i])) &&
+          (best < 0 || logits[i] > logits[size_t(best)]))
+        best = int32_t(i);
+  }
+  const float top = best < 0 ? 0.0f : logits[size_t(best)];
+  // Greedy, one token, or no finite best (weights would be 0 or NaN): the
+  // best one.
+  if (options_.greedy() || logits.size() <= 1 || best < 0 ||
+      !std::isfinite(top)) {
+    if (best >= 0 && !draw) {
+      ids_.push_back(best);
+      weights_.assign(logits.size(), 0.0f);
+      weights_[size_t(best)] = 1;
+    }
+    return best;
+  }
+  // Weights e^((l - top) / T), the best token's exactly 1. A temperature so
+  // small that 1 / T overflows a float keeps the best tokens alone.
+  const float scale = float(std::min(
+      1.0 / options_.temperature, double(std::numeric_limits<float>::max())));
+  weights_.resize(logits.size());
+  const float *__restrict in = logits.data();
+  float *__restrict out = weights_.data();
+  for (size_t i = 0, n = logits.size(); i < n; ++i)
+    out[i] = expNonPositive((in[i] - top) * scale);
+  const bool cuts = options_.topK > 0 || options_.minP > 0 || options_.topP < 1;
+  if (!cuts) {
+    // Every token by id: no order needed.
+    whole_ = true;
+    return draw ? walk() : best;
+  }
+  // min-p keeps every token of weight at least minP (the best one's is 1):
+  // a cut of the order itself, so it may come before top-k.
+  const float least = float(std::max(options_.minP, 0.0));
+  for (size_t i = 0; i < weights_.size(); ++i)
+    if (weights_[i] > 0 && weights_[i] >= least)
+      ids_.push_back(int32_t(i));
+  if (options_.topK > 0 && size_t(options_.topK) < ids_.size())
+    keepBest(logits, /*byMass=*/false, double(options_.topK));
+  if (options_.topP < 1) {
+    double total = 0;
+    for (int32_t id : ids_)
+      total += weights_[size_t(id)];
+    keepBest(logits, /*byMass=*/true, options_.topP * total);
+  }
+  return draw ? walk() : best;
+}
+
+int32_t Sampler::walk() {
+  // Inverse transform: u uniform in [0, sum), the first token whose
+  // weights so far exceed it; rounding past the end picks the last token
+  // with weight.
+  // The weights are summed a block of 1024 at a time (four lanes in
+  // double, in a fixed order), and the walk skips whole blocks.
+  constexpr size_t kBlock = 1024;
+  const float *w = weights_.data();
+  auto draw = [&](auto weightAt, auto idAt, size_t n) -> int32_t {
+    blockSums_.clear();
+    double sum = 0;
+    for (size_t b = 0; b < n; b += kBlock) {
+      const size_t end = std::min(n, b + kBlock);
+      double lane[4] = {0, 0, 0, 0};
+      size_t i = b;
+      for (; i + 4 <= end; i += 4)
+        for (size_t j = 0; j < 4; ++j)
+          lane[j] += double(weightAt(i + j));
+      for (; i < end; ++i)
+        lane[0] += double(weightAt(i));
+      sum += blockSums_.emplace_back((lane[0] + lane[1]) + (lane[2] + lane[3]));
+    }
+    double u = rng_.uniform() * sum;
+    int32_t last = -1;
+    for (size_t b = 0, block = 0; b < n; b += kBlock, ++block) {
+      if (blockSums_[block] <= 0)
+        continue;
+      if (u >= blockSums_[block] && b + kBlock < n) {
+        u -= blockSums_[block];
+        continue;
+      }
+      // Within this block (or the last): rounding past its end picks its
+      // last token with weight.
+      for (size_t i = b, end = std::min(n, b + kBlock); i < end; ++i) {
+        const float x = weightAt(i);
+        if (x <= 0)
+          continue;
+        last = idAt(i);
+        if (u < x)
+          return last;
+        u -= x;
+      }
+      return last;
+    }
+    return last;
+  };
+  if (whole_)
+    return draw([&](size_t i) { return w[i]; },
+                [](size_t i) { return int32_t(i); }, weights_.size());
+  const int32_t *ids = ids_.data();
+  return draw([&](size_t i) { return w[size_t(ids[i])]; },
+              [&](size_t i) { return ids[i]; }, ids_.size());
+}
+
+int32_t Sampler::sample(std::span<const float> logits,
+                        std::span<const int32_t> history,
+                        std::span<const uint8_t> allowed) {
+  return choose(logits, history, allowed, /*draw=*/true);
+}
+
+std::vector<std::pair<int32_t, double>>
+Sampler::distribution(std::span<const float> logits,
+                      std::span<const int32_t> history,
+                      std::span<const uint8_t> allowed) {
+  std::vector<std::pair<int32_t, double>> out;
+  if (choose(logits, history, allowed, /*draw=*/false) < 0)
+    return out;
+  if (whole_) {
+    for (size_t i = 0; i < weights_.size(); ++i)
+      if (weights_[i] > 0)
+        out.emplace_back(int32_t(i), weights_[i]);
+  } else {
+    for (int32_t id : ids_)
+      out.emplace_back(id, weights_[size_t(id)]);
+  }
+  double sum = 0;
+  for (auto &[id, w] : out)
+    sum += w;
+  for (auto &[id, w] : out)
+    w /= sum;
+  return out;
 }
 
 } // namespace kiln::runtime

@@ -40,8 +40,16 @@ struct SamplingOptions {
 };
 
 /// Deterministic sampling: the same options, seed and logits give the same
-/// tokens on every machine (the generator and the arithmetic are fixed:
-/// xoshiro256** seeded by splitmix64, softmax in double).
+/// tokens on every machine (xoshiro256** seeded by splitmix64; each token's
+/// weight e^((l - max) / T) by the sampler's own float exponential, built
+/// without fused multiply-adds; sums in double in a fixed order).
+///
+/// A sampled choice costs a few passes over the vocabulary and no sort: the
+/// draw walks its tokens by id. min-p is a threshold on the weights; top-k
+/// and top-p keep the smallest set of the most likely tokens (ties to the
+/// lower id) that holds k tokens or that share of the mass, found by a
+/// radix selection on the logits' bits that sums counts or weights a digit
+/// at a time.
 class Sampler {
 public:
   explicit Sampler(const SamplingOptions &options);
@@ -49,26 +57,46 @@ public:
   /// generated; only the last repeatWindow matter to the penalties). With
   /// `allowed` (one byte a token, non-zero: may be chosen), the choice is
   /// among those tokens alone, as if the others' logits were -infinity
-  /// after the penalties; -1 when none is allowed.
+  /// after the penalties; -1 when none is allowed. Where no allowed token
+  /// has a finite logit, the largest one's (ties to the lower id).
   int32_t sample(std::span<const float> logits,
                  std::span<const int32_t> history = {},
                  std::span<const uint8_t> allowed = {});
+
+  /// What `sample` draws from, without drawing: each token it may pick with
+  /// its probability (summing to 1), by id. Empty where
+  /// `sample` would return -1.
+  std::vector<std::pair<int32_t, double>>
+  distribution(std::span<const float> logits,
+               std::span<const int32_t> history = {},
+               std::span<const uint8_t> allowed = {});
 
 private:
   SamplingOptions options_;
   std::vector<float> penalised_;
   std::vector<int32_t> window_; // the penalties' window, sorted
   Rng rng_;
-  std::vector<int32_t> order_;
-  std::vector<double> probs_;
-  std::vector<uint64_t> keys_, spare_; // orderTokens' radix sort
-  std::vector<uint32_t> counts_;
-  /// order_ = the tokens (those `allowed`, where given) most likely first,
-  /// ties to the lower id: the order a stable sort by logit gives, by a
-  /// radix sort of (logit, id) keys (a vocabulary of 154,880 in under a
-  /// millisecond, against ~12 ms for the comparison sort).
-  void orderTokens(std::span<const float> logits,
-                   std::span<const uint8_t> allowed);
+  std::vector<float> weights_;          // a token's, by id
+  std::vector<int32_t> ids_, spareIds_; // the set a draw walks
+  bool whole_ = false;                  // ... or every token by id
+  std::vector<double> digitWeight_;     // keepBest's radix selection
+  std::vector<double> blockSums_;       // walk's
+  /// The logits after the bias, the penalties and the mask (disallowed
+  /// tokens -infinity): `input` itself where none applies.
+  std::span<const float> penalise(std::span<const float> input,
+                                  std::span<const int32_t> history,
+                                  std::span<const uint8_t> allowed,
+                                  size_t &allowedCount);
+  /// Fills weights_ and the set (ids_, or whole_) and returns a draw from
+  /// it, or without `draw` the best token (-1: none allowed).
+  int32_t choose(std::span<const float> logits,
+                 std::span<const int32_t> history,
+                 std::span<const uint8_t> allowed, bool draw);
+  /// A draw from the set by its weights.
+  int32_t walk();
+  /// Keeps of ids_ (in id order) the most likely tokens, ties to the lower
+  /// id, until their count (or, `byMass`, their weight) reaches `want`.
+  void keepBest(std::span<const float> logits, bool byMass, double want);
 };
 
 /// Index of the largest logit; ties to the lowest index.
