@@ -77,7 +77,8 @@ private:
   std::vector<int32_t> window_; // the penalties' window, sorted
   Rng rng_;
   std::vector<float> weights_;          // a token's, by id
-  std::vector<int32_t> ids_, spareIds_; // the set a draw walks
+  std::vector<int32_t> ids_;            // the set a draw walks
+  std::vector<int32_t> spareIds_, keptIds_; // keepBest's
   bool whole_ = false;                  // ... or every token by id
   std::vector<double> digitWeight_;     // keepBest's radix selection
   std::vector<double> blockSums_;       // walk's
@@ -94,8 +95,13 @@ private:
                  std::span<const uint8_t> allowed, bool draw);
   /// A draw from the set by its weights.
   int32_t walk();
-  /// Keeps of ids_ (in id order) the most likely tokens, ties to the lower
-  /// id, until their count (or, `byMass`, their weight) reaches `want`.
+  /// Where the set is whole_, makes it the tokens at or above the highest
+  /// of a few weight thresholds whose tokens' count (or weight) reaches
+  /// `want`: a superset of what keepBest keeps, found in one pass.
+  void narrow(bool byMass, double want);
+  /// Keeps of the set (whole_, or ids_ in id order) the most likely tokens,
+  /// ties to the lower id, until their count (or, `byMass`, their weight)
+  /// reaches `want`; they are ids_ after it.
   void keepBest(std::span<const float> logits, bool byMass, double want);
 };
 
