@@ -321,6 +321,19 @@ print('| %s | %.3f |' % (sys.argv[1], 1e3 * d['decode_seconds'] / d['decode_step
         "${case%%:*}" || { rm -rf "$d"; return 1; }
     done
     rm -rf "$d"
+    # The sampler alone on this host's core (kiln-run --bench-sampler).
+    echo "| sampler alone, 154,880 tokens N(0, 9) | ms a draw |"
+    echo "|---|---|"
+    for case in "T=0.8:--temperature 0.8" \
+        "T=1, top-p 0.95:--temperature 1 --top-p 0.95" \
+        "T=0.6, top-k 40:--temperature 0.6 --top-k 40" \
+        "T=1, min-p 0.05:--temperature 1 --min-p 0.05"; do
+      # shellcheck disable=SC2086
+      "$bin/kiln-run" --bench-sampler 154880 --steps 200 --json ${case#*:} |
+        python3 -c "import json, sys
+print('| %s | %.3f |' % (sys.argv[1], json.load(sys.stdin)['ms_per_draw']))" \
+        "${case%%:*}" || return 1
+    done
   }
   [ -f "$m/tiny-vocab.cuda.tp1.kiln" ] && step host-sampling host_sampling
   step profile-glm5-tp8-rank0 run "$m/glm5.cuda.tp8.kiln" --bench \

@@ -6,6 +6,7 @@
 //         [--logits-out FILE.npy] [--threads N] [--backend-dir DIR]
 //         [--eager] [--device N]
 // kiln-run M.kiln --bench [--simulate-rank R/N] [--context N] [--steps N]
+// kiln-run --bench-sampler VOCAB [--temperature T ...] [--steps N]
 //
 // Loads the artifact, checks the GGUF set against it, opens the backend
 // plugin the artifact names, evaluates the prompt tokens one position at a
@@ -154,6 +155,11 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
   --context N              fill the caches' first N positions with random
                            values and time steps at position N (default 0)
   --steps N                timed steps (default 50, after 5 untimed)
+  --bench-sampler VOCAB    time the host's sampler alone (no artifact): a
+                           draw from VOCAB seeded logits N(0, 3^2) with the
+                           sampling options given (--temperature, --top-k,
+                           --top-p, --min-p, --seed), --steps draws after
+                           5 untimed, the mean time a draw printed
   --describe               print what the artifact holds (config, payloads,
                            each rank's steps, the bytes its decode step reads,
                            the weight slices it binds and their device
@@ -519,6 +525,41 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
 }
 
 /// --bench: the decode step on random weights, timed.
+/// --bench-sampler: the sampler's time a draw over `vocab` seeded logits,
+/// as many as GLM-5's vocabulary in a served token.
+int runSamplerBench(int64_t vocab, const SamplingOptions &sampling,
+                    int64_t steps, bool json) {
+  if (sampling.greedy())
+    return usageError("--bench-sampler times a sampled draw: give "
+                      "--temperature T > 0");
+  Rng rng(sampling.seed);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (float &l : logits)
+    l = float(rng.normal() * 3);
+  Sampler sampler(sampling);
+  int64_t digest = 0;
+  for (int i = 0; i < 5; ++i)
+    digest += sampler.sample(logits);
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point t0 = Clock::now();
+  for (int64_t i = 0; i < steps; ++i)
+    digest += sampler.sample(logits);
+  const double ms =
+      1e3 * std::chrono::duration<double>(Clock::now() - t0).count() /
+      double(steps);
+  if (json)
+    std::printf("{\"vocab\": %lld, \"draws\": %lld, \"ms_per_draw\": "
+                "%.4f, \"token_sum\": %lld}\n",
+                static_cast<long long>(vocab), static_cast<long long>(steps),
+                ms, static_cast<long long>(digest));
+  else
+    std::printf("sampler: %lld tokens, %lld draws: %.4f ms a draw (token "
+                "sum %lld)\n",
+                static_cast<long long>(vocab), static_cast<long long>(steps),
+                ms, static_cast<long long>(digest));
+  return 0;
+}
+
 int runBench(SessionOptions options, const std::string &simulate,
              uint64_t context, int64_t steps, bool json) {
   if (!options.weightPaths.empty())
@@ -672,6 +713,7 @@ int main(int argc, char **argv) {
   std::optional<std::string> systemPrompt;
   std::string chatTemplateFile;
   int64_t benchSteps = 50;
+  int64_t benchSamplerVocab = 0;
   uint64_t benchContext = 0;
   std::string simulate;
 
@@ -793,6 +835,11 @@ int main(int argc, char **argv) {
       options.flags |= KILN_RUN_PROFILE;
     } else if (arg == "--bench") {
       bench = true;
+    } else if (arg == "--bench-sampler") {
+      if (!parseNumber(value("--bench-sampler"), benchSamplerVocab) ||
+          benchSamplerVocab <= 0 || benchSamplerVocab > (int64_t(1) << 31) - 1)
+        return usageError("--bench-sampler: expected a vocabulary size from "
+                          "1 to 2^31 - 1");
     } else if (arg == "--steps") {
       if (!parseNumber(value("--steps"), benchSteps) || benchSteps <= 0)
         return usageError("--steps: expected a count > 0");
@@ -805,6 +852,11 @@ int main(int argc, char **argv) {
                !parseSessionFlag(argc, argv, i, options, error)) {
       return usageError(error);
     }
+  }
+  if (benchSamplerVocab) {
+    if (!options.artifactPath.empty())
+      return usageError("--bench-sampler needs no artifact");
+    return runSamplerBench(benchSamplerVocab, sampling, benchSteps, json);
   }
   if (options.artifactPath.empty())
     return usageError("no artifact given");

@@ -284,6 +284,26 @@ def test_prompt_text_and_ids_conflict(model):
     assert "give --prompt or --prompt-tokens, not both" in proc.stderr
 
 
+def test_bench_sampler():
+    """kiln-run --bench-sampler times the host's sampler alone (no
+    artifact): every draw a token of the vocabulary, the same draws for a
+    seed, and its usage errors."""
+    def bench(*args):
+        return json.loads(run_tool("kiln-run", "--bench-sampler", 5000,
+                                   "--steps", 40, "--json", *args).stdout)
+    a = bench("--temperature", "0.7", "--top-p", "0.9", "--seed", "4")
+    assert a["vocab"] == 5000 and a["draws"] == 40 and a["ms_per_draw"] > 0
+    # 45 draws (5 untimed), each an id below the vocabulary.
+    assert 0 <= a["token_sum"] <= 45 * 4999
+    b = bench("--temperature", "0.7", "--top-p", "0.9", "--seed", "4")
+    assert b["token_sum"] == a["token_sum"]
+    for args, says in [((), "give --temperature T > 0"),
+                       (("x.kiln", "--temperature", "1"), "needs no artifact")]:
+        proc = subprocess.run([str(tool("kiln-run")), "--bench-sampler", "10",
+                               *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and says in proc.stderr
+
+
 def test_min_p_and_repeat_penalty(model):
     _, gguf, art = model
     def run(*flags):
