@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <unordered_map>
 
 namespace kiln::chat {
@@ -26,6 +28,132 @@ bool isAnnotation(std::string_view k) {
       "format",   "$defs",       "definitions"};
   return std::find(std::begin(kNames), std::end(kNames), k) != std::end(kNames);
 }
+
+/// 10^e for 0 <= e <= 38.
+__int128 pow10(int e) {
+  __int128 r = 1;
+  while (e-- > 0)
+    r *= 10;
+  return r;
+}
+
+/// Bounds past any number of kMaxNumberDigits digits, in units of 10^-15.
+const __int128 kDecimalFar = pow10(32);
+
+/// A bound `x` in units of 10^-kMaxNumberDigits, rounded up (`up`) or down:
+/// its shortest decimal form (the double a validator compares with, as
+/// std::to_chars writes it) scaled exactly; clamped to +-kDecimalFar.
+__int128 scaledBound(double x, bool up) {
+  char buf[64];
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);
+  std::string_view t(buf, size_t(r.ptr - buf));
+  const bool negative = !t.empty() && t[0] == '-';
+  if (negative)
+    t.remove_prefix(1);
+  // Mantissa digits (at most 17) and the power of ten they are scaled by.
+  __int128 m = 0;
+  int e = 0;
+  bool point = false;
+  size_t i = 0;
+  for (; i < t.size() && t[i] != 'e'; ++i) {
+    if (t[i] == '.') {
+      point = true;
+      continue;
+    }
+    m = m * 10 + (t[i] - '0');
+    e -= point;
+  }
+  if (i < t.size())
+    e += std::atoi(std::string(t.substr(i + 1)).c_str());
+  e += JsonSchema::kMaxNumberDigits;
+  // |x| = m 10^e units: floor q, and whether anything is left over.
+  __int128 q;
+  bool rest = false;
+  if (e >= 0) {
+    int digits = 0;
+    for (__int128 v = m; v > 0; v /= 10)
+      ++digits;
+    q = digits + e > 32 ? kDecimalFar : m * pow10(e);
+  } else if (-e > 38) {
+    q = 0;
+    rest = m != 0;
+  } else {
+    q = m / pow10(-e);
+    rest = m % pow10(-e) != 0;
+  }
+  q = std::min(q, kDecimalFar);
+  // Up for +|x| is the ceiling, for -|x| minus the floor; down the other way.
+  if (!negative)
+    return up ? q + rest : q;
+  return up ? -q : -(q + rest);
+}
+
+/// Whether the multiples of `step` have one in [a, b] and in [lo, hi].
+bool gridMeets(__int128 a, __int128 b, __int128 step, __int128 lo,
+               __int128 hi) {
+  const __int128 l = std::max(a, lo), h = std::min(b, hi);
+  if (l > h)
+    return false;
+  const __int128 k = l >= 0 ? (l + step - 1) / step : -(-l / step);
+  return k * step <= h;
+}
+
+} // namespace
+
+/// Whether a number written so far (in `phase`, with its sign, its digits
+/// as one integer, `whole` integer digits and `fraction` fraction digits)
+/// can still become a value in [lo, hi] (units of 10^-15) written without
+/// an exponent in at most kMaxNumberDigits digits. Each way on is a set of
+/// multiples of a step between two ends: j more integer digits leave the
+/// rest of the digits to the fraction.
+static bool decimalMeets(JsonNumber phase, bool negative, int64_t digits,
+                         int whole, int fraction, __int128 lo, __int128 hi) {
+  constexpr int kDigits = JsonSchema::kMaxNumberDigits;
+  const __int128 unit = pow10(kDigits);
+  auto meets = [&](__int128 a, __int128 b, __int128 step, bool minus) {
+    return minus ? gridMeets(-b, -a, step, lo, hi)
+                 : gridMeets(a, b, step, lo, hi);
+  };
+  switch (phase) {
+  case JsonNumber::Start:
+  case JsonNumber::Minus:
+    // "0.f" (steps of 10^-15 below 1), or i integer digits (steps of
+    // 10^-(15 - i) in [10^(i-1), 10^i)); a '-' already written: negative.
+    for (bool minus : {false, true}) {
+      if (phase == JsonNumber::Minus && !minus)
+        continue;
+      if (meets(0, unit - 1, 1, minus))
+        return true;
+      for (int i = 1; i <= kDigits; ++i)
+        if (meets(pow10(i - 1) * unit, pow10(i) * unit - pow10(i), pow10(i),
+                  minus))
+          return true;
+    }
+    return false;
+  case JsonNumber::Zero:
+    return meets(0, unit - 1, 1, negative);
+  case JsonNumber::Integer:
+    for (int j = 0; whole + j <= kDigits; ++j) {
+      const __int128 step = pow10(whole + j);
+      const __int128 a = __int128(digits) * pow10(j) * unit;
+      if (meets(a, a + pow10(j) * unit - step, step, negative))
+        return true;
+    }
+    return false;
+  case JsonNumber::Dot:
+  case JsonNumber::Fraction: {
+    if (phase == JsonNumber::Dot && whole + fraction >= kDigits)
+      return false; // a digit must follow, and none may
+    const __int128 step = pow10(whole);
+    const __int128 a = __int128(digits) * pow10(kDigits - fraction);
+    return meets(a, a + pow10(kDigits - fraction) - step, step, negative);
+  }
+  default:
+    return false; // no exponent is written
+  }
+}
+
+namespace {
 
 /// Whether a property name can be written as a key without an escape.
 bool writableKey(std::string_view name) {
@@ -56,7 +184,7 @@ private:
   Expected<int32_t> reference(const Value &ref, const std::string &at);
   Expected<uint32_t> count(const Value &v, const std::string &at) const;
   Status object(const ValueMap &m, const std::string &at, Node &n);
-  Status integerBounds(const ValueMap &m, const std::string &at, Node &n);
+  Status numberBounds(const ValueMap &m, const std::string &at, Node &n);
   Expected<int32_t> enumeration(const ValueMap &m, const std::string &at,
                                 uint8_t types);
   int32_t add(Node n) {
@@ -194,8 +322,8 @@ Expected<int32_t> SchemaCompiler::enumeration(const ValueMap &m,
   return add(std::move(n));
 }
 
-Status SchemaCompiler::integerBounds(const ValueMap &m, const std::string &at,
-                                     Node &n) {
+Status SchemaCompiler::numberBounds(const ValueMap &m, const std::string &at,
+                                    Node &n) {
   static constexpr const char *kKeys[] = {
       "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
   const Value *given[4] = {};
@@ -205,12 +333,9 @@ Status SchemaCompiler::integerBounds(const ValueMap &m, const std::string &at,
       first = kKeys[i];
   if (!first)
     return Status::ok();
-  if (n.types != JsonSchema::Integer)
+  if (!(n.types & (JsonSchema::Integer | JsonSchema::Number)))
     return fail(at + "/" + first,
-                "bounds are kept for \"type\": \"integer\" only (a number "
-                "with a fraction or an exponent near a bound is not)");
-  const double kMax = double(JsonSchema::kMaxBoundedInteger);
-  double least = -kMax, most = kMax;
+                "bounds on a schema whose type admits no number");
   // Draft 4's boolean exclusives qualify minimum / maximum.
   const bool exclusiveMinimum =
                  given[2] && given[2]->isBool() && given[2]->asBool(),
@@ -218,10 +343,42 @@ Status SchemaCompiler::integerBounds(const ValueMap &m, const std::string &at,
                  given[3] && given[3]->isBool() && given[3]->asBool();
   for (int i = 0; i < 4; ++i) {
     const Value *v = given[i];
+    if (v && !(i >= 2 && v->isBool()) &&
+        (!v->isNumber() || v->isBool() || !std::isfinite(v->asFloat())))
+      return fail(at + "/" + kKeys[i], "must be a number");
+  }
+  if (n.types & JsonSchema::Number) {
+    // Any number: kept in units of 10^-15, each bound made inclusive.
+    __int128 lo = -kDecimalFar, hi = kDecimalFar;
+    for (int i = 0; i < 4; ++i) {
+      const Value *v = given[i];
+      if (!v || (i >= 2 && v->isBool()))
+        continue;
+      const double x = v->asFloat();
+      const bool exclusive = i >= 2 || (i == 0 && exclusiveMinimum) ||
+                             (i == 1 && exclusiveMaximum);
+      if (i % 2 == 0)
+        lo = std::max(lo, exclusive ? scaledBound(x, false) + 1
+                                    : scaledBound(x, true));
+      else
+        hi = std::min(hi, exclusive ? scaledBound(x, true) - 1
+                                    : scaledBound(x, false));
+    }
+    if (!decimalMeets(JsonNumber::Start, false, 0, 0, 0, lo, hi))
+      return fail(at + "/" + first,
+                  "no number of at most 15 digits without an exponent lies "
+                  "within the bounds");
+    n.decimal = true;
+    n.decimalLeast = lo;
+    n.decimalMost = hi;
+    return Status::ok();
+  }
+  const double kMax = double(JsonSchema::kMaxBoundedInteger);
+  double least = -kMax, most = kMax;
+  for (int i = 0; i < 4; ++i) {
+    const Value *v = given[i];
     if (!v || (i >= 2 && v->isBool()))
       continue;
-    if (!v->isNumber() || v->isBool() || !std::isfinite(v->asFloat()))
-      return fail(at + "/" + kKeys[i], "must be a number");
     const double x = v->asFloat();
     switch (i) {
     case 0: // the least integer at or (draft 4) above x
@@ -453,7 +610,7 @@ Expected<int32_t> SchemaCompiler::compile(const Value &s,
     }
   }
   n.maxItems = std::min(n.maxItems, itemsCap);
-  if (Status st = integerBounds(m, at, n); !st)
+  if (Status st = numberBounds(m, at, n); !st)
     return st.error();
   if (const Value *p = m.find("pattern")) {
     if (!p->isString())
@@ -655,6 +812,9 @@ bool SchemaPrefix::startValue(Thread &t, uint8_t b) const {
       return false;
     f.mode = Mode::Number;
     f.number = JsonNumber::Start;
+    f.magnitude = 0;
+    f.negative = false;
+    f.whole = f.fraction = 0;
     return true;
   }
 }
@@ -664,6 +824,20 @@ bool SchemaPrefix::integerWithin(const Frame &f, const JsonSchema::Node &n) {
     return true;
   const int64_t v = f.negative ? -f.magnitude : f.magnitude;
   return v >= n.least && v <= n.most;
+}
+
+bool SchemaPrefix::decimalWithin(const Frame &f, const JsonSchema::Node &n) {
+  if (!jsonNumberWhole(f.number))
+    return false;
+  const __int128 v =
+      __int128(f.magnitude) * pow10(JsonSchema::kMaxNumberDigits - f.fraction);
+  const __int128 signed_ = f.negative ? -v : v;
+  return signed_ >= n.decimalLeast && signed_ <= n.decimalMost;
+}
+
+bool SchemaPrefix::decimalLeadsIn(const Frame &f, const JsonSchema::Node &n) {
+  return decimalMeets(f.number, f.negative, f.magnitude, f.whole, f.fraction,
+                      n.decimalLeast, n.decimalMost);
 }
 
 bool SchemaPrefix::integerLeadsIn(const Frame &f, const JsonSchema::Node &n) {
@@ -815,7 +989,21 @@ SchemaPrefix::Step SchemaPrefix::step(Thread &t, uint8_t b,
       return Step::Taken;
     }
     case Mode::Number:
-      if (jsonNumberStep(f.number, b, !(n.types & JsonSchema::Number))) {
+      if (!(n.decimal && (b == 'e' || b == 'E')) &&
+          jsonNumberStep(f.number, b, !(n.types & JsonSchema::Number))) {
+        if (n.decimal) {
+          // A bounded number: at most kMaxNumberDigits digits (a lone
+          // leading 0 aside), no exponent, still leading into the bounds.
+          if (b == '-') {
+            f.negative = true;
+          } else if (b >= '0' && b <= '9' && f.number != JsonNumber::Zero) {
+            if (f.whole + f.fraction >= JsonSchema::kMaxNumberDigits)
+              return Step::Refused;
+            f.magnitude = f.magnitude * 10 + (b - '0');
+            ++(f.number == JsonNumber::Fraction ? f.fraction : f.whole);
+          }
+          return decimalLeadsIn(f, n) ? Step::Taken : Step::Refused;
+        }
         if (!n.bounded)
           return Step::Taken;
         // A bounded integer: its digits so far must still lead into the
@@ -828,7 +1016,7 @@ SchemaPrefix::Step SchemaPrefix::step(Thread &t, uint8_t b,
           f.magnitude = f.magnitude * 10 + (b - '0');
         return integerLeadsIn(f, n) ? Step::Taken : Step::Refused;
       }
-      if (!jsonNumberWhole(f.number) || !integerWithin(f, n))
+      if (!jsonNumberWhole(f.number) || !numberWithin(f, n))
         return Step::Refused;
       t.pop_back(); // the number ended before b
       continue;
@@ -1079,7 +1267,7 @@ bool SchemaPrefix::complete() const {
     // that a longer one could still continue.
     const Frame &f = t.back();
     if (f.mode == Mode::Number && jsonNumberWhole(f.number) &&
-        integerWithin(f, schema_->node(f.node)))
+        numberWithin(f, schema_->node(f.node)))
       return true;
     if (f.mode == Mode::Literal) {
       const JsonSchema::Node &n = schema_->node(f.node);
@@ -1119,6 +1307,8 @@ void SchemaPrefix::appendKey(std::string &k, const Thread &t) {
     put(f.cand.w[1]);
     put(f.magnitude);
     put(uint8_t(f.negative));
+    put(f.whole);
+    put(f.fraction);
     for (uint64_t w : f.re.w)
       put(w);
     put(f.code);

@@ -10,10 +10,10 @@
 // Supported: `type` (a name or a list), `properties`, `required`,
 // `additionalProperties` (a schema or false; absent or true: any value),
 // `items`, `minItems` / `maxItems`, `minLength` / `maxLength` (code points),
-// `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` where the
-// type is integer (the reply's digits kept within them as they come; at most
-// 18 digits), `pattern` (SchemaPattern.h: a subset of ECMA-262, on a string
-// without length bounds),
+// `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` (the
+// reply's digits kept within them as they come: an integer in at most 18
+// digits; a number without an exponent, in at most 15 digits), `pattern`
+// (SchemaPattern.h: a subset of ECMA-262, on a string without length bounds),
 // `enum` and `const` (the reply spells the value as compact JSON), `anyOf`,
 // a one-element `allOf`, `$ref` to "#" or a JSON pointer inside the
 // document (recursion included), `$defs` / `definitions` as their targets.
@@ -80,6 +80,12 @@ public:
   static constexpr size_t kMaxMembers = 128;
   /// The largest magnitude of an integer with bounds (18 digits).
   static constexpr int64_t kMaxBoundedInteger = 999'999'999'999'999'999;
+  /// A number with bounds is written without an exponent in at most 15
+  /// digits (its integer digits, a lone leading 0 aside, and its fraction
+  /// digits together): two such numbers are two doubles, so its decimal
+  /// value compares with a bound's shortest decimal form as a validator's
+  /// doubles compare.
+  static constexpr int kMaxNumberDigits = 15;
 
   /// JSON types, as a node's mask.
   enum Type : uint8_t {
@@ -117,6 +123,11 @@ public:
     // +-kMaxBoundedInteger; without them, any integer.
     bool bounded = false;
     int64_t least = 0, most = 0;
+    // Numbers (`decimal`): the bounds in units of 10^-kFractionDigits,
+    // inclusive, of a number written without an exponent in at most
+    // kMaxNumberDigits digits.
+    bool decimal = false;
+    __int128 decimalLeast = 0, decimalMost = 0;
     // Enum: each value's compact JSON; AnyOf: the alternatives.
     std::vector<std::string> literals;
     std::vector<int32_t> alternatives;
@@ -202,8 +213,10 @@ private:
     int32_t member = -1; ///< the property being read (-1: another key)
     SchemaBits seen;     ///< the object's properties read
     SchemaBits cand;     ///< the key's names, or the literal's values
-    int64_t magnitude = 0; ///< a bounded integer's digits so far
-    bool negative = false; ///< ... and its sign
+    int64_t magnitude = 0; ///< a bounded number's digits so far
+    bool negative = false; ///< ... its sign
+    uint8_t whole = 0;     ///< ... its integer digits (a lone 0 aside)
+    uint8_t fraction = 0;  ///< ... and its fraction digits
     PatternSet re;         ///< a string's pattern states
     uint32_t code = 0;     ///< ... and the character being read
   };
@@ -220,6 +233,14 @@ private:
   /// become so with more digits.
   static bool integerWithin(const Frame &f, const JsonSchema::Node &n);
   static bool integerLeadsIn(const Frame &f, const JsonSchema::Node &n);
+  /// A bounded number's (JsonSchema::Node::decimal) likewise.
+  static bool decimalWithin(const Frame &f, const JsonSchema::Node &n);
+  static bool decimalLeadsIn(const Frame &f, const JsonSchema::Node &n);
+  /// A number's value so far is whole and within the node's bounds, where
+  /// it has any.
+  static bool numberWithin(const Frame &f, const JsonSchema::Node &n) {
+    return n.decimal ? decimalWithin(f, n) : integerWithin(f, n);
+  }
   /// Steps the first `live` of `threads` by b; the ones that took it come
   /// first after, and the count of them is returned (threads past it are
   /// spare storage).

@@ -11,6 +11,7 @@ without escapes, enum values spelled as compact JSON (json.dumps with ","
 and ":"), no \\u escape of a surrogate in a string with a length bound.
 """
 import codecs
+import fractions
 import functools
 import json
 import math
@@ -96,6 +97,105 @@ def leads_in(text, lo, hi):
         a, b = (-high, -low) if negative else (low, high)
         if a <= hi and b >= lo:
             return True
+    return False
+
+
+NUMBER_DIGITS = 15  # chat::JsonSchema::kMaxNumberDigits
+BOUNDED_NUMBER = re.compile(rb"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+BOUNDED_NUMBER_START = re.compile(rb"-?((0|[1-9][0-9]*)(\.[0-9]*)?)?")
+
+
+def number_bounds(s):
+    """A number schema's bounds as (lower, upper), each None or
+    (value, open): the value the bound's shortest form (repr) spells, as a
+    Fraction; None where the schema has no bound."""
+    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    if not any(key in s for key in keys):
+        return None
+    lower = upper = None
+
+    def tighter(old, new, up):
+        if old is None:
+            return new
+        if new[0] != old[0]:
+            return new if (new[0] < old[0]) == up else old
+        return new if new[1] else old  # the same value: open wins
+
+    def bound(x):
+        return fractions.Fraction(repr(float(x)))
+
+    if "minimum" in s:
+        lower = tighter(lower, (bound(s["minimum"]),
+                                s.get("exclusiveMinimum") is True), False)
+    if "maximum" in s:
+        upper = tighter(upper, (bound(s["maximum"]),
+                                s.get("exclusiveMaximum") is True), True)
+    if not isinstance(s.get("exclusiveMinimum", True), bool):
+        lower = tighter(lower, (bound(s["exclusiveMinimum"]), True), False)
+    if not isinstance(s.get("exclusiveMaximum", True), bool):
+        upper = tighter(upper, (bound(s["exclusiveMaximum"]), True), True)
+    return lower, upper
+
+
+def within(v, bounds):
+    lower, upper = bounds
+    if lower is not None and (v <= lower[0] if lower[1] else v < lower[0]):
+        return False
+    return upper is None or (v < upper[0] if upper[1] else v <= upper[0])
+
+
+def grid_within(a, b, step, bounds):
+    """Whether some a + k step (k >= 0) at most b lies within the bounds (a
+    and b multiples of step)."""
+    lower, upper = bounds
+    start, end = a, b
+    if lower is not None:
+        k = (math.floor(lower[0] / step) + 1 if lower[1]
+             else math.ceil(lower[0] / step))
+        start = max(start, k * step)
+    if upper is not None:
+        k = (math.ceil(upper[0] / step) - 1 if upper[1]
+             else math.floor(upper[0] / step))
+        end = min(end, k * step)
+    return start <= end
+
+
+def number_leads_in(text, bounds):
+    """Whether a bounded number's text so far can still become one within
+    the bounds, in at most NUMBER_DIGITS digits (a lone leading 0 aside)
+    and no exponent: every way to spend the digits left is a run of
+    multiples of a step between two ends."""
+    Fr = fractions.Fraction
+    negative = text.startswith(b"-")
+    body = (text[1:] if negative else text).decode()
+    signs = [negative] if body else [True] if negative else [False, True]
+    runs = []  # (low, high, step) of magnitudes
+    if not body:
+        runs.append((Fr(0), 1 - Fr(1, 10 ** NUMBER_DIGITS),
+                     Fr(1, 10 ** NUMBER_DIGITS)))
+        for i in range(1, NUMBER_DIGITS + 1):
+            step = Fr(1, 10 ** (NUMBER_DIGITS - i))
+            runs.append((Fr(10 ** (i - 1)), 10 ** i - step, step))
+    else:
+        whole, _, frac = body.partition(".")
+        used = (0 if whole == "0" else len(whole)) + len(frac)
+        left = NUMBER_DIGITS - used
+        if left < 0 or ("." in body and not frac and left == 0):
+            return False
+        if "." in body or whole == "0":
+            step = Fr(1, 10 ** (len(frac) + left))
+            low = Fr(int(whole + frac), 10 ** len(frac))
+            runs.append((low, low + Fr(1, 10 ** len(frac)) - step, step))
+        else:
+            for j in range(left + 1):
+                step = Fr(1, 10 ** (left - j))
+                low = Fr(int(whole) * 10 ** j)
+                runs.append((low, low + 10 ** j - step, step))
+    for minus in signs:
+        for low, high, step in runs:
+            a, b = (-high, -low) if minus else (low, high)
+            if grid_within(a, b, step, bounds):
+                return True
     return False
 
 
@@ -193,7 +293,26 @@ def schema_state(data, root, document=None):
                 out.add("prefix")
         return out
 
+    def bounded_number(s, p, k):
+        bounds = number_bounds(s)
+        m = BOUNDED_NUMBER.match(data, p)
+        start = BOUNDED_NUMBER_START.match(data, p)
+        out = set()
+        if start.end() == n and number_leads_in(data[p:], bounds):
+            out.add("prefix")
+        if m:
+            digits = m.group().lstrip(b"-")
+            count = sum(c in b"0123456789" for c in digits)
+            if digits.startswith(b"0"):
+                count -= 1  # a lone leading 0
+            if count <= NUMBER_DIGITS and within(
+                    fractions.Fraction(m.group().decode()), bounds):
+                out |= k(m.end())
+        return out
+
     def number(s, s_types, p, k):
+        if "number" in s_types and number_bounds(s) is not None:
+            return bounded_number(s, p, k)
         integer = "number" not in s_types
         m = (INTEGER if integer else NUMBER).match(data, p)
         start = (INTEGER_START if integer else NUMBER_START).match(data, p)

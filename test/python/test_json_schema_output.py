@@ -42,6 +42,17 @@ ANY_KEYS = {"type": "object", "properties": {"id": {"const": 7}},
             "required": ["id"]}
 LIST = {"type": "array", "items": {"type": ["boolean", "string"]},
         "minItems": 1, "maxItems": 4}
+# Numbers held to bounds: a probability, an open interval whose ends are
+# not short decimals, a one-sided bound of 17 significant digits.
+MEASURES = {"type": "object",
+            "properties": {"p": {"type": "number", "minimum": 0,
+                                 "maximum": 1},
+                           "t": {"type": ["number", "null"],
+                                 "exclusiveMinimum": -273.15,
+                                 "exclusiveMaximum": 1e3},
+                           "x": {"type": "number",
+                                 "minimum": 0.30000000000000004}},
+            "required": ["p", "t", "x"], "additionalProperties": False}
 
 
 def test_reference_reader():
@@ -89,6 +100,27 @@ def test_reference_reader():
         (LIST, b'[]', "invalid"),
         (LIST, b'[1]', "invalid"),
         (LIST, b'[true,true,true,true,', "invalid"),
+        (MEASURES, b'{"p":0.5,"t":null,"x":0.31}', "whole"),
+        (MEASURES, b'{"p":1.0,"t":-273.14,"x":0.300000000000001}', "whole"),
+        (MEASURES, b'{"p":1.5', "invalid"),
+        (MEASURES, b'{"p":1.', "prefix"),
+        (MEASURES, b'{"p":1.0', "prefix"),
+        (MEASURES, b'{"p":1.01', "invalid"),
+        (MEASURES, b'{"p":2', "invalid"),
+        (MEASURES, b'{"p":1e0', "invalid"),
+        (MEASURES, b'{"p":-0', "prefix"),
+        (MEASURES, b'{"p":-0.', "prefix"),
+        (MEASURES, b'{"p":-0.0000000000000001', "invalid"),
+        (MEASURES, b'{"p":0.0000000000000001', "invalid"),
+        (MEASURES, b'{"p":0,"t":-273.15', "invalid"),
+        (MEASURES, b'{"p":0,"t":-273.15}', "invalid"),
+        (MEASURES, b'{"p":0,"t":-273.150000000001', "invalid"),
+        (MEASURES, b'{"p":0,"t":-273.14999999999', "prefix"),
+        (MEASURES, b'{"p":0,"t":999.999999999999', "prefix"),
+        (MEASURES, b'{"p":0,"t":1000', "invalid"),
+        (MEASURES, b'{"p":0,"t":0,"x":0.3', "prefix"),
+        (MEASURES, b'{"p":0,"t":0,"x":0.3}', "invalid"),
+        (MEASURES, b'{"p":0,"t":0,"x":1234567890123456', "invalid"),
         ({"type": "number"}, b"12", "whole"),
         ({"type": "number"}, b"12.", "prefix"),
         ({"enum": [1, 12]}, b"1", "whole"),
@@ -105,8 +137,10 @@ def write_schema(tmp_path, schema):
     return str(path)
 
 
-@pytest.mark.parametrize("schema", [PERSON, ANY_KEYS, LIST, PATTERNS],
-                         ids=["person", "any-keys", "list", "patterns"])
+@pytest.mark.parametrize("schema", [PERSON, ANY_KEYS, LIST, PATTERNS,
+                                    MEASURES],
+                         ids=["person", "any-keys", "list", "patterns",
+                              "measures"])
 def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path,
                                                       schema):
     path = write_schema(tmp_path, schema)
@@ -126,7 +160,7 @@ def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path,
 def test_sampled_replies_validate(model, tmp_path, seed):
     """Sampled replies (the seed printed by pytest's id): whole ones
     validate with jsonschema, the others are prefixes by the reference."""
-    for schema in (PERSON, LIST, PATTERNS):
+    for schema in (PERSON, LIST, PATTERNS, MEASURES):
         path = write_schema(tmp_path, schema)
         out = kiln_run(model.art, model.gguf, "--prompt", "JSON", "-n",
                        50, "--temperature", "1.2", "--top-k", "20", "--seed",

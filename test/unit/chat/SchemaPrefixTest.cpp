@@ -20,6 +20,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 #include <string>
 #include <vector>
 
@@ -53,6 +57,7 @@ const char *kPerson = R"({
     "tags": {"type": "array", "items": {"enum": ["a", "ab", 1, 12, null]},
              "minItems": 1, "maxItems": 3},
     "ratio": {"type": ["number", "null"]},
+    "share": {"type": "number", "exclusiveMinimum": -0.5, "maximum": 2.25},
     "nick": {"anyOf": [{"type": "string"}, {"type": "boolean"}]},
     "code": {"type": "string", "pattern": "^[A-Z]{2}(-[0-9]+)?$"}
   },
@@ -107,8 +112,13 @@ TEST(SchemaPrefix, RefusesWhatItCannotKeep) {
   } cases[] = {
       {R"({"type": "integer", "multipleOf": 3})",
        "schema: #/multipleOf: keyword 'multipleOf' is not supported"},
-      {R"({"type": "number", "minimum": 3})",
-       "#/minimum: bounds are kept for \"type\": \"integer\" only"},
+      {R"({"type": "string", "minimum": 3})",
+       "#/minimum: bounds on a schema whose type admits no number"},
+      {R"({"type": "number", "minimum": 1e15})",
+       "#/minimum: no number of at most 15 digits without an exponent"},
+      {R"({"type": "number", "exclusiveMinimum": 0, "maximum": 1e-16})",
+       "#/maximum: no number of at most 15 digits"},
+      {R"({"type": "number", "maximum": "3"})", "#/maximum: must be a number"},
       {R"({"type": "integer", "minimum": 3, "exclusiveMaximum": 3})",
        "#/minimum: no integer of at most 18 digits lies within the bounds"},
       {R"({"properties": {"a": {"uniqueItems": true}}})",
@@ -501,6 +511,146 @@ TEST(SchemaPrefix, IntegerBoundsAsTheDigitsCome) {
   expectWhole(wide, "999999999999999999");
   expectRefusedAt(wide, "9999999999999999999", 18);
   expectWhole(compileText(R"({"type": "integer"})"), "99999999999999999999999");
+}
+
+TEST(SchemaPrefix, NumberBoundsAsTheDigitsCome) {
+  // A probability: [0, 1] in at most 15 digits, no exponent.
+  auto p = compileText(R"({"type": "number", "minimum": 0, "maximum": 1})");
+  ASSERT_TRUE(p);
+  for (const char *text : {"0", "1", "0.5", "1.0", "0.000000000000001",
+                           "0.999999999999999", "-0", "-0.0"})
+    expectWhole(p, text);
+  struct Case {
+    const char *text;
+    size_t at;
+  } cases[] = {
+      {"2", 0},   {"1.5", 2},   {"-1", 1},   {"10", 1},
+      {"1e0", 1}, {"0.5E1", 3}, {"-0.1", 3}, {"0.0000000000000001", 17},
+      {"1.", 2},  {"00", 1},
+  };
+  // "1." takes the point (1.0 is whole) and ends there: a digit must come.
+  for (const Case &c : cases)
+    if (std::string_view(c.text) != "1.")
+      expectRefusedAt(p, c.text, c.at);
+  SchemaPrefix one(p);
+  ASSERT_TRUE(one.push("1."));
+  EXPECT_FALSE(one.complete());
+  EXPECT_TRUE(one.accepts("0"));
+  EXPECT_FALSE(one.accepts("1"));
+  // Exclusive bounds on the decimal grid: (0.1, 0.3) holds 0.1000...01 up
+  // to 0.2999...9 in 15 digits, not 0.1 or 0.3 themselves.
+  auto open = compileText(R"({"type": "number", "exclusiveMinimum": 0.1,
+                              "exclusiveMaximum": 0.3})");
+  ASSERT_TRUE(open);
+  expectWhole(open, "0.2");
+  expectWhole(open, "0.100000000000001");
+  expectWhole(open, "0.299999999999999");
+  expectRefusedAt(open, "0.1 ", 3);
+  expectRefusedAt(open, "0.3", 2);
+  // 0.1 and 14 zeros is 0.1 itself, with no digit left to go above it.
+  expectRefusedAt(open, "0.1000000000000001", 16);
+  // A bound whose shortest form has 17 digits, negative ranges, and a
+  // number in an object, which must end within its bounds.
+  auto tiny = compileText(R"({"type": "number", "minimum": -2.5,
+                              "maximum": -0.30000000000000004})");
+  ASSERT_TRUE(tiny);
+  expectWhole(tiny, "-2.5");
+  expectWhole(tiny, "-0.31");
+  expectRefusedAt(tiny, "-0.3 ", 4); // above -0.30000000000000004
+  expectRefusedAt(tiny, "-2.6", 3);
+  expectRefusedAt(tiny, "-3", 1);
+  auto obj = compileText(R"({"type": "object", "properties": {
+      "t": {"type": ["number", "null"], "minimum": -273.15}}})");
+  ASSERT_TRUE(obj);
+  expectWhole(obj, R"({"t": -273.15})");
+  expectWhole(obj, R"({"t": null})");
+  expectWhole(obj, R"({"t": 123456789012345})");
+  expectRefusedAt(obj, R"({"t": -273.16})", 12);
+  expectRefusedAt(obj, R"({"t": 1234567890123456})", 21);
+  // Without bounds a number keeps its exponent and any length.
+  expectWhole(compileText(R"({"type": "number"})"), "1.25e-300");
+}
+
+TEST(SchemaPrefix, NumberWalksEndWithinTheirBounds) {
+  // Seeded random bounds (some exclusive, some of 17 significant digits,
+  // some one-sided), and random walks over the bytes a number may use:
+  // each step must have a way on other than ending, or be whole; each
+  // finished number, read by strtod, must satisfy the bounds as a
+  // validator's doubles do.
+  const uint64_t seed = 29;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  Rng rng(seed);
+  const std::string alphabet = "0123456789.-eE+ ";
+  size_t ended = 0;
+  for (int round = 0; round < 40; ++round) {
+    auto pick = [&] {
+      const double scale = std::pow(10.0, double(int(rng.below(9)) - 4));
+      double x = (rng.uniform() * 2 - 1) * scale;
+      if (rng.below(3) == 0)
+        x = std::round(x * 100) / 100; // a short decimal
+      return x;
+    };
+    double a = pick(), b = pick();
+    if (a > b)
+      std::swap(a, b);
+    const bool exLo = rng.below(2), exHi = rng.below(2);
+    const bool hasHi = rng.below(5) != 0, hasLo = !hasHi || rng.below(5) != 0;
+    std::string schema = R"({"type": "number")";
+    char buf[64];
+    if (hasLo) {
+      std::snprintf(buf, sizeof buf, "%.17g", a);
+      schema += std::string(", \"") + (exLo ? "exclusiveMinimum" : "minimum") +
+                "\": " + buf;
+    }
+    if (hasHi) {
+      std::snprintf(buf, sizeof buf, "%.17g", b);
+      schema += std::string(", \"") + (exHi ? "exclusiveMaximum" : "maximum") +
+                "\": " + buf;
+    }
+    schema += "}";
+    auto compiled = compileText(schema);
+    if (!compiled)
+      continue; // bounds no 15-digit number meets (exclusive, equal)
+    for (int walk = 0; walk < 25; ++walk) {
+      SchemaPrefix p(compiled);
+      std::string text;
+      for (int i = 0; i < 40; ++i) {
+        std::string ok;
+        for (char c : alphabet)
+          if (p.accepts(std::string(1, c)))
+            ok += c;
+        const bool onward = ok.find_first_not_of(' ') != std::string::npos;
+        ASSERT_TRUE(onward || p.complete()) << schema << " after " << text;
+        if (p.complete() && (!onward || rng.below(6) == 0))
+          break;
+        std::string c(1, ok[rng.below(ok.size())]);
+        if (c == " ") // whitespace only after a whole number
+          c = std::string(1, ok[0]);
+        ASSERT_TRUE(p.push(c));
+        text += c;
+      }
+      if (!p.complete())
+        continue; // 40 bytes of digits: long numbers are cut, not wrong
+      ++ended;
+      const std::string number = text.substr(0, text.find(' '));
+      EXPECT_EQ(number.find_first_of("eE"), std::string::npos) << number;
+      size_t digits = 0;
+      for (char c : number)
+        digits += c >= '0' && c <= '9';
+      const bool loneZero = number.find("0.") == (number[0] == '-' ? 1u : 0u);
+      EXPECT_LE(digits - (loneZero || number == "0" || number == "-0"), 15u)
+          << number;
+      const double v = std::strtod(number.c_str(), nullptr);
+      if (hasLo) {
+        EXPECT_TRUE(exLo ? v > a : v >= a) << schema << ": " << number;
+      }
+      if (hasHi) {
+        EXPECT_TRUE(exHi ? v < b : v <= b) << schema << ": " << number;
+      }
+    }
+  }
+  std::printf("%zu numbers ended within their bounds\n", ended);
+  EXPECT_GT(ended, 300u);
 }
 
 TEST(SchemaPrefix, PatternsAsTheCharactersCome) {
