@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace kiln::runtime {
@@ -57,12 +58,11 @@ inline uint32_t orderBits(float logit) {
 } // namespace
 
 void Sampler::narrow(bool byMass, double want) {
-  // One pass over the weights, a block of 1,024 at a time (read from the
-  // L1 once for each threshold), counting (or weighing) the tokens at or
-  // above each of eight thresholds: in float within a block (exact for
-  // counts; a lane's 256 additions are within 1.6e-5 of the sum) and in
-  // double across blocks. The set becomes the tokens at or above the
-  // highest threshold that holds `want`, with a margin of 1e-4 for the
+  // One pass over the weights, counting (or weighing) the tokens at or
+  // above each of eight thresholds: in float within a block of 1,024
+  // (exact for counts; a lane's 256 additions are within 1.6e-5 of the
+  // sum) and in double across blocks. The set becomes the tokens at or above
+  // the highest threshold that holds `want`, with a margin of 1e-4 for the
   // float sums: it contains every token keepBest keeps, because the
   // weights follow the order.
   static constexpr float kTau[8] = {0x1p-1f,  0x1p-2f,  0x1p-4f,  0x1p-8f,
@@ -71,26 +71,33 @@ void Sampler::narrow(bool byMass, double want) {
     return;
   const float *w = weights_.data();
   const size_t n = weights_.size();
+  // Four tokens at a time in the compiler's vector types (plain code where
+  // the target has no vectors): a mask a threshold, and the weights (or
+  // ones) it keeps added into that threshold's four lanes.
+  typedef float Floats __attribute__((vector_size(16)));
+  typedef int32_t Ints __attribute__((vector_size(16)));
+  const Ints one = {0x3f800000, 0x3f800000, 0x3f800000, 0x3f800000}; // 1.0f
   double total[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (size_t b = 0; b < n; b += 1024) {
     const size_t end = std::min(n, b + 1024);
+    Floats lanes[8] = {};
+    size_t i = b;
+    for (; i + 4 <= end; i += 4) {
+      Floats x;
+      std::memcpy(&x, w + i, sizeof x);
+      const Ints value = byMass ? std::bit_cast<Ints>(x) : one;
+      for (int j = 0; j < 8; ++j) {
+        const Ints keep = x >= kTau[j];
+        const Ints kept = value & keep;
+        lanes[j] += std::bit_cast<Floats>(kept);
+      }
+    }
     for (int j = 0; j < 8; ++j) {
-      // Four lanes, so that the loop vectorises.
-      const float tau = kTau[j];
-      float lane[4] = {0, 0, 0, 0};
-      auto sum = [&](auto value) {
-        size_t i = b;
-        for (; i + 4 <= end; i += 4)
-          for (size_t k = 0; k < 4; ++k)
-            lane[k] += w[i + k] >= tau ? value(w[i + k]) : 0.0f;
-        for (; i < end; ++i)
-          lane[0] += w[i] >= tau ? value(w[i]) : 0.0f;
-      };
-      if (byMass)
-        sum([](float x) { return x; });
-      else
-        sum([](float) { return 1.0f; });
-      total[j] += double((lane[0] + lane[1]) + (lane[2] + lane[3]));
+      float rest = 0;
+      for (size_t k = i; k < end; ++k)
+        rest += w[k] >= kTau[j] ? (byMass ? w[k] : 1.0f) : 0.0f;
+      total[j] += double((lanes[j][0] + lanes[j][1]) +
+                         (lanes[j][2] + lanes[j][3]) + rest);
     }
   }
   const double enough = byMass ? want * (1 + 1e-4) : want;
