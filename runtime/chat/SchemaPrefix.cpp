@@ -102,15 +102,21 @@ bool gridMeets(__int128 a, __int128 b, __int128 step, __int128 lo,
 
 /// Whether a number written so far (in `phase`, with its sign, its digits
 /// as one integer, `whole` integer digits and `fraction` fraction digits)
-/// can still become a value in [lo, hi] (units of 10^-15) written without
-/// an exponent in at most kMaxNumberDigits digits. Each way on is a set of
+/// can still become a value in [lo, hi] (units of 10^-15), a multiple of
+/// `multiple` where it is not 0, written without an exponent in at most
+/// kMaxNumberDigits digits. Each way on is a set of
 /// multiples of a step between two ends: j more integer digits leave the
 /// rest of the digits to the fraction.
 static bool decimalMeets(JsonNumber phase, bool negative, int64_t digits,
-                         int whole, int fraction, __int128 lo, __int128 hi) {
+                         int whole, int fraction, __int128 lo, __int128 hi,
+                         int64_t multiple) {
   constexpr int kDigits = JsonSchema::kMaxNumberDigits;
   const __int128 unit = pow10(kDigits);
+  // A whole multiple's units are a multiple of every step below: its
+  // multiples are the values left on each run.
   auto meets = [&](__int128 a, __int128 b, __int128 step, bool minus) {
+    if (multiple)
+      step = __int128(multiple) * unit;
     return minus ? gridMeets(-b, -a, step, lo, hi)
                  : gridMeets(a, b, step, lo, hi);
   };
@@ -331,11 +337,29 @@ Status SchemaCompiler::numberBounds(const ValueMap &m, const std::string &at,
   for (int i = 0; i < 4; ++i)
     if ((given[i] = m.find(kKeys[i])) && !first)
       first = kKeys[i];
+  const Value *multipleOf = m.find("multipleOf");
+  if (multipleOf && !first)
+    first = "multipleOf";
   if (!first)
     return Status::ok();
   if (!(n.types & (JsonSchema::Integer | JsonSchema::Number)))
     return fail(at + "/" + first,
                 "bounds on a schema whose type admits no number");
+  if (multipleOf) {
+    // Multiples of a fraction differ between decimal arithmetic and a
+    // validator's binary floating point (0.3 of 0.1): whole numbers only.
+    const double x = multipleOf->isNumber() && !multipleOf->isBool()
+                         ? multipleOf->asFloat()
+                         : -1;
+    if (!(x > 0) || !std::isfinite(x))
+      return fail(at + "/multipleOf", "must be a number above 0");
+    if (x != std::floor(x) || x > double(JsonSchema::kMaxBoundedInteger))
+      return fail(at + "/multipleOf",
+                  "a multiple is kept only of a whole number from 1 to "
+                  "10^18 - 1 (a fraction's multiples differ between "
+                  "decimal and binary arithmetic)");
+    n.multiple = int64_t(x);
+  }
   // Draft 4's boolean exclusives qualify minimum / maximum.
   const bool exclusiveMinimum =
                  given[2] && given[2]->isBool() && given[2]->asBool(),
@@ -364,10 +388,12 @@ Status SchemaCompiler::numberBounds(const ValueMap &m, const std::string &at,
         hi = std::min(hi, exclusive ? scaledBound(x, true) - 1
                                     : scaledBound(x, false));
     }
-    if (!decimalMeets(JsonNumber::Start, false, 0, 0, 0, lo, hi))
+    if (!decimalMeets(JsonNumber::Start, false, 0, 0, 0, lo, hi, n.multiple))
       return fail(at + "/" + first,
-                  "no number of at most 15 digits without an exponent lies "
-                  "within the bounds");
+                  n.multiple ? "no multiple of at most 15 digits without an "
+                               "exponent lies within the bounds"
+                             : "no number of at most 15 digits without an "
+                               "exponent lies within the bounds");
     n.decimal = true;
     n.decimalLeast = lo;
     n.decimalMost = hi;
@@ -397,12 +423,25 @@ Status SchemaCompiler::numberBounds(const ValueMap &m, const std::string &at,
       break;
     }
   }
-  if (least > most)
+  // In integers from here (a double holds 18 digits only roughly): the
+  // bounds within 18 digits, then the multiples within them.
+  const int64_t cap = JsonSchema::kMaxBoundedInteger;
+  int64_t lo = least <= -double(cap) ? -cap : int64_t(least);
+  int64_t hi = most >= double(cap) ? cap : int64_t(most);
+  if (n.multiple && lo <= hi) {
+    const int64_t k = n.multiple;
+    lo = lo >= 0 ? (lo + k - 1) / k * k : -(-lo / k * k);
+    hi = hi >= 0 ? hi / k * k : -((-hi + k - 1) / k * k);
+  }
+  if (least > most || lo > hi)
     return fail(at + "/" + first,
-                "no integer of at most 18 digits lies within the bounds");
+                n.multiple ? "no multiple of at most 18 digits lies within "
+                             "the bounds"
+                           : "no integer of at most 18 digits lies within "
+                             "the bounds");
   n.bounded = true;
-  n.least = int64_t(least);
-  n.most = int64_t(most);
+  n.least = lo;
+  n.most = hi;
   return Status::ok();
 }
 
@@ -496,7 +535,8 @@ Expected<int32_t> SchemaCompiler::compile(const Value &s,
                                                 "minimum",
                                                 "maximum",
                                                 "exclusiveMinimum",
-                                                "exclusiveMaximum"};
+                                                "exclusiveMaximum",
+                                                "multipleOf"};
   size_t constraining = 0;
   for (const auto &[k, v] : m) {
     if (isAnnotation(k))
@@ -823,7 +863,7 @@ bool SchemaPrefix::integerWithin(const Frame &f, const JsonSchema::Node &n) {
   if (!n.bounded)
     return true;
   const int64_t v = f.negative ? -f.magnitude : f.magnitude;
-  return v >= n.least && v <= n.most;
+  return v >= n.least && v <= n.most && (!n.multiple || v % n.multiple == 0);
 }
 
 bool SchemaPrefix::decimalWithin(const Frame &f, const JsonSchema::Node &n) {
@@ -832,19 +872,25 @@ bool SchemaPrefix::decimalWithin(const Frame &f, const JsonSchema::Node &n) {
   const __int128 v =
       __int128(f.magnitude) * pow10(JsonSchema::kMaxNumberDigits - f.fraction);
   const __int128 signed_ = f.negative ? -v : v;
-  return signed_ >= n.decimalLeast && signed_ <= n.decimalMost;
+  return signed_ >= n.decimalLeast && signed_ <= n.decimalMost &&
+         (!n.multiple ||
+          v % (__int128(n.multiple) * pow10(JsonSchema::kMaxNumberDigits)) ==
+              0);
 }
 
 bool SchemaPrefix::decimalLeadsIn(const Frame &f, const JsonSchema::Node &n) {
   return decimalMeets(f.number, f.negative, f.magnitude, f.whole, f.fraction,
-                      n.decimalLeast, n.decimalMost);
+                      n.decimalLeast, n.decimalMost, n.multiple);
 }
 
 bool SchemaPrefix::integerLeadsIn(const Frame &f, const JsonSchema::Node &n) {
   // What the digits so far can still become: "-" zero ("-0") or any
   // negative; "0" or "-0" only zero; digits D, D * 10^m + [0, 10^m) for
-  // m = 0, 1, .. (negated after '-') while they are at most 18 digits.
+  // m = 0, 1, .. (negated after '-') while they are at most 18 digits. The
+  // bounds are multiples of `multiple` where one is set, so "-" leads in
+  // wherever the least is at most 0.
   const __int128 lo = n.least, hi = n.most;
+  const __int128 step = n.multiple ? n.multiple : 1;
   if (f.number == JsonNumber::Minus)
     return lo <= 0;
   if (f.number == JsonNumber::Zero)
@@ -853,7 +899,7 @@ bool SchemaPrefix::integerLeadsIn(const Frame &f, const JsonSchema::Node &n) {
   for (; base <= JsonSchema::kMaxBoundedInteger; base *= 10, span *= 10) {
     const __int128 a = f.negative ? -(base + span - 1) : base;
     const __int128 b = f.negative ? -base : base + span - 1;
-    if (a <= hi && b >= lo)
+    if (gridMeets(a, b, step, lo, hi))
       return true;
   }
   return false;

@@ -12,7 +12,8 @@
 // `items`, `minItems` / `maxItems`, `minLength` / `maxLength` (code points),
 // `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` (the
 // reply's digits kept within them as they come: an integer in at most 18
-// digits; a number without an exponent, in at most 15 digits), `pattern`
+// digits; a number without an exponent, in at most 15 digits),
+// `multipleOf` a whole number (likewise), `pattern`
 // (SchemaPattern.h: a subset of ECMA-262, on a string without length bounds),
 // `enum` and `const` (the reply spells the value as compact JSON), `anyOf`,
 // a one-element `allOf`, `$ref` to "#" or a JSON pointer inside the
@@ -20,7 +21,7 @@
 // Annotations are ignored: title, description, default, examples,
 // deprecated, readOnly, writeOnly, $schema, $id, $comment, and `format`
 // (an annotation in JSON Schema 2020-12 unless a validator asserts it).
-// Every other keyword (pattern, minimum, oneOf, ...) is refused by name:
+// Every other keyword (oneOf, not, uniqueItems, ...) is refused by name:
 // ignoring it would let the reply break the schema.
 //
 // The reply's spelling is narrowed where that keeps the recogniser exact:
@@ -128,6 +129,8 @@ public:
     // kMaxNumberDigits digits.
     bool decimal = false;
     __int128 decimalLeast = 0, decimalMost = 0;
+    // Either: multipleOf, a whole number (0: none).
+    int64_t multiple = 0;
     // Enum: each value's compact JSON; AnyOf: the alternatives.
     std::vector<std::string> literals;
     std::vector<int32_t> alternatives;

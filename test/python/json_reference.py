@@ -60,7 +60,8 @@ def integer_bounds(s):
     """The least and most integer an integer schema allows, as
     JSON Schema 2020-12 reads minimum / maximum / exclusive* (and draft 4's
     boolean exclusives); unbounded: UNBOUNDED."""
-    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+            "multipleOf")
     if not any(key in s for key in keys):
         return UNBOUNDED
     lo, hi = -(10 ** MAX_DIGITS - 1), 10 ** MAX_DIGITS - 1
@@ -79,23 +80,30 @@ def integer_bounds(s):
     return lo, hi
 
 
-def leads_in(text, lo, hi):
+def has_multiple(a, b, m):
+    """Whether [a, b] holds a multiple of m (m None: any integer)."""
+    m = m or 1
+    return -(-a // m) * m <= b
+
+
+def leads_in(text, lo, hi, m=None):
     """Whether an integer's text so far (b"-", b"12", ...) can still
-    become one in [lo, hi]: padded with 0s and 9s to each length up to the
-    digits allowed, it spans the integers it can become at that length."""
+    become one in [lo, hi] (a multiple of m, where given): padded with 0s
+    and 9s to each length up to the digits allowed, it spans the integers
+    it can become at that length."""
     if (lo, hi) == UNBOUNDED:
         return True
     negative = text.startswith(b"-")
     digits = text[1:] if negative else text
-    if not digits:
-        return lo <= 0  # "-0" or a negative integer
+    if not digits:  # "-0" or a negative integer
+        return has_multiple(lo, min(hi, 0), m)
     if digits == b"0":
         return lo <= 0 <= hi
     for extra in range(MAX_DIGITS - len(digits) + 1):
         low = int(digits + b"0" * extra)
         high = int(digits + b"9" * extra)
         a, b = (-high, -low) if negative else (low, high)
-        if a <= hi and b >= lo:
+        if has_multiple(max(a, lo), min(b, hi), m):
             return True
     return False
 
@@ -108,8 +116,9 @@ BOUNDED_NUMBER_START = re.compile(rb"-?((0|[1-9][0-9]*)(\.[0-9]*)?)?")
 def number_bounds(s):
     """A number schema's bounds as (lower, upper), each None or
     (value, open): the value the bound's shortest form (repr) spells, as a
-    Fraction; None where the schema has no bound."""
-    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    Fraction; None where the schema has no bound and no multipleOf."""
+    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+            "multipleOf")
     if not any(key in s for key in keys):
         return None
     lower = upper = None
@@ -145,26 +154,25 @@ def within(v, bounds):
 
 
 def grid_within(a, b, step, bounds):
-    """Whether some a + k step (k >= 0) at most b lies within the bounds (a
-    and b multiples of step)."""
+    """Whether some multiple of step in [a, b] lies within the bounds."""
     lower, upper = bounds
-    start, end = a, b
+    start = math.ceil(a / step)  # the multiples' indices
+    end = math.floor(b / step)
     if lower is not None:
-        k = (math.floor(lower[0] / step) + 1 if lower[1]
-             else math.ceil(lower[0] / step))
-        start = max(start, k * step)
+        start = max(start, math.floor(lower[0] / step) + 1 if lower[1]
+                    else math.ceil(lower[0] / step))
     if upper is not None:
-        k = (math.ceil(upper[0] / step) - 1 if upper[1]
-             else math.floor(upper[0] / step))
-        end = min(end, k * step)
+        end = min(end, math.ceil(upper[0] / step) - 1 if upper[1]
+                  else math.floor(upper[0] / step))
     return start <= end
 
 
-def number_leads_in(text, bounds):
+def number_leads_in(text, bounds, m=None):
     """Whether a bounded number's text so far can still become one within
-    the bounds, in at most NUMBER_DIGITS digits (a lone leading 0 aside)
-    and no exponent: every way to spend the digits left is a run of
-    multiples of a step between two ends."""
+    the bounds (a multiple of the whole number m, where given), in at most
+    NUMBER_DIGITS digits (a lone leading 0 aside) and no exponent: every
+    way to spend the digits left is a run of multiples of a step between
+    two ends (of m, which every such step divides, where given)."""
     Fr = fractions.Fraction
     negative = text.startswith(b"-")
     body = (text[1:] if negative else text).decode()
@@ -194,7 +202,7 @@ def number_leads_in(text, bounds):
     for minus in signs:
         for low, high, step in runs:
             a, b = (-high, -low) if minus else (low, high)
-            if grid_within(a, b, step, bounds):
+            if grid_within(a, b, Fr(m) if m else step, bounds):
                 return True
     return False
 
@@ -294,19 +302,20 @@ def schema_state(data, root, document=None):
         return out
 
     def bounded_number(s, p, k):
-        bounds = number_bounds(s)
+        bounds, multiple = number_bounds(s), s.get("multipleOf")
         m = BOUNDED_NUMBER.match(data, p)
         start = BOUNDED_NUMBER_START.match(data, p)
         out = set()
-        if start.end() == n and number_leads_in(data[p:], bounds):
+        if start.end() == n and number_leads_in(data[p:], bounds, multiple):
             out.add("prefix")
         if m:
             digits = m.group().lstrip(b"-")
             count = sum(c in b"0123456789" for c in digits)
             if digits.startswith(b"0"):
                 count -= 1  # a lone leading 0
-            if count <= NUMBER_DIGITS and within(
-                    fractions.Fraction(m.group().decode()), bounds):
+            v = fractions.Fraction(m.group().decode())
+            if (count <= NUMBER_DIGITS and within(v, bounds) and
+                    (not multiple or v % multiple == 0)):
                 out |= k(m.end())
         return out
 
@@ -317,11 +326,13 @@ def schema_state(data, root, document=None):
         m = (INTEGER if integer else NUMBER).match(data, p)
         start = (INTEGER_START if integer else NUMBER_START).match(data, p)
         lo, hi = integer_bounds(s)
+        multiple = s.get("multipleOf")
         out = set()
-        if start.end() == n and leads_in(data[p:], lo, hi):
+        if start.end() == n and leads_in(data[p:], lo, hi, multiple):
             out.add("prefix")  # more of the number may come
         if m and ((lo, hi) == UNBOUNDED or
-                  lo <= int(data[p:m.end()]) <= hi):
+                  (lo <= int(data[p:m.end()]) <= hi and
+                   (not multiple or int(data[p:m.end()]) % multiple == 0))):
             out |= k(m.end())
         return out
 

@@ -53,6 +53,12 @@ MEASURES = {"type": "object",
                            "x": {"type": "number",
                                  "minimum": 0.30000000000000004}},
             "required": ["p", "t", "x"], "additionalProperties": False}
+# Whole multiples: an integer and a number, one of them bounded.
+MULTIPLES = {"type": "array",
+             "items": {"anyOf": [{"type": "integer", "multipleOf": 5,
+                                  "minimum": -12, "maximum": 40},
+                                 {"type": "number", "multipleOf": 3}]},
+             "minItems": 2, "maxItems": 4}
 
 
 def test_reference_reader():
@@ -121,6 +127,20 @@ def test_reference_reader():
         (MEASURES, b'{"p":0,"t":0,"x":0.3', "prefix"),
         (MEASURES, b'{"p":0,"t":0,"x":0.3}', "invalid"),
         (MEASURES, b'{"p":0,"t":0,"x":1234567890123456', "invalid"),
+        (MULTIPLES, b'[-10,35]', "whole"),
+        (MULTIPLES, b'[9.0,3,-0]', "whole"),
+        (MULTIPLES, b'[41', "prefix"),       # 411 is a multiple of 3
+        (MULTIPLES, b'[41.5', "invalid"),
+        (MULTIPLES, b'[41,', "invalid"),
+        (MULTIPLES, b'[4', "prefix"),       # 40, 42, ...
+        (MULTIPLES, b'[4.5', "invalid"),
+        (MULTIPLES, b'[7,', "invalid"),
+        (MULTIPLES, b'[6.00', "prefix"),
+        (MULTIPLES, b'[1e1', "invalid"),
+        (MULTIPLES, b'[-15', "prefix"),      # -15 is a multiple of 3
+        (MULTIPLES, b'[-16', "prefix"),      # -162, ...
+        ({"type": "integer", "multipleOf": 7}, b"9999999999999999999",
+         "invalid"),                          # 18 digits at most
         ({"type": "number"}, b"12", "whole"),
         ({"type": "number"}, b"12.", "prefix"),
         ({"enum": [1, 12]}, b"1", "whole"),
@@ -138,9 +158,9 @@ def write_schema(tmp_path, schema):
 
 
 @pytest.mark.parametrize("schema", [PERSON, ANY_KEYS, LIST, PATTERNS,
-                                    MEASURES],
+                                    MEASURES, MULTIPLES],
                          ids=["person", "any-keys", "list", "patterns",
-                              "measures"])
+                              "measures", "multiples"])
 def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path,
                                                       schema):
     path = write_schema(tmp_path, schema)
@@ -160,7 +180,7 @@ def test_greedy_is_the_argmax_over_the_allowed_tokens(model, tmp_path,
 def test_sampled_replies_validate(model, tmp_path, seed):
     """Sampled replies (the seed printed by pytest's id): whole ones
     validate with jsonschema, the others are prefixes by the reference."""
-    for schema in (PERSON, LIST, PATTERNS, MEASURES):
+    for schema in (PERSON, LIST, PATTERNS, MEASURES, MULTIPLES):
         path = write_schema(tmp_path, schema)
         out = kiln_run(model.art, model.gguf, "--prompt", "JSON", "-n",
                        50, "--temperature", "1.2", "--top-k", "20", "--seed",
@@ -182,10 +202,10 @@ def test_json_schema_flag_errors(model, tmp_path):
         return proc.returncode, proc.stderr
 
     bad = write_schema(tmp_path, {"type": "object", "properties": {
-        "n": {"type": "integer", "multipleOf": 3}}})
+        "n": {"type": "integer", "oneOf": [{"const": 3}]}}})
     rc, err = run("--json-schema", bad)
     assert rc == 1
-    assert f"{bad}: #/properties/n/multipleOf: keyword 'multipleOf' is " \
+    assert f"{bad}: #/properties/n/oneOf: keyword 'oneOf' is " \
            "not supported" in err
     rc, err = run("--json-schema", str(tmp_path / "missing.json"))
     assert rc == 1 and "missing.json: --json-schema: cannot read" in err

@@ -811,10 +811,14 @@ def test_logit_bias_and_refused_parameters(server, client):
                       ({"type": "json_schema", "json_schema": {
                           "name": "x", "schema": {"type": "object",
                                                   "properties": {
-                                                      "a": {"multipleOf": 2}}}}},
+                                                      "a": {"not": {}}}}}},
                        "'response_format' json_schema.schema: "
-                       "#/properties/a/multipleOf: keyword 'multipleOf' is "
+                       "#/properties/a/not: keyword 'not' is "
                        "not supported"),
+                      ({"type": "json_schema", "json_schema": {
+                          "name": "x", "schema": {"multipleOf": 0.5}}},
+                       "#/multipleOf: a multiple is kept only of a whole "
+                       "number"),
                       ({"type": "json_schema", "json_schema": {
                           "name": "x", "schema": {"pattern": "(?=a)"}}},
                        "#/pattern: pattern: look-arounds"),

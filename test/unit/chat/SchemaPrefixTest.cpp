@@ -110,8 +110,16 @@ TEST(SchemaPrefix, RefusesWhatItCannotKeep) {
   struct Case {
     const char *schema, *message;
   } cases[] = {
-      {R"({"type": "integer", "multipleOf": 3})",
-       "schema: #/multipleOf: keyword 'multipleOf' is not supported"},
+      {R"({"type": "integer", "not": {"const": 3}})",
+       "schema: #/not: keyword 'not' is not supported"},
+      {R"({"type": "number", "multipleOf": 0.1})",
+       "#/multipleOf: a multiple is kept only of a whole number"},
+      {R"({"type": "number", "multipleOf": 0})",
+       "#/multipleOf: must be a number above 0"},
+      {R"({"type": "integer", "multipleOf": 7, "minimum": 1, "maximum": 6})",
+       "#/minimum: no multiple of at most 18 digits lies within the bounds"},
+      {R"({"type": "number", "multipleOf": 7, "minimum": 1, "maximum": 6})",
+       "#/minimum: no multiple of at most 15 digits"},
       {R"({"type": "string", "minimum": 3})",
        "#/minimum: bounds on a schema whose type admits no number"},
       {R"({"type": "number", "minimum": 1e15})",
@@ -385,7 +393,7 @@ TEST(SchemaPrefix, ToolCallValuesKeepTheParametersSchema) {
                 "properties": {"at": {"$ref": "#/$defs/place"},
                                "label": {"type": "string"}},
                 "required": ["at"], "additionalProperties": false},
-      "n": {"type": "integer", "multipleOf": 2},
+      "n": {"type": "integer", "not": {"const": 2}},
       "note": {"type": "string"},
       "tags": {"type": "array", "items": {"enum": ["x", "y"]}}
     },
@@ -403,7 +411,7 @@ TEST(SchemaPrefix, ToolCallValuesKeepTheParametersSchema) {
     sig.required.push_back(std::string(name) == "where");
   }
   EXPECT_TRUE(sig.values[0]);  // its own schema, the $ref resolved
-  EXPECT_TRUE(sig.values[1]);  // 'minimum' cannot be kept: integer alone
+  EXPECT_TRUE(sig.values[1]);  // 'not' cannot be kept: integer alone
   EXPECT_FALSE(sig.values[2]); // a string: any text
   EXPECT_TRUE(sig.values[3]);
   const std::string head = "<tool_call>go\n<arg_key>where</arg_key>\n"
@@ -573,10 +581,10 @@ TEST(SchemaPrefix, NumberBoundsAsTheDigitsCome) {
 
 TEST(SchemaPrefix, NumberWalksEndWithinTheirBounds) {
   // Seeded random bounds (some exclusive, some of 17 significant digits,
-  // some one-sided), and random walks over the bytes a number may use:
-  // each step must have a way on other than ending, or be whole; each
-  // finished number, read by strtod, must satisfy the bounds as a
-  // validator's doubles do.
+  // some one-sided, some with a whole multipleOf), and random walks over the
+  // bytes a number may use: each step must have a way on other than ending, or
+  // be whole; each finished number, read by strtod, must satisfy the bounds as
+  // a validator's doubles do.
   const uint64_t seed = 29;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   Rng rng(seed);
@@ -607,10 +615,16 @@ TEST(SchemaPrefix, NumberWalksEndWithinTheirBounds) {
       schema += std::string(", \"") + (exHi ? "exclusiveMaximum" : "maximum") +
                 "\": " + buf;
     }
+    // Some rounds also ask for a whole multiple.
+    const int multiple = rng.below(3) == 0 ? int(1 + rng.below(7)) : 0;
+    if (multiple)
+      schema += ", \"multipleOf\": " + std::to_string(multiple);
     schema += "}";
-    auto compiled = compileText(schema);
-    if (!compiled)
-      continue; // bounds no 15-digit number meets (exclusive, equal)
+    Expected<std::shared_ptr<const JsonSchema>> made =
+        JsonSchema::compile(*parseJsonValue(schema, "schema"), "schema");
+    if (!made)
+      continue; // no 15-digit number (or multiple) meets the bounds
+    const std::shared_ptr<const JsonSchema> compiled = *made;
     for (int walk = 0; walk < 25; ++walk) {
       SchemaPrefix p(compiled);
       std::string text;
@@ -647,10 +661,53 @@ TEST(SchemaPrefix, NumberWalksEndWithinTheirBounds) {
       if (hasHi) {
         EXPECT_TRUE(exHi ? v < b : v <= b) << schema << ": " << number;
       }
+      if (multiple) {
+        EXPECT_EQ(std::fmod(v, double(multiple)), 0.0)
+            << schema << ": " << number;
+      }
     }
   }
   std::printf("%zu numbers ended within their bounds\n", ended);
-  EXPECT_GT(ended, 300u);
+  EXPECT_GT(ended, 250u);
+}
+
+TEST(SchemaPrefix, MultiplesAsTheDigitsCome) {
+  // Integers: multiples of 25 in [-60, 110].
+  auto quarter = compileText(R"({"type": "integer", "multipleOf": 25,
+                                 "minimum": -60, "maximum": 110})");
+  ASSERT_TRUE(quarter);
+  for (const char *text : {"0", "-0", "25", "100", "-50"})
+    expectWhole(quarter, text);
+  struct Case {
+    const char *text;
+    size_t at;
+  } cases[] = {
+      // -6x, 2x-20x and 12x hold no multiple of 25 within the bounds.
+      {"3", 0},  {"-6", 1},  {"-7", 1},  {"12", 1},
+      {"20", 1}, {"125", 1}, {"105", 2},
+  };
+  for (const Case &c : cases)
+    expectRefusedAt(quarter, c.text, c.at);
+  SchemaPrefix two(quarter);
+  ASSERT_TRUE(two.push("2"));
+  EXPECT_FALSE(two.complete());
+  // Numbers: whole multiples, a fraction of zeros allowed; alone, with no
+  // bound, capped at 15 digits.
+  auto even = compileText(R"({"type": "number", "multipleOf": 2})");
+  ASSERT_TRUE(even);
+  expectWhole(even, "4");
+  expectWhole(even, "4.00");
+  expectWhole(even, "-998");
+  expectWhole(even, "999999999999998");
+  expectRefusedAt(even, "4.5", 2);
+  expectRefusedAt(even, "3 ", 1);
+  expectRefusedAt(even, "4e2", 1);
+  expectRefusedAt(even, "1000000000000000", 15);
+  // An integer with a multiple and no bound: 18 digits at most.
+  auto many = compileText(R"({"type": "integer", "multipleOf": 3})");
+  ASSERT_TRUE(many);
+  expectWhole(many, "999999999999999999");
+  expectRefusedAt(many, "9999999999999999990", 18);
 }
 
 TEST(SchemaPrefix, PatternsAsTheCharactersCome) {
