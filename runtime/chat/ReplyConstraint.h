@@ -34,6 +34,13 @@ public:
   /// with the state (ThinkFirst: yes in a thinking block, then the inner
   /// constraint's answer); key() tells such states apart.
   virtual bool takesControlTokens() const = 0;
+  /// Whether a control token with these bytes may come next (asked only
+  /// where takesControlTokens()): by default wherever its bytes are
+  /// accepted. A constraint whose markup is control tokens narrows this to
+  /// the markup, so that a special token is never spelled as text.
+  virtual bool acceptsControl(std::string_view bytes) const {
+    return takesControlTokens() && accepts(bytes);
+  }
   /// Bytes equal for two states only if they accept the same bytes and
   /// agree on complete() and final(): the generator keeps each state's
   /// allowed set under it and reuses it where the state recurs (inside a

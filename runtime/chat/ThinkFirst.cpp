@@ -135,6 +135,11 @@ bool ThinkFirst::takesControlTokens() const {
   return phase_ == Phase::Answer ? answer_->takesControlTokens() : true;
 }
 
+bool ThinkFirst::acceptsControl(std::string_view bytes) const {
+  return phase_ == Phase::Answer ? answer_->acceptsControl(bytes)
+                                 : accepts(bytes);
+}
+
 std::string ThinkFirst::key() const {
   std::string k = {char(phase_), char(at_), char(answer_ != nullptr)};
   if (answer_)

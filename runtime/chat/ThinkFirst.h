@@ -43,6 +43,8 @@ public:
   bool final() const override;
   /// Before and inside the thinking block: yes; then the answer's say.
   bool takesControlTokens() const override;
+  /// In the thinking block any (it is free text); then the answer's rule.
+  bool acceptsControl(std::string_view bytes) const override;
   std::string key() const override;
   std::unique_ptr<ReplyConstraint> clone() const override {
     return std::make_unique<ThinkFirst>(*this);

@@ -210,6 +210,22 @@ bool ToolCallPrefix::run(State &s, std::string_view bytes) const {
   return true;
 }
 
+bool ToolCallPrefix::acceptsControl(std::string_view bytes) const {
+  static constexpr std::string_view kMarkers[] = {
+      "<tool_call>", "</tool_call>", "<arg_key>",
+      "</arg_key>",  "<arg_value>",  "</arg_value>"};
+  if (std::find(std::begin(kMarkers), std::end(kMarkers), bytes) ==
+      std::end(kMarkers))
+    return false;
+  State s = state_;
+  if (!run(s, bytes))
+    return false;
+  // Names and keys hold no '<': there a marker is markup. Inside a value it
+  // must end the value, not be its text.
+  return (state_.phase != Phase::Value && state_.phase != Phase::Typed) ||
+         s.phase != state_.phase;
+}
+
 bool ToolCallPrefix::accepts(std::string_view bytes) const {
   // Inside a JSON value, bytes the value takes whole are taken (a '<' the
   // value takes is inside one of its strings), and without a '<' nothing

@@ -90,6 +90,10 @@ public:
   bool final() const override;
   /// GLM's markers (<tool_call>, <arg_key>, ...) are control tokens.
   bool takesControlTokens() const override { return true; }
+  /// A control token only as one whole marker the call takes there: never
+  /// inside a name, a key or a value (where the vocabulary's other special
+  /// tokens would otherwise spell text).
+  bool acceptsControl(std::string_view bytes) const override;
   /// The phase, the literal and bytes matched, the function, the alive
   /// candidates.
   std::string key() const override;

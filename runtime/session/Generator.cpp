@@ -191,7 +191,7 @@ Generator::generate(const GenerateOptions &options,
       mask[size_t(id)] = constraint->accepts(bytes);
     if (constraint->takesControlTokens())
       for (const auto &[id, bytes] : controls_)
-        mask[size_t(id)] = constraint->accepts(bytes);
+        mask[size_t(id)] = constraint->acceptsControl(bytes);
     const uint8_t end = constraint->complete();
     for (int32_t id : enders)
       mask[size_t(id)] = end;

@@ -242,13 +242,14 @@ def kiln_run(art, gguf, *flags):
 
 
 def greedy_under(model, tmp_path, flags, n, spellers, state_of,
-                 controls_at=None):
+                 control_ok=None):
     """kiln-run's greedy reply under a constraint (`flags`), each token
     checked against numpy: the argmax of its teacher-forced logits over
     exactly the tokens of `spellers` (id -> bytes) whose bytes keep the text
     not 'invalid' by `state_of` (control tokens among them only where
-    `controls_at(text)` says, if given), and the end-of-reply ids where the
-    text is 'whole'. Returns kiln-run's output and the reply's bytes."""
+    `control_ok(text, bytes)` says, if given), and the end-of-reply ids
+    where the text is 'whole'. Returns kiln-run's output and the reply's
+    bytes."""
     prompt = [5, 17, 3]
     out = kiln_run(model.art, model.gguf, "--prompt-tokens",
                    ",".join(map(str, prompt)), "-n", n, *flags)
@@ -263,9 +264,10 @@ def greedy_under(model, tmp_path, flags, n, spellers, state_of,
     narrowed = 0
     for i, token in enumerate(gen):
         row = logits[len(prompt) - 1 + i]
-        controls = controls_at is None or controls_at(text)
         allowed = [t for t, b in spellers.items()
-                   if t < row.size and (controls or t not in model.control)
+                   if t < row.size and (control_ok is None or
+                                        t not in model.control or
+                                        control_ok(text, b))
                    and state_of(text + b) != "invalid"]
         if state_of(text) == "whole":
             allowed += sorted(model.enders)
@@ -377,11 +379,29 @@ def test_think_first_greedy_is_the_argmax_over_the_allowed_tokens(model,
     out, text = greedy_under(
         model, tmp_path, ["--think-first", "--json-object"], 40, spellers,
         lambda t: think_first(t, json_state)[0],
-        controls_at=lambda t: not think_first(t, json_state)[1])
+        control_ok=lambda t, b: not think_first(t, json_state)[1])
     assert think_first(text, json_state)[0] in ("prefix", "whole")
 
 
 # --- Tool calls -------------------------------------------------------------
+
+# GLM's call markers: the only control tokens a forced call may write (a
+# special token is never spelled as a name, key or value's text).
+MARKERS = {b"<tool_call>", b"</tool_call>", b"<arg_key>", b"</arg_key>",
+           b"<arg_value>", b"</arg_value>"}
+
+
+def marker_ok(state_of):
+    """greedy_under's control_ok for a forced call: a control token only as
+    a marker, and inside a value only the "</arg_value>" that ends it (a
+    newline may follow it then; inside a typed value's string it may not)."""
+    def ok(text, b):
+        if b not in MARKERS:
+            return False
+        inside = text.rfind(b"<arg_value>") > text.rfind(b"</arg_value>")
+        return not inside or (b == b"</arg_value>" and
+                              state_of(text + b + b"\n") != "invalid")
+    return ok
 
 # name -> [(parameter, the schema of its JSON value or None: any text,
 # required)]; "get": any key, any value.
@@ -544,7 +564,9 @@ def test_tool_call_greedy_is_the_argmax_over_the_allowed_tokens(model,
                 **{i: b for i, b in model.control.items()
                    if i not in model.enders}}
     out, text = greedy_under(model, tmp_path, TOOL_FLAGS, 48, spellers,
-                             lambda t: tool_state(t, TOOLS))
+                             lambda t: tool_state(t, TOOLS),
+                             control_ok=marker_ok(
+                                 lambda t: tool_state(t, TOOLS)))
     assert tool_state(text, TOOLS) in ("prefix", "whole")
 
 
@@ -572,7 +594,9 @@ def test_tool_call_values_keep_the_schema(model, tmp_path):
                    if i not in model.enders}}
     out, text = greedy_under(
         model, tmp_path, ["--tool-call", f"go=@{path}"], 60, spellers,
-        lambda t: tool_state(t, PLACE_TOOLS, document=PLACE))
+        lambda t: tool_state(t, PLACE_TOOLS, document=PLACE),
+        control_ok=marker_ok(
+            lambda t: tool_state(t, PLACE_TOOLS, document=PLACE)))
     assert tool_state(text, PLACE_TOOLS, document=PLACE) in ("prefix",
                                                              "whole")
     # Sampled replies (seeds 0-7): calls or prefixes by the reference, and
@@ -603,6 +627,8 @@ def test_sampled_tool_calls_are_calls_or_prefixes(model, seed):
     assert state in ("prefix", "whole"), text
     if out["finish_reason"] == "stop":
         assert state == "whole", text
+    assert all(model.control[t] in MARKERS for t in out["tokens"]
+               if t in model.control), text
 
 
 def test_tool_call_flag_errors(model):

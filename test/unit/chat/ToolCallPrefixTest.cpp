@@ -74,6 +74,34 @@ TEST(ToolCallPrefix, TakesTheTemplatesForm) {
   EXPECT_TRUE(several.complete());
 }
 
+TEST(ToolCallPrefix, ControlTokensOnlyAsWholeMarkers) {
+  // A special token's bytes would be text inside a key or a value; as a
+  // control token it is taken only as one of GLM's markers, where the call
+  // takes that marker.
+  const std::string reserved = "<|reserved_special_7|>";
+  ToolCallPrefix p(kTools, false);
+  EXPECT_TRUE(p.acceptsControl("<tool_call>"));
+  EXPECT_FALSE(p.acceptsControl("<arg_key>"));
+  EXPECT_FALSE(p.acceptsControl("<tool"));
+  ASSERT_TRUE(p.push("<tool_call>get_weather\n<arg_key>city</arg_key>\n"
+                     "<arg_value>Par"));
+  EXPECT_TRUE(p.accepts(reserved)); // as text: any bytes
+  EXPECT_FALSE(p.acceptsControl(reserved));
+  EXPECT_TRUE(p.acceptsControl("</arg_value>"));
+  EXPECT_FALSE(p.acceptsControl("</arg_key>")); // text of the value
+  ToolCallPrefix bare(kTools, false);
+  ASSERT_TRUE(bare.push("<tool_call>get\n<arg_key>any "));
+  EXPECT_FALSE(bare.acceptsControl(reserved));
+  EXPECT_TRUE(bare.acceptsControl("</arg_key>"));
+  // Inside a typed value's string, a marker is text too.
+  ToolCallPrefix typed(kTools, false);
+  ASSERT_TRUE(typed.push("<tool_call>set\n<arg_key>on</arg_key>\n"
+                         "<arg_value>"));
+  EXPECT_FALSE(typed.acceptsControl("</arg_value>")); // no value yet
+  ASSERT_TRUE(typed.push("true"));
+  EXPECT_TRUE(typed.acceptsControl("</arg_value>"));
+}
+
 TEST(ToolCallPrefix, RefusesAtTheFirstWrongByte) {
   struct Case {
     std::string text;
