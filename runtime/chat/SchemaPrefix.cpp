@@ -371,29 +371,32 @@ Status SchemaCompiler::numberBounds(const ValueMap &m, const std::string &at,
         (!v->isNumber() || v->isBool() || !std::isfinite(v->asFloat())))
       return fail(at + "/" + kKeys[i], "must be a number");
   }
-  if (n.types & JsonSchema::Number) {
-    // Any number: kept in units of 10^-15, each bound made inclusive.
-    __int128 lo = -kDecimalFar, hi = kDecimalFar;
+  // Each bound made inclusive on a grid, `round(x, up)` rounding onto it.
+  auto inclusive = [&](auto round, auto &lo, auto &hi) {
     for (int i = 0; i < 4; ++i) {
       const Value *v = given[i];
       if (!v || (i >= 2 && v->isBool()))
         continue;
       const double x = v->asFloat();
-      const bool exclusive = i >= 2 || (i == 0 && exclusiveMinimum) ||
-                             (i == 1 && exclusiveMaximum);
+      const bool exclusive =
+          i >= 2 || (i == 0 ? exclusiveMinimum : exclusiveMaximum);
       if (i % 2 == 0)
-        lo = std::max(lo, exclusive ? scaledBound(x, false) + 1
-                                    : scaledBound(x, true));
+        lo = std::max(lo, exclusive ? round(x, false) + 1 : round(x, true));
       else
-        hi = std::min(hi, exclusive ? scaledBound(x, true) - 1
-                                    : scaledBound(x, false));
+        hi = std::min(hi, exclusive ? round(x, true) - 1 : round(x, false));
     }
+  };
+  auto nothingWithin = [&](const char *what, const char *digits) {
+    return fail(at + "/" + first,
+                std::string("no ") + (n.multiple ? "multiple" : what) +
+                    " of at most " + digits + " lies within the bounds");
+  };
+  if (n.types & JsonSchema::Number) {
+    // Any number: kept in units of 10^-15.
+    __int128 lo = -kDecimalFar, hi = kDecimalFar;
+    inclusive(scaledBound, lo, hi);
     if (!decimalMeets(JsonNumber::Start, false, 0, 0, 0, lo, hi, n.multiple))
-      return fail(at + "/" + first,
-                  n.multiple ? "no multiple of at most 15 digits without an "
-                               "exponent lies within the bounds"
-                             : "no number of at most 15 digits without an "
-                               "exponent lies within the bounds");
+      return nothingWithin("number", "15 digits without an exponent");
     n.decimal = true;
     n.decimalLeast = lo;
     n.decimalMost = hi;
@@ -401,28 +404,8 @@ Status SchemaCompiler::numberBounds(const ValueMap &m, const std::string &at,
   }
   const double kMax = double(JsonSchema::kMaxBoundedInteger);
   double least = -kMax, most = kMax;
-  for (int i = 0; i < 4; ++i) {
-    const Value *v = given[i];
-    if (!v || (i >= 2 && v->isBool()))
-      continue;
-    const double x = v->asFloat();
-    switch (i) {
-    case 0: // the least integer at or (draft 4) above x
-      least =
-          std::max(least, exclusiveMinimum ? std::floor(x) + 1 : std::ceil(x));
-      break;
-    case 1:
-      most =
-          std::min(most, exclusiveMaximum ? std::ceil(x) - 1 : std::floor(x));
-      break;
-    case 2:
-      least = std::max(least, std::floor(x) + 1);
-      break;
-    case 3:
-      most = std::min(most, std::ceil(x) - 1);
-      break;
-    }
-  }
+  inclusive([](double x, bool up) { return up ? std::ceil(x) : std::floor(x); },
+            least, most);
   // In integers from here (a double holds 18 digits only roughly): the
   // bounds within 18 digits, then the multiples within them.
   const int64_t cap = JsonSchema::kMaxBoundedInteger;
@@ -434,11 +417,7 @@ Status SchemaCompiler::numberBounds(const ValueMap &m, const std::string &at,
     hi = hi >= 0 ? hi / k * k : -((-hi + k - 1) / k * k);
   }
   if (least > most || lo > hi)
-    return fail(at + "/" + first,
-                n.multiple ? "no multiple of at most 18 digits lies within "
-                             "the bounds"
-                           : "no integer of at most 18 digits lies within "
-                             "the bounds");
+    return nothingWithin("integer", "18 digits");
   n.bounded = true;
   n.least = lo;
   n.most = hi;
