@@ -50,9 +50,10 @@ inline float expNonPositive(float x) {
 /// made to sort as the value does (-0 as +0), inverted.
 inline uint32_t orderBits(float logit) {
   uint32_t bits = std::bit_cast<uint32_t>(logit);
-  if (bits == 0x80000000u)
-    bits = 0;
-  return ~(bits & 0x80000000u ? ~bits : bits | 0x80000000u);
+  bits = bits == 0x80000000u ? 0 : bits;
+  // Negative values: every bit flipped; others: the sign bit set.
+  const uint32_t flip = uint32_t(int32_t(bits) >> 31) | 0x80000000u;
+  return ~(bits ^ flip);
 }
 
 } // namespace
@@ -124,51 +125,53 @@ void Sampler::keepBest(std::span<const float> logits, bool byMass,
   // where the weight of everything before it reaches `want`, and keeps
   // only the candidates with that digit. After the last digit the
   // candidates share the cut's logit; they are taken by id, as the order's
-  // ties are. The set is every token with weight (whole_) or ids_; the
-  // first pass and the last read it, the others only the candidates.
-  auto weight = [&](int32_t id) {
-    return byMass ? double(weights_[size_t(id)]) : 1.0;
-  };
-  auto bits = [&](int32_t id) { return orderBits(logits[size_t(id)]); };
-  auto forSet = [&](auto f) {
-    if (whole_) {
-      for (size_t i = 0; i < weights_.size(); ++i)
-        if (weights_[i] > 0)
-          f(int32_t(i));
-    } else {
-      for (int32_t id : ids_)
-        f(id);
+  // ties are. The set (every token with weight where whole_, else ids_) is
+  // laid out once as ids, order bits and weights in id order; the first
+  // pass and the last read those arrays, the others only the candidates'
+  // places in them.
+  if (whole_) {
+    ids_.resize(weights_.size());
+    size_t kept = 0;
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      ids_[kept] = int32_t(i);
+      kept += weights_[i] > 0;
     }
-  };
+    ids_.resize(kept);
+    whole_ = false;
+  }
+  const size_t n = ids_.size();
+  setBits_.resize(n);
+  setWeights_.resize(n);
+  uint32_t lo = ~0u, hi = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t id = size_t(ids_[k]);
+    setBits_[k] = orderBits(logits[id]);
+    setWeights_[k] = byMass ? weights_[id] : 1.0f;
+    lo = std::min(lo, setBits_[k]);
+    hi = std::max(hi, setBits_[k]);
+  }
   // The bits every token of the set shares need no pass: the digits start
   // below them, 11 bits at a time (so that a narrow set still spreads over
   // the tables).
-  uint32_t lo = ~0u, hi = 0;
-  forSet([&](int32_t id) {
-    lo = std::min(lo, bits(id));
-    hi = std::max(hi, bits(id));
-  });
   double before = 0; // the weight of the tokens ahead of the candidates
   uint32_t cut = lo;
-  bool first = true;
-  spareIds_.clear();
+  places_.clear();
   if (lo == hi) // one logit: the tokens by id
-    forSet([&](int32_t id) { spareIds_.push_back(id); });
-  for (int high = lo == hi ? -1 : 31 - std::countl_zero(lo ^ hi); high >= 0;
-       first = false) {
+    for (size_t k = 0; k < n; ++k)
+      places_.push_back(uint32_t(k));
+  for (int high = lo == hi ? -1 : 31 - std::countl_zero(lo ^ hi); high >= 0;) {
     const int width = std::min(11, high + 1), shift = high + 1 - width;
+    const bool first = places_.empty();
     high = shift - 1;
     const uint32_t mask = (1u << width) - 1;
     cut &= ~(mask << shift);
     digitWeight_.assign(size_t(mask) + 1, 0);
-    auto count = [&](int32_t id) {
-      digitWeight_[(bits(id) >> shift) & mask] += weight(id);
-    };
     if (first)
-      forSet(count);
+      for (size_t k = 0; k < n; ++k)
+        digitWeight_[(setBits_[k] >> shift) & mask] += setWeights_[k];
     else
-      for (int32_t id : spareIds_)
-        count(id);
+      for (uint32_t k : places_)
+        digitWeight_[(setBits_[k] >> shift) & mask] += setWeights_[k];
     // The first digit at which `want` is reached; the last with weight if
     // rounding leaves it short.
     uint32_t digit = 0, last = 0;
@@ -193,34 +196,33 @@ void Sampler::keepBest(std::span<const float> logits, bool byMass,
     before = run;
     cut |= digit << shift;
     if (first) {
-      forSet([&](int32_t id) {
-        if (((bits(id) >> shift) & mask) == digit)
-          spareIds_.push_back(id);
-      });
+      for (size_t k = 0; k < n; ++k)
+        if (((setBits_[k] >> shift) & mask) == digit)
+          places_.push_back(uint32_t(k));
     } else {
       size_t kept = 0;
-      for (int32_t id : spareIds_)
-        if (((bits(id) >> shift) & mask) == digit)
-          spareIds_[kept++] = id;
-      spareIds_.resize(kept);
+      for (uint32_t k : places_)
+        if (((setBits_[k] >> shift) & mask) == digit)
+          places_[kept++] = k;
+      places_.resize(kept);
     }
   }
-  int32_t lastId = spareIds_.empty() ? -1 : spareIds_.back();
-  for (int32_t id : spareIds_) {
-    before += weight(id);
+  size_t lastPlace = places_.empty() ? 0 : places_.back();
+  for (uint32_t k : places_) {
+    before += setWeights_[k];
     if (before >= want) {
-      lastId = id;
+      lastPlace = k;
       break;
     }
   }
-  keptIds_.clear();
-  forSet([&](int32_t id) {
-    const uint32_t b = bits(id);
-    if (b < cut || (b == cut && id <= lastId))
-      keptIds_.push_back(id);
-  });
-  ids_.swap(keptIds_);
-  whole_ = false;
+  // The tokens ahead of the cut's logit, and those at it up to the last
+  // place taken; written in place, the count advanced only past them.
+  size_t kept = 0;
+  for (size_t k = 0; k < n; ++k) {
+    ids_[kept] = ids_[k];
+    kept += setBits_[k] < cut || (setBits_[k] == cut && k <= lastPlace);
+  }
+  ids_.resize(kept);
 }
 
 std::span<const float> Sampler::penalise(std::span<const float> input,

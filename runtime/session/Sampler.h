@@ -78,7 +78,8 @@ private:
   Rng rng_;
   std::vector<float> weights_;          // a token's, by id
   std::vector<int32_t> ids_;            // the set a draw walks
-  std::vector<int32_t> spareIds_, keptIds_; // keepBest's
+  std::vector<uint32_t> setBits_, places_; // keepBest's
+  std::vector<float> setWeights_;
   bool whole_ = false;                  // ... or every token by id
   std::vector<double> digitWeight_;     // keepBest's radix selection
   std::vector<double> blockSums_;       // walk's
