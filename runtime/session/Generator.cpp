@@ -203,6 +203,10 @@ Generator::generate(const GenerateOptions &options,
   std::future<std::vector<uint8_t>> pending;
   std::string pendingKey;
   bool sample = options.sampling.needsLogits() || constraint;
+  if (sample && logits_.empty())
+    return Error("generate", "sampling",
+                 "sampling (a temperature, a penalty or a bias) needs the "
+                 "logits: the artifact was compiled with --no-logits");
   const bool wantLogits = sample || options.logprobs >= 0;
   if (wantLogits && !logitsHeld_ && !logits_.empty())
     return Error("generate", "",

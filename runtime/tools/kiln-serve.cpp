@@ -788,6 +788,15 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                      "'tool_choice') needs the logits: the artifact was "
                      "compiled with --no-logits",
                      "invalid_request_error", "response_format");
+  if (!session_.hasLogits() && (options.generate.sampling.needsLogits() ||
+                                options.generate.logprobs >= 0))
+    return sendError(res, 400,
+                     "sampling (a temperature above 0, a penalty or a "
+                     "logit_bias) and logprobs need the logits: the artifact "
+                     "was compiled with --no-logits (greedy decoding only)",
+                     "invalid_request_error",
+                     options.generate.logprobs >= 0 ? "logprobs"
+                                                    : "temperature");
   uint64_t needed = prompt.size() + uint64_t(options.generate.maxTokens);
   if (needed > maxContext_)
     return sendError(res, 400,

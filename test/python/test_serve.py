@@ -836,6 +836,33 @@ def test_logit_bias_and_refused_parameters(server, client):
         assert says in e.value.body["message"]
 
 
+def test_sampling_needs_the_logits(model, tmp_path):
+    """An artifact compiled with --no-logits serves greedy replies; a
+    sampled one, or logprobs, is a 400 naming the parameter (before, a
+    sampled request drew from no logits)."""
+    gguf, _ = model
+    bare = tmp_path / "bare.kiln"
+    run_tool("kiln-compile", gguf, "--target=cpu", "--context", "96",
+             "--no-logits", "-o", bare)
+    proc, url = start_server((gguf, bare))
+    try:
+        status, body = _post(url + "/v1/completions",
+                             {"model": "tiny", "prompt": "Kiln",
+                              "max_tokens": 3, "temperature": 0})
+        assert status == 200 and body["choices"][0]["text"] is not None
+        for extra, param in (({"temperature": 0.7}, "temperature"),
+                             ({"temperature": 0, "logprobs": 2},
+                              "logprobs")):
+            status, body = _post(url + "/v1/completions",
+                                 {"model": "tiny", "prompt": "Kiln",
+                                  "max_tokens": 3, **extra})
+            assert status == 400, body
+            assert body["error"]["param"] == param
+            assert "compiled with --no-logits" in body["error"]["message"]
+    finally:
+        stop_server(proc)
+
+
 def test_json_object_replies(model, server, client):
     """response_format json_object: the same tokens as kiln-run
     --json-object (which test_constrained_output.py checks against a reference
