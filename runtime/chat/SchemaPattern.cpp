@@ -98,6 +98,9 @@ private:
     std::vector<std::pair<int32_t, int>> outs;
   };
   Expected<Frag> build(const Ast &a);
+  /// The automata of `a`'s parts, each joined to those before it by
+  /// `join(sofar, next)` (a Status).
+  template <typename Join> Expected<Frag> fold(const Ast &a, Join join);
   Expected<int32_t> add(SchemaPattern::State s);
   void patch(const std::vector<std::pair<int32_t, int>> &outs, int32_t to) {
     for (const auto &[state, slot] : outs)
@@ -370,6 +373,21 @@ Expected<Ast> PatternCompiler::alternatives() {
   return alt;
 }
 
+template <typename Join>
+Expected<PatternCompiler::Frag> PatternCompiler::fold(const Ast &a, Join join) {
+  Expected<Frag> f = build(a.parts[0]);
+  if (!f)
+    return f;
+  for (size_t i = 1; i < a.parts.size(); ++i) {
+    Expected<Frag> g = build(a.parts[i]);
+    if (!g)
+      return g;
+    if (Status st = join(*f, *g); !st)
+      return st.error();
+  }
+  return f;
+}
+
 Expected<PatternCompiler::Frag> PatternCompiler::build(const Ast &a) {
   auto epsilon = [&]() -> Expected<Frag> {
     Expected<int32_t> s = add({});
@@ -388,40 +406,26 @@ Expected<PatternCompiler::Frag> PatternCompiler::build(const Ast &a) {
       return s.error();
     return Frag{*s, {{*s, 0}}};
   }
-  case Ast::Kind::Concat: {
+  case Ast::Kind::Concat:
     if (a.parts.empty())
       return epsilon();
-    Expected<Frag> f = build(a.parts[0]);
-    if (!f)
-      return f;
-    for (size_t i = 1; i < a.parts.size(); ++i) {
-      Expected<Frag> g = build(a.parts[i]);
-      if (!g)
-        return g;
-      patch(f->outs, g->start);
-      f->outs = std::move(g->outs);
-    }
-    return f;
-  }
-  case Ast::Kind::Alt: {
-    Expected<Frag> f = build(a.parts[0]);
-    if (!f)
-      return f;
-    for (size_t i = 1; i < a.parts.size(); ++i) {
-      Expected<Frag> g = build(a.parts[i]);
-      if (!g)
-        return g;
+    return fold(a, [&](Frag &f, Frag &g) {
+      patch(f.outs, g.start);
+      f.outs = std::move(g.outs);
+      return Status::ok();
+    });
+  case Ast::Kind::Alt:
+    return fold(a, [&](Frag &f, Frag &g) -> Status {
       SchemaPattern::State split;
-      split.out[0] = f->start;
-      split.out[1] = g->start;
+      split.out[0] = f.start;
+      split.out[1] = g.start;
       Expected<int32_t> s = add(std::move(split));
       if (!s)
         return s.error();
-      f->start = *s;
-      f->outs.insert(f->outs.end(), g->outs.begin(), g->outs.end());
-    }
-    return f;
-  }
+      f.start = *s;
+      f.outs.insert(f.outs.end(), g.outs.begin(), g.outs.end());
+      return Status::ok();
+    });
   case Ast::Kind::Repeat: {
     // min copies, then (max - min) optional ones, or a loop.
     Expected<Frag> f = epsilon();
