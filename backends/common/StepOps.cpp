@@ -3,6 +3,7 @@
 #include "common/PluginSupport.h"
 
 #include "support/CheckedMath.h"
+#include "support/DrawKey.h"
 
 #include <fmt/format.h>
 
@@ -175,6 +176,9 @@ private:
   Operand in(size_t i) const { return operand(d_.ins[i]); }
   Operand out(size_t i) const { return operand(d_.outs[i]); }
   Status counts(size_t ins, size_t outs) const;
+  /// Argmax, DistributedArgmax: the input alone, or with the sampling
+  /// words and the position (drawn).
+  Status drawOperands();
   Status floats(const Operand &r, const char *what) const;
   Status ints(const Operand &r, const char *what, uint64_t elements) const;
   Status weight(const Operand &r, const char *what) const;
@@ -222,6 +226,17 @@ Status Decoder::counts(size_t ins, size_t outs) const {
     return fail(fmt::format("expects {} inputs and {} outputs, has {} and {}",
                             ins, outs, d_.ins.size(), d_.outs.size()));
   return Status::ok();
+}
+
+Status Decoder::drawOperands() {
+  if (d_.ins.size() == 3) {
+    KILN_TRY(counts(3, 1));
+    KILN_TRY(ints(in(1), "sampling", draw::kDrawWords));
+    KILN_TRY(ints(in(2), "position", 1));
+    d_.drawn = true;
+    return Status::ok();
+  }
+  return counts(1, 1);
 }
 
 Status Decoder::floats(const Operand &r, const char *what) const {
@@ -444,7 +459,7 @@ Expected<StepOp> Decoder::decode() {
     KILN_TRY(addNormOperands());
     break;
   case OpKind::DistributedArgmax: {
-    KILN_TRY(counts(1, 1));
+    KILN_TRY(drawOperands());
     KILN_TRY(floats(in(0), "input"));
     KILN_TRY(ints(out(0), "output", 1));
     KILN_ASSIGN(ranks, intAttr("ranks"));
@@ -980,7 +995,7 @@ Expected<StepOp> Decoder::decode() {
     break;
   }
   case OpKind::Argmax: {
-    KILN_TRY(counts(1, 1));
+    KILN_TRY(drawOperands());
     KILN_TRY(floats(in(0), "input"));
     KILN_TRY(ints(out(0), "output", 1));
     d_.n = int64_t(in(0).elements());

@@ -99,7 +99,8 @@ struct StepOp {
   /// Linear: rows = batch, n = output rows per batch, k = K. LinearRouter:
   /// rows = 1, n = N, k = K (below).
   /// Embed: n = hidden, k = vocab. Dequant: n = values.
-  /// Argmax, DistributedArgmax: n values.
+  /// Argmax, DistributedArgmax: n values; with `drawn`, ins[1] are the
+  /// sampling words and ins[2] the position (DrawKey.h).
   int64_t rows = 1, n = 0, k = 0;
   /// Linear: a 3-D weight, one matrix per batch row.
   bool stacked = false;
@@ -141,6 +142,8 @@ struct StepOp {
   /// MoeExperts: ins[3] is an addend (the output is the experts' sum plus
   /// it) and the expert weights follow it.
   bool hasAddend = false;
+  /// Argmax, DistributedArgmax: a draw (ins[1], ins[2]).
+  bool drawn = false;
   /// MoeExperts: the shared expert is inside the op
   /// (kiln-fuse-shared-expert): ins[sharedIndex], [sharedIndex + 1] and
   /// [sharedIndex + 2] are its gate [hidden, sharedFfn], up [hidden,

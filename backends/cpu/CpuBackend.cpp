@@ -239,10 +239,23 @@ Expected<std::function<Status()>> OpBinder::bind() {
   case OpKind::DistributedArgmax: {
     const float *x = f32In(0);
     int32_t *y = out(0).i32();
-    return Fn([=] {
+    const int32_t *words = d.drawn ? in(1).i32() : nullptr;
+    const int32_t *position = d.drawn ? in(2).i32() : nullptr;
+    return Fn([=]() -> Status {
       Communicator &c = *rank->comm;
-      int32_t local = cpu::argmax(x, n);
-      c.best[rank->index] = {x[local], int64_t(rank->index) * n + local};
+      const int64_t base = int64_t(rank->index) * n;
+      float key = 0;
+      int32_t local;
+      if (words) {
+        // Every rank checks the same words, so all fail or none does (and
+        // none is left at the barrier).
+        KILN_ASSIGN(drawn, cpu::drawArgmax(x, n, base, words, *position, key));
+        local = drawn;
+      } else {
+        local = cpu::argmax(x, n);
+        key = x[local];
+      }
+      c.best[rank->index] = {key, base + local};
       c.barrier.arrive_and_wait();
       // Rank order holds the vector's order: a later rank wins only when
       // strictly larger, so ties go to the lowest index, as in argmax.
@@ -646,8 +659,16 @@ Expected<std::function<Status()>> OpBinder::bind() {
   case OpKind::Argmax: {
     const float *x = f32In(0);
     int32_t *y = out(0).i32();
-    return Fn([=] {
-      *y = cpu::argmax(x, n);
+    const int32_t *words = d.drawn ? in(1).i32() : nullptr;
+    const int32_t *position = d.drawn ? in(2).i32() : nullptr;
+    return Fn([=]() -> Status {
+      if (!words) {
+        *y = cpu::argmax(x, n);
+        return Status::ok();
+      }
+      float key;
+      KILN_ASSIGN(drawn, cpu::drawArgmax(x, n, 0, words, *position, key));
+      *y = drawn;
       return Status::ok();
     });
   }

@@ -11,6 +11,7 @@
 
 #include "quant/FloatFormats.h"
 #include "quant/QuantFormats.h"
+#include "support/DrawKey.h"
 
 #include <fmt/core.h>
 
@@ -482,6 +483,28 @@ int32_t argmax(const float *x, int64_t n) {
     if (x[i] > x[best]) // strict: a tie keeps the lower index
       best = i;
   return static_cast<int32_t>(best);
+}
+
+Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
+                             const int32_t *words, int32_t position,
+                             float &key) {
+  int bad = 0;
+  if (!draw::validWords(words, bad))
+    return Error(where("argmax"), "sampling",
+                 fmt::format("word {} is {:#010x}: the temperature must be 0 "
+                             "or within [2^-16, 2^16], the last word 0",
+                             bad, uint32_t(words[bad])));
+  if (n <= 0)
+    return -1;
+  const float t = draw::bitsFloat(uint32_t(words[0]));
+  if (t == 0.0f) {
+    const int32_t best = argmax(x, n);
+    key = x[best];
+    return best;
+  }
+  return static_cast<int32_t>(draw::bestKey(x, n, base, 1.0f / t,
+                                            draw::drawSeed(words),
+                                            uint32_t(position), key));
 }
 
 Status cacheAppend(const float *entry, int32_t position, CacheView cache) {

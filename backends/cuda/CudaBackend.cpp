@@ -516,6 +516,12 @@ private:
   int32_t *i32Out(size_t i) const {
     return reinterpret_cast<int32_t *>(step_.ptrs[d_.outs[i]]);
   }
+  /// An argmax op's draw (its sampling words and position), or none.
+  DrawInputs drawInputs() const {
+    if (!d_.drawn)
+      return {};
+    return DrawInputs{i32In(1), i32In(2), sink()};
+  }
   const DeviceWeight &weight(size_t i) const {
     return rank_.weights[buffer(d_.ins[i]).binding];
   }
@@ -809,6 +815,7 @@ Expected<Launch> OpBinder::collective() {
     bool simulate = rank_.simulate || rank_.localCollectives;
     int32_t base = int32_t(int64_t(rank_.index) * n);
     uint32_t me = rank_.index;
+    const DrawInputs draw = drawInputs();
     if (rank_.oneGpu) {
       // Each candidate as two floats in a [2 ranks] vector zero elsewhere,
       // summed over the ranks (launchArgmaxSlots).
@@ -822,9 +829,9 @@ Expected<Launch> OpBinder::collective() {
       const PeerExchange peers = rank_.peers;
       FaultSink f = sink();
       return Launch([=](cudaStream_t s) -> Status {
-        KILN_TRY(
-            check(launchArgmaxSlots(x, n, base, int(ranks), int(me), slots, s),
-                  where, "launchArgmaxSlots"));
+        KILN_TRY(check(launchArgmaxSlots(x, n, base, int(ranks), int(me),
+                                         slots, s, draw),
+                       where, "launchArgmaxSlots"));
         KILN_TRY(peerReduceFlat(peers, slots, 2 * uint64_t(ranks), true,
                                 slots + 2 * ranks, f, s, where));
         return check(launchPickSlots(slots + 2 * ranks, int(ranks), y, s),
@@ -833,7 +840,7 @@ Expected<Launch> OpBinder::collective() {
     }
     return Launch([=](cudaStream_t s) -> Status {
       ArgmaxCandidate *mine = candidates + (nccl && !simulate ? me : 0);
-      KILN_TRY(check(launchArgmaxCandidate(x, n, base, mine, s), where,
+      KILN_TRY(check(launchArgmaxCandidate(x, n, base, mine, s, draw), where,
                      "launchArgmaxCandidate"));
       if (nccl && !simulate) {
         // In place: each rank's candidate sits at its own slot.
@@ -1235,7 +1242,9 @@ Expected<Launch> OpBinder::bind() {
   case OpKind::Argmax: {
     const float *x = f32In(0);
     int32_t *y = i32Out(0);
-    return wrap([=](cudaStream_t s) { return launchArgmax(x, n, y, s); });
+    const DrawInputs draw = drawInputs();
+    return wrap(
+        [=](cudaStream_t s) { return launchArgmax(x, n, y, s, draw); });
   }
   }
   return Error(d.where, "", "the CUDA backend has no kernel for this op");
@@ -2437,6 +2446,10 @@ std::string faultText(const StepFault &f) {
                        "(they wait for each other; another process holding "
                        "the GPU's multiprocessors can starve them)",
                        f.value);
+  case FaultCode::SamplingOutOfRange:
+    return fmt::format("sampling word {} is {:#010x}: the temperature must be "
+                       "0 or within [2^-16, 2^16], the last word 0",
+                       f.value, uint32_t(f.limit));
   default:
     return fmt::format("fault code {} (value {}, limit {})", f.code, f.value,
                        f.limit);

@@ -30,6 +30,7 @@
 #include "QuantDot.cuh"
 #include "SplitLayout.h"
 #include "Warp.cuh"
+#include "support/DrawKey.h"
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -3030,44 +3031,106 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
 /// The CPU's sequential scan (`x[i] > x[best]` from best = 0) as a total
 /// order: a NaN at index 0 wins (nothing is greater than it), a NaN
 /// elsewhere never does.
-__device__ inline Best argmaxKey(const float *x, int64_t i) {
-  const float v = x[i];
+__device__ inline Best argmaxKey(float v, int64_t i) {
   if (isnan(v))
     return Best{i == 0 ? INFINITY : -INFINITY, int32_t(i)};
   return Best{v, int32_t(i)};
 }
 
-__device__ Best blockArgmax(const float *x, int64_t n, Best *shared) {
+/// A draw as every thread of a kernel reads it: scale = 1 / T (0: the
+/// plain argmax), the seed and the position.
+struct DrawState {
+  float scale = 0;
+  uint64_t seed = 0;
+  uint32_t position = 0;
+};
+
+/// Reads the draw's words; false (thread 0 having reported the first bad
+/// word) when they are invalid.
+__device__ bool readDraw(const DrawInputs &d, DrawState &state) {
+  if (!d.words)
+    return true;
+  const int32_t words[draw::kDrawWords] = {d.words[0], d.words[1], d.words[2],
+                                           d.words[3]};
+  const int32_t position = *d.position;
+  int bad = 0;
+  if (!draw::validWords(words, bad)) {
+    if (threadIdx.x == 0)
+      recordFault(d.fault, FaultCode::SamplingOutOfRange, bad,
+                  int64_t(uint32_t(words[bad])));
+    return false;
+  }
+  const float t = draw::bitsFloat(uint32_t(words[0]));
+  state.scale = t == 0.0f ? 0.0f : 1.0f / t;
+  state.seed = draw::drawSeed(words);
+  state.position = uint32_t(position);
+  return true;
+}
+
+/// Value i's key: x[i] itself, or its draw key for index base + i.
+__device__ inline float drawnValue(const float *x, int64_t i, int32_t base,
+                                   const DrawState &d) {
+  if (d.scale == 0.0f)
+    return x[i];
+  return draw::drawKey(x[i], d.scale, d.seed, d.position,
+                       uint32_t(int64_t(base) + i));
+}
+
+__device__ Best blockArgmax(const float *x, int64_t n, int32_t base,
+                            const DrawState &d, Best *shared) {
   Best best{-INFINITY, INT_MAX};
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    best = better(best, argmaxKey(x, i));
+    best = better(best, argmaxKey(drawnValue(x, i, base, d), i));
   return blockBest(best, shared);
 }
 
-__global__ void argmaxKernel(const float *x, int64_t n, int32_t *out) {
+__global__ void argmaxKernel(const float *x, int64_t n, int32_t *out,
+                             DrawInputs draw) {
   stepKernelPrologue();
   __shared__ Best bests[kWarp];
-  const Best best = blockArgmax(x, n, bests);
+  DrawState d;
+  if (!readDraw(draw, d)) { // uniform over the block
+    if (threadIdx.x == 0)
+      *out = -1;
+    return;
+  }
+  const Best best = blockArgmax(x, n, 0, d, bests);
   if (threadIdx.x == 0)
     *out = n > 0 ? best.index : -1;
 }
 
 __global__ void argmaxCandidateKernel(const float *x, int64_t n, int32_t base,
-                                      ArgmaxCandidate *out) {
+                                      ArgmaxCandidate *out, DrawInputs draw) {
   stepKernelPrologue();
   __shared__ Best bests[kWarp];
-  const Best best = blockArgmax(x, n, bests);
+  DrawState d;
+  if (!readDraw(draw, d)) {
+    if (threadIdx.x == 0)
+      *out = ArgmaxCandidate{-INFINITY, -1};
+    return;
+  }
+  const Best best = blockArgmax(x, n, base, d, bests);
   if (threadIdx.x == 0)
-    *out = ArgmaxCandidate{x[best.index], base + best.index};
+    *out = ArgmaxCandidate{drawnValue(x, best.index, base, d),
+                           base + best.index};
 }
 
 __global__ void argmaxSlotsKernel(const float *x, int64_t n, int32_t base,
-                                  int ranks, int me, float *slots) {
+                                  int ranks, int me, float *slots,
+                                  DrawInputs draw) {
   stepKernelPrologue();
   __shared__ Best bests[kWarp];
-  const Best best = blockArgmax(x, n, bests);
+  DrawState d;
+  if (!readDraw(draw, d)) {
+    if (threadIdx.x == 0) {
+      slots[me] = -INFINITY;
+      slots[ranks + me] = -1.0f;
+    }
+    return;
+  }
+  const Best best = blockArgmax(x, n, base, d, bests);
   if (threadIdx.x == 0) {
-    slots[me] = x[best.index];
+    slots[me] = drawnValue(x, best.index, base, d);
     slots[ranks + me] = float(base + best.index);
   }
 }
@@ -4765,36 +4828,38 @@ uint64_t shapeSpecialisedLaunches() { return widthLaunches; }
 void noteShapeSpecialised() { ++widthLaunches; }
 
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
-                         cudaStream_t s) {
-  if (n > INT32_MAX || !out)
+                         cudaStream_t s, DrawInputs draw) {
+  if (n > INT32_MAX || !out || (draw.words && !draw.position))
     return cudaErrorInvalidValue;
-  if (cudaError_t e =
-          launchStep(argmaxKernel, 1, kSingleBlockThreads, 0, s, x, n, out);
+  if (cudaError_t e = launchStep(argmaxKernel, 1, kSingleBlockThreads, 0, s, x,
+                                 n, out, draw);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
 }
 
 cudaError_t launchArgmaxCandidate(const float *x, int64_t n, int32_t base,
-                                  ArgmaxCandidate *best, cudaStream_t s) {
-  if (n <= 0 || n > INT32_MAX || int64_t(base) + n - 1 > INT32_MAX || !best)
+                                  ArgmaxCandidate *best, cudaStream_t s,
+                                  DrawInputs draw) {
+  if (n <= 0 || n > INT32_MAX || int64_t(base) + n - 1 > INT32_MAX || !best ||
+      (draw.words && !draw.position))
     return cudaErrorInvalidValue;
   if (cudaError_t e = launchStep(argmaxCandidateKernel, 1, kSingleBlockThreads,
-                                 0, s, x, n, base, best);
+                                 0, s, x, n, base, best, draw);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();
 }
 
 cudaError_t launchArgmaxSlots(const float *x, int64_t n, int32_t base,
-                              int ranks, int me, float *slots,
-                              cudaStream_t s) {
+                              int ranks, int me, float *slots, cudaStream_t s,
+                              DrawInputs draw) {
   // Every index the candidate may name is a float exactly.
   if (n <= 0 || base < 0 || base + n > (int64_t(1) << 24) || ranks <= 0 ||
-      me < 0 || me >= ranks || !slots)
+      me < 0 || me >= ranks || !slots || (draw.words && !draw.position))
     return cudaErrorInvalidValue;
   if (cudaError_t e = launchStep(argmaxSlotsKernel, 1, kSingleBlockThreads, 0,
-                                 s, x, n, base, ranks, me, slots);
+                                 s, x, n, base, ranks, me, slots, draw);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

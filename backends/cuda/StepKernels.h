@@ -46,6 +46,8 @@ enum class FaultCode : int32_t {
   ExpertOutOfRange = 5,    ///< moe_experts: value = id, limit = experts
   PeerTimeout = 6, ///< all-reduce over peers: value = the peer, limit = epoch
   GridWaitTimeout = 7, ///< mla_attention: value = the grid's blocks
+  /// argmax drawn: value = the bad word's index, limit = its bits.
+  SamplingOutOfRange = 8,
 };
 
 /// An op's fault, in device memory. `code` is claimed with atomicCAS(&code,
@@ -754,19 +756,31 @@ uint64_t shapeSpecialisedLaunches();
 /// Counts one such launch (the launch functions call it).
 void noteShapeSpecialised();
 
-/// *out = the index of the largest of n values (ties to the lowest index).
+/// A draw's inputs in device memory (support/DrawKey.h): the sampling
+/// words and the position, read when the kernel runs (a captured graph
+/// draws with each replay's words); words null: the plain argmax. Bad words
+/// are reported to `fault` (SamplingOutOfRange) and the result is -1.
+struct DrawInputs {
+  const int32_t *words = nullptr;
+  const int32_t *position = nullptr;
+  FaultSink fault;
+};
+
+/// *out = the index of the largest of n values (ties to the lowest index),
+/// or of the largest key of a draw.
 cudaError_t launchArgmax(const float *x, int64_t n, int32_t *out,
-                         cudaStream_t s);
+                         cudaStream_t s, DrawInputs draw = {});
 
 /// One rank's candidate for a distributed argmax: best->value = the
-/// largest of its n values, best->index = base + its local index (ties to
-/// the lowest).
+/// largest of its n values (or keys, value i's key made for index base +
+/// i), best->index = base + its local index (ties to the lowest).
 struct ArgmaxCandidate {
   float value;
   int32_t index;
 };
 cudaError_t launchArgmaxCandidate(const float *x, int64_t n, int32_t base,
-                                  ArgmaxCandidate *best, cudaStream_t s);
+                                  ArgmaxCandidate *best, cudaStream_t s,
+                                  DrawInputs draw = {});
 
 /// *out = the index of the best of `ranks` candidates in rank order (a
 /// later one wins only when strictly larger).
@@ -779,7 +793,8 @@ cudaError_t launchPickCandidate(const ArgmaxCandidate *candidates, int ranks,
 /// all-reduce that adds zeros) gathers every candidate exactly. For ranks
 /// that exchange through one GPU's memory (KILN_RUN_ONE_GPU).
 cudaError_t launchArgmaxSlots(const float *x, int64_t n, int32_t base,
-                              int ranks, int me, float *slots, cudaStream_t s);
+                              int ranks, int me, float *slots, cudaStream_t s,
+                              DrawInputs draw = {});
 
 /// launchPickCandidate over the summed slots of launchArgmaxSlots.
 cudaError_t launchPickSlots(const float *slots, int ranks, int32_t *out,

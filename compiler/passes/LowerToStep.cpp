@@ -308,8 +308,9 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
       })
       .Case([&](kd::DistributedArgmaxOp a) {
         return simple(a.getResult(), [&](Value out) {
-          st::DistributedArgmaxOp::create(b_, loc, buffer(a.getInput()),
-                                          a.getRanksAttr(), out);
+          st::DistributedArgmaxOp::create(
+              b_, loc, buffer(a.getInput()), buffer(a.getSampling()),
+              buffer(a.getPosition()), a.getRanksAttr(), out);
         });
       })
       .Case([&](kd::AllGatherOp a) {
@@ -320,7 +321,9 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
       })
       .Case([&](kd::ArgmaxOp a) {
         return simple(a.getResult(), [&](Value out) {
-          st::ArgmaxOp::create(b_, loc, buffer(a.getInput()), out);
+          st::ArgmaxOp::create(b_, loc, buffer(a.getInput()),
+                               buffer(a.getSampling()),
+                               buffer(a.getPosition()), out);
         });
       })
       .Case([&](kd::CacheAppendOp c) {

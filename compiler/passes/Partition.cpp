@@ -210,8 +210,8 @@ LogicalResult Partitioner::visit(Operation *op) {
         if (s.kind == Kind::Split && s.dim == 0) {
           OpBuilder b(a);
           Value next = kd::DistributedArgmaxOp::create(
-              b, a.getLoc(), a.getType(), a.getInput(),
-              b.getI64IntegerAttr(n_));
+              b, a.getLoc(), a.getType(), a.getInput(), a.getSampling(),
+              a.getPosition(), b.getI64IntegerAttr(n_));
           a.getResult().replaceAllUsesWith(next);
           a.erase();
           return success();

@@ -57,13 +57,30 @@ LogicalResult ArgmaxOp::inferReturnTypes(
   return success();
 }
 
+/// A draw's operands: both or neither, the sampling words four.
+static LogicalResult verifyDraw(Operation *op, Value sampling,
+                                Value position) {
+  if (bool(sampling) != bool(position))
+    return op->emitOpError("a draw needs both its sampling words and its "
+                           "position");
+  if (sampling &&
+      cast<RankedTensorType>(sampling.getType()).getDimSize(0) != 4)
+    return op->emitOpError("the sampling words must be tensor<4xi32>, got ")
+           << sampling.getType();
+  return success();
+}
+
 LogicalResult ArgmaxOp::verify() {
   auto input = cast<RankedTensorType>(getInput().getType());
   if (input.getRank() != 1)
     return emitOpError("input must be one-dimensional, got ") << input;
   if (input.getDimSize(0) == 0)
     return emitOpError("input must not be empty");
-  return success();
+  return verifyDraw(*this, getSampling(), getPosition());
+}
+
+LogicalResult DistributedArgmaxOp::verify() {
+  return verifyDraw(*this, getSampling(), getPosition());
 }
 
 

@@ -15,6 +15,9 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 def Kiln_I32Scalar : 0DTensorOf<[I32]>,
     BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getI32Type())">;
 def Kiln_I32Vector : 1DTensorOf<[I32]>;
+/// A draw's sampling words (utils/support/DrawKey.h): tensor<4xi32>.
+def Kiln_DrawWords : 1DTensorOf<[I32]>,
+    BuildableType<"::mlir::RankedTensorType::get({4}, $_builder.getI32Type())">;
 def Kiln_FloatVector : 1DTensorOf<[F32, F16, BF16]>;
 /// A per-channel parameter (norm weight, bias): a float vector, or a
 /// one-dimensional weight that the op reads (dequantising it) itself, so no
@@ -93,21 +96,36 @@ def Kiln_RMSNormOp : Kiln_Op<"rms_norm",
 //===----------------------------------------------------------------------===//
 
 def Kiln_ArgmaxOp : Kiln_Op<"argmax",
-    [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
-  let summary = "index of the largest element (greedy decoding)";
+    [Pure, AttrSizedOperandSegments,
+     DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "index of the largest element (greedy decoding), or a draw";
   let description = [{
     The index of the largest element of a one-dimensional, non-empty tensor
     as a 0-d `i32` tensor; ties go to the lowest index, so every
     implementation (and every tensor-parallel rank) picks the same token.
 
+    With `sampled %sampling at %position`, the index of the largest key
+    `input[v] * (1 / T) + G(seed, position, v)` instead, G a Gumbel variable
+    from a hash of the seed, the position and v: a draw from
+    `softmax(input / T)` (utils/support/DrawKey.h defines every operation,
+    so every backend draws the same token). `%sampling` is four i32 words:
+    the temperature T's float bits (0: the plain argmax), the seed's low and
+    high 32 bits, and 0. A temperature other than 0 or within [2^-16, 2^16],
+    or a last word other than 0, is an error when the step runs.
+
     Example:
     ```mlir
     %token = kiln.argmax %logits : tensor<154880xf32>
+    %drawn = kiln.argmax %logits sampled %sampling at %pos : tensor<154880xf32>
     ```
   }];
-  let arguments = (ins Kiln_FloatTensor:$input);
+  let arguments = (ins Kiln_FloatTensor:$input,
+                       Optional<Kiln_DrawWords>:$sampling,
+                       Optional<Kiln_I32Scalar>:$position);
   let results = (outs 0DTensorOf<[I32]>:$result);
-  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input (`sampled` $sampling^ `at` $position)? attr-dict `:` type($input)
+  }];
   let hasVerifier = 1;
 }
 
@@ -492,23 +510,30 @@ def Kiln_AllReduceOp : Kiln_Op<"all_reduce",
   let hasVerifier = 1;
 }
 
-def Kiln_DistributedArgmaxOp : Kiln_Op<"distributed_argmax"> {
+def Kiln_DistributedArgmaxOp : Kiln_Op<"distributed_argmax",
+    [AttrSizedOperandSegments]> {
   let summary = "argmax over every rank's part of a vector, without gathering it";
   let description = [{
     Each of `ranks` ranks holds a part of a vector split in rank order
     (the vocabulary-split logits); every rank receives the index, in the
     whole vector, of its largest element, ties to the lowest index. Only
     each rank's best value and index travel, not the parts. Not pure: it
-    communicates.
+    communicates. With `sampled %sampling at %position`, the largest key,
+    as `kiln.argmax` (each key is made from its index in the whole vector).
 
     Example:
     ```mlir
     %next = kiln.distributed_argmax %part {ranks = 8 : i64} : tensor<19360xf32>
     ```
   }];
-  let arguments = (ins Kiln_FloatVector:$input, I64Attr:$ranks);
+  let arguments = (ins Kiln_FloatVector:$input,
+                       Optional<Kiln_DrawWords>:$sampling,
+                       Optional<Kiln_I32Scalar>:$position, I64Attr:$ranks);
   let results = (outs Kiln_I32Scalar:$result);
-  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let assemblyFormat = [{
+    $input (`sampled` $sampling^ `at` $position)? attr-dict `:` type($input)
+  }];
+  let hasVerifier = 1;
 }
 
 def Kiln_AllGatherOp : Kiln_Op<"all_gather"> {

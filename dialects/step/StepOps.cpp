@@ -765,11 +765,31 @@ LogicalResult AllGatherOp::verify() {
   return expectShape(*this, "output", getOutput(), shape);
 }
 
+/// A draw's operands: both or neither, the sampling words memref<4xi32>.
+static LogicalResult verifyDraw(Operation *op, Value sampling,
+                                Value position) {
+  if (bool(sampling) != bool(position))
+    return op->emitOpError("a draw needs both its sampling words and its "
+                           "position");
+  if (!sampling)
+    return success();
+  MemRefType words = bufferOf(sampling);
+  if (words.getRank() != 1 || words.getDimSize(0) != 4 ||
+      !words.getElementType().isInteger(32))
+    return op->emitOpError("the sampling words must be memref<4xi32>, got ")
+           << words;
+  return success();
+}
+
+LogicalResult DistributedArgmaxOp::verify() {
+  return verifyDraw(*this, getSampling(), getPosition());
+}
+
 LogicalResult ArgmaxOp::verify() {
   MemRefType input = bufferOf(getInput());
   if (input.getRank() != 1 || input.getDimSize(0) == 0)
     return emitOpError("input must be a non-empty vector, got ") << input;
-  return success();
+  return verifyDraw(*this, getSampling(), getPosition());
 }
 
 #define GET_OP_CLASSES

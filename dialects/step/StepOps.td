@@ -989,36 +989,53 @@ def Step_AllGatherOp : Step_ComputeOp<"all_gather", 1> {
   let hasVerifier = 1;
 }
 
-def Step_DistributedArgmaxOp : Step_ComputeOp<"distributed_argmax", 1> {
-  let summary = "argmax over every rank's part of a vector";
+def Step_DistributedArgmaxOp : Step_ComputeOp<"distributed_argmax", 1,
+    [AttrSizedOperandSegments]> {
+  let summary = "argmax over every rank's part of a vector, or a draw";
   let description = [{
-    As `kiln.distributed_argmax`.
+    As `kiln.distributed_argmax`; with `sampling` and `position` (the step's
+    input slots), a draw.
 
     Example:
     ```mlir
     step.distributed_argmax ins(%part : memref<512xf32>) outs(%next : memref<i32>) {ranks = 2 : i64}
+    step.distributed_argmax ins(%part : memref<512xf32>) sampled(%sampling, %pos : memref<4xi32>, memref<i32>) outs(%next : memref<i32>) {ranks = 2 : i64}
     ```
   }];
-  let arguments = (ins In<Step_Buffer>:$input, I64Attr:$ranks,
+  let arguments = (ins In<Step_Buffer>:$input,
+                       In<Optional<Step_Buffer>>:$sampling,
+                       In<Optional<Step_I32Scalar>>:$position, I64Attr:$ranks,
                        Out<Step_I32Scalar>:$output);
   let assemblyFormat = [{
-    `ins` `(` $input `:` type($input) `)` `outs` `(` $output `:`
-    type($output) `)` attr-dict
+    `ins` `(` $input `:` type($input) `)`
+    (`sampled` `(` $sampling^ `,` $position `:` type($sampling) `,`
+     type($position) `)`)?
+    `outs` `(` $output `:` type($output) `)` attr-dict
   }];
+  let hasVerifier = 1;
 }
 
-def Step_ArgmaxOp : Step_ComputeOp<"argmax", 1> {
-  let summary = "index of the largest element, ties to the lowest";
+def Step_ArgmaxOp : Step_ComputeOp<"argmax", 1, [AttrSizedOperandSegments]> {
+  let summary = "index of the largest element, ties to the lowest, or a draw";
   let description = [{
+    As `kiln.argmax`; with `sampling` and `position` (the step's input
+    slots), a draw.
+
     Example:
     ```mlir
     step.argmax ins(%logits : memref<1024xf32>) outs(%next : memref<i32>)
+    step.argmax ins(%logits : memref<1024xf32>) sampled(%sampling, %pos : memref<4xi32>, memref<i32>) outs(%next : memref<i32>)
     ```
   }];
-  let arguments = (ins In<Step_Buffer>:$input, Out<Step_I32Scalar>:$output);
+  let arguments = (ins In<Step_Buffer>:$input,
+                       In<Optional<Step_Buffer>>:$sampling,
+                       In<Optional<Step_I32Scalar>>:$position,
+                       Out<Step_I32Scalar>:$output);
   let assemblyFormat = [{
-    `ins` `(` $input `:` type($input) `)` `outs` `(` $output `:`
-    type($output) `)` attr-dict
+    `ins` `(` $input `:` type($input) `)`
+    (`sampled` `(` $sampling^ `,` $position `:` type($sampling) `,`
+     type($position) `)`)?
+    `outs` `(` $output `:` type($output) `)` attr-dict
   }];
   let hasVerifier = 1;
 }

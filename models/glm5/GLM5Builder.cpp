@@ -357,7 +357,8 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp,
   auto scalar = RankedTensorType::get({}, b_.getI32Type());
   const int64_t hidden = d_.hidden, vocab = d_.vocab;
 
-  // @decode_step(%token, %position) -> (next token[, logits][, hidden])
+  // @decode_step(%token, %position, %sampling) -> (next token[, logits][,
+  // hidden])
   SmallVector<Type> results{scalar};
   SmallVector<StringRef> names{"next_token"};
   if (returnLogits) {
@@ -368,19 +369,24 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp,
     results.push_back(vec(hidden));
     names.push_back("hidden");
   }
+  // The sampling words (DrawKey.h) make the step's argmax a draw where the
+  // runtime asks for one: a sampled token costs what a greedy one does.
+  auto words = RankedTensorType::get({4}, b_.getI32Type());
   auto step = func::FuncOp::create(
-      b_, loc_, "decode_step", b_.getFunctionType({scalar, scalar}, results));
+      b_, loc_, "decode_step",
+      b_.getFunctionType({scalar, scalar, words}, results));
   step->setAttr("kiln.config", config());
-  nameSlots(step, {"token", "position"}, names);
+  nameSlots(step, {"token", "position", "sampling"}, names);
   Block *entry = step.addEntryBlock();
   b_.setInsertionPointToStart(entry);
   Value token = entry->getArgument(0), pos = entry->getArgument(1);
+  Value sampling = entry->getArgument(2);
   Value x = kd::EmbedOp::create(b_, loc_, vec(hidden),
                                   weight("token_embd.weight"), token);
   for (uint64_t l = 0; l < d_.layers; ++l)
     x = layer(x, pos, l, l < d_.leadingDense ? "dense" : "moe", fusedGateUp);
   Value logits = linear(rmsNorm(x, "output_norm.weight"), "output.weight");
-  Value next = kd::ArgmaxOp::create(b_, loc_, logits);
+  Value next = kd::ArgmaxOp::create(b_, loc_, logits, sampling, pos);
   SmallVector<Value> returned{next};
   if (returnLogits)
     returned.push_back(logits);
@@ -414,7 +420,7 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp,
     h = layer(h, e->getArgument(1), l, "mtp", fusedGateUp);
     Value mlogits =
         linear(rmsNorm(h, p + "nextn.shared_head_norm.weight"), "output.weight");
-    Value mnext = kd::ArgmaxOp::create(b_, loc_, mlogits);
+    Value mnext = kd::ArgmaxOp::create(b_, loc_, mlogits, Value(), Value());
     SmallVector<Value> mtpReturned{mnext};
     if (returnLogits)
       mtpReturned.push_back(mlogits);

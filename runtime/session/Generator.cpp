@@ -63,12 +63,30 @@ std::vector<int32_t> Generator::history() const {
   return all;
 }
 
+std::optional<Generator::Draw>
+Generator::deviceDraw(const GenerateOptions &options) const {
+  if (options.constraint || !session_.draws())
+    return std::nullopt;
+  std::optional<float> t = drawTemperature(options.sampling, session_.vocab());
+  if (!t)
+    return std::nullopt;
+  return Draw{*t, options.sampling.seed};
+}
+
+void Generator::plan(const GenerateOptions &options) {
+  planned_ = deviceDraw(options).value_or(Draw{});
+}
+
 Status Generator::step(int32_t token, std::vector<float> *allLogits,
-                       bool wantLogits) {
+                       bool wantLogits, Draw draw) {
   // The logits cross from the device only where something reads them (a
   // prompt's last position, a sampled or constrained choice, logprobs).
   const bool copy = (wantLogits || allLogits) && !logits_.empty();
   fresh_ = false;
+  if (session_.draws())
+    if (Status st = session_.setDraw(draw.temperature, draw.seed); !st)
+      return st;
+  nextDraw_ = session_.draws() ? draw : Draw{};
   if (Status st = session_.decode(
           token, int32_t(cached_.size()),
           copy ? std::span<float>(logits_) : std::span<float>(), &next_);
@@ -90,9 +108,12 @@ Status Generator::feed(std::span<const int32_t> tokens, size_t keep,
   cached_.resize(std::min(keep, cached_.size()));
   pending_.reset();
   fresh_ = false;
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (Status st = step(tokens[i], allLogits, i + 1 == tokens.size()); !st)
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const bool last = i + 1 == tokens.size();
+    if (Status st = step(tokens[i], allLogits, last, last ? planned_ : Draw{});
+        !st)
       return st;
+  }
   return Status::ok();
 }
 
@@ -202,12 +223,29 @@ Generator::generate(const GenerateOptions &options,
   // chosen, which waits for it): on a GPU, the step's time hides it.
   std::future<std::vector<uint8_t>> pending;
   std::string pendingKey;
-  bool sample = options.sampling.needsLogits() || constraint;
+  // A plain draw is the step's own where it can make it (the argmax of
+  // DrawKey.h's keys: no logits cross), else the same keys' argmax on the
+  // host; anything else is the Sampler's.
+  const std::optional<Draw> onDevice = deviceDraw(options);
+  std::optional<float> drawn =
+      constraint ? std::nullopt
+                 : drawTemperature(options.sampling, session_.vocab());
+  const bool sample =
+      !onDevice && (options.sampling.needsLogits() || constraint);
   if (sample && logits_.empty())
     return Error("generate", "sampling",
-                 "sampling (a temperature, a penalty or a bias) needs the "
-                 "logits: the artifact was compiled with --no-logits");
+                 "sampling (a cut of the vocabulary, a penalty or a bias) "
+                 "needs the logits: the artifact was compiled with "
+                 "--no-logits");
   const bool wantLogits = sample || options.logprobs >= 0;
+  // The first token is the last fed step's: where that step did not draw
+  // as asked, it is evaluated again (the same cache row) with the draw.
+  if (onDevice && nextDraw_ != *onDevice) {
+    const int32_t last = cached_.back();
+    cached_.pop_back();
+    if (Status st = step(last, nullptr, wantLogits, *onDevice); !st)
+      return st.error();
+  }
   if (wantLogits && !logitsHeld_ && !logits_.empty())
     return Error("generate", "",
                  "the last step's logits were not kept: feed before "
@@ -238,6 +276,9 @@ Generator::generate(const GenerateOptions &options,
                          " generated tokens");
       if (std::find(enders.begin(), enders.end(), token) == enders.end())
         constraint->push(*tokenizer_->tokenBytes(token));
+    } else if (drawn && !onDevice) {
+      token = drawToken(logits_, *drawn, options.sampling.seed,
+                        int32_t(cached_.size()) - 1);
     } else {
       token = sample ? sampler.sample(logits_, history) : next_;
     }
@@ -282,7 +323,9 @@ Generator::generate(const GenerateOptions &options,
       if (!masks.count(pendingKey))
         pending = std::async(std::launch::async, maskOf);
     }
-    if (Status st = step(token, allLogits, wantLogits); !st)
+    if (Status st =
+            step(token, allLogits, wantLogits, onDevice.value_or(Draw{}));
+        !st)
       return st.error();
     ++result.steps;
   }

@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -87,6 +88,13 @@ public:
   /// common prefix: what a chat turn needs. Returns how many were reused.
   Expected<size_t> feedConversation(std::span<const int32_t> tokens);
 
+  /// The generate call that will follow the next feed: where its sampling
+  /// is a plain draw (drawTemperature) and the step draws, the feed's last
+  /// step draws its first token, so the reply costs no extra step. Without
+  /// it (or with other options), generate evaluates the last token again to
+  /// draw it.
+  void plan(const GenerateOptions &options);
+
   /// Generates after what has been fed; `onText` receives text as it
   /// becomes final and returns false to stop (a client that went away).
   /// The generated tokens except the last are cached (the last is cached
@@ -102,7 +110,17 @@ public:
   std::vector<int32_t> history() const;
 
 private:
-  Status step(int32_t token, std::vector<float> *allLogits, bool wantLogits);
+  /// The draw a step's argmax makes (DrawKey.h): temperature 0 is the
+  /// argmax.
+  struct Draw {
+    float temperature = 0;
+    uint64_t seed = 0;
+    bool operator==(const Draw &) const = default;
+  };
+  /// The device's draw for `options`, where the step can make it.
+  std::optional<Draw> deviceDraw(const GenerateOptions &options) const;
+  Status step(int32_t token, std::vector<float> *allLogits, bool wantLogits,
+              Draw draw);
 
   Session &session_;
   const tokenizer::Tokenizer *tokenizer_;
@@ -114,6 +132,9 @@ private:
   /// cached token: what a generate call chooses its first token from.
   bool fresh_ = false;
   bool logitsHeld_ = false;
+  /// The draw next_ was made by, and the one plan() asked the next feed's
+  /// last step for.
+  Draw nextDraw_, planned_;
   /// A constrained reply's spelling tokens (text tokens; control tokens
   /// apart) with their bytes, read from the tokenizer at the first.
   std::vector<std::pair<int32_t, std::string_view>> spellers_, controls_;

@@ -1,5 +1,6 @@
 //===- Sampler.cpp - Choosing the next token from logits -------------------===//
 #include "session/Sampler.h"
+#include "support/DrawKey.h"
 
 #include <algorithm>
 #include <bit>
@@ -15,6 +16,28 @@ int32_t argmax(std::span<const float> logits) {
     if (logits[i] > logits[best])
       best = int32_t(i);
   return best;
+}
+
+std::optional<float> drawTemperature(const SamplingOptions &options,
+                                     int64_t vocab) {
+  if (options.greedy() || options.penalises() ||
+      (options.topK > 0 && options.topK < vocab) || options.topP < 1 ||
+      options.minP > 0)
+    return std::nullopt;
+  const float t = float(options.temperature);
+  if (!(t >= draw::kMinTemperature && t <= draw::kMaxTemperature))
+    return std::nullopt;
+  return t;
+}
+
+int32_t drawToken(std::span<const float> logits, float temperature,
+                  uint64_t seed, int32_t position) {
+  if (logits.empty())
+    return -1;
+  float key;
+  return int32_t(draw::bestKey(logits.data(), int64_t(logits.size()), 0,
+                               1.0f / temperature, seed, uint32_t(position),
+                               key));
 }
 
 Sampler::Sampler(const SamplingOptions &options)

@@ -5,6 +5,7 @@
 #include "support/Random.h"
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -108,6 +109,19 @@ private:
 
 /// Index of the largest logit; ties to the lowest index.
 int32_t argmax(std::span<const float> logits);
+
+/// The temperature of a sampling that is a plain draw from softmax(logits /
+/// T) over `vocab` tokens (no cut, penalty or bias; T within DrawKey.h's
+/// range), which the step's own argmax can make (support/DrawKey.h); none
+/// for greedy decoding and for a choice the Sampler must make.
+std::optional<float> drawTemperature(const SamplingOptions &options,
+                                     int64_t vocab);
+
+/// The token the step's draw picks from `logits` at `position` (the
+/// position of the step that made them): the same token, bit for bit, as
+/// every backend's drawing argmax.
+int32_t drawToken(std::span<const float> logits, float temperature,
+                  uint64_t seed, int32_t position);
 
 } // namespace kiln::runtime
 

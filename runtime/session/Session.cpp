@@ -1,5 +1,6 @@
 //===- Session.cpp - A loaded model: artifact, weights, backend rank -------===//
 #include "session/Session.h"
+#include "support/DrawKey.h"
 
 #include "support/Progress.h"
 
@@ -118,6 +119,13 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
                    fmt::format("decode_step slot '{}'", name),
                    "is missing or has the wrong size");
   }
+  // The sampling words are optional: an artifact without them runs every
+  // draw on the host.
+  std::optional<int32_t> drawSlot =
+      step->slot(artifact::BufferKind::Input, "sampling");
+  if (drawSlot && step->buffers[*drawSlot].bytes() != 4 * draw::kDrawWords)
+    return Error(options.artifactPath, "decode_step slot 'sampling'",
+                 "has the wrong size (4 i32 words)");
   const artifact::ConfigEntry *vocab = artifact->configEntry("vocab");
   if (!logits && (!vocab || vocab->isFloat || vocab->intValue <= 0))
     return Error(options.artifactPath, "config",
@@ -161,6 +169,7 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   s->model_ = std::move(model);
   s->where_ = options.artifactPath;
   s->hasLogits_ = logits.has_value();
+  s->draws_ = drawSlot.has_value();
   s->weightBytes_ = weightBytes;
   s->weightSeconds_ = weightSeconds;
   s->vocab_ =
@@ -229,6 +238,15 @@ Status Session::decode(int32_t token, int32_t position,
                        "write_slot");
       !st)
     return st;
+  if (draws_ && !drawWritten_) {
+    if (Status st = call(api.write_slot(group_, kDecodeStep, "sampling",
+                                        drawWords_, sizeof(drawWords_), error_,
+                                        sizeof(error_)),
+                         "write_slot");
+        !st)
+      return st;
+    drawWritten_ = true;
+  }
   if (Status st = call(api.run_step(group_, kDecodeStep, error_, sizeof(error_)),
                        "run_step");
       !st)
@@ -243,6 +261,27 @@ Status Session::decode(int32_t token, int32_t position,
   return call(api.read_slot(group_, kDecodeStep, "next_token", next, 4, error_,
                             sizeof(error_)),
               "read_slot");
+}
+
+Status Session::setDraw(float temperature, uint64_t seed) {
+  const int32_t words[4] = {int32_t(draw::floatBits(temperature)),
+                            int32_t(uint32_t(seed)),
+                            int32_t(uint32_t(seed >> 32)), 0};
+  int bad = 0;
+  if (!draw::validWords(words, bad))
+    return Error(where_, "temperature",
+                 fmt::format("{} is not 0 or within [2^-16, 2^16]: the step "
+                             "cannot draw with it",
+                             temperature));
+  if (temperature != 0 && !draws_)
+    return Error(where_, "sampling",
+                 "the artifact's step does not draw (compiled before its "
+                 "argmax took the sampling words)");
+  if (std::equal(words, words + 4, drawWords_))
+    return Status::ok();
+  std::copy(words, words + 4, drawWords_);
+  drawWritten_ = false;
+  return Status::ok();
 }
 
 Status Session::reset() {

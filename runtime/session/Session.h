@@ -63,6 +63,15 @@ public:
   /// Empties the caches: the next decode must be at position 0.
   Status reset();
 
+  /// Whether the step draws its next token itself (its argmax reads the
+  /// `sampling` slot: support/DrawKey.h); artifacts compiled before it did
+  /// not.
+  bool draws() const { return draws_; }
+  /// The draw the following decodes make their `next` by: temperature 0 is
+  /// the argmax (the default); otherwise within [2^-16, 2^16] (DrawKey.h).
+  /// Written to the device with the next decode, only when it changed.
+  Status setDraw(float temperature, uint64_t seed);
+
 private:
   Session(BackendPlugin plugin) : plugin_(std::move(plugin)) {}
   Status call(int rc, const char *what);
@@ -74,6 +83,11 @@ private:
   kiln_group *group_ = nullptr;
   int64_t vocab_ = 0;
   bool hasLogits_ = false;
+  bool draws_ = false;
+  /// The sampling words (DrawKey.h) and whether the device holds them; the
+  /// first decode writes them (a plain argmax) whatever a slot held.
+  int32_t drawWords_[4] = {0, 0, 0, 0};
+  bool drawWritten_ = false;
   uint64_t weightBytes_ = 0;
   double weightSeconds_ = 0;
   std::string where_;

@@ -448,10 +448,13 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   const tokenizer::Tokenizer *tok = &model->tokenizer;
   const chat::ChatTemplate &chatTemplate = model->chat.chatTemplate;
   const std::string &where = model->chat.where;
-  if (!s.hasLogits() && (sampling.needsLogits() || constraint))
+  // A plain draw is the step's own (DrawKey.h): it needs no logits.
+  const bool stepDraws = s.draws() && drawTemperature(sampling, s.vocab());
+  if (!s.hasLogits() &&
+      ((sampling.needsLogits() && !stepDraws) || constraint))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding only"));
+                      "decoding or a plain temperature only"));
 
   GenerateOptions generate;
   generate.maxTokens = maxTokens;
@@ -498,6 +501,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
                             tokens.size() + uint64_t(maxTokens), tokens.size(),
                             maxTokens, s.contextLength())));
     auto start = std::chrono::steady_clock::now();
+    generator.plan(generate);
     Expected<size_t> reused = generator.feedConversation(tokens);
     if (!reused)
       return fail(reused.error());
@@ -961,16 +965,26 @@ int main(int argc, char **argv) {
                                   "{} (compile with kiln-compile --context N)",
                                   prompt.size(), generate, evaluated,
                                   s.contextLength())));
-  if (!s.hasLogits() && (!logitsOut.empty() || sampling.needsLogits()))
+  // A plain draw is the step's own (DrawKey.h): it needs no logits.
+  const bool stepDraws = s.draws() && drawTemperature(sampling, s.vocab());
+  if (!s.hasLogits() &&
+      (!logitsOut.empty() || (sampling.needsLogits() && !stepDraws)))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding only, no --logits-out, sampling or "
-                      "repetition penalty"));
+                      "decoding or a plain temperature only, no "
+                      "--logits-out, cut of the vocabulary or penalty"));
   std::vector<float> allLogits;
   std::vector<float> *keep = logitsOut.empty() ? nullptr : &allLogits;
   if (keep)
     allLogits.reserve(evaluated * s.vocab());
+  GenerateOptions generateOptions;
+  generateOptions.maxTokens = generate;
+  generateOptions.sampling = sampling;
+  generateOptions.stopIds = stops;
+  generateOptions.stopStrings = stopStrings;
+  generateOptions.constraint = constraint;
   Generator generator(s, tok ? &*tok : nullptr);
+  generator.plan(generateOptions);
   if (Status st = generator.feed(prompt, 0, keep); !st)
     return fail(st.error());
   Clock::time_point t2 = Clock::now();
@@ -979,12 +993,6 @@ int main(int argc, char **argv) {
     std::fputs("text: ", stdout);
     std::fflush(stdout);
   }
-  GenerateOptions generateOptions;
-  generateOptions.maxTokens = generate;
-  generateOptions.sampling = sampling;
-  generateOptions.stopIds = stops;
-  generateOptions.stopStrings = stopStrings;
-  generateOptions.constraint = constraint;
   Expected<GenerateResult> result = generator.generate(
       generateOptions,
       [&](std::string_view piece) {

@@ -788,12 +788,18 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                      "'tool_choice') needs the logits: the artifact was "
                      "compiled with --no-logits",
                      "invalid_request_error", "response_format");
-  if (!session_.hasLogits() && (options.generate.sampling.needsLogits() ||
-                                options.generate.logprobs >= 0))
+  // A plain draw is the step's own (DrawKey.h): it needs no logits.
+  const bool stepDraws =
+      session_.draws() &&
+      drawTemperature(options.generate.sampling, session_.vocab());
+  if (!session_.hasLogits() &&
+      ((options.generate.sampling.needsLogits() && !stepDraws) ||
+       options.generate.logprobs >= 0))
     return sendError(res, 400,
-                     "sampling (a temperature above 0, a penalty or a "
-                     "logit_bias) and logprobs need the logits: the artifact "
-                     "was compiled with --no-logits (greedy decoding only)",
+                     "sampling (top_p, a penalty or a logit_bias) and "
+                     "logprobs need the logits: the artifact was compiled "
+                     "with --no-logits (greedy decoding or a plain "
+                     "temperature only)",
                      "invalid_request_error",
                      options.generate.logprobs >= 0 ? "logprobs"
                                                     : "temperature");
@@ -828,12 +834,13 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     std::vector<TokenLogprob> promptLogprobs;
     for (int index = 0; index < options.choices; ++index) {
       Status fed = Status::ok();
+      GenerateOptions generate = options.generate;
+      generate.sampling.seed += uint64_t(index);
+      generator_.plan(generate);
       if (scorePrompt && index == 0)
         fed = generator_.feed(prompt, 0, &promptLogits);
       else if (Expected<size_t> n = generator_.feedConversation(prompt); !n)
         fed = n.error();
-      GenerateOptions generate = options.generate;
-      generate.sampling.seed += uint64_t(index);
       Expected<GenerateResult> r = fed ? generator_.generate(generate)
                                        : Expected<GenerateResult>(fed.error());
       if (!r)
@@ -895,6 +902,9 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
             sink.done();
             return false;
           }
+          GenerateOptions generate = options.generate;
+          generate.sampling.seed += uint64_t(index);
+          generator_.plan(generate);
           if (Expected<size_t> fed = generator_.feedConversation(prompt); !fed)
             throw std::runtime_error(fed.error().message());
           // With tools, text that may begin a call is held back, and the
@@ -932,8 +942,6 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
           auto reasoning = [&](std::string_view text) {
             return delta("reasoning_content", text);
           };
-          GenerateOptions generate = options.generate;
-          generate.sampling.seed += uint64_t(index);
           Expected<GenerateResult> r =
               generator_.generate(generate, [&](std::string_view piece) {
                 if (!split)
