@@ -92,6 +92,10 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph env KILN_CUDA_GRAPH_STATS=1 \
     "$bin/kiln-run" "$m/glm5.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # The same step drawing its token at T = 0.8 (the argmax of DrawKey.h's
+  # keys over the rank's 19,360 logits, in the graph): the draw's cost.
+  step bench-glm5-tp8-rank0-graph-drawn run "$m/glm5.cuda.tp8.kiln" --bench \
+    --simulate-rank 0/8 --context 1024 --steps 30 --temperature 0.8 --seed 5
   # The first tokens of a context: MLA's blocks wait for each other there
   # with little work each (docs/perf.md, seventh pass).
   step bench-glm5-tp8-rank0-graph-64 run "$m/glm5.cuda.tp8.kiln" --bench \
@@ -310,7 +314,7 @@ SCHEMA
     echo "|---|---|"
     for case in "greedy:" "greedy, json_schema:--json-schema $d/schema.json" \
         "sampled T=0.8, json_schema:--temperature 0.8 --seed 5 --json-schema $d/schema.json" \
-        "sampled T=0.8:--temperature 0.8 --seed 5" \
+        "sampled T=0.8 (drawn by the step):--temperature 0.8 --seed 5" \
         "sampled T=1, top-p 0.95:--temperature 1 --top-p 0.95 --seed 5" \
         "sampled T=0.6, top-k 40:--temperature 0.6 --top-k 40 --seed 5"; do
       # shellcheck disable=SC2086

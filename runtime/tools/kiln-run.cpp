@@ -155,6 +155,9 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
   --context N              fill the caches' first N positions with random
                            values and time steps at position N (default 0)
   --steps N                timed steps (default 50, after 5 untimed)
+  --temperature T          every step draws its token at T (the step's own
+                           draw: the argmax of DrawKey.h's keys) instead of
+                           taking the argmax
   --bench-sampler VOCAB    time the host's sampler alone (no artifact): a
                            draw from VOCAB seeded logits N(0, 3^2) with the
                            sampling options given (--temperature, --top-k,
@@ -565,9 +568,16 @@ int runSamplerBench(int64_t vocab, const SamplingOptions &sampling,
 }
 
 int runBench(SessionOptions options, const std::string &simulate,
-             uint64_t context, int64_t steps, bool json) {
+             uint64_t context, int64_t steps, const SamplingOptions &sampling,
+             bool json) {
   if (!options.weightPaths.empty())
     return usageError("--bench uses random weights: give no --weights");
+  // With --temperature every step draws its token (DrawKey.h) instead of
+  // taking the argmax: the draw's cost on the device.
+  const std::optional<float> drawT = drawTemperature(sampling, INT64_MAX);
+  if (!sampling.greedy() && !drawT)
+    return usageError("--bench draws with a plain --temperature within "
+                      "[2^-16, 2^16] only (no cut or penalty)");
   options.flags |= KILN_RUN_RANDOM_WEIGHTS;
   options.fillPositions = context;
   options.seed = 1;
@@ -601,6 +611,9 @@ int runBench(SessionOptions options, const std::string &simulate,
                       fmt::format("--context {} leaves no position to decode "
                                   "at: the caches hold {}",
                                   context, s.contextLength())));
+  if (drawT)
+    if (Status st = s.setDraw(*drawT, sampling.seed); !st)
+      return fail(st.error());
   // Every step decodes at position `context`, over the random cache before
   // it; the token is fixed (the work does not depend on it).
   std::vector<double> times;
@@ -640,6 +653,8 @@ int runBench(SessionOptions options, const std::string &simulate,
     mean += t / double(times.size());
   double median = sorted[sorted.size() / 2], best = sorted.front();
   std::string mode = options.flags & KILN_RUN_EAGER ? "eager" : "graph";
+  if (drawT)
+    mode += fmt::format(", drawn at T = {:g}", *drawT);
   artifact::StepTraffic traffic = artifact::stepTraffic(
       s.artifact(),
       options.flags & KILN_RUN_SIMULATE_RANK ? options.simulateRank : 0,
@@ -873,7 +888,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (bench)
-    return runBench(options, simulate, benchContext, benchSteps, json);
+    return runBench(options, simulate, benchContext, benchSteps, sampling,
+                    json);
   if (!simulate.empty() || benchContext)
     return usageError("--simulate-rank and --context are --bench options");
   const int constraints =

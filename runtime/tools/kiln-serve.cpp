@@ -794,15 +794,26 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
       drawTemperature(options.generate.sampling, session_.vocab());
   if (!session_.hasLogits() &&
       ((options.generate.sampling.needsLogits() && !stepDraws) ||
-       options.generate.logprobs >= 0))
+       options.generate.logprobs >= 0)) {
+    // The parameter that needs them: the first of those the request set.
+    const SamplingOptions &so = options.generate.sampling;
+    const char *param = options.generate.logprobs >= 0 ? "logprobs"
+                        : so.topP < 1                  ? "top_p"
+                        : so.topK > 0                  ? "top_k"
+                        : so.minP > 0                  ? "min_p"
+                        : !so.logitBias.empty()        ? "logit_bias"
+                        : so.frequencyPenalty != 0     ? "frequency_penalty"
+                        : so.presencePenalty != 0      ? "presence_penalty"
+                        : so.repeatPenalty != 1        ? "repetition_penalty"
+                                                       : "temperature";
     return sendError(res, 400,
-                     "sampling (top_p, a penalty or a logit_bias) and "
-                     "logprobs need the logits: the artifact was compiled "
-                     "with --no-logits (greedy decoding or a plain "
-                     "temperature only)",
-                     "invalid_request_error",
-                     options.generate.logprobs >= 0 ? "logprobs"
-                                                    : "temperature");
+                     fmt::format("'{}' needs the logits (only greedy "
+                                 "decoding and a plain temperature do "
+                                 "without): the artifact was compiled with "
+                                 "--no-logits",
+                                 param),
+                     "invalid_request_error", param);
+  }
   uint64_t needed = prompt.size() + uint64_t(options.generate.maxTokens);
   if (needed > maxContext_)
     return sendError(res, 400,

@@ -837,9 +837,10 @@ def test_logit_bias_and_refused_parameters(server, client):
 
 
 def test_sampling_needs_the_logits(model, tmp_path):
-    """An artifact compiled with --no-logits serves greedy replies; a
-    sampled one, or logprobs, is a 400 naming the parameter (before, a
-    sampled request drew from no logits)."""
+    """An artifact compiled with --no-logits serves greedy replies and
+    plain temperatures (the step draws: DrawKey.h), the same as kiln-run;
+    a cut of the vocabulary or logprobs is a 400 naming the parameter
+    (before, a sampled request drew from no logits)."""
     gguf, _ = model
     bare = tmp_path / "bare.kiln"
     run_tool("kiln-compile", gguf, "--target=cpu", "--context", "96",
@@ -850,7 +851,17 @@ def test_sampling_needs_the_logits(model, tmp_path):
                              {"model": "tiny", "prompt": "Kiln",
                               "max_tokens": 3, "temperature": 0})
         assert status == 200 and body["choices"][0]["text"] is not None
-        for extra, param in (({"temperature": 0.7}, "temperature"),
+        status, body = _post(url + "/v1/completions",
+                             {"model": "tiny", "prompt": "Kiln",
+                              "max_tokens": 6, "temperature": 0.9,
+                              "seed": 11})
+        assert status == 200, body
+        want = json.loads(run_tool(
+            "kiln-run", bare, "--weights", gguf, "--prompt", "Kiln", "-n", 6,
+            "--temperature", 0.9, "--seed", 11, "--json").stdout)
+        assert body["choices"][0]["text"] == want["text"]
+        for extra, param in (({"temperature": 0.7, "top_p": 0.5}, "top_p"),
+                             ({"temperature": 0.7, "top_k": 5}, "top_k"),
                              ({"temperature": 0, "logprobs": 2},
                               "logprobs")):
             status, body = _post(url + "/v1/completions",
@@ -858,6 +869,7 @@ def test_sampling_needs_the_logits(model, tmp_path):
                                   "max_tokens": 3, **extra})
             assert status == 400, body
             assert body["error"]["param"] == param
+            assert f"'{param}' needs the logits" in body["error"]["message"]
             assert "compiled with --no-logits" in body["error"]["message"]
     finally:
         stop_server(proc)

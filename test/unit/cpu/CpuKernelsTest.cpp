@@ -17,6 +17,7 @@
 
 #include "quant/FloatFormats.h"
 #include "quant/QuantFormats.h"
+#include "support/DrawKey.h"
 
 #include <gtest/gtest.h>
 
@@ -242,6 +243,43 @@ TEST(Embed, TokenOutsideTheVocabularyIsAnError) {
               {"token_embd.weight", "token 5"});
   expectError(embed(table.view(), -1, out.data()),
               {"token_embd.weight", "token -1"});
+}
+
+TEST(DrawArgmax, ZeroTemperatureIsTheArgmaxAndBadWordsAreErrors) {
+  SCOPED_TRACE(seedText(41));
+  std::mt19937 gen = generator(41);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(1000);
+  for (float &v : x)
+    v = normal(gen);
+  float key = 0;
+  const int32_t greedy[4] = {0, 5, 6, 0};
+  Expected<int32_t> best = drawArgmax(x.data(), 1000, 0, greedy, 3, key);
+  ASSERT_TRUE(bool(best));
+  EXPECT_EQ(*best, argmax(x.data(), 1000));
+  EXPECT_EQ(key, x[size_t(*best)]);
+  // A draw's result is its best key's index; the key is the returned one.
+  const float t = 0.5f;
+  int32_t words[4] = {0, 5, 6, 0};
+  std::memcpy(&words[0], &t, 4);
+  best = drawArgmax(x.data(), 1000, 0, words, 3, key);
+  ASSERT_TRUE(bool(best));
+  EXPECT_EQ(key, draw::drawKey(x[size_t(*best)], 2.0f, draw::drawSeed(words),
+                               3, uint32_t(*best)));
+  for (int64_t i = 0; i < 1000; ++i)
+    ASSERT_LE(draw::drawKey(x[size_t(i)], 2.0f, draw::drawSeed(words), 3,
+                            uint32_t(i)),
+              key);
+  const float negative = -1.0f;
+  std::memcpy(&words[0], &negative, 4);
+  Expected<int32_t> refused = drawArgmax(x.data(), 1000, 0, words, 3, key);
+  ASSERT_FALSE(bool(refused));
+  expectError(Status(refused.error()), {"sampling", "word 0", "0xbf800000"});
+  std::memcpy(&words[0], &t, 4);
+  words[3] = 1;
+  refused = drawArgmax(x.data(), 1000, 0, words, 3, key);
+  ASSERT_FALSE(bool(refused));
+  expectError(Status(refused.error()), {"sampling", "word 3"});
 }
 
 TEST(Dequant, EveryValueRowMajor) {
