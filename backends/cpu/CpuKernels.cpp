@@ -502,9 +502,8 @@ Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
     key = x[best];
     return best;
   }
-  return static_cast<int32_t>(draw::bestKey(x, n, base, 1.0f / t,
-                                            draw::drawSeed(words),
-                                            uint32_t(position), key));
+  return static_cast<int32_t>(draw::bestKey(
+      x, n, base, 1.0f / t, draw::drawSeed(words), uint32_t(position), key));
 }
 
 Status cacheAppend(const float *entry, int32_t position, CacheView cache) {

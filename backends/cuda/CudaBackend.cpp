@@ -829,9 +829,9 @@ Expected<Launch> OpBinder::collective() {
       const PeerExchange peers = rank_.peers;
       FaultSink f = sink();
       return Launch([=](cudaStream_t s) -> Status {
-        KILN_TRY(check(launchArgmaxSlots(x, n, base, int(ranks), int(me),
-                                         slots, s, draw),
-                       where, "launchArgmaxSlots"));
+        KILN_TRY(check(
+            launchArgmaxSlots(x, n, base, int(ranks), int(me), slots, s, draw),
+            where, "launchArgmaxSlots"));
         KILN_TRY(peerReduceFlat(peers, slots, 2 * uint64_t(ranks), true,
                                 slots + 2 * ranks, f, s, where));
         return check(launchPickSlots(slots + 2 * ranks, int(ranks), y, s),
@@ -1243,8 +1243,7 @@ Expected<Launch> OpBinder::bind() {
     const float *x = f32In(0);
     int32_t *y = i32Out(0);
     const DrawInputs draw = drawInputs();
-    return wrap(
-        [=](cudaStream_t s) { return launchArgmax(x, n, y, s, draw); });
+    return wrap([=](cudaStream_t s) { return launchArgmax(x, n, y, s, draw); });
   }
   }
   return Error(d.where, "", "the CUDA backend has no kernel for this op");

@@ -322,8 +322,8 @@ LogicalResult FunctionLowering::lowerOp(Operation *op) {
       .Case([&](kd::ArgmaxOp a) {
         return simple(a.getResult(), [&](Value out) {
           st::ArgmaxOp::create(b_, loc, buffer(a.getInput()),
-                               buffer(a.getSampling()),
-                               buffer(a.getPosition()), out);
+                               buffer(a.getSampling()), buffer(a.getPosition()),
+                               out);
         });
       })
       .Case([&](kd::CacheAppendOp c) {

@@ -58,13 +58,11 @@ LogicalResult ArgmaxOp::inferReturnTypes(
 }
 
 /// A draw's operands: both or neither, the sampling words four.
-static LogicalResult verifyDraw(Operation *op, Value sampling,
-                                Value position) {
+static LogicalResult verifyDraw(Operation *op, Value sampling, Value position) {
   if (bool(sampling) != bool(position))
     return op->emitOpError("a draw needs both its sampling words and its "
                            "position");
-  if (sampling &&
-      cast<RankedTensorType>(sampling.getType()).getDimSize(0) != 4)
+  if (sampling && cast<RankedTensorType>(sampling.getType()).getDimSize(0) != 4)
     return op->emitOpError("the sampling words must be tensor<4xi32>, got ")
            << sampling.getType();
   return success();
@@ -82,7 +80,6 @@ LogicalResult ArgmaxOp::verify() {
 LogicalResult DistributedArgmaxOp::verify() {
   return verifyDraw(*this, getSampling(), getPosition());
 }
-
 
 //===----------------------------------------------------------------------===//
 // Shared checks

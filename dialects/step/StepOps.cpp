@@ -766,8 +766,7 @@ LogicalResult AllGatherOp::verify() {
 }
 
 /// A draw's operands: both or neither, the sampling words memref<4xi32>.
-static LogicalResult verifyDraw(Operation *op, Value sampling,
-                                Value position) {
+static LogicalResult verifyDraw(Operation *op, Value sampling, Value position) {
   if (bool(sampling) != bool(position))
     return op->emitOpError("a draw needs both its sampling words and its "
                            "position");

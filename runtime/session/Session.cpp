@@ -239,10 +239,10 @@ Status Session::decode(int32_t token, int32_t position,
       !st)
     return st;
   if (draws_ && !drawWritten_) {
-    if (Status st = call(api.write_slot(group_, kDecodeStep, "sampling",
-                                        drawWords_, sizeof(drawWords_), error_,
-                                        sizeof(error_)),
-                         "write_slot");
+    if (Status st =
+            call(api.write_slot(group_, kDecodeStep, "sampling", drawWords_,
+                                sizeof(drawWords_), error_, sizeof(error_)),
+                 "write_slot");
         !st)
       return st;
     drawWritten_ = true;

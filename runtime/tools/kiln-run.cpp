@@ -453,8 +453,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   const std::string &where = model->chat.where;
   // A plain draw is the step's own (DrawKey.h): it needs no logits.
   const bool stepDraws = s.draws() && drawTemperature(sampling, s.vocab());
-  if (!s.hasLogits() &&
-      ((sampling.needsLogits() && !stepDraws) || constraint))
+  if (!s.hasLogits() && ((sampling.needsLogits() && !stepDraws) || constraint))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
                       "decoding or a plain temperature only"));

@@ -1,4 +1,5 @@
-//===- DrawKey.h - A sampled token as an argmax of keys, on any processor ---*- C++ -*-===//
+//===- DrawKey.h - A sampled token as an argmax of keys, on any processor ---*-
+//C++ -*-===//
 //
 // A draw from softmax(logits / T) is the argmax over tokens v of
 //

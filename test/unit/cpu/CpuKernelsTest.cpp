@@ -264,8 +264,8 @@ TEST(DrawArgmax, ZeroTemperatureIsTheArgmaxAndBadWordsAreErrors) {
   std::memcpy(&words[0], &t, 4);
   best = drawArgmax(x.data(), 1000, 0, words, 3, key);
   ASSERT_TRUE(bool(best));
-  EXPECT_EQ(key, draw::drawKey(x[size_t(*best)], 2.0f, draw::drawSeed(words),
-                               3, uint32_t(*best)));
+  EXPECT_EQ(key, draw::drawKey(x[size_t(*best)], 2.0f, draw::drawSeed(words), 3,
+                               uint32_t(*best)));
   for (int64_t i = 0; i < 1000; ++i)
     ASSERT_LE(draw::drawKey(x[size_t(i)], 2.0f, draw::drawSeed(words), 3,
                             uint32_t(i)),

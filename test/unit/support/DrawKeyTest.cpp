@@ -1,4 +1,5 @@
-//===- DrawKeyTest.cpp - The step's draw: its logarithm and its distribution ===//
+//===- DrawKeyTest.cpp - The step's draw: its logarithm and its distribution
+//===//
 //
 // DrawKey.h's argmax of keys must be a draw from softmax(logits / T): its
 // frequencies over many positions are compared with the softmax by a
@@ -22,8 +23,8 @@ namespace {
 TEST(DrawKey, LogIsCloseToTheLibrarys) {
   // Every argument the draw takes: U in [2^-24, 1) and -ln U in (0, 16.7],
   // swept by a fixed multiplicative step, plus the ends and powers of two.
-  std::vector<float> xs = {0x1p-24f, 1.0f - 0x1p-24f, 1.0f, 0.5f, 2.0f,
-                           1.41421354f, 1.41421366f, 16.635532f};
+  std::vector<float> xs = {0x1p-24f, 1.0f - 0x1p-24f, 1.0f,        0.5f,
+                           2.0f,     1.41421354f,     1.41421366f, 16.635532f};
   for (double x = 0x1p-24; x < 17.0; x *= 1.0001)
     xs.push_back(float(x));
   double worst = 0;
@@ -37,8 +38,8 @@ TEST(DrawKey, LogIsCloseToTheLibrarys) {
     worst = std::max(worst, std::fabs(got - want) / (std::fabs(want) + 1e-30));
     ASSERT_LE(std::fabs(got - want), bound) << "x = " << x;
   }
-  std::printf("drawLog: %zu arguments, worst relative error %.3g\n",
-              xs.size(), worst);
+  std::printf("drawLog: %zu arguments, worst relative error %.3g\n", xs.size(),
+              worst);
 }
 
 TEST(DrawKey, UniformIsInsideTheOpenInterval) {
@@ -131,7 +132,8 @@ TEST(DrawKey, PositionsAndSeedsGiveOtherDraws) {
   for (uint32_t p = 0; p < 2000; ++p) {
     float k;
     const int64_t here = bestKey(flat.data(), 64, 0, 1.0f, 5, p, k);
-    sameAcrossPositions += here == bestKey(flat.data(), 64, 0, 1.0f, 5, p + 1, k);
+    sameAcrossPositions +=
+        here == bestKey(flat.data(), 64, 0, 1.0f, 5, p + 1, k);
     sameAcrossSeeds += here == bestKey(flat.data(), 64, 0, 1.0f, 6, p, k);
   }
   // Binomial(2000, 1/64): mean 31, sd 5.5; 70 is 7 sd above.

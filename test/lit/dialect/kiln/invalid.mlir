@@ -91,6 +91,22 @@ func.func @argmax_empty(%x: tensor<0xf32>) -> tensor<i32> {
 }
 
 // -----
+
+func.func @argmax_words(%x: tensor<8xf32>, %w: tensor<3xi32>, %p: tensor<i32>) -> tensor<i32> {
+  // expected-error @+1 {{'kiln.argmax' op the sampling words must be tensor<4xi32>, got 'tensor<3xi32>'}}
+  %t = "kiln.argmax"(%x, %w, %p) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<8xf32>, tensor<3xi32>, tensor<i32>) -> tensor<i32>
+  return %t : tensor<i32>
+}
+
+// -----
+
+func.func @argmax_draw_without_position(%x: tensor<8xf32>, %w: tensor<4xi32>) -> tensor<i32> {
+  // expected-error @+1 {{'kiln.distributed_argmax' op a draw needs both its sampling words and its position}}
+  %t = "kiln.distributed_argmax"(%x, %w) {ranks = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 0>} : (tensor<8xf32>, tensor<4xi32>) -> tensor<i32>
+  return %t : tensor<i32>
+}
+
+// -----
 // Types
 
 // expected-error @+1 {{weight has an empty tensor name}}

@@ -549,6 +549,18 @@ func.func @argmax_rank() {
 
 // -----
 
+func.func @argmax_words() {
+  %a = step.buffer "a" : memref<8xf32>
+  %w = step.input "sampling" : memref<2xi32>
+  %p = step.input "position" : memref<i32>
+  %o = step.output "next" : memref<i32>
+  // expected-error @+1 {{'step.argmax' op the sampling words must be memref<4xi32>, got 'memref<2xi32>'}}
+  step.argmax ins(%a : memref<8xf32>) sampled(%w, %p : memref<2xi32>, memref<i32>) outs(%o : memref<i32>)
+  return
+}
+
+// -----
+
 func.func @plan_alignment() attributes {
   // expected-error @+1 {{plan alignment must be a power of two, got 100}}
   step.plan = #step.plan<arena_bytes = 0, peak_live_bytes = 0, alignment = 100, buffers = 0>} {

@@ -13,6 +13,8 @@ func.func @every_op() attributes {step.plan = #step.plan<arena_bytes = 65536, pe
   %tok = step.input "token" : memref<i32>
   // CHECK: %position = step.input "position" : memref<i32>
   %pos = step.input "position" : memref<i32>
+  // CHECK: %sampling = step.input "sampling" : memref<4xi32>
+  %words = step.input "sampling" : memref<4xi32>
   // CHECK: %logits = step.output "logits" : memref<1024xf32>
   %logits = step.output "logits" : memref<1024xf32>
   // CHECK: %next = step.output "next" : memref<i32>
@@ -145,5 +147,7 @@ func.func @every_op() attributes {step.plan = #step.plan<arena_bytes = 65536, pe
   step.copy ins(%y : memref<256xf32>) outs(%x : memref<256xf32>)
   // CHECK: step.argmax ins(%logits : memref<1024xf32>) outs(%next : memref<i32>)
   step.argmax ins(%logits : memref<1024xf32>) outs(%next : memref<i32>)
+  // CHECK: step.argmax ins(%logits : memref<1024xf32>) sampled(%sampling, %position : memref<4xi32>, memref<i32>) outs(%next : memref<i32>)
+  step.argmax ins(%logits : memref<1024xf32>) sampled(%words, %pos : memref<4xi32>, memref<i32>) outs(%next : memref<i32>)
   return
 }
