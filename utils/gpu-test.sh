@@ -326,8 +326,10 @@ print('| %s | %.3f |' % (sys.argv[1], 1e3 * d['decode_seconds'] / d['decode_step
     done
     rm -rf "$d"
     # The sampler alone on this host's core (kiln-run --bench-sampler).
-    echo "| sampler alone, 154,880 tokens N(0, 9) | ms a draw |"
-    echo "|---|---|"
+    # For T=0.8 alone, the second figure is the step's draw (DrawKey.h's
+    # keys) made on the host, as for an artifact without the sampling slot.
+    echo "| sampler alone, 154,880 tokens N(0, 9) | ms a draw | the step's draw on the host |"
+    echo "|---|---|---|"
     for case in "T=0.8:--temperature 0.8" \
         "T=1, top-p 0.95:--temperature 1 --top-p 0.95" \
         "T=0.6, top-k 40:--temperature 0.6 --top-k 40" \
@@ -335,7 +337,9 @@ print('| %s | %.3f |' % (sys.argv[1], 1e3 * d['decode_seconds'] / d['decode_step
       # shellcheck disable=SC2086
       "$bin/kiln-run" --bench-sampler 154880 --steps 200 --json ${case#*:} |
         python3 -c "import json, sys
-print('| %s | %.3f |' % (sys.argv[1], json.load(sys.stdin)['ms_per_draw']))" \
+d = json.load(sys.stdin)
+k = d['keys_ms_per_draw']
+print('| %s | %.3f | %s |' % (sys.argv[1], d['ms_per_draw'], '-' if k is None else '%.3f' % k))" \
         "${case%%:*}" || return 1
     done
   }

@@ -162,7 +162,9 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
                            draw from VOCAB seeded logits N(0, 3^2) with the
                            sampling options given (--temperature, --top-k,
                            --top-p, --min-p, --seed), --steps draws after
-                           5 untimed, the mean time a draw printed
+                           5 untimed, the mean time a draw printed; for a
+                           plain temperature (which the step draws itself)
+                           also the step's draw made on the host
   --describe               print what the artifact holds (config, payloads,
                            each rank's steps, the bytes its decode step reads,
                            the weight slices it binds and their device
@@ -553,16 +555,33 @@ int runSamplerBench(int64_t vocab, const SamplingOptions &sampling,
   const double ms =
       1e3 * std::chrono::duration<double>(Clock::now() - t0).count() /
       double(steps);
+  // A plain temperature is the step's draw (DrawKey.h's keys), which the
+  // host makes only for an artifact without the sampling slot: its time too.
+  double keysMs = -1;
+  if (std::optional<float> t = drawTemperature(sampling, vocab)) {
+    Clock::time_point k0 = Clock::now();
+    for (int64_t i = 0; i < steps; ++i)
+      digest += drawToken(logits, *t, sampling.seed, int32_t(i));
+    keysMs = 1e3 * std::chrono::duration<double>(Clock::now() - k0).count() /
+             double(steps);
+  }
   if (json)
     std::printf("{\"vocab\": %lld, \"draws\": %lld, \"ms_per_draw\": "
-                "%.4f, \"token_sum\": %lld}\n",
+                "%.4f, \"keys_ms_per_draw\": %s, \"token_sum\": %lld}\n",
                 static_cast<long long>(vocab), static_cast<long long>(steps),
-                ms, static_cast<long long>(digest));
-  else
+                ms,
+                keysMs < 0 ? "null" : fmt::format("{:.4f}", keysMs).c_str(),
+                static_cast<long long>(digest));
+  else {
     std::printf("sampler: %lld tokens, %lld draws: %.4f ms a draw (token "
                 "sum %lld)\n",
                 static_cast<long long>(vocab), static_cast<long long>(steps),
                 ms, static_cast<long long>(digest));
+    if (keysMs >= 0)
+      std::printf("the step's draw made on the host (an artifact without "
+                  "the sampling slot): %.4f ms a draw\n",
+                  keysMs);
+  }
   return 0;
 }
 

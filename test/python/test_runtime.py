@@ -297,6 +297,10 @@ def test_bench_sampler():
     assert 0 <= a["token_sum"] <= 45 * 4999
     b = bench("--temperature", "0.7", "--top-p", "0.9", "--seed", "4")
     assert b["token_sum"] == a["token_sum"]
+    # A cut has no step's draw to time; a plain temperature has.
+    assert a["keys_ms_per_draw"] is None
+    c = bench("--temperature", "0.7", "--seed", "4")
+    assert c["keys_ms_per_draw"] > 0 and 0 <= c["token_sum"] <= 85 * 4999
     for args, says in [((), "give --temperature T > 0"),
                        (("x.kiln", "--temperature", "1"), "needs no artifact")]:
         proc = subprocess.run([str(tool("kiln-run")), "--bench-sampler", "10",
