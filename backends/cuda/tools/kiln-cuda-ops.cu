@@ -2831,6 +2831,97 @@ void checkArgmax(Report &r, kiln::Rng &rng) {
          0, "exact, earlier rank wins ties");
 }
 
+/// The drawing argmax (DrawKey.h's keys from the sampling words and the
+/// position in device memory) against the CPU backend's cpu::drawArgmax,
+/// bit for bit: the one block, four ranks' candidates and slots with their
+/// bases, the pick of the whole, temperature 0 as the plain argmax, and bad
+/// words reported as the SamplingOutOfRange fault with -1 as the result.
+void checkDrawnArgmax(Report &r, kiln::Rng &rng) {
+  const int ranks = 4;
+  const int64_t part = 5000, n = ranks * part;
+  std::vector<float> x = normals(rng, n, 3.0);
+  x[3] = std::numeric_limits<float>::quiet_NaN(); // never chosen at 3
+  x[17] = -std::numeric_limits<float>::infinity();
+  const uint64_t seed = rng.next();
+  const int32_t position = 1234;
+  auto words = [&](float t, int32_t last) {
+    int32_t w[4] = {0, int32_t(uint32_t(seed)), int32_t(uint32_t(seed >> 32)),
+                    last};
+    std::memcpy(&w[0], &t, 4);
+    return std::vector<int32_t>(w, w + 4);
+  };
+  DeviceArray<float> dx(x);
+  DeviceArray<int32_t> dpos(std::vector<int32_t>{position});
+  DeviceArray<int32_t> dout(1);
+  Fault fault;
+  for (float t : {0.8f, 0.0f, 2.5f}) {
+    const std::vector<int32_t> w = words(t, 0);
+    DeviceArray<int32_t> dw(w);
+    const kc::DrawInputs draw{dw.get(), dpos.get(), fault.sink()};
+    const std::string what = fmtText("T = %g, seed %#llx, position %d", t,
+                                     (unsigned long long)seed, position);
+    float key = 0;
+    kiln::Expected<int32_t> want =
+        cpu::drawArgmax(x.data(), n, 0, w.data(), position, key);
+    run(kc::launchArgmax(dx.get(), n, dout.get(), nullptr, draw));
+    r.line("argmax drawn", what + ", n=20000",
+           mismatches(dout.download(), std::vector<int32_t>{want ? *want : -2}),
+           0, "exact: cpu::drawArgmax's index");
+    // Each rank's candidate: its best key (value) and index from its base.
+    DeviceArray<kc::ArgmaxCandidate> cands(ranks);
+    double bad = 0;
+    std::vector<float> summed(2 * ranks, 0.f);
+    for (int q = 0; q < ranks; ++q) {
+      run(kc::launchArgmaxCandidate(dx.get() + q * part, part,
+                                    int32_t(q * part), cands.get() + q,
+                                    nullptr, draw));
+      DeviceArray<float> slots(std::vector<float>(2 * ranks, 0.f));
+      run(kc::launchArgmaxSlots(dx.get() + q * part, part, int32_t(q * part),
+                                ranks, q, slots.get(), nullptr, draw));
+      const std::vector<float> mine = slots.download();
+      for (int i = 0; i < 2 * ranks; ++i)
+        summed[size_t(i)] += mine[size_t(i)];
+      float partKey = 0;
+      kiln::Expected<int32_t> local = cpu::drawArgmax(
+          x.data() + q * part, part, q * part, w.data(), position, partKey);
+      const kc::ArgmaxCandidate got = cands.download()[size_t(q)];
+      bad += !local || got.index != int32_t(q * part) + *local;
+      bad += std::memcmp(&got.value, &partKey, sizeof(float)) != 0;
+      bad += std::memcmp(&mine[size_t(q)], &partKey, sizeof(float)) != 0;
+      bad += local && mine[size_t(ranks + q)] != float(q * part + *local);
+    }
+    r.line("argmax drawn candidates", what + ", 4 ranks x 5000 (and slots)",
+           bad, 0, "exact: key bits and index");
+    run(kc::launchPickCandidate(cands.get(), ranks, dout.get(), nullptr));
+    r.line("pick drawn candidates", what + ", vs the whole's draw",
+           mismatches(dout.download(), std::vector<int32_t>{want ? *want : -2}),
+           0, "exact");
+    DeviceArray<float> dsummed(summed);
+    run(kc::launchPickSlots(dsummed.get(), ranks, dout.get(), nullptr));
+    r.line("pick drawn slots", what + ", vs the whole's draw",
+           mismatches(dout.download(), std::vector<int32_t>{want ? *want : -2}),
+           0, "exact");
+  }
+  r.line("argmax drawn faults", "valid words", faultMismatch(fault.read(),
+         kc::FaultCode::None, 0, 0), 0, "no fault");
+  // Bad words: a negative temperature (word 0), a last word that is not 0.
+  for (auto [t, last, index, bits] :
+       {std::tuple{-1.0f, 0, 0, int64_t(0xbf800000u)},
+        std::tuple{0.8f, 7, 3, int64_t(7)}}) {
+    fault.clear();
+    DeviceArray<int32_t> dw(words(t, last));
+    run(kc::launchArgmax(dx.get(), n, dout.get(), nullptr,
+                         kc::DrawInputs{dw.get(), dpos.get(), fault.sink()}));
+    r.line("argmax drawn, bad words",
+           fmtText("word %d = %#llx: fault and -1", index,
+                   (unsigned long long)bits),
+           mismatches(dout.download(), std::vector<int32_t>{-1}) +
+               faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
+                             index, bits),
+           0, "exact");
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // --bench: launchLinear at GLM-5 tensor-parallel (8 ranks) shapes
 //===----------------------------------------------------------------------===//
@@ -5431,6 +5522,7 @@ int main(int argc, char **argv) {
   checkRouterFold(report, rng);
   checkLinearRouter(report, rng);
   checkArgmax(report, rng);
+  checkDrawnArgmax(report, rng);
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);
   checkLiveRows(report, rng);
