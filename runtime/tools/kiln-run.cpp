@@ -24,6 +24,7 @@
 #include "chat/SchemaPrefix.h"
 #include "chat/ThinkFirst.h"
 #include "chat/ToolCallPrefix.h"
+#include "chat/WhitespaceCap.h"
 #ifdef KILN_RUN_JSON_SCHEMA
 #include "chat/JsonValue.h"
 #endif
@@ -921,14 +922,18 @@ int main(int argc, char **argv) {
   // The reply's constraint (GenerateOptions::constraint), if any.
   Constraint constraint;
   if (jsonObject) {
-    constraint = [] { return std::make_unique<chat::JsonPrefix>(); };
+    constraint = [] {
+      return std::make_unique<chat::WhitespaceCap>(
+          std::make_unique<chat::JsonPrefix>());
+    };
   } else if (!jsonSchemaFile.empty()) {
     Expected<std::shared_ptr<const chat::JsonSchema>> schema =
         readJsonSchema(jsonSchemaFile);
     if (!schema)
       return fail(schema.error());
     constraint = [schema = *schema] {
-      return std::make_unique<chat::SchemaPrefix>(schema);
+      return std::make_unique<chat::WhitespaceCap>(
+          std::make_unique<chat::SchemaPrefix>(schema));
     };
   } else if (!toolCalls.empty()) {
     constraint = [toolCalls] {

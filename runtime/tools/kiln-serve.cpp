@@ -25,6 +25,7 @@
 #include "chat/ThinkFirst.h"
 #include "chat/ToolCallPrefix.h"
 #include "chat/ToolCalls.h"
+#include "chat/WhitespaceCap.h"
 #include "session/Generator.h"
 #include "session/ModelText.h"
 #include "session/Session.h"
@@ -298,7 +299,8 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
             : "";
     if (type == "json_object") {
       o.generate.constraint = [] {
-        return std::make_unique<chat::JsonPrefix>();
+        return std::make_unique<chat::WhitespaceCap>(
+            std::make_unique<chat::JsonPrefix>());
       };
     } else if (type == "json_schema") {
       const json *js =
@@ -317,7 +319,8 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
       if (!schema)
         throw BadRequest{schema.error().message(), "response_format"};
       o.generate.constraint = [schema = *schema] {
-        return std::make_unique<chat::SchemaPrefix>(schema);
+        return std::make_unique<chat::WhitespaceCap>(
+            std::make_unique<chat::SchemaPrefix>(schema));
       };
     } else if (type != "text") {
       throw BadRequest{"'response_format' must be {\"type\": \"text\"}, "

@@ -27,6 +27,32 @@ NUMBER_START = re.compile(
 INTEGER_START = re.compile(rb"-?(0|[1-9][0-9]*)?")
 ALL_TYPES = {"null", "boolean", "integer", "number", "string", "array",
              "object"}
+# The replies' bound on whitespace (chat::WhitespaceCap): at most this many
+# whitespace bytes in a row outside strings.
+WHITESPACE_RUN = 64
+
+
+def whitespace_runs_ok(data):
+    """Whether no run of whitespace outside the JSON text's strings (from a
+    '"' to the next one not escaped by a backslash) is longer than
+    WHITESPACE_RUN."""
+    run, inside, escaped = 0, False, False
+    for b in data:
+        if inside:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:
+                escaped = True
+            elif b == 0x22:
+                inside = False
+        elif b in SPACE:
+            run += 1
+            if run > WHITESPACE_RUN:
+                return False
+        else:
+            run = 0
+            inside = b == 0x22
+    return True
 
 
 def pointer(doc, ref):
@@ -275,10 +301,13 @@ def utf8_range(pending):
             min((v << 6 * left) | ((1 << 6 * left) - 1), 0x10FFFF))
 
 
-def schema_state(data, root, document=None):
+def schema_state(data, root, document=None, capped=True):
     """'whole', 'prefix' or 'invalid' for `data` (bytes) under `root`
     ('whole' wins where the bytes may also go on); $refs resolve against
-    `document` (default: root)."""
+    `document` (default: root). `capped`: a reply's runs of whitespace are
+    bounded (whitespace_runs_ok); a forced call's values are not."""
+    if capped and not whitespace_runs_ok(data):
+        return "invalid"
     n = len(data)
 
     def ws(p):

@@ -23,7 +23,7 @@ import pytest
 from gguf import GGUFReader
 
 from conftest import run_tool
-from json_reference import schema_state
+from json_reference import schema_state, whitespace_runs_ok
 
 SEED = 23
 MAX_DEPTH = 128  # chat::JsonPrefix::kMaxDepth
@@ -38,7 +38,11 @@ class Invalid(Exception):
 
 
 def json_state(data, object_only=True):
-    """'whole', 'prefix' or 'invalid' for `data` (bytes)."""
+    """'whole', 'prefix' or 'invalid' for `data` (bytes); a reply's runs of
+    whitespace outside strings are bounded (json_reference.WHITESPACE_RUN,
+    as chat::WhitespaceCap)."""
+    if not whitespace_runs_ok(data):
+        return "invalid"
     pos = 0
 
     def peek():
@@ -457,13 +461,16 @@ def tool_state(data, tools, several=True, document=None):
         while True:
             q = data.find(b"<", q)
             if q < 0:
-                if schema_state(data[pos:], schema, document) == "invalid":
+                if schema_state(data[pos:], schema, document,
+                                capped=False) == "invalid":
                     raise Invalid
                 raise Incomplete
-            if schema_state(data[pos:q + 1], schema, document) != "invalid":
+            if schema_state(data[pos:q + 1], schema, document,
+                            capped=False) != "invalid":
                 q += 1  # inside a string
                 continue
-            if schema_state(data[pos:q], schema, document) != "whole":
+            if schema_state(data[pos:q], schema, document,
+                            capped=False) != "whole":
                 raise Invalid
             pos = q
             return

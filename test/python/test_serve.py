@@ -907,6 +907,27 @@ def test_json_object_replies(model, server, client):
     assert chunks[-1].choices[0].finish_reason == "stop"
 
 
+def test_json_whitespace_is_bounded(server, client):
+    """A model that would write only whitespace (here a ' ' biased up by
+    100) writes at most 64 bytes of it in a row outside strings under
+    response_format (chat::WhitespaceCap): the longest run is exactly 64,
+    and something else comes between runs."""
+    import re
+    status, body = _post(server[1] + "/tokenize", {"prompt": " "})
+    assert status == 200 and len(body["tokens"]) == 1
+    space = body["tokens"][0]
+    for fmt in ({"type": "json_object"},
+                {"type": "json_schema", "json_schema": {
+                    "name": "v", "schema": {"type": "array"}}}):
+        r = client.completions.create(
+            model="tiny", prompt="JSON:", max_tokens=85, temperature=0,
+            logit_bias={str(space): 100}, extra_body={"response_format": fmt})
+        text = r.choices[0].text
+        runs = [len(m) for m in re.findall(r"[ \t\r\n]+", text)]
+        assert max(runs) == 64, (fmt, runs)
+        assert text.strip(), fmt
+
+
 def test_json_schema_replies(model, server, client, tmp_path):
     """response_format json_schema: the same tokens as kiln-run
     --json-schema (which test_json_schema_output.py checks against a
