@@ -10,6 +10,7 @@
 #define KILN_CHAT_REPLYTEXT_H
 
 #include <algorithm>
+#include <cstdint>
 #include <string_view>
 
 namespace kiln::chat::reply {
@@ -17,6 +18,12 @@ namespace kiln::chat::reply {
 inline bool isSpace(char c) {
   return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
+
+/// The most whitespace bytes in a row a constrained reply may write where
+/// whitespace is only a separator (WhitespaceCap's JSON, ThinkFirst's
+/// whitespace around the thinking block): a model under a constraint cannot
+/// spend its budget on it.
+constexpr uint32_t kWhitespaceRun = 64;
 
 /// The first position at or after `at` that is not whitespace.
 inline size_t skipSpace(std::string_view s, size_t at = 0) {

@@ -39,11 +39,19 @@ bool ThinkFirst::feed(uint8_t b) {
   return answer_->push(std::string_view(&c, 1));
 }
 
+bool ThinkFirst::space() {
+  if (at_ >= reply::kWhitespaceRun)
+    return false;
+  ++at_;
+  return true;
+}
+
 bool ThinkFirst::step(uint8_t b) {
   switch (phase_) {
   case Phase::Lead:
     if (reply::isSpace(char(b)))
-      return true;
+      return space();
+    at_ = 0;
     if (b == uint8_t(kOpen[0])) {
       // "<think>" or an answer that begins with '<'.
       phase_ = Phase::Open;
@@ -88,7 +96,8 @@ bool ThinkFirst::step(uint8_t b) {
     return true;
   case Phase::After:
     if (reply::isSpace(char(b)))
-      return true;
+      return space();
+    at_ = 0;
     phase_ = Phase::Answer;
     answer_ = fresh_->clone();
     return feed(b);

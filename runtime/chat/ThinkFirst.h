@@ -8,7 +8,8 @@
 // server then returns them apart ("reasoning_content", "content").
 // ThinkFirst wraps the answer's constraint: optional whitespace, then either
 // "<think>", any bytes up to "</think>" and optional whitespace before the
-// answer, or the answer at once (a model that does not think, or whose
+// answer, or the answer at once (each whitespace run at most
+// reply::kWhitespaceRun bytes) (a model that does not think, or whose
 // template closed an empty block in the prompt). Where the answer may itself
 // begin with '<' (a tool call), both are followed until the bytes decide.
 //
@@ -63,10 +64,14 @@ private:
   };
 
   bool step(uint8_t b);
+  /// A whitespace byte in Lead or After: at most reply::kWhitespaceRun in
+  /// a row (counted in at_).
+  bool space();
   /// Gives byte b to the answer's constraint.
   bool feed(uint8_t b);
 
   Phase phase_ = Phase::Lead;
+  /// Open, Think: the tag's bytes matched; Lead, After: the whitespace run.
   uint32_t at_ = 0;
   /// The answer's constraint; in Open, null once "<think>" is all that the
   /// bytes can still be.

@@ -17,6 +17,7 @@
 #define KILN_RUNTIME_CHAT_WHITESPACECAP_H
 
 #include "chat/ReplyConstraint.h"
+#include "chat/ReplyText.h"
 
 #include <cstdint>
 #include <memory>
@@ -27,7 +28,7 @@ namespace kiln::chat {
 
 class WhitespaceCap final : public ReplyConstraint {
 public:
-  static constexpr uint32_t kDefaultLimit = 64;
+  static constexpr uint32_t kDefaultLimit = reply::kWhitespaceRun;
 
   explicit WhitespaceCap(std::unique_ptr<ReplyConstraint> json,
                          uint32_t limit = kDefaultLimit);

@@ -23,7 +23,7 @@ import pytest
 from gguf import GGUFReader
 
 from conftest import run_tool
-from json_reference import schema_state, whitespace_runs_ok
+from json_reference import WHITESPACE_RUN, schema_state, whitespace_runs_ok
 
 SEED = 23
 MAX_DEPTH = 128  # chat::JsonPrefix::kMaxDepth
@@ -335,6 +335,10 @@ def think_first(data, answer_state):
     reads, or that answer at once; answering once the bytes are the
     answer's (chat::ThinkFirst's Answer phase)."""
     rest = data.lstrip(b" \t\r\n")
+    # Each run of whitespace around the block: at most WHITESPACE_RUN bytes
+    # (chat::ThinkFirst, as the JSON replies').
+    if len(data) - len(rest) > WHITESPACE_RUN:
+        return "invalid", False
     states, answering = [], False
     if rest and b"<think>".startswith(rest[:7]):
         if len(rest) < 7:
@@ -346,7 +350,10 @@ def think_first(data, answer_state):
             else:
                 after = rest[close + 8:].lstrip(b" \t\r\n")
                 answering = bool(after)
-                states.append(answer_state(after) if after else "prefix")
+                if len(rest) - close - 8 - len(after) > WHITESPACE_RUN:
+                    states.append("invalid")
+                else:
+                    states.append(answer_state(after) if after else "prefix")
     if not rest:
         states.append("prefix")
     elif len(rest) >= 7 and rest.startswith(b"<think>"):
@@ -369,7 +376,11 @@ def test_think_first_reference():
                        (b"<think>a</think>\n{", ("prefix", True)),
                        (b"<think></think>{}", ("whole", True)),
                        (b"{}", ("whole", True)), (b"<x", ("invalid", True)),
-                       (b"<think>a</think>x", ("invalid", True))):
+                       (b"<think>a</think>x", ("invalid", True)),
+                       (b" " * 64 + b"{}", ("whole", True)),
+                       (b" " * 65, ("invalid", False)),
+                       (b"<think>a</think>" + b"\n" * 64, ("prefix", False)),
+                       (b"<think>a</think>" + b"\n" * 65, ("invalid", False))):
         assert think_first(data, obj) == want, data
 
 

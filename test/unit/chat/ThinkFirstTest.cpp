@@ -75,6 +75,9 @@ TEST(ThinkFirst, RefusesAtTheStatedByte) {
       {true, "<tool_call>got", 12},
       {true, "<think>ok</think><th", 19},         // one block only
       {true, "<tool_call>get\n</tool_call>", 16}, // "city" is required
+      // At most 64 whitespace bytes in a row around the block.
+      {false, std::string(65, ' ') + "{}", 64},
+      {true, "<think>a</think>" + std::string(65, '\n'), 16 + 64},
   };
   for (const Case &c : cases) {
     ThinkFirst p = c.calls ? calls() : json();
@@ -84,6 +87,21 @@ TEST(ThinkFirst, RefusesAtTheStatedByte) {
     EXPECT_FALSE(p.push(c.text.substr(c.bad))) << c.text;
     EXPECT_EQ(p.key(), before) << c.text;
   }
+}
+
+TEST(ThinkFirst, WhitespaceRunsAroundTheBlockAreBounded) {
+  ThinkFirst p = json();
+  ASSERT_TRUE(p.push(std::string(63, ' ')));
+  const std::string room = p.key();
+  ASSERT_TRUE(p.push(" "));
+  EXPECT_NE(p.key(), room); // one more space was allowed there, not here
+  EXPECT_FALSE(p.accepts(" "));
+  ASSERT_TRUE(p.push("<think>"));
+  ASSERT_TRUE(p.push(std::string(500, ' '))); // the thinking is free text
+  ASSERT_TRUE(p.push("</think>" + std::string(64, '\t')));
+  EXPECT_FALSE(p.accepts("\t"));
+  ASSERT_TRUE(p.push("{"));
+  EXPECT_TRUE(p.answering());
 }
 
 TEST(ThinkFirst, ControlTokensWhereTheStateTakesThem) {
