@@ -75,8 +75,12 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
   switch (s.phase) {
   case Phase::Lead:
   case Phase::Done:
-    if (isSpace(b))
+    if (isSpace(b)) { // at counts the run: at most kWhitespaceRun
+      if (s.at >= reply::kWhitespaceRun)
+        return false;
+      ++s.at;
       return true;
+    }
     if (b != '<' || (s.phase == Phase::Done && !several_))
       return false;
     s.phase = Phase::Literal;
@@ -112,6 +116,7 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
       return false;
     if (whole == 1) {
       s.phase = Phase::Done;
+      s.at = 0;
     } else if (whole == 0) {
       const std::vector<std::string> &params = tools[s.function].parameters;
       s.phase = params.empty() ? Phase::FreeKey : Phase::Key;

@@ -460,9 +460,13 @@ def tool_state(data, tools, several=True, document=None):
         raise Invalid
 
     def spaces():
+        # Before and between calls: at most WHITESPACE_RUN bytes in a row.
         nonlocal pos
+        start = pos
         while pos < len(data) and data[pos] in b" \t\r\n":
             pos += 1
+        if pos - start > WHITESPACE_RUN:
+            raise Invalid
 
     def json_value(schema):
         """A value ends at the first '<' its schema does not take, once

@@ -74,6 +74,19 @@ TEST(ToolCallPrefix, TakesTheTemplatesForm) {
   EXPECT_TRUE(several.complete());
 }
 
+TEST(ToolCallPrefix, WhitespaceAroundCallsIsBounded) {
+  // At most 64 bytes of it in a row before a call and between calls.
+  ToolCallPrefix p(kTools, true);
+  ASSERT_TRUE(p.push(std::string(64, ' ')));
+  EXPECT_FALSE(p.accepts("\n"));
+  ASSERT_TRUE(p.push(kBare));
+  ASSERT_TRUE(p.push(std::string(63, '\n')));
+  EXPECT_TRUE(p.accepts(" <"));
+  EXPECT_FALSE(p.accepts("  "));
+  ASSERT_TRUE(p.push(" " + kCall));
+  EXPECT_TRUE(p.complete());
+}
+
 TEST(ToolCallPrefix, ControlTokensOnlyAsWholeMarkers) {
   // A special token's bytes would be text inside a key or a value; as a
   // control token it is taken only as one of GLM's markers, where the call
