@@ -240,7 +240,7 @@ Generator::generate(const GenerateOptions &options,
   const bool wantLogits = sample || options.logprobs >= 0;
   // The first token is the last fed step's: where that step did not draw
   // as asked, it is evaluated again (the same cache row) with the draw.
-  if (onDevice && nextDraw_ != *onDevice) {
+  if (onDevice && nextDraw_ != *onDevice && options.maxTokens > 0) {
     const int32_t last = cached_.back();
     cached_.pop_back();
     if (Status st = step(last, nullptr, wantLogits, *onDevice); !st)
