@@ -287,9 +287,21 @@ void describe(const std::string &path, const artifact::Artifact &a) {
                   step.name.c_str(), step.ops.size(), step.buffers.size(),
                   (unsigned long long)step.arenaBytes,
                   (unsigned long long)step.peakLiveBytes);
-      for (const artifact::Buffer &b : step.buffers)
+      // The slots the runtime writes and reads, with their sizes (the
+      // `sampling` words make the step draw: docs/runtime.md).
+      std::string inputs, outputs;
+      for (const artifact::Buffer &b : step.buffers) {
         if (b.kind == artifact::BufferKind::Weight)
           bound[b.binding] = true;
+        std::string *list = b.kind == artifact::BufferKind::Input    ? &inputs
+                            : b.kind == artifact::BufferKind::Output ? &outputs
+                                                                     : nullptr;
+        if (list)
+          *list += fmt::format("{}{} ({} bytes)", list->empty() ? "" : ", ",
+                               b.name, b.bytes());
+      }
+      std::printf("    inputs: %s; outputs: %s\n", inputs.c_str(),
+                  outputs.c_str());
     }
     const artifact::StepTraffic t =
         artifact::stepTraffic(a, plan.rank, a.contextLength);

@@ -87,6 +87,9 @@ def test_seeds_and_artifacts(files):
     assert drawn(arts["tp1"], gguf, 1.0, 12) == a
     assert drawn(arts["tp1"], gguf, 1.0, 13) != a
     assert drawn(arts["bare"], gguf, 1.0, 12) == a
+    described = run_tool("kiln-run", arts["bare"], "--describe").stdout
+    assert ("inputs: token (4 bytes), position (4 bytes), sampling (16 "
+            "bytes); outputs: next_token (4 bytes)\n") in described
 
 
 def test_cuts_still_need_the_logits(files):
