@@ -43,7 +43,10 @@ struct SamplingOptions {
 /// Deterministic sampling: the same options, seed and logits give the same
 /// tokens on every machine (xoshiro256** seeded by splitmix64; each token's
 /// weight e^((l - max) / T) by the sampler's own float exponential, built
-/// without fused multiply-adds; sums in double in a fixed order).
+/// without fused multiply-adds; sums in double in a fixed order). It makes
+/// the cuts, penalties, biases and constrained choices; a plain temperature
+/// is the step's own draw where it can be (Generator: drawTemperature and
+/// drawToken below, DrawKey.h's keys).
 ///
 /// A sampled choice costs a few passes over the vocabulary and no sort: the
 /// draw walks its tokens by id. min-p is a threshold on the weights; top-k
