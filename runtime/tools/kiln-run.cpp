@@ -77,7 +77,9 @@ options:
                            and GLM's <|endoftext|>, <|user|>, <|observation|>)
   -n N                     tokens to generate (default 16; 0: only evaluate
                            the prompt, i.e. teacher forcing)
-  --temperature T          sample with temperature T (default 0: greedy)
+  --temperature T          sample with temperature T (default 0: greedy);
+                           alone (no cut or penalty), the step draws the
+                           token itself: no logits cross to the host
   --top-k K                sample among the K most likely (default: all)
   --top-p P                sample within probability mass P (default 1)
   --min-p P                sample among tokens at least P times as likely as
