@@ -129,14 +129,27 @@ KILN_DRAW_FN float drawKey(float logit, float scale, uint64_t seed,
 /// plain argmax's scan); the key in `key`. n > 0.
 inline int64_t bestKey(const float *x, int64_t n, int64_t base, float scale,
                        uint64_t seed, uint32_t position, float &key) {
+  // The keys a block at a time into a buffer (a loop without branches the
+  // compiler vectorises), then the scan.
+  constexpr int64_t kBlock = 256;
+  float keys[kBlock];
   int64_t best = 0;
-  float top = drawKey(x[0], scale, seed, position, uint32_t(base));
-  for (int64_t i = 1; i < n; ++i) {
-    const float k = drawKey(x[i], scale, seed, position, uint32_t(base + i));
-    if (k > top) { // strict: a tie keeps the lower index
-      top = k;
-      best = i;
+  float top = 0;
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t m = n - at < kBlock ? n - at : kBlock;
+    for (int64_t i = 0; i < m; ++i)
+      keys[i] =
+          drawKey(x[at + i], scale, seed, position, uint32_t(base + at + i));
+    int64_t i = 0;
+    if (at == 0) {
+      top = keys[0];
+      i = 1;
     }
+    for (; i < m; ++i)
+      if (keys[i] > top) { // strict: a tie keeps the lower index
+        top = keys[i];
+        best = at + i;
+      }
   }
   key = top;
   return best;
