@@ -85,8 +85,9 @@ TEST(WhitespaceCap, AcceptsAgreesWithPush) {
       const bool said = c.accepts(p);
       const std::string before = c.key();
       ASSERT_EQ(c.push(p), said) << round << " " << i;
-      if (!said)
+      if (!said) {
         ASSERT_EQ(c.key(), before);
+      }
     }
   }
 }
