@@ -319,11 +319,23 @@ int32_t Sampler::choose(std::span<const float> input,
       lane[0] = logits[i] > lane[0] ? logits[i] : lane[0];
     const float most = *std::max_element(lane, lane + 8);
     best = 0; // every logit NaN or -infinity: the first, as argmax has it
-    for (size_t k = 0; k < logits.size(); ++k)
-      if (logits[k] == most) {
-        best = int32_t(k);
-        break;
-      }
+    // Its first token: 64 at a time, each group tested whole (a loop that
+    // vectorises), then the group that holds it token by token.
+    constexpr size_t kGroup = 64;
+    for (size_t g = 0, n = logits.size(); g < n; g += kGroup) {
+      const size_t end = std::min(n, g + kGroup);
+      bool here = false;
+      for (size_t k = g; k < end; ++k)
+        here |= logits[k] == most;
+      if (!here)
+        continue;
+      for (size_t k = g; k < end; ++k)
+        if (logits[k] == most) {
+          best = int32_t(k);
+          break;
+        }
+      break;
+    }
   } else {
     for (size_t i = 0; i < logits.size(); ++i)
       if ((allowed.empty() || (i < allowed.size() && allowed[i])) &&
@@ -365,10 +377,25 @@ int32_t Sampler::choose(std::span<const float> input,
     keepBest(logits, /*byMass=*/false, double(options_.topK));
   }
   if (options_.topP < 1) {
-    double total = 0;
+    // The set's mass in four lanes of double (a fixed order; over the whole
+    // vocabulary a loop that vectorises, where one running sum waited on
+    // each addition).
+    double lane[4] = {0, 0, 0, 0};
+    const float *w = weights_.data();
     const size_t n = whole_ ? weights_.size() : ids_.size();
-    for (size_t i = 0; i < n; ++i)
-      total += weights_[whole_ ? i : size_t(ids_[i])];
+    size_t i = 0;
+    if (whole_) {
+      for (; i + 4 <= n; i += 4)
+        for (size_t j = 0; j < 4; ++j)
+          lane[j] += double(w[i + j]);
+    } else {
+      for (; i + 4 <= n; i += 4)
+        for (size_t j = 0; j < 4; ++j)
+          lane[j] += double(w[size_t(ids_[i + j])]);
+    }
+    for (; i < n; ++i)
+      lane[0] += double(w[whole_ ? i : size_t(ids_[i])]);
+    const double total = (lane[0] + lane[1]) + (lane[2] + lane[3]);
     narrow(/*byMass=*/true, options_.topP * total);
     keepBest(logits, /*byMass=*/true, options_.topP * total);
   }
