@@ -238,6 +238,9 @@ Generator::generate(const GenerateOptions &options,
                  "needs the logits: the artifact was compiled with "
                  "--no-logits");
   const bool wantLogits = sample || options.logprobs >= 0;
+  result.chooser = onDevice               ? GenerateResult::Chooser::StepDraw
+                   : sample || constraint ? GenerateResult::Chooser::Host
+                                          : GenerateResult::Chooser::StepArgmax;
   // The first token is the last fed step's: where that step did not draw
   // as asked, it is evaluated again (the same cache row) with the draw.
   if (onDevice && nextDraw_ != *onDevice && options.maxTokens > 0) {

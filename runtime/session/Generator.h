@@ -71,6 +71,12 @@ struct GenerateResult {
   /// Decode steps the loop ran (the last token is not evaluated: it has
   /// no successor yet).
   int64_t steps = 0;
+  /// Where the tokens were chosen: the step's argmax (greedy), the step's
+  /// draw (a plain temperature: DrawKey.h), or on the host (a cut, a
+  /// penalty, a bias, a constraint, or a draw for an artifact without the
+  /// sampling slot; the logits copied each step).
+  enum class Chooser { StepArgmax, StepDraw, Host };
+  Chooser chooser = Chooser::StepArgmax;
 };
 
 class Generator {

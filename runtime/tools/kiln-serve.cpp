@@ -116,6 +116,8 @@ struct Metrics {
   std::atomic<uint64_t> clientErrors{0}, serverErrors{0};
   std::atomic<uint64_t> promptTokens{0}, generatedTokens{0};
   std::atomic<uint64_t> generationMicros{0};
+  /// Generated tokens by where they were chosen (GenerateResult::Chooser).
+  std::atomic<uint64_t> byArgmax{0}, byDraw{0}, byHost{0};
   std::atomic<int64_t> waiting{0}, running{0};
 
   std::string text() const {
@@ -139,6 +141,17 @@ struct Metrics {
     metric("kiln_generated_tokens_total", "counter", "Tokens generated.",
            fmt::format("kiln_generated_tokens_total {}\n",
                        generatedTokens.load()));
+    metric("kiln_generated_tokens_by_chooser_total", "counter",
+           "Tokens generated, by where they were chosen: the step's argmax "
+           "(greedy), the step's draw (a plain temperature, no logits "
+           "copied) or the host (cuts, penalties, biases, constraints).",
+           fmt::format("kiln_generated_tokens_by_chooser_total{{chooser="
+                       "\"step_argmax\"}} {}\n"
+                       "kiln_generated_tokens_by_chooser_total{{chooser="
+                       "\"step_draw\"}} {}\n"
+                       "kiln_generated_tokens_by_chooser_total{{chooser="
+                       "\"host\"}} {}\n",
+                       byArgmax.load(), byDraw.load(), byHost.load()));
     metric("kiln_generation_seconds_total", "counter",
            "Time in the generation loop (tokens / this is the decode rate).",
            fmt::format("kiln_generation_seconds_total {:.6f}\n",
@@ -155,6 +168,17 @@ struct Metrics {
   void generated(const GenerateResult &r) {
     generatedTokens += r.tokens.size();
     generationMicros += uint64_t(r.seconds * 1e6);
+    switch (r.chooser) {
+    case GenerateResult::Chooser::StepArgmax:
+      byArgmax += r.tokens.size();
+      break;
+    case GenerateResult::Chooser::StepDraw:
+      byDraw += r.tokens.size();
+      break;
+    case GenerateResult::Chooser::Host:
+      byHost += r.tokens.size();
+      break;
+    }
   }
 };
 

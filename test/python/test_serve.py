@@ -713,6 +713,20 @@ def test_metrics_count_requests_and_tokens(server, client):
     assert delta("kiln_generation_seconds_total") > 0
     assert after["kiln_requests_running"] == 0
     assert after["kiln_requests_waiting"] == 0
+    # Where the tokens were chosen: greedy by the step's argmax, a plain
+    # temperature by the step's draw, a cut on the host.
+    chooser = 'kiln_generated_tokens_by_chooser_total{{chooser="{}"}}'
+    assert delta(chooser.format("step_argmax")) == r.usage.completion_tokens
+    for kind, extra in (("step_draw", {}), ("host", {"top_p": 0.5})):
+        before = _metrics(server[1])
+        d = client.completions.create(model="tiny", prompt="Count me",
+                                      max_tokens=4, temperature=0.9, seed=2,
+                                      **extra)
+        after = _metrics(server[1])
+        assert delta(chooser.format(kind)) == d.usage.completion_tokens > 0
+        assert sum(delta(chooser.format(k)) for k in
+                   ("step_argmax", "step_draw", "host")) == \
+            d.usage.completion_tokens
 
 
 @pytest.fixture(scope="module")
