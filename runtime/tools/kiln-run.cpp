@@ -547,6 +547,19 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   return 0;
 }
 
+/// GenerateResult::Chooser as --json (and kiln-serve's /metrics) spell it.
+const char *chooserName(GenerateResult::Chooser c) {
+  switch (c) {
+  case GenerateResult::Chooser::StepArgmax:
+    return "step_argmax";
+  case GenerateResult::Chooser::StepDraw:
+    return "step_draw";
+  case GenerateResult::Chooser::Host:
+    return "host";
+  }
+  return "?";
+}
+
 /// --bench: the decode step on random weights, timed.
 /// --bench-sampler: the sampler's time a draw over `vocab` seeded logits,
 /// as many as GLM-5's vocabulary in a served token.
@@ -1079,23 +1092,23 @@ int main(int argc, char **argv) {
     std::string tokens;
     for (size_t i = 0; i < generated.size(); ++i)
       tokens += (i ? "," : "") + std::to_string(generated[i]);
-    std::printf("{\"tokens\": [%s], \"prompt_tokens\": %zu, "
-                "\"load_seconds\": %.6f, \"prompt_seconds\": %.6f, "
-                "\"prompt_tokens_per_second\": %.3f, \"decode_steps\": %lld, "
-                "\"decode_seconds\": %.6f, \"decode_tokens_per_second\": %.3f, "
-                "\"weight_bytes\": %llu, \"weight_seconds\": %.6f, "
-                "\"backend\": %s, \"context\": %llu, "
-                "\"finish_reason\": \"%s\"%s}\n",
-                tokens.c_str(), prompt.size(), load, promptTime, promptRate,
-                (long long)decodeSteps, decodeTime, decodeRate,
-                (unsigned long long)s.weightBytes(), s.weightSeconds(),
-                jsonString(s.artifact().target).c_str(),
-                (unsigned long long)s.contextLength(),
-                result->stoppedAtId || result->stoppedAtString ||
-                        result->stoppedWhole
-                    ? "stop"
-                    : "length",
-                tok ? (", \"text\": " + jsonString(text)).c_str() : "");
+    std::printf(
+        "{\"tokens\": [%s], \"prompt_tokens\": %zu, "
+        "\"load_seconds\": %.6f, \"prompt_seconds\": %.6f, "
+        "\"prompt_tokens_per_second\": %.3f, \"decode_steps\": %lld, "
+        "\"decode_seconds\": %.6f, \"decode_tokens_per_second\": %.3f, "
+        "\"weight_bytes\": %llu, \"weight_seconds\": %.6f, "
+        "\"backend\": %s, \"context\": %llu, \"chooser\": \"%s\", "
+        "\"finish_reason\": \"%s\"%s}\n",
+        tokens.c_str(), prompt.size(), load, promptTime, promptRate,
+        (long long)decodeSteps, decodeTime, decodeRate,
+        (unsigned long long)s.weightBytes(), s.weightSeconds(),
+        jsonString(s.artifact().target).c_str(),
+        (unsigned long long)s.contextLength(), chooserName(result->chooser),
+        result->stoppedAtId || result->stoppedAtString || result->stoppedWhole
+            ? "stop"
+            : "length",
+        tok ? (", \"text\": " + jsonString(text)).c_str() : "");
     return 0;
   }
   std::string tokens;

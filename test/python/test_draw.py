@@ -53,7 +53,9 @@ def drawn(art, gguf, temperature, seed, n=16, logits=None):
             "--seed", seed]
     if logits:
         args += ["--logits-out", logits]
-    return json.loads(run_tool(*args).stdout)["tokens"]
+    out = json.loads(run_tool(*args).stdout)
+    assert out["chooser"] == "step_draw", out
+    return out["tokens"]
 
 
 @pytest.mark.parametrize("name", ["tp1", "tp2"])
@@ -101,3 +103,11 @@ def test_cuts_still_need_the_logits(files):
                     "--top-k", 5, check=False)
     assert proc.returncode == 1
     assert "greedy decoding or a plain temperature only" in proc.stderr
+    out = json.loads(run_tool("kiln-run", arts["tp1"], "--weights", gguf,
+                              "--prompt-tokens", PROMPT, "-n", 4, "--json",
+                              "--temperature", 1, "--top-k", 5).stdout)
+    assert out["chooser"] == "host"
+    out = json.loads(run_tool("kiln-run", arts["tp1"], "--weights", gguf,
+                              "--prompt-tokens", PROMPT, "-n", 4,
+                              "--json").stdout)
+    assert out["chooser"] == "step_argmax"
