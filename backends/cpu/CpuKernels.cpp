@@ -491,9 +491,8 @@ Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
   int bad = 0;
   if (!draw::validWords(words, bad))
     return Error(where("argmax"), "sampling",
-                 fmt::format("word {} is {:#010x}: the temperature must be 0 "
-                             "or within [2^-16, 2^16], the last word 0",
-                             bad, uint32_t(words[bad])));
+                 fmt::format("word {} is {:#010x}: {}", bad,
+                             uint32_t(words[bad]), draw::kWordsRule));
   if (n <= 0)
     return -1;
   const float t = draw::bitsFloat(uint32_t(words[0]));

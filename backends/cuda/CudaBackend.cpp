@@ -21,6 +21,7 @@
 #include "SplitLayout.h"
 #include "StepKernels.h"
 #include "Timeline.h"
+#include "support/DrawKey.h"
 
 #include "artifact/Artifact.h"
 #include "backend/KilnBackend.h"
@@ -2446,9 +2447,8 @@ std::string faultText(const StepFault &f) {
                        "the GPU's multiprocessors can starve them)",
                        f.value);
   case FaultCode::SamplingOutOfRange:
-    return fmt::format("sampling word {} is {:#010x}: the temperature must be "
-                       "0 or within [2^-16, 2^16], the last word 0",
-                       f.value, uint32_t(f.limit));
+    return fmt::format("sampling word {} is {:#010x}: {}", f.value,
+                       uint32_t(f.limit), draw::kWordsRule);
   default:
     return fmt::format("fault code {} (value {}, limit {})", f.code, f.value,
                        f.limit);

@@ -63,11 +63,34 @@ std::vector<int32_t> Generator::history() const {
   return all;
 }
 
+std::optional<float> stepDrawTemperature(const Session &session,
+                                         const SamplingOptions &sampling) {
+  if (!session.draws())
+    return std::nullopt;
+  return drawTemperature(sampling, session.vocab());
+}
+
+bool needsHostLogits(const Session &session, const SamplingOptions &sampling) {
+  return sampling.needsLogits() && !stepDrawTemperature(session, sampling);
+}
+
+const char *chooserName(GenerateResult::Chooser chooser) {
+  switch (chooser) {
+  case GenerateResult::Chooser::StepArgmax:
+    return "step_argmax";
+  case GenerateResult::Chooser::StepDraw:
+    return "step_draw";
+  case GenerateResult::Chooser::Host:
+    return "host";
+  }
+  return "?";
+}
+
 std::optional<Generator::Draw>
 Generator::deviceDraw(const GenerateOptions &options) const {
-  if (options.constraint || !session_.draws())
+  if (options.constraint)
     return std::nullopt;
-  std::optional<float> t = drawTemperature(options.sampling, session_.vocab());
+  std::optional<float> t = stepDrawTemperature(session_, options.sampling);
   if (!t)
     return std::nullopt;
   return Draw{*t, options.sampling.seed};
@@ -231,7 +254,7 @@ Generator::generate(const GenerateOptions &options,
       constraint ? std::nullopt
                  : drawTemperature(options.sampling, session_.vocab());
   const bool sample =
-      !onDevice && (options.sampling.needsLogits() || constraint);
+      needsHostLogits(session_, options.sampling) || bool(constraint);
   if (sample && logits_.empty())
     return Error("generate", "sampling",
                  "sampling (a cut of the vocabulary, a penalty or a bias) "

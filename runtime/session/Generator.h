@@ -46,6 +46,16 @@ struct GenerateOptions {
   std::function<std::unique_ptr<chat::ReplyConstraint>()> constraint;
 };
 
+/// The temperature `session`'s step draws `sampling` with: a plain draw
+/// (drawTemperature) on an artifact whose step draws (Session::draws);
+/// none otherwise.
+std::optional<float> stepDrawTemperature(const Session &session,
+                                         const SamplingOptions &sampling);
+
+/// Whether choosing by `sampling` needs the logits on the host: anything
+/// but greedy decoding and the step's own draw.
+bool needsHostLogits(const Session &session, const SamplingOptions &sampling);
+
 /// A generated token's log-probability and the most likely tokens' there
 /// (most likely first; ties to the lower id).
 struct TokenLogprob {
@@ -78,6 +88,10 @@ struct GenerateResult {
   enum class Chooser { StepArgmax, StepDraw, Host };
   Chooser chooser = Chooser::StepArgmax;
 };
+
+/// A Chooser as kiln-run --json and kiln-serve's /metrics spell it:
+/// "step_argmax", "step_draw", "host".
+const char *chooserName(GenerateResult::Chooser chooser);
 
 class Generator {
 public:

@@ -468,9 +468,7 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   const tokenizer::Tokenizer *tok = &model->tokenizer;
   const chat::ChatTemplate &chatTemplate = model->chat.chatTemplate;
   const std::string &where = model->chat.where;
-  // A plain draw is the step's own (DrawKey.h): it needs no logits.
-  const bool stepDraws = s.draws() && drawTemperature(sampling, s.vocab());
-  if (!s.hasLogits() && ((sampling.needsLogits() && !stepDraws) || constraint))
+  if (!s.hasLogits() && (needsHostLogits(s, sampling) || constraint))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
                       "decoding or a plain temperature only"));
@@ -545,19 +543,6 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
     messages.push_back(message("assistant", reply->text));
   }
   return 0;
-}
-
-/// GenerateResult::Chooser as --json (and kiln-serve's /metrics) spell it.
-const char *chooserName(GenerateResult::Chooser c) {
-  switch (c) {
-  case GenerateResult::Chooser::StepArgmax:
-    return "step_argmax";
-  case GenerateResult::Chooser::StepDraw:
-    return "step_draw";
-  case GenerateResult::Chooser::Host:
-    return "host";
-  }
-  return "?";
 }
 
 /// --bench: the decode step on random weights, timed.
@@ -1031,10 +1016,7 @@ int main(int argc, char **argv) {
                                   "{} (compile with kiln-compile --context N)",
                                   prompt.size(), generate, evaluated,
                                   s.contextLength())));
-  // A plain draw is the step's own (DrawKey.h): it needs no logits.
-  const bool stepDraws = s.draws() && drawTemperature(sampling, s.vocab());
-  if (!s.hasLogits() &&
-      (!logitsOut.empty() || (sampling.needsLogits() && !stepDraws)))
+  if (!s.hasLogits() && (!logitsOut.empty() || needsHostLogits(s, sampling)))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
                       "decoding or a plain temperature only, no "

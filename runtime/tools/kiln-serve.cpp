@@ -116,8 +116,12 @@ struct Metrics {
   std::atomic<uint64_t> clientErrors{0}, serverErrors{0};
   std::atomic<uint64_t> promptTokens{0}, generatedTokens{0};
   std::atomic<uint64_t> generationMicros{0};
-  /// Generated tokens by where they were chosen (GenerateResult::Chooser).
-  std::atomic<uint64_t> byArgmax{0}, byDraw{0}, byHost{0};
+  /// Generated tokens by where they were chosen (GenerateResult::Chooser's
+  /// values in order).
+  static constexpr GenerateResult::Chooser kChoosers[] = {
+      GenerateResult::Chooser::StepArgmax, GenerateResult::Chooser::StepDraw,
+      GenerateResult::Chooser::Host};
+  std::atomic<uint64_t> byChooser[std::size(kChoosers)] = {};
   std::atomic<int64_t> waiting{0}, running{0};
 
   std::string text() const {
@@ -145,13 +149,15 @@ struct Metrics {
            "Tokens generated, by where they were chosen: the step's argmax "
            "(greedy), the step's draw (a plain temperature, no logits "
            "copied) or the host (cuts, penalties, biases, constraints).",
-           fmt::format("kiln_generated_tokens_by_chooser_total{{chooser="
-                       "\"step_argmax\"}} {}\n"
-                       "kiln_generated_tokens_by_chooser_total{{chooser="
-                       "\"step_draw\"}} {}\n"
-                       "kiln_generated_tokens_by_chooser_total{{chooser="
-                       "\"host\"}} {}\n",
-                       byArgmax.load(), byDraw.load(), byHost.load()));
+           [&] {
+             std::string samples;
+             for (size_t i = 0; i < std::size(kChoosers); ++i)
+               samples += fmt::format(
+                   "kiln_generated_tokens_by_chooser_total{{chooser=\"{}\"}} "
+                   "{}\n",
+                   chooserName(kChoosers[i]), byChooser[i].load());
+             return samples;
+           }());
     metric("kiln_generation_seconds_total", "counter",
            "Time in the generation loop (tokens / this is the decode rate).",
            fmt::format("kiln_generation_seconds_total {:.6f}\n",
@@ -168,17 +174,9 @@ struct Metrics {
   void generated(const GenerateResult &r) {
     generatedTokens += r.tokens.size();
     generationMicros += uint64_t(r.seconds * 1e6);
-    switch (r.chooser) {
-    case GenerateResult::Chooser::StepArgmax:
-      byArgmax += r.tokens.size();
-      break;
-    case GenerateResult::Chooser::StepDraw:
-      byDraw += r.tokens.size();
-      break;
-    case GenerateResult::Chooser::Host:
-      byHost += r.tokens.size();
-      break;
-    }
+    for (size_t i = 0; i < std::size(kChoosers); ++i)
+      if (kChoosers[i] == r.chooser)
+        byChooser[i] += r.tokens.size();
   }
 };
 
@@ -815,12 +813,8 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                      "'tool_choice') needs the logits: the artifact was "
                      "compiled with --no-logits",
                      "invalid_request_error", "response_format");
-  // A plain draw is the step's own (DrawKey.h): it needs no logits.
-  const bool stepDraws =
-      session_.draws() &&
-      drawTemperature(options.generate.sampling, session_.vocab());
   if (!session_.hasLogits() &&
-      ((options.generate.sampling.needsLogits() && !stepDraws) ||
+      (needsHostLogits(session_, options.generate.sampling) ||
        options.generate.logprobs >= 0)) {
     // The parameter that needs them: the first of those the request set.
     const SamplingOptions &so = options.generate.sampling;

@@ -55,6 +55,10 @@ KILN_DRAW_FN float bitsFloat(uint32_t u) {
   return x;
 }
 
+/// What validWords requires, for the messages that refuse words.
+constexpr const char *kWordsRule =
+    "the temperature must be 0 or within [2^-16, 2^16], the last word 0";
+
 /// Whether the slot's words are valid; `bad` is the first bad word's index.
 KILN_DRAW_FN bool validWords(const int32_t *words, int &bad) {
   const float t = bitsFloat(uint32_t(words[0]));
