@@ -231,7 +231,11 @@ Status Decoder::counts(size_t ins, size_t outs) const {
 Status Decoder::drawOperands() {
   if (d_.ins.size() == 3) {
     KILN_TRY(counts(3, 1));
-    KILN_TRY(ints(in(1), "sampling", draw::kDrawWords));
+    // The first form's four words (a temperature only) or eight.
+    const Operand words = in(1);
+    const bool first = words.elements() == draw::kTemperatureWords;
+    d_.drawWords = first ? draw::kTemperatureWords : draw::kDrawWords;
+    KILN_TRY(ints(words, "sampling", uint64_t(d_.drawWords)));
     KILN_TRY(ints(in(2), "position", 1));
     d_.drawn = true;
     return Status::ok();

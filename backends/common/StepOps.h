@@ -142,8 +142,10 @@ struct StepOp {
   /// MoeExperts: ins[3] is an addend (the output is the experts' sum plus
   /// it) and the expert weights follow it.
   bool hasAddend = false;
-  /// Argmax, DistributedArgmax: a draw (ins[1], ins[2]).
+  /// Argmax, DistributedArgmax: a draw (ins[1], ins[2]), of drawWords
+  /// words (DrawKey.h: kDrawWords, or kTemperatureWords in the first form).
   bool drawn = false;
+  int drawWords = 0;
   /// MoeExperts: the shared expert is inside the op
   /// (kiln-fuse-shared-expert): ins[sharedIndex], [sharedIndex + 1] and
   /// [sharedIndex + 2] are its gate [hidden, sharedFfn], up [hidden,

@@ -14,6 +14,7 @@
 #include "common/StepOps.h"
 #include "cpu/CpuKernels.h"
 #include "support/CheckedMath.h"
+#include "support/DrawKey.h"
 
 #include <fmt/format.h>
 
@@ -241,15 +242,35 @@ Expected<std::function<Status()>> OpBinder::bind() {
     int32_t *y = out(0).i32();
     const int32_t *words = d.drawn ? in(1).i32() : nullptr;
     const int32_t *position = d.drawn ? in(2).i32() : nullptr;
+    const int count = d.drawWords;
     return Fn([=]() -> Status {
       Communicator &c = *rank->comm;
       const int64_t base = int64_t(rank->index) * n;
       float key = 0;
       int32_t local;
+      draw::DrawParams params;
+      int bad = 0;
+      if (words && draw::readWords(words, count, params, bad) &&
+          params.topP != 0.0f) {
+        // A nucleus: its cut needs the whole vocabulary, gathered on every
+        // rank, which then draws the same token as every other.
+        c.inputs[rank->index] = x;
+        c.barrier.arrive_and_wait();
+        std::vector<float> whole(uint64_t(n) * c.inputs.size());
+        for (size_t q = 0; q < c.inputs.size(); ++q)
+          std::memcpy(whole.data() + q * uint64_t(n), c.inputs[q],
+                      uint64_t(n) * sizeof(float));
+        c.barrier.arrive_and_wait();
+        KILN_ASSIGN(drawn, cpu::drawArgmax(whole.data(), int64_t(whole.size()),
+                                           0, words, count, *position, key));
+        *y = drawn;
+        return Status::ok();
+      }
       if (words) {
         // Every rank checks the same words, so all fail or none does (and
         // none is left at the barrier).
-        KILN_ASSIGN(drawn, cpu::drawArgmax(x, n, base, words, *position, key));
+        KILN_ASSIGN(drawn,
+                    cpu::drawArgmax(x, n, base, words, count, *position, key));
         local = drawn;
       } else {
         local = cpu::argmax(x, n);
@@ -661,13 +682,15 @@ Expected<std::function<Status()>> OpBinder::bind() {
     int32_t *y = out(0).i32();
     const int32_t *words = d.drawn ? in(1).i32() : nullptr;
     const int32_t *position = d.drawn ? in(2).i32() : nullptr;
+    const int count = d.drawWords;
     return Fn([=]() -> Status {
       if (!words) {
         *y = cpu::argmax(x, n);
         return Status::ok();
       }
       float key;
-      KILN_ASSIGN(drawn, cpu::drawArgmax(x, n, 0, words, *position, key));
+      KILN_ASSIGN(drawn,
+                  cpu::drawArgmax(x, n, 0, words, count, *position, key));
       *y = drawn;
       return Status::ok();
     });

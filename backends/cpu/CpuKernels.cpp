@@ -486,23 +486,33 @@ int32_t argmax(const float *x, int64_t n) {
 }
 
 Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
-                             const int32_t *words, int32_t position,
+                             const int32_t *words, int count, int32_t position,
                              float &key) {
+  draw::DrawParams params;
   int bad = 0;
-  if (!draw::validWords(words, bad))
+  if (!draw::readWords(words, count, params, bad))
     return Error(where("argmax"), "sampling",
                  fmt::format("word {} is {:#010x}: {}", bad,
                              uint32_t(words[bad]), draw::kWordsRule));
   if (n <= 0)
     return -1;
-  const float t = draw::bitsFloat(uint32_t(words[0]));
-  if (t == 0.0f) {
+  if (params.temperature == 0.0f) {
     const int32_t best = argmax(x, n);
     key = x[best];
     return best;
   }
-  return static_cast<int32_t>(draw::bestKey(
-      x, n, base, 1.0f / t, draw::drawSeed(words), uint32_t(position), key));
+  const float scale = 1.0f / params.temperature;
+  if (params.topP != 0.0f) {
+    if (base != 0)
+      return Error(where("argmax"), "sampling",
+                   "a nucleus is cut from the whole vocabulary, not a part");
+    thread_local std::vector<uint32_t> bits, places;
+    return static_cast<int32_t>(
+        draw::nucleusDraw(x, n, scale, params.topP, params.seed,
+                          uint32_t(position), key, bits, places));
+  }
+  return static_cast<int32_t>(
+      draw::bestKey(x, n, base, scale, params.seed, uint32_t(position), key));
 }
 
 Status cacheAppend(const float *entry, int32_t position, CacheView cache) {

@@ -132,11 +132,12 @@ int32_t argmax(const float *x, int64_t n);
 
 /// The largest key of n values (support/DrawKey.h: each value's index in
 /// the whole vector is base + i), ties to the lowest index, from the
-/// sampling words `words` (a temperature of 0: the values themselves) at
-/// `position`: the index (-1 for n <= 0) and its key in `key`. Invalid words
-/// are an error naming the word.
+/// sampling words `words` (`count` of them: DrawKey.h's two forms; a
+/// temperature of 0: the values themselves) at `position`: the index (-1
+/// for n <= 0) and its key in `key`. A nucleus (top-p) needs the whole
+/// vector (base 0). Invalid words are an error naming the word.
 Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
-                             const int32_t *words, int32_t position,
+                             const int32_t *words, int count, int32_t position,
                              float &key);
 
 /// Row `position` of `cache` becomes entry[width] (converted, round to

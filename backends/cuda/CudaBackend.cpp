@@ -181,6 +181,9 @@ struct StepGraph {
   bool skips(size_t i) const { return !skip.empty() && skip[i]; }
 };
 
+/// What sets the nucleus's graphs apart (CudaStep::nucleusWhole).
+constexpr const char *kNucleusLabel = "the argmax cutting a nucleus";
+
 struct CudaStep {
   const Step *step = nullptr;
   std::vector<uint8_t *> ptrs; ///< each buffer's device address (not weights)
@@ -208,6 +211,19 @@ struct CudaStep {
   /// default), where the GPU runs such clusters.
   std::optional<StepGraph> wideSelect;
   int64_t wideFrom = 0;
+  /// The graphs above again with the argmax cutting a nucleus
+  /// (OpBinder::nucleus: a grid of blocks, after a distributed_argmax's
+  /// gather of the whole vocabulary on every rank), for the steps whose
+  /// sampling words ask for one (nucleusAsked); absent where the argmax
+  /// takes four words. A step that does not cut one keeps the graphs
+  /// without (one block's argmax; at tp > 1 the best keys alone travel).
+  std::optional<StepGraph> nucleusWhole, nucleusAllSelected, nucleusWideSelect;
+  bool nucleusAsked = false;
+  /// Whether those graphs also serve a plain temperature: a step whose
+  /// argmax holds the whole vocabulary (one rank), where the grid's keys
+  /// beat one block's (docs/perf.md, forty-sixth pass). At tp > 1 a plain
+  /// draw keeps the ranks' best keys, which cross no logits.
+  bool gridDraws = false;
   /// The position input as last written from the host (-1: not yet), which
   /// picks the graph a run replays.
   int64_t position = -1;
@@ -221,15 +237,16 @@ struct CudaStep {
   /// The graph a run at the last written position takes.
   StepGraph &current() {
     // selectsAll and wideFrom are 0 where the step lacks that graph.
+    const bool nucleus = nucleusAsked && nucleusWhole;
     switch (backend::stepGraphAt(position, selectsAll, wideFrom)) {
     case backend::StepGraphKind::AllSelected:
-      return *allSelected;
+      return nucleus ? *nucleusAllSelected : *allSelected;
     case backend::StepGraphKind::WideSelect:
-      return *wideSelect;
+      return nucleus ? *nucleusWideSelect : *wideSelect;
     case backend::StepGraphKind::First:
       break;
     }
-    return whole;
+    return nucleus ? *nucleusWhole : whole;
   }
   /// Every graph the step has, the first graph first: they are captured,
   /// instantiated and uploaded in this order, and of two graphs of the same
@@ -238,7 +255,9 @@ struct CudaStep {
   /// most steps take comes first.
   std::vector<StepGraph *> graphs() {
     std::vector<StepGraph *> all{&whole};
-    for (std::optional<StepGraph> *g : {&allSelected, &wideSelect})
+    for (std::optional<StepGraph> *g :
+         {&allSelected, &wideSelect, &nucleusWhole, &nucleusAllSelected,
+          &nucleusWideSelect})
       if (*g)
         all.push_back(&**g);
     return all;
@@ -490,6 +509,12 @@ public:
   /// cluster size, a cache of at least wideSelectFrom positions, a GPU
   /// that runs such clusters). Set by bind().
   std::optional<Launch> wideSelect;
+  /// An argmax that may cut a nucleus (eight sampling words): its launch
+  /// for CudaStep's nucleus graphs, the cut by a grid of blocks
+  /// (launchNucleusArgmax); a distributed_argmax's gathers the whole
+  /// vocabulary's logits on every rank first and draws from them there
+  /// (the same token on every rank). Set by bind().
+  std::optional<Launch> nucleus;
   /// The first weight operand of a fused_linear or rms_norm_linear.
   size_t firstWeight() const {
     return d_.kind == OpKind::RmsNormLinear ? 2 : 1;
@@ -521,7 +546,7 @@ private:
   DrawInputs drawInputs() const {
     if (!d_.drawn)
       return {};
-    return DrawInputs{i32In(1), i32In(2), sink()};
+    return DrawInputs{i32In(1), i32In(2), sink(), d_.drawWords};
   }
   const DeviceWeight &weight(size_t i) const {
     return rank_.weights[buffer(d_.ins[i]).binding];
@@ -543,6 +568,12 @@ private:
     };
   }
   Expected<Launch> collective();
+  Expected<Launch> gatherParts(const float *x, uint64_t part, float *gathered);
+  /// launchNucleusArgmax's scratch for n values, zero.
+  Expected<void *> nucleusScratch(int64_t n) {
+    KILN_ASSIGN(z, rank_.scratchFloats((nucleusScratchBytes(n) + 3) / 4));
+    return static_cast<void *>(z);
+  }
 
   CudaRank &rank_;
   CudaStep &step_;
@@ -624,6 +655,47 @@ Status peerReduceFlat(const PeerExchange &peers, const float *x, uint64_t n,
               where, "launchAllReducePeers"));
   }
   return Status::ok();
+}
+
+/// Every rank's `part` floats of x, rank after rank, into `gathered`:
+/// NCCL's all-gather across the group; ranks on one GPU through its memory
+/// (this rank's part at its place in a vector that is zero elsewhere, made
+/// so once, summed over the ranks: the parts exactly, x + 0 = x); alone,
+/// this rank's part in every rank's place.
+Expected<Launch> OpBinder::gatherParts(const float *x, uint64_t part,
+                                       float *gathered) {
+  const NcclApi *nccl = rank_.nccl;
+  CudaRank *rank = &rank_;
+  const std::string where = d_.where;
+  const int64_t ranks = int64_t(rank_.ranks);
+  const bool simulate = rank_.simulate || rank_.localCollectives;
+  const bool oneGpu = rank_.oneGpu;
+  const PeerExchange peers = rank_.peers;
+  FaultSink f = sink();
+  float *staged = nullptr;
+  if (oneGpu) {
+    KILN_ASSIGN(z, rank_.scratchFloats(part * uint64_t(ranks)));
+    staged = z;
+  }
+  const uint64_t me = rank_.index;
+  return Launch([=](cudaStream_t s) -> Status {
+    if (oneGpu) {
+      CUDA_TRY(where,
+               cudaMemcpyAsync(staged + me * part, x, part * sizeof(float),
+                               cudaMemcpyDeviceToDevice, s));
+      return peerReduceFlat(peers, staged, part * uint64_t(ranks), true,
+                            gathered, f, s, where);
+    }
+    if (nccl && !simulate)
+      return ncclCheck(
+          *nccl, nccl->allGather(x, gathered, part, ncclFloat, rank->comm, s),
+          where, "ncclAllGather");
+    for (int64_t q = 0; q < ranks; ++q)
+      CUDA_TRY(where,
+               cudaMemcpyAsync(gathered + q * part, x, part * sizeof(float),
+                               cudaMemcpyDeviceToDevice, s));
+    return Status::ok();
+  });
 }
 
 /// all_reduce, all_reduce_add(_rms_norm), all_gather, distributed_argmax:
@@ -770,37 +842,9 @@ Expected<Launch> OpBinder::collective() {
       KILN_ASSIGN(s, rank_.scratchFloats(part * uint64_t(ranks)));
       gathered = s;
     }
-    bool simulate = rank_.simulate || rank_.localCollectives;
-    // Ranks on one GPU: this rank's part at its place in a vector that is
-    // zero elsewhere (made so once), summed over the ranks: the parts
-    // exactly (x + 0 = x).
-    const bool oneGpu = rank_.oneGpu;
-    const PeerExchange peers = rank_.peers;
-    FaultSink f = sink();
-    float *staged = nullptr;
-    if (oneGpu) {
-      KILN_ASSIGN(z, rank_.scratchFloats(part * uint64_t(ranks)));
-      staged = z;
-    }
-    const uint64_t me = rank_.index;
+    KILN_ASSIGN(gather, gatherParts(x, part, gathered));
     return Launch([=](cudaStream_t s) -> Status {
-      if (oneGpu) {
-        CUDA_TRY(where,
-                 cudaMemcpyAsync(staged + me * part, x, part * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, s));
-        KILN_TRY(peerReduceFlat(peers, staged, part * uint64_t(ranks), true,
-                                gathered, f, s, where));
-      } else if (nccl && !simulate) {
-        KILN_TRY(ncclCheck(
-            *nccl, nccl->allGather(x, gathered, part, ncclFloat, rank->comm, s),
-            where, "ncclAllGather"));
-      } else {
-        // Alone, this rank's part stands in for every rank's.
-        for (int64_t q = 0; q < ranks; ++q)
-          CUDA_TRY(where,
-                   cudaMemcpyAsync(gathered + q * part, x, part * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, s));
-      }
+      KILN_TRY(gather(s));
       if (gathered != y)
         return check(launchGatherReorder(gathered, ranks, outer, inner, y, s),
                      where, "launchGatherReorder");
@@ -811,12 +855,25 @@ Expected<Launch> OpBinder::collective() {
     const float *x = f32In(0);
     int32_t *y = i32Out(0);
     int64_t n = d_.n;
+    const DrawInputs draw = drawInputs();
+    if (d_.drawn && d_.drawWords == draw::kDrawWords) {
+      // The whole vocabulary on every rank, then the one-block argmax that
+      // cuts the nucleus and draws (the graphs with a nucleus).
+      KILN_ASSIGN(whole, rank_.scratchFloats(uint64_t(n) * uint64_t(ranks)));
+      KILN_ASSIGN(gather, gatherParts(x, uint64_t(n), whole));
+      const int64_t all = n * ranks;
+      KILN_ASSIGN(scratch, nucleusScratch(all));
+      nucleus = Launch([=](cudaStream_t s) -> Status {
+        KILN_TRY(gather(s));
+        return check(launchNucleusArgmax(whole, all, y, scratch, s, draw),
+                     where, "launchNucleusArgmax");
+      });
+    }
     KILN_ASSIGN(buf, rank_.scratchFloats(2 * uint64_t(ranks)));
     auto *candidates = reinterpret_cast<ArgmaxCandidate *>(buf);
     bool simulate = rank_.simulate || rank_.localCollectives;
     int32_t base = int32_t(int64_t(rank_.index) * n);
     uint32_t me = rank_.index;
-    const DrawInputs draw = drawInputs();
     if (rank_.oneGpu) {
       // Each candidate as two floats in a [2 ranks] vector zero elsewhere,
       // summed over the ranks (launchArgmaxSlots).
@@ -1244,6 +1301,13 @@ Expected<Launch> OpBinder::bind() {
     const float *x = f32In(0);
     int32_t *y = i32Out(0);
     const DrawInputs draw = drawInputs();
+    if (d.drawn && d.drawWords == draw::kDrawWords) {
+      // The nucleus's graphs: its cut by a grid of blocks.
+      KILN_ASSIGN(scratch, nucleusScratch(n));
+      nucleus = wrap([=](cudaStream_t s) {
+        return launchNucleusArgmax(x, n, y, scratch, s, draw);
+      });
+    }
     return wrap([=](cudaStream_t s) { return launchArgmax(x, n, y, s, draw); });
   }
   }
@@ -1969,6 +2033,9 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   // For the graph of the long contexts (StepGraph wideSelect): each
   // indexer's launch with the selection by a cluster of 16.
   std::vector<std::optional<Launch>> wideSelects;
+  // For the nucleus's graphs: each distributed_argmax's launch that
+  // gathers the whole vocabulary (OpBinder::nucleus).
+  std::vector<std::optional<Launch>> nuclei;
   std::set<int32_t> selections;
   int64_t selectsAll = 0;
   for (const StepOp &op : ops) {
@@ -1991,6 +2058,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
       unitPrints.push_back(prints[i]);
       everySelected.push_back(std::move(binder.everySelected));
       wideSelects.push_back(std::move(binder.wideSelect));
+      nuclei.push_back(std::move(binder.nucleus));
       continue;
     }
     // Each run reads x and writes its own rows of y: runs overlap.
@@ -2014,6 +2082,7 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
       unitPrints.push_back(std::move(print));
       everySelected.emplace_back();
       wideSelects.emplace_back();
+      nuclei.emplace_back();
     }
   }
   planGraph(rank, s.whole, unitPrints);
@@ -2055,6 +2124,35 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
       s.allSelected->label = "without its indexers";
   }
   s.selectsAll = s.allSelected ? selectsAll : 0;
+  // The nucleus's graphs: each graph above again, its argmax cutting the
+  // nucleus (the same buffers read and written, and scratch of its own:
+  // the same plan).
+  if (std::any_of(nuclei.begin(), nuclei.end(),
+                  [](const std::optional<Launch> &l) { return bool(l); })) {
+    auto twin = [&](const StepGraph &g) {
+      StepGraph t;
+      t.label = g.label.empty() ? std::string(kNucleusLabel)
+                                : g.label + ", " + kNucleusLabel;
+      t.skip = g.skip;
+      t.instead = g.instead;
+      t.instead.resize(s.units.size());
+      for (size_t i = 0; i < nuclei.size(); ++i)
+        if (nuclei[i])
+          t.instead[i] = nuclei[i];
+      t.schedule = g.schedule;
+      t.quietStart = g.quietStart;
+      t.quietStartEager = g.quietStartEager;
+      return t;
+    };
+    s.nucleusWhole = twin(s.whole);
+    s.gridDraws = std::any_of(ops.begin(), ops.end(), [](const StepOp &op) {
+      return op.kind == OpKind::Argmax && op.drawn;
+    });
+    if (s.allSelected)
+      s.nucleusAllSelected = twin(*s.allSelected);
+    if (s.wideSelect)
+      s.nucleusWideSelect = twin(*s.wideSelect);
+  }
   return Status::ok();
 }
 
@@ -2404,6 +2502,8 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
     else if (s.wideSelect && &g == &*s.wideSelect)
       which =
           fmt::format(" from {} attended positions, {}", s.wideFrom, g.label);
+    else if (!g.label.empty())
+      which = ", " + g.label;
     std::fprintf(stderr,
                  "graph: %s, step '%s'%s: %zu kernel nodes, %zu other nodes, "
                  "%zu edges, %zu of them programmatic; %llu launches of "
@@ -2908,8 +3008,12 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     // eagerly (all ranks together, inputs zero), then start the
     // caches afresh.
     if (nccl) {
-      for (auto &[name, s] : rank.steps)
+      for (auto &[name, s] : rank.steps) {
         KILN_TRY(enqueueStep(rank, s, s.whole));
+        // The nucleus's gather too, where a step has one.
+        if (s.nucleusWhole)
+          KILN_TRY(enqueueStep(rank, s, *s.nucleusWhole));
+      }
       CUDA_TRY(rank.where, cudaStreamSynchronize(rank.stream));
       KILN_TRY(fillStates(rank, group->fillPositions, group->seed));
     }
@@ -2970,11 +3074,18 @@ struct CudaPlugin {
                cudaMemcpyAsync(p, data, bytes, cudaMemcpyHostToDevice,
                                rank->stream));
       CUDA_TRY(rank->where, cudaStreamSynchronize(rank->stream));
-      // The position picks the graph a run replays (CudaStep::current).
+      // The position picks the graph a run replays (CudaStep::current),
+      // and so do the sampling words' nucleus.
       if (std::string_view(slot) == "position" && bytes == sizeof(int32_t)) {
         int32_t position = 0;
         std::memcpy(&position, data, sizeof position);
         s->position = position;
+      }
+      if (std::string_view(slot) == "sampling" &&
+          bytes == draw::kDrawWords * sizeof(int32_t)) {
+        int32_t words[draw::kDrawWords];
+        std::memcpy(words, data, sizeof words);
+        s->nucleusAsked = words[3] != 0 || (s->gridDraws && words[0] != 0);
       }
     }
     return Status::ok();

@@ -3038,42 +3038,61 @@ __device__ inline Best argmaxKey(float v, int64_t i) {
 }
 
 /// A draw as every thread of a kernel reads it: scale = 1 / T (0: the
-/// plain argmax), the seed and the position.
+/// plain argmax), the seed, the position, and the nucleus's share (0:
+/// none), then its cut (weight bits; 0: every token) at `top`.
 struct DrawState {
   float scale = 0;
   uint64_t seed = 0;
   uint32_t position = 0;
+  float topP = 0;
+  float top = 0;
+  uint32_t cut = 0;
 };
 
 /// Reads the draw's words; false (thread 0 having reported the first bad
-/// word) when they are invalid.
-__device__ bool readDraw(const DrawInputs &d, DrawState &state) {
+/// word) when they are invalid, or name a nucleus where the kernel sees
+/// only a part of the vocabulary (`whole` false).
+__device__ bool readDraw(const DrawInputs &d, DrawState &state,
+                         bool whole = true, bool report = true) {
   if (!d.words)
     return true;
-  const int32_t words[draw::kDrawWords] = {d.words[0], d.words[1], d.words[2],
-                                           d.words[3]};
+  int32_t words[draw::kDrawWords] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int count =
+      d.count == draw::kDrawWords ? draw::kDrawWords : draw::kTemperatureWords;
+  for (int i = 0; i < count; ++i)
+    words[i] = d.words[i];
   const int32_t position = *d.position;
+  draw::DrawParams params;
   int bad = 0;
-  if (!draw::validWords(words, bad)) {
-    if (threadIdx.x == 0)
+  bool valid = draw::readWords(words, count, params, bad);
+  if (valid && params.topP != 0.0f && !whole) {
+    valid = false;
+    bad = 3;
+  }
+  if (!valid) {
+    if (threadIdx.x == 0 && report)
       recordFault(d.fault, FaultCode::SamplingOutOfRange, bad,
                   int64_t(uint32_t(words[bad])));
     return false;
   }
-  const float t = draw::bitsFloat(uint32_t(words[0]));
-  state.scale = t == 0.0f ? 0.0f : 1.0f / t;
-  state.seed = draw::drawSeed(words);
+  state.scale = params.temperature == 0.0f ? 0.0f : 1.0f / params.temperature;
+  state.seed = params.seed;
   state.position = uint32_t(position);
+  state.topP = params.topP;
   return true;
 }
 
-/// Value i's key: x[i] itself, or its draw key for index base + i.
+/// Value i's key: x[i] itself, or its draw key for index base + i
+/// (-infinity outside a nucleus's cut).
 __device__ inline float drawnValue(const float *x, int64_t i, int32_t base,
                                    const DrawState &d) {
   if (d.scale == 0.0f)
     return x[i];
-  return draw::drawKey(x[i], d.scale, d.seed, d.position,
-                       uint32_t(int64_t(base) + i));
+  const float key = draw::drawKey(x[i], d.scale, d.seed, d.position,
+                                  uint32_t(int64_t(base) + i));
+  if (d.cut != 0 && draw::weightBits(x[i], d.top, d.scale) < d.cut)
+    return -INFINITY;
+  return key;
 }
 
 __device__ Best blockArgmax(const float *x, int64_t n, int32_t base,
@@ -3084,16 +3103,139 @@ __device__ Best blockArgmax(const float *x, int64_t n, int32_t base,
   return blockBest(best, shared);
 }
 
+/// The nucleus's shared state in one block.
+struct NucleusShared {
+  unsigned long long bins[draw::kNucleusBins];
+  unsigned long long warpSums[kSingleBlockThreads / kWarp];
+  draw::NucleusCut cut;
+  float warpTops[kSingleBlockThreads / kWarp];
+  int digit;
+};
+
+/// Sums `v` from lane l up to the warp's last lane (a suffix sum).
+__device__ inline unsigned long long warpSuffix(unsigned long long v) {
+  const int lane = threadIdx.x % kWarp;
+  for (int offset = 1; offset < kWarp; offset *= 2) {
+    const unsigned long long u = __shfl_down_sync(kFullMask, v, offset);
+    if (lane + offset < kWarp)
+      v += u;
+  }
+  return v;
+}
+
+/// draw::nucleusStep by the whole block: the highest digit d at which
+/// before + the mass of the digits >= d reaches want, each thread taking
+/// its own digits (suffix sums over the block). The same digit and state
+/// as the sequential step.
+__device__ void blockNucleusStep(NucleusShared &s, int pass, float p) {
+  const int count = 1 << draw::digitWidth(pass);
+  const int per = (count + int(blockDim.x) - 1) / int(blockDim.x);
+  const int lo = int(threadIdx.x) * per,
+            hi = lo + per < count ? lo + per : count;
+  unsigned long long mine = 0;
+  for (int d = lo; d < hi; ++d)
+    mine += s.bins[d];
+  // This thread's digits and every later thread's.
+  const unsigned long long inWarp = warpSuffix(mine);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = int(blockDim.x) / kWarp;
+  if (lane == 0)
+    s.warpSums[warp] = inWarp;
+  if (threadIdx.x == 0)
+    s.digit = -1;
+  __syncthreads();
+  unsigned long long later = 0; // the warps after this one
+  for (int w = warp + 1; w < warps; ++w)
+    later += s.warpSums[w];
+  if (pass == 0) {
+    unsigned long long total = 0;
+    for (int w = 0; w < warps; ++w)
+      total += s.warpSums[w];
+    const double want = ceil(double(p) * double(total));
+    if (threadIdx.x == 0) {
+      s.cut.want = want >= double(total) ? total : uint64_t(want);
+      s.cut.before = 0;
+      s.cut.prefix = 0;
+    }
+    __syncthreads();
+  }
+  const uint64_t want = s.cut.want, before = s.cut.before;
+  if (want != 0) {
+    unsigned long long above = inWarp - mine + later; // digits >= hi
+    for (int d = hi - 1; d >= lo; --d) {
+      above += s.bins[d];
+      if (before + above >= want) {
+        atomicMax(&s.digit, d); // the highest thread's own highest
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  const int d = s.digit;
+  if (want != 0 && d >= lo && d < hi && d >= 0) {
+    unsigned long long above = inWarp - mine + later;
+    for (int e = hi - 1; e > d; --e)
+      above += s.bins[e];
+    s.cut.before = before + above;
+    s.cut.prefix |= uint32_t(d) << draw::digitShift(pass);
+  }
+  if (want != 0 && d < 0 && threadIdx.x == 0)
+    s.cut.want = 0;
+  __syncthreads();
+}
+
+/// The cut of a nucleus over x[0, n) by one block, into d.top and d.cut
+/// (DrawKey.h: the same as nucleusCutOf).
+__device__ void blockNucleus(const float *x, int64_t n, DrawState &d,
+                             NucleusShared &s) {
+  float top = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    top = x[i] > top ? x[i] : top; // NaN ignored, as nucleusTop
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(kFullMask, top, offset);
+    top = other > top ? other : top;
+  }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0)
+    s.warpTops[warp] = top;
+  __syncthreads();
+  top = s.warpTops[0];
+  for (int w = 1; w < int(blockDim.x) / kWarp; ++w)
+    top = s.warpTops[w] > top ? s.warpTops[w] : top;
+  d.top = top;
+  for (int pass = 0; pass < draw::kNucleusPasses; ++pass) {
+    for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x)
+      s.bins[b] = 0;
+    __syncthreads();
+    const uint32_t prefix = s.cut.prefix;
+    if (pass == 0 || s.cut.want != 0)
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint32_t bits = draw::weightBits(x[i], top, d.scale);
+        const uint64_t mass = draw::weightMass(bits);
+        if (mass != 0 && (pass == 0 || draw::nucleusCandidate(bits, prefix,
+                                                              pass)))
+          atomicAdd(&s.bins[draw::nucleusDigit(bits, pass)],
+                    (unsigned long long)mass);
+      }
+    __syncthreads();
+    blockNucleusStep(s, pass, d.topP);
+  }
+  d.cut = draw::nucleusBits(s.cut);
+}
+
 __global__ void argmaxKernel(const float *x, int64_t n, int32_t *out,
                              DrawInputs draw) {
   stepKernelPrologue();
   __shared__ Best bests[kWarp];
+  __shared__ NucleusShared nucleus;
   DrawState d;
   if (!readDraw(draw, d)) { // uniform over the block
     if (threadIdx.x == 0)
       *out = -1;
     return;
   }
+  if (d.topP != 0.0f && n > 0)
+    blockNucleus(x, n, d, nucleus);
   const Best best = blockArgmax(x, n, 0, d, bests);
   if (threadIdx.x == 0)
     *out = n > 0 ? best.index : -1;
@@ -3104,7 +3246,7 @@ __global__ void argmaxCandidateKernel(const float *x, int64_t n, int32_t base,
   stepKernelPrologue();
   __shared__ Best bests[kWarp];
   DrawState d;
-  if (!readDraw(draw, d)) {
+  if (!readDraw(draw, d, /*whole=*/false)) {
     if (threadIdx.x == 0)
       *out = ArgmaxCandidate{-INFINITY, -1};
     return;
@@ -3121,7 +3263,7 @@ __global__ void argmaxSlotsKernel(const float *x, int64_t n, int32_t base,
   stepKernelPrologue();
   __shared__ Best bests[kWarp];
   DrawState d;
-  if (!readDraw(draw, d)) {
+  if (!readDraw(draw, d, /*whole=*/false)) {
     if (threadIdx.x == 0) {
       slots[me] = -INFINITY;
       slots[ranks + me] = -1.0f;
@@ -3132,6 +3274,183 @@ __global__ void argmaxSlotsKernel(const float *x, int64_t n, int32_t base,
   if (threadIdx.x == 0) {
     slots[me] = drawnValue(x, best.index, base, d);
     slots[ranks + me] = float(base + best.index);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The nucleus by a grid of blocks (launchNucleusArgmax): five kernels, each
+// block over its own chunk of the vocabulary and the last block to arrive
+// (an acquire-release ticket) combining: the largest logit; the weights'
+// bits kept and the first pass's masses; the second and third passes over
+// the candidates; the keys of the nucleus's tokens and their best. The
+// same cut, sums and index as blockNucleus and blockArgmax.
+//===----------------------------------------------------------------------===//
+
+constexpr int kNucleusThreads = 256;
+constexpr int kNucleusMaxBlocks = 128;
+
+/// The state the five kernels share (in the launch's scratch, after it the
+/// weights' bits). Zero before the first launch; each launch leaves the
+/// bins zero and the ticket wrapped to zero.
+struct NucleusState {
+  unsigned long long bins[draw::kNucleusBins];
+  draw::NucleusCut cut;
+  float top;
+  unsigned arrivals;
+  float blockTops[kNucleusMaxBlocks];
+  Best blockBests[kNucleusMaxBlocks];
+};
+
+/// Whether this block arrived last at the kernel's ticket (after its writes
+/// are ordered before the arrival; the last block's reads after it).
+__device__ bool lastToArrive(unsigned *arrivals) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned ticket;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(ticket)
+                 : "l"(arrivals), "r"(gridDim.x - 1)
+                 : "memory");
+    last = ticket == gridDim.x - 1;
+  }
+  __syncthreads();
+  return last;
+}
+
+/// This block's chunk of n values.
+__device__ inline void nucleusChunk(int64_t n, int64_t &begin, int64_t &end) {
+  begin = n * blockIdx.x / gridDim.x;
+  end = n * (blockIdx.x + 1) / gridDim.x;
+}
+
+__global__ void __launch_bounds__(kNucleusThreads)
+    nucleusTopKernel(const float *x, int64_t n, NucleusState *state,
+                     DrawInputs draw) {
+  stepKernelPrologue();
+  DrawState d;
+  if (!readDraw(draw, d, true, false) || d.topP == 0.0f)
+    return; // the same for every block: no cut (keysKernel)
+  int64_t begin, end;
+  nucleusChunk(n, begin, end);
+  float top = -INFINITY;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    top = x[i] > top ? x[i] : top; // NaN ignored, as nucleusTop
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(kFullMask, top, offset);
+    top = other > top ? other : top;
+  }
+  __shared__ float warpTops[kNucleusThreads / kWarp];
+  if (threadIdx.x % kWarp == 0)
+    warpTops[threadIdx.x / kWarp] = top;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x) / kWarp; ++w)
+      top = warpTops[w] > top ? warpTops[w] : top;
+    state->blockTops[blockIdx.x] = top;
+  }
+  if (!lastToArrive(&state->arrivals))
+    return;
+  if (threadIdx.x == 0) {
+    float all = state->blockTops[0];
+    for (unsigned b = 1; b < gridDim.x; ++b)
+      all = state->blockTops[b] > all ? state->blockTops[b] : all;
+    state->top = all;
+  }
+}
+
+/// Pass `pass` of the cut: pass 0 makes each weight's bits (kept in
+/// `bits`) and sums every mass by digit; the later passes the candidates'
+/// from the kept bits. The last block takes the digit.
+__global__ void __launch_bounds__(kNucleusThreads)
+    nucleusPassKernel(const float *x, int64_t n, NucleusState *state,
+                      uint32_t *bits, int pass, DrawInputs draw) {
+  stepKernelPrologue();
+  DrawState d;
+  if (!readDraw(draw, d, true, false) || d.topP == 0.0f)
+    return;
+  __shared__ NucleusShared shared;
+  const uint64_t wanted = state->cut.want;
+  if (pass > 0 && wanted == 0)
+    return; // no cut (the first pass found no mass): every block alike
+  for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x)
+    shared.bins[b] = 0;
+  __syncthreads();
+  int64_t begin, end;
+  nucleusChunk(n, begin, end);
+  const float top = state->top;
+  const uint32_t prefix = state->cut.prefix;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    uint32_t w;
+    if (pass == 0) {
+      w = draw::weightBits(x[i], top, d.scale);
+      bits[i] = w;
+    } else {
+      w = bits[i];
+      if (!draw::nucleusCandidate(w, prefix, pass))
+        continue;
+    }
+    const uint64_t mass = draw::weightMass(w);
+    if (mass != 0)
+      atomicAdd(&shared.bins[draw::nucleusDigit(w, pass)],
+                (unsigned long long)mass);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x)
+    if (shared.bins[b] != 0)
+      atomicAdd(&state->bins[b], shared.bins[b]);
+  if (!lastToArrive(&state->arrivals))
+    return;
+  // The sums of every block, read once and left zero for the next pass.
+  for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x) {
+    shared.bins[b] = state->bins[b];
+    state->bins[b] = 0;
+  }
+  if (threadIdx.x == 0)
+    shared.cut = state->cut;
+  __syncthreads();
+  blockNucleusStep(shared, pass, d.topP);
+  if (threadIdx.x == 0)
+    state->cut = shared.cut;
+}
+
+/// The best key among the nucleus's tokens (every token where there is no
+/// cut; the values themselves at temperature 0): each block's, then the
+/// last block's pick into *out (-1 for bad words, reported here).
+__global__ void __launch_bounds__(kNucleusThreads)
+    nucleusKeysKernel(const float *x, int64_t n, NucleusState *state,
+                      const uint32_t *bits, int32_t *out, DrawInputs draw) {
+  stepKernelPrologue();
+  DrawState d;
+  if (!readDraw(draw, d, true, blockIdx.x == 0)) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      *out = -1;
+    return;
+  }
+  const uint32_t cut = d.topP != 0.0f ? draw::nucleusBits(state->cut) : 0;
+  int64_t begin, end;
+  nucleusChunk(n, begin, end);
+  Best best{-INFINITY, INT_MAX};
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    if (cut != 0 && bits[i] < cut)
+      continue; // outside the nucleus: -infinity, never the best
+    const float v =
+        d.scale == 0.0f
+            ? x[i]
+            : draw::drawKey(x[i], d.scale, d.seed, d.position, uint32_t(i));
+    best = better(best, argmaxKey(v, i));
+  }
+  __shared__ Best bests[kWarp];
+  best = blockBest(best, bests);
+  if (threadIdx.x == 0)
+    state->blockBests[blockIdx.x] = best;
+  if (!lastToArrive(&state->arrivals))
+    return;
+  if (threadIdx.x == 0) {
+    Best all = state->blockBests[0];
+    for (unsigned b = 1; b < gridDim.x; ++b)
+      all = better(all, state->blockBests[b]);
+    *out = n > 0 ? all.index : -1;
   }
 }
 
@@ -4860,6 +5179,41 @@ cudaError_t launchArgmaxSlots(const float *x, int64_t n, int32_t base,
     return cudaErrorInvalidValue;
   if (cudaError_t e = launchStep(argmaxSlotsKernel, 1, kSingleBlockThreads, 0,
                                  s, x, n, base, ranks, me, slots, draw);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+uint64_t nucleusScratchBytes(int64_t n) {
+  return (sizeof(NucleusState) + 255) / 256 * 256 +
+         uint64_t(n > 0 ? n : 0) * sizeof(uint32_t);
+}
+
+cudaError_t launchNucleusArgmax(const float *x, int64_t n, int32_t *out,
+                                void *scratch, cudaStream_t s,
+                                DrawInputs draw) {
+  if (n <= 0 || n > INT32_MAX || !out || !scratch ||
+      (draw.words && !draw.position))
+    return cudaErrorInvalidValue;
+  auto *state = static_cast<NucleusState *>(scratch);
+  auto *bits = reinterpret_cast<uint32_t *>(
+      static_cast<uint8_t *>(scratch) +
+      (sizeof(NucleusState) + 255) / 256 * 256);
+  // Chunks of ~2,048 values (eight a thread), at most kNucleusMaxBlocks.
+  const int64_t wanted = (n + 2047) / 2048;
+  const unsigned blocks =
+      unsigned(wanted < kNucleusMaxBlocks ? wanted : kNucleusMaxBlocks);
+  if (cudaError_t e = launchStep(nucleusTopKernel, blocks, kNucleusThreads, 0,
+                                 s, x, n, state, draw);
+      e != cudaSuccess)
+    return e;
+  for (int pass = 0; pass < draw::kNucleusPasses; ++pass)
+    if (cudaError_t e = launchStep(nucleusPassKernel, blocks, kNucleusThreads,
+                                   0, s, x, n, state, bits, pass, draw);
+        e != cudaSuccess)
+      return e;
+  if (cudaError_t e = launchStep(nucleusKeysKernel, blocks, kNucleusThreads, 0,
+                                 s, x, n, state, bits, out, draw);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

@@ -764,6 +764,10 @@ struct DrawInputs {
   const int32_t *words = nullptr;
   const int32_t *position = nullptr;
   FaultSink fault;
+  /// The words' count (DrawKey.h: kDrawWords; anything else is the first
+  /// form's kTemperatureWords). Only launchArgmax, which sees the whole
+  /// vocabulary, cuts a nucleus; the kernels of a part report one as a fault.
+  int count = 0;
 };
 
 /// *out = the index of the largest of n values (ties to the lowest index),
@@ -795,6 +799,17 @@ cudaError_t launchPickCandidate(const ArgmaxCandidate *candidates, int ranks,
 cudaError_t launchArgmaxSlots(const float *x, int64_t n, int32_t base,
                               int ranks, int me, float *slots, cudaStream_t s,
                               DrawInputs draw = {});
+
+/// launchArgmax's index by a grid of blocks, for a vocabulary held whole
+/// with the words that ask for a nucleus (DrawKey.h: its cut in three
+/// passes of masses summed by the blocks, then the best key among its
+/// tokens; any other words too, as launchArgmax takes them): five kernels.
+/// `scratch` holds nucleusScratchBytes(n) bytes, zero before the first
+/// launch (each launch leaves it so).
+uint64_t nucleusScratchBytes(int64_t n);
+cudaError_t launchNucleusArgmax(const float *x, int64_t n, int32_t *out,
+                                void *scratch, cudaStream_t s,
+                                DrawInputs draw = {});
 
 /// launchPickCandidate over the summed slots of launchArgmaxSlots.
 cudaError_t launchPickSlots(const float *slots, int ranks, int32_t *out,

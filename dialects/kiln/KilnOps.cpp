@@ -62,9 +62,15 @@ static LogicalResult verifyDraw(Operation *op, Value sampling, Value position) {
   if (bool(sampling) != bool(position))
     return op->emitOpError("a draw needs both its sampling words and its "
                            "position");
-  if (sampling && cast<RankedTensorType>(sampling.getType()).getDimSize(0) != 4)
-    return op->emitOpError("the sampling words must be tensor<4xi32>, got ")
-           << sampling.getType();
+  // Eight words, or four in the first form (a temperature only).
+  if (sampling) {
+    const int64_t words =
+        cast<RankedTensorType>(sampling.getType()).getDimSize(0);
+    if (words != 8 && words != 4)
+      return op->emitOpError("the sampling words must be tensor<8xi32> (or "
+                             "tensor<4xi32>, a temperature only), got ")
+             << sampling.getType();
+  }
   return success();
 }
 

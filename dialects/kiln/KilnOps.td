@@ -15,9 +15,10 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 def Kiln_I32Scalar : 0DTensorOf<[I32]>,
     BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getI32Type())">;
 def Kiln_I32Vector : 1DTensorOf<[I32]>;
-/// A draw's sampling words (utils/support/DrawKey.h): tensor<4xi32>.
+/// A draw's sampling words (utils/support/DrawKey.h): tensor<8xi32>, or
+/// tensor<4xi32> (the first form: a temperature, no nucleus).
 def Kiln_DrawWords : 1DTensorOf<[I32]>,
-    BuildableType<"::mlir::RankedTensorType::get({4}, $_builder.getI32Type())">;
+    BuildableType<"::mlir::RankedTensorType::get({8}, $_builder.getI32Type())">;
 def Kiln_FloatVector : 1DTensorOf<[F32, F16, BF16]>;
 /// A per-channel parameter (norm weight, bias): a float vector, or a
 /// one-dimensional weight that the op reads (dequantising it) itself, so no

@@ -773,9 +773,12 @@ static LogicalResult verifyDraw(Operation *op, Value sampling, Value position) {
   if (!sampling)
     return success();
   MemRefType words = bufferOf(sampling);
-  if (words.getRank() != 1 || words.getDimSize(0) != 4 ||
+  // Eight words, or four in the first form (a temperature only).
+  if (words.getRank() != 1 ||
+      (words.getDimSize(0) != 8 && words.getDimSize(0) != 4) ||
       !words.getElementType().isInteger(32))
-    return op->emitOpError("the sampling words must be memref<4xi32>, got ")
+    return op->emitOpError("the sampling words must be memref<8xi32> (or "
+                           "memref<4xi32>, a temperature only), got ")
            << words;
   return success();
 }

@@ -370,8 +370,9 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp,
     names.push_back("hidden");
   }
   // The sampling words (DrawKey.h) make the step's argmax a draw where the
-  // runtime asks for one: a sampled token costs what a greedy one does.
-  auto words = RankedTensorType::get({4}, b_.getI32Type());
+  // runtime asks for one (a temperature, and a nucleus's top-p): a sampled
+  // token costs what a greedy one does.
+  auto words = RankedTensorType::get({8}, b_.getI32Type());
   auto step = func::FuncOp::create(
       b_, loc_, "decode_step",
       b_.getFunctionType({scalar, scalar, words}, results));

@@ -63,15 +63,18 @@ std::vector<int32_t> Generator::history() const {
   return all;
 }
 
-std::optional<float> stepDrawTemperature(const Session &session,
-                                         const SamplingOptions &sampling) {
+std::optional<KeyDraw> stepDraw(const Session &session,
+                                const SamplingOptions &sampling) {
   if (!session.draws())
     return std::nullopt;
-  return drawTemperature(sampling, session.vocab());
+  std::optional<KeyDraw> d = keyDraw(sampling, session.vocab());
+  if (d && d->topP != 0.0f && !session.cutsNucleus())
+    return std::nullopt;
+  return d;
 }
 
 bool needsHostLogits(const Session &session, const SamplingOptions &sampling) {
-  return sampling.needsLogits() && !stepDrawTemperature(session, sampling);
+  return sampling.needsLogits() && !stepDraw(session, sampling);
 }
 
 const char *chooserName(GenerateResult::Chooser chooser) {
@@ -90,10 +93,10 @@ std::optional<Generator::Draw>
 Generator::deviceDraw(const GenerateOptions &options) const {
   if (options.constraint)
     return std::nullopt;
-  std::optional<float> t = stepDrawTemperature(session_, options.sampling);
-  if (!t)
+  std::optional<KeyDraw> d = stepDraw(session_, options.sampling);
+  if (!d)
     return std::nullopt;
-  return Draw{*t, options.sampling.seed};
+  return Draw{d->temperature, options.sampling.seed, d->topP};
 }
 
 void Generator::plan(const GenerateOptions &options) {
@@ -107,7 +110,8 @@ Status Generator::step(int32_t token, std::vector<float> *allLogits,
   const bool copy = (wantLogits || allLogits) && !logits_.empty();
   fresh_ = false;
   if (session_.draws())
-    if (Status st = session_.setDraw(draw.temperature, draw.seed); !st)
+    if (Status st = session_.setDraw(draw.temperature, draw.seed, draw.topP);
+        !st)
       return st;
   nextDraw_ = session_.draws() ? draw : Draw{};
   if (Status st = session_.decode(
@@ -250,9 +254,8 @@ Generator::generate(const GenerateOptions &options,
   // DrawKey.h's keys: no logits cross), else the same keys' argmax on the
   // host; anything else is the Sampler's.
   const std::optional<Draw> onDevice = deviceDraw(options);
-  std::optional<float> drawn =
-      constraint ? std::nullopt
-                 : drawTemperature(options.sampling, session_.vocab());
+  std::optional<KeyDraw> drawn =
+      constraint ? std::nullopt : keyDraw(options.sampling, session_.vocab());
   const bool sample =
       needsHostLogits(session_, options.sampling) || bool(constraint);
   if (sample && logits_.empty())

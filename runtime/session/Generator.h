@@ -46,11 +46,11 @@ struct GenerateOptions {
   std::function<std::unique_ptr<chat::ReplyConstraint>()> constraint;
 };
 
-/// The temperature `session`'s step draws `sampling` with: a plain draw
-/// (drawTemperature) on an artifact whose step draws (Session::draws);
-/// none otherwise.
-std::optional<float> stepDrawTemperature(const Session &session,
-                                         const SamplingOptions &sampling);
+/// The draw `session`'s step makes for `sampling`: its key draw (keyDraw)
+/// on an artifact whose step draws (Session::draws), and cuts a nucleus
+/// where it has one (Session::cutsNucleus); none otherwise.
+std::optional<KeyDraw> stepDraw(const Session &session,
+                                const SamplingOptions &sampling);
 
 /// Whether choosing by `sampling` needs the logits on the host: anything
 /// but greedy decoding and the step's own draw.
@@ -109,7 +109,7 @@ public:
   Expected<size_t> feedConversation(std::span<const int32_t> tokens);
 
   /// The generate call that will follow the next feed: where its sampling
-  /// is a plain draw (drawTemperature) and the step draws, the feed's last
+  /// is the step's draw (stepDraw), the feed's last
   /// step draws its first token, so the reply costs no extra step. Without
   /// it (or with other options), generate evaluates the last token again to
   /// draw it.
@@ -135,6 +135,7 @@ private:
   struct Draw {
     float temperature = 0;
     uint64_t seed = 0;
+    float topP = 0;
     bool operator==(const Draw &) const = default;
   };
   /// The device's draw for `options`, where the step can make it.

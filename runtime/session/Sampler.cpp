@@ -18,56 +18,38 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
-std::optional<float> drawTemperature(const SamplingOptions &options,
-                                     int64_t vocab) {
+std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab) {
   if (options.greedy() || options.penalises() ||
-      (options.topK > 0 && options.topK < vocab) || options.topP < 1 ||
-      options.minP > 0)
+      (options.topK > 0 && options.topK < vocab) || options.minP > 0 ||
+      !(options.topP > 0))
     return std::nullopt;
   const float t = float(options.temperature);
   if (!(t >= draw::kMinTemperature && t <= draw::kMaxTemperature))
     return std::nullopt;
-  return t;
+  // A share that rounds to 1 in float keeps every token.
+  const float p = options.topP < 1 ? float(options.topP) : 0.0f;
+  return KeyDraw{t, p < 1.0f ? p : 0.0f};
 }
 
-int32_t drawToken(std::span<const float> logits, float temperature,
-                  uint64_t seed, int32_t position) {
+int32_t drawToken(std::span<const float> logits, KeyDraw draw, uint64_t seed,
+                  int32_t position) {
   if (logits.empty())
     return -1;
+  const int64_t n = int64_t(logits.size());
+  const float scale = 1.0f / draw.temperature;
   float key;
-  return int32_t(draw::bestKey(logits.data(), int64_t(logits.size()), 0,
-                               1.0f / temperature, seed, uint32_t(position),
-                               key));
+  if (draw.topP == 0.0f)
+    return int32_t(draw::bestKey(logits.data(), n, 0, scale, seed,
+                                 uint32_t(position), key));
+  thread_local std::vector<uint32_t> bits, places;
+  return int32_t(draw::nucleusDraw(logits.data(), n, scale, draw.topP, seed,
+                                   uint32_t(position), key, bits, places));
 }
 
 Sampler::Sampler(const SamplingOptions &options)
     : options_(options), rng_(options.seed) {}
 
 namespace {
-
-/// e^x for x <= 0 in float, without branches, so that a loop over a
-/// vocabulary vectorises: x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two
-/// parts, the first exact in k's products), e^r by its Taylor polynomial to
-/// r^6 (truncation below 1.3e-7 of the result) and 2^k from exponent bits.
-/// 0 below -87 (2^-125.5) and for -infinity and NaN; e^0 is exactly 1.
-/// Within 5e-7 of e^x, relatively (SamplerTest checks it against double).
-/// This file is built without contracting a * b + c into fused
-/// multiply-adds, so every machine rounds these steps alike.
-inline float expNonPositive(float x) {
-  const float c = x > -87.0f ? x : -87.0f; // NaN too: the comparison fails
-  const int32_t k = int32_t(c * 1.44269504f - 0.5f); // round(c / ln 2)
-  const float kf = float(k);
-  const float r = (c - kf * 0.693359375f) + kf * 2.12194440e-4f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float twoK = std::bit_cast<float>(uint32_t(k + 127) << 23);
-  return x > -87.0f ? p * twoK : 0.0f;
-}
 
 /// Bits that sort (ascending) as the logit does, largest first: its bits
 /// made to sort as the value does (-0 as +0), inverted.
@@ -362,7 +344,7 @@ int32_t Sampler::choose(std::span<const float> input,
   const float *__restrict in = logits.data();
   float *__restrict out = weights_.data();
   for (size_t i = 0, n = logits.size(); i < n; ++i)
-    out[i] = expNonPositive((in[i] - top) * scale);
+    out[i] = draw::expNonPositive((in[i] - top) * scale);
   // The set is every token with weight, until a cut names its tokens.
   whole_ = true;
   // min-p keeps every token of weight at least minP (the best one's is 1):

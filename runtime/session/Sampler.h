@@ -45,8 +45,8 @@ struct SamplingOptions {
 /// weight e^((l - max) / T) by the sampler's own float exponential, built
 /// without fused multiply-adds; sums in double in a fixed order). It makes
 /// the cuts, penalties, biases and constrained choices; a plain temperature
-/// is the step's own draw where it can be (Generator: drawTemperature and
-/// drawToken below, DrawKey.h's keys).
+/// and a top-p alone are the keys' draw (keyDraw and drawToken below,
+/// DrawKey.h), the step's own where it can make it.
 ///
 /// A sampled choice costs a few passes over the vocabulary and no sort: the
 /// draw walks its tokens by id. min-p is a threshold on the weights; top-k
@@ -113,18 +113,25 @@ private:
 /// Index of the largest logit; ties to the lowest index.
 int32_t argmax(std::span<const float> logits);
 
-/// The temperature of a sampling that is a plain draw from softmax(logits /
-/// T) over `vocab` tokens (no cut, penalty or bias; T within DrawKey.h's
-/// range), which the step's own argmax can make (support/DrawKey.h); none
-/// for greedy decoding and for a choice the Sampler must make.
-std::optional<float> drawTemperature(const SamplingOptions &options,
-                                     int64_t vocab);
+/// A sampling that the argmax of DrawKey.h's keys makes: a draw from
+/// softmax(logits / T), over the nucleus of top-p where topP is not 0.
+struct KeyDraw {
+  float temperature = 0;
+  float topP = 0; ///< 0: the whole vocabulary
+  bool operator==(const KeyDraw &) const = default;
+};
+
+/// The key draw of a sampling over `vocab` tokens that is a temperature
+/// (within DrawKey.h's range) and at most a top-p (no top-k, min-p,
+/// penalty or bias); none for greedy decoding and for a choice the Sampler
+/// must make.
+std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab);
 
 /// The token the step's draw picks from `logits` at `position` (the
 /// position of the step that made them): the same token, bit for bit, as
 /// every backend's drawing argmax.
-int32_t drawToken(std::span<const float> logits, float temperature,
-                  uint64_t seed, int32_t position);
+int32_t drawToken(std::span<const float> logits, KeyDraw draw, uint64_t seed,
+                  int32_t position);
 
 } // namespace kiln::runtime
 

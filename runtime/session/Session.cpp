@@ -123,9 +123,13 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   // draw on the host.
   std::optional<int32_t> drawSlot =
       step->slot(artifact::BufferKind::Input, "sampling");
-  if (drawSlot && step->buffers[*drawSlot].bytes() != 4 * draw::kDrawWords)
+  // Its two forms (DrawKey.h): eight words, or four in artifacts whose
+  // step draws plain temperatures only.
+  if (drawSlot && step->buffers[*drawSlot].bytes() != 4 * draw::kDrawWords &&
+      step->buffers[*drawSlot].bytes() != 4 * draw::kTemperatureWords)
     return Error(options.artifactPath, "decode_step slot 'sampling'",
-                 "has the wrong size (4 i32 words)");
+                 fmt::format("has the wrong size ({} or {} i32 words)",
+                             draw::kDrawWords, draw::kTemperatureWords));
   const artifact::ConfigEntry *vocab = artifact->configEntry("vocab");
   if (!logits && (!vocab || vocab->isFloat || vocab->intValue <= 0))
     return Error(options.artifactPath, "config",
@@ -170,6 +174,7 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   s->where_ = options.artifactPath;
   s->hasLogits_ = logits.has_value();
   s->draws_ = drawSlot.has_value();
+  s->drawWordCount_ = drawSlot ? int(step->buffers[*drawSlot].bytes() / 4) : 0;
   s->weightBytes_ = weightBytes;
   s->weightSeconds_ = weightSeconds;
   s->vocab_ =
@@ -241,7 +246,8 @@ Status Session::decode(int32_t token, int32_t position,
   if (draws_ && !drawWritten_) {
     if (Status st =
             call(api.write_slot(group_, kDecodeStep, "sampling", drawWords_,
-                                sizeof(drawWords_), error_, sizeof(error_)),
+                                uint64_t(drawWordCount_) * 4, error_,
+                                sizeof(error_)),
                  "write_slot");
         !st)
       return st;
@@ -263,23 +269,34 @@ Status Session::decode(int32_t token, int32_t position,
               "read_slot");
 }
 
-Status Session::setDraw(float temperature, uint64_t seed) {
-  const int32_t words[4] = {int32_t(draw::floatBits(temperature)),
-                            int32_t(uint32_t(seed)),
-                            int32_t(uint32_t(seed >> 32)), 0};
-  int bad = 0;
-  if (!draw::validWords(words, bad))
-    return Error(where_, "temperature",
-                 fmt::format("{} is not 0 or within [2^-16, 2^16]: the step "
-                             "cannot draw with it",
-                             temperature));
+Status Session::setDraw(float temperature, uint64_t seed, float topP) {
+  int32_t words[draw::kDrawWords] = {int32_t(draw::floatBits(temperature)),
+                                     int32_t(uint32_t(seed)),
+                                     int32_t(uint32_t(seed >> 32)),
+                                     int32_t(draw::floatBits(topP)),
+                                     0,
+                                     0,
+                                     0,
+                                     0};
+  if (topP != 0.0f && !cutsNucleus())
+    return Error(where_, "sampling",
+                 draws_ ? "the artifact's step draws plain temperatures only "
+                          "(compiled before it cut a nucleus)"
+                        : "the artifact's step does not draw (compiled "
+                          "before its argmax took the sampling words)");
   if (temperature != 0 && !draws_)
     return Error(where_, "sampling",
                  "the artifact's step does not draw (compiled before its "
                  "argmax took the sampling words)");
-  if (std::equal(words, words + 4, drawWords_))
+  int bad = 0;
+  if (!draw::validWords(words, draw::kDrawWords, bad))
+    return Error(where_, bad == 0 ? "temperature" : "top_p",
+                 fmt::format("{} is not a draw the step makes: {}",
+                             bad == 0 ? temperature : topP, draw::kWordsRule));
+  const int count = drawWordCount_ ? drawWordCount_ : draw::kDrawWords;
+  if (std::equal(words, words + count, drawWords_))
     return Status::ok();
-  std::copy(words, words + 4, drawWords_);
+  std::copy(words, words + count, drawWords_);
   drawWritten_ = false;
   return Status::ok();
 }

@@ -5,6 +5,7 @@
 #include "artifact/Artifact.h"
 #include "gguf/GGUFFile.h"
 #include "session/BackendPlugin.h"
+#include "support/DrawKey.h"
 
 #include <memory>
 #include <span>
@@ -67,10 +68,14 @@ public:
   /// `sampling` slot: support/DrawKey.h); artifacts compiled before it did
   /// not.
   bool draws() const { return draws_; }
+  /// Whether the step also cuts a nucleus (top-p) before it draws: its
+  /// sampling slot has DrawKey.h's eight words.
+  bool cutsNucleus() const { return drawWordCount_ == draw::kDrawWords; }
   /// The draw the following decodes make their `next` by: temperature 0 is
-  /// the argmax (the default); otherwise within [2^-16, 2^16] (DrawKey.h).
+  /// the argmax (the default); otherwise within [2^-16, 2^16], and topP 0
+  /// (none) or within (0, 1) where the step cuts a nucleus (DrawKey.h).
   /// Written to the device with the next decode, only when it changed.
-  Status setDraw(float temperature, uint64_t seed);
+  Status setDraw(float temperature, uint64_t seed, float topP = 0);
 
 private:
   Session(BackendPlugin plugin) : plugin_(std::move(plugin)) {}
@@ -86,7 +91,8 @@ private:
   bool draws_ = false;
   /// The sampling words (DrawKey.h) and whether the device holds them; the
   /// first decode writes them (a plain argmax) whatever a slot held.
-  int32_t drawWords_[4] = {0, 0, 0, 0};
+  int32_t drawWords_[draw::kDrawWords] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int drawWordCount_ = 0; ///< the slot's (0: none)
   bool drawWritten_ = false;
   uint64_t weightBytes_ = 0;
   double weightSeconds_ = 0;

@@ -160,14 +160,16 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
   --steps N                timed steps (default 50, after 5 untimed)
   --temperature T          every step draws its token at T (the step's own
                            draw: the argmax of DrawKey.h's keys) instead of
-                           taking the argmax
+                           taking the argmax; with --top-p P from the
+                           nucleus the step cuts
   --bench-sampler VOCAB    time the host's sampler alone (no artifact): a
                            draw from VOCAB seeded logits N(0, 3^2) with the
                            sampling options given (--temperature, --top-k,
                            --top-p, --min-p, --seed), --steps draws after
                            5 untimed, the mean time a draw printed; for a
-                           plain temperature (which the step draws itself)
-                           also the step's draw made on the host
+                           temperature with at most a top-p (which the step
+                           draws itself) also the step's draw made on the
+                           host
   --describe               print what the artifact holds (config, payloads,
                            each rank's steps, the bytes its decode step reads,
                            the weight slices it binds and their device
@@ -471,7 +473,8 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   if (!s.hasLogits() && (needsHostLogits(s, sampling) || constraint))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding or a plain temperature only"));
+                      "decoding or a temperature (with at most a top-p) "
+                      "only"));
 
   GenerateOptions generate;
   generate.maxTokens = maxTokens;
@@ -568,13 +571,14 @@ int runSamplerBench(int64_t vocab, const SamplingOptions &sampling,
   const double ms =
       1e3 * std::chrono::duration<double>(Clock::now() - t0).count() /
       double(steps);
-  // A plain temperature is the step's draw (DrawKey.h's keys), which the
-  // host makes only for an artifact without the sampling slot: its time too.
+  // A plain temperature, or one with a top-p alone, is the keys' draw
+  // (DrawKey.h), which the host makes only where the artifact's step does
+  // not: its time too.
   double keysMs = -1;
-  if (std::optional<float> t = drawTemperature(sampling, vocab)) {
+  if (std::optional<KeyDraw> d = keyDraw(sampling, vocab)) {
     Clock::time_point k0 = Clock::now();
     for (int64_t i = 0; i < steps; ++i)
-      digest += drawToken(logits, *t, sampling.seed, int32_t(i));
+      digest += drawToken(logits, *d, sampling.seed, int32_t(i));
     keysMs = 1e3 * std::chrono::duration<double>(Clock::now() - k0).count() /
              double(steps);
   }
@@ -591,8 +595,8 @@ int runSamplerBench(int64_t vocab, const SamplingOptions &sampling,
                 static_cast<long long>(vocab), static_cast<long long>(steps),
                 ms, static_cast<long long>(digest));
     if (keysMs >= 0)
-      std::printf("the step's draw made on the host (an artifact without "
-                  "the sampling slot): %.4f ms a draw\n",
+      std::printf("the step's draw made on the host (an artifact whose "
+                  "step does not draw it): %.4f ms a draw\n",
                   keysMs);
   }
   return 0;
@@ -603,12 +607,13 @@ int runBench(SessionOptions options, const std::string &simulate,
              bool json) {
   if (!options.weightPaths.empty())
     return usageError("--bench uses random weights: give no --weights");
-  // With --temperature every step draws its token (DrawKey.h) instead of
-  // taking the argmax: the draw's cost on the device.
-  const std::optional<float> drawT = drawTemperature(sampling, INT64_MAX);
-  if (!sampling.greedy() && !drawT)
-    return usageError("--bench draws with a plain --temperature within "
-                      "[2^-16, 2^16] only (no cut or penalty)");
+  // With --temperature (and --top-p) every step draws its token
+  // (DrawKey.h) instead of taking the argmax: the draw's cost on the
+  // device.
+  const std::optional<KeyDraw> drawn = keyDraw(sampling, INT64_MAX);
+  if (!sampling.greedy() && !drawn)
+    return usageError("--bench draws with a --temperature within [2^-16, "
+                      "2^16] and at most a --top-p (no other cut or penalty)");
   options.flags |= KILN_RUN_RANDOM_WEIGHTS;
   options.fillPositions = context;
   options.seed = 1;
@@ -642,8 +647,9 @@ int runBench(SessionOptions options, const std::string &simulate,
                       fmt::format("--context {} leaves no position to decode "
                                   "at: the caches hold {}",
                                   context, s.contextLength())));
-  if (drawT)
-    if (Status st = s.setDraw(*drawT, sampling.seed); !st)
+  if (drawn)
+    if (Status st = s.setDraw(drawn->temperature, sampling.seed, drawn->topP);
+        !st)
       return fail(st.error());
   // Every step decodes at position `context`, over the random cache before
   // it; the token is fixed (the work does not depend on it).
@@ -684,8 +690,11 @@ int runBench(SessionOptions options, const std::string &simulate,
     mean += t / double(times.size());
   double median = sorted[sorted.size() / 2], best = sorted.front();
   std::string mode = options.flags & KILN_RUN_EAGER ? "eager" : "graph";
-  if (drawT)
-    mode += fmt::format(", drawn at T = {:g}", *drawT);
+  if (drawn)
+    mode += drawn->topP != 0.0f
+                ? fmt::format(", drawn at T = {:g}, top-p {:g}",
+                              drawn->temperature, drawn->topP)
+                : fmt::format(", drawn at T = {:g}", drawn->temperature);
   artifact::StepTraffic traffic = artifact::stepTraffic(
       s.artifact(),
       options.flags & KILN_RUN_SIMULATE_RANK ? options.simulateRank : 0,
@@ -1019,8 +1028,9 @@ int main(int argc, char **argv) {
   if (!s.hasLogits() && (!logitsOut.empty() || needsHostLogits(s, sampling)))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding or a plain temperature only, no "
-                      "--logits-out, cut of the vocabulary or penalty"));
+                      "decoding or a temperature (with at most a top-p) "
+                      "only, no --logits-out, other cut of the vocabulary "
+                      "or penalty"));
   std::vector<float> allLogits;
   std::vector<float> *keep = logitsOut.empty() ? nullptr : &allLogits;
   if (keep)

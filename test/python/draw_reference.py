@@ -46,3 +46,56 @@ def keys(logits, temperature, seed, position):
     g = -draw_log(-draw_log(u))
     scale = F(1) / F(temperature)
     return logits.astype(F) * scale + g
+
+
+def exp_non_positive(x):
+    """DrawKey.h expNonPositive: e^x for x <= 0 in float32 (k ln 2 + r, a
+    Taylor polynomial in r, 2^k from exponent bits); 0 below -87 and for
+    NaN."""
+    inside = x > F(-87)
+    c = np.where(inside, x, F(-87)).astype(F)
+    k = (c * F(1.44269504) - F(0.5)).astype(np.int32)  # truncation, as C++
+    kf = k.astype(F)
+    r = (c - kf * F(0.693359375)) + kf * F(2.12194440e-4)
+    p = F(1) / F(720)
+    for coefficient in (F(1) / F(120), F(1) / F(24), F(1) / F(6), F(0.5),
+                        F(1), F(1)):
+        p = p * r + coefficient
+    two_k = ((k + 127).astype(np.uint32) << np.uint32(23)).view(F)
+    return np.where(inside, p * two_k, F(0)).astype(F)
+
+
+def nucleus(logits, temperature, top_p):
+    """The tokens DrawKey.h's nucleus keeps, as a boolean mask, by its
+    definition (not the header's radix passes): each weight's mass its
+    float32 weight times 2^40 truncated; the cut the largest weight whose
+    tokens at or above it hold ceil(p x total) (at most the total)."""
+    x = logits.astype(F)
+    top = F(np.max(np.where(np.isnan(x), F(-np.inf), x)))
+    with np.errstate(invalid="ignore"):
+        w = exp_non_positive((x - top) * (F(1) / F(temperature)))
+    bits = w.view(np.uint32)
+    mass = (w * F(2.0 ** 40)).astype(np.uint64)
+    total = int(mass.sum(dtype=np.uint64))
+    if total == 0:
+        return np.ones(len(x), dtype=bool)
+    want = min(total, int(np.ceil(np.float64(F(top_p)) * np.float64(total))))
+    # Weights largest first; a cut keeps every token of its weight, so it
+    # is reached at the last token of a run of equal weights.
+    order = np.argsort(-bits.astype(np.int64), kind="stable")
+    sorted_bits = bits[order]
+    held = np.cumsum(mass[order], dtype=np.uint64)
+    ends = np.append(sorted_bits[1:] != sorted_bits[:-1], True)
+    reached = np.nonzero(ends & (held >= np.uint64(want)))[0]
+    if len(reached) == 0:
+        return np.ones(len(x), dtype=bool)
+    return bits >= sorted_bits[reached[0]]
+
+
+def draw(logits, temperature, seed, position, top_p=None):
+    """The token the step's draw picks: the largest key, within the
+    nucleus where top_p is given."""
+    k = keys(logits, temperature, seed, position)
+    if top_p is not None:
+        k = np.where(nucleus(logits, temperature, top_p), k, F(-np.inf))
+    return int(np.argmax(k))

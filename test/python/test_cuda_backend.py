@@ -33,9 +33,9 @@ logits of every position kept):
     bit-identical (a race at load showed as a wrong run now and then);
   * greedy generation on CUDA equals the CPU's up to the first step whose
     CPU decision gap does not clear the rule;
-  * a plain temperature drawn on the GPU (DrawKey.h) is, token by token,
-    the reference keys' argmax over the GPU's own logits (exact), graph,
-    --eager and tp=2;
+  * a temperature, with a top-p or not, drawn on the GPU (DrawKey.h) is,
+    token by token, the reference's draw over the GPU's own logits (exact),
+    graph, --eager and tp=2;
   * compute-sanitizer memcheck on the tiny model: no errors;
   * kiln-serve on the CUDA backend answers completions (one, then one
     whose prompt extends it, so the server evaluates only the new part of
@@ -618,46 +618,67 @@ class Checks:
         self.check(same, f"{model} greedy")
 
     def drawn(self, model):
-        """A plain temperature drawn by the step's own argmax on the GPU
-        (DrawKey.h; no logits cross for it): each of 32 tokens must be the
-        argmax of draw_reference.py's keys over the logits of the position
-        that drew it, the GPU's own logits (the keys' bits are the same on
-        both sides, so this is exact); --eager draws the same tokens, and so
-        do tp=2's ranks (on two GPUs or one) from their own logits."""
+        """The step's own draw on the GPU (DrawKey.h; no logits cross for
+        it), a plain temperature and one with a top-p (the step's nucleus,
+        cut by the one-block argmax; at tp=2 over the whole vocabulary
+        gathered by the nucleus's graph): each of 32 tokens must be
+        draw_reference.py's draw over the logits of the position that drew
+        it, the GPU's own logits (the keys' and the weights' bits are the
+        same on both sides, so this is exact); --eager draws the same
+        tokens, and so do tp=2's ranks (on two GPUs or one) from their own
+        logits. A nucleus must move some draws (the plain keys' token falls
+        outside it)."""
         import json
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from draw_reference import keys
+        from draw_reference import draw, nucleus
         gguf = self.gguf(model)
-        temperature, seed = 0.9, 20261205
+        seed = 20261205
         runs = [("tp1 graph", 1, []), ("tp1 --eager", 1, ["--eager"])]
         if self.art(model, "cuda", 2).exists():
             runs.append(("tp2", 2, [] if gpu_count() >= 2 else ["--one-gpu"]))
-        tokens = {}
-        for label, tp, extra in runs:
-            npy = self.work / f"{model}-drawn-{tp}{len(extra)}.npy"
-            proc = run(self.pack, [self.pack / "bin" / "kiln-run",
-                                   self.art(model, "cuda", tp), "--weights",
-                                   gguf, "--backend-dir", self.pack / "lib",
-                                   "--prompt-tokens", "1,2,3", "-n", 32,
-                                   "--ignore-eos", "--json", "--temperature",
-                                   temperature, "--seed", seed,
-                                   "--logits-out", npy, *extra])
-            got, lg = json.loads(proc.stdout)["tokens"], np.load(npy)
-            want = [int(np.argmax(keys(lg[2 + i], temperature, seed, 2 + i)))
-                    for i in range(len(got))]
-            greedy = [int(np.argmax(lg[2 + i])) for i in range(len(got))]
-            ok = got == want and got != greedy
-            tokens[label] = got
-            self.report.append(f"| {model}: drawn, T {temperature} seed "
-                               f"{seed}, cuda {label} vs the reference's keys "
-                               f"| - | exact | "
-                               f"{sum(a == b for a, b in zip(got, want))}/"
-                               f"{len(got)} | {'PASS' if ok else 'FAIL'} |")
-            self.check(ok, f"{model} drawn {label}")
-        same = tokens["tp1 graph"] == tokens["tp1 --eager"]
-        self.report.append(f"| {model}: drawn, graph vs --eager | - | "
-                           f"identical | - | {'PASS' if same else 'FAIL'} |")
-        self.check(same, f"{model} drawn graph vs eager")
+            runs.append(("tp2 --eager", 2, ["--eager"] if gpu_count() >= 2
+                         else ["--eager", "--one-gpu"]))
+        for temperature, top_p in ((0.9, None), (1.1, 0.6)):
+            cut = f", top-p {top_p}" if top_p else ""
+            tokens = {}
+            for label, tp, extra in runs:
+                npy = self.work / f"{model}-drawn-{tp}{len(extra)}.npy"
+                sampling = ["--temperature", temperature, "--seed", seed]
+                if top_p:
+                    sampling += ["--top-p", top_p]
+                proc = run(self.pack, [self.pack / "bin" / "kiln-run",
+                                       self.art(model, "cuda", tp),
+                                       "--weights", gguf, "--backend-dir",
+                                       self.pack / "lib", "--prompt-tokens",
+                                       "1,2,3", "-n", 32, "--ignore-eos",
+                                       "--json", *sampling, "--logits-out",
+                                       npy, *extra])
+                out, lg = json.loads(proc.stdout), np.load(npy)
+                got = out["tokens"]
+                want = [draw(lg[2 + i], temperature, seed, 2 + i, top_p)
+                        for i in range(len(got))]
+                greedy = [int(np.argmax(lg[2 + i])) for i in range(len(got))]
+                ok = (got == want and got != greedy
+                      and out["chooser"] == "step_draw")
+                if top_p:
+                    moved = sum(
+                        not nucleus(lg[2 + i], temperature, top_p)[
+                            draw(lg[2 + i], temperature, seed, 2 + i)]
+                        for i in range(len(got)))
+                    ok = ok and moved > 0
+                tokens[label] = got
+                self.report.append(
+                    f"| {model}: drawn, T {temperature}{cut} seed {seed}, "
+                    f"cuda {label} vs the reference's draw | - | exact | "
+                    f"{sum(a == b for a, b in zip(got, want))}/{len(got)} | "
+                    f"{'PASS' if ok else 'FAIL'} |")
+                self.check(ok, f"{model} drawn{cut} {label}")
+            same = tokens["tp1 graph"] == tokens["tp1 --eager"] and (
+                "tp2" not in tokens or tokens["tp2"] == tokens["tp2 --eager"])
+            self.report.append(f"| {model}: drawn{cut}, graph vs --eager | - "
+                               f"| identical | - | "
+                               f"{'PASS' if same else 'FAIL'} |")
+            self.check(same, f"{model} drawn{cut} graph vs eager")
 
     def architecture_guard(self):
         """An artifact compiled for another GPU architecture is refused at

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import run_tool
-from draw_reference import F, keys
+from draw_reference import F, draw, keys, nucleus
 
 SEED = 33
 
@@ -47,10 +47,12 @@ def files(tmp_path_factory):
 PROMPT = "3,1,4,1,5"
 
 
-def drawn(art, gguf, temperature, seed, n=16, logits=None):
+def drawn(art, gguf, temperature, seed, n=16, logits=None, top_p=None):
     args = ["kiln-run", art, "--weights", gguf, "--prompt-tokens", PROMPT,
             "-n", n, "--ignore-eos", "--json", "--temperature", temperature,
             "--seed", seed]
+    if top_p is not None:
+        args += ["--top-p", top_p]
     if logits:
         args += ["--logits-out", logits]
     out = json.loads(run_tool(*args).stdout)
@@ -81,6 +83,50 @@ def test_each_token_is_the_reference_draw(files, tmp_path, name, temperature,
     assert tokens != greedy
 
 
+@pytest.mark.parametrize("name", ["tp1", "tp2"])
+@pytest.mark.parametrize("temperature,top_p,seed",
+                         [(1.0, 0.9, 7), (0.7, 0.3, 2 ** 33 + 1)])
+def test_each_token_is_the_reference_nucleus_draw(files, tmp_path, name,
+                                                  temperature, top_p, seed):
+    """With --top-p the step cuts a nucleus first (the eight words' word
+    3): token i is the reference's draw within the nucleus of that
+    position's logits (tp=2: the ranks' parts gathered, the cut and the
+    draw the whole's). The cut must matter: some of the plain keys' draws
+    fall outside it."""
+    _, gguf, arts = files
+    out = tmp_path / "logits.npy"
+    tokens = drawn(arts[name], gguf, temperature, seed, logits=out,
+                   top_p=top_p)
+    logits = np.load(out)
+    prompt = len(PROMPT.split(","))
+    print(f"seed {seed}, T {temperature}, top-p {top_p}: {tokens}")
+    outside = 0
+    for i, token in enumerate(tokens):
+        p = prompt - 1 + i
+        assert token == draw(logits[p], temperature, seed, p, top_p), i
+        kept = nucleus(logits[p], temperature, top_p)
+        assert kept[token]
+        outside += not kept[draw(logits[p], temperature, seed, p)]
+    assert outside > 0
+
+
+def test_reference_nucleus_holds_its_share():
+    """The reference's nucleus by its definition: the smallest set of the
+    heaviest tokens with at least p of the softmax's mass (no ties here),
+    checked in double on seeded logits; its draws never leave it."""
+    rng = np.random.default_rng(SEED)
+    for top_p in (0.2, 0.5, 0.9, 0.99):
+        logits = rng.normal(0, 2, 5000).astype(F)
+        kept = nucleus(logits, 1.0, top_p)
+        w = np.exp(logits.astype(np.float64) - logits.max())
+        share = w[kept].sum() / w.sum()
+        lightest = w[kept].min()
+        assert share >= top_p - 1e-6, (top_p, share)
+        assert share - lightest / w.sum() < top_p + 1e-6, (top_p, share)
+        for position in range(50):
+            assert kept[draw(logits, 1.0, 3, position, top_p)]
+
+
 def test_seeds_and_artifacts(files):
     """The same seed draws the same tokens, another seed others; an
     artifact without logits draws the same tokens (its step draws them)."""
@@ -89,20 +135,23 @@ def test_seeds_and_artifacts(files):
     assert drawn(arts["tp1"], gguf, 1.0, 12) == a
     assert drawn(arts["tp1"], gguf, 1.0, 13) != a
     assert drawn(arts["bare"], gguf, 1.0, 12) == a
+    n = drawn(arts["tp1"], gguf, 1.0, 12, top_p=0.5)
+    assert drawn(arts["bare"], gguf, 1.0, 12, top_p=0.5) == n
     described = run_tool("kiln-run", arts["bare"], "--describe").stdout
-    assert ("inputs: token (4 bytes), position (4 bytes), sampling (16 "
+    assert ("inputs: token (4 bytes), position (4 bytes), sampling (32 "
             "bytes); outputs: next_token (4 bytes)\n") in described
 
 
 def test_cuts_still_need_the_logits(files):
-    """A cut of the vocabulary is the host's Sampler's: refused without
+    """A cut other than top-p is the host's Sampler's: refused without
     logits, by name."""
     _, gguf, arts = files
     proc = run_tool("kiln-run", arts["bare"], "--weights", gguf,
                     "--prompt-tokens", PROMPT, "-n", 4, "--temperature", 1,
                     "--top-k", 5, check=False)
     assert proc.returncode == 1
-    assert "greedy decoding or a plain temperature only" in proc.stderr
+    assert "greedy decoding or a temperature (with at most a top-p) only" \
+        in proc.stderr
     out = json.loads(run_tool("kiln-run", arts["tp1"], "--weights", gguf,
                               "--prompt-tokens", PROMPT, "-n", 4, "--json",
                               "--temperature", 1, "--top-k", 5).stdout)

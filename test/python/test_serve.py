@@ -713,11 +713,13 @@ def test_metrics_count_requests_and_tokens(server, client):
     assert delta("kiln_generation_seconds_total") > 0
     assert after["kiln_requests_running"] == 0
     assert after["kiln_requests_waiting"] == 0
-    # Where the tokens were chosen: greedy by the step's argmax, a plain
-    # temperature by the step's draw, a cut on the host.
+    # Where the tokens were chosen: greedy by the step's argmax, a
+    # temperature (with a top_p or not) by the step's draw, another cut on
+    # the host.
     chooser = 'kiln_generated_tokens_by_chooser_total{{chooser="{}"}}'
     assert delta(chooser.format("step_argmax")) == r.usage.completion_tokens
-    for kind, extra in (("step_draw", {}), ("host", {"top_p": 0.5})):
+    for kind, extra in (("step_draw", {}), ("step_draw", {"top_p": 0.5}),
+                        ("host", {"frequency_penalty": 0.5})):
         before = _metrics(server[1])
         d = client.completions.create(model="tiny", prompt="Count me",
                                       max_tokens=4, temperature=0.9, seed=2,
@@ -874,7 +876,20 @@ def test_sampling_needs_the_logits(model, tmp_path):
             "kiln-run", bare, "--weights", gguf, "--prompt", "Kiln", "-n", 6,
             "--temperature", 0.9, "--seed", 11, "--json").stdout)
         assert body["choices"][0]["text"] == want["text"]
-        for extra, param in (({"temperature": 0.7, "top_p": 0.5}, "top_p"),
+        # A top_p alone is the step's nucleus: served, as kiln-run draws it.
+        status, body = _post(url + "/v1/completions",
+                             {"model": "tiny", "prompt": "Kiln",
+                              "max_tokens": 6, "temperature": 0.9,
+                              "top_p": 0.6, "seed": 11})
+        assert status == 200, body
+        want = json.loads(run_tool(
+            "kiln-run", bare, "--weights", gguf, "--prompt", "Kiln", "-n", 6,
+            "--temperature", 0.9, "--top-p", 0.6, "--seed", 11,
+            "--json").stdout)
+        assert want["chooser"] == "step_draw"
+        assert body["choices"][0]["text"] == want["text"]
+        for extra, param in (({"temperature": 0.7, "top_p": 0.5,
+                               "min_p": 0.1}, "min_p"),
                              ({"temperature": 0.7, "top_k": 5}, "top_k"),
                              ({"temperature": 0, "logprobs": 2},
                               "logprobs")):

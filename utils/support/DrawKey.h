@@ -23,8 +23,10 @@
 #ifndef KILN_SUPPORT_DRAWKEY_H
 #define KILN_SUPPORT_DRAWKEY_H
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #ifdef __CUDACC__
 #define KILN_DRAW_FN __host__ __device__ inline
@@ -34,12 +36,17 @@
 
 namespace kiln::draw {
 
-/// The `sampling` slot: four 32-bit words.
+/// The `sampling` slot: eight 32-bit words (four in artifacts compiled
+/// before the step cut a nucleus, which draw plain temperatures only).
 ///   [0] the temperature's float bits: 0 is the plain argmax (greedy);
 ///       otherwise within [kMinTemperature, kMaxTemperature];
 ///   [1], [2] the seed's low and high 32 bits;
-///   [3] 0 (reserved).
-constexpr int kDrawWords = 4;
+///   [3] the nucleus's share p (top-p): its float bits, 0 for none,
+///       otherwise within (0, 1) and with a temperature (bestKey below);
+///   [4] .. [7] 0 (reserved).
+constexpr int kDrawWords = 8;
+/// The words of the first form (no nucleus).
+constexpr int kTemperatureWords = 4;
 /// The temperatures a key is made for: below 2^-16 a draw is the argmax in
 /// all but exact ties; above 2^16 the logits no longer matter.
 constexpr float kMinTemperature = 0x1p-16f, kMaxTemperature = 0x1p16f;
@@ -57,20 +64,48 @@ KILN_DRAW_FN float bitsFloat(uint32_t u) {
 
 /// What validWords requires, for the messages that refuse words.
 constexpr const char *kWordsRule =
-    "the temperature must be 0 or within [2^-16, 2^16], the last word 0";
+    "the temperature must be 0 or within [2^-16, 2^16], top-p 0 or within "
+    "(0, 1) and only with a temperature, the reserved words 0";
 
-/// Whether the slot's words are valid; `bad` is the first bad word's index.
-KILN_DRAW_FN bool validWords(const int32_t *words, int &bad) {
+/// A draw as the words give it.
+struct DrawParams {
+  float temperature = 0; ///< 0: the plain argmax
+  uint64_t seed = 0;
+  float topP = 0; ///< 0: no nucleus
+};
+
+/// Whether the slot's `count` words (kDrawWords or kTemperatureWords) are
+/// valid, and what they say; `bad` is the first bad word's index.
+KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
+                            int &bad) {
   const float t = bitsFloat(uint32_t(words[0]));
   if (!(t == 0.0f || (t >= kMinTemperature && t <= kMaxTemperature))) {
     bad = 0;
     return false;
   }
-  if (words[3] != 0) {
+  // In the first form word 3 is reserved, as words 4 .. 7 are here.
+  const float p = count == kDrawWords ? bitsFloat(uint32_t(words[3])) : 0.0f;
+  if (words[3] != 0 &&
+      (count != kDrawWords || !(p > 0.0f && p < 1.0f) || t == 0.0f)) {
     bad = 3;
     return false;
   }
+  for (int i = 4; i < count; ++i)
+    if (words[i] != 0) {
+      bad = i;
+      return false;
+    }
+  params.temperature = t;
+  params.seed = uint64_t(uint32_t(words[1])) | uint64_t(uint32_t(words[2]))
+                                                   << 32;
+  params.topP = p;
   return true;
+}
+
+/// Whether the slot's words are valid; `bad` is the first bad word's index.
+KILN_DRAW_FN bool validWords(const int32_t *words, int count, int &bad) {
+  DrawParams params;
+  return readWords(words, count, params, bad);
 }
 
 /// 32 random bits for token `token` at `position` under `seed`: the
@@ -128,40 +163,251 @@ KILN_DRAW_FN float drawKey(float logit, float scale, uint64_t seed,
   return logit * scale + gumbel(drawBits(seed, position, token));
 }
 
+/// e^x for x <= 0 in float, without branches, so that a loop over a
+/// vocabulary vectorises: x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two
+/// parts, the first exact in k's products), e^r by its Taylor polynomial to
+/// r^6 (truncation below 1.3e-7 of the result) and 2^k from exponent bits.
+/// 0 below -87 (2^-125.5) and for -infinity and NaN; e^0 is exactly 1.
+/// Within 5e-7 of e^x, relatively (SamplerTest checks it against double).
+/// The Sampler's weights and the nucleus's (below).
+KILN_DRAW_FN float expNonPositive(float x) {
+  const float c = x > -87.0f ? x : -87.0f; // NaN too: the comparison fails
+  const int32_t k = int32_t(c * 1.44269504f - 0.5f); // round(c / ln 2)
+  const float kf = float(k);
+  const float r = (c - kf * 0.693359375f) + kf * 2.12194440e-4f;
+  float p = 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float twoK = bitsFloat(uint32_t(k + 127) << 23);
+  return x > -87.0f ? p * twoK : 0.0f;
+}
+
+//===----------------------------------------------------------------------===//
+// The nucleus (top-p, word 3).
+//
+// Token v's weight is w(v) = e^((logit(v) - top) / T) (expNonPositive; top
+// the largest logit, NaN ignored) and its mass w(v) * 2^40 truncated to an
+// integer, so that masses add exactly in any order, on any processor and
+// over any split of the vocabulary. With total the whole mass and want =
+// ceil(p * total) (at most total), the cut is the largest weight c (as
+// float bits, which order as the weights do) such that the tokens of
+// weight >= c hold at least want; the nucleus is those tokens, ties at the
+// cut included. The draw is the largest key among them (bestKey).
+//
+// The cut is found by a radix selection over the weight's bits, three
+// digits from the top (digitShift, digitWidth): each pass sums the masses of
+// the tokens that share the digits found so far by their next digit, and takes
+// the highest digit at which the mass above it reaches want. Ranks that
+// hold parts of the vocabulary add their passes' sums (integers, exact) and
+// take the same digits.
+//
+// It is the Sampler's top-p but for two things: ties at the cut are all
+// kept (the Sampler keeps them by id until the mass is reached), and a
+// token's mass is its weight to 2^-40, so a cut that the masses reach
+// within ~1e-7 of p x total may fall one token apart.
+//===----------------------------------------------------------------------===//
+
+constexpr float kMassScale = 0x1p40f;
+constexpr int kNucleusPasses = 3;
+/// Pass `pass`'s digit: bits [20, 31), [10, 20), [0, 10) of the weight.
+KILN_DRAW_FN constexpr int digitShift(int pass) {
+  return pass == 0 ? 20 : pass == 1 ? 10 : 0;
+}
+KILN_DRAW_FN constexpr int digitWidth(int pass) { return pass == 0 ? 11 : 10; }
+constexpr int kNucleusBins = 1 << 11; ///< the widest digit's
+
+/// Token `logit`'s weight as float bits; `scale` = 1 / T.
+KILN_DRAW_FN uint32_t weightBits(float logit, float top, float scale) {
+  return floatBits(expNonPositive((logit - top) * scale));
+}
+/// A weight's mass (bits of a float within [0, 1]).
+KILN_DRAW_FN uint64_t weightMass(uint32_t bits) {
+  return uint64_t(bitsFloat(bits) * kMassScale);
+}
+
+/// The selection's state: the tokens whose weight bits share `prefix`'s
+/// digits found so far are its candidates; `before` is the mass of the
+/// tokens above them; want 0 once there is no cut (every token kept).
+struct NucleusCut {
+  uint64_t want = 0;
+  uint64_t before = 0;
+  uint32_t prefix = 0;
+};
+
+/// Whether weight bits `bits` are a candidate in pass `pass`.
+KILN_DRAW_FN bool nucleusCandidate(uint32_t bits, uint32_t prefix, int pass) {
+  const int above = digitShift(pass) + digitWidth(pass);
+  return above >= 32 || (bits >> above) == (prefix >> above);
+}
+/// Weight bits' digit in pass `pass`.
+KILN_DRAW_FN uint32_t nucleusDigit(uint32_t bits, int pass) {
+  return (bits >> digitShift(pass)) & ((1u << digitWidth(pass)) - 1);
+}
+
+/// After pass `pass`: `bins` are the candidates' masses by digit (summed
+/// over every rank). The first pass sets want from the total (0, no cut,
+/// where the total is 0: no finite largest logit). Takes the highest digit
+/// d with before + the mass of digits >= d reaching want; none (sums that
+/// disagree, which exact sums do not) is no cut.
+KILN_DRAW_FN void nucleusStep(const uint64_t *bins, int pass, float p,
+                              NucleusCut &cut) {
+  const int count = 1 << digitWidth(pass);
+  if (pass == 0) {
+    uint64_t total = 0;
+    for (int d = 0; d < count; ++d)
+      total += bins[d];
+    const double want = ceil(double(p) * double(total));
+    cut.want = want >= double(total) ? total : uint64_t(want);
+    cut.before = 0;
+    cut.prefix = 0;
+  }
+  if (cut.want == 0)
+    return;
+  uint64_t before = cut.before;
+  for (int d = count - 1; d >= 0; --d) {
+    if (before + bins[d] >= cut.want) {
+      cut.before = before;
+      cut.prefix |= uint32_t(d) << digitShift(pass);
+      return;
+    }
+    before += bins[d];
+  }
+  cut.want = 0;
+}
+
+/// The cut's weight bits once the passes are done (0: every token).
+KILN_DRAW_FN uint32_t nucleusBits(const NucleusCut &cut) {
+  return cut.want ? cut.prefix : 0;
+}
+
+/// The largest of x[0, n), NaN ignored; -infinity if none.
+inline float nucleusTop(const float *x, int64_t n) {
+  float top = -__builtin_inff();
+  for (int64_t i = 0; i < n; ++i)
+    top = x[i] > top ? x[i] : top;
+  return top;
+}
+
+/// Adds pass `pass`'s masses of x[0, n) by digit to `bins`.
+inline void nucleusHistogram(const float *x, int64_t n, float top, float scale,
+                             const NucleusCut &cut, int pass, uint64_t *bins) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = weightBits(x[i], top, scale);
+    if (nucleusCandidate(bits, cut.prefix, pass))
+      bins[nucleusDigit(bits, pass)] += weightMass(bits);
+  }
+}
+
+/// The cut of a vocabulary held whole, x[0, n), at `top` (nucleusTop).
+inline uint32_t nucleusCutOf(const float *x, int64_t n, float top, float scale,
+                             float p) {
+  NucleusCut cut;
+  uint64_t bins[kNucleusBins];
+  for (int pass = 0; pass < kNucleusPasses; ++pass) {
+    if (pass > 0 && cut.want == 0)
+      break;
+    for (int d = 0; d < kNucleusBins; ++d)
+      bins[d] = 0;
+    nucleusHistogram(x, n, top, scale, cut, pass, bins);
+    nucleusStep(bins, pass, p, cut);
+  }
+  return nucleusBits(cut);
+}
+
 /// The index of the largest key of x[0, n) (value i's made for index
 /// base + i), ties to the lowest (a NaN key wins only at i = 0, as the
-/// plain argmax's scan); the key in `key`. n > 0.
+/// plain argmax's scan); the key in `key`. n > 0. With a cut (non-zero
+/// weight bits, nucleusCutOf), a token whose weight at `top` is below it
+/// has key -infinity.
 inline int64_t bestKey(const float *x, int64_t n, int64_t base, float scale,
-                       uint64_t seed, uint32_t position, float &key) {
+                       uint64_t seed, uint32_t position, float &key,
+                       float top = 0, uint32_t cut = 0) {
   // The keys a block at a time into a buffer (a loop without branches the
   // compiler vectorises), then the scan.
   constexpr int64_t kBlock = 256;
   float keys[kBlock];
   int64_t best = 0;
-  float top = 0;
+  float most = 0;
   for (int64_t at = 0; at < n; at += kBlock) {
     const int64_t m = n - at < kBlock ? n - at : kBlock;
     for (int64_t i = 0; i < m; ++i)
       keys[i] =
           drawKey(x[at + i], scale, seed, position, uint32_t(base + at + i));
+    if (cut != 0)
+      for (int64_t i = 0; i < m; ++i)
+        keys[i] = weightBits(x[at + i], top, scale) >= cut ? keys[i]
+                                                           : -__builtin_inff();
     int64_t i = 0;
     if (at == 0) {
-      top = keys[0];
+      most = keys[0];
       i = 1;
     }
     for (; i < m; ++i)
-      if (keys[i] > top) { // strict: a tie keeps the lower index
-        top = keys[i];
+      if (keys[i] > most) { // strict: a tie keeps the lower index
+        most = keys[i];
         best = at + i;
       }
   }
-  key = top;
+  key = most;
   return best;
 }
 
-/// The seed of the slot's words.
-KILN_DRAW_FN uint64_t drawSeed(const int32_t *words) {
-  return uint64_t(uint32_t(words[1])) | uint64_t(uint32_t(words[2])) << 32;
+/// The draw within a nucleus over a vocabulary held whole, x[0, n), on the
+/// host: bestKey(..., top, nucleusCutOf(...)) computed faster. Each
+/// weight is made once (a loop that vectorises), the later passes read
+/// only the candidates the first leaves, and keys are made only for the
+/// nucleus's tokens (by id, so ties go to the lower index). `bits` and
+/// `places` are the caller's scratch. The index, its key in `key`. n > 0.
+inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
+                           uint64_t seed, uint32_t position, float &key,
+                           std::vector<uint32_t> &bits,
+                           std::vector<uint32_t> &places) {
+  const float top = nucleusTop(x, n);
+  bits.resize(size_t(n));
+  uint32_t *w = bits.data();
+  for (int64_t i = 0; i < n; ++i)
+    w[i] = weightBits(x[i], top, scale);
+  NucleusCut cut;
+  uint64_t bins[kNucleusBins] = {};
+  for (int64_t i = 0; i < n; ++i)
+    bins[nucleusDigit(w[i], 0)] += weightMass(w[i]);
+  nucleusStep(bins, 0, p, cut);
+  if (cut.want != 0) {
+    places.clear();
+    for (int64_t i = 0; i < n; ++i)
+      if (nucleusCandidate(w[i], cut.prefix, 1))
+        places.push_back(uint32_t(i));
+    for (int pass = 1; pass < kNucleusPasses && cut.want != 0; ++pass) {
+      for (int d = 0; d < kNucleusBins; ++d)
+        bins[d] = 0;
+      for (uint32_t i : places)
+        if (nucleusCandidate(w[i], cut.prefix, pass))
+          bins[nucleusDigit(w[i], pass)] += weightMass(w[i]);
+      nucleusStep(bins, pass, p, cut);
+    }
+  }
+  const uint32_t edge = nucleusBits(cut);
+  if (edge == 0)
+    return bestKey(x, n, 0, scale, seed, position, key);
+  // Every token of the nucleus has a finite key (its weight is positive,
+  // so its logit is finite): the largest, the first of equal ones.
+  int64_t best = -1;
+  float most = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (w[i] < edge)
+      continue;
+    const float k = drawKey(x[i], scale, seed, position, uint32_t(i));
+    if (best < 0 || k > most) {
+      best = i;
+      most = k;
+    }
+  }
+  key = most;
+  return best;
 }
 
 } // namespace kiln::draw

@@ -2862,7 +2862,7 @@ void checkDrawnArgmax(Report &r, kiln::Rng &rng) {
                                      (unsigned long long)seed, position);
     float key = 0;
     kiln::Expected<int32_t> want =
-        cpu::drawArgmax(x.data(), n, 0, w.data(), position, key);
+        cpu::drawArgmax(x.data(), n, 0, w.data(), 4, position, key);
     run(kc::launchArgmax(dx.get(), n, dout.get(), nullptr, draw));
     r.line("argmax drawn", what + ", n=20000",
            mismatches(dout.download(), std::vector<int32_t>{want ? *want : -2}),
@@ -2883,7 +2883,7 @@ void checkDrawnArgmax(Report &r, kiln::Rng &rng) {
         summed[size_t(i)] += mine[size_t(i)];
       float partKey = 0;
       kiln::Expected<int32_t> local = cpu::drawArgmax(
-          x.data() + q * part, part, q * part, w.data(), position, partKey);
+          x.data() + q * part, part, q * part, w.data(), 4, position, partKey);
       const kc::ArgmaxCandidate got = cands.download()[size_t(q)];
       bad += !local || got.index != int32_t(q * part) + *local;
       bad += std::memcmp(&got.value, &partKey, sizeof(float)) != 0;
@@ -2919,6 +2919,150 @@ void checkDrawnArgmax(Report &r, kiln::Rng &rng) {
                faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
                              index, bits),
            0, "exact");
+  }
+}
+
+/// The nucleus (top-p, the eight words' word 3) cut by the one-block
+/// argmax against cpu::drawArgmax, bit for bit: vocabularies of N(0, 3)
+/// logits, of GLM-5's 154,880 with a peaked head, and of a few values
+/// repeated (ties at the cut), at shares from 1e-6 (the best token alone)
+/// to 0.999999; the kernels of a part refuse a nucleus (word 3's fault);
+/// bad shares are faults.
+void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
+  const uint64_t seed = rng.next();
+  const int32_t position = 77;
+  auto words = [&](float t, float p) {
+    int32_t w[8] = {0, int32_t(uint32_t(seed)), int32_t(uint32_t(seed >> 32)),
+                    0, 0, 0, 0, 0};
+    std::memcpy(&w[0], &t, 4);
+    std::memcpy(&w[3], &p, 4);
+    return std::vector<int32_t>(w, w + 8);
+  };
+  std::vector<std::pair<std::string, std::vector<float>>> vocabularies;
+  vocabularies.emplace_back("20000 N(0, 3)", normals(rng, 20000, 3.0));
+  {
+    // A head of 40 tokens 6-12 nats above a tail of N(0, 2).
+    std::vector<float> v = normals(rng, 154880, 2.0);
+    for (int i = 0; i < 40; ++i)
+      v[size_t(rng.next() % v.size())] = 6.0f + float(rng.next() % 600) / 100;
+    v[5] = std::numeric_limits<float>::quiet_NaN();
+    v[9] = -std::numeric_limits<float>::infinity();
+    vocabularies.emplace_back("154880 peaked", std::move(v));
+  }
+  {
+    // Eight values over 30000 tokens: every cut falls among equal weights.
+    std::vector<float> v(30000);
+    for (float &x : v)
+      x = float(rng.next() % 8) * 0.5f;
+    vocabularies.emplace_back("30000 of 8 values", std::move(v));
+  }
+  DeviceArray<int32_t> dpos(std::vector<int32_t>{position});
+  DeviceArray<int32_t> dout(1);
+  Fault fault;
+  // One scratch for every launch of the grid's form: each leaves it ready
+  // for the next.
+  DeviceArray<uint8_t> scratch(std::vector<uint8_t>(
+      size_t(kc::nucleusScratchBytes(154880)), uint8_t(0)));
+  double gridBad = 0, gridCases = 0;
+  for (const auto &[name, x] : vocabularies) {
+    DeviceArray<float> dx(x);
+    const int64_t n = int64_t(x.size());
+    double bad = 0, cases = 0, drawnDiffers = 0;
+    for (float t : {1.0f, 0.6f, 1.7f})
+      for (float p : {1e-6f, 0.5f, 0.9f, 0.95f, 0.999999f}) {
+        const std::vector<int32_t> w = words(t, p);
+        DeviceArray<int32_t> dw(w);
+        float key = 0;
+        kiln::Expected<int32_t> want =
+            cpu::drawArgmax(x.data(), n, 0, w.data(), 8, position, key);
+        const kc::DrawInputs draw{dw.get(), dpos.get(), fault.sink(), 8};
+        run(kc::launchArgmax(dx.get(), n, dout.get(), nullptr, draw));
+        const int32_t got = dout.download()[0];
+        bad += !want || got != *want;
+        run(kc::launchNucleusArgmax(dx.get(), n, dout.get(), scratch.get(),
+                                    nullptr, draw));
+        gridBad += !want || dout.download()[0] != *want;
+        ++gridCases;
+        // The same words without the cut, for the count of draws it moved.
+        std::vector<int32_t> plain = w;
+        plain[3] = 0;
+        float plainKey = 0;
+        kiln::Expected<int32_t> whole =
+            cpu::drawArgmax(x.data(), n, 0, plain.data(), 8, position,
+                            plainKey);
+        drawnDiffers += whole && want && *whole != *want;
+        ++cases;
+      }
+    r.line("argmax nucleus", fmtText("%s, T 1/0.6/1.7 x p 1e-6 .. 0.999999 "
+                                     "(%.0f of %.0f draws moved by the cut)",
+                                     name.c_str(), drawnDiffers, cases),
+           bad, 0, "exact: cpu::drawArgmax's index");
+  }
+  // The grid's form with words that cut nothing: a plain temperature and
+  // greedy, as the one block takes them.
+  for (float t : {0.8f, 0.0f}) {
+    const std::vector<float> &x = vocabularies[1].second;
+    DeviceArray<float> dx(x);
+    const std::vector<int32_t> w = words(t, 0.0f);
+    DeviceArray<int32_t> dw(w);
+    float key = 0;
+    kiln::Expected<int32_t> want = cpu::drawArgmax(
+        x.data(), int64_t(x.size()), 0, w.data(), 8, position, key);
+    run(kc::launchNucleusArgmax(dx.get(), int64_t(x.size()), dout.get(),
+                                scratch.get(), nullptr,
+                                kc::DrawInputs{dw.get(), dpos.get(),
+                                               fault.sink(), 8}));
+    gridBad += !want || dout.download()[0] != *want;
+    ++gridCases;
+  }
+  r.line("argmax nucleus by a grid", fmtText("the three vocabularies' %.0f "
+                                             "draws, a plain T and greedy",
+                                             gridCases),
+         gridBad, 0, "exact: cpu::drawArgmax's index");
+  r.line("argmax nucleus faults", "valid words",
+         faultMismatch(fault.read(), kc::FaultCode::None, 0, 0), 0,
+         "no fault");
+  const std::vector<float> x = normals(rng, 4096, 3.0);
+  DeviceArray<float> dx(x);
+  // A part's kernels: a nucleus needs the whole vocabulary.
+  {
+    fault.clear();
+    DeviceArray<int32_t> dw(words(1.0f, 0.9f));
+    DeviceArray<kc::ArgmaxCandidate> cand(1);
+    run(kc::launchArgmaxCandidate(dx.get(), 4096, 0, cand.get(), nullptr,
+                                  kc::DrawInputs{dw.get(), dpos.get(),
+                                                 fault.sink(), 8}));
+    r.line("argmax nucleus of a part", "the candidate kernel: fault, -1",
+           double(cand.download()[0].index != -1) +
+               faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
+                             3, int64_t(0x3f666666u)),
+           0, "exact");
+  }
+  // Bad shares: 1, negative, NaN, and a share without a temperature.
+  for (auto [t, p] : {std::pair{1.0f, 1.0f}, std::pair{1.0f, -0.5f},
+                      std::pair{1.0f, std::numeric_limits<float>::quiet_NaN()},
+                      std::pair{0.0f, 0.9f}}) {
+    fault.clear();
+    DeviceArray<int32_t> dw(words(t, p));
+    run(kc::launchArgmax(dx.get(), 4096, dout.get(), nullptr,
+                         kc::DrawInputs{dw.get(), dpos.get(), fault.sink(), 8}));
+    uint32_t bits;
+    std::memcpy(&bits, &p, 4);
+    double wrong = mismatches(dout.download(), std::vector<int32_t>{-1}) +
+                   faultMismatch(fault.read(),
+                                 kc::FaultCode::SamplingOutOfRange, 3,
+                                 int64_t(bits));
+    fault.clear();
+    run(kc::launchNucleusArgmax(dx.get(), 4096, dout.get(), scratch.get(),
+                                nullptr,
+                                kc::DrawInputs{dw.get(), dpos.get(),
+                                               fault.sink(), 8}));
+    wrong += mismatches(dout.download(), std::vector<int32_t>{-1}) +
+             faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange, 3,
+                           int64_t(bits));
+    r.line("argmax nucleus, bad words",
+           fmtText("T %g, top-p %g: fault, -1 (one block and grid)", t, p),
+           wrong, 0, "exact");
   }
 }
 
@@ -5523,6 +5667,7 @@ int main(int argc, char **argv) {
   checkLinearRouter(report, rng);
   checkArgmax(report, rng);
   checkDrawnArgmax(report, rng);
+  checkNucleusArgmax(report, rng);
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);
   checkLiveRows(report, rng);

@@ -254,7 +254,7 @@ TEST(DrawArgmax, ZeroTemperatureIsTheArgmaxAndBadWordsAreErrors) {
     v = normal(gen);
   float key = 0;
   const int32_t greedy[4] = {0, 5, 6, 0};
-  Expected<int32_t> best = drawArgmax(x.data(), 1000, 0, greedy, 3, key);
+  Expected<int32_t> best = drawArgmax(x.data(), 1000, 0, greedy, 4, 3, key);
   ASSERT_TRUE(bool(best));
   EXPECT_EQ(*best, argmax(x.data(), 1000));
   EXPECT_EQ(key, x[size_t(*best)]);
@@ -262,24 +262,71 @@ TEST(DrawArgmax, ZeroTemperatureIsTheArgmaxAndBadWordsAreErrors) {
   const float t = 0.5f;
   int32_t words[4] = {0, 5, 6, 0};
   std::memcpy(&words[0], &t, 4);
-  best = drawArgmax(x.data(), 1000, 0, words, 3, key);
+  best = drawArgmax(x.data(), 1000, 0, words, 4, 3, key);
   ASSERT_TRUE(bool(best));
-  EXPECT_EQ(key, draw::drawKey(x[size_t(*best)], 2.0f, draw::drawSeed(words), 3,
+  EXPECT_EQ(key, draw::drawKey(x[size_t(*best)], 2.0f, 0x0000000600000005ull, 3,
                                uint32_t(*best)));
   for (int64_t i = 0; i < 1000; ++i)
-    ASSERT_LE(draw::drawKey(x[size_t(i)], 2.0f, draw::drawSeed(words), 3,
+    ASSERT_LE(draw::drawKey(x[size_t(i)], 2.0f, 0x0000000600000005ull, 3,
                             uint32_t(i)),
               key);
   const float negative = -1.0f;
   std::memcpy(&words[0], &negative, 4);
-  Expected<int32_t> refused = drawArgmax(x.data(), 1000, 0, words, 3, key);
+  Expected<int32_t> refused = drawArgmax(x.data(), 1000, 0, words, 4, 3, key);
   ASSERT_FALSE(bool(refused));
   expectError(Status(refused.error()), {"sampling", "word 0", "0xbf800000"});
   std::memcpy(&words[0], &t, 4);
   words[3] = 1;
-  refused = drawArgmax(x.data(), 1000, 0, words, 3, key);
+  refused = drawArgmax(x.data(), 1000, 0, words, 4, 3, key);
   ASSERT_FALSE(bool(refused));
   expectError(Status(refused.error()), {"sampling", "word 3"});
+}
+
+TEST(DrawArgmax, ANucleusIsCutFromTheWholeVocabulary) {
+  SCOPED_TRACE(seedText(43));
+  std::mt19937 gen = generator(43);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(2000);
+  for (float &v : x)
+    v = normal(gen);
+  const float t = 1.0f, p = 0.5f;
+  int32_t words[8] = {0, 5, 6, 0, 0, 0, 0, 0};
+  std::memcpy(&words[0], &t, 4);
+  std::memcpy(&words[3], &p, 4);
+  // The draw is the best key among the tokens at or above the cut.
+  const float top = draw::nucleusTop(x.data(), 2000);
+  const uint32_t cut = draw::nucleusCutOf(x.data(), 2000, top, 1.0f, p);
+  ASSERT_NE(cut, 0u);
+  int kept = 0;
+  for (int32_t position = 0; position < 50; ++position) {
+    float key = 0;
+    Expected<int32_t> best =
+        drawArgmax(x.data(), 2000, 0, words, 8, position, key);
+    ASSERT_TRUE(bool(best));
+    EXPECT_GE(draw::weightBits(x[size_t(*best)], top, 1.0f), cut);
+    for (int64_t i = 0; i < 2000; ++i) {
+      if (draw::weightBits(x[size_t(i)], top, 1.0f) < cut)
+        continue;
+      ASSERT_LE(draw::drawKey(x[size_t(i)], 1.0f, 0x0000000600000005ull,
+                              uint32_t(position), uint32_t(i)),
+                key);
+    }
+    kept += *best == argmax(x.data(), 2000);
+  }
+  // Half the mass at N(0, 3) is a handful of tokens: the best one is drawn
+  // often, but not always.
+  EXPECT_GT(kept, 5);
+  EXPECT_LT(kept, 50);
+  // A part (base > 0) cannot cut it: an error, not a draw from the part.
+  float key = 0;
+  Expected<int32_t> part =
+      drawArgmax(x.data() + 1000, 1000, 1000, words, 8, 0, key);
+  ASSERT_FALSE(bool(part));
+  expectError(Status(part.error()), {"sampling", "whole vocabulary"});
+  // The first form (four words) has no nucleus: word 3 is reserved.
+  Expected<int32_t> first = drawArgmax(x.data(), 2000, 0, words, 4, 0, key);
+  ASSERT_FALSE(bool(first));
+  expectError(Status(first.error()), {"sampling", "word 3"});
 }
 
 TEST(Dequant, EveryValueRowMajor) {

@@ -1,6 +1,6 @@
 //===- GeneratorDrawTest.cpp - The step's draw through the generator -----===//
 //
-// A plain temperature drawn by the step (support/DrawKey.h) through
+// A temperature (and a top-p) drawn by the step (support/DrawKey.h) through
 // Generator on the CPU backend, with a tiny synthetic model made by this
 // build's kiln-gguf and kiln-compile: the tokens are the same whether the
 // prompt's last step drew the first one (Generator::plan) or the generator
@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace kiln::runtime;
@@ -67,14 +68,20 @@ TEST(GeneratorDraw, PlannedLateAndHostDrawsAgree) {
   ASSERT_TRUE(s.draws());
 
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
-  for (auto [temperature, seed] : {std::pair{0.9, uint64_t(77)},
-                                   std::pair{1.6, uint64_t(1) << 40}}) {
+  ASSERT_TRUE(s.cutsNucleus());
+  // A temperature alone, and one with a top-p (the step's nucleus).
+  for (auto [temperature, seed, topP] :
+       {std::tuple{0.9, uint64_t(77), 1.0},
+        std::tuple{1.6, uint64_t(1) << 40, 1.0},
+        std::tuple{1.3, uint64_t(5), 0.7}}) {
     SCOPED_TRACE("T " + std::to_string(temperature) + ", seed " +
-                 std::to_string(seed));
+                 std::to_string(seed) + ", top-p " + std::to_string(topP));
     GenerateOptions g;
     g.maxTokens = 12;
     g.sampling.temperature = temperature;
     g.sampling.seed = seed;
+    g.sampling.topP = topP;
+    const KeyDraw asked{float(temperature), topP < 1 ? float(topP) : 0.0f};
     // Planned: the prompt's last step draws the first token.
     ASSERT_TRUE(s.reset());
     Generator planned(s, nullptr);
@@ -84,6 +91,7 @@ TEST(GeneratorDraw, PlannedLateAndHostDrawsAgree) {
     auto a = planned.generate(g, {}, &logits);
     ASSERT_TRUE(bool(a)) << a.error().message();
     ASSERT_EQ(a->tokens.size(), 12u);
+    EXPECT_EQ(a->chooser, GenerateResult::Chooser::StepDraw);
     // Not planned: the last token is evaluated again to draw.
     ASSERT_TRUE(s.reset());
     Generator late(s, nullptr);
@@ -99,8 +107,7 @@ TEST(GeneratorDraw, PlannedLateAndHostDrawsAgree) {
     for (size_t i = 0; i < a->tokens.size(); ++i) {
       const size_t position = prompt.size() - 1 + i;
       std::span<const float> row(logits.data() + position * vocab, vocab);
-      EXPECT_EQ(a->tokens[i], drawToken(row, float(temperature), seed,
-                                        int32_t(position)))
+      EXPECT_EQ(a->tokens[i], drawToken(row, asked, seed, int32_t(position)))
           << "token " << i;
       argmaxes += a->tokens[i] == argmax(row);
     }

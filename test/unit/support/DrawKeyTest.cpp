@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -50,25 +51,53 @@ TEST(DrawKey, UniformIsInsideTheOpenInterval) {
 }
 
 TEST(DrawKey, WordsOutsideTheRangeAreRefused) {
-  auto words = [](float t, int32_t last) {
-    std::vector<int32_t> w = {int32_t(floatBits(t)), 7, 9, last};
+  auto words = [](float t, int32_t third) {
+    std::vector<int32_t> w = {int32_t(floatBits(t)), 7, 9, third, 0, 0, 0, 0};
     return w;
   };
+  auto share = [&](float t, float p) {
+    return words(t, int32_t(floatBits(p)));
+  };
   int bad = -1;
-  EXPECT_TRUE(validWords(words(0.0f, 0).data(), bad));
-  EXPECT_TRUE(validWords(words(-0.0f, 0).data(), bad)); // -0 == 0
-  EXPECT_TRUE(validWords(words(0x1p-16f, 0).data(), bad));
-  EXPECT_TRUE(validWords(words(0x1p16f, 0).data(), bad));
-  for (float t : {-1.0f, 0x1p-17f, 0x1p17f, INFINITY, NAN}) {
+  for (int count : {kTemperatureWords, kDrawWords}) {
+    EXPECT_TRUE(validWords(words(0.0f, 0).data(), count, bad));
+    EXPECT_TRUE(validWords(words(-0.0f, 0).data(), count, bad)); // -0 == 0
+    EXPECT_TRUE(validWords(words(0x1p-16f, 0).data(), count, bad));
+    EXPECT_TRUE(validWords(words(0x1p16f, 0).data(), count, bad));
+    for (float t : {-1.0f, 0x1p-17f, 0x1p17f, INFINITY, NAN}) {
+      bad = -1;
+      EXPECT_FALSE(validWords(words(t, 0).data(), count, bad)) << t;
+      EXPECT_EQ(bad, 0) << t;
+    }
+  }
+  // The first form: word 3 is reserved, a share included.
+  bad = -1;
+  EXPECT_FALSE(validWords(words(1.0f, 1).data(), kTemperatureWords, bad));
+  EXPECT_EQ(bad, 3);
+  EXPECT_FALSE(validWords(share(1.0f, 0.9f).data(), kTemperatureWords, bad));
+  // Eight words: a share within (0, 1) with a temperature.
+  DrawParams params;
+  ASSERT_TRUE(readWords(share(0.5f, 0.9f).data(), kDrawWords, params, bad));
+  EXPECT_EQ(params.temperature, 0.5f);
+  EXPECT_EQ(params.topP, 0.9f);
+  EXPECT_EQ(params.seed, 0x0000000900000007ull);
+  EXPECT_TRUE(validWords(share(1.0f, 0x1p-149f).data(), kDrawWords, bad));
+  EXPECT_TRUE(validWords(share(1.0f, 0.99999994f).data(), kDrawWords, bad));
+  for (float p : {1.0f, -0.5f, -0.0f, 2.0f, NAN, INFINITY}) {
     bad = -1;
-    EXPECT_FALSE(validWords(words(t, 0).data(), bad)) << t;
-    EXPECT_EQ(bad, 0) << t;
+    EXPECT_FALSE(validWords(share(1.0f, p).data(), kDrawWords, bad)) << p;
+    EXPECT_EQ(bad, 3) << p;
   }
   bad = -1;
-  EXPECT_FALSE(validWords(words(1.0f, 1).data(), bad));
-  EXPECT_EQ(bad, 3);
-  const int32_t seeded[4] = {0, int32_t(0x89abcdefu), 0x01234567, 0};
-  EXPECT_EQ(drawSeed(seeded), 0x0123456789abcdefull);
+  EXPECT_FALSE(validWords(share(0.0f, 0.9f).data(), kDrawWords, bad));
+  EXPECT_EQ(bad, 3); // a nucleus needs a temperature
+  for (int reserved = 4; reserved < kDrawWords; ++reserved) {
+    std::vector<int32_t> w = words(1.0f, 0);
+    w[size_t(reserved)] = 1;
+    bad = -1;
+    EXPECT_FALSE(validWords(w.data(), kDrawWords, bad));
+    EXPECT_EQ(bad, reserved);
+  }
 }
 
 /// Chi-square of `counts` against `probabilities` over `draws`.
@@ -139,6 +168,145 @@ TEST(DrawKey, PositionsAndSeedsGiveOtherDraws) {
   // Binomial(2000, 1/64): mean 31, sd 5.5; 70 is 7 sd above.
   EXPECT_LT(sameAcrossPositions, 70);
   EXPECT_LT(sameAcrossSeeds, 70);
+}
+
+/// The nucleus by its definition, without the radix passes: every
+/// distinct weight as a candidate cut, largest first, the first whose
+/// tokens' masses reach want.
+uint32_t cutByDefinition(const std::vector<float> &x, float scale, float p) {
+  const float top = nucleusTop(x.data(), int64_t(x.size()));
+  std::vector<std::pair<uint32_t, uint64_t>> weights; // bits, mass
+  uint64_t total = 0;
+  for (float v : x) {
+    const uint32_t bits = weightBits(v, top, scale);
+    weights.emplace_back(bits, weightMass(bits));
+    total += weightMass(bits);
+  }
+  if (total == 0)
+    return 0;
+  const uint64_t want =
+      std::min<uint64_t>(total, uint64_t(std::ceil(double(p) * double(total))));
+  std::sort(weights.begin(), weights.end(),
+            [](auto a, auto b) { return a.first > b.first; });
+  uint64_t held = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    held += weights[i].second;
+    // A cut keeps every token of its weight: reached after the last one.
+    if ((i + 1 == weights.size() || weights[i + 1].first != weights[i].first) &&
+        held >= want)
+      return weights[i].first;
+  }
+  return 0;
+}
+
+TEST(DrawKey, NucleusCutIsItsDefinition) {
+  // Seeded vocabularies: N(0, sigma) logits of several spreads, a peaked
+  // head, repeated values (ties at every cut), and shares from the best
+  // token alone to nearly all; the radix passes against the definition.
+  uint64_t state = 0x5eed;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 11;
+  };
+  auto normal = [&] {
+    // Sum of 12 uniforms, less 6: close enough to a normal for a test.
+    double s = 0;
+    for (int i = 0; i < 12; ++i)
+      s += double(next()) * 0x1p-53;
+    return s - 6;
+  };
+  std::printf("nucleus: seed %#llx\n", 0x5eedull);
+  int cases = 0;
+  for (int shape = 0; shape < 4; ++shape)
+    for (int64_t n : {1, 7, 1000, 50000}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float &v : x)
+        v = shape == 0   ? float(normal())
+            : shape == 1 ? float(4 * normal())
+            : shape == 2 ? float(next() % 6) * 0.75f
+                         : float(normal()) - 20.0f;
+      if (shape == 3)
+        for (int i = 0; i < 5 && i < n; ++i)
+          x[size_t(next() % uint64_t(n))] = 3.0f + float(i);
+      for (float t : {0.5f, 1.0f, 2.0f})
+        for (float p : {1e-6f, 0.3f, 0.9f, 0.95f, 0.999f, 0.99999994f}) {
+          const float top = nucleusTop(x.data(), n);
+          const uint32_t got = nucleusCutOf(x.data(), n, top, 1.0f / t, p);
+          ASSERT_EQ(got, cutByDefinition(x, 1.0f / t, p))
+              << "shape " << shape << ", n " << n << ", T " << t << ", p " << p;
+          // The host's faster draw is the masked keys' argmax.
+          std::vector<uint32_t> bits, places;
+          for (uint32_t position : {0u, 9u}) {
+            float want = 0, fast = 0;
+            const int64_t a =
+                bestKey(x.data(), n, 0, 1.0f / t, 3, position, want, top, got);
+            const int64_t b = nucleusDraw(x.data(), n, 1.0f / t, p, 3, position,
+                                          fast, bits, places);
+            ASSERT_EQ(a, b) << "shape " << shape << ", n " << n;
+            ASSERT_EQ(floatBits(want), floatBits(fast));
+          }
+          ++cases;
+        }
+    }
+  std::printf("nucleus: %d cuts as defined\n", cases);
+}
+
+TEST(DrawKey, NucleusDrawFollowsItsSoftmax) {
+  // Eight logits at T = 1, p = 0.8: the nucleus is the tokens of weight at
+  // least the cut; draws follow the softmax renormalised over them, and
+  // never leave them. Split over two parts, the cut is the whole's (sums
+  // of the parts' passes) and so is the draw.
+  const std::vector<float> logits = {2.0f, 0.1f, 1.5f,  -1.0f,
+                                     1.0f, 0.7f, -3.0f, 0.0f};
+  const float scale = 1.0f, p = 0.8f;
+  const float top = nucleusTop(logits.data(), 8);
+  const uint32_t cut = nucleusCutOf(logits.data(), 8, top, scale, p);
+  // Two parts' passes added: the same cut.
+  NucleusCut split;
+  uint64_t bins[kNucleusBins];
+  for (int pass = 0; pass < kNucleusPasses; ++pass) {
+    std::fill(bins, bins + kNucleusBins, 0);
+    nucleusHistogram(logits.data(), 3, top, scale, split, pass, bins);
+    nucleusHistogram(logits.data() + 3, 5, top, scale, split, pass, bins);
+    nucleusStep(bins, pass, p, split);
+  }
+  ASSERT_EQ(nucleusBits(split), cut);
+  std::vector<double> prob(8, 0);
+  double sum = 0;
+  int kept = 0;
+  for (size_t i = 0; i < 8; ++i)
+    if (weightBits(logits[i], top, scale) >= cut) {
+      sum += prob[i] = std::exp(double(logits[i] - top));
+      ++kept;
+    }
+  // 2.0, 1.5, 1.0, 0.7 hold 0.83 of the mass; without 0.7, 0.75.
+  ASSERT_EQ(kept, 4);
+  for (double &v : prob)
+    v /= sum;
+  const int64_t draws = 100000;
+  const uint64_t seed = 0xabcdef12345ull;
+  std::vector<int64_t> counts(8, 0);
+  for (int64_t position = 0; position < draws; ++position) {
+    float key;
+    const int64_t w = bestKey(logits.data(), 8, 0, scale, seed,
+                              uint32_t(position), key, top, cut);
+    ASSERT_GT(prob[size_t(w)], 0) << "drew token " << w << " outside the "
+                                  << "nucleus at position " << position;
+    ++counts[size_t(w)];
+  }
+  std::vector<int64_t> keptCounts;
+  std::vector<double> keptProb;
+  for (size_t i = 0; i < 8; ++i)
+    if (prob[i] > 0) {
+      keptCounts.push_back(counts[i]);
+      keptProb.push_back(prob[i]);
+    }
+  const double chi = chiSquare(keptCounts, keptProb, draws);
+  std::printf("nucleus T = 1, p = 0.8, seed %#llx: chi-square %.2f (3 "
+              "degrees)\n",
+              (unsigned long long)seed, chi);
+  // 3 degrees of freedom: P(chi-square > 21.1) = 1e-4.
+  EXPECT_LT(chi, 21.1);
 }
 
 } // namespace

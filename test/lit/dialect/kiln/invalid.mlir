@@ -93,7 +93,7 @@ func.func @argmax_empty(%x: tensor<0xf32>) -> tensor<i32> {
 // -----
 
 func.func @argmax_words(%x: tensor<8xf32>, %w: tensor<3xi32>, %p: tensor<i32>) -> tensor<i32> {
-  // expected-error @+1 {{'kiln.argmax' op the sampling words must be tensor<4xi32>, got 'tensor<3xi32>'}}
+  // expected-error @+1 {{'kiln.argmax' op the sampling words must be tensor<8xi32> (or tensor<4xi32>, a temperature only), got 'tensor<3xi32>'}}
   %t = "kiln.argmax"(%x, %w, %p) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<8xf32>, tensor<3xi32>, tensor<i32>) -> tensor<i32>
   return %t : tensor<i32>
 }

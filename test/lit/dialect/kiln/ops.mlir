@@ -43,7 +43,7 @@ func.func @greedy(%logits: tensor<154880xf32>) -> tensor<i32> {
 // CHECK: kiln.argmax %{{.+}} sampled %{{.+}} at %{{.+}} : tensor<154880xf32>
 // CHECK: kiln.distributed_argmax %{{.+}} sampled %{{.+}} at %{{.+}} {ranks = 8 : i64} : tensor<19360xf32>
 func.func @drawn(%logits: tensor<154880xf32>, %part: tensor<19360xf32>,
-                 %words: tensor<4xi32>, %pos: tensor<i32>) -> (tensor<i32>, tensor<i32>) {
+                 %words: tensor<8xi32>, %pos: tensor<i32>) -> (tensor<i32>, tensor<i32>) {
   %t = kiln.argmax %logits sampled %words at %pos : tensor<154880xf32>
   %d = kiln.distributed_argmax %part sampled %words at %pos {ranks = 8 : i64} : tensor<19360xf32>
   return %t, %d : tensor<i32>, tensor<i32>
