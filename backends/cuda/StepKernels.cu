@@ -3056,11 +3056,13 @@ __device__ bool readDraw(const DrawInputs &d, DrawState &state,
                          bool whole = true, bool report = true) {
   if (!d.words)
     return true;
-  int32_t words[draw::kDrawWords] = {0, 0, 0, 0, 0, 0, 0, 0};
+  // Every index fixed (unrolled), so the words stay in registers.
   const int count =
       d.count == draw::kDrawWords ? draw::kDrawWords : draw::kTemperatureWords;
-  for (int i = 0; i < count; ++i)
-    words[i] = d.words[i];
+  int32_t words[draw::kDrawWords];
+#pragma unroll
+  for (int i = 0; i < draw::kDrawWords; ++i)
+    words[i] = i < count ? d.words[i] : 0;
   const int32_t position = *d.position;
   draw::DrawParams params;
   int bad = 0;
@@ -3070,9 +3072,12 @@ __device__ bool readDraw(const DrawInputs &d, DrawState &state,
     bad = 3;
   }
   if (!valid) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int i = 0; i < draw::kDrawWords; ++i)
+      bits = i == bad ? uint32_t(words[i]) : bits;
     if (threadIdx.x == 0 && report)
-      recordFault(d.fault, FaultCode::SamplingOutOfRange, bad,
-                  int64_t(uint32_t(words[bad])));
+      recordFault(d.fault, FaultCode::SamplingOutOfRange, bad, int64_t(bits));
     return false;
   }
   state.scale = params.temperature == 0.0f ? 0.0f : 1.0f / params.temperature;

@@ -90,8 +90,9 @@ KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
     bad = 3;
     return false;
   }
-  for (int i = 4; i < count; ++i)
-    if (words[i] != 0) {
+  // Fixed bounds, so that a kernel keeps the words in registers.
+  for (int i = 4; i < kDrawWords; ++i)
+    if (i < count && words[i] != 0) {
       bad = i;
       return false;
     }
