@@ -857,8 +857,8 @@ Expected<Launch> OpBinder::collective() {
     int64_t n = d_.n;
     const DrawInputs draw = drawInputs();
     if (d_.drawn && d_.drawWords == draw::kDrawWords) {
-      // The whole vocabulary on every rank, then the one-block argmax that
-      // cuts the nucleus and draws (the graphs with a nucleus).
+      // The whole vocabulary on every rank, then the grid's argmax that
+      // cuts the nucleus and draws (the nucleus's graphs).
       KILN_ASSIGN(whole, rank_.scratchFloats(uint64_t(n) * uint64_t(ranks)));
       KILN_ASSIGN(gather, gatherParts(x, uint64_t(n), whole));
       const int64_t all = n * ranks;
@@ -2033,8 +2033,8 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   // For the graph of the long contexts (StepGraph wideSelect): each
   // indexer's launch with the selection by a cluster of 16.
   std::vector<std::optional<Launch>> wideSelects;
-  // For the nucleus's graphs: each distributed_argmax's launch that
-  // gathers the whole vocabulary (OpBinder::nucleus).
+  // For the nucleus's graphs: each argmax's launch by a grid of blocks
+  // (OpBinder::nucleus).
   std::vector<std::optional<Launch>> nuclei;
   std::set<int32_t> selections;
   int64_t selectsAll = 0;

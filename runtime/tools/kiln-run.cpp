@@ -78,10 +78,12 @@ options:
   -n N                     tokens to generate (default 16; 0: only evaluate
                            the prompt, i.e. teacher forcing)
   --temperature T          sample with temperature T (default 0: greedy);
-                           alone (no cut or penalty), the step draws the
-                           token itself: no logits cross to the host
+                           alone or with --top-p (no other cut or penalty),
+                           the step draws the token itself: no logits cross
+                           to the host
   --top-k K                sample among the K most likely (default: all)
-  --top-p P                sample within probability mass P (default 1)
+  --top-p P                sample within probability mass P (default 1); the
+                           step cuts this nucleus itself (docs/runtime.md)
   --min-p P                sample among tokens at least P times as likely as
                            the most likely one (default 0: off)
   --repeat-penalty R       divide (multiply, if negative) the logits of the
