@@ -251,9 +251,9 @@ Expected<std::function<Status()>> OpBinder::bind() {
       draw::DrawParams params;
       int bad = 0;
       if (words && draw::readWords(words, count, params, bad) &&
-          params.topP != 0.0f) {
-        // A nucleus: its cut needs the whole vocabulary, gathered on every
-        // rank, which then draws the same token as every other.
+          params.cuts()) {
+        // A nucleus or min-p: its cut needs the whole vocabulary, gathered
+        // on every rank, which then draws the same token as every other.
         c.inputs[rank->index] = x;
         c.barrier.arrive_and_wait();
         std::vector<float> whole(uint64_t(n) * c.inputs.size());

@@ -3085,7 +3085,8 @@ struct CudaPlugin {
           bytes == draw::kDrawWords * sizeof(int32_t)) {
         int32_t words[draw::kDrawWords];
         std::memcpy(words, data, sizeof words);
-        s->nucleusAsked = words[3] != 0 || (s->gridDraws && words[0] != 0);
+        s->nucleusAsked =
+            words[3] != 0 || words[5] != 0 || (s->gridDraws && words[0] != 0);
       }
     }
     return Status::ok();

@@ -3045,8 +3045,10 @@ struct DrawState {
   uint64_t seed = 0;
   uint32_t position = 0;
   float topP = 0;
+  uint32_t floor = 0; ///< min-p's weight bits (0: none)
   float top = 0;
   uint32_t cut = 0;
+  __device__ bool cuts() const { return topP != 0.0f || floor != 0; }
 };
 
 /// Reads the draw's words; false (thread 0 having reported the first bad
@@ -3067,9 +3069,9 @@ __device__ bool readDraw(const DrawInputs &d, DrawState &state,
   draw::DrawParams params;
   int bad = 0;
   bool valid = draw::readWords(words, count, params, bad);
-  if (valid && params.topP != 0.0f && !whole) {
+  if (valid && params.cuts() && !whole) {
     valid = false;
-    bad = 3;
+    bad = params.topP != 0.0f ? 3 : 5;
   }
   if (!valid) {
     uint32_t bits = 0;
@@ -3084,6 +3086,7 @@ __device__ bool readDraw(const DrawInputs &d, DrawState &state,
   state.seed = params.seed;
   state.position = uint32_t(position);
   state.topP = params.topP;
+  state.floor = draw::floatBits(params.minP);
   return true;
 }
 
@@ -3208,6 +3211,10 @@ __device__ void blockNucleus(const float *x, int64_t n, DrawState &d,
   for (int w = 1; w < int(blockDim.x) / kWarp; ++w)
     top = s.warpTops[w] > top ? s.warpTops[w] : top;
   d.top = top;
+  if (d.topP == 0.0f) { // min-p alone: its floor
+    d.cut = draw::floorCut(top, d.floor);
+    return;
+  }
   for (int pass = 0; pass < draw::kNucleusPasses; ++pass) {
     for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x)
       s.bins[b] = 0;
@@ -3216,7 +3223,7 @@ __device__ void blockNucleus(const float *x, int64_t n, DrawState &d,
     if (pass == 0 || s.cut.want != 0)
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const uint32_t bits = draw::weightBits(x[i], top, d.scale);
-        const uint64_t mass = draw::weightMass(bits);
+        const uint64_t mass = draw::floorMass(bits, d.floor);
         if (mass != 0 && (pass == 0 || draw::nucleusCandidate(bits, prefix,
                                                               pass)))
           atomicAdd(&s.bins[draw::nucleusDigit(bits, pass)],
@@ -3239,7 +3246,7 @@ __global__ void argmaxKernel(const float *x, int64_t n, int32_t *out,
       *out = -1;
     return;
   }
-  if (d.topP != 0.0f && n > 0)
+  if (d.cuts() && n > 0)
     blockNucleus(x, n, d, nucleus);
   const Best best = blockArgmax(x, n, 0, d, bests);
   if (threadIdx.x == 0)
@@ -3334,7 +3341,7 @@ __global__ void __launch_bounds__(kNucleusThreads)
                      DrawInputs draw) {
   stepKernelPrologue();
   DrawState d;
-  if (!readDraw(draw, d, true, false) || d.topP == 0.0f)
+  if (!readDraw(draw, d, true, false) || !d.cuts())
     return; // the same for every block: no cut (keysKernel)
   int64_t begin, end;
   nucleusChunk(n, begin, end);
@@ -3395,7 +3402,7 @@ __global__ void __launch_bounds__(kNucleusThreads)
       if (!draw::nucleusCandidate(w, prefix, pass))
         continue;
     }
-    const uint64_t mass = draw::weightMass(w);
+    const uint64_t mass = draw::floorMass(w, d.floor);
     if (mass != 0)
       atomicAdd(&shared.bins[draw::nucleusDigit(w, pass)],
                 (unsigned long long)mass);
@@ -3432,13 +3439,20 @@ __global__ void __launch_bounds__(kNucleusThreads)
       *out = -1;
     return;
   }
-  const uint32_t cut = d.topP != 0.0f ? draw::nucleusBits(state->cut) : 0;
+  // The cut: the nucleus's (the passes kept each weight's bits), min-p's
+  // floor alone (each weight made here), or none.
+  const float top = d.cuts() ? state->top : 0.0f;
+  const uint32_t cut = d.topP != 0.0f ? draw::nucleusBits(state->cut)
+                       : d.floor != 0 ? draw::floorCut(top, d.floor)
+                                      : 0;
   int64_t begin, end;
   nucleusChunk(n, begin, end);
   Best best{-INFINITY, INT_MAX};
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    if (cut != 0 && bits[i] < cut)
-      continue; // outside the nucleus: -infinity, never the best
+    if (cut != 0 &&
+        (d.topP != 0.0f ? bits[i] : draw::weightBits(x[i], top, d.scale)) <
+            cut)
+      continue; // outside the cut: -infinity, never the best
     const float v =
         d.scale == 0.0f
             ? x[i]

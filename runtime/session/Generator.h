@@ -136,6 +136,7 @@ private:
     float temperature = 0;
     uint64_t seed = 0;
     float topP = 0;
+    float minP = 0;
     bool operator==(const Draw &) const = default;
   };
   /// The device's draw for `options`, where the step can make it.

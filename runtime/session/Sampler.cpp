@@ -20,15 +20,17 @@ int32_t argmax(std::span<const float> logits) {
 
 std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab) {
   if (options.greedy() || options.penalises() ||
-      (options.topK > 0 && options.topK < vocab) || options.minP > 0 ||
-      !(options.topP > 0))
+      (options.topK > 0 && options.topK < vocab) || !(options.topP > 0) ||
+      !(options.minP >= 0))
     return std::nullopt;
   const float t = float(options.temperature);
   if (!(t >= draw::kMinTemperature && t <= draw::kMaxTemperature))
     return std::nullopt;
   // A share that rounds to 1 in float keeps every token.
   const float p = options.topP < 1 ? float(options.topP) : 0.0f;
-  return KeyDraw{t, p < 1.0f ? p : 0.0f};
+  // The Sampler's floor: min-p as a float, at most 1 (0: none).
+  const float m = float(std::min(options.minP, 1.0));
+  return KeyDraw{t, p < 1.0f ? p : 0.0f, m};
 }
 
 int32_t drawToken(std::span<const float> logits, KeyDraw draw, uint64_t seed,
@@ -38,12 +40,13 @@ int32_t drawToken(std::span<const float> logits, KeyDraw draw, uint64_t seed,
   const int64_t n = int64_t(logits.size());
   const float scale = 1.0f / draw.temperature;
   float key;
-  if (draw.topP == 0.0f)
+  if (draw.topP == 0.0f && draw.minP == 0.0f)
     return int32_t(draw::bestKey(logits.data(), n, 0, scale, seed,
                                  uint32_t(position), key));
   thread_local std::vector<uint32_t> bits, places;
   return int32_t(draw::nucleusDraw(logits.data(), n, scale, draw.topP, seed,
-                                   uint32_t(position), key, bits, places));
+                                   uint32_t(position), key, bits, places,
+                                   draw::floatBits(draw.minP)));
 }
 
 Sampler::Sampler(const SamplingOptions &options)

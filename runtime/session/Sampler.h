@@ -114,15 +114,17 @@ private:
 int32_t argmax(std::span<const float> logits);
 
 /// A sampling that the argmax of DrawKey.h's keys makes: a draw from
-/// softmax(logits / T), over the nucleus of top-p where topP is not 0.
+/// softmax(logits / T), over the tokens min-p keeps where minP is not 0,
+/// then over the nucleus of top-p where topP is not 0.
 struct KeyDraw {
   float temperature = 0;
   float topP = 0; ///< 0: the whole vocabulary
+  float minP = 0; ///< 0: no floor
   bool operator==(const KeyDraw &) const = default;
 };
 
 /// The key draw of a sampling over `vocab` tokens that is a temperature
-/// (within DrawKey.h's range) and at most a top-p (no top-k, min-p,
+/// (within DrawKey.h's range) and at most a top-p and a min-p (no top-k,
 /// penalty or bias); none for greedy decoding and for a choice the Sampler
 /// must make.
 std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab);

@@ -269,16 +269,17 @@ Status Session::decode(int32_t token, int32_t position,
               "read_slot");
 }
 
-Status Session::setDraw(float temperature, uint64_t seed, float topP) {
+Status Session::setDraw(float temperature, uint64_t seed, float topP,
+                        float minP) {
   int32_t words[draw::kDrawWords] = {int32_t(draw::floatBits(temperature)),
                                      int32_t(uint32_t(seed)),
                                      int32_t(uint32_t(seed >> 32)),
                                      int32_t(draw::floatBits(topP)),
                                      0,
-                                     0,
+                                     int32_t(draw::floatBits(minP)),
                                      0,
                                      0};
-  if (topP != 0.0f && !cutsNucleus())
+  if ((topP != 0.0f || minP != 0.0f) && !cutsNucleus())
     return Error(where_, "sampling",
                  draws_ ? "the artifact's step draws plain temperatures only "
                           "(compiled before it cut a nucleus)"
@@ -290,9 +291,15 @@ Status Session::setDraw(float temperature, uint64_t seed, float topP) {
                  "argmax took the sampling words)");
   int bad = 0;
   if (!draw::validWords(words, draw::kDrawWords, bad))
-    return Error(where_, bad == 0 ? "temperature" : "top_p",
+    return Error(where_,
+                 bad == 0   ? "temperature"
+                 : bad == 3 ? "top_p"
+                            : "min_p",
                  fmt::format("{} is not a draw the step makes: {}",
-                             bad == 0 ? temperature : topP, draw::kWordsRule));
+                             bad == 0   ? temperature
+                             : bad == 3 ? topP
+                                        : minP,
+                             draw::kWordsRule));
   const int count = drawWordCount_ ? drawWordCount_ : draw::kDrawWords;
   if (std::equal(words, words + count, drawWords_))
     return Status::ok();

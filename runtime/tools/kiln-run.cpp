@@ -78,14 +78,15 @@ options:
   -n N                     tokens to generate (default 16; 0: only evaluate
                            the prompt, i.e. teacher forcing)
   --temperature T          sample with temperature T (default 0: greedy);
-                           alone or with --top-p (no other cut or penalty),
-                           the step draws the token itself: no logits cross
-                           to the host
+                           alone or with --top-p and --min-p (no top-k or
+                           penalty), the step draws the token itself: no
+                           logits cross to the host
   --top-k K                sample among the K most likely (default: all)
   --top-p P                sample within probability mass P (default 1); the
                            step cuts this nucleus itself (docs/runtime.md)
   --min-p P                sample among tokens at least P times as likely as
-                           the most likely one (default 0: off)
+                           the most likely one (default 0: off); the step
+                           cuts this floor itself
   --repeat-penalty R       divide (multiply, if negative) the logits of the
                            last 64 tokens by R before choosing (default 1:
                            off; also applies to greedy decoding)
@@ -475,8 +476,8 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   if (!s.hasLogits() && (needsHostLogits(s, sampling) || constraint))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding or a temperature (with at most a top-p) "
-                      "only"));
+                      "decoding or a temperature (with at most a top-p and "
+                      "a min-p) only"));
 
   GenerateOptions generate;
   generate.maxTokens = maxTokens;
@@ -615,7 +616,8 @@ int runBench(SessionOptions options, const std::string &simulate,
   const std::optional<KeyDraw> drawn = keyDraw(sampling, INT64_MAX);
   if (!sampling.greedy() && !drawn)
     return usageError("--bench draws with a --temperature within [2^-16, "
-                      "2^16] and at most a --top-p (no other cut or penalty)");
+                      "2^16] and at most a --top-p and a --min-p (no top-k or "
+                      "penalty)");
   options.flags |= KILN_RUN_RANDOM_WEIGHTS;
   options.fillPositions = context;
   options.seed = 1;
@@ -650,7 +652,8 @@ int runBench(SessionOptions options, const std::string &simulate,
                                   "at: the caches hold {}",
                                   context, s.contextLength())));
   if (drawn)
-    if (Status st = s.setDraw(drawn->temperature, sampling.seed, drawn->topP);
+    if (Status st = s.setDraw(drawn->temperature, sampling.seed, drawn->topP,
+                              drawn->minP);
         !st)
       return fail(st.error());
   // Every step decodes at position `context`, over the random cache before
@@ -693,10 +696,10 @@ int runBench(SessionOptions options, const std::string &simulate,
   double median = sorted[sorted.size() / 2], best = sorted.front();
   std::string mode = options.flags & KILN_RUN_EAGER ? "eager" : "graph";
   if (drawn)
-    mode += drawn->topP != 0.0f
-                ? fmt::format(", drawn at T = {:g}, top-p {:g}",
-                              drawn->temperature, drawn->topP)
-                : fmt::format(", drawn at T = {:g}", drawn->temperature);
+    mode += fmt::format(
+        ", drawn at T = {:g}{}{}", drawn->temperature,
+        drawn->topP != 0.0f ? fmt::format(", top-p {:g}", drawn->topP) : "",
+        drawn->minP != 0.0f ? fmt::format(", min-p {:g}", drawn->minP) : "");
   artifact::StepTraffic traffic = artifact::stepTraffic(
       s.artifact(),
       options.flags & KILN_RUN_SIMULATE_RANK ? options.simulateRank : 0,
@@ -1030,9 +1033,8 @@ int main(int argc, char **argv) {
   if (!s.hasLogits() && (!logitsOut.empty() || needsHostLogits(s, sampling)))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding or a temperature (with at most a top-p) "
-                      "only, no --logits-out, other cut of the vocabulary "
-                      "or penalty"));
+                      "decoding or a temperature (with at most a top-p and "
+                      "a min-p) only, no --logits-out, top-k or penalty"));
   std::vector<float> allLogits;
   std::vector<float> *keep = logitsOut.empty() ? nullptr : &allLogits;
   if (keep)

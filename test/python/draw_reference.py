@@ -65,17 +65,24 @@ def exp_non_positive(x):
     return np.where(inside, p * two_k, F(0)).astype(F)
 
 
-def nucleus(logits, temperature, top_p):
-    """The tokens DrawKey.h's nucleus keeps, as a boolean mask, by its
+def nucleus(logits, temperature, top_p=None, min_p=None):
+    """The tokens DrawKey.h's cut keeps, as a boolean mask, by its
     definition (not the header's radix passes): each weight's mass its
-    float32 weight times 2^40 truncated; the cut the largest weight whose
-    tokens at or above it hold ceil(p x total) (at most the total)."""
+    float32 weight times 2^40 truncated, none below min-p (a weight floor);
+    the cut the largest weight whose tokens at or above it hold ceil(p x
+    total) (at most the total), or min-p's floor alone without a top-p."""
     x = logits.astype(F)
     top = F(np.max(np.where(np.isnan(x), F(-np.inf), x)))
     with np.errstate(invalid="ignore"):
         w = exp_non_positive((x - top) * (F(1) / F(temperature)))
     bits = w.view(np.uint32)
-    mass = (w * F(2.0 ** 40)).astype(np.uint64)
+    floor = np.uint32(F(min_p).view(np.uint32)) if min_p else np.uint32(0)
+    if top_p is None:
+        if not np.isfinite(top):
+            return np.ones(len(x), dtype=bool)
+        return bits >= floor
+    mass = np.where(bits >= floor, (w * F(2.0 ** 40)).astype(np.uint64),
+                    np.uint64(0))
     total = int(mass.sum(dtype=np.uint64))
     if total == 0:
         return np.ones(len(x), dtype=bool)
@@ -92,10 +99,11 @@ def nucleus(logits, temperature, top_p):
     return bits >= sorted_bits[reached[0]]
 
 
-def draw(logits, temperature, seed, position, top_p=None):
-    """The token the step's draw picks: the largest key, within the
-    nucleus where top_p is given."""
+def draw(logits, temperature, seed, position, top_p=None, min_p=None):
+    """The token the step's draw picks: the largest key, within the cut
+    where top_p or min_p is given."""
     k = keys(logits, temperature, seed, position)
-    if top_p is not None:
-        k = np.where(nucleus(logits, temperature, top_p), k, F(-np.inf))
+    if top_p is not None or min_p is not None:
+        k = np.where(nucleus(logits, temperature, top_p, min_p), k,
+                     F(-np.inf))
     return int(np.argmax(k))

@@ -638,14 +638,19 @@ class Checks:
             runs.append(("tp2", 2, [] if gpu_count() >= 2 else ["--one-gpu"]))
             runs.append(("tp2 --eager", 2, ["--eager"] if gpu_count() >= 2
                          else ["--eager", "--one-gpu"]))
-        for temperature, top_p in ((0.9, None), (1.1, 0.6)):
-            cut = f", top-p {top_p}" if top_p else ""
+        for temperature, top_p, min_p in ((0.9, None, None),
+                                          (1.1, 0.6, None),
+                                          (1.0, 0.9, 0.2)):
+            cut = (f", top-p {top_p}" if top_p else "") + \
+                (f", min-p {min_p}" if min_p else "")
             tokens = {}
             for label, tp, extra in runs:
                 npy = self.work / f"{model}-drawn-{tp}{len(extra)}.npy"
                 sampling = ["--temperature", temperature, "--seed", seed]
                 if top_p:
                     sampling += ["--top-p", top_p]
+                if min_p:
+                    sampling += ["--min-p", min_p]
                 proc = run(self.pack, [self.pack / "bin" / "kiln-run",
                                        self.art(model, "cuda", tp),
                                        "--weights", gguf, "--backend-dir",
@@ -655,14 +660,14 @@ class Checks:
                                        npy, *extra])
                 out, lg = json.loads(proc.stdout), np.load(npy)
                 got = out["tokens"]
-                want = [draw(lg[2 + i], temperature, seed, 2 + i, top_p)
-                        for i in range(len(got))]
+                want = [draw(lg[2 + i], temperature, seed, 2 + i, top_p,
+                             min_p) for i in range(len(got))]
                 greedy = [int(np.argmax(lg[2 + i])) for i in range(len(got))]
                 ok = (got == want and got != greedy
                       and out["chooser"] == "step_draw")
                 if top_p:
                     moved = sum(
-                        not nucleus(lg[2 + i], temperature, top_p)[
+                        not nucleus(lg[2 + i], temperature, top_p, min_p)[
                             draw(lg[2 + i], temperature, seed, 2 + i)]
                         for i in range(len(got)))
                     ok = ok and moved > 0

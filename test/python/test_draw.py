@@ -47,12 +47,15 @@ def files(tmp_path_factory):
 PROMPT = "3,1,4,1,5"
 
 
-def drawn(art, gguf, temperature, seed, n=16, logits=None, top_p=None):
+def drawn(art, gguf, temperature, seed, n=16, logits=None, top_p=None,
+          min_p=None):
     args = ["kiln-run", art, "--weights", gguf, "--prompt-tokens", PROMPT,
             "-n", n, "--ignore-eos", "--json", "--temperature", temperature,
             "--seed", seed]
     if top_p is not None:
         args += ["--top-p", top_p]
+    if min_p is not None:
+        args += ["--min-p", min_p]
     if logits:
         args += ["--logits-out", logits]
     out = json.loads(run_tool(*args).stdout)
@@ -84,27 +87,31 @@ def test_each_token_is_the_reference_draw(files, tmp_path, name, temperature,
 
 
 @pytest.mark.parametrize("name", ["tp1", "tp2"])
-@pytest.mark.parametrize("temperature,top_p,seed",
-                         [(1.0, 0.9, 7), (0.7, 0.3, 2 ** 33 + 1)])
+@pytest.mark.parametrize("temperature,top_p,min_p,seed",
+                         [(1.0, 0.9, None, 7), (0.7, 0.3, None, 2 ** 33 + 1),
+                          (1.0, None, 0.6, 8), (1.3, 0.8, 0.5, 9)])
 def test_each_token_is_the_reference_nucleus_draw(files, tmp_path, name,
-                                                  temperature, top_p, seed):
-    """With --top-p the step cuts a nucleus first (the eight words' word
-    3): token i is the reference's draw within the nucleus of that
-    position's logits (tp=2: the ranks' parts gathered, the cut and the
-    draw the whole's). The cut must matter: some of the plain keys' draws
-    fall outside it."""
+                                                  temperature, top_p, min_p,
+                                                  seed):
+    """With --top-p (word 3) and --min-p (word 5) the step cuts the
+    vocabulary first: token i is the reference's draw within the cut of
+    that position's logits (tp=2: the ranks' parts gathered, the cut and
+    the draw the whole's). The cut must matter: some of the plain keys'
+    draws fall outside it."""
     _, gguf, arts = files
     out = tmp_path / "logits.npy"
     tokens = drawn(arts[name], gguf, temperature, seed, logits=out,
-                   top_p=top_p)
+                   top_p=top_p, min_p=min_p)
     logits = np.load(out)
     prompt = len(PROMPT.split(","))
-    print(f"seed {seed}, T {temperature}, top-p {top_p}: {tokens}")
+    print(f"seed {seed}, T {temperature}, top-p {top_p}, min-p {min_p}: "
+          f"{tokens}")
     outside = 0
     for i, token in enumerate(tokens):
         p = prompt - 1 + i
-        assert token == draw(logits[p], temperature, seed, p, top_p), i
-        kept = nucleus(logits[p], temperature, top_p)
+        assert token == draw(logits[p], temperature, seed, p, top_p,
+                             min_p), i
+        kept = nucleus(logits[p], temperature, top_p, min_p)
         assert kept[token]
         outside += not kept[draw(logits[p], temperature, seed, p)]
     assert outside > 0
@@ -150,8 +157,8 @@ def test_cuts_still_need_the_logits(files):
                     "--prompt-tokens", PROMPT, "-n", 4, "--temperature", 1,
                     "--top-k", 5, check=False)
     assert proc.returncode == 1
-    assert "greedy decoding or a temperature (with at most a top-p) only" \
-        in proc.stderr
+    assert ("greedy decoding or a temperature (with at most a top-p and a "
+            "min-p) only") in proc.stderr
     out = json.loads(run_tool("kiln-run", arts["tp1"], "--weights", gguf,
                               "--prompt-tokens", PROMPT, "-n", 4, "--json",
                               "--temperature", 1, "--top-k", 5).stdout)

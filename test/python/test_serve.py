@@ -889,7 +889,8 @@ def test_sampling_needs_the_logits(model, tmp_path):
         assert want["chooser"] == "step_draw"
         assert body["choices"][0]["text"] == want["text"]
         for extra, param in (({"temperature": 0.7, "top_p": 0.5,
-                               "min_p": 0.1}, "min_p"),
+                               "min_p": 0.1, "presence_penalty": 0.5},
+                              "presence_penalty"),
                              ({"temperature": 0.7, "top_k": 5}, "top_k"),
                              ({"temperature": 0, "logprobs": 2},
                               "logprobs")):

@@ -43,7 +43,11 @@ namespace kiln::draw {
 ///   [1], [2] the seed's low and high 32 bits;
 ///   [3] the nucleus's share p (top-p): its float bits, 0 for none,
 ///       otherwise within (0, 1) and with a temperature (bestKey below);
-///   [4] .. [7] 0 (reserved).
+///   [4] 0 (reserved);
+///   [5] min-p: its float bits, 0 for none, otherwise within (0, 1] and
+///       with a temperature: only tokens whose weight (below) is at least
+///       it are drawn, and a nucleus is cut from them alone;
+///   [6], [7] 0 (reserved).
 constexpr int kDrawWords = 8;
 /// The words of the first form (no nucleus).
 constexpr int kTemperatureWords = 4;
@@ -65,13 +69,17 @@ KILN_DRAW_FN float bitsFloat(uint32_t u) {
 /// What validWords requires, for the messages that refuse words.
 constexpr const char *kWordsRule =
     "the temperature must be 0 or within [2^-16, 2^16], top-p 0 or within "
-    "(0, 1) and only with a temperature, the reserved words 0";
+    "(0, 1) and min-p 0 or within (0, 1], both only with a temperature, "
+    "the reserved words 0";
 
 /// A draw as the words give it.
 struct DrawParams {
   float temperature = 0; ///< 0: the plain argmax
   uint64_t seed = 0;
   float topP = 0; ///< 0: no nucleus
+  float minP = 0; ///< 0: no floor
+  /// Whether the draw cuts the vocabulary (and so needs all of it).
+  KILN_DRAW_FN bool cuts() const { return topP != 0.0f || minP != 0.0f; }
 };
 
 /// Whether the slot's `count` words (kDrawWords or kTemperatureWords) are
@@ -90,9 +98,16 @@ KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
     bad = 3;
     return false;
   }
+  // min-p, in the eight words only.
+  const float m = count == kDrawWords ? bitsFloat(uint32_t(words[5])) : 0.0f;
+  if (count == kDrawWords && words[5] != 0 &&
+      (!(m > 0.0f && m <= 1.0f) || t == 0.0f)) {
+    bad = 5;
+    return false;
+  }
   // Fixed bounds, so that a kernel keeps the words in registers.
   for (int i = 4; i < kDrawWords; ++i)
-    if (i < count && words[i] != 0) {
+    if (i != 5 && i < count && words[i] != 0) {
       bad = i;
       return false;
     }
@@ -100,6 +115,7 @@ KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
   params.seed = uint64_t(uint32_t(words[1])) | uint64_t(uint32_t(words[2]))
                                                    << 32;
   params.topP = p;
+  params.minP = m;
   return true;
 }
 
@@ -206,6 +222,11 @@ KILN_DRAW_FN float expNonPositive(float x) {
 // hold parts of the vocabulary add their passes' sums (integers, exact) and
 // take the same digits.
 //
+// With min-p (word 5) a token of weight below it holds no mass, so the
+// share is of the tokens at or above it, and is never drawn; min-p alone
+// cuts at that floor (the Sampler's min-p: weights at least min-p times
+// the best one's, which is 1).
+//
 // It is the Sampler's top-p but for two things: ties at the cut are all
 // kept (the Sampler keeps them by id until the mass is reached), and a
 // token's mass is its weight to 2^-40, so a cut that the masses reach
@@ -228,6 +249,16 @@ KILN_DRAW_FN uint32_t weightBits(float logit, float top, float scale) {
 /// A weight's mass (bits of a float within [0, 1]).
 KILN_DRAW_FN uint64_t weightMass(uint32_t bits) {
   return uint64_t(bitsFloat(bits) * kMassScale);
+}
+/// The mass a token holds under min-p's floor (weight bits; 0 for none):
+/// none below it, which leaves it out of the total and of the cut.
+KILN_DRAW_FN uint64_t floorMass(uint32_t bits, uint32_t floor) {
+  return bits >= floor ? weightMass(bits) : 0;
+}
+/// The cut of a draw with min-p alone: its floor, or every token where the
+/// largest logit is not finite (then no weight is above 0).
+KILN_DRAW_FN uint32_t floorCut(float top, uint32_t floor) {
+  return top - top == 0.0f ? floor : 0; // finite
 }
 
 /// The selection's state: the tokens whose weight bits share `prefix`'s
@@ -293,19 +324,25 @@ inline float nucleusTop(const float *x, int64_t n) {
   return top;
 }
 
-/// Adds pass `pass`'s masses of x[0, n) by digit to `bins`.
+/// Adds pass `pass`'s masses of x[0, n) by digit to `bins` (none below
+/// min-p's floor, as weight bits).
 inline void nucleusHistogram(const float *x, int64_t n, float top, float scale,
-                             const NucleusCut &cut, int pass, uint64_t *bins) {
+                             const NucleusCut &cut, int pass, uint64_t *bins,
+                             uint32_t floor = 0) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t bits = weightBits(x[i], top, scale);
     if (nucleusCandidate(bits, cut.prefix, pass))
-      bins[nucleusDigit(bits, pass)] += weightMass(bits);
+      bins[nucleusDigit(bits, pass)] += floorMass(bits, floor);
   }
 }
 
-/// The cut of a vocabulary held whole, x[0, n), at `top` (nucleusTop).
+/// The cut of a vocabulary held whole, x[0, n), at `top` (nucleusTop):
+/// share p's of the tokens at or above min-p's floor (weight bits; 0 for
+/// none), or with p = 0 the floor itself.
 inline uint32_t nucleusCutOf(const float *x, int64_t n, float top, float scale,
-                             float p) {
+                             float p, uint32_t floor = 0) {
+  if (p == 0.0f)
+    return floorCut(top, floor);
   NucleusCut cut;
   uint64_t bins[kNucleusBins];
   for (int pass = 0; pass < kNucleusPasses; ++pass) {
@@ -313,7 +350,7 @@ inline uint32_t nucleusCutOf(const float *x, int64_t n, float top, float scale,
       break;
     for (int d = 0; d < kNucleusBins; ++d)
       bins[d] = 0;
-    nucleusHistogram(x, n, top, scale, cut, pass, bins);
+    nucleusHistogram(x, n, top, scale, cut, pass, bins, floor);
     nucleusStep(bins, pass, p, cut);
   }
   return nucleusBits(cut);
@@ -357,8 +394,9 @@ inline int64_t bestKey(const float *x, int64_t n, int64_t base, float scale,
   return best;
 }
 
-/// The draw within a nucleus over a vocabulary held whole, x[0, n), on the
-/// host: bestKey(..., top, nucleusCutOf(...)) computed faster. Each
+/// The draw within a nucleus (and min-p's floor, weight bits; 0 for none)
+/// over a vocabulary held whole, x[0, n), on the host: bestKey(..., top,
+/// nucleusCutOf(...)) computed faster. Each
 /// weight is made once (a loop that vectorises), the later passes read
 /// only the candidates the first leaves, and keys are made only for the
 /// nucleus's tokens (by id, so ties go to the lower index). `bits` and
@@ -366,7 +404,7 @@ inline int64_t bestKey(const float *x, int64_t n, int64_t base, float scale,
 inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
                            uint64_t seed, uint32_t position, float &key,
                            std::vector<uint32_t> &bits,
-                           std::vector<uint32_t> &places) {
+                           std::vector<uint32_t> &places, uint32_t floor = 0) {
   const float top = nucleusTop(x, n);
   bits.resize(size_t(n));
   uint32_t *w = bits.data();
@@ -374,9 +412,11 @@ inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
     w[i] = weightBits(x[i], top, scale);
   NucleusCut cut;
   uint64_t bins[kNucleusBins] = {};
-  for (int64_t i = 0; i < n; ++i)
-    bins[nucleusDigit(w[i], 0)] += weightMass(w[i]);
-  nucleusStep(bins, 0, p, cut);
+  if (p != 0.0f) {
+    for (int64_t i = 0; i < n; ++i)
+      bins[nucleusDigit(w[i], 0)] += floorMass(w[i], floor);
+    nucleusStep(bins, 0, p, cut);
+  }
   if (cut.want != 0) {
     places.clear();
     for (int64_t i = 0; i < n; ++i)
@@ -387,11 +427,11 @@ inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
         bins[d] = 0;
       for (uint32_t i : places)
         if (nucleusCandidate(w[i], cut.prefix, pass))
-          bins[nucleusDigit(w[i], pass)] += weightMass(w[i]);
+          bins[nucleusDigit(w[i], pass)] += floorMass(w[i], floor);
       nucleusStep(bins, pass, p, cut);
     }
   }
-  const uint32_t edge = nucleusBits(cut);
+  const uint32_t edge = p != 0.0f ? nucleusBits(cut) : floorCut(top, floor);
   if (edge == 0)
     return bestKey(x, n, 0, scale, seed, position, key);
   // Every token of the nucleus has a finite key (its weight is positive,

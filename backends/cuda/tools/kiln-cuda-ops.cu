@@ -2931,11 +2931,12 @@ void checkDrawnArgmax(Report &r, kiln::Rng &rng) {
 void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
   const uint64_t seed = rng.next();
   const int32_t position = 77;
-  auto words = [&](float t, float p) {
+  auto words = [&](float t, float p, float m = 0.0f) {
     int32_t w[8] = {0, int32_t(uint32_t(seed)), int32_t(uint32_t(seed >> 32)),
                     0, 0, 0, 0, 0};
     std::memcpy(&w[0], &t, 4);
     std::memcpy(&w[3], &p, 4);
+    std::memcpy(&w[5], &m, 4); // min-p
     return std::vector<int32_t>(w, w + 8);
   };
   std::vector<std::pair<std::string, std::vector<float>>> vocabularies;
@@ -2969,8 +2970,12 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
     const int64_t n = int64_t(x.size());
     double bad = 0, cases = 0, drawnDiffers = 0;
     for (float t : {1.0f, 0.6f, 1.7f})
-      for (float p : {1e-6f, 0.5f, 0.9f, 0.95f, 0.999999f}) {
-        const std::vector<int32_t> w = words(t, p);
+      for (auto [p, m] :
+           {std::pair{1e-6f, 0.0f}, std::pair{0.5f, 0.0f},
+            std::pair{0.9f, 0.0f}, std::pair{0.95f, 0.0f},
+            std::pair{0.999999f, 0.0f}, std::pair{0.0f, 0.05f},
+            std::pair{0.0f, 0.5f}, std::pair{0.95f, 0.02f}}) {
+        const std::vector<int32_t> w = words(t, p, m);
         DeviceArray<int32_t> dw(w);
         float key = 0;
         kiln::Expected<int32_t> want =
@@ -2986,6 +2991,7 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
         // The same words without the cut, for the count of draws it moved.
         std::vector<int32_t> plain = w;
         plain[3] = 0;
+        plain[5] = 0;
         float plainKey = 0;
         kiln::Expected<int32_t> whole =
             cpu::drawArgmax(x.data(), n, 0, plain.data(), 8, position,
@@ -2993,8 +2999,9 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
         drawnDiffers += whole && want && *whole != *want;
         ++cases;
       }
-    r.line("argmax nucleus", fmtText("%s, T 1/0.6/1.7 x p 1e-6 .. 0.999999 "
-                                     "(%.0f of %.0f draws moved by the cut)",
+    r.line("argmax nucleus", fmtText("%s, T 1/0.6/1.7 x p 1e-6 .. 0.999999, "
+                                     "min-p 0.05 and 0.5, both (%.0f of %.0f "
+                                     "draws moved by the cut)",
                                      name.c_str(), drawnDiffers, cases),
            bad, 0, "exact: cpu::drawArgmax's index");
   }
@@ -3063,6 +3070,47 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
     r.line("argmax nucleus, bad words",
            fmtText("T %g, top-p %g: fault, -1 (one block and grid)", t, p),
            wrong, 0, "exact");
+  }
+  // Bad min-p (word 5): above 1, without a temperature; and a part's
+  // kernel given one.
+  for (auto [t, m] : {std::pair{1.0f, 1.5f}, std::pair{0.0f, 0.1f}}) {
+    fault.clear();
+    DeviceArray<int32_t> dw(words(t, 0.0f, m));
+    uint32_t bits;
+    std::memcpy(&bits, &m, 4);
+    double wrong = 0;
+    run(kc::launchArgmax(dx.get(), 4096, dout.get(), nullptr,
+                         kc::DrawInputs{dw.get(), dpos.get(), fault.sink(), 8}));
+    wrong += mismatches(dout.download(), std::vector<int32_t>{-1}) +
+             faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange, 5,
+                           int64_t(bits));
+    fault.clear();
+    run(kc::launchNucleusArgmax(dx.get(), 4096, dout.get(), scratch.get(),
+                                nullptr,
+                                kc::DrawInputs{dw.get(), dpos.get(),
+                                               fault.sink(), 8}));
+    wrong += mismatches(dout.download(), std::vector<int32_t>{-1}) +
+             faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange, 5,
+                           int64_t(bits));
+    r.line("argmax min-p, bad words",
+           fmtText("T %g, min-p %g: fault, -1 (one block and grid)", t, m),
+           wrong, 0, "exact");
+  }
+  {
+    fault.clear();
+    const float m = 0.05f;
+    DeviceArray<int32_t> dw(words(1.0f, 0.0f, m));
+    DeviceArray<kc::ArgmaxCandidate> cand(1);
+    run(kc::launchArgmaxCandidate(dx.get(), 4096, 0, cand.get(), nullptr,
+                                  kc::DrawInputs{dw.get(), dpos.get(),
+                                                 fault.sink(), 8}));
+    uint32_t bits;
+    std::memcpy(&bits, &m, 4);
+    r.line("argmax min-p of a part", "the candidate kernel: fault, -1",
+           double(cand.download()[0].index != -1) +
+               faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
+                             5, int64_t(bits)),
+           0, "exact");
   }
 }
 

@@ -1,8 +1,8 @@
 //===- GeneratorDrawTest.cpp - The step's draw through the generator -----===//
 //
-// A temperature (and a top-p) drawn by the step (support/DrawKey.h) through
-// Generator on the CPU backend, with a tiny synthetic model made by this
-// build's kiln-gguf and kiln-compile: the tokens are the same whether the
+// A temperature (with a top-p or a min-p) drawn by the step (support/DrawKey.h)
+// through Generator on the CPU backend, with a tiny synthetic model made by
+// this build's kiln-gguf and kiln-compile: the tokens are the same whether the
 // prompt's last step drew the first one (Generator::plan) or the generator
 // evaluated the last token again to draw it (no plan, or another plan),
 // each token is the host's drawToken over the logits of the position that
@@ -69,19 +69,23 @@ TEST(GeneratorDraw, PlannedLateAndHostDrawsAgree) {
 
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
   ASSERT_TRUE(s.cutsNucleus());
-  // A temperature alone, and one with a top-p (the step's nucleus).
-  for (auto [temperature, seed, topP] :
-       {std::tuple{0.9, uint64_t(77), 1.0},
-        std::tuple{1.6, uint64_t(1) << 40, 1.0},
-        std::tuple{1.3, uint64_t(5), 0.7}}) {
+  // A temperature alone, with a top-p (the step's nucleus), with a min-p.
+  for (auto [temperature, seed, topP, minP] :
+       {std::tuple{0.9, uint64_t(77), 1.0, 0.0},
+        std::tuple{1.6, uint64_t(1) << 40, 1.0, 0.0},
+        std::tuple{1.3, uint64_t(5), 0.7, 0.0},
+        std::tuple{1.2, uint64_t(6), 1.0, 0.4}}) {
     SCOPED_TRACE("T " + std::to_string(temperature) + ", seed " +
-                 std::to_string(seed) + ", top-p " + std::to_string(topP));
+                 std::to_string(seed) + ", top-p " + std::to_string(topP) +
+                 ", min-p " + std::to_string(minP));
     GenerateOptions g;
     g.maxTokens = 12;
     g.sampling.temperature = temperature;
     g.sampling.seed = seed;
     g.sampling.topP = topP;
-    const KeyDraw asked{float(temperature), topP < 1 ? float(topP) : 0.0f};
+    g.sampling.minP = minP;
+    const KeyDraw asked{float(temperature), topP < 1 ? float(topP) : 0.0f,
+                        float(minP)};
     // Planned: the prompt's last step draws the first token.
     ASSERT_TRUE(s.reset());
     Generator planned(s, nullptr);

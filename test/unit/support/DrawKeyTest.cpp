@@ -91,7 +91,25 @@ TEST(DrawKey, WordsOutsideTheRangeAreRefused) {
   bad = -1;
   EXPECT_FALSE(validWords(share(0.0f, 0.9f).data(), kDrawWords, bad));
   EXPECT_EQ(bad, 3); // a nucleus needs a temperature
-  for (int reserved = 4; reserved < kDrawWords; ++reserved) {
+  // min-p (word 5): within (0, 1], with a temperature.
+  auto floored = [&](float t, float m) {
+    std::vector<int32_t> w = words(t, 0);
+    w[5] = int32_t(floatBits(m));
+    return w;
+  };
+  ASSERT_TRUE(readWords(floored(1.0f, 0.05f).data(), kDrawWords, params, bad));
+  EXPECT_EQ(params.minP, 0.05f);
+  EXPECT_TRUE(params.cuts());
+  EXPECT_TRUE(validWords(floored(1.0f, 1.0f).data(), kDrawWords, bad));
+  for (float m : {-0.1f, 1.5f, NAN, -0.0f}) {
+    bad = -1;
+    EXPECT_FALSE(validWords(floored(1.0f, m).data(), kDrawWords, bad)) << m;
+    EXPECT_EQ(bad, 5) << m;
+  }
+  bad = -1;
+  EXPECT_FALSE(validWords(floored(0.0f, 0.05f).data(), kDrawWords, bad));
+  EXPECT_EQ(bad, 5); // min-p needs a temperature
+  for (int reserved : {4, 6, 7}) {
     std::vector<int32_t> w = words(1.0f, 0);
     w[size_t(reserved)] = 1;
     bad = -1;
@@ -173,14 +191,20 @@ TEST(DrawKey, PositionsAndSeedsGiveOtherDraws) {
 /// The nucleus by its definition, without the radix passes: every
 /// distinct weight as a candidate cut, largest first, the first whose
 /// tokens' masses reach want.
-uint32_t cutByDefinition(const std::vector<float> &x, float scale, float p) {
+/// With min-p's floor (weight bits), the tokens below it hold no mass; with
+/// p = 0 the cut is the floor.
+uint32_t cutByDefinition(const std::vector<float> &x, float scale, float p,
+                         uint32_t floor = 0) {
   const float top = nucleusTop(x.data(), int64_t(x.size()));
+  if (p == 0.0f)
+    return std::isfinite(top) ? floor : 0;
   std::vector<std::pair<uint32_t, uint64_t>> weights; // bits, mass
   uint64_t total = 0;
   for (float v : x) {
     const uint32_t bits = weightBits(v, top, scale);
-    weights.emplace_back(bits, weightMass(bits));
-    total += weightMass(bits);
+    const uint64_t mass = bits >= floor ? weightMass(bits) : 0;
+    weights.emplace_back(bits, mass);
+    total += mass;
   }
   if (total == 0)
     return 0;
@@ -229,24 +253,32 @@ TEST(DrawKey, NucleusCutIsItsDefinition) {
         for (int i = 0; i < 5 && i < n; ++i)
           x[size_t(next() % uint64_t(n))] = 3.0f + float(i);
       for (float t : {0.5f, 1.0f, 2.0f})
-        for (float p : {1e-6f, 0.3f, 0.9f, 0.95f, 0.999f, 0.99999994f}) {
-          const float top = nucleusTop(x.data(), n);
-          const uint32_t got = nucleusCutOf(x.data(), n, top, 1.0f / t, p);
-          ASSERT_EQ(got, cutByDefinition(x, 1.0f / t, p))
-              << "shape " << shape << ", n " << n << ", T " << t << ", p " << p;
-          // The host's faster draw is the masked keys' argmax.
-          std::vector<uint32_t> bits, places;
-          for (uint32_t position : {0u, 9u}) {
-            float want = 0, fast = 0;
-            const int64_t a =
-                bestKey(x.data(), n, 0, 1.0f / t, 3, position, want, top, got);
-            const int64_t b = nucleusDraw(x.data(), n, 1.0f / t, p, 3, position,
-                                          fast, bits, places);
-            ASSERT_EQ(a, b) << "shape " << shape << ", n " << n;
-            ASSERT_EQ(floatBits(want), floatBits(fast));
+        for (float m : {0.0f, 0.01f, 0.3f})
+          for (float p :
+               {0.0f, 1e-6f, 0.3f, 0.9f, 0.95f, 0.999f, 0.99999994f}) {
+            if (p == 0.0f && m == 0.0f)
+              continue; // no cut at all
+            const uint32_t floor = floatBits(m);
+            const float top = nucleusTop(x.data(), n);
+            const uint32_t got =
+                nucleusCutOf(x.data(), n, top, 1.0f / t, p, floor);
+            ASSERT_EQ(got, cutByDefinition(x, 1.0f / t, p, floor))
+                << "shape " << shape << ", n " << n << ", T " << t << ", p "
+                << p << ", min-p " << m;
+            // The host's faster draw is the masked keys' argmax.
+            std::vector<uint32_t> bits, places;
+            for (uint32_t position : {0u, 9u}) {
+              float want = 0, fast = 0;
+              const int64_t a = bestKey(x.data(), n, 0, 1.0f / t, 3, position,
+                                        want, top, got);
+              const int64_t b =
+                  nucleusDraw(x.data(), n, 1.0f / t, p, 3, position, fast, bits,
+                              places, floor);
+              ASSERT_EQ(a, b) << "shape " << shape << ", n " << n;
+              ASSERT_EQ(floatBits(want), floatBits(fast));
+            }
+            ++cases;
           }
-          ++cases;
-        }
     }
   std::printf("nucleus: %d cuts as defined\n", cases);
 }
