@@ -3045,55 +3045,34 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
                              3, int64_t(0x3f666666u)),
            0, "exact");
   }
-  // Bad shares: 1, negative, NaN, and a share without a temperature.
-  for (auto [t, p] : {std::pair{1.0f, 1.0f}, std::pair{1.0f, -0.5f},
-                      std::pair{1.0f, std::numeric_limits<float>::quiet_NaN()},
-                      std::pair{0.0f, 0.9f}}) {
-    fault.clear();
-    DeviceArray<int32_t> dw(words(t, p));
-    run(kc::launchArgmax(dx.get(), 4096, dout.get(), nullptr,
-                         kc::DrawInputs{dw.get(), dpos.get(), fault.sink(), 8}));
+  // Bad words, each a fault naming it and -1 from both forms: shares of 1,
+  // negative and NaN, a share without a temperature (word 3); a min-p above
+  // 1 and one without a temperature (word 5).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (auto [t, p, m] :
+       {std::tuple{1.0f, 1.0f, 0.0f}, std::tuple{1.0f, -0.5f, 0.0f},
+        std::tuple{1.0f, nan, 0.0f}, std::tuple{0.0f, 0.9f, 0.0f},
+        std::tuple{1.0f, 0.0f, 1.5f}, std::tuple{0.0f, 0.0f, 0.1f}}) {
+    const int word = m != 0.0f ? 5 : 3;
+    const float value = word == 5 ? m : p;
     uint32_t bits;
-    std::memcpy(&bits, &p, 4);
-    double wrong = mismatches(dout.download(), std::vector<int32_t>{-1}) +
-                   faultMismatch(fault.read(),
-                                 kc::FaultCode::SamplingOutOfRange, 3,
-                                 int64_t(bits));
-    fault.clear();
-    run(kc::launchNucleusArgmax(dx.get(), 4096, dout.get(), scratch.get(),
-                                nullptr,
-                                kc::DrawInputs{dw.get(), dpos.get(),
-                                               fault.sink(), 8}));
-    wrong += mismatches(dout.download(), std::vector<int32_t>{-1}) +
-             faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange, 3,
-                           int64_t(bits));
-    r.line("argmax nucleus, bad words",
-           fmtText("T %g, top-p %g: fault, -1 (one block and grid)", t, p),
-           wrong, 0, "exact");
-  }
-  // Bad min-p (word 5): above 1, without a temperature; and a part's
-  // kernel given one.
-  for (auto [t, m] : {std::pair{1.0f, 1.5f}, std::pair{0.0f, 0.1f}}) {
-    fault.clear();
-    DeviceArray<int32_t> dw(words(t, 0.0f, m));
-    uint32_t bits;
-    std::memcpy(&bits, &m, 4);
+    std::memcpy(&bits, &value, 4);
+    DeviceArray<int32_t> dw(words(t, p, m));
+    const kc::DrawInputs draw{dw.get(), dpos.get(), fault.sink(), 8};
     double wrong = 0;
-    run(kc::launchArgmax(dx.get(), 4096, dout.get(), nullptr,
-                         kc::DrawInputs{dw.get(), dpos.get(), fault.sink(), 8}));
-    wrong += mismatches(dout.download(), std::vector<int32_t>{-1}) +
-             faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange, 5,
-                           int64_t(bits));
-    fault.clear();
-    run(kc::launchNucleusArgmax(dx.get(), 4096, dout.get(), scratch.get(),
-                                nullptr,
-                                kc::DrawInputs{dw.get(), dpos.get(),
-                                               fault.sink(), 8}));
-    wrong += mismatches(dout.download(), std::vector<int32_t>{-1}) +
-             faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange, 5,
-                           int64_t(bits));
-    r.line("argmax min-p, bad words",
-           fmtText("T %g, min-p %g: fault, -1 (one block and grid)", t, m),
+    for (bool grid : {false, true}) {
+      fault.clear();
+      run(grid ? kc::launchNucleusArgmax(dx.get(), 4096, dout.get(),
+                                         scratch.get(), nullptr, draw)
+               : kc::launchArgmax(dx.get(), 4096, dout.get(), nullptr, draw));
+      wrong += mismatches(dout.download(), std::vector<int32_t>{-1}) +
+               faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
+                             word, int64_t(bits));
+    }
+    r.line("argmax nucleus, bad words",
+           fmtText("T %g, top-p %g, min-p %g: word %d's fault, -1 (one block "
+                   "and grid)",
+                   t, p, m, word),
            wrong, 0, "exact");
   }
   {
