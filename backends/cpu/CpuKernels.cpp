@@ -501,19 +501,17 @@ Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
     key = x[best];
     return best;
   }
-  const float scale = 1.0f / params.temperature;
   if (params.cuts()) {
     if (base != 0)
       return Error(where("argmax"), "sampling",
                    "a nucleus or min-p is cut from the whole vocabulary, "
                    "not a part");
-    thread_local std::vector<uint32_t> bits, places;
-    return static_cast<int32_t>(draw::nucleusDraw(
-        x, n, scale, params.topP, params.seed, uint32_t(position), key, bits,
-        places, draw::floatBits(params.minP)));
+    return static_cast<int32_t>(
+        draw::drawWhole(x, n, params, uint32_t(position), key));
   }
   return static_cast<int32_t>(
-      draw::bestKey(x, n, base, scale, params.seed, uint32_t(position), key));
+      draw::bestKey(x, n, base, 1.0f / params.temperature, params.seed,
+                    uint32_t(position), key));
 }
 
 Status cacheAppend(const float *entry, int32_t position, CacheView cache) {

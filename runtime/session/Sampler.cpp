@@ -37,16 +37,11 @@ int32_t drawToken(std::span<const float> logits, KeyDraw draw, uint64_t seed,
                   int32_t position) {
   if (logits.empty())
     return -1;
-  const int64_t n = int64_t(logits.size());
-  const float scale = 1.0f / draw.temperature;
   float key;
-  if (draw.topP == 0.0f && draw.minP == 0.0f)
-    return int32_t(draw::bestKey(logits.data(), n, 0, scale, seed,
-                                 uint32_t(position), key));
-  thread_local std::vector<uint32_t> bits, places;
-  return int32_t(draw::nucleusDraw(logits.data(), n, scale, draw.topP, seed,
-                                   uint32_t(position), key, bits, places,
-                                   draw::floatBits(draw.minP)));
+  return int32_t(draw::drawWhole(
+      logits.data(), int64_t(logits.size()),
+      draw::DrawParams{draw.temperature, seed, draw.topP, draw.minP},
+      uint32_t(position), key));
 }
 
 Sampler::Sampler(const SamplingOptions &options)

@@ -336,24 +336,46 @@ inline void nucleusHistogram(const float *x, int64_t n, float top, float scale,
   }
 }
 
-/// The cut of a vocabulary held whole, x[0, n), at `top` (nucleusTop):
-/// share p's of the tokens at or above min-p's floor (weight bits; 0 for
-/// none), or with p = 0 the floor itself.
-inline uint32_t nucleusCutOf(const float *x, int64_t n, float top, float scale,
-                             float p, uint32_t floor = 0) {
+/// The cut of a vocabulary held whole, given as its weights' bits w[0, n)
+/// at `top` (weightBits): share p's of the tokens at or above min-p's floor
+/// (weight bits; 0 for none), or with p = 0 the floor itself. The first
+/// pass reads every weight, the later ones only the candidates it leaves
+/// (in `places`, the caller's scratch).
+inline uint32_t nucleusCutOfBits(const uint32_t *w, int64_t n, float top,
+                                 float p, uint32_t floor,
+                                 std::vector<uint32_t> &places) {
   if (p == 0.0f)
     return floorCut(top, floor);
   NucleusCut cut;
-  uint64_t bins[kNucleusBins];
-  for (int pass = 0; pass < kNucleusPasses; ++pass) {
-    if (pass > 0 && cut.want == 0)
-      break;
+  uint64_t bins[kNucleusBins] = {};
+  for (int64_t i = 0; i < n; ++i)
+    bins[nucleusDigit(w[i], 0)] += floorMass(w[i], floor);
+  nucleusStep(bins, 0, p, cut);
+  if (cut.want == 0)
+    return 0;
+  places.clear();
+  for (int64_t i = 0; i < n; ++i)
+    if (nucleusCandidate(w[i], cut.prefix, 1))
+      places.push_back(uint32_t(i));
+  for (int pass = 1; pass < kNucleusPasses && cut.want != 0; ++pass) {
     for (int d = 0; d < kNucleusBins; ++d)
       bins[d] = 0;
-    nucleusHistogram(x, n, top, scale, cut, pass, bins, floor);
+    for (uint32_t i : places)
+      if (nucleusCandidate(w[i], cut.prefix, pass))
+        bins[nucleusDigit(w[i], pass)] += floorMass(w[i], floor);
     nucleusStep(bins, pass, p, cut);
   }
   return nucleusBits(cut);
+}
+
+/// The same cut of a vocabulary held whole, x[0, n), at `top`
+/// (nucleusTop).
+inline uint32_t nucleusCutOf(const float *x, int64_t n, float top, float scale,
+                             float p, uint32_t floor = 0) {
+  std::vector<uint32_t> bits(static_cast<size_t>(n)), places;
+  for (int64_t i = 0; i < n; ++i)
+    bits[size_t(i)] = weightBits(x[i], top, scale);
+  return nucleusCutOfBits(bits.data(), n, top, p, floor, places);
 }
 
 /// The index of the largest key of x[0, n) (value i's made for index
@@ -396,9 +418,8 @@ inline int64_t bestKey(const float *x, int64_t n, int64_t base, float scale,
 
 /// The draw within a nucleus (and min-p's floor, weight bits; 0 for none)
 /// over a vocabulary held whole, x[0, n), on the host: bestKey(..., top,
-/// nucleusCutOf(...)) computed faster. Each
-/// weight is made once (a loop that vectorises), the later passes read
-/// only the candidates the first leaves, and keys are made only for the
+/// nucleusCutOf(...)) computed faster. Each weight is made once (a loop
+/// that vectorises) for nucleusCutOfBits, and keys are made only for the
 /// nucleus's tokens (by id, so ties go to the lower index). `bits` and
 /// `places` are the caller's scratch. The index, its key in `key`. n > 0.
 inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
@@ -410,28 +431,7 @@ inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
   uint32_t *w = bits.data();
   for (int64_t i = 0; i < n; ++i)
     w[i] = weightBits(x[i], top, scale);
-  NucleusCut cut;
-  uint64_t bins[kNucleusBins] = {};
-  if (p != 0.0f) {
-    for (int64_t i = 0; i < n; ++i)
-      bins[nucleusDigit(w[i], 0)] += floorMass(w[i], floor);
-    nucleusStep(bins, 0, p, cut);
-  }
-  if (cut.want != 0) {
-    places.clear();
-    for (int64_t i = 0; i < n; ++i)
-      if (nucleusCandidate(w[i], cut.prefix, 1))
-        places.push_back(uint32_t(i));
-    for (int pass = 1; pass < kNucleusPasses && cut.want != 0; ++pass) {
-      for (int d = 0; d < kNucleusBins; ++d)
-        bins[d] = 0;
-      for (uint32_t i : places)
-        if (nucleusCandidate(w[i], cut.prefix, pass))
-          bins[nucleusDigit(w[i], pass)] += floorMass(w[i], floor);
-      nucleusStep(bins, pass, p, cut);
-    }
-  }
-  const uint32_t edge = p != 0.0f ? nucleusBits(cut) : floorCut(top, floor);
+  const uint32_t edge = nucleusCutOfBits(w, n, top, p, floor, places);
   if (edge == 0)
     return bestKey(x, n, 0, scale, seed, position, key);
   // Every token of the nucleus has a finite key (its weight is positive,
@@ -449,6 +449,19 @@ inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
   }
   key = most;
   return best;
+}
+
+/// The draw `params` make (a temperature above 0) from a vocabulary held
+/// whole, x[0, n), on the host: the keys' argmax, within the cut where
+/// there is one (nucleusDraw, with the calling thread's scratch). n > 0.
+inline int64_t drawWhole(const float *x, int64_t n, const DrawParams &params,
+                         uint32_t position, float &key) {
+  const float scale = 1.0f / params.temperature;
+  if (!params.cuts())
+    return bestKey(x, n, 0, scale, params.seed, position, key);
+  thread_local std::vector<uint32_t> bits, places;
+  return nucleusDraw(x, n, scale, params.topP, params.seed, position, key, bits,
+                     places, floatBits(params.minP));
 }
 
 } // namespace kiln::draw
