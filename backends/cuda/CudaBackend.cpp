@@ -3085,8 +3085,12 @@ struct CudaPlugin {
           bytes == draw::kDrawWords * sizeof(int32_t)) {
         int32_t words[draw::kDrawWords];
         std::memcpy(words, data, sizeof words);
+        draw::DrawParams params;
+        int bad = 0;
+        // Bad words fault in either graph's argmax.
         s->nucleusAsked =
-            words[3] != 0 || words[5] != 0 || (s->gridDraws && words[0] != 0);
+            draw::readWords(words, draw::kDrawWords, params, bad) &&
+            (params.cuts() || (s->gridDraws && params.temperature != 0.0f));
       }
     }
     return Status::ok();

@@ -279,16 +279,15 @@ Status Session::setDraw(float temperature, uint64_t seed, float topP,
                                      int32_t(draw::floatBits(minP)),
                                      0,
                                      0};
-  if ((topP != 0.0f || minP != 0.0f) && !cutsNucleus())
-    return Error(where_, "sampling",
-                 draws_ ? "the artifact's step draws plain temperatures only "
-                          "(compiled before it cut a nucleus)"
-                        : "the artifact's step does not draw (compiled "
-                          "before its argmax took the sampling words)");
-  if (temperature != 0 && !draws_)
+  const bool cuts = topP != 0.0f || minP != 0.0f;
+  if ((temperature != 0 || cuts) && !draws_)
     return Error(where_, "sampling",
                  "the artifact's step does not draw (compiled before its "
                  "argmax took the sampling words)");
+  if (cuts && !cutsNucleus())
+    return Error(where_, "sampling",
+                 "the artifact's step draws plain temperatures only "
+                 "(compiled before it cut a nucleus)");
   int bad = 0;
   if (!draw::validWords(words, draw::kDrawWords, bad))
     return Error(where_,
