@@ -98,10 +98,15 @@ if [ -x "$pack/bin/kiln-run" ]; then
     --simulate-rank 0/8 --context 1024 --steps 30 --temperature 0.8 --seed 5
   # GLM's default sampling, T = 1 with top-p 0.95: the nucleus's graph
   # (the whole vocabulary gathered, here this rank's part in every rank's
-  # place, then the one-block argmax's cut and draw over 154,880 logits).
+  # place, then the grid's cut and draw over 154,880 logits).
   step bench-glm5-tp8-rank0-graph-nucleus run "$m/glm5.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30 --temperature 1 \
     --top-p 0.95 --seed 5
+  # A client's common mix, top-k 40 under top-p 0.95: the grid's three
+  # passes of counts before the nucleus's.
+  step bench-glm5-tp8-rank0-graph-topk run "$m/glm5.cuda.tp8.kiln" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30 --temperature 1 \
+    --top-k 40 --top-p 0.95 --seed 5
   # The first tokens of a context: MLA's blocks wait for each other there
   # with little work each (docs/perf.md, seventh pass).
   step bench-glm5-tp8-rank0-graph-64 run "$m/glm5.cuda.tp8.kiln" --bench \
@@ -322,7 +327,7 @@ SCHEMA
         "sampled T=0.8, json_schema:--temperature 0.8 --seed 5 --json-schema $d/schema.json" \
         "sampled T=0.8 (drawn by the step):--temperature 0.8 --seed 5" \
         "sampled T=1, top-p 0.95 (the step's nucleus):--temperature 1 --top-p 0.95 --seed 5" \
-        "sampled T=0.6, top-k 40:--temperature 0.6 --top-k 40 --seed 5"; do
+        "sampled T=0.6, top-k 40 (the step's top-k):--temperature 0.6 --top-k 40 --seed 5"; do
       # shellcheck disable=SC2086
       run "$m/tiny-vocab.cuda.tp1.kiln" --weights "$d/vocab.gguf" --prompt hi \
         -n 120 --json ${case#*:} | python3 -c "import json, sys
@@ -332,9 +337,8 @@ print('| %s | %.3f |' % (sys.argv[1], 1e3 * d['decode_seconds'] / d['decode_step
     done
     rm -rf "$d"
     # The sampler alone on this host's core (kiln-run --bench-sampler).
-    # For T=0.8 and top-p 0.95, the second figure is the step's draw
-    # (DrawKey.h's keys, the nucleus's cut) made on the host, as for an
-    # artifact whose step does not draw it.
+    # The second figure is the step's draw (DrawKey.h's keys and cuts)
+    # made on the host, as for an artifact whose step does not draw it.
     echo "| sampler alone, 154,880 tokens N(0, 9) | ms a draw | the step's draw on the host |"
     echo "|---|---|---|"
     for case in "T=0.8:--temperature 0.8" \

@@ -504,8 +504,8 @@ Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
   if (params.cuts()) {
     if (base != 0)
       return Error(where("argmax"), "sampling",
-                   "a nucleus or min-p is cut from the whole vocabulary, "
-                   "not a part");
+                   "a nucleus, top-k or min-p is cut from the whole "
+                   "vocabulary, not a part");
     return static_cast<int32_t>(
         draw::drawWhole(x, n, params, uint32_t(position), key));
   }

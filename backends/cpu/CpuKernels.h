@@ -134,8 +134,8 @@ int32_t argmax(const float *x, int64_t n);
 /// the whole vector is base + i), ties to the lowest index, from the
 /// sampling words `words` (`count` of them: DrawKey.h's two forms; a
 /// temperature of 0: the values themselves) at `position`: the index (-1
-/// for n <= 0) and its key in `key`. A nucleus (top-p) needs the whole
-/// vector (base 0). Invalid words are an error naming the word.
+/// for n <= 0) and its key in `key`. A cut (top-p, top-k, min-p) needs
+/// the whole vector (base 0). Invalid words are an error naming the word.
 Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
                              const int32_t *words, int count, int32_t position,
                              float &key);

@@ -3038,17 +3038,21 @@ __device__ inline Best argmaxKey(float v, int64_t i) {
 }
 
 /// A draw as every thread of a kernel reads it: scale = 1 / T (0: the
-/// plain argmax), the seed, the position, and the nucleus's share (0:
-/// none), then its cut (weight bits; 0: every token) at `top`.
+/// plain argmax), the seed, the position, the nucleus's share (0: none),
+/// min-p's floor and top-k's count, then its cut (weight bits; 0: every
+/// token) at `top`.
 struct DrawState {
   float scale = 0;
   uint64_t seed = 0;
   uint32_t position = 0;
   float topP = 0;
   uint32_t floor = 0; ///< min-p's weight bits (0: none)
+  int32_t topK = 0;   ///< 0: none
   float top = 0;
   uint32_t cut = 0;
-  __device__ bool cuts() const { return topP != 0.0f || floor != 0; }
+  __device__ bool cuts() const {
+    return topP != 0.0f || floor != 0 || topK != 0;
+  }
 };
 
 /// Reads the draw's words; false (thread 0 having reported the first bad
@@ -3071,7 +3075,7 @@ __device__ bool readDraw(const DrawInputs &d, DrawState &state,
   bool valid = draw::readWords(words, count, params, bad);
   if (valid && params.cuts() && !whole) {
     valid = false;
-    bad = params.topP != 0.0f ? 3 : 5;
+    bad = params.cutWord();
   }
   if (!valid) {
     uint32_t bits = 0;
@@ -3087,6 +3091,7 @@ __device__ bool readDraw(const DrawInputs &d, DrawState &state,
   state.position = uint32_t(position);
   state.topP = params.topP;
   state.floor = draw::floatBits(params.minP);
+  state.topK = params.topK;
   return true;
 }
 
@@ -3132,10 +3137,12 @@ __device__ inline unsigned long long warpSuffix(unsigned long long v) {
 }
 
 /// draw::nucleusStep by the whole block: the highest digit d at which
-/// before + the mass of the digits >= d reaches want, each thread taking
-/// its own digits (suffix sums over the block). The same digit and state
-/// as the sequential step.
-__device__ void blockNucleusStep(NucleusShared &s, int pass, float p) {
+/// before + the bins of the digits >= d reach want (a share p of the
+/// masses, or with p = 0 a count k), each thread taking its own digits
+/// (suffix sums over the block). The same digit and state as the
+/// sequential step.
+__device__ void blockNucleusStep(NucleusShared &s, int pass, float p,
+                                 int32_t k) {
   const int count = 1 << draw::digitWidth(pass);
   const int per = (count + int(blockDim.x) - 1) / int(blockDim.x);
   const int lo = int(threadIdx.x) * per,
@@ -3159,9 +3166,8 @@ __device__ void blockNucleusStep(NucleusShared &s, int pass, float p) {
     unsigned long long total = 0;
     for (int w = 0; w < warps; ++w)
       total += s.warpSums[w];
-    const double want = ceil(double(p) * double(total));
     if (threadIdx.x == 0) {
-      s.cut.want = want >= double(total) ? total : uint64_t(want);
+      s.cut.want = draw::firstWant(total, p, k);
       s.cut.before = 0;
       s.cut.prefix = 0;
     }
@@ -3192,8 +3198,35 @@ __device__ void blockNucleusStep(NucleusShared &s, int pass, float p) {
   __syncthreads();
 }
 
-/// The cut of a nucleus over x[0, n) by one block, into d.top and d.cut
-/// (DrawKey.h: the same as nucleusCutOf).
+/// One selection over x[0, n)'s weights at `top` by one block, into s.cut:
+/// by masses at or above `floor` for a share p, or by counts for k tokens
+/// (p 0; DrawKey.h's radixCutOfBits).
+__device__ void blockRadix(const float *x, int64_t n, float top, float scale,
+                           float p, int32_t k, uint32_t floor,
+                           NucleusShared &s) {
+  const bool counting = p == 0.0f;
+  for (int pass = 0; pass < draw::kNucleusPasses; ++pass) {
+    for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x)
+      s.bins[b] = 0;
+    __syncthreads();
+    const uint32_t prefix = s.cut.prefix;
+    if (pass == 0 || s.cut.want != 0)
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint32_t bits = draw::weightBits(x[i], top, scale);
+        const uint64_t unit = draw::passUnit(bits, floor, counting);
+        if (unit != 0 && (pass == 0 || draw::nucleusCandidate(bits, prefix,
+                                                              pass)))
+          atomicAdd(&s.bins[draw::nucleusDigit(bits, pass)],
+                    (unsigned long long)unit);
+      }
+    __syncthreads();
+    blockNucleusStep(s, pass, p, k);
+  }
+}
+
+/// The cut of a draw over x[0, n) by one block, into d.top and d.cut
+/// (DrawKey.h: the same as nucleusCutOf): top-k's floor, then the nucleus
+/// over what it and min-p's keep.
 __device__ void blockNucleus(const float *x, int64_t n, DrawState &d,
                              NucleusShared &s) {
   float top = -INFINITY;
@@ -3211,27 +3244,17 @@ __device__ void blockNucleus(const float *x, int64_t n, DrawState &d,
   for (int w = 1; w < int(blockDim.x) / kWarp; ++w)
     top = s.warpTops[w] > top ? s.warpTops[w] : top;
   d.top = top;
-  if (d.topP == 0.0f) { // min-p alone: its floor
-    d.cut = draw::floorCut(top, d.floor);
+  uint32_t floor = d.floor;
+  if (d.topK != 0) {
+    blockRadix(x, n, top, d.scale, 0.0f, d.topK, 0, s);
+    const uint32_t kept = draw::nucleusBits(s.cut);
+    floor = kept > floor ? kept : floor;
+  }
+  if (d.topP == 0.0f) { // a floor alone
+    d.cut = draw::floorCut(top, floor);
     return;
   }
-  for (int pass = 0; pass < draw::kNucleusPasses; ++pass) {
-    for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x)
-      s.bins[b] = 0;
-    __syncthreads();
-    const uint32_t prefix = s.cut.prefix;
-    if (pass == 0 || s.cut.want != 0)
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const uint32_t bits = draw::weightBits(x[i], top, d.scale);
-        const uint64_t mass = draw::floorMass(bits, d.floor);
-        if (mass != 0 && (pass == 0 || draw::nucleusCandidate(bits, prefix,
-                                                              pass)))
-          atomicAdd(&s.bins[draw::nucleusDigit(bits, pass)],
-                    (unsigned long long)mass);
-      }
-    __syncthreads();
-    blockNucleusStep(s, pass, d.topP);
-  }
+  blockRadix(x, n, top, d.scale, d.topP, 0, floor, s);
   d.cut = draw::nucleusBits(s.cut);
 }
 
@@ -3290,23 +3313,26 @@ __global__ void argmaxSlotsKernel(const float *x, int64_t n, int32_t base,
 }
 
 //===----------------------------------------------------------------------===//
-// The nucleus by a grid of blocks (launchNucleusArgmax): five kernels, each
-// block over its own chunk of the vocabulary and the last block to arrive
-// (an acquire-release ticket) combining: the largest logit; the weights'
-// bits kept and the first pass's masses; the second and third passes over
-// the candidates; the keys of the nucleus's tokens and their best. The
-// same cut, sums and index as blockNucleus and blockArgmax.
+// The nucleus by a grid of blocks (launchNucleusArgmax): eight kernels,
+// each block over its own chunk of the vocabulary and the last block to
+// arrive (an acquire-release ticket) combining: the largest logit; top-k's
+// three passes of counts (the first keeping the weights' bits); the
+// nucleus's three of masses (the first keeping the bits where top-k did
+// not); the keys of the kept tokens and their best. The kernels a draw does
+// not need return at once. The same cuts, sums and index as blockNucleus
+// and blockArgmax.
 //===----------------------------------------------------------------------===//
 
 constexpr int kNucleusThreads = 256;
 constexpr int kNucleusMaxBlocks = 128;
 
-/// The state the five kernels share (in the launch's scratch, after it the
+/// The state the kernels share (in the launch's scratch, after it the
 /// weights' bits). Zero before the first launch; each launch leaves the
 /// bins zero and the ticket wrapped to zero.
 struct NucleusState {
   unsigned long long bins[draw::kNucleusBins];
   draw::NucleusCut cut;
+  uint32_t floor; ///< after top-k's passes: its floor and min-p's, higher
   float top;
   unsigned arrivals;
   float blockTops[kNucleusMaxBlocks];
@@ -3371,20 +3397,27 @@ __global__ void __launch_bounds__(kNucleusThreads)
   }
 }
 
-/// Pass `pass` of the cut: pass 0 makes each weight's bits (kept in
-/// `bits`) and sums every mass by digit; the later passes the candidates'
-/// from the kept bits. The last block takes the digit.
+/// Pass `pass` of a selection: top-k's counts (`counting`) or the
+/// nucleus's masses. The first pass to run makes each weight's bits (kept
+/// in `bits`) and sums every token by digit; the later passes the
+/// candidates' from the kept bits. The last block takes the digit, and
+/// after top-k's passes the floor.
 __global__ void __launch_bounds__(kNucleusThreads)
     nucleusPassKernel(const float *x, int64_t n, NucleusState *state,
-                      uint32_t *bits, int pass, DrawInputs draw) {
+                      uint32_t *bits, int pass, bool counting,
+                      DrawInputs draw) {
   stepKernelPrologue();
   DrawState d;
-  if (!readDraw(draw, d, true, false) || d.topP == 0.0f)
+  if (!readDraw(draw, d, true, false) ||
+      (counting ? d.topK == 0 : d.topP == 0.0f))
     return;
   __shared__ NucleusShared shared;
   const uint64_t wanted = state->cut.want;
   if (pass > 0 && wanted == 0)
-    return; // no cut (the first pass found no mass): every block alike
+    return; // no cut (the first pass found none): every block alike
+  const bool making = pass == 0 && (counting || d.topK == 0);
+  // The masses' floor: min-p's, or with top-k the higher of the two.
+  const uint32_t floor = counting ? 0 : d.topK != 0 ? state->floor : d.floor;
   for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x)
     shared.bins[b] = 0;
   __syncthreads();
@@ -3394,18 +3427,18 @@ __global__ void __launch_bounds__(kNucleusThreads)
   const uint32_t prefix = state->cut.prefix;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     uint32_t w;
-    if (pass == 0) {
+    if (making) {
       w = draw::weightBits(x[i], top, d.scale);
       bits[i] = w;
     } else {
       w = bits[i];
-      if (!draw::nucleusCandidate(w, prefix, pass))
+      if (pass > 0 && !draw::nucleusCandidate(w, prefix, pass))
         continue;
     }
-    const uint64_t mass = draw::floorMass(w, d.floor);
-    if (mass != 0)
+    const uint64_t unit = draw::passUnit(w, floor, counting);
+    if (unit != 0)
       atomicAdd(&shared.bins[draw::nucleusDigit(w, pass)],
-                (unsigned long long)mass);
+                (unsigned long long)unit);
   }
   __syncthreads();
   for (int b = threadIdx.x; b < draw::kNucleusBins; b += blockDim.x)
@@ -3421,9 +3454,17 @@ __global__ void __launch_bounds__(kNucleusThreads)
   if (threadIdx.x == 0)
     shared.cut = state->cut;
   __syncthreads();
-  blockNucleusStep(shared, pass, d.topP);
-  if (threadIdx.x == 0)
+  blockNucleusStep(shared, pass, counting ? 0.0f : d.topP,
+                   counting ? d.topK : 0);
+  if (threadIdx.x == 0) {
     state->cut = shared.cut;
+    // Each of top-k's passes leaves the floor so far; the last one run
+    // leaves its own.
+    if (counting) {
+      const uint32_t kept = draw::nucleusBits(shared.cut);
+      state->floor = kept > d.floor ? kept : d.floor;
+    }
+  }
 }
 
 /// The best key among the nucleus's tokens (every token where there is no
@@ -3439,19 +3480,20 @@ __global__ void __launch_bounds__(kNucleusThreads)
       *out = -1;
     return;
   }
-  // The cut: the nucleus's (the passes kept each weight's bits), min-p's
-  // floor alone (each weight made here), or none.
+  // The cut: the nucleus's, a floor alone (top-k's or min-p's), or none.
+  // The passes kept each weight's bits; min-p alone makes them here.
   const float top = d.cuts() ? state->top : 0.0f;
-  const uint32_t cut = d.topP != 0.0f ? draw::nucleusBits(state->cut)
-                       : d.floor != 0 ? draw::floorCut(top, d.floor)
-                                      : 0;
+  const bool kept = d.topP != 0.0f || d.topK != 0;
+  const uint32_t cut =
+      d.topP != 0.0f ? draw::nucleusBits(state->cut)
+      : d.cuts()     ? draw::floorCut(top, d.topK != 0 ? state->floor : d.floor)
+                     : 0;
   int64_t begin, end;
   nucleusChunk(n, begin, end);
   Best best{-INFINITY, INT_MAX};
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     if (cut != 0 &&
-        (d.topP != 0.0f ? bits[i] : draw::weightBits(x[i], top, d.scale)) <
-            cut)
+        (kept ? bits[i] : draw::weightBits(x[i], top, d.scale)) < cut)
       continue; // outside the cut: -infinity, never the best
     const float v =
         d.scale == 0.0f
@@ -5226,11 +5268,14 @@ cudaError_t launchNucleusArgmax(const float *x, int64_t n, int32_t *out,
                                  s, x, n, state, draw);
       e != cudaSuccess)
     return e;
-  for (int pass = 0; pass < draw::kNucleusPasses; ++pass)
-    if (cudaError_t e = launchStep(nucleusPassKernel, blocks, kNucleusThreads,
-                                   0, s, x, n, state, bits, pass, draw);
-        e != cudaSuccess)
-      return e;
+  // Top-k's counts, then the nucleus's masses.
+  for (bool counting : {true, false})
+    for (int pass = 0; pass < draw::kNucleusPasses; ++pass)
+      if (cudaError_t e =
+              launchStep(nucleusPassKernel, blocks, kNucleusThreads, 0, s, x,
+                         n, state, bits, pass, counting, draw);
+          e != cudaSuccess)
+        return e;
   if (cudaError_t e = launchStep(nucleusKeysKernel, blocks, kNucleusThreads, 0,
                                  s, x, n, state, bits, out, draw);
       e != cudaSuccess)

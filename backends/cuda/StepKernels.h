@@ -765,8 +765,9 @@ struct DrawInputs {
   const int32_t *position = nullptr;
   FaultSink fault;
   /// The words' count (DrawKey.h: kDrawWords; anything else is the first
-  /// form's kTemperatureWords). Only launchArgmax, which sees the whole
-  /// vocabulary, cuts a nucleus; the kernels of a part report one as a fault.
+  /// form's kTemperatureWords). Only launchArgmax and launchNucleusArgmax,
+  /// which see the whole vocabulary, cut (a nucleus, top-k, min-p); the
+  /// kernels of a part report a cut as a fault.
   int count = 0;
 };
 
@@ -801,9 +802,10 @@ cudaError_t launchArgmaxSlots(const float *x, int64_t n, int32_t base,
                               DrawInputs draw = {});
 
 /// launchArgmax's index by a grid of blocks, for a vocabulary held whole
-/// with the words that ask for a nucleus (DrawKey.h: its cut in three
-/// passes of masses summed by the blocks, then the best key among its
-/// tokens; any other words too, as launchArgmax takes them): five kernels.
+/// with the words that ask for a cut (DrawKey.h: top-k's in three passes
+/// of counts, the nucleus's in three of masses, each summed by the blocks,
+/// then the best key among the kept tokens; any other words too, as
+/// launchArgmax takes them): eight kernels.
 /// `scratch` holds nucleusScratchBytes(n) bytes, zero before the first
 /// launch (each launch leaves it so).
 uint64_t nucleusScratchBytes(int64_t n);

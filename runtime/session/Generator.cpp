@@ -68,7 +68,7 @@ std::optional<KeyDraw> stepDraw(const Session &session,
   if (!session.draws())
     return std::nullopt;
   std::optional<KeyDraw> d = keyDraw(sampling, session.vocab());
-  if (d && (d->topP != 0.0f || d->minP != 0.0f) && !session.cutsNucleus())
+  if (d && d->cuts() && !session.cutsNucleus())
     return std::nullopt;
   return d;
 }
@@ -96,7 +96,7 @@ Generator::deviceDraw(const GenerateOptions &options) const {
   std::optional<KeyDraw> d = stepDraw(session_, options.sampling);
   if (!d)
     return std::nullopt;
-  return Draw{d->temperature, options.sampling.seed, d->topP, d->minP};
+  return Draw{d->temperature, options.sampling.seed, d->topP, d->minP, d->topK};
 }
 
 void Generator::plan(const GenerateOptions &options) {
@@ -110,8 +110,8 @@ Status Generator::step(int32_t token, std::vector<float> *allLogits,
   const bool copy = (wantLogits || allLogits) && !logits_.empty();
   fresh_ = false;
   if (session_.draws())
-    if (Status st =
-            session_.setDraw(draw.temperature, draw.seed, draw.topP, draw.minP);
+    if (Status st = session_.setDraw(draw.temperature, draw.seed, draw.topP,
+                                     draw.minP, draw.topK);
         !st)
       return st;
   nextDraw_ = session_.draws() ? draw : Draw{};

@@ -137,6 +137,7 @@ private:
     uint64_t seed = 0;
     float topP = 0;
     float minP = 0;
+    int32_t topK = 0;
     bool operator==(const Draw &) const = default;
   };
   /// The device's draw for `options`, where the step can make it.

@@ -19,8 +19,7 @@ int32_t argmax(std::span<const float> logits) {
 }
 
 std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab) {
-  if (options.greedy() || options.penalises() ||
-      (options.topK > 0 && options.topK < vocab) || !(options.topP > 0) ||
+  if (options.greedy() || options.penalises() || !(options.topP > 0) ||
       !(options.minP >= 0))
     return std::nullopt;
   const float t = float(options.temperature);
@@ -30,7 +29,13 @@ std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab) {
   const float p = options.topP < 1 ? float(options.topP) : 0.0f;
   // The Sampler's floor: min-p as a float, at most 1 (0: none).
   const float m = float(std::min(options.minP, 1.0));
-  return KeyDraw{t, p < 1.0f ? p : 0.0f, m};
+  // top-k: none where it keeps every token (a count at least the
+  // vocabulary's, which no vocabulary of 32-bit ids exceeds).
+  const int32_t k =
+      options.topK > 0 && options.topK < vocab && options.topK < INT32_MAX
+          ? int32_t(options.topK)
+          : 0;
+  return KeyDraw{t, p < 1.0f ? p : 0.0f, m, k};
 }
 
 int32_t drawToken(std::span<const float> logits, KeyDraw draw, uint64_t seed,
@@ -40,7 +45,7 @@ int32_t drawToken(std::span<const float> logits, KeyDraw draw, uint64_t seed,
   float key;
   return int32_t(draw::drawWhole(
       logits.data(), int64_t(logits.size()),
-      draw::DrawParams{draw.temperature, seed, draw.topP, draw.minP},
+      draw::DrawParams{draw.temperature, seed, draw.topP, draw.minP, draw.topK},
       uint32_t(position), key));
 }
 

@@ -45,8 +45,8 @@ struct SamplingOptions {
 /// weight e^((l - max) / T) by the sampler's own float exponential, built
 /// without fused multiply-adds; sums in double in a fixed order). It makes
 /// the cuts, penalties, biases and constrained choices; a plain temperature
-/// and a top-p alone are the keys' draw (keyDraw and drawToken below,
-/// DrawKey.h), the step's own where it can make it.
+/// and its cuts without penalties are the keys' draw (keyDraw and
+/// drawToken below, DrawKey.h), the step's own where it can make it.
 ///
 /// A sampled choice costs a few passes over the vocabulary and no sort: the
 /// draw walks its tokens by id. min-p is a threshold on the weights; top-k
@@ -115,16 +115,20 @@ int32_t argmax(std::span<const float> logits);
 
 /// A sampling that the argmax of DrawKey.h's keys makes: a draw from
 /// softmax(logits / T), over the tokens min-p keeps where minP is not 0,
-/// then over the nucleus of top-p where topP is not 0.
+/// then the topK most likely of them where topK is not 0, then over the
+/// nucleus of top-p where topP is not 0.
 struct KeyDraw {
   float temperature = 0;
-  float topP = 0; ///< 0: the whole vocabulary
-  float minP = 0; ///< 0: no floor
+  float topP = 0;   ///< 0: the whole vocabulary
+  float minP = 0;   ///< 0: no floor
+  int32_t topK = 0; ///< 0: every token
+  /// Whether it cuts the vocabulary (the step's eight words).
+  bool cuts() const { return topP != 0.0f || minP != 0.0f || topK != 0; }
   bool operator==(const KeyDraw &) const = default;
 };
 
 /// The key draw of a sampling over `vocab` tokens that is a temperature
-/// (within DrawKey.h's range) and at most a top-p and a min-p (no top-k,
+/// (within DrawKey.h's range) and at most a top-p, a top-k and a min-p (no
 /// penalty or bias); none for greedy decoding and for a choice the Sampler
 /// must make.
 std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab);

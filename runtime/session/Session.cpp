@@ -270,16 +270,16 @@ Status Session::decode(int32_t token, int32_t position,
 }
 
 Status Session::setDraw(float temperature, uint64_t seed, float topP,
-                        float minP) {
+                        float minP, int32_t topK) {
   int32_t words[draw::kDrawWords] = {int32_t(draw::floatBits(temperature)),
                                      int32_t(uint32_t(seed)),
                                      int32_t(uint32_t(seed >> 32)),
                                      int32_t(draw::floatBits(topP)),
-                                     0,
+                                     topK,
                                      int32_t(draw::floatBits(minP)),
                                      0,
                                      0};
-  const bool cuts = topP != 0.0f || minP != 0.0f;
+  const bool cuts = topP != 0.0f || minP != 0.0f || topK != 0;
   if ((temperature != 0 || cuts) && !draws_)
     return Error(where_, "sampling",
                  "the artifact's step does not draw (compiled before its "
@@ -287,17 +287,19 @@ Status Session::setDraw(float temperature, uint64_t seed, float topP,
   if (cuts && !cutsNucleus())
     return Error(where_, "sampling",
                  "the artifact's step draws plain temperatures only "
-                 "(compiled before it cut a nucleus)");
+                 "(compiled before it cut a nucleus, top-k or min-p)");
   int bad = 0;
   if (!draw::validWords(words, draw::kDrawWords, bad))
     return Error(where_,
                  bad == 0   ? "temperature"
                  : bad == 3 ? "top_p"
+                 : bad == 4 ? "top_k"
                             : "min_p",
                  fmt::format("{} is not a draw the step makes: {}",
-                             bad == 0   ? temperature
-                             : bad == 3 ? topP
-                                        : minP,
+                             bad == 0   ? fmt::format("{}", temperature)
+                             : bad == 3 ? fmt::format("{}", topP)
+                             : bad == 4 ? fmt::format("{}", topK)
+                                        : fmt::format("{}", minP),
                              draw::kWordsRule));
   const int count = drawWordCount_ ? drawWordCount_ : draw::kDrawWords;
   if (std::equal(words, words + count, drawWords_))

@@ -68,16 +68,16 @@ public:
   /// `sampling` slot: support/DrawKey.h); artifacts compiled before it did
   /// not.
   bool draws() const { return draws_; }
-  /// Whether the step also cuts a nucleus (top-p) and min-p before it
-  /// draws: its sampling slot has DrawKey.h's eight words.
+  /// Whether the step also cuts a nucleus (top-p), top-k and min-p before
+  /// it draws: its sampling slot has DrawKey.h's eight words.
   bool cutsNucleus() const { return drawWordCount_ == draw::kDrawWords; }
   /// The draw the following decodes make their `next` by: temperature 0 is
   /// the argmax (the default); otherwise within [2^-16, 2^16], topP 0
-  /// (none) or within (0, 1) and minP 0 (none) or within (0, 1] where the
-  /// step cuts them (DrawKey.h). Written to the device with the next
-  /// decode, only when it changed.
+  /// (none) or within (0, 1), minP 0 (none) or within (0, 1] and topK 0
+  /// (none) or positive where the step cuts them (DrawKey.h). Written to
+  /// the device with the next decode, only when it changed.
   Status setDraw(float temperature, uint64_t seed, float topP = 0,
-                 float minP = 0);
+                 float minP = 0, int32_t topK = 0);
 
 private:
   Session(BackendPlugin plugin) : plugin_(std::move(plugin)) {}

@@ -78,10 +78,11 @@ options:
   -n N                     tokens to generate (default 16; 0: only evaluate
                            the prompt, i.e. teacher forcing)
   --temperature T          sample with temperature T (default 0: greedy);
-                           alone or with --top-p and --min-p (no top-k or
+                           alone or with --top-p, --top-k and --min-p (no
                            penalty), the step draws the token itself: no
                            logits cross to the host
-  --top-k K                sample among the K most likely (default: all)
+  --top-k K                sample among the K most likely (default: all);
+                           the step keeps them itself
   --top-p P                sample within probability mass P (default 1); the
                            step cuts this nucleus itself (docs/runtime.md)
   --min-p P                sample among tokens at least P times as likely as
@@ -163,14 +164,14 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
   --steps N                timed steps (default 50, after 5 untimed)
   --temperature T          every step draws its token at T (the step's own
                            draw: the argmax of DrawKey.h's keys) instead of
-                           taking the argmax; with --top-p P from the
-                           nucleus the step cuts
+                           taking the argmax; with --top-p, --top-k and
+                           --min-p from what the step keeps
   --bench-sampler VOCAB    time the host's sampler alone (no artifact): a
                            draw from VOCAB seeded logits N(0, 3^2) with the
                            sampling options given (--temperature, --top-k,
                            --top-p, --min-p, --seed), --steps draws after
                            5 untimed, the mean time a draw printed; for a
-                           temperature with at most a top-p (which the step
+                           temperature without penalties (which the step
                            draws itself) also the step's draw made on the
                            host
   --describe               print what the artifact holds (config, payloads,
@@ -476,8 +477,8 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   if (!s.hasLogits() && (needsHostLogits(s, sampling) || constraint))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding or a temperature (with at most a top-p and "
-                      "a min-p) only"));
+                      "decoding or a temperature (with at most a top-p, a "
+                      "top-k and a min-p) only"));
 
   GenerateOptions generate;
   generate.maxTokens = maxTokens;
@@ -574,9 +575,9 @@ int runSamplerBench(int64_t vocab, const SamplingOptions &sampling,
   const double ms =
       1e3 * std::chrono::duration<double>(Clock::now() - t0).count() /
       double(steps);
-  // A plain temperature, or one with a top-p alone, is the keys' draw
-  // (DrawKey.h), which the host makes only where the artifact's step does
-  // not: its time too.
+  // A temperature with at most a top-p, a top-k and a min-p is the keys'
+  // draw (DrawKey.h), which the host makes only where the artifact's step
+  // does not: its time too.
   double keysMs = -1;
   if (std::optional<KeyDraw> d = keyDraw(sampling, vocab)) {
     Clock::time_point k0 = Clock::now();
@@ -610,14 +611,14 @@ int runBench(SessionOptions options, const std::string &simulate,
              bool json) {
   if (!options.weightPaths.empty())
     return usageError("--bench uses random weights: give no --weights");
-  // With --temperature (and --top-p) every step draws its token
+  // With --temperature (and its cuts) every step draws its token
   // (DrawKey.h) instead of taking the argmax: the draw's cost on the
   // device.
   const std::optional<KeyDraw> drawn = keyDraw(sampling, INT64_MAX);
   if (!sampling.greedy() && !drawn)
     return usageError("--bench draws with a --temperature within [2^-16, "
-                      "2^16] and at most a --top-p and a --min-p (no top-k or "
-                      "penalty)");
+                      "2^16] and at most a --top-p, a --top-k and a --min-p "
+                      "(no penalty)");
   options.flags |= KILN_RUN_RANDOM_WEIGHTS;
   options.fillPositions = context;
   options.seed = 1;
@@ -653,7 +654,7 @@ int runBench(SessionOptions options, const std::string &simulate,
                                   context, s.contextLength())));
   if (drawn)
     if (Status st = s.setDraw(drawn->temperature, sampling.seed, drawn->topP,
-                              drawn->minP);
+                              drawn->minP, drawn->topK);
         !st)
       return fail(st.error());
   // Every step decodes at position `context`, over the random cache before
@@ -697,8 +698,9 @@ int runBench(SessionOptions options, const std::string &simulate,
   std::string mode = options.flags & KILN_RUN_EAGER ? "eager" : "graph";
   if (drawn)
     mode += fmt::format(
-        ", drawn at T = {:g}{}{}", drawn->temperature,
+        ", drawn at T = {:g}{}{}{}", drawn->temperature,
         drawn->topP != 0.0f ? fmt::format(", top-p {:g}", drawn->topP) : "",
+        drawn->topK != 0 ? fmt::format(", top-k {}", drawn->topK) : "",
         drawn->minP != 0.0f ? fmt::format(", min-p {:g}", drawn->minP) : "");
   artifact::StepTraffic traffic = artifact::stepTraffic(
       s.artifact(),
@@ -1033,8 +1035,8 @@ int main(int argc, char **argv) {
   if (!s.hasLogits() && (!logitsOut.empty() || needsHostLogits(s, sampling)))
     return fail(Error(options.artifactPath, "logits",
                       "the artifact was compiled with --no-logits: greedy "
-                      "decoding or a temperature (with at most a top-p and "
-                      "a min-p) only, no --logits-out, top-k or penalty"));
+                      "decoding or a temperature (with at most a top-p, a "
+                      "top-k and a min-p) only, no --logits-out or penalty"));
   std::vector<float> allLogits;
   std::vector<float> *keep = logitsOut.empty() ? nullptr : &allLogits;
   if (keep)

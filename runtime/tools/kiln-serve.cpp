@@ -148,8 +148,8 @@ struct Metrics {
     metric("kiln_generated_tokens_by_chooser_total", "counter",
            "Tokens generated, by where they were chosen: the step's argmax "
            "(greedy), the step's draw (a temperature, with at most a "
-           "top_p and a min_p; no logits copied) or the host (top_k, "
-           "penalties, biases, constraints).",
+           "top_p, a top_k and a min_p; no logits copied) or the host "
+           "(penalties, biases, constraints).",
            [&] {
              std::string samples;
              for (size_t i = 0; i < std::size(kChoosers); ++i)
@@ -820,14 +820,14 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
     // The parameter that needs them: the first of those the request set.
     const SamplingOptions &so = options.generate.sampling;
     const char *param = options.generate.logprobs >= 0 ? "logprobs"
-                        : so.topK > 0                  ? "top_k"
                         : !so.logitBias.empty()        ? "logit_bias"
                         : so.frequencyPenalty != 0     ? "frequency_penalty"
                         : so.presencePenalty != 0      ? "presence_penalty"
                         : so.repeatPenalty != 1        ? "repetition_penalty"
-                        : so.topP < 1                  ? "top_p"
-                        : so.minP > 0                  ? "min_p"
-                                                       : "temperature";
+                        : so.topK > 0 && so.topK < session_.vocab() ? "top_k"
+                        : so.topP < 1                               ? "top_p"
+                        : so.minP > 0                               ? "min_p"
+                                      : "temperature";
     return sendError(res, 400,
                      fmt::format("'{}' needs the logits (only greedy "
                                  "decoding and a plain temperature{} do "
@@ -835,7 +835,8 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                                  "--no-logits",
                                  param,
                                  session_.cutsNucleus()
-                                     ? " with at most a top_p and a min_p"
+                                     ? " with at most a top_p, a top_k and "
+                                       "a min_p"
                                      : ""),
                      "invalid_request_error", param);
   }

@@ -65,18 +65,22 @@ def exp_non_positive(x):
     return np.where(inside, p * two_k, F(0)).astype(F)
 
 
-def nucleus(logits, temperature, top_p=None, min_p=None):
+def nucleus(logits, temperature, top_p=None, min_p=None, top_k=None):
     """The tokens DrawKey.h's cut keeps, as a boolean mask, by its
     definition (not the header's radix passes): each weight's mass its
-    float32 weight times 2^40 truncated, none below min-p (a weight floor);
-    the cut the largest weight whose tokens at or above it hold ceil(p x
-    total) (at most the total), or min-p's floor alone without a top-p."""
+    float32 weight times 2^40 truncated, none below the floor (min-p's
+    weight, raised to the k-th largest weight for a top-k below the
+    vocabulary's size); the cut the largest weight whose tokens at or above
+    it hold ceil(p x total) (at most the total), or the floor alone without
+    a top-p."""
     x = logits.astype(F)
     top = F(np.max(np.where(np.isnan(x), F(-np.inf), x)))
     with np.errstate(invalid="ignore"):
         w = exp_non_positive((x - top) * (F(1) / F(temperature)))
     bits = w.view(np.uint32)
     floor = np.uint32(F(min_p).view(np.uint32)) if min_p else np.uint32(0)
+    if top_k and top_k < len(x):
+        floor = max(floor, np.sort(bits)[::-1][top_k - 1])
     if top_p is None:
         if not np.isfinite(top):
             return np.ones(len(x), dtype=bool)
@@ -99,11 +103,12 @@ def nucleus(logits, temperature, top_p=None, min_p=None):
     return bits >= sorted_bits[reached[0]]
 
 
-def draw(logits, temperature, seed, position, top_p=None, min_p=None):
+def draw(logits, temperature, seed, position, top_p=None, min_p=None,
+         top_k=None):
     """The token the step's draw picks: the largest key, within the cut
-    where top_p or min_p is given."""
+    where top_p, min_p or top_k is given."""
     k = keys(logits, temperature, seed, position)
-    if top_p is not None or min_p is not None:
-        k = np.where(nucleus(logits, temperature, top_p, min_p), k,
+    if top_p is not None or min_p is not None or top_k is not None:
+        k = np.where(nucleus(logits, temperature, top_p, min_p, top_k), k,
                      F(-np.inf))
     return int(np.argmax(k))

@@ -638,11 +638,14 @@ class Checks:
             runs.append(("tp2", 2, [] if gpu_count() >= 2 else ["--one-gpu"]))
             runs.append(("tp2 --eager", 2, ["--eager"] if gpu_count() >= 2
                          else ["--eager", "--one-gpu"]))
-        for temperature, top_p, min_p in ((0.9, None, None),
-                                          (1.1, 0.6, None),
-                                          (1.0, 0.9, 0.2)):
+        for temperature, top_p, min_p, top_k in ((0.9, None, None, None),
+                                                 (1.1, 0.6, None, None),
+                                                 (1.0, 0.9, 0.2, None),
+                                                 (1.3, None, None, 6),
+                                                 (1.2, 0.95, None, 30)):
             cut = (f", top-p {top_p}" if top_p else "") + \
-                (f", min-p {min_p}" if min_p else "")
+                (f", min-p {min_p}" if min_p else "") + \
+                (f", top-k {top_k}" if top_k else "")
             tokens = {}
             for label, tp, extra in runs:
                 npy = self.work / f"{model}-drawn-{tp}{len(extra)}.npy"
@@ -651,6 +654,8 @@ class Checks:
                     sampling += ["--top-p", top_p]
                 if min_p:
                     sampling += ["--min-p", min_p]
+                if top_k:
+                    sampling += ["--top-k", top_k]
                 proc = run(self.pack, [self.pack / "bin" / "kiln-run",
                                        self.art(model, "cuda", tp),
                                        "--weights", gguf, "--backend-dir",
@@ -661,13 +666,14 @@ class Checks:
                 out, lg = json.loads(proc.stdout), np.load(npy)
                 got = out["tokens"]
                 want = [draw(lg[2 + i], temperature, seed, 2 + i, top_p,
-                             min_p) for i in range(len(got))]
+                             min_p, top_k) for i in range(len(got))]
                 greedy = [int(np.argmax(lg[2 + i])) for i in range(len(got))]
                 ok = (got == want and got != greedy
                       and out["chooser"] == "step_draw")
-                if top_p:
+                if top_p or top_k:
                     moved = sum(
-                        not nucleus(lg[2 + i], temperature, top_p, min_p)[
+                        not nucleus(lg[2 + i], temperature, top_p, min_p,
+                                    top_k)[
                             draw(lg[2 + i], temperature, seed, 2 + i)]
                         for i in range(len(got)))
                     ok = ok and moved > 0

@@ -48,7 +48,7 @@ PROMPT = "3,1,4,1,5"
 
 
 def drawn(art, gguf, temperature, seed, n=16, logits=None, top_p=None,
-          min_p=None):
+          min_p=None, top_k=None):
     args = ["kiln-run", art, "--weights", gguf, "--prompt-tokens", PROMPT,
             "-n", n, "--ignore-eos", "--json", "--temperature", temperature,
             "--seed", seed]
@@ -56,6 +56,8 @@ def drawn(art, gguf, temperature, seed, n=16, logits=None, top_p=None,
         args += ["--top-p", top_p]
     if min_p is not None:
         args += ["--min-p", min_p]
+    if top_k is not None:
+        args += ["--top-k", top_k]
     if logits:
         args += ["--logits-out", logits]
     out = json.loads(run_tool(*args).stdout)
@@ -87,31 +89,36 @@ def test_each_token_is_the_reference_draw(files, tmp_path, name, temperature,
 
 
 @pytest.mark.parametrize("name", ["tp1", "tp2"])
-@pytest.mark.parametrize("temperature,top_p,min_p,seed",
-                         [(1.0, 0.9, None, 7), (0.7, 0.3, None, 2 ** 33 + 1),
-                          (1.0, None, 0.6, 8), (1.3, 0.8, 0.5, 9)])
+@pytest.mark.parametrize("temperature,top_p,min_p,top_k,seed",
+                         [(1.0, 0.9, None, None, 7),
+                          (0.7, 0.3, None, None, 2 ** 33 + 1),
+                          (1.0, None, 0.6, None, 8),
+                          (1.3, 0.8, 0.5, None, 9),
+                          (1.5, None, None, 5, 10),
+                          (1.2, 0.95, None, 20, 11),
+                          (1.4, None, 0.2, 50, 12)])
 def test_each_token_is_the_reference_nucleus_draw(files, tmp_path, name,
                                                   temperature, top_p, min_p,
-                                                  seed):
-    """With --top-p (word 3) and --min-p (word 5) the step cuts the
-    vocabulary first: token i is the reference's draw within the cut of
-    that position's logits (tp=2: the ranks' parts gathered, the cut and
-    the draw the whole's). The cut must matter: some of the plain keys'
-    draws fall outside it."""
+                                                  top_k, seed):
+    """With --top-p (word 3), --top-k (word 4) and --min-p (word 5) the
+    step cuts the vocabulary first: token i is the reference's draw within
+    the cut of that position's logits (tp=2: the ranks' parts gathered, the
+    cut and the draw the whole's). The cut must matter: some of the plain
+    keys' draws fall outside it."""
     _, gguf, arts = files
     out = tmp_path / "logits.npy"
     tokens = drawn(arts[name], gguf, temperature, seed, logits=out,
-                   top_p=top_p, min_p=min_p)
+                   top_p=top_p, min_p=min_p, top_k=top_k)
     logits = np.load(out)
     prompt = len(PROMPT.split(","))
-    print(f"seed {seed}, T {temperature}, top-p {top_p}, min-p {min_p}: "
-          f"{tokens}")
+    print(f"seed {seed}, T {temperature}, top-p {top_p}, min-p {min_p}, "
+          f"top-k {top_k}: {tokens}")
     outside = 0
     for i, token in enumerate(tokens):
         p = prompt - 1 + i
         assert token == draw(logits[p], temperature, seed, p, top_p,
-                             min_p), i
-        kept = nucleus(logits[p], temperature, top_p, min_p)
+                             min_p, top_k), i
+        kept = nucleus(logits[p], temperature, top_p, min_p, top_k)
         assert kept[token]
         outside += not kept[draw(logits[p], temperature, seed, p)]
     assert outside > 0
@@ -144,24 +151,27 @@ def test_seeds_and_artifacts(files):
     assert drawn(arts["bare"], gguf, 1.0, 12) == a
     n = drawn(arts["tp1"], gguf, 1.0, 12, top_p=0.5)
     assert drawn(arts["bare"], gguf, 1.0, 12, top_p=0.5) == n
+    k = drawn(arts["tp1"], gguf, 1.0, 12, top_k=4)
+    assert drawn(arts["bare"], gguf, 1.0, 12, top_k=4) == k
     described = run_tool("kiln-run", arts["bare"], "--describe").stdout
     assert ("inputs: token (4 bytes), position (4 bytes), sampling (32 "
             "bytes); outputs: next_token (4 bytes)\n") in described
 
 
-def test_cuts_still_need_the_logits(files):
-    """A cut other than top-p is the host's Sampler's: refused without
-    logits, by name."""
+def test_penalties_still_need_the_logits(files):
+    """A penalty is the host's Sampler's: refused without logits, by
+    name; with them the host chooses."""
     _, gguf, arts = files
     proc = run_tool("kiln-run", arts["bare"], "--weights", gguf,
                     "--prompt-tokens", PROMPT, "-n", 4, "--temperature", 1,
-                    "--top-k", 5, check=False)
+                    "--top-k", 5, "--frequency-penalty", 0.5, check=False)
     assert proc.returncode == 1
-    assert ("greedy decoding or a temperature (with at most a top-p and a "
-            "min-p) only") in proc.stderr
+    assert ("greedy decoding or a temperature (with at most a top-p, a "
+            "top-k and a min-p) only") in proc.stderr
     out = json.loads(run_tool("kiln-run", arts["tp1"], "--weights", gguf,
                               "--prompt-tokens", PROMPT, "-n", 4, "--json",
-                              "--temperature", 1, "--top-k", 5).stdout)
+                              "--temperature", 1, "--top-k", 5,
+                              "--frequency-penalty", 0.5).stdout)
     assert out["chooser"] == "host"
     out = json.loads(run_tool("kiln-run", arts["tp1"], "--weights", gguf,
                               "--prompt-tokens", PROMPT, "-n", 4,

@@ -291,16 +291,18 @@ def test_bench_sampler():
     def bench(*args):
         return json.loads(run_tool("kiln-run", "--bench-sampler", 5000,
                                    "--steps", 40, "--json", *args).stdout)
-    a = bench("--temperature", "0.7", "--top-k", "50", "--seed", "4")
+    a = bench("--temperature", "0.7", "--top-k", "50", "--seed", "4",
+              "--frequency-penalty", "0.5")
     assert a["vocab"] == 5000 and a["draws"] == 40 and a["ms_per_draw"] > 0
     # 45 draws (5 untimed), each an id below the vocabulary.
     assert 0 <= a["token_sum"] <= 45 * 4999
-    b = bench("--temperature", "0.7", "--top-k", "50", "--seed", "4")
+    b = bench("--temperature", "0.7", "--top-k", "50", "--seed", "4",
+              "--frequency-penalty", "0.5")
     assert b["token_sum"] == a["token_sum"]
-    # A top-k has no step's draw to time; a temperature, alone or with a
-    # top-p, has (40 more draws in the sum).
+    # A penalty has no step's draw to time; a temperature, alone or with a
+    # top-p or a top-k, has (40 more draws in the sum).
     assert a["keys_ms_per_draw"] is None
-    for extra in ((), ("--top-p", "0.9")):
+    for extra in ((), ("--top-p", "0.9"), ("--top-k", "50")):
         c = bench("--temperature", "0.7", "--seed", "4", *extra)
         assert c["keys_ms_per_draw"] > 0 and 0 <= c["token_sum"] <= 85 * 4999
     for args, says in [((), "give --temperature T > 0"),

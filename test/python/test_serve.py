@@ -719,6 +719,7 @@ def test_metrics_count_requests_and_tokens(server, client):
     chooser = 'kiln_generated_tokens_by_chooser_total{{chooser="{}"}}'
     assert delta(chooser.format("step_argmax")) == r.usage.completion_tokens
     for kind, extra in (("step_draw", {}), ("step_draw", {"top_p": 0.5}),
+                        ("step_draw", {"extra_body": {"top_k": 3}}),
                         ("host", {"frequency_penalty": 0.5})):
         before = _metrics(server[1])
         d = client.completions.create(model="tiny", prompt="Count me",
@@ -876,22 +877,28 @@ def test_sampling_needs_the_logits(model, tmp_path):
             "kiln-run", bare, "--weights", gguf, "--prompt", "Kiln", "-n", 6,
             "--temperature", 0.9, "--seed", 11, "--json").stdout)
         assert body["choices"][0]["text"] == want["text"]
-        # A top_p alone is the step's nucleus: served, as kiln-run draws it.
-        status, body = _post(url + "/v1/completions",
-                             {"model": "tiny", "prompt": "Kiln",
-                              "max_tokens": 6, "temperature": 0.9,
-                              "top_p": 0.6, "seed": 11})
-        assert status == 200, body
-        want = json.loads(run_tool(
-            "kiln-run", bare, "--weights", gguf, "--prompt", "Kiln", "-n", 6,
-            "--temperature", 0.9, "--top-p", 0.6, "--seed", 11,
-            "--json").stdout)
-        assert want["chooser"] == "step_draw"
-        assert body["choices"][0]["text"] == want["text"]
+        # A top_p, a top_k and both are the step's cuts: served, as kiln-run
+        # draws them.
+        for extra, flags in (({"top_p": 0.6}, ["--top-p", 0.6]),
+                             ({"top_k": 4}, ["--top-k", 4]),
+                             ({"top_p": 0.9, "top_k": 6},
+                              ["--top-p", 0.9, "--top-k", 6])):
+            status, body = _post(url + "/v1/completions",
+                                 {"model": "tiny", "prompt": "Kiln",
+                                  "max_tokens": 6, "temperature": 0.9,
+                                  "seed": 11, **extra})
+            assert status == 200, body
+            want = json.loads(run_tool(
+                "kiln-run", bare, "--weights", gguf, "--prompt", "Kiln",
+                "-n", 6, "--temperature", 0.9, *flags, "--seed", 11,
+                "--json").stdout)
+            assert want["chooser"] == "step_draw"
+            assert body["choices"][0]["text"] == want["text"], extra
         for extra, param in (({"temperature": 0.7, "top_p": 0.5,
                                "min_p": 0.1, "presence_penalty": 0.5},
                               "presence_penalty"),
-                             ({"temperature": 0.7, "top_k": 5}, "top_k"),
+                             ({"temperature": 0.7, "top_k": 5,
+                               "logit_bias": {"3": 2}}, "logit_bias"),
                              ({"temperature": 0, "logprobs": 2},
                               "logprobs")):
             status, body = _post(url + "/v1/completions",

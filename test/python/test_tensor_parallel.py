@@ -240,7 +240,7 @@ def test_no_logits_greedy_equals(files, tmp_path, tp):
                     tmp_path / "l.npy", check=False)
     assert proc.returncode == 1
     assert "compiled with --no-logits: greedy decoding or a temperature " \
-        "(with at most a top-p and a min-p) only" in proc.stderr
+        "(with at most a top-p, a top-k and a min-p) only" in proc.stderr
 
 
 def test_fused_gate_up_file_at_every_tp(tmp_path):

@@ -43,7 +43,10 @@ namespace kiln::draw {
 ///   [1], [2] the seed's low and high 32 bits;
 ///   [3] the nucleus's share p (top-p): its float bits, 0 for none,
 ///       otherwise within (0, 1) and with a temperature (bestKey below);
-///   [4] 0 (reserved);
+///   [4] top-k: the count of tokens kept, 0 for none, otherwise positive
+///       and with a temperature: only the k tokens of the largest weights
+///       (below; ties at the k-th all kept) are drawn, and a nucleus is cut
+///       from them alone;
 ///   [5] min-p: its float bits, 0 for none, otherwise within (0, 1] and
 ///       with a temperature: only tokens whose weight (below) is at least
 ///       it are drawn, and a nucleus is cut from them alone;
@@ -69,8 +72,8 @@ KILN_DRAW_FN float bitsFloat(uint32_t u) {
 /// What validWords requires, for the messages that refuse words.
 constexpr const char *kWordsRule =
     "the temperature must be 0 or within [2^-16, 2^16], top-p 0 or within "
-    "(0, 1) and min-p 0 or within (0, 1], both only with a temperature, "
-    "the reserved words 0";
+    "(0, 1), top-k 0 or positive and min-p 0 or within (0, 1], the last "
+    "three only with a temperature, the reserved words 0";
 
 /// A draw as the words give it.
 struct DrawParams {
@@ -78,8 +81,15 @@ struct DrawParams {
   uint64_t seed = 0;
   float topP = 0; ///< 0: no nucleus
   float minP = 0; ///< 0: no floor
+  int32_t topK = 0; ///< 0: every token
   /// Whether the draw cuts the vocabulary (and so needs all of it).
-  KILN_DRAW_FN bool cuts() const { return topP != 0.0f || minP != 0.0f; }
+  KILN_DRAW_FN bool cuts() const {
+    return topP != 0.0f || minP != 0.0f || topK != 0;
+  }
+  /// The word that names the first cut (for a refusal): 3, 4 or 5.
+  KILN_DRAW_FN int cutWord() const {
+    return topP != 0.0f ? 3 : topK != 0 ? 4 : 5;
+  }
 };
 
 /// Whether the slot's `count` words (kDrawWords or kTemperatureWords) are
@@ -105,9 +115,15 @@ KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
     bad = 5;
     return false;
   }
+  // top-k, in the eight words only.
+  const int32_t k = count == kDrawWords ? words[4] : 0;
+  if (count == kDrawWords && k != 0 && (k < 0 || t == 0.0f)) {
+    bad = 4;
+    return false;
+  }
   // Fixed bounds, so that a kernel keeps the words in registers.
   for (int i = 4; i < kDrawWords; ++i)
-    if (i != 5 && i < count && words[i] != 0) {
+    if (i != 4 && i != 5 && i < count && words[i] != 0) {
       bad = i;
       return false;
     }
@@ -116,6 +132,7 @@ KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
                                                    << 32;
   params.topP = p;
   params.minP = m;
+  params.topK = k;
   return true;
 }
 
@@ -227,8 +244,16 @@ KILN_DRAW_FN float expNonPositive(float x) {
 // cuts at that floor (the Sampler's min-p: weights at least min-p times
 // the best one's, which is 1).
 //
-// It is the Sampler's top-p but for two things: ties at the cut are all
-// kept (the Sampler keeps them by id until the mass is reached), and a
+// Top-k (word 4) is a floor too: the largest weight c such that at least k
+// tokens have weight >= c, found by the same selection over counts instead
+// of masses (every token counts 1). The floor a draw keeps is the higher
+// of min-p's and top-k's, then the share is of the tokens at or above it:
+// the Sampler's order (min-p, then the k most likely of what it keeps,
+// then top-p), as the weights order as the logits do.
+//
+// It is the Sampler's top-p and top-k but for two things: ties at a cut
+// are all kept (the Sampler keeps them by id until the count or the mass
+// is reached; tokens whose logits differ may share a weight), and a
 // token's mass is its weight to 2^-40, so a cut that the masses reach
 // within ~1e-7 of p x total may fall one token apart.
 //===----------------------------------------------------------------------===//
@@ -280,20 +305,36 @@ KILN_DRAW_FN uint32_t nucleusDigit(uint32_t bits, int pass) {
   return (bits >> digitShift(pass)) & ((1u << digitWidth(pass)) - 1);
 }
 
-/// After pass `pass`: `bins` are the candidates' masses by digit (summed
-/// over every rank). The first pass sets want from the total (0, no cut,
-/// where the total is 0: no finite largest logit). Takes the highest digit
-/// d with before + the mass of digits >= d reaching want; none (sums that
-/// disagree, which exact sums do not) is no cut.
+/// What the first pass's total asks the selection to reach: a share p's
+/// ceil(p x total) of the masses (at most total), or with p = 0 a count of
+/// k tokens. 0 (no cut) where the total is 0 (no finite largest logit) or
+/// k is at least the count of every token.
+KILN_DRAW_FN uint64_t firstWant(uint64_t total, float p, int32_t k) {
+  if (p == 0.0f)
+    return uint64_t(k) < total ? uint64_t(k) : 0;
+  const double want = ceil(double(p) * double(total));
+  return want >= double(total) ? total : uint64_t(want);
+}
+
+/// What a token adds to a pass's bin: 1 where the selection counts
+/// (`counting`, top-k), else its mass under min-p's floor.
+KILN_DRAW_FN uint64_t passUnit(uint32_t bits, uint32_t floor, bool counting) {
+  return counting ? 1 : floorMass(bits, floor);
+}
+
+/// After pass `pass`: `bins` are the candidates' masses (or counts) by
+/// digit, summed over every rank. The first pass sets want (firstWant: a
+/// share p, or with p = 0 a count k). Takes the highest digit d with before
+/// + the bins of digits >= d reaching want; none (sums that disagree, which
+/// exact sums do not) is no cut.
 KILN_DRAW_FN void nucleusStep(const uint64_t *bins, int pass, float p,
-                              NucleusCut &cut) {
+                              int32_t k, NucleusCut &cut) {
   const int count = 1 << digitWidth(pass);
   if (pass == 0) {
     uint64_t total = 0;
     for (int d = 0; d < count; ++d)
       total += bins[d];
-    const double want = ceil(double(p) * double(total));
-    cut.want = want >= double(total) ? total : uint64_t(want);
+    cut.want = firstWant(total, p, k);
     cut.before = 0;
     cut.prefix = 0;
   }
@@ -336,21 +377,19 @@ inline void nucleusHistogram(const float *x, int64_t n, float top, float scale,
   }
 }
 
-/// The cut of a vocabulary held whole, given as its weights' bits w[0, n)
-/// at `top` (weightBits): share p's of the tokens at or above min-p's floor
-/// (weight bits; 0 for none), or with p = 0 the floor itself. The first
-/// pass reads every weight, the later ones only the candidates it leaves
-/// (in `places`, the caller's scratch).
-inline uint32_t nucleusCutOfBits(const uint32_t *w, int64_t n, float top,
-                                 float p, uint32_t floor,
-                                 std::vector<uint32_t> &places) {
-  if (p == 0.0f)
-    return floorCut(top, floor);
+/// The selection over a vocabulary held whole, given as its weights' bits
+/// w[0, n): by the masses at or above `floor` for a share p, or with p = 0
+/// by counts for k tokens (nucleusStep). Its cut, 0 for every token. The
+/// first pass reads every weight, the later ones only the candidates it
+/// leaves (in `places`, the caller's scratch).
+inline uint32_t radixCutOfBits(const uint32_t *w, int64_t n, float p, int32_t k,
+                               uint32_t floor, std::vector<uint32_t> &places) {
+  const bool counting = p == 0.0f;
   NucleusCut cut;
   uint64_t bins[kNucleusBins] = {};
   for (int64_t i = 0; i < n; ++i)
-    bins[nucleusDigit(w[i], 0)] += floorMass(w[i], floor);
-  nucleusStep(bins, 0, p, cut);
+    bins[nucleusDigit(w[i], 0)] += passUnit(w[i], floor, counting);
+  nucleusStep(bins, 0, p, k, cut);
   if (cut.want == 0)
     return 0;
   places.clear();
@@ -362,20 +401,36 @@ inline uint32_t nucleusCutOfBits(const uint32_t *w, int64_t n, float top,
       bins[d] = 0;
     for (uint32_t i : places)
       if (nucleusCandidate(w[i], cut.prefix, pass))
-        bins[nucleusDigit(w[i], pass)] += floorMass(w[i], floor);
-    nucleusStep(bins, pass, p, cut);
+        bins[nucleusDigit(w[i], pass)] += passUnit(w[i], floor, counting);
+    nucleusStep(bins, pass, p, k, cut);
   }
   return nucleusBits(cut);
+}
+
+/// The cut of a vocabulary held whole, given as its weights' bits w[0, n)
+/// at `top` (weightBits): share p's of the tokens at or above the floor
+/// (the higher of min-p's, as weight bits with 0 for none, and top-k's
+/// where k is not 0), or with p = 0 the floor itself.
+inline uint32_t nucleusCutOfBits(const uint32_t *w, int64_t n, float top,
+                                 float p, uint32_t floor,
+                                 std::vector<uint32_t> &places, int32_t k = 0) {
+  if (k != 0) {
+    const uint32_t kept = radixCutOfBits(w, n, 0.0f, k, 0, places);
+    floor = kept > floor ? kept : floor;
+  }
+  if (p == 0.0f)
+    return floorCut(top, floor);
+  return radixCutOfBits(w, n, p, 0, floor, places);
 }
 
 /// The same cut of a vocabulary held whole, x[0, n), at `top`
 /// (nucleusTop).
 inline uint32_t nucleusCutOf(const float *x, int64_t n, float top, float scale,
-                             float p, uint32_t floor = 0) {
+                             float p, uint32_t floor = 0, int32_t k = 0) {
   std::vector<uint32_t> bits(static_cast<size_t>(n)), places;
   for (int64_t i = 0; i < n; ++i)
     bits[size_t(i)] = weightBits(x[i], top, scale);
-  return nucleusCutOfBits(bits.data(), n, top, p, floor, places);
+  return nucleusCutOfBits(bits.data(), n, top, p, floor, places, k);
 }
 
 /// The index of the largest key of x[0, n) (value i's made for index
@@ -416,22 +471,24 @@ inline int64_t bestKey(const float *x, int64_t n, int64_t base, float scale,
   return best;
 }
 
-/// The draw within a nucleus (and min-p's floor, weight bits; 0 for none)
-/// over a vocabulary held whole, x[0, n), on the host: bestKey(..., top,
-/// nucleusCutOf(...)) computed faster. Each weight is made once (a loop
-/// that vectorises) for nucleusCutOfBits, and keys are made only for the
-/// nucleus's tokens (by id, so ties go to the lower index). `bits` and
-/// `places` are the caller's scratch. The index, its key in `key`. n > 0.
+/// The draw within a nucleus (and min-p's floor, weight bits, 0 for none;
+/// and top-k's, k 0 for none) over a vocabulary held whole, x[0, n), on
+/// the host: bestKey(..., top, nucleusCutOf(...)) computed faster. Each weight
+/// is made once (a loop that vectorises) for nucleusCutOfBits, and keys are
+/// made only for the nucleus's tokens (by id, so ties go to the lower index).
+/// `bits` and `places` are the caller's scratch. The index, its key in `key`. n
+/// > 0.
 inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
                            uint64_t seed, uint32_t position, float &key,
                            std::vector<uint32_t> &bits,
-                           std::vector<uint32_t> &places, uint32_t floor = 0) {
+                           std::vector<uint32_t> &places, uint32_t floor = 0,
+                           int32_t k = 0) {
   const float top = nucleusTop(x, n);
   bits.resize(size_t(n));
   uint32_t *w = bits.data();
   for (int64_t i = 0; i < n; ++i)
     w[i] = weightBits(x[i], top, scale);
-  const uint32_t edge = nucleusCutOfBits(w, n, top, p, floor, places);
+  const uint32_t edge = nucleusCutOfBits(w, n, top, p, floor, places, k);
   if (edge == 0)
     return bestKey(x, n, 0, scale, seed, position, key);
   // Every token of the nucleus has a finite key (its weight is positive,
@@ -461,7 +518,7 @@ inline int64_t drawWhole(const float *x, int64_t n, const DrawParams &params,
     return bestKey(x, n, 0, scale, params.seed, position, key);
   thread_local std::vector<uint32_t> bits, places;
   return nucleusDraw(x, n, scale, params.topP, params.seed, position, key, bits,
-                     places, floatBits(params.minP));
+                     places, floatBits(params.minP), params.topK);
 }
 
 } // namespace kiln::draw

@@ -2931,9 +2931,9 @@ void checkDrawnArgmax(Report &r, kiln::Rng &rng) {
 void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
   const uint64_t seed = rng.next();
   const int32_t position = 77;
-  auto words = [&](float t, float p, float m = 0.0f) {
+  auto words = [&](float t, float p, float m = 0.0f, int32_t k = 0) {
     int32_t w[8] = {0, int32_t(uint32_t(seed)), int32_t(uint32_t(seed >> 32)),
-                    0, 0, 0, 0, 0};
+                    0, k, 0, 0, 0};
     std::memcpy(&w[0], &t, 4);
     std::memcpy(&w[3], &p, 4);
     std::memcpy(&w[5], &m, 4); // min-p
@@ -2970,12 +2970,21 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
     const int64_t n = int64_t(x.size());
     double bad = 0, cases = 0, drawnDiffers = 0;
     for (float t : {1.0f, 0.6f, 1.7f})
-      for (auto [p, m] :
-           {std::pair{1e-6f, 0.0f}, std::pair{0.5f, 0.0f},
-            std::pair{0.9f, 0.0f}, std::pair{0.95f, 0.0f},
-            std::pair{0.999999f, 0.0f}, std::pair{0.0f, 0.05f},
-            std::pair{0.0f, 0.5f}, std::pair{0.95f, 0.02f}}) {
-        const std::vector<int32_t> w = words(t, p, m);
+      for (auto [p, m, k] : {std::tuple{1e-6f, 0.0f, 0},
+                             std::tuple{0.5f, 0.0f, 0},
+                             std::tuple{0.9f, 0.0f, 0},
+                             std::tuple{0.95f, 0.0f, 0},
+                             std::tuple{0.999999f, 0.0f, 0},
+                             std::tuple{0.0f, 0.05f, 0},
+                             std::tuple{0.0f, 0.5f, 0},
+                             std::tuple{0.95f, 0.02f, 0},
+                             std::tuple{0.0f, 0.0f, 1},
+                             std::tuple{0.0f, 0.0f, 40},
+                             std::tuple{0.9f, 0.0f, 40},
+                             std::tuple{0.95f, 0.02f, 20},
+                             std::tuple{0.0f, 0.05f, 1000},
+                             std::tuple{0.5f, 0.0f, 200000}}) {
+        const std::vector<int32_t> w = words(t, p, m, k);
         DeviceArray<int32_t> dw(w);
         float key = 0;
         kiln::Expected<int32_t> want =
@@ -2991,6 +3000,7 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
         // The same words without the cut, for the count of draws it moved.
         std::vector<int32_t> plain = w;
         plain[3] = 0;
+        plain[4] = 0;
         plain[5] = 0;
         float plainKey = 0;
         kiln::Expected<int32_t> whole =
@@ -3000,8 +3010,9 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
         ++cases;
       }
     r.line("argmax nucleus", fmtText("%s, T 1/0.6/1.7 x p 1e-6 .. 0.999999, "
-                                     "min-p 0.05 and 0.5, both (%.0f of %.0f "
-                                     "draws moved by the cut)",
+                                     "min-p 0.05 and 0.5, top-k 1 .. 200000, "
+                                     "mixes (%.0f of %.0f draws moved by the "
+                                     "cut)",
                                      name.c_str(), drawnDiffers, cases),
            bad, 0, "exact: cpu::drawArgmax's index");
   }
@@ -3047,17 +3058,24 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
   }
   // Bad words, each a fault naming it and -1 from both forms: shares of 1,
   // negative and NaN, a share without a temperature (word 3); a min-p above
-  // 1 and one without a temperature (word 5).
+  // 1 and one without a temperature (word 5); a negative top-k and one
+  // without a temperature (word 4).
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (auto [t, p, m] :
-       {std::tuple{1.0f, 1.0f, 0.0f}, std::tuple{1.0f, -0.5f, 0.0f},
-        std::tuple{1.0f, nan, 0.0f}, std::tuple{0.0f, 0.9f, 0.0f},
-        std::tuple{1.0f, 0.0f, 1.5f}, std::tuple{0.0f, 0.0f, 0.1f}}) {
-    const int word = m != 0.0f ? 5 : 3;
+  for (auto [t, p, m, k] : {std::tuple{1.0f, 1.0f, 0.0f, 0},
+                            std::tuple{1.0f, -0.5f, 0.0f, 0},
+                            std::tuple{1.0f, nan, 0.0f, 0},
+                            std::tuple{0.0f, 0.9f, 0.0f, 0},
+                            std::tuple{1.0f, 0.0f, 1.5f, 0},
+                            std::tuple{0.0f, 0.0f, 0.1f, 0},
+                            std::tuple{1.0f, 0.0f, 0.0f, -3},
+                            std::tuple{0.0f, 0.0f, 0.0f, 5}}) {
+    const int word = k != 0 ? 4 : m != 0.0f ? 5 : 3;
     const float value = word == 5 ? m : p;
     uint32_t bits;
     std::memcpy(&bits, &value, 4);
-    DeviceArray<int32_t> dw(words(t, p, m));
+    if (word == 4)
+      bits = uint32_t(k);
+    DeviceArray<int32_t> dw(words(t, p, m, k));
     const kc::DrawInputs draw{dw.get(), dpos.get(), fault.sink(), 8};
     double wrong = 0;
     for (bool grid : {false, true}) {
@@ -3070,9 +3088,9 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
                              word, int64_t(bits));
     }
     r.line("argmax nucleus, bad words",
-           fmtText("T %g, top-p %g, min-p %g: word %d's fault, -1 (one block "
-                   "and grid)",
-                   t, p, m, word),
+           fmtText("T %g, top-p %g, min-p %g, top-k %d: word %d's fault, -1 "
+                   "(one block and grid)",
+                   t, p, m, k, word),
            wrong, 0, "exact");
   }
   {
@@ -3089,6 +3107,19 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
            double(cand.download()[0].index != -1) +
                faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
                              5, int64_t(bits)),
+           0, "exact");
+  }
+  {
+    fault.clear();
+    DeviceArray<int32_t> dw(words(1.0f, 0.0f, 0.0f, 40));
+    DeviceArray<kc::ArgmaxCandidate> cand(1);
+    run(kc::launchArgmaxCandidate(dx.get(), 4096, 0, cand.get(), nullptr,
+                                  kc::DrawInputs{dw.get(), dpos.get(),
+                                                 fault.sink(), 8}));
+    r.line("argmax top-k of a part", "the candidate kernel: fault, -1",
+           double(cand.download()[0].index != -1) +
+               faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
+                             4, 40),
            0, "exact");
   }
 }

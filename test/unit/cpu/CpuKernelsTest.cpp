@@ -25,9 +25,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -327,6 +329,40 @@ TEST(DrawArgmax, ANucleusIsCutFromTheWholeVocabulary) {
   Expected<int32_t> first = drawArgmax(x.data(), 2000, 0, words, 4, 0, key);
   ASSERT_FALSE(bool(first));
   expectError(Status(first.error()), {"sampling", "word 3"});
+}
+
+TEST(DrawArgmax, TopKDrawsAmongTheKLargest) {
+  SCOPED_TRACE(seedText(44));
+  std::mt19937 gen = generator(44);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(3000);
+  for (float &v : x)
+    v = normal(gen);
+  // N(0, 1) at T = 2: the five largest logits hold a small share of the
+  // mass, so a draw without the cut would leave them almost always.
+  std::vector<float> sorted = x;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  const float t = 2.0f;
+  int32_t words[8] = {0, 7, 8, 0, 5, 0, 0, 0};
+  std::memcpy(&words[0], &t, 4);
+  std::set<int32_t> drawn;
+  for (int32_t position = 0; position < 200; ++position) {
+    float key = 0;
+    Expected<int32_t> best =
+        drawArgmax(x.data(), 3000, 0, words, 8, position, key);
+    ASSERT_TRUE(bool(best));
+    EXPECT_GE(x[size_t(*best)], sorted[4]) << "position " << position;
+    drawn.insert(*best);
+  }
+  // Every one of the five is drawn in 200 tries (each at least ~1/8 of
+  // the time at these spreads: missing one has probability below 1e-11).
+  EXPECT_EQ(drawn.size(), 5u);
+  // A part cannot count them.
+  float key = 0;
+  Expected<int32_t> part =
+      drawArgmax(x.data() + 1000, 2000, 1000, words, 8, 0, key);
+  ASSERT_FALSE(bool(part));
+  expectError(Status(part.error()), {"sampling", "whole vocabulary"});
 }
 
 TEST(Dequant, EveryValueRowMajor) {

@@ -69,23 +69,28 @@ TEST(GeneratorDraw, PlannedLateAndHostDrawsAgree) {
 
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
   ASSERT_TRUE(s.cutsNucleus());
-  // A temperature alone, with a top-p (the step's nucleus), with a min-p.
-  for (auto [temperature, seed, topP, minP] :
-       {std::tuple{0.9, uint64_t(77), 1.0, 0.0},
-        std::tuple{1.6, uint64_t(1) << 40, 1.0, 0.0},
-        std::tuple{1.3, uint64_t(5), 0.7, 0.0},
-        std::tuple{1.2, uint64_t(6), 1.0, 0.4}}) {
+  // A temperature alone, with a top-p (the step's nucleus), with a min-p,
+  // with a top-k alone and under a top-p.
+  for (auto [temperature, seed, topP, minP, topK] :
+       {std::tuple{0.9, uint64_t(77), 1.0, 0.0, 0},
+        std::tuple{1.6, uint64_t(1) << 40, 1.0, 0.0, 0},
+        std::tuple{1.3, uint64_t(5), 0.7, 0.0, 0},
+        std::tuple{1.2, uint64_t(6), 1.0, 0.4, 0},
+        std::tuple{1.5, uint64_t(8), 1.0, 0.0, 3},
+        std::tuple{1.4, uint64_t(9), 0.9, 0.0, 10}}) {
     SCOPED_TRACE("T " + std::to_string(temperature) + ", seed " +
                  std::to_string(seed) + ", top-p " + std::to_string(topP) +
-                 ", min-p " + std::to_string(minP));
+                 ", min-p " + std::to_string(minP) + ", top-k " +
+                 std::to_string(topK));
     GenerateOptions g;
     g.maxTokens = 12;
     g.sampling.temperature = temperature;
     g.sampling.seed = seed;
     g.sampling.topP = topP;
     g.sampling.minP = minP;
+    g.sampling.topK = topK;
     const KeyDraw asked{float(temperature), topP < 1 ? float(topP) : 0.0f,
-                        float(minP)};
+                        float(minP), topK};
     // Planned: the prompt's last step draws the first token.
     ASSERT_TRUE(s.reset());
     Generator planned(s, nullptr);

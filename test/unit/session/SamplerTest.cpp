@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -269,8 +270,9 @@ TEST(Sampler, TheStepsNucleusIsTheSamplersTopP) {
   // The keys' draw cuts its own nucleus (DrawKey.h): the tokens of weight
   // at or above a cut found in integer masses. Without ties at the cut and
   // away from a boundary that rounding decides (the reference's
-  // `ambiguous`), it keeps the Sampler's top-p set exactly, and with
-  // min-p its min-p set (alone and under a top-p).
+  // `ambiguous`; for top-k, the k-th and the next weight equal), it keeps
+  // the Sampler's top-p set exactly, and with min-p and top-k their sets
+  // (alone and under a top-p).
   const uint64_t seed = 0x70b1;
   std::printf("seed %#llx\n", (unsigned long long)seed);
   Rng rng(seed);
@@ -279,43 +281,56 @@ TEST(Sampler, TheStepsNucleusIsTheSamplersTopP) {
     for (double sigma : {1.0, 3.0})
       for (double t : {0.7, 1.0})
         for (double m : {0.0, 0.05})
-          for (double p : {0.5, 0.9, 0.95, 1.0}) {
-            if (m == 0 && p == 1)
-              continue; // no cut
-            std::vector<float> logits(static_cast<size_t>(vocab));
-            for (float &x : logits)
-              x = float(rng.normal() * sigma);
-            SamplingOptions o;
-            o.temperature = t;
-            o.topP = p;
-            o.minP = m;
-            bool ambiguous = false;
-            const std::map<int32_t, double> want =
-                reference(logits, {}, o, ambiguous);
-            if (ambiguous) {
-              ++skipped;
-              continue;
+          for (int32_t k : {0, 40})
+            for (double p : {0.5, 0.9, 0.95, 1.0}) {
+              if (m == 0 && p == 1 && k == 0)
+                continue; // no cut
+              if (k != 0 && p != 0.9 && p != 1.0)
+                continue; // top-k with two shares
+              std::vector<float> logits(static_cast<size_t>(vocab));
+              for (float &x : logits)
+                x = float(rng.normal() * sigma);
+              SamplingOptions o;
+              o.temperature = t;
+              o.topP = p;
+              o.minP = m;
+              o.topK = k;
+              bool ambiguous = false;
+              const std::map<int32_t, double> want =
+                  reference(logits, {}, o, ambiguous);
+              const float scale = 1.0f / float(t);
+              const float top = draw::nucleusTop(logits.data(), vocab);
+              if (k != 0) {
+                std::vector<uint32_t> w;
+                for (float x : logits)
+                  w.push_back(draw::weightBits(x, top, scale));
+                std::nth_element(w.begin(), w.begin() + k, w.end(),
+                                 std::greater<uint32_t>());
+                const uint32_t kth =
+                    *std::min_element(w.begin(), w.begin() + k);
+                ambiguous = ambiguous || kth == w[size_t(k)];
+              }
+              if (ambiguous) {
+                ++skipped;
+                continue;
+              }
+              const uint32_t cut = draw::nucleusCutOf(
+                  logits.data(), vocab, top, scale, p < 1 ? float(p) : 0.0f,
+                  draw::floatBits(float(m)), k);
+              std::vector<int32_t> kept;
+              for (int64_t i = 0; i < vocab; ++i)
+                if (draw::weightBits(logits[size_t(i)], top, scale) >= cut)
+                  kept.push_back(int32_t(i));
+              std::vector<int32_t> sampler;
+              for (const auto &[id, prob] : want)
+                sampler.push_back(id);
+              ASSERT_EQ(kept, sampler)
+                  << "vocab " << vocab << ", sigma " << sigma << ", T " << t
+                  << ", p " << p << ", min-p " << m << ", top-k " << k;
+              ++compared;
             }
-            const float scale = 1.0f / float(t);
-            const float top = draw::nucleusTop(logits.data(), vocab);
-            const uint32_t cut = draw::nucleusCutOf(
-                logits.data(), vocab, top, scale, p < 1 ? float(p) : 0.0f,
-                draw::floatBits(float(m)));
-            std::vector<int32_t> kept;
-            for (int64_t i = 0; i < vocab; ++i)
-              if (draw::weightBits(logits[size_t(i)], top, scale) >= cut)
-                kept.push_back(int32_t(i));
-            std::vector<int32_t> sampler;
-            for (const auto &[id, prob] : want)
-              sampler.push_back(id);
-            ASSERT_EQ(kept, sampler)
-                << "vocab " << vocab << ", sigma " << sigma << ", T " << t
-                << ", p " << p << ", min-p " << m;
-            ++compared;
-          }
-  std::printf("%d cuts equal to the Sampler's top-p and min-p, %d at a "
-              "rounding "
-              "boundary skipped\n",
+  std::printf("%d cuts equal to the Sampler's top-p, top-k and min-p, %d at "
+              "a rounding boundary skipped\n",
               compared, skipped);
-  EXPECT_GE(compared, 30);
+  EXPECT_GE(compared, 50);
 }

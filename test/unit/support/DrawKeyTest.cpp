@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 using namespace kiln::draw;
@@ -109,7 +110,27 @@ TEST(DrawKey, WordsOutsideTheRangeAreRefused) {
   bad = -1;
   EXPECT_FALSE(validWords(floored(0.0f, 0.05f).data(), kDrawWords, bad));
   EXPECT_EQ(bad, 5); // min-p needs a temperature
-  for (int reserved : {4, 6, 7}) {
+  // top-k (word 4): positive, with a temperature.
+  auto counted = [&](float t, int32_t k) {
+    std::vector<int32_t> w = words(t, 0);
+    w[4] = k;
+    return w;
+  };
+  ASSERT_TRUE(readWords(counted(1.0f, 40).data(), kDrawWords, params, bad));
+  EXPECT_EQ(params.topK, 40);
+  EXPECT_TRUE(params.cuts());
+  EXPECT_EQ(params.cutWord(), 4);
+  EXPECT_TRUE(validWords(counted(1.0f, INT32_MAX).data(), kDrawWords, bad));
+  for (int32_t k : {-1, INT32_MIN}) {
+    bad = -1;
+    EXPECT_FALSE(validWords(counted(1.0f, k).data(), kDrawWords, bad)) << k;
+    EXPECT_EQ(bad, 4) << k;
+  }
+  bad = -1;
+  EXPECT_FALSE(validWords(counted(0.0f, 40).data(), kDrawWords, bad));
+  EXPECT_EQ(bad, 4); // top-k needs a temperature
+  // In the first form word 4 is not read at all (four words end at 3).
+  for (int reserved : {6, 7}) {
     std::vector<int32_t> w = words(1.0f, 0);
     w[size_t(reserved)] = 1;
     bad = -1;
@@ -192,10 +213,18 @@ TEST(DrawKey, PositionsAndSeedsGiveOtherDraws) {
 /// distinct weight as a candidate cut, largest first, the first whose
 /// tokens' masses reach want.
 /// With min-p's floor (weight bits), the tokens below it hold no mass; with
-/// p = 0 the cut is the floor.
+/// top-k the floor is at least the k-th largest weight (none where k is at
+/// least the count); with p = 0 the cut is the floor.
 uint32_t cutByDefinition(const std::vector<float> &x, float scale, float p,
-                         uint32_t floor = 0) {
+                         uint32_t floor = 0, int32_t k = 0) {
   const float top = nucleusTop(x.data(), int64_t(x.size()));
+  if (k != 0 && size_t(k) < x.size()) {
+    std::vector<uint32_t> sorted;
+    for (float v : x)
+      sorted.push_back(weightBits(v, top, scale));
+    std::sort(sorted.begin(), sorted.end(), std::greater<uint32_t>());
+    floor = std::max(floor, sorted[size_t(k) - 1]);
+  }
   if (p == 0.0f)
     return std::isfinite(top) ? floor : 0;
   std::vector<std::pair<uint32_t, uint64_t>> weights; // bits, mass
@@ -254,31 +283,34 @@ TEST(DrawKey, NucleusCutIsItsDefinition) {
           x[size_t(next() % uint64_t(n))] = 3.0f + float(i);
       for (float t : {0.5f, 1.0f, 2.0f})
         for (float m : {0.0f, 0.01f, 0.3f})
-          for (float p :
-               {0.0f, 1e-6f, 0.3f, 0.9f, 0.95f, 0.999f, 0.99999994f}) {
-            if (p == 0.0f && m == 0.0f)
-              continue; // no cut at all
-            const uint32_t floor = floatBits(m);
-            const float top = nucleusTop(x.data(), n);
-            const uint32_t got =
-                nucleusCutOf(x.data(), n, top, 1.0f / t, p, floor);
-            ASSERT_EQ(got, cutByDefinition(x, 1.0f / t, p, floor))
-                << "shape " << shape << ", n " << n << ", T " << t << ", p "
-                << p << ", min-p " << m;
-            // The host's faster draw is the masked keys' argmax.
-            std::vector<uint32_t> bits, places;
-            for (uint32_t position : {0u, 9u}) {
-              float want = 0, fast = 0;
-              const int64_t a = bestKey(x.data(), n, 0, 1.0f / t, 3, position,
-                                        want, top, got);
-              const int64_t b =
-                  nucleusDraw(x.data(), n, 1.0f / t, p, 3, position, fast, bits,
-                              places, floor);
-              ASSERT_EQ(a, b) << "shape " << shape << ", n " << n;
-              ASSERT_EQ(floatBits(want), floatBits(fast));
+          for (int32_t k : {0, 1, 40})
+            for (float p :
+                 {0.0f, 1e-6f, 0.3f, 0.9f, 0.95f, 0.999f, 0.99999994f}) {
+              if (p == 0.0f && m == 0.0f && k == 0)
+                continue; // no cut at all
+              if (k != 0 && p != 0.0f && p != 0.9f && p != 0.999f)
+                continue; // top-k with three shares
+              const uint32_t floor = floatBits(m);
+              const float top = nucleusTop(x.data(), n);
+              const uint32_t got =
+                  nucleusCutOf(x.data(), n, top, 1.0f / t, p, floor, k);
+              ASSERT_EQ(got, cutByDefinition(x, 1.0f / t, p, floor, k))
+                  << "shape " << shape << ", n " << n << ", T " << t << ", p "
+                  << p << ", min-p " << m << ", top-k " << k;
+              // The host's faster draw is the masked keys' argmax.
+              std::vector<uint32_t> bits, places;
+              for (uint32_t position : {0u, 9u}) {
+                float want = 0, fast = 0;
+                const int64_t a = bestKey(x.data(), n, 0, 1.0f / t, 3, position,
+                                          want, top, got);
+                const int64_t b =
+                    nucleusDraw(x.data(), n, 1.0f / t, p, 3, position, fast,
+                                bits, places, floor, k);
+                ASSERT_EQ(a, b) << "shape " << shape << ", n " << n;
+                ASSERT_EQ(floatBits(want), floatBits(fast));
+              }
+              ++cases;
             }
-            ++cases;
-          }
     }
   std::printf("nucleus: %d cuts as defined\n", cases);
 }
@@ -300,7 +332,7 @@ TEST(DrawKey, NucleusDrawFollowsItsSoftmax) {
     std::fill(bins, bins + kNucleusBins, 0);
     nucleusHistogram(logits.data(), 3, top, scale, split, pass, bins);
     nucleusHistogram(logits.data() + 3, 5, top, scale, split, pass, bins);
-    nucleusStep(bins, pass, p, split);
+    nucleusStep(bins, pass, p, 0, split);
   }
   ASSERT_EQ(nucleusBits(split), cut);
   std::vector<double> prob(8, 0);
