@@ -246,7 +246,9 @@ KILN_DRAW_FN float expNonPositive(float x) {
 //
 // Top-k (word 4) is a floor too: the largest weight c such that at least k
 // tokens have weight >= c, found by the same selection over counts instead
-// of masses (every token counts 1). The floor a draw keeps is the higher
+// of masses. Only tokens of positive weight count (1 each): where fewer
+// than k have one, the k-th weight is 0 and keeps every token, which is no
+// cut, as a total of at most k is. The floor a draw keeps is the higher
 // of min-p's and top-k's, then the share is of the tokens at or above it:
 // the Sampler's order (min-p, then the k most likely of what it keeps,
 // then top-p), as the weights order as the logits do.
@@ -316,10 +318,12 @@ KILN_DRAW_FN uint64_t firstWant(uint64_t total, float p, int32_t k) {
   return want >= double(total) ? total : uint64_t(want);
 }
 
-/// What a token adds to a pass's bin: 1 where the selection counts
-/// (`counting`, top-k), else its mass under min-p's floor.
+/// What a token adds to a pass's bin: 1 for a positive weight where the
+/// selection counts (`counting`, top-k), else its mass under min-p's
+/// floor. (A zero adds nothing, and a kernel skips its add: the many
+/// tokens whose weights underflow would otherwise all add to one bin.)
 KILN_DRAW_FN uint64_t passUnit(uint32_t bits, uint32_t floor, bool counting) {
-  return counting ? 1 : floorMass(bits, floor);
+  return counting ? uint64_t(bits != 0) : floorMass(bits, floor);
 }
 
 /// After pass `pass`: `bins` are the candidates' masses (or counts) by
