@@ -3042,18 +3042,23 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
          "no fault");
   const std::vector<float> x = normals(rng, 4096, 3.0);
   DeviceArray<float> dx(x);
-  // A part's kernels: a nucleus needs the whole vocabulary.
-  {
+  // A part's kernels: every cut needs the whole vocabulary, so each is a
+  // fault naming its word (its bits as the value) and -1.
+  for (auto [name, w, word, bits] :
+       {std::tuple{"nucleus", words(1.0f, 0.9f), 3, 0x3f666666u},
+        std::tuple{"min-p", words(1.0f, 0.0f, 0.05f), 5, 0x3d4ccccdu},
+        std::tuple{"top-k", words(1.0f, 0.0f, 0.0f, 40), 4, 40u}}) {
     fault.clear();
-    DeviceArray<int32_t> dw(words(1.0f, 0.9f));
+    DeviceArray<int32_t> dw(w);
     DeviceArray<kc::ArgmaxCandidate> cand(1);
     run(kc::launchArgmaxCandidate(dx.get(), 4096, 0, cand.get(), nullptr,
                                   kc::DrawInputs{dw.get(), dpos.get(),
                                                  fault.sink(), 8}));
-    r.line("argmax nucleus of a part", "the candidate kernel: fault, -1",
+    r.line(fmtText("argmax %s of a part", name),
+           "the candidate kernel: fault, -1",
            double(cand.download()[0].index != -1) +
                faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
-                             3, int64_t(0x3f666666u)),
+                             word, int64_t(bits)),
            0, "exact");
   }
   // Bad words, each a fault naming it and -1 from both forms: shares of 1,
@@ -3092,35 +3097,6 @@ void checkNucleusArgmax(Report &r, kiln::Rng &rng) {
                    "(one block and grid)",
                    t, p, m, k, word),
            wrong, 0, "exact");
-  }
-  {
-    fault.clear();
-    const float m = 0.05f;
-    DeviceArray<int32_t> dw(words(1.0f, 0.0f, m));
-    DeviceArray<kc::ArgmaxCandidate> cand(1);
-    run(kc::launchArgmaxCandidate(dx.get(), 4096, 0, cand.get(), nullptr,
-                                  kc::DrawInputs{dw.get(), dpos.get(),
-                                                 fault.sink(), 8}));
-    uint32_t bits;
-    std::memcpy(&bits, &m, 4);
-    r.line("argmax min-p of a part", "the candidate kernel: fault, -1",
-           double(cand.download()[0].index != -1) +
-               faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
-                             5, int64_t(bits)),
-           0, "exact");
-  }
-  {
-    fault.clear();
-    DeviceArray<int32_t> dw(words(1.0f, 0.0f, 0.0f, 40));
-    DeviceArray<kc::ArgmaxCandidate> cand(1);
-    run(kc::launchArgmaxCandidate(dx.get(), 4096, 0, cand.get(), nullptr,
-                                  kc::DrawInputs{dw.get(), dpos.get(),
-                                                 fault.sink(), 8}));
-    r.line("argmax top-k of a part", "the candidate kernel: fault, -1",
-           double(cand.download()[0].index != -1) +
-               faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange,
-                             4, 40),
-           0, "exact");
   }
 }
 

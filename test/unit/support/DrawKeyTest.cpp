@@ -92,44 +92,43 @@ TEST(DrawKey, WordsOutsideTheRangeAreRefused) {
   bad = -1;
   EXPECT_FALSE(validWords(share(0.0f, 0.9f).data(), kDrawWords, bad));
   EXPECT_EQ(bad, 3); // a nucleus needs a temperature
-  // min-p (word 5): within (0, 1], with a temperature.
-  auto floored = [&](float t, float m) {
+  // min-p (word 5): within (0, 1]; top-k (word 4): positive; each only
+  // with a temperature. Values as the words' bits.
+  auto with = [&](float t, int word, int32_t value) {
     std::vector<int32_t> w = words(t, 0);
-    w[5] = int32_t(floatBits(m));
+    w[size_t(word)] = value;
     return w;
   };
-  ASSERT_TRUE(readWords(floored(1.0f, 0.05f).data(), kDrawWords, params, bad));
+  auto bitsOf = [](float v) { return int32_t(floatBits(v)); };
+  for (const auto &[word, good, wrong] :
+       {std::tuple{5, std::vector<int32_t>{bitsOf(0.05f), bitsOf(1.0f)},
+                   std::vector<int32_t>{bitsOf(-0.1f), bitsOf(1.5f),
+                                        bitsOf(NAN), bitsOf(-0.0f)}},
+        std::tuple{4, std::vector<int32_t>{40, INT32_MAX},
+                   std::vector<int32_t>{-1, INT32_MIN}}}) {
+    for (int32_t v : good)
+      EXPECT_TRUE(validWords(with(1.0f, word, v).data(), kDrawWords, bad))
+          << "word " << word << ": " << v;
+    for (int32_t v : wrong) {
+      bad = -1;
+      EXPECT_FALSE(validWords(with(1.0f, word, v).data(), kDrawWords, bad))
+          << "word " << word << ": " << v;
+      EXPECT_EQ(bad, word) << v;
+    }
+    bad = -1;
+    EXPECT_FALSE(validWords(with(0.0f, word, good[0]).data(), kDrawWords, bad));
+    EXPECT_EQ(bad, word); // a cut needs a temperature
+  }
+  ASSERT_TRUE(
+      readWords(with(1.0f, 5, bitsOf(0.05f)).data(), kDrawWords, params, bad));
   EXPECT_EQ(params.minP, 0.05f);
   EXPECT_TRUE(params.cuts());
-  EXPECT_TRUE(validWords(floored(1.0f, 1.0f).data(), kDrawWords, bad));
-  for (float m : {-0.1f, 1.5f, NAN, -0.0f}) {
-    bad = -1;
-    EXPECT_FALSE(validWords(floored(1.0f, m).data(), kDrawWords, bad)) << m;
-    EXPECT_EQ(bad, 5) << m;
-  }
-  bad = -1;
-  EXPECT_FALSE(validWords(floored(0.0f, 0.05f).data(), kDrawWords, bad));
-  EXPECT_EQ(bad, 5); // min-p needs a temperature
-  // top-k (word 4): positive, with a temperature.
-  auto counted = [&](float t, int32_t k) {
-    std::vector<int32_t> w = words(t, 0);
-    w[4] = k;
-    return w;
-  };
-  ASSERT_TRUE(readWords(counted(1.0f, 40).data(), kDrawWords, params, bad));
+  EXPECT_EQ(params.cutWord(), 5);
+  ASSERT_TRUE(readWords(with(1.0f, 4, 40).data(), kDrawWords, params, bad));
   EXPECT_EQ(params.topK, 40);
   EXPECT_TRUE(params.cuts());
   EXPECT_EQ(params.cutWord(), 4);
-  EXPECT_TRUE(validWords(counted(1.0f, INT32_MAX).data(), kDrawWords, bad));
-  for (int32_t k : {-1, INT32_MIN}) {
-    bad = -1;
-    EXPECT_FALSE(validWords(counted(1.0f, k).data(), kDrawWords, bad)) << k;
-    EXPECT_EQ(bad, 4) << k;
-  }
-  bad = -1;
-  EXPECT_FALSE(validWords(counted(0.0f, 40).data(), kDrawWords, bad));
-  EXPECT_EQ(bad, 4); // top-k needs a temperature
-  // In the first form word 4 is not read at all (four words end at 3).
+  // Words 6 and 7 are reserved.
   for (int reserved : {6, 7}) {
     std::vector<int32_t> w = words(1.0f, 0);
     w[size_t(reserved)] = 1;
