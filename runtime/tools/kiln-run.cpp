@@ -174,6 +174,9 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
                            temperature without penalties (which the step
                            draws itself) also the step's draw made on the
                            host
+  --bench-head N           with --bench-sampler: N seeded tokens' logits
+                           raised by 20, the head a trained model's logits
+                           have above the rest (default 0)
   --describe               print what the artifact holds (config, payloads,
                            each rank's steps, the bytes its decode step reads,
                            the weight slices it binds and their device
@@ -555,8 +558,8 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
 /// --bench: the decode step on random weights, timed.
 /// --bench-sampler: the sampler's time a draw over `vocab` seeded logits,
 /// as many as GLM-5's vocabulary in a served token.
-int runSamplerBench(int64_t vocab, const SamplingOptions &sampling,
-                    int64_t steps, bool json) {
+int runSamplerBench(int64_t vocab, int64_t head,
+                    const SamplingOptions &sampling, int64_t steps, bool json) {
   if (sampling.greedy())
     return usageError("--bench-sampler times a sampled draw: give "
                       "--temperature T > 0");
@@ -564,6 +567,8 @@ int runSamplerBench(int64_t vocab, const SamplingOptions &sampling,
   std::vector<float> logits(static_cast<size_t>(vocab));
   for (float &l : logits)
     l = float(rng.normal() * 3);
+  for (int64_t i = 0; i < head; ++i)
+    logits[size_t(rng.below(uint64_t(vocab)))] += 20.0f;
   Sampler sampler(sampling);
   int64_t digest = 0;
   for (int i = 0; i < 5; ++i)
@@ -779,7 +784,7 @@ int main(int argc, char **argv) {
   std::optional<std::string> systemPrompt;
   std::string chatTemplateFile;
   int64_t benchSteps = 50;
-  int64_t benchSamplerVocab = 0;
+  int64_t benchSamplerVocab = 0, benchHead = 0;
   uint64_t benchContext = 0;
   std::string simulate;
 
@@ -906,6 +911,9 @@ int main(int argc, char **argv) {
           benchSamplerVocab <= 0 || benchSamplerVocab > (int64_t(1) << 31) - 1)
         return usageError("--bench-sampler: expected a vocabulary size from "
                           "1 to 2^31 - 1");
+    } else if (arg == "--bench-head") {
+      if (!parseNumber(value("--bench-head"), benchHead) || benchHead < 0)
+        return usageError("--bench-head: expected a count >= 0");
     } else if (arg == "--steps") {
       if (!parseNumber(value("--steps"), benchSteps) || benchSteps <= 0)
         return usageError("--steps: expected a count > 0");
@@ -922,7 +930,8 @@ int main(int argc, char **argv) {
   if (benchSamplerVocab) {
     if (!options.artifactPath.empty())
       return usageError("--bench-sampler needs no artifact");
-    return runSamplerBench(benchSamplerVocab, sampling, benchSteps, json);
+    return runSamplerBench(benchSamplerVocab, benchHead, sampling, benchSteps,
+                           json);
   }
   if (options.artifactPath.empty())
     return usageError("no artifact given");

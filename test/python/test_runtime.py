@@ -302,10 +302,16 @@ def test_bench_sampler():
     # A penalty has no step's draw to time; a temperature, alone or with a
     # top-p or a top-k, has (40 more draws in the sum).
     assert a["keys_ms_per_draw"] is None
-    for extra in ((), ("--top-p", "0.9"), ("--top-k", "50")):
+    for extra in ((), ("--top-p", "0.9"), ("--top-k", "50"),
+                  ("--bench-head", "8")):
         c = bench("--temperature", "0.7", "--seed", "4", *extra)
         assert c["keys_ms_per_draw"] > 0 and 0 <= c["token_sum"] <= 85 * 4999
+    # A head of logits raised by 20 moves the draws to it.
+    assert c["token_sum"] != bench("--temperature", "0.7",
+                                   "--seed", "4")["token_sum"]
     for args, says in [((), "give --temperature T > 0"),
+                       (("--bench-head", "-1", "--temperature", "1"),
+                        "--bench-head: expected a count >= 0"),
                        (("x.kiln", "--temperature", "1"), "needs no artifact")]:
         proc = subprocess.run([str(tool("kiln-run")), "--bench-sampler", "10",
                                *args], capture_output=True, text=True)

@@ -51,6 +51,77 @@ TEST(DrawKey, UniformIsInsideTheOpenInterval) {
   EXPECT_LT(gumbel(0), -2.0f);           // -ln(-ln 2^-24) = -2.81
 }
 
+TEST(DrawKey, EveryGumbelIsWithinItsBound) {
+  // gumbel reads 23 of its bits: every value, against the bound that lets
+  // bestKey skip tokens.
+  float most = -INFINITY, least = INFINITY;
+  for (uint32_t v = 0; v < (1u << 23); ++v) {
+    const float g = gumbel(v << 9);
+    most = std::max(most, g);
+    least = std::min(least, g);
+  }
+  std::printf("gumbel over all 2^23 values: [%.7g, %.7g], bound %g\n", least,
+              most, kGumbelBound);
+  EXPECT_LE(most, kGumbelBound);
+  EXPECT_GT(most, 16.0f); // the bound is near, not slack
+}
+
+TEST(DrawKey, BestKeySkipsOnlyTokensThatCannotWin) {
+  // bestKey skips blocks whose bounds are below the largest logit's key:
+  // against every key made and scanned, on seeded vocabularies of several
+  // spreads, with NaN (at index 0 and elsewhere), infinities and cuts.
+  uint64_t state = 0x5ca9;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 11;
+  };
+  std::printf("best key: seed %#llx\n", 0x5ca9ull);
+  int cases = 0;
+  for (int shape = 0; shape < 6; ++shape)
+    for (int64_t n : {1, 300, 5000, 154880}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      const double spread = shape == 1 ? 30 : shape == 2 ? 0.1 : 3;
+      for (float &v : x)
+        v = float((double(next()) * 0x1p-53 - 0.5) * spread * 4);
+      if (shape == 3)
+        x[0] = NAN;
+      if (shape == 4 && n > 7) {
+        x[size_t(n / 2)] = NAN;
+        x[5] = -INFINITY;
+        x[size_t(n - 1)] = INFINITY;
+        x[7] = INFINITY;
+      }
+      if (shape == 5)
+        for (float &v : x)
+          v = float(next() % 4); // ties
+      for (float t : {0.3f, 1.0f, 4.0f})
+        for (uint32_t position : {0u, 11u}) {
+          const float scale = 1.0f / t, top = nucleusTop(x.data(), n);
+          const uint32_t cut = position == 11 && n > 1
+                                   ? nucleusCutOf(x.data(), n, top, scale, 0.5f)
+                                   : 0;
+          int64_t want = 0;
+          float wantKey = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            float k = drawKey(x[size_t(i)], scale, 9, position, uint32_t(i));
+            if (cut != 0 && weightBits(x[size_t(i)], top, scale) < cut)
+              k = -INFINITY;
+            if (i == 0 || k > wantKey) {
+              want = i;
+              wantKey = k;
+            }
+          }
+          float key = 0;
+          ASSERT_EQ(bestKey(x.data(), n, 0, scale, 9, position, key, top, cut),
+                    want)
+              << "shape " << shape << ", n " << n << ", T " << t;
+          ASSERT_EQ(floatBits(key), floatBits(wantKey));
+          ++cases;
+        }
+    }
+  std::printf("best key: %d cases as every key's scan\n", cases);
+}
+
 TEST(DrawKey, WordsOutsideTheRangeAreRefused) {
   auto words = [](float t, int32_t third) {
     std::vector<int32_t> w = {int32_t(floatBits(t)), 7, 9, third, 0, 0, 0, 0};
