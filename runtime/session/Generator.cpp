@@ -96,7 +96,7 @@ Generator::deviceDraw(const GenerateOptions &options) const {
   std::optional<KeyDraw> d = stepDraw(session_, options.sampling);
   if (!d)
     return std::nullopt;
-  return Draw{d->temperature, options.sampling.seed, d->topP, d->minP, d->topK};
+  return d->params(options.sampling.seed);
 }
 
 void Generator::plan(const GenerateOptions &options) {
@@ -110,9 +110,7 @@ Status Generator::step(int32_t token, std::vector<float> *allLogits,
   const bool copy = (wantLogits || allLogits) && !logits_.empty();
   fresh_ = false;
   if (session_.draws())
-    if (Status st = session_.setDraw(draw.temperature, draw.seed, draw.topP,
-                                     draw.minP, draw.topK);
-        !st)
+    if (Status st = session_.setDraw(draw); !st)
       return st;
   nextDraw_ = session_.draws() ? draw : Draw{};
   if (Status st = session_.decode(

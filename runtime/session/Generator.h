@@ -132,14 +132,7 @@ public:
 private:
   /// The draw a step's argmax makes (DrawKey.h): temperature 0 is the
   /// argmax.
-  struct Draw {
-    float temperature = 0;
-    uint64_t seed = 0;
-    float topP = 0;
-    float minP = 0;
-    int32_t topK = 0;
-    bool operator==(const Draw &) const = default;
-  };
+  using Draw = draw::DrawParams;
   /// The device's draw for `options`, where the step can make it.
   std::optional<Draw> deviceDraw(const GenerateOptions &options) const;
   Status step(int32_t token, std::vector<float> *allLogits, bool wantLogits,

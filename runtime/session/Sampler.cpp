@@ -43,10 +43,8 @@ int32_t drawToken(std::span<const float> logits, KeyDraw draw, uint64_t seed,
   if (logits.empty())
     return -1;
   float key;
-  return int32_t(draw::drawWhole(
-      logits.data(), int64_t(logits.size()),
-      draw::DrawParams{draw.temperature, seed, draw.topP, draw.minP, draw.topK},
-      uint32_t(position), key));
+  return int32_t(draw::drawWhole(logits.data(), int64_t(logits.size()),
+                                 draw.params(seed), uint32_t(position), key));
 }
 
 Sampler::Sampler(const SamplingOptions &options)

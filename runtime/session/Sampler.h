@@ -2,6 +2,7 @@
 #ifndef KILN_RUNTIME_SESSION_SAMPLER_H
 #define KILN_RUNTIME_SESSION_SAMPLER_H
 
+#include "support/DrawKey.h"
 #include "support/Random.h"
 
 #include <cstdint>
@@ -122,8 +123,12 @@ struct KeyDraw {
   float topP = 0;   ///< 0: the whole vocabulary
   float minP = 0;   ///< 0: no floor
   int32_t topK = 0; ///< 0: every token
+  /// The draw's words' parameters under `seed` (Session::setDraw).
+  draw::DrawParams params(uint64_t seed) const {
+    return {temperature, seed, topP, minP, topK};
+  }
   /// Whether it cuts the vocabulary (the step's eight words).
-  bool cuts() const { return topP != 0.0f || minP != 0.0f || topK != 0; }
+  bool cuts() const { return params(0).cuts(); }
   bool operator==(const KeyDraw &) const = default;
 };
 

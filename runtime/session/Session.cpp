@@ -269,8 +269,8 @@ Status Session::decode(int32_t token, int32_t position,
               "read_slot");
 }
 
-Status Session::setDraw(float temperature, uint64_t seed, float topP,
-                        float minP, int32_t topK) {
+Status Session::setDraw(const draw::DrawParams &params) {
+  const auto [temperature, seed, topP, minP, topK] = params;
   int32_t words[draw::kDrawWords] = {int32_t(draw::floatBits(temperature)),
                                      int32_t(uint32_t(seed)),
                                      int32_t(uint32_t(seed >> 32)),
@@ -279,7 +279,7 @@ Status Session::setDraw(float temperature, uint64_t seed, float topP,
                                      int32_t(draw::floatBits(minP)),
                                      0,
                                      0};
-  const bool cuts = topP != 0.0f || minP != 0.0f || topK != 0;
+  const bool cuts = params.cuts();
   if ((temperature != 0 || cuts) && !draws_)
     return Error(where_, "sampling",
                  "the artifact's step does not draw (compiled before its "

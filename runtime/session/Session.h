@@ -76,8 +76,7 @@ public:
   /// (none) or within (0, 1), minP 0 (none) or within (0, 1] and topK 0
   /// (none) or positive where the step cuts them (DrawKey.h). Written to
   /// the device with the next decode, only when it changed.
-  Status setDraw(float temperature, uint64_t seed, float topP = 0,
-                 float minP = 0, int32_t topK = 0);
+  Status setDraw(const draw::DrawParams &params);
 
 private:
   Session(BackendPlugin plugin) : plugin_(std::move(plugin)) {}

@@ -658,9 +658,7 @@ int runBench(SessionOptions options, const std::string &simulate,
                                   "at: the caches hold {}",
                                   context, s.contextLength())));
   if (drawn)
-    if (Status st = s.setDraw(drawn->temperature, sampling.seed, drawn->topP,
-                              drawn->minP, drawn->topK);
-        !st)
+    if (Status st = s.setDraw(drawn->params(sampling.seed)); !st)
       return fail(st.error());
   // Every step decodes at position `context`, over the random cache before
   // it; the token is fixed (the work does not depend on it).

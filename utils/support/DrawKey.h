@@ -90,6 +90,7 @@ struct DrawParams {
   KILN_DRAW_FN int cutWord() const {
     return topP != 0.0f ? 3 : topK != 0 ? 4 : 5;
   }
+  bool operator==(const DrawParams &) const = default;
 };
 
 /// Whether the slot's `count` words (kDrawWords or kTemperatureWords) are
@@ -121,9 +122,10 @@ KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
     bad = 4;
     return false;
   }
-  // Fixed bounds, so that a kernel keeps the words in registers.
-  for (int i = 4; i < kDrawWords; ++i)
-    if (i != 4 && i != 5 && i < count && words[i] != 0) {
+  // The reserved words, with fixed bounds so that a kernel keeps the words
+  // in registers (the first form has none past word 3).
+  for (int i = 6; i < kDrawWords; ++i)
+    if (i < count && words[i] != 0) {
       bad = i;
       return false;
     }
