@@ -165,6 +165,9 @@ single small-q2 --preset small --seed 5 --indexer-top-k 4 --mix ud-q2_k_xl
 synth "$m/vocab-meta.gguf" --preset tiny --vocab 154880 --seed 23 --metadata-only
 compile "$m/vocab-meta.gguf" --target=cuda:$pack_arch --context 256 \
   -o "$m/tiny-vocab.cuda.tp1.kiln"
+# With the eight sampling words (--adjustments=0): penalties on the host.
+compile "$m/vocab-meta.gguf" --target=cuda:$pack_arch --context 256 \
+  --adjustments=0 -o "$m/tiny-vocab-eight-words.cuda.tp1.kiln"
 rm -f "$m/vocab-meta.gguf"
 
 # GLM-5 at full width (78 layers, UD-Q4_K_XL-like mix) for benchmarks on
@@ -179,6 +182,10 @@ glm5_bench_artifacts
 # experts' kernels), for its bench row.
 compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
   --fuse-shared-expert=false -o "$m/glm5-apart.cuda.tp8.kiln"
+# With the eight sampling words (--adjustments=0: no adjustment kernel
+# ahead of the argmax), for the bench row that prices the default's.
+compile "$m/glm5-meta.gguf" --target=cuda:$pack_arch --tp 8 --no-logits --context 2048 \
+  --adjustments=0 -o "$m/glm5-eight-words.cuda.tp8.kiln"
 # With the norms after the collectives in q_a's mat-vec and the router,
 # not in the collectives (--projection-norms, off by default until
 # measured), for its bench row.

@@ -165,6 +165,11 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # experts' kernels: docs/perf.md), at 1k.
   step bench-glm5-tp8-rank0-graph-apart run "$m/glm5-apart.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30
+  # The eight sampling words (kiln-compile --adjustments=0): no adjustment
+  # kernel ahead of the argmax, which the default runs every step.
+  step bench-glm5-tp8-rank0-graph-eight-words \
+    run "$m/glm5-eight-words.cuda.tp8.kiln" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30
   # The norms after the collectives in q_a's mat-vec and the router, not
   # in the collectives (kiln-compile --projection-norms, off by default
   # until measured: docs/perf.md, thirty-seventh pass), at 1k.
@@ -327,13 +332,17 @@ SCHEMA
         "sampled T=0.8, json_schema:--temperature 0.8 --seed 5 --json-schema $d/schema.json" \
         "sampled T=0.8 (drawn by the step):--temperature 0.8 --seed 5" \
         "sampled T=1, top-p 0.95 (the step's nucleus):--temperature 1 --top-p 0.95 --seed 5" \
-        "sampled T=0.6, top-k 40 (the step's top-k):--temperature 0.6 --top-k 40 --seed 5"; do
+        "sampled T=0.6, top-k 40 (the step's top-k):--temperature 0.6 --top-k 40 --seed 5" \
+        "sampled T=0.8, frequency 0.5, presence 0.3, a bias (the step's adjustments):--temperature 0.8 --frequency-penalty 0.5 --presence-penalty 0.3 --logit-bias 7=2 --seed 5" \
+        "the same on the host (--adjustments=0)@eight:--temperature 0.8 --frequency-penalty 0.5 --presence-penalty 0.3 --logit-bias 7=2 --seed 5"; do
+      local art=tiny-vocab label=${case%%:*}
+      if [[ $label == *@eight ]]; then art=tiny-vocab-eight-words; label=${label%@eight}; fi
       # shellcheck disable=SC2086
-      run "$m/tiny-vocab.cuda.tp1.kiln" --weights "$d/vocab.gguf" --prompt hi \
+      run "$m/$art.cuda.tp1.kiln" --weights "$d/vocab.gguf" --prompt hi \
         -n 120 --json ${case#*:} | python3 -c "import json, sys
 d = json.load(sys.stdin)
 print('| %s | %.3f |' % (sys.argv[1], 1e3 * d['decode_seconds'] / d['decode_steps']))" \
-        "${case%%:*}" || { rm -rf "$d"; return 1; }
+        "$label" || { rm -rf "$d"; return 1; }
     done
     rm -rf "$d"
     # The sampler alone on this host's core (kiln-run --bench-sampler).

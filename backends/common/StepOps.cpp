@@ -231,10 +231,15 @@ Status Decoder::counts(size_t ins, size_t outs) const {
 Status Decoder::drawOperands() {
   if (d_.ins.size() == 3) {
     KILN_TRY(counts(3, 1));
-    // The first form's four words (a temperature only) or eight.
+    // The first form's four words (a temperature only), eight, or the
+    // adjusting form's (DrawKey.h).
     const Operand words = in(1);
-    const bool first = words.elements() == draw::kTemperatureWords;
-    d_.drawWords = first ? draw::kTemperatureWords : draw::kDrawWords;
+    const uint64_t count = words.elements();
+    const bool adjusting =
+        count <= INT32_MAX && draw::adjustCapacity(int(count)) > 0;
+    d_.drawWords = count == draw::kTemperatureWords || adjusting
+                       ? int(count)
+                       : draw::kDrawWords;
     KILN_TRY(ints(words, "sampling", uint64_t(d_.drawWords)));
     KILN_TRY(ints(in(2), "position", 1));
     d_.drawn = true;

@@ -143,7 +143,8 @@ struct StepOp {
   /// it) and the expert weights follow it.
   bool hasAddend = false;
   /// Argmax, DistributedArgmax: a draw (ins[1], ins[2]), of drawWords
-  /// words (DrawKey.h: kDrawWords, or kTemperatureWords in the first form).
+  /// words (DrawKey.h: kDrawWords, kTemperatureWords in the first form, or
+  /// the adjusting form's: adjustCapacity(drawWords) > 0).
   bool drawn = false;
   int drawWords = 0;
   /// MoeExperts: the shared expert is inside the op

@@ -243,9 +243,19 @@ Expected<std::function<Status()>> OpBinder::bind() {
     const int32_t *words = d.drawn ? in(1).i32() : nullptr;
     const int32_t *position = d.drawn ? in(2).i32() : nullptr;
     const int count = d.drawWords;
-    return Fn([=]() -> Status {
+    const bool adjusting = draw::adjustCapacity(count) > 0;
+    auto adjusted = std::make_shared<std::vector<float>>();
+    return Fn([=, input = x]() -> Status {
       Communicator &c = *rank->comm;
       const int64_t base = int64_t(rank->index) * n;
+      const float *x = input;
+      if (adjusting) {
+        // Every rank checks the same words, so all fail or none does.
+        adjusted->resize(uint64_t(n));
+        KILN_TRY(cpu::adjustLogits(words, count, n * int64_t(c.inputs.size()),
+                                   x, n, base, adjusted->data()));
+        x = adjusted->data();
+      }
       float key = 0;
       int32_t local;
       draw::DrawParams params;
@@ -683,10 +693,17 @@ Expected<std::function<Status()>> OpBinder::bind() {
     const int32_t *words = d.drawn ? in(1).i32() : nullptr;
     const int32_t *position = d.drawn ? in(2).i32() : nullptr;
     const int count = d.drawWords;
-    return Fn([=]() -> Status {
+    auto adjusted = std::make_shared<std::vector<float>>();
+    return Fn([=, input = x]() -> Status {
+      const float *x = input;
       if (!words) {
         *y = cpu::argmax(x, n);
         return Status::ok();
+      }
+      if (draw::adjustCapacity(count) > 0) {
+        adjusted->resize(uint64_t(n));
+        KILN_TRY(cpu::adjustLogits(words, count, n, x, n, 0, adjusted->data()));
+        x = adjusted->data();
       }
       float key;
       KILN_ASSIGN(drawn,

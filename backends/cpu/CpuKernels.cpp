@@ -514,6 +514,16 @@ Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
                     uint32_t(position), key));
 }
 
+Status adjustLogits(const int32_t *words, int count, int64_t vocab,
+                    const float *x, int64_t n, int64_t base, float *y) {
+  int bad = 0;
+  if (!draw::adjustPart(words, count, vocab, x, n, base, y, bad))
+    return Error(where("argmax"), "sampling",
+                 fmt::format("word {} is {:#010x}: {}", bad,
+                             uint32_t(words[bad]), draw::wordRule(bad)));
+  return Status::ok();
+}
+
 Status cacheAppend(const float *entry, int32_t position, CacheView cache) {
   const char *op = "cache_append";
   if (!cache.data || cache.width <= 0)

@@ -140,6 +140,12 @@ Expected<int32_t> drawArgmax(const float *x, int64_t n, int64_t base,
                              const int32_t *words, int count, int32_t position,
                              float &key);
 
+/// y[0, n) = x[0, n) adjusted by the sampling words' adjusting form
+/// (DrawKey.h adjustPart: x holds tokens base .. base + n of a vocabulary
+/// of `vocab`). Invalid words are an error naming the word.
+Status adjustLogits(const int32_t *words, int count, int64_t vocab,
+                    const float *x, int64_t n, int64_t base, float *y);
+
 /// Row `position` of `cache` becomes entry[width] (converted, round to
 /// nearest even). position outside [0, positions) is an error: the context
 /// is full.

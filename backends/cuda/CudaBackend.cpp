@@ -570,6 +570,26 @@ private:
   Expected<Launch> collective();
   Expected<Launch> gatherParts(const float *x, uint64_t part, float *gathered);
   /// launchNucleusArgmax's scratch for n values, zero.
+  /// An argmax's input `x` (tokens base .. base + n of `vocab`) as its
+  /// kernels read it, and what makes it: x itself and nothing, or in the
+  /// adjusting form (DrawKey.h) scratch that launchAdjustLogits fills
+  /// first.
+  Expected<std::pair<const float *, std::function<Status(cudaStream_t)>>>
+  adjustedLogits(const float *x, int64_t n, int64_t base, int64_t vocab) {
+    std::function<Status(cudaStream_t)> none = [](cudaStream_t) {
+      return Status::ok();
+    };
+    if (!d_.drawn || draw::adjustCapacity(d_.drawWords) == 0)
+      return std::pair{x, none};
+    KILN_ASSIGN(y, rank_.scratchFloats(uint64_t(n)));
+    const DrawInputs draw = drawInputs();
+    const std::string where = d_.where;
+    return std::pair<const float *, std::function<Status(cudaStream_t)>>{
+        y, [=](cudaStream_t s) {
+          return check(launchAdjustLogits(x, n, base, vocab, y, s, draw), where,
+                       "launchAdjustLogits");
+        }};
+  }
   Expected<void *> nucleusScratch(int64_t n) {
     KILN_ASSIGN(z, rank_.scratchFloats((nucleusScratchBytes(n) + 3) / 4));
     return static_cast<void *>(z);
@@ -852,11 +872,15 @@ Expected<Launch> OpBinder::collective() {
     });
   }
   case OpKind::DistributedArgmax: {
-    const float *x = f32In(0);
-    int32_t *y = i32Out(0);
     int64_t n = d_.n;
     const DrawInputs draw = drawInputs();
-    if (d_.drawn && d_.drawWords == draw::kDrawWords) {
+    int32_t *y = i32Out(0);
+    int32_t base = int32_t(int64_t(rank_.index) * n);
+    // The adjusting form: the rank's part adjusted first, into scratch the
+    // draw's kernels then read (every launch below starts with it).
+    KILN_ASSIGN(adjusted, adjustedLogits(f32In(0), n, base, n * ranks));
+    const auto [x, adjust] = adjusted;
+    if (d_.drawn && d_.drawWords >= draw::kDrawWords) {
       // The whole vocabulary on every rank, then the grid's argmax that
       // cuts the nucleus and draws (the nucleus's graphs).
       KILN_ASSIGN(whole, rank_.scratchFloats(uint64_t(n) * uint64_t(ranks)));
@@ -864,6 +888,7 @@ Expected<Launch> OpBinder::collective() {
       const int64_t all = n * ranks;
       KILN_ASSIGN(scratch, nucleusScratch(all));
       nucleus = Launch([=](cudaStream_t s) -> Status {
+        KILN_TRY(adjust(s));
         KILN_TRY(gather(s));
         return check(launchNucleusArgmax(whole, all, y, scratch, s, draw),
                      where, "launchNucleusArgmax");
@@ -872,7 +897,6 @@ Expected<Launch> OpBinder::collective() {
     KILN_ASSIGN(buf, rank_.scratchFloats(2 * uint64_t(ranks)));
     auto *candidates = reinterpret_cast<ArgmaxCandidate *>(buf);
     bool simulate = rank_.simulate || rank_.localCollectives;
-    int32_t base = int32_t(int64_t(rank_.index) * n);
     uint32_t me = rank_.index;
     if (rank_.oneGpu) {
       // Each candidate as two floats in a [2 ranks] vector zero elsewhere,
@@ -887,6 +911,7 @@ Expected<Launch> OpBinder::collective() {
       const PeerExchange peers = rank_.peers;
       FaultSink f = sink();
       return Launch([=](cudaStream_t s) -> Status {
+        KILN_TRY(adjust(s));
         KILN_TRY(check(
             launchArgmaxSlots(x, n, base, int(ranks), int(me), slots, s, draw),
             where, "launchArgmaxSlots"));
@@ -897,6 +922,7 @@ Expected<Launch> OpBinder::collective() {
       });
     }
     return Launch([=](cudaStream_t s) -> Status {
+      KILN_TRY(adjust(s));
       ArgmaxCandidate *mine = candidates + (nccl && !simulate ? me : 0);
       KILN_TRY(check(launchArgmaxCandidate(x, n, base, mine, s, draw), where,
                      "launchArgmaxCandidate"));
@@ -1298,17 +1324,24 @@ Expected<Launch> OpBinder::bind() {
     });
   }
   case OpKind::Argmax: {
-    const float *x = f32In(0);
     int32_t *y = i32Out(0);
     const DrawInputs draw = drawInputs();
-    if (d.drawn && d.drawWords == draw::kDrawWords) {
+    KILN_ASSIGN(adjusted, adjustedLogits(f32In(0), n, 0, n));
+    const auto [x, adjust] = adjusted;
+    const std::string where = d.where;
+    if (d.drawn && d.drawWords >= draw::kDrawWords) {
       // The nucleus's graphs: its cut by a grid of blocks.
       KILN_ASSIGN(scratch, nucleusScratch(n));
-      nucleus = wrap([=](cudaStream_t s) {
-        return launchNucleusArgmax(x, n, y, scratch, s, draw);
+      nucleus = Launch([=](cudaStream_t s) -> Status {
+        KILN_TRY(adjust(s));
+        return check(launchNucleusArgmax(x, n, y, scratch, s, draw), where,
+                     "launchNucleusArgmax");
       });
     }
-    return wrap([=](cudaStream_t s) { return launchArgmax(x, n, y, s, draw); });
+    return Launch([=](cudaStream_t s) -> Status {
+      KILN_TRY(adjust(s));
+      return check(launchArgmax(x, n, y, s, draw), where, "launchArgmax");
+    });
   }
   }
   return Error(d.where, "", "the CUDA backend has no kernel for this op");
@@ -2548,7 +2581,7 @@ std::string faultText(const StepFault &f) {
                        f.value);
   case FaultCode::SamplingOutOfRange:
     return fmt::format("sampling word {} is {:#010x}: {}", f.value,
-                       uint32_t(f.limit), draw::kWordsRule);
+                       uint32_t(f.limit), draw::wordRule(int(f.value)));
   default:
     return fmt::format("fault code {} (value {}, limit {})", f.code, f.value,
                        f.limit);
@@ -3082,14 +3115,16 @@ struct CudaPlugin {
         s->position = position;
       }
       if (std::string_view(slot) == "sampling" &&
-          bytes == draw::kDrawWords * sizeof(int32_t)) {
+          bytes >= draw::kDrawWords * sizeof(int32_t)) {
+        // The eight words, or the adjusting form's first eight (its count
+        // bounds word 6).
         int32_t words[draw::kDrawWords];
         std::memcpy(words, data, sizeof words);
         draw::DrawParams params;
         int bad = 0;
         // Bad words fault in either graph's argmax.
         s->nucleusAsked =
-            draw::readWords(words, draw::kDrawWords, params, bad) &&
+            draw::readWords(words, int(bytes / sizeof(int32_t)), params, bad) &&
             (params.cuts() || (s->gridDraws && params.temperature != 0.0f));
       }
     }

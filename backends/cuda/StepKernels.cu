@@ -3062,9 +3062,11 @@ __device__ bool readDraw(const DrawInputs &d, DrawState &state,
                          bool whole = true, bool report = true) {
   if (!d.words)
     return true;
-  // Every index fixed (unrolled), so the words stay in registers.
+  // Every index fixed (unrolled), so the words stay in registers. The
+  // adjusting form's first eight are the eight's (its count bounds word
+  // 6).
   const int count =
-      d.count == draw::kDrawWords ? draw::kDrawWords : draw::kTemperatureWords;
+      d.count >= draw::kDrawWords ? d.count : draw::kTemperatureWords;
   int32_t words[draw::kDrawWords];
 #pragma unroll
   for (int i = 0; i < draw::kDrawWords; ++i)
@@ -3512,6 +3514,64 @@ __global__ void __launch_bounds__(kNucleusThreads)
     for (unsigned b = 1; b < gridDim.x; ++b)
       all = better(all, state->blockBests[b]);
     *out = n > 0 ? all.index : -1;
+  }
+}
+
+/// The logits' adjustments (DrawKey.h's adjusting form): y = x, then the
+/// entries within this part (x holds tokens base .. base + n) adjusted,
+/// each block over its own chunk. Bad words (any of them, every entry
+/// checked) leave y = x and are reported once, by block 0; the draw's
+/// kernels then fault too where word 6 is bad, and the step reports the
+/// first fault either way.
+constexpr int kAdjustThreads = 256;
+/// One block a multiprocessor is enough (GLM-5's whole vocabulary is 76
+/// blocks): without that bound ptxas held it to 32 registers on sm_100 and
+/// spilled.
+__global__ void __launch_bounds__(kAdjustThreads, 1)
+    adjustLogitsKernel(const float *x, int64_t n, int64_t base, int64_t vocab,
+                       float *y, DrawInputs draw) {
+  stepKernelPrologue();
+  int64_t begin, end;
+  nucleusChunk(n, begin, end);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    y[i] = x[i];
+  const int32_t *words = draw.words;
+  const int capacity = draw::adjustCapacity(draw.count);
+  const int32_t entries = words[6];
+  // The words as readWords (the eight), readPenalties and readEntry check
+  // them: the first bad one's index over the block, by the lowest thread
+  // that saw one.
+  __shared__ int firstBad;
+  if (threadIdx.x == 0)
+    firstBad = INT_MAX;
+  __syncthreads();
+  draw::Penalties penalties;
+  int bad = 0;
+  if (threadIdx.x == 0) {
+    draw::DrawParams params;
+    if (!draw::readWords(words, draw.count, params, bad) ||
+        !draw::readPenalties(words, penalties, bad))
+      atomicMin(&firstBad, bad);
+  }
+  const bool counted = entries >= 0 && entries <= capacity;
+  draw::Adjustment entry;
+  if (counted)
+    for (int e = threadIdx.x; e < entries; e += blockDim.x)
+      if (!draw::readEntry(words, e, vocab, entry, bad))
+        atomicMin(&firstBad, bad);
+  __syncthreads();
+  if (firstBad != INT_MAX) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      recordFault(draw.fault, FaultCode::SamplingOutOfRange, firstBad,
+                  int64_t(uint32_t(words[firstBad])));
+    return;
+  }
+  draw::readPenalties(words, penalties, bad);
+  for (int e = threadIdx.x; e < entries; e += blockDim.x) {
+    draw::readEntry(words, e, vocab, entry, bad);
+    const int64_t i = int64_t(entry.id) - base;
+    if (i >= begin && i < end)
+      y[i] = draw::adjustLogit(x[i], entry.bias, entry.count, penalties);
   }
 }
 
@@ -5278,6 +5338,23 @@ cudaError_t launchNucleusArgmax(const float *x, int64_t n, int32_t *out,
         return e;
   if (cudaError_t e = launchStep(nucleusKeysKernel, blocks, kNucleusThreads, 0,
                                  s, x, n, state, bits, out, draw);
+      e != cudaSuccess)
+    return e;
+  return cudaGetLastError();
+}
+
+cudaError_t launchAdjustLogits(const float *x, int64_t n, int64_t base,
+                               int64_t vocab, float *y, cudaStream_t s,
+                               DrawInputs draw) {
+  if (n <= 0 || base < 0 || base > vocab - n || !x || !y || !draw.words ||
+      draw::adjustCapacity(draw.count) == 0)
+    return cudaErrorInvalidValue;
+  // Chunks of ~2,048 values (eight a thread), as the nucleus's.
+  const int64_t wanted = (n + 2047) / 2048;
+  const unsigned blocks =
+      unsigned(wanted < kNucleusMaxBlocks ? wanted : kNucleusMaxBlocks);
+  if (cudaError_t e = launchStep(adjustLogitsKernel, blocks, kAdjustThreads, 0,
+                                 s, x, n, base, vocab, y, draw);
       e != cudaSuccess)
     return e;
   return cudaGetLastError();

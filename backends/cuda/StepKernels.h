@@ -764,12 +764,22 @@ struct DrawInputs {
   const int32_t *words = nullptr;
   const int32_t *position = nullptr;
   FaultSink fault;
-  /// The words' count (DrawKey.h: kDrawWords; anything else is the first
-  /// form's kTemperatureWords). Only launchArgmax and launchNucleusArgmax,
+  /// The words' count (DrawKey.h: kDrawWords or the adjusting form's;
+  /// anything else is the first form's kTemperatureWords; the adjusting
+  /// form's adjustments are launchAdjustLogits's, before the draw's
+  /// kernels). Only launchArgmax and launchNucleusArgmax,
   /// which see the whole vocabulary, cut (a nucleus, top-k, min-p); the
   /// kernels of a part report a cut as a fault.
   int count = 0;
 };
+
+/// y[0, n) = x[0, n) adjusted by the sampling words' adjusting form
+/// (DrawKey.h adjustPart: x holds tokens base .. base + n of a vocabulary
+/// of `vocab`), read when the kernel runs; bad words are reported to
+/// draw.fault (SamplingOutOfRange, the first bad word) and leave y = x.
+cudaError_t launchAdjustLogits(const float *x, int64_t n, int64_t base,
+                               int64_t vocab, float *y, cudaStream_t s,
+                               DrawInputs draw);
 
 /// *out = the index of the largest of n values (ties to the lowest index),
 /// or of the largest key of a draw.

@@ -1,5 +1,6 @@
 //===- KilnOps.cpp - Verifiers and interfaces of kiln ops ------------------===//
 #include "kiln/KilnOps.h"
+#include "support/DrawKey.h"
 
 #include <cmath>
 
@@ -57,18 +58,28 @@ LogicalResult ArgmaxOp::inferReturnTypes(
   return success();
 }
 
-/// A draw's operands: both or neither, the sampling words four.
+bool mlir::kiln::isDrawWordCount(int64_t words) {
+  return words == ::kiln::draw::kDrawWords ||
+         words == ::kiln::draw::kTemperatureWords ||
+         (words <= INT32_MAX && ::kiln::draw::adjustCapacity(int(words)) > 0);
+}
+
+/// A draw's operands: both or neither, the sampling words in one of
+/// DrawKey.h's forms.
 static LogicalResult verifyDraw(Operation *op, Value sampling, Value position) {
   if (bool(sampling) != bool(position))
     return op->emitOpError("a draw needs both its sampling words and its "
                            "position");
-  // Eight words, or four in the first form (a temperature only).
+  // Eight words, four in the first form (a temperature only), or the
+  // adjusting form's (support/DrawKey.h).
   if (sampling) {
     const int64_t words =
         cast<RankedTensorType>(sampling.getType()).getDimSize(0);
-    if (words != 8 && words != 4)
-      return op->emitOpError("the sampling words must be tensor<8xi32> (or "
-                             "tensor<4xi32>, a temperature only), got ")
+    if (!isDrawWordCount(words))
+      return op->emitOpError(
+                 "the sampling words must be tensor<8xi32>, tensor<4xi32> (a "
+                 "temperature only) or tensor<(16 + 3 n)xi32> (with n "
+                 "adjustments, n > 0), got ")
              << sampling.getType();
   }
   return success();

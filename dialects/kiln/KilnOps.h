@@ -27,6 +27,10 @@ namespace mlir::kiln {
 FailureOr<int64_t> verifySegmentMap(Operation *op, int64_t k,
                                     ValueRange weights, ArrayAttr segments,
                                     size_t fewest = 2);
+/// Whether a sampling slot of `words` i32 words has one of DrawKey.h's
+/// forms: eight, four (a temperature only) or the adjusting form's.
+bool isDrawWordCount(int64_t words);
+
 } // namespace mlir::kiln
 
 #endif // KILN_DIALECTS_KILN_KILNOPS_H

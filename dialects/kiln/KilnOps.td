@@ -15,10 +15,10 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 def Kiln_I32Scalar : 0DTensorOf<[I32]>,
     BuildableType<"::mlir::RankedTensorType::get({}, $_builder.getI32Type())">;
 def Kiln_I32Vector : 1DTensorOf<[I32]>;
-/// A draw's sampling words (utils/support/DrawKey.h): tensor<8xi32>, or
-/// tensor<4xi32> (the first form: a temperature, no nucleus).
-def Kiln_DrawWords : 1DTensorOf<[I32]>,
-    BuildableType<"::mlir::RankedTensorType::get({8}, $_builder.getI32Type())">;
+/// A draw's sampling words (utils/support/DrawKey.h): tensor<8xi32>,
+/// tensor<4xi32> (the first form: a temperature, no nucleus), or the
+/// adjusting form's tensor<(16 + 3 n)xi32>; printed, as the forms differ.
+def Kiln_DrawWords : 1DTensorOf<[I32]>;
 def Kiln_FloatVector : 1DTensorOf<[F32, F16, BF16]>;
 /// A per-channel parameter (norm weight, bias): a float vector, or a
 /// one-dimensional weight that the op reads (dequantising it) itself, so no
@@ -105,19 +105,22 @@ def Kiln_ArgmaxOp : Kiln_Op<"argmax",
     as a 0-d `i32` tensor; ties go to the lowest index, so every
     implementation (and every tensor-parallel rank) picks the same token.
 
-    With `sampled %sampling at %position`, the index of the largest key
+    With `sampled %sampling : type at %position`, the index of the largest key
     `input[v] * (1 / T) + G(seed, position, v)` instead, G a Gumbel variable
     from a hash of the seed, the position and v: a draw from
     `softmax(input / T)` (utils/support/DrawKey.h defines every operation,
-    so every backend draws the same token). `%sampling` is four i32 words:
-    the temperature T's float bits (0: the plain argmax), the seed's low and
-    high 32 bits, and 0. A temperature other than 0 or within [2^-16, 2^16],
-    or a last word other than 0, is an error when the step runs.
+    so every backend draws the same token). `%sampling` is i32 words in one
+    of DrawKey.h's forms: four (the temperature T's float bits, 0 for the
+    plain argmax, the seed's low and high 32 bits, and 0); eight (with
+    top-p, top-k and min-p cut before the draw); or 16 + 3 n, the adjusting
+    form, whose n entries adjust the logits first (logit_bias and the
+    penalties over the recent tokens). Words outside their rules are an
+    error when the step runs.
 
     Example:
     ```mlir
     %token = kiln.argmax %logits : tensor<154880xf32>
-    %drawn = kiln.argmax %logits sampled %sampling at %pos : tensor<154880xf32>
+    %drawn = kiln.argmax %logits sampled %sampling : tensor<8xi32> at %pos : tensor<154880xf32>
     ```
   }];
   let arguments = (ins Kiln_FloatTensor:$input,
@@ -125,7 +128,8 @@ def Kiln_ArgmaxOp : Kiln_Op<"argmax",
                        Optional<Kiln_I32Scalar>:$position);
   let results = (outs 0DTensorOf<[I32]>:$result);
   let assemblyFormat = [{
-    $input (`sampled` $sampling^ `at` $position)? attr-dict `:` type($input)
+    $input (`sampled` $sampling^ `:` type($sampling) `at` $position)?
+    attr-dict `:` type($input)
   }];
   let hasVerifier = 1;
 }
@@ -519,7 +523,7 @@ def Kiln_DistributedArgmaxOp : Kiln_Op<"distributed_argmax",
     (the vocabulary-split logits); every rank receives the index, in the
     whole vector, of its largest element, ties to the lowest index. Only
     each rank's best value and index travel, not the parts. Not pure: it
-    communicates. With `sampled %sampling at %position`, the largest key,
+    communicates. With `sampled %sampling : type at %position`, the largest key,
     as `kiln.argmax` (each key is made from its index in the whole vector).
 
     Example:
@@ -532,7 +536,8 @@ def Kiln_DistributedArgmaxOp : Kiln_Op<"distributed_argmax",
                        Optional<Kiln_I32Scalar>:$position, I64Attr:$ranks);
   let results = (outs Kiln_I32Scalar:$result);
   let assemblyFormat = [{
-    $input (`sampled` $sampling^ `at` $position)? attr-dict `:` type($input)
+    $input (`sampled` $sampling^ `:` type($sampling) `at` $position)?
+    attr-dict `:` type($input)
   }];
   let hasVerifier = 1;
 }

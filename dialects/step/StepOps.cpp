@@ -773,12 +773,14 @@ static LogicalResult verifyDraw(Operation *op, Value sampling, Value position) {
   if (!sampling)
     return success();
   MemRefType words = bufferOf(sampling);
-  // Eight words, or four in the first form (a temperature only).
-  if (words.getRank() != 1 ||
-      (words.getDimSize(0) != 8 && words.getDimSize(0) != 4) ||
-      !words.getElementType().isInteger(32))
-    return op->emitOpError("the sampling words must be memref<8xi32> (or "
-                           "memref<4xi32>, a temperature only), got ")
+  // Eight words, four in the first form (a temperature only), or the
+  // adjusting form's (support/DrawKey.h).
+  const int64_t count = words.getRank() == 1 ? words.getDimSize(0) : 0;
+  if (!kiln::isDrawWordCount(count) || !words.getElementType().isInteger(32))
+    return op->emitOpError(
+               "the sampling words must be memref<8xi32>, memref<4xi32> (a "
+               "temperature only) or memref<(16 + 3 n)xi32> (with n "
+               "adjustments, n > 0), got ")
            << words;
   return success();
 }

@@ -5,6 +5,7 @@
 #include "kiln/KilnOps.h"
 #include "kiln/KilnTypes.h"
 #include "quant/QuantFormats.h"
+#include "support/DrawKey.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -131,7 +132,7 @@ public:
         cacheElement_(cacheElement) {}
 
   OwningOpRef<ModuleOp> build(bool includeMtp, bool fusedGateUp,
-                              bool returnLogits);
+                              bool returnLogits, int64_t words);
 
 private:
   RankedTensorType vec(int64_t n) { return RankedTensorType::get({n}, f32_); }
@@ -351,7 +352,7 @@ static void nameSlots(func::FuncOp f, ArrayRef<StringRef> args,
 }
 
 OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp,
-                                         bool returnLogits) {
+                                         bool returnLogits, int64_t words) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
   b_.setInsertionPointToEnd(module->getBody());
   auto scalar = RankedTensorType::get({}, b_.getI32Type());
@@ -370,12 +371,13 @@ OwningOpRef<ModuleOp> StepBuilder::build(bool includeMtp, bool fusedGateUp,
     names.push_back("hidden");
   }
   // The sampling words (DrawKey.h) make the step's argmax a draw where the
-  // runtime asks for one (a temperature, and a nucleus's top-p): a sampled
-  // token costs what a greedy one does.
-  auto words = RankedTensorType::get({8}, b_.getI32Type());
+  // runtime asks for one (a temperature, its cuts, and in the adjusting
+  // form the logits' biases and penalties first): a sampled token costs
+  // what a greedy one does.
+  auto drawWords = RankedTensorType::get({words}, b_.getI32Type());
   auto step = func::FuncOp::create(
       b_, loc_, "decode_step",
-      b_.getFunctionType({scalar, scalar, words}, results));
+      b_.getFunctionType({scalar, scalar, drawWords}, results));
   step->setAttr("kiln.config", config());
   nameSlots(step, {"token", "position", "sampling"}, names);
   Block *entry = step.addEntryBlock();
@@ -483,9 +485,19 @@ Expected<OwningOpRef<ModuleOp>> buildDecodeStep(MLIRContext &context,
   else
     return Error(catalog.source, "cache type",
                  fmt::format("'{}' is not f16, bf16 or f32", options.cacheType));
+  // The sampling slot's words: the adjusting form's, or the eight.
+  constexpr uint64_t kMostAdjustments =
+      (uint64_t(1) << 20); // a 12 MiB slot; far more than a request needs
+  if (options.adjustments > kMostAdjustments)
+    return Error(catalog.source, "adjustments",
+                 fmt::format("{} is more than the {} a sampling slot holds",
+                             options.adjustments, kMostAdjustments));
+  const int64_t words = options.adjustments > 0
+                            ? draw::adjustingWords(int(options.adjustments))
+                            : draw::kDrawWords;
   StepBuilder builder(context, dims, catalog, ctx, cacheElement);
   OwningOpRef<ModuleOp> module =
-      builder.build(options.includeMtp, fused, options.returnLogits);
+      builder.build(options.includeMtp, fused, options.returnLogits, words);
   if (failed(verify(*module)))
     return Error(catalog.source, "",
                  "internal error: the built program does not verify (see "

@@ -59,6 +59,13 @@ struct BuildOptions {
   /// them a step returns only the greedy next token, and a partitioned step
   /// never gathers the vocabulary-split logits.
   bool returnLogits = true;
+  /// Room for this many adjusted tokens a step in the sampling slot
+  /// (DrawKey.h's adjusting form: logit_bias and the recent tokens the
+  /// penalties count), made by the step before its draw; 0: the eight-word
+  /// form, whose penalties and biases need the logits on the host.
+  uint64_t adjustments = kDefaultAdjustments;
+  /// 64 recent tokens (the penalties' default window) and 256 biases.
+  static constexpr uint64_t kDefaultAdjustments = 320;
 };
 
 /// Checks `catalog` against every tensor `dims` implies, then builds a module

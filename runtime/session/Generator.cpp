@@ -1,6 +1,8 @@
 //===- Generator.cpp - Prompt evaluation and text generation on a session --===//
 #include "session/Generator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -63,14 +65,40 @@ std::vector<int32_t> Generator::history() const {
   return all;
 }
 
+bool stepAdjusts(const Session &session, const SamplingOptions &sampling) {
+  return session.adjustCapacity() > 0 &&
+         mostAdjustments(sampling, session.vocab()) <= session.adjustCapacity();
+}
+
 std::optional<KeyDraw> stepDraw(const Session &session,
                                 const SamplingOptions &sampling) {
   if (!session.draws())
     return std::nullopt;
-  std::optional<KeyDraw> d = keyDraw(sampling, session.vocab());
+  const bool adjusts = sampling.penalises();
+  if (adjusts && !stepAdjusts(session, sampling))
+    return std::nullopt;
+  // Greedy decoding with adjustments is the step's argmax of the adjusted
+  // logits (a temperature of 0).
+  std::optional<KeyDraw> d =
+      sampling.greedy() ? (adjusts ? std::optional(KeyDraw{}) : std::nullopt)
+                        : keyDraw(sampling, session.vocab());
   if (d && d->cuts() && !session.cutsNucleus())
     return std::nullopt;
   return d;
+}
+
+std::string stepChoices(const Session &session,
+                        const SamplingOptions &sampling) {
+  const int room = session.adjustCapacity();
+  return fmt::format(
+      "greedy decoding, {}{}",
+      !session.draws()        ? "and no draw"
+      : session.cutsNucleus() ? "temperatures, top-p, top-k and min-p"
+                              : "plain temperatures",
+      room > 0 ? fmt::format(", and penalties and logit biases over up to {} "
+                             "tokens (these: up to {})",
+                             room, mostAdjustments(sampling, session.vocab()))
+               : "");
 }
 
 bool needsHostLogits(const Session &session, const SamplingOptions &sampling) {
@@ -93,10 +121,19 @@ std::optional<Generator::Draw>
 Generator::deviceDraw(const GenerateOptions &options) const {
   if (options.constraint)
     return std::nullopt;
-  std::optional<KeyDraw> d = stepDraw(session_, options.sampling);
+  const SamplingOptions &o = options.sampling;
+  std::optional<KeyDraw> d = stepDraw(session_, o);
   if (!d)
     return std::nullopt;
-  return d->params(options.sampling.seed);
+  Draw draw;
+  draw.params = d->params(o.seed);
+  if (o.penalises()) {
+    draw.adjusts = true;
+    draw.penalties = penaltiesOf(o);
+    draw.logitBias = o.logitBias;
+    draw.repeatWindow = o.repeatWindow;
+  }
+  return draw;
 }
 
 void Generator::plan(const GenerateOptions &options) {
@@ -110,8 +147,26 @@ Status Generator::step(int32_t token, std::vector<float> *allLogits,
   const bool copy = (wantLogits || allLogits) && !logits_.empty();
   fresh_ = false;
   if (session_.draws())
-    if (Status st = session_.setDraw(draw); !st)
+    if (Status st = session_.setDraw(draw.params); !st)
       return st;
+  if (session_.adjustCapacity() > 0) {
+    // The adjustments over the tokens so far, this one included (the
+    // window's last ones are enough).
+    std::vector<draw::Adjustment> entries;
+    if (draw.adjusts) {
+      const size_t window = size_t(std::max<int64_t>(draw.repeatWindow, 0));
+      const size_t older = std::min(cached_.size(), window);
+      std::vector<int32_t> recent(cached_.end() - ptrdiff_t(older),
+                                  cached_.end());
+      recent.push_back(token);
+      entries = makeAdjustments(draw.logitBias, draw.penalties,
+                                draw.repeatWindow, recent, session_.vocab());
+    }
+    if (Status st = session_.setAdjustments(
+            draw.adjusts ? draw.penalties : draw::Penalties{}, entries);
+        !st)
+      return st;
+  }
   nextDraw_ = session_.draws() ? draw : Draw{};
   if (Status st = session_.decode(
           token, int32_t(cached_.size()),
@@ -249,19 +304,34 @@ Generator::generate(const GenerateOptions &options,
   // chosen, which waits for it): on a GPU, the step's time hides it.
   std::future<std::vector<uint8_t>> pending;
   std::string pendingKey;
-  // A plain draw is the step's own where it can make it (the argmax of
-  // DrawKey.h's keys: no logits cross), else the same keys' argmax on the
-  // host; anything else is the Sampler's.
+  // A draw is the step's own where it can make it (the argmax of DrawKey.h's
+  // keys, after the adjustments: no logits cross), else the same keys'
+  // argmax on the host, after the same adjustments; anything else is the
+  // Sampler's.
   const std::optional<Draw> onDevice = deviceDraw(options);
   std::optional<KeyDraw> drawn =
       constraint ? std::nullopt : keyDraw(options.sampling, session_.vocab());
   const bool sample =
       needsHostLogits(session_, options.sampling) || bool(constraint);
-  if (sample && logits_.empty())
-    return Error("generate", "sampling",
-                 "sampling (a cut of the vocabulary, a penalty or a bias) "
-                 "needs the logits: the artifact was compiled with "
-                 "--no-logits");
+  std::vector<float> adjusted; // the host's keys' draw with adjustments
+  if (sample && logits_.empty()) {
+    const SamplingOptions &o = options.sampling;
+    return Error(
+        "generate", "sampling",
+        !o.penalises() || stepAdjusts(session_, o)
+            ? std::string("sampling (a cut of the vocabulary) needs the "
+                          "logits: the artifact was compiled with "
+                          "--no-logits")
+        : session_.adjustCapacity() == 0
+            ? std::string("a penalty or a bias needs the logits: the "
+                          "artifact was compiled with --no-logits, and its "
+                          "step does not adjust them (--adjustments=0)")
+            : fmt::format("a penalty or a bias over up to {} tokens needs "
+                          "the logits: the artifact was compiled with "
+                          "--no-logits, and its step adjusts at most {}",
+                          mostAdjustments(o, session_.vocab()),
+                          session_.adjustCapacity()));
+  }
   const bool wantLogits = sample || options.logprobs >= 0;
   result.chooser = onDevice               ? GenerateResult::Chooser::StepDraw
                    : sample || constraint ? GenerateResult::Chooser::Host
@@ -305,7 +375,13 @@ Generator::generate(const GenerateOptions &options,
       if (std::find(enders.begin(), enders.end(), token) == enders.end())
         constraint->push(*tokenizer_->tokenBytes(token));
     } else if (drawn && !onDevice) {
-      token = drawToken(logits_, *drawn, options.sampling.seed,
+      std::span<const float> logits = logits_;
+      if (options.sampling.penalises()) {
+        adjusted.assign(logits_.begin(), logits_.end());
+        adjustLogits(adjusted, options.sampling, history);
+        logits = adjusted;
+      }
+      token = drawToken(logits, *drawn, options.sampling.seed,
                         int32_t(cached_.size()) - 1);
     } else {
       token = sample ? sampler.sample(logits_, history) : next_;

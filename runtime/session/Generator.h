@@ -48,9 +48,22 @@ struct GenerateOptions {
 
 /// The draw `session`'s step makes for `sampling`: its key draw (keyDraw)
 /// on an artifact whose step draws (Session::draws), and cuts a nucleus
-/// where it has one (Session::cutsNucleus); none otherwise.
+/// where it has one (Session::cutsNucleus); with penalties or biases only
+/// where its step adjusts the logits with room for them (stepAdjusts), and
+/// then the argmax (a temperature of 0) for greedy decoding; none
+/// otherwise.
 std::optional<KeyDraw> stepDraw(const Session &session,
                                 const SamplingOptions &sampling);
+
+/// Whether `session`'s step makes the adjustments `sampling` asks for
+/// (its adjusting form, with room for mostAdjustments).
+bool stepAdjusts(const Session &session, const SamplingOptions &sampling);
+
+/// What `session`'s step chooses without the logits on the host, in words
+/// for a refusal ("greedy decoding, temperatures, ..."), with
+/// `sampling`'s count of adjustments where the step adjusts.
+std::string stepChoices(const Session &session,
+                        const SamplingOptions &sampling);
 
 /// Whether choosing by `sampling` needs the logits on the host: anything
 /// but greedy decoding and the step's own draw.
@@ -82,9 +95,10 @@ struct GenerateResult {
   /// no successor yet).
   int64_t steps = 0;
   /// Where the tokens were chosen: the step's argmax (greedy), the step's
-  /// draw (a plain temperature: DrawKey.h), or on the host (a cut, a
-  /// penalty, a bias, a constraint, or a draw for an artifact without the
-  /// sampling slot; the logits copied each step).
+  /// draw (a temperature and its cuts, or any choice with penalties or
+  /// biases, which the step adjusts the logits for: DrawKey.h), or on the
+  /// host (a constraint, or what the artifact's step cannot make; the
+  /// logits copied each step).
   enum class Chooser { StepArgmax, StepDraw, Host };
   Chooser chooser = Chooser::StepArgmax;
 };
@@ -131,8 +145,16 @@ public:
 
 private:
   /// The draw a step's argmax makes (DrawKey.h): temperature 0 is the
-  /// argmax.
-  using Draw = draw::DrawParams;
+  /// argmax; with `adjusts`, after the adjustments its bias, penalties and
+  /// window make over the tokens so far (makeAdjustments).
+  struct Draw {
+    draw::DrawParams params;
+    bool adjusts = false;
+    draw::Penalties penalties;
+    std::vector<std::pair<int32_t, float>> logitBias;
+    int64_t repeatWindow = 0;
+    bool operator==(const Draw &) const = default;
+  };
   /// The device's draw for `options`, where the step can make it.
   std::optional<Draw> deviceDraw(const GenerateOptions &options) const;
   Status step(int32_t token, std::vector<float> *allLogits, bool wantLogits,

@@ -19,8 +19,7 @@ int32_t argmax(std::span<const float> logits) {
 }
 
 std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab) {
-  if (options.greedy() || options.penalises() || !(options.topP > 0) ||
-      !(options.minP >= 0))
+  if (options.greedy() || !(options.topP > 0) || !(options.minP >= 0))
     return std::nullopt;
   const float t = float(options.temperature);
   if (!(t >= draw::kMinTemperature && t <= draw::kMaxTemperature))
@@ -231,6 +230,89 @@ void Sampler::keepBest(std::span<const float> logits, bool byMass,
   ids_.resize(kept);
 }
 
+std::vector<draw::Adjustment> makeAdjustments(const SamplingOptions &options,
+                                              std::span<const int32_t> history,
+                                              int64_t vocab) {
+  return makeAdjustments(options.logitBias, penaltiesOf(options),
+                         options.repeatWindow, history, vocab);
+}
+
+int64_t mostAdjustments(const SamplingOptions &options, int64_t vocab) {
+  std::vector<int32_t> ids;
+  for (auto [token, bias] : options.logitBias)
+    if (token >= 0 && token < vocab)
+      ids.push_back(token);
+  std::sort(ids.begin(), ids.end());
+  const int64_t biased = std::unique(ids.begin(), ids.end()) - ids.begin();
+  return biased + (penaltiesOf(options) == draw::Penalties{}
+                       ? 0
+                       : std::max<int64_t>(options.repeatWindow, 0));
+}
+
+void adjustLogits(std::span<float> logits, const SamplingOptions &options,
+                  std::span<const int32_t> history) {
+  const draw::Penalties p = penaltiesOf(options);
+  for (const draw::Adjustment &e :
+       makeAdjustments(options, history, int64_t(logits.size())))
+    logits[size_t(e.id)] =
+        draw::adjustLogit(logits[size_t(e.id)], e.bias, e.count, p);
+}
+
+std::vector<draw::Adjustment>
+makeAdjustments(std::span<const std::pair<int32_t, float>> logitBias,
+                const draw::Penalties &penalties, int64_t repeatWindow,
+                std::span<const int32_t> history, int64_t vocab) {
+  std::vector<draw::Adjustment> entries;
+  for (auto [token, bias] : logitBias)
+    if (token >= 0 && token < vocab)
+      entries.push_back({token, bias, 0});
+  // The biases by id, each id's summed in the order given (a stable sort
+  // keeps it).
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const draw::Adjustment &a, const draw::Adjustment &b) {
+                     return a.id < b.id;
+                   });
+  size_t kept = 0;
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (kept > 0 && entries[kept - 1].id == entries[i].id)
+      entries[kept - 1].bias += entries[i].bias;
+    else
+      entries[kept++] = entries[i];
+  entries.resize(kept);
+  if (penalties == draw::Penalties{})
+    return entries;
+  // The window's tokens, sorted, so each distinct one comes as a run whose
+  // length is its count: the work is the window's, not the vocabulary's.
+  const size_t last = size_t(std::max<int64_t>(repeatWindow, 0));
+  const size_t from = history.size() > last ? history.size() - last : 0;
+  std::vector<int32_t> window(history.begin() + ptrdiff_t(from), history.end());
+  std::sort(window.begin(), window.end());
+  std::vector<draw::Adjustment> merged;
+  merged.reserve(entries.size() + window.size());
+  size_t b = 0;
+  for (size_t i = 0; i < window.size();) {
+    const int32_t t = window[i];
+    int32_t count = 0;
+    for (; i < window.size() && window[i] == t; ++i)
+      ++count;
+    if (t < 0 || t >= vocab)
+      continue;
+    for (; b < entries.size() && entries[b].id < t; ++b)
+      merged.push_back(entries[b]);
+    if (b < entries.size() && entries[b].id == t)
+      merged.push_back({t, entries[b++].bias, count});
+    else
+      merged.push_back({t, 0.0f, count});
+  }
+  merged.insert(merged.end(), entries.begin() + ptrdiff_t(b), entries.end());
+  return merged;
+}
+
+draw::Penalties penaltiesOf(const SamplingOptions &options) {
+  return {options.repeatPenalty, options.frequencyPenalty,
+          options.presencePenalty};
+}
+
 std::span<const float> Sampler::penalise(std::span<const float> input,
                                          std::span<const int32_t> history,
                                          std::span<const uint8_t> allowed,
@@ -239,34 +321,7 @@ std::span<const float> Sampler::penalise(std::span<const float> input,
   if (!options_.penalises() && allowed.empty())
     return input;
   penalised_.assign(input.begin(), input.end());
-  for (auto [token, bias] : options_.logitBias)
-    if (token >= 0 && size_t(token) < penalised_.size())
-      penalised_[size_t(token)] += bias;
-  // The window's tokens, sorted, so each distinct one comes as a run whose
-  // length is its count: the work is the window's, not the vocabulary's.
-  size_t from = history.size() > size_t(options_.repeatWindow)
-                    ? history.size() - size_t(options_.repeatWindow)
-                    : 0;
-  window_.assign(history.begin() + ptrdiff_t(from), history.end());
-  std::sort(window_.begin(), window_.end());
-  for (size_t i = 0; i < window_.size();) {
-    const int32_t t = window_[i];
-    size_t count = 0;
-    for (; i < window_.size() && window_[i] == t; ++i)
-      ++count;
-    if (t < 0 || size_t(t) >= penalised_.size())
-      continue;
-    float &l = penalised_[size_t(t)];
-    // llama.cpp's rule: a recent token's positive logit is divided by the
-    // repeat penalty, a negative one multiplied, once however often it
-    // occurred; then OpenAI's additive penalties.
-    if (options_.repeatPenalty != 1)
-      l = l > 0 ? float(l / options_.repeatPenalty)
-                : float(l * options_.repeatPenalty);
-    if (options_.frequencyPenalty != 0 || options_.presencePenalty != 0)
-      l = float(double(l) - options_.frequencyPenalty * double(count) -
-                options_.presencePenalty);
-  }
+  adjustLogits(penalised_, options_, history);
   // The tokens not allowed get no weight, and no cut keeps them.
   for (size_t i = 0; i < penalised_.size(); ++i)
     if (i < allowed.size() && allowed[i])

@@ -79,7 +79,6 @@ public:
 private:
   SamplingOptions options_;
   std::vector<float> penalised_;
-  std::vector<int32_t> window_; // the penalties' window, sorted
   Rng rng_;
   std::vector<float> weights_;          // a token's, by id
   std::vector<int32_t> ids_;            // the set a draw walks
@@ -111,6 +110,30 @@ private:
   void keepBest(std::span<const float> logits, bool byMass, double want);
 };
 
+/// The adjustments (DrawKey.h) `options` make after `history` over a
+/// vocabulary of `vocab` tokens: an entry a token that has a bias or, where
+/// a penalty is set, is among the last repeatWindow tokens; ids ascending,
+/// those outside the vocabulary left out, a bias given twice summed in
+/// order. The Sampler applies them (penalise) and a step that adjusts
+/// makes them from its sampling slot, so both adjust alike.
+std::vector<draw::Adjustment>
+makeAdjustments(std::span<const std::pair<int32_t, float>> logitBias,
+                const draw::Penalties &penalties, int64_t repeatWindow,
+                std::span<const int32_t> history, int64_t vocab);
+std::vector<draw::Adjustment> makeAdjustments(const SamplingOptions &options,
+                                              std::span<const int32_t> history,
+                                              int64_t vocab);
+/// The penalties' part of `options`.
+draw::Penalties penaltiesOf(const SamplingOptions &options);
+/// The most entries makeAdjustments can make for `options` over `vocab`
+/// tokens, whatever the history: the distinct biased ids within the
+/// vocabulary, and with a penalty the window's length.
+int64_t mostAdjustments(const SamplingOptions &options, int64_t vocab);
+/// `logits` adjusted in place as makeAdjustments and DrawKey.h's
+/// adjustLogit make them (the step's adjusting form, on the host).
+void adjustLogits(std::span<float> logits, const SamplingOptions &options,
+                  std::span<const int32_t> history);
+
 /// Index of the largest logit; ties to the lowest index.
 int32_t argmax(std::span<const float> logits);
 
@@ -133,9 +156,11 @@ struct KeyDraw {
 };
 
 /// The key draw of a sampling over `vocab` tokens that is a temperature
-/// (within DrawKey.h's range) and at most a top-p, a top-k and a min-p (no
-/// penalty or bias); none for greedy decoding and for a choice the Sampler
-/// must make.
+/// (within DrawKey.h's range) and at most a top-p, a top-k and a min-p;
+/// none for greedy decoding and for a choice the Sampler must make. Its
+/// penalties and biases, where it has any, are not part of it: they are
+/// adjustments made to the logits first (adjustLogits, or the step's
+/// adjusting form).
 std::optional<KeyDraw> keyDraw(const SamplingOptions &options, int64_t vocab);
 
 /// The token the step's draw picks from `logits` at `position` (the

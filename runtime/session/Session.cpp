@@ -123,13 +123,19 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   // draw on the host.
   std::optional<int32_t> drawSlot =
       step->slot(artifact::BufferKind::Input, "sampling");
-  // Its two forms (DrawKey.h): eight words, or four in artifacts whose
-  // step draws plain temperatures only.
-  if (drawSlot && step->buffers[*drawSlot].bytes() != 4 * draw::kDrawWords &&
-      step->buffers[*drawSlot].bytes() != 4 * draw::kTemperatureWords)
-    return Error(options.artifactPath, "decode_step slot 'sampling'",
-                 fmt::format("has the wrong size ({} or {} i32 words)",
-                             draw::kDrawWords, draw::kTemperatureWords));
+  // Its forms (DrawKey.h): eight words, four in artifacts whose step draws
+  // plain temperatures only, or the adjusting form's.
+  if (drawSlot) {
+    const uint64_t bytes = step->buffers[*drawSlot].bytes();
+    if (bytes != 4 * draw::kDrawWords && bytes != 4 * draw::kTemperatureWords &&
+        (bytes % 4 != 0 || bytes / 4 > INT32_MAX ||
+         draw::adjustCapacity(int(bytes / 4)) == 0))
+      return Error(options.artifactPath, "decode_step slot 'sampling'",
+                   fmt::format("has the wrong size ({} bytes: {} or {} i32 "
+                               "words, or {} + {} n)",
+                               bytes, draw::kDrawWords, draw::kTemperatureWords,
+                               draw::kEntriesStart, draw::kEntryWords));
+  }
   const artifact::ConfigEntry *vocab = artifact->configEntry("vocab");
   if (!logits && (!vocab || vocab->isFloat || vocab->intValue <= 0))
     return Error(options.artifactPath, "config",
@@ -175,6 +181,10 @@ Expected<std::unique_ptr<Session>> Session::open(const SessionOptions &options) 
   s->hasLogits_ = logits.has_value();
   s->draws_ = drawSlot.has_value();
   s->drawWordCount_ = drawSlot ? int(step->buffers[*drawSlot].bytes() / 4) : 0;
+  s->drawWords_.assign(size_t(s->drawWordCount_), 0);
+  // The adjusting form's repeat penalty: 1 (none).
+  if (s->adjustCapacity() > 0)
+    draw::doubleWords(1.0, s->drawWords_.data() + 8);
   s->weightBytes_ = weightBytes;
   s->weightSeconds_ = weightSeconds;
   s->vocab_ =
@@ -245,9 +255,9 @@ Status Session::decode(int32_t token, int32_t position,
     return st;
   if (draws_ && !drawWritten_) {
     if (Status st =
-            call(api.write_slot(group_, kDecodeStep, "sampling", drawWords_,
-                                uint64_t(drawWordCount_) * 4, error_,
-                                sizeof(error_)),
+            call(api.write_slot(group_, kDecodeStep, "sampling",
+                                drawWords_.data(), uint64_t(drawWordCount_) * 4,
+                                error_, sizeof(error_)),
                  "write_slot");
         !st)
       return st;
@@ -301,10 +311,63 @@ Status Session::setDraw(const draw::DrawParams &params) {
                              : bad == 4 ? fmt::format("{}", topK)
                                         : fmt::format("{}", minP),
                              draw::kWordsRule));
-  const int count = drawWordCount_ ? drawWordCount_ : draw::kDrawWords;
-  if (std::equal(words, words + count, drawWords_))
+  // The first form's four, or the eight (word 6, the adjusting form's
+  // count, is setAdjustments').
+  const int count = std::min(drawWordCount_, draw::kDrawWords);
+  words[6] = count > 6 ? drawWords_[6] : 0;
+  if (std::equal(words, words + count, drawWords_.begin()))
     return Status::ok();
-  std::copy(words, words + count, drawWords_);
+  std::copy(words, words + count, drawWords_.begin());
+  drawWritten_ = false;
+  return Status::ok();
+}
+
+Status Session::setAdjustments(const draw::Penalties &penalties,
+                               std::span<const draw::Adjustment> entries) {
+  const int capacity = adjustCapacity();
+  if (capacity == 0) {
+    if (entries.empty() && penalties == draw::Penalties{})
+      return Status::ok();
+    return Error(where_, "sampling",
+                 "the artifact's step does not adjust the logits (compiled "
+                 "with --adjustments=0 or before the step adjusted them): "
+                 "biases and penalties need the logits on the host");
+  }
+  if (entries.size() > size_t(capacity))
+    return Error(where_, "sampling",
+                 fmt::format("{} adjusted tokens are more than the {} the "
+                             "artifact's step has room for (kiln-compile "
+                             "--adjustments)",
+                             entries.size(), capacity));
+  std::vector<int32_t> words(drawWords_.begin(),
+                             drawWords_.begin() + draw::kDrawWords);
+  words.resize(size_t(drawWordCount_), 0);
+  words[6] = int32_t(entries.size());
+  draw::doubleWords(penalties.repeat, words.data() + 8);
+  draw::doubleWords(penalties.frequency, words.data() + 10);
+  draw::doubleWords(penalties.presence, words.data() + 12);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    int32_t *e = words.data() + draw::kEntriesStart + draw::kEntryWords * i;
+    e[0] = entries[i].id;
+    e[1] = int32_t(draw::floatBits(entries[i].bias));
+    e[2] = entries[i].count;
+  }
+  // The step's own checks, here first, so that bad adjustments are an
+  // error before any compute.
+  draw::Penalties read;
+  draw::Adjustment entry;
+  int bad = 0;
+  bool valid = draw::readPenalties(words.data(), read, bad);
+  for (size_t i = 0; valid && i < entries.size(); ++i)
+    valid = draw::readEntry(words.data(), int(i), vocab_, entry, bad);
+  if (!valid)
+    return Error(
+        where_, bad < draw::kEntriesStart ? "penalties" : "adjustments",
+        fmt::format("word {} is {:#010x}: {}", bad,
+                    uint32_t(words[size_t(bad)]), draw::wordRule(bad)));
+  if (std::equal(words.begin(), words.end(), drawWords_.begin()))
+    return Status::ok();
+  drawWords_ = std::move(words);
   drawWritten_ = false;
   return Status::ok();
 }

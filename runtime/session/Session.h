@@ -69,14 +69,27 @@ public:
   /// not.
   bool draws() const { return draws_; }
   /// Whether the step also cuts a nucleus (top-p), top-k and min-p before
-  /// it draws: its sampling slot has DrawKey.h's eight words.
-  bool cutsNucleus() const { return drawWordCount_ == draw::kDrawWords; }
+  /// it draws: its sampling slot has DrawKey.h's eight words (or the
+  /// adjusting form, which begins with them).
+  bool cutsNucleus() const { return drawWordCount_ >= draw::kDrawWords; }
   /// The draw the following decodes make their `next` by: temperature 0 is
   /// the argmax (the default); otherwise within [2^-16, 2^16], topP 0
   /// (none) or within (0, 1), minP 0 (none) or within (0, 1] and topK 0
   /// (none) or positive where the step cuts them (DrawKey.h). Written to
   /// the device with the next decode, only when it changed.
   Status setDraw(const draw::DrawParams &params);
+  /// The tokens the step's adjusting form (DrawKey.h) has room for a step:
+  /// 0 where its sampling slot has none (compiled with --adjustments=0, or
+  /// before the form).
+  int adjustCapacity() const { return draw::adjustCapacity(drawWordCount_); }
+  /// The adjustments the following decodes make to the logits before their
+  /// draw or argmax (logit_bias and the penalties over the recent tokens:
+  /// runtime makeAdjustments): at most adjustCapacity() entries, ids
+  /// ascending within the vocabulary, biases finite, counts at least 0,
+  /// the repeat penalty finite and above 0, the others finite. Written to
+  /// the device with the next decode, only when they changed.
+  Status setAdjustments(const draw::Penalties &penalties,
+                        std::span<const draw::Adjustment> entries);
 
 private:
   Session(BackendPlugin plugin) : plugin_(std::move(plugin)) {}
@@ -90,9 +103,10 @@ private:
   int64_t vocab_ = 0;
   bool hasLogits_ = false;
   bool draws_ = false;
-  /// The sampling words (DrawKey.h) and whether the device holds them; the
-  /// first decode writes them (a plain argmax) whatever a slot held.
-  int32_t drawWords_[draw::kDrawWords] = {0, 0, 0, 0, 0, 0, 0, 0};
+  /// The sampling words (DrawKey.h), the slot's count of them, and whether
+  /// the device holds them; the first decode writes them (a plain argmax,
+  /// no adjustments) whatever a slot held.
+  std::vector<int32_t> drawWords_;
   int drawWordCount_ = 0; ///< the slot's (0: none)
   bool drawWritten_ = false;
   uint64_t weightBytes_ = 0;

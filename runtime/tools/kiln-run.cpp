@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,9 +79,11 @@ options:
   -n N                     tokens to generate (default 16; 0: only evaluate
                            the prompt, i.e. teacher forcing)
   --temperature T          sample with temperature T (default 0: greedy);
-                           alone or with --top-p, --top-k and --min-p (no
-                           penalty), the step draws the token itself: no
-                           logits cross to the host
+                           with --top-p, --top-k, --min-p, the penalties and
+                           --logit-bias too, the step draws the token
+                           itself: no logits cross to the host (penalties
+                           and biases where the artifact's step adjusts the
+                           logits: kiln-compile --adjustments)
   --top-k K                sample among the K most likely (default: all);
                            the step keeps them itself
   --top-p P                sample within probability mass P (default 1); the
@@ -96,6 +99,9 @@ options:
                            0; also applies to greedy decoding)
   --presence-penalty P     subtract P from the logit of each token in the
                            last 64 (OpenAI's; -2 to 2, default 0)
+  --logit-bias ID=B        add B (-100 to 100) to token ID's logit before
+                           anything else (OpenAI's logit_bias); repeatable,
+                           a token's biases added up
   --stop TEXT              stop when the generated text contains TEXT (not
                            printed); repeatable; needs the file's tokenizer
   --json-object            constrain the generated text to one JSON object:
@@ -361,6 +367,18 @@ int fail(const Error &error) {
   return 1;
 }
 
+/// --logit-bias's ids against the vocabulary of `s`.
+Status checkBiases(const std::string &where, const Session &s,
+                   const SamplingOptions &sampling) {
+  for (auto [id, bias] : sampling.logitBias)
+    if (id >= s.vocab())
+      return Error(where, "--logit-bias",
+                   fmt::format("token {} is outside the vocabulary ({} "
+                               "tokens)",
+                               id, s.vocab()));
+  return Status::ok();
+}
+
 template <typename T> bool parseNumber(const char *text, T &out) {
   char *end = nullptr;
   errno = 0;
@@ -477,11 +495,13 @@ int runChat(const SessionOptions &options, const SamplingOptions &sampling,
   const tokenizer::Tokenizer *tok = &model->tokenizer;
   const chat::ChatTemplate &chatTemplate = model->chat.chatTemplate;
   const std::string &where = model->chat.where;
+  if (Status st = checkBiases(options.artifactPath, s, sampling); !st)
+    return fail(st.error());
   if (!s.hasLogits() && (needsHostLogits(s, sampling) || constraint))
     return fail(Error(options.artifactPath, "logits",
-                      "the artifact was compiled with --no-logits: greedy "
-                      "decoding or a temperature (with at most a top-p, a "
-                      "top-k and a min-p) only"));
+                      fmt::format("the artifact was compiled with "
+                                  "--no-logits: its step makes {} only",
+                                  stepChoices(s, sampling))));
 
   GenerateOptions generate;
   generate.maxTokens = maxTokens;
@@ -582,9 +602,12 @@ int runSamplerBench(int64_t vocab, int64_t head,
       double(steps);
   // A temperature with at most a top-p, a top-k and a min-p is the keys'
   // draw (DrawKey.h), which the host makes only where the artifact's step
-  // does not: its time too.
+  // does not: its time too (not with penalties or biases, whose
+  // adjustments need a history this bench does not have).
   double keysMs = -1;
-  if (std::optional<KeyDraw> d = keyDraw(sampling, vocab)) {
+  std::optional<KeyDraw> d =
+      sampling.penalises() ? std::nullopt : keyDraw(sampling, vocab);
+  if (d) {
     Clock::time_point k0 = Clock::now();
     for (int64_t i = 0; i < steps; ++i)
       digest += drawToken(logits, *d, sampling.seed, int32_t(i));
@@ -620,6 +643,10 @@ int runBench(SessionOptions options, const std::string &simulate,
   // (DrawKey.h) instead of taking the argmax: the draw's cost on the
   // device.
   const std::optional<KeyDraw> drawn = keyDraw(sampling, INT64_MAX);
+  if (sampling.penalises())
+    return usageError("--bench times the step's draw without penalties or "
+                      "biases (the adjustments over a history it does not "
+                      "have)");
   if (!sampling.greedy() && !drawn)
     return usageError("--bench draws with a --temperature within [2^-16, "
                       "2^16] and at most a --top-p, a --top-k and a --min-p "
@@ -826,8 +853,21 @@ int main(int argc, char **argv) {
         return usageError("--min-p: expected a number in [0, 1)");
     } else if (arg == "--repeat-penalty") {
       if (!parseNumber(value("--repeat-penalty"), sampling.repeatPenalty) ||
-          !(sampling.repeatPenalty > 0))
-        return usageError("--repeat-penalty: expected a number > 0");
+          !(sampling.repeatPenalty > 0) ||
+          !std::isfinite(sampling.repeatPenalty))
+        return usageError("--repeat-penalty: expected a finite number > 0");
+    } else if (arg == "--logit-bias") {
+      const std::string v = value("--logit-bias");
+      const size_t eq = v.find('=');
+      int32_t id = -1;
+      double bias = 0;
+      if (eq == std::string::npos ||
+          !parseNumber(v.substr(0, eq).c_str(), id) || id < 0 ||
+          !parseNumber(v.substr(eq + 1).c_str(), bias) ||
+          !(bias >= -100 && bias <= 100))
+        return usageError("--logit-bias: expected ID=BIAS, a token id and a "
+                          "number from -100 to 100");
+      sampling.logitBias.emplace_back(id, float(bias));
     } else if (arg == "--frequency-penalty" || arg == "--presence-penalty") {
       double &p = arg == "--frequency-penalty" ? sampling.frequencyPenalty
                                                : sampling.presencePenalty;
@@ -1039,11 +1079,14 @@ int main(int argc, char **argv) {
                                   "{} (compile with kiln-compile --context N)",
                                   prompt.size(), generate, evaluated,
                                   s.contextLength())));
+  if (Status st = checkBiases(options.artifactPath, s, sampling); !st)
+    return fail(st.error());
   if (!s.hasLogits() && (!logitsOut.empty() || needsHostLogits(s, sampling)))
     return fail(Error(options.artifactPath, "logits",
-                      "the artifact was compiled with --no-logits: greedy "
-                      "decoding or a temperature (with at most a top-p, a "
-                      "top-k and a min-p) only, no --logits-out or penalty"));
+                      fmt::format("the artifact was compiled with "
+                                  "--no-logits: its step makes {} only, no "
+                                  "--logits-out",
+                                  stepChoices(s, sampling))));
   std::vector<float> allLogits;
   std::vector<float> *keep = logitsOut.empty() ? nullptr : &allLogits;
   if (keep)

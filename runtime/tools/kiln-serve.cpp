@@ -147,9 +147,10 @@ struct Metrics {
                        generatedTokens.load()));
     metric("kiln_generated_tokens_by_chooser_total", "counter",
            "Tokens generated, by where they were chosen: the step's argmax "
-           "(greedy), the step's draw (a temperature, with at most a "
-           "top_p, a top_k and a min_p; no logits copied) or the host "
-           "(penalties, biases, constraints).",
+           "(greedy), the step's draw (a temperature with its top_p, top_k "
+           "and min_p, and penalties and biases the step adjusts the "
+           "logits for; no logits copied) or the host (constraints, and "
+           "what the artifact's step does not make).",
            [&] {
              std::string samples;
              for (size_t i = 0; i < std::size(kChoosers); ++i)
@@ -829,15 +830,10 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
                         : so.minP > 0                               ? "min_p"
                                       : "temperature";
     return sendError(res, 400,
-                     fmt::format("'{}' needs the logits (only greedy "
-                                 "decoding and a plain temperature{} do "
-                                 "without): the artifact was compiled with "
-                                 "--no-logits",
-                                 param,
-                                 session_.cutsNucleus()
-                                     ? " with at most a top_p, a top_k and "
-                                       "a min_p"
-                                     : ""),
+                     fmt::format("'{}' needs the logits: the artifact was "
+                                 "compiled with --no-logits, and its step "
+                                 "makes {}",
+                                 param, stepChoices(session_, so)),
                      "invalid_request_error", param);
   }
   uint64_t needed = prompt.size() + uint64_t(options.generate.maxTokens);

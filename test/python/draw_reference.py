@@ -112,3 +112,31 @@ def draw(logits, temperature, seed, position, top_p=None, min_p=None,
         k = np.where(nucleus(logits, temperature, top_p, min_p, top_k), k,
                      F(-np.inf))
     return int(np.argmax(k))
+
+
+def adjust(logits, history, repeat=1.0, frequency=0.0, presence=0.0,
+           bias=None, window=64):
+    """The logits adjusted as the step's adjusting form states it
+    (DrawKey.h): each biased token's biases (a list of (id, bias), summed
+    in float32 in the order given) added first; then each token among the
+    last `window` of `history`, by its count c there: a positive logit
+    divided by the repeat penalty, any other multiplied (in float32, as
+    llama.cpp), then less frequency * c and presence (float64, rounded)."""
+    out = np.array(logits, dtype=F)
+    total = {}
+    for token, b in bias or ():
+        total[token] = F(total[token] + F(b)) if token in total else F(b)
+    for token, b in total.items():
+        if b != 0 or np.signbit(b):
+            out[token] = F(out[token] + b)
+    if repeat != 1 or frequency != 0 or presence != 0:
+        recent = list(history)[-window:] if window > 0 else []
+        for token in sorted(set(recent)):
+            c = recent.count(token)
+            v = out[token]
+            if repeat != 1:
+                v = F(v / F(repeat)) if v > 0 else F(v * F(repeat))
+            if frequency != 0 or presence != 0:
+                v = F(np.float64(v) - frequency * c - presence)
+            out[token] = v
+    return out

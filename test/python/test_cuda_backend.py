@@ -35,7 +35,8 @@ logits of every position kept):
     CPU decision gap does not clear the rule;
   * a temperature, with a top-p or not, drawn on the GPU (DrawKey.h) is,
     token by token, the reference's draw over the GPU's own logits (exact),
-    graph, --eager and tp=2;
+    graph, --eager and tp=2; with penalties and logit biases, which the
+    step adjusts the logits for, the reference's choice over them adjusted;
   * compute-sanitizer memcheck on the tiny model: no errors;
   * kiln-serve on the CUDA backend answers completions (one, then one
     whose prompt extends it, so the server evaluates only the new part of
@@ -691,6 +692,78 @@ class Checks:
                                f"{'PASS' if same else 'FAIL'} |")
             self.check(same, f"{model} drawn{cut} graph vs eager")
 
+    def penalised(self, model):
+        """Penalties and logit biases made by the step (the adjusting form,
+        launchAdjustLogits before the argmax or the draw; no logits cross
+        for them): each of 24 tokens must be draw_reference.py's choice
+        over the GPU's own logits of its position adjusted over the tokens
+        before it (adjust, then the argmax or the keys' draw; exact, as
+        the drawn rows), graph, --eager and tp=2. The adjustments must move
+        some choice."""
+        import json
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from draw_reference import adjust, draw
+        gguf = self.gguf(model)
+        seed = 20261206
+        runs = [("tp1 graph", 1, []), ("tp1 --eager", 1, ["--eager"])]
+        if self.art(model, "cuda", 2).exists():
+            runs.append(("tp2", 2, [] if gpu_count() >= 2 else ["--one-gpu"]))
+        prompt = [1, 2, 3]
+        # temperature, top-p, repeat, frequency, presence, biases
+        for t, top_p, repeat, frequency, presence, biases in (
+                (0.0, None, 0.3, 0.0, 0.0, ()),
+                (1.0, None, 1.0, 1.2, 0.6, ((5, 3.0), (9, -2.0))),
+                (1.1, 0.95, 1.4, 0.0, 0.5, ((7, 6.0),))):
+            what = (f"T {t}" + (f", top-p {top_p}" if top_p else "") +
+                    f", repeat {repeat}, frequency {frequency}, presence "
+                    f"{presence}, {len(biases)} biases")
+            tokens = {}
+            for label, tp, extra in runs:
+                npy = self.work / f"{model}-penalised-{tp}{len(extra)}.npy"
+                sampling = ["--temperature", t, "--seed", seed,
+                            "--repeat-penalty", repeat,
+                            "--frequency-penalty", frequency,
+                            "--presence-penalty", presence]
+                for token, b in biases:
+                    sampling += ["--logit-bias", f"{token}={b}"]
+                if top_p:
+                    sampling += ["--top-p", top_p]
+                proc = run(self.pack, [self.pack / "bin" / "kiln-run",
+                                       self.art(model, "cuda", tp),
+                                       "--weights", gguf, "--backend-dir",
+                                       self.pack / "lib", "--prompt-tokens",
+                                       ",".join(map(str, prompt)), "-n", 24,
+                                       "--ignore-eos", "--json", *sampling,
+                                       "--logits-out", npy, *extra])
+                out, lg = json.loads(proc.stdout), np.load(npy)
+                got = out["tokens"]
+                history, matched, moved = list(prompt), 0, 0
+                for i, token in enumerate(got):
+                    p = len(history) - 1
+                    row = adjust(lg[p], history, repeat, frequency, presence,
+                                 list(biases))
+                    if t == 0:
+                        want, plain = int(np.argmax(row)), int(np.argmax(lg[p]))
+                    else:
+                        want = draw(row, t, seed, p, top_p)
+                        plain = draw(lg[p], t, seed, p, top_p)
+                    matched += token == want
+                    moved += want != plain
+                    history.append(token)
+                ok = (matched == len(got) == 24 and moved > 0
+                      and out["chooser"] == "step_draw")
+                tokens[label] = got
+                self.report.append(
+                    f"| {model}: penalised, {what}, cuda {label} vs the "
+                    f"reference's choice | - | exact | {matched}/{len(got)} "
+                    f"({moved} moved) | {'PASS' if ok else 'FAIL'} |")
+                self.check(ok, f"{model} penalised ({what}) {label}")
+            same = tokens["tp1 graph"] == tokens["tp1 --eager"]
+            self.report.append(f"| {model}: penalised, {what}, graph vs "
+                               f"--eager | - | identical | - | "
+                               f"{'PASS' if same else 'FAIL'} |")
+            self.check(same, f"{model} penalised ({what}) graph vs eager")
+
     def architecture_guard(self):
         """An artifact compiled for another GPU architecture is refused at
         load, naming both (kiln-compile --target=cuda:sm_XX)."""
@@ -852,6 +925,7 @@ class Checks:
                 self.teacher_forced(model)
                 self.greedy(model)
                 self.drawn(model)
+                self.penalised(model)
             except AssertionError as e:
                 # A run that fails outright fails its model's checks; the
                 # other models still run.

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import run_tool
-from draw_reference import F, draw, keys, nucleus
+from draw_reference import F, adjust, draw, keys, nucleus
 
 SEED = 33
 
@@ -153,27 +153,107 @@ def test_seeds_and_artifacts(files):
     assert drawn(arts["bare"], gguf, 1.0, 12, top_p=0.5) == n
     k = drawn(arts["tp1"], gguf, 1.0, 12, top_k=4)
     assert drawn(arts["bare"], gguf, 1.0, 12, top_k=4) == k
+    # The adjusting form: 16 words and 3 for each of 320 tokens.
     described = run_tool("kiln-run", arts["bare"], "--describe").stdout
-    assert ("inputs: token (4 bytes), position (4 bytes), sampling (32 "
+    assert ("inputs: token (4 bytes), position (4 bytes), sampling (3904 "
             "bytes); outputs: next_token (4 bytes)\n") in described
 
 
-def test_penalties_still_need_the_logits(files):
-    """A penalty is the host's Sampler's: refused without logits, by
-    name; with them the host chooses."""
+PENALISED = [
+    # temperature, top-p, top-k, repeat, frequency, presence, biases, seed
+    (0.0, None, None, 0.2, 0.0, 0.0, (), 0),  # below 1: repeats favoured
+    (0.0, None, None, 1.0, 1.5, 0.5, ((3, -4.0), (9, 2.5), (3, 1.0)), 0),
+    (1.0, None, None, 1.0, 0.8, 0.3, (), 21),
+    (0.8, 0.9, None, 1.3, 0.0, 0.0, ((17, 6.0),), 22),
+    (1.2, None, 8, 1.0, -0.5, 1.0, ((40, -100.0), (2, 5.0)), 23),
+]
+
+
+def penalised(art, gguf, case, logits=None, n=12):
+    t, top_p, top_k, repeat, frequency, presence, biases, seed = case
+    args = ["kiln-run", art, "--weights", gguf, "--prompt-tokens", PROMPT,
+            "-n", n, "--ignore-eos", "--json", "--temperature", t,
+            "--seed", seed, "--repeat-penalty", repeat,
+            "--frequency-penalty", frequency, "--presence-penalty", presence]
+    for token, b in biases:
+        args += ["--logit-bias", f"{token}={b}"]
+    if top_p is not None:
+        args += ["--top-p", top_p]
+    if top_k is not None:
+        args += ["--top-k", top_k]
+    if logits:
+        args += ["--logits-out", logits]
+    return json.loads(run_tool(*args).stdout)
+
+
+@pytest.fixture(scope="module")
+def unadjusting(files):
+    """The tiny model's artifacts whose step does not adjust the logits."""
+    d, gguf, _ = files
+    arts = {}
+    for name, extra in (("host", ()), ("bare", ("--no-logits",))):
+        arts[name] = d / f"{name}-no-adjustments.kiln"
+        run_tool("kiln-compile", gguf, "--target=cpu", "--context", 64,
+                 "--adjustments=0", *extra, "-o", arts[name])
+    return arts
+
+
+@pytest.mark.parametrize("case", PENALISED)
+def test_penalties_and_biases_on_the_step(files, unadjusting, tmp_path, case):
+    """Penalties and logit biases are the step's adjusting form: token i is
+    the reference's choice (the argmax, or the keys' draw within the cuts)
+    from its position's logits adjusted over the tokens before it
+    (draw_reference.adjust, numpy), at tp 1 and 2 and without logits; the
+    host makes the same choices where the step does not adjust. The
+    adjustments must matter: some choice differs from the unadjusted one."""
     _, gguf, arts = files
-    proc = run_tool("kiln-run", arts["bare"], "--weights", gguf,
+    t, top_p, top_k, repeat, frequency, presence, biases, seed = case
+    out = tmp_path / "logits.npy"
+    first = penalised(arts["tp1"], gguf, case, logits=out)
+    assert first["chooser"] == "step_draw", first
+    tokens = first["tokens"]
+    logits = np.load(out)
+    history = [int(v) for v in PROMPT.split(",")]
+    moved = 0
+    print(f"case {case}: {tokens}")
+    for i, token in enumerate(tokens):
+        p = len(history) - 1
+        row = adjust(logits[p], history, repeat, frequency, presence,
+                     list(biases))
+        if t == 0:
+            want, plain = int(np.argmax(row)), int(np.argmax(logits[p]))
+        else:
+            want = draw(row, t, seed, p, top_p, None, top_k)
+            plain = draw(logits[p], t, seed, p, top_p, None, top_k)
+        assert token == want, i
+        moved += want != plain
+        history.append(token)
+    assert moved > 0
+    for name in ("tp2", "bare"):
+        other = penalised(arts[name], gguf, case)
+        assert other["chooser"] == "step_draw" and other["tokens"] == tokens
+    host = penalised(unadjusting["host"], gguf, case)
+    assert host["chooser"] == "host" and host["tokens"] == tokens
+
+
+def test_penalties_without_an_adjusting_step_need_the_logits(files,
+                                                             unadjusting):
+    """Without logits and without the adjusting form a penalty is refused
+    before any step, with what the step does make."""
+    _, gguf, _ = files
+    proc = run_tool("kiln-run", unadjusting["bare"], "--weights", gguf,
                     "--prompt-tokens", PROMPT, "-n", 4, "--temperature", 1,
                     "--top-k", 5, "--frequency-penalty", 0.5, check=False)
     assert proc.returncode == 1
-    assert ("greedy decoding or a temperature (with at most a top-p, a "
-            "top-k and a min-p) only") in proc.stderr
-    out = json.loads(run_tool("kiln-run", arts["tp1"], "--weights", gguf,
-                              "--prompt-tokens", PROMPT, "-n", 4, "--json",
-                              "--temperature", 1, "--top-k", 5,
-                              "--frequency-penalty", 0.5).stdout)
-    assert out["chooser"] == "host"
-    out = json.loads(run_tool("kiln-run", arts["tp1"], "--weights", gguf,
+    assert ("--no-logits: its step makes greedy decoding, temperatures, "
+            "top-p, top-k and min-p only") in proc.stderr
+    proc = run_tool("kiln-run", files[2]["tp1"], "--weights", gguf,
+                    "--prompt-tokens", PROMPT, "-n", 4,
+                    "--logit-bias", "1024=1", check=False)
+    assert proc.returncode == 1
+    assert "--logit-bias: token 1024 is outside the vocabulary (1024 " \
+        "tokens)" in proc.stderr
+    out = json.loads(run_tool("kiln-run", files[2]["tp1"], "--weights", gguf,
                               "--prompt-tokens", PROMPT, "-n", 4,
                               "--json").stdout)
     assert out["chooser"] == "step_argmax"

@@ -299,8 +299,9 @@ def test_bench_sampler():
     b = bench("--temperature", "0.7", "--top-k", "50", "--seed", "4",
               "--frequency-penalty", "0.5")
     assert b["token_sum"] == a["token_sum"]
-    # A penalty has no step's draw to time; a temperature, alone or with a
-    # top-p or a top-k, has (40 more draws in the sum).
+    # A penalty's keys' draw needs a history (not timed); a temperature,
+    # alone or with a top-p or a top-k, has its time (40 more draws in the
+    # sum).
     assert a["keys_ms_per_draw"] is None
     for extra in ((), ("--top-p", "0.9"), ("--top-k", "50"),
                   ("--bench-head", "8")):

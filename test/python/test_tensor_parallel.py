@@ -239,8 +239,10 @@ def test_no_logits_greedy_equals(files, tmp_path, tp):
                     "--prompt-tokens", "1", "--logits-out",
                     tmp_path / "l.npy", check=False)
     assert proc.returncode == 1
-    assert "compiled with --no-logits: greedy decoding or a temperature " \
-        "(with at most a top-p, a top-k and a min-p) only" in proc.stderr
+    assert "compiled with --no-logits: its step makes greedy decoding, " \
+        "temperatures, top-p, top-k and min-p, and penalties and logit " \
+        "biases over up to 320 tokens (these: up to 0) only, no " \
+        "--logits-out" in proc.stderr
 
 
 def test_fused_gate_up_file_at_every_tp(tmp_path):

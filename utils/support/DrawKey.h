@@ -23,6 +23,7 @@
 #ifndef KILN_SUPPORT_DRAWKEY_H
 #define KILN_SUPPORT_DRAWKEY_H
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -50,10 +51,29 @@ namespace kiln::draw {
 ///   [5] min-p: its float bits, 0 for none, otherwise within (0, 1] and
 ///       with a temperature: only tokens whose weight (below) is at least
 ///       it are drawn, and a nucleus is cut from them alone;
-///   [6], [7] 0 (reserved).
+///   [6] 0 (reserved), or in the adjusting form (below) its entry count;
+///   [7] 0 (reserved).
+/// The adjusting form has more words after these: the logits' adjustments
+/// (logit_bias and the penalties over the recent tokens), made before the
+/// draw or the argmax (adjustLogit below).
 constexpr int kDrawWords = 8;
 /// The words of the first form (no nucleus).
 constexpr int kTemperatureWords = 4;
+/// The adjusting form: the eight words, the penalties' eight (kPenaltyWords
+/// below), then kEntryWords a token adjusted; its capacity is the entries
+/// it has room for (at least 1).
+constexpr int kEntriesStart = 16;
+constexpr int kEntryWords = 3;
+KILN_DRAW_FN constexpr int adjustingWords(int capacity) {
+  return kEntriesStart + kEntryWords * capacity;
+}
+/// The entries a slot of `count` words has room for: 0 unless it is the
+/// adjusting form.
+KILN_DRAW_FN constexpr int adjustCapacity(int count) {
+  return count > kEntriesStart && (count - kEntriesStart) % kEntryWords == 0
+             ? (count - kEntriesStart) / kEntryWords
+             : 0;
+}
 /// The temperatures a key is made for: below 2^-16 a draw is the argmax in
 /// all but exact ties; above 2^16 the logits no longer matter.
 constexpr float kMinTemperature = 0x1p-16f, kMaxTemperature = 0x1p16f;
@@ -93,8 +113,10 @@ struct DrawParams {
   bool operator==(const DrawParams &) const = default;
 };
 
-/// Whether the slot's `count` words (kDrawWords or kTemperatureWords) are
-/// valid, and what they say; `bad` is the first bad word's index.
+/// Whether the slot's `count` words (kDrawWords, kTemperatureWords or an
+/// adjusting form's) are valid as far as the eight go (the adjusting
+/// form's entry count included: readPenalties and validEntry check the
+/// rest), and what they say; `bad` is the first bad word's index.
 KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
                             int &bad) {
   const float t = bitsFloat(uint32_t(words[0]));
@@ -102,30 +124,32 @@ KILN_DRAW_FN bool readWords(const int32_t *words, int count, DrawParams &params,
     bad = 0;
     return false;
   }
-  // In the first form word 3 is reserved, as words 4 .. 7 are here.
-  const float p = count == kDrawWords ? bitsFloat(uint32_t(words[3])) : 0.0f;
-  if (words[3] != 0 &&
-      (count != kDrawWords || !(p > 0.0f && p < 1.0f) || t == 0.0f)) {
+  // In the first form word 3 is reserved, as words 4 .. 7 are here; the
+  // adjusting form has the eight words first.
+  const bool eight = count >= kDrawWords;
+  const float p = eight ? bitsFloat(uint32_t(words[3])) : 0.0f;
+  if (words[3] != 0 && (!eight || !(p > 0.0f && p < 1.0f) || t == 0.0f)) {
     bad = 3;
     return false;
   }
   // min-p, in the eight words only.
-  const float m = count == kDrawWords ? bitsFloat(uint32_t(words[5])) : 0.0f;
-  if (count == kDrawWords && words[5] != 0 &&
-      (!(m > 0.0f && m <= 1.0f) || t == 0.0f)) {
+  const float m = eight ? bitsFloat(uint32_t(words[5])) : 0.0f;
+  if (eight && words[5] != 0 && (!(m > 0.0f && m <= 1.0f) || t == 0.0f)) {
     bad = 5;
     return false;
   }
   // top-k, in the eight words only.
-  const int32_t k = count == kDrawWords ? words[4] : 0;
-  if (count == kDrawWords && k != 0 && (k < 0 || t == 0.0f)) {
+  const int32_t k = eight ? words[4] : 0;
+  if (eight && k != 0 && (k < 0 || t == 0.0f)) {
     bad = 4;
     return false;
   }
   // The reserved words, with fixed bounds so that a kernel keeps the words
-  // in registers (the first form has none past word 3).
+  // in registers (the first form has none past word 3); word 6 is the
+  // adjusting form's entry count.
   for (int i = 6; i < kDrawWords; ++i)
-    if (i < count && words[i] != 0) {
+    if (i < count && words[i] != 0 &&
+        (i != 6 || words[i] < 0 || words[i] > adjustCapacity(count))) {
       bad = i;
       return false;
     }
@@ -532,6 +556,174 @@ inline int64_t nucleusDraw(const float *x, int64_t n, float scale, float p,
   }
   key = most;
   return best;
+}
+
+//===----------------------------------------------------------------------===//
+// Adjustments (the adjusting form): OpenAI's logit_bias and the penalties
+// over the recent tokens, made by the step before its draw or argmax, so
+// that a penalised request needs no logits on the host.
+//
+//   [8, 9]   the repeat penalty, a double (low word first; 1: none;
+//            applied as a float);
+//   [10, 11] the frequency penalty, a double (0: none);
+//   [12, 13] the presence penalty, a double (0: none);
+//   [14, 15] 0 (reserved);
+//   then word 6's count of entries, kEntryWords each, ids ascending:
+//   the token id, its bias's float bits (0: none) and its count among the
+//   recent tokens (0: not among them).
+//
+// A token with an entry has its logit adjusted (adjustLogit), the others
+// keep theirs: the Sampler's penalise, which builds the same entries
+// (runtime makeAdjustments) and applies the same function. Each rank of a
+// split vocabulary adjusts the entries in its part.
+//===----------------------------------------------------------------------===//
+
+/// The penalties' words, [8, 16).
+constexpr int kPenaltyWords = 8;
+static_assert(kDrawWords + kPenaltyWords == kEntriesStart);
+
+struct Penalties {
+  double repeat = 1;    ///< > 0: llama.cpp's repeat penalty
+  double frequency = 0; ///< OpenAI's, times a token's count
+  double presence = 0;  ///< OpenAI's, once for a token present
+  bool operator==(const Penalties &) const = default;
+};
+
+/// One adjusted token.
+struct Adjustment {
+  int32_t id = 0;
+  float bias = 0;    ///< added first (0: none)
+  int32_t count = 0; ///< among the recent tokens
+  bool operator==(const Adjustment &) const = default;
+};
+
+/// What the adjusting form's penalties must be, for the messages that
+/// refuse them.
+constexpr const char *kPenaltiesRule =
+    "the repeat penalty must be above 0 and finite as a float, the "
+    "frequency and presence penalties finite, the reserved words 0";
+
+/// What an adjusted token's words must be.
+constexpr const char *kEntryRule =
+    "an adjusted token's id must be within the vocabulary and above the "
+    "one before it, its bias finite and its count at least 0";
+/// The rule that word `bad` of a slot broke, for its message.
+inline const char *wordRule(int bad) {
+  return bad < kDrawWords      ? kWordsRule
+         : bad < kEntriesStart ? kPenaltiesRule
+                               : kEntryRule;
+}
+
+KILN_DRAW_FN double wordsDouble(const int32_t *w) {
+  const uint64_t u = uint64_t(uint32_t(w[0])) | uint64_t(uint32_t(w[1])) << 32;
+  double x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+KILN_DRAW_FN void doubleWords(double x, int32_t *w) {
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  w[0] = int32_t(uint32_t(u));
+  w[1] = int32_t(uint32_t(u >> 32));
+}
+
+/// The adjusting form's penalties (words [8, 16) of `words`), or false with
+/// `bad` the first bad word.
+KILN_DRAW_FN bool readPenalties(const int32_t *words, Penalties &penalties,
+                                int &bad) {
+  const double r = wordsDouble(words + 8), f = wordsDouble(words + 10),
+               p = wordsDouble(words + 12);
+  // x - x is 0 for a finite x only (NaN and infinities give NaN); the
+  // repeat penalty is applied as a float (adjustLogit).
+  const float rf = float(r);
+  if (!(rf > 0.0f) || rf - rf != 0.0f) {
+    bad = 8;
+    return false;
+  }
+  if (f - f != 0) {
+    bad = 10;
+    return false;
+  }
+  if (p - p != 0) {
+    bad = 12;
+    return false;
+  }
+  if (words[14] != 0 || words[15] != 0) {
+    bad = words[14] != 0 ? 14 : 15;
+    return false;
+  }
+  penalties = {r, f, p};
+  return true;
+}
+
+/// Entry `i`'s words, or false with `bad` the first bad word: an id
+/// within [0, vocab) and above the previous entry's, a finite bias, a
+/// count of at least 0.
+KILN_DRAW_FN bool readEntry(const int32_t *words, int i, int64_t vocab,
+                            Adjustment &entry, int &bad) {
+  const int at = kEntriesStart + kEntryWords * i;
+  const int32_t id = words[at];
+  if (id < 0 || id >= vocab || (i > 0 && id <= words[at - kEntryWords])) {
+    bad = at;
+    return false;
+  }
+  const float bias = bitsFloat(uint32_t(words[at + 1]));
+  if (bias - bias != 0.0f) {
+    bad = at + 1;
+    return false;
+  }
+  if (words[at + 2] < 0) {
+    bad = at + 2;
+    return false;
+  }
+  entry = {id, bias, words[at + 2]};
+  return true;
+}
+
+/// Token logit `l` adjusted: its bias added, then, for a recent token, the
+/// repeat penalty (as a float, llama.cpp's: a positive logit divided by it,
+/// any other multiplied, once however often it occurred) and the additive
+/// penalties (in double, as OpenAI states them). No double division: on
+/// some GPUs its slow path needs a stack frame.
+KILN_DRAW_FN float adjustLogit(float l, float bias, int32_t count,
+                               const Penalties &p) {
+  if (floatBits(bias) != 0)
+    l = l + bias;
+  if (count > 0) {
+    if (p.repeat != 1) {
+      const float r = float(p.repeat);
+      l = l > 0 ? l / r : l * r;
+    }
+    if (p.frequency != 0 || p.presence != 0)
+      l = float(double(l) - p.frequency * double(count) - p.presence);
+  }
+  return l;
+}
+
+/// y[0, n) = x[0, n) adjusted by the adjusting form's words (`count` of
+/// them, checked: readWords, readPenalties, readEntry against `vocab`), x
+/// being tokens base .. base + n of the vocabulary. False with `bad` the
+/// first bad word.
+inline bool adjustPart(const int32_t *words, int count, int64_t vocab,
+                       const float *x, int64_t n, int64_t base, float *y,
+                       int &bad) {
+  DrawParams params;
+  Penalties penalties;
+  if (!readWords(words, count, params, bad) ||
+      !readPenalties(words, penalties, bad))
+    return false;
+  Adjustment entry;
+  for (int i = 0; i < words[6]; ++i)
+    if (!readEntry(words, i, vocab, entry, bad))
+      return false;
+  std::copy(x, x + n, y);
+  for (int i = 0; i < words[6]; ++i) {
+    readEntry(words, i, vocab, entry, bad);
+    if (entry.id >= base && entry.id - base < n)
+      y[entry.id - base] =
+          adjustLogit(y[entry.id - base], entry.bias, entry.count, penalties);
+  }
+  return true;
 }
 
 /// The draw `params` make (a temperature above 0) from a vocabulary held

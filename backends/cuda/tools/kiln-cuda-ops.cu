@@ -67,6 +67,7 @@
 #include "cpu/CpuKernels.h"
 #include "quant/FloatFormats.h"
 #include "quant/QuantFormats.h"
+#include "support/DrawKey.h"
 #include "support/Random.h"
 
 #include <algorithm>
@@ -89,6 +90,7 @@
 
 namespace kc = kiln::cuda;
 namespace cpu = kiln::cpu;
+namespace draw = kiln::draw;
 using kiln::GGMLType;
 
 #define CHECK_CUDA(call)                                                       \
@@ -2922,6 +2924,162 @@ void checkDrawnArgmax(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// The adjusting form's words (DrawKey.h) for `entries`, the penalties
+/// and a temperature, with room for `capacity`.
+std::vector<int32_t> adjustingWords(int capacity, float t, uint64_t seed,
+                                    const draw::Penalties &p,
+                                    const std::vector<draw::Adjustment> &e) {
+  std::vector<int32_t> w(size_t(draw::adjustingWords(capacity)), 0);
+  w[0] = int32_t(draw::floatBits(t));
+  w[1] = int32_t(uint32_t(seed));
+  w[2] = int32_t(uint32_t(seed >> 32));
+  w[6] = int32_t(e.size());
+  draw::doubleWords(p.repeat, w.data() + 8);
+  draw::doubleWords(p.frequency, w.data() + 10);
+  draw::doubleWords(p.presence, w.data() + 12);
+  for (size_t i = 0; i < e.size(); ++i) {
+    w[16 + 3 * i] = e[i].id;
+    w[17 + 3 * i] = int32_t(draw::floatBits(e[i].bias));
+    w[18 + 3 * i] = e[i].count;
+  }
+  return w;
+}
+
+/// The logits' adjustments (launchAdjustLogits, the adjusting form before
+/// the draw) against the CPU backend's cpu::adjustLogits, bit for bit (a
+/// NaN as a NaN: its payload may differ): GLM-5's vocabulary as one part
+/// and as 8 ranks' parts with their bases, 300 adjusted tokens of seeded
+/// biases and counts under seeded penalties (the repeat penalty 1 and the
+/// others 0 too), and the argmax and the grid's draw of the adjusted
+/// whole against cpu::drawArgmax's; bad words (word 6's count, each
+/// penalty, the reserved words, each entry's rules) are the
+/// SamplingOutOfRange fault naming the word, with the logits copied
+/// unadjusted.
+void checkAdjustLogits(Report &r, kiln::Rng &rng) {
+  const int64_t vocab = 154880;
+  std::vector<float> x = normals(rng, static_cast<size_t>(vocab), 3.0);
+  const float odd[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN()};
+  std::vector<draw::Adjustment> entries;
+  std::vector<int32_t> ids;
+  while (ids.size() < 300)
+    ids.push_back(int32_t(rng.next() % uint64_t(vocab)));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i < 5)
+      x[size_t(ids[i])] = odd[i]; // adjusted odd values
+    entries.push_back({ids[i],
+                       rng.next() % 3 == 0 ? 0.0f : float(rng.normal() * 20),
+                       int32_t(rng.next() % 3 == 0 ? 0 : rng.next() % 9)});
+  }
+  DeviceArray<float> dx(x), dy{static_cast<size_t>(vocab)};
+  DeviceArray<int32_t> dpos(std::vector<int32_t>{77});
+  DeviceArray<int32_t> dout(1);
+  Fault fault;
+  auto sameValues = [](const std::vector<float> &got,
+                       const std::vector<float> &want) {
+    double bad = got.size() == want.size() ? 0 : 1e9;
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+      bad += std::isnan(got[i]) && std::isnan(want[i])
+                 ? 0
+                 : std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    return bad;
+  };
+  for (const draw::Penalties &p :
+       {draw::Penalties{1.3, 0.7, -0.4}, draw::Penalties{0.6, 0.0, 1.5},
+        draw::Penalties{}}) {
+    const std::vector<int32_t> w =
+        adjustingWords(320, 0.9f, rng.next(), p, entries);
+    DeviceArray<int32_t> dw(w);
+    const kc::DrawInputs draw{dw.get(), dpos.get(), fault.sink(),
+                              int(w.size())};
+    const std::string what =
+        fmtText("%zu tokens, repeat %g, frequency %g, presence %g",
+                entries.size(), p.repeat, p.frequency, p.presence);
+    std::vector<float> want(static_cast<size_t>(vocab));
+    kiln::Status st = cpu::adjustLogits(w.data(), int(w.size()), vocab,
+                                        x.data(), vocab, 0, want.data());
+    for (int ranks : {1, 8}) {
+      const int64_t part = vocab / ranks;
+      for (int q = 0; q < ranks; ++q)
+        run(kc::launchAdjustLogits(dx.get() + q * part, part, q * part, vocab,
+                                   dy.get() + q * part, nullptr, draw));
+      r.line("adjust logits", what + fmtText(", %d part(s)", ranks),
+             st ? sameValues(dy.download(), want) : 1e9, 0,
+             "exact: cpu::adjustLogits's bits");
+    }
+    // The draw and the argmax of the adjusted whole.
+    for (float t : {0.9f, 0.0f}) {
+      std::vector<int32_t> tw = w;
+      tw[0] = int32_t(draw::floatBits(t));
+      tw[3] = t != 0.0f ? int32_t(draw::floatBits(0.95f)) : 0;
+      DeviceArray<int32_t> dtw(tw);
+      const kc::DrawInputs td{dtw.get(), dpos.get(), fault.sink(),
+                              int(tw.size())};
+      run(kc::launchAdjustLogits(dx.get(), vocab, 0, vocab, dy.get(), nullptr,
+                                 td));
+      DeviceArray<uint8_t> scratch(kc::nucleusScratchBytes(vocab));
+      run(t != 0.0f ? kc::launchNucleusArgmax(dy.get(), vocab, dout.get(),
+                                              scratch.get(), nullptr, td)
+                    : kc::launchArgmax(dy.get(), vocab, dout.get(), nullptr,
+                                       td));
+      float key = 0;
+      kiln::Expected<int32_t> token =
+          cpu::drawArgmax(want.data(), vocab, 0, tw.data(), int(tw.size()), 77,
+                          key);
+      r.line("adjust logits, then the draw",
+             what + (t != 0.0f ? ", T 0.9, top-p 0.95" : ", the argmax"),
+             token ? mismatches(dout.download(), std::vector<int32_t>{*token})
+                   : 1e9,
+             0, "exact: cpu::drawArgmax's index");
+    }
+  }
+  r.line("adjust logits faults", "valid words",
+         faultMismatch(fault.read(), kc::FaultCode::None, 0, 0), 0,
+         "no fault");
+  // Bad words: each a fault naming it, its bits the value, y = x.
+  const std::vector<draw::Adjustment> two = {{5, 1.0f, 2}, {900, -2.0f, 0}};
+  auto bad = [&](int word, int32_t value) {
+    std::vector<int32_t> w = adjustingWords(4, 1.0f, 1, {}, two);
+    w[size_t(word)] = value;
+    return w;
+  };
+  const int32_t nanLow = int32_t(0x00000000u), nanHigh = int32_t(0x7ff80000u);
+  for (auto [name, w, word] :
+       {std::tuple{"count above the capacity", bad(6, 5), 6},
+        std::tuple{"negative count", bad(6, -1), 6},
+        std::tuple{"repeat 0", bad(9, 0), 8},
+        std::tuple{"frequency NaN", [&] {
+                     std::vector<int32_t> v = bad(10, nanLow);
+                     v[11] = nanHigh;
+                     return v;
+                   }(), 10},
+        std::tuple{"reserved word 15", bad(15, 3), 15},
+        std::tuple{"id past the vocabulary", bad(19, int32_t(vocab)), 19},
+        std::tuple{"ids not ascending", bad(19, 5), 19},
+        std::tuple{"bias infinite", bad(17, int32_t(0x7f800000u)), 17},
+        std::tuple{"count negative", bad(18, -2), 18}}) {
+    fault.clear();
+    DeviceArray<int32_t> dw(w);
+    run(kc::launchAdjustLogits(dx.get(), vocab, 0, vocab, dy.get(), nullptr,
+                               kc::DrawInputs{dw.get(), dpos.get(),
+                                              fault.sink(), int(w.size())}));
+    std::vector<float> got = dy.download();
+    std::vector<float> cpuOut(static_cast<size_t>(vocab));
+    const bool cpuRefused = !cpu::adjustLogits(w.data(), int(w.size()), vocab,
+                                               x.data(), vocab, 0,
+                                               cpuOut.data());
+    r.line("adjust logits, bad words",
+           fmtText("%s: word %d's fault, the logits as they were", name, word),
+           faultMismatch(fault.read(), kc::FaultCode::SamplingOutOfRange, word,
+                         int64_t(uint32_t(w[size_t(word)]))) +
+               sameValues(got, x) + double(!cpuRefused),
+           0, "exact (the CPU refuses too)");
+  }
+}
+
 /// The nucleus (top-p, the eight words' word 3) cut by the one-block
 /// argmax against cpu::drawArgmax, bit for bit: vocabularies of N(0, 3)
 /// logits, of GLM-5's 154,880 with a peaked head, and of a few values
@@ -5702,6 +5860,7 @@ int main(int argc, char **argv) {
   checkArgmax(report, rng);
   checkDrawnArgmax(report, rng);
   checkNucleusArgmax(report, rng);
+  checkAdjustLogits(report, rng);
   checkNormedLinear(report, rng);
   checkSwigluLinear(report, rng);
   checkLiveRows(report, rng);

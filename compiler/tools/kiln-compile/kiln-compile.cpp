@@ -141,6 +141,16 @@ static cl::opt<bool>
              cl::desc("Steps return only the greedy next token, not the "
                       "logits (no sampling or --logits-out at run time; at "
                       "tp > 1 the logits are never gathered)"));
+static cl::opt<uint64_t> adjustments(
+    cl::cat(kilnOptions), "adjustments",
+    cl::init(kiln::glm5::BuildOptions::kDefaultAdjustments),
+    cl::desc("Room for N adjusted tokens a step in the sampling slot: "
+             "logit_bias and the recent tokens the repeat, frequency and "
+             "presence penalties count, applied by the step before its draw "
+             "(default 320: 64 recent tokens and 256 biases); 0: the "
+             "eight-word slot, whose penalties and biases need the logits "
+             "on the host"),
+    cl::value_desc("N"));
 static cl::opt<bool> mtp(cl::cat(kilnOptions), "mtp", cl::init(false),
                          cl::desc("Also build @mtp_step, the next-token-"
                                   "prediction layer"));
@@ -302,6 +312,7 @@ int main(int argc, char **argv) {
   options.includeMtp = mtp;
   options.cacheType = cacheType;
   options.returnLogits = !noLogits;
+  options.adjustments = adjustments;
   auto module = kiln::glm5::buildDecodeStep(context, *dims, *catalog, options);
   if (!module)
     return fail(module.error());

@@ -209,6 +209,171 @@ TEST(DrawKey, WordsOutsideTheRangeAreRefused) {
   }
 }
 
+/// The adjusting form's words for `entries` (id, bias, count) and the
+/// penalties, with room for `capacity`.
+std::vector<int32_t> adjustingWords(int capacity, double repeat,
+                                    double frequency, double presence,
+                                    const std::vector<Adjustment> &entries) {
+  std::vector<int32_t> w(size_t(kiln::draw::adjustingWords(capacity)), 0);
+  w[0] = int32_t(floatBits(1.0f));
+  w[6] = int32_t(entries.size());
+  doubleWords(repeat, w.data() + 8);
+  doubleWords(frequency, w.data() + 10);
+  doubleWords(presence, w.data() + 12);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    w[16 + 3 * i] = entries[i].id;
+    w[17 + 3 * i] = int32_t(floatBits(entries[i].bias));
+    w[18 + 3 * i] = entries[i].count;
+  }
+  return w;
+}
+
+TEST(DrawKey, AdjustingWordsOutsideTheirRulesAreRefused) {
+  EXPECT_EQ(kiln::draw::adjustingWords(1), 19);
+  EXPECT_EQ(adjustCapacity(19), 1);
+  EXPECT_EQ(adjustCapacity(976), 320);
+  for (int count : {kTemperatureWords, kDrawWords, 16, 17, 18, 20, 977})
+    EXPECT_EQ(adjustCapacity(count), 0) << count;
+  const std::vector<Adjustment> two = {{3, 1.5f, 0}, {9, 0.0f, 2}};
+  int bad = -1;
+  Penalties p;
+  Adjustment e;
+  std::vector<int32_t> w = adjustingWords(4, 1.3, 0.5, -0.25, two);
+  ASSERT_TRUE(validWords(w.data(), int(w.size()), bad));
+  ASSERT_TRUE(readPenalties(w.data(), p, bad));
+  EXPECT_EQ(p, (Penalties{1.3, 0.5, -0.25}));
+  ASSERT_TRUE(readEntry(w.data(), 1, 10, e, bad));
+  EXPECT_EQ(e, two[1]);
+  // Word 6, the count: 0 .. the capacity (in the eight words it stays
+  // reserved, as above).
+  for (int32_t n : {-1, 5, INT32_MAX}) {
+    std::vector<int32_t> v = w;
+    v[6] = n;
+    bad = -1;
+    EXPECT_FALSE(validWords(v.data(), int(v.size()), bad)) << n;
+    EXPECT_EQ(bad, 6) << n;
+  }
+  w[6] = 4;
+  EXPECT_TRUE(validWords(w.data(), int(w.size()), bad));
+  // The penalties: a repeat penalty finite and above 0, the others finite,
+  // words 14 and 15 reserved.
+  for (const auto &[at, value] :
+       {std::pair{8, 0.0}, std::pair{8, -1.0}, std::pair{8, double(NAN)},
+        std::pair{8, double(INFINITY)}, std::pair{8, 1e300},
+        std::pair{8, 1e-300}, std::pair{10, double(NAN)},
+        std::pair{10, -double(INFINITY)}, std::pair{12, double(INFINITY)}}) {
+    std::vector<int32_t> v = adjustingWords(4, 1, 0, 0, two);
+    doubleWords(value, v.data() + at);
+    bad = -1;
+    EXPECT_FALSE(readPenalties(v.data(), p, bad)) << at << ": " << value;
+    EXPECT_EQ(bad, at) << value;
+  }
+  for (int reserved : {14, 15}) {
+    std::vector<int32_t> v = adjustingWords(4, 1, 0, 0, two);
+    v[size_t(reserved)] = 1;
+    bad = -1;
+    EXPECT_FALSE(readPenalties(v.data(), p, bad));
+    EXPECT_EQ(bad, reserved);
+  }
+  // An entry: its id within the vocabulary (10 here) and above the one
+  // before it, its bias finite, its count at least 0.
+  for (const auto &[entries, word] :
+       {std::pair{std::vector<Adjustment>{{-1, 0, 1}}, 16},
+        std::pair{std::vector<Adjustment>{{10, 0, 1}}, 16},
+        std::pair{std::vector<Adjustment>{{4, 0, 1}, {4, 1, 0}}, 19},
+        std::pair{std::vector<Adjustment>{{4, 0, 1}, {2, 1, 0}}, 19},
+        std::pair{std::vector<Adjustment>{{4, NAN, 1}}, 17},
+        std::pair{std::vector<Adjustment>{{4, -INFINITY, 0}}, 17},
+        std::pair{std::vector<Adjustment>{{1, 0, 0}, {4, 0, -1}}, 21}}) {
+    std::vector<int32_t> v = adjustingWords(4, 1, 0, 0, entries);
+    bool valid = true;
+    bad = -1;
+    for (int i = 0; valid && i < v[6]; ++i)
+      valid = readEntry(v.data(), i, 10, e, bad);
+    EXPECT_FALSE(valid) << "word " << word;
+    EXPECT_EQ(bad, word);
+    float y[10] = {};
+    const float x[10] = {};
+    bad = -1;
+    EXPECT_FALSE(adjustPart(v.data(), int(v.size()), 10, x, 10, 0, y, bad));
+    EXPECT_EQ(bad, word);
+  }
+  EXPECT_STREQ(wordRule(3), kWordsRule);
+  EXPECT_STREQ(wordRule(9), kPenaltiesRule);
+  EXPECT_STREQ(wordRule(40), kEntryRule);
+}
+
+TEST(DrawKey, AdjustedLogitsAreTheirDefinitionOnEveryPart) {
+  // Seeded random logits (both zeros, infinities, a NaN), biases and
+  // recent-token counts; adjustLogit against the rule written out here
+  // (the repeat penalty as a float, OpenAI's penalties in double), and
+  // adjustPart
+  // over the vocabulary split into parts against the whole.
+  const uint64_t seed = 20261206;
+  std::printf("adjusted logits: seed %llu\n", (unsigned long long)seed);
+  uint64_t state = seed;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return uint32_t(state >> 33);
+  };
+  auto uniform = [&] { return double(next()) / 2147483648.0 - 1.0; };
+  int checked = 0;
+  for (int round = 0; round < 200; ++round) {
+    const int vocab = 1 + int(next() % 300);
+    std::vector<float> x(static_cast<size_t>(vocab));
+    for (float &v : x)
+      v = float(uniform() * 20);
+    const float odd[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN};
+    for (int i = 0; i < 3; ++i)
+      x[next() % uint32_t(vocab)] = odd[next() % 5];
+    const Penalties p{round % 4 == 0 ? 1.0 : 0.5 + 2 * (uniform() + 1),
+                      round % 3 == 0 ? 0.0 : 2 * uniform(),
+                      round % 5 == 0 ? 0.0 : 2 * uniform()};
+    std::vector<Adjustment> entries;
+    for (int id = 0; id < vocab; ++id)
+      if (next() % 4 == 0)
+        entries.push_back({id, next() % 3 == 0 ? 0.0f : float(uniform() * 50),
+                           int32_t(next() % 3 == 0 ? 0 : next() % 7)});
+    const int capacity = int(entries.size()) + int(next() % 3);
+    if (capacity == 0)
+      continue;
+    const std::vector<int32_t> w =
+        adjustingWords(capacity, p.repeat, p.frequency, p.presence, entries);
+    std::vector<float> want = x;
+    for (const Adjustment &e : entries) {
+      float l = want[size_t(e.id)];
+      if (e.bias != 0.0f || std::signbit(e.bias))
+        l = l + e.bias;
+      if (e.count > 0) {
+        if (p.repeat != 1)
+          l = l > 0 ? l / float(p.repeat) : l * float(p.repeat);
+        if (p.frequency != 0 || p.presence != 0) {
+          const double d = double(l) - p.frequency * double(e.count);
+          l = float(d - p.presence);
+        }
+      }
+      want[size_t(e.id)] = l;
+    }
+    // The whole, then parts of every size from 1 (each rank its own).
+    for (int part : {vocab, 1 + int(next() % uint32_t(vocab))}) {
+      std::vector<float> got(static_cast<size_t>(vocab));
+      int bad = -1;
+      for (int base = 0; base < vocab; base += part) {
+        const int n = std::min(part, vocab - base);
+        ASSERT_TRUE(adjustPart(w.data(), int(w.size()), vocab, x.data() + base,
+                               n, base, got.data() + base, bad))
+            << "word " << bad;
+      }
+      for (int i = 0; i < vocab; ++i) {
+        ASSERT_EQ(floatBits(got[size_t(i)]), floatBits(want[size_t(i)]))
+            << "round " << round << ", token " << i << ", parts of " << part;
+        ++checked;
+      }
+    }
+  }
+  std::printf("adjusted logits: %d values the same bits\n", checked);
+}
+
 /// Chi-square of `counts` against `probabilities` over `draws`.
 double chiSquare(const std::vector<int64_t> &counts,
                  const std::vector<double> &probabilities, int64_t draws) {

@@ -93,8 +93,25 @@ func.func @argmax_empty(%x: tensor<0xf32>) -> tensor<i32> {
 // -----
 
 func.func @argmax_words(%x: tensor<8xf32>, %w: tensor<3xi32>, %p: tensor<i32>) -> tensor<i32> {
-  // expected-error @+1 {{'kiln.argmax' op the sampling words must be tensor<8xi32> (or tensor<4xi32>, a temperature only), got 'tensor<3xi32>'}}
+  // expected-error @+1 {{'kiln.argmax' op the sampling words must be tensor<8xi32>, tensor<4xi32> (a temperature only) or tensor<(16 + 3 n)xi32> (with n adjustments, n > 0), got 'tensor<3xi32>'}}
   %t = "kiln.argmax"(%x, %w, %p) {operandSegmentSizes = array<i32: 1, 1, 1>} : (tensor<8xf32>, tensor<3xi32>, tensor<i32>) -> tensor<i32>
+  return %t : tensor<i32>
+}
+
+// -----
+
+// The adjusting form holds whole entries of three words, at least one.
+func.func @argmax_adjusting_words(%x: tensor<8xf32>, %w: tensor<17xi32>, %p: tensor<i32>) -> tensor<i32> {
+  // expected-error @+1 {{'kiln.argmax' op the sampling words must be tensor<8xi32>, tensor<4xi32> (a temperature only) or tensor<(16 + 3 n)xi32> (with n adjustments, n > 0), got 'tensor<17xi32>'}}
+  %t = kiln.argmax %x sampled %w : tensor<17xi32> at %p : tensor<8xf32>
+  return %t : tensor<i32>
+}
+
+// -----
+
+func.func @argmax_no_adjustments(%x: tensor<8xf32>, %w: tensor<16xi32>, %p: tensor<i32>) -> tensor<i32> {
+  // expected-error @+1 {{'kiln.argmax' op the sampling words must be tensor<8xi32>, tensor<4xi32> (a temperature only) or tensor<(16 + 3 n)xi32> (with n adjustments, n > 0), got 'tensor<16xi32>'}}
+  %t = kiln.argmax %x sampled %w : tensor<16xi32> at %p : tensor<8xf32>
   return %t : tensor<i32>
 }
 

@@ -40,13 +40,17 @@ func.func @greedy(%logits: tensor<154880xf32>) -> tensor<i32> {
 }
 
 // CHECK-LABEL: func.func @drawn
-// CHECK: kiln.argmax %{{.+}} sampled %{{.+}} at %{{.+}} : tensor<154880xf32>
-// CHECK: kiln.distributed_argmax %{{.+}} sampled %{{.+}} at %{{.+}} {ranks = 8 : i64} : tensor<19360xf32>
+// CHECK: kiln.argmax %{{.+}} sampled %{{.+}} : tensor<8xi32> at %{{.+}} : tensor<154880xf32>
+// CHECK: kiln.distributed_argmax %{{.+}} sampled %{{.+}} : tensor<8xi32> at %{{.+}} {ranks = 8 : i64} : tensor<19360xf32>
+// The adjusting form: 16 words and 3 an adjusted token (DrawKey.h).
+// CHECK: kiln.argmax %{{.+}} sampled %{{.+}} : tensor<25xi32> at %{{.+}} : tensor<154880xf32>
 func.func @drawn(%logits: tensor<154880xf32>, %part: tensor<19360xf32>,
-                 %words: tensor<8xi32>, %pos: tensor<i32>) -> (tensor<i32>, tensor<i32>) {
-  %t = kiln.argmax %logits sampled %words at %pos : tensor<154880xf32>
-  %d = kiln.distributed_argmax %part sampled %words at %pos {ranks = 8 : i64} : tensor<19360xf32>
-  return %t, %d : tensor<i32>, tensor<i32>
+                 %words: tensor<8xi32>, %adjusting: tensor<25xi32>,
+                 %pos: tensor<i32>) -> (tensor<i32>, tensor<i32>, tensor<i32>) {
+  %t = kiln.argmax %logits sampled %words : tensor<8xi32> at %pos : tensor<154880xf32>
+  %d = kiln.distributed_argmax %part sampled %words : tensor<8xi32> at %pos {ranks = 8 : i64} : tensor<19360xf32>
+  %a = kiln.argmax %logits sampled %adjusting : tensor<25xi32> at %pos : tensor<154880xf32>
+  return %t, %d, %a : tensor<i32>, tensor<i32>, tensor<i32>
 }
 
 // -----

@@ -554,7 +554,7 @@ func.func @argmax_words() {
   %w = step.input "sampling" : memref<2xi32>
   %p = step.input "position" : memref<i32>
   %o = step.output "next" : memref<i32>
-  // expected-error @+1 {{'step.argmax' op the sampling words must be memref<8xi32> (or memref<4xi32>, a temperature only), got 'memref<2xi32>'}}
+  // expected-error @+1 {{'step.argmax' op the sampling words must be memref<8xi32>, memref<4xi32> (a temperature only) or memref<(16 + 3 n)xi32> (with n adjustments, n > 0), got 'memref<2xi32>'}}
   step.argmax ins(%a : memref<8xf32>) sampled(%w, %p : memref<2xi32>, memref<i32>) outs(%o : memref<i32>)
   return
 }
