@@ -709,11 +709,14 @@ class Checks:
         if self.art(model, "cuda", 2).exists():
             runs.append(("tp2", 2, [] if gpu_count() >= 2 else ["--one-gpu"]))
         prompt = [1, 2, 3]
-        # temperature, top-p, repeat, frequency, presence, biases
+        # temperature, top-p, repeat, frequency, presence, biases: a bias
+        # of 12 makes its token the usual draw, until the penalties on its
+        # count outweigh it (smaller ones moved no draw of these models'
+        # spread logits in the first run).
         for t, top_p, repeat, frequency, presence, biases in (
                 (0.0, None, 0.3, 0.0, 0.0, ()),
-                (1.0, None, 1.0, 1.2, 0.6, ((5, 3.0), (9, -2.0))),
-                (1.1, 0.95, 1.4, 0.0, 0.5, ((7, 6.0),))):
+                (1.0, None, 1.0, 1.2, 0.6, ((5, 12.0), (9, -2.0))),
+                (1.1, 0.95, 1.4, 0.0, 0.5, ((7, 12.0),))):
             what = (f"T {t}" + (f", top-p {top_p}" if top_p else "") +
                     f", repeat {repeat}, frequency {frequency}, presence "
                     f"{presence}, {len(biases)} biases")
