@@ -140,3 +140,12 @@ def adjust(logits, history, repeat=1.0, frequency=0.0, presence=0.0,
                 v = F(np.float64(v) - frequency * c - presence)
             out[token] = v
     return out
+
+
+def choice(logits, temperature, seed, position, top_p=None, min_p=None,
+           top_k=None):
+    """The step's choice: the argmax at temperature 0 (ties to the lowest
+    id, as numpy's), else its draw."""
+    if temperature == 0:
+        return int(np.argmax(logits))
+    return draw(logits, temperature, seed, position, top_p, min_p, top_k)

@@ -702,7 +702,7 @@ class Checks:
         some choice."""
         import json
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from draw_reference import adjust, draw
+        from draw_reference import adjust, choice
         gguf = self.gguf(model)
         seed = 20261206
         runs = [("tp1 graph", 1, []), ("tp1 --eager", 1, ["--eager"])]
@@ -745,11 +745,8 @@ class Checks:
                     p = len(history) - 1
                     row = adjust(lg[p], history, repeat, frequency, presence,
                                  list(biases))
-                    if t == 0:
-                        want, plain = int(np.argmax(row)), int(np.argmax(lg[p]))
-                    else:
-                        want = draw(row, t, seed, p, top_p)
-                        plain = draw(lg[p], t, seed, p, top_p)
+                    want = choice(row, t, seed, p, top_p)
+                    plain = choice(lg[p], t, seed, p, top_p)
                     matched += token == want
                     moved += want != plain
                     history.append(token)

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -55,18 +56,22 @@ struct TinyModel {
     if (!dir.empty())
       fs::remove_all(dir);
   }
+  /// A session of the artifact on the CPU backend, two threads.
+  kiln::Expected<std::unique_ptr<Session>> open() const {
+    SessionOptions options;
+    options.artifactPath = artifact.string();
+    options.weightPaths = {gguf.string()};
+    options.backendDirs = {KILN_PLUGIN_DIR};
+    options.threads = 2;
+    options.progress = false;
+    return Session::open(options);
+  }
 };
 
 TEST(GeneratorDraw, PlannedLateAndHostDrawsAgree) {
   TinyModel model;
   ASSERT_FALSE(model.artifact.empty()) << "could not make the tiny model";
-  SessionOptions options;
-  options.artifactPath = model.artifact.string();
-  options.weightPaths = {model.gguf.string()};
-  options.backendDirs = {KILN_PLUGIN_DIR};
-  options.threads = 2;
-  options.progress = false;
-  auto session = Session::open(options);
+  auto session = model.open();
   ASSERT_TRUE(bool(session)) << session.error().message();
   Session &s = **session;
   ASSERT_TRUE(s.draws());
@@ -185,16 +190,7 @@ TEST(GeneratorDraw, PenalisedChoicesAreTheStepsAndTheHostsAlike) {
   TinyModel adjusting, narrow("--adjustments 3"), plain("--adjustments=0");
   for (const TinyModel *m : {&adjusting, &narrow, &plain})
     ASSERT_FALSE(m->artifact.empty()) << "could not make the tiny model";
-  auto open = [](const TinyModel &m) {
-    SessionOptions options;
-    options.artifactPath = m.artifact.string();
-    options.weightPaths = {m.gguf.string()};
-    options.backendDirs = {KILN_PLUGIN_DIR};
-    options.threads = 2;
-    options.progress = false;
-    return Session::open(options);
-  };
-  auto a = open(adjusting), n = open(narrow), p = open(plain);
+  auto a = adjusting.open(), n = narrow.open(), p = plain.open();
   ASSERT_TRUE(bool(a) && bool(n) && bool(p));
   EXPECT_EQ((*a)->adjustCapacity(), 320);
   EXPECT_EQ((*n)->adjustCapacity(), 3);
