@@ -852,10 +852,13 @@ int main(int argc, char **argv) {
           !(sampling.minP >= 0 && sampling.minP < 1))
         return usageError("--min-p: expected a number in [0, 1)");
     } else if (arg == "--repeat-penalty") {
+      // Applied as a float (DrawKey.h adjustLogit): above 0 and finite as
+      // one.
       if (!parseNumber(value("--repeat-penalty"), sampling.repeatPenalty) ||
-          !(sampling.repeatPenalty > 0) ||
-          !std::isfinite(sampling.repeatPenalty))
-        return usageError("--repeat-penalty: expected a finite number > 0");
+          !(float(sampling.repeatPenalty) > 0) ||
+          !std::isfinite(float(sampling.repeatPenalty)))
+        return usageError("--repeat-penalty: expected a number > 0, finite "
+                          "as a float");
     } else if (arg == "--logit-bias") {
       const std::string v = value("--logit-bias");
       const size_t eq = v.find('=');

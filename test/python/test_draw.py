@@ -254,3 +254,21 @@ def test_penalties_without_an_adjusting_step_need_the_logits(files,
                               "--prompt-tokens", PROMPT, "-n", 4,
                               "--json").stdout)
     assert out["chooser"] == "step_argmax"
+
+
+@pytest.mark.parametrize("flag,value,says", [
+    ("--logit-bias", "5", "--logit-bias: expected ID=BIAS"),
+    ("--logit-bias", "5=101", "--logit-bias: expected ID=BIAS"),
+    ("--logit-bias", "-1=2", "--logit-bias: expected ID=BIAS"),
+    ("--repeat-penalty", "1e-50", "--repeat-penalty: expected a number > 0, "
+     "finite as a float"),
+    ("--repeat-penalty", "1e39", "--repeat-penalty: expected a number > 0"),
+])
+def test_bad_adjustment_flags(files, flag, value, says):
+    """kiln-run's biases and repeat penalty outside what the step adjusts
+    by: usage errors (exit 2) naming the flag, before anything runs."""
+    _, gguf, arts = files
+    proc = run_tool("kiln-run", arts["tp1"], "--weights", gguf,
+                    "--prompt-tokens", PROMPT, "-n", 2, flag, value,
+                    check=False)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
