@@ -127,6 +127,17 @@ Utf8Unit decodeUtf8(std::string_view text, size_t pos) {
   return {cp, length, true};
 }
 
+size_t illFormedLength(std::string_view text, size_t pos) {
+  const uint8_t lead = uint8_t(text[pos]);
+  const uint32_t length = sequenceLength(lead);
+  size_t taken = 1;
+  while (taken < length && pos + taken < text.size() &&
+         (taken == 1 ? validSecondByte(lead, uint8_t(text[pos + 1]))
+                     : isContinuation(uint8_t(text[pos + taken]))))
+    ++taken;
+  return taken;
+}
+
 void appendUtf8(std::string &out, uint32_t cp) {
   if (cp < 0x80) {
     out += char(cp);

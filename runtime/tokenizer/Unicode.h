@@ -40,6 +40,13 @@ struct Utf8Unit {
 /// then only the first byte is taken, so decoding goes on at the next byte.
 Utf8Unit decodeUtf8(std::string_view text, size_t pos);
 
+/// Where decodeUtf8 finds no unit at `text[pos]`: the bytes of the maximal
+/// subpart there (Unicode's recommended practice for U+FFFD substitution,
+/// as Python's and the server's JSON make it): the longest run from pos that
+/// begins some well-formed sequence, at least 1. A truncated or interrupted
+/// sequence is then one U+FFFD, not one a byte.
+size_t illFormedLength(std::string_view text, size_t pos);
+
 /// Appends the UTF-8 encoding of `cp` (at most U+10FFFF, no surrogate).
 void appendUtf8(std::string &out, uint32_t cp);
 

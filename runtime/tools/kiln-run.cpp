@@ -408,8 +408,10 @@ bool parseTokens(const std::string &text, std::vector<int32_t> &out) {
 }
 
 /// A JSON string. Generated text may hold bytes that are not UTF-8 (a
-/// random model, or a sequence cut at the end): each such byte becomes
-/// U+FFFD, so the object stays valid JSON.
+/// random model, or a sequence cut at the end): each maximal subpart of an
+/// ill-formed sequence becomes one U+FFFD (tokenizer::illFormedLength, as
+/// kiln-serve's JSON and Python's decoder make them), so the object stays
+/// valid JSON.
 std::string jsonString(const std::string &s) {
   std::string out = "\"";
   for (size_t i = 0; i < s.size();) {
@@ -417,7 +419,7 @@ std::string jsonString(const std::string &s) {
     size_t n = unit.length;
     if (!unit.valid) {
       out += "\\ufffd";
-      i += n;
+      i += tokenizer::illFormedLength(s, i);
       continue;
     }
     unsigned char c = s[i];

@@ -249,6 +249,45 @@ TEST(Unicode, Utf8) {
   EXPECT_EQ(unfinishedUtf8Suffix("\xff"), 0u);
 }
 
+TEST(Unicode, IllFormedSubparts) {
+  // The Unicode standard's example of U+FFFD substitution by maximal
+  // subparts (chapter 3, "U+FFFD Substitution of Maximal Subparts"): 61 F1
+  // 80 80 E1 80 C2 62 80 63 80 BF 64 reads a, FFFD, FFFD, FFFD, b, FFFD, c,
+  // FFFD, FFFD, d; and surrogates, overlongs and values past U+10FFFF are
+  // a FFFD a byte (their second byte is out of range).
+  for (const auto &[bytes, want] :
+       {std::pair{std::string_view("a\xf1\x80\x80\xe1\x80\xc2"
+                                   "b\x80"
+                                   "c\x80\xbf"
+                                   "d"),
+                  std::string("a?"
+                              "?"
+                              "?"
+                              "b?c??d")},
+        std::pair{std::string_view("\xed\xa0\x80"
+                                   "x"),
+                  std::string("???x")},
+        std::pair{std::string_view("\xc0\xaf"), std::string("??")},
+        std::pair{std::string_view("\xf4\x90\x80\x80"), std::string("????")},
+        std::pair{std::string_view("\xee\xa3"
+                                   "F"),
+                  std::string("?F")},
+        std::pair{std::string_view("\xf0\x9f\x98"), std::string("?")}}) {
+    std::string got;
+    for (size_t i = 0; i < bytes.size();) {
+      const Utf8Unit u = decodeUtf8(bytes, i);
+      if (u.valid) {
+        got += bytes.substr(i, u.length);
+        i += u.length;
+      } else {
+        got += '?';
+        i += illFormedLength(bytes, i);
+      }
+    }
+    EXPECT_EQ(got, want) << gguf::printable(bytes);
+  }
+}
+
 TEST(Unicode, ByteLevelAlphabet) {
   EXPECT_EQ(byteToCodePoint('!'), uint32_t('!'));
   EXPECT_EQ(byteToCodePoint(' '), 0x120u);  // 'Ġ'
