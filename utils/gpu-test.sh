@@ -102,6 +102,12 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-nucleus run "$m/glm5.cuda.tp8.kiln" \
     --bench --simulate-rank 0/8 --context 1024 --steps 30 --temperature 1 \
     --top-p 0.95 --seed 5
+  # Penalties and a bias under GLM's default sampling: the step's
+  # adjustments over the tokens the steps drew, their slot written each step.
+  step bench-glm5-tp8-rank0-graph-penalised run "$m/glm5.cuda.tp8.kiln" \
+    --bench --simulate-rank 0/8 --context 1024 --steps 30 --temperature 1 \
+    --top-p 0.95 --seed 5 --repeat-penalty 1.1 --frequency-penalty 0.5 \
+    --presence-penalty 0.3 --logit-bias 7=2
   # A client's common mix, top-k 40 under top-p 0.95: the grid's three
   # passes of counts before the nucleus's.
   step bench-glm5-tp8-rank0-graph-topk run "$m/glm5.cuda.tp8.kiln" \

@@ -171,7 +171,11 @@ benchmark (kiln-run M.kiln --bench [options]; no weights or prompt):
   --temperature T          every step draws its token at T (the step's own
                            draw: the argmax of DrawKey.h's keys) instead of
                            taking the argmax; with --top-p, --top-k and
-                           --min-p from what the step keeps
+                           --min-p from what the step keeps; the penalties
+                           and --logit-bias (greedy too) adjust the logits
+                           first, each step's over the tokens the steps
+                           before it chose (an artifact whose step adjusts
+                           them)
   --bench-sampler VOCAB    time the host's sampler alone (no artifact): a
                            draw from VOCAB seeded logits N(0, 3^2) with the
                            sampling options given (--temperature, --top-k,
@@ -645,14 +649,9 @@ int runBench(SessionOptions options, const std::string &simulate,
   // (DrawKey.h) instead of taking the argmax: the draw's cost on the
   // device.
   const std::optional<KeyDraw> drawn = keyDraw(sampling, INT64_MAX);
-  if (sampling.penalises())
-    return usageError("--bench times the step's draw without penalties or "
-                      "biases (the adjustments over a history it does not "
-                      "have)");
   if (!sampling.greedy() && !drawn)
     return usageError("--bench draws with a --temperature within [2^-16, "
-                      "2^16] and at most a --top-p, a --top-k and a --min-p "
-                      "(no penalty)");
+                      "2^16] and at most a --top-p, a --top-k and a --min-p");
   options.flags |= KILN_RUN_RANDOM_WEIGHTS;
   options.fillPositions = context;
   options.seed = 1;
@@ -689,6 +688,16 @@ int runBench(SessionOptions options, const std::string &simulate,
   if (drawn)
     if (Status st = s.setDraw(drawn->params(sampling.seed)); !st)
       return fail(st.error());
+  // Penalties and biases: the step's adjustments, made each step over the
+  // tokens the bench's steps chose, as a generator makes them (their time
+  // on the host, the slot's write included, is in the step's).
+  if (sampling.penalises() && !stepAdjusts(s, sampling))
+    return fail(Error(options.artifactPath, "sampling",
+                      fmt::format("--bench times penalties and biases the "
+                                  "step adjusts the logits for; its step "
+                                  "makes {}",
+                                  stepChoices(s, sampling))));
+  std::vector<int32_t> history;
   // Every step decodes at position `context`, over the random cache before
   // it; the token is fixed (the work does not depend on it).
   std::vector<double> times;
@@ -696,8 +705,15 @@ int runBench(SessionOptions options, const std::string &simulate,
   const int warmup = 5;
   for (int64_t i = 0; i < warmup + steps; ++i) {
     Clock::time_point a = Clock::now();
+    if (sampling.penalises())
+      if (Status st =
+              s.setAdjustments(penaltiesOf(sampling),
+                               makeAdjustments(sampling, history, s.vocab()));
+          !st)
+        return fail(st.error());
     if (Status st = s.decode(1, int32_t(context), {}, &next); !st)
       return fail(st.error());
+    history.push_back(next);
     if (i >= warmup)
       times.push_back(std::chrono::duration<double>(Clock::now() - a).count() *
                       1e6);
@@ -734,6 +750,9 @@ int runBench(SessionOptions options, const std::string &simulate,
         drawn->topP != 0.0f ? fmt::format(", top-p {:g}", drawn->topP) : "",
         drawn->topK != 0 ? fmt::format(", top-k {}", drawn->topK) : "",
         drawn->minP != 0.0f ? fmt::format(", min-p {:g}", drawn->minP) : "");
+  if (sampling.penalises())
+    mode += fmt::format(", adjusted (up to {} tokens)",
+                        mostAdjustments(sampling, s.vocab()));
   artifact::StepTraffic traffic = artifact::stepTraffic(
       s.artifact(),
       options.flags & KILN_RUN_SIMULATE_RANK ? options.simulateRank : 0,
