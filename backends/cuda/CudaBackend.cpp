@@ -97,6 +97,57 @@ private:
   void *ptr_ = nullptr;
 };
 
+/// Page-locked host memory that an input slot's bytes are staged in, so
+/// that their copy to the device runs on the rank's stream without the
+/// host waiting for it (from pageable memory cudaMemcpyAsync may return
+/// before the bytes are read, so the host had to wait), and the event
+/// after that copy: the stage is written again only once it has passed.
+class PinnedStage {
+public:
+  PinnedStage() = default;
+  PinnedStage(const PinnedStage &) = delete;
+  PinnedStage &operator=(const PinnedStage &) = delete;
+  ~PinnedStage() {
+    if (host_)
+      cudaFreeHost(host_);
+    if (copied_)
+      cudaEventDestroy(copied_);
+  }
+  /// `bytes` at `data` into `to` on `stream` (the current device's),
+  /// through the stage.
+  cudaError_t copy(void *to, const void *data, uint64_t bytes,
+                   cudaStream_t stream) {
+    if (!copied_)
+      if (cudaError_t e =
+              cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming);
+          e != cudaSuccess)
+        return e;
+    // The last copy from the stage has read it (at once, most steps: the
+    // step after it has ended by then).
+    if (cudaError_t e = cudaEventSynchronize(copied_); e != cudaSuccess)
+      return e;
+    if (bytes > capacity_) {
+      if (host_)
+        cudaFreeHost(std::exchange(host_, nullptr));
+      capacity_ = 0;
+      if (cudaError_t e = cudaMallocHost(&host_, bytes); e != cudaSuccess)
+        return e;
+      capacity_ = bytes;
+    }
+    std::memcpy(host_, data, bytes);
+    if (cudaError_t e =
+            cudaMemcpyAsync(to, host_, bytes, cudaMemcpyHostToDevice, stream);
+        e != cudaSuccess)
+      return e;
+    return cudaEventRecord(copied_, stream);
+  }
+
+private:
+  void *host_ = nullptr;
+  uint64_t capacity_ = 0;
+  cudaEvent_t copied_ = nullptr;
+};
+
 /// Runs one job at a time on its own thread (a rank's host thread: every
 /// CUDA and NCCL call of a rank is made from it).
 class Worker {
@@ -227,6 +278,8 @@ struct CudaStep {
   /// The position input as last written from the host (-1: not yet), which
   /// picks the graph a run replays.
   int64_t position = -1;
+  /// Each input slot's stage (by buffer index), made at its first write.
+  std::map<int32_t, std::unique_ptr<PinnedStage>> stages;
   /// KILN_RUN_PROFILE: an event before each op and after the last, and the
   /// time each op took, summed over the profiled runs.
   std::vector<cudaEvent_t> events;
@@ -3091,11 +3144,12 @@ struct CudaPlugin {
       KILN_ASSIGN(index, backend::findSlot(*s->step, kind, slot, bytes));
       uint8_t *p = s->ptrs[index];
       CUDA_TRY(rank->where, cudaSetDevice(rank->device));
-      // On the rank's stream, waited for: ordered after the step that
-      // wrote an output and before the next that reads an input. (A plain
-      // cudaMemcpy from pageable memory may return before its DMA lands,
-      // on the legacy stream, which the rank's stream does not wait for:
-      // a step could read the previous token.)
+      // On the rank's stream: ordered after the step that wrote an output
+      // and before the next that reads an input. (A plain cudaMemcpy from
+      // pageable memory may return before its DMA lands, on the legacy
+      // stream, which the rank's stream does not wait for: a step could
+      // read the previous token.) An output is waited for; an input goes
+      // through its page-locked stage, not waited for.
       if (kind == BufferKind::Output) {
         CUDA_TRY(rank->where,
                  cudaMemcpyAsync(data, p, bytes, cudaMemcpyDeviceToHost,
@@ -3103,10 +3157,10 @@ struct CudaPlugin {
         CUDA_TRY(rank->where, cudaStreamSynchronize(rank->stream));
         break;
       }
-      CUDA_TRY(rank->where,
-               cudaMemcpyAsync(p, data, bytes, cudaMemcpyHostToDevice,
-                               rank->stream));
-      CUDA_TRY(rank->where, cudaStreamSynchronize(rank->stream));
+      std::unique_ptr<PinnedStage> &stage = s->stages[index];
+      if (!stage)
+        stage = std::make_unique<PinnedStage>();
+      CUDA_TRY(rank->where, stage->copy(p, data, bytes, rank->stream));
       // The position picks the graph a run replays (CudaStep::current),
       // and so do the sampling words' nucleus.
       if (std::string_view(slot) == "position" && bytes == sizeof(int32_t)) {
