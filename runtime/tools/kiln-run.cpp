@@ -691,6 +691,8 @@ int runBench(SessionOptions options, const std::string &simulate,
   // Penalties and biases: the step's adjustments, made each step over the
   // tokens the bench's steps chose, as a generator makes them (their time
   // on the host, the slot's write included, is in the step's).
+  if (Status st = checkBiases(options.artifactPath, s, sampling); !st)
+    return fail(st.error());
   if (sampling.penalises() && !stepAdjusts(s, sampling))
     return fail(Error(options.artifactPath, "sampling",
                       fmt::format("--bench times penalties and biases the "
