@@ -89,12 +89,13 @@ std::optional<KeyDraw> stepDraw(const Session &session,
 
 std::string stepChoices(const Session &session,
                         const SamplingOptions &sampling) {
+  if (!session.draws())
+    return "greedy decoding";
   const int room = session.adjustCapacity();
   return fmt::format(
       "greedy decoding, {}{}",
-      !session.draws()        ? "and no draw"
-      : session.cutsNucleus() ? "temperatures, top-p, top-k and min-p"
-                              : "plain temperatures",
+      session.cutsNucleus() ? "temperatures, top-p, top-k and min-p"
+                            : "plain temperatures",
       room > 0 ? fmt::format(", and penalties and logit biases over up to {} "
                              "tokens (these: up to {})",
                              room, mostAdjustments(sampling, session.vocab()))
