@@ -693,6 +693,7 @@ Expected<std::function<Status()>> OpBinder::bind() {
     const int32_t *words = d.drawn ? in(1).i32() : nullptr;
     const int32_t *position = d.drawn ? in(2).i32() : nullptr;
     const int count = d.drawWords;
+    const bool adjusting = draw::adjustCapacity(count) > 0;
     auto adjusted = std::make_shared<std::vector<float>>();
     return Fn([=, input = x]() -> Status {
       const float *x = input;
@@ -700,7 +701,7 @@ Expected<std::function<Status()>> OpBinder::bind() {
         *y = cpu::argmax(x, n);
         return Status::ok();
       }
-      if (draw::adjustCapacity(count) > 0) {
+      if (adjusting) {
         adjusted->resize(uint64_t(n));
         KILN_TRY(cpu::adjustLogits(words, count, n, x, n, 0, adjusted->data()));
         x = adjusted->data();

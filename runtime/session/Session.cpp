@@ -339,28 +339,14 @@ Status Session::setAdjustments(const draw::Penalties &penalties,
                              "artifact's step has room for (kiln-compile "
                              "--adjustments)",
                              entries.size(), capacity));
-  std::vector<int32_t> words(drawWords_.begin(),
-                             drawWords_.begin() + draw::kDrawWords);
-  words.resize(size_t(drawWordCount_), 0);
-  words[6] = int32_t(entries.size());
-  draw::doubleWords(penalties.repeat, words.data() + 8);
-  draw::doubleWords(penalties.frequency, words.data() + 10);
-  draw::doubleWords(penalties.presence, words.data() + 12);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    int32_t *e = words.data() + draw::kEntriesStart + draw::kEntryWords * i;
-    e[0] = entries[i].id;
-    e[1] = int32_t(draw::floatBits(entries[i].bias));
-    e[2] = entries[i].count;
-  }
+  std::vector<int32_t> words = drawWords_;
+  draw::writeAdjustments(words.data(), drawWordCount_, penalties,
+                         entries.data(), entries.size());
   // The step's own checks, here first, so that bad adjustments are an
-  // error before any compute.
+  // error before any compute (the eight are setDraw's, valid).
   draw::Penalties read;
-  draw::Adjustment entry;
   int bad = 0;
-  bool valid = draw::readPenalties(words.data(), read, bad);
-  for (size_t i = 0; valid && i < entries.size(); ++i)
-    valid = draw::readEntry(words.data(), int(i), vocab_, entry, bad);
-  if (!valid)
+  if (!draw::readAdjustments(words.data(), drawWordCount_, vocab_, read, bad))
     return Error(
         where_, bad < draw::kEntriesStart ? "penalties" : "adjustments",
         fmt::format("word {} is {:#010x}: {}", bad,

@@ -700,22 +700,51 @@ KILN_DRAW_FN float adjustLogit(float l, float bias, int32_t count,
   return l;
 }
 
-/// y[0, n) = x[0, n) adjusted by the adjusting form's words (`count` of
-/// them, checked: readWords, readPenalties, readEntry against `vocab`), x
-/// being tokens base .. base + n of the vocabulary. False with `bad` the
-/// first bad word.
-inline bool adjustPart(const int32_t *words, int count, int64_t vocab,
-                       const float *x, int64_t n, int64_t base, float *y,
-                       int &bad) {
+/// Writes the adjusting form's words past the eight, and word 6, for
+/// `penalties` and `n` entries (words: the form's `count`, n at most its
+/// capacity; the rest of them 0).
+inline void writeAdjustments(int32_t *words, int count,
+                             const Penalties &penalties,
+                             const Adjustment *entries, size_t n) {
+  std::fill(words + kDrawWords, words + count, 0);
+  words[6] = int32_t(n);
+  doubleWords(penalties.repeat, words + 8);
+  doubleWords(penalties.frequency, words + 10);
+  doubleWords(penalties.presence, words + 12);
+  for (size_t i = 0; i < n; ++i) {
+    int32_t *e = words + kEntriesStart + kEntryWords * i;
+    e[0] = entries[i].id;
+    e[1] = int32_t(floatBits(entries[i].bias));
+    e[2] = entries[i].count;
+  }
+}
+
+/// Whether the adjusting form's words (`count` of them) are valid: the
+/// eight (readWords), the penalties and every entry against `vocab`; the
+/// penalties into `penalties`, or false with `bad` the first bad word.
+inline bool readAdjustments(const int32_t *words, int count, int64_t vocab,
+                            Penalties &penalties, int &bad) {
   DrawParams params;
-  Penalties penalties;
+  Adjustment entry;
   if (!readWords(words, count, params, bad) ||
       !readPenalties(words, penalties, bad))
     return false;
-  Adjustment entry;
   for (int i = 0; i < words[6]; ++i)
     if (!readEntry(words, i, vocab, entry, bad))
       return false;
+  return true;
+}
+
+/// y[0, n) = x[0, n) adjusted by the adjusting form's words (`count` of
+/// them, checked: readAdjustments against `vocab`), x being tokens base ..
+/// base + n of the vocabulary. False with `bad` the first bad word.
+inline bool adjustPart(const int32_t *words, int count, int64_t vocab,
+                       const float *x, int64_t n, int64_t base, float *y,
+                       int &bad) {
+  Penalties penalties;
+  if (!readAdjustments(words, count, vocab, penalties, bad))
+    return false;
+  Adjustment entry;
   std::copy(x, x + n, y);
   for (int i = 0; i < words[6]; ++i) {
     readEntry(words, i, vocab, entry, bad);

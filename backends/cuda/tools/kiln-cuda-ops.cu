@@ -2933,15 +2933,7 @@ std::vector<int32_t> adjustingWords(int capacity, float t, uint64_t seed,
   w[0] = int32_t(draw::floatBits(t));
   w[1] = int32_t(uint32_t(seed));
   w[2] = int32_t(uint32_t(seed >> 32));
-  w[6] = int32_t(e.size());
-  draw::doubleWords(p.repeat, w.data() + 8);
-  draw::doubleWords(p.frequency, w.data() + 10);
-  draw::doubleWords(p.presence, w.data() + 12);
-  for (size_t i = 0; i < e.size(); ++i) {
-    w[16 + 3 * i] = e[i].id;
-    w[17 + 3 * i] = int32_t(draw::floatBits(e[i].bias));
-    w[18 + 3 * i] = e[i].count;
-  }
+  draw::writeAdjustments(w.data(), int(w.size()), p, e.data(), e.size());
   return w;
 }
 

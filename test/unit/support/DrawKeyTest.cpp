@@ -239,6 +239,12 @@ TEST(DrawKey, AdjustingWordsOutsideTheirRulesAreRefused) {
   Penalties p;
   Adjustment e;
   std::vector<int32_t> w = adjustingWords(4, 1.3, 0.5, -0.25, two);
+  // writeAdjustments lays the words out as written above.
+  std::vector<int32_t> written(w.size(), -1);
+  std::copy(w.begin(), w.begin() + kDrawWords, written.begin());
+  writeAdjustments(written.data(), int(written.size()), {1.3, 0.5, -0.25},
+                   two.data(), two.size());
+  EXPECT_EQ(written, w);
   ASSERT_TRUE(validWords(w.data(), int(w.size()), bad));
   ASSERT_TRUE(readPenalties(w.data(), p, bad));
   EXPECT_EQ(p, (Penalties{1.3, 0.5, -0.25}));
