@@ -2273,6 +2273,373 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
 }
 
+//===----------------------------------------------------------------------===//
+// MLA on the tensor cores (MlaLaunch::tensor): GLM-5's rank of 8 heads at
+// tp = 8, rows of 512 + 64 values in an f16 cache, at most kMlaTcEntries
+// attended entries, one cluster of kMlaTcBlocks blocks and no scratch.
+// Block r takes entries [r P, r P + P), P = ceil(attended / 16), and copies
+// their rows whole into shared memory as the cache holds them (cp.async, 16
+// bytes a thread; before the kernel's wait where earlier steps wrote them,
+// as mlaLoadEarlyRows), then:
+//   1. scores S[t][h] = row[t] . q[h] by mma.sync m16n8k16, warp w the rows
+//      16 w .. 16 w + 15: A the rows (f16 as stored: no conversion), B the
+//      query, each head scaled by 2^e_h (its largest |value| into [2^14,
+//      2^15)) and split into hi = f16(q 2^e_h) and lo = f16(q 2^e_h - hi),
+//      both through f32 sums, as the indexer's scores
+//      (indexerScoresMmaKernel): the f32 dot but for rounding; 2^-e_h scales
+//      it back exactly, then the softmax scale;
+//   2. per head (warp h) the block's max m, p = exp(s - m) and l = sum p;
+//   3. the partial outputs O[h][j] = sum_t p[t][h] row[t][j] (j < 512) by
+//      mma: A the rows transposed (ldmatrix .trans), B the weights split
+//      into two f16 parts as the query (p <= 1 needs no scaling), f32 sums;
+//   4. after a cluster barrier, block r combines head r / 2's values
+//      [256 (r % 2), + 256) over the 16 blocks' m, l and O through
+//      distributed shared memory, blocks ascending: M = max m_b, L = sum l_b
+//      exp(m_b - M), out = sum O_b exp(m_b - M) / L.
+// The grid kernel's barrier and its combine through global memory were
+// ~3.5 us of its ~7.5 after its wait at 1k (docs/perf.md, tenth pass), and
+// its f32 dots one multiply-add a value; here the dots are ~150 mma a block.
+// The same math as the CPU's rounded in another order, which the shapes
+// alone fix; faults as mlaKernel's (block 0 reports the first; a bad
+// selected row reads as zeros; nothing is written when the count or the
+// position is out of range).
+//===----------------------------------------------------------------------===//
+
+constexpr int kMlaTcBlocks = 16;
+constexpr int kMlaTcThreads = 256;
+constexpr int kMlaTcWarps = kMlaTcThreads / kWarp;
+constexpr int kMlaTcHeads = 8;
+constexpr int kMlaTcLatent = 512, kMlaTcWidth = 512 + 64;
+/// A block's most rows, and so the most entries the kernel attends.
+constexpr int kMlaTcMaxRows = 128;
+constexpr int64_t kMlaTcEntries = int64_t(kMlaTcBlocks) * kMlaTcMaxRows;
+/// A row's f16 values in shared memory, padded by 16 bytes so that
+/// ldmatrix's 8 rows of 16 bytes fall in 8 different bank groups.
+constexpr int kMlaTcStride = kMlaTcWidth + 8;
+/// 16-byte pieces of a cache row.
+constexpr int kMlaTcPieces = kMlaTcWidth * 2 / 16;
+static_assert(kMlaTcWarps == kMlaTcHeads, "the softmax: a warp a head");
+static_assert(kMlaTcLatent == kMlaTcWarps * 64, "the sums: 64 values a warp");
+static_assert(kMlaTcMaxRows == 16 * kMlaTcWarps, "the scores: 16 rows a warp");
+static_assert(kMlaTcHeads * 2 == kMlaTcBlocks, "the combine: half a head a block");
+static_assert(kMlaTcLatent / 2 == kMlaTcThreads, "the combine: a value a thread");
+
+/// The dynamic shared memory of a block of `rows` row slots (a multiple of
+/// 16): the rows (later the partial outputs, [8][512] f32), the query's hi
+/// and lo parts (16 padded rows: hi of heads 0..7, then lo), the scores
+/// [8][rows] f32, the weights' hi and lo parts (16 rows of rows + 8 f16),
+/// m, l and 2^-e of each head, and the rows' cache indices.
+struct MlaTcLayout {
+  int rows;
+  __host__ __device__ int weightStride() const { return rows + 8; }
+  __host__ __device__ size_t queryAt() const {
+    return size_t(rows) * kMlaTcStride * 2;
+  }
+  __host__ __device__ size_t scoresAt() const {
+    return queryAt() + size_t(2 * kMlaTcHeads) * kMlaTcStride * 2;
+  }
+  __host__ __device__ size_t weightsAt() const {
+    return scoresAt() + size_t(kMlaTcHeads) * rows * 4;
+  }
+  __host__ __device__ size_t headsAt() const {
+    return weightsAt() + size_t(2 * kMlaTcHeads) * weightStride() * 2;
+  }
+  __host__ __device__ size_t indexAt() const {
+    return headsAt() + size_t(3 * kMlaTcHeads) * 4;
+  }
+  __host__ __device__ size_t bytes() const {
+    return indexAt() + size_t(rows) * 4;
+  }
+};
+static_assert(size_t(16) * kMlaTcStride * 2 >=
+                  size_t(kMlaTcHeads) * kMlaTcLatent * 4,
+              "the partial outputs fit over 16 rows");
+
+__device__ __forceinline__ uint32_t sharedAddress(const void *p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+/// 16 bytes from global memory into shared memory, asynchronously
+/// (copiesLanded waits for all of the thread's).
+__device__ __forceinline__ void copy16Async(void *to, const void *from) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   sharedAddress(to)),
+               "l"(from)
+               : "memory");
+}
+
+__device__ __forceinline__ void copiesLanded() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+/// Four 8x8 f16 matrices from shared memory (lanes 8 i .. 8 i + 7 give
+/// matrix i's row addresses), as mma fragments; `kTransposed` delivers
+/// each transposed.
+template <bool kTransposed>
+__device__ __forceinline__ void loadMatrices(uint32_t (&r)[4], const void *p) {
+  if constexpr (kTransposed)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sharedAddress(p))
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sharedAddress(p))
+                 : "memory");
+}
+
+/// f16 bits of f, rounded to nearest even, and of what that leaves of f.
+__device__ __forceinline__ void splitHalves(float f, uint16_t &hi,
+                                            uint16_t &lo) {
+  const __half h = __float2half_rn(f);
+  const float hf = __half2float(h);
+  // Exact (hi is f rounded to 11 bits); an infinite hi carries f alone.
+  hi = __half_as_ushort(h);
+  lo = __half_as_ushort(__float2half_rn(isinf(hf) ? 0.f : f - hf));
+}
+
+__global__ void __launch_bounds__(kMlaTcThreads, 1)
+    mlaTensorKernel(MlaArgs a, int slots) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ __align__(16) unsigned char tcShared[];
+  const MlaTcLayout layout{slots};
+  uint16_t *rows = reinterpret_cast<uint16_t *>(tcShared);
+  uint16_t *query = reinterpret_cast<uint16_t *>(tcShared + layout.queryAt());
+  float *scores = reinterpret_cast<float *>(tcShared + layout.scoresAt());
+  uint16_t *weights =
+      reinterpret_cast<uint16_t *>(tcShared + layout.weightsAt());
+  float *headM = reinterpret_cast<float *>(tcShared + layout.headsAt());
+  float *headL = headM + kMlaTcHeads, *headBack = headL + kMlaTcHeads;
+  int32_t *rowIndex = reinterpret_cast<int32_t *>(tcShared + layout.indexAt());
+  const int block = int(cluster.block_rank());
+  const int tid = int(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp;
+  const uint4 *cache = static_cast<const uint4 *>(a.cache.data);
+  const int wStride = layout.weightStride();
+  // Block `block`'s share of `attended` entries: [*begin, *begin + n).
+  const auto share = [&](int64_t attended, int64_t &begin) {
+    const int64_t per = (attended + kMlaTcBlocks - 1) / kMlaTcBlocks;
+    begin = int64_t(block) * per < attended ? int64_t(block) * per : attended;
+    return int(attended - begin < per ? attended - begin : per);
+  };
+  // Row slot s from cache row `row` (piece by piece over the block's
+  // threads, from thread `from`'s turn), or zeros for row -1.
+  const auto copyRows = [&](int first, int end, auto rowOf) {
+    for (int i = first * kMlaTcPieces + tid; i < end * kMlaTcPieces;
+         i += kMlaTcThreads) {
+      const int slot = i / kMlaTcPieces, piece = i % kMlaTcPieces;
+      const int64_t row = rowOf(slot);
+      uint16_t *to = rows + slot * kMlaTcStride + piece * 8;
+      if (row >= 0)
+        copy16Async(to, cache + row * kMlaTcPieces + piece);
+      else if (row == -1)
+        *reinterpret_cast<uint4 *>(to) = make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  // Before the wait, without a selection: the rows but the position's, which
+  // earlier steps wrote (stepInputBeforeWait).
+  int64_t earlyAttended = -1;
+  if (a.earlyRows && !a.selected) {
+    const int32_t position = stepInputBeforeWait(a.position);
+    if (position >= 0 && position < a.cache.positions &&
+        int64_t(position) + 1 <=
+            mlaEntryLimit(a.cache.positions, a.capacity)) {
+      earlyAttended = int64_t(position) + 1;
+      int64_t begin = 0;
+      const int n = share(earlyAttended, begin);
+      copyRows(0, n, [&](int slot) {
+        const int64_t row = begin + slot;
+        return row < position ? row : int64_t(-2); // -2: after the wait
+      });
+    }
+  }
+  waitForPredecessor();
+  if (!a.lateDependents)
+    allowDependents();
+  // The query in flight with the position and the count: warp h loads head
+  // h's 576 values, 18 a lane.
+  constexpr int kQueryPerLane = kMlaTcWidth / kWarp;
+  float q[kQueryPerLane];
+#pragma unroll
+  for (int k = 0; k < kQueryPerLane; ++k) {
+    const int j = lane + k * kWarp;
+    q[k] = j < kMlaTcLatent
+               ? a.qLatent[warp * kMlaTcLatent + j]
+               : a.qRope[warp * (kMlaTcWidth - kMlaTcLatent) + j -
+                         kMlaTcLatent];
+  }
+  const int64_t attended = mlaAttended(a);
+  if (attended < 0) {
+    copiesLanded(); // none may land after the block has left
+    if (block == 0)
+      mlaReportFault(a);
+    return;
+  }
+  const bool early = earlyAttended == attended;
+  if (earlyAttended >= 0 && !early)
+    copiesLanded(); // (never: the same position) they are issued again
+  int64_t begin = 0;
+  const int n = share(attended, begin);
+  const int tiles = (n + 15) / 16;
+  if (!early)
+    for (int i = tid; i < n; i += kMlaTcThreads) {
+      const int64_t entry = begin + i;
+      const int64_t row = a.selected ? a.selected[entry] : entry;
+      rowIndex[i] = row >= 0 && row < a.cache.positions ? int32_t(row) : -1;
+    }
+  __syncthreads(); // rowIndex
+  if (early) // the position's row alone, where it is this block's
+    copyRows(0, n, [&](int slot) {
+      return begin + slot == attended - 1 ? begin + slot : int64_t(-2);
+    });
+  else
+    copyRows(0, n, [&](int slot) { return int64_t(rowIndex[slot]); });
+  copyRows(n, tiles * 16, [](int) { return int64_t(-1); }); // the last tile's
+  // The query's parts, with the copies in flight.
+  {
+    float largest = 0.f;
+#pragma unroll
+    for (int k = 0; k < kQueryPerLane; ++k)
+      largest = maxKeepingNaN(largest, fabsf(q[k]));
+    for (int o = kWarp / 2; o > 0; o /= 2)
+      largest = maxKeepingNaN(largest, __shfl_xor_sync(kFullMask, largest, o));
+    const int e = mmaQueryExponent(largest);
+    const float up = powerOfTwo(e);
+#pragma unroll
+    for (int k = 0; k < kQueryPerLane; ++k) {
+      const int j = lane + k * kWarp;
+      splitHalves(q[k] * up, query[warp * kMlaTcStride + j],
+                  query[(kMlaTcHeads + warp) * kMlaTcStride + j]);
+    }
+    if (lane == 0)
+      headBack[warp] = powerOfTwo(-e);
+  }
+  copiesLanded();
+  __syncthreads(); // the rows and the query
+
+  // 1. Scores of rows 16 w .. 16 w + 15: the hi and lo products in two
+  // sums (two chains of mma, not one).
+  const int g = lane / 4, c = 2 * (lane % 4);
+  // ldmatrix's row of lane l: A row l % 16 at column 8 (l / 16); B (the
+  // 16 padded rows of hi then lo) row 8 (l / 16) + l % 8 at 8 ((l / 8) % 2).
+  const int aRow = lane % 16, aColumn = 8 * (lane / 16);
+  const int bRow = 8 * (lane / 16) + lane % 8, bColumn = 8 * ((lane / 8) % 2);
+  if (warp < tiles) {
+    const int t0 = 16 * warp;
+    float hi[4] = {0.f, 0.f, 0.f, 0.f}, lo[4] = {0.f, 0.f, 0.f, 0.f};
+    const uint16_t *aAt = rows + (t0 + aRow) * kMlaTcStride + aColumn;
+    const uint16_t *bAt = query + bRow * kMlaTcStride + bColumn;
+#pragma unroll 4
+    for (int k0 = 0; k0 < kMlaTcWidth; k0 += 16) {
+      uint32_t af[4], bf[4];
+      loadMatrices<false>(af, aAt + k0);
+      loadMatrices<false>(bf, bAt + k0);
+      mmaHalf(hi, af, bf[0], bf[1]);
+      mmaHalf(lo, af, bf[2], bf[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = t0 + g + 8 * (i / 2), h = c + i % 2;
+      scores[h * slots + t] =
+          t < n ? (hi[i] + lo[i]) * headBack[h] * a.scale : -INFINITY;
+    }
+  }
+  __syncthreads(); // the scores
+
+  // 2. Head `warp`'s max, weights and sum (lanes over the rows, then
+  // butterflies: the same bits every run).
+  {
+    const float *s = scores + warp * slots;
+    float m = -INFINITY;
+    for (int t = lane; t < n; t += kWarp)
+      m = fmaxf(m, s[t]);
+    for (int o = kWarp / 2; o > 0; o /= 2)
+      m = fmaxf(m, __shfl_xor_sync(kFullMask, m, o));
+    float l = 0.f;
+    uint16_t *wHi = weights + warp * wStride,
+             *wLo = weights + (kMlaTcHeads + warp) * wStride;
+    for (int t = lane; t < tiles * 16; t += kWarp) {
+      const float p = t < n ? expf(s[t] - m) : 0.f;
+      l += p;
+      splitHalves(p, wHi[t], wLo[t]);
+    }
+    for (int o = kWarp / 2; o > 0; o /= 2)
+      l += __shfl_xor_sync(kFullMask, l, o);
+    if (lane == 0) {
+      headM[warp] = m;
+      headL[warp] = l;
+    }
+  }
+  __syncthreads(); // the weights
+
+  // 3. Partial outputs of values 64 w .. 64 w + 63 (four tiles of 16 a
+  // warp), 16 rows a step. The rows as A transposed: lane l's row 16 k +
+  // l % 8 + 8 (l / 16) at column 16 m + 8 ((l / 8) % 2); the weights as B.
+  float o[4][4] = {};
+  {
+    const int j0 = 64 * warp;
+    const uint16_t *aAt = rows + (lane % 8 + 8 * (lane / 16)) * kMlaTcStride +
+                          j0 + 8 * ((lane / 8) % 2);
+    const uint16_t *bAt = weights + bRow * wStride + bColumn;
+    for (int k = 0; k < tiles; ++k) {
+      uint32_t bf[4];
+      loadMatrices<false>(bf, bAt + 16 * k);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        uint32_t af[4];
+        loadMatrices<true>(af, aAt + 16 * k * kMlaTcStride + 16 * m);
+        mmaHalf(o[m], af, bf[0], bf[1]);
+        mmaHalf(o[m], af, bf[2], bf[3]);
+      }
+    }
+  }
+  if (a.lateDependents)
+    allowDependents();
+  __syncthreads(); // every warp's reads of the rows
+  float *partial = reinterpret_cast<float *>(tcShared); // [8][512]
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = 64 * warp + 16 * m + g + 8 * (i / 2), h = c + i % 2;
+      partial[h * kMlaTcLatent + j] = o[m][i];
+    }
+  cluster.sync(); // every block's m, l and partial outputs
+
+  // 4. Head block / 2's values [256 (block % 2), + 256): a value a thread.
+  {
+    const int h = block / 2, j = kMlaTcLatent / 2 * (block % 2) + tid;
+    float m[kMlaTcBlocks], l[kMlaTcBlocks], v[kMlaTcBlocks];
+#pragma unroll
+    for (int b = 0; b < kMlaTcBlocks; ++b) {
+      m[b] = cluster.map_shared_rank(headM, b)[h];
+      l[b] = cluster.map_shared_rank(headL, b)[h];
+      v[b] = cluster.map_shared_rank(partial, b)[h * kMlaTcLatent + j];
+    }
+    float most = -INFINITY;
+#pragma unroll
+    for (int b = 0; b < kMlaTcBlocks; ++b)
+      most = fmaxf(most, m[b]);
+    float sum = 0.f, total = 0.f;
+#pragma unroll
+    for (int b = 0; b < kMlaTcBlocks; ++b) {
+      // A block without entries: m = -inf, l = 0, O = 0.
+      const float w = m[b] == -INFINITY ? 0.f : expf(m[b] - most);
+      sum += l[b] * w;
+      total += v[b] * w;
+    }
+    // Nothing attended (an empty selection): the CPU's zeros.
+    a.out[h * kMlaTcLatent + j] = attended == 0 ? 0.f : total / sum;
+  }
+  cluster.sync(); // no block's shared memory is read after it leaves
+  if (block == 0 && a.selected)
+    mlaReportFault(a);
+}
+
 /// A score as an unsigned key in the order the ranking uses: a larger score
 /// has a larger key; NaN ranks lowest (as -inf, rankable); -0 equals +0, as
 /// the CPU's comparisons have it.
@@ -4508,7 +4875,10 @@ void setIndexerMma(bool on) { useIndexerMma = on; }
 
 namespace {
 thread_local MlaLaunch useMlaLaunch;
+thread_local uint64_t mlaTensorCount = 0;
 } // namespace
+
+uint64_t mlaTensorLaunches() { return mlaTensorCount; }
 
 MlaLaunch mlaLaunch() { return useMlaLaunch; }
 void setMlaLaunch(const MlaLaunch &m) { useMlaLaunch = m; }
@@ -4620,6 +4990,47 @@ cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
       });
 }
 
+/// launchMlaAttention's kernel on the tensor cores (mlaTensorKernel) for a
+/// call it takes (the caller checks the heads, widths and cache type), or
+/// cudaErrorNotSupported: more entries than it attends, or a GPU that runs
+/// no cluster of kMlaTcBlocks such blocks (asked once per host thread,
+/// device and shared size).
+cudaError_t launchMlaTensor(const MlaArgs &a, cudaStream_t s) {
+  const int64_t most = mlaMostEntries(a.cache.positions, a.capacity);
+  if (most > kMlaTcEntries)
+    return cudaErrorNotSupported;
+  // Slots for the most rows a block takes, whole tiles of 16.
+  const int64_t per = (most + kMlaTcBlocks - 1) / kMlaTcBlocks;
+  const int slots = int(std::max<int64_t>(16, (per + 15) / 16 * 16));
+  const size_t bytes = MlaTcLayout{slots}.bytes();
+  static thread_local struct {
+    int device = -1;
+    size_t bytes = 0;
+    bool fits = false;
+  } known;
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    return e;
+  if (known.device != device || known.bytes != bytes) {
+    if (cudaError_t e = allowDynamicShared(mlaTensorKernel, bytes);
+        e != cudaSuccess)
+      return e;
+    known.device = device;
+    known.bytes = bytes;
+    known.fits = clustersFit(mlaTensorKernel, unsigned(kMlaTcBlocks),
+                             unsigned(kMlaTcThreads), bytes);
+  }
+  if (!known.fits)
+    return cudaErrorNotSupported;
+  if (cudaError_t e = launchStepClustered(
+          unsigned(kMlaTcBlocks), mlaTensorKernel, dim3(kMlaTcBlocks),
+          dim3(kMlaTcThreads), bytes, s, a, slots);
+      e != cudaSuccess)
+    return e;
+  ++mlaTensorCount;
+  return cudaSuccess;
+}
+
 } // namespace
 
 bool mlaProjectionFits(const DeviceWeight &proj, int64_t heads,
@@ -4687,6 +5098,15 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
     a.projRows = proj->rows / heads;
   }
   cudaError_t e = cudaSuccess;
+  // GLM-5's rank at tp = 8 on the tensor cores where asked and it fits.
+  if (mlaLaunch().tensor && !proj && heads == kMlaTcHeads &&
+      latent == kGlmLatent && rope == kGlmRope &&
+      cache.type == CacheType::F16 &&
+      reinterpret_cast<uintptr_t>(cache.data) % 16 == 0) {
+    e = launchMlaTensor(a, s);
+    if (e != cudaErrorNotSupported)
+      return e == cudaSuccess ? cudaGetLastError() : e;
+  }
   // The specialised kernels load rows 16 bytes at a time.
   if (latent == kGlmLatent && rope == kGlmRope &&
       reinterpret_cast<uintptr_t>(cache.data) % 16 == 0) {
