@@ -1875,8 +1875,7 @@ Expected<GraphSwitches> readGraphSwitches() {
   KILN_ASSIGN(mlaLate, readFlag("KILN_CUDA_MLA_LATE_DEPENDENTS", true));
   KILN_ASSIGN(mlaAlone, readFlag("KILN_CUDA_MLA_ALONE", true));
   KILN_ASSIGN(mlaEarlyRows, readFlag("KILN_CUDA_MLA_EARLY_ROWS", true));
-  KILN_ASSIGN(mlaTensor, readFlag("KILN_CUDA_MLA_TENSOR", false));
-  g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows, mlaTensor};
+  g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows};
   KILN_ASSIGN(directSlots, readFlag("KILN_CUDA_DIRECT_SLOTS", true));
   g.directSlots = directSlots;
   KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", false));

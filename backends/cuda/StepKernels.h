@@ -636,17 +636,9 @@ struct MlaLaunch {
   /// compiled for a rank's heads only (ModelShapes.h, family mla)
   /// (KILN_CUDA_MLA_EARLY_ROWS).
   bool earlyRows = true;
-  /// GLM-5's rank at tp = 8 (8 heads of 512 + 64, an f16 cache, at most
-  /// 2,048 entries, no projection) by one cluster of 16 blocks on the
-  /// tensor cores (mlaTensorKernel), where the GPU runs such a cluster: the
-  /// same math rounded in another order, not the grid kernel's bits
-  /// (KILN_CUDA_MLA_TENSOR).
-  bool tensor = false;
 };
 MlaLaunch mlaLaunch();
 void setMlaLaunch(const MlaLaunch &m);
-/// Launches of the tensor-core MLA kernel by the calling host thread so far.
-uint64_t mlaTensorLaunches();
 
 /// The registers a thread of the q8_0-split kernel uses without and with
 /// the tail (kiln-cuda-ops --bench-router prints them).

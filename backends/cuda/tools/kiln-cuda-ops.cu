@@ -300,23 +300,6 @@ private:
   kc::MlaLaunch before_;
 };
 
-/// MLA on the tensor cores where a call fits it (kc::MlaLaunch::tensor)
-/// while it lives, the setting before again after.
-class MlaTensorOn {
-public:
-  MlaTensorOn() : before_(kc::mlaLaunch()) {
-    kc::MlaLaunch on = before_;
-    on.tensor = true;
-    kc::setMlaLaunch(on);
-  }
-  ~MlaTensorOn() { kc::setMlaLaunch(before_); }
-  MlaTensorOn(const MlaTensorOn &) = delete;
-  MlaTensorOn &operator=(const MlaTensorOn &) = delete;
-
-private:
-  kc::MlaLaunch before_;
-};
-
 //===----------------------------------------------------------------------===//
 // Weights and caches: random on the device (the fillers under test), the
 // same bytes copied to the host for the reference.
@@ -1272,51 +1255,6 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
            sumTol(double(width)) + sumTol(double(attended)),
            fmtText("dot and softmax order, 1e-6*(sqrt(%lld)+sqrt(%lld))",
                    (long long)width, (long long)attended));
-    // GLM-5's rank at tp = 8 (8 heads, an f16 cache, at most 2,048 entries)
-    // again on the tensor cores: against the CPU with the same tolerance
-    // (the query and the weights split into two f16 parts hold them to
-    // ~2^-22; the sums are f32), the one launch counted, nothing after the
-    // scratch written; without a selection, its rows loaded after its wait
-    // give the same bits.
-    if (heads == 8 && c.type == kc::CacheType::F16 &&
-        kc::mlaMostEntries(positions, bound) <= 2048 && !sharedScratch) {
-      const std::vector<float> grid = dout.download();
-      DeviceArray<float> tcOut(grid.size());
-      Fault tcFault, lateFault;
-      const MlaTensorOn on;
-      const uint64_t before = kc::mlaTensorLaunches();
-      auto launch = [&](float *to, Fault &f) {
-        run(kc::launchMlaAttention(
-            dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
-            count >= 0 ? dsel.get() : nullptr,
-            count >= 0 ? dcount.get() : nullptr, bound, scale, scores.get(),
-            to, f.sink(), nullptr));
-      };
-      launch(tcOut.get(), tcFault);
-      const uint64_t ran = kc::mlaTensorLaunches() - before;
-      const std::string what = fmtText(
-          "f16 8x(512+64), %lld entries%s, tensor cores", (long long)attended,
-          count >= 0 ? " selected" : "");
-      r.line("mla_attention", what,
-             relError(tcOut.download(), want) +
-                 faultMismatch(tcFault.read(), kc::FaultCode::None, 0, 0) +
-                 double(in.guardWrites()) + std::fabs(double(ran) - 1.0),
-             sumTol(double(width)) + sumTol(double(attended)),
-             fmtText("split f16 parts, mma sums, 1e-6*(sqrt(%lld)+sqrt(%lld)); "
-                     "one launch",
-                     (long long)width, (long long)attended));
-      if (count < 0) {
-        const std::vector<float> early = tcOut.download();
-        {
-          const MlaEarlyRowsOff off;
-          launch(tcOut.get(), lateFault);
-        }
-        r.line("mla_attention", what + ", every row loaded after the wait",
-               mismatches(tcOut.download(), early) +
-                   faultMismatch(lateFault.read(), kc::FaultCode::None, 0, 0),
-               0, "same rows, same products");
-      }
-    }
     // Bounded: the bits of a selection of every position 0 .. position,
     // which the indexer writes there (same entries, same order).
     if (count == kBounded) {
@@ -1410,16 +1348,6 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
         Case{kc::CacheType::F16, 1023, kBounded},
         Case{kc::CacheType::F16, 2047, kBounded}})
     check(8, 4096, 2048, c);
-  // 8 heads over a short cache: a block of the tensor-core kernel with one
-  // row, with none (16 blocks for 5 entries), an empty selection, a
-  // repeated entry.
-  for (const Case &c :
-       {Case{kc::CacheType::F16, 0, kBounded},
-        Case{kc::CacheType::F16, 4, kBounded},
-        Case{kc::CacheType::F16, 40, kBounded},
-        Case{kc::CacheType::F16, 299, 37}, Case{kc::CacheType::F16, 10, 0},
-        Case{kc::CacheType::F16, 250, 64}})
-    check(8, 300, 64, c);
   // The kernels compiled for GLM-5's heads at tp = 8, 4, 2, 1 (f16 cache,
   // KILN_CUDA_SPECIALISED=1): a full selection, and for 8 heads also a
   // partial one and none.
@@ -1593,50 +1521,6 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
            faultMismatch(fault.read(), f.code, f.value, f.limit) +
                double(in.guardWrites()),
            0, "first fault reported, nothing after the scratch written");
-  }
-  // The same faults from the tensor-core kernel (8 heads): the first one
-  // reported; with the count or the position out of range nothing written.
-  {
-    Inputs in8 = inputs(8, capacity, positions);
-    for (const FaultCase &f :
-         {FaultCase{"entries 5 and 9 = 300 of 300", 299, 20, true,
-                    kc::FaultCode::SelectionOutOfRange, 300, positions},
-          FaultCase{"count 65 of capacity 64", 299, 65, false,
-                    kc::FaultCode::CountOutOfRange, 65, capacity},
-          FaultCase{"position 300 of 300", 300, 4, false,
-                    kc::FaultCode::PositionOutOfRange, 300, positions},
-          FaultCase{"no selection, position 64 beyond at most 64", 64,
-                    kBounded, false, kc::FaultCode::CountOutOfRange, 65,
-                    capacity}}) {
-      std::vector<int32_t> sel(capacity);
-      for (int32_t &s : sel)
-        s = int32_t(rng.below(uint64_t(positions)));
-      if (f.badEntry) {
-        sel[5] = int32_t(positions);
-        sel[9] = -7;
-      }
-      in8.dpos.upload({f.position});
-      in8.dsel.upload(sel);
-      in8.dcount.upload({f.count});
-      const std::vector<float> marked(size_t(8 * latent), 1234.5f);
-      in8.dout.upload(marked);
-      Fault fault;
-      const bool selection = f.count != kBounded;
-      const MlaTensorOn on;
-      const uint64_t before = kc::mlaTensorLaunches();
-      run(kc::launchMlaAttention(
-          in8.dql.get(), in8.dqr.get(), 8, latent, rope, cache.dev(),
-          in8.dpos.get(), selection ? in8.dsel.get() : nullptr,
-          selection ? in8.dcount.get() : nullptr, capacity, scale,
-          in8.scores.get(), in8.dout.get(), fault.sink(), nullptr));
-      const double untouched =
-          f.badEntry ? 0.0 : double(mismatches(in8.dout.download(), marked));
-      r.line("mla fault", fmtText("%s, tensor cores", f.what),
-             faultMismatch(fault.read(), f.code, f.value, f.limit) +
-                 double(in8.guardWrites()) + untouched +
-                 std::fabs(double(kc::mlaTensorLaunches() - before) - 1.0),
-             0, "first fault reported, nothing written past a bad count");
-    }
   }
   // One scratch for calls of other shapes in turn, after the faulting calls
   // above left their marks on it: the blocks' arrival word sits where every
@@ -4824,25 +4708,6 @@ void benchOps() {
                  ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
                  dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
                  out.get(), fault.sink(), s);
-           }));
-  }
-  // On the tensor cores (one cluster of 16 blocks), with a selection and
-  // without.
-  {
-    const MlaTensorOn on;
-    report("mla_attention 8x(512+64), 1025 of 2048, tensor cores",
-           timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchMlaAttention(
-                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
-                 dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
-                 out.get(), fault.sink(), s);
-           }));
-    report("mla_attention 8x(512+64), 0..1024, tensor cores",
-           timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchMlaAttention(
-                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
-                 nullptr, nullptr, 0, 0.07f, scratch.get(), out.get(),
-                 fault.sink(), s);
            }));
   }
   report("mla_attention 8x(512+64), 0..1024, no selection",
