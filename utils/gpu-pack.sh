@@ -157,6 +157,16 @@ single() { # NAME SYNTH-ARGS...: tp=1 artifacts, CPU and CUDA, f32 caches
   rm -f "$m/$name-meta.gguf"
 }
 single small-ff256 --preset small --seed 3 --indexer-top-k 4 --expert-ff 256
+# Small with f16 caches at tp=2: 8 heads a rank over 512 + 64 latent values,
+# the shape whose MLA runs on the tensor cores (GLM-5's rank at tp=8); the
+# indexers' top-k takes every position, so MLA attends them all (its rows
+# loaded before its wait) and no f16 rounding can swap a DSA choice.
+synth "$m/small-f16-meta.gguf" --preset small --seed 7 --indexer-top-k 64 --metadata-only
+compile "$m/small-f16-meta.gguf" --target=cpu --context 64 --cache-type f16 \
+  -o "$m/small-f16.cpu.tp1.kiln"
+compile "$m/small-f16-meta.gguf" --target=cuda:$pack_arch --tp 2 --context 64 \
+  --cache-type f16 -o "$m/small-f16.cuda.tp2.kiln"
+rm -f "$m/small-f16-meta.gguf"
 # Small in the 2-bit mix: Q2_K / Q3_K routed experts.
 single small-q2 --preset small --seed 5 --indexer-top-k 4 --mix ud-q2_k_xl
 # A tiny model of GLM-5's vocabulary size (154,880 tokens), for the host's

@@ -1875,7 +1875,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   KILN_ASSIGN(mlaLate, readFlag("KILN_CUDA_MLA_LATE_DEPENDENTS", true));
   KILN_ASSIGN(mlaAlone, readFlag("KILN_CUDA_MLA_ALONE", true));
   KILN_ASSIGN(mlaEarlyRows, readFlag("KILN_CUDA_MLA_EARLY_ROWS", true));
-  g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows};
+  KILN_ASSIGN(mlaMma, readFlag("KILN_CUDA_MLA_MMA", true));
+  g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows, mlaMma};
   KILN_ASSIGN(directSlots, readFlag("KILN_CUDA_DIRECT_SLOTS", true));
   g.directSlots = directSlots;
   KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", false));
@@ -2570,10 +2571,12 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
                                          cudaStreamCaptureModeThreadLocal));
   g.unitKernels.clear();
   const uint64_t widthBefore = shapeSpecialisedLaunches(),
-                 sharedBefore = moeSharedInsideLaunches();
+                 sharedBefore = moeSharedInsideLaunches(),
+                 mlaMmaBefore = mlaTensorCoreLaunches();
   Status enqueued = enqueueBranches(rank, s, g);
   const uint64_t widthKernels = shapeSpecialisedLaunches() - widthBefore,
-                 sharedInside = moeSharedInsideLaunches() - sharedBefore;
+                 sharedInside = moeSharedInsideLaunches() - sharedBefore,
+                 mlaMma = mlaTensorCoreLaunches() - mlaMmaBefore;
   cudaGraph_t graph = nullptr;
   cudaError_t ended = cudaStreamEndCapture(rank.stream, &graph);
   if (!enqueued)
@@ -2595,11 +2598,11 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
                  "%zu edges, %zu of them programmatic; %llu launches of "
                  "kernels compiled for their shapes (KILN_CUDA_SPECIALISED); "
                  "%llu moe_experts with the shared expert inside the routed "
-                 "experts' kernels\n",
+                 "experts' kernels; %llu MLA launches on the tensor cores\n",
                  rank.where.c_str(), s.step->name.c_str(), which.c_str(),
                  c.kernels, c.others, c.edges, c.programmatic,
                  (unsigned long long)widthKernels,
-                 (unsigned long long)sharedInside);
+                 (unsigned long long)sharedInside, (unsigned long long)mlaMma);
   }
   CUDA_TRY(where, cudaGraphInstantiate(&g.exec, graph, 0));
   CUDA_TRY(where, cudaGraphUpload(g.exec, rank.stream));

@@ -28,8 +28,10 @@ namespace kiln::cuda {
 /// mask (setShapeSpecialised, StepKernels.h): the q8_0 mat-vecs of its
 /// widths (plain, normalised, swiglu), its routed experts' Q4_K / Q5_K
 /// gate/up and down, MLA for a rank's heads, the indexer's scores for its
-/// 128 values a head. Each gives the general kernels' bits; which of them
-/// run by default is a measured choice (docs/cuda.md).
+/// 128 values a head. Each gives the general kernels' bits but MLA for 8
+/// heads, which by default runs on the tensor cores (StepKernels.h
+/// MlaLaunch::tensorCores); which of them run by default is a measured
+/// choice (docs/cuda.md).
 enum class ShapeFamily : unsigned { Q8 = 1, Experts = 2, Mla = 4, Indexer = 8 };
 constexpr unsigned kAllShapeFamilies =
     unsigned(ShapeFamily::Q8) | unsigned(ShapeFamily::Experts) |

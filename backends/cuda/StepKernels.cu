@@ -223,6 +223,96 @@ __device__ __forceinline__ float maxKeepingNaN(float a, float b) {
   return isnan(a) || isnan(b) ? a + b : fmaxf(a, b);
 }
 
+/// Two floats as f16x2 (round to nearest even), `lo` in the low half.
+__device__ __forceinline__ uint32_t halfPair(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/// D = A B + D, m16n8k16, f16 A (row) and B (col), f32 sums.
+__device__ __forceinline__ void mmaHalf(float (&d)[4], const uint32_t (&a)[4],
+                                        uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                 "r"(b1));
+}
+
+/// The exponent e that brings a head's largest |value| into [2^14, 2^15)
+/// (0 for 0, Inf or NaN, whose parts then carry them; clamped so that 2^e
+/// and 2^-e are normal floats).
+__device__ inline int mmaQueryExponent(float largest) {
+  if (!(largest > 0.f) || isinf(largest))
+    return 0;
+  int x;
+  frexpf(largest, &x); // largest in [2^(x-1), 2^x)
+  const int e = 15 - x;
+  return e < -100 ? -100 : (e > 100 ? 100 : e);
+}
+
+/// 2^e for |e| <= 126, exactly.
+__device__ __forceinline__ float powerOfTwo(int e) {
+  return __int_as_float((127 + e) << 23);
+}
+
+/// D = A B + D, m16n8k8, f16 A (row) and B (col), f32 sums.
+__device__ __forceinline__ void mmaHalfK8(float (&d)[4], uint32_t a0,
+                                          uint32_t a1, uint32_t b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(b));
+}
+
+__device__ __forceinline__ uint32_t sharedAddress(const void *p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+/// N 8x8 f16 matrices from shared memory as mma fragments (lanes 8 i ..
+/// 8 i + 7 give matrix i's row addresses); `kTransposed` delivers each
+/// transposed.
+template <int N, bool kTransposed>
+__device__ __forceinline__ void loadMatrices(uint32_t (&r)[N], const void *p) {
+  static_assert(N == 2 || N == 4);
+  const uint32_t at = sharedAddress(p);
+  if constexpr (N == 4 && kTransposed)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
+  else if constexpr (N == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
+  else if constexpr (kTransposed)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 "
+                 "{%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(at)
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(at)
+                 : "memory");
+}
+
+/// f16 bits of f (round to nearest even) and of what that leaves of f
+/// (exact: hi is f rounded to 11 bits; an infinite hi carries f alone).
+__device__ __forceinline__ void splitHalves(float f, uint16_t &hi,
+                                            uint16_t &lo) {
+  const __half h = __float2half_rn(f);
+  const float hf = __half2float(h);
+  hi = __half_as_ushort(h);
+  lo = __half_as_ushort(__float2half_rn(isinf(hf) ? 0.f : f - hf));
+}
+
+
 __device__ inline float readCache(const void *data, CacheType type,
                                   int64_t index) {
   switch (type) {
@@ -831,6 +921,40 @@ constexpr int kMlaMaxWidth = 24 * kWarp;
 constexpr int kMlaCombineColumns = 32;
 /// The scratch's first floats, which hold the grid's arrival word.
 constexpr int64_t kMlaArrivalFloats = 4;
+/// MlaShape::kMma's chunk of kChunk entries in shared memory
+/// (MlaMmaLayout): its rows as f16 (padded by 16 bytes, so that
+/// ldmatrix's 8 rows of 16 bytes fall in 8 bank groups), the scores
+/// [8][kChunk] f32, the warps' partial scores [16][8][kChunk] f32, the
+/// weights' f16 parts [16][kChunk] (hi of heads 0..7, then lo), the
+/// query's f16 parts [16][kMlaMmaStride] and 2^-e of each head.
+constexpr int kMlaMmaHeads = 8, kMlaMmaWidth = 512 + 64;
+/// Its entries a chunk: 16 took GLM-5's step at 1k 0.04 ms and at 16k 0.10
+/// ms below the scalar kernel's 8 on an H100, 32 (spilling on sm_90) 0.19
+/// ms above at 1k (docs/perf.md, forty-ninth pass).
+constexpr int kMlaMmaChunk = 16;
+constexpr int kMlaMmaStride = kMlaMmaWidth + 8;
+constexpr int kMlaMmaWarps = kMlaThreads / kWarp;
+template <int kChunk> struct MlaMmaLayout {
+  static constexpr size_t kScoresAt = size_t(kChunk) * kMlaMmaStride * 2;
+  static constexpr size_t kPartsAt =
+      kScoresAt + size_t(kMlaMmaHeads) * kChunk * 4;
+  static constexpr size_t kWeightsAt =
+      kPartsAt + size_t(kMlaMmaWarps) * kMlaMmaHeads * kChunk * 4;
+  static constexpr size_t kQueryAt =
+      kWeightsAt + size_t(2 * kMlaMmaHeads) * kChunk * 2;
+  static constexpr size_t kBackAt =
+      kQueryAt + size_t(2 * kMlaMmaHeads) * kMlaMmaStride * 2;
+  /// (2^-e of each head, then the warps' largest |value| while the query
+  /// is staged.)
+  static constexpr size_t kBytes =
+      kBackAt + (kMlaMmaHeads + kMlaMmaWarps) * 4;
+  static_assert(kQueryAt % 16 == 0 && kWeightsAt % 16 == 0,
+                "ldmatrix rows 16-byte aligned");
+};
+static_assert(kMlaMmaWarps == 2 * kMlaMmaHeads &&
+                  kMlaMmaWidth / 16 <= 3 * kMlaMmaWarps &&
+                  512 == 32 * kMlaMmaWarps,
+              "the tensor cores' chunk: 16 warps");
 
 struct MlaArgs {
   const float *qLatent, *qRope;
@@ -921,12 +1045,24 @@ __device__ void mlaReportFault(const MlaArgs &a) {
 /// width or a type is decided at compile time; kLatent = 0 reads them
 /// from the arguments (any model). kHeads > 0 also fixes the rank's heads
 /// (ModelShapes.h: GLM-5's at tp = 8, 4, 2, 1; family mla),
-/// so the loops over heads have fixed trip counts too.
+/// so the loops over heads have fixed trip counts too. kTensorCores (8
+/// heads of 512 + 64, an f16 cache: GLM-5's rank at tp = 8) has a chunk's
+/// scores and partial outputs made on the tensor cores (mlaChunk), in
+/// chunks of kTensorChunk entries.
 constexpr int kAnyCache = -1;
-template <int kLatent, int kRope, int kCacheType, int kHeads = 0>
+template <int kLatent, int kRope, int kCacheType, int kHeads = 0,
+          int kTensorChunk = 0>
 struct MlaShape {
   static constexpr bool kFixed = kLatent > 0;
   static_assert(kHeads == 0 || kFixed);
+  static constexpr bool kMma = kTensorChunk > 0;
+  /// Attended entries a chunk (a block's unit of work).
+  static constexpr int kChunk = kMma ? kTensorChunk : kMlaChunk;
+  static_assert(!kMma || (kChunk % 16 == 0 && kChunk <= 32),
+                "the tensor cores' chunk: whole k16 steps, a lane an entry");
+  static_assert(!kMma || (kHeads == 8 && kLatent == 512 && kRope == 64 &&
+                          kCacheType == int(CacheType::F16)),
+                "the tensor cores' chunk is GLM-5's rank at tp = 8");
   /// Whether the rank's heads are fixed too (the kernels GLM-5 runs).
   static constexpr bool kFixedHeads = kHeads > 0;
   __device__ static int heads(const MlaArgs &a) {
@@ -960,15 +1096,47 @@ struct MlaShape {
 };
 
 /// Loads the chunk's n rows (cache indices in rowIndex, -1 for a bad
-/// selected row, which reads as zeros) into `rows` as f32, [kMlaChunk]
+/// selected row, which reads as zeros) into `rows` as f32, [kChunk]
 /// [width]. Every load is unconditional (a bad row's index is clamped to
 /// row 0) and issued before any is used, so the chunk costs one memory round
 /// trip: a load under a branch, or converted as soon as it is loaded, waits
 /// for the one before it.
+/// With Shape::kMma the rows are kept as f16, kMlaMmaStride apart, and a
+/// `whole` load also zeroes slots n .. kChunk - 1, so that their zero
+/// weights meet finite values (not `whole`: the position's row alone, into
+/// its slot, the others loaded before the wait).
 template <class Shape>
 __device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
-                            float *rows) {
-  if constexpr (Shape::kFixed) {
+                            float *rows, bool whole = true) {
+  constexpr int kChunk = Shape::kChunk;
+  if constexpr (Shape::kMma) {
+    static_assert(Shape::kCache == int(CacheType::F16));
+    constexpr int kPieces = kMlaMmaWidth / 8; // 16-byte pieces a row
+    constexpr int kMaxLoads =
+        (kChunk * kPieces + kMlaThreads - 1) / kMlaThreads;
+    const uint4 *base = static_cast<const uint4 *>(a.cache.data);
+    uint16_t *to = reinterpret_cast<uint16_t *>(rows);
+    uint4 raw[kMaxLoads];
+#pragma unroll
+    for (int k = 0; k < kMaxLoads; ++k) {
+      const int i = int(threadIdx.x) + k * kMlaThreads;
+      const int at = i < n * kPieces ? i : 0;
+      const int64_t row =
+          rowIndex[at / kPieces] >= 0 ? rowIndex[at / kPieces] : 0;
+      raw[k] = base[row * kPieces + at % kPieces];
+    }
+    const int slots = whole ? kChunk : n;
+#pragma unroll
+    for (int k = 0; k < kMaxLoads; ++k) {
+      const int i = int(threadIdx.x) + k * kMlaThreads;
+      if (i >= slots * kPieces)
+        continue;
+      const int t = i / kPieces, piece = i % kPieces;
+      const bool good = t < n && rowIndex[t] >= 0;
+      *reinterpret_cast<uint4 *>(to + t * kMlaMmaStride + piece * 8) =
+          good ? raw[k] : make_uint4(0, 0, 0, 0);
+    }
+  } else if constexpr (Shape::kFixed) {
     // 16 bytes a thread (launchMlaAttention chooses a fixed shape only for
     // a 16-byte aligned cache).
     constexpr int kCache = Shape::kCache;
@@ -978,7 +1146,7 @@ __device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
     static_assert(kWidth * kBytes % 16 == 0, "rows of whole 16-byte pieces");
     constexpr int kPieces = kWidth / kPerPiece; // a row's 16-byte pieces
     constexpr int kMaxLoads =
-        (kMlaChunk * kPieces + kMlaThreads - 1) / kMlaThreads;
+        (kChunk * kPieces + kMlaThreads - 1) / kMlaThreads;
     const int total = n * kPieces;
     const uint4 *base = static_cast<const uint4 *>(a.cache.data);
     uint4 raw[kMaxLoads];
@@ -1023,14 +1191,14 @@ __device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
     // a column's loads of all rows in flight at once.
     const int width = Shape::width(a);
     for (int c = threadIdx.x; c < width; c += int(blockDim.x)) {
-      float v[kMlaChunk];
+      float v[kChunk];
 #pragma unroll
-      for (int t = 0; t < kMlaChunk; ++t) {
+      for (int t = 0; t < kChunk; ++t) {
         const int64_t row = t < n && rowIndex[t] >= 0 ? rowIndex[t] : 0;
         v[t] = Shape::read(a, row * width + c);
       }
 #pragma unroll
-      for (int t = 0; t < kMlaChunk; ++t)
+      for (int t = 0; t < kChunk; ++t)
         if (t < n)
           rows[t * width + c] = rowIndex[t] >= 0 ? v[t] : 0.f;
     }
@@ -1050,16 +1218,17 @@ __device__ void mlaLoadRows(const MlaArgs &a, int n, const int64_t *rowIndex,
 template <class Shape>
 __device__ bool mlaLoadEarlyRows(const MlaArgs &a, int32_t position,
                                  float *rows, int64_t *newest) {
-  __shared__ int64_t rowIndex[kMlaChunk];
+  constexpr int kChunk = Shape::kChunk;
+  __shared__ int64_t rowIndex[kChunk];
   if (position < 0 || position >= a.cache.positions ||
       int64_t(position) + 1 > mlaEntryLimit(a.cache.positions, a.capacity))
     return false;
   const int64_t attended = int64_t(position) + 1;
-  const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
+  const int64_t first = int64_t(blockIdx.x) * kChunk;
   if (first >= attended)
     return false;
   const int n =
-      int(attended - first < kMlaChunk ? attended - first : kMlaChunk);
+      int(attended - first < kChunk ? attended - first : kChunk);
   if (threadIdx.x < n) {
     const int64_t row = first + threadIdx.x;
     rowIndex[threadIdx.x] = row < position ? row : -1;
@@ -1072,7 +1241,7 @@ __device__ bool mlaLoadEarlyRows(const MlaArgs &a, int32_t position,
 }
 
 /// Chunk `chunk` of `attended` entries (the whole block; `shared` holds
-/// kMlaChunk * (width + heads) floats). `preloaded`: thread t < kMlaChunk's
+/// kChunk * (width + heads) floats). `preloaded`: thread t < kChunk's
 /// selection entry of this chunk, already loaded, when `hasPreloaded`.
 /// `newest`: non-null where mlaLoadEarlyRows loaded this chunk's rows
 /// before the wait but the position's, whose index it holds.
@@ -1080,20 +1249,37 @@ template <class Shape>
 __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
                          float *shared, int32_t preloaded, bool hasPreloaded,
                          const int64_t *newest) {
-  const int64_t first = chunk * kMlaChunk;
+  constexpr int kChunk = Shape::kChunk;
+  using Layout = MlaMmaLayout<kChunk>;
+  const int64_t first = chunk * kChunk;
   const int n =
-      int(attended - first < kMlaChunk ? attended - first : kMlaChunk);
+      int(attended - first < kChunk ? attended - first : kChunk);
   const int width = Shape::width(a), latent = Shape::latent(a);
   const int heads = Shape::heads(a);
-  float *rows = shared;                  // [kMlaChunk][width]
-  float *p = shared + kMlaChunk * width; // [heads][kMlaChunk]
+  float *rows = shared; // [kChunk][width] (kMma: f16, kMlaMmaStride)
+  // [heads][kChunk]
+  float *p = Shape::kMma ? reinterpret_cast<float *>(
+                               reinterpret_cast<unsigned char *>(shared) +
+                               Layout::kScoresAt)
+                         : shared + kChunk * width;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
+  // kMma's regions (MlaShape): the query's parts, staged by the block's
+  // first chunk and kept for the others, 2^-e of each head, the warps'
+  // partial scores and the weights' parts.
+  unsigned char *bytes = reinterpret_cast<unsigned char *>(shared);
+  uint16_t *rowHalves = reinterpret_cast<uint16_t *>(shared);
+  uint16_t *queryParts = reinterpret_cast<uint16_t *>(bytes + Layout::kQueryAt);
+  float *headBack = reinterpret_cast<float *>(bytes + Layout::kBackAt);
+  float *scoreParts = reinterpret_cast<float *>(bytes + Layout::kPartsAt);
+  uint16_t *weightParts =
+      reinterpret_cast<uint16_t *>(bytes + Layout::kWeightsAt);
+  const bool stageQuery = Shape::kMma && chunk == int64_t(blockIdx.x);
 
   // The chunk's rows, once, as f32 in shared memory. Their cache indices
   // first (one load each, not one per value). A bad selected row (reported
   // by the combine kernel) reads as zeros, never out of bounds.
-  __shared__ int64_t rowIndex[kMlaChunk];
+  __shared__ int64_t rowIndex[kChunk];
   if (!newest && threadIdx.x < n) {
     const int64_t entry = first + threadIdx.x;
     const int64_t row =
@@ -1113,8 +1299,24 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
       q[r] = j < latent ? ql[j] : j < width ? qr[j - latent] : 0.f;
     }
   };
-  if (warp < heads * groups)
+  // kMma: warp w loads half of head w / 2's query, 9 values a lane (18
+  // held across the rows' loads spilled on sm_90).
+  constexpr int kHalfQuery = kMlaMmaWidth / 2 / kWarp;
+  float qHalf[kHalfQuery];
+  if constexpr (Shape::kMma) {
+    if (stageQuery)
+#pragma unroll
+      for (int r = 0; r < kHalfQuery; ++r) {
+        const int h = warp / 2,
+                  j = (warp % 2) * (kMlaMmaWidth / 2) + lane + r * kWarp;
+        qHalf[r] = j < glm5::kLatent
+                       ? a.qLatent[h * glm5::kLatent + j]
+                       : a.qRope[h * (kMlaMmaWidth - glm5::kLatent) + j -
+                                 glm5::kLatent];
+      }
+  } else if (warp < heads * groups) {
     loadQuery(warp / groups);
+  }
   // With the other rows in (newest), only the position's row (the last
   // entry) where it falls in this chunk, in flight with the query.
   int loadRows = n;
@@ -1124,12 +1326,99 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
     const int64_t at = *newest - first;
     loadRows = at >= 0 && at < n ? 1 : 0;
     loadIndex = newest;
-    loadTo = rows + (loadRows ? at : 0) * width;
+    loadTo = Shape::kMma
+                 ? reinterpret_cast<float *>(rowHalves +
+                                             (loadRows ? at : 0) *
+                                                 kMlaMmaStride)
+                 : rows + (loadRows ? at : 0) * width;
   } else {
     __syncthreads(); // rowIndex
   }
-  mlaLoadRows<Shape>(a, loadRows, loadIndex, loadTo);
+  mlaLoadRows<Shape>(a, loadRows, loadIndex, loadTo, !newest);
+  if constexpr (Shape::kMma) {
+    // The query's parts (the block's first chunk; warp h < 8 head h): the
+    // head's values scaled by 2^e (its largest |value| into [2^14, 2^15))
+    // and split into hi = f16(x) and lo = f16(x - hi), as the indexer's
+    // (indexerScoresMmaKernel): the two hold the f32 query to ~2^-22 of
+    // its largest value, and 2^-e scales the dot back exactly.
+    // The two warps of a head exchange their largest |value| through
+    // shared memory, across the barrier below, then split their halves.
+    if (stageQuery) {
+      float largest = 0.f;
+#pragma unroll
+      for (int r = 0; r < kHalfQuery; ++r)
+        largest = maxKeepingNaN(largest, fabsf(qHalf[r]));
+      for (int o = kWarp / 2; o > 0; o /= 2)
+        largest =
+            maxKeepingNaN(largest, __shfl_xor_sync(kFullMask, largest, o));
+      if (lane == 0)
+        headBack[kMlaMmaHeads + warp] = largest;
+    }
+  }
   __syncthreads();
+  if constexpr (Shape::kMma) {
+    if (stageQuery) {
+      const int h = warp / 2;
+      const int e = mmaQueryExponent(
+          maxKeepingNaN(headBack[kMlaMmaHeads + 2 * h],
+                        headBack[kMlaMmaHeads + 2 * h + 1]));
+      const float up = powerOfTwo(e);
+#pragma unroll
+      for (int r = 0; r < kHalfQuery; ++r) {
+        const int j = (warp % 2) * (kMlaMmaWidth / 2) + lane + r * kWarp;
+        splitHalves(qHalf[r] * up, queryParts[h * kMlaMmaStride + j],
+                    queryParts[(kMlaMmaHeads + h) * kMlaMmaStride + j]);
+      }
+      if (warp % 2 == 0 && lane == 0) // beside the largest values
+        headBack[h] = powerOfTwo(-e);
+      __syncthreads(); // the parts and the scales back
+    }
+  }
+
+  if constexpr (Shape::kMma) {
+    // Scores on the tensor cores: S = Q R^T by mma m16n8k16, the query's
+    // 16 parts (hi of heads 0..7, then lo) as A and the chunk's rows as B
+    // (kChunk / 8 tiles of 8); warp w takes the K steps (16 values) w, w +
+    // 16, w + 32, and adds hi's product and lo's for each (head, row); the
+    // 16 warps' sums are then added in warp order. Rows past n are zeros
+    // (dropped below).
+    constexpr int kTiles = kChunk / 8;
+    const int g = lane / 4, c = 2 * (lane % 4);
+    const uint16_t *aAt =
+        queryParts + (lane % 16) * kMlaMmaStride + 8 * (lane / 16);
+    // ldmatrix x4 over two tiles: rows 16 u + l % 8 + 8 (l / 16), values
+    // k0 + 8 ((l / 8) % 2).
+    const uint16_t *bAt = rowHalves +
+                          (lane % 8 + 8 * (lane / 16)) * kMlaMmaStride +
+                          8 * ((lane / 8) % 2);
+    float d[kTiles][4] = {};
+    for (int k0 = 16 * warp; k0 < kMlaMmaWidth; k0 += 16 * kMlaMmaWarps) {
+      uint32_t af[4];
+      loadMatrices<4, false>(af, aAt + k0);
+#pragma unroll
+      for (int u = 0; u < kTiles / 2; ++u) {
+        uint32_t bf[4];
+        loadMatrices<4, false>(bf, bAt + 16 * u * kMlaMmaStride + k0);
+        mmaHalf(d[2 * u], af, bf[0], bf[1]);
+        mmaHalf(d[2 * u + 1], af, bf[2], bf[3]);
+      }
+    }
+    float *mine = scoreParts + warp * (kMlaMmaHeads * kChunk);
+#pragma unroll
+    for (int u = 0; u < kTiles; ++u) {
+      mine[g * kChunk + 8 * u + c] = d[u][0] + d[u][2];
+      mine[g * kChunk + 8 * u + c + 1] = d[u][1] + d[u][3];
+    }
+    __syncthreads();
+    if (threadIdx.x < kMlaMmaHeads * kChunk) {
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kMlaMmaWarps; ++w)
+        sum += scoreParts[w * (kMlaMmaHeads * kChunk) + threadIdx.x];
+      const int h = int(threadIdx.x) / kChunk;
+      p[threadIdx.x] = sum * headBack[h] * a.scale; // p[h][t]
+    }
+  } else {
 
   // Scores: warp per (head, group of rows). The lane's share of the head's
   // query (every 32nd value) is loaded once into registers, then dotted
@@ -1174,9 +1463,10 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
       for (int k = 0; k < kMlaScoreRows; ++k) {
         const int t = t0 + k * groups;
         if (lane == 0 && t < n)
-          p[h * kMlaChunk + t] = (dotLatent[k] + dotRope[k]) * a.scale;
+          p[h * kChunk + t] = (dotLatent[k] + dotRope[k]) * a.scale;
       }
     }
+  }
   }
   __syncthreads();
 
@@ -1184,25 +1474,39 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   // (lane t takes entry t); the sum is lane 0's, entries ascending.
   const int64_t chunkHeads = chunk * heads;
   for (int h = warp; h < heads; h += warps) {
-    float *ph = p + h * kMlaChunk;
+    float *ph = p + h * kChunk;
     // Lanes past the chunk's end repeat entry 0: fmaxf then gives the
     // serial max's result, NaN rules included.
     const float s0 = ph[0];
     const float s = lane < n ? ph[lane] : s0;
     float m = s;
-    for (int offset = kMlaChunk / 2; offset > 0; offset /= 2)
+    for (int offset = kChunk / 2; offset > 0; offset /= 2)
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
     const float e = lane < n ? expf(s - m) : 0.f;
-    if (lane < kMlaChunk) // zeros past the chunk's end (read below)
+    if (lane < kChunk) // zeros past the chunk's end (read below)
       ph[lane] = e;
-    float terms[kMlaChunk];
+    if (Shape::kMma && lane < kChunk) // hi and lo, as the query's
+      splitHalves(e, weightParts[h * kChunk + lane],
+                  weightParts[(kMlaMmaHeads + h) * kChunk + lane]);
+    if constexpr (Shape::kMma) {
+      // The sum by butterflies (every lane the same bits).
+      float l = e;
+      for (int offset = kWarp / 2; offset > 0; offset /= 2)
+        l += __shfl_xor_sync(0xffffffffu, l, offset);
+      if (lane == 0) {
+        a.partM[chunkHeads + h] = m;
+        a.partL[chunkHeads + h] = l;
+      }
+      continue;
+    }
+    float terms[kChunk];
 #pragma unroll
-    for (int t = 0; t < kMlaChunk; ++t)
+    for (int t = 0; t < kChunk; ++t)
       terms[t] = __shfl_sync(0xffffffffu, e, t);
     if (lane == 0) {
       float l = 0.f;
 #pragma unroll
-      for (int t = 0; t < kMlaChunk; ++t)
+      for (int t = 0; t < kChunk; ++t)
         if (t < n)
           l += terms[t];
       a.partM[chunkHeads + h] = m;
@@ -1211,12 +1515,50 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   }
   __syncthreads();
 
+  if constexpr (Shape::kMma) {
+    // Partial outputs on the tensor cores: O = P R by mma m16n8k16, the
+    // weights' 16 parts (hi of heads 0..7, then lo) as A and the rows
+    // (transposed by ldmatrix) as B, kChunk / 16 K steps; warp w takes
+    // values 32 w .. 32 w + 31 (four tiles of 8) and adds hi's product and
+    // lo's.
+    const int g = lane / 4, c = 2 * (lane % 4);
+    const int j0 = 32 * warp;
+    float d[4][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < kChunk; k0 += 16) {
+      const uint16_t *w = weightParts + k0 + c;
+      const uint32_t af[4] = {
+          *reinterpret_cast<const uint32_t *>(w + g * kChunk),
+          *reinterpret_cast<const uint32_t *>(w + (kMlaMmaHeads + g) * kChunk),
+          *reinterpret_cast<const uint32_t *>(w + g * kChunk + 8),
+          *reinterpret_cast<const uint32_t *>(w + (kMlaMmaHeads + g) * kChunk +
+                                              8)};
+      // ldmatrix x4 .trans over two tiles: rows k0 + l % 8 + 8 ((l / 8) %
+      // 2), values j + 8 (l / 16).
+      const uint16_t *bAt = rowHalves +
+                            (k0 + lane % 8 + 8 * ((lane / 8) % 2)) *
+                                kMlaMmaStride +
+                            j0 + 8 * (lane / 16);
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        uint32_t bf[4];
+        loadMatrices<4, true>(bf, bAt + 16 * u);
+        mmaHalf(d[2 * u], af, bf[0], bf[1]);
+        mmaHalf(d[2 * u + 1], af, bf[2], bf[3]);
+      }
+    }
+    float *o = a.partO + (chunkHeads + g) * latent;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      *reinterpret_cast<float2 *>(o + j0 + 8 * i + c) =
+          make_float2(d[i][0] + d[i][2], d[i][1] + d[i][3]);
+  } else {
   // Partial outputs, entries ascending: thread j reads value j of the
   // chunk's rows once and serves every head with it.
   for (int j = threadIdx.x; j < latent; j += blockDim.x) {
-    float column[kMlaChunk];
+    float column[kChunk];
 #pragma unroll
-    for (int t = 0; t < kMlaChunk; ++t)
+    for (int t = 0; t < kChunk; ++t)
       column[t] = t < n ? rows[t * width + j] : 0.f;
     float *o = a.partO + chunkHeads * latent + j;
     // A few heads at a time: with a fixed head count the loop was unrolled
@@ -1232,10 +1574,10 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
     for (int h = 0; h < heads; ++h) {
       // The head's weights four at a time (zero past the chunk's end, as
       // the column is, so those terms add zeros).
-      const float4 *ph = reinterpret_cast<const float4 *>(p + h * kMlaChunk);
+      const float4 *ph = reinterpret_cast<const float4 *>(p + h * kChunk);
       float acc = 0.f;
 #pragma unroll
-      for (int t = 0; t < kMlaChunk; t += 4) {
+      for (int t = 0; t < kChunk; t += 4) {
         const float4 w = ph[t / 4];
         acc += w.x * column[t];
         acc += w.y * column[t + 1];
@@ -1244,6 +1586,7 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
       }
       o[int64_t(h) * latent] = acc;
     }
+  }
   }
 }
 
@@ -1258,6 +1601,7 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
 template <class Shape, int kColumns, int kLoads>
 __device__ void mlaCombine(const MlaArgs &a, int h, int first, int end,
                            int64_t attended, float *weights, float *dst) {
+  constexpr int kChunk = Shape::kChunk;
   constexpr int kGroups = kMlaThreads / kColumns;
   static_assert(kGroups * kColumns == kMlaThreads, "whole groups");
   __shared__ float partials[kWarp];
@@ -1267,7 +1611,7 @@ __device__ void mlaCombine(const MlaArgs &a, int h, int first, int end,
   const int heads = Shape::heads(a), latent = Shape::latent(a);
   const int j = first + column;
   const bool mine = j < latent && j < end;
-  const int chunks = int((attended + kMlaChunk - 1) / kMlaChunk);
+  const int chunks = int((attended + kChunk - 1) / kChunk);
   if (chunks == 0) { // nothing attended: the CPU's zeros
     if (group == 0 && mine)
       dst[column] = 0.f;
@@ -1358,6 +1702,7 @@ __device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
 /// pass). A block without work lets them at its exit.
 template <class Shape>
 __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
+  constexpr int kChunk = Shape::kChunk;
   extern __shared__ __align__(16) float shared[];
   // a.earlyRows, without a selection: the first chunk's rows but the
   // position's loaded before the wait, under the predecessors
@@ -1375,13 +1720,13 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   const bool chunksOnly = a.projQuants != nullptr;
   // The first chunk's selection entries (within the selection's capacity,
   // so always readable) in flight with the position and the count.
-  const int64_t first = int64_t(blockIdx.x) * kMlaChunk;
+  const int64_t first = int64_t(blockIdx.x) * kChunk;
   int32_t selectedRow = 0;
-  if (a.selected && threadIdx.x < kMlaChunk && first + threadIdx.x < a.capacity)
+  if (a.selected && threadIdx.x < kChunk && first + threadIdx.x < a.capacity)
     selectedRow = a.selected[first + threadIdx.x];
   const int64_t attended = mlaAttended(a);
   const int64_t chunks =
-      attended > 0 ? (attended + kMlaChunk - 1) / kMlaChunk : 0;
+      attended > 0 ? (attended + kChunk - 1) / kChunk : 0;
   const int slices =
       (Shape::latent(a) + kMlaCombineColumns - 1) / kMlaCombineColumns;
   const int tasks = chunksOnly ? 0 : Shape::heads(a) * slices;
@@ -2049,40 +2394,6 @@ static_assert(kMmaHeads % (kMmaThreads / kWarp) == 0 && kMmaDim == 4 * kWarp,
 constexpr size_t kIndexerMmaShared =
     sizeof(float) * 2 * kMmaHeads +
     sizeof(uint4) * kMmaHeadTiles * kMmaSteps * kWarp;
-
-/// Two floats as f16x2 (round to nearest even), `lo` in the low half.
-__device__ __forceinline__ uint32_t halfPair(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
-
-/// D = A B + D, m16n8k16, f16 A (row) and B (col), f32 sums.
-__device__ __forceinline__ void mmaHalf(float (&d)[4], const uint32_t (&a)[4],
-                                        uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-               "{%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                 "r"(b1));
-}
-
-/// The exponent e that brings a head's largest |value| into [2^14, 2^15)
-/// (0 for 0, Inf or NaN, whose parts then carry them; clamped so that 2^e
-/// and 2^-e are normal floats).
-__device__ inline int mmaQueryExponent(float largest) {
-  if (!(largest > 0.f) || isinf(largest))
-    return 0;
-  int x;
-  frexpf(largest, &x); // largest in [2^(x-1), 2^x)
-  const int e = 15 - x;
-  return e < -100 ? -100 : (e > 100 ? 100 : e);
-}
-
-/// 2^e for |e| <= 126, exactly.
-__device__ __forceinline__ float powerOfTwo(int e) {
-  return __int_as_float((127 + e) << 23);
-}
 
 /// The cosines and sines of the two rope pairs of a lane's four query
 /// values (lane / 4 and lane % 4 as mmaIndexerQuery's staging), or none
@@ -4508,7 +4819,10 @@ void setIndexerMma(bool on) { useIndexerMma = on; }
 
 namespace {
 thread_local MlaLaunch useMlaLaunch;
+thread_local uint64_t mlaMmaCount = 0;
 } // namespace
+
+uint64_t mlaTensorCoreLaunches() { return mlaMmaCount; }
 
 MlaLaunch mlaLaunch() { return useMlaLaunch; }
 void setMlaLaunch(const MlaLaunch &m) { useMlaLaunch = m; }
@@ -4535,9 +4849,17 @@ namespace {
 /// launchMlaAttention's kernel for one MlaShape.
 template <class Shape>
 cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
+  // The caller counts chunks of kMlaChunk entries; a shape's own may be
+  // longer (fewer chunks: the scratch holds them).
+  if constexpr (Shape::kChunk != kMlaChunk)
+    chunks = (mlaMostEntries(a.cache.positions, a.capacity) + Shape::kChunk -
+              1) /
+             Shape::kChunk;
   // The chunks' rows and scores, or the combine's chunk weights, whichever
   // is larger (with a projection mlaProjectKernel combines).
-  const size_t rowFloats = size_t(kMlaChunk * (a.cache.width + a.heads));
+  const size_t rowFloats =
+      Shape::kMma ? (MlaMmaLayout<Shape::kChunk>::kBytes + 3) / 4
+                  : size_t(kMlaChunk * (a.cache.width + a.heads));
   size_t shared =
       sizeof(float) *
       (a.projQuants ? rowFloats : std::max(rowFloats, size_t(chunks)));
@@ -4613,6 +4935,13 @@ constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 /// the call's heads (glm5::MlaHeadCounts); cudaErrorNotSupported where
 /// there is none.
 cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
+  if (a.heads == kMlaMmaHeads && mlaLaunch().tensorCores) {
+    const cudaError_t e =
+        launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
+                           kMlaMmaHeads, kMlaMmaChunk>>(a, chunks, s);
+    mlaMmaCount += e == cudaSuccess;
+    return e;
+  }
   return glm5::pickShape(
       a.heads, glm5::MlaHeadCounts{}, cudaErrorNotSupported, [&](auto heads) {
         return launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),

@@ -636,9 +636,19 @@ struct MlaLaunch {
   /// compiled for a rank's heads only (ModelShapes.h, family mla)
   /// (KILN_CUDA_MLA_EARLY_ROWS).
   bool earlyRows = true;
+  /// The kernel compiled for 8 heads of 512 + 64 over an f16 cache
+  /// (GLM-5's rank at tp = 8) takes chunks of 16 entries and makes their
+  /// scores and partial outputs on the tensor cores, the query and the
+  /// weights split into two f16 parts each: the same math rounded in
+  /// another order, not the scalar kernel's bits (KILN_CUDA_MLA_MMA=0: the
+  /// scalar kernel, chunks of 8).
+  bool tensorCores = true;
 };
 MlaLaunch mlaLaunch();
 void setMlaLaunch(const MlaLaunch &m);
+/// Launches of the MLA kernel on the tensor cores (MlaLaunch::tensorCores)
+/// by the calling host thread so far.
+uint64_t mlaTensorCoreLaunches();
 
 /// The registers a thread of the q8_0-split kernel uses without and with
 /// the tail (kiln-cuda-ops --bench-router prints them).

@@ -101,7 +101,16 @@ LOW_BIT_MODELS = {
     "small-q2": (["--preset", "small", "--seed", 5, "--indexer-top-k", 4,
                   "--mix", "ud-q2_k_xl"], TOL_F32),
 }
-SINGLE_MODELS = {**SHARED_MODELS, **LOW_BIT_MODELS}
+# Models of the tensor-core MLA check alone (Checks.mla_tensor_cores): small
+# with f16 caches at tp=2, 8 heads a rank over 512 + 64 latent values, whose
+# MLA the CUDA backend runs on the tensor cores by default (GLM-5's rank at
+# tp=8). The indexers' top-k takes every position (elided), so no f16
+# rounding of a cache entry can swap a DSA choice (see tiny-mix).
+MLA_MODELS = {
+    "small-f16": (["--preset", "small", "--seed", 7, "--indexer-top-k", 64],
+                  TOL_F16),
+}
+SINGLE_MODELS = {**SHARED_MODELS, **LOW_BIT_MODELS, **MLA_MODELS}
 
 
 def indexed(model):
@@ -562,6 +571,45 @@ class Checks:
         for model, (_, tol) in LOW_BIT_MODELS.items():
             self.single_against_cpu(model, tol, "2-bit mix", None, None)
 
+    def mla_tensor_cores(self):
+        """MLA on the tensor cores (MLA_MODELS, tp=2: 8 heads a rank; every
+        rank on one GPU where the host has one) against the CPU at tp=1,
+        and the scalar kernel (KILN_CUDA_MLA_MMA=0) likewise: the same
+        tolerance and argmax rule; the graph's count of tensor-core MLA
+        launches above zero by default and zero with the switch off; graph
+        vs --eager bit for bit."""
+        place = [] if gpu_count() >= 2 else ["--one-gpu"]
+        note = r"(\d+) MLA launches on the tensor cores"
+        for model, (_, tol) in MLA_MODELS.items():
+            gguf, toks = self.gguf(model), tokens_for()
+            art = self.art(model, "cuda", 2)
+            cpu = logits(self.pack, self.art(model, "cpu", 1), gguf, toks,
+                         self.work / f"{model}-cpu.npy")
+            ran = {}
+            got = {}
+            for name, switch in (("tensor cores", {}),
+                                 ("scalar", {"KILN_CUDA_MLA_MMA": "0"})):
+                out = self.work / f"{model}-{len(ran)}.npy"
+                proc = run(self.pack, [self.pack / "bin" / "kiln-run", art,
+                                       "--weights", gguf, "--backend-dir",
+                                       self.pack / "lib", "--prompt-tokens",
+                                       ",".join(map(str, toks)), "-n", 0,
+                                       "--logits-out", out, *place],
+                           extra_env={**switch, "KILN_CUDA_GRAPH_STATS": "1"})
+                got[name] = np.load(out)
+                ran[name] = sum(int(n) for n in re.findall(note, proc.stderr))
+                ok = compare(f"{model}: cuda tp2 graph, MLA {name} "
+                             f"({ran[name]} launches on the tensor cores) "
+                             f"vs cpu tp1", got[name], cpu, tol, self.report)
+                want = ran[name] > 0 if not switch else ran[name] == 0
+                self.check(ok and want, f"{model} MLA {name} vs cpu")
+            eager = logits(self.pack, art, gguf, toks,
+                           self.work / f"{model}-eager.npy",
+                           ["--eager", *place])
+            self.identical(f"{model}: tp2 graph vs --eager (MLA on the "
+                           f"tensor cores)", got["tensor cores"], eager,
+                           f"{model} MLA tensor cores graph vs eager")
+
     def single_against_cpu(self, model, tol, what, count, label):
         """One SINGLE_MODELS model: CUDA graph (with graph statistics on)
         against the CPU, and graph against --eager. `count`, when given,
@@ -898,12 +946,16 @@ class Checks:
             self.report.append("| memcheck | - | - | - | SKIP (no "
                                "compute-sanitizer) |")
             return
-        for flags in ([], ["--eager"]):
+        # tiny-mix graph and eager; small-f16's ranks (MLA on the tensor
+        # cores) on one GPU.
+        for model, tp, flags in (("tiny-mix", 1, []),
+                                 ("tiny-mix", 1, ["--eager"]),
+                                 ("small-f16", 2, ["--one-gpu"])):
             proc = subprocess.run(
                 [tool, "--tool", "memcheck", "--error-exitcode", "3",
                  str(self.pack / "bin" / "kiln-run"),
-                 str(self.art("tiny-mix", "cuda", 1)), "--weights",
-                 str(self.gguf("tiny-mix")), "--backend-dir",
+                 str(self.art(model, "cuda", tp)), "--weights",
+                 str(self.gguf(model)), "--backend-dir",
                  str(self.pack / "lib"), "--prompt-tokens", "1,2,3", "-n", "4",
                  *flags],
                 capture_output=True, text=True, env=env(self.pack))
@@ -913,10 +965,11 @@ class Checks:
                 print("\n".join(l for l in lines if l.startswith("=====")
                                  )[:3000])
             ok = proc.returncode == 0 and summary and " 0 errors" in summary[-1]
-            self.report.append(f"| tiny-mix: compute-sanitizer memcheck "
-                               f"{' '.join(flags) or 'graph'} | - | 0 errors | "
+            self.report.append(f"| {model}: compute-sanitizer memcheck "
+                               f"tp{tp} {' '.join(flags) or 'graph'} | - | "
+                               f"0 errors | "
                                f"- | {'PASS' if ok else 'FAIL: ' + (summary[-1] if summary else proc.stderr[-300:])} |")
-            self.check(ok, f"memcheck {flags}")
+            self.check(ok, f"memcheck {model} {flags}")
 
     def all(self):
         print(f"token seed {SEED_TOKENS}, {POSITIONS} positions")
@@ -933,7 +986,9 @@ class Checks:
                                    f"{str(e).splitlines()[-1][:300]} |")
                 self.failed.append(f"{model}: {e}")
         for what, check in (("shared expert", self.shared_expert),
-                            ("2-bit mix", self.low_bit)):
+                            ("2-bit mix", self.low_bit),
+                            ("MLA on the tensor cores",
+                             self.mla_tensor_cores)):
             try:
                 check()
             except AssertionError as e:

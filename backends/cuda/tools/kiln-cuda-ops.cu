@@ -300,6 +300,27 @@ private:
   kc::MlaLaunch before_;
 };
 
+/// The MLA kernel for 8 heads on the tensor cores
+/// (kc::MlaLaunch::tensorCores, the default) on or off while it lives, the
+/// setting before again after; ran() counts its launches meanwhile.
+class MlaTensorCores {
+public:
+  explicit MlaTensorCores(bool on)
+      : before_(kc::mlaLaunch()), launches_(kc::mlaTensorCoreLaunches()) {
+    kc::MlaLaunch set = before_;
+    set.tensorCores = on;
+    kc::setMlaLaunch(set);
+  }
+  ~MlaTensorCores() { kc::setMlaLaunch(before_); }
+  MlaTensorCores(const MlaTensorCores &) = delete;
+  MlaTensorCores &operator=(const MlaTensorCores &) = delete;
+  uint64_t ran() const { return kc::mlaTensorCoreLaunches() - launches_; }
+
+private:
+  kc::MlaLaunch before_;
+  uint64_t launches_;
+};
+
 //===----------------------------------------------------------------------===//
 // Weights and caches: random on the device (the fillers under test), the
 // same bytes copied to the host for the reference.
@@ -1308,7 +1329,10 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     Fault fixedFault;
     uint64_t ran = 0;
     {
+      // The scalar kernel for these heads (for 8 the default is the
+      // tensor cores', checked below).
       const FixedShapes fixed(true);
+      const MlaTensorCores scalar(false);
       run(kc::launchMlaAttention(
           dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
           count >= 0 ? dsel.get() : nullptr,
@@ -1328,6 +1352,51 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
                faultMismatch(fixedFault.read(), kc::FaultCode::None, 0, 0) +
                double(in.guardWrites()),
            0, "same products, same order; no fault, guard kept");
+    if (heads != 8)
+      return;
+    // GLM-5's rank at tp = 8 on the tensor cores: against the CPU with the
+    // same tolerance (the query and the weights held to ~2^-22 by two f16
+    // parts each, f32 sums), the kernel counted, no fault, the guard kept;
+    // without a selection its rows all loaded after its wait give the same
+    // bits.
+    Fault mmaFault, lateFault;
+    uint64_t mmaRan = 0;
+    std::vector<float> mma, late;
+    {
+      const FixedShapes fixed(true);
+      const MlaTensorCores on(true);
+      auto launch = [&](Fault &f) {
+        run(kc::launchMlaAttention(
+            dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
+            count >= 0 ? dsel.get() : nullptr,
+            count >= 0 ? dcount.get() : nullptr, bound, scale, scores.get(),
+            fixedOut.get(), f.sink(), nullptr));
+        return fixedOut.download();
+      };
+      mma = launch(mmaFault);
+      if (count < 0) {
+        const MlaEarlyRowsOff off;
+        late = launch(lateFault);
+      }
+      mmaRan = on.ran();
+    }
+    const std::string mmaWhat =
+        fmtText("f16 8x(512+64), %lld entries%s, tensor cores",
+                (long long)attended, count >= 0 ? " selected" : "");
+    r.line("mla_attention", mmaWhat,
+           relError(mma, want) +
+               faultMismatch(mmaFault.read(), kc::FaultCode::None, 0, 0) +
+               double(in.guardWrites()) +
+               std::fabs(double(mmaRan) - (count < 0 ? 2.0 : 1.0)),
+           sumTol(double(width)) + sumTol(double(attended)),
+           fmtText("split f16 parts, mma sums, 1e-6*(sqrt(%lld)+sqrt(%lld)); "
+                   "its launches counted",
+                   (long long)width, (long long)attended));
+    if (count < 0)
+      r.line("mla_attention", mmaWhat + ", every row loaded after the wait",
+             mismatches(late, mma) +
+                 faultMismatch(lateFault.read(), kc::FaultCode::None, 0, 0),
+             0, "same rows, same products");
   };
   for (const Case &c :
        {Case{kc::CacheType::F16, 250, -1}, Case{kc::CacheType::F16, 299, 37},
@@ -1361,6 +1430,14 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
             "", true);
       check(heads, 4096, 2048, Case{kc::CacheType::F16, 1500, kBounded},
             nullptr, "", true);
+      // Short: one row, a chunk's rows in part, an empty selection, a
+      // partial selection with a repeated entry.
+      for (const Case &c :
+           {Case{kc::CacheType::F16, 0, kBounded},
+            Case{kc::CacheType::F16, 12, kBounded},
+            Case{kc::CacheType::F16, 299, 0}, Case{kc::CacheType::F16, 299, 37},
+            Case{kc::CacheType::F16, 4095, 1}})
+        check(heads, 4096, 2048, c, nullptr, "", true);
     }
   }
 
@@ -1521,6 +1598,48 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
            faultMismatch(fault.read(), f.code, f.value, f.limit) +
                double(in.guardWrites()),
            0, "first fault reported, nothing after the scratch written");
+  }
+  // The same faults from the kernel for 8 heads on the tensor cores.
+  {
+    Inputs in8 = inputs(8, capacity, positions);
+    for (const FaultCase &f :
+         {FaultCase{"entries 5 and 9 = 300 of 300", 299, 20, true,
+                    kc::FaultCode::SelectionOutOfRange, 300, positions},
+          FaultCase{"count 65 of capacity 64", 299, 65, false,
+                    kc::FaultCode::CountOutOfRange, 65, capacity},
+          FaultCase{"position 300 of 300", 300, 4, false,
+                    kc::FaultCode::PositionOutOfRange, 300, positions},
+          FaultCase{"no selection, position 64 beyond at most 64", 64,
+                    kBounded, false, kc::FaultCode::CountOutOfRange, 65,
+                    capacity}}) {
+      std::vector<int32_t> sel(capacity);
+      for (int32_t &s : sel)
+        s = int32_t(rng.below(uint64_t(positions)));
+      if (f.badEntry) {
+        sel[5] = int32_t(positions);
+        sel[9] = -7;
+      }
+      in8.dpos.upload({f.position});
+      in8.dsel.upload(sel);
+      in8.dcount.upload({f.count});
+      Fault fault;
+      const bool selection = f.count != kBounded;
+      uint64_t ran = 0;
+      {
+        const FixedShapes fixed(true);
+        const MlaTensorCores on(true);
+        run(kc::launchMlaAttention(
+            in8.dql.get(), in8.dqr.get(), 8, latent, rope, cache.dev(),
+            in8.dpos.get(), selection ? in8.dsel.get() : nullptr,
+            selection ? in8.dcount.get() : nullptr, capacity, scale,
+            in8.scores.get(), in8.dout.get(), fault.sink(), nullptr));
+        ran = on.ran();
+      }
+      r.line("mla fault", fmtText("%s, 8 heads on the tensor cores", f.what),
+             faultMismatch(fault.read(), f.code, f.value, f.limit) +
+                 double(in8.guardWrites()) + std::fabs(double(ran) - 1.0),
+             0, "first fault reported, nothing after the scratch written");
+    }
   }
   // One scratch for calls of other shapes in turn, after the faulting calls
   // above left their marks on it: the blocks' arrival word sits where every
@@ -4701,13 +4820,46 @@ void benchOps() {
   // (KILN_CUDA_SPECIALISED=1).
   for (bool fixed : {false, true}) {
     const FixedShapes scope(fixed);
-    report(fixed ? "mla_attention 8x(512+64), 1025 of 2048, fixed heads"
+    const MlaTensorCores scalar(false);
+    report(fixed ? "mla_attention 8x(512+64), 1025 of 2048, fixed heads, "
+                   "scalar"
                  : "mla_attention 8x(512+64), 1025 of 2048",
            timeInGraph(stream, [&](cudaStream_t s) {
              return kc::launchMlaAttention(
                  ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
                  dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
                  out.get(), fault.sink(), s);
+           }));
+  }
+  // The kernel for 8 heads on the tensor cores, with a selection and
+  // without.
+  {
+    const FixedShapes scope(true);
+    const MlaTensorCores on(true);
+    report("mla_attention 8x(512+64), 1025 of 2048, tensor cores",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             return kc::launchMlaAttention(
+                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
+                 dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
+                 out.get(), fault.sink(), s);
+           }));
+    report("mla_attention 8x(512+64), 0..1024, tensor cores",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             return kc::launchMlaAttention(
+                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
+                 nullptr, nullptr, 0, 0.07f, scratch.get(), out.get(),
+                 fault.sink(), s);
+           }));
+  }
+  {
+    const FixedShapes scope(true);
+    const MlaTensorCores off(false);
+    report("mla_attention 8x(512+64), 0..1024, fixed heads, scalar",
+           timeInGraph(stream, [&](cudaStream_t s) {
+             return kc::launchMlaAttention(
+                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
+                 nullptr, nullptr, 0, 0.07f, scratch.get(), out.get(),
+                 fault.sink(), s);
            }));
   }
   report("mla_attention 8x(512+64), 0..1024, no selection",
