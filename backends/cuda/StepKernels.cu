@@ -257,47 +257,26 @@ __device__ __forceinline__ float powerOfTwo(int e) {
   return __int_as_float((127 + e) << 23);
 }
 
-/// D = A B + D, m16n8k8, f16 A (row) and B (col), f32 sums.
-__device__ __forceinline__ void mmaHalfK8(float (&d)[4], uint32_t a0,
-                                          uint32_t a1, uint32_t b) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-               "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(b));
-}
-
 __device__ __forceinline__ uint32_t sharedAddress(const void *p) {
   return uint32_t(__cvta_generic_to_shared(p));
 }
 
-/// N 8x8 f16 matrices from shared memory as mma fragments (lanes 8 i ..
+/// Four 8x8 f16 matrices from shared memory as mma fragments (lanes 8 i ..
 /// 8 i + 7 give matrix i's row addresses); `kTransposed` delivers each
 /// transposed.
-template <int N, bool kTransposed>
-__device__ __forceinline__ void loadMatrices(uint32_t (&r)[N], const void *p) {
-  static_assert(N == 2 || N == 4);
+template <bool kTransposed>
+__device__ __forceinline__ void loadMatrices(uint32_t (&r)[4], const void *p) {
   const uint32_t at = sharedAddress(p);
-  if constexpr (N == 4 && kTransposed)
+  if constexpr (kTransposed)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
                  "{%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(at)
                  : "memory");
-  else if constexpr (N == 4)
+  else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
                  "{%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(at)
-                 : "memory");
-  else if constexpr (kTransposed)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 "
-                 "{%0, %1}, [%2];"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(at)
-                 : "memory");
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
-                 : "=r"(r[0]), "=r"(r[1])
                  : "r"(at)
                  : "memory");
 }
@@ -928,9 +907,10 @@ constexpr int64_t kMlaArrivalFloats = 4;
 /// weights' f16 parts [16][kChunk] (hi of heads 0..7, then lo), the
 /// query's f16 parts [16][kMlaMmaStride] and 2^-e of each head.
 constexpr int kMlaMmaHeads = 8, kMlaMmaWidth = 512 + 64;
-/// Its entries a chunk: 16 took GLM-5's step at 1k 0.04 ms and at 16k 0.10
-/// ms below the scalar kernel's 8 on an H100, 32 (spilling on sm_90) 0.19
-/// ms above at 1k (docs/perf.md, forty-ninth pass).
+/// Its entries a chunk: 16 took GLM-5's step at 16k 0.10-0.14 ms below the
+/// scalar kernel's 8 on an H100 (at 1k ~0.03, within the spread), 32
+/// (spilling on sm_90) 0.19 ms above at 1k (docs/perf.md, forty-ninth
+/// pass).
 constexpr int kMlaMmaChunk = 16;
 constexpr int kMlaMmaStride = kMlaMmaWidth + 8;
 constexpr int kMlaMmaWarps = kMlaThreads / kWarp;
@@ -1394,11 +1374,11 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
     float d[kTiles][4] = {};
     for (int k0 = 16 * warp; k0 < kMlaMmaWidth; k0 += 16 * kMlaMmaWarps) {
       uint32_t af[4];
-      loadMatrices<4, false>(af, aAt + k0);
+      loadMatrices<false>(af, aAt + k0);
 #pragma unroll
       for (int u = 0; u < kTiles / 2; ++u) {
         uint32_t bf[4];
-        loadMatrices<4, false>(bf, bAt + 16 * u * kMlaMmaStride + k0);
+        loadMatrices<false>(bf, bAt + 16 * u * kMlaMmaStride + k0);
         mmaHalf(d[2 * u], af, bf[0], bf[1]);
         mmaHalf(d[2 * u + 1], af, bf[2], bf[3]);
       }
@@ -1497,20 +1477,20 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
         a.partM[chunkHeads + h] = m;
         a.partL[chunkHeads + h] = l;
       }
-      continue;
-    }
-    float terms[kChunk];
-#pragma unroll
-    for (int t = 0; t < kChunk; ++t)
-      terms[t] = __shfl_sync(0xffffffffu, e, t);
-    if (lane == 0) {
-      float l = 0.f;
+    } else {
+      float terms[kChunk];
 #pragma unroll
       for (int t = 0; t < kChunk; ++t)
-        if (t < n)
-          l += terms[t];
-      a.partM[chunkHeads + h] = m;
-      a.partL[chunkHeads + h] = l;
+        terms[t] = __shfl_sync(0xffffffffu, e, t);
+      if (lane == 0) {
+        float l = 0.f;
+#pragma unroll
+        for (int t = 0; t < kChunk; ++t)
+          if (t < n)
+            l += terms[t];
+        a.partM[chunkHeads + h] = m;
+        a.partL[chunkHeads + h] = l;
+      }
     }
   }
   __syncthreads();
@@ -1542,7 +1522,7 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         uint32_t bf[4];
-        loadMatrices<4, true>(bf, bAt + 16 * u);
+        loadMatrices<true>(bf, bAt + 16 * u);
         mmaHalf(d[2 * u], af, bf[0], bf[1]);
         mmaHalf(d[2 * u + 1], af, bf[2], bf[3]);
       }
