@@ -226,10 +226,9 @@ class Checks:
                            f"bit-identical | - | {'PASS' if same else 'FAIL'} |")
         self.check(same, what)
 
-    def noted(self, model, art, gguf, toks, extra, extra_env, note):
-        """Logits with `extra_env`, and the first group of the regular
-        expression `note` in the backend's stderr (None if it did not say
-        it)."""
+    def logits_said(self, model, art, gguf, toks, extra, extra_env):
+        """Logits with `extra` flags and `extra_env`, and the backend's
+        stderr."""
         tag = "".join(f"-{k}{v}" for k, v in extra_env.items())
         out = self.work / f"{model}-{art.stem}{tag}.npy"
         proc = run(self.pack, [self.pack / "bin" / "kiln-run", art,
@@ -238,8 +237,15 @@ class Checks:
                                ",".join(map(str, toks)), "-n", 0,
                                "--logits-out", out, *extra],
                    extra_env=extra_env)
-        said = re.search(note, proc.stderr)
-        return np.load(out), said.group(1) if said else None
+        return np.load(out), proc.stderr
+
+    def noted(self, model, art, gguf, toks, extra, extra_env, note):
+        """Logits with `extra_env`, and the first group of the regular
+        expression `note` in the backend's stderr (None if it did not say
+        it)."""
+        got, said = self.logits_said(model, art, gguf, toks, extra, extra_env)
+        found = re.search(note, said)
+        return got, found.group(1) if found else None
 
     def direct_slots(self, model, art, gguf, toks, extra, extra_env=None):
         """Logits with KILN_CUDA_DIRECT_SLOTS=1 (and `extra_env`), and the
@@ -589,15 +595,11 @@ class Checks:
             got = {}
             for name, switch in (("tensor cores", {}),
                                  ("scalar", {"KILN_CUDA_MLA_MMA": "0"})):
-                out = self.work / f"{model}-{len(ran)}.npy"
-                proc = run(self.pack, [self.pack / "bin" / "kiln-run", art,
-                                       "--weights", gguf, "--backend-dir",
-                                       self.pack / "lib", "--prompt-tokens",
-                                       ",".join(map(str, toks)), "-n", 0,
-                                       "--logits-out", out, *place],
-                           extra_env={**switch, "KILN_CUDA_GRAPH_STATS": "1"})
-                got[name] = np.load(out)
-                ran[name] = sum(int(n) for n in re.findall(note, proc.stderr))
+                # Each rank's capture says its count.
+                got[name], said = self.logits_said(
+                    model, art, gguf, toks, place,
+                    {**switch, "KILN_CUDA_GRAPH_STATS": "1"})
+                ran[name] = sum(int(n) for n in re.findall(note, said))
                 ok = compare(f"{model}: cuda tp2 graph, MLA {name} "
                              f"({ran[name]} launches on the tensor cores) "
                              f"vs cpu tp1", got[name], cpu, tol, self.report)
