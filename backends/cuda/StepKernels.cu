@@ -291,7 +291,6 @@ __device__ __forceinline__ void splitHalves(float f, uint16_t &hi,
   lo = __half_as_ushort(__float2half_rn(isinf(hf) ? 0.f : f - hf));
 }
 
-
 __device__ inline float readCache(const void *data, CacheType type,
                                   int64_t index) {
   switch (type) {
@@ -1256,7 +1255,8 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
       reinterpret_cast<uint16_t *>(bytes + Layout::kWeightsAt);
   const bool stageQuery = Shape::kMma && chunk == int64_t(blockIdx.x);
 
-  // The chunk's rows, once, as f32 in shared memory. Their cache indices
+  // The chunk's rows, once, as f32 in shared memory (kMma: as the cache
+  // holds them, f16). Their cache indices
   // first (one load each, not one per value). A bad selected row (reported
   // by the combine kernel) reads as zeros, never out of bounds.
   __shared__ int64_t rowIndex[kChunk];
@@ -1316,13 +1316,14 @@ __device__ void mlaChunk(const MlaArgs &a, int64_t chunk, int64_t attended,
   }
   mlaLoadRows<Shape>(a, loadRows, loadIndex, loadTo, !newest);
   if constexpr (Shape::kMma) {
-    // The query's parts (the block's first chunk; warp h < 8 head h): the
-    // head's values scaled by 2^e (its largest |value| into [2^14, 2^15))
-    // and split into hi = f16(x) and lo = f16(x - hi), as the indexer's
-    // (indexerScoresMmaKernel): the two hold the f32 query to ~2^-22 of
-    // its largest value, and 2^-e scales the dot back exactly.
-    // The two warps of a head exchange their largest |value| through
-    // shared memory, across the barrier below, then split their halves.
+    // The query's parts (the block's first chunk; warps 2 h and 2 h + 1
+    // the two halves of head h): the head's values scaled by 2^e (its
+    // largest |value| into [2^14, 2^15)) and split into hi = f16(x) and lo
+    // = f16(x - hi), as the indexer's (indexerScoresMmaKernel): the two
+    // hold the f32 query to ~2^-22 of its largest value, and 2^-e scales
+    // the dot back exactly. The two warps of a head exchange their largest
+    // |value| through shared memory, across the barrier below, then split
+    // their halves.
     if (stageQuery) {
       float largest = 0.f;
 #pragma unroll
