@@ -4829,18 +4829,17 @@ namespace {
 
 /// launchMlaAttention's kernel for one MlaShape.
 template <class Shape>
-cudaError_t launchMla(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
-  // The caller counts chunks of kMlaChunk entries; a shape's own may be
-  // longer (fewer chunks: the scratch holds them).
-  if constexpr (Shape::kChunk != kMlaChunk)
-    chunks = (mlaMostEntries(a.cache.positions, a.capacity) + Shape::kChunk -
-              1) /
-             Shape::kChunk;
+cudaError_t launchMla(const MlaArgs &a, cudaStream_t s) {
+  // The chunks of the shape's own length the most attended entries fill
+  // (the scratch, laid out for chunks of kMlaChunk, holds at least as many).
+  const int64_t chunks =
+      (mlaMostEntries(a.cache.positions, a.capacity) + Shape::kChunk - 1) /
+      Shape::kChunk;
   // The chunks' rows and scores, or the combine's chunk weights, whichever
   // is larger (with a projection mlaProjectKernel combines).
   const size_t rowFloats =
       Shape::kMma ? (MlaMmaLayout<Shape::kChunk>::kBytes + 3) / 4
-                  : size_t(kMlaChunk * (a.cache.width + a.heads));
+                  : size_t(Shape::kChunk * (a.cache.width + a.heads));
   size_t shared =
       sizeof(float) *
       (a.projQuants ? rowFloats : std::max(rowFloats, size_t(chunks)));
@@ -4915,18 +4914,18 @@ constexpr int kGlmLatent = glm5::kLatent, kGlmRope = glm5::kRope;
 /// launchMla for GLM-5's widths, an f16 cache and the kernel compiled for
 /// the call's heads (glm5::MlaHeadCounts); cudaErrorNotSupported where
 /// there is none.
-cudaError_t launchMlaHeads(const MlaArgs &a, int64_t chunks, cudaStream_t s) {
+cudaError_t launchMlaHeads(const MlaArgs &a, cudaStream_t s) {
   if (a.heads == kMlaMmaHeads && mlaLaunch().tensorCores) {
     const cudaError_t e =
         launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
-                           kMlaMmaHeads, kMlaMmaChunk>>(a, chunks, s);
+                           kMlaMmaHeads, kMlaMmaChunk>>(a, s);
     mlaMmaCount += e == cudaSuccess;
     return e;
   }
   return glm5::pickShape(
       a.heads, glm5::MlaHeadCounts{}, cudaErrorNotSupported, [&](auto heads) {
         return launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16),
-                                  heads.value>>(a, chunks, s);
+                                  heads.value>>(a, s);
       });
 }
 
@@ -4966,8 +4965,9 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
     return cudaErrorInvalidValue;
   if (heads == 0)
     return cudaSuccess;
-  // The chunks the most attended entries fill (mlaAttended never exceeds
-  // it), which the scratch was sized for.
+  // The scratch's layout: chunks of kMlaChunk for the most attended entries
+  // (mlaAttended never exceeds them), as mlaScratchFloats sized it; a
+  // shape's own chunks may be longer, and so fewer (launchMla).
   const int64_t chunks =
       (mlaMostEntries(cache.positions, capacity) +
        kMlaChunk - 1) /
@@ -5004,25 +5004,24 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
     case CacheType::F16:
       // The rank's heads fixed too where the kernel is compiled for them.
       e = shapeSpecialised(ShapeFamily::Mla)
-              ? launchMlaHeads(a, chunks, s)
+              ? launchMlaHeads(a, s)
               : cudaErrorNotSupported;
       if (e == cudaErrorNotSupported)
-        e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(
-            a, chunks, s);
+        e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F16)>>(a, s);
       else if (e == cudaSuccess)
         noteShapeSpecialised();
       break;
     case CacheType::BF16:
       e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::BF16)>>(
-          a, chunks, s);
+          a, s);
       break;
     case CacheType::F32:
       e = launchMla<MlaShape<kGlmLatent, kGlmRope, int(CacheType::F32)>>(
-          a, chunks, s);
+          a, s);
       break;
     }
   } else {
-    e = launchMla<MlaShape<0, 0, kAnyCache>>(a, chunks, s);
+    e = launchMla<MlaShape<0, 0, kAnyCache>>(a, s);
   }
   if (e != cudaSuccess)
     return e;

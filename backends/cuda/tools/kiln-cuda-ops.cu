@@ -283,42 +283,39 @@ public:
   IndexerMmaOff &operator=(const IndexerMmaOff &) = delete;
 };
 
-/// MLA's rows all loaded after its wait while it lives
-/// (kc::MlaLaunch::earlyRows), the setting before again after.
-class MlaEarlyRowsOff {
+/// kc::MlaLaunch as `set` changes it while it lives, the setting before
+/// again after; ran() counts the tensor-core MLA kernel's launches
+/// meanwhile.
+class MlaLaunchScope {
 public:
-  MlaEarlyRowsOff() : before_(kc::mlaLaunch()) {
-    kc::MlaLaunch off = before_;
-    off.earlyRows = false;
-    kc::setMlaLaunch(off);
-  }
-  ~MlaEarlyRowsOff() { kc::setMlaLaunch(before_); }
-  MlaEarlyRowsOff(const MlaEarlyRowsOff &) = delete;
-  MlaEarlyRowsOff &operator=(const MlaEarlyRowsOff &) = delete;
-
-private:
-  kc::MlaLaunch before_;
-};
-
-/// The MLA kernel for 8 heads on the tensor cores
-/// (kc::MlaLaunch::tensorCores, the default) on or off while it lives, the
-/// setting before again after; ran() counts its launches meanwhile.
-class MlaTensorCores {
-public:
-  explicit MlaTensorCores(bool on)
+  template <class Set>
+  explicit MlaLaunchScope(Set set)
       : before_(kc::mlaLaunch()), launches_(kc::mlaTensorCoreLaunches()) {
-    kc::MlaLaunch set = before_;
-    set.tensorCores = on;
-    kc::setMlaLaunch(set);
+    kc::MlaLaunch changed = before_;
+    set(changed);
+    kc::setMlaLaunch(changed);
   }
-  ~MlaTensorCores() { kc::setMlaLaunch(before_); }
-  MlaTensorCores(const MlaTensorCores &) = delete;
-  MlaTensorCores &operator=(const MlaTensorCores &) = delete;
+  ~MlaLaunchScope() { kc::setMlaLaunch(before_); }
+  MlaLaunchScope(const MlaLaunchScope &) = delete;
+  MlaLaunchScope &operator=(const MlaLaunchScope &) = delete;
   uint64_t ran() const { return kc::mlaTensorCoreLaunches() - launches_; }
 
 private:
   kc::MlaLaunch before_;
   uint64_t launches_;
+};
+
+/// MLA's rows all loaded after its wait (kc::MlaLaunch::earlyRows off).
+struct MlaEarlyRowsOff : MlaLaunchScope {
+  MlaEarlyRowsOff()
+      : MlaLaunchScope([](kc::MlaLaunch &m) { m.earlyRows = false; }) {}
+};
+
+/// The MLA kernel for 8 heads on the tensor cores
+/// (kc::MlaLaunch::tensorCores, the default) on or off.
+struct MlaTensorCores : MlaLaunchScope {
+  explicit MlaTensorCores(bool on)
+      : MlaLaunchScope([on](kc::MlaLaunch &m) { m.tensorCores = on; }) {}
 };
 
 //===----------------------------------------------------------------------===//
@@ -1567,17 +1564,20 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     kc::FaultCode code;
     int64_t value, limit;
   };
-  for (const FaultCase &f :
-       {FaultCase{"entries 5 and 9 = 300 of 300", 299, 20, true,
-                  kc::FaultCode::SelectionOutOfRange, 300, positions},
-        FaultCase{"count 65 of capacity 64", 299, 65, false,
-                  kc::FaultCode::CountOutOfRange, 65, capacity},
-        FaultCase{"count -1", 299, -1, false, kc::FaultCode::CountOutOfRange,
-                  -1, capacity},
-        FaultCase{"position 300 of 300", 300, 4, false,
-                  kc::FaultCode::PositionOutOfRange, 300, positions},
-        FaultCase{"no selection, position 64 beyond at most 64", 64, kBounded,
-                  false, kc::FaultCode::CountOutOfRange, 65, capacity}}) {
+  const FaultCase faultCases[] = {
+      {"entries 5 and 9 = 300 of 300", 299, 20, true,
+       kc::FaultCode::SelectionOutOfRange, 300, positions},
+      {"count 65 of capacity 64", 299, 65, false,
+       kc::FaultCode::CountOutOfRange, 65, capacity},
+      {"count -1", 299, -1, false, kc::FaultCode::CountOutOfRange, -1,
+       capacity},
+      {"position 300 of 300", 300, 4, false, kc::FaultCode::PositionOutOfRange,
+       300, positions},
+      {"no selection, position 64 beyond at most 64", 64, kBounded, false,
+       kc::FaultCode::CountOutOfRange, 65, capacity}};
+  // Case f's call of `h` heads on `use`'s buffers, over a fresh random
+  // selection: the fault it reported.
+  auto faultCall = [&](Inputs &use, int64_t h, const FaultCase &f) {
     std::vector<int32_t> sel(capacity);
     for (int32_t &s : sel)
       s = int32_t(rng.below(uint64_t(positions)));
@@ -1585,59 +1585,36 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
       sel[5] = int32_t(positions);
       sel[9] = -7; // later: entry 5 is the one reported
     }
-    dpos.upload({f.position});
-    dsel.upload(sel);
-    dcount.upload({f.count});
+    use.dpos.upload({f.position});
+    use.dsel.upload(sel);
+    use.dcount.upload({f.count});
     Fault fault;
     const bool selection = f.count != kBounded;
     run(kc::launchMlaAttention(
-        dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
-        selection ? dsel.get() : nullptr, selection ? dcount.get() : nullptr,
-        capacity, scale, scores.get(), dout.get(), fault.sink(), nullptr));
+        use.dql.get(), use.dqr.get(), h, latent, rope, cache.dev(),
+        use.dpos.get(), selection ? use.dsel.get() : nullptr,
+        selection ? use.dcount.get() : nullptr, capacity, scale,
+        use.scores.get(), use.dout.get(), fault.sink(), nullptr));
+    return fault.read();
+  };
+  for (const FaultCase &f : faultCases)
     r.line("mla fault", f.what,
-           faultMismatch(fault.read(), f.code, f.value, f.limit) +
+           faultMismatch(faultCall(in, heads, f), f.code, f.value, f.limit) +
                double(in.guardWrites()),
            0, "first fault reported, nothing after the scratch written");
-  }
-  // The same faults from the kernel for 8 heads on the tensor cores.
+  // The same faults (but the negative count's) from the kernel for 8 heads
+  // on the tensor cores.
   {
     Inputs in8 = inputs(8, capacity, positions);
-    for (const FaultCase &f :
-         {FaultCase{"entries 5 and 9 = 300 of 300", 299, 20, true,
-                    kc::FaultCode::SelectionOutOfRange, 300, positions},
-          FaultCase{"count 65 of capacity 64", 299, 65, false,
-                    kc::FaultCode::CountOutOfRange, 65, capacity},
-          FaultCase{"position 300 of 300", 300, 4, false,
-                    kc::FaultCode::PositionOutOfRange, 300, positions},
-          FaultCase{"no selection, position 64 beyond at most 64", 64,
-                    kBounded, false, kc::FaultCode::CountOutOfRange, 65,
-                    capacity}}) {
-      std::vector<int32_t> sel(capacity);
-      for (int32_t &s : sel)
-        s = int32_t(rng.below(uint64_t(positions)));
-      if (f.badEntry) {
-        sel[5] = int32_t(positions);
-        sel[9] = -7;
-      }
-      in8.dpos.upload({f.position});
-      in8.dsel.upload(sel);
-      in8.dcount.upload({f.count});
-      Fault fault;
-      const bool selection = f.count != kBounded;
-      uint64_t ran = 0;
-      {
-        const FixedShapes fixed(true);
-        const MlaTensorCores on(true);
-        run(kc::launchMlaAttention(
-            in8.dql.get(), in8.dqr.get(), 8, latent, rope, cache.dev(),
-            in8.dpos.get(), selection ? in8.dsel.get() : nullptr,
-            selection ? in8.dcount.get() : nullptr, capacity, scale,
-            in8.scores.get(), in8.dout.get(), fault.sink(), nullptr));
-        ran = on.ran();
-      }
+    for (const FaultCase &f : faultCases) {
+      if (f.count == -1)
+        continue;
+      const FixedShapes fixed(true);
+      const MlaTensorCores on(true);
+      const auto fault = faultCall(in8, 8, f);
       r.line("mla fault", fmtText("%s, 8 heads on the tensor cores", f.what),
-             faultMismatch(fault.read(), f.code, f.value, f.limit) +
-                 double(in8.guardWrites()) + std::fabs(double(ran) - 1.0),
+             faultMismatch(fault, f.code, f.value, f.limit) +
+                 double(in8.guardWrites()) + std::fabs(double(on.ran()) - 1.0),
              0, "first fault reported, nothing after the scratch written");
     }
   }
