@@ -3115,13 +3115,40 @@ __device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
   return top;
 }
 
-/// The choice for topK <= 32: each warp the best 32 of its chunks of 32
-/// experts (a bitonic sort and merge in registers, no barrier), its best
-/// topK to shared memory; then warp 0 the best of those. The result is
-/// the CPU's: topK rounds each taking the best expert not yet chosen by
-/// p + bias (NaN lowest, ties to the lower id), in that order; then the
-/// weights in k order. Dynamic shared memory: 2 * experts floats, then
-/// (blockDim / 32) * topK candidates.
+/// Whether a is `better` than b (the larger key, then the lower index),
+/// and not the same entry.
+/// Without branches (bitwise, not short-circuit), so that a loop of these
+/// over shared memory issues its reads ahead of the compares.
+__device__ inline int beats(Best a, Best b) {
+  return int(a.key > b.key) | (int(a.key == b.key) & int(a.index < b.index));
+}
+
+/// The choice for topK <= 32: the CPU's, topK rounds each taking the best
+/// expert not yet chosen by p + bias (NaN lowest, ties to the lower id), in
+/// that order; then the weights in k order. Dynamic shared memory: 2 *
+/// experts floats, then (blockDim / 32) * topK candidates, then topK
+/// (routerChoiceShared).
+///
+/// Where every expert has a thread (experts <= blockDim; GLM-5's 256 on the
+/// router's 256 threads), by ranks, with no sorting network: lane l of
+/// warp w counts the lanes of its warp whose expert beats its own (`beats`
+/// is a total order: lanes past the last expert are -inf with ids past it,
+/// below every real one), so the warp's ranks are 0 .. 31 and the experts
+/// ranked below topK are its candidates, in rank order. The best topK
+/// overall are all candidates, and whatever beats one of them is one too,
+/// so a candidate's rank among the warps' candidates is its rank among all
+/// the experts wherever that is below topK: those fill the result in rank
+/// order. Independent compares (shared-memory reads: the warp's keys, then
+/// a few threads a candidate) instead of a bitonic network's dependent
+/// stages: the same ids, in the same order. In GLM-5's step it measured
+/// 0.012-0.016 ms faster at 1k; the choice in the router's last block
+/// still takes ~2-3 us either way, its phases (the logits' L2 round trip,
+/// each compare pass, the weights) ~0.5 us each whatever their
+/// instructions (docs/perf.md, fiftieth pass).
+///
+/// Otherwise each warp takes the best 32 of its chunks of 32 experts (a
+/// bitonic sort and merge in registers, no barrier), its best topK to
+/// shared memory; then warp 0 the best of those.
 __device__ void routerChooseSorted(const float *logits, int64_t experts,
                                    const float *bias, int64_t topK,
                                    Gating gating, bool normalize,
@@ -3134,16 +3161,71 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = int(blockDim.x / kWarp);
-  const Best mine = warpTop32(experts, warp, warps, [&](int64_t e) {
-    return Best{choice[e], int32_t(e)};
-  });
-  if (lane < topK)
-    candidates[warp * topK + lane] = mine;
-  __syncthreads();
-  if (warp != 0)
+  Best best;
+  if (experts <= int64_t(blockDim.x)) { // the same for the block
+    Best *top = candidates + warps * topK;
+    // Lane l's rank in its warp from the warp's keys in shared memory (one
+    // broadcast read each; key j past the last expert is -inf, below every
+    // real one). The reads are of clamped indices and their values
+    // selected, not branched around, so that they issue ahead of the
+    // compares.
+    const int e = int(threadIdx.x), first = warp * kWarp, n = int(experts);
+    const float key = e < n ? choice[e] : -INFINITY;
+    int rank = 0;
+#pragma unroll
+    for (int j = 0; j < kWarp; ++j) {
+      const int at = first + j;
+      const float read = choice[at < n ? at : n - 1];
+      const float other = at < n ? read : -INFINITY;
+      rank += int(other > key) | (int(other == key) & int(j < lane));
+    }
+    if (rank < topK)
+      candidates[warp * topK + rank] = Best{key, e};
+    __syncthreads();
+    // `share` consecutive lanes a candidate (a power of two: the sum below
+    // stays within a warp), each counting every share-th candidate.
+    const int count = warps * int(topK);
+    int share = 1;
+    while (share < kWarp && 2 * share * count <= int(blockDim.x))
+      share *= 2;
+    const int c = int(threadIdx.x) / share, part = int(threadIdx.x) % share;
+    const Best me = c < count ? candidates[c] : Best{-INFINITY, INT_MAX};
+    int beaten = 0;
+    if (c < count)
+#pragma unroll 4
+      for (int j = part; j < count; j += share)
+        beaten += beats(candidates[j], me);
+    for (int o = share / 2; o > 0; o /= 2)
+      beaten += __shfl_xor_sync(kFullMask, beaten, o);
+    // The chosen in rank order, each with its p (its key no longer needed).
+    if (c < count && part == 0 && beaten < topK)
+      top[beaten] = Best{prob[me.index], me.index};
+    __syncthreads();
+    if (warp != 0)
+      return;
+    // Every lane the sum of the chosen p in k order, from shared memory (no
+    // chain of shuffles).
+    float sum = 0.f;
+    for (int k = 0; k < topK; ++k)
+      sum += top[k].key;
+    if (lane < topK) {
+      const Best chosen = top[lane];
+      ids[lane] = chosen.index;
+      weights[lane] = routerWeight(chosen.key, sum, normalize, routedScale);
+    }
     return;
-  const Best best = warpTop32(int64_t(warps) * topK, 0, 1,
-                              [&](int64_t i) { return candidates[i]; });
+  } else {
+    const Best mine = warpTop32(experts, warp, warps, [&](int64_t e) {
+      return Best{choice[e], int32_t(e)};
+    });
+    if (lane < topK)
+      candidates[warp * topK + lane] = mine;
+    __syncthreads();
+    if (warp != 0)
+      return;
+    best = warpTop32(int64_t(warps) * topK, 0, 1,
+                     [&](int64_t i) { return candidates[i]; });
+  }
   const float p = lane < topK ? prob[best.index] : 0.f;
   float sum = 0.f;
   for (int k = 0; k < topK; ++k)
@@ -4212,6 +4294,11 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   // only where x is); the residual and the norm's weights loaded with it,
   // in flight together.
   const bool push = a.p.push >= 0, direct = a.site >= 0 && !push;
+  // A value's row and column, without a 64-bit division where there is one
+  // row (a decode step's: the division is a long instruction sequence on
+  // the path, three times a value).
+  const bool oneRow = a.rows == 1;
+  auto rowOf = [&](int64_t f) { return oneRow ? 0 : int(f / a.n); };
   float v[kPeerPer], r[kPeerPer], g[kPeerPer];
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
@@ -4219,7 +4306,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     const bool in = f < last && !direct, normed = fused && f < body;
     v[k] = in ? a.x[f] : 0.f;
     r[k] = added && f < body ? a.residual[f] : 0.f;
-    g[k] = normed ? a.w[f % a.n] : 0.f;
+    g[k] = normed ? a.w[oneRow ? f : f % a.n] : 0.f;
   }
   __syncthreads();
   const uint32_t e = epochShared;
@@ -4325,7 +4412,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
       continue;
     v[k] = r[k] + v[k];
     a.out[f] = v[k];
-    const int row = int(f / a.n);
+    const int row = rowOf(f);
 #pragma unroll
     for (int q = 0; q < kMaxPeerRows; ++q)
       if (q == row)
@@ -4379,7 +4466,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   for (int k = 0; k < kPeerPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
     if (f < last && f < body)
-      a.y[f] = v[k] / rms[f / a.n] * g[k];
+      a.y[f] = v[k] / rms[rowOf(f)] * g[k];
     else if (f < last)
       a.logits[f - body] = v[k] / rms[0];
   }
@@ -4400,9 +4487,12 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   }
 }
 
+/// The choosing instantiation's registers are left to ptxas (minimum
+/// blocks 1), as routerKernel's: at the default bound the ranked choice
+/// (routerChooseSorted) spilled 16-36 bytes on sm_90 and sm_100.
 template <bool kChoice>
 __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
-    __launch_bounds__(kPeerThreads)
+    __launch_bounds__(kPeerThreads, kChoice ? 1 : 0)
         allReducePeersKernel(const __grid_constant__ PeerArgs a) {
   allReducePeersBody<kChoice, true>(a);
 }
@@ -5268,7 +5358,7 @@ size_t routerChoiceShared(int64_t experts, int64_t topK,
                           unsigned blockThreads) {
   return size_t(experts) * 2 * sizeof(float) +
          (topK <= kWarp
-              ? size_t(blockThreads / kWarp) * size_t(topK) * sizeof(Best)
+              ? size_t(blockThreads / kWarp + 1) * size_t(topK) * sizeof(Best)
               : size_t(topK) * sizeof(int32_t) + size_t(experts));
 }
 
