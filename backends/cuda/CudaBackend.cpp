@@ -408,6 +408,10 @@ struct CudaRank {
   /// simulated rank, the ring-traffic kernel).
   bool usePeers = false;
   DeviceMemory exchange;
+  /// The one-shot all-reduces' step epochs (beginStepEpochs: a zeroed word
+  /// the step's last kernel advances); with KILN_CUDA_STEP_EPOCHS=0 unset,
+  /// and each call loads its blocks' epochs from the exchange.
+  DeviceMemory epochBase;
   PeerExchange peers;
   /// Direct slots (KILN_CUDA_DIRECT_SLOTS, on by default): by step name, the
   /// all-reduce inputs placed in the exchange, each at its site (floats from
@@ -1660,7 +1664,9 @@ constexpr unsigned kDefaultShapeFamilies =
 /// (StepSchedule::waitsSuffice), KILN_CUDA_MLA_LATE_DEPENDENTS=0 lets the
 /// kernels after MLA be scheduled at its start, KILN_CUDA_MLA_ALONE=0 lets
 /// MLA's blocks share multiprocessors, KILN_CUDA_MLA_EARLY_ROWS=0 loads all
-/// of MLA's rows after its wait (MlaLaunch), KILN_CUDA_DIRECT_SLOTS=0 has
+/// of MLA's rows after its wait (MlaLaunch), KILN_CUDA_STEP_EPOCHS=0 has each
+/// one-shot all-reduce load its epoch from the exchange (beginStepEpochs),
+/// KILN_CUDA_DIRECT_SLOTS=0 has
 /// the one-shot all-reduces copy their inputs into the exchange instead of
 /// their producers writing them there (directSites), KILN_CUDA_PEER_PUSH=1 has
 /// a real group's one-shot all-reduces push each part into every rank's
@@ -1744,6 +1750,11 @@ struct GraphSwitches {
   /// copied there by the all-reduce (directSites; measured faster at 1k and
   /// 16k, docs/perf.md "Forty-first pass").
   bool directSlots = true;
+  /// KILN_CUDA_STEP_EPOCHS (on; =0 off): each one-shot all-reduce of a step
+  /// takes its epoch from the step's base and its call's place, before its
+  /// wait, instead of loading it from the exchange after (beginStepEpochs;
+  /// docs/perf.md, fiftieth pass).
+  bool stepEpochs = true;
   /// KILN_CUDA_PEER_CLUSTER (off; =1 on): the one-shot all-reduces without
   /// the router's choice (the fused norm's too) as one thread-block
   /// cluster, the parts summed through its shared memory; off, by blocks
@@ -1879,6 +1890,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.mla = MlaLaunch{mlaLate, mlaAlone, mlaEarlyRows, mlaMma};
   KILN_ASSIGN(directSlots, readFlag("KILN_CUDA_DIRECT_SLOTS", true));
   g.directSlots = directSlots;
+  KILN_ASSIGN(stepEpochs, readFlag("KILN_CUDA_STEP_EPOCHS", true));
+  g.stepEpochs = stepEpochs;
   KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", false));
   g.peerClusters = peerClusters;
   if (const char *v = std::getenv("KILN_CUDA_PEER_CLUSTER_POLICY")) {
@@ -2298,11 +2311,44 @@ Status enqueueUnit(CudaStep &s, const StepGraph &g, size_t i,
 /// The step's work on a stream as graph `g` runs it: clear the fault word,
 /// then every op (with an event before each and after the last when
 /// profiling).
+/// A step's all-reduce epochs (beginStepEpochs) while it is enqueued, on
+/// the rank's word where it has one; finish() launches the step's last
+/// kernel, which advances the word by the step's calls. The calling
+/// thread's setting is cleared however the enqueueing ends.
+class StepEpochs {
+public:
+  explicit StepEpochs(CudaRank &rank)
+      : rank_(rank),
+        base_(rank.usePeers ? rank.epochBase.get<uint32_t>() : nullptr) {
+    if (base_)
+      beginStepEpochs(base_);
+  }
+  StepEpochs(const StepEpochs &) = delete;
+  StepEpochs &operator=(const StepEpochs &) = delete;
+  ~StepEpochs() {
+    if (base_)
+      endStepEpochs();
+  }
+  Status finish() {
+    if (!base_)
+      return Status::ok();
+    const int32_t calls = endStepEpochs();
+    uint32_t *base = std::exchange(base_, nullptr);
+    CUDA_TRY(rank_.where, launchAdvanceEpochs(base, calls, rank_.stream));
+    return Status::ok();
+  }
+
+private:
+  CudaRank &rank_;
+  uint32_t *base_;
+};
+
 Status enqueueStep(CudaRank &rank, CudaStep &s, const StepGraph &g,
                    bool profile = false) {
   setOverlappedLaunches(rank.overlap && !profile);
   CUDA_TRY(rank.where, cudaMemsetAsync(rank.firstFault(), 0xff,
                                        sizeof(uint32_t), rank.stream));
+  StepEpochs epochs(rank);
   for (size_t i = 0; i < s.units.size(); ++i) {
     if (profile)
       CUDA_TRY(rank.where, cudaEventRecord(s.events[i], rank.stream));
@@ -2310,7 +2356,7 @@ Status enqueueStep(CudaRank &rank, CudaStep &s, const StepGraph &g,
   }
   if (profile)
     CUDA_TRY(rank.where, cudaEventRecord(s.events.back(), rank.stream));
-  return Status::ok();
+  return epochs.finish();
 }
 
 /// After a profiled run: each op's time, added to its total.
@@ -2464,6 +2510,7 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s, StepGraph &g) {
   };
   CUDA_TRY(rank.where, cudaMemsetAsync(rank.firstFault(), 0xff,
                                        sizeof(uint32_t), rank.stream));
+  StepEpochs epochs(rank);
   CUDA_TRY(rank.where, cudaEventRecord(rank.joins[0], rank.stream));
   for (size_t b = 0; b < extra; ++b)
     CUDA_TRY(rank.where,
@@ -2495,7 +2542,7 @@ Status enqueueBranches(CudaRank &rank, CudaStep &s, StepGraph &g) {
     CUDA_TRY(rank.where,
              cudaStreamWaitEvent(rank.stream, rank.joins[b + 1], 0));
   }
-  return Status::ok();
+  return epochs.finish(); // after every branch has joined
 }
 
 /// A captured step's nodes and edges, by kind: stream capture makes an edge
@@ -2803,9 +2850,10 @@ Expected<DirectSites> directSites(const Artifact &a, const RankPlan &plan,
 /// one GPU (`oneGpu`) have no NCCL: every collective goes through the
 /// exchange, in parts of at most kPeerMaxValues values. `direct`: with
 /// direct slots where the ranks' plans place them alike (directSites);
-/// `push`: a real group's parts pushed (PeerExchange::push).
+/// `push`: a real group's parts pushed (PeerExchange::push); `stepEpochs`:
+/// each rank's word of step epochs (CudaRank::epochBase).
 Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct,
-                         bool push) {
+                         bool push, bool stepEpochs) {
   const Artifact &a = g.artifact;
   const int64_t capacity = oneGpu ? kPeerMaxValues : largestAllReduce(a);
   if (oneGpu && a.ranks > uint32_t(kMaxPeers))
@@ -2877,6 +2925,12 @@ Status setUpPeerExchange(CudaGroup &g, bool local, bool oneGpu, bool direct,
     // Zero before any rank's first all-reduce reads the flags (the legacy
     // stream's memset, waited for: no rank stream is ordered after it).
     CUDA_TRY(rank.where, cudaMemset(m.get(), 0, bytes));
+    if (stepEpochs) {
+      KILN_ASSIGN(base, DeviceMemory::allocate(sizeof(uint32_t),
+                                               "all-reduce step epochs"));
+      CUDA_TRY(rank.where, cudaMemset(base.get(), 0, sizeof(uint32_t)));
+      rank.epochBase = std::move(base);
+    }
     CUDA_TRY(rank.where, cudaDeviceSynchronize());
     rank.exchange = std::move(m);
     return Status::ok();
@@ -3041,7 +3095,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     KILN_TRY(setUpPeerExchange(
         *group, simulate || switches.localCollectives, oneGpu,
         switches.directSlots && !omitsCollectives(switches.omit),
-        switches.peerPush));
+        switches.peerPush, switches.stepEpochs));
 
   // Each rank on its own thread: place, prepare, join NCCL, capture.
   Status opened = onEveryRank(*group, [&](CudaRank &rank) -> Status {

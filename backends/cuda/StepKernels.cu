@@ -4252,6 +4252,10 @@ struct PeerArgs {
   /// Direct slots: x is this rank's slots + site, already where the peers
   /// read it; -1: x is copied into the call's parity.
   int64_t site;
+  /// The step's epochs (beginStepEpochs): the call's epoch is *epochBase +
+  /// call + 1; null: each block's last epoch + 1, from the exchange.
+  const uint32_t *epochBase;
+  int32_t call;
 };
 
 /// One cluster of kPeerBlocks blocks; block b takes values [b * chunk,
@@ -4267,6 +4271,12 @@ struct PeerArgs {
 template <bool kChoice, bool kCluster>
 __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   static_assert(kCluster || !kChoice);
+  // The step's epoch before the wait: only the step's last kernel of the
+  // step before writes it (launchAdvanceEpochs). From the L2: this
+  // kernel's L1 is not trusted before its wait.
+  const bool stepEpoch = a.epochBase != nullptr;
+  const uint32_t known =
+      stepEpoch ? __ldcg(a.epochBase) + uint32_t(a.call) + 1u : 0u;
   stepKernelPrologue();
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
@@ -4286,7 +4296,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
   const int64_t first = int64_t(b) * chunk;
   const int64_t last = first + chunk < total ? first + chunk : total;
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0 && !stepEpoch)
     epochShared = a.p.epochs[b] + 1;
   // This rank's part into its slots of the call's parity (not with direct
   // slots: its producer wrote it there; pushed, into its slot in every
@@ -4309,7 +4319,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     g[k] = normed ? a.w[oneRow ? f : f % a.n] : 0.f;
   }
   __syncthreads();
-  const uint32_t e = epochShared;
+  const uint32_t e = stepEpoch ? known : epochShared;
   // Pulled: rank q's part at slots[q] + at. Pushed: at slots[me] + at +
   // q * capacity, its flags after both parities (PeerExchange::push).
   const int64_t ranks = a.p.ranks, cap = a.p.capacity;
@@ -4575,6 +4585,13 @@ bool allReducePeersShape(int64_t rows, int64_t n, int64_t tail,
   return n <= kPeerMaxValues && total <= kPeerMaxValues && total <= capacity;
 }
 
+namespace {
+/// beginStepEpochs's base and the step's calls so far (the calling host
+/// thread's).
+thread_local uint32_t *stepEpochBase = nullptr;
+thread_local int32_t stepEpochCalls = 0;
+} // namespace
+
 bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,
                         int64_t tail) {
   return allReducePeersShape(rows, n, tail, p.capacity) && p.ranks >= 1 &&
@@ -4599,7 +4616,8 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
     if (!p.slots[q] || (!p.local && !p.flags[q]))
       return cudaErrorInvalidValue;
   PeerArgs args{p,   x,   rows, n,     sum,  residual, w,
-                eps, out, y,    fault, tail, logits,   {}, site};
+                eps, out, y,    fault, tail, logits,   {}, site,
+                stepEpochBase, stepEpochBase ? stepEpochCalls : -1};
   size_t shared = 0;
   if (choice && choice->topK > 0) {
     shared = routerChoiceShared(tail, choice->topK, kPeerThreads);
@@ -4616,6 +4634,38 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  kPeerBlocks, kPeerThreads, shared, s, args);
       e != cudaSuccess)
     return e;
+  if (stepEpochBase)
+    ++stepEpochCalls;
+  return cudaGetLastError();
+}
+
+namespace {
+__global__ void advanceEpochsKernel(uint32_t *base, int32_t calls) {
+  stepKernelPrologue();
+  if (threadIdx.x == 0)
+    *base += uint32_t(calls);
+}
+} // namespace
+
+void beginStepEpochs(uint32_t *base) {
+  stepEpochBase = base;
+  stepEpochCalls = 0;
+}
+
+int32_t endStepEpochs() {
+  stepEpochBase = nullptr;
+  return std::exchange(stepEpochCalls, 0);
+}
+
+cudaError_t launchAdvanceEpochs(uint32_t *base, int32_t calls,
+                                cudaStream_t s) {
+  if (!base || calls < 0)
+    return cudaErrorInvalidValue;
+  if (calls > 0)
+    if (cudaError_t e = launchStep(advanceEpochsKernel, 1, kWarp, 0, s, base,
+                                   calls);
+        e != cudaSuccess)
+      return e;
   return cudaGetLastError();
 }
 

@@ -294,6 +294,22 @@ launchAllReducePeers(const PeerExchange &p, const float *x, int64_t rows,
                      float eps, float *out, float *y, FaultSink fault,
                      cudaStream_t s, int64_t tail = 0, float *logits = nullptr,
                      const RouterChoice *choice = nullptr, int64_t site = -1);
+/// The calling host thread's all-reduce epochs for the step it enqueues (a
+/// graph's capture or an eager run): between beginStepEpochs(base) and
+/// endStepEpochs(), each launchAllReducePeers is the step's next call, and
+/// its kernel takes its call's epoch as *base + call + 1, read before the
+/// kernel's wait, instead of loading each block's last epoch from the
+/// exchange after it (a round trip at the head of every all-reduce);
+/// endStepEpochs returns the step's calls, which launchAdvanceEpochs, the
+/// step's last launch, adds to *base once every call has ended. So each
+/// call's epoch is one more than the call's before it, across steps too, as
+/// the exchange's parities need, and every rank of a group, running the
+/// same calls, gives a call the same epoch. *base (a zeroed word of the
+/// rank's) is written only by that last kernel, and a step's calls read it
+/// only after the previous step has ended.
+void beginStepEpochs(uint32_t *base);
+int32_t endStepEpochs();
+cudaError_t launchAdvanceEpochs(uint32_t *base, int32_t calls, cudaStream_t s);
 /// Whether launchAllReducePeers runs its kPeerBlocks blocks as a cluster
 /// (the calling host thread's setting; on by default): off, but for the
 /// router's choice, they are blocks that need not be placed together, and

@@ -253,6 +253,9 @@ environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_DIRECT_SLOTS=0 each all-reduce copies its input into the
                            exchange the peers read (default: its producer
                            writes it there; docs/cuda.md, "Direct slots")
+  KILN_CUDA_STEP_EPOCHS=0  each all-reduce's blocks load their call's epoch
+                           from the exchange after their wait (default: the
+                           step's word and the call's place, before it)
   KILN_CUDA_PEER_CLUSTER=1 the all-reduces as one cluster of 8 blocks, the
                            fused norm's parts through its shared memory
                            (default: blocks that are not a cluster, the

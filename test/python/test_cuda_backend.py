@@ -441,6 +441,20 @@ class Checks:
                                f"{model} tp{tp} direct slots{how}",
                                ok=placed is not None and
                                not placed.startswith("0 "))
+            # Each all-reduce's epoch from the step's word and its call's
+            # place (the default) against loaded from the exchange by each
+            # block (KILN_CUDA_STEP_EPOCHS=0): the same parts in the same
+            # order, so the same bits, graph and eager; the ranks' flags
+            # meet only where they give a call the same epoch.
+            for mode, want in (([], part), (["--eager"], parte)):
+                how = ", eager" if mode else ""
+                loaded = logits(self.pack, art, gguf, toks,
+                                self.work / f"{model}-tp{tp}loaded.npy",
+                                place + mode,
+                                extra_env={"KILN_CUDA_STEP_EPOCHS": "0"})
+                self.identical(f"{model}: tp{tp} ({where}{how}) step epochs "
+                               f"vs loaded from the exchange", want, loaded,
+                               f"{model} tp{tp} step epochs{how}")
             # Every all-reduce by blocks that are not a cluster
             # (KILN_CUDA_PEER_CLUSTER=0) against one cluster each (=1),
             # whichever is the default: the fused norm's parts through the

@@ -5163,8 +5163,16 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
   // flat: by blocks that are not a cluster (the backend's default), the
   // fused norm's parts through the exchange; each such call is run again
   // by the cluster on the same inputs, whose outputs must be the same bits.
-  auto check = [&](const Case &c, bool direct, bool flat) {
+  // stepEpochs: the calls in steps of two (kc::beginStepEpochs), each call's
+  // epoch from the steps' word and its place in its step, the word advanced
+  // by each step's last launch; the same sums, so the same checks, and the
+  // word must end at the calls made.
+  auto check = [&](const Case &c, bool direct, bool flat,
+                   bool stepEpochs = false) {
     kc::setPeerClusters(!flat);
+    DeviceArray<uint32_t> epochBase(size_t(1));
+    CHECK_CUDA(cudaMemset(epochBase.get(), 0, sizeof(uint32_t)));
+    int32_t stepCalls = 0;
     const bool added = c.fused || c.add;
     const int64_t values = c.rows * c.n, start = kc::peerSitesStart(capacity);
     const int64_t sites[2] = {start, start + (values + 31) / 32 * 32};
@@ -5176,7 +5184,8 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         kc::peerExchangeView({exchange.get()}, c.ranks, 0, capacity, true);
     const int calls = direct ? 4 : 3;
     const std::string what = fmtText(
-        "simulated, %s%s%d ranks, %lldx%lld %s", direct ? "direct slots, " : "",
+        "simulated, %s%s%s%d ranks, %lldx%lld %s",
+        stepEpochs ? "step epochs, " : "", direct ? "direct slots, " : "",
         flat ? "no cluster, " : "", c.ranks, (long long)c.rows, (long long)c.n,
         c.fused ? "+ add + rms_norm"
         : c.add ? "+ add"
@@ -5203,6 +5212,8 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
                               cudaMemcpyHostToDevice));
         in = p.slots[0] + site;
       }
+      if (stepEpochs && call % 2 == 0)
+        kc::beginStepEpochs(epochBase.get());
       auto reduce = [&] {
         run(kc::launchAllReducePeers(
             p, in, c.rows, c.n, c.sum, added ? dres.get() : nullptr,
@@ -5225,7 +5236,16 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         if (c.fused)
           clusterDiff += double(mismatches(dy.download(), gotY));
       }
+      if (stepEpochs && (call % 2 == 1 || call == calls - 1)) {
+        const int32_t made = kc::endStepEpochs();
+        stepCalls += made;
+        run(kc::launchAdvanceEpochs(epochBase.get(), made, nullptr));
+      }
     }
+    if (stepEpochs)
+      r.line("all_reduce_peers", what + ", the steps' epoch word",
+             std::fabs(double(epochBase.download()[0]) - double(stepCalls)),
+             0, "exact: every call counted once");
     const std::string runs = fmtText(" (%d calls)", calls);
     r.line("all_reduce_peers", what + ", reduced" + runs, outErr, 0,
            "bit-exact: the CPU's rank order");
@@ -5260,6 +5280,14 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
           Case{8, 1, 6144, true, true}, Case{8, 3, 1000, true, true},
           Case{2, 4, 2000, true, true}})
       check(c, direct, true);
+  // Each call's epoch from the steps' word (the backend's default in a
+  // step), with and without a cluster, from sites and from the parities.
+  for (auto [direct, flat] : {std::pair{true, true}, std::pair{false, true},
+                              std::pair{true, false}})
+    for (const Case &c :
+         {Case{8, 1, 6144, true, true}, Case{8, 3, 1000, true, true},
+          Case{1, 1, 6144, true, false, true}, Case{4, 2, 300, false, false}})
+      check(c, direct, flat, true);
   {
     // A site before the sites' start, or an x elsewhere than the site, is
     // refused before any launch.
