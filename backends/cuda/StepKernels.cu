@@ -3115,10 +3115,10 @@ __device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
   return top;
 }
 
-/// Whether a is `better` than b (the larger key, then the lower index),
-/// and not the same entry.
-/// Without branches (bitwise, not short-circuit), so that a loop of these
-/// over shared memory issues its reads ahead of the compares.
+/// Whether a is `better` than b (the larger key, then the lower index; an
+/// entry never beats itself), without branches (bitwise, not
+/// short-circuit), so that a loop of these over shared memory issues its
+/// reads ahead of the compares.
 __device__ inline int beats(Best a, Best b) {
   return int(a.key > b.key) | (int(a.key == b.key) & int(a.index < b.index));
 }
@@ -3161,7 +3161,6 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = int(blockDim.x / kWarp);
-  Best best;
   if (experts <= int64_t(blockDim.x)) { // the same for the block
     Best *top = candidates + warps * topK;
     // Lane l's rank in its warp from the warp's keys in shared memory (one
@@ -3214,18 +3213,17 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
       weights[lane] = routerWeight(chosen.key, sum, normalize, routedScale);
     }
     return;
-  } else {
-    const Best mine = warpTop32(experts, warp, warps, [&](int64_t e) {
-      return Best{choice[e], int32_t(e)};
-    });
-    if (lane < topK)
-      candidates[warp * topK + lane] = mine;
-    __syncthreads();
-    if (warp != 0)
-      return;
-    best = warpTop32(int64_t(warps) * topK, 0, 1,
-                     [&](int64_t i) { return candidates[i]; });
   }
+  const Best mine = warpTop32(experts, warp, warps, [&](int64_t e) {
+    return Best{choice[e], int32_t(e)};
+  });
+  if (lane < topK)
+    candidates[warp * topK + lane] = mine;
+  __syncthreads();
+  if (warp != 0)
+    return;
+  const Best best = warpTop32(int64_t(warps) * topK, 0, 1,
+                              [&](int64_t i) { return candidates[i]; });
   const float p = lane < topK ? prob[best.index] : 0.f;
   float sum = 0.f;
   for (int k = 0; k < topK; ++k)
@@ -4271,9 +4269,9 @@ struct PeerArgs {
 template <bool kChoice, bool kCluster>
 __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   static_assert(kCluster || !kChoice);
-  // The step's epoch before the wait: only the step's last kernel of the
-  // step before writes it (launchAdvanceEpochs). From the L2: this
-  // kernel's L1 is not trusted before its wait.
+  // The step's epoch before the wait: its word is written only by the last
+  // kernel of the step before (launchAdvanceEpochs), which has ended. From
+  // the L2: this kernel's L1 is not trusted before its wait.
   const bool stepEpoch = a.epochBase != nullptr;
   const uint32_t known =
       stepEpoch ? __ldcg(a.epochBase) + uint32_t(a.call) + 1u : 0u;
