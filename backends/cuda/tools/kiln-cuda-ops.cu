@@ -4793,6 +4793,17 @@ void benchOps() {
   DeviceArray<float> ql(normals(rng, heads * latent, 1.0)),
       qr(normals(rng, heads * rope, 1.0)), out(heads * latent),
       scratch(kc::mlaScratchFloats(heads, latent, positions)); // no selection
+  // One MLA launch of `h` heads in a graph: with the selection of 0..1024,
+  // or without one, up to *position.
+  auto timeMla = [&](int64_t h, const int32_t *position, bool selected) {
+    return timeInGraph(stream, [&](cudaStream_t s) {
+      return kc::launchMlaAttention(
+          ql.get(), qr.get(), h, latent, rope, c, position,
+          selected ? dsel.get() : nullptr, selected ? dcount.get() : nullptr,
+          selected ? positions : 0, 0.07f, scratch.get(), out.get(),
+          fault.sink(), s);
+    });
+  };
   // As the general kernel, then as the kernel compiled for 8 heads
   // (KILN_CUDA_SPECIALISED=1).
   for (bool fixed : {false, true}) {
@@ -4801,12 +4812,7 @@ void benchOps() {
     report(fixed ? "mla_attention 8x(512+64), 1025 of 2048, fixed heads, "
                    "scalar"
                  : "mla_attention 8x(512+64), 1025 of 2048",
-           timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchMlaAttention(
-                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
-                 dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
-                 out.get(), fault.sink(), s);
-           }));
+           timeMla(heads, pos.get(), true));
   }
   // The kernel for 8 heads on the tensor cores, with a selection and
   // without.
@@ -4814,50 +4820,23 @@ void benchOps() {
     const FixedShapes scope(true);
     const MlaTensorCores on(true);
     report("mla_attention 8x(512+64), 1025 of 2048, tensor cores",
-           timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchMlaAttention(
-                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
-                 dsel.get(), dcount.get(), positions, 0.07f, scratch.get(),
-                 out.get(), fault.sink(), s);
-           }));
+           timeMla(heads, pos.get(), true));
     report("mla_attention 8x(512+64), 0..1024, tensor cores",
-           timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchMlaAttention(
-                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
-                 nullptr, nullptr, 0, 0.07f, scratch.get(), out.get(),
-                 fault.sink(), s);
-           }));
+           timeMla(heads, pos.get(), false));
   }
   {
     const FixedShapes scope(true);
     const MlaTensorCores off(false);
     report("mla_attention 8x(512+64), 0..1024, fixed heads, scalar",
-           timeInGraph(stream, [&](cudaStream_t s) {
-             return kc::launchMlaAttention(
-                 ql.get(), qr.get(), heads, latent, rope, c, pos.get(),
-                 nullptr, nullptr, 0, 0.07f, scratch.get(), out.get(),
-                 fault.sink(), s);
-           }));
+           timeMla(heads, pos.get(), false));
   }
   report("mla_attention 8x(512+64), 0..1024, no selection",
-         timeInGraph(stream, [&](cudaStream_t s) {
-           return kc::launchMlaAttention(
-               ql.get(), qr.get(), heads, latent, rope, c, pos.get(), nullptr,
-               nullptr, 0, 0.07f, scratch.get(), out.get(), fault.sink(), s);
-         }));
+         timeMla(heads, pos.get(), false));
   report("mla_attention 1x(512+64), 0..1024, no selection",
-         timeInGraph(stream, [&](cudaStream_t s) {
-           return kc::launchMlaAttention(
-               ql.get(), qr.get(), 1, latent, rope, c, pos.get(), nullptr,
-               nullptr, 0, 0.07f, scratch.get(), out.get(), fault.sink(), s);
-         }));
+         timeMla(1, pos.get(), false));
   DeviceArray<int32_t> early(std::vector<int32_t>{15});
   report("mla_attention 8x(512+64), 0..15, no selection",
-         timeInGraph(stream, [&](cudaStream_t s) {
-           return kc::launchMlaAttention(
-               ql.get(), qr.get(), heads, latent, rope, c, early.get(), nullptr,
-               nullptr, 0, 0.07f, scratch.get(), out.get(), fault.sink(), s);
-         }));
+         timeMla(heads, early.get(), false));
   // GLM-5's attn_v_b (256 rows of 512 values a head, q8_0-split) in MLA's
   // launch, against MLA and then the v_b mat-vec as two launches.
   {
