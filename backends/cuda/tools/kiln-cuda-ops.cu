@@ -2749,6 +2749,142 @@ void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// moe_experts making its router's choice from the logits (kc::ExpertRoute;
+/// KILN_CUDA_EXPERTS_CHOOSE): the ids and weights written must be the CPU's
+/// moe_choose of the same logits bit for bit, and the output the same bits
+/// as the same kernels given those ids and weights (and within the experts'
+/// tolerance of the CPU's). Where the bulk-copy kernels run both halves and
+/// the choice is by ranks, they make it (counted by
+/// moeRoutedChoiceLaunches); elsewhere launchMoeChoose runs first.
+void checkExpertsChoose(Report &r, kiln::Rng &rng) {
+  cpu::ThreadPool pool(4);
+  struct Case {
+    GGMLType gateType, downType;
+    bool fused;
+    int64_t hidden, ffn, experts, k;
+    bool softmax, bias, shared, ties, chooses;
+  };
+  for (const Case &c : {
+           // A GLM-5 tp=8 rank: 8 of 256 experts by sigmoid and bias, the
+           // shared expert inside.
+           Case{GGMLType::Q4_K, GGMLType::Q5_K, false, 6144, 256, 256, 8,
+                false, true, true, false, true},
+           // Softmax without a bias, fused gate_up.
+           Case{GGMLType::Q4_K, GGMLType::Q5_K, true, 1024, 256, 256, 8, true,
+                false, false, false, true},
+           // 300 experts: more than a gate/up block's 192 threads and a
+           // down block's 256 (two rounds of ranks).
+           Case{GGMLType::Q5_K, GGMLType::Q4_K, false, 1024, 256, 300, 8,
+                false, true, false, false, true},
+           // 16 experts, top 12, ties and a NaN among the logits.
+           Case{GGMLType::Q4_K, GGMLType::Q5_K, false, 1024, 256, 16, 12,
+                false, true, true, true, true},
+           // Q8_0 experts (the generic kernels): the choice kernel first.
+           Case{GGMLType::Q8_0, GGMLType::Q8_0, true, 512, 256, 8, 4, false,
+                true, false, false, false}}) {
+    const Experts set = randomExperts(c.gateType, c.downType, c.fused,
+                                      c.hidden, c.ffn, c.experts, rng);
+    std::vector<float> x = normals(rng, c.hidden, 1.0),
+                       logits = normals(rng, c.experts, 2.0),
+                       bias = normals(rng, c.experts, 0.1);
+    if (c.ties) {
+      // Equal scores across the cut and a NaN (ranked lowest).
+      for (int64_t e = 0; e < c.experts; e += 3)
+        logits[size_t(e)] = 0.5f;
+      std::fill(bias.begin(), bias.end(), 0.f);
+      logits[1] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const float scale = 2.5f;
+    const cpu::Gating cg =
+        c.softmax ? cpu::Gating::Softmax : cpu::Gating::Sigmoid;
+    std::vector<int32_t> wantIds(size_t(c.k));
+    std::vector<float> wantWeights(size_t(c.k)), want(size_t(c.hidden));
+    if (!r.reference("moe_choose",
+                     cpu::moeChoose(logits.data(), c.experts,
+                                    c.bias ? bias.data() : nullptr, c.k, cg,
+                                    true, scale, wantIds.data(),
+                                    wantWeights.data())))
+      continue;
+    std::optional<Weight> sg, su, sd;
+    std::optional<SplitWeight> hg, hu, hd;
+    std::optional<kc::SharedExpert> shared;
+    std::optional<cpu::WeightView> sgv, suv, sdv;
+    if (c.shared) {
+      sg.emplace(randomWeight(GGMLType::Q8_0, {c.hidden, 256}, rng.next()));
+      su.emplace(randomWeight(GGMLType::Q8_0, {c.hidden, 256}, rng.next()));
+      sd.emplace(randomWeight(GGMLType::Q8_0, {256, c.hidden}, rng.next()));
+      shared = kc::SharedExpert{deviceWeight(*sg, true, hg),
+                                deviceWeight(*su, true, hu),
+                                deviceWeight(*sd, true, hd)};
+      sgv = sg->view("shared gate");
+      suv = su->view("shared up");
+      sdv = sd->view("shared down");
+    }
+    if (!r.reference("moe_experts",
+                     cpuExpertsShared(set, x.data(), c.hidden, wantIds.data(),
+                                      wantWeights.data(), c.k,
+                                      sgv ? &*sgv : nullptr,
+                                      suv ? &*suv : nullptr,
+                                      sdv ? &*sdv : nullptr, 256, want.data(),
+                                      pool)))
+      continue;
+
+    const kc::SharedExpert *sh = shared ? &*shared : nullptr;
+    DeviceArray<float> dx(x), dlogits(logits), dbias(bias), dout(c.hidden),
+        dgiven(c.hidden), dweights(static_cast<size_t>(c.k)),
+        dwant(wantWeights),
+        dact(kc::moeExpertsActFloats(c.k, c.ffn, c.hidden, sh));
+    DeviceArray<int32_t> dids(static_cast<size_t>(c.k)), dwantIds(wantIds);
+    kc::DeviceWeight ud = set.up ? set.up->dev() : kc::DeviceWeight{};
+    kc::ExpertRoute route;
+    route.logits = dlogits.get();
+    route.bias = c.bias ? dbias.get() : nullptr;
+    route.gating = c.softmax ? kc::Gating::Softmax : kc::Gating::Sigmoid;
+    route.normalize = true;
+    route.routedScale = scale;
+    route.ids = dids.get();
+    route.weights = dweights.get();
+    Fault fault;
+    const uint64_t before = kc::moeRoutedChoiceLaunches();
+    run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, c.experts, nullptr,
+                             nullptr, c.k, set.gate.dev(),
+                             set.up ? &ud : nullptr, set.down.dev(),
+                             dact.get(), nullptr, dout.get(), fault.sink(),
+                             nullptr, sh, &route));
+    const bool chose = kc::moeRoutedChoiceLaunches() != before;
+    const kc::StepFault routed = fault.read();
+    fault.clear();
+    run(kc::launchMoeExperts(dx.get(), c.hidden, c.ffn, c.experts,
+                             dwantIds.get(), dwant.get(), c.k, set.gate.dev(),
+                             set.up ? &ud : nullptr, set.down.dev(),
+                             dact.get(), nullptr, dgiven.get(), fault.sink(),
+                             nullptr, sh));
+    const std::vector<float> got = dout.download();
+    const std::string what = fmtText(
+        "%s %s + down %s, H%lld E%lld top %lld, %s%s%s%s, %s",
+        c.fused ? "gate_up" : "gate/up", typeName(c.gateType).c_str(),
+        typeName(c.downType).c_str(), (long long)c.hidden,
+        (long long)c.experts, (long long)c.k,
+        c.softmax ? "softmax" : "sigmoid", c.bias ? " +bias" : "",
+        c.ties ? ", ties and a NaN" : "", c.shared ? ", shared inside" : "",
+        c.chooses ? "chosen by the kernels" : "the choice kernel first");
+    r.line("moe_experts route", what + ": ids, weights, output bits",
+           mismatches(dids.download(), wantIds) +
+               mismatches(dweights.download(), wantWeights) +
+               mismatches(got, dgiven.download()) +
+               faultMismatch(routed, kc::FaultCode::None, 0, 0) +
+               (chose == c.chooses ? 0.0 : 1.0),
+           0,
+           "bit-exact: moe_choose's ids and weights, the output of the same "
+           "kernels given them; the path as stated");
+    r.line("moe_experts route", what + ": against the CPU",
+           relError(got, want),
+           2 * (sumTol(double(c.hidden)) + sumTol(double(c.ffn)) +
+                (c.shared ? sumTol(256.0) : 0.0)),
+           "the experts' chains of dots, as moe_experts shared");
+  }
+}
+
 /// The timing probe's gate/up kernel (KILN_CUDA_EXPERTS_INT8_X=1,
 /// kc::setExpertsInt8X): at GLM-5's tp=8 shape (Q4_K gate/up rows of 6,144,
 /// F = 256, Q5_K down), with the shared expert inside and without, the
@@ -5981,6 +6117,7 @@ int main(int argc, char **argv) {
   checkMoeRouter(report, rng);
   checkMoeRouterTies(report, rng);
   checkMoeExperts(report, rng);
+  checkExpertsChoose(report, rng);
   checkExpertsInt8X(report, rng);
   checkMoeSharedExpert(report, rng);
   checkRouterFold(report, rng);
