@@ -275,11 +275,6 @@ struct CudaStep {
   /// beat one block's (docs/perf.md, forty-sixth pass). At tp > 1 a plain
   /// draw keeps the ranks' best keys, which cross no logits.
   bool gridDraws = false;
-  /// The routers whose choice the experts' kernels make (expertRoutes): the
-  /// router op's index -> the moe_experts op's; and each such experts op's
-  /// route, set when its router is bound.
-  std::map<int32_t, int32_t> routerTo;
-  std::map<int32_t, ExpertRoute> routeFor;
   /// The position input as last written from the host (-1: not yet), which
   /// picks the graph a run replays.
   int64_t position = -1;
@@ -360,9 +355,6 @@ struct CudaRank {
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
   bool peerClusters = true; ///< KILN_CUDA_PEER_CLUSTER (setPeerClusters)
   bool expertsInt8X = false; ///< KILN_CUDA_EXPERTS_INT8_X (setExpertsInt8X)
-  /// KILN_CUDA_EXPERTS_CHOOSE (GraphSwitches): routers whose choice the
-  /// experts' kernels make (expertRoutes).
-  bool expertsChoose = false;
   /// KILN_CUDA_PEER_CLUSTER_POLICY (setPeerClusterPolicy).
   cudaClusterSchedulingPolicy peerClusterPolicy =
       cudaClusterSchedulingPolicyDefault;
@@ -580,10 +572,6 @@ public:
   /// vocabulary's logits on every rank first and draws from them there
   /// (the same token on every rank). Set by bind().
   std::optional<Launch> nucleus;
-  /// Device bytes the op's launch reads or writes beyond its operands (a
-  /// router's logits that its experts op reads: expertRoutes), for its
-  /// footprint. Set by bind().
-  std::vector<backend::MemoryRange> extraRanges;
   /// The first weight operand of a fused_linear or rms_norm_linear.
   size_t firstWeight() const {
     return d_.kind == OpKind::RmsNormLinear ? 2 : 1;
@@ -1362,17 +1350,6 @@ Expected<Launch> OpBinder::bind() {
     Gating g = d.softmax ? Gating::Softmax : Gating::Sigmoid;
     bool normalize = d.normalize;
     float rs = float(d.routedScale);
-    if (auto to = step_.routerTo.find(index_); to != step_.routerTo.end()) {
-      // The logits alone; the experts op makes the choice into ids and w.
-      const float *logits = routerLogits(scratch);
-      step_.routeFor[to->second] =
-          ExpertRoute{logits, bias, g, normalize, rs, ids, w};
-      const uint64_t at = reinterpret_cast<uintptr_t>(logits);
-      extraRanges.push_back(
-          {at, at + uint64_t(d.experts) * sizeof(float), true});
-      ids = nullptr;
-      w = nullptr;
-    }
     return wrap([=](cudaStream_t s) {
       return launchMoeRouter(x, gate, bias, topK, g, normalize, rs, scratch,
                              ids, w, s, norm ? &*norm : nullptr, normalised);
@@ -1397,29 +1374,10 @@ Expected<Launch> OpBinder::bind() {
     float *y = f32Out(0);
     int64_t ffn = d.ffn, experts = d.experts, chosen = d.topK;
     FaultSink f = sink();
-    // Its router's choice made here (expertRoutes): the router's logits
-    // read, ids and w written.
-    std::optional<ExpertRoute> route;
-    if (auto r = step_.routeFor.find(index_); r != step_.routeFor.end()) {
-      route = r->second;
-      const uint64_t at = reinterpret_cast<uintptr_t>(route->logits);
-      extraRanges.push_back(
-          {at, at + uint64_t(experts) * sizeof(float), false});
-      for (size_t in : {size_t(1), size_t(2)}) {
-        const int32_t b = d.ins[in];
-        const uint64_t begin =
-            reinterpret_cast<uintptr_t>(step_.ptrs[size_t(b)]);
-        extraRanges.push_back(
-            {begin, begin + step_.step->buffers[size_t(b)].bytes(), true});
-      }
-      ids = nullptr;
-      w = nullptr;
-    }
     return wrap([=](cudaStream_t s) {
       return launchMoeExperts(x, n, ffn, experts, ids, w, chosen, gate,
                               up ? &*up : nullptr, down, act, addend, y, f, s,
-                              shared ? &*shared : nullptr,
-                              route ? &*route : nullptr);
+                              shared ? &*shared : nullptr);
     });
   }
   case OpKind::Argmax: {
@@ -1816,10 +1774,6 @@ struct GraphSwitches {
   /// its input to an int8 grid and dots by `dp4a` (setExpertsInt8X; a
   /// timing probe, the step's results then differ from the CPU's).
   bool expertsInt8X = false;
-  /// KILN_CUDA_EXPERTS_CHOOSE=1: a router whose ids and weights only a
-  /// moe_experts reads writes its logits alone, and the experts' kernels
-  /// make the choice from them (expertRoutes, StepKernels.h ExpertRoute).
-  bool expertsChoose = false;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1955,8 +1909,6 @@ Expected<GraphSwitches> readGraphSwitches() {
                                    "the routed experts' gate/up kernel "
                                    "rounds its input to an int8 grid"));
   g.expertsInt8X = int8X;
-  KILN_ASSIGN(expertsChoose, readFlag("KILN_CUDA_EXPERTS_CHOOSE", false));
-  g.expertsChoose = expertsChoose;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -2127,55 +2079,6 @@ allSelectedGraph(const CudaRank &rank, const CudaStep &s,
   return g;
 }
 
-/// The routers whose choice the experts' kernels can make
-/// (KILN_CUDA_EXPERTS_CHOOSE): a moe_router or rms_norm_router whose ids and
-/// weights, arena buffers no view is made of, are read by one op alone, a
-/// moe_experts taking them as its ids and weights. The router op's index ->
-/// the experts op's.
-std::map<int32_t, int32_t> expertRoutes(const Step &step,
-                                        const std::vector<StepOp> &ops) {
-  std::map<int32_t, int32_t> routes;
-  auto plain = [&](int32_t b) {
-    if (step.buffers[size_t(b)].kind != BufferKind::Arena)
-      return false;
-    for (const Buffer &v : step.buffers)
-      if (v.kind == BufferKind::View && v.base == b)
-        return false;
-    return true;
-  };
-  for (size_t r = 0; r < ops.size(); ++r) {
-    const StepOp &router = ops[r];
-    if (router.kind != OpKind::MoeRouter &&
-        router.kind != OpKind::RmsNormRouter)
-      continue;
-    const size_t out0 = router.kind == OpKind::RmsNormRouter ? 1 : 0;
-    const int32_t ids = router.outs[out0], weights = router.outs[out0 + 1];
-    if (!plain(ids) || !plain(weights))
-      continue;
-    std::vector<size_t> users;
-    for (size_t j = 0; j < ops.size(); ++j) {
-      if (j == r)
-        continue;
-      auto names = [&](const std::vector<int32_t> &v) {
-        return std::find(v.begin(), v.end(), ids) != v.end() ||
-               std::find(v.begin(), v.end(), weights) != v.end();
-      };
-      if (names(ops[j].ins) || names(ops[j].outs))
-        users.push_back(j);
-    }
-    if (users.size() != 1)
-      continue;
-    const StepOp &e = ops[users[0]];
-    if (e.kind == OpKind::MoeExperts && users[0] > r && e.ins[1] == ids &&
-        e.ins[2] == weights && e.topK == router.topK &&
-        e.experts == router.experts &&
-        std::find(e.outs.begin(), e.outs.end(), ids) == e.outs.end() &&
-        std::find(e.outs.begin(), e.outs.end(), weights) == e.outs.end())
-      routes[int32_t(r)] = int32_t(users[0]);
-  }
-  return routes;
-}
-
 Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
   CudaStep &s = rank.steps[step.name];
   s.step = &step;
@@ -2221,8 +2124,6 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     }
   }
   KILN_ASSIGN(ops, backend::decodeStep(a, step, rank.ranks));
-  if (rank.expertsChoose)
-    s.routerTo = expertRoutes(step, ops);
   std::vector<backend::OpFootprint> prints = footprints(s, ops, rank.lightOps),
                                     unitPrints;
   // For the graph of the positions where every indexer selects all
@@ -2252,9 +2153,6 @@ Status prepareStep(CudaRank &rank, const Artifact &a, const Step &step) {
     OpBinder binder(rank, s, ops[i], int32_t(i));
     if (!fused) {
       KILN_ASSIGN(launch, binder.bind());
-      prints[i].ranges.insert(prints[i].ranges.end(),
-                              binder.extraRanges.begin(),
-                              binder.extraRanges.end());
       s.units.push_back(std::move(launch));
       s.unitOp.push_back(int32_t(i));
       unitPrints.push_back(prints[i]);
@@ -2721,13 +2619,11 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
   g.unitKernels.clear();
   const uint64_t widthBefore = shapeSpecialisedLaunches(),
                  sharedBefore = moeSharedInsideLaunches(),
-                 mlaMmaBefore = mlaTensorCoreLaunches(),
-                 chooseBefore = moeRoutedChoiceLaunches();
+                 mlaMmaBefore = mlaTensorCoreLaunches();
   Status enqueued = enqueueBranches(rank, s, g);
   const uint64_t widthKernels = shapeSpecialisedLaunches() - widthBefore,
                  sharedInside = moeSharedInsideLaunches() - sharedBefore,
-                 mlaMma = mlaTensorCoreLaunches() - mlaMmaBefore,
-                 chose = moeRoutedChoiceLaunches() - chooseBefore;
+                 mlaMma = mlaTensorCoreLaunches() - mlaMmaBefore;
   cudaGraph_t graph = nullptr;
   cudaError_t ended = cudaStreamEndCapture(rank.stream, &graph);
   if (!enqueued)
@@ -2749,14 +2645,11 @@ Status capture(CudaRank &rank, CudaStep &s, StepGraph &g) {
                  "%zu edges, %zu of them programmatic; %llu launches of "
                  "kernels compiled for their shapes (KILN_CUDA_SPECIALISED); "
                  "%llu moe_experts with the shared expert inside the routed "
-                 "experts' kernels; %llu MLA launches on the tensor cores; "
-                 "%llu moe_experts making their router's choice "
-                 "(KILN_CUDA_EXPERTS_CHOOSE)\n",
+                 "experts' kernels; %llu MLA launches on the tensor cores\n",
                  rank.where.c_str(), s.step->name.c_str(), which.c_str(),
                  c.kernels, c.others, c.edges, c.programmatic,
                  (unsigned long long)widthKernels,
-                 (unsigned long long)sharedInside, (unsigned long long)mlaMma,
-                 (unsigned long long)chose);
+                 (unsigned long long)sharedInside, (unsigned long long)mlaMma);
   }
   CUDA_TRY(where, cudaGraphInstantiate(&g.exec, graph, 0));
   CUDA_TRY(where, cudaGraphUpload(g.exec, rank.stream));
@@ -3176,7 +3069,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;
     rank->expertsInt8X = switches.expertsInt8X;
-    rank->expertsChoose = switches.expertsChoose;
     rank->peerClusters = switches.peerClusters;
     rank->peerClusterPolicy = switches.peerClusterPolicy;
     rank->lightOps = switches.lightOps;

@@ -17,11 +17,10 @@
 // writes: an L2 prefetch (prefetchL2), or for F32 rows (the router's gate,
 // linearF32Kernel) loads into registers (DeviceCommon.cuh holdF32Part);
 // and the routed experts' Q4_K / Q5_K down kernel
-// (StepMatVec.cu) reads the chosen ids (or, where it makes the router's
-// choice itself, the router's logits) and starts copying those experts'
+// (StepMatVec.cu) reads the chosen ids and starts copying those experts'
 // weights into shared memory, because its predecessor, the gate/up kernel,
 // lets it be scheduled only after its own wait, when the router that wrote
-// them has finished. The q8_0-split and F32 mat-vecs with live rows
+// the ids has finished. The q8_0-split and F32 mat-vecs with live rows
 // (StepKernels.h LiveRows) also read the step's position input before the
 // wait, to size their work: input slots are written between steps, never
 // by a kernel of the step. MLA with an output projection asks the L2 for

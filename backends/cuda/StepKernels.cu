@@ -28,7 +28,6 @@
 #include "MatVec.h"
 #include "ModelShapes.h"
 #include "QuantDot.cuh"
-#include "RouterChoice.cuh"
 #include "SplitLayout.h"
 #include "Warp.cuh"
 #include "support/DrawKey.h"
@@ -67,6 +66,12 @@ constexpr int kSingleBlockThreads = 1024;
 /// step's case) has enough loads in flight.
 constexpr int kNormThreads = 1024;
 
+constexpr unsigned kFullMask = 0xffffffffu;
+
+/// The smallest normal fp16, the router's floor on its normaliser (as
+/// CpuKernels.cpp and ggml).
+constexpr float kRouterSumFloor = 6.1035e-5f;
+
 unsigned elementBlocks(int64_t n) {
   int64_t blocks = (n + kElementThreads - 1) / kElementThreads;
   return unsigned(blocks < kMaxElementBlocks ? blocks : kMaxElementBlocks);
@@ -75,6 +80,53 @@ unsigned elementBlocks(int64_t n) {
 //===----------------------------------------------------------------------===//
 // Device helpers
 //===----------------------------------------------------------------------===//
+
+__device__ inline float warpMax(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+/// The sum of `v` over the block, in every thread: each warp's butterfly,
+/// then the warps' sums in warp order. `shared` holds kWarp floats.
+/// Deterministic for a given blockDim (a multiple of kWarp).
+__device__ float blockSum(float v, float *shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warpSum(v);
+  __syncthreads(); // an earlier call may still be reading `shared`
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  // Every warp sums the partials itself, so every thread gets the total.
+  v = lane < int(blockDim.x / kWarp) ? shared[lane] : 0.f;
+  return warpSum(v);
+}
+
+/// The largest `v` over the block (NaNs ignored, as fmaxf and std::max with
+/// a non-NaN first argument do), in every thread.
+__device__ float blockMax(float v, float *shared) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warpMax(v);
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  v = lane < int(blockDim.x / kWarp) ? shared[lane] : -INFINITY;
+  return warpMax(v);
+}
+
+/// A candidate of an arg-max: the larger key wins, equal keys go to the
+/// lower index. Keys are never NaN (callers map NaN first).
+struct Best {
+  float key;
+  int32_t index;
+};
+
+__device__ inline Best better(Best a, Best b) {
+  if (b.key > a.key || (b.key == a.key && b.index < a.index))
+    return b;
+  return a;
+}
 
 /// `better` is associative and commutative, so any reduction tree gives the
 /// same winner.
@@ -1917,6 +1969,9 @@ __device__ inline float ropedQuery(const IndexerArgs &a, const float *qh,
   return isFirst ? x0 * c - x1 * s : x0 * s + x1 * c;
 }
 
+/// NaN ranks below everything (the CPU's rankable()).
+__device__ inline float rankable(float v) { return isnan(v) ? -INFINITY : v; }
+
 /// Whether a score kernel has anything to do at the step's position (read
 /// before its wait: stepInputBeforeWait); false for a position outside the
 /// cache (block 0 reports it: PositionOutOfRange) or every attended
@@ -2959,6 +3014,51 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
 // the top-k choice.
 //===----------------------------------------------------------------------===//
 
+/// p from the logits (sigmoid, or a softmax over the experts) into
+/// prob[], and each expert's choice score, p + bias (NaN lowest), into
+/// choice[]; each thread's logit and bias loads issued together.
+__device__ void routerScores(const float *logits, int64_t experts,
+                             const float *bias, Gating gating, float *prob,
+                             float *choice, float *partials) {
+  // Logits are read from the L2 (ld.global.cg): routerKernel's choosing
+  // block reads what other blocks wrote.
+  if (gating == Gating::Sigmoid) {
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
+      const float logit = __ldcg(logits + e), b = bias ? bias[e] : 0.f;
+      const float p = 1.f / (1.f + expf(-logit));
+      prob[e] = p;
+      // The bias only steers the choice; the weights come from p alone.
+      choice[e] = rankable(bias ? p + b : p);
+    }
+  } else {
+    float maxLogit = -INFINITY;
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
+      maxLogit = fmaxf(maxLogit, __ldcg(logits + e));
+    maxLogit = blockMax(maxLogit, partials);
+    float sum = 0.f;
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
+      prob[e] = expf(__ldcg(logits + e) - maxLogit);
+      sum += prob[e];
+    }
+    sum = blockSum(sum, partials);
+    for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
+      prob[e] /= sum;
+      choice[e] = rankable(bias ? prob[e] + bias[e] : prob[e]);
+    }
+  }
+  __syncthreads();
+}
+
+/// The router's weights from the chosen ids in k order, exactly as the
+/// CPU: the chosen p summed in k order, floored, divided, scaled.
+__device__ inline float routerWeight(float p, float sum, bool normalize,
+                                     float routedScale) {
+  // The floor keeps a router whose chosen probabilities all vanish from
+  // dividing by zero.
+  const float denominator = fmaxf(sum, kRouterSumFloor);
+  return (normalize ? p / denominator : p) * routedScale;
+}
+
 /// One compare-exchange stage of a bitonic network over a warp's 32
 /// candidates (one a lane, partner lane ^ j), in blocks of k lanes: the
 /// lower lane of a pair keeps the better one where the block sorts best
@@ -3015,6 +3115,14 @@ __device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
   return top;
 }
 
+/// Whether a is `better` than b (the larger key, then the lower index; an
+/// entry never beats itself), without branches (bitwise, not
+/// short-circuit), so that a loop of these over shared memory issues its
+/// reads ahead of the compares.
+__device__ inline int beats(Best a, Best b) {
+  return int(a.key > b.key) | (int(a.key == b.key) & int(a.index < b.index));
+}
+
 /// The choice for topK <= 32: the CPU's, topK rounds each taking the best
 /// expert not yet chosen by p + bias (NaN lowest, ties to the lower id), in
 /// that order; then the weights in k order. Dynamic shared memory: 2 *
@@ -3022,11 +3130,20 @@ __device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
 /// (routerChoiceShared).
 ///
 /// Where every expert has a thread (experts <= blockDim; GLM-5's 256 on the
-/// router's 256 threads), by ranks (RouterChoice.cuh rankedChoose), with no
-/// sorting network: the same ids, in the same order. In GLM-5's step it
-/// measured 0.012-0.016 ms faster at 1k; the choice in the router's last
-/// block still takes ~2-3 us either way, its phases (the logits' L2 round
-/// trip, each compare pass, the weights) ~0.5 us each whatever their
+/// router's 256 threads), by ranks, with no sorting network: lane l of
+/// warp w counts the lanes of its warp whose expert beats its own (`beats`
+/// is a total order: lanes past the last expert are -inf with ids past it,
+/// below every real one), so the warp's ranks are 0 .. 31 and the experts
+/// ranked below topK are its candidates, in rank order. The best topK
+/// overall are all candidates, and whatever beats one of them is one too,
+/// so a candidate's rank among the warps' candidates is its rank among all
+/// the experts wherever that is below topK: those fill the result in rank
+/// order. Independent compares (shared-memory reads: the warp's keys, then
+/// a few threads a candidate) instead of a bitonic network's dependent
+/// stages: the same ids, in the same order. In GLM-5's step it measured
+/// 0.012-0.016 ms faster at 1k; the choice in the router's last block
+/// still takes ~2-3 us either way, its phases (the logits' L2 round trip,
+/// each compare pass, the weights) ~0.5 us each whatever their
 /// instructions (docs/perf.md, fiftieth pass).
 ///
 /// Otherwise each warp takes the best 32 of its chunks of 32 experts (a
@@ -3046,10 +3163,50 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
   const int warps = int(blockDim.x / kWarp);
   if (experts <= int64_t(blockDim.x)) { // the same for the block
     Best *top = candidates + warps * topK;
-    rankedChoose(choice, prob, int(experts), int(topK), candidates, top);
+    // Lane l's rank in its warp from the warp's keys in shared memory (one
+    // broadcast read each; key j past the last expert is -inf, below every
+    // real one). The reads are of clamped indices and their values
+    // selected, not branched around, so that they issue ahead of the
+    // compares.
+    const int e = int(threadIdx.x), first = warp * kWarp, n = int(experts);
+    const float key = e < n ? choice[e] : -INFINITY;
+    int rank = 0;
+#pragma unroll
+    for (int j = 0; j < kWarp; ++j) {
+      const int at = first + j;
+      const float read = choice[at < n ? at : n - 1];
+      const float other = at < n ? read : -INFINITY;
+      rank += int(other > key) | (int(other == key) & int(j < lane));
+    }
+    if (rank < topK)
+      candidates[warp * topK + rank] = Best{key, e};
+    __syncthreads();
+    // `share` consecutive lanes a candidate (a power of two: the sum below
+    // stays within a warp), each counting every share-th candidate.
+    const int count = warps * int(topK);
+    int share = 1;
+    while (share < kWarp && 2 * share * count <= int(blockDim.x))
+      share *= 2;
+    const int c = int(threadIdx.x) / share, part = int(threadIdx.x) % share;
+    const Best me = c < count ? candidates[c] : Best{-INFINITY, INT_MAX};
+    int beaten = 0;
+    if (c < count)
+#pragma unroll 4
+      for (int j = part; j < count; j += share)
+        beaten += beats(candidates[j], me);
+    for (int o = share / 2; o > 0; o /= 2)
+      beaten += __shfl_xor_sync(kFullMask, beaten, o);
+    // The chosen in rank order, each with its p (its key no longer needed).
+    if (c < count && part == 0 && beaten < topK)
+      top[beaten] = Best{prob[me.index], me.index};
+    __syncthreads();
     if (warp != 0)
       return;
-    const float sum = chosenSum(top, int(topK));
+    // Every lane the sum of the chosen p in k order, from shared memory (no
+    // chain of shuffles).
+    float sum = 0.f;
+    for (int k = 0; k < topK; ++k)
+      sum += top[k].key;
     if (lane < topK) {
       const Best chosen = top[lane];
       ids[lane] = chosen.index;
@@ -3177,8 +3334,6 @@ struct RouterArgs {
   float routedScale;
   uint32_t *arrivals;
   float *logits;
-  /// Null: the logits alone, no arrival and no choice (the routed experts'
-  /// kernels make it: ExpertArgs::route).
   int32_t *ids;
   float *weights;
   /// kNorm (step.rms_norm_router): x RMS-normalised with these, written
@@ -3203,13 +3358,6 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
   __shared__ float partials[kRouterThreads / kWarp];
   __shared__ bool last;
   const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
-  // The bias into the choice's scores before the wait (a weight: no kernel
-  // of the step writes it), for whichever block is last.
-  const bool chooses = a.ids != nullptr; // the same for the grid
-  float *biasEarly = chooses && a.bias ? shared + a.experts : nullptr;
-  if (biasEarly)
-    for (int64_t e = threadIdx.x; e < a.experts; e += blockDim.x)
-      biasEarly[e] = a.bias[e];
   if constexpr (!kNorm) {
     heldF32Block(a.gate, x4, a.experts, a.cols4, a.splits, partials,
                  a.logits);
@@ -3226,8 +3374,6 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
       a.normalised[i] = a.x[i] / rms * g[i];
   }
-  if (!chooses)
-    return;
   __syncthreads(); // this block's logits are written
   if (threadIdx.x == 0) {
     // The arrival releases the block's logits (ordered before it by the
@@ -3246,7 +3392,7 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
   __syncthreads();
   if (!last) // the same for the whole block
     return;
-  routerChoose(a.logits, a.experts, biasEarly, a.topK, a.gating, a.normalize,
+  routerChoose(a.logits, a.experts, a.bias, a.topK, a.gating, a.normalize,
                a.routedScale, a.ids, a.weights, shared);
 }
 
@@ -5318,14 +5464,14 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     a.arrivals = reinterpret_cast<uint32_t *>(scratch);
     a.logits = logits;
     a.ids = ids;
-    a.weights = ids ? weights : nullptr;
+    a.weights = weights;
     if (norm) {
       a.normWeight = reinterpret_cast<const float4 *>(norm->weight);
       a.normEps = norm->eps;
       a.normalised = normalised;
     }
     const size_t routerShared =
-        ids ? routerChoiceShared(experts, topK, kRouterThreads) : 0;
+        routerChoiceShared(experts, topK, kRouterThreads);
     if (routerShared > 48 * 1024)
       return cudaErrorInvalidValue;
     const int64_t rowsPerBlock = kRouterThreads / kWarp / a.splits;
@@ -5351,14 +5497,8 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
   if (cudaError_t e = launchLinear(x, 1, gate, experts, false, logits, s);
       e != cudaSuccess)
     return e;
-  if (!ids)
-    return cudaGetLastError();
   return launchMoeChoose(logits, experts, bias, topK, gating, normalize,
                          routedScale, ids, weights, s);
-}
-
-const float *routerLogits(const float *scratch) {
-  return scratch + kRouterArrivalFloats;
 }
 
 namespace {

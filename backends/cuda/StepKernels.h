@@ -581,8 +581,6 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
 /// (GLM-5's) runs as one kernel; any other as a mat-vec and a one-block
 /// choice.
 int64_t routerScratchFloats(int64_t experts);
-/// Where launchMoeRouter writes the logits in its scratch.
-const float *routerLogits(const float *scratch);
 
 /// kiln-fold-router: one rank's share of the router's logits, out[e] =
 /// sum over h of gate[e][h] * g[h] * (p[h] + scale * x[h]) (gate F32 [hidden,
@@ -690,9 +688,6 @@ cudaError_t launchMoeChoose(const float *logits, int64_t experts,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, int32_t *ids,
                             float *weights, cudaStream_t s);
-/// With ids null (and weights), the logits alone (routerLogits(scratch)):
-/// no choice, which the routed experts' kernels then make from them
-/// (launchMoeExperts's `route`).
 /// With `norm` (step.rms_norm_router): x is first RMS-normalised with it
 /// into `normalised` (x.size values), and the router reads that. The F32
 /// router kernel folds the norm in (its rows' warps take the squares from
@@ -753,32 +748,6 @@ bool expertsInt8X();
 /// How many of the calling host thread's launchMoeExperts calls ran that
 /// kernel (for the checks).
 uint64_t moeInt8XLaunches();
-/// The router's choice made from its logits by the experts themselves
-/// (launchMoeExperts's `route`; KILN_CUDA_EXPERTS_CHOOSE): the logits of a
-/// launchMoeRouter without its choice (routerLogits) and what the choice
-/// takes, as launchMoeRouter's; the choice goes to ids and weights.
-struct ExpertRoute {
-  const float *logits = nullptr;
-  const float *bias = nullptr; ///< or null
-  Gating gating = Gating::Sigmoid;
-  bool normalize = false;
-  float routedScale = 1.f;
-  int32_t *ids = nullptr;
-  float *weights = nullptr;
-};
-/// How many of the calling host thread's launchMoeExperts calls with a
-/// route had their bulk-copy kernels make the choice (the others ran
-/// launchMoeChoose first).
-uint64_t moeRoutedChoiceLaunches();
-/// With `route` (ids and weights then null): the choice from the router's
-/// logits, into route->ids and route->weights, the same ids, order and
-/// weights as launchMoeRouter's. Where the bulk-copy kernels run the routed
-/// experts (both of them) and the choice is by ranks (at most 1,024
-/// experts, topK <= 32), each gate/up block makes the whole choice after
-/// its wait, to find its expert without a kernel boundary after the
-/// router's last block (block 0 writes ids and weights), and each down block
-/// makes it again before its wait, to start its rows' copies there as it
-/// does with ids; elsewhere launchMoeChoose runs first.
 cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              int64_t experts, const int32_t *ids,
                              const float *weights, int64_t k,
@@ -786,8 +755,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              const DeviceWeight &down, float *act,
                              const float *addend, float *out, FaultSink fault,
                              cudaStream_t s,
-                             const SharedExpert *shared = nullptr,
-                             const ExpertRoute *route = nullptr);
+                             const SharedExpert *shared = nullptr);
 
 /// Whether the step launches of the calling host thread ask for an
 /// overlapped start after their predecessor (programmatic dependent launch,

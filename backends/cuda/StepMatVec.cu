@@ -36,7 +36,6 @@
 #include "MatVec.h"
 #include "ModelShapes.h"
 #include "QuantDot.cuh"
-#include "RouterChoice.cuh"
 #include "SplitLayout.h"
 #include "Warp.cuh"
 
@@ -1104,42 +1103,7 @@ struct ExpertArgs {
   /// The shared expert's gate/up blocks start their rows' copies before
   /// the predecessor wait (they need no id; earlyPrefetch()).
   bool sharedEarly;
-  /// The choice made by the bulk-copy kernels from the router's logits
-  /// (route.logits set; ExpertRoute): ids and weights are then its outputs,
-  /// which gate/up's block 0 writes. Its shared memory (rankedChoiceBytes)
-  /// starts at byte gateChoiceAt of a routed gate/up block and downChoiceAt
-  /// of a down block.
-  ExpertRoute route;
-  uint32_t gateChoiceAt, downChoiceAt;
 };
-
-/// The router's choice from its logits by the calling block (a.route):
-/// chosen into top[0, k) in k order ({p, id}; RouterChoice.cuh
-/// rankedChoose); `choice` holds the bias already where earlyBias (loaded
-/// before the kernel's wait: a weight). Every thread of the block calls
-/// it.
-__device__ __forceinline__ void routeChoose(const ExpertArgs &a, uint8_t *at,
-                                            bool earlyBias, Best *&top) {
-  __shared__ float partials[kWarp];
-  float *prob = reinterpret_cast<float *>(at), *choice = prob + a.experts;
-  Best *candidates = reinterpret_cast<Best *>(choice + a.experts);
-  top = candidates + (a.experts + kWarp - 1) / kWarp * a.k;
-  routerScores(a.route.logits, a.experts,
-               a.route.bias ? (earlyBias ? choice : a.route.bias) : nullptr,
-               a.route.gating, prob, choice, partials);
-  // 8 reads in flight a round of a group's ranks: the kernels' registers
-  // hold x (gate/up) or the row arithmetic (down) across the choice.
-  rankedChoose<8>(choice, prob, int(a.experts), int(a.k), candidates, top);
-}
-
-/// The bias into the choice's scores of the block's choice region (before
-/// the kernel's wait: a weight no kernel of the step writes).
-__device__ __forceinline__ void routeBiasEarly(const ExpertArgs &a,
-                                               uint8_t *at) {
-  float *choice = reinterpret_cast<float *>(at) + a.experts;
-  for (int64_t e = threadIdx.x; e < a.experts; e += blockDim.x)
-    choice[e] = a.route.bias[e];
-}
 
 /// Block 0's first warp reports the first id outside [0, experts) in k
 /// order, as the CPU would: 32 ids a round, loaded together, and a ballot
@@ -1365,15 +1329,6 @@ constexpr int kBulkBlockBytes = kQ == BulkQuant::Q4_K   ? 144
 template <BulkQuant kQ>
 constexpr bool kBulkLowBit = kQ == BulkQuant::Q2_K || kQ == BulkQuant::Q3_K;
 
-/// The formats whose bulk-copy kernels have a form that makes the router's
-/// choice (ExpertArgs::route): Q4_K and Q5_K (GLM-5's 4-bit mixes). The
-/// 2-bit mixes' spilled in it; they run launchMoeChoose first.
-template <BulkQuant kQ>
-constexpr bool kBulkRouted = !kBulkLowBit<kQ>;
-constexpr bool bulkRouted(BulkQuant q) {
-  return q == BulkQuant::Q4_K || q == BulkQuant::Q5_K;
-}
-
 /// A lane's x for kQ's blocks: prescaled (Q4_K / Q5_K), else as loaded.
 template <BulkQuant kQ>
 using BulkX = std::conditional_t<kBulkLowBit<kQ>, quantdot::K45X,
@@ -1598,7 +1553,7 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
 /// each lane rounds its x to the int8 grid while its rows stream in
 /// (QuantDot.cuh, "Int8 x"), and its dots are `dp4a`s: W . x' for x' the
 /// rounded input (quantdot::int8RoundGroups, groups of 16), not W . x.
-template <BulkQuant kQ, int kHidden, int kFfn, bool kInt8X, bool kRouted>
+template <BulkQuant kQ, int kHidden, int kFfn, bool kInt8X>
 __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
   constexpr bool kFixed = kHidden > 0;
   static_assert(!kFixed || (kHidden % 256 == 0 && kFfn > 0 &&
@@ -1623,48 +1578,19 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
         shared);
     return;
   }
-  // The router's choice made here (kRouted: a.route): its bias loaded
-  // before the wait.
-  constexpr bool routed = kRouted;
-  if (routed && a.route.bias)
-    routeBiasEarly(a, shared + a.gateChoiceAt);
   stepKernelPrologue();
-  if (!routed)
-    reportFirstBadId(a);
+  reportFirstBadId(a);
   // This lane's x first, so that its loads are in flight with the id's (the
   // copies below wait for the id, and the asm of their barriers keeps any
-  // load after them from moving up). The general kernels (not kFixed) that
-  // make the choice load it after the choice, as the rows stream in: held
-  // across it, their registers spilled.
+  // load after them from moving up).
   quantdot::K45X xv;
-  const bool xLate = !kFixed && routed;
-  const auto loadX = [&] {
-    if (active)
-      quantdot::loadK45Values(
-          reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
-  };
-  if (!xLate)
-    loadX();
+  if (active)
+    quantdot::loadK45Values(
+        reinterpret_cast<const float4 *>(a.x + 256 * int64_t(b)), t, xv);
   const int64_t i = blockIdx.x / tiles, f0 = blockIdx.x % tiles * kPairs;
   const int pairs =
       kFixed ? kPairs : int(ffn - f0 < kPairs ? ffn - f0 : kPairs);
-  int64_t e;
-  if (routed) {
-    // The whole choice, for the block's expert (its i-th); block 0 writes
-    // it out.
-    Best *top;
-    routeChoose(a, shared + a.gateChoiceAt, a.route.bias != nullptr, top);
-    e = top[i].index;
-    if (blockIdx.x == 0 && int(threadIdx.x) < a.k) {
-      const float sum = chosenSum(top, int(a.k));
-      const Best chosen = top[threadIdx.x];
-      a.route.ids[threadIdx.x] = chosen.index;
-      a.route.weights[threadIdx.x] = routerWeight(
-          chosen.key, sum, a.route.normalize, a.route.routedScale);
-    }
-  } else {
-    e = a.ids[i];
-  }
+  const int64_t e = a.ids[i];
   const bool valid = e >= 0 && e < a.experts; // the same for the whole block
   const uint32_t rowBytes =
       kFixed ? uint32_t(blocksPerRow * kBlockBytes) : uint32_t(a.gate.rowBytes);
@@ -1692,8 +1618,6 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
       }
     }
   }
-  if (xLate)
-    loadX();
   // Prescaled (or rounded to the int8 grid) while the rows stream in.
   std::conditional_t<kInt8X, quantdot::K45Int8X, BulkX<kQ>> xs;
   if (active) {
@@ -1727,10 +1651,10 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
                 pairs, a.act + i * ffn + f0);
 }
 
-template <BulkQuant kQ, int kHidden = 0, int kFfn = 0, bool kRouted = false>
+template <BulkQuant kQ, int kHidden = 0, int kFfn = 0>
 __global__ void __launch_bounds__(kThreads)
     expertGateUpK45Kernel(ExpertArgs a) {
-  expertGateUpK45<kQ, kHidden, kFfn, false, kRouted>(a);
+  expertGateUpK45<kQ, kHidden, kFfn, false>(a);
 }
 
 /// The probe's kernel (setExpertsInt8X): GLM-5's tp=8 routed gate/up
@@ -1739,7 +1663,7 @@ __global__ void __launch_bounds__(kThreads)
 /// fixed-width kernels.
 __global__ void __launch_bounds__(kThreads)
     expertGateUpInt8XKernel(ExpertArgs a) {
-  expertGateUpK45<BulkQuant::Q4_K, glm5::kHidden, 256, true, false>(a);
+  expertGateUpK45<BulkQuant::Q4_K, glm5::kHidden, 256, true>(a);
 }
 
 /// kHidden > 0: the kernel for one hidden width (a multiple of kDownTile)
@@ -1747,34 +1671,12 @@ __global__ void __launch_bounds__(kThreads)
 /// kHidden, k == kK and a block takes one tile: every block's tile is whole
 /// and its rows' offsets are constants. The same products in the same
 /// order as the general kernel (kHidden = 0), the same bits.
-template <BulkQuant kQ, int kHidden = 0, int kK = 0, bool kRouted = false>
+template <BulkQuant kQ, int kHidden = 0, int kK = 0>
 __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   constexpr bool kFixed = kHidden > 0;
   static_assert(!kFixed || (kHidden % kDownTile == 0 && kK > 0));
   extern __shared__ __align__(128) uint8_t shared[];
-  // The router's choice made here (a.route), before the wait as the ids'
-  // loads below: the router has ended (see there); its weights too. First,
-  // with nothing else held in registers across it.
-  const int k = kFixed ? kK : int(a.k);
-  int32_t *chosen =
-      reinterpret_cast<int32_t *>(shared + 8 * (kMaxDownTiles + 1));
-  float *weights = reinterpret_cast<float *>(chosen + k);
-  constexpr bool routed = kRouted;
-  if (routed) {
-    uint8_t *at = shared + a.downChoiceAt;
-    if (a.route.bias)
-      routeBiasEarly(a, at); // each thread's own experts: no barrier
-    Best *top;
-    routeChoose(a, at, a.route.bias != nullptr, top);
-    const float sum = chosenSum(top, k);
-    for (int s = threadIdx.x; s < k; s += blockDim.x) {
-      chosen[s] = top[s].index;
-      weights[s] = routerWeight(top[s].key, sum, a.route.normalize,
-                                a.route.routedScale);
-    }
-    __syncthreads(); // chosen[] and weights[] are written
-  }
-  const int tilesPer = kFixed ? 1 : a.downTiles;
+  const int tilesPer = kFixed ? 1 : a.downTiles, k = kFixed ? kK : int(a.k);
   const int64_t hidden = kFixed ? int64_t(kHidden) : a.hidden;
   const int64_t tiles = (hidden + kDownTile - 1) / kDownTile;
   const int64_t tile0 = int64_t(blockIdx.x) * tilesPer;
@@ -1795,6 +1697,9 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   // [kDownTile rows] and dots [slot][tile * rows]; with the shared expert,
   // then its rows' quants and scales and its dots.
   uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
+  int32_t *chosen =
+      reinterpret_cast<int32_t *>(shared + 8 * (kMaxDownTiles + 1));
+  float *weights = reinterpret_cast<float *>(chosen + k);
   uint8_t *rows = shared + a.downHeadBytes;
   float *dots = reinterpret_cast<float *>(rows + k * tilesPer * tileBytes);
   const bool withShared = a.sharedFfn > 0; // the same for the whole grid
@@ -1812,7 +1717,7 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
     uint32_t valid = 0;
     for (int s0 = 0; s0 < k; s0 += kWarp) { // the same for the warp
       const int s = s0 + lane;
-      int32_t e = s >= k ? -1 : routed ? chosen[s] : __ldcg(a.ids + s);
+      int32_t e = s < k ? __ldcg(a.ids + s) : -1;
       e = e >= 0 && e < a.experts ? e : -1; // faulted by gate/up
       if (s < k)
         chosen[s] = e;
@@ -1852,11 +1757,10 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   }
   __syncthreads(); // the barriers and chosen ids are in place
   stepKernelPrologue();
-  // The routing weights, all at once (read in the final sums; made above
-  // with the choice), and this thread's first row of the addend.
-  if (!routed)
-    for (int s = threadIdx.x; s < k; s += blockDim.x)
-      weights[s] = a.weights[s];
+  // The routing weights, all at once (read in the final sums), and this
+  // thread's first row of the addend.
+  for (int s = threadIdx.x; s < k; s += blockDim.x)
+    weights[s] = a.weights[s];
   const float extra =
       a.addend && int(threadIdx.x) < nrows ? a.addend[h0 + threadIdx.x] : 0.f;
   for (int s = warp; s < k; s += warps) {
@@ -2572,18 +2476,14 @@ template <class Make> ExpertKernel forBulkQuant(BulkQuant q, Make make) {
 
 /// The routed gate/up kernel for rows of `q` of glm5::kHidden values
 /// compiled for expert width `ffn`, of those in glm5::ExpertFfnWidths, or
-/// null; `routed`: the one making the router's choice.
-ExpertKernel expertWidthKernel(BulkQuant q, int64_t ffn, bool routed) {
-  return forBulkQuant(q, [ffn, routed](auto format) {
+/// null.
+ExpertKernel expertWidthKernel(BulkQuant q, int64_t ffn) {
+  return forBulkQuant(q, [ffn](auto format) {
     return glm5::pickShape<ExpertKernel>(
-        ffn, glm5::ExpertFfnWidths{}, nullptr, [routed](auto width) {
-          constexpr BulkQuant kQ = decltype(format)::value;
-          if constexpr (kBulkRouted<kQ>)
-            if (routed)
-              return ExpertKernel(
-                  expertGateUpK45Kernel<kQ, glm5::kHidden, width.value, true>);
-          return ExpertKernel(
-              expertGateUpK45Kernel<kQ, glm5::kHidden, width.value>);
+        ffn, glm5::ExpertFfnWidths{}, nullptr, [](auto width) {
+          return ExpertKernel(expertGateUpK45Kernel<decltype(format)::value,
+                                                    glm5::kHidden,
+                                                    width.value>);
         });
   });
 }
@@ -2595,10 +2495,7 @@ thread_local uint64_t sharedInside = 0;
 thread_local uint64_t bulkLaunches = 0;
 thread_local bool int8X = false;
 thread_local uint64_t int8XLaunches = 0;
-thread_local uint64_t routedChoices = 0;
 } // namespace
-
-uint64_t moeRoutedChoiceLaunches() { return routedChoices; }
 
 uint64_t moeSharedInsideLaunches() { return sharedInside; }
 uint64_t moeBulkLaunches() { return bulkLaunches; }
@@ -2620,19 +2517,9 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              const DeviceWeight &gate, const DeviceWeight *up,
                              const DeviceWeight &down, float *act,
                              const float *addend, float *out, FaultSink fault,
-                             cudaStream_t s, const SharedExpert *shared,
-                             const ExpertRoute *route) {
+                             cudaStream_t s, const SharedExpert *shared) {
   ExpertArgs a{};
   a.fused = up == nullptr;
-  // With a route, its ids and weights are the outputs, the arguments null.
-  if (route) {
-    if (ids || weights || !route->logits || !route->ids || !route->weights ||
-        k > experts ||
-        (route->gating != Gating::Sigmoid && route->gating != Gating::Softmax))
-      return cudaErrorInvalidValue;
-    ids = route->ids;
-    weights = route->weights;
-  }
   if (hidden <= 0 || ffn <= 0 || experts <= 0 || k < 0 ||
       !geometryOf(gate, a.gate) || !geometryOf(up ? *up : gate, a.up) ||
       !geometryOf(down, a.down) || gate.cols != hidden ||
@@ -2694,7 +2581,6 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   uint64_t gateFastShared =
       kPairHeadBytes + 2 * kPairs * a.gate.rowBytes +
       uint64_t(gateFastWarps) * 2 * kPairs * sizeof(float);
-  const uint64_t routedGateBytes = gateFastShared;
   const bool gateFast = device.bulk && gateQ && a.gate.rowBytes % 16 == 0 &&
                         gateFastWarps <= kWarpsPerBlock && aligned16(x) &&
                         aligned16(a.gateData) && aligned16(a.upData) &&
@@ -2783,46 +2669,13 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
       a.addend = y;
     }
   }
-  // The router's choice by the bulk-copy kernels, each block's region of
-  // it after the rest of its shared memory; else by its own kernel first.
-  if (route && k > 0 && gateFast && downFast && !expertsInt8X() &&
-      bulkRouted(*gateQ) && bulkRouted(*downQ) &&
-      rankedChoiceTakes(experts, k)) {
-    const uint64_t bytes = uint64_t(rankedChoiceBytes(experts, k)),
-                   gateAt = (routedGateBytes + 15) / 16 * 16,
-                   downAt = (downFastShared + 15) / 16 * 16;
-    if (gateAt + bytes <= uint64_t(device.sharedOptin) &&
-        downAt + bytes <= uint64_t(device.sharedOptin)) {
-      a.route = *route;
-      a.gateChoiceAt = uint32_t(gateAt);
-      a.downChoiceAt = uint32_t(downAt);
-      gateFastShared = std::max(gateFastShared, gateAt + bytes);
-      downFastShared = downAt + bytes;
-      ++routedChoices;
-    }
-  }
-  if (route && k > 0 && !a.route.logits)
-    if (cudaError_t e = launchMoeChoose(
-            route->logits, experts, route->bias, k, route->gating,
-            route->normalize, route->routedScale, route->ids, route->weights,
-            s);
-        e != cudaSuccess)
-      return e;
-  // The kernels making the choice are instantiations of their own, so
-  // that the others' registers are as they were.
-  const bool routed = a.route.logits != nullptr;
   if (k > 0) {
     ExpertKernel gateUp =
-        gateFast
-            ? forBulkQuant(*gateQ,
-                           [routed](auto format) {
-                             constexpr BulkQuant kQ = decltype(format)::value;
-                             if constexpr (kBulkRouted<kQ>)
-                               if (routed)
-                                 return ExpertKernel(
-                                     expertGateUpK45Kernel<kQ, 0, 0, true>);
-                             return ExpertKernel(expertGateUpK45Kernel<kQ>);
-                           })
+        gateFast ? forBulkQuant(*gateQ,
+                                [](auto format) {
+                                  return ExpertKernel(expertGateUpK45Kernel<
+                                                      decltype(format)::value>);
+                                })
         : rows == kRows ? expertGateUpKernel<kRows>
                         : expertGateUpKernel<1>;
     // The kernel compiled for GLM-5's hidden width and this expert width
@@ -2831,7 +2684,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
         hidden == glm5::kHidden &&
         a.gate.rowBytes ==
             uint64_t(a.blocksPerRow) * uint64_t(a.gate.blockBytes)) {
-      ExpertKernel fixed = expertWidthKernel(*gateQ, ffn, routed);
+      ExpertKernel fixed = expertWidthKernel(*gateQ, ffn);
       if (fixed && holdsAsMany(fixed, gateUp, gateFastWarps * kWarp,
                                gateFastShared)) {
         gateUp = fixed;
@@ -2867,26 +2720,17 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
   }
   if (downFast) {
     ++bulkLaunches;
-    ExpertKernel kernel = forBulkQuant(*downQ, [routed](auto format) {
-      constexpr BulkQuant kQ = decltype(format)::value;
-      if constexpr (kBulkRouted<kQ>)
-        if (routed)
-          return ExpertKernel(expertDownK45Kernel<kQ, 0, 0, true>);
-      return ExpertKernel(expertDownK45Kernel<kQ>);
+    ExpertKernel kernel = forBulkQuant(*downQ, [](auto format) {
+      return ExpertKernel(expertDownK45Kernel<decltype(format)::value>);
     });
     // The kernel compiled for GLM-5's hidden width and top-k
     // (family experts), where it holds as many blocks at once.
     if (shapeSpecialised(ShapeFamily::Experts) && hidden == glm5::kHidden &&
         k == glm5::kTopK &&
         a.downTiles == 1) {
-      ExpertKernel fixed = forBulkQuant(*downQ, [routed](auto format) {
-        constexpr BulkQuant kQ = decltype(format)::value;
-        if constexpr (kBulkRouted<kQ>)
-          if (routed)
-            return ExpertKernel(
-                expertDownK45Kernel<kQ, glm5::kHidden, glm5::kTopK, true>);
-        return ExpertKernel(
-            expertDownK45Kernel<kQ, glm5::kHidden, glm5::kTopK>);
+      ExpertKernel fixed = forBulkQuant(*downQ, [](auto format) {
+        return ExpertKernel(expertDownK45Kernel<decltype(format)::value,
+                                                glm5::kHidden, glm5::kTopK>);
       });
       if (holdsAsMany(fixed, kernel, a.per * kWarp, downFastShared)) {
         kernel = fixed;

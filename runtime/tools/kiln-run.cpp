@@ -256,11 +256,6 @@ environment (CUDA backend, for measuring; the same bits either way):
   KILN_CUDA_STEP_EPOCHS=0  each all-reduce's blocks load their call's epoch
                            from the exchange after their wait (default: the
                            step's word and the call's place, before it)
-  KILN_CUDA_EXPERTS_CHOOSE=1
-                           a router whose ids and weights only the routed
-                           experts read writes its logits alone, and the
-                           experts' kernels make its choice from them (the
-                           same ids and weights; docs/cuda.md)
   KILN_CUDA_PEER_CLUSTER=1 the all-reduces as one cluster of 8 blocks, the
                            fused norm's parts through its shared memory
                            (default: blocks that are not a cluster, the

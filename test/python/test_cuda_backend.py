@@ -583,35 +583,6 @@ class Checks:
                     r"(\d+) moe_experts with the shared expert inside",
                     stderr)),
                 "shared expert inside the routed kernels: {} ops a step")
-            self.experts_choose(model)
-
-    def experts_choose(self, model):
-        """The router's choice made by the routed experts' kernels from its
-        logits (KILN_CUDA_EXPERTS_CHOOSE=1) against the router making it
-        (=0): the same ids and weights (the same code on the same logits,
-        kiln-cuda-ops checks them bit for bit against moe_choose), so the
-        same logits bit for bit, graph and eager; the graph's count of
-        experts ops making the choice must be above zero with it on, zero
-        with it off."""
-        gguf, toks = self.gguf(model), tokens_for()
-        note = r"(\d+) moe_experts making their router's choice"
-        got, ran = {}, {}
-        for value in ("0", "1"):
-            got[value], said = self.logits_said(
-                model, self.art(model, "cuda", 1), gguf, toks, [],
-                {"KILN_CUDA_EXPERTS_CHOOSE": value,
-                 "KILN_CUDA_GRAPH_STATS": "1"})
-            ran[value] = sum(int(n) for n in re.findall(note, said))
-        eager = logits(self.pack, self.art(model, "cuda", 1), gguf, toks,
-                       self.work / f"{model}-choose-eager.npy", ["--eager"],
-                       extra_env={"KILN_CUDA_EXPERTS_CHOOSE": "1"})
-        self.identical(f"{model}: the router's choice by the experts' kernels "
-                       f"({ran['1']} ops a step) vs by the router, graph",
-                       got["1"], got["0"], f"{model} experts choose",
-                       ok=ran["1"] > 0 and ran["0"] == 0)
-        self.identical(f"{model}: the router's choice by the experts' "
-                       f"kernels, eager vs the router's, graph", eager,
-                       got["0"], f"{model} experts choose eager")
 
     def low_bit(self):
         """The 2-bit mix (LOW_BIT_MODELS: Q2_K / Q3_K routed experts)

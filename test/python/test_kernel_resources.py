@@ -41,14 +41,12 @@ MAY_SPILL = {
         {"sm_100"}, "the mat-vec over file blocks of types with no "
         "several-row dot (no GLM-5 mix's)"),
     # Formats by number: 0 Q4_K, 1 Q5_K, 2 Q2_K, 3 Q3_K (BulkQuant).
-    # The kernels' last argument: whether they make the router's choice
-    # (StepMatVec.cu kBulkRouted).
-    r"expertGateUpK45Kernel<\(.*?BulkQuant\)0, 6144, 2048, false>": (
+    r"expertGateUpK45Kernel<\(.*?BulkQuant\)0, 6144, 2048>": (
         {"sm_120"}, "GLM-5's experts at tp=1 (4-8 bytes as the body "
         "changes; tp=8 runs the 256-row kernel)"),
-    r"expertGateUpK45Kernel<\(.*?BulkQuant\)0, 6144, 512, false>": (
+    r"expertGateUpK45Kernel<\(.*?BulkQuant\)0, 6144, 512>": (
         {"sm_120"}, "GLM-5's experts at tp=4 (4-8 bytes)"),
-    r"expert(GateUp|Down)K45Kernel<\(.*?BulkQuant\)3, 0, 0, false>": (
+    r"expert(GateUp|Down)K45Kernel<\(.*?BulkQuant\)3, 0, 0>": (
         {"sm_90", "sm_120"}, "the 2-bit mixes' Q3_K rows in the general-shape "
         "bulk-copy kernels (8 bytes; on sm_90 the 2-bit mix's down runs this "
         "one, its fixed form holding fewer blocks: docs/perf.md, forty-second "
