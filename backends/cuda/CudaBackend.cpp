@@ -2312,14 +2312,14 @@ Status enqueueUnit(CudaStep &s, const StepGraph &g, size_t i,
 /// then every op (with an event before each and after the last when
 /// profiling).
 /// A step's all-reduce epochs (beginStepEpochs) while it is enqueued, on
-/// the rank's word where it has one; finish() launches the step's last
+/// the rank's word where it has one (a rank with the one-shot all-reduce
+/// and step epochs: setUpPeerExchange); finish() launches the step's last
 /// kernel, which advances the word by the step's calls. The calling
 /// thread's setting is cleared however the enqueueing ends.
 class StepEpochs {
 public:
   explicit StepEpochs(CudaRank &rank)
-      : rank_(rank),
-        base_(rank.usePeers ? rank.epochBase.get<uint32_t>() : nullptr) {
+      : rank_(rank), base_(rank.epochBase.get<uint32_t>()) {
     if (base_)
       beginStepEpochs(base_);
   }

@@ -4307,6 +4307,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   // the path, three times a value).
   const bool oneRow = a.rows == 1;
   auto rowOf = [&](int64_t f) { return oneRow ? 0 : int(f / a.n); };
+  auto columnOf = [&](int64_t f) { return oneRow ? f : f % a.n; };
   float v[kPeerPer], r[kPeerPer], g[kPeerPer];
 #pragma unroll
   for (int k = 0; k < kPeerPer; ++k) {
@@ -4314,7 +4315,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     const bool in = f < last && !direct, normed = fused && f < body;
     v[k] = in ? a.x[f] : 0.f;
     r[k] = added && f < body ? a.residual[f] : 0.f;
-    g[k] = normed ? a.w[oneRow ? f : f % a.n] : 0.f;
+    g[k] = normed ? a.w[columnOf(f)] : 0.f;
   }
   __syncthreads();
   const uint32_t e = stepEpoch ? known : epochShared;
