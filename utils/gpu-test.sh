@@ -225,8 +225,8 @@ if [ -x "$pack/bin/kiln-run" ]; then
   step bench-glm5-tp8-rank0-graph-16k-mlaproj env KILN_CUDA_MLA_PROJECTION=1 \
     "$bin/kiln-run" "$m/glm5-16k.cuda.tp8.kiln" --backend-dir "$pack/lib" \
     --bench --simulate-rank 0/8 --context 16384 --steps 30
-  # The kernels compiled for GLM-5's shapes: the default runs the experts'
-  # and MLA's (docs/cuda.md); here none (KILN_CUDA_SPECIALISED=0) at 1k and
+  # The kernels compiled for GLM-5's shapes: the default runs the experts',
+  # MLA's, the router's and the all-reduce's (docs/cuda.md); here none (KILN_CUDA_SPECIALISED=0) at 1k and
   # 16k, and every family (=1) at 1k, with the count of such launches in
   # each graph.
   step bench-glm5-tp8-rank0-graph-general env KILN_CUDA_SPECIALISED=0 \

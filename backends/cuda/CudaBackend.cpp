@@ -1635,12 +1635,16 @@ Status fillStates(CudaRank &rank, uint64_t positions, uint64_t seed) {
 constexpr int kMaxBranches = 8;
 
 /// The families of kernels compiled for GLM-5's shapes that run unless
-/// KILN_CUDA_SPECIALISED says otherwise: the routed experts' and MLA's. At
-/// a GLM-5 tp=8 rank (docs/perf.md, sixteenth pass) they take 0.20 ms off
-/// the step at 1k and 0.35 ms at 16k; the q8_0 mat-vecs' add 0.28 ms at
-/// 1k, and the indexer's take 0.03 ms off at 1k but add 0.12 ms at 16k.
+/// KILN_CUDA_SPECIALISED says otherwise: the routed experts', MLA's, the
+/// router's and the one-shot all-reduce's. At a GLM-5 tp=8 rank
+/// (docs/perf.md) the first two took 0.20 ms off the step at 1k and 0.35
+/// ms at 16k (sixteenth pass), the all-reduce's 0.33 ms at 1k and the
+/// router's another 0.06 (fifty-second pass); the q8_0 mat-vecs' add 0.28
+/// ms at 1k, and the indexer's take 0.03 ms off at 1k but add 0.12 ms at
+/// 16k.
 constexpr unsigned kDefaultShapeFamilies =
-    unsigned(ShapeFamily::Experts) | unsigned(ShapeFamily::Mla);
+    unsigned(ShapeFamily::Experts) | unsigned(ShapeFamily::Mla) |
+    unsigned(ShapeFamily::Router) | unsigned(ShapeFamily::AllReduce);
 
 /// Switches for measuring what each graph feature, op kind and NCCL costs
 /// (docs/cuda.md): KILN_CUDA_PDL=0 turns overlapped launches off,
@@ -1655,7 +1659,8 @@ constexpr unsigned kDefaultShapeFamilies =
 /// barrier, and a mat-vec launch of its own projects),
 /// KILN_CUDA_QUIET_START=0 lets the mat-vecs after a collective prefetch
 /// their weights early as the others do (by default they do not),
-/// KILN_CUDA_SPECIALISED=q8,experts,mla,indexer (1: all, 0: none) runs
+/// KILN_CUDA_SPECIALISED=q8,experts,mla,indexer,router,allreduce (1: all,
+/// 0: none) runs
 /// the kernels compiled for GLM-5's shapes of those families where a launch
 /// has one (ModelShapes.h; readShapeFamilies),
 /// KILN_CUDA_LIGHT_OPS=0 schedules the short ops as the others
@@ -1825,7 +1830,8 @@ Expected<unsigned> readShapeFamilies(unsigned unset) {
   if (std::optional<unsigned> families = parseShapeFamilies(v))
     return *families;
   return Error("KILN_CUDA_SPECIALISED", v,
-               "expected 1, 0 or a comma list of q8, experts, mla, indexer");
+               "expected 1, 0 or a comma list of q8, experts, mla, indexer, "
+               "router, allreduce");
 }
 
 /// Whether KILN_CUDA_OMIT leaves an all-reduce out (then direct slots are

@@ -28,28 +28,37 @@ namespace kiln::cuda {
 /// mask (setShapeSpecialised, StepKernels.h): the q8_0 mat-vecs of its
 /// widths (plain, normalised, swiglu), its routed experts' Q4_K / Q5_K
 /// gate/up and down, MLA for a rank's heads, the indexer's scores for its
-/// 128 values a head. Each gives the general kernels' bits but MLA for 8
+/// 128 values a head, the router's choice of its top 8 of 256 experts
+/// (sigmoid gating), the one-shot all-reduce of one row of its hidden width
+/// over 8 ranks. Each gives the general kernels' bits but MLA for 8
 /// heads, which by default runs on the tensor cores (StepKernels.h
 /// MlaLaunch::tensorCores); which of them run by default is a measured
 /// choice (docs/cuda.md).
-enum class ShapeFamily : unsigned { Q8 = 1, Experts = 2, Mla = 4, Indexer = 8 };
+enum class ShapeFamily : unsigned {
+  Q8 = 1,
+  Experts = 2,
+  Mla = 4,
+  Indexer = 8,
+  Router = 16,
+  AllReduce = 32
+};
 constexpr unsigned kAllShapeFamilies =
     unsigned(ShapeFamily::Q8) | unsigned(ShapeFamily::Experts) |
-    unsigned(ShapeFamily::Mla) | unsigned(ShapeFamily::Indexer);
+    unsigned(ShapeFamily::Mla) | unsigned(ShapeFamily::Indexer) |
+    unsigned(ShapeFamily::Router) | unsigned(ShapeFamily::AllReduce);
 
 /// The families KILN_CUDA_SPECIALISED names: "1" all, "0" none, or a comma
-/// list of q8, experts, mla and indexer. nullopt for anything else (an
-/// unknown or empty name).
+/// list of q8, experts, mla, indexer, router and allreduce. nullopt for
+/// anything else (an unknown or empty name).
 inline std::optional<unsigned> parseShapeFamilies(std::string_view text) {
   if (text == "1")
     return kAllShapeFamilies;
   if (text == "0")
     return 0u;
   constexpr std::pair<std::string_view, ShapeFamily> kNames[] = {
-      {"q8", ShapeFamily::Q8},
-      {"experts", ShapeFamily::Experts},
-      {"mla", ShapeFamily::Mla},
-      {"indexer", ShapeFamily::Indexer}};
+      {"q8", ShapeFamily::Q8},         {"experts", ShapeFamily::Experts},
+      {"mla", ShapeFamily::Mla},       {"indexer", ShapeFamily::Indexer},
+      {"router", ShapeFamily::Router}, {"allreduce", ShapeFamily::AllReduce}};
   unsigned families = 0;
   for (;;) {
     const size_t comma = text.find(',');
@@ -80,6 +89,7 @@ inline constexpr int kHeads = 64;
 inline constexpr int kVHead = 256;
 inline constexpr int kSharedFfn = 2048; ///< the shared expert's width
 inline constexpr int kExpertFfn = 2048; ///< a routed expert's width
+inline constexpr int kExperts = 256;    ///< routed experts
 inline constexpr int kTopK = 8;         ///< routed experts a token
 inline constexpr int kIndexDim = 128;   ///< the DSA indexer's head dim
 

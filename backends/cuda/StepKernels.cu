@@ -3014,15 +3014,25 @@ __global__ void indexerSelectKernel(IndexerArgs a) {
 // the top-k choice.
 //===----------------------------------------------------------------------===//
 
+/// A choice's shape compiled in (routerKernel's GLM-5 form: its 256
+/// experts, top 8, on the router's 256 threads, sigmoid gating), or taken
+/// at run time (experts 0).
+struct RouterFixed {
+  int threads = 0, experts = 0, topK = 0;
+};
+
 /// p from the logits (sigmoid, or a softmax over the experts) into
 /// prob[], and each expert's choice score, p + bias (NaN lowest), into
 /// choice[]; each thread's logit and bias loads issued together.
+/// kSigmoidOnly: the caller has checked the gating is a sigmoid, and the
+/// softmax is not compiled.
+template <bool kSigmoidOnly = false>
 __device__ void routerScores(const float *logits, int64_t experts,
                              const float *bias, Gating gating, float *prob,
                              float *choice, float *partials) {
   // Logits are read from the L2 (ld.global.cg): routerKernel's choosing
   // block reads what other blocks wrote.
-  if (gating == Gating::Sigmoid) {
+  if (kSigmoidOnly || gating == Gating::Sigmoid) {
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
       const float logit = __ldcg(logits + e), b = bias ? bias[e] : 0.f;
       const float p = 1.f / (1.f + expf(-logit));
@@ -3030,7 +3040,7 @@ __device__ void routerScores(const float *logits, int64_t experts,
       // The bias only steers the choice; the weights come from p alone.
       choice[e] = rankable(bias ? p + b : p);
     }
-  } else {
+  } else if constexpr (!kSigmoidOnly) {
     float maxLogit = -INFINITY;
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x)
       maxLogit = fmaxf(maxLogit, __ldcg(logits + e));
@@ -3149,19 +3159,30 @@ __device__ inline int beats(Best a, Best b) {
 /// Otherwise each warp takes the best 32 of its chunks of 32 experts (a
 /// bitonic sort and merge in registers, no barrier), its best topK to
 /// shared memory; then warp 0 the best of those.
-__device__ void routerChooseSorted(const float *logits, int64_t experts,
-                                   const float *bias, int64_t topK,
+///
+/// kRankedOnly: the caller has checked experts <= blockDim.x, and the
+/// warps' sort is not compiled. kFixed (RouterFixed): the shape and a
+/// sigmoid gating checked by the caller, and compiled in.
+template <bool kRankedOnly = false, RouterFixed kFixed = RouterFixed{}>
+__device__ void routerChooseSorted(const float *logits, int64_t expertsArg,
+                                   const float *bias, int64_t topKArg,
                                    Gating gating, bool normalize,
                                    float routedScale, int32_t *ids,
                                    float *weights, float *prob) {
+  constexpr bool kShaped = kFixed.experts > 0;
+  static_assert(!kShaped || (kRankedOnly && kFixed.experts <= kFixed.threads &&
+                             kFixed.topK <= kWarp));
+  const int64_t experts = kShaped ? kFixed.experts : expertsArg,
+                topK = kShaped ? kFixed.topK : topKArg;
+  const int threads = kShaped ? kFixed.threads : int(blockDim.x);
   __shared__ float partials[kWarp];
   float *choice = prob + experts;
   Best *candidates = reinterpret_cast<Best *>(choice + experts);
-  routerScores(logits, experts, bias, gating, prob, choice, partials);
+  routerScores<kShaped>(logits, experts, bias, gating, prob, choice, partials);
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int warps = int(blockDim.x / kWarp);
-  if (experts <= int64_t(blockDim.x)) { // the same for the block
+  const int warps = threads / kWarp;
+  if (kRankedOnly || experts <= int64_t(threads)) { // the same for the block
     Best *top = candidates + warps * topK;
     // Lane l's rank in its warp from the warp's keys in shared memory (one
     // broadcast read each; key j past the last expert is -inf, below every
@@ -3185,7 +3206,7 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
     // stays within a warp), each counting every share-th candidate.
     const int count = warps * int(topK);
     int share = 1;
-    while (share < kWarp && 2 * share * count <= int(blockDim.x))
+    while (share < kWarp && 2 * share * count <= threads)
       share *= 2;
     const int c = int(threadIdx.x) / share, part = int(threadIdx.x) % share;
     const Best me = c < count ? candidates[c] : Best{-INFINITY, INT_MAX};
@@ -3214,23 +3235,25 @@ __device__ void routerChooseSorted(const float *logits, int64_t experts,
     }
     return;
   }
-  const Best mine = warpTop32(experts, warp, warps, [&](int64_t e) {
-    return Best{choice[e], int32_t(e)};
-  });
-  if (lane < topK)
-    candidates[warp * topK + lane] = mine;
-  __syncthreads();
-  if (warp != 0)
-    return;
-  const Best best = warpTop32(int64_t(warps) * topK, 0, 1,
-                              [&](int64_t i) { return candidates[i]; });
-  const float p = lane < topK ? prob[best.index] : 0.f;
-  float sum = 0.f;
-  for (int k = 0; k < topK; ++k)
-    sum += __shfl_sync(kFullMask, p, k);
-  if (lane < topK) {
-    ids[lane] = best.index;
-    weights[lane] = routerWeight(p, sum, normalize, routedScale);
+  if constexpr (!kRankedOnly) {
+    const Best mine = warpTop32(experts, warp, warps, [&](int64_t e) {
+      return Best{choice[e], int32_t(e)};
+    });
+    if (lane < topK)
+      candidates[warp * topK + lane] = mine;
+    __syncthreads();
+    if (warp != 0)
+      return;
+    const Best best = warpTop32(int64_t(warps) * topK, 0, 1,
+                                [&](int64_t i) { return candidates[i]; });
+    const float p = lane < topK ? prob[best.index] : 0.f;
+    float sum = 0.f;
+    for (int k = 0; k < topK; ++k)
+      sum += __shfl_sync(kFullMask, p, k);
+    if (lane < topK) {
+      ids[lane] = best.index;
+      weights[lane] = routerWeight(p, sum, normalize, routedScale);
+    }
   }
 }
 
@@ -3351,7 +3374,13 @@ struct RouterArgs {
 /// same order, so every block's rms is the same bits). Its registers are
 /// left to ptxas (minimum blocks 1): at the default kernel's bound sm_90's
 /// build spilled 12 bytes.
-template <bool kNorm>
+///
+/// kForm (RouterForm), checked at launch: Ranked where topK <= kWarp and
+/// experts <= kRouterThreads, and only the ranked choice is compiled, not
+/// the sort nor the rounds; Glm5 where the shape is also GLM-5's (256
+/// experts, top 8, sigmoid gating), compiled in.
+enum class RouterForm { General, Ranked, Glm5 };
+template <bool kNorm, RouterForm kForm>
 __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     routerKernel(RouterArgs a) {
   extern __shared__ float shared[];
@@ -3392,8 +3421,18 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
   __syncthreads();
   if (!last) // the same for the whole block
     return;
-  routerChoose(a.logits, a.experts, a.bias, a.topK, a.gating, a.normalize,
-               a.routedScale, a.ids, a.weights, shared);
+  if constexpr (kForm == RouterForm::Glm5)
+    routerChooseSorted<true, RouterFixed{kRouterThreads, glm5::kExperts,
+                                         glm5::kTopK}>(
+        a.logits, a.experts, a.bias, a.topK, a.gating, a.normalize,
+        a.routedScale, a.ids, a.weights, shared);
+  else if constexpr (kForm == RouterForm::Ranked)
+    routerChooseSorted<true>(a.logits, a.experts, a.bias, a.topK, a.gating,
+                             a.normalize, a.routedScale, a.ids, a.weights,
+                             shared);
+  else
+    routerChoose(a.logits, a.experts, a.bias, a.topK, a.gating, a.normalize,
+                 a.routedScale, a.ids, a.weights, shared);
 }
 
 //===----------------------------------------------------------------------===//
@@ -4266,9 +4305,22 @@ struct PeerArgs {
 /// kCluster: the blocks are one cluster (allReducePeersKernel); without
 /// (allReducePeersFlatKernel, neither the fused norm nor the choice) the
 /// same blocks need not be placed together.
-template <bool kChoice, bool kCluster>
+/// kN > 0 (with kRanks): one row of kN values over kRanks ranks, no tail,
+/// compiled in (the flat kernel's GLM-5 form; checked at launch): a
+/// thread's values are whole and need no bounds, its row 0.
+template <bool kChoice, bool kCluster, int kN = 0, int kRanks = 0>
 __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   static_assert(kCluster || !kChoice);
+  constexpr bool kShaped = kN > 0;
+  static_assert(!kShaped ||
+                (!kChoice && kN % (kPeerBlocks * kPeerThreads) == 0 &&
+                 kN / (kPeerBlocks * kPeerThreads) <= kPeerPer &&
+                 kRanks > 0 && kRanks <= kMaxPeers));
+  // The values a thread holds.
+  constexpr int kPer = kShaped ? kN / (kPeerBlocks * kPeerThreads) : kPeerPer;
+  const int64_t rows = kShaped ? 1 : a.rows, n = kShaped ? kN : a.n,
+                tail = kShaped ? 0 : a.tail;
+  const int ranks = kShaped ? kRanks : int(a.p.ranks);
   // The step's epoch before the wait: its word is written only by the last
   // kernel of the step before (launchAdvanceEpochs), which has ended. From
   // the L2: this kernel's L1 is not trusted before its wait.
@@ -4290,10 +4342,13 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     if (fused)
       cg::this_cluster().barrier_arrive();
   const int b = int(blockIdx.x);
-  const int64_t body = a.rows * a.n, total = body + a.tail;
+  const int64_t body = rows * n, total = body + tail;
   const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
   const int64_t first = int64_t(b) * chunk;
   const int64_t last = first + chunk < total ? first + chunk : total;
+  // Whether value f is this block's (always, where the shape is compiled
+  // in: the blocks' chunks are whole).
+  auto ours = [&](int64_t f) { return kShaped || f < last; };
   if (threadIdx.x == 0 && !stepEpoch)
     epochShared = a.p.epochs[b] + 1;
   // This rank's part into its slots of the call's parity (not with direct
@@ -4305,14 +4360,14 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   // A value's row and column, without a 64-bit division where there is one
   // row (a decode step's: the division is a long instruction sequence on
   // the path, three times a value).
-  const bool oneRow = a.rows == 1;
-  auto rowOf = [&](int64_t f) { return oneRow ? 0 : int(f / a.n); };
-  auto columnOf = [&](int64_t f) { return oneRow ? f : f % a.n; };
+  const bool oneRow = rows == 1;
+  auto rowOf = [&](int64_t f) { return oneRow ? 0 : int(f / n); };
+  auto columnOf = [&](int64_t f) { return oneRow ? f : f % n; };
   float v[kPeerPer], r[kPeerPer], g[kPeerPer];
 #pragma unroll
-  for (int k = 0; k < kPeerPer; ++k) {
+  for (int k = 0; k < kPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    const bool in = f < last && !direct, normed = fused && f < body;
+    const bool in = ours(f) && !direct, normed = fused && f < body;
     v[k] = in ? a.x[f] : 0.f;
     r[k] = added && f < body ? a.residual[f] : 0.f;
     g[k] = normed ? a.w[columnOf(f)] : 0.f;
@@ -4321,7 +4376,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   const uint32_t e = stepEpoch ? known : epochShared;
   // Pulled: rank q's part at slots[q] + at. Pushed: at slots[me] + at +
   // q * capacity, its flags after both parities (PeerExchange::push).
-  const int64_t ranks = a.p.ranks, cap = a.p.capacity;
+  const int64_t cap = a.p.capacity;
   const int64_t at = push     ? a.p.push + int64_t(e & 1u) * ranks * cap
                      : direct ? a.site
                               : int64_t(e & 1u) * cap;
@@ -4333,14 +4388,14 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   if (!direct) {
     // Pulled: into this rank's own slots; pushed: into its slot in every
     // rank's exchange.
-    const int from = push ? 0 : a.p.me, to = push ? int(ranks) : a.p.me + 1;
+    const int from = push ? 0 : a.p.me, to = push ? ranks : a.p.me + 1;
     const int64_t mine = at + (push ? a.p.me * cap : 0);
     for (int q = from; q < to; ++q) {
       float *there = a.p.slots[q] + mine;
 #pragma unroll
-      for (int k = 0; k < kPeerPer; ++k) {
+      for (int k = 0; k < kPer; ++k) {
         const int64_t f = first + threadIdx.x + k * kPeerThreads;
-        if (f < last)
+        if (ours(f))
           there[f] = v[k];
       }
     }
@@ -4355,7 +4410,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     if (!a.p.local) {
       __threadfence_system();
       if (push) {
-        for (int q = 0; q < int(ranks); ++q)
+        for (int q = 0; q < ranks; ++q)
           if (q != a.p.me)
             storeRelease(pushFlag(q, a.p.me), e);
       } else {
@@ -4375,25 +4430,25 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   constexpr int kPeerGroup = kMaxPeers;
 #pragma unroll
   for (int q0 = 0; q0 < kMaxPeers; q0 += kPeerGroup) {
-    if (q0 >= a.p.ranks)
+    if (q0 >= ranks)
       break;
     float t[kPeerGroup][kPeerPer];
 #pragma unroll
     for (int j = 0; j < kPeerGroup; ++j) {
-      const bool real = q0 + j < a.p.ranks;
+      const bool real = q0 + j < ranks;
       const float *slot =
           push ? a.p.slots[a.p.me] + at + (q0 + j) * cap : a.p.slots[q0 + j] + at;
 #pragma unroll
-      for (int k = 0; k < kPeerPer; ++k) {
+      for (int k = 0; k < kPer; ++k) {
         const int64_t f = first + threadIdx.x + k * kPeerThreads;
-        t[j][k] = real && f < last ? __ldcg(slot + f) : 0.f;
+        t[j][k] = real && ours(f) ? __ldcg(slot + f) : 0.f;
       }
     }
 #pragma unroll
     for (int j = 0; j < kPeerGroup; ++j)
 #pragma unroll
-      for (int k = 0; k < kPeerPer; ++k) {
-        if (q0 + j >= a.p.ranks)
+      for (int k = 0; k < kPer; ++k) {
+        if (q0 + j >= ranks)
           continue;
         const float x = t[j][k];
         v[k] = q0 + j == 0 ? x : a.sum ? v[k] + x : (v[k] < x ? x : v[k]);
@@ -4401,9 +4456,9 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   }
   if (!fused) {
 #pragma unroll
-    for (int k = 0; k < kPeerPer; ++k) {
+    for (int k = 0; k < kPer; ++k) {
       const int64_t f = first + threadIdx.x + k * kPeerThreads;
-      if (f < last)
+      if (ours(f))
         a.out[f] = added ? r[k] + v[k] : v[k];
     }
     return;
@@ -4415,9 +4470,9 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   // alike: the same bits either way.
   float sq[kMaxPeerRows] = {};
 #pragma unroll
-  for (int k = 0; k < kPeerPer; ++k) {
+  for (int k = 0; k < kPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    if (f >= last || f >= body) // the tail is neither added nor squared
+    if (!ours(f) || f >= body) // the tail is neither added nor squared
       continue;
     v[k] = r[k] + v[k];
     a.out[f] = v[k];
@@ -4437,7 +4492,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     // was a local-memory array).
 #pragma unroll
     for (int q = 0; q < kMaxPeerRows; ++q) {
-      if (q >= int(a.rows)) // uniform: the blocks' barriers below
+      if (q >= int(rows)) // uniform: the blocks' barriers below
         break;
       const float part = blockSum(sq[q], partials);
       if (threadIdx.x < kPeerBlocks)
@@ -4453,30 +4508,30 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     uint64_t *norms = a.p.norms + (e & 1u) * kMaxPeerRows * kPeerBlocks;
 #pragma unroll
     for (int q = 0; q < kMaxPeerRows; ++q) {
-      if (q >= int(a.rows)) // uniform: blockSum's barriers
+      if (q >= int(rows)) // uniform: blockSum's barriers
         break;
       const float part = blockSum(sq[q], partials);
       if (threadIdx.x == 0)
         storeTagged(norms + q * kPeerBlocks + b, e, part);
     }
-    if (int(threadIdx.x) < a.rows * kPeerBlocks)
+    if (int(threadIdx.x) < rows * kPeerBlocks)
       rowParts[threadIdx.x / kPeerBlocks][threadIdx.x % kPeerBlocks] =
           waitTagged(norms + threadIdx.x, e, a.fault, kPeerBlocks);
     __syncthreads();
   }
-  if (int(threadIdx.x) < a.rows) {
+  if (int(threadIdx.x) < rows) {
     float ss = 0.f;
     for (int c = 0; c < kPeerBlocks; ++c)
       ss += rowParts[threadIdx.x][c];
-    rms[threadIdx.x] = sqrtf(ss / float(a.n) + a.eps);
+    rms[threadIdx.x] = sqrtf(ss / float(n) + a.eps);
   }
   __syncthreads();
 #pragma unroll
-  for (int k = 0; k < kPeerPer; ++k) {
+  for (int k = 0; k < kPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    if (f < last && f < body)
+    if (ours(f) && f < body)
       a.y[f] = v[k] / rms[rowOf(f)] * g[k];
-    else if (f < last)
+    else if (ours(f))
       a.logits[f - body] = v[k] / rms[0];
   }
   if constexpr (kChoice) {
@@ -4510,9 +4565,12 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 /// cluster: each may start wherever a multiprocessor has room, not only
 /// where eight of one processing cluster do; the fused norm's parts go
 /// through the exchange (the backend's default; setPeerClusters).
+/// kN > 0: one row of kN values over kRanks ranks, no tail (GLM-5's
+/// hidden width at tp = 8, ShapeFamily::AllReduce).
+template <int kN = 0, int kRanks = 0>
 __global__ void __launch_bounds__(kPeerThreads)
     allReducePeersFlatKernel(const __grid_constant__ PeerArgs a) {
-  allReducePeersBody<false, false>(a);
+  allReducePeersBody<false, false, kN, kRanks>(a);
 }
 
 } // namespace
@@ -4625,14 +4683,23 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
       return cudaErrorInvalidValue;
     args.choice = *choice;
   }
-  // Only the choice needs the cluster; without one where asked.
+  // Only the choice needs the cluster; without one where asked. GLM-5's
+  // shape compiled in where its family is on (ModelShapes.h).
   const bool flat = !peerClusters() && args.choice.topK == 0;
-  if (cudaError_t e = launchStep(flat                    ? allReducePeersFlatKernel
-                                 : args.choice.topK > 0 ? allReducePeersKernel<true>
-                                                        : allReducePeersKernel<false>,
-                                 kPeerBlocks, kPeerThreads, shared, s, args);
+  constexpr int kGlm5Ranks = 8;
+  const bool glm5Shape = flat && shapeSpecialised(ShapeFamily::AllReduce) &&
+                         rows == 1 && n == glm5::kHidden && tail == 0 &&
+                         p.ranks == kGlm5Ranks;
+  if (cudaError_t e = launchStep(
+          glm5Shape ? allReducePeersFlatKernel<glm5::kHidden, kGlm5Ranks>
+          : flat    ? allReducePeersFlatKernel<>
+          : args.choice.topK > 0 ? allReducePeersKernel<true>
+                                 : allReducePeersKernel<false>,
+          kPeerBlocks, kPeerThreads, shared, s, args);
       e != cudaSuccess)
     return e;
+  if (glm5Shape)
+    noteShapeSpecialised();
   if (stepEpochBase)
     ++stepEpochCalls;
   return cudaGetLastError();
@@ -5479,12 +5546,29 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     const int64_t blocks = (experts + rowsPerBlock - 1) / rowsPerBlock;
     if (blocks > INT_MAX)
       return cudaErrorInvalidValue;
-    if (cudaError_t e = launchStep(norm ? routerKernel<true>
-                                        : routerKernel<false>,
-                                   unsigned(blocks), kRouterThreads,
+    // GLM-5's shape compiled in where its family is on (ModelShapes.h),
+    // else the ranked choice wherever every expert has a thread.
+    const bool glm5Shape = shapeSpecialised(ShapeFamily::Router) &&
+                           experts == glm5::kExperts &&
+                           topK == glm5::kTopK && gating == Gating::Sigmoid;
+    const RouterForm form = glm5Shape ? RouterForm::Glm5
+                            : topK <= kWarp && experts <= kRouterThreads
+                                ? RouterForm::Ranked
+                                : RouterForm::General;
+    auto pick = [&](auto norm) {
+      constexpr bool kNormed = decltype(norm)::value;
+      return form == RouterForm::Glm5 ? routerKernel<kNormed, RouterForm::Glm5>
+             : form == RouterForm::Ranked
+                 ? routerKernel<kNormed, RouterForm::Ranked>
+                 : routerKernel<kNormed, RouterForm::General>;
+    };
+    const auto kernel = norm ? pick(std::true_type{}) : pick(std::false_type{});
+    if (cudaError_t e = launchStep(kernel, unsigned(blocks), kRouterThreads,
                                    routerShared, s, a);
         e != cudaSuccess)
       return e;
+    if (glm5Shape)
+      noteShapeSpecialised();
     return cudaGetLastError();
   }
   if (norm) {

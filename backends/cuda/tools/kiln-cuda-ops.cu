@@ -2079,6 +2079,34 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
            2 * sumTol(double(hidden) + double(experts)),
            "logit and softmax sums, 2e-6*sqrt(512+256)");
+    // GLM-5's choice (its experts and top-k, sigmoid gating) has a kernel
+    // compiled for that shape (ShapeFamily::Router): the same input again
+    // through it must give the run-time kernel's ids, weights and norm bit
+    // for bit, and must have run it.
+    if (c.type == GGMLType::F32 && experts == kc::glm5::kExperts &&
+        topK == kc::glm5::kTopK && c.gating == kc::Gating::Sigmoid) {
+      const std::vector<int32_t> ids = dids.download();
+      const std::vector<float> weights = dw.download(),
+                               normalised = dnormed.download();
+      uint64_t ran = 0;
+      {
+        const FixedShapes fixed(true);
+        run(kc::launchMoeRouter(dx.get(), gate.dev(),
+                                c.bias ? db.get() : nullptr, topK, c.gating,
+                                c.normalize, c.routedScale, scratch.get(),
+                                dids.get(), dw.get(), nullptr,
+                                c.norm ? &norm : nullptr,
+                                c.norm ? dnormed.get() : nullptr));
+        ran = fixed.ran();
+      }
+      r.line("moe_router",
+             what + ", GLM-5's shape compiled in, against the run-time "
+                    "shape's kernel",
+             mismatches(dids.download(), ids) +
+                 mismatches(dw.download(), weights) +
+                 mismatches(dnormed.download(), normalised) + double(ran != 1),
+             0, "bit-identical ids, weights and norm, the compiled kernel run");
+    }
   }
 }
 
@@ -2413,6 +2441,25 @@ void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
            2 * sumTol(double(hidden) + double(experts)),
            "logit and softmax sums, 2e-6*sqrt(512+256)");
+    // The same through the kernel compiled for GLM-5's choice (256
+    // experts, top 8, sigmoid: ShapeFamily::Router).
+    const std::vector<float> weights = dw.download();
+    uint64_t ran = 0;
+    {
+      const FixedShapes fixed(true);
+      run(kc::launchMoeRouter(dx.get(), gate.dev(),
+                              withBias ? db.get() : nullptr, topK,
+                              kc::Gating::Sigmoid, true, 2.5f, scratch.get(),
+                              dids.get(), dw.get(), nullptr));
+      ran = fixed.ran();
+    }
+    r.line("moe_router", what + ", GLM-5's shape compiled in: ids",
+           mismatches(dids.download(), wantIds) + double(ran != 1), 0,
+           "exact, the compiled kernel run");
+    r.line("moe_router",
+           what + ", GLM-5's shape compiled in: weights against the "
+                  "run-time shape's kernel",
+           mismatches(dw.download(), weights), 0, "bit-identical");
   }
 }
 
@@ -5170,7 +5217,13 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         : c.add ? "+ add"
         : c.sum ? "sum"
                 : "max");
-    double outErr = 0, yErr = 0, clusterDiff = 0;
+    double outErr = 0, yErr = 0, clusterDiff = 0, shapedDiff = 0;
+    // GLM-5's shape (one row of its hidden width over 8 ranks) also has a
+    // flat kernel compiled for it (ShapeFamily::AllReduce): each such call
+    // is run again through it, and must give the same bits.
+    const bool glm5Shape = flat && c.ranks == 8 && c.rows == 1 &&
+                           c.n == kc::glm5::kHidden;
+    uint64_t shapedRan = 0;
     for (int call = 0; call < calls; ++call) {
       std::vector<float> x = normals(rng, values, 1.0),
                          res = normals(rng, values, 1.0),
@@ -5215,6 +5268,14 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         if (c.fused)
           clusterDiff += double(mismatches(dy.download(), gotY));
       }
+      if (glm5Shape) {
+        const FixedShapes fixed(true);
+        reduce();
+        shapedRan += fixed.ran();
+        shapedDiff += double(mismatches(dout.download(), gotOut));
+        if (c.fused)
+          shapedDiff += double(mismatches(dy.download(), gotY));
+      }
       if (stepEpochs && (call % 2 == 1 || call == calls - 1)) {
         const int32_t made = kc::endStepEpochs();
         stepCalls += made;
@@ -5234,6 +5295,13 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
     if (flat)
       r.line("all_reduce_peers", what + ", against the cluster" + runs,
              clusterDiff, 0, "bit-identical: the same parts, the same order");
+    if (glm5Shape)
+      r.line("all_reduce_peers",
+             what + ", GLM-5's shape compiled in, against the run-time "
+                    "shape's kernel" +
+                 runs,
+             shapedDiff + std::fabs(double(shapedRan) - calls), 0,
+             "bit-identical, the compiled kernel run each call");
     kc::setPeerClusters(true);
   };
   for (const Case &c :

@@ -78,10 +78,15 @@ TEST(ModelShapes, ShapeFamilyLists) {
   EXPECT_EQ(parseShapeFamilies("experts,mla"),
             unsigned(ShapeFamily::Experts) | unsigned(ShapeFamily::Mla));
   EXPECT_EQ(parseShapeFamilies("indexer"), unsigned(ShapeFamily::Indexer));
-  EXPECT_EQ(parseShapeFamilies("q8,experts,mla,indexer"),
+  EXPECT_EQ(parseShapeFamilies("router,allreduce"),
+            unsigned(ShapeFamily::Router) | unsigned(ShapeFamily::AllReduce));
+  EXPECT_EQ(parseShapeFamilies("q8,experts,mla,indexer,router,allreduce"),
+            kiln::cuda::kAllShapeFamilies);
+  EXPECT_NE(parseShapeFamilies("q8,experts,mla,indexer"),
             kiln::cuda::kAllShapeFamilies);
   EXPECT_EQ(parseShapeFamilies("mla,mla"), unsigned(ShapeFamily::Mla));
-  for (const char *bad : {"", "2", "yes", "q8,", ",q8", "q8,,mla", "Q8",
-                          "experts mla", "experts;mla", "mla,bogus"})
+  for (const char *bad :
+       {"", "2", "yes", "q8,", ",q8", "q8,,mla", "Q8", "experts mla",
+        "experts;mla", "mla,bogus", "all-reduce"})
     EXPECT_EQ(parseShapeFamilies(bad), std::nullopt) << "'" << bad << "'";
 }
