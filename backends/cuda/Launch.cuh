@@ -23,7 +23,8 @@
 // the ids has finished. The q8_0-split and F32 mat-vecs with live rows
 // (StepKernels.h LiveRows) also read the step's position input before the
 // wait, to size their work: input slots are written between steps, never
-// by a kernel of the step. MLA with an output projection asks the L2 for
+// by a kernel of the step. The one-shot all-reduce loads its fused norm's
+// weights before its wait. MLA with an output projection asks the L2 for
 // its projection rows before its wait too, and lets its dependents be
 // scheduled only after its grid barrier (StepKernels.cu mlaKernel); MLA
 // without one lets them be scheduled after its chunks (MlaLaunch),

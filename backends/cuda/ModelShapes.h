@@ -30,7 +30,7 @@ namespace kiln::cuda {
 /// gate/up and down, MLA for a rank's heads, the indexer's scores for its
 /// 128 values a head, the router's choice of its top 8 of 256 experts
 /// (sigmoid gating), the one-shot all-reduce of one row of its hidden width
-/// over 8 ranks. Each gives the general kernels' bits but MLA for 8
+/// over 8, 4 or 2 ranks. Each gives the general kernels' bits but MLA for 8
 /// heads, which by default runs on the tensor cores (StepKernels.h
 /// MlaLaunch::tensorCores); which of them run by default is a measured
 /// choice (docs/cuda.md).
@@ -128,6 +128,10 @@ using ExpertFfnWidths =
 /// kLatent and kRope over an f16 cache.
 using MlaHeadCounts =
     std::integer_sequence<int, kHeads / 8, kHeads / 4, kHeads / 2, kHeads>;
+
+/// The ranks of a tensor-parallel group GLM-5 deploys on (tp = 8, 4, 2):
+/// the one-shot all-reduce of one row of kHidden values over them.
+using PeerRankCounts = std::integer_sequence<int, 8, 4, 2>;
 
 /// What `make` returns for the value of `values` equal to `v`, `none` where
 /// none is: make(std::integral_constant<int, value>{}) names the kernel or

@@ -4327,7 +4327,6 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   const bool stepEpoch = a.epochBase != nullptr;
   const uint32_t known =
       stepEpoch ? __ldcg(a.epochBase) + uint32_t(a.call) + 1u : 0u;
-  stepKernelPrologue();
   __shared__ uint32_t epochShared;
   __shared__ float partials[kWarp];
   __shared__ float rowParts[kMaxPeerRows][kPeerBlocks], rms[kMaxPeerRows];
@@ -4335,12 +4334,6 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   // fused: the residual add and the norm (all_reduce_add_rms_norm); added:
   // the add alone (all_reduce_add).
   const bool fused = a.w != nullptr, added = a.residual != nullptr;
-  // A block may store into another's shared memory only once that one has
-  // started: the fused op's blocks arrive at a cluster barrier here and
-  // wait before those stores, so its latency passes under the loads.
-  if constexpr (kCluster)
-    if (fused)
-      cg::this_cluster().barrier_arrive();
   const int b = int(blockIdx.x);
   const int64_t body = rows * n, total = body + tail;
   const int64_t chunk = (total + kPeerBlocks - 1) / kPeerBlocks;
@@ -4349,13 +4342,10 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   // Whether value f is this block's (always, where the shape is compiled
   // in: the blocks' chunks are whole).
   auto ours = [&](int64_t f) { return kShaped || f < last; };
-  if (threadIdx.x == 0 && !stepEpoch)
-    epochShared = a.p.epochs[b] + 1;
   // This rank's part into its slots of the call's parity (not with direct
   // slots: its producer wrote it there; pushed, into its slot in every
   // rank's exchange, so that flags and reads are local, a direct slot then
-  // only where x is); the residual and the norm's weights loaded with it,
-  // in flight together.
+  // only where x is); the residual loaded with it, in flight together.
   const bool push = a.p.push >= 0, direct = a.site >= 0 && !push;
   // A value's row and column, without a 64-bit division where there is one
   // row (a decode step's: the division is a long instruction sequence on
@@ -4363,14 +4353,29 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   const bool oneRow = rows == 1;
   auto rowOf = [&](int64_t f) { return oneRow ? 0 : int(f / n); };
   auto columnOf = [&](int64_t f) { return oneRow ? f : f % n; };
+  // The norm's weights before the wait: no kernel of a step writes a
+  // weight, so their loads cross no hazard and are in flight across it.
   float v[kPeerPer], r[kPeerPer], g[kPeerPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int64_t f = first + threadIdx.x + k * kPeerThreads;
-    const bool in = ours(f) && !direct, normed = fused && f < body;
+    g[k] = fused && f < body ? a.w[columnOf(f)] : 0.f;
+  }
+  stepKernelPrologue();
+  // A block may store into another's shared memory only once that one has
+  // started: the fused op's blocks arrive at a cluster barrier here and
+  // wait before those stores, so its latency passes under the loads.
+  if constexpr (kCluster)
+    if (fused)
+      cg::this_cluster().barrier_arrive();
+  if (threadIdx.x == 0 && !stepEpoch)
+    epochShared = a.p.epochs[b] + 1;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t f = first + threadIdx.x + k * kPeerThreads;
+    const bool in = ours(f) && !direct;
     v[k] = in ? a.x[f] : 0.f;
     r[k] = added && f < body ? a.residual[f] : 0.f;
-    g[k] = normed ? a.w[columnOf(f)] : 0.f;
   }
   __syncthreads();
   const uint32_t e = stepEpoch ? known : epochShared;
@@ -4684,15 +4689,23 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
     args.choice = *choice;
   }
   // Only the choice needs the cluster; without one where asked. GLM-5's
-  // shape compiled in where its family is on (ModelShapes.h).
+  // shape (one row of its hidden width, at tp = 2, 4 or 8) compiled in
+  // where its family is on (ModelShapes.h).
   const bool flat = !peerClusters() && args.choice.topK == 0;
-  constexpr int kGlm5Ranks = 8;
-  const bool glm5Shape = flat && shapeSpecialised(ShapeFamily::AllReduce) &&
-                         rows == 1 && n == glm5::kHidden && tail == 0 &&
-                         p.ranks == kGlm5Ranks;
+  using Kernel = void (*)(PeerArgs);
+  const Kernel shaped =
+      flat && shapeSpecialised(ShapeFamily::AllReduce) && rows == 1 &&
+              n == glm5::kHidden && tail == 0
+          ? glm5::pickShape(p.ranks, glm5::PeerRankCounts{}, Kernel(nullptr),
+                            [](auto ranks) -> Kernel {
+                              return allReducePeersFlatKernel<glm5::kHidden,
+                                                              ranks.value>;
+                            })
+          : nullptr;
+  const bool glm5Shape = shaped != nullptr;
   if (cudaError_t e = launchStep(
-          glm5Shape ? allReducePeersFlatKernel<glm5::kHidden, kGlm5Ranks>
-          : flat    ? allReducePeersFlatKernel<>
+          shaped ? shaped
+          : flat ? allReducePeersFlatKernel<>
           : args.choice.topK > 0 ? allReducePeersKernel<true>
                                  : allReducePeersKernel<false>,
           kPeerBlocks, kPeerThreads, shared, s, args);

@@ -1579,7 +1579,6 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
     return;
   }
   stepKernelPrologue();
-  reportFirstBadId(a);
   // This lane's x first, so that its loads are in flight with the id's (the
   // copies below wait for the id, and the asm of their barriers keeps any
   // load after them from moving up).
@@ -1627,6 +1626,10 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
       bulkX<kQ>(xv, xs);
   }
   __syncthreads(); // the barriers are initialised
+  // Block 0's check of every id, while its rows stream in: ahead of its
+  // own id's load it held that block's copies a round trip behind the
+  // others', in a grid of one wave.
+  reportFirstBadId(a);
   if (!valid) {
     if (int(threadIdx.x) < pairs)
       a.act[i * ffn + f0 + threadIdx.x] = 0.f;

@@ -5218,11 +5218,12 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         : c.sum ? "sum"
                 : "max");
     double outErr = 0, yErr = 0, clusterDiff = 0, shapedDiff = 0;
-    // GLM-5's shape (one row of its hidden width over 8 ranks) also has a
-    // flat kernel compiled for it (ShapeFamily::AllReduce): each such call
-    // is run again through it, and must give the same bits.
-    const bool glm5Shape = flat && c.ranks == 8 && c.rows == 1 &&
-                           c.n == kc::glm5::kHidden;
+    // GLM-5's shape (one row of its hidden width over 8, 4 or 2 ranks)
+    // also has a flat kernel compiled for it (ShapeFamily::AllReduce):
+    // each such call is run again through it, and must give the same bits.
+    const bool glm5Shape =
+        flat && (c.ranks == 8 || c.ranks == 4 || c.ranks == 2) &&
+        c.rows == 1 && c.n == kc::glm5::kHidden;
     uint64_t shapedRan = 0;
     for (int call = 0; call < calls; ++call) {
       std::vector<float> x = normals(rng, values, 1.0),
@@ -5325,7 +5326,8 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
           Case{4, 2, 300, false, false}, Case{8, 1, 6144, true, false},
           Case{1, 1, 6001, true, false, true}, Case{1, 1, 6144, true, true},
           Case{8, 1, 6144, true, true}, Case{8, 3, 1000, true, true},
-          Case{2, 4, 2000, true, true}})
+          Case{2, 4, 2000, true, true}, Case{4, 1, 6144, true, true},
+          Case{2, 1, 6144, true, false, true}})
       check(c, direct, true);
   // Each call's epoch from the steps' word (the backend's default in a
   // step), with and without a cluster, from sites and from the parities.
