@@ -134,6 +134,22 @@ def test_schedule_of_another_run_is_refused(tmp_path):
             in refused(t, "--schedule", s))
 
 
+def test_the_epoch_advance_after_the_last_unit_is_left_out(tmp_path):
+    # The plugin launches advanceEpochsKernel after a step's last unit, in
+    # no unit of its schedule: left out. Any other kernel past the units is
+    # still another run.
+    t, s = four_units(tmp_path)
+    lines = t.read_text().splitlines()
+    node = max(int(line.rsplit(",", 1)[1]) for line in lines[1:]) + 1
+    t.write_text("\n".join(lines) +
+                 f"\nadvanceEpochsKernel,30000000,30002000,0,1,{node}\n")
+    first, kinds, links = critical(t, "--schedule", s, "--chain", "0:3")
+    assert first.startswith("critical path: 3 of 4 launch units, 20.0 us")
+    t.write_text("\n".join(lines) + f"\nsomeKernel,30000000,30002000,0,1,"
+                 f"{node}\n")
+    assert "not the same run" in refused(t, "--schedule", s)
+
+
 def test_units_list_each_kernel_after_the_first_units_end(tmp_path):
     # four_units: unit 0 ends at 10 us, so times are printed from there;
     # unit 2's two kernels both listed, in graph-node order; unit 1 waits
