@@ -39,6 +39,12 @@ inline std::optional<uint64_t> usableRowBytes(const DeviceWeight &w) {
 /// lane's partial sum, in a fixed order, for warpSum.
 constexpr int kHeldF32Loads = 8;
 
+/// A held F32 mat-vec's shape compiled in: rows of cols4 float4 in `splits`
+/// parts, blocks of `warps` warps; all zero: taken at run time.
+struct F32Shape {
+  int cols4 = 0, splits = 0, warps = 0;
+};
+
 /// sum + u . v, x to w in order, by fused multiply-adds.
 __device__ __forceinline__ float dotAdd4(float4 u, float4 v, float sum) {
   sum = fmaf(u.x, v.x, sum);
@@ -47,20 +53,25 @@ __device__ __forceinline__ float dotAdd4(float4 u, float4 v, float sum) {
   return fmaf(u.w, v.w, sum);
 }
 
+/// kPer > 0: every lane's part is exactly kPer float4 (a compiled shape,
+/// F32Shape), so no load needs a bound.
+template <int kPer = 0>
 __device__ inline void holdF32Part(const float4 *row, int64_t begin,
                                    int64_t end, bool valid,
                                    float4 (&held)[kHeldF32Loads]) {
+  static_assert(kPer <= kHeldF32Loads);
   const int lane = int(threadIdx.x) % kWarp;
 #pragma unroll
-  for (int k = 0; k < kHeldF32Loads; ++k) {
+  for (int k = 0; k < (kPer > 0 ? kPer : kHeldF32Loads); ++k) {
     const int64_t c = begin + lane + int64_t(k) * kWarp;
-    held[k] =
-        valid && c < end ? __ldg(row + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    held[k] = valid && (kPer > 0 || c < end) ? __ldg(row + c)
+                                             : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
-/// xAt(c): float4 c of the input vector (loaded after the wait).
-template <typename XAt>
+/// xAt(c): float4 c of the input vector (loaded after the wait). kPer as
+/// holdF32Part's: the same products in the same order, without bounds.
+template <int kPer = 0, typename XAt>
 __device__ inline float heldF32Dot(const float4 *row, XAt &&xAt,
                                    int64_t begin, int64_t end, bool valid,
                                    const float4 (&held)[kHeldF32Loads]) {
@@ -68,15 +79,16 @@ __device__ inline float heldF32Dot(const float4 *row, XAt &&xAt,
   float sum = 0.f;
   auto add = [&](float4 u, float4 v) { sum = dotAdd4(u, v, sum); };
 #pragma unroll
-  for (int k = 0; k < kHeldF32Loads; ++k) {
+  for (int k = 0; k < (kPer > 0 ? kPer : kHeldF32Loads); ++k) {
     const int64_t c = begin + lane + int64_t(k) * kWarp;
-    if (valid && c < end)
+    if (valid && (kPer > 0 || c < end))
       add(held[k], xAt(c));
   }
-  for (int64_t c = begin + lane + int64_t(kHeldF32Loads) * kWarp; c < end;
-       c += kWarp)
-    if (valid)
-      add(__ldg(row + c), xAt(c));
+  if constexpr (kPer == 0)
+    for (int64_t c = begin + lane + int64_t(kHeldF32Loads) * kWarp; c < end;
+         c += kWarp)
+      if (valid)
+        add(__ldg(row + c), xAt(c));
   return sum;
 }
 
@@ -95,12 +107,21 @@ __device__ inline float heldF32Dot(const float4 *row, const float4 *x,
 /// partials[warp], for the caller to finish). Every thread of the block
 /// calls it.
 /// xAt(c): float4 c of the input vector (loaded after the wait).
-template <typename XAt>
+/// kShape (F32Shape): the row width, the parts and the block's warps
+/// compiled in (the router's for GLM-5), the same products in the same order.
+template <F32Shape kShape = F32Shape{}, typename XAt>
 __device__ inline void heldF32Block(const float4 *w, XAt &&xAt, int64_t rows,
-                                    int64_t cols4, int splits, float *partials,
-                                    float *y) {
+                                    int64_t cols4Arg, int splitsArg,
+                                    float *partials, float *y) {
+  constexpr bool kShaped = kShape.cols4 > 0;
+  static_assert(!kShaped ||
+                (kShape.cols4 % (kShape.splits * kWarp) == 0 &&
+                 kShape.cols4 / (kShape.splits * kWarp) <= kHeldF32Loads));
+  constexpr int kPer = kShaped ? kShape.cols4 / (kShape.splits * kWarp) : 0;
+  const int64_t cols4 = kShaped ? kShape.cols4 : cols4Arg;
+  const int splits = kShaped ? kShape.splits : splitsArg;
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int warps = int(blockDim.x) / kWarp;
+  const int warps = kShaped ? kShape.warps : int(blockDim.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * (warps / splits) + warp / splits;
   const int part = warp % splits;
   const bool valid = row < rows; // the same for the whole warp
@@ -108,9 +129,10 @@ __device__ inline void heldF32Block(const float4 *w, XAt &&xAt, int64_t rows,
                 end = cols4 * (part + 1) / splits;
   const float4 *r = w + (valid ? row : 0) * cols4;
   float4 held[kHeldF32Loads];
-  holdF32Part(r, begin, end, valid, held);
+  holdF32Part<kPer>(r, begin, end, valid, held);
   stepKernelPrologue();
-  const float sum = warpSum(heldF32Dot(r, xAt, begin, end, valid, held));
+  const float sum =
+      warpSum(heldF32Dot<kPer>(r, xAt, begin, end, valid, held));
   if (lane == 0)
     partials[warp] = sum;
   __syncthreads();
@@ -136,13 +158,19 @@ __device__ inline void heldF32Block(const float4 *w, const float4 *x,
 /// *blockRms (shared) gets the rms of the block's first row, the same bits
 /// as every row's (each row's squares are summed in one order). Every
 /// thread of the block calls it.
+/// kShape as heldF32Block's.
+template <F32Shape kShape = F32Shape{}>
 __device__ inline void heldF32NormedBlock(const float4 *w, const float4 *x,
                                           const float4 *g, int64_t rows,
-                                          int64_t cols4, int splits, float eps,
-                                          float *partials, float *squares,
-                                          float *blockRms, float *y) {
+                                          int64_t cols4Arg, int splitsArg,
+                                          float eps, float *partials,
+                                          float *squares, float *blockRms,
+                                          float *y) {
+  constexpr bool kShaped = kShape.cols4 > 0;
+  const int64_t cols4 = kShaped ? kShape.cols4 : cols4Arg;
+  const int splits = kShaped ? kShape.splits : splitsArg;
   float sq = 0.f;
-  heldF32Block(
+  heldF32Block<kShape>(
       w,
       [&](int64_t c) {
         const float4 v = x[c], s = g[c];
@@ -155,7 +183,7 @@ __device__ inline void heldF32NormedBlock(const float4 *w, const float4 *x,
   if (lane == 0)
     squares[warp] = total;
   __syncthreads();
-  const int warps = int(blockDim.x) / kWarp;
+  const int warps = kShaped ? kShape.warps : int(blockDim.x) / kWarp;
   const int64_t row = int64_t(blockIdx.x) * (warps / splits) + warp / splits;
   if (row < rows && warp % splits == 0 && lane == 0) {
     float sum = partials[warp], ss = squares[warp];

@@ -28,8 +28,8 @@ namespace kiln::cuda {
 /// mask (setShapeSpecialised, StepKernels.h): the q8_0 mat-vecs of its
 /// widths (plain, normalised, swiglu), its routed experts' Q4_K / Q5_K
 /// gate/up and down, MLA for a rank's heads, the indexer's scores for its
-/// 128 values a head, the router's choice of its top 8 of 256 experts
-/// (sigmoid gating), the one-shot all-reduce of one row of its hidden width
+/// 128 values a head, the F32 router of its 256 experts of kHidden values
+/// (the dots and the choice of the top 8, sigmoid gating), the one-shot all-reduce of one row of its hidden width
 /// over 8, 4 or 2 ranks. Each gives the general kernels' bits but MLA for 8
 /// heads, which by default runs on the tensor cores (StepKernels.h
 /// MlaLaunch::tensorCores); which of them run by default is a measured

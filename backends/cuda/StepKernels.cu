@@ -3378,26 +3378,37 @@ struct RouterArgs {
 /// kForm (RouterForm), checked at launch: Ranked where topK <= kWarp and
 /// experts <= kRouterThreads, and only the ranked choice is compiled, not
 /// the sort nor the rounds; Glm5 where the shape is also GLM-5's (256
-/// experts, top 8, sigmoid gating), compiled in.
+/// experts of 6,144 values, each row in 8 parts, top 8, sigmoid gating),
+/// compiled in, the dots' too.
 enum class RouterForm { General, Ranked, Glm5 };
+/// GLM-5's gate rows as routerKernel holds them: 6,144 values, a warp for
+/// each of 8 parts, so a block a row.
+constexpr F32Shape kGlm5RouterRows{glm5::kHidden / 4, kRouterThreads / kWarp,
+                                   kRouterThreads / kWarp};
 template <bool kNorm, RouterForm kForm>
 __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     routerKernel(RouterArgs a) {
+  constexpr bool kGlm5 = kForm == RouterForm::Glm5;
+  constexpr F32Shape kRows = kGlm5 ? kGlm5RouterRows : F32Shape{};
   extern __shared__ float shared[];
   __shared__ float partials[kRouterThreads / kWarp];
   __shared__ bool last;
   const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
   if constexpr (!kNorm) {
-    heldF32Block(a.gate, x4, a.experts, a.cols4, a.splits, partials,
-                 a.logits);
+    heldF32Block<kRows>(
+        a.gate, [x4](int64_t c) { return x4[c]; }, a.experts, a.cols4,
+        a.splits, partials, a.logits);
   } else {
     __shared__ float squares[kRouterThreads / kWarp], blockRms;
-    heldF32NormedBlock(a.gate, x4, a.normWeight, a.experts, a.cols4, a.splits,
-                       a.normEps, partials, squares, &blockRms, a.logits);
-    // This block's share of the normalised vector.
-    const int64_t values = a.cols4 * 4;
-    const int64_t begin = values * blockIdx.x / gridDim.x,
-                  end = values * (blockIdx.x + 1) / gridDim.x;
+    heldF32NormedBlock<kRows>(a.gate, x4, a.normWeight, a.experts, a.cols4,
+                              a.splits, a.normEps, partials, squares,
+                              &blockRms, a.logits);
+    // This block's share of the normalised vector (compiled in: a block a
+    // row, so 24 values a block, no division).
+    const int64_t values = kGlm5 ? int64_t(glm5::kHidden) : a.cols4 * 4;
+    const int64_t blocks = kGlm5 ? int64_t(glm5::kExperts) : gridDim.x;
+    const int64_t begin = values * blockIdx.x / blocks,
+                  end = values * (blockIdx.x + 1) / blocks;
     const float rms = blockRms;
     const float *g = reinterpret_cast<const float *>(a.normWeight);
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
@@ -5561,9 +5572,10 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
       return cudaErrorInvalidValue;
     // GLM-5's shape compiled in where its family is on (ModelShapes.h),
     // else the ranked choice wherever every expert has a thread.
-    const bool glm5Shape = shapeSpecialised(ShapeFamily::Router) &&
-                           experts == glm5::kExperts &&
-                           topK == glm5::kTopK && gating == Gating::Sigmoid;
+    const bool glm5Shape =
+        shapeSpecialised(ShapeFamily::Router) && experts == glm5::kExperts &&
+        topK == glm5::kTopK && gating == Gating::Sigmoid &&
+        a.cols4 == kGlm5RouterRows.cols4 && a.splits == kGlm5RouterRows.splits;
     const RouterForm form = glm5Shape ? RouterForm::Glm5
                             : topK <= kWarp && experts <= kRouterThreads
                                 ? RouterForm::Ranked

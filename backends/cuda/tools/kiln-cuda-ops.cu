@@ -1942,8 +1942,8 @@ void checkDsaIndexer(Report &r, kiln::Rng &rng) {
 //===----------------------------------------------------------------------===//
 
 void checkMoeRouter(Report &r, kiln::Rng &rng) {
-  const int64_t hidden = 512;
-  // GLM-5's 256 experts, and counts that are not a multiple of the
+  // GLM-5's 256 experts (also of its 6,144 values a row: the kernel
+  // compiled for its router, ShapeFamily::Router), and counts that are not a multiple of the
   // kernel's warps (200, 201, 300) or exceed 512 (600); top 8 (the sorting
   // choice, up to 32) and top 40 (the choice in rounds). F32 gates run the
   // one router kernel, the others a mat-vec and the choice kernel.
@@ -1959,6 +1959,7 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
     int64_t experts;
     int64_t topK = 8;
     bool norm = false;
+    int64_t hidden = 512;
   };
   for (const Case &c : {Case{GGMLType::F32, cpu::Gating::Sigmoid,
                              kc::Gating::Sigmoid, true, true, 2.5f, 256},
@@ -1988,8 +1989,14 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                              true},
                         Case{GGMLType::BF16, cpu::Gating::Sigmoid,
                              kc::Gating::Sigmoid, true, true, 1.f, 200, 8,
-                             true}}) {
-    const int64_t experts = c.experts, topK = c.topK;
+                             true},
+                        Case{GGMLType::F32, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 2.5f, 256, 8,
+                             false, kc::glm5::kHidden},
+                        Case{GGMLType::F32, cpu::Gating::Sigmoid,
+                             kc::Gating::Sigmoid, true, true, 2.5f, 256, 8,
+                             true, kc::glm5::kHidden}}) {
+    const int64_t experts = c.experts, topK = c.topK, hidden = c.hidden;
     const float eps = 1e-5f;
     Weight gate = randomWeight(c.type, {hidden, experts}, rng.next());
     std::vector<float> dequant(size_t(hidden * experts));
@@ -2035,8 +2042,8 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
         usable &= sorted[k] - sorted[k + 1] > 1e-4 * std::fabs(sorted[0]);
     }
     const std::string what =
-        fmtText("%s [512, %lld] %s%s%s top %lld", typeName(c.type).c_str(),
-                static_cast<long long>(experts),
+        fmtText("%s [%lld, %lld] %s%s%s top %lld", typeName(c.type).c_str(),
+                static_cast<long long>(hidden), static_cast<long long>(experts),
                 c.gating == kc::Gating::Sigmoid ? "sigmoid" : "softmax",
                 c.bias ? " +bias" : "", c.normalize ? " norm" : "",
                 static_cast<long long>(topK)) +
@@ -2078,13 +2085,16 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
            "exact, separated scores");
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
            2 * sumTol(double(hidden) + double(experts)),
-           "logit and softmax sums, 2e-6*sqrt(512+256)");
-    // GLM-5's choice (its experts and top-k, sigmoid gating) has a kernel
-    // compiled for that shape (ShapeFamily::Router): the same input again
-    // through it must give the run-time kernel's ids, weights and norm bit
-    // for bit, and must have run it.
-    if (c.type == GGMLType::F32 && experts == kc::glm5::kExperts &&
-        topK == kc::glm5::kTopK && c.gating == kc::Gating::Sigmoid) {
+           fmtText("logit and softmax sums, 2e-6*sqrt(%lld+%lld)",
+                   (long long)hidden, (long long)experts));
+    // GLM-5's router (its 6,144 values a row, its experts and top-k,
+    // sigmoid gating) has a kernel compiled for that shape
+    // (ShapeFamily::Router): the same input again through it must give
+    // the run-time kernel's ids, weights and norm bit for bit, and must
+    // have run it.
+    if (c.type == GGMLType::F32 && hidden == kc::glm5::kHidden &&
+        experts == kc::glm5::kExperts && topK == kc::glm5::kTopK &&
+        c.gating == kc::Gating::Sigmoid) {
       const std::vector<int32_t> ids = dids.download();
       const std::vector<float> weights = dw.download(),
                                normalised = dnormed.download();
@@ -2382,7 +2392,9 @@ void checkRouterFold(Report &r, kiln::Rng &rng) {
 /// (logit 2); 40 and 41 share one (logit 1) across the top-8 boundary;
 /// 2's row is NaN; the others are small random rows (|logit| << 1).
 void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
-  const int64_t hidden = 512, experts = 256, topK = 8;
+  // GLM-5's router shape, so that the kernel compiled for it meets the
+  // ties too.
+  const int64_t hidden = kc::glm5::kHidden, experts = 256, topK = 8;
   const std::vector<int32_t> want = {60, 61, 5, 17, 100, 250, 62, 40};
   std::vector<float> x = normals(rng, hidden, 0.05);
   double norm2 = 0;
@@ -2417,7 +2429,7 @@ void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
     bias[size_t(e)] = bias[5];
   bias[41] = bias[40];
   for (bool withBias : {false, true}) {
-    const std::string what = std::string("F32 [512, 256] sigmoid") +
+    const std::string what = std::string("F32 [6144, 256] sigmoid") +
                              (withBias ? " +bias" : "") +
                              " norm top 8, tied rows and a NaN row";
     std::vector<int32_t> wantIds(topK);
@@ -2440,7 +2452,8 @@ void checkMoeRouterTies(Report &r, kiln::Rng &rng) {
            "exact: ties by the lower id, NaN last");
     r.line("moe_router", what + " weights", relError(dw.download(), wantW),
            2 * sumTol(double(hidden) + double(experts)),
-           "logit and softmax sums, 2e-6*sqrt(512+256)");
+           fmtText("logit and softmax sums, 2e-6*sqrt(%lld+%lld)",
+                   (long long)hidden, (long long)experts));
     // The same through the kernel compiled for GLM-5's choice (256
     // experts, top 8, sigmoid: ShapeFamily::Router).
     const std::vector<float> weights = dw.download();
