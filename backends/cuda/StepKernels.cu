@@ -3385,6 +3385,8 @@ enum class RouterForm { General, Ranked, Glm5 };
 /// each of 8 parts, so a block a row.
 constexpr F32Shape kGlm5RouterRows{glm5::kHidden / 4, kRouterThreads / kWarp,
                                    kRouterThreads / kWarp};
+static_assert(kGlm5RouterRows.warps == kGlm5RouterRows.splits,
+              "a block a row: GLM-5's router grid is its experts");
 template <bool kNorm, RouterForm kForm>
 __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     routerKernel(RouterArgs a) {

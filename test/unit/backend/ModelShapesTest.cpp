@@ -40,6 +40,7 @@ TEST(ModelShapes, AreTheGLM5Preset) {
   EXPECT_EQ(uint64_t(glm5::kVHead), d->vHeadDim);
   EXPECT_EQ(uint64_t(glm5::kSharedFfn), d->expertFF * d->sharedExperts);
   EXPECT_EQ(uint64_t(glm5::kExpertFfn), d->expertFF);
+  EXPECT_EQ(uint64_t(glm5::kExperts), d->experts);
   EXPECT_EQ(uint64_t(glm5::kTopK), d->expertsUsed);
   EXPECT_EQ(uint64_t(glm5::kIndexDim), d->indexerDim);
 }
