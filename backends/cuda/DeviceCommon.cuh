@@ -43,6 +43,17 @@ constexpr int kHeldF32Loads = 8;
 /// parts, blocks of `warps` warps; all zero: taken at run time.
 struct F32Shape {
   int cols4 = 0, splits = 0, warps = 0;
+  /// The float4 a lane holds of its part: 0 at run-time shapes. (A
+  /// function, so that the run-time shape's zero splits divide nothing
+  /// where the compiler looks at both sides of a condition.)
+  __host__ __device__ constexpr int perLane() const {
+    return cols4 > 0 ? cols4 / (splits * kWarp) : 0;
+  }
+  __host__ __device__ constexpr bool fits() const {
+    return cols4 == 0 ||
+           (splits > 0 && cols4 % (splits * kWarp) == 0 &&
+            perLane() <= kHeldF32Loads);
+  }
 };
 
 /// sum + u . v, x to w in order, by fused multiply-adds.
@@ -114,10 +125,8 @@ __device__ inline void heldF32Block(const float4 *w, XAt &&xAt, int64_t rows,
                                     int64_t cols4Arg, int splitsArg,
                                     float *partials, float *y) {
   constexpr bool kShaped = kShape.cols4 > 0;
-  static_assert(!kShaped ||
-                (kShape.cols4 % (kShape.splits * kWarp) == 0 &&
-                 kShape.cols4 / (kShape.splits * kWarp) <= kHeldF32Loads));
-  constexpr int kPer = kShaped ? kShape.cols4 / (kShape.splits * kWarp) : 0;
+  static_assert(kShape.fits(), "whole parts of at most kHeldF32Loads");
+  constexpr int kPer = kShape.perLane();
   const int64_t cols4 = kShaped ? kShape.cols4 : cols4Arg;
   const int splits = kShaped ? kShape.splits : splitsArg;
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
@@ -237,52 +246,60 @@ __device__ inline uint64_t globalNanos() {
   return t;
 }
 
+/// The words of a grid barrier (gridBarrier), at the start of zeroed
+/// scratch: two arrival counts, then the parity saying which of them the
+/// next call's blocks count on.
+constexpr int kGridBarrierWords = 3;
+
+/// The count a call's blocks arrive on: read after the kernel's wait (the
+/// previous call's block 0 wrote it before that call ended), by each
+/// block's thread 0, from the L2.
+__device__ inline uint32_t gridBarrierParity(const uint32_t *words) {
+  return __ldcg(words + 2) & 1u;
+}
+
 /// Blocks 0 .. blocks - 1 of a grid that is all resident (one wave) have
 /// all arrived, and their writes before the call are visible to the
-/// caller's block. A generation barrier in one 64-bit word of zeroed
-/// scratch (count below, generation above), so that each step is one
-/// atomic: a block's arrival returns the generation it waits to see pass,
-/// and the last to arrive clears the count and advances the generation
-/// together; the others read the word until it has. (With the generation
-/// read first, then the arrival, then the count cleared and the generation
-/// advanced apart, four round trips to the L2 in a row, the barrier took
-/// 2.2 us of MLA's 8.8 at 1,025 entries on an H200; this one 1.6.) A wait
-/// past kDeviceWaitNs is reported to `fault` (GridWaitTimeout) and ends.
-/// Writes of other blocks are read after it from the L2 (__ldcg): this
-/// block's L1 may hold older lines.
-__device__ inline void gridBarrier(unsigned long long *word, unsigned blocks,
-                                   FaultSink fault) {
+/// caller's block. Thread 0 of each block adds one to words[parity]
+/// (`red.release`: one way, no reply awaited) and reads it (`ld.acquire`)
+/// until it is `blocks`; then block 0 zeroes the other count and flips the
+/// parity for the next call. No block of this call reads either again (each
+/// read the parity before arriving, and block 0 writes after every block
+/// arrived), and the next call reads them after its wait. (An arrival that
+/// returns the generation to wait for, `atom.acq_rel`, cost the last block
+/// a round trip to the L2 before its release could go out: docs/perf.md,
+/// fifty-third pass.) A wait past kDeviceWaitNs is reported to `fault`
+/// (GridWaitTimeout) and ends; the next call counts on the other word,
+/// which that call's block 0 zeroed, so one lost arrival does not hang every
+/// call after it. Writes of other blocks are read after it from the L2
+/// (__ldcg): this block's L1 may hold older lines.
+__device__ inline void gridBarrier(uint32_t *words, uint32_t parity,
+                                   unsigned blocks, FaultSink fault) {
   __syncthreads();
   if (threadIdx.x == 0) {
     // The arrival releases the block's writes (ordered before it by the
-    // block barrier) and acquires those of the blocks before it.
-    unsigned long long ticket;
-    asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;"
-                 : "=l"(ticket)
-                 : "l"(word)
+    // block barrier); the read that sees every arrival acquires theirs.
+    uint32_t *count = words + parity;
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count)
                  : "memory");
-    const uint32_t generation = uint32_t(ticket >> 32);
-    if (uint32_t(ticket) == blocks - 1) {
-      // The count is `blocks`: back to 0, and the generation one on.
-      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(word),
-                   "l"((1ull << 32) - blocks)
+    const uint64_t start = globalNanos();
+    for (;;) {
+      uint32_t now;
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                   : "=r"(now)
+                   : "l"(count)
                    : "memory");
-    } else {
-      const uint64_t start = globalNanos();
-      for (;;) {
-        unsigned long long now;
-        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
-                     : "=l"(now)
-                     : "l"(word)
-                     : "memory");
-        if (uint32_t(now >> 32) != generation)
-          break;
-        if (globalNanos() - start > kDeviceWaitNs) {
-          recordFault(fault, FaultCode::GridWaitTimeout, blocks, 0);
-          break;
-        }
-        __nanosleep(32);
+      if (now >= blocks)
+        break;
+      if (globalNanos() - start > kDeviceWaitNs) {
+        recordFault(fault, FaultCode::GridWaitTimeout, blocks, 0);
+        break;
       }
+      __nanosleep(32);
+    }
+    if (blockIdx.x == 0) {
+      __stcg(words + (parity ^ 1u), 0u);
+      __stcg(words + 2, parity ^ 1u);
     }
   }
   __syncthreads();

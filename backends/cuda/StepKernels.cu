@@ -897,8 +897,10 @@ constexpr int kMlaThreads = 512;
 constexpr int kMlaMaxWidth = 24 * kWarp;
 /// A combine task's output values (of one head) in mlaKernel.
 constexpr int kMlaCombineColumns = 32;
-/// The scratch's first floats, which hold the grid's arrival word.
+/// The scratch's first floats, which hold the grid barrier's words (four:
+/// the partial results after them stay 16-byte aligned).
 constexpr int64_t kMlaArrivalFloats = 4;
+static_assert(kGridBarrierWords <= kMlaArrivalFloats);
 /// MlaShape::kMma's chunk of kChunk entries in shared memory
 /// (MlaMmaLayout): its rows as f16 (padded by 16 bytes, so that
 /// ldmatrix's 8 rows of 16 bytes fall in 8 bank groups), the scores
@@ -943,8 +945,9 @@ struct MlaArgs {
   int64_t capacity;
   float scale;
   float *partM, *partL, *partO; ///< [chunks][heads], [chunks][heads][latent]
-  /// The grid's arrival count and generation, one 8-byte aligned 64-bit
-  /// word (zero before the first call; the count is zero again after each).
+  /// The grid barrier's words (kGridBarrierWords: its two counts and
+  /// parity, zero before the first call; gridBarrier keeps them fit for the
+  /// next).
   uint32_t *arrivals;
   float *out;
   FaultSink fault;
@@ -1656,10 +1659,11 @@ __device__ void mlaCombine(const MlaArgs &a, int h, int first, int end,
   }
 }
 
-/// MLA's grid barrier (DeviceCommon.cuh gridBarrier) on its arrival word.
-__device__ void mlaGridBarrier(const MlaArgs &a, unsigned blocks) {
-  gridBarrier(reinterpret_cast<unsigned long long *>(a.arrivals), blocks,
-              a.fault);
+/// MLA's grid barrier (DeviceCommon.cuh gridBarrier) on its arrival words;
+/// `parity` is gridBarrierParity's (thread 0's; the others' unused).
+__device__ void mlaGridBarrier(const MlaArgs &a, uint32_t parity,
+                               unsigned blocks) {
+  gridBarrier(a.arrivals, parity, blocks, a.fault);
 }
 
 /// The whole of MLA in one kernel of at most one wave (the blocks that fit
@@ -1699,6 +1703,9 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   if (!a.lateDependents)
     allowDependents();
   const bool chunksOnly = a.projQuants != nullptr;
+  // The barrier's count, in flight under the chunks (only thread 0 arrives).
+  const uint32_t parity =
+      !chunksOnly && threadIdx.x == 0 ? gridBarrierParity(a.arrivals) : 0u;
   // The first chunk's selection entries (within the selection's capacity,
   // so always readable) in flight with the position and the count.
   const int64_t first = int64_t(blockIdx.x) * kChunk;
@@ -1732,7 +1739,7 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
     allowDependents();
   if (chunksOnly)
     return;
-  mlaGridBarrier(a, blocks);
+  mlaGridBarrier(a, parity, blocks);
   if (attended >= 0)
     for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
       if (task != int(blockIdx.x))
@@ -5189,9 +5196,7 @@ cudaError_t launchMlaAttention(const float *qLatent, const float *qRope,
                                const DeviceWeight *proj) {
   if (heads < 0 || heads > INT_MAX || latent < 0 || rope < 0 ||
       !validCache(cache) || cache.width != latent + rope ||
-      cache.width > kMlaMaxWidth || !position || !scratch ||
-      reinterpret_cast<uintptr_t>(scratch) % 8 != 0 || // the arrival word
-      capacity < 0 || (selected && (!count || capacity == 0)))
+      cache.width > kMlaMaxWidth || !position || !scratch || capacity < 0 || (selected && (!count || capacity == 0)))
     return cudaErrorInvalidValue;
   if (proj && !mlaProjectionFits(*proj, heads, latent))
     return cudaErrorInvalidValue;

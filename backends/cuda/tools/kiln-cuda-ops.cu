@@ -1619,29 +1619,36 @@ void checkMlaAttention(Report &r, kiln::Rng &rng) {
     }
   }
   // One scratch for calls of other shapes in turn, after the faulting calls
-  // above left their marks on it: the blocks' arrival word sits where every
-  // shape finds it, and each call, faulting or not, leaves it fit for the
-  // next (a call that found it wrong would wait out its timeout and report
-  // a fault).
+  // above left their marks on it: the grid barrier's words sit where every
+  // shape finds it, and each call, faulting or not, leaves them fit for the
+  // next (a call that found them wrong would wait out its timeout and
+  // report a fault). After each call the parity names a zero count (the
+  // next call's) and the other holds the last call's arrivals.
+  auto barrierWords = [&] {
+    const std::vector<float> v = scores.download();
+    std::array<uint32_t, 3> w{};
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = std::bit_cast<uint32_t>(v[i]);
+    return w;
+  };
+  int64_t calls = 0;
+  double wordsWrong = 0;
   for (const auto &[h, c] :
        {std::pair{int64_t(1), Case{kc::CacheType::F16, 299, -1}},
         std::pair{int64_t(4), Case{kc::CacheType::F16, 150, 40}},
-        std::pair{int64_t(2), Case{kc::CacheType::BF16, 77, -1}}})
+        std::pair{int64_t(2), Case{kc::CacheType::BF16, 77, -1}}}) {
     check(h, positions, capacity, c, scores.get(), ", shared scratch");
+    const std::array<uint32_t, 3> w = barrierWords();
+    ++calls;
+    wordsWrong += w[2] > 1 ? 1.0 : double(w[w[2]] != 0) + double(w[w[2] ^ 1] == 0);
+  }
+  r.line("mla shared scratch",
+         fmtText("barrier words after each of %lld cases: the parity's "
+                 "count zero, the other the last call's arrivals",
+                 (long long)calls),
+         wordsWrong, 0, "gridBarrier's protocol");
   r.line("mla shared scratch", "guard after 3 calls of other shapes",
          double(in.guardWrites()), 0, "nothing after the scratch written");
-  // The blocks arrive by 64-bit atomics on the scratch's first word: a
-  // scratch that is not 8-byte aligned is refused before any launch.
-  {
-    Fault fault;
-    const cudaError_t e = kc::launchMlaAttention(
-        dql.get(), dqr.get(), heads, latent, rope, cache.dev(), dpos.get(),
-        nullptr, nullptr, 0, scale, scores.get() + 1, dout.get(),
-        fault.sink(), nullptr);
-    r.line("mla shared scratch", "scratch 4 bytes off 8-byte alignment",
-           double(e != cudaErrorInvalidValue), 0,
-           "refused: cudaErrorInvalidValue");
-  }
 }
 
 /// The indexer's scores in double on the host (for choosing inputs whose
