@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 
 namespace kiln::cuda {
 
@@ -110,20 +111,38 @@ __device__ inline float heldF32Dot(const float4 *row, const float4 *x,
       row, [x](int64_t c) { return x[c]; }, begin, end, valid, held);
 }
 
+/// Where a held F32 mat-vec's row sums go (heldF32Block's `y`): y[row] for a
+/// pointer (none for a null one or nullptr), or a callable's y(row, sum).
+template <typename Out> __device__ inline bool rowsOut(const Out &y) {
+  if constexpr (std::is_same_v<Out, std::nullptr_t>)
+    return false;
+  else if constexpr (std::is_pointer_v<Out>)
+    return y != nullptr;
+  else
+    return true;
+}
+template <typename Out>
+__device__ inline void rowOut(Out &y, int64_t row, float sum) {
+  if constexpr (std::is_pointer_v<Out>)
+    y[row] = sum;
+  else if constexpr (!std::is_same_v<Out, std::nullptr_t>)
+    y(row, sum);
+}
+
 /// One block of a held F32 mat-vec: warp w takes part w % splits of row
 /// blockIdx.x * (warps / splits) + w / splits of `w` (rows of cols4 float4;
 /// rows past `rows` take none), holds its first loads across the
 /// predecessor wait (the step prologue runs here), and the block adds each
-/// row's parts in order into y[row] (null y: the parts stay in
+/// row's parts in order into y (rowOut; a null y: the parts stay in
 /// partials[warp], for the caller to finish). Every thread of the block
 /// calls it.
 /// xAt(c): float4 c of the input vector (loaded after the wait).
 /// kShape (F32Shape): the row width, the parts and the block's warps
 /// compiled in (the router's for GLM-5), the same products in the same order.
-template <F32Shape kShape = F32Shape{}, typename XAt>
+template <F32Shape kShape = F32Shape{}, typename XAt, typename Out>
 __device__ inline void heldF32Block(const float4 *w, XAt &&xAt, int64_t rows,
                                     int64_t cols4Arg, int splitsArg,
-                                    float *partials, float *y) {
+                                    float *partials, Out y) {
   constexpr bool kShaped = kShape.cols4 > 0;
   static_assert(kShape.fits(), "whole parts of at most kHeldF32Loads");
   constexpr int kPer = kShape.perLane();
@@ -145,11 +164,11 @@ __device__ inline void heldF32Block(const float4 *w, XAt &&xAt, int64_t rows,
   if (lane == 0)
     partials[warp] = sum;
   __syncthreads();
-  if (y && valid && part == 0 && lane == 0) {
+  if (rowsOut(y) && valid && part == 0 && lane == 0) {
     float total = partials[warp];
     for (int p = 1; p < splits; ++p)
       total += partials[warp + p];
-    y[row] = total;
+    rowOut(y, row, total);
   }
 }
 
@@ -163,18 +182,18 @@ __device__ inline void heldF32Block(const float4 *w, const float4 *x,
 /// heldF32Block over x RMS-normalised with g (epsilon eps): each row dotted
 /// with x * g and its sum divided by the rms of x, whose squares the row's
 /// warps take from the x values they read (no norm kernel, no normalised
-/// vector), into y[row]. `squares`: a float a warp of shared memory;
+/// vector), into y (rowOut). `squares`: a float a warp of shared memory;
 /// *blockRms (shared) gets the rms of the block's first row, the same bits
 /// as every row's (each row's squares are summed in one order). Every
 /// thread of the block calls it.
 /// kShape as heldF32Block's.
-template <F32Shape kShape = F32Shape{}>
+template <F32Shape kShape = F32Shape{}, typename Out>
 __device__ inline void heldF32NormedBlock(const float4 *w, const float4 *x,
                                           const float4 *g, int64_t rows,
                                           int64_t cols4Arg, int splitsArg,
                                           float eps, float *partials,
                                           float *squares, float *blockRms,
-                                          float *y) {
+                                          Out y) {
   constexpr bool kShaped = kShape.cols4 > 0;
   const int64_t cols4 = kShaped ? kShape.cols4 : cols4Arg;
   const int splits = kShaped ? kShape.splits : splitsArg;
@@ -201,7 +220,7 @@ __device__ inline void heldF32NormedBlock(const float4 *w, const float4 *x,
       ss += squares[warp + p];
     }
     const float rms = sqrtf(ss / float(cols4 * 4) + eps);
-    y[row] = sum / rms;
+    rowOut(y, row, sum / rms);
     if (warp == 0)
       *blockRms = rms;
   }

@@ -3032,16 +3032,20 @@ struct RouterFixed {
 /// prob[], and each expert's choice score, p + bias (NaN lowest), into
 /// choice[]; each thread's logit and bias loads issued together.
 /// kSigmoidOnly: the caller has checked the gating is a sigmoid, and the
-/// softmax is not compiled.
-template <bool kSigmoidOnly = false>
+/// softmax is not compiled. kHeldLogit (with kSigmoidOnly): thread e has
+/// expert e's logit in `held` (every expert a thread), and `logits` is not
+/// read.
+template <bool kSigmoidOnly = false, bool kHeldLogit = false>
 __device__ void routerScores(const float *logits, int64_t experts,
                              const float *bias, Gating gating, float *prob,
-                             float *choice, float *partials) {
+                             float *choice, float *partials, float held = 0.f) {
+  static_assert(kSigmoidOnly || !kHeldLogit);
   // Logits are read from the L2 (ld.global.cg): routerKernel's choosing
   // block reads what other blocks wrote.
   if (kSigmoidOnly || gating == Gating::Sigmoid) {
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
-      const float logit = __ldcg(logits + e), b = bias ? bias[e] : 0.f;
+      const float logit = kHeldLogit ? held : __ldcg(logits + e),
+                  b = bias ? bias[e] : 0.f;
       const float p = 1.f / (1.f + expf(-logit));
       prob[e] = p;
       // The bias only steers the choice; the weights come from p alone.
@@ -3169,23 +3173,29 @@ __device__ inline int beats(Best a, Best b) {
 ///
 /// kRankedOnly: the caller has checked experts <= blockDim.x, and the
 /// warps' sort is not compiled. kFixed (RouterFixed): the shape and a
-/// sigmoid gating checked by the caller, and compiled in.
-template <bool kRankedOnly = false, RouterFixed kFixed = RouterFixed{}>
+/// sigmoid gating checked by the caller, and compiled in. kHeldLogit (with
+/// kFixed of as many experts as threads): thread e holds expert e's logit
+/// in `held` (routerScores).
+template <bool kRankedOnly = false, RouterFixed kFixed = RouterFixed{},
+          bool kHeldLogit = false>
 __device__ void routerChooseSorted(const float *logits, int64_t expertsArg,
                                    const float *bias, int64_t topKArg,
                                    Gating gating, bool normalize,
                                    float routedScale, int32_t *ids,
-                                   float *weights, float *prob) {
+                                   float *weights, float *prob,
+                                   float held = 0.f) {
   constexpr bool kShaped = kFixed.experts > 0;
   static_assert(!kShaped || (kRankedOnly && kFixed.experts <= kFixed.threads &&
                              kFixed.topK <= kWarp));
+  static_assert(!kHeldLogit || (kShaped && kFixed.experts == kFixed.threads));
   const int64_t experts = kShaped ? kFixed.experts : expertsArg,
                 topK = kShaped ? kFixed.topK : topKArg;
   const int threads = kShaped ? kFixed.threads : int(blockDim.x);
   __shared__ float partials[kWarp];
   float *choice = prob + experts;
   Best *candidates = reinterpret_cast<Best *>(choice + experts);
-  routerScores<kShaped>(logits, experts, bias, gating, prob, choice, partials);
+  routerScores<kShaped, kHeldLogit>(logits, experts, bias, gating, prob,
+                                    choice, partials, held);
 
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = threads / kWarp;
@@ -3350,6 +3360,20 @@ __global__ void routerSelectKernel(const float *logits, int64_t experts,
 /// kernels do. One kernel, not a mat-vec and a one-block choice: the
 /// second's launch and wait were most of the ~6 us it added to a GLM-5
 /// layer's critical path.
+///
+/// GLM-5's form (a block a row) publishes instead: thread 0 stores its
+/// block's logit and the call's tag in one 64-bit word (tagged[row]: the
+/// word is its own flag, so no fence and no atomic), and block 0 makes the
+/// choice, thread e reading word e until it carries the tag. The last
+/// logit reaches the choice in one way to the L2 and one read back, where
+/// the ticket took the last block an atomic's round trip and then a read of
+/// every logit (docs/perf.md, fifty-third pass). The tag is the generation
+/// word (arrivals[1]) plus one, read before the wait (only this op's
+/// previous call, in an earlier step, wrote it: see stepInputBeforeWait
+/// on why that call has ended) and advanced by block 0 once every word
+/// carried it. Block 0 also stores the logits (the scratch's contract). A
+/// word that never comes (kDeviceWaitNs) leaves every chosen id -1, which
+/// the experts' kernel reports as a fault.
 constexpr int kRouterThreads = 256;
 
 struct RouterArgs {
@@ -3362,8 +3386,12 @@ struct RouterArgs {
   Gating gating;
   bool normalize;
   float routedScale;
+  /// The last-block ticket (atomicInc's count), then GLM-5's form's
+  /// generation (routerKernel).
   uint32_t *arrivals;
   float *logits;
+  /// GLM-5's form: each block's logit with its call's tag (routerKernel).
+  unsigned long long *tagged;
   int32_t *ids;
   float *weights;
   /// kNorm (step.rms_norm_router): x RMS-normalised with these, written
@@ -3394,6 +3422,42 @@ constexpr F32Shape kGlm5RouterRows{glm5::kHidden / 4, kRouterThreads / kWarp,
                                    kRouterThreads / kWarp};
 static_assert(kGlm5RouterRows.warps == kGlm5RouterRows.splits,
               "a block a row: GLM-5's router grid is its experts");
+/// GLM-5's router form's row output: thread 0's register (routerKernel).
+struct HeldLogit {
+  float *to;
+  __device__ void operator()(int64_t, float sum) const { *to = sum; }
+};
+
+/// A block's logit published with its call's tag (routerKernel).
+__device__ inline void publishTagged(unsigned long long *word, uint32_t tag,
+                                     float logit) {
+  const unsigned long long v =
+      (uint64_t(tag) << 32) | uint64_t(__float_as_uint(logit));
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(word), "l"(v)
+               : "memory");
+}
+
+/// Reads `word` until it carries `tag`; its logit into *logit. False after
+/// kDeviceWaitNs.
+__device__ inline bool awaitTagged(const unsigned long long *word,
+                                   uint32_t tag, float *logit) {
+  const uint64_t start = globalNanos();
+  for (;;) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];"
+                 : "=l"(v)
+                 : "l"(word)
+                 : "memory");
+    if (uint32_t(v >> 32) == tag) {
+      *logit = __uint_as_float(uint32_t(v));
+      return true;
+    }
+    if (globalNanos() - start > kDeviceWaitNs)
+      return false;
+    __nanosleep(20);
+  }
+}
+
 template <bool kNorm, RouterForm kForm>
 __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     routerKernel(RouterArgs a) {
@@ -3403,15 +3467,34 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
   __shared__ float partials[kRouterThreads / kWarp];
   __shared__ bool last;
   const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
+  // GLM-5's form: this call's tag, before the wait (block 0's threads each
+  // read it to await their words; thread 0 of the others to publish).
+  uint32_t tag = 0;
+  if constexpr (kGlm5)
+    if (blockIdx.x == 0 || threadIdx.x == 0)
+      tag = __ldcg(a.arrivals + 1) + 1u;
+  float logit = 0.f; // GLM-5's form: thread 0's, its block's row
+  const auto rows = [&] {
+    if constexpr (kGlm5)
+      return HeldLogit{&logit};
+    else
+      return a.logits;
+  }();
   if constexpr (!kNorm) {
     heldF32Block<kRows>(
         a.gate, [x4](int64_t c) { return x4[c]; }, a.experts, a.cols4,
-        a.splits, partials, a.logits);
+        a.splits, partials, rows);
+    if constexpr (kGlm5)
+      if (threadIdx.x == 0)
+        publishTagged(a.tagged + blockIdx.x, tag, logit);
   } else {
     __shared__ float squares[kRouterThreads / kWarp], blockRms;
     heldF32NormedBlock<kRows>(a.gate, x4, a.normWeight, a.experts, a.cols4,
                               a.splits, a.normEps, partials, squares,
-                              &blockRms, a.logits);
+                              &blockRms, rows);
+    if constexpr (kGlm5)
+      if (threadIdx.x == 0) // ahead of the normalised share
+        publishTagged(a.tagged + blockIdx.x, tag, logit);
     // This block's share of the normalised vector (compiled in: a block a
     // row, so 24 values a block, no division).
     const int64_t values = kGlm5 ? int64_t(glm5::kHidden) : a.cols4 * 4;
@@ -3422,6 +3505,29 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     const float *g = reinterpret_cast<const float *>(a.normWeight);
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
       a.normalised[i] = a.x[i] / rms * g[i];
+  }
+  if constexpr (kGlm5) {
+    if (blockIdx.x != 0)
+      return;
+    const int e = int(threadIdx.x); // every expert a thread
+    float mine = 0.f;
+    const bool arrived = awaitTagged(a.tagged + e, tag, &mine);
+    a.logits[e] = mine;
+    const bool lost = __syncthreads_or(!arrived);
+    if (threadIdx.x == 0) // every block has read the generation
+      __stcg(a.arrivals + 1, tag);
+    if (lost) {
+      if (e < glm5::kTopK)
+        a.ids[e] = -1;
+      return;
+    }
+    routerChooseSorted<true,
+                       RouterFixed{kRouterThreads, glm5::kExperts,
+                                   glm5::kTopK},
+                       true>(a.logits, a.experts, a.bias, a.topK, a.gating,
+                             a.normalize, a.routedScale, a.ids, a.weights,
+                             shared, mine);
+    return;
   }
   __syncthreads(); // this block's logits are written
   if (threadIdx.x == 0) {
@@ -3441,12 +3547,7 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
   __syncthreads();
   if (!last) // the same for the whole block
     return;
-  if constexpr (kForm == RouterForm::Glm5)
-    routerChooseSorted<true, RouterFixed{kRouterThreads, glm5::kExperts,
-                                         glm5::kTopK}>(
-        a.logits, a.experts, a.bias, a.topK, a.gating, a.normalize,
-        a.routedScale, a.ids, a.weights, shared);
-  else if constexpr (kForm == RouterForm::Ranked)
+  if constexpr (kForm == RouterForm::Ranked)
     routerChooseSorted<true>(a.logits, a.experts, a.bias, a.topK, a.gating,
                              a.normalize, a.routedScale, a.ids, a.weights,
                              shared);
@@ -5519,12 +5620,18 @@ unsigned routerChoiceThreads(int64_t experts) {
 
 } // namespace
 
-/// routerKernel's arrival count, ahead of the logits in the router's
-/// scratch (16 bytes, so the logits stay aligned).
+/// routerKernel's arrival count and generation, ahead of the logits in the
+/// router's scratch (16 bytes, so the logits stay aligned).
 constexpr int64_t kRouterArrivalFloats = 4;
 
+/// Where the tagged logits (8 bytes each) start: after the logits, 8-byte
+/// aligned.
+int64_t routerTaggedFloat(int64_t experts) {
+  return kRouterArrivalFloats + (experts + 1) / 2 * 2;
+}
+
 int64_t routerScratchFloats(int64_t experts) {
-  return kRouterArrivalFloats + experts;
+  return routerTaggedFloat(experts) + 2 * experts;
 }
 
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
@@ -5562,6 +5669,8 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     a.routedScale = routedScale;
     a.arrivals = reinterpret_cast<uint32_t *>(scratch);
     a.logits = logits;
+    a.tagged = reinterpret_cast<unsigned long long *>(
+        scratch + routerTaggedFloat(experts));
     a.ids = ids;
     a.weights = weights;
     if (norm) {
@@ -5582,7 +5691,9 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     const bool glm5Shape =
         shapeSpecialised(ShapeFamily::Router) && experts == glm5::kExperts &&
         topK == glm5::kTopK && gating == Gating::Sigmoid &&
-        a.cols4 == kGlm5RouterRows.cols4 && a.splits == kGlm5RouterRows.splits;
+        a.cols4 == kGlm5RouterRows.cols4 &&
+        a.splits == kGlm5RouterRows.splits &&
+        reinterpret_cast<uintptr_t>(a.tagged) % 8 == 0;
     const RouterForm form = glm5Shape ? RouterForm::Glm5
                             : topK <= kWarp && experts <= kRouterThreads
                                 ? RouterForm::Ranked

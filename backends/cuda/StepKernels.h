@@ -575,11 +575,12 @@ cudaError_t launchDsaIndexer(const float *q, int64_t heads, int64_t dim,
 /// softmax, the topK experts by p + bias (bias may be null; ties to the
 /// lower id) in descending order of that score into ids, weights[k] =
 /// p[ids[k]] (divided by max(their sum, 6.1035e-5) when normalize) times
-/// routedScale. `scratch` holds routerScratchFloats(E) floats: first an
-/// arrival count, which must be zero before the first call (each call
-/// leaves it so), then the logits. An F32 gate of 16-byte aligned rows
-/// (GLM-5's) runs as one kernel; any other as a mat-vec and a one-block
-/// choice.
+/// routedScale. `scratch` holds routerScratchFloats(E) floats, all zero
+/// before the first call (each call leaves them fit for the next): an
+/// arrival count and a generation, the logits, then for GLM-5's shape each
+/// logit with its call's tag (8-byte aligned where the scratch is). An F32
+/// gate of 16-byte aligned rows (GLM-5's) runs as one kernel; any other as
+/// a mat-vec and a one-block choice.
 int64_t routerScratchFloats(int64_t experts);
 
 /// kiln-fold-router: one rank's share of the router's logits, out[e] =

@@ -2096,9 +2096,11 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
                    (long long)hidden, (long long)experts));
     // GLM-5's router (its 6,144 values a row, its experts and top-k,
     // sigmoid gating) has a kernel compiled for that shape
-    // (ShapeFamily::Router): the same input again through it must give
-    // the run-time kernel's ids, weights and norm bit for bit, and must
-    // have run it.
+    // (ShapeFamily::Router): the same input again through it, after a call
+    // on the other input (whose tagged logits a wrong tag would take),
+    // must give the run-time kernel's ids, weights and norm bit for bit,
+    // must have run it both times, and must leave its generation word at
+    // its two calls.
     if (c.type == GGMLType::F32 && hidden == kc::glm5::kHidden &&
         experts == kc::glm5::kExperts && topK == kc::glm5::kTopK &&
         c.gating == kc::Gating::Sigmoid) {
@@ -2108,21 +2110,27 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
       uint64_t ran = 0;
       {
         const FixedShapes fixed(true);
-        run(kc::launchMoeRouter(dx.get(), gate.dev(),
-                                c.bias ? db.get() : nullptr, topK, c.gating,
-                                c.normalize, c.routedScale, scratch.get(),
-                                dids.get(), dw.get(), nullptr,
-                                c.norm ? &norm : nullptr,
-                                c.norm ? dnormed.get() : nullptr));
+        for (const DeviceArray<float> *input : {&other, &dx})
+          run(kc::launchMoeRouter(input->get(), gate.dev(),
+                                  c.bias ? db.get() : nullptr, topK, c.gating,
+                                  c.normalize, c.routedScale, scratch.get(),
+                                  dids.get(), dw.get(), nullptr,
+                                  c.norm ? &norm : nullptr,
+                                  c.norm ? dnormed.get() : nullptr));
         ran = fixed.ran();
       }
+      const uint32_t generation =
+          std::bit_cast<uint32_t>(scratch.download()[1]);
       r.line("moe_router",
              what + ", GLM-5's shape compiled in, against the run-time "
                     "shape's kernel",
              mismatches(dids.download(), ids) +
                  mismatches(dw.download(), weights) +
-                 mismatches(dnormed.download(), normalised) + double(ran != 1),
-             0, "bit-identical ids, weights and norm, the compiled kernel run");
+                 mismatches(dnormed.download(), normalised) +
+                 double(ran != 2) + double(generation != 2),
+             0,
+             "bit-identical ids, weights and norm, the compiled kernel run "
+             "twice, its generation 2");
     }
   }
 }
