@@ -2077,13 +2077,16 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
     // A call on another input first, on the same scratch: the checked
     // result is the second call's, so a count the first left behind, or
     // its logits, would show.
-    for (const DeviceArray<float> *input : {&other, &dx})
-      run(kc::launchMoeRouter(input->get(), gate.dev(),
-                              c.bias ? db.get() : nullptr, topK, c.gating,
-                              c.normalize, c.routedScale, scratch.get(),
-                              dids.get(), dw.get(), nullptr,
-                              c.norm ? &norm : nullptr,
-                              c.norm ? dnormed.get() : nullptr));
+    auto callTwice = [&] {
+      for (const DeviceArray<float> *input : {&other, &dx})
+        run(kc::launchMoeRouter(input->get(), gate.dev(),
+                                c.bias ? db.get() : nullptr, topK, c.gating,
+                                c.normalize, c.routedScale, scratch.get(),
+                                dids.get(), dw.get(), nullptr,
+                                c.norm ? &norm : nullptr,
+                                c.norm ? dnormed.get() : nullptr));
+    };
+    callTwice();
     if (c.norm)
       r.line("moe_router", what + " normalised", relError(dnormed.download(),
                                                           normed),
@@ -2110,13 +2113,7 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
       uint64_t ran = 0;
       {
         const FixedShapes fixed(true);
-        for (const DeviceArray<float> *input : {&other, &dx})
-          run(kc::launchMoeRouter(input->get(), gate.dev(),
-                                  c.bias ? db.get() : nullptr, topK, c.gating,
-                                  c.normalize, c.routedScale, scratch.get(),
-                                  dids.get(), dw.get(), nullptr,
-                                  c.norm ? &norm : nullptr,
-                                  c.norm ? dnormed.get() : nullptr));
+        callTwice();
         ran = fixed.ran();
       }
       const uint32_t generation =
