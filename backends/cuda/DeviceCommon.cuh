@@ -324,6 +324,38 @@ __device__ inline void gridBarrier(uint32_t *words, uint32_t parity,
   __syncthreads();
 }
 
+/// A 64-bit word that is its own flag: `tag` above a 32-bit value, one
+/// relaxed store (aligned 64-bit accesses are single-copy atomic, so a
+/// reader that sees the tag sees the value with it; no fence, no atomic).
+__device__ inline void publishTaggedWord(uint64_t *word, uint32_t tag,
+                                         uint32_t value) {
+  const uint64_t v = uint64_t(tag) << 32 | value;
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(word), "l"(v)
+               : "memory");
+}
+
+/// Reads `word` until it carries `tag` (sleeping sleepNs between reads,
+/// none for 0), its value into *value; false after kDeviceWaitNs.
+__device__ inline bool awaitTaggedWord(const uint64_t *word, uint32_t tag,
+                                       unsigned sleepNs, uint32_t *value) {
+  const uint64_t start = globalNanos();
+  for (;;) {
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];"
+                 : "=l"(v)
+                 : "l"(word)
+                 : "memory");
+    if (uint32_t(v >> 32) == tag) {
+      *value = uint32_t(v);
+      return true;
+    }
+    if (globalNanos() - start > kDeviceWaitNs)
+      return false;
+    if (sleepNs)
+      __nanosleep(sleepNs);
+  }
+}
+
 /// silu(g) = g / (1 + exp(-g)), as the CPU reference.
 __device__ inline float silu(float g) { return g / (1.f + expf(-g)); }
 

@@ -3391,7 +3391,7 @@ struct RouterArgs {
   uint32_t *arrivals;
   float *logits;
   /// GLM-5's form: each block's logit with its call's tag (routerKernel).
-  unsigned long long *tagged;
+  uint64_t *tagged;
   int32_t *ids;
   float *weights;
   /// kNorm (step.rms_norm_router): x RMS-normalised with these, written
@@ -3428,36 +3428,6 @@ struct HeldLogit {
   __device__ void operator()(int64_t, float sum) const { *to = sum; }
 };
 
-/// A block's logit published with its call's tag (routerKernel).
-__device__ inline void publishTagged(unsigned long long *word, uint32_t tag,
-                                     float logit) {
-  const unsigned long long v =
-      (uint64_t(tag) << 32) | uint64_t(__float_as_uint(logit));
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(word), "l"(v)
-               : "memory");
-}
-
-/// Reads `word` until it carries `tag`; its logit into *logit. False after
-/// kDeviceWaitNs.
-__device__ inline bool awaitTagged(const unsigned long long *word,
-                                   uint32_t tag, float *logit) {
-  const uint64_t start = globalNanos();
-  for (;;) {
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];"
-                 : "=l"(v)
-                 : "l"(word)
-                 : "memory");
-    if (uint32_t(v >> 32) == tag) {
-      *logit = __uint_as_float(uint32_t(v));
-      return true;
-    }
-    if (globalNanos() - start > kDeviceWaitNs)
-      return false;
-    __nanosleep(20);
-  }
-}
-
 template <bool kNorm, RouterForm kForm>
 __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     routerKernel(RouterArgs a) {
@@ -3486,7 +3456,7 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
         a.splits, partials, rows);
     if constexpr (kGlm5)
       if (threadIdx.x == 0)
-        publishTagged(a.tagged + blockIdx.x, tag, logit);
+        publishTaggedWord(a.tagged + blockIdx.x, tag, __float_as_uint(logit));
   } else {
     __shared__ float squares[kRouterThreads / kWarp], blockRms;
     heldF32NormedBlock<kRows>(a.gate, x4, a.normWeight, a.experts, a.cols4,
@@ -3494,7 +3464,7 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
                               &blockRms, rows);
     if constexpr (kGlm5)
       if (threadIdx.x == 0) // ahead of the normalised share
-        publishTagged(a.tagged + blockIdx.x, tag, logit);
+        publishTaggedWord(a.tagged + blockIdx.x, tag, __float_as_uint(logit));
     // This block's share of the normalised vector (compiled in: a block a
     // row, so 24 values a block, no division).
     const int64_t values = kGlm5 ? int64_t(glm5::kHidden) : a.cols4 * 4;
@@ -3510,8 +3480,9 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     if (blockIdx.x != 0)
       return;
     const int e = int(threadIdx.x); // every expert a thread
-    float mine = 0.f;
-    const bool arrived = awaitTagged(a.tagged + e, tag, &mine);
+    uint32_t bits = 0;
+    const bool arrived = awaitTaggedWord(a.tagged + e, tag, 20, &bits);
+    const float mine = __uint_as_float(bits);
     a.logits[e] = mine;
     const bool lost = __syncthreads_or(!arrived);
     if (threadIdx.x == 0) // every block has read the generation
@@ -4347,9 +4318,7 @@ __device__ inline uint32_t loadAcquire(const uint32_t *p) {
 /// A block's part of a sum, tagged with its call's epoch in one 64-bit
 /// word, so that the part and its arrival are one store and one load.
 __device__ inline void storeTagged(uint64_t *p, uint32_t tag, float v) {
-  const uint64_t word = uint64_t(tag) << 32 | __float_as_uint(v);
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(word)
-               : "memory");
+  publishTaggedWord(p, tag, __float_as_uint(v));
 }
 
 /// The part at `p` once it carries `tag`; a block that has not stored it
@@ -4357,20 +4326,12 @@ __device__ inline void storeTagged(uint64_t *p, uint32_t tag, float v) {
 /// and read as 0.
 __device__ inline float waitTagged(const uint64_t *p, uint32_t tag,
                                    FaultSink fault, int64_t blocks) {
-  const uint64_t start = globalNanos();
-  for (;;) {
-    uint64_t word;
-    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];"
-                 : "=l"(word)
-                 : "l"(p)
-                 : "memory");
-    if (uint32_t(word >> 32) == tag)
-      return __uint_as_float(uint32_t(word));
-    if (globalNanos() - start > kDeviceWaitNs) {
-      recordFault(fault, FaultCode::GridWaitTimeout, blocks, 0);
-      return 0.f;
-    }
+  uint32_t bits = 0;
+  if (!awaitTaggedWord(p, tag, 0, &bits)) {
+    recordFault(fault, FaultCode::GridWaitTimeout, blocks, 0);
+    return 0.f;
   }
+  return __uint_as_float(bits);
 }
 
 /// Waits until *word has reached `target` (modulo 2^32), or reports the
@@ -5669,7 +5630,7 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
     a.routedScale = routedScale;
     a.arrivals = reinterpret_cast<uint32_t *>(scratch);
     a.logits = logits;
-    a.tagged = reinterpret_cast<unsigned long long *>(
+    a.tagged = reinterpret_cast<uint64_t *>(
         scratch + routerTaggedFloat(experts));
     a.ids = ids;
     a.weights = weights;
