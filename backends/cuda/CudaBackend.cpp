@@ -238,6 +238,11 @@ constexpr const char *kNucleusLabel = "the argmax cutting a nucleus";
 struct CudaStep {
   const Step *step = nullptr;
   std::vector<uint8_t *> ptrs; ///< each buffer's device address (not weights)
+  /// By the buffer of the ids each writes, the routers (without an input
+  /// norm) that may hand them to the experts reading that buffer by tags
+  /// (TaggedIds): each launch of the router fills its entry in, which the
+  /// experts' launch after it reads.
+  std::map<int32_t, std::shared_ptr<TaggedIds>> routerIds;
   std::vector<DeviceMemory> slots;
   /// What a step enqueues: one unit per op, except a fused_linear, which
   /// has one per run of parts (below), so runs of different types can
@@ -339,6 +344,8 @@ struct CudaRank {
   /// An mla_attention's output projection by MLA's launch where the
   /// weight allows (else the attention, then the stacked mat-vec).
   bool mlaProjection = false;
+  /// KILN_CUDA_TAGGED_IDS (GraphSwitches).
+  bool taggedIds = true;
   /// KILN_CUDA_CLUSTER_SELECT=1: the indexer's selection as before the
   /// seventeenth pass (GraphSwitches).
   bool clusterSelect = false;
@@ -1350,9 +1357,15 @@ Expected<Launch> OpBinder::bind() {
     Gating g = d.softmax ? Gating::Softmax : Gating::Sigmoid;
     bool normalize = d.normalize;
     float rs = float(d.routedScale);
+    std::shared_ptr<TaggedIds> tagged;
+    if (!normed && rank_.taggedIds) {
+      tagged = std::make_shared<TaggedIds>();
+      step_.routerIds[d_.outs[out0]] = tagged;
+    }
     return wrap([=](cudaStream_t s) {
       return launchMoeRouter(x, gate, bias, topK, g, normalize, rs, scratch,
-                             ids, w, s, norm ? &*norm : nullptr, normalised);
+                             ids, w, s, norm ? &*norm : nullptr, normalised,
+                             tagged.get());
     });
   }
   case OpKind::MoeExperts: {
@@ -1374,10 +1387,15 @@ Expected<Launch> OpBinder::bind() {
     float *y = f32Out(0);
     int64_t ffn = d.ffn, experts = d.experts, chosen = d.topK;
     FaultSink f = sink();
+    // Its router's ids by tags, where the router that writes its ids
+    // buffer can hand them so.
+    std::shared_ptr<const TaggedIds> tagged;
+    if (auto it = step_.routerIds.find(d_.ins[1]); it != step_.routerIds.end())
+      tagged = it->second;
     return wrap([=](cudaStream_t s) {
       return launchMoeExperts(x, n, ffn, experts, ids, w, chosen, gate,
                               up ? &*up : nullptr, down, act, addend, y, f, s,
-                              shared ? &*shared : nullptr);
+                              shared ? &*shared : nullptr, tagged.get());
     });
   }
   case OpKind::Argmax: {
@@ -1760,6 +1778,11 @@ struct GraphSwitches {
   /// wait, instead of loading it from the exchange after (beginStepEpochs;
   /// docs/perf.md, fiftieth pass).
   bool stepEpochs = true;
+  /// KILN_CUDA_TAGGED_IDS (on; =0 off): a GLM-5 router without an input
+  /// norm hands its chosen ids to the routed experts' bulk-copy kernels
+  /// by tagged words, which they poll instead of waiting for the router's
+  /// grid to end (StepKernels.h TaggedIds; needs the step epochs).
+  bool taggedIds = true;
   /// KILN_CUDA_PEER_CLUSTER (off; =1 on): the one-shot all-reduces without
   /// the router's choice (the fused norm's too) as one thread-block
   /// cluster, the parts summed through its shared memory; off, by blocks
@@ -1898,6 +1921,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.directSlots = directSlots;
   KILN_ASSIGN(stepEpochs, readFlag("KILN_CUDA_STEP_EPOCHS", true));
   g.stepEpochs = stepEpochs;
+  KILN_ASSIGN(taggedIds, readFlag("KILN_CUDA_TAGGED_IDS", true));
+  g.taggedIds = taggedIds;
   KILN_ASSIGN(peerClusters, readFlag("KILN_CUDA_PEER_CLUSTER", false));
   g.peerClusters = peerClusters;
   if (const char *v = std::getenv("KILN_CUDA_PEER_CLUSTER_POLICY")) {
@@ -3066,6 +3091,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     // single rank has no one to wait for, and keeps its early launches.
     rank->overlap = switches.overlap && !rank->oneGpu;
     rank->mlaProjection = switches.mlaProjection;
+    rank->taggedIds = switches.taggedIds;
     rank->clusterSelect = switches.clusterSelect;
     rank->selectBlocks = switches.selectBlocks;
     rank->wideSelectFrom = switches.wideSelectFrom;

@@ -3183,7 +3183,9 @@ __device__ void routerChooseSorted(const float *logits, int64_t expertsArg,
                                    Gating gating, bool normalize,
                                    float routedScale, int32_t *ids,
                                    float *weights, float *prob,
-                                   float held = 0.f) {
+                                   float held = 0.f,
+                                   uint64_t *taggedIds = nullptr,
+                                   uint32_t idTag = 0) {
   constexpr bool kShaped = kFixed.experts > 0;
   static_assert(!kShaped || (kRankedOnly && kFixed.experts <= kFixed.threads &&
                              kFixed.topK <= kWarp));
@@ -3249,6 +3251,18 @@ __device__ void routerChooseSorted(const float *logits, int64_t expertsArg,
       const Best chosen = top[lane];
       ids[lane] = chosen.index;
       weights[lane] = routerWeight(chosen.key, sum, normalize, routedScale);
+    }
+    if constexpr (kShaped) {
+      // The ids' tagged copies (TaggedIds), the warp's lanes a copy in
+      // turn.
+      static_assert(kWarp % kFixed.topK == 0);
+      if (taggedIds) {
+        const int32_t id = top[lane % kFixed.topK].index;
+        for (int c = lane / kFixed.topK; c < kTaggedIdCopies;
+             c += kWarp / kFixed.topK)
+          publishTaggedWord(taggedIds + c * kTaggedIdStride + lane % kFixed.topK,
+                            idTag, uint32_t(id));
+      }
     }
     return;
   }
@@ -3392,6 +3406,10 @@ struct RouterArgs {
   float *logits;
   /// GLM-5's form: each block's logit with its call's tag (routerKernel).
   uint64_t *tagged;
+  /// GLM-5's form, or null: the chosen ids published with the step's tag
+  /// (TaggedIds: the words, and the step's epoch word).
+  uint64_t *taggedIds;
+  const uint32_t *stepWord;
   int32_t *ids;
   float *weights;
   /// kNorm (step.rms_norm_router): x RMS-normalised with these, written
@@ -3439,10 +3457,15 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
   const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
   // GLM-5's form: this call's tag, before the wait (block 0's threads each
   // read it to await their words; thread 0 of the others to publish).
-  uint32_t tag = 0;
+  uint32_t tag = 0, idTag = 0;
   if constexpr (kGlm5)
-    if (blockIdx.x == 0 || threadIdx.x == 0)
+    if (blockIdx.x == 0 || threadIdx.x == 0) {
       tag = __ldcg(a.arrivals + 1) + 1u;
+      // The ids' tag: the step's epoch word plus one (TaggedIds; only the
+      // step's last kernel writes that word).
+      if (blockIdx.x == 0 && a.taggedIds)
+        idTag = __ldcg(a.stepWord) + 1u;
+    }
   float logit = 0.f; // GLM-5's form: thread 0's, its block's row
   const auto rows = [&] {
     if constexpr (kGlm5)
@@ -3497,7 +3520,7 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
                                    glm5::kTopK},
                        true>(a.logits, a.experts, a.bias, a.topK, a.gating,
                              a.normalize, a.routedScale, a.ids, a.weights,
-                             shared, mine);
+                             shared, mine, a.taggedIds, idTag);
     return;
   }
   __syncthreads(); // this block's logits are written
@@ -5591,15 +5614,24 @@ int64_t routerTaggedFloat(int64_t experts) {
   return kRouterArrivalFloats + (experts + 1) / 2 * 2;
 }
 
-int64_t routerScratchFloats(int64_t experts) {
+/// Then the tagged ids (TaggedIds), 8-byte aligned as the logits' words.
+int64_t routerTaggedIdsFloat(int64_t experts) {
   return routerTaggedFloat(experts) + 2 * experts;
+}
+
+int64_t routerScratchFloats(int64_t experts) {
+  return routerTaggedIdsFloat(experts) +
+         2 * int64_t(kTaggedIdCopies) * kTaggedIdStride;
 }
 
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, float *scratch,
                             int32_t *ids, float *weights, cudaStream_t s,
-                            const InputNorm *norm, float *normalised) {
+                            const InputNorm *norm, float *normalised,
+                            TaggedIds *tagged) {
+  if (tagged)
+    *tagged = TaggedIds{};
   Geometry g;
   const int64_t experts = gate.rows;
   float *logits = scratch ? scratch + kRouterArrivalFloats : nullptr;
@@ -5666,6 +5698,16 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                  ? routerKernel<kNormed, RouterForm::Ranked>
                  : routerKernel<kNormed, RouterForm::General>;
     };
+    // The ids by tags (TaggedIds) where asked, GLM-5's form publishes, the
+    // router has no norm (the experts' kernels then read only what this
+    // kernel's predecessors wrote before they poll) and the step's epoch
+    // word will advance (it has had an all-reduce).
+    if (tagged && glm5Shape && !norm && stepEpochBase && stepEpochCalls > 0) {
+      a.taggedIds = reinterpret_cast<uint64_t *>(
+          scratch + routerTaggedIdsFloat(experts));
+      a.stepWord = stepEpochBase;
+      *tagged = TaggedIds{a.taggedIds, stepEpochBase, topK};
+    }
     const auto kernel = norm ? pick(std::true_type{}) : pick(std::false_type{});
     if (cudaError_t e = launchStep(kernel, unsigned(blocks), kRouterThreads,
                                    routerShared, s, a);

@@ -695,12 +695,30 @@ cudaError_t launchMoeChoose(const float *logits, int64_t experts,
 /// the x values they read, each logit is divided by the rms, and each
 /// block writes its share of `normalised`); other gates run
 /// launchRmsNorm first.
+/// A router's chosen ids handed to the routed experts' kernels without
+/// waiting for the router's grid to end (docs/cuda.md, "The router's ids
+/// by tags"): launchMoeRouter, given one, fills it in where its kernel
+/// publishes them (GLM-5's shape compiled in, no input norm, inside a step
+/// with all-reduce epochs that has had a call: the tag is the step's epoch
+/// word plus one, which no other step's tags share), else clears it; and
+/// launchMoeExperts, given one that is filled in, may poll the words for
+/// its ids instead of waiting. `words`: kTaggedIdCopies copies of the topK
+/// (id, tag) words, kTaggedIdStride words apart (the experts' 512 blocks
+/// spread over as many lines of the L2); `stepWord`: the step's epoch word.
+struct TaggedIds {
+  const uint64_t *words = nullptr;
+  const uint32_t *stepWord = nullptr;
+  int64_t k = 0;
+};
+constexpr int kTaggedIdCopies = 16, kTaggedIdStride = 16;
+
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, float *scratch,
                             int32_t *ids, float *weights, cudaStream_t s,
                             const InputNorm *norm = nullptr,
-                            float *normalised = nullptr);
+                            float *normalised = nullptr,
+                            TaggedIds *tagged = nullptr);
 
 /// The routed experts (CpuKernels.h moeExperts), reading only the chosen
 /// experts' rows. gate and up are [hidden, F, E] weights (rows E*F), or
@@ -736,6 +754,9 @@ uint64_t moeSharedInsideLaunches();
 /// launchMoeExperts calls were the bulk-copy kernels (Q4_K, Q5_K, Q2_K,
 /// Q3_K rows copied whole into shared memory), not the generic ones.
 uint64_t moeBulkLaunches();
+/// How many of the calling host thread's launchMoeExperts calls took their
+/// router's ids by tags (TaggedIds).
+uint64_t moeTaggedIdLaunches();
 /// A timing probe (KILN_CUDA_EXPERTS_INT8_X=1; off unless set): the
 /// calling host thread's launchMoeExperts calls whose routed gate/up rows
 /// are Q4_K of glm5::kHidden values with F = 256 (GLM-5 at tp=8) run the
@@ -756,7 +777,8 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              const DeviceWeight &down, float *act,
                              const float *addend, float *out, FaultSink fault,
                              cudaStream_t s,
-                             const SharedExpert *shared = nullptr);
+                             const SharedExpert *shared = nullptr,
+                             const TaggedIds *tagged = nullptr);
 
 /// Whether the step launches of the calling host thread ask for an
 /// overlapped start after their predecessor (programmatic dependent launch,

@@ -1103,7 +1103,34 @@ struct ExpertArgs {
   /// The shared expert's gate/up blocks start their rows' copies before
   /// the predecessor wait (they need no id; earlyPrefetch()).
   bool sharedEarly;
+  /// The router's ids by tags (TaggedIds), or null: the bulk-copy kernels'
+  /// routed blocks read their ids from these words (the step's epoch word
+  /// plus one their tag) instead of after their wait, which they do last.
+  const uint64_t *taggedIds;
+  const uint32_t *stepWord;
 };
+
+/// The tag of this step's TaggedIds (read before the kernel's wait: only
+/// the step's last kernel writes the word).
+__device__ inline uint32_t taggedIdTag(const ExpertArgs &a) {
+  return __ldcg(a.stepWord) + 1u;
+}
+
+/// Chosen id `slot` from TaggedIds (this block's copy), or -1 with a fault
+/// where it never comes.
+__device__ inline int32_t awaitTaggedId(const ExpertArgs &a, int64_t slot,
+                                        uint32_t tag) {
+  uint32_t id = 0;
+  if (!awaitTaggedWord(a.taggedIds +
+                           int64_t(blockIdx.x % kTaggedIdCopies) *
+                               kTaggedIdStride +
+                           slot,
+                       tag, 32, &id)) {
+    recordFault(a.fault, FaultCode::GridWaitTimeout, a.k, 0);
+    return -1;
+  }
+  return int32_t(id);
+}
 
 /// Block 0's first warp reports the first id outside [0, experts) in k
 /// order, as the CPU would: 32 ids a round, loaded together, and a ballot
@@ -1124,6 +1151,14 @@ __device__ inline void reportFirstBadId(const ExpertArgs &a) {
       return;
     }
   }
+}
+
+/// A routed gate/up block that polled its id (ExpertArgs::taggedIds) waits
+/// for its predecessor before it ends, as every step kernel does (its
+/// completion stands for the router's), and block 0 then checks every id.
+__device__ inline void finishPolled(const ExpertArgs &a) {
+  waitForPredecessor();
+  reportFirstBadId(a);
 }
 
 template <int R>
@@ -1578,7 +1613,16 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
         shared);
     return;
   }
-  stepKernelPrologue();
+  // The router's ids by tags (TaggedIds): thread 0 reads this block's from
+  // its words, before the wait, which comes last. x is still safe to read
+  // at once: it is the router's input (the router publishes its ids by
+  // tags only where it has no norm), written by kernels before the router,
+  // which had ended when this kernel was launched (after every router
+  // block's own wait).
+  const bool polled = a.taggedIds != nullptr; // the same for the grid
+  const uint32_t idTag = polled && threadIdx.x == 0 ? taggedIdTag(a) : 0u;
+  if (!polled)
+    stepKernelPrologue();
   // This lane's x first, so that its loads are in flight with the id's (the
   // copies below wait for the id, and the asm of their barriers keeps any
   // load after them from moving up).
@@ -1589,8 +1633,8 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
   const int64_t i = blockIdx.x / tiles, f0 = blockIdx.x % tiles * kPairs;
   const int pairs =
       kFixed ? kPairs : int(ffn - f0 < kPairs ? ffn - f0 : kPairs);
-  const int64_t e = a.ids[i];
-  const bool valid = e >= 0 && e < a.experts; // the same for the whole block
+  __shared__ int32_t polledId;
+  int64_t e = polled ? 0 : a.ids[i];
   const uint32_t rowBytes =
       kFixed ? uint32_t(blocksPerRow * kBlockBytes) : uint32_t(a.gate.rowBytes);
   uint64_t *bars = reinterpret_cast<uint64_t *>(shared);
@@ -1601,7 +1645,9 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
     for (int q = 0; q < pairs; ++q)
       barrierInit(bars + q);
     barrierInitFence();
-    if (valid) {
+    if (polled)
+      polledId = int32_t(e = awaitTaggedId(a, i, idTag));
+    if (e >= 0 && e < a.experts) {
       // Fused: expert e's rows are its F gate rows, then its F up rows.
       const int64_t gateRow = a.fused ? e * 2 * ffn + f0 : e * ffn + f0;
       const uint8_t *gate = a.gateData + uint64_t(gateRow) * rowBytes;
@@ -1625,14 +1671,22 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
     else
       bulkX<kQ>(xv, xs);
   }
-  __syncthreads(); // the barriers are initialised
+  __syncthreads(); // the barriers are initialised (and the polled id kept)
+  if (polled) {
+    e = polledId;
+    allowDependents();
+  }
+  const bool valid = e >= 0 && e < a.experts; // the same for the whole block
   // Block 0's check of every id, while its rows stream in: ahead of its
   // own id's load it held that block's copies a round trip behind the
-  // others', in a grid of one wave.
-  reportFirstBadId(a);
+  // others', in a grid of one wave. (Polled, after the wait at the end.)
+  if (!polled)
+    reportFirstBadId(a);
   if (!valid) {
     if (int(threadIdx.x) < pairs)
       a.act[i * ffn + f0 + threadIdx.x] = 0.f;
+    if (polled)
+      finishPolled(a);
     return;
   }
   float v[2 * kPairs];
@@ -1652,6 +1706,8 @@ __device__ __forceinline__ void expertGateUpK45(const ExpertArgs &a) {
   pairSumsToAct(v, sums,
                 kFixed ? (blocksPerRow + 3) / 4 : int(blockDim.x / kWarp),
                 pairs, a.act + i * ffn + f0);
+  if (polled)
+    finishPolled(a);
 }
 
 template <BulkQuant kQ, int kHidden = 0, int kFfn = 0>
@@ -1716,11 +1772,16 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
   if (warp == 0) {
     // Before the wait (see above): the ids are final, the weights constant.
     // L2 reads (ld.global.cg): nothing of this kernel's L1 is trusted yet.
-    // 32 ids a round, loaded together.
+    // 32 ids a round, loaded together. With the ids by tags (TaggedIds)
+    // the gate/up kernel lets this one start before the router has ended,
+    // so they come from the tagged words.
+    const uint32_t idTag = a.taggedIds ? taggedIdTag(a) : 0u;
     uint32_t valid = 0;
     for (int s0 = 0; s0 < k; s0 += kWarp) { // the same for the warp
       const int s = s0 + lane;
-      int32_t e = s < k ? __ldcg(a.ids + s) : -1;
+      int32_t e = s >= k         ? -1
+                  : a.taggedIds ? awaitTaggedId(a, s, idTag)
+                                : __ldcg(a.ids + s);
       e = e >= 0 && e < a.experts ? e : -1; // faulted by gate/up
       if (s < k)
         chosen[s] = e;
@@ -2502,6 +2563,8 @@ thread_local uint64_t int8XLaunches = 0;
 
 uint64_t moeSharedInsideLaunches() { return sharedInside; }
 uint64_t moeBulkLaunches() { return bulkLaunches; }
+thread_local uint64_t taggedIdLaunches = 0;
+uint64_t moeTaggedIdLaunches() { return taggedIdLaunches; }
 void setExpertsInt8X(bool on) { int8X = on; }
 bool expertsInt8X() { return int8X; }
 uint64_t moeInt8XLaunches() { return int8XLaunches; }
@@ -2520,7 +2583,8 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              const DeviceWeight &gate, const DeviceWeight *up,
                              const DeviceWeight &down, float *act,
                              const float *addend, float *out, FaultSink fault,
-                             cudaStream_t s, const SharedExpert *shared) {
+                             cudaStream_t s, const SharedExpert *shared,
+                             const TaggedIds *tagged) {
   ExpertArgs a{};
   a.fused = up == nullptr;
   if (hidden <= 0 || ffn <= 0 || experts <= 0 || k < 0 ||
@@ -2709,6 +2773,15 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
       if (cudaError_t e = allowDynamicShared(gateUp, gateFastShared);
           e != cudaSuccess)
         return e;
+      // The router's ids by tags, where it published them: the bulk-copy
+      // gate/up kernel's routed blocks poll them, and so does the bulk-copy
+      // down kernel, which that kernel may then let start before the router
+      // has ended.
+      if (tagged && tagged->words && tagged->k == k) {
+        a.taggedIds = tagged->words;
+        a.stepWord = tagged->stepWord;
+        ++taggedIdLaunches;
+      }
     }
     if (cudaError_t e =
             gateFast

@@ -5982,6 +5982,74 @@ void checkExpertWidthKernels(Report &r, kiln::Rng &rng) {
   }
 }
 
+/// GLM-5's router handing its ids to the routed experts by tags
+/// (kc::TaggedIds): two steps with all-reduce epochs (one simulated
+/// all-reduce each, so that the steps' word advances), each the router at
+/// GLM-5's shape and then the experts (Q4_K gate/up, Q5_K down, F = 256:
+/// the bulk-copy kernels, compiled for the shape) polling the router's
+/// tagged ids. The second step's input differs, so stale tags would show.
+/// Each step's output and ids against the same experts launched after it
+/// without the tags (waiting for the router's end): the same bits.
+void checkTaggedIds(Report &r, kiln::Rng &rng) {
+  const int64_t hidden = kc::glm5::kHidden, experts = kc::glm5::kExperts,
+                k = kc::glm5::kTopK, ffn = 256, capacity = 6144, small = 64;
+  const FixedShapes fixed(true);
+  Weight gate = randomWeight(GGMLType::F32, {hidden, experts}, rng.next());
+  const Experts set = randomExperts(GGMLType::Q4_K, GGMLType::Q5_K, false,
+                                    hidden, ffn, experts, rng);
+  const kc::DeviceWeight gd = set.gate.dev(), ud = set.up->dev(),
+                         dd = set.down.dev();
+  DeviceArray<float> db(normals(rng, experts, 0.1)),
+      scratch(size_t(kc::routerScratchFloats(experts))), dw(k),
+      act(size_t(k * ffn)), out{size_t(hidden)}, plain{size_t(hidden)},
+      dsmall(normals(rng, small, 1.0)), dsmallOut{size_t(small)};
+  DeviceArray<int32_t> ids(k);
+  DeviceArray<uint32_t> epochBase(size_t(1));
+  const uint64_t bytes = kc::peerExchangeBytes(capacity, 0);
+  DeviceArray<uint8_t> exchange(bytes);
+  const kc::PeerExchange p =
+      kc::peerExchangeView({exchange.get()}, 8, 0, capacity, true);
+  const bool clusters = kc::peerClusters();
+  kc::setPeerClusters(false);
+  double published = 0, polled = 0, diff = 0, faults = 0;
+  for (int step = 0; step < 2; ++step) {
+    DeviceArray<float> dx(normals(rng, hidden, 1.0));
+    kc::beginStepEpochs(epochBase.get());
+    run(kc::launchAllReducePeers(p, dsmall.get(), 1, small, true, nullptr,
+                                 nullptr, 1e-5f, dsmallOut.get(), nullptr, {},
+                                 nullptr));
+    kc::TaggedIds tagged;
+    run(kc::launchMoeRouter(dx.get(), gate.dev(), db.get(), k,
+                            kc::Gating::Sigmoid, true, 2.5f, scratch.get(),
+                            ids.get(), dw.get(), nullptr, nullptr, nullptr,
+                            &tagged));
+    published += tagged.words != nullptr;
+    const uint64_t before = kc::moeTaggedIdLaunches();
+    Fault fault, plainFault;
+    run(kc::launchMoeExperts(dx.get(), hidden, ffn, experts, ids.get(),
+                             dw.get(), k, gd, &ud, dd, act.get(), nullptr,
+                             out.get(), fault.sink(), nullptr, nullptr,
+                             &tagged));
+    polled += double(kc::moeTaggedIdLaunches() - before);
+    run(kc::launchAdvanceEpochs(epochBase.get(), kc::endStepEpochs(),
+                                nullptr));
+    run(kc::launchMoeExperts(dx.get(), hidden, ffn, experts, ids.get(),
+                             dw.get(), k, gd, &ud, dd, act.get(), nullptr,
+                             plain.get(), plainFault.sink(), nullptr));
+    diff += double(mismatches(out.download(), plain.download()));
+    faults += faultMismatch(fault.read(), kc::FaultCode::None, 0, 0) +
+              faultMismatch(plainFault.read(), kc::FaultCode::None, 0, 0);
+  }
+  kc::setPeerClusters(clusters);
+  r.line("tagged ids",
+         "GLM-5's router and experts (Q4_K / Q5_K, F 256), two steps: the "
+         "router published its ids both times, the experts polled them",
+         std::fabs(published - 2) + std::fabs(polled - 2), 0, "launch count");
+  r.line("tagged ids",
+         "the experts by tags against the same experts after the router's end",
+         diff + faults, 0, "bit-identical output, no fault");
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -6089,6 +6157,7 @@ int main(int argc, char **argv) {
   checkLiveRows(report, rng);
   checkWidthKernels(report, rng);
   checkExpertWidthKernels(report, rng);
+  checkTaggedIds(report, rng);
   checkAllReducePeers(report, rng);
   checkDirectSlotsInGraphs(report, rng, false, false);
   checkDirectSlotsInGraphs(report, rng, true, false);
