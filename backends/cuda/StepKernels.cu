@@ -3136,6 +3136,19 @@ __device__ Best warpTop32(int64_t count, int64_t first, int64_t stride,
   return top;
 }
 
+/// The chosen ids' tagged copies (TaggedIds) by one warp, its lanes a copy
+/// in turn: lane l stores id (lane l mod kTopK's choice, passed by every
+/// lane) into copies l / kTopK, l / kTopK + 32 / kTopK, ...
+template <int kTopK>
+__device__ inline void publishTaggedIds(uint64_t *taggedIds, uint32_t tag,
+                                        int32_t id) {
+  static_assert(kWarp % kTopK == 0);
+  const int lane = int(threadIdx.x) % kWarp;
+  for (int c = lane / kTopK; c < kTaggedIdCopies; c += kWarp / kTopK)
+    publishTaggedWord(taggedIds + c * kTaggedIdStride + lane % kTopK, tag,
+                      uint32_t(id));
+}
+
 /// Whether a is `better` than b (the larger key, then the lower index; an
 /// entry never beats itself), without branches (bitwise, not
 /// short-circuit), so that a loop of these over shared memory issues its
@@ -3252,18 +3265,10 @@ __device__ void routerChooseSorted(const float *logits, int64_t expertsArg,
       ids[lane] = chosen.index;
       weights[lane] = routerWeight(chosen.key, sum, normalize, routedScale);
     }
-    if constexpr (kShaped) {
-      // The ids' tagged copies (TaggedIds), the warp's lanes a copy in
-      // turn.
-      static_assert(kWarp % kFixed.topK == 0);
-      if (taggedIds) {
-        const int32_t id = top[lane % kFixed.topK].index;
-        for (int c = lane / kFixed.topK; c < kTaggedIdCopies;
-             c += kWarp / kFixed.topK)
-          publishTaggedWord(taggedIds + c * kTaggedIdStride + lane % kFixed.topK,
-                            idTag, uint32_t(id));
-      }
-    }
+    if constexpr (kShaped)
+      if (taggedIds)
+        publishTaggedIds<kFixed.topK>(taggedIds, idTag,
+                                      top[lane % kFixed.topK].index);
     return;
   }
   if constexpr (!kRankedOnly) {
@@ -3513,6 +3518,10 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     if (lost) {
       if (e < glm5::kTopK)
         a.ids[e] = -1;
+      // The experts polling the tagged ids get the bad ids too (at once,
+      // not after their own wait's timeout), and report them.
+      if (a.taggedIds && e < kWarp)
+        publishTaggedIds<glm5::kTopK>(a.taggedIds, idTag, -1);
       return;
     }
     routerChooseSorted<true,
