@@ -4347,12 +4347,6 @@ __device__ inline uint32_t loadAcquire(const uint32_t *p) {
   return v;
 }
 
-/// A block's part of a sum, tagged with its call's epoch in one 64-bit
-/// word, so that the part and its arrival are one store and one load.
-__device__ inline void storeTagged(uint64_t *p, uint32_t tag, float v) {
-  publishTaggedWord(p, tag, __float_as_uint(v));
-}
-
 /// The part at `p` once it carries `tag`; a block that has not stored it
 /// within kDeviceWaitNs is reported (the kernel's `blocks` did not all run)
 /// and read as 0.
@@ -4630,8 +4624,9 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
       if (q >= int(rows)) // uniform: blockSum's barriers
         break;
       const float part = blockSum(sq[q], partials);
-      if (threadIdx.x == 0)
-        storeTagged(norms + q * kPeerBlocks + b, e, part);
+      if (threadIdx.x == 0) // the part and its arrival: one tagged word
+        publishTaggedWord(norms + q * kPeerBlocks + b, e,
+                          __float_as_uint(part));
     }
     if (int(threadIdx.x) < rows * kPeerBlocks)
       rowParts[threadIdx.x / kPeerBlocks][threadIdx.x % kPeerBlocks] =
