@@ -293,13 +293,14 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # (KILN_CUDA_MLA_MMA=0).
   step same-result-glm5-tp8-rank0 same_result 1024 KILN_CUDA_BRANCHES=1 \
     KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 \
-    KILN_CUDA_SPECIALISED=1 KILN_CUDA_SHORT_GRAPH=0 KILN_CUDA_TAGGED_IDS=0
+    KILN_CUDA_SPECIALISED=1 KILN_CUDA_SHORT_GRAPH=0 KILN_CUDA_TAGGED_IDS=0 \
+    KILN_CUDA_ROUTER_WARPS=0
   step same-result-glm5-tp8-rank0-scalar-mla same_result 1024 \
     base:KILN_CUDA_MLA_MMA=0 KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1 --eager
   step same-result-glm5-tp8-rank0-16k same_result 16384 \
     KILN_CUDA_SPECIALISED=1 KILN_CUDA_CLUSTER_SELECT=1 \
     KILN_CUDA_SELECT_BLOCKS=16 KILN_CUDA_SELECT_WIDE_FROM=8192 \
-    KILN_CUDA_TAGGED_IDS=0
+    KILN_CUDA_TAGGED_IDS=0 KILN_CUDA_ROUTER_WARPS=0
   step same-result-glm5-tp8-rank0-16k-scalar-mla same_result 16384 \
     base:KILN_CUDA_MLA_MMA=0 KILN_CUDA_SPECIALISED=0 KILN_CUDA_SPECIALISED=1
   step same-result-glm5-tp8-rank0-4k same_result 4096 \

@@ -360,6 +360,7 @@ struct CudaRank {
   /// KILN_CUDA_ROUTER_TAIL (setRouterTailMode).
   RouterTailMode routerTail = RouterTailMode::Held;
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
+  bool routerWarps = true; ///< KILN_CUDA_ROUTER_WARPS (setRouterWarps)
   bool peerClusters = true; ///< KILN_CUDA_PEER_CLUSTER (setPeerClusters)
   bool expertsInt8X = false; ///< KILN_CUDA_EXPERTS_INT8_X (setExpertsInt8X)
   /// KILN_CUDA_PEER_CLUSTER_POLICY (setPeerClusterPolicy).
@@ -1749,6 +1750,10 @@ struct GraphSwitches {
   /// KILN_CUDA_INDEXER_MMA=0: the indexer's scores without the tensor
   /// cores (setIndexerMma; on by default).
   bool indexerMma = true;
+  /// KILN_CUDA_ROUTER_WARPS=0: GLM-5's router chooses through shared
+  /// memory with three block barriers, not by its warps with one
+  /// (setRouterWarps; on by default).
+  bool routerWarps = true;
   /// KILN_CUDA_LIGHT_OPS=0: the schedule lays the short ops out as any
   /// other (OpFootprint::light unset), so that one may take the branch a
   /// mat-vec would have followed (on by default: docs/perf.md,
@@ -1908,6 +1913,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.quietStart = quietStart;
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
   g.indexerMma = indexerMma;
+  KILN_ASSIGN(routerWarps, readFlag("KILN_CUDA_ROUTER_WARPS", true));
+  g.routerWarps = routerWarps;
   KILN_ASSIGN(lightOps, readFlag("KILN_CUDA_LIGHT_OPS", true));
   g.lightOps = lightOps;
   KILN_ASSIGN(dropEdges, readFlag("KILN_CUDA_DROP_BRANCH_EDGES", true));
@@ -2296,6 +2303,7 @@ Status enter(CudaRank &rank) {
   setShapeSpecialised(rank.shapeSpecialised);
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
+  setRouterWarps(rank.routerWarps);
   setPeerClusters(rank.peerClusters);
   setExpertsInt8X(rank.expertsInt8X);
   setMlaLaunch(rank.mla);
@@ -3100,6 +3108,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;
+    rank->routerWarps = switches.routerWarps;
     rank->expertsInt8X = switches.expertsInt8X;
     rank->peerClusters = switches.peerClusters;
     rank->peerClusterPolicy = switches.peerClusterPolicy;

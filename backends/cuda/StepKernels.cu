@@ -3035,6 +3035,18 @@ struct RouterFixed {
 /// softmax is not compiled. kHeldLogit (with kSigmoidOnly): thread e has
 /// expert e's logit in `held` (every expert a thread), and `logits` is not
 /// read.
+/// p of a logit under sigmoid gating, by every router form's expression (the
+/// forms' choices are the same bits).
+__device__ inline float sigmoidP(float logit) {
+  return 1.f / (1.f + expf(-logit));
+}
+
+/// An expert's choice score from its p and bias (b read where hasBias): the
+/// bias only steers the choice; the weights come from p alone. NaN lowest.
+__device__ inline float choiceKey(float p, float b, bool hasBias) {
+  return rankable(hasBias ? p + b : p);
+}
+
 template <bool kSigmoidOnly = false, bool kHeldLogit = false>
 __device__ void routerScores(const float *logits, int64_t experts,
                              const float *bias, Gating gating, float *prob,
@@ -3046,10 +3058,9 @@ __device__ void routerScores(const float *logits, int64_t experts,
     for (int64_t e = threadIdx.x; e < experts; e += blockDim.x) {
       const float logit = kHeldLogit ? held : __ldcg(logits + e),
                   b = bias ? bias[e] : 0.f;
-      const float p = 1.f / (1.f + expf(-logit));
+      const float p = sigmoidP(logit);
       prob[e] = p;
-      // The bias only steers the choice; the weights come from p alone.
-      choice[e] = rankable(bias ? p + b : p);
+      choice[e] = choiceKey(p, b, bias != nullptr);
     }
   } else if constexpr (!kSigmoidOnly) {
     float maxLogit = -INFINITY;
@@ -3437,8 +3448,9 @@ struct RouterArgs {
 /// experts <= kRouterThreads, and only the ranked choice is compiled, not
 /// the sort nor the rounds; Glm5 where the shape is also GLM-5's (256
 /// experts of 6,144 values, each row in 8 parts, top 8, sigmoid gating),
-/// compiled in, the dots' too.
-enum class RouterForm { General, Ranked, Glm5 };
+/// compiled in, the dots' too; Glm5Warps the same with block 0's choice by
+/// its warps (routerChooseGlm5Warps), where routerWarps() is on.
+enum class RouterForm { General, Ranked, Glm5, Glm5Warps };
 /// GLM-5's gate rows as routerKernel holds them: 6,144 values, a warp for
 /// each of 8 parts, so a block a row.
 constexpr F32Shape kGlm5RouterRows{glm5::kHidden / 4, kRouterThreads / kWarp,
@@ -3451,10 +3463,89 @@ struct HeldLogit {
   __device__ void operator()(int64_t, float sum) const { *to = sum; }
 };
 
+/// GLM-5's choice in block 0 with one block barrier (RouterForm::Glm5Warps):
+/// thread e holds expert e's logit (`mine`, `arrived` whether it came) and
+/// its bias (`bias`, loaded before the wait). Each warp ranks its 32
+/// experts by shuffles (lane l counts the lanes whose expert `beats` its
+/// own), so no scores go through shared memory; the warp's best 8 are its
+/// candidates. After the one barrier (which also tells every thread whether
+/// a logit was lost), warp 0 ranks the 64 candidates, lane l candidates l
+/// and l + 32: whatever beats a candidate ranked below 8 overall is a
+/// candidate too, so its rank among them is its rank among all. The chosen
+/// go to shared memory in rank order with their p; after a warp barrier the
+/// warp publishes the ids by tags and writes ids and weights, the p summed
+/// in rank order. The same ids, order and weights as routerChooseSorted's
+/// ranks (the same keys, the same total order, the same sum), bit for bit;
+/// its phases were the scores through shared memory and two more block
+/// barriers (docs/perf.md, fifty-eighth pass).
+__device__ void routerChooseGlm5Warps(const RouterArgs &a, float mine,
+                                      bool arrived, float bias,
+                                      uint32_t tag, uint32_t idTag) {
+  constexpr int kTopK = glm5::kTopK, kWarps = kRouterThreads / kWarp;
+  constexpr int kCandidates = kWarps * kTopK;
+  static_assert(glm5::kExperts == kRouterThreads && kCandidates == 2 * kWarp,
+                "every expert a thread; two candidates a lane of warp 0");
+  __shared__ Best candidates[kCandidates];
+  __shared__ float candidateP[kCandidates];
+  __shared__ Best top[kTopK];
+  const int e = int(threadIdx.x), lane = e % kWarp, warp = e / kWarp;
+  const float p = sigmoidP(mine);
+  const Best me{choiceKey(p, bias, a.bias != nullptr), e};
+  int rank = 0;
+#pragma unroll
+  for (int j = 0; j < kWarp; ++j) {
+    const Best other{__shfl_sync(kFullMask, me.key, j), warp * kWarp + j};
+    rank += beats(other, me);
+  }
+  if (rank < kTopK) {
+    candidates[warp * kTopK + rank] = me;
+    candidateP[warp * kTopK + rank] = p;
+  }
+  const bool lost = __syncthreads_or(!arrived);
+  if (threadIdx.x == 0) // every block has read the generation
+    __stcg(a.arrivals + 1, tag);
+  if (lost) {
+    if (e < kTopK)
+      a.ids[e] = -1;
+    // The experts polling the tagged ids get the bad ids too (at once,
+    // not after their own wait's timeout), and report them.
+    if (a.taggedIds && e < kWarp)
+      publishTaggedIds<kTopK>(a.taggedIds, idTag, -1);
+    return;
+  }
+  if (warp != 0)
+    return;
+  const Best c0 = candidates[lane], c1 = candidates[lane + kWarp];
+  int r0 = 0, r1 = 0;
+#pragma unroll 8
+  for (int j = 0; j < kCandidates; ++j) {
+    const Best other = candidates[j];
+    r0 += beats(other, c0);
+    r1 += beats(other, c1);
+  }
+  if (r0 < kTopK)
+    top[r0] = Best{candidateP[lane], c0.index};
+  if (r1 < kTopK)
+    top[r1] = Best{candidateP[lane + kWarp], c1.index};
+  __syncwarp();
+  if (a.taggedIds)
+    publishTaggedIds<kTopK>(a.taggedIds, idTag, top[lane % kTopK].index);
+  float sum = 0.f;
+  for (int k = 0; k < kTopK; ++k)
+    sum += top[k].key;
+  if (lane < kTopK) {
+    const Best chosen = top[lane];
+    a.ids[lane] = chosen.index;
+    a.weights[lane] = routerWeight(chosen.key, sum, a.normalize,
+                                   a.routedScale);
+  }
+}
+
 template <bool kNorm, RouterForm kForm>
 __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     routerKernel(RouterArgs a) {
-  constexpr bool kGlm5 = kForm == RouterForm::Glm5;
+  constexpr bool kWarps = kForm == RouterForm::Glm5Warps;
+  constexpr bool kGlm5 = kForm == RouterForm::Glm5 || kWarps;
   constexpr F32Shape kRows = kGlm5 ? kGlm5RouterRows : F32Shape{};
   extern __shared__ float shared[];
   __shared__ float partials[kRouterThreads / kWarp];
@@ -3471,6 +3562,12 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
       if (blockIdx.x == 0 && a.taggedIds)
         idTag = __ldcg(a.stepWord) + 1u;
     }
+  // Block 0's bias for the warps' choice: a weight, no predecessor writes
+  // it.
+  float bias = 0.f;
+  if constexpr (kWarps)
+    if (blockIdx.x == 0 && a.bias)
+      bias = a.bias[threadIdx.x];
   float logit = 0.f; // GLM-5's form: thread 0's, its block's row
   const auto rows = [&] {
     if constexpr (kGlm5)
@@ -3512,6 +3609,10 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
     const bool arrived = awaitTaggedWord(a.tagged + e, tag, 20, &bits);
     const float mine = __uint_as_float(bits);
     a.logits[e] = mine;
+    if constexpr (kWarps) {
+      routerChooseGlm5Warps(a, mine, arrived, bias, tag, idTag);
+      return;
+    }
     const bool lost = __syncthreads_or(!arrived);
     if (threadIdx.x == 0) // every block has read the generation
       __stcg(a.arrivals + 1, tag);
@@ -5107,6 +5208,8 @@ cudaError_t launchNormRopeAppend(const float *entry, int64_t normDims,
 
 namespace {
 thread_local bool useIndexerMma = true;
+thread_local bool useRouterWarps = true;
+thread_local uint64_t warpChoiceLaunches = 0;
 thread_local bool usePeerClusters = true;
 } // namespace
 
@@ -5125,6 +5228,10 @@ cudaError_t setPeerClusterPolicy(cudaClusterSchedulingPolicy policy) {
 
 bool indexerMma() { return useIndexerMma; }
 void setIndexerMma(bool on) { useIndexerMma = on; }
+
+bool routerWarps() { return useRouterWarps; }
+void setRouterWarps(bool on) { useRouterWarps = on; }
+uint64_t routerWarpChoiceLaunches() { return warpChoiceLaunches; }
 
 namespace {
 thread_local MlaLaunch useMlaLaunch;
@@ -5691,13 +5798,16 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
         a.cols4 == kGlm5RouterRows.cols4 &&
         a.splits == kGlm5RouterRows.splits &&
         reinterpret_cast<uintptr_t>(a.tagged) % 8 == 0;
-    const RouterForm form = glm5Shape ? RouterForm::Glm5
+    const RouterForm form = glm5Shape ? (useRouterWarps ? RouterForm::Glm5Warps
+                                                        : RouterForm::Glm5)
                             : topK <= kWarp && experts <= kRouterThreads
                                 ? RouterForm::Ranked
                                 : RouterForm::General;
     auto pick = [&](auto norm) {
       constexpr bool kNormed = decltype(norm)::value;
-      return form == RouterForm::Glm5 ? routerKernel<kNormed, RouterForm::Glm5>
+      return form == RouterForm::Glm5Warps
+                 ? routerKernel<kNormed, RouterForm::Glm5Warps>
+             : form == RouterForm::Glm5 ? routerKernel<kNormed, RouterForm::Glm5>
              : form == RouterForm::Ranked
                  ? routerKernel<kNormed, RouterForm::Ranked>
                  : routerKernel<kNormed, RouterForm::General>;
@@ -5713,12 +5823,16 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
       *tagged = TaggedIds{a.taggedIds, stepEpochBase, topK};
     }
     const auto kernel = norm ? pick(std::true_type{}) : pick(std::false_type{});
-    if (cudaError_t e = launchStep(kernel, unsigned(blocks), kRouterThreads,
-                                   routerShared, s, a);
+    // The warps' choice keeps its few candidates in static shared memory.
+    if (cudaError_t e = launchStep(
+            kernel, unsigned(blocks), kRouterThreads,
+            form == RouterForm::Glm5Warps ? size_t(0) : routerShared, s, a);
         e != cudaSuccess)
       return e;
     if (glm5Shape)
       noteShapeSpecialised();
+    if (form == RouterForm::Glm5Warps)
+      ++warpChoiceLaunches;
     return cudaGetLastError();
   }
   if (norm) {

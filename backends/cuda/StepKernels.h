@@ -695,6 +695,19 @@ cudaError_t launchMoeChoose(const float *logits, int64_t experts,
 /// the x values they read, each logit is divided by the rms, and each
 /// block writes its share of `normalised`); other gates run
 /// launchRmsNorm first.
+/// Whether launchMoeRouter's GLM-5 form makes its choice in block 0 with
+/// one block barrier, each warp ranking its experts by shuffles and warp 0
+/// the warps' candidates (StepKernels.cu routerChooseGlm5Warps), instead of
+/// through shared memory with three: the same ids and weights, bit for bit.
+/// The calling host thread's setting, read at launch; on by default,
+/// KILN_CUDA_ROUTER_WARPS = 0 sets it off for a step (docs/perf.md,
+/// fifty-eighth pass).
+bool routerWarps();
+void setRouterWarps(bool on);
+/// How many of the calling host thread's launchMoeRouter calls made that
+/// choice.
+uint64_t routerWarpChoiceLaunches();
+
 /// A router's chosen ids handed to the routed experts' kernels without
 /// waiting for the router's grid to end (docs/cuda.md, "The router's ids
 /// by tags"): launchMoeRouter, given one, fills it in where its kernel

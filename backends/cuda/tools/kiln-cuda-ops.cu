@@ -2110,24 +2110,45 @@ void checkMoeRouter(Report &r, kiln::Rng &rng) {
       const std::vector<int32_t> ids = dids.download();
       const std::vector<float> weights = dw.download(),
                                normalised = dnormed.download();
-      uint64_t ran = 0;
+      // Both of its choices (kc::setRouterWarps): by its warps with one
+      // block barrier (the default), then through shared memory.
+      const bool warpsWere = kc::routerWarps();
+      uint64_t ran = 0, warpRuns = 0, blockRuns = 0;
+      uint32_t generation = 0;
+      std::vector<int32_t> warpIds;
+      std::vector<float> warpWeights;
       {
         const FixedShapes fixed(true);
+        kc::setRouterWarps(true);
+        uint64_t before = kc::routerWarpChoiceLaunches();
         callTwice();
+        warpRuns = kc::routerWarpChoiceLaunches() - before;
         ran = fixed.ran();
+        generation = std::bit_cast<uint32_t>(scratch.download()[1]);
+        warpIds = dids.download();
+        warpWeights = dw.download();
+        kc::setRouterWarps(false);
+        before = kc::routerWarpChoiceLaunches();
+        callTwice();
+        blockRuns = kc::routerWarpChoiceLaunches() - before;
       }
-      const uint32_t generation =
-          std::bit_cast<uint32_t>(scratch.download()[1]);
+      kc::setRouterWarps(warpsWere);
       r.line("moe_router",
-             what + ", GLM-5's shape compiled in, against the run-time "
-                    "shape's kernel",
-             mismatches(dids.download(), ids) +
-                 mismatches(dw.download(), weights) +
+             what + ", GLM-5's shape compiled in (its warps' choice), "
+                    "against the run-time shape's kernel",
+             mismatches(warpIds, ids) + mismatches(warpWeights, weights) +
                  mismatches(dnormed.download(), normalised) +
-                 double(ran != 2) + double(generation != 2),
+                 double(ran != 2) + double(generation != 2) +
+                 double(warpRuns != 2),
              0,
-             "bit-identical ids, weights and norm, the compiled kernel run "
-             "twice, its generation 2");
+             "bit-identical ids, weights and norm, the compiled kernel and "
+             "its warps' choice run twice, its generation 2");
+      r.line("moe_router",
+             what + ", GLM-5's shape compiled in, its choice through "
+                    "shared memory (KILN_CUDA_ROUTER_WARPS=0)",
+             mismatches(dids.download(), ids) +
+                 mismatches(dw.download(), weights) + double(blockRuns != 0),
+             0, "bit-identical ids and weights, the warps' choice not run");
     }
   }
 }
