@@ -356,6 +356,38 @@ __device__ inline bool awaitTaggedWord(const uint64_t *word, uint32_t tag,
   }
 }
 
+/// awaitTaggedWord for a whole warp, lane l reading its own `word`: the warp
+/// polls together until every lane's word carries `tag` (or kDeviceWaitNs
+/// has passed for a lane: false there), so that no lane waits at a warp
+/// collective after it while others spin on their own (a warp split so, one
+/// part spinning with sleeps and one blocked at a shuffle, took GLM-5's
+/// router ~4.5 us longer to see its last logit: docs/perf.md, fifty-eighth
+/// pass). Every lane of the warp must call it.
+__device__ inline bool awaitTaggedWordWarp(const uint64_t *word, uint32_t tag,
+                                           unsigned sleepNs, uint32_t *value) {
+  const uint64_t start = globalNanos();
+  bool have = false, late = false;
+  for (;;) {
+    if (!have && !late) {
+      uint64_t v;
+      asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];"
+                   : "=l"(v)
+                   : "l"(word)
+                   : "memory");
+      if (uint32_t(v >> 32) == tag) {
+        have = true;
+        *value = uint32_t(v);
+      } else {
+        late = globalNanos() - start > kDeviceWaitNs;
+      }
+    }
+    if (__all_sync(0xffffffffu, have || late))
+      return have;
+    if (sleepNs)
+      __nanosleep(sleepNs);
+  }
+}
+
 /// silu(g) = g / (1 + exp(-g)), as the CPU reference.
 __device__ inline float silu(float g) { return g / (1.f + expf(-g)); }
 

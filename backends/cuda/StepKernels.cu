@@ -3464,8 +3464,10 @@ struct HeldLogit {
 };
 
 /// GLM-5's choice in block 0 with one block barrier (RouterForm::Glm5Warps):
-/// thread e holds expert e's logit (`mine`, `arrived` whether it came) and
-/// its bias (`bias`, loaded before the wait). Each warp ranks its 32
+/// thread e holds expert e's logit (`mine`, `arrived` whether it came; each
+/// warp polled its 32 words as one, awaitTaggedWordWarp, so that its lanes
+/// meet the shuffles below together) and its bias (`bias`, loaded before
+/// the wait). Each warp ranks its 32
 /// experts by shuffles (lane l counts the lanes whose expert `beats` its
 /// own), so no scores go through shared memory; the warp's best 8 are its
 /// candidates. After the one barrier (which also tells every thread whether
@@ -3477,7 +3479,8 @@ struct HeldLogit {
 /// in rank order. The same ids, order and weights as routerChooseSorted's
 /// ranks (the same keys, the same total order, the same sum), bit for bit;
 /// its phases were the scores through shared memory and two more block
-/// barriers (docs/perf.md, fifty-eighth pass).
+/// barriers: -0.056 ms a step at 1k on an H100 (docs/perf.md, fifty-eighth
+/// pass).
 __device__ void routerChooseGlm5Warps(const RouterArgs &a, float mine,
                                       bool arrived, float bias,
                                       uint32_t tag, uint32_t idTag) {
@@ -3606,7 +3609,11 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
       return;
     const int e = int(threadIdx.x); // every expert a thread
     uint32_t bits = 0;
-    const bool arrived = awaitTaggedWord(a.tagged + e, tag, 20, &bits);
+    // The warps' choice shuffles right after its wait: the warp polls as
+    // one (awaitTaggedWordWarp).
+    const bool arrived =
+        kWarps ? awaitTaggedWordWarp(a.tagged + e, tag, 20, &bits)
+               : awaitTaggedWord(a.tagged + e, tag, 20, &bits);
     const float mine = __uint_as_float(bits);
     a.logits[e] = mine;
     if constexpr (kWarps) {
