@@ -334,17 +334,23 @@ __device__ inline void publishTaggedWord(uint64_t *word, uint32_t tag,
                : "memory");
 }
 
+/// One relaxed read of a tagged word (its tag above its value).
+__device__ inline uint64_t loadTaggedWord(const uint64_t *word) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];"
+               : "=l"(v)
+               : "l"(word)
+               : "memory");
+  return v;
+}
+
 /// Reads `word` until it carries `tag` (sleeping sleepNs between reads,
 /// none for 0), its value into *value; false after kDeviceWaitNs.
 __device__ inline bool awaitTaggedWord(const uint64_t *word, uint32_t tag,
                                        unsigned sleepNs, uint32_t *value) {
   const uint64_t start = globalNanos();
   for (;;) {
-    uint64_t v;
-    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];"
-                 : "=l"(v)
-                 : "l"(word)
-                 : "memory");
+    const uint64_t v = loadTaggedWord(word);
     if (uint32_t(v >> 32) == tag) {
       *value = uint32_t(v);
       return true;
@@ -369,11 +375,7 @@ __device__ inline bool awaitTaggedWordWarp(const uint64_t *word, uint32_t tag,
   bool have = false, late = false;
   for (;;) {
     if (!have && !late) {
-      uint64_t v;
-      asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];"
-                   : "=l"(v)
-                   : "l"(word)
-                   : "memory");
+      const uint64_t v = loadTaggedWord(word);
       if (uint32_t(v >> 32) == tag) {
         have = true;
         *value = uint32_t(v);
