@@ -695,6 +695,17 @@ cudaError_t launchMoeChoose(const float *logits, int64_t experts,
 /// the x values they read, each logit is divided by the rms, and each
 /// block writes its share of `normalised`); other gates run
 /// launchRmsNorm first.
+/// Whether launchAllReducePeers, where it runs the flat kernel compiled for
+/// GLM-5's row, runs its lean form: three block barriers fewer (the
+/// epoch's where the step gives it, the sum of squares' first, the rms's),
+/// the same bits. The calling host thread's setting, read at launch; off by
+/// default until measured, KILN_CUDA_ALLREDUCE_LEAN = 1 sets it on for a
+/// step (docs/perf.md, fifty-eighth pass).
+bool allReduceLean();
+void setAllReduceLean(bool on);
+/// How many of the calling host thread's launchAllReducePeers calls ran it.
+uint64_t allReduceLeanLaunches();
+
 /// Whether launchMoeRouter's GLM-5 form makes its choice in block 0 with
 /// one block barrier, each warp ranking its experts by shuffles and warp 0
 /// the warps' candidates (StepKernels.cu routerChooseGlm5Warps), instead of
