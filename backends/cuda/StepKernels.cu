@@ -3040,13 +3040,6 @@ struct RouterFixed {
   int threads = 0, experts = 0, topK = 0;
 };
 
-/// p from the logits (sigmoid, or a softmax over the experts) into
-/// prob[], and each expert's choice score, p + bias (NaN lowest), into
-/// choice[]; each thread's logit and bias loads issued together.
-/// kSigmoidOnly: the caller has checked the gating is a sigmoid, and the
-/// softmax is not compiled. kHeldLogit (with kSigmoidOnly): thread e has
-/// expert e's logit in `held` (every expert a thread), and `logits` is not
-/// read.
 /// p of a logit under sigmoid gating, by every router form's expression (the
 /// forms' choices are the same bits).
 __device__ inline float sigmoidP(float logit) {
@@ -3059,6 +3052,13 @@ __device__ inline float choiceKey(float p, float b, bool hasBias) {
   return rankable(hasBias ? p + b : p);
 }
 
+/// p from the logits (sigmoid, or a softmax over the experts) into
+/// prob[], and each expert's choice score, p + bias (NaN lowest), into
+/// choice[]; each thread's logit and bias loads issued together.
+/// kSigmoidOnly: the caller has checked the gating is a sigmoid, and the
+/// softmax is not compiled. kHeldLogit (with kSigmoidOnly): thread e has
+/// expert e's logit in `held` (every expert a thread), and `logits` is not
+/// read.
 template <bool kSigmoidOnly = false, bool kHeldLogit = false>
 __device__ void routerScores(const float *logits, int64_t experts,
                              const float *bias, Gating gating, float *prob,
@@ -3479,10 +3479,9 @@ struct HeldLogit {
 /// thread e holds expert e's logit (`mine`, `arrived` whether it came; each
 /// warp polled its 32 words as one, awaitTaggedWordWarp, so that its lanes
 /// meet the shuffles below together) and its bias (`bias`, loaded before
-/// the wait). Each warp ranks its 32
-/// experts by shuffles (lane l counts the lanes whose expert `beats` its
-/// own), so no scores go through shared memory; the warp's best 8 are its
-/// candidates. After the one barrier (which also tells every thread whether
+/// the wait). Each warp ranks its 32 experts by shuffles (lane l counts
+/// the lanes whose expert `beats` its own), so no scores go through shared
+/// memory; the warp's best 8 are its candidates. After the one barrier (which also tells every thread whether
 /// a logit was lost), warp 0 ranks the 64 candidates, lane l candidates l
 /// and l + 32: whatever beats a candidate ranked below 8 overall is a
 /// candidate too, so its rank among them is its rank among all. The chosen

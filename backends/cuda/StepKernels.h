@@ -319,6 +319,17 @@ cudaError_t launchAdvanceEpochs(uint32_t *base, int32_t calls, cudaStream_t s);
 /// docs/perf.md "Forty-first pass"). The same bits either way.
 bool peerClusters();
 void setPeerClusters(bool on);
+
+/// Whether launchAllReducePeers, where it runs the flat kernel compiled for
+/// GLM-5's row, runs its lean form: three block barriers fewer (the
+/// epoch's where the step gives it, the sum of squares' first, the rms's),
+/// the same bits. The calling host thread's setting, read at launch; off by
+/// default until measured, KILN_CUDA_ALLREDUCE_LEAN = 1 sets it on for a
+/// step (docs/perf.md, fifty-eighth pass).
+bool allReduceLean();
+void setAllReduceLean(bool on);
+/// How many of the calling host thread's launchAllReducePeers calls ran it.
+uint64_t allReduceLeanLaunches();
 /// Asks the GPU to place launchAllReducePeers's clusters by `policy`
 /// (cudaClusterSchedulingPolicySpread or ...LoadBalancing; Default: the
 /// driver's choice), on the current GPU for the current kernel images.
@@ -689,36 +700,6 @@ cudaError_t launchMoeChoose(const float *logits, int64_t experts,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, int32_t *ids,
                             float *weights, cudaStream_t s);
-/// With `norm` (step.rms_norm_router): x is first RMS-normalised with it
-/// into `normalised` (x.size values), and the router reads that. The F32
-/// router kernel folds the norm in (its rows' warps take the squares from
-/// the x values they read, each logit is divided by the rms, and each
-/// block writes its share of `normalised`); other gates run
-/// launchRmsNorm first.
-/// Whether launchAllReducePeers, where it runs the flat kernel compiled for
-/// GLM-5's row, runs its lean form: three block barriers fewer (the
-/// epoch's where the step gives it, the sum of squares' first, the rms's),
-/// the same bits. The calling host thread's setting, read at launch; off by
-/// default until measured, KILN_CUDA_ALLREDUCE_LEAN = 1 sets it on for a
-/// step (docs/perf.md, fifty-eighth pass).
-bool allReduceLean();
-void setAllReduceLean(bool on);
-/// How many of the calling host thread's launchAllReducePeers calls ran it.
-uint64_t allReduceLeanLaunches();
-
-/// Whether launchMoeRouter's GLM-5 form makes its choice in block 0 with
-/// one block barrier, each warp ranking its experts by shuffles and warp 0
-/// the warps' candidates (StepKernels.cu routerChooseGlm5Warps), instead of
-/// through shared memory with three: the same ids and weights, bit for bit.
-/// The calling host thread's setting, read at launch; on by default,
-/// KILN_CUDA_ROUTER_WARPS = 0 sets it off for a step (docs/perf.md,
-/// fifty-eighth pass).
-bool routerWarps();
-void setRouterWarps(bool on);
-/// How many of the calling host thread's launchMoeRouter calls made that
-/// choice.
-uint64_t routerWarpChoiceLaunches();
-
 /// A router's chosen ids handed to the routed experts' kernels without
 /// waiting for the router's grid to end (docs/cuda.md, "The router's ids
 /// by tags"): launchMoeRouter, given one, fills it in where its kernel
@@ -736,6 +717,12 @@ struct TaggedIds {
 };
 constexpr int kTaggedIdCopies = 16, kTaggedIdStride = 16;
 
+/// With `norm` (step.rms_norm_router): x is first RMS-normalised with it
+/// into `normalised` (x.size values), and the router reads that. The F32
+/// router kernel folds the norm in (its rows' warps take the squares from
+/// the x values they read, each logit is divided by the rms, and each
+/// block writes its share of `normalised`); other gates run
+/// launchRmsNorm first.
 cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const float *bias, int64_t topK, Gating gating,
                             bool normalize, float routedScale, float *scratch,
@@ -743,6 +730,19 @@ cudaError_t launchMoeRouter(const float *x, const DeviceWeight &gate,
                             const InputNorm *norm = nullptr,
                             float *normalised = nullptr,
                             TaggedIds *tagged = nullptr);
+
+/// Whether launchMoeRouter's GLM-5 form makes its choice in block 0 with
+/// one block barrier, each warp ranking its experts by shuffles and warp 0
+/// the warps' candidates (StepKernels.cu routerChooseGlm5Warps), instead of
+/// through shared memory with three: the same ids and weights, bit for bit.
+/// The calling host thread's setting, read at launch; on by default,
+/// KILN_CUDA_ROUTER_WARPS = 0 sets it off for a step (docs/perf.md,
+/// fifty-eighth pass).
+bool routerWarps();
+void setRouterWarps(bool on);
+/// How many of the calling host thread's launchMoeRouter calls made that
+/// choice.
+uint64_t routerWarpChoiceLaunches();
 
 /// The routed experts (CpuKernels.h moeExperts), reading only the chosen
 /// experts' rows. gate and up are [hidden, F, E] weights (rows E*F), or
