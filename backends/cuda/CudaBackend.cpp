@@ -361,7 +361,6 @@ struct CudaRank {
   RouterTailMode routerTail = RouterTailMode::Held;
   bool indexerMma = true;  ///< KILN_CUDA_INDEXER_MMA (setIndexerMma)
   bool routerWarps = true; ///< KILN_CUDA_ROUTER_WARPS (setRouterWarps)
-  bool allReduceLean = false; ///< KILN_CUDA_ALLREDUCE_LEAN (setAllReduceLean)
   bool peerClusters = true; ///< KILN_CUDA_PEER_CLUSTER (setPeerClusters)
   bool expertsInt8X = false; ///< KILN_CUDA_EXPERTS_INT8_X (setExpertsInt8X)
   /// KILN_CUDA_PEER_CLUSTER_POLICY (setPeerClusterPolicy).
@@ -1755,9 +1754,6 @@ struct GraphSwitches {
   /// memory with three block barriers, not by its warps with one
   /// (setRouterWarps; on by default).
   bool routerWarps = true;
-  /// KILN_CUDA_ALLREDUCE_LEAN=1: the flat all-reduce compiled for GLM-5's
-  /// row in its lean form (setAllReduceLean; off until measured).
-  bool allReduceLean = false;
   /// KILN_CUDA_LIGHT_OPS=0: the schedule lays the short ops out as any
   /// other (OpFootprint::light unset), so that one may take the branch a
   /// mat-vec would have followed (on by default: docs/perf.md,
@@ -1919,8 +1915,6 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.indexerMma = indexerMma;
   KILN_ASSIGN(routerWarps, readFlag("KILN_CUDA_ROUTER_WARPS", true));
   g.routerWarps = routerWarps;
-  KILN_ASSIGN(allReduceLean, readFlag("KILN_CUDA_ALLREDUCE_LEAN", false));
-  g.allReduceLean = allReduceLean;
   KILN_ASSIGN(lightOps, readFlag("KILN_CUDA_LIGHT_OPS", true));
   g.lightOps = lightOps;
   KILN_ASSIGN(dropEdges, readFlag("KILN_CUDA_DROP_BRANCH_EDGES", true));
@@ -2310,7 +2304,6 @@ Status enter(CudaRank &rank) {
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
   setRouterWarps(rank.routerWarps);
-  setAllReduceLean(rank.allReduceLean);
   setPeerClusters(rank.peerClusters);
   setExpertsInt8X(rank.expertsInt8X);
   setMlaLaunch(rank.mla);
@@ -3116,7 +3109,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->routerTail = switches.routerTail;
     rank->indexerMma = switches.indexerMma;
     rank->routerWarps = switches.routerWarps;
-    rank->allReduceLean = switches.allReduceLean;
     rank->expertsInt8X = switches.expertsInt8X;
     rank->peerClusters = switches.peerClusters;
     rank->peerClusterPolicy = switches.peerClusterPolicy;

@@ -102,18 +102,6 @@ __device__ float blockSum(float v, float *shared) {
   return warpSum(v);
 }
 
-/// blockSum where `shared` has not been read before in this kernel: without
-/// its first barrier (the same sums, the same bits).
-__device__ float blockSumFresh(float v, float *shared) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warpSum(v);
-  if (lane == 0)
-    shared[warp] = v;
-  __syncthreads();
-  v = lane < int(blockDim.x / kWarp) ? shared[lane] : 0.f;
-  return warpSum(v);
-}
-
 /// The largest `v` over the block (NaNs ignored, as fmaxf and std::max with
 /// a non-NaN first argument do), in every thread.
 __device__ float blockMax(float v, float *shared) {
@@ -4535,15 +4523,9 @@ struct PeerArgs {
 /// kN > 0 (with kRanks): one row of kN values over kRanks ranks, no tail,
 /// compiled in (the flat kernel's GLM-5 form; checked at launch): a
 /// thread's values are whole and need no bounds, its row 0.
-/// kLean (with kN, the flat kernel; allReduceLean()): three of its block
-/// barriers left out, the same bits: the epoch's where the step gives it,
-/// the sum of squares' first (its shared words are fresh) and the rms's
-/// (every thread adds the blocks' parts itself, in the same order).
-template <bool kChoice, bool kCluster, int kN = 0, int kRanks = 0,
-          bool kLean = false>
+template <bool kChoice, bool kCluster, int kN = 0, int kRanks = 0>
 __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
   static_assert(kCluster || !kChoice);
-  static_assert(!kLean || (kN > 0 && !kCluster), "the flat GLM-5 form");
   constexpr bool kShaped = kN > 0;
   static_assert(!kShaped ||
                 (!kChoice && kN % (kPeerBlocks * kPeerThreads) == 0 &&
@@ -4610,8 +4592,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     v[k] = in ? a.x[f] : 0.f;
     r[k] = added && f < body ? a.residual[f] : 0.f;
   }
-  if (!kLean || !stepEpoch) // epochShared read below (uniform)
-    __syncthreads();
+  __syncthreads();
   const uint32_t e = stepEpoch ? known : epochShared;
   // Pulled: rank q's part at slots[q] + at. Pushed: at slots[me] + at +
   // q * capacity, its flags after both parities (PeerExchange::push).
@@ -4749,8 +4730,7 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
     for (int q = 0; q < kMaxPeerRows; ++q) {
       if (q >= int(rows)) // uniform: blockSum's barriers
         break;
-      const float part = kLean ? blockSumFresh(sq[q], partials)
-                               : blockSum(sq[q], partials);
+      const float part = blockSum(sq[q], partials);
       if (threadIdx.x == 0) // the part and its arrival: one tagged word
         publishTaggedWord(norms + q * kPeerBlocks + b, e,
                           __float_as_uint(part));
@@ -4759,19 +4739,6 @@ __device__ __forceinline__ void allReducePeersBody(const PeerArgs &a) {
       rowParts[threadIdx.x / kPeerBlocks][threadIdx.x % kPeerBlocks] =
           waitTagged(norms + threadIdx.x, e, a.fault, kPeerBlocks);
     __syncthreads();
-  }
-  if constexpr (kLean) {
-    // One row: every thread its rms, from the parts in block order.
-    float ss = 0.f;
-    for (int c = 0; c < kPeerBlocks; ++c)
-      ss += rowParts[0][c];
-    const float rowRms = sqrtf(ss / float(n) + a.eps);
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int64_t f = first + threadIdx.x + k * kPeerThreads;
-      a.y[f] = v[k] / rowRms * g[k];
-    }
-    return;
   }
   if (int(threadIdx.x) < rows) {
     float ss = 0.f;
@@ -4821,11 +4788,10 @@ __global__ void __cluster_dims__(kPeerBlocks, 1, 1)
 /// through the exchange (the backend's default; setPeerClusters).
 /// kN > 0: one row of kN values over kRanks ranks, no tail (GLM-5's
 /// hidden width at tp = 8, ShapeFamily::AllReduce).
-/// kLean: allReducePeersBody's, GLM-5's shape only (allReduceLean()).
-template <int kN = 0, int kRanks = 0, bool kLean = false>
+template <int kN = 0, int kRanks = 0>
 __global__ void __launch_bounds__(kPeerThreads)
     allReducePeersFlatKernel(const __grid_constant__ PeerArgs a) {
-  allReducePeersBody<false, false, kN, kRanks, kLean>(a);
+  allReducePeersBody<false, false, kN, kRanks>(a);
 }
 
 } // namespace
@@ -4910,11 +4876,6 @@ bool allReducePeersFits(const PeerExchange &p, int64_t rows, int64_t n,
          p.ranks <= kMaxPeers && p.me >= 0 && p.me < p.ranks && p.epochs;
 }
 
-namespace {
-thread_local bool useAllReduceLean = false;
-thread_local uint64_t leanAllReduceLaunches = 0;
-} // namespace
-
 cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
                                  int64_t rows, int64_t n, bool sum,
                                  const float *residual, const float *w,
@@ -4953,12 +4914,8 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
               n == glm5::kHidden && tail == 0
           ? glm5::pickShape(p.ranks, glm5::PeerRankCounts{}, Kernel(nullptr),
                             [](auto ranks) -> Kernel {
-                              return useAllReduceLean
-                                         ? allReducePeersFlatKernel<
-                                               glm5::kHidden, ranks.value,
-                                               true>
-                                         : allReducePeersFlatKernel<
-                                               glm5::kHidden, ranks.value>;
+                              return allReducePeersFlatKernel<glm5::kHidden,
+                                                              ranks.value>;
                             })
           : nullptr;
   const bool glm5Shape = shaped != nullptr;
@@ -4972,8 +4929,6 @@ cudaError_t launchAllReducePeers(const PeerExchange &p, const float *x,
     return e;
   if (glm5Shape)
     noteShapeSpecialised();
-  if (glm5Shape && useAllReduceLean)
-    ++leanAllReduceLaunches;
   if (stepEpochBase)
     ++stepEpochCalls;
   return cudaGetLastError();
@@ -5279,10 +5234,6 @@ cudaError_t setPeerClusterPolicy(cudaClusterSchedulingPolicy policy) {
 
 bool indexerMma() { return useIndexerMma; }
 void setIndexerMma(bool on) { useIndexerMma = on; }
-
-bool allReduceLean() { return useAllReduceLean; }
-void setAllReduceLean(bool on) { useAllReduceLean = on; }
-uint64_t allReduceLeanLaunches() { return leanAllReduceLaunches; }
 
 bool routerWarps() { return useRouterWarps; }
 void setRouterWarps(bool on) { useRouterWarps = on; }

@@ -319,17 +319,6 @@ cudaError_t launchAdvanceEpochs(uint32_t *base, int32_t calls, cudaStream_t s);
 /// docs/perf.md "Forty-first pass"). The same bits either way.
 bool peerClusters();
 void setPeerClusters(bool on);
-
-/// Whether launchAllReducePeers, where it runs the flat kernel compiled for
-/// GLM-5's row, runs its lean form: three block barriers fewer (the
-/// epoch's where the step gives it, the sum of squares' first, the rms's),
-/// the same bits. The calling host thread's setting, read at launch; off by
-/// default until measured, KILN_CUDA_ALLREDUCE_LEAN = 1 sets it on for a
-/// step (docs/perf.md, fifty-eighth pass).
-bool allReduceLean();
-void setAllReduceLean(bool on);
-/// How many of the calling host thread's launchAllReducePeers calls ran it.
-uint64_t allReduceLeanLaunches();
 /// Asks the GPU to place launchAllReducePeers's clusters by `policy`
 /// (cudaClusterSchedulingPolicySpread or ...LoadBalancing; Default: the
 /// driver's choice), on the current GPU for the current kernel images.

@@ -5263,15 +5263,14 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         : c.add ? "+ add"
         : c.sum ? "sum"
                 : "max");
-    double outErr = 0, yErr = 0, clusterDiff = 0, shapedDiff = 0,
-           leanDiff = 0;
+    double outErr = 0, yErr = 0, clusterDiff = 0, shapedDiff = 0;
     // GLM-5's shape (one row of its hidden width over 8, 4 or 2 ranks)
     // also has a flat kernel compiled for it (ShapeFamily::AllReduce):
     // each such call is run again through it, and must give the same bits.
     const bool glm5Shape =
         flat && (c.ranks == 8 || c.ranks == 4 || c.ranks == 2) &&
         c.rows == 1 && c.n == kc::glm5::kHidden;
-    uint64_t shapedRan = 0, leanRan = 0;
+    uint64_t shapedRan = 0;
     for (int call = 0; call < calls; ++call) {
       std::vector<float> x = normals(rng, values, 1.0),
                          res = normals(rng, values, 1.0),
@@ -5323,16 +5322,6 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
         shapedDiff += double(mismatches(dout.download(), gotOut));
         if (c.fused)
           shapedDiff += double(mismatches(dy.download(), gotY));
-        // Its lean form (kc::setAllReduceLean): the same bits.
-        const bool leanWas = kc::allReduceLean();
-        kc::setAllReduceLean(true);
-        const uint64_t before = kc::allReduceLeanLaunches();
-        reduce();
-        leanRan += kc::allReduceLeanLaunches() - before;
-        kc::setAllReduceLean(leanWas);
-        leanDiff += double(mismatches(dout.download(), gotOut));
-        if (c.fused)
-          leanDiff += double(mismatches(dy.download(), gotY));
       }
       if (stepEpochs && (call % 2 == 1 || call == calls - 1)) {
         const int32_t made = kc::endStepEpochs();
@@ -5360,14 +5349,6 @@ void checkAllReducePeers(Report &r, kiln::Rng &rng) {
                  runs,
              shapedDiff + std::fabs(double(shapedRan) - calls), 0,
              "bit-identical, the compiled kernel run each call");
-    if (glm5Shape)
-      r.line("all_reduce_peers",
-             what + ", GLM-5's shape in its lean form "
-                    "(KILN_CUDA_ALLREDUCE_LEAN), against the run-time "
-                    "shape's kernel" +
-                 runs,
-             leanDiff + std::fabs(double(leanRan) - calls), 0,
-             "bit-identical: the same sums in the same order, run each call");
     kc::setPeerClusters(true);
   };
   for (const Case &c :
