@@ -2839,6 +2839,30 @@ void checkMoeSharedExpert(Report &r, kiln::Rng &rng) {
                    "sqrt(%lld)); the path as stated",
                    (long long)c.hidden, (long long)c.ffn,
                    (long long)c.sharedFfn));
+    if (!inside)
+      continue;
+    // Again with the shared expert's blocks asking the L2 for the chosen
+    // experts' down rows (kc::setMoeDownPrefetch): a hint, so the same
+    // bits, and the launch must have taken it.
+    DeviceArray<float> dx2(x), dout2(c.hidden),
+        dact2(kc::moeExpertsActFloats(c.k, c.ffn, c.hidden, &shared));
+    Fault fault2;
+    float *out2 = c.aliasOut ? dx2.get() : dout2.get();
+    const uint64_t prefetched = kc::moeDownPrefetchLaunches();
+    kc::setMoeDownPrefetch(true);
+    const cudaError_t launched = kc::launchMoeExperts(
+        dx2.get(), c.hidden, c.ffn, c.experts, dids.get(), dw.get(), c.k,
+        gate.dev(), set.up ? &ud : nullptr, down.dev(), dact2.get(), nullptr,
+        out2, fault2.sink(), nullptr, &shared);
+    kc::setMoeDownPrefetch(false);
+    run(launched);
+    const std::vector<float> again =
+        c.aliasOut ? dx2.download() : dout2.download();
+    r.line("moe_experts shared", what + ", down rows asked of the L2",
+           mismatches(again, got) +
+               faultMismatch(fault2.read(), kc::FaultCode::None, 0, 0) +
+               (kc::moeDownPrefetchLaunches() == prefetched + 1 ? 0.0 : 1.0),
+           0, "bit-identical: a hint, the same dots; the launch took it");
   }
 }
 
