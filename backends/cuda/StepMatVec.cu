@@ -1589,7 +1589,8 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
   // report, and is skipped here.
   if (a.prefetchDown && threadIdx.x == 0) {
     const int sb = int(f0 / kSharedPairs), k = int(a.k);
-    const int sharedBlocks = int((a.sharedFfn + kSharedPairs - 1) / kSharedPairs);
+    const int sharedBlocks =
+        int((a.sharedFfn + kSharedPairs - 1) / kSharedPairs);
     const int slices = (sharedBlocks + k - 1) / k, slot = sb % k;
     const int32_t e = __ldcg(a.ids + slot);
     if (e >= 0 && e < a.experts) {
