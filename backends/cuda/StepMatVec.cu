@@ -1531,7 +1531,8 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
   // Gate quants, up quants, gate scales, up scales, then warp sums.
   uint8_t *quants = shared + kPairHeadBytes,
           *scales = quants + 2 * kSharedPairs * quantBytes;
-  float *sums = reinterpret_cast<float *>(scales + 2 * kSharedPairs * scaleBytes);
+  float *sums =
+      reinterpret_cast<float *>(scales + 2 * kSharedPairs * scaleBytes);
   if (!a.sharedEarly)
     stepKernelPrologue();
   if (threadIdx.x == 0) {
