@@ -3463,6 +3463,27 @@ struct HeldLogit {
   __device__ void operator()(int64_t, float sum) const { *to = sum; }
 };
 
+/// GLM-5's router, block 0 after awaiting every block's logit (`arrived`
+/// this thread's): a block barrier, which also says whether any logit was
+/// lost; thread 0 then advances the generation (every block has read it).
+/// Where one was lost, block 0 writes -1 ids and publishes them by tags too
+/// (the experts polling them report them at once, not after their own
+/// wait's timeout), and the caller returns: true.
+__device__ inline bool routerLogitsLost(const RouterArgs &a, bool arrived,
+                                        uint32_t tag, uint32_t idTag) {
+  const bool lost = __syncthreads_or(!arrived);
+  if (threadIdx.x == 0)
+    __stcg(a.arrivals + 1, tag);
+  if (lost) {
+    const int e = int(threadIdx.x);
+    if (e < glm5::kTopK)
+      a.ids[e] = -1;
+    if (a.taggedIds && e < kWarp)
+      publishTaggedIds<glm5::kTopK>(a.taggedIds, idTag, -1);
+  }
+  return lost;
+}
+
 /// GLM-5's choice in block 0 with one block barrier (RouterForm::Glm5Warps):
 /// thread e holds expert e's logit (`mine`, `arrived` whether it came; each
 /// warp polled its 32 words as one, awaitTaggedWordWarp, so that its lanes
@@ -3503,18 +3524,8 @@ __device__ void routerChooseGlm5Warps(const RouterArgs &a, float mine,
     candidates[warp * kTopK + rank] = me;
     candidateP[warp * kTopK + rank] = p;
   }
-  const bool lost = __syncthreads_or(!arrived);
-  if (threadIdx.x == 0) // every block has read the generation
-    __stcg(a.arrivals + 1, tag);
-  if (lost) {
-    if (e < kTopK)
-      a.ids[e] = -1;
-    // The experts polling the tagged ids get the bad ids too (at once,
-    // not after their own wait's timeout), and report them.
-    if (a.taggedIds && e < kWarp)
-      publishTaggedIds<kTopK>(a.taggedIds, idTag, -1);
+  if (routerLogitsLost(a, arrived, tag, idTag))
     return;
-  }
   if (warp != 0)
     return;
   const Best c0 = candidates[lane], c1 = candidates[lane + kWarp];
@@ -3619,18 +3630,8 @@ __global__ void __launch_bounds__(kRouterThreads, kNorm ? 1 : 0)
       routerChooseGlm5Warps(a, mine, arrived, bias, tag, idTag);
       return;
     }
-    const bool lost = __syncthreads_or(!arrived);
-    if (threadIdx.x == 0) // every block has read the generation
-      __stcg(a.arrivals + 1, tag);
-    if (lost) {
-      if (e < glm5::kTopK)
-        a.ids[e] = -1;
-      // The experts polling the tagged ids get the bad ids too (at once,
-      // not after their own wait's timeout), and report them.
-      if (a.taggedIds && e < kWarp)
-        publishTaggedIds<glm5::kTopK>(a.taggedIds, idTag, -1);
+    if (routerLogitsLost(a, arrived, tag, idTag))
       return;
-    }
     routerChooseSorted<true,
                        RouterFixed{kRouterThreads, glm5::kExperts,
                                    glm5::kTopK},

@@ -2748,7 +2748,7 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
       a.sharedDownScales = shared->down.scales;
       a.sharedAct = act + k * ffn;
       a.sharedEarly = earlyPrefetch();
-      if (k > 0 && downPrefetch) {
+      if (downPrefetch) { // inside: k > 0
         a.prefetchDown = true;
         ++downPrefetchLaunches;
       }
