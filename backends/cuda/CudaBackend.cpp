@@ -363,7 +363,6 @@ struct CudaRank {
   bool routerWarps = true; ///< KILN_CUDA_ROUTER_WARPS (setRouterWarps)
   bool peerClusters = true; ///< KILN_CUDA_PEER_CLUSTER (setPeerClusters)
   bool expertsInt8X = false; ///< KILN_CUDA_EXPERTS_INT8_X (setExpertsInt8X)
-  bool downPrefetch = false; ///< KILN_CUDA_DOWN_PREFETCH (setMoeDownPrefetch)
   /// KILN_CUDA_PEER_CLUSTER_POLICY (setPeerClusterPolicy).
   cudaClusterSchedulingPolicy peerClusterPolicy =
       cudaClusterSchedulingPolicyDefault;
@@ -1808,10 +1807,6 @@ struct GraphSwitches {
   /// its input to an int8 grid and dots by `dp4a` (setExpertsInt8X; a
   /// timing probe, the step's results then differ from the CPU's).
   bool expertsInt8X = false;
-  /// KILN_CUDA_DOWN_PREFETCH=1: the shared expert's gate/up blocks ask the
-  /// L2 for the chosen experts' down rows (setMoeDownPrefetch; off until
-  /// measured, the same bits).
-  bool downPrefetch = false;
 };
 
 /// Environment variable `name` as 0 or 1 (`unset` when it is not set).
@@ -1952,8 +1947,6 @@ Expected<GraphSwitches> readGraphSwitches() {
                                    "the routed experts' gate/up kernel "
                                    "rounds its input to an int8 grid"));
   g.expertsInt8X = int8X;
-  KILN_ASSIGN(downPrefetch, readFlag("KILN_CUDA_DOWN_PREFETCH", false));
-  g.downPrefetch = downPrefetch;
   KILN_ASSIGN(shortGraph, readFlag("KILN_CUDA_SHORT_GRAPH", true));
   g.shortGraph = shortGraph;
   KILN_ASSIGN(specialised, readShapeFamilies(kDefaultShapeFamilies));
@@ -2313,7 +2306,6 @@ Status enter(CudaRank &rank) {
   setRouterWarps(rank.routerWarps);
   setPeerClusters(rank.peerClusters);
   setExpertsInt8X(rank.expertsInt8X);
-  setMoeDownPrefetch(rank.downPrefetch);
   setMlaLaunch(rank.mla);
   return Status::ok();
 }
@@ -3118,7 +3110,6 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->indexerMma = switches.indexerMma;
     rank->routerWarps = switches.routerWarps;
     rank->expertsInt8X = switches.expertsInt8X;
-    rank->downPrefetch = switches.downPrefetch;
     rank->peerClusters = switches.peerClusters;
     rank->peerClusterPolicy = switches.peerClusterPolicy;
     rank->lightOps = switches.lightOps;

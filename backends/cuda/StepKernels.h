@@ -783,18 +783,6 @@ bool expertsInt8X();
 /// How many of the calling host thread's launchMoeExperts calls ran that
 /// kernel (for the checks).
 uint64_t moeInt8XLaunches();
-/// Whether launchMoeExperts, where the shared expert runs inside the
-/// routed experts' bulk-copy kernels, has the shared expert's gate/up
-/// blocks ask the L2 for the chosen experts' down rows once their own work
-/// is done (a hint: the same bits either way), so that the down kernel's
-/// copies, which start only as the gate/up blocks leave, find them there.
-/// The calling host thread's setting, read at launch; off by default until
-/// measured, KILN_CUDA_DOWN_PREFETCH = 1 sets it on for a step
-/// (docs/perf.md, fifty-ninth pass).
-void setMoeDownPrefetch(bool on);
-bool moeDownPrefetch();
-/// How many of the calling host thread's launchMoeExperts calls did so.
-uint64_t moeDownPrefetchLaunches();
 cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
                              int64_t experts, const int32_t *ids,
                              const float *weights, int64_t k,

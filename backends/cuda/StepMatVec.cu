@@ -1103,9 +1103,6 @@ struct ExpertArgs {
   /// The shared expert's gate/up blocks start their rows' copies before
   /// the predecessor wait (they need no id; earlyPrefetch()).
   bool sharedEarly;
-  /// The shared expert's gate/up blocks, their act written, ask the L2 for
-  /// the chosen experts' down rows (setMoeDownPrefetch).
-  bool prefetchDown;
   /// The router's ids by tags (TaggedIds), or null: the bulk-copy kernels'
   /// routed blocks read their ids from these words (the step's epoch word
   /// plus one their tag) instead of after their wait, which they do last.
@@ -1581,28 +1578,6 @@ __device__ void sharedGateUpBlock(const ExpertArgs &a, int64_t f0, bool active,
       }
     }
   pairSumsToAct(v, sums, warps, pairs, a.sharedAct + f0);
-  // Its act written (off the path: the routed blocks end ~5 us later),
-  // the block asks the L2 for a share of the chosen experts' down rows,
-  // which the down kernel's blocks copy only as gate/up's blocks leave
-  // them registers (docs/perf.md, fifty-ninth pass): shared block b takes
-  // slice b / k of slot b % k's expert. Past its wait the router has
-  // ended, so the ids are final; a bad one is the experts' fault to
-  // report, and is skipped here.
-  if (a.prefetchDown && threadIdx.x == 0) {
-    const int sb = int(f0 / kSharedPairs), k = int(a.k);
-    const int sharedBlocks =
-        int((a.sharedFfn + kSharedPairs - 1) / kSharedPairs);
-    const int slices = (sharedBlocks + k - 1) / k, slot = sb % k;
-    const int32_t e = __ldcg(a.ids + slot);
-    if (e >= 0 && e < a.experts) {
-      const uint64_t expertBytes = uint64_t(a.hidden) * a.down.rowBytes;
-      const uint64_t share = expertBytes / uint64_t(slices) + 16;
-      const uint64_t begin = uint64_t(sb / k) * share;
-      if (begin < expertBytes)
-        prefetchL2(a.downData + uint64_t(e) * expertBytes + begin,
-                   expertBytes - begin < share ? expertBytes - begin : share);
-    }
-  }
 }
 
 /// The routed gate/up kernels' body. kHidden > 0: compiled for one hidden
@@ -2585,8 +2560,6 @@ thread_local uint64_t sharedInside = 0;
 thread_local uint64_t bulkLaunches = 0;
 thread_local bool int8X = false;
 thread_local uint64_t int8XLaunches = 0;
-thread_local bool downPrefetch = false;
-thread_local uint64_t downPrefetchLaunches = 0;
 } // namespace
 
 uint64_t moeSharedInsideLaunches() { return sharedInside; }
@@ -2596,9 +2569,6 @@ uint64_t moeTaggedIdLaunches() { return taggedIdLaunches; }
 void setExpertsInt8X(bool on) { int8X = on; }
 bool expertsInt8X() { return int8X; }
 uint64_t moeInt8XLaunches() { return int8XLaunches; }
-void setMoeDownPrefetch(bool on) { downPrefetch = on; }
-bool moeDownPrefetch() { return downPrefetch; }
-uint64_t moeDownPrefetchLaunches() { return downPrefetchLaunches; }
 
 int64_t moeExpertsActFloats(int64_t k, int64_t ffn, int64_t hidden,
                             const SharedExpert *shared) {
@@ -2748,10 +2718,6 @@ cudaError_t launchMoeExperts(const float *x, int64_t hidden, int64_t ffn,
       a.sharedDownScales = shared->down.scales;
       a.sharedAct = act + k * ffn;
       a.sharedEarly = earlyPrefetch();
-      if (downPrefetch) { // inside: k > 0
-        a.prefetchDown = true;
-        ++downPrefetchLaunches;
-      }
       gateFastShared = std::max(gateFastShared, sharedGateBytes);
       downFastShared +=
           uint64_t(a.downTiles) * kDownTile * (256 + 16 + sizeof(float));

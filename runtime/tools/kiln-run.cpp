@@ -272,11 +272,6 @@ environment (CUDA backend, for measuring; the same bits either way):
                            kernel (GLM-5 at tp=8) rounds its input to an
                            int8 grid and dots by dp4a; the results are not
                            the CPU reference's (for measuring only)
-  KILN_CUDA_DOWN_PREFETCH=1
-                           the shared expert's gate/up blocks ask the L2
-                           for the chosen experts' down rows once their
-                           own work is done (off until measured; the same
-                           result)
   NCCL_NVLS_ENABLE         left as set; 0 when unset
 )";
 
