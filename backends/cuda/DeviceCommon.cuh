@@ -377,39 +377,28 @@ __device__ inline void issuePollReads(const uint64_t *word,
 }
 
 /// Reads `word` until it carries `tag`, its value into *value; false after
-/// kDeviceWaitNs. With one read at a time (kPollReads), sleeping sleepNs
-/// between reads (none for 0).
+/// kDeviceWaitNs. kPollReads reads in flight, each checked as it returns
+/// and, without the tag, issued again; with one read at a time, sleeping
+/// sleepNs between reads (none for 0).
 __device__ inline bool awaitTaggedWord(const uint64_t *word, uint32_t tag,
                                        unsigned sleepNs, uint32_t *value) {
-  if constexpr (kPollReads > 1) {
-    uint64_t v[kPollReads];
-    issuePollReads(word, v);
-    const uint64_t start = globalNanos();
-    for (;;) {
+  uint64_t v[kPollReads];
+  issuePollReads(word, v);
+  const uint64_t start = globalNanos();
+  for (;;) {
 #pragma unroll
-      for (int i = 0; i < kPollReads; ++i) {
-        if (uint32_t(v[i] >> 32) == tag) {
-          *value = uint32_t(v[i]);
-          return true;
-        }
-        v[i] = loadTaggedWord(word);
-      }
-      if (globalNanos() - start > kDeviceWaitNs)
-        return false;
-    }
-  } else {
-    const uint64_t start = globalNanos();
-    for (;;) {
-      const uint64_t v = loadTaggedWord(word);
-      if (uint32_t(v >> 32) == tag) {
-        *value = uint32_t(v);
+    for (int i = 0; i < kPollReads; ++i) {
+      if (uint32_t(v[i] >> 32) == tag) {
+        *value = uint32_t(v[i]);
         return true;
       }
-      if (globalNanos() - start > kDeviceWaitNs)
-        return false;
-      if (sleepNs)
-        __nanosleep(sleepNs);
+      if constexpr (kPollReads == 1)
+        if (sleepNs)
+          __nanosleep(sleepNs);
+      v[i] = loadTaggedWord(word);
     }
+    if (globalNanos() - start > kDeviceWaitNs)
+      return false;
   }
 }
 
@@ -423,45 +412,28 @@ __device__ inline bool awaitTaggedWord(const uint64_t *word, uint32_t tag,
 /// must call it.
 __device__ inline bool awaitTaggedWordWarp(const uint64_t *word, uint32_t tag,
                                            unsigned sleepNs, uint32_t *value) {
-  if constexpr (kPollReads > 1) {
-    uint64_t v[kPollReads];
-    issuePollReads(word, v);
-    const uint64_t start = globalNanos();
-    bool have = false, late = false;
-    for (;;) {
+  uint64_t v[kPollReads];
+  issuePollReads(word, v);
+  const uint64_t start = globalNanos();
+  bool have = false, late = false;
+  for (;;) {
 #pragma unroll
-      for (int i = 0; i < kPollReads; ++i) {
-        if (!have && !late) {
-          if (uint32_t(v[i] >> 32) == tag) {
-            have = true;
-            *value = uint32_t(v[i]);
-          } else {
-            v[i] = loadTaggedWord(word);
-          }
-        }
-        if (__all_sync(0xffffffffu, have || late))
-          return have;
-      }
-      if (!have)
-        late = globalNanos() - start > kDeviceWaitNs;
-    }
-  } else {
-    const uint64_t start = globalNanos();
-    bool have = false, late = false;
-    for (;;) {
+    for (int i = 0; i < kPollReads; ++i) {
       if (!have && !late) {
-        const uint64_t v = loadTaggedWord(word);
-        if (uint32_t(v >> 32) == tag) {
+        if (uint32_t(v[i] >> 32) == tag) {
           have = true;
-          *value = uint32_t(v);
+          *value = uint32_t(v[i]);
         } else {
           late = globalNanos() - start > kDeviceWaitNs;
         }
       }
       if (__all_sync(0xffffffffu, have || late))
         return have;
-      if (sleepNs)
-        __nanosleep(sleepNs);
+      if constexpr (kPollReads == 1)
+        if (sleepNs)
+          __nanosleep(sleepNs);
+      if (!have && !late)
+        v[i] = loadTaggedWord(word);
     }
   }
 }

@@ -1116,16 +1116,19 @@ __device__ inline uint32_t taggedIdTag(const ExpertArgs &a) {
   return __ldcg(a.stepWord) + 1u;
 }
 
+/// The word of chosen id `slot` in this block's copy of TaggedIds.
+__device__ inline const uint64_t *taggedIdWord(const ExpertArgs &a,
+                                               int64_t slot) {
+  return a.taggedIds + int64_t(blockIdx.x % kTaggedIdCopies) * kTaggedIdStride +
+         slot;
+}
+
 /// Chosen id `slot` from TaggedIds (this block's copy), or -1 with a fault
 /// where it never comes.
 __device__ inline int32_t awaitTaggedId(const ExpertArgs &a, int64_t slot,
                                         uint32_t tag) {
   uint32_t id = 0;
-  if (!awaitTaggedWord(a.taggedIds +
-                           int64_t(blockIdx.x % kTaggedIdCopies) *
-                               kTaggedIdStride +
-                           slot,
-                       tag, 32, &id)) {
+  if (!awaitTaggedWord(taggedIdWord(a, slot), tag, 32, &id)) {
     recordFault(a.fault, FaultCode::GridWaitTimeout, a.k, 0);
     return -1;
   }
@@ -1144,9 +1147,7 @@ constexpr bool kIdsBesideTag = false;
 /// step read first (kIdsBesideTag false) or beside the id's first read.
 __device__ inline int32_t readTaggedId(const ExpertArgs &a, int64_t slot) {
   if constexpr (kIdsBesideTag) {
-    const uint64_t first = loadTaggedWord(
-        a.taggedIds + int64_t(blockIdx.x % kTaggedIdCopies) * kTaggedIdStride +
-        slot);
+    const uint64_t first = loadTaggedWord(taggedIdWord(a, slot));
     const uint32_t tag = taggedIdTag(a);
     return uint32_t(first >> 32) == tag ? int32_t(uint32_t(first))
                                         : awaitTaggedId(a, slot, tag);
