@@ -344,61 +344,21 @@ __device__ inline uint64_t loadTaggedWord(const uint64_t *word) {
   return v;
 }
 
-/// Reads of a tagged word its poller keeps in flight (awaitTaggedWord,
-/// awaitTaggedWordWarp). 1, the form measured so far: one read at a time,
-/// the next after the last returned (and a sleep), so a store that lands
-/// just after a read is seen up to an L2 round trip late. Above 1, built in
-/// the sixtieth pass and not yet measured (docs/perf.md; a pack built with
-/// 4 here against one built with 1 is the A/B): that many reads in flight,
-/// issued kPollGapCycles apart and each issued again as it returns without
-/// the tag, so the word is read every ~1/kPollReads of a round trip; the
-/// first reads go out within (kPollReads - 1) gaps, less than a round
-/// trip, so a word already tagged is seen as soon as with one read.
-constexpr int kPollReads = 1;
-constexpr int64_t kPollGapCycles = 256;
-static_assert(kPollReads >= 1 && kPollReads <= 8);
-
-/// Spins for about `cycles` of the multiprocessor's clock.
-__device__ inline void spinCycles(int64_t cycles) {
-  const int64_t start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-
-/// The first kPollReads reads of `word`, kPollGapCycles apart.
-__device__ inline void issuePollReads(const uint64_t *word,
-                                      uint64_t (&v)[kPollReads]) {
-#pragma unroll
-  for (int i = 0; i < kPollReads; ++i) {
-    if (i > 0)
-      spinCycles(kPollGapCycles);
-    v[i] = loadTaggedWord(word);
-  }
-}
-
-/// Reads `word` until it carries `tag`, its value into *value; false after
-/// kDeviceWaitNs. kPollReads reads in flight, each checked as it returns
-/// and, without the tag, issued again; with one read at a time, sleeping
-/// sleepNs between reads (none for 0).
+/// Reads `word` until it carries `tag` (sleeping sleepNs between reads,
+/// none for 0), its value into *value; false after kDeviceWaitNs.
 __device__ inline bool awaitTaggedWord(const uint64_t *word, uint32_t tag,
                                        unsigned sleepNs, uint32_t *value) {
-  uint64_t v[kPollReads];
-  issuePollReads(word, v);
   const uint64_t start = globalNanos();
   for (;;) {
-#pragma unroll
-    for (int i = 0; i < kPollReads; ++i) {
-      if (uint32_t(v[i] >> 32) == tag) {
-        *value = uint32_t(v[i]);
-        return true;
-      }
-      if constexpr (kPollReads == 1)
-        if (sleepNs)
-          __nanosleep(sleepNs);
-      v[i] = loadTaggedWord(word);
+    const uint64_t v = loadTaggedWord(word);
+    if (uint32_t(v >> 32) == tag) {
+      *value = uint32_t(v);
+      return true;
     }
     if (globalNanos() - start > kDeviceWaitNs)
       return false;
+    if (sleepNs)
+      __nanosleep(sleepNs);
   }
 }
 
@@ -408,33 +368,25 @@ __device__ inline bool awaitTaggedWord(const uint64_t *word, uint32_t tag,
 /// collective after it while others spin on their own (a warp split so, one
 /// part spinning with sleeps and one blocked at a shuffle, took GLM-5's
 /// router ~4.5 us longer to see its last logit: docs/perf.md, fifty-eighth
-/// pass). A lane that has its word reads it no more. Every lane of the warp
-/// must call it.
+/// pass). Every lane of the warp must call it.
 __device__ inline bool awaitTaggedWordWarp(const uint64_t *word, uint32_t tag,
                                            unsigned sleepNs, uint32_t *value) {
-  uint64_t v[kPollReads];
-  issuePollReads(word, v);
   const uint64_t start = globalNanos();
   bool have = false, late = false;
   for (;;) {
-#pragma unroll
-    for (int i = 0; i < kPollReads; ++i) {
-      if (!have && !late) {
-        if (uint32_t(v[i] >> 32) == tag) {
-          have = true;
-          *value = uint32_t(v[i]);
-        } else {
-          late = globalNanos() - start > kDeviceWaitNs;
-        }
+    if (!have && !late) {
+      const uint64_t v = loadTaggedWord(word);
+      if (uint32_t(v >> 32) == tag) {
+        have = true;
+        *value = uint32_t(v);
+      } else {
+        late = globalNanos() - start > kDeviceWaitNs;
       }
-      if (__all_sync(0xffffffffu, have || late))
-        return have;
-      if constexpr (kPollReads == 1)
-        if (sleepNs)
-          __nanosleep(sleepNs);
-      if (!have && !late)
-        v[i] = loadTaggedWord(word);
     }
+    if (__all_sync(0xffffffffu, have || late))
+      return have;
+    if (sleepNs)
+      __nanosleep(sleepNs);
   }
 }
 

@@ -1116,44 +1116,20 @@ __device__ inline uint32_t taggedIdTag(const ExpertArgs &a) {
   return __ldcg(a.stepWord) + 1u;
 }
 
-/// The word of chosen id `slot` in this block's copy of TaggedIds.
-__device__ inline const uint64_t *taggedIdWord(const ExpertArgs &a,
-                                               int64_t slot) {
-  return a.taggedIds + int64_t(blockIdx.x % kTaggedIdCopies) * kTaggedIdStride +
-         slot;
-}
-
 /// Chosen id `slot` from TaggedIds (this block's copy), or -1 with a fault
 /// where it never comes.
 __device__ inline int32_t awaitTaggedId(const ExpertArgs &a, int64_t slot,
                                         uint32_t tag) {
   uint32_t id = 0;
-  if (!awaitTaggedWord(taggedIdWord(a, slot), tag, 32, &id)) {
+  if (!awaitTaggedWord(a.taggedIds +
+                           int64_t(blockIdx.x % kTaggedIdCopies) *
+                               kTaggedIdStride +
+                           slot,
+                       tag, 32, &id)) {
     recordFault(a.fault, FaultCode::GridWaitTimeout, a.k, 0);
     return -1;
   }
   return int32_t(id);
-}
-
-/// Whether the down kernel's ids are read with the step word's load (their
-/// tag) in flight beside the first read of each, not after it: a block
-/// that starts after the router has published, as the down kernel's do
-/// (they enter as gate/up's blocks leave), would find its ids in one L2
-/// round trip instead of two. Built in the sixtieth pass and not yet
-/// measured (docs/perf.md: a pack built with true against one with false).
-constexpr bool kIdsBesideTag = false;
-
-/// Chosen id `slot` from TaggedIds, as awaitTaggedId with the tag of this
-/// step read first (kIdsBesideTag false) or beside the id's first read.
-__device__ inline int32_t readTaggedId(const ExpertArgs &a, int64_t slot) {
-  if constexpr (kIdsBesideTag) {
-    const uint64_t first = loadTaggedWord(taggedIdWord(a, slot));
-    const uint32_t tag = taggedIdTag(a);
-    return uint32_t(first >> 32) == tag ? int32_t(uint32_t(first))
-                                        : awaitTaggedId(a, slot, tag);
-  } else {
-    return awaitTaggedId(a, slot, taggedIdTag(a));
-  }
 }
 
 /// Block 0's first warp reports the first id outside [0, experts) in k
@@ -1800,11 +1776,12 @@ __global__ void __launch_bounds__(kThreads) expertDownK45Kernel(ExpertArgs a) {
     // 32 ids a round, loaded together. With the ids by tags (TaggedIds)
     // the gate/up kernel lets this one start before the router has ended,
     // so they come from the tagged words.
+    const uint32_t idTag = a.taggedIds ? taggedIdTag(a) : 0u;
     uint32_t valid = 0;
     for (int s0 = 0; s0 < k; s0 += kWarp) { // the same for the warp
       const int s = s0 + lane;
-      int32_t e = s >= k        ? -1
-                  : a.taggedIds ? readTaggedId(a, s)
+      int32_t e = s >= k         ? -1
+                  : a.taggedIds ? awaitTaggedId(a, s, idTag)
                                 : __ldcg(a.ids + s);
       e = e >= 0 && e < a.experts ? e : -1; // faulted by gate/up
       if (s < k)
