@@ -352,6 +352,8 @@ struct CudaRank {
   int selectBlocks = 0;    ///< KILN_CUDA_SELECT_BLOCKS (GraphSwitches)
   int64_t wideSelectFrom = 0; ///< KILN_CUDA_SELECT_WIDE_FROM (GraphSwitches)
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
+  /// KILN_CUDA_QUIET_PREFETCH (setQuietPrefetchPasses).
+  int quietPrefetch = 1;
   bool shortGraph = true;  ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
@@ -1735,6 +1737,10 @@ struct GraphSwitches {
   /// KILN_CUDA_QUIET_START=0: the ops after a collective prefetch early
   /// too (on by default: docs/perf.md, fourteenth pass).
   bool quietStart = true;
+  /// KILN_CUDA_QUIET_PREFETCH=N: the q8_0-split mat-vecs after a collective
+  /// prefetch their warps' first N passes early all the same (default 1;
+  /// 0: none, as before the sixty-first pass; docs/perf.md).
+  int quietPrefetch = 1;
   /// KILN_CUDA_SHORT_GRAPH: a step with DSA indexers has a second graph,
   /// without them, for the positions where they select every attended one
   /// (CudaStep::allSelected); on by default (the whole-context GLM-5 rank
@@ -1911,6 +1917,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.wideSelectFrom = wideFrom;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
+  KILN_ASSIGN(quietPrefetch, readCount("KILN_CUDA_QUIET_PREFETCH", 0, 64, 1));
+  g.quietPrefetch = int(quietPrefetch);
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
   g.indexerMma = indexerMma;
   KILN_ASSIGN(routerWarps, readFlag("KILN_CUDA_ROUTER_WARPS", true));
@@ -2304,6 +2312,7 @@ Status enter(CudaRank &rank) {
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
   setRouterWarps(rank.routerWarps);
+  setQuietPrefetchPasses(rank.quietPrefetch);
   setPeerClusters(rank.peerClusters);
   setExpertsInt8X(rank.expertsInt8X);
   setMlaLaunch(rank.mla);
@@ -3104,6 +3113,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->selectBlocks = switches.selectBlocks;
     rank->wideSelectFrom = switches.wideSelectFrom;
     rank->quietStart = switches.quietStart;
+    rank->quietPrefetch = switches.quietPrefetch;
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;

@@ -895,7 +895,9 @@ constexpr int kMlaThreads = 512;
 /// The widest cache row the per-lane query registers hold (GLM-5: 512 +
 /// 64).
 constexpr int kMlaMaxWidth = 24 * kWarp;
-/// A combine task's output values (of one head) in mlaKernel.
+/// A combine task's output values (of one head) in mlaKernel
+/// (MlaShape::kCombineColumns: the tensor cores' kernel takes twice as
+/// many).
 constexpr int kMlaCombineColumns = 32;
 /// The scratch's first floats, which hold the grid barrier's words (four:
 /// the partial results after them stay 16-byte aligned).
@@ -1040,6 +1042,16 @@ struct MlaShape {
   static constexpr bool kMma = kTensorChunk > 0;
   /// Attended entries a chunk (a block's unit of work).
   static constexpr int kChunk = kMma ? kTensorChunk : kMlaChunk;
+  /// A combine task's output values in mlaKernel. The tensor cores'
+  /// chunks of 16 entries: 64, eight tasks a head (measured 1.8 us a layer
+  /// faster at 16k, level at 1k; docs/perf.md, sixty-first pass). At
+  /// GLM-5's 2,048 selected entries (128 chunks, one a block) half the
+  /// blocks then have no task, so the grid's last block checks the
+  /// selection beside the others' combines rather than after its own; 8
+  /// groups of 16 loads a thread still take the 128 chunks in one round
+  /// trip. The other kernels' chunks of kMlaChunk: 32, 16 groups, so that
+  /// 1,025 entries (129 chunks) take one round trip too.
+  static constexpr int kCombineColumns = kMma ? 64 : kMlaCombineColumns;
   static_assert(!kMma || (kChunk % 16 == 0 && kChunk <= 32),
                 "the tensor cores' chunk: whole k16 steps, a lane an entry");
   static_assert(!kMma || (kHeads == 8 && kLatent == 512 && kRope == 64 &&
@@ -1715,8 +1727,8 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
   const int64_t attended = mlaAttended(a);
   const int64_t chunks =
       attended > 0 ? (attended + kChunk - 1) / kChunk : 0;
-  const int slices =
-      (Shape::latent(a) + kMlaCombineColumns - 1) / kMlaCombineColumns;
+  constexpr int kColumns = Shape::kCombineColumns;
+  const int slices = (Shape::latent(a) + kColumns - 1) / kColumns;
   const int tasks = chunksOnly ? 0 : Shape::heads(a) * slices;
   // The same for every block (the same scalars).
   const int64_t wanted =
@@ -1744,9 +1756,9 @@ __global__ void __launch_bounds__(kMlaThreads) mlaKernel(MlaArgs a) {
     for (int task = blockIdx.x; task < tasks; task += gridDim.x) {
       if (task != int(blockIdx.x))
         __syncthreads(); // the previous task's weights and sums are read
-      const int h = task / slices, first = task % slices * kMlaCombineColumns;
-      mlaCombine<Shape, kMlaCombineColumns, 16>(
-          a, h, first, first + kMlaCombineColumns, attended, shared,
+      const int h = task / slices, first = task % slices * kColumns;
+      mlaCombine<Shape, kColumns, 16>(
+          a, h, first, first + kColumns, attended, shared,
           a.out + int64_t(h) * Shape::latent(a) + first);
     }
   if (blocks == gridDim.x && blockIdx.x == gridDim.x - 1) {
@@ -6057,6 +6069,13 @@ thread_local bool prefetchEarly = true;
 
 void setEarlyPrefetch(bool on) { prefetchEarly = on; }
 bool earlyPrefetch() { return prefetchEarly; }
+
+namespace {
+thread_local int quietPasses = 0;
+} // namespace
+
+void setQuietPrefetchPasses(int passes) { quietPasses = passes; }
+int quietPrefetchPasses() { return quietPasses; }
 
 namespace {
 thread_local unsigned widthKernels = 0;

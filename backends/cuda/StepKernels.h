@@ -807,6 +807,14 @@ bool overlappedLaunches();
 /// pass).
 void setEarlyPrefetch(bool on);
 bool earlyPrefetch();
+/// Where the early prefetch is off (an op after a collective), the
+/// q8_0-split mat-vec still asks the L2 for its warps' first `passes`
+/// passes of 512 values before its wait (0: none, the default here; the
+/// CUDA plugin sets KILN_CUDA_QUIET_PREFETCH's, 1 unless set): a fraction
+/// of the bytes beside the collective, where the whole measured slower
+/// (docs/perf.md, sixty-first pass).
+void setQuietPrefetchPasses(int passes);
+int quietPrefetchPasses();
 
 /// Whether the launches of the calling host thread run the kernels compiled
 /// for their shapes where there is one, for each family whose bit `families`

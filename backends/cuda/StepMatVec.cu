@@ -345,6 +345,9 @@ struct Q8SplitArgs {
   int splits;
   float *y;
   bool prefetch; ///< the weights' early prefetch (earlyPrefetch())
+  /// With `prefetch`: at most this many of the warp's passes, INT32_MAX
+  /// for all of them (earlyPrefetch(); else quietPrefetchPasses()).
+  int prefetchPasses;
   /// step.linear_router's tail (linearQ8SplitKernel's kTail only).
   struct Tail {
     const float4 *w, *share;
@@ -523,11 +526,15 @@ __device__ __forceinline__ void linearQ8SplitBlock(const Q8SplitArgs &a) {
                 last = it.last;
   const int8_t *q0 = a.quants + row * cols;
   const unsigned short *d0 = a.scales + row * (cols / 32);
-  // This warp's quants and scales, while the predecessor finishes (not after
-  // a collective: earlyPrefetch()).
+  // This warp's quants and scales, while the predecessor finishes (after a
+  // collective, earlyPrefetch() false, only the first quietPrefetchPasses()).
   if (a.prefetch) {
+    // At most a.prefetchPasses passes of them (KILN_CUDA_QUIET_PREFETCH).
     const int64_t from = first * kSplitPass,
-                  to = last * kSplitPass < cols ? last * kSplitPass : cols;
+                  whole = last * kSplitPass < cols ? last * kSplitPass : cols,
+                  to = whole - from > a.prefetchPasses * int64_t(kSplitPass)
+                           ? from + a.prefetchPasses * int64_t(kSplitPass)
+                           : whole;
     prefetchRows(reinterpret_cast<const uint8_t *>(q0), uint64_t(cols), nrows,
                  uint64_t(from), uint64_t(to));
     prefetchRows(reinterpret_cast<const uint8_t *>(d0), uint64_t(cols / 16),
@@ -535,14 +542,16 @@ __device__ __forceinline__ void linearQ8SplitBlock(const Q8SplitArgs &a) {
   }
   float4 held[kTail ? kTailHeld : 1];
   int64_t tailBegin = 0, tailEnd = 0;
+  // The tail row is held early only with the whole early prefetch.
+  [[maybe_unused]] const bool early = a.prefetchPasses == INT32_MAX;
   if constexpr (kTail)
-    holdTailRow(a.tail, a.prefetch, tailBegin, tailEnd, held);
+    holdTailRow(a.tail, early, tailBegin, tailEnd, held);
   waitForPredecessor();
   if constexpr (kTail)
     if (a.tail.mode != int(RouterTailMode::Last))
       tailRows(a.tail, reinterpret_cast<const float4 *>(a.x),
-               a.prefetch && a.tail.mode == int(RouterTailMode::Held),
-               tailBegin, tailEnd, held);
+               early && a.tail.mode == int(RouterTailMode::Held), tailBegin,
+               tailEnd, held);
   float v[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -2076,7 +2085,9 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   if (batch * rowsPerBatch == 0)
     return cudaGetLastError();
   Q8SplitArgs a{};
-  a.prefetch = earlyPrefetch();
+  // After a collective, only the switch's first passes (if any).
+  a.prefetch = earlyPrefetch() || quietPrefetchPasses() > 0;
+  a.prefetchPasses = earlyPrefetch() ? INT32_MAX : quietPrefetchPasses();
   a.quants = reinterpret_cast<const int8_t *>(w.data);
   a.scales = reinterpret_cast<const unsigned short *>(w.scales);
   a.cols = w.cols;

@@ -220,6 +220,10 @@ environment (CUDA backend, for measuring; the same bits either way):
                            FILE as TSV
   KILN_CUDA_QUIET_START=0  the mat-vecs after a collective prefetch their
                            weights early too (by default they do not)
+  KILN_CUDA_QUIET_PREFETCH=N
+                           of those, the q8_0-split mat-vecs prefetch their
+                           warps' first N passes of 512 values early all
+                           the same (0-64, default 1; 0: none)
   KILN_CUDA_MLA_PROJECTION=1
                            attn_v_b by MLA's launch: its combine and the
                            projection in one kernel (off by default)
