@@ -354,6 +354,8 @@ struct CudaRank {
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
   /// KILN_CUDA_QUIET_PREFETCH (setQuietPrefetchPasses).
   int quietPrefetch = 1;
+  /// KILN_CUDA_EARLY_PASSES (setEarlyPrefetchPasses).
+  int earlyPasses = 0;
   bool shortGraph = true;  ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
@@ -1741,6 +1743,10 @@ struct GraphSwitches {
   /// prefetch their warps' first N passes early all the same (default 1;
   /// 0: none, as before the sixty-first pass; docs/perf.md).
   int quietPrefetch = 1;
+  /// KILN_CUDA_EARLY_PASSES=N: the other q8_0-split mat-vecs prefetch only
+  /// their warps' first N passes early (0, the default: all; off until
+  /// measured).
+  int earlyPasses = 0;
   /// KILN_CUDA_SHORT_GRAPH: a step with DSA indexers has a second graph,
   /// without them, for the positions where they select every attended one
   /// (CudaStep::allSelected); on by default (the whole-context GLM-5 rank
@@ -1919,6 +1925,8 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.quietStart = quietStart;
   KILN_ASSIGN(quietPrefetch, readCount("KILN_CUDA_QUIET_PREFETCH", 0, 64, 1));
   g.quietPrefetch = int(quietPrefetch);
+  KILN_ASSIGN(earlyPasses, readCount("KILN_CUDA_EARLY_PASSES", 0, 64, 0));
+  g.earlyPasses = int(earlyPasses);
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
   g.indexerMma = indexerMma;
   KILN_ASSIGN(routerWarps, readFlag("KILN_CUDA_ROUTER_WARPS", true));
@@ -2313,6 +2321,7 @@ Status enter(CudaRank &rank) {
   setIndexerMma(rank.indexerMma);
   setRouterWarps(rank.routerWarps);
   setQuietPrefetchPasses(rank.quietPrefetch);
+  setEarlyPrefetchPasses(rank.earlyPasses);
   setPeerClusters(rank.peerClusters);
   setExpertsInt8X(rank.expertsInt8X);
   setMlaLaunch(rank.mla);
@@ -3114,6 +3123,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->wideSelectFrom = switches.wideSelectFrom;
     rank->quietStart = switches.quietStart;
     rank->quietPrefetch = switches.quietPrefetch;
+    rank->earlyPasses = switches.earlyPasses;
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;

@@ -6078,6 +6078,13 @@ void setQuietPrefetchPasses(int passes) { quietPasses = passes; }
 int quietPrefetchPasses() { return quietPasses; }
 
 namespace {
+thread_local int earlyPasses = 0;
+} // namespace
+
+void setEarlyPrefetchPasses(int passes) { earlyPasses = passes; }
+int earlyPrefetchPasses() { return earlyPasses; }
+
+namespace {
 thread_local unsigned widthKernels = 0;
 thread_local uint64_t widthLaunches = 0;
 } // namespace

@@ -815,6 +815,12 @@ bool earlyPrefetch();
 /// (docs/perf.md, sixty-first pass).
 void setQuietPrefetchPasses(int passes);
 int quietPrefetchPasses();
+/// Where the early prefetch is on, the q8_0-split mat-vec asks the L2 for
+/// its warps' first `passes` passes only (0: all of them, the default;
+/// KILN_CUDA_EARLY_PASSES, off until measured: attn_output's 13 MB beside
+/// MLA's combine in a fraction, docs/perf.md's plan).
+void setEarlyPrefetchPasses(int passes);
+int earlyPrefetchPasses();
 
 /// Whether the launches of the calling host thread run the kernels compiled
 /// for their shapes where there is one, for each family whose bit `families`

@@ -346,7 +346,8 @@ struct Q8SplitArgs {
   float *y;
   bool prefetch; ///< the weights' early prefetch (earlyPrefetch())
   /// With `prefetch`: at most this many of the warp's passes, INT32_MAX
-  /// for all of them (earlyPrefetch(); else quietPrefetchPasses()).
+  /// for all of them (earlyPrefetchPasses() where earlyPrefetch(), else
+  /// quietPrefetchPasses()).
   int prefetchPasses;
   /// step.linear_router's tail (linearQ8SplitKernel's kTail only).
   struct Tail {
@@ -355,6 +356,8 @@ struct Q8SplitArgs {
     float *y;
     /// How a block's tail row reaches it (RouterTailMode).
     int mode;
+    /// Whether the row may be held before the wait (earlyPrefetch()).
+    bool early;
   } tail;
 };
 
@@ -527,9 +530,11 @@ __device__ __forceinline__ void linearQ8SplitBlock(const Q8SplitArgs &a) {
   const int8_t *q0 = a.quants + row * cols;
   const unsigned short *d0 = a.scales + row * (cols / 32);
   // This warp's quants and scales, while the predecessor finishes (after a
-  // collective, earlyPrefetch() false, only the first quietPrefetchPasses()).
+  // collective, earlyPrefetch() false, only the first quietPrefetchPasses();
+  // elsewhere the first earlyPrefetchPasses(), 0 for all).
   if (a.prefetch) {
-    // At most a.prefetchPasses passes of them (KILN_CUDA_QUIET_PREFETCH).
+    // At most a.prefetchPasses passes of them (KILN_CUDA_QUIET_PREFETCH,
+    // KILN_CUDA_EARLY_PASSES).
     const int64_t from = first * kSplitPass,
                   whole = last * kSplitPass < cols ? last * kSplitPass : cols,
                   to = whole - from > a.prefetchPasses * int64_t(kSplitPass)
@@ -542,16 +547,14 @@ __device__ __forceinline__ void linearQ8SplitBlock(const Q8SplitArgs &a) {
   }
   float4 held[kTail ? kTailHeld : 1];
   int64_t tailBegin = 0, tailEnd = 0;
-  // The tail row is held early only with the whole early prefetch.
-  [[maybe_unused]] const bool early = a.prefetchPasses == INT32_MAX;
   if constexpr (kTail)
-    holdTailRow(a.tail, early, tailBegin, tailEnd, held);
+    holdTailRow(a.tail, a.tail.early, tailBegin, tailEnd, held);
   waitForPredecessor();
   if constexpr (kTail)
     if (a.tail.mode != int(RouterTailMode::Last))
       tailRows(a.tail, reinterpret_cast<const float4 *>(a.x),
-               early && a.tail.mode == int(RouterTailMode::Held), tailBegin,
-               tailEnd, held);
+               a.tail.early && a.tail.mode == int(RouterTailMode::Held),
+               tailBegin, tailEnd, held);
   float v[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -2085,9 +2088,13 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   if (batch * rowsPerBatch == 0)
     return cudaGetLastError();
   Q8SplitArgs a{};
-  // After a collective, only the switch's first passes (if any).
+  // After a collective, only the switch's first passes (if any); elsewhere
+  // all of them unless KILN_CUDA_EARLY_PASSES says fewer.
   a.prefetch = earlyPrefetch() || quietPrefetchPasses() > 0;
-  a.prefetchPasses = earlyPrefetch() ? INT32_MAX : quietPrefetchPasses();
+  a.prefetchPasses =
+      earlyPrefetch()
+          ? (earlyPrefetchPasses() > 0 ? earlyPrefetchPasses() : INT32_MAX)
+          : quietPrefetchPasses();
   a.quants = reinterpret_cast<const int8_t *>(w.data);
   a.scales = reinterpret_cast<const unsigned short *>(w.scales);
   a.cols = w.cols;
@@ -2134,7 +2141,8 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
               tail->cols / 4,
               tail->k / 4,
               tail->y,
-              int(routerTailMode())};
+              int(routerTailMode()),
+              earlyPrefetch()};
     void (*const withTail)(Q8SplitArgs) =
         linearQ8SplitTailKernel;
     kernel = withTail;
