@@ -6071,18 +6071,11 @@ void setEarlyPrefetch(bool on) { prefetchEarly = on; }
 bool earlyPrefetch() { return prefetchEarly; }
 
 namespace {
-thread_local int quietPasses = 0;
+thread_local PrefetchPasses passesPrefetched;
 } // namespace
 
-void setQuietPrefetchPasses(int passes) { quietPasses = passes; }
-int quietPrefetchPasses() { return quietPasses; }
-
-namespace {
-thread_local int earlyPasses = 0;
-} // namespace
-
-void setEarlyPrefetchPasses(int passes) { earlyPasses = passes; }
-int earlyPrefetchPasses() { return earlyPasses; }
+void setPrefetchPasses(const PrefetchPasses &p) { passesPrefetched = p; }
+PrefetchPasses prefetchPasses() { return passesPrefetched; }
 
 namespace {
 thread_local unsigned widthKernels = 0;

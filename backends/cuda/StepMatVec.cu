@@ -344,10 +344,8 @@ struct Q8SplitArgs {
   bool stacked;
   int splits;
   float *y;
-  bool prefetch; ///< the weights' early prefetch (earlyPrefetch())
-  /// With `prefetch`: at most this many of the warp's passes, INT32_MAX
-  /// for all of them (earlyPrefetchPasses() where earlyPrefetch(), else
-  /// quietPrefetchPasses()).
+  /// The warp's passes whose weights it asks the L2 for before its wait
+  /// (prefetchPasses()): 0 none, INT32_MAX all.
   int prefetchPasses;
   /// step.linear_router's tail (linearQ8SplitKernel's kTail only).
   struct Tail {
@@ -529,12 +527,9 @@ __device__ __forceinline__ void linearQ8SplitBlock(const Q8SplitArgs &a) {
                 last = it.last;
   const int8_t *q0 = a.quants + row * cols;
   const unsigned short *d0 = a.scales + row * (cols / 32);
-  // This warp's quants and scales, while the predecessor finishes (after a
-  // collective, earlyPrefetch() false, only the first quietPrefetchPasses();
-  // elsewhere the first earlyPrefetchPasses(), 0 for all).
-  if (a.prefetch) {
-    // At most a.prefetchPasses passes of them (KILN_CUDA_QUIET_PREFETCH,
-    // KILN_CUDA_EARLY_PASSES).
+  // This warp's quants and scales (at most a.prefetchPasses passes of them),
+  // while the predecessor finishes.
+  if (a.prefetchPasses > 0) {
     const int64_t from = first * kSplitPass,
                   whole = last * kSplitPass < cols ? last * kSplitPass : cols,
                   to = whole - from > a.prefetchPasses * int64_t(kSplitPass)
@@ -2088,13 +2083,12 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   if (batch * rowsPerBatch == 0)
     return cudaGetLastError();
   Q8SplitArgs a{};
-  // After a collective, only the switch's first passes (if any); elsewhere
-  // all of them unless KILN_CUDA_EARLY_PASSES says fewer.
-  a.prefetch = earlyPrefetch() || quietPrefetchPasses() > 0;
-  a.prefetchPasses =
-      earlyPrefetch()
-          ? (earlyPrefetchPasses() > 0 ? earlyPrefetchPasses() : INT32_MAX)
-          : quietPrefetchPasses();
+  // After a collective, only the first `quiet` passes (if any); elsewhere
+  // the first `early`, 0 for all of them.
+  const PrefetchPasses fetched = prefetchPasses();
+  a.prefetchPasses = !earlyPrefetch()    ? fetched.quiet
+                     : fetched.early > 0 ? fetched.early
+                                         : INT32_MAX;
   a.quants = reinterpret_cast<const int8_t *>(w.data);
   a.scales = reinterpret_cast<const unsigned short *>(w.scales);
   a.cols = w.cols;
