@@ -293,7 +293,6 @@ if [ -x "$pack/bin/kiln-run" ]; then
   # (KILN_CUDA_MLA_MMA=0).
   step same-result-glm5-tp8-rank0 same_result 1024 KILN_CUDA_BRANCHES=1 \
     KILN_CUDA_PDL=0 --eager KILN_CUDA_QUIET_START=0 KILN_CUDA_QUIET_PREFETCH=0 \
-    KILN_CUDA_EARLY_PASSES=1 \
     KILN_CUDA_SPECIALISED=1 KILN_CUDA_SHORT_GRAPH=0 KILN_CUDA_TAGGED_IDS=0 \
     KILN_CUDA_ROUTER_WARPS=0
   step same-result-glm5-tp8-rank0-scalar-mla same_result 1024 \

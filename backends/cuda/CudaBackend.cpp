@@ -352,8 +352,8 @@ struct CudaRank {
   int selectBlocks = 0;    ///< KILN_CUDA_SELECT_BLOCKS (GraphSwitches)
   int64_t wideSelectFrom = 0; ///< KILN_CUDA_SELECT_WIDE_FROM (GraphSwitches)
   bool quietStart = true;  ///< KILN_CUDA_QUIET_START (GraphSwitches)
-  /// KILN_CUDA_QUIET_PREFETCH, KILN_CUDA_EARLY_PASSES (setPrefetchPasses).
-  PrefetchPasses prefetchPasses{1, 0};
+  /// KILN_CUDA_QUIET_PREFETCH (setQuietPrefetchPasses).
+  int quietPrefetch = 1;
   bool shortGraph = true;  ///< KILN_CUDA_SHORT_GRAPH (GraphSwitches)
   /// KILN_CUDA_SPECIALISED: the families (ShapeFamily bits) whose launches
   /// of a shape ModelShapes.h lists run the kernels compiled for it
@@ -1740,10 +1740,7 @@ struct GraphSwitches {
   /// KILN_CUDA_QUIET_PREFETCH=N: the q8_0-split mat-vecs after a collective
   /// prefetch their warps' first N passes early all the same (default 1;
   /// 0: none, as before the sixty-first pass; docs/perf.md).
-  /// KILN_CUDA_EARLY_PASSES=N: the other q8_0-split mat-vecs prefetch only
-  /// their warps' first N passes early (0, the default: all; off until
-  /// measured).
-  PrefetchPasses prefetchPasses{1, 0};
+  int quietPrefetch = 1;
   /// KILN_CUDA_SHORT_GRAPH: a step with DSA indexers has a second graph,
   /// without them, for the positions where they select every attended one
   /// (CudaStep::allSelected); on by default (the whole-context GLM-5 rank
@@ -1920,11 +1917,9 @@ Expected<GraphSwitches> readGraphSwitches() {
   g.wideSelectFrom = wideFrom;
   KILN_ASSIGN(quietStart, readFlag("KILN_CUDA_QUIET_START", true));
   g.quietStart = quietStart;
-  KILN_ASSIGN(quietPasses, readCount("KILN_CUDA_QUIET_PREFETCH", 0, 64,
-                                     g.prefetchPasses.quiet));
-  KILN_ASSIGN(earlyPasses, readCount("KILN_CUDA_EARLY_PASSES", 0, 64,
-                                     g.prefetchPasses.early));
-  g.prefetchPasses = {int(quietPasses), int(earlyPasses)};
+  KILN_ASSIGN(quietPasses,
+              readCount("KILN_CUDA_QUIET_PREFETCH", 0, 64, g.quietPrefetch));
+  g.quietPrefetch = int(quietPasses);
   KILN_ASSIGN(indexerMma, readFlag("KILN_CUDA_INDEXER_MMA", true));
   g.indexerMma = indexerMma;
   KILN_ASSIGN(routerWarps, readFlag("KILN_CUDA_ROUTER_WARPS", true));
@@ -2318,7 +2313,7 @@ Status enter(CudaRank &rank) {
   setRouterTailMode(rank.routerTail);
   setIndexerMma(rank.indexerMma);
   setRouterWarps(rank.routerWarps);
-  setPrefetchPasses(rank.prefetchPasses);
+  setQuietPrefetchPasses(rank.quietPrefetch);
   setPeerClusters(rank.peerClusters);
   setExpertsInt8X(rank.expertsInt8X);
   setMlaLaunch(rank.mla);
@@ -3119,7 +3114,7 @@ openGroup(std::span<const uint8_t> bytes, const kiln_weight_bytes *weights,
     rank->selectBlocks = switches.selectBlocks;
     rank->wideSelectFrom = switches.wideSelectFrom;
     rank->quietStart = switches.quietStart;
-    rank->prefetchPasses = switches.prefetchPasses;
+    rank->quietPrefetch = switches.quietPrefetch;
     rank->shortGraph = switches.shortGraph;
     rank->shapeSpecialised = switches.shapeSpecialised;
     rank->routerTail = switches.routerTail;

@@ -6071,11 +6071,11 @@ void setEarlyPrefetch(bool on) { prefetchEarly = on; }
 bool earlyPrefetch() { return prefetchEarly; }
 
 namespace {
-thread_local PrefetchPasses passesPrefetched;
+thread_local int quietPasses = 0;
 } // namespace
 
-void setPrefetchPasses(const PrefetchPasses &p) { passesPrefetched = p; }
-PrefetchPasses prefetchPasses() { return passesPrefetched; }
+void setQuietPrefetchPasses(int passes) { quietPasses = passes; }
+int quietPrefetchPasses() { return quietPasses; }
 
 namespace {
 thread_local unsigned widthKernels = 0;

@@ -807,22 +807,14 @@ bool overlappedLaunches();
 /// pass).
 void setEarlyPrefetch(bool on);
 bool earlyPrefetch();
-/// How many of its warps' passes of 512 values a q8_0-split mat-vec asks
-/// the L2 for before its wait. The calling host thread's setting, read at
-/// launch; the CUDA plugin sets KILN_CUDA_QUIET_PREFETCH's and
-/// KILN_CUDA_EARLY_PASSES'.
-struct PrefetchPasses {
-  /// Where the early prefetch is off (an op after a collective): the first
-  /// `quiet` (0: none). A fraction of the bytes beside the collective,
-  /// where the whole measured slower (docs/perf.md, sixty-first pass: the
-  /// plugin's default is 1).
-  int quiet = 0;
-  /// Where it is on: the first `early` only (0: all of them; off until
-  /// measured: attn_output's 13 MB beside MLA's combine in a fraction).
-  int early = 0;
-};
-void setPrefetchPasses(const PrefetchPasses &p);
-PrefetchPasses prefetchPasses();
+/// Where the early prefetch is off (an op after a collective), how many of
+/// its warps' passes of 512 values a q8_0-split mat-vec asks the L2 for
+/// before its wait all the same (0: none): a fraction of the bytes beside
+/// the collective, where the whole measured slower (docs/perf.md,
+/// sixty-first pass). The calling host thread's setting, read at launch;
+/// the CUDA plugin sets KILN_CUDA_QUIET_PREFETCH's (default 1).
+void setQuietPrefetchPasses(int passes);
+int quietPrefetchPasses();
 
 /// Whether the launches of the calling host thread run the kernels compiled
 /// for their shapes where there is one, for each family whose bit `families`

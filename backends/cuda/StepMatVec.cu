@@ -345,7 +345,8 @@ struct Q8SplitArgs {
   int splits;
   float *y;
   /// The warp's passes whose weights it asks the L2 for before its wait
-  /// (prefetchPasses()): 0 none, INT32_MAX all.
+  /// (all where earlyPrefetch(), else quietPrefetchPasses()): 0 none,
+  /// INT32_MAX all.
   int prefetchPasses;
   /// step.linear_router's tail (linearQ8SplitKernel's kTail only).
   struct Tail {
@@ -2083,12 +2084,8 @@ cudaError_t launchLinearQ8Split(const float *x, int64_t batch,
   if (batch * rowsPerBatch == 0)
     return cudaGetLastError();
   Q8SplitArgs a{};
-  // After a collective, only the first `quiet` passes (if any); elsewhere
-  // the first `early`, 0 for all of them.
-  const PrefetchPasses fetched = prefetchPasses();
-  a.prefetchPasses = !earlyPrefetch()    ? fetched.quiet
-                     : fetched.early > 0 ? fetched.early
-                                         : INT32_MAX;
+  // After a collective, only the first quietPrefetchPasses() (if any).
+  a.prefetchPasses = earlyPrefetch() ? INT32_MAX : quietPrefetchPasses();
   a.quants = reinterpret_cast<const int8_t *>(w.data);
   a.scales = reinterpret_cast<const unsigned short *>(w.scales);
   a.cols = w.cols;

@@ -224,9 +224,6 @@ environment (CUDA backend, for measuring; the same bits either way):
                            of those, the q8_0-split mat-vecs prefetch their
                            warps' first N passes of 512 values early all
                            the same (0-64, default 1; 0: none)
-  KILN_CUDA_EARLY_PASSES=N the other q8_0-split mat-vecs prefetch only their
-                           warps' first N passes early (0-64; default 0:
-                           all of them; off until measured)
   KILN_CUDA_MLA_PROJECTION=1
                            attn_v_b by MLA's launch: its combine and the
                            projection in one kernel (off by default)
