@@ -139,7 +139,7 @@ def FuseAddNorm : Pass<"kiln-fuse-add-norm", "::mlir::func::FuncOp"> {
     next norm in one op (GLM-5: the collective after each layer's
     attention, whose norm feeds the router and the experts).
 
-    With `projection-norms` (off by default until measured on the GPU), where the norm of such a sum
+    With `projection-norms` (off by default: level to slower on the GPU, docs/perf.md), where the norm of such a sum
     feeds a projection of Q8_0 and F32 weights that `kiln-fuse-norm-linear`
     folds it into, the collective and the add become `step.all_reduce_add`
     instead and the norm is left to that pass: the projection normalises its
