@@ -356,6 +356,9 @@ struct Q8SplitArgs {
     /// How a block's tail row reaches it (RouterTailMode).
     int mode;
     /// Whether the row may be held before the wait (earlyPrefetch()).
+    /// Derivable from prefetchPasses == INT32_MAX, but derived in the
+    /// kernel it cost linearQ8SplitTailKernel 8 more bytes of spill on
+    /// sm_100 and sm_120 (80 registers either way).
     bool early;
   } tail;
 };
