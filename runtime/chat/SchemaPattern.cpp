@@ -110,6 +110,7 @@ private:
   std::u32string text_;
   std::string where_, field_;
   size_t at_ = 0;
+  int depth_ = 0; ///< groups open at at_
   SchemaPattern p_;
 };
 
@@ -233,54 +234,62 @@ Expected<Ranges> PatternCompiler::charClass() {
   return negated ? complement(out) : sorted(out);
 }
 
+/// Whether c begins a quantifier.
+bool quantifierStart(char32_t c) {
+  return c == '*' || c == '+' || c == '?' || c == '{';
+}
+
 Status PatternCompiler::quantifier(Ast &a) {
-  while (more()) {
-    int lo = 0, hi = -1;
-    const char32_t c = peek();
-    if (c == '*') {
-      ++at_;
-    } else if (c == '+') {
-      lo = 1;
-      ++at_;
-    } else if (c == '?') {
-      hi = 1;
-      ++at_;
-    } else if (c == '{') {
-      // {n}, {n,}, {n,m}; a '{' that does not open one is refused.
-      size_t j = at_ + 1;
-      auto number = [&](int &v) {
-        const size_t from = j;
-        v = 0;
-        while (j < text_.size() && text_[j] >= '0' && text_[j] <= '9' &&
-               v <= 1000)
-          v = v * 10 + int(text_[j++] - '0');
-        return j > from;
-      };
-      if (!number(lo))
-        return fail("a '{' that is not a counted repeat");
-      hi = lo;
-      if (j < text_.size() && text_[j] == ',') {
-        ++j;
-        if (!number(hi))
-          hi = -1;
-      }
-      if (j >= text_.size() || text_[j] != '}' || lo > 1000 ||
-          (hi >= 0 && (hi < lo || hi > 1000)))
-        return fail("a counted repeat must be {n}, {n,} or {n,m} with n <= "
-                    "m <= 1000");
-      at_ = j + 1;
-    } else {
-      return Status::ok();
+  const char32_t c = peek();
+  if (!quantifierStart(c))
+    return Status::ok();
+  int lo = 0, hi = -1;
+  if (c == '+') {
+    lo = 1;
+  } else if (c == '?') {
+    hi = 1;
+  } else if (c == '{') {
+    // {n}, {n,}, {n,m}; a '{' that does not open one is refused.
+    size_t j = at_ + 1;
+    auto number = [&](int &v) {
+      const size_t from = j;
+      v = 0;
+      while (j < text_.size() && text_[j] >= '0' && text_[j] <= '9' &&
+             v <= 1000)
+        v = v * 10 + int(text_[j++] - '0');
+      return j > from;
+    };
+    if (!number(lo))
+      return fail("a '{' that is not a counted repeat");
+    hi = lo;
+    if (j < text_.size() && text_[j] == ',') {
+      ++j;
+      if (!number(hi))
+        hi = -1;
     }
-    if (peek() == '?')
-      ++at_; // lazy: the same strings
-    Ast r;
-    r.kind = Ast::Kind::Repeat;
-    r.min = lo;
-    r.max = hi;
-    r.parts.push_back(std::move(a));
-    a = std::move(r);
+    if (j >= text_.size() || text_[j] != '}' || lo > 1000 ||
+        (hi >= 0 && (hi < lo || hi > 1000)))
+      return fail("a counted repeat must be {n}, {n,} or {n,m} with n <= "
+                  "m <= 1000");
+    at_ = j; // its '}', taken below
   }
+  ++at_;
+  if (peek() == '?')
+    ++at_; // lazy: the same strings
+  Ast r;
+  r.kind = Ast::Kind::Repeat;
+  r.min = lo;
+  r.max = hi;
+  r.parts.push_back(std::move(a));
+  a = std::move(r);
+  // "a**", "a{2}{3}": ECMA-262 has nothing for the second to repeat. Taking
+  // them would also let a run of quantifiers nest the parse tree (and the
+  // recursion over it) without bound.
+  if (peek() == '{' && !(at_ + 1 < text_.size() && text_[at_ + 1] >= '0' &&
+                         text_[at_ + 1] <= '9'))
+    return fail("a '{' that is not a counted repeat");
+  if (quantifierStart(peek()))
+    return fail("a quantifier after a quantifier (nothing to repeat)");
   return Status::ok();
 }
 
@@ -296,7 +305,12 @@ Expected<Ast> PatternCompiler::atom() {
       else
         return fail("look-arounds and named groups are not supported");
     }
+    if (depth_ >= SchemaPattern::kMaxGroupDepth)
+      return fail("groups nested more than " +
+                  std::to_string(SchemaPattern::kMaxGroupDepth) + " deep");
+    ++depth_;
     Expected<Ast> inner = alternatives();
+    --depth_;
     if (!inner)
       return inner;
     if (peek() != ')')

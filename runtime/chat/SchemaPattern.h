@@ -11,8 +11,10 @@
 // punctuation mark), groups ((...), (?:...)), '|', the quantifiers * + ?
 // {n} {n,} {n,m} (lazy or not: the same language), '^' first and '$' last.
 // Anything else (back-references, look-arounds, \b, anchors elsewhere) is
-// refused by name. States that cannot reach the end are dropped after every
-// step, so a set that is not empty can always be finished.
+// refused by name, as are a quantifier on a quantifier ("a**", a syntax
+// error in ECMA-262 too) and groups nested more than kMaxGroupDepth deep.
+// States that cannot reach the end are dropped after every step, so a set that
+// is not empty can always be finished.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_CHAT_SCHEMAPATTERN_H
@@ -53,6 +55,10 @@ struct PatternSet {
 class SchemaPattern {
 public:
   static constexpr size_t kMaxStates = 256;
+  /// Deepest nesting of groups. The compiler parses and builds the
+  /// automaton recursively, and a pattern is untrusted input (a request's
+  /// schema), so deeper nesting is refused before it can exhaust the stack.
+  static constexpr int kMaxGroupDepth = 64;
 
   /// Compiles `pattern`; errors name `where` and `field`.
   static Expected<std::shared_ptr<const SchemaPattern>>

@@ -845,6 +845,17 @@ def test_logit_bias_and_refused_parameters(server, client):
                       ({"type": "json_schema", "json_schema": {
                           "name": "x", "schema": {"$ref": "#/nowhere"}}},
                        "names nothing"),
+                      # Nesting that once ran the pattern compiler out of
+                      # stack (the server died): a 400, and the cases after
+                      # it find the server still up.
+                      ({"type": "json_schema", "json_schema": {
+                          "name": "x", "schema": {
+                              "pattern": "(" * 100000 + "a" + ")" * 100000}}},
+                       "#/pattern: pattern: groups nested more than 64 deep"),
+                      ({"type": "json_schema", "json_schema": {
+                          "name": "x", "schema": {
+                              "pattern": "a" + "*" * 100000}}},
+                       "a quantifier after a quantifier"),
                       ({"type": "yaml"}, "json_object")):
         with pytest.raises(openai.APIStatusError) as e:
             client.chat.completions.create(

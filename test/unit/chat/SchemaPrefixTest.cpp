@@ -12,6 +12,7 @@
 #include "chat/SchemaPrefix.h"
 #include "chat/JsonPrefix.h"
 #include "chat/JsonValue.h"
+#include "chat/SchemaPattern.h"
 #include "chat/ToolCallPrefix.h"
 
 #include "support/Random.h"
@@ -151,6 +152,10 @@ TEST(SchemaPrefix, RefusesWhatItCannotKeep) {
       {R"({"pattern": "a[]b"})", "a class that begins with ']'"},
       {R"({"pattern": "a{2,1}"})", "a counted repeat must be"},
       {R"({"pattern": "(a"})", "a '(' without its ')'"},
+      {R"({"pattern": "a**"})", "a quantifier after a quantifier"},
+      {R"({"pattern": "a{2}{3}"})", "a quantifier after a quantifier"},
+      {R"({"pattern": "(ab)+??"})", "a quantifier after a quantifier"},
+      {R"({"pattern": "a*{x}"})", "a '{' that is not a counted repeat"},
       {R"({"pattern": "[^\\s\\S]"})", "#/pattern: pattern: matches no string"},
       {R"({"pattern": "^(ab){200}$"})", "too large for constrained decoding"},
       {R"({"type": "string", "pattern": "a", "maxLength": 3})",
@@ -752,4 +757,37 @@ TEST(SchemaPrefix, PatternsAsTheCharactersCome) {
   expectWhole(obj, R"({"v": "latest"})");
   expectRefusedAt(obj, R"({"v": "v1.2.3.4"})", 13);
   expectRefusedAt(obj, R"({"v": "lat"})", 10);
+}
+
+TEST(SchemaPrefix, PatternsNestOnlySoDeep) {
+  // A pattern is untrusted input (a request's schema), and the compiler
+  // parses and builds it recursively: a pattern of 200,000 '(' ran it out
+  // of stack (found by fuzzing). Nesting is held to kMaxGroupDepth, and a
+  // run of quantifiers ("a***...", which ECMA-262 refuses too) to one.
+  const int most = SchemaPattern::kMaxGroupDepth;
+  auto nested = [](int depth, const std::string &inner) {
+    return R"({"type": "string", "pattern": "^)" + std::string(depth, '(') +
+           inner + std::string(depth, ')') + R"($"})";
+  };
+  auto deepest = compileText(nested(most, "ab|c"));
+  ASSERT_TRUE(deepest);
+  expectWhole(deepest, R"("ab")");
+  expectWhole(deepest, R"("c")");
+  expectRefusedAt(deepest, R"("b")", 1);
+  const std::string deep =
+      "groups nested more than " + std::to_string(most) + " deep";
+  EXPECT_NE(compileError(nested(most + 1, "a")).find(deep), std::string::npos);
+  EXPECT_NE(compileError(nested(200000, "a")).find(deep), std::string::npos);
+  // (?:...) groups count alike.
+  std::string groups;
+  for (int i = 0; i <= most; ++i)
+    groups += "(?:";
+  EXPECT_NE(compileError(R"({"pattern": ")" + groups + "a" +
+                         std::string(most + 1, ')') + R"("})")
+                .find(deep),
+            std::string::npos);
+  EXPECT_NE(
+      compileError(R"({"pattern": "a)" + std::string(1000000, '*') + R"("})")
+          .find("a quantifier after a quantifier"),
+      std::string::npos);
 }
