@@ -198,9 +198,12 @@ private:
     return int32_t(out.nodes_.size() - 1);
   }
 
+  Expected<int32_t> compileAt(const Value &s, const std::string &at);
+
   const Value &doc_;
   std::string where_;
   std::unordered_map<std::string, int32_t> refs_;
+  int depth_ = 0; ///< compile() calls open
 };
 
 Expected<uint32_t> SchemaCompiler::count(const Value &v,
@@ -488,6 +491,18 @@ Status SchemaCompiler::object(const ValueMap &m, const std::string &at,
 
 Expected<int32_t> SchemaCompiler::compile(const Value &s,
                                           const std::string &at) {
+  if (depth_ >= JsonSchema::kMaxCompileDepth)
+    return fail(at, "schemas nested more than " +
+                        std::to_string(JsonSchema::kMaxCompileDepth) +
+                        " deep (subschemas and $refs followed alike)");
+  ++depth_;
+  Expected<int32_t> id = compileAt(s, at);
+  --depth_;
+  return id;
+}
+
+Expected<int32_t> SchemaCompiler::compileAt(const Value &s,
+                                            const std::string &at) {
   if (s.isBool()) {
     if (s.asBool())
       return JsonSchema::kAny;

@@ -79,6 +79,10 @@ class JsonSchema {
 public:
   /// Most properties of one object, and most values of one enum.
   static constexpr size_t kMaxMembers = 128;
+  /// Most schemas compiled inside one another, subschemas and $refs
+  /// followed alike: the compiler recurses through them, and a schema is
+  /// untrusted input (a chain of 200,000 $refs ran it out of stack).
+  static constexpr int kMaxCompileDepth = 256;
   /// The largest magnitude of an integer with bounds (18 digits).
   static constexpr int64_t kMaxBoundedInteger = 999'999'999'999'999'999;
   /// A number with bounds is written without an exponent in at most 15

@@ -759,6 +759,31 @@ TEST(SchemaPrefix, PatternsAsTheCharactersCome) {
   expectRefusedAt(obj, R"({"v": "lat"})", 10);
 }
 
+TEST(SchemaPrefix, RefChainsOnlySoLong) {
+  // $refs are followed by recursion too: a chain of 200,000 ran the
+  // compiler out of stack. Subschemas and $refs count alike toward
+  // kMaxCompileDepth; the root and its property take two levels.
+  auto chain = [](int refs) {
+    std::string defs;
+    for (int i = 0; i < refs; ++i)
+      defs += "\"a" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/a" +
+              std::to_string(i + 1) + "\"}, ";
+    return R"({"$defs": {)" + defs + "\"a" + std::to_string(refs) +
+           R"(": {"type": "integer"}}, "type": "object", "additionalProperties":
+           false, "properties": {"v": {"$ref": "#/$defs/a0"}}})";
+  };
+  const int most = JsonSchema::kMaxCompileDepth - 3;
+  auto longest = compileText(chain(most));
+  ASSERT_TRUE(longest);
+  expectWhole(longest, R"({"v": 12})");
+  expectRefusedAt(longest, R"({"v": "12"})", 6);
+  const std::string deep = "schemas nested more than " +
+                           std::to_string(JsonSchema::kMaxCompileDepth) +
+                           " deep";
+  EXPECT_NE(compileError(chain(most + 1)).find(deep), std::string::npos);
+  EXPECT_NE(compileError(chain(20000)).find(deep), std::string::npos);
+}
+
 TEST(SchemaPrefix, PatternsNestOnlySoDeep) {
   // A pattern is untrusted input (a request's schema), and the compiler
   // parses and builds it recursively: a pattern of 200,000 '(' ran it out
