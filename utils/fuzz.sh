@@ -185,7 +185,7 @@ printf '{"$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"},"ma
 chat_target schema-prefix "reply constraints" 4096 \
   test/fuzz/SchemaPrefixFuzzer.cpp runtime/chat/SchemaPrefix.cpp \
   runtime/chat/SchemaPattern.cpp \
-  runtime/chat/ThinkFirst.cpp runtime/chat/JsonValue.cpp \
+  runtime/chat/ThinkFirst.cpp runtime/chat/JsonParse.cpp runtime/chat/JsonValue.cpp \
   runtime/chat/Value.cpp runtime/chat/PyText.cpp utils/support/Error.cpp
 schema_status=$target_status
 

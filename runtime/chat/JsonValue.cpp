@@ -2,6 +2,7 @@
 #include "chat/JsonValue.h"
 
 #include "chat/ChatTemplate.h"
+#include "chat/JsonParse.h"
 #include "chat/JsonString.h"
 
 #include <cstdint>
@@ -76,7 +77,7 @@ Expected<Value> valueFromJson(const nlohmann::ordered_json &json,
 Expected<Value> parseJsonValue(std::string_view text, const std::string &where) {
   nlohmann::ordered_json json;
   try {
-    json = nlohmann::ordered_json::parse(text.begin(), text.end());
+    json = parseOrderedJson(text);
   } catch (const nlohmann::ordered_json::exception &e) {
     return Error(where, "", std::string("invalid JSON: ") + e.what());
   }

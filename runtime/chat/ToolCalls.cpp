@@ -1,6 +1,7 @@
 //===- ToolCalls.cpp - GLM's tool-call markup in a reply, parsed ----------===//
 #include "chat/ToolCalls.h"
 
+#include "chat/JsonParse.h"
 #include "chat/ReplyText.h"
 
 #include <optional>
@@ -58,10 +59,11 @@ std::string parameterType(const json &tools, const std::string &name,
 json argumentValue(std::string_view text, const std::string &type) {
   if (type == "string")
     return json(std::string(text));
-  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded())
+  try {
+    return parseOrderedJson(text);
+  } catch (const json::exception &) {
     return json(std::string(text));
-  return parsed;
+  }
 }
 
 /// One call's body (between the markers), or nothing when it is not well
@@ -180,10 +182,13 @@ void argumentsToObjects(json &messages) {
       if (!fn.is_object() || !fn.contains("arguments") ||
           !fn["arguments"].is_string())
         continue;
-      json parsed = json::parse(fn["arguments"].get<std::string>(), nullptr,
-                                /*allow_exceptions=*/false);
-      if (!parsed.is_discarded() && parsed.is_object())
-        fn["arguments"] = std::move(parsed);
+      try {
+        json parsed = parseOrderedJson(fn["arguments"].get<std::string>());
+        if (parsed.is_object())
+          fn["arguments"] = std::move(parsed);
+      } catch (const json::exception &) {
+        // not JSON: the arguments stay the string they are
+      }
     }
   }
 }

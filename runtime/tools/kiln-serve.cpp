@@ -18,6 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "chat/ChatTemplate.h"
+#include "chat/JsonParse.h"
 #include "chat/JsonPrefix.h"
 #include "chat/JsonValue.h"
 #include "chat/Reasoning.h"
@@ -51,6 +52,16 @@ using namespace kiln::runtime;
 using json = nlohmann::ordered_json;
 
 namespace {
+
+/// A request body's JSON (chat::parseOrderedJson: linear in its size), or
+/// null where it is none.
+json bodyOrNull(const std::string &body) {
+  try {
+    return chat::parseOrderedJson(body);
+  } catch (const json::exception &) {
+    return json();
+  }
+}
 
 constexpr const char *kUsage =
     R"(usage: kiln-serve M.kiln --weights FILE.gguf... [options]
@@ -776,7 +787,7 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
   std::vector<int32_t> prompt;
   RequestOptions options;
   try {
-    body = json::parse(req.body);
+    body = chat::parseOrderedJson(req.body);
     if (!body.is_object())
       throw BadRequest{"the body must be a JSON object", ""};
     if (body.contains("model") &&
@@ -1084,7 +1095,7 @@ void Server::install(httplib::Server &http, const std::string &apiKey) {
   // text's special-token markers parsed, as prompts are) and back.
   http.Post("/tokenize", [this](const httplib::Request &req,
                                 httplib::Response &res) {
-    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    json body = bodyOrNull(req.body);
     if (!body.is_object() || !body.contains("prompt") ||
         !body["prompt"].is_string())
       return sendError(res, 400, "'prompt' must be a string",
@@ -1098,7 +1109,7 @@ void Server::install(httplib::Server &http, const std::string &apiKey) {
   });
   http.Post("/detokenize", [this](const httplib::Request &req,
                                   httplib::Response &res) {
-    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    json body = bodyOrNull(req.body);
     std::vector<int32_t> ids;
     bool ok = body.is_object() && body.contains("tokens") &&
               body["tokens"].is_array();
