@@ -8,6 +8,11 @@
 
 namespace kiln::chat {
 
+JsonTooDeep::JsonTooDeep()
+    : exception(0, ("arrays and objects nested too deeply (limit " +
+                    std::to_string(kMaxJsonDepth) + ")")
+                       .c_str()) {}
+
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -31,6 +36,8 @@ public:
   bool string(string_t &v) { return put(Json(std::move(v))); }
   bool binary(binary_t &v) { return put(Json::binary(std::move(v))); }
   bool start_object(std::size_t) {
+    if (frames_.size() >= kMaxJsonDepth)
+      throw JsonTooDeep();
     frames_.push_back(Frame{Json::object(), {}, {}});
     return true;
   }
@@ -40,6 +47,8 @@ public:
   }
   bool end_object() { return close(); }
   bool start_array(std::size_t) {
+    if (frames_.size() >= kMaxJsonDepth)
+      throw JsonTooDeep();
     frames_.push_back(Frame{Json::array(), {}, {}});
     return true;
   }

@@ -8,6 +8,9 @@
 // parser builds the same document through nlohmann's SAX interface, with a
 // hash of each open object's keys: linear in the text. A repeated key keeps
 // its first place and takes its last value, as nlohmann's own parser does.
+// Arrays and objects nest at most kMaxJsonDepth deep: nlohmann's dump and
+// comparisons recurse, and a request nesting 1,000,000 arrays (2 MB) in its
+// "model" ran kiln-serve out of stack.
 //
 //===----------------------------------------------------------------------===//
 #ifndef KILN_CHAT_JSONPARSE_H
@@ -15,12 +18,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
 #include <string_view>
 
 namespace kiln::chat {
 
-/// The document `text` holds, or nlohmann's parse_error (thrown, a
-/// nlohmann::ordered_json::exception) where it is not one JSON value.
+/// Deepest nesting of arrays and objects parseOrderedJson takes (the
+/// chat-template Values' own limit, kMaxNestingDepth, is the same).
+inline constexpr size_t kMaxJsonDepth = 256;
+
+/// Thrown for a document nested deeper than kMaxJsonDepth; a
+/// nlohmann::ordered_json::exception, so that a caller's handler for parse
+/// errors takes it too.
+class JsonTooDeep : public nlohmann::ordered_json::exception {
+public:
+  JsonTooDeep();
+};
+
+/// The document `text` holds. Throws nlohmann's parse_error where it is not
+/// one JSON value, and JsonTooDeep where it nests too deep (both
+/// nlohmann::ordered_json::exception).
 nlohmann::ordered_json parseOrderedJson(std::string_view text);
 
 } // namespace kiln::chat

@@ -78,6 +78,8 @@ Expected<Value> parseJsonValue(std::string_view text, const std::string &where) 
   nlohmann::ordered_json json;
   try {
     json = parseOrderedJson(text);
+  } catch (const JsonTooDeep &e) {
+    return Error(where, "", e.what());
   } catch (const nlohmann::ordered_json::exception &e) {
     return Error(where, "", std::string("invalid JSON: ") + e.what());
   }

@@ -813,6 +813,8 @@ void Server::completions(const httplib::Request &req, httplib::Response &res,
         return std::make_unique<chat::ThinkFirst>(inner());
       };
     prompt = promptOf(body, chat);
+  } catch (const chat::JsonTooDeep &e) {
+    return sendError(res, 400, std::string("the body is refused: ") + e.what());
   } catch (const json::exception &e) {
     return sendError(res, 400, std::string("the body is not valid JSON: ") +
                                    e.what());

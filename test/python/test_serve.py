@@ -514,6 +514,18 @@ def test_unknown_model_and_route_and_bad_json(server, client):
             urllib.request.urlopen(req)
         assert err.value.code in (400, 404)
         assert "message" in json.load(err.value)["error"]
+    # A value nested 1,000,000 deep (2 MB) once ran the server out of
+    # stack; now a 400 at the parse, and the server is still up.
+    deep = b'{"model": ' + b"[" * 1000000 + b"]" * 1000000 + b"}"
+    req = urllib.request.Request(server[1] + "/v1/completions", data=deep,
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req)
+    assert err.value.code == 400
+    assert "nested too deeply (limit 256)" in json.load(err.value)["error"][
+        "message"]
+    with urllib.request.urlopen(server[1] + "/health") as r:
+        assert json.load(r)["status"] == "ok"
 
 
 def test_disconnect_mid_stream_frees_the_slot(server, client):

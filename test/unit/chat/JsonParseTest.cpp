@@ -88,6 +88,26 @@ TEST(JsonParse, RandomDocumentsWithRepeatedKeys) {
     expectSame(randomDocument(rng, 0));
 }
 
+TEST(JsonParse, NestsOnlySoDeep) {
+  auto nested = [](size_t depth) {
+    return std::string(depth, '[') + std::string(depth, ']');
+  };
+  expectSame(nested(kMaxJsonDepth));
+  expectSame(R"({"a": )" + nested(kMaxJsonDepth - 1) + "}");
+  EXPECT_THROW(parseOrderedJson(nested(kMaxJsonDepth + 1)), JsonTooDeep);
+  EXPECT_THROW(parseOrderedJson(R"({"a": )" + nested(kMaxJsonDepth) + "}"),
+               JsonTooDeep);
+  // A million levels: refused at level 257, long before any recursion.
+  try {
+    parseOrderedJson(nested(1000000));
+    ADD_FAILURE() << "a million levels parsed";
+  } catch (const json::exception &e) {
+    EXPECT_NE(std::string(e.what()).find("nested too deeply (limit 256)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(JsonParse, ManyKeysInOneObject) {
   std::string text = "{";
   for (int i = 0; i < 20000; ++i)
