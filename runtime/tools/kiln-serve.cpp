@@ -2,7 +2,8 @@
 //-----===//
 //
 // kiln-serve M.kiln --weights FILE.gguf... [--host H] [--port P]
-//            [--model-name NAME] [--max-context N] [runtime options]
+//            [--model-name NAME] [--max-context N] [--max-request-bytes N]
+//            [runtime options]
 //
 // Serves /v1/completions, /v1/chat/completions (both with "stream": true as
 // server-sent events), /v1/models and /health, the way the tools of this
@@ -96,6 +97,8 @@ options:
                            GGUF's general.name, else "kiln")
   --max-context N          refuse a request whose prompt plus max_tokens
                            exceeds N positions (default: the artifact's)
+  --max-request-bytes N    refuse a request body of more than N bytes with a
+                           413 before reading it (default: 64 MiB)
   --chat-template FILE     render chats with this Jinja template instead of
                            the file's ("glm": Kiln's GLM template, which
                            writes tools and tool calls; docs/chat.md)
@@ -1149,6 +1152,11 @@ void Server::install(httplib::Server &http, const std::string &apiKey) {
       sendError(res, 404,
                 fmt::format("no route {} {}", req.method, req.path),
                 "invalid_request_error");
+    else if (res.status == 413 && res.body.empty())
+      sendError(res, 413,
+                "the request body is larger than this server takes "
+                "(kiln-serve --max-request-bytes)",
+                "invalid_request_error");
   });
   http.set_exception_handler([](const httplib::Request &, httplib::Response &res,
                                 std::exception_ptr ep) {
@@ -1176,6 +1184,7 @@ int main(int argc, char **argv) {
   std::string host = "127.0.0.1", modelName;
   int port = 8080;
   uint64_t maxContext = 0;
+  uint64_t maxRequestBytes = uint64_t(64) << 20;
   std::string chatTemplate;
   bool separateReasoning = true;
   std::string apiKey;
@@ -1210,6 +1219,8 @@ int main(int argc, char **argv) {
       modelName = value("--model-name");
     } else if (arg == "--max-context") {
       maxContext = integer("--max-context", 1, uint64_t(1) << 31);
+    } else if (arg == "--max-request-bytes") {
+      maxRequestBytes = integer("--max-request-bytes", 1, uint64_t(1) << 40);
     } else if (arg == "--chat-template") {
       chatTemplate = value("--chat-template");
     } else if (arg == "--api-key") {
@@ -1252,6 +1263,9 @@ int main(int argc, char **argv) {
                 std::move(model->chat.chatTemplate), modelName, maxContext,
                 separateReasoning);
   server.install(http, apiKey);
+  // cpp-httplib reads any body length by default; a larger one is a 413
+  // (the error handler gives it the JSON shape).
+  http.set_payload_max_length(size_t(maxRequestBytes));
   int bound = port == 0 ? http.bind_to_any_port(host) : port;
   if (port != 0 && !http.bind_to_port(host, port))
     return fail(Error(fmt::format("{}:{}", host, port), "",

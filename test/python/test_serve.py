@@ -790,6 +790,34 @@ def test_chat_template_kwargs(glm_model, thinking_server):
         assert body["error"]["param"] == "chat_template_kwargs"
 
 
+def test_max_request_bytes(model):
+    """--max-request-bytes: a larger body is a 413 in the JSON error shape,
+    before the server reads it; smaller ones are served as before."""
+    proc, url = start_server(model, 96, "--max-request-bytes", "100000")
+    try:
+        body = json.dumps({"model": "tiny", "prompt": "x" * 200000,
+                           "max_tokens": 2}).encode()
+        req = urllib.request.Request(
+            url + "/v1/completions", data=body,
+            headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req)
+        assert err.value.code == 413
+        assert "--max-request-bytes" in json.load(err.value)["error"][
+            "message"]
+        status, reply = _post(url + "/v1/completions",
+                              {"model": "tiny", "prompt": "x",
+                               "max_tokens": 2})
+        assert status == 200 and reply["choices"], reply
+    finally:
+        stop_server(proc)
+    bad = subprocess.run([str(tool("kiln-serve")), "m.kiln",
+                          "--max-request-bytes", "0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "--max-request-bytes: expected a number in [1," in bad.stderr
+
+
 def test_api_key(model):
     """--api-key (or $KILN_API_KEY): requests without the key, or with
     another, get a 401; /health stays open."""
