@@ -10,7 +10,7 @@ namespace kiln::chat {
 
 JsonTooDeep::JsonTooDeep()
     : exception(0, ("arrays and objects nested too deeply (limit " +
-                    std::to_string(kMaxJsonDepth) + ")")
+                    std::to_string(kMaxNestingDepth) + ")")
                        .c_str()) {}
 
 namespace {
@@ -35,23 +35,13 @@ public:
   bool number_float(number_float_t v, const string_t &) { return put(Json(v)); }
   bool string(string_t &v) { return put(Json(std::move(v))); }
   bool binary(binary_t &v) { return put(Json::binary(std::move(v))); }
-  bool start_object(std::size_t) {
-    if (frames_.size() >= kMaxJsonDepth)
-      throw JsonTooDeep();
-    frames_.push_back(Frame{Json::object(), {}, {}});
-    return true;
-  }
+  bool start_object(std::size_t) { return open(Json::object()); }
   bool key(string_t &k) {
     frames_.back().key = std::move(k);
     return true;
   }
   bool end_object() { return close(); }
-  bool start_array(std::size_t) {
-    if (frames_.size() >= kMaxJsonDepth)
-      throw JsonTooDeep();
-    frames_.push_back(Frame{Json::array(), {}, {}});
-    return true;
-  }
+  bool start_array(std::size_t) { return open(Json::array()); }
   bool end_array() { return close(); }
   bool parse_error(std::size_t, const std::string &,
                    const nlohmann::detail::exception &e) {
@@ -85,6 +75,13 @@ private:
       entries.emplace_back(std::move(f.key), std::move(v));
     else
       entries[at->second].second = std::move(v);
+    return true;
+  }
+
+  bool open(Json empty) {
+    if (frames_.size() >= kMaxNestingDepth)
+      throw JsonTooDeep();
+    frames_.push_back(Frame{std::move(empty), {}, {}});
     return true;
   }
 

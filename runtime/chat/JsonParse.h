@@ -8,7 +8,8 @@
 // parser builds the same document through nlohmann's SAX interface, with a
 // hash of each open object's keys: linear in the text. A repeated key keeps
 // its first place and takes its last value, as nlohmann's own parser does.
-// Arrays and objects nest at most kMaxJsonDepth deep: nlohmann's dump and
+// Arrays and objects nest at most kMaxNestingDepth deep (ChatTemplate.h,
+// the Values' own limit): nlohmann's dump and
 // comparisons recurse, and a request nesting 1,000,000 arrays (2 MB) in its
 // "model" ran kiln-serve out of stack.
 //
@@ -16,18 +17,15 @@
 #ifndef KILN_CHAT_JSONPARSE_H
 #define KILN_CHAT_JSONPARSE_H
 
+#include "chat/ChatTemplate.h"
+
 #include <nlohmann/json.hpp>
 
-#include <string>
 #include <string_view>
 
 namespace kiln::chat {
 
-/// Deepest nesting of arrays and objects parseOrderedJson takes (the
-/// chat-template Values' own limit, kMaxNestingDepth, is the same).
-inline constexpr size_t kMaxJsonDepth = 256;
-
-/// Thrown for a document nested deeper than kMaxJsonDepth; a
+/// Thrown for a document nested deeper than kMaxNestingDepth; a
 /// nlohmann::ordered_json::exception, so that a caller's handler for parse
 /// errors takes it too.
 class JsonTooDeep : public nlohmann::ordered_json::exception {

@@ -92,10 +92,10 @@ TEST(JsonParse, NestsOnlySoDeep) {
   auto nested = [](size_t depth) {
     return std::string(depth, '[') + std::string(depth, ']');
   };
-  expectSame(nested(kMaxJsonDepth));
-  expectSame(R"({"a": )" + nested(kMaxJsonDepth - 1) + "}");
-  EXPECT_THROW(parseOrderedJson(nested(kMaxJsonDepth + 1)), JsonTooDeep);
-  EXPECT_THROW(parseOrderedJson(R"({"a": )" + nested(kMaxJsonDepth) + "}"),
+  expectSame(nested(kMaxNestingDepth));
+  expectSame(R"({"a": )" + nested(kMaxNestingDepth - 1) + "}");
+  EXPECT_THROW(parseOrderedJson(nested(kMaxNestingDepth + 1)), JsonTooDeep);
+  EXPECT_THROW(parseOrderedJson(R"({"a": )" + nested(kMaxNestingDepth) + "}"),
                JsonTooDeep);
   // A million levels: refused at level 257, long before any recursion.
   try {
