@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Builds the GGUF reader's libFuzzer target with clang-22 (ASan + UBSan) in
-# its own folder, replays the malformed-GGUF corpus through it once, then
-# fuzzes for a bounded time starting from that corpus; then the same for the
-# .kiln artifact reader, seeded with artifacts kiln-compile makes (when the
-# main build exists), for the chat-template parser and renderer (a GGUF
-# file's template is untrusted input), seeded with Kiln's GLM template, and
-# for the reply constraints of a request's JSON schema (SchemaPrefix, alone
-# and behind ThinkFirst; accepts checked against push). Exits non-zero on any
-# crash, sanitizer report, timeout, out-of-memory or disagreement.
+# Builds libFuzzer targets with clang-22 (ASan + UBSan) in their own
+# folder and fuzzes each for a bounded time from its corpus:
+#   - the GGUF reader (the malformed-GGUF corpus replayed once first);
+#   - the .kiln artifact reader, seeded with artifacts kiln-compile makes
+#     (when the main build exists);
+#   - the chat-template parser and renderer (a GGUF file's template is
+#     untrusted input), seeded with Kiln's GLM template;
+#   - the reply constraints of a request's JSON schema (SchemaPrefix, alone
+#     and behind ThinkFirst; accepts checked against push);
+#   - the GGUF tokenizer (a vocabulary, merges and special ids, then text
+#     encoded both ways: ids valid, decoded back to the text, streamed as
+#     decoded);
+#   - a reply's markup (tool calls and the thinking block, whole against
+#     streamed; every call's arguments a JSON object).
+# Exits non-zero on any crash, sanitizer report, timeout, out-of-memory or
+# disagreement.
 #
 # usage: utils/fuzz.sh [--seconds N] [--junit FILE]
 #   --seconds N   fuzzing time (default: $KILN_FUZZ_SECONDS or 30)
@@ -24,7 +31,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --junit) junit=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "fuzz: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +47,7 @@ corpus_src=test/gguf-corpus
 write_junit() {
   [ -n "$junit" ] || return 0
   local replay=$1 fuzz=$2 artifact=${3:-skip} chat=${4:-skip} schema=${5:-skip}
+  local tokenizer=${6:-skip} reply=${7:-skip}
   local failures=0 case
   {
     echo '<?xml version="1.0" encoding="utf-8"?>'
@@ -48,8 +56,10 @@ write_junit() {
     case $artifact in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
     case $chat in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
     case $schema in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
-    echo "<testsuite name=\"fuzz\" tests=\"5\" failures=\"$failures\">"
-    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact" "chat-template-fuzz-${seconds}s:$chat" "schema-prefix-fuzz-${seconds}s:$schema"; do
+    case $tokenizer in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
+    case $reply in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
+    echo "<testsuite name=\"fuzz\" tests=\"7\" failures=\"$failures\">"
+    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact" "chat-template-fuzz-${seconds}s:$chat" "schema-prefix-fuzz-${seconds}s:$schema" "tokenizer-fuzz-${seconds}s:$tokenizer" "reply-fuzz-${seconds}s:$reply"; do
       echo "  <testcase classname=\"fuzz.gguf-reader\" name=\"${case%%:*}\">"
       case ${case##*:} in
         0) ;;
@@ -138,15 +148,16 @@ else
   echo "fuzz: artifact reader skipped: build $main_build first (no generated schema or kiln-compile)"
 fi
 
-# A standalone libFuzzer target over runtime/chat (no generated files):
-# built when a source is newer than it, then run from its corpus folder.
+# A standalone libFuzzer target over runtime/chat or runtime/tokenizer (no
+# generated files): built when a source or header is newer than it, then run
+# from its corpus folder.
 # usage: chat_target NAME WHAT MAX_LEN SOURCES...; sets target_status.
 chat_target() {
   local name=$1 what=$2 max_len=$3
   shift 3
   local target="$build/$name-fuzzer"
-  if [ ! -x "$target" ] || [ -n "$(find "$@" runtime/chat \
-      -newer "$target" -name '*.[ch]*' | head -n1)" ]; then
+  if [ ! -x "$target" ] || [ -n "$(find "$@" runtime/chat runtime/tokenizer \
+      utils/gguf utils/support -newer "$target" -name '*.[ch]*' | head -n1)" ]; then
     echo "fuzz: building $target"
     nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \
       -fno-sanitize-recover=undefined -I utils -I runtime "$@" \
@@ -189,11 +200,36 @@ chat_target schema-prefix "reply constraints" 4096 \
   runtime/chat/Value.cpp runtime/chat/PyText.cpp utils/support/Error.cpp
 schema_status=$target_status
 
-write_junit "$replay" "$fuzz" "$art_status" "$chat_status" "$schema_status"
+# The tokenizer: a vocabulary description, a NUL byte, then text.
+mkdir -p "$build/tokenizer-corpus"
+printf 'cab\nchello\n3<|user|>\n4<ud>\n5<unused>\nb256\0hello <|user|>ab <ud> \xF0\x9F\x99\x82 12345' \
+  > "$build/tokenizer-corpus/chains"
+printf 'm\xC4\xA0 a\n\xC4\xA0a\n3\xC4\xA0b\nm\xC4\xA0 b\0 a b  c' \
+  > "$build/tokenizer-corpus/merges"
+chat_target tokenizer "the tokenizer" 4096 \
+  test/fuzz/TokenizerFuzzer.cpp runtime/tokenizer/Tokenizer.cpp \
+  runtime/tokenizer/PreTokenizer.cpp runtime/tokenizer/Unicode.cpp \
+  utils/gguf/GGUFFile.cpp utils/gguf/GGUFValue.cpp utils/quant/QuantTypes.cpp \
+  utils/support/Error.cpp
+tokenizer_status=$target_status
+
+# A reply's markup: a request's tools JSON, a NUL byte, then the reply.
+mkdir -p "$build/reply-corpus"
+printf '[{"type":"function","function":{"name":"get","parameters":{"type":"object","properties":{"city":{"type":"string"},"n":{"type":"integer"}}}}}]\0<think>plan</think>\n\nSure.\n<tool_call>get\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n</tool_call>' \
+  > "$build/reply-corpus/call"
+printf 'null\0  <think>a</thi' > "$build/reply-corpus/cut"
+chat_target reply "a reply's markup" 4096 \
+  test/fuzz/ReplyFuzzer.cpp runtime/chat/ToolCalls.cpp \
+  runtime/chat/Reasoning.cpp runtime/chat/JsonParse.cpp utils/support/Error.cpp
+reply_status=$target_status
+
+write_junit "$replay" "$fuzz" "$art_status" "$chat_status" "$schema_status" \
+  "$tokenizer_status" "$reply_status"
 if [ "$replay" != 0 ] || [ "$fuzz" != 0 ] || [ "$chat_status" != 0 ] || \
-    [ "$schema_status" != 0 ] || \
+    [ "$schema_status" != 0 ] || [ "$tokenizer_status" != 0 ] || \
+    [ "$reply_status" != 0 ] || \
     { [ "$art_status" != 0 ] && [ "$art_status" != skip ]; }; then
-  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status, chat fuzz status $chat_status, schema fuzz status $schema_status)" >&2
+  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status, chat fuzz status $chat_status, schema fuzz status $schema_status, tokenizer fuzz status $tokenizer_status, reply fuzz status $reply_status)" >&2
   exit 1
 fi
 echo "fuzz: OK"
