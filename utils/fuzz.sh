@@ -151,8 +151,8 @@ fi
 # A standalone libFuzzer target over runtime/chat or runtime/tokenizer (no
 # generated files): built when a source or header is newer than it, then run
 # from its corpus folder.
-# usage: chat_target NAME WHAT MAX_LEN SOURCES...; sets target_status.
-chat_target() {
+# usage: standalone_target NAME WHAT MAX_LEN SOURCES...; sets target_status.
+standalone_target() {
   local name=$1 what=$2 max_len=$3
   shift 3
   local target="$build/$name-fuzzer"
@@ -179,7 +179,7 @@ chat_target() {
 mkdir -p "$build/chat-template-corpus"
 cp -n runtime/chat/glm.jinja "$build/chat-template-corpus/glm.jinja" \
   2>/dev/null || true
-chat_target chat-template "chat templates" 8192 \
+standalone_target chat-template "chat templates" 8192 \
   test/fuzz/ChatTemplateFuzzer.cpp runtime/chat/ChatTemplate.cpp \
   runtime/chat/Render.cpp runtime/chat/Value.cpp runtime/chat/PyText.cpp \
   utils/support/Error.cpp
@@ -193,7 +193,7 @@ printf '{"type":"object","properties":{"v":{"type":"string","pattern":"^(v[0-9]+
   > "$build/schema-prefix-corpus/pattern"
 printf '{"$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2},{"type":"string","maxLength":3}]}},"$ref":"#/$defs/n"}\0<think>x</think>[["ab"],"c"]' \
   > "$build/schema-prefix-corpus/recursive"
-chat_target schema-prefix "reply constraints" 4096 \
+standalone_target schema-prefix "reply constraints" 4096 \
   test/fuzz/SchemaPrefixFuzzer.cpp runtime/chat/SchemaPrefix.cpp \
   runtime/chat/SchemaPattern.cpp \
   runtime/chat/ThinkFirst.cpp runtime/chat/JsonParse.cpp runtime/chat/JsonValue.cpp \
@@ -206,7 +206,7 @@ printf 'cab\nchello\n3<|user|>\n4<ud>\n5<unused>\nb256\0hello <|user|>ab <ud> \x
   > "$build/tokenizer-corpus/chains"
 printf 'm\xC4\xA0 a\n\xC4\xA0a\n3\xC4\xA0b\nm\xC4\xA0 b\0 a b  c' \
   > "$build/tokenizer-corpus/merges"
-chat_target tokenizer "the tokenizer" 4096 \
+standalone_target tokenizer "the tokenizer" 4096 \
   test/fuzz/TokenizerFuzzer.cpp runtime/tokenizer/Tokenizer.cpp \
   runtime/tokenizer/PreTokenizer.cpp runtime/tokenizer/Unicode.cpp \
   utils/gguf/GGUFFile.cpp utils/gguf/GGUFValue.cpp utils/quant/QuantTypes.cpp \
@@ -218,7 +218,7 @@ mkdir -p "$build/reply-corpus"
 printf '[{"type":"function","function":{"name":"get","parameters":{"type":"object","properties":{"city":{"type":"string"},"n":{"type":"integer"}}}}}]\0<think>plan</think>\n\nSure.\n<tool_call>get\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n</tool_call>' \
   > "$build/reply-corpus/call"
 printf 'null\0  <think>a</thi' > "$build/reply-corpus/cut"
-chat_target reply "a reply's markup" 4096 \
+standalone_target reply "a reply's markup" 4096 \
   test/fuzz/ReplyFuzzer.cpp runtime/chat/ToolCalls.cpp \
   runtime/chat/Reasoning.cpp runtime/chat/JsonParse.cpp utils/support/Error.cpp
 reply_status=$target_status
