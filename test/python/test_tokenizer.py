@@ -4,7 +4,8 @@ A byte-level BPE is trained with `tokenizers` using GLM's exact split pattern,
 written into a GGUF with gguf-py, and Kiln's encode/decode are compared with
 the reference on text chosen to hit every alternative of the pattern and
 every class of character, then the pre-tokenizer alone is compared on every
-assigned code point. The tokenizer Kiln's own synthesiser writes is checked
+assigned code point, and BPE on random merge tables (seeded; merges in any
+order, two merges making one token, characters cut inside). The tokenizer Kiln's own synthesiser writes is checked
 too. What is not checked here: chat templates (not implemented), and code
 points unassigned in the Unicode version of Kiln's tables (see
 docs/tokenizer.md: `tokenizers` may know a newer Unicode).
@@ -435,3 +436,77 @@ def test_absent_pre_defaults_to_glm4(tmp_path):
     space = tokens.index("Ġ")
     # "ab", " " (\s+(?!\S) leaves the last space to the word), " ab".
     assert proc.stdout.decode().strip() == f"{ab},{space},{space},{ab}"
+
+
+# Random merge tables: what training never makes. Merges in any order, a
+# merge whose result another merge already makes (two pairs, one token),
+# merges whose sides no earlier merge can reach, and multi-byte characters
+# cut inside. BPE's rule (the lowest rank first, the leftmost of equal
+# ranks) must pick the same tokens as `tokenizers` on every line.
+RANDOM_MERGE_SEEDS = [20261207 + i for i in range(6)]
+RANDOM_MERGE_CHARS = ["a", "b", "c", " ", "é", "中", "1"]
+
+
+def random_merge_table(rng):
+    """The byte-level alphabet, then 40-120 random merges over spellings of
+    short strings of RANDOM_MERGE_CHARS (in UTF-8 bytes, so that a merge
+    may join part of a character to another)."""
+    mapping = bytes_to_byte_level()
+    assert set(mapping.values()) == set(pre_tokenizers.ByteLevel.alphabet())
+    tokens = sorted(mapping.values())
+    pool = sorted({mapping[b] for ch in RANDOM_MERGE_CHARS
+                   for b in ch.encode()})
+    known = set(tokens)
+    merges, pairs = [], set()
+    for _ in range(rng.randint(40, 120)):
+        left, right = rng.choice(pool), rng.choice(pool)
+        if (left, right) in pairs or len(left) + len(right) > 8:
+            continue
+        pairs.add((left, right))
+        merges.append((left, right))
+        if left + right not in known:
+            known.add(left + right)
+            tokens.append(left + right)
+            pool.append(left + right)
+    return tokens, merges
+
+
+def bytes_to_byte_level():
+    """GPT-2's byte-level map: byte -> the character that spells it."""
+    printable = (list(range(ord("!"), ord("~") + 1)) +
+                 list(range(ord("¡"), ord("¬") + 1)) +
+                 list(range(ord("®"), ord("ÿ") + 1)))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+@pytest.mark.parametrize("seed", RANDOM_MERGE_SEEDS)
+def test_random_merge_tables_match_tokenizers(tmp_path, seed):
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    tokens, merges = random_merge_table(rng)
+    vocab = {t: i for i, t in enumerate(tokens)}
+    hf = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    hf.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(GLM4_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    hf.decoder = decoders.ByteLevel()
+    path = write_tokenizer_gguf(tmp_path / "random.gguf", tokens,
+                                [1] * len(tokens),
+                                [f"{a} {b}" for a, b in merges])
+    lines = []
+    for _ in range(100):
+        # Two or three characters a line: runs like "aaab" and "ababa",
+        # where merges compete for a symbol and ties between equal ranks
+        # (one merge at two places) are common.
+        chars = rng.sample(RANDOM_MERGE_CHARS, rng.randint(2, 3))
+        lines.append("".join(rng.choice(chars)
+                             for _ in range(rng.randint(1, 40))))
+    for text in lines:
+        assert kiln_encode(path, text) == hf_encode(hf, text), repr(text)
