@@ -5,10 +5,11 @@ written into a GGUF with gguf-py, and Kiln's encode/decode are compared with
 the reference on text chosen to hit every alternative of the pattern and
 every class of character, then the pre-tokenizer alone is compared on every
 assigned code point, and BPE on random merge tables (seeded; merges in any
-order, two merges making one token, characters cut inside). The tokenizer Kiln's own synthesiser writes is checked
-too. What is not checked here: chat templates (test_chat_template.py), and code
-points unassigned in the Unicode version of Kiln's tables (see
-docs/tokenizer.md: `tokenizers` may know a newer Unicode).
+order, two merges making one token, characters cut inside). The tokenizer
+Kiln's own synthesiser writes is checked too. What is not checked here: chat
+templates (test_chat_template.py), and code points unassigned in the Unicode
+version of Kiln's tables (see docs/tokenizer.md: `tokenizers` may know a
+newer Unicode).
 """
 import json
 import random
