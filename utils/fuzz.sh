@@ -12,7 +12,9 @@
 #     encoded both ways: ids valid, decoded back to the text, streamed as
 #     decoded);
 #   - a reply's markup (tool calls and the thinking block, whole against
-#     streamed; every call's arguments a JSON object).
+#     streamed; every call's arguments a JSON object);
+#   - forced tool calls (tool_choice "required" or named: what the call
+#     constraint takes as complete must read back as the calls it allowed).
 # Exits non-zero on any crash, sanitizer report, timeout, out-of-memory or
 # disagreement.
 #
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --junit) junit=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "fuzz: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -47,7 +49,7 @@ corpus_src=test/gguf-corpus
 write_junit() {
   [ -n "$junit" ] || return 0
   local replay=$1 fuzz=$2 artifact=${3:-skip} chat=${4:-skip} schema=${5:-skip}
-  local tokenizer=${6:-skip} reply=${7:-skip}
+  local tokenizer=${6:-skip} reply=${7:-skip} toolcall=${8:-skip}
   local failures=0 case
   {
     echo '<?xml version="1.0" encoding="utf-8"?>'
@@ -58,8 +60,9 @@ write_junit() {
     case $schema in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
     case $tokenizer in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
     case $reply in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
-    echo "<testsuite name=\"fuzz\" tests=\"7\" failures=\"$failures\">"
-    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact" "chat-template-fuzz-${seconds}s:$chat" "schema-prefix-fuzz-${seconds}s:$schema" "tokenizer-fuzz-${seconds}s:$tokenizer" "reply-fuzz-${seconds}s:$reply"; do
+    case $toolcall in 0|skip) ;; *) failures=$((failures + 1)) ;; esac
+    echo "<testsuite name=\"fuzz\" tests=\"8\" failures=\"$failures\">"
+    for case in "corpus-replay:$replay" "fuzz-${seconds}s:$fuzz" "artifact-fuzz-${seconds}s:$artifact" "chat-template-fuzz-${seconds}s:$chat" "schema-prefix-fuzz-${seconds}s:$schema" "tokenizer-fuzz-${seconds}s:$tokenizer" "reply-fuzz-${seconds}s:$reply" "tool-call-fuzz-${seconds}s:$toolcall"; do
       echo "  <testcase classname=\"fuzz.gguf-reader\" name=\"${case%%:*}\">"
       case ${case##*:} in
         0) ;;
@@ -223,13 +226,29 @@ standalone_target reply "a reply's markup" 4096 \
   runtime/chat/Reasoning.cpp runtime/chat/JsonParse.cpp utils/support/Error.cpp
 reply_status=$target_status
 
+# Forced tool calls: a request's tools JSON, a NUL byte, a flag byte (bit 1:
+# the first tool named; else bit 0: several calls), then the reply.
+mkdir -p "$build/tool-call-corpus"
+tools='[{"type":"function","function":{"name":"get","parameters":{"type":"object","properties":{"city":{"type":"string"},"n":{"type":"integer","minimum":0},"tags":{"type":"array","items":{"type":"string"}}},"required":["city"]}}},{"type":"function","function":{"name":"free"}}]'
+printf '%s\0\001\n<tool_call>get\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>n</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>free\n<arg_key>x y</arg_key>\n<arg_value>{"a": 1}</arg_value>\n</tool_call>' \
+  "$tools" > "$build/tool-call-corpus/several"
+printf '%s\0\002<tool_call>get\n<arg_key>tags</arg_key>\n<arg_value>["a","b"]</arg_value>\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n</tool_call>  ' \
+  "$tools" > "$build/tool-call-corpus/named"
+standalone_target tool-call "forced tool calls" 4096 \
+  test/fuzz/ToolCallFuzzer.cpp runtime/chat/ToolCallPrefix.cpp \
+  runtime/chat/ToolCalls.cpp runtime/chat/SchemaPrefix.cpp \
+  runtime/chat/SchemaPattern.cpp runtime/chat/JsonParse.cpp \
+  runtime/chat/JsonValue.cpp runtime/chat/Value.cpp runtime/chat/PyText.cpp \
+  utils/support/Error.cpp
+toolcall_status=$target_status
+
 write_junit "$replay" "$fuzz" "$art_status" "$chat_status" "$schema_status" \
-  "$tokenizer_status" "$reply_status"
+  "$tokenizer_status" "$reply_status" "$toolcall_status"
 if [ "$replay" != 0 ] || [ "$fuzz" != 0 ] || [ "$chat_status" != 0 ] || \
     [ "$schema_status" != 0 ] || [ "$tokenizer_status" != 0 ] || \
-    [ "$reply_status" != 0 ] || \
+    [ "$reply_status" != 0 ] || [ "$toolcall_status" != 0 ] || \
     { [ "$art_status" != 0 ] && [ "$art_status" != skip ]; }; then
-  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status, chat fuzz status $chat_status, schema fuzz status $schema_status, tokenizer fuzz status $tokenizer_status, reply fuzz status $reply_status)" >&2
+  echo "fuzz: FAILED (replay status $replay, fuzz status $fuzz, artifact fuzz status $art_status, chat fuzz status $chat_status, schema fuzz status $schema_status, tokenizer fuzz status $tokenizer_status, reply fuzz status $reply_status, tool-call fuzz status $toolcall_status)" >&2
   exit 1
 fi
 echo "fuzz: OK"

@@ -28,6 +28,23 @@ char literalIndex(const char *literal) {
 }
 /// What may follow a name or a value's newline: another key, or the end.
 constexpr const char *kChoices[2] = {"<arg_key>", "</tool_call>"};
+/// What a value may not hold: the reader (ToolCalls.h) ends a call at the
+/// first "</tool_call>" and a value at the first "</arg_value>", whatever
+/// they are inside.
+constexpr const char *kCallEnd = "</tool_call>";
+
+/// Moves `at`, the bytes of `marker` matched so far, past `b`; false when
+/// `b` completes the marker. Neither marker has a border but its '<', so a
+/// mismatch restarts the match at this byte.
+bool avoid(uint32_t &at, const char *marker, uint8_t b) {
+  if (b == uint8_t(marker[at])) {
+    if (marker[++at] == '\0')
+      return false;
+  } else {
+    at = b == '<' ? 1 : 0;
+  }
+  return true;
+}
 
 bool isSpace(uint8_t b) { return reply::isSpace(char(b)); }
 
@@ -179,8 +196,13 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
       s.phase = Phase::Literal;
       s.literal = kValueTail;
       s.at = 1;
+      s.closeAt = 0;
       return true;
     }
+    // Inside a string, neither marker (the reader would end the value or
+    // the call there).
+    if (!avoid(s.at, kValueEnd, b) || !avoid(s.closeAt, kCallEnd, b))
+      return false;
     return s.value->take(b);
   case Phase::FreeKey:
     if (b == '\n')
@@ -192,16 +214,14 @@ bool ToolCallPrefix::step(State &s, uint8_t b) const {
     }
     return true;
   case Phase::Value:
-    // "</arg_value>" has no border but its '<': a mismatch restarts the
-    // match at this byte.
-    if (b == uint8_t(kValueEnd[s.at])) {
-      if (kValueEnd[++s.at] == '\0') {
-        s.phase = Phase::Literal;
-        s.literal = kNewline;
-        s.at = 0;
-      }
-    } else {
-      s.at = b == '<' ? 1 : 0;
+    // Any bytes up to "</arg_value>", but never "</tool_call>".
+    if (!avoid(s.closeAt, kCallEnd, b))
+      return false;
+    if (!avoid(s.at, kValueEnd, b)) {
+      s.phase = Phase::Literal;
+      s.literal = kNewline;
+      s.at = 0;
+      s.closeAt = 0;
     }
     return true;
   }
@@ -235,8 +255,10 @@ bool ToolCallPrefix::accepts(std::string_view bytes) const {
   // Inside a JSON value, bytes the value takes whole are taken (a '<' the
   // value takes is inside one of its strings), and without a '<' nothing
   // else can take them: the value's own accepts answers (with its
-  // shortcuts) without a copy of the state.
-  if (state_.phase == Phase::Typed) {
+  // shortcuts) without a copy of the state. Bytes with a '>' may complete
+  // a marker a string may not hold, so they take the whole way.
+  if (state_.phase == Phase::Typed &&
+      bytes.find('>') == std::string_view::npos) {
     if (state_.value->accepts(bytes))
       return true;
     if (bytes.find('<') == std::string_view::npos)
@@ -338,6 +360,7 @@ std::string ToolCallPrefix::key() const {
   const State &s = state_;
   std::string k = {char(s.phase), literalIndex(s.literal)};
   k.append(reinterpret_cast<const char *>(&s.at), sizeof s.at);
+  k.append(reinterpret_cast<const char *>(&s.closeAt), sizeof s.closeAt);
   k.append(reinterpret_cast<const char *>(&s.function), sizeof s.function);
   k += s.alive.to_string();
   k += s.seen.to_string();

@@ -12,9 +12,11 @@
 // that function's parameters where its schema lists them (each at most
 // once, and the call ends only once the required ones are written;
 // otherwise any text without '<' or a newline), VALUE any bytes up to
-// "</arg_value>", or for a parameter of one JSON type other than string, a
-// JSON value its schema accepts (SchemaPrefix; as ToolCalls.h then reads
-// it). With
+// "</arg_value>" but for "</tool_call>", or for a parameter of one JSON
+// type other than string, a JSON value its schema accepts (SchemaPrefix; as
+// ToolCalls.h then reads it) whose strings hold neither marker: the reader
+// ends a value at the first "</arg_value>" and a call at the first
+// "</tool_call>". With
 // `several`, more calls may follow, each after whitespace. It is what
 // kiln-serve's tool_choice "required" (any of the request's functions, one
 // call or more) and a named function (that one, one call) constrain
@@ -117,6 +119,9 @@ private:
     Phase phase = Phase::Lead;
     const char *literal = nullptr;
     uint32_t at = 0;
+    /// Value, Typed: the bytes of "</tool_call>" just taken (a value may
+    /// not hold it: the reader would end the call there).
+    uint32_t closeAt = 0;
     uint32_t function = 0; ///< the chosen function's index
     std::bitset<kMaxChoices> alive;
     std::bitset<kMaxChoices> seen;     ///< the call's parameters written

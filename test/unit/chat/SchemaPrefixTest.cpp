@@ -465,7 +465,9 @@ TEST(SchemaPrefix, ToolCallValuesKeepTheParametersSchema) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   Rng rng(seed);
   const std::vector<std::string> calls = {
-      head + R"({"at":{"lat":1},"label":"a<b></arg_value>"})" + tail,
+      // A string may hold markup but not the two markers the reader ends
+      // a value and a call at (ToolCallPrefixTest).
+      head + R"({"at":{"lat":1},"label":"a<b></arg_key></arg_valu"})" + tail,
       head + R"( {"label":"<","at":{"lat":-0.5e1}} )" + tail,
       head + R"({"at":{"lat":2}}</arg_value>
 <arg_key>note</arg_key>

@@ -167,6 +167,39 @@ TEST(ToolCallPrefix, RefusesAtTheFirstWrongByte) {
   }
 }
 
+TEST(ToolCallPrefix, ValuesHoldNoMarkerTheReaderWouldEndAt) {
+  // The reader (ToolCalls.h) ends a call at the first "</tool_call>" and a
+  // value at the first "</arg_value>", wherever they stand, so a value
+  // holds neither: a free value not "</tool_call>" (it ends at
+  // "</arg_value>"), a typed value's strings neither. A fuzz run found a
+  // free value holding "</tool_call>" taken whole, which the reader then
+  // cut into text and a second call.
+  const std::vector<ToolSignature> tools = {
+      {"put", {"items", "note"}, {typeSchema("array"), nullptr}, {}}};
+  const std::string items = "<tool_call>put\n<arg_key>items</arg_key>\n"
+                            "<arg_value>[\"a";
+  const std::string note = "<tool_call>put\n<arg_key>note</arg_key>\n"
+                           "<arg_value>a";
+  for (const std::string &marker :
+       {std::string("</tool_call>"), std::string("</arg_value>")}) {
+    const std::string head = marker.substr(0, marker.size() - 1);
+    ToolCallPrefix typed(tools, false);
+    ASSERT_TRUE(typed.push(items + head)) << marker;
+    EXPECT_FALSE(typed.accepts(">")) << marker;
+    EXPECT_FALSE(typed.push(">")) << marker;
+    EXPECT_FALSE(typed.accepts(">\"]")) << marker; // with more bytes
+    // Cut short of the marker, the same bytes are a string's text.
+    ASSERT_TRUE(typed.push("x\"]</arg_value>\n</tool_call>")) << marker;
+    EXPECT_TRUE(typed.complete()) << marker;
+  }
+  ToolCallPrefix free(tools, false);
+  ASSERT_TRUE(free.push(note + "</tool_call"));
+  EXPECT_FALSE(free.accepts(">"));
+  EXPECT_FALSE(free.push(">x</arg_value>"));
+  ASSERT_TRUE(free.push("!</tool_cal></arg_value>\n</tool_call>"));
+  EXPECT_TRUE(free.complete());
+}
+
 TEST(ToolCallPrefix, AcceptsAgreesWithPushOnRandomPieces) {
   const uint64_t seed = 20261205;
   SCOPED_TRACE("seed " + std::to_string(seed));
