@@ -353,7 +353,8 @@ Expected<ToolSignature> toolSignature(std::string name,
 }
 
 bool writableInMarkup(std::string_view name) {
-  return !name.empty() && name.find_first_of("<\n") == std::string_view::npos;
+  return !name.empty() && name.find_first_of("<\n") == std::string_view::npos &&
+         !reply::isSpace(name.front()) && !reply::isSpace(name.back());
 }
 
 std::string ToolCallPrefix::key() const {

@@ -39,8 +39,10 @@
 
 namespace kiln::chat {
 
-/// Whether a function or parameter name can be written in the markup:
-/// non-empty, without '<' or a newline.
+/// Whether a function or parameter name can be written in the markup and
+/// read back as itself: non-empty, without '<' or a newline, and without
+/// whitespace at either end (the reader, ToolCalls.h, trims names and
+/// keys).
 bool writableInMarkup(std::string_view name);
 
 /// A schema of the one JSON type `type` names ("integer", "object", ...);

@@ -958,8 +958,9 @@ int main(int argc, char **argv) {
         bad = bad || !chat::writableInMarkup(k);
       if (bad)
         return usageError("--tool-call: expected NAME[=KEY[!][:TYPE],...] "
-                          "or NAME=@FILE with non-empty names without '<' or "
-                          "newlines and TYPE a JSON type other than string, "
+                          "or NAME=@FILE with non-empty names without '<', "
+                          "newlines or whitespace at either end and TYPE a "
+                          "JSON type other than string, "
                           "not '" +
                           spec + "'");
       toolCalls.push_back(std::move(sig));

@@ -658,6 +658,9 @@ def test_tool_call_flag_errors(model):
     for flags, says in ((["--tool-call", "a<b"], "--tool-call: expected"),
                         (["--tool-call", "f=x,"], "--tool-call: expected"),
                         (["--tool-call", "f=x:text"], "--tool-call: expected"),
+                        # Read back trimmed, so not the name it was.
+                        (["--tool-call", "f "], "--tool-call: expected"),
+                        (["--tool-call", "f= x"], "--tool-call: expected"),
                         (["--tool-call", "f", "--json-object"],
                          "exclude each other")):
         proc = run_tool("kiln-run", art, "--weights", gguf, "--prompt", "x",

@@ -282,6 +282,13 @@ def split_reasoning(text):
      "exclude each other"),
     (dict(tools=[{"type": "function", "function": {"name": "a<b"}}],
           tool_choice="required"), "tools", "cannot be written"),
+    # The reader trims names and keys: " f" would come back as "f".
+    (dict(tools=[{"type": "function", "function": {"name": " f"}}],
+          tool_choice="required"), "tools", "cannot be written"),
+    (dict(tools=[{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object",
+                                    "properties": {"k ": {}}}}}],
+          tool_choice="required"), "tools", "cannot be written"),
 ])
 def test_forced_tool_choice_errors(glm_client, kwargs, param, says):
     import openai

@@ -200,6 +200,23 @@ TEST(ToolCallPrefix, ValuesHoldNoMarkerTheReaderWouldEndAt) {
   EXPECT_TRUE(free.complete());
 }
 
+TEST(ToolCallPrefix, NamesReadBackAsThemselves) {
+  // The reader trims names and keys, so one with whitespace at an end
+  // would come back as another: not writable.
+  EXPECT_TRUE(writableInMarkup("get weather"));
+  for (const char *name : {"", "a<b", "a\nb", " a", "a ", "\ta", "a\r"})
+    EXPECT_FALSE(writableInMarkup(name)) << name;
+  ValueMap properties, schema;
+  properties.set("ok", Value::map(ValueMap()));
+  properties.set(" k", Value::map(ValueMap()));
+  schema.set("type", Value("object"));
+  schema.set("properties", Value::map(std::move(properties)));
+  const Value params = Value::map(std::move(schema));
+  kiln::Expected<ToolSignature> sig = toolSignature("f", params);
+  ASSERT_FALSE(sig);
+  EXPECT_EQ(sig.error().field(), " k");
+}
+
 TEST(ToolCallPrefix, AcceptsAgreesWithPushOnRandomPieces) {
   const uint64_t seed = 20261205;
   SCOPED_TRACE("seed " + std::to_string(seed));
