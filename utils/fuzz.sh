@@ -159,7 +159,7 @@ standalone_target() {
   local name=$1 what=$2 max_len=$3
   shift 3
   local target="$build/$name-fuzzer"
-  if [ ! -x "$target" ] || [ -n "$(find "$@" runtime/chat runtime/tokenizer \
+  if [ ! -x "$target" ] || [ -n "$(find "$@" test/fuzz runtime/chat runtime/tokenizer \
       utils/gguf utils/support -newer "$target" -name '*.[ch]*' | head -n1)" ]; then
     echo "fuzz: building $target"
     nice "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined \

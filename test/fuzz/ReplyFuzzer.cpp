@@ -15,6 +15,8 @@
 #include "chat/Reasoning.h"
 #include "chat/ToolCalls.h"
 
+#include "Pieces.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -25,19 +27,6 @@
 using namespace kiln::chat;
 
 namespace {
-
-/// The reply cut into pieces of 1-8 bytes, each length from a reply byte.
-std::vector<std::string_view> pieces(std::string_view reply) {
-  std::vector<std::string_view> out;
-  size_t at = 0, cut = 1;
-  while (at < reply.size()) {
-    std::string_view piece = reply.substr(at, cut);
-    cut = 1 + uint8_t(reply[at]) % 8;
-    out.push_back(piece);
-    at += piece.size();
-  }
-  return out;
-}
 
 bool sameCalls(const std::vector<ToolCall> &a, const std::vector<ToolCall> &b) {
   if (a.size() != b.size())
@@ -63,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } catch (const nlohmann::json::exception &) {
     tools = nullptr; // not JSON, or nested too deeply: no tools
   }
-  const std::vector<std::string_view> cut = pieces(reply);
+  const std::vector<std::string_view> cut = kiln::fuzz::pieces(reply);
 
   // Tool calls, whole and streamed.
   const ParsedReply whole = parseToolCalls(reply, tools);

@@ -13,6 +13,8 @@
 #include "chat/SchemaPrefix.h"
 #include "chat/ThinkFirst.h"
 
+#include "Pieces.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -23,20 +25,7 @@ using namespace kiln::chat;
 namespace {
 
 template <class P> void feed(P p, std::string_view reply) {
-  size_t at = 0, cut = 1;
-  while (at < reply.size()) {
-    // Pieces of 1-8 bytes, their lengths from the reply itself.
-    std::string_view piece = reply.substr(at, cut);
-    cut = 1 + uint8_t(reply[at]) % 8;
-    P copy = p;
-    const bool accepted = p.accepts(piece);
-    if (copy.push(piece) != accepted)
-      std::abort(); // accepts and push disagree
-    if (!accepted)
-      return;
-    p.push(piece);
-    at += piece.size();
-  }
+  kiln::fuzz::feedChecked(p, reply);
   (void)p.complete();
   (void)p.final();
   (void)p.key();

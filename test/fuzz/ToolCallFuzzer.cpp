@@ -21,6 +21,8 @@
 #include "chat/ToolCallPrefix.h"
 #include "chat/ToolCalls.h"
 
+#include "Pieces.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -158,22 +160,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (sigs.empty())
     return 0;
   ToolCallPrefix p(sigs, several);
-  size_t at = 0, cut = 1;
-  while (at < reply.size()) {
-    std::string_view piece = reply.substr(at, cut);
-    cut = 1 + uint8_t(reply[at]) % 8;
-    ToolCallPrefix copy = p;
-    const bool accepted = p.accepts(piece);
-    if (copy.push(piece) != accepted)
-      std::abort(); // accepts and push disagree
-    (void)p.acceptsControl(piece);
-    (void)p.key();
-    if (!accepted)
-      break;
-    p.push(piece);
-    at += piece.size();
-  }
+  const size_t taken = kiln::fuzz::feedChecked(
+      p, reply, [](const ToolCallPrefix &q, std::string_view piece) {
+        (void)q.acceptsControl(piece);
+        (void)q.key();
+      });
   if (p.complete())
-    checkCalls(reply.substr(0, at), tools, sigs, several);
+    checkCalls(reply.substr(0, taken), tools, sigs, several);
   return 0;
 }
