@@ -235,8 +235,8 @@ printf '%s\0\001\n<tool_call>get\n<arg_key>city</arg_key>\n<arg_value>Paris</arg
 printf '%s\0\002<tool_call>get\n<arg_key>tags</arg_key>\n<arg_value>["a","b"]</arg_value>\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n</tool_call>  ' \
   "$tools" > "$build/tool-call-corpus/named"
 standalone_target tool-call "forced tool calls" 4096 \
-  test/fuzz/ToolCallFuzzer.cpp runtime/chat/ToolCallPrefix.cpp \
-  runtime/chat/ToolCalls.cpp runtime/chat/SchemaPrefix.cpp \
+  test/fuzz/ToolCallFuzzer.cpp runtime/chat/ForcedCalls.cpp \
+  runtime/chat/ToolCallPrefix.cpp runtime/chat/ToolCalls.cpp runtime/chat/SchemaPrefix.cpp \
   runtime/chat/SchemaPattern.cpp runtime/chat/JsonParse.cpp \
   runtime/chat/JsonValue.cpp runtime/chat/Value.cpp runtime/chat/PyText.cpp \
   utils/support/Error.cpp

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "chat/ChatTemplate.h"
+#include "chat/ForcedCalls.h"
 #include "chat/JsonParse.h"
 #include "chat/JsonPrefix.h"
 #include "chat/JsonValue.h"
@@ -445,63 +446,11 @@ RequestOptions readOptions(const json &body, const tokenizer::Tokenizer &tok,
       throw BadRequest{"'tool_choice' that forces a call and a JSON "
                        "'response_format' exclude each other",
                        "tool_choice"};
-    std::vector<chat::ToolSignature> signatures;
-    for (const json &tool : o.tools) {
-      const json *fn = tool.is_object() && tool.contains("function")
-                           ? &tool["function"]
-                           : nullptr;
-      if (!fn || !fn->is_object() || !fn->contains("name") ||
-          !(*fn)["name"].is_string())
-        throw BadRequest{"every tool must have a function with a name to "
-                         "force a call",
-                         "tools"};
-      const std::string name = (*fn)["name"].get<std::string>();
-      if (!forced.empty() && name != forced)
-        continue;
-      if (!chat::writableInMarkup(name))
-        throw BadRequest{fmt::format("function name {} cannot be written in "
-                                     "GLM's call markup",
-                                     dump(json(name))),
-                         "tools"};
-      chat::Value params;
-      if (fn->contains("parameters") && (*fn)["parameters"].is_object() &&
-          (*fn)["parameters"].contains("properties") &&
-          (*fn)["parameters"]["properties"].is_object()) {
-        Expected<chat::Value> doc =
-            chat::valueFromJson((*fn)["parameters"], "parameters");
-        if (!doc)
-          throw BadRequest{fmt::format("the parameters of {}: {}", name,
-                                       doc.error().message()),
-                           "tools"};
-        params = std::move(*doc);
-      }
-      // Each parameter's value: JSON where the schema gives one type the
-      // markup's reader turns into JSON (chat/ToolCalls.h); any text
-      // otherwise.
-      Expected<chat::ToolSignature> found = chat::toolSignature(name, params);
-      if (!found)
-        throw BadRequest{fmt::format("parameter {} of {} cannot be written in "
-                                     "GLM's call markup",
-                                     dump(json(found.error().field())), name),
-                         "tools"};
-      chat::ToolSignature sig = std::move(*found);
-      if (sig.parameters.size() > chat::ToolCallPrefix::kMaxChoices)
-        throw BadRequest{fmt::format("{} has more than {} parameters to "
-                                     "force a call of",
-                                     sig.name,
-                                     chat::ToolCallPrefix::kMaxChoices),
-                         "tools"};
-      signatures.push_back(std::move(sig));
-    }
-    if (signatures.empty())
-      throw BadRequest{fmt::format("'tool_choice' names function {}, which "
-                                   "'tools' does not have",
-                                   dump(json(forced))),
-                       "tool_choice"};
-    if (signatures.size() > chat::ToolCallPrefix::kMaxChoices)
-      throw BadRequest{fmt::format("more than {} tools to force a call of",
-                                   chat::ToolCallPrefix::kMaxChoices),
-                       "tools"};
+    Expected<std::vector<chat::ToolSignature>> found =
+        chat::forcedCallSignatures(o.tools, forced);
+    if (!found)
+      throw BadRequest{found.error().problem(), found.error().field()};
+    std::vector<chat::ToolSignature> signatures = std::move(*found);
     const bool several = choice == "required";
     o.generate.constraint = [signatures, several] {
       return std::make_unique<chat::ToolCallPrefix>(signatures, several);
